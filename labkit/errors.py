@@ -1,0 +1,47 @@
+"""labkit's exception tree. Every error a user can cause is one of these, with one clear message.
+
+    LabkitError
+     ├── ConfigError            a config file that is not valid (names the file and field path)
+     ├── ProviderUnavailable    a provider that cannot run here (e.g. its key variable is unset)
+     ├── SetupError             llama-server or the model could not be found, built or fetched
+     ├── ServerError            the managed llama-server failed to start or died
+     └── RunError               a run folder that cannot be written, read or resumed
+
+Per-request failures (HTTP status, timeouts, malformed streams) are not exceptions: they are
+measured and stored in the record's ``error`` field.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "LabkitError",
+    "ProviderUnavailable",
+    "RunError",
+    "ServerError",
+    "SetupError",
+]
+
+
+class LabkitError(Exception):
+    """Base class: the CLI prints the message and exits non-zero, without a traceback."""
+
+
+class ConfigError(LabkitError):
+    """The configuration is not valid."""
+
+
+class ProviderUnavailable(LabkitError):
+    """A provider cannot run in this environment (missing key, missing server)."""
+
+
+class SetupError(LabkitError):
+    """The local llama-server binary or model could not be made available."""
+
+
+class ServerError(LabkitError):
+    """The managed llama-server failed to start, or died."""
+
+
+class RunError(LabkitError):
+    """A run folder cannot be written, read or resumed."""

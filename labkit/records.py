@@ -1,0 +1,276 @@
+"""The record contract: one `RequestRecord` per request, one JSON line each.
+
+Field names follow ``docs/measurement.md`` (the contract that reports and outside tools
+read); they change only with a migration note in the README. This module is a leaf: it
+imports nothing else of labkit and nothing of HTTP.
+
+Conventions: every duration is milliseconds (float) from one origin, ``t_start``, taken
+immediately before the request is handed to the transport. A value that was not observed
+is ``None`` (``null``), never ``0``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "AppTimings",
+    "ClientTimings",
+    "ErrorKind",
+    "ProviderTimings",
+    "RecordError",
+    "RequestRecord",
+    "StopReason",
+    "Usage",
+]
+
+
+class StopReason(StrEnum):
+    """Why generation stopped, normalised across providers (the raw string is kept too)."""
+
+    END = "end"
+    LENGTH = "length"
+    STOP_SEQUENCE = "stop_sequence"
+    TOOL_CALL = "tool_call"
+    CONTENT_FILTER = "content_filter"
+    REFUSAL = "refusal"
+    ERROR = "error"
+    CANCELLED = "cancelled"
+    UNKNOWN = "unknown"
+
+
+class ErrorKind(StrEnum):
+    """What went wrong with a request."""
+
+    HTTP_STATUS = "http_status"
+    TIMEOUT = "timeout"
+    CONNECTION = "connection"
+    STREAM_ERROR = "stream_error"
+    PROTOCOL = "protocol"
+    CANCELLED = "cancelled"
+    CONFIG = "config"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+
+class RecordError(_Model):
+    """A failed request's error. The record keeps every timing it reached."""
+
+    kind: ErrorKind = Field(description="Error class; see ErrorKind.")
+    message: str = Field(description="One-line human message, free of secrets.")
+    status: int | None = Field(default=None, description="HTTP status when one was received.")
+    retry_after_s: float | None = Field(
+        default=None, description="The provider's `retry-after` header, in seconds."
+    )
+    body_excerpt: str | None = Field(
+        default=None, description="First bytes of the error body (at most 500 characters)."
+    )
+
+
+class ClientTimings(_Model):
+    """What this process observed on the wire, in ms from `t_start`."""
+
+    queue_ms: float | None = Field(
+        default=None,
+        description="Wait inside labkit (concurrency limit, schedule) before t_start; "
+        "never part of TTFT.",
+    )
+    connect_ms: float | None = Field(
+        default=None, description="TCP connect done (DNS included); null on a reused connection."
+    )
+    tls_ms: float | None = Field(
+        default=None, description="TLS handshake done; null for plain HTTP or reuse."
+    )
+    request_sent_ms: float | None = Field(
+        default=None, description="Request headers and body written."
+    )
+    headers_ms: float | None = Field(
+        default=None, description="Response status and headers received (time to first byte)."
+    )
+    first_event_ms: float | None = Field(
+        default=None, description="First SSE event of any kind; role-only and ping excluded."
+    )
+    ttft_ms: float | None = Field(
+        default=None,
+        description="First event carrying output: text, reasoning or tool-call delta.",
+    )
+    ttft_text_ms: float | None = Field(
+        default=None,
+        description="First event carrying visible text (differs from ttft_ms for reasoning "
+        "models).",
+    )
+    last_token_ms: float | None = Field(
+        default=None, description="Last event carrying output."
+    )
+    e2e_ms: float | None = Field(
+        default=None, description="Stream fully consumed (usage chunk and terminator included)."
+    )
+    decode_ms_per_token: float | None = Field(
+        default=None,
+        description="(last_token_ms - ttft_ms) / (usage.output_tokens - 1); null under 2 tokens.",
+    )
+    output_tokens_per_s: float | None = Field(
+        default=None, description="1000 / decode_ms_per_token."
+    )
+    event_offsets_ms: list[float] = Field(
+        default_factory=list, description="Arrival offset of every output-carrying event."
+    )
+    event_tokens: list[int] | None = Field(
+        default=None,
+        description="Tokens carried by each output event when known, else null.",
+    )
+    itl_ms_p50: float | None = Field(
+        default=None, description="Median gap between consecutive output events."
+    )
+    itl_ms_p99: float | None = Field(
+        default=None, description="99th percentile gap between consecutive output events."
+    )
+    itl_ms_max: float | None = Field(
+        default=None, description="Largest gap between consecutive output events."
+    )
+    loop_lag_ms: float | None = Field(
+        default=None,
+        description="How late labkit's event loop ran while this stream was read (self-check).",
+    )
+
+
+class ProviderTimings(_Model):
+    """What the provider reported about itself. All null where it reports nothing."""
+
+    prefill_ms: float | None = Field(
+        default=None,
+        description="llama.cpp timings.prompt_ms; Ollama prompt_eval_duration (ns -> ms).",
+    )
+    prefill_tokens: int | None = Field(
+        default=None,
+        description="llama.cpp timings.prompt_n (excludes cached); Ollama prompt_eval_count.",
+    )
+    decode_ms: float | None = Field(
+        default=None, description="llama.cpp timings.predicted_ms; Ollama eval_duration."
+    )
+    decode_ms_per_token: float | None = Field(
+        default=None,
+        description="llama.cpp timings.predicted_per_token_ms; Ollama eval_duration/eval_count.",
+    )
+    cached_tokens: int | None = Field(
+        default=None,
+        description="llama.cpp timings.cache_n; OpenAI cached_tokens; Anthropic "
+        "cache_read_input_tokens.",
+    )
+    load_ms: float | None = Field(default=None, description="Ollama load_duration.")
+    processing_ms: float | None = Field(
+        default=None,
+        description="OpenAI `openai-processing-ms` header (server time up to the headers).",
+    )
+    raw: dict[str, Any] | None = Field(
+        default=None, description="The provider's timing object as received."
+    )
+
+
+class AppTimings(_Model):
+    """labkit's (and the SDK's) own cost, off the wire."""
+
+    prepare_ms: float | None = Field(
+        default=None,
+        description="Building the request body and local token counting, before t_start.",
+    )
+    parse_cpu_ms: float | None = Field(
+        default=None, description="Time spent decoding this stream's events."
+    )
+    client_path: Literal["wire", "sdk"] = Field(
+        default="wire", description="`wire` (labkit's own HTTP) or `sdk` (the official SDK)."
+    )
+
+
+class Usage(_Model):
+    """Token counts. Provider counts are authoritative; local counts are labkit's own."""
+
+    input_tokens: int | None = Field(
+        default=None, description="Prompt tokens as the provider reported them."
+    )
+    output_tokens: int | None = Field(
+        default=None,
+        description="Output tokens as the provider reported them (or counted locally, "
+        "see output_tokens_source). Includes reasoning tokens.",
+    )
+    cached_input_tokens: int | None = Field(
+        default=None, description="Prompt tokens served from the provider's cache. Included "
+        "in input_tokens."
+    )
+    reasoning_tokens: int | None = Field(
+        default=None, description="Reasoning tokens. Included in output_tokens."
+    )
+    input_tokens_local: int | None = Field(
+        default=None, description="labkit's own count of the prompt."
+    )
+    tokenizer: str | None = Field(
+        default=None, description="Which tokenizer gave input_tokens_local."
+    )
+    output_tokens_source: Literal["provider", "local"] | None = Field(
+        default=None,
+        description="`provider`, or `local` when the provider sent no usage (flagged in reports).",
+    )
+
+
+class RequestRecord(_Model):
+    """One request, as measured. Serialised as one JSON line in `records.jsonl`."""
+
+    run_id: str = Field(description="The run this record belongs to.")
+    record_id: str = Field(description="Unique id of this record.")
+    experiment: str = Field(description="Experiment kind (single, token_ratio, ...).")
+    trial: int = Field(default=0, description="Repeat index within the experiment.")
+    attempt: int = Field(default=1, description="1 for the first attempt; retries count up.")
+    warmup: bool = Field(default=False, description="Warm-up request: stored, never in stats.")
+    provider: str = Field(description="Provider id from the config.")
+    provider_kind: str = Field(description="openai, anthropic, openai_compatible, llamacpp, ...")
+    model: str = Field(description="Model asked for.")
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="Sampling parameters actually sent."
+    )
+    prompt_id: str = Field(description="Which prompt.")
+    prompt_chars: int = Field(description="Prompt size in characters.")
+    prompt_bytes: int = Field(description="Prompt size in UTF-8 bytes.")
+    started_at: datetime = Field(description="Wall clock (UTC) at t_start.")
+    client: ClientTimings = Field(default_factory=ClientTimings)
+    provider_timings: ProviderTimings = Field(default_factory=ProviderTimings)
+    app: AppTimings = Field(default_factory=AppTimings)
+    usage: Usage = Field(default_factory=Usage)
+    stop_reason: StopReason | None = Field(default=None, description="Normalised stop reason.")
+    stop_reason_raw: str | None = Field(default=None, description="The provider's own string.")
+    response_id: str | None = Field(default=None, description="Provider's response id.")
+    request_id: str | None = Field(
+        default=None, description="Provider's request id header (x-request-id, request-id)."
+    )
+    system_fingerprint: str | None = Field(default=None, description="OpenAI backend id.")
+    server_build: str | None = Field(default=None, description="llama.cpp /props build_info.")
+    rate_limits: dict[str, str] | None = Field(
+        default=None, description="Rate-limit response headers as sent (labkit extension)."
+    )
+    tags: dict[str, str | int | float | bool] = Field(
+        default_factory=dict,
+        description="Experiment labels (variant, prompt length, ...) (labkit extension).",
+    )
+    output_text: str | None = Field(
+        default=None, description="Generated text; null when `store_text: false`."
+    )
+    error: RecordError | None = Field(default=None, description="null, or what went wrong.")
+
+    @property
+    def ok(self) -> bool:
+        """True when the request completed without error."""
+        return self.error is None
+
+    def to_json_line(self) -> str:
+        """One JSON line (no trailing newline), nulls included."""
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json_line(cls, line: str) -> RequestRecord:
+        """Parse one line of `records.jsonl`."""
+        return cls.model_validate_json(line)
