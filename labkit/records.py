@@ -19,6 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "AppTimings",
+    "LabAnswer",
+    "LabResults",
     "ClientTimings",
     "ErrorKind",
     "ProviderTimings",
@@ -252,6 +254,11 @@ class RequestRecord(_Model):
     rate_limits: dict[str, str] | None = Field(
         default=None, description="Rate-limit response headers as sent (labkit extension)."
     )
+    plan_key: str | None = Field(
+        default=None,
+        description="Which planned request this is; `labkit run --resume` skips recorded keys "
+        "(labkit extension).",
+    )
     tags: dict[str, str | int | float | bool] = Field(
         default_factory=dict,
         description="Experiment labels (variant, prompt length, ...) (labkit extension).",
@@ -274,3 +281,30 @@ class RequestRecord(_Model):
     def from_json_line(cls, line: str) -> RequestRecord:
         """Parse one line of `records.jsonl`."""
         return cls.model_validate_json(line)
+
+
+class LabAnswer(_Model):
+    """One experiment's computed answer for one provider (an entry of `lab.json`).
+
+    `figures` holds the numbers the answer was computed from; its keys per experiment kind
+    are documented in the README ("lab.json") and read by the report.
+    """
+
+    experiment: str = Field(description="Experiment kind: single, token_ratio, ...")
+    provider: str = Field(description="Provider id from the config.")
+    model: str | None = Field(default=None, description="Model asked for.")
+    question: str = Field(description="The lab question, in one sentence.")
+    answer: str = Field(description="The answer in plain sentences, with the measured numbers.")
+    figures: dict[str, Any] = Field(
+        default_factory=dict, description="The computed figures behind the answer."
+    )
+    status: Literal["ok", "partial", "failed"] = Field(
+        default="ok", description="`failed` when no successful measurement was available."
+    )
+
+
+class LabResults(_Model):
+    """The content of `lab.json`: every experiment's answer for every provider."""
+
+    run_id: str
+    answers: list[LabAnswer] = Field(default_factory=list)

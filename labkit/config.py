@@ -1,0 +1,159 @@
+"""YAML configs → validated Pydantic models, with errors that name the file and field path.
+
+A config names a run, its providers (each validated by the settings model of its `kind`)
+and its experiments (likewise). Keys are never in a config: a provider names the
+*environment variable* holding its key (`api_key_env`).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError
+
+from labkit.errors import ConfigError
+from labkit.experiments import ExperimentSettings, experiment_class, experiment_kinds
+from labkit.providers import ProviderSettings, provider_class, provider_kinds
+
+__all__ = ["LabConfig", "load_config", "parse_config"]
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class LabConfig(BaseModel):
+    """A whole run: providers × experiments."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, description="Run name, used in the run folder name.")
+    description: str | None = Field(default=None, description="Free text for the manifest.")
+    output_dir: Path = Field(default=Path("results"), description="Where run folders go.")
+    store_text: bool = Field(default=True, description="Keep generated text in records.")
+    providers: list[SerializeAsAny[ProviderSettings]] = Field(min_length=1)
+    experiments: list[SerializeAsAny[ExperimentSettings]] = Field(min_length=1)
+
+    def redacted(self) -> dict[str, Any]:
+        """The config as JSON data for the manifest (it holds variable names, never keys)."""
+        return self.model_dump(mode="json")
+
+
+def _path(loc: tuple[int | str, ...], prefix: str = "") -> str:
+    out = prefix
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "(top level)"
+
+
+def _describe(err: Any) -> str:
+    etype = err["type"]
+    if etype == "extra_forbidden":
+        return "unknown field (not allowed here)"
+    if etype == "missing":
+        return "required field is missing"
+    msg = str(err["msg"])
+    value = err.get("input")
+    if isinstance(value, bool | int | float) or (isinstance(value, str) and len(value) <= 40):
+        return f"{msg} (got {value!r})"
+    return f"{msg} (got {type(value).__name__})"
+
+
+def _validation_lines(exc: ValidationError, prefix: str) -> list[str]:
+    lines = []
+    for err in exc.errors():
+        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+        lines.append(f"{_path(loc, prefix)}: {_describe(err)}")
+    return lines
+
+
+def _validate_entries(
+    data: dict[str, Any], section: str, kinds: list[str], lookup: Any, errors: list[str]
+) -> list[Any]:
+    raw = data.get(section)
+    if raw is None:
+        errors.append(f"{section}: required field is missing")
+        return []
+    if not isinstance(raw, list):
+        errors.append(f"{section}: expected a list (got {type(raw).__name__})")
+        return []
+    out = []
+    for i, entry in enumerate(raw):
+        where = f"{section}[{i}]"
+        if not isinstance(entry, dict):
+            errors.append(f"{where}: expected a mapping (got {type(entry).__name__})")
+            continue
+        kind = entry.get("kind")
+        if kind not in kinds:
+            got = "missing" if kind is None else f"unknown kind {kind!r}"
+            errors.append(f"{where}.kind: {got}; expected one of: {', '.join(kinds)}")
+            continue
+        if section == "providers":
+            if "api_key" in entry or "key" in entry:
+                errors.append(
+                    f"{where}: keys do not belong in a config; export the key in an "
+                    "environment variable and give its name in api_key_env"
+                )
+                continue
+            env = entry.get("api_key_env")
+            if isinstance(env, str) and not _ENV_NAME.match(env):
+                errors.append(
+                    f"{where}.api_key_env: must be the name of an environment variable "
+                    "(letters, digits, _), not the key itself"
+                )
+                continue
+        try:
+            out.append(lookup(kind).settings_model.model_validate(entry))
+        except ValidationError as exc:
+            errors.extend(_validation_lines(exc, where))
+    return out
+
+
+def parse_config(data: Any, source: str = "<config>") -> LabConfig:
+    """Validate already-parsed YAML data; raise one ConfigError listing every problem."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level")
+    errors: list[str] = []
+    providers = _validate_entries(data, "providers", provider_kinds(), provider_class, errors)
+    experiments = _validate_entries(
+        data, "experiments", experiment_kinds(), experiment_class, errors
+    )
+    ids = [p.id for p in providers]
+    for dup in sorted({i for i in ids if ids.count(i) > 1}):
+        errors.append(f"providers: id {dup!r} is used more than once")
+    config = None
+    try:
+        config = LabConfig.model_validate(
+            {**data, "providers": providers, "experiments": experiments}
+        )
+    except ValidationError as exc:
+        for line in _validation_lines(exc, ""):
+            if not (line.startswith(("providers", "experiments")) and errors):
+                errors.append(line)
+    if errors or config is None:
+        listing = "\n".join(f"  - {e}" for e in errors)
+        raise ConfigError(f"{source}: invalid config\n{listing}")
+    return config
+
+
+def load_config(path: str | Path) -> LabConfig:
+    """Read and validate a YAML config file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: no such config file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{p}: cannot read config: {exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{p}: not valid YAML{where}: {problem}") from None
+    return parse_config(data, str(p))

@@ -1,0 +1,21 @@
+"""Experiment kinds, registered by `kind`; importing this package registers the built-ins."""
+
+from labkit.experiments import single
+from labkit.experiments.base import (
+    Experiment,
+    ExperimentSettings,
+    PlannedRequest,
+    experiment_class,
+    experiment_kinds,
+    register_experiment,
+)
+
+__all__ = [
+    "Experiment",
+    "ExperimentSettings",
+    "PlannedRequest",
+    "experiment_class",
+    "experiment_kinds",
+    "register_experiment",
+    "single",
+]

@@ -1,0 +1,129 @@
+"""The experiment interface and its registry.
+
+An experiment turns its YAML entry into a plan of requests for one provider, and turns the
+records those requests produced into a `LabAnswer` computed from the measurements:
+
+1. `prepare(provider)` — optional I/O before planning (token counts, sizing prompts);
+2. `plan(provider)` — the requests, each with a stable `key` so a resumed run skips what
+   is already recorded;
+3. `analyze(provider_id, model, records)` — the answer, from non-warm-up records.
+
+Experiments never send requests themselves: the runner does, with the recorder.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
+
+from labkit.providers.base import ChatRequest, Provider
+from labkit.records import LabAnswer, RequestRecord
+
+__all__ = [
+    "Experiment",
+    "ExperimentSettings",
+    "PlannedRequest",
+    "experiment_class",
+    "experiment_kinds",
+    "register_experiment",
+]
+
+
+class ExperimentSettings(BaseModel):
+    """Fields every experiment entry accepts; each kind adds its own."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: str = Field(description="Which experiment runs this entry.")
+    repeats: PositiveInt = Field(default=3, description="Measured repeats of each request.")
+    warmup: NonNegativeInt = Field(
+        default=1, description="Warm-up requests per provider, stored but kept out of stats."
+    )
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="Sampling parameters sent with every request."
+    )
+    system: str | None = Field(default=None, description="Optional system message.")
+
+
+@dataclass(slots=True)
+class PlannedRequest:
+    """One request an experiment wants sent."""
+
+    key: str
+    request: ChatRequest
+    trial: int = 0
+    warmup: bool = False
+    tags: dict[str, str | int | float | bool] = field(default_factory=dict)
+
+
+class Experiment(ABC):
+    """One configured experiment."""
+
+    kind: ClassVar[str]
+    settings_model: ClassVar[type[ExperimentSettings]]
+    question: ClassVar[str]
+
+    def __init__(self, settings: ExperimentSettings, index: int = 0) -> None:
+        self.settings = settings
+        self.index = index
+
+    @property
+    def name(self) -> str:
+        """Unique name within a run: kind, plus the position when a kind repeats."""
+        return self.kind if self.index == 0 else f"{self.kind}#{self.index}"
+
+    def messages(self, prompt: str) -> list[dict[str, str]]:
+        """The chat messages for one prompt, with the optional system message."""
+        msgs = [{"role": "system", "content": self.settings.system}] if self.settings.system else []
+        msgs.append({"role": "user", "content": prompt})
+        return msgs
+
+    def warmups(self, prompt_id: str, prompt: str) -> list[PlannedRequest]:
+        """The configured warm-up requests, sent before the measured ones."""
+        return [
+            PlannedRequest(
+                key=f"{self.name}/warmup/{i}",
+                request=ChatRequest(self.messages(prompt), dict(self.settings.params), prompt_id),
+                trial=i,
+                warmup=True,
+            )
+            for i in range(self.settings.warmup)
+        ]
+
+    async def prepare(self, provider: Provider) -> None:  # noqa: B027 - optional hook
+        """I/O needed before planning for `provider` (default: none)."""
+
+    @abstractmethod
+    def plan(self, provider: Provider) -> list[PlannedRequest]:
+        """The requests to send to `provider`, warm-ups first."""
+
+    @abstractmethod
+    def analyze(self, provider_id: str, model: str, records: list[RequestRecord]) -> LabAnswer:
+        """The answer for one provider from its records of this experiment."""
+
+    def validate_for(self, provider: Provider) -> None:  # noqa: B027 - optional hook
+        """Raise ConfigError when this experiment cannot run on `provider` (before sending)."""
+
+
+_REGISTRY: dict[str, type[Experiment]] = {}
+
+E = TypeVar("E", bound=type[Experiment])
+
+
+def register_experiment(cls: E) -> E:
+    """Class decorator: make an experiment available under its `kind`."""
+    _REGISTRY[cls.kind] = cls
+    return cls
+
+
+def experiment_class(kind: str) -> type[Experiment]:
+    """The class registered for `kind` (KeyError when unknown)."""
+    return _REGISTRY[kind]
+
+
+def experiment_kinds() -> list[str]:
+    """All registered experiment kinds, sorted."""
+    return sorted(_REGISTRY)

@@ -1,0 +1,54 @@
+"""Small helpers the experiments share: record selection, medians, number formatting."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from labkit.records import RequestRecord
+from labkit.timing import percentile
+
+__all__ = ["Prompt", "fmt_ms", "measured", "median_of", "p_of", "prompt_list", "stop_counts"]
+
+
+class Prompt(BaseModel):
+    """A prompt with a stable id (used in records, resume keys and reports)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(min_length=1)
+    text: str = Field(min_length=1)
+
+
+def prompt_list(items: Iterable[str | Prompt]) -> list[Prompt]:
+    """Plain strings get ids p0, p1, ... by position."""
+    return [it if isinstance(it, Prompt) else Prompt(id=f"p{i}", text=it) for i, it in enumerate(items)]
+
+
+def measured(records: Iterable[RequestRecord]) -> list[RequestRecord]:
+    """The records statistics may use: not warm-ups, not failed."""
+    return [r for r in records if not r.warmup and r.error is None]
+
+
+def p_of(records: Iterable[RequestRecord], get: Callable[[RequestRecord], float | int | None], q: float) -> float | None:
+    """Percentile `q` of a field over records, nulls skipped; None when nothing remains."""
+    values = sorted(float(v) for v in (get(r) for r in records) if v is not None)
+    return percentile(values, q) if values else None
+
+
+def median_of(records: Iterable[RequestRecord], get: Callable[[RequestRecord], float | int | None]) -> float | None:
+    """Median of a field over records, nulls skipped."""
+    return p_of(records, get, 50)
+
+
+def stop_counts(records: Iterable[RequestRecord]) -> dict[str, int]:
+    """How often each normalised stop reason occurred."""
+    return dict(Counter(str(r.stop_reason) if r.stop_reason else "none" for r in records))
+
+
+def fmt_ms(value: Any, digits: int = 1) -> str:
+    """`12.3 ms`, or `n/a` for a missing value."""
+    return "n/a" if value is None else f"{float(value):.{digits}f} ms"

@@ -1,0 +1,37 @@
+"""Provider adapters, one module each, registered by `kind`.
+
+Importing this package registers the built-in kinds: ``openai``, ``openai_compatible``,
+``anthropic``, ``llamacpp`` and ``fake``.
+"""
+
+from labkit.providers import anthropic, fake, llamacpp, openai, openai_compatible
+from labkit.providers.base import (
+    ChatRequest,
+    EventClass,
+    Provider,
+    ProviderSettings,
+    StreamParser,
+    Timeouts,
+    TokenCount,
+    provider_class,
+    provider_kinds,
+    register,
+)
+
+__all__ = [
+    "ChatRequest",
+    "EventClass",
+    "Provider",
+    "ProviderSettings",
+    "StreamParser",
+    "Timeouts",
+    "TokenCount",
+    "anthropic",
+    "fake",
+    "llamacpp",
+    "openai",
+    "openai_compatible",
+    "provider_class",
+    "provider_kinds",
+    "register",
+]

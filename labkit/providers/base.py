@@ -1,0 +1,272 @@
+"""The one small interface every provider implements, and the registry that maps `kind` to it.
+
+A provider is three things:
+
+- a settings model (`ProviderSettings` subclass): what a YAML entry of this `kind` may say;
+- a `Provider`: builds the wire request for a chat, counts tokens, describes the server;
+- a `StreamParser`: reads one response's events, classifies each (output or not), and
+  collects usage, stop reason, identifiers and the provider's own timings.
+
+The stream recorder (`labkit.recorder`) owns the clock and the HTTP; providers never time
+anything themselves. Adding a provider means adding one module and decorating its class
+with `@register`.
+"""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
+
+from labkit.errors import ProviderUnavailable
+from labkit.records import ProviderTimings, RecordError, StopReason, Usage
+from labkit.sse import SSEEvent
+
+__all__ = [
+    "ChatRequest",
+    "EventClass",
+    "Provider",
+    "ProviderSettings",
+    "StreamParser",
+    "Timeouts",
+    "TokenCount",
+    "provider_class",
+    "provider_kinds",
+    "register",
+]
+
+
+class EventClass:
+    """How the recorder treats one SSE event (plain ints: this is the per-event path)."""
+
+    IGNORE = 0  # keep-alive ping, role-only chunk: not an event for any timing
+    META = 1  # counts for first_event_ms, carries no output (message_start, usage chunk)
+    OUTPUT = 2  # output that is not visible text: reasoning or tool-call delta
+    TEXT = 3  # visible output text
+    DONE = 4  # the stream's own terminator ([DONE], message_stop)
+
+
+class Timeouts(BaseModel):
+    """Request timeouts in seconds. Hitting one is recorded as `error.kind = timeout`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    connect: PositiveFloat = Field(default=10.0, description="TCP connect and TLS handshake.")
+    read: PositiveFloat = Field(default=120.0, description="Longest wait between two reads.")
+    total: PositiveFloat = Field(default=600.0, description="Whole request, stream included.")
+
+
+class ProviderSettings(BaseModel):
+    """Fields every provider entry accepts. Subclasses add their own; unknown keys fail."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(min_length=1, description="Free name used in records and reports.")
+    kind: str = Field(description="Which provider implementation runs this entry.")
+    model: str = Field(min_length=1, description="Model name sent to the provider.")
+    base_url: str | None = Field(default=None, description="API root; each kind has a default.")
+    api_key_env: str | None = Field(
+        default=None, description="Name of the environment variable holding the key."
+    )
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    retries: int = Field(
+        default=0,
+        ge=0,
+        le=10,
+        description="Extra attempts after a retryable failure; each attempt is its own record.",
+    )
+    concurrency: PositiveInt = Field(
+        default=1, description="Requests in flight at once for this provider."
+    )
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="Default sampling parameters, under the experiment's."
+    )
+    extra_body: dict[str, Any] = Field(
+        default_factory=dict, description="Extra JSON body fields sent as they are."
+    )
+
+    #: The default API root of this kind (None: `base_url` is required).
+    default_base_url: ClassVar[str | None] = None
+    #: Whether this kind needs an API key to run at all.
+    key_required: ClassVar[bool] = False
+
+    def resolved_base_url(self) -> str:
+        """The API root, without a trailing slash."""
+        url = self.base_url or self.default_base_url
+        if not url:
+            raise ProviderUnavailable(f"provider {self.id!r}: base_url is required for {self.kind}")
+        return url.rstrip("/")
+
+    def resolve_api_key(self) -> str | None:
+        """The key from the named variable; ProviderUnavailable when a required one is unset."""
+        if self.api_key_env is None:
+            if self.key_required:
+                raise ProviderUnavailable(
+                    f"provider {self.id!r} ({self.kind}) needs an API key: set api_key_env"
+                )
+            return None
+        value = os.environ.get(self.api_key_env)
+        if not value:
+            if self.key_required:
+                raise ProviderUnavailable(
+                    f"skipping provider {self.id!r}: set {self.api_key_env} to run it"
+                )
+            return None
+        return value
+
+
+@dataclass(slots=True)
+class ChatRequest:
+    """One chat request as the experiment wants it, before any provider's wire format."""
+
+    messages: list[dict[str, str]]
+    params: dict[str, Any] = field(default_factory=dict)
+    prompt_id: str = "prompt"
+
+    @property
+    def prompt_text(self) -> str:
+        """All message contents joined, for size accounting."""
+        return "\n".join(m["content"] for m in self.messages)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenCount:
+    """A token count and where it came from (`tiktoken:cl100k_base`, `llamacpp:/tokenize`)."""
+
+    tokens: int
+    source: str
+
+
+class StreamParser(ABC):
+    """Reads one response. Subclasses fill the public attributes as events arrive."""
+
+    def __init__(self) -> None:
+        self.usage = Usage()
+        self.provider_timings = ProviderTimings()
+        self.stop_reason_raw: str | None = None
+        self.response_id: str | None = None
+        self.request_id: str | None = None
+        self.system_fingerprint: str | None = None
+        self.rate_limits: dict[str, str] | None = None
+        self.error: RecordError | None = None
+        self.text_parts: list[str] = []
+
+    def on_headers(self, headers: httpx.Headers) -> None:  # noqa: B027 - optional hook
+        """Read identifiers and header timings from the response headers."""
+
+    @abstractmethod
+    def on_event(self, event: SSEEvent) -> int:
+        """Digest one event and return its `EventClass`."""
+
+    @abstractmethod
+    def stop_reason(self) -> StopReason | None:
+        """The normalised stop reason, from `stop_reason_raw`."""
+
+    @property
+    def output_text(self) -> str:
+        """The text generated so far."""
+        return "".join(self.text_parts)
+
+
+class Provider(ABC):
+    """One configured provider: builds requests, owns its HTTP client."""
+
+    kind: ClassVar[str]
+    settings_model: ClassVar[type[ProviderSettings]]
+
+    def __init__(self, settings: ProviderSettings, *, api_key: str | None = None) -> None:
+        self.settings = settings
+        self._api_key = api_key
+        self.server_build: str | None = None
+        self.client = self._make_client()
+
+    def _make_client(self) -> httpx.AsyncClient:
+        t = self.settings.timeouts
+        return httpx.AsyncClient(
+            base_url=self.settings.resolved_base_url(),
+            timeout=httpx.Timeout(connect=t.connect, read=t.read, write=t.read, pool=t.total),
+            limits=httpx.Limits(
+                max_connections=self.settings.concurrency,
+                max_keepalive_connections=self.settings.concurrency,
+            ),
+            # Identity encoding: a compressed stream would be buffered by the decoder.
+            headers={"accept-encoding": "identity"},
+        )
+
+    @property
+    def id(self) -> str:
+        """The provider id from the config."""
+        return self.settings.id
+
+    @property
+    def model(self) -> str:
+        """The model asked for."""
+        return self.settings.model
+
+    def effective_params(self, request: ChatRequest) -> dict[str, Any]:
+        """Provider defaults overlaid by the request's own parameters."""
+        return {**self.settings.params, **request.params}
+
+    def wire_params(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The parameters as this provider accepts them (the record stores these)."""
+        return params
+
+    @abstractmethod
+    def build_request(self, request: ChatRequest, params: dict[str, Any]) -> httpx.Request:
+        """The streaming HTTP request for this chat (headers include the key)."""
+
+    @abstractmethod
+    def new_parser(self) -> StreamParser:
+        """A fresh parser for one response."""
+
+    def count_input_locally(self, request: ChatRequest) -> TokenCount | None:
+        """A cheap local count of the prompt (no I/O), when this provider has one."""
+        return None
+
+    async def count_tokens(self, text: str) -> TokenCount | None:
+        """The provider's own count of `text` as a user message (may call its API)."""
+        return None
+
+    async def describe(self) -> dict[str, Any]:
+        """Facts about the server for the manifest (build, version); may call its API."""
+        return {}
+
+    def output_tokens_locally(self, parser: StreamParser, output_events: int) -> TokenCount:
+        """Output token count when the provider sent none: one token per output event."""
+        return TokenCount(output_events, "events")
+
+    async def aclose(self) -> None:
+        """Close the HTTP client."""
+        await self.client.aclose()
+
+    def secrets(self) -> list[str]:
+        """Strings that must never reach a record, a log or a message."""
+        return [self._api_key] if self._api_key else []
+
+
+_REGISTRY: dict[str, type[Provider]] = {}
+
+P = TypeVar("P", bound=type[Provider])
+
+
+def register(cls: P) -> P:
+    """Class decorator: make a provider available under its `kind`."""
+    if cls.kind in _REGISTRY and _REGISTRY[cls.kind] is not cls:
+        raise ValueError(f"provider kind {cls.kind!r} registered twice")
+    _REGISTRY[cls.kind] = cls
+    return cls
+
+
+def provider_class(kind: str) -> type[Provider]:
+    """The class registered for `kind` (KeyError when unknown)."""
+    return _REGISTRY[kind]
+
+
+def provider_kinds() -> list[str]:
+    """All registered kinds, sorted."""
+    return sorted(_REGISTRY)
+

@@ -1,0 +1,175 @@
+"""An in-process provider with a scripted schedule, for demos and tests.
+
+It speaks OpenAI's Chat Completions stream through an in-process httpx transport, so the
+whole recorder path runs: first token after `first_token_ms`, then one token every
+`token_interval_ms`, `tokens` in all, then the chosen finish reason — or a chosen failure.
+The same stream is served over real sockets by `labkit.fakeserver`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any, ClassVar, Literal
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt
+
+from labkit.providers.base import ProviderSettings, register
+from labkit.providers.openai_compatible import OpenAICompatibleProvider
+
+__all__ = ["FakeDrop", "FakeProvider", "FakeSchedule", "FakeSettings", "FakeTransport", "fake_stream"]
+
+_WORDS = (
+    "tokens are the pieces a model reads and writes one at a time while the clock runs "
+).split()
+
+
+class FakeSchedule(BaseModel):
+    """When each token is sent, how the stream ends, and what can go wrong."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    first_token_ms: NonNegativeFloat = Field(default=50.0, description="Delay of token 1.")
+    token_interval_ms: NonNegativeFloat = Field(default=10.0, description="Gap between tokens.")
+    tokens: NonNegativeInt = Field(default=16, description="Tokens to send (capped by max_tokens).")
+    tokens_per_event: int = Field(default=1, ge=1, description="Tokens carried by each event.")
+    finish_reason: str = Field(default="stop", description="OpenAI finish_reason to send.")
+    usage: bool = Field(default=True, description="Send the usage chunk.")
+    fail: Literal["none", "http_status", "stream_error", "drop"] = Field(
+        default="none", description="Failure to inject."
+    )
+    fail_status: int = Field(default=500, ge=400, le=599, description="Status for http_status.")
+    fail_after_tokens: NonNegativeInt = Field(
+        default=0, description="Tokens sent before a stream_error or drop."
+    )
+    retry_after_s: float | None = Field(default=None, description="retry-after on a 429.")
+
+
+class FakeDrop(Exception):
+    """Raised by `fake_stream` where the connection should be cut."""
+
+
+def _chunk(obj: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+def requested_tokens(schedule: FakeSchedule, body: dict[str, Any]) -> int:
+    """Tokens to send for a request body: the schedule's, capped by its max_tokens."""
+    cap = body.get("max_tokens") or body.get("max_completion_tokens")
+    return min(schedule.tokens, int(cap)) if cap else schedule.tokens
+
+
+async def fake_stream(schedule: FakeSchedule, body: dict[str, Any]) -> AsyncIterator[bytes]:
+    """The SSE bytes of one response, each piece sent at its scheduled time."""
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    n_tokens = requested_tokens(schedule, body)
+    n_events = -(-n_tokens // schedule.tokens_per_event)
+    prompt = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
+    rid = "chatcmpl-fake-" + uuid.uuid4().hex[:12]
+    base = {"id": rid, "object": "chat.completion.chunk", "model": body.get("model", "fake")}
+
+    def at(ms: float) -> float:
+        return t0 + ms / 1000.0
+
+    sent = 0
+    for i in range(n_events):
+        delay = at(schedule.first_token_ms + i * schedule.token_interval_ms) - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if schedule.fail in ("stream_error", "drop") and sent >= schedule.fail_after_tokens:
+            break
+        if i == 0:
+            role = {"index": 0, "delta": {"role": "assistant", "content": ""}}
+            yield _chunk({**base, "choices": [role]})
+        k = min(schedule.tokens_per_event, n_tokens - sent)
+        words = [_WORDS[(sent + j) % len(_WORDS)] for j in range(k)]
+        text = "".join((" " if sent + j else "") + w for j, w in enumerate(words))
+        sent += k
+        yield _chunk({**base, "choices": [{"index": 0, "delta": {"content": text}}]})
+    if schedule.fail == "stream_error":
+        yield _chunk({"error": {"type": "server_error", "message": "scripted failure"}})
+        yield b"data: [DONE]\n\n"
+        return
+    if schedule.fail == "drop":
+        raise FakeDrop
+    finish = schedule.finish_reason
+    if n_tokens < schedule.tokens:
+        finish = "length"
+    yield _chunk({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+    if schedule.usage:
+        usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": sent}
+        yield _chunk({**base, "choices": [], "usage": usage})
+    yield b"data: [DONE]\n\n"
+
+
+def error_body(schedule: FakeSchedule) -> tuple[dict[str, str], bytes]:
+    """Headers and JSON body of the scripted HTTP error."""
+    headers = {"content-type": "application/json"}
+    if schedule.retry_after_s is not None:
+        headers["retry-after"] = f"{schedule.retry_after_s:g}"
+    body = {"error": {"type": "scripted_error", "message": f"scripted HTTP {schedule.fail_status}"}}
+    return headers, json.dumps(body).encode()
+
+
+class _Stream(httpx.AsyncByteStream):
+    def __init__(self, source: AsyncIterator[bytes]) -> None:
+        self._source = source
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for piece in self._source:
+                yield piece
+        except FakeDrop:
+            raise httpx.RemoteProtocolError("peer closed connection (scripted drop)") from None
+
+    async def aclose(self) -> None:
+        aclose = getattr(self._source, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+class FakeTransport(httpx.AsyncBaseTransport):
+    """Serves the schedule in-process: no sockets, no network."""
+
+    def __init__(self, schedule: FakeSchedule) -> None:
+        self.schedule = schedule
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """One scripted response."""
+        if self.schedule.fail == "http_status":
+            headers, body = error_body(self.schedule)
+            return httpx.Response(self.schedule.fail_status, headers=headers, content=body)
+        payload = json.loads(request.content or b"{}")
+        return httpx.Response(
+            200,
+            headers={"content-type": "text/event-stream", "x-request-id": uuid.uuid4().hex},
+            stream=_Stream(fake_stream(self.schedule, payload)),
+        )
+
+
+class FakeSettings(ProviderSettings):
+    """A fake provider entry: a model label and a schedule."""
+
+    model: str = Field(default="fake-model", min_length=1, description="Label only.")
+    schedule: FakeSchedule = Field(default_factory=FakeSchedule)
+
+    default_base_url: ClassVar[str | None] = "http://fake.labkit.invalid/v1"
+
+
+@register
+class FakeProvider(OpenAICompatibleProvider):
+    """The scripted provider; the recorder reads it exactly like a real one."""
+
+    kind: ClassVar[str] = "fake"
+    settings_model: ClassVar[type[ProviderSettings]] = FakeSettings
+
+    def _make_client(self) -> httpx.AsyncClient:
+        assert isinstance(self.settings, FakeSettings)
+        return httpx.AsyncClient(
+            base_url=self.settings.resolved_base_url(),
+            transport=FakeTransport(self.settings.schedule),
+        )

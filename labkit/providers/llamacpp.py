@@ -1,0 +1,123 @@
+"""llama.cpp's `llama-server`: the OpenAI-compatible stream plus the server's own timings.
+
+The last chunk carries ``timings`` (``prompt_ms``, ``predicted_ms``, ``cache_n``, ...), which
+become `ProviderTimings`; ``prompt_ms`` covers prompt processing only, ``predicted_ms`` runs
+from the first sampled token, and neither includes HTTP or queueing: that difference is
+exactly the client-vs-provider gap. ``/tokenize`` is the model's exact tokenizer and
+``/props`` reports the build. `base_url` is the server root (no ``/v1``).
+
+With ``managed: true`` (the default without a `base_url`) the runner starts a local
+`llama-server` for the run (`labkit.local`) and fills in `base_url` before this class sees it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, PositiveInt, model_validator
+
+from labkit.providers.base import ProviderSettings, StreamParser, TokenCount, register
+from labkit.providers.openai import OpenAIChatParser
+from labkit.providers.openai_compatible import OpenAICompatibleProvider
+
+__all__ = ["LlamaCppParser", "LlamaCppProvider", "LlamaCppSettings"]
+
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct-Q4_1"
+
+
+class LlamaCppSettings(ProviderSettings):
+    """A llama.cpp entry: a managed local server, or an existing one at `base_url`."""
+
+    model: str = Field(
+        default=DEFAULT_MODEL_NAME,
+        min_length=1,
+        description="Label for the model (llama-server serves the one it loaded).",
+    )
+    managed: bool | None = Field(
+        default=None,
+        description="Start and stop a local llama-server around the run (default: true "
+        "unless base_url is given).",
+    )
+    model_path: Path | None = Field(
+        default=None, description="A GGUF file; default: the bundled SmolLM2-135M-Instruct."
+    )
+    server_path: Path | None = Field(
+        default=None, description="A llama-server binary; default: found or built by setup."
+    )
+    backend: Literal["auto", "cpu", "cuda"] = Field(
+        default="auto", description="Build/run backend when labkit builds llama-server."
+    )
+    ctx_size: PositiveInt = Field(default=4096, description="Context tokens per slot.")
+    slots: PositiveInt = Field(default=1, description="Parallel slots (-np).")
+    threads: PositiveInt | None = Field(default=None, description="CPU threads (-t).")
+    gpu_layers: int | None = Field(
+        default=None, ge=0, description="Layers offloaded to the GPU (-ngl); all on CUDA."
+    )
+    startup_timeout_s: float = Field(default=120.0, gt=0, description="Wait for /health.")
+
+    @model_validator(mode="after")
+    def _managed_or_url(self) -> LlamaCppSettings:
+        if self.managed is None:
+            self.managed = self.base_url is None
+        elif not self.managed and self.base_url is None:
+            raise ValueError("managed: false needs a base_url (the existing server's root)")
+        return self
+
+    def resolved_base_url(self) -> str:
+        """The server root; a trailing `/v1` is dropped."""
+        url = super().resolved_base_url()
+        return url.removesuffix("/v1")
+
+
+class LlamaCppParser(OpenAIChatParser):
+    """OpenAI chunks plus `timings`; cumulative when present on every chunk, so replaced."""
+
+    def _extra(self, obj: dict[str, Any]) -> None:
+        timings = obj.get("timings")
+        if timings:
+            pt = self.provider_timings
+            pt.prefill_ms = timings.get("prompt_ms")
+            pt.prefill_tokens = timings.get("prompt_n")
+            pt.decode_ms = timings.get("predicted_ms")
+            pt.decode_ms_per_token = timings.get("predicted_per_token_ms")
+            pt.cached_tokens = timings.get("cache_n")
+            pt.raw = timings
+
+
+@register
+class LlamaCppProvider(OpenAICompatibleProvider):
+    """A llama.cpp server: provider timings, exact token counts, build info."""
+
+    kind: ClassVar[str] = "llamacpp"
+    settings_model: ClassVar[type[ProviderSettings]] = LlamaCppSettings
+    chat_path: ClassVar[str] = "/v1/chat/completions"
+
+    def new_parser(self) -> StreamParser:
+        """A parser that also reads `timings`."""
+        return LlamaCppParser()
+
+    async def tokenize(self, text: str) -> list[int]:
+        """The model's own tokens for raw `text` (no chat template, no BOS)."""
+        resp = await self.client.post("/tokenize", json={"content": text})
+        resp.raise_for_status()
+        tokens = resp.json()["tokens"]
+        return [t if isinstance(t, int) else int(t["id"]) for t in tokens]
+
+    async def count_tokens(self, text: str) -> TokenCount | None:
+        """Exact count from `/tokenize`."""
+        return TokenCount(len(await self.tokenize(text)), "llamacpp:/tokenize")
+
+    async def describe(self) -> dict[str, Any]:
+        """`/props`: build, slots, context and model path; sets `server_build`."""
+        resp = await self.client.get("/props")
+        resp.raise_for_status()
+        props = resp.json()
+        self.server_build = props.get("build_info")
+        gen = props.get("default_generation_settings") or {}
+        return {
+            "build_info": self.server_build,
+            "total_slots": props.get("total_slots"),
+            "n_ctx": gen.get("n_ctx"),
+            "model_path": props.get("model_path"),
+        }

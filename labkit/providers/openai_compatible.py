@@ -1,0 +1,39 @@
+"""Any server speaking OpenAI's Chat Completions protocol at a `base_url`.
+
+vLLM, SGLang, Ollama's ``/v1``, LM Studio, llama.cpp's ``llama-server``: the same stream,
+an optional key, and ``max_tokens`` sent as it is (these servers do not all know
+``max_completion_tokens``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from labkit.providers.base import ProviderSettings, register
+from labkit.providers.openai import OpenAIProvider
+
+__all__ = ["OpenAICompatibleProvider", "OpenAICompatibleSettings"]
+
+
+class OpenAICompatibleSettings(ProviderSettings):
+    """An OpenAI-compatible entry: `base_url` required (it includes `/v1`), key optional."""
+
+    base_url: str | None = Field(
+        default=None, description="API root including /v1, e.g. http://127.0.0.1:8000/v1."
+    )
+
+    key_required: ClassVar[bool] = False
+
+
+@register
+class OpenAICompatibleProvider(OpenAIProvider):
+    """OpenAI's protocol on someone else's server."""
+
+    kind: ClassVar[str] = "openai_compatible"
+    settings_model: ClassVar[type[ProviderSettings]] = OpenAICompatibleSettings
+
+    def wire_params(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Parameters go as they are."""
+        return params

@@ -1,0 +1,347 @@
+"""The stream recorder: sends one streaming request and turns what it saw into a record.
+
+It owns the clock. Connection phases come from httpx's ``trace`` extension; response bytes
+are read as the transport delivers them, reassembled into SSE events (`labkit.sse`) and
+stamped with `time.perf_counter_ns` when the read that brought each event's first byte
+returned. The provider's parser only classifies events and collects fields; the recorder
+derives every timing (`labkit.timing`).
+
+Failures are measurements too: an HTTP error, a timeout, a dropped connection, an error
+event or a malformed stream becomes a record with ``error`` set and every timing it reached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.utils
+import json
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+
+from labkit.providers.base import ChatRequest, EventClass, Provider
+from labkit.records import AppTimings, ErrorKind, RecordError, RequestRecord, StopReason
+from labkit.sse import SSEParser
+from labkit.timing import derive_client_timings
+
+__all__ = ["LoopLagMonitor", "RecordContext", "StreamRecorder", "http_error"]
+
+Clock = Callable[[], int]
+
+_BODY_EXCERPT_CHARS = 500
+
+
+@dataclass(slots=True)
+class RecordContext:
+    """Where a record belongs: run, experiment, trial, attempt and labels."""
+
+    run_id: str
+    experiment: str
+    trial: int = 0
+    attempt: int = 1
+    warmup: bool = False
+    tags: dict[str, str | int | float | bool] = field(default_factory=dict)
+    queue_ms: float | None = None
+    store_text: bool = True
+    record_id: str | None = None
+
+
+class LoopLagMonitor:
+    """Samples how late the event loop wakes up, so each record can state labkit's own lag.
+
+    A task sleeps `interval_s` in a loop; the oversleep of each wake-up is one sample. A
+    record's ``loop_lag_ms`` is the largest sample taken while its stream was read.
+    """
+
+    def __init__(self, interval_s: float = 0.005, clock: Clock = time.perf_counter_ns) -> None:
+        self.interval_s = interval_s
+        self._clock = clock
+        self._samples: deque[tuple[int, float]] = deque(maxlen=200_000)
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        interval_ms = self.interval_s * 1000.0
+        while True:
+            t0 = self._clock()
+            await asyncio.sleep(self.interval_s)
+            t1 = self._clock()
+            self._samples.append((t1, max(0.0, (t1 - t0) / 1e6 - interval_ms)))
+
+    def start(self) -> None:
+        """Start sampling on the running loop."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        """Stop sampling."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    def max_lag_ms(self, t0_ns: int, t1_ns: int) -> float | None:
+        """Largest lag sampled in [t0_ns, t1_ns + one interval]; None without samples."""
+        limit = t1_ns + int(self.interval_s * 2e9)
+        worst: float | None = None
+        for t, lag in reversed(self._samples):
+            if t < t0_ns:
+                break
+            if t <= limit and (worst is None or lag > worst):
+                worst = lag
+        return worst
+
+
+def _retry_after_s(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def _error_message_from_body(body: str) -> str | None:
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        return None
+    if isinstance(obj, dict):
+        err = obj.get("error", obj)
+        if isinstance(err, dict):
+            msg = err.get("message")
+            etype = err.get("type")
+            if isinstance(msg, str):
+                return f"{etype}: {msg}" if isinstance(etype, str) else msg
+        elif isinstance(err, str):
+            return err
+    return None
+
+
+def http_error(status: int, headers: httpx.Headers, body: bytes, redact: Callable[[str], str]) -> RecordError:
+    """A `RecordError` for an HTTP error response (status >= 400)."""
+    text = redact(body.decode("utf-8", errors="replace"))
+    detail = _error_message_from_body(text)
+    message = f"HTTP {status}" + (f": {detail}" if detail else "")
+    return RecordError(
+        kind=ErrorKind.HTTP_STATUS,
+        message=message[:300],
+        status=status,
+        retry_after_s=_retry_after_s(headers.get("retry-after")),
+        body_excerpt=text[:_BODY_EXCERPT_CHARS] or None,
+    )
+
+
+class StreamRecorder:
+    """Measures streaming chat requests. One recorder serves a whole run."""
+
+    def __init__(
+        self,
+        *,
+        clock: Clock = time.perf_counter_ns,
+        lag_monitor: LoopLagMonitor | None = None,
+        on_cancelled: Callable[[RequestRecord], None] | None = None,
+    ) -> None:
+        self._clock = clock
+        self._lag = lag_monitor
+        self._on_cancelled = on_cancelled
+
+    async def record(
+        self, provider: Provider, request: ChatRequest, ctx: RecordContext
+    ) -> RequestRecord:
+        """Send `request` to `provider`, read the whole stream, return the record.
+
+        Per-request failures are returned as records with ``error`` set. On cancellation
+        the partial record goes to `on_cancelled` before `CancelledError` propagates.
+        """
+        clock = self._clock
+        t_prepare = clock()
+        params = provider.wire_params(provider.effective_params(request))
+        http_request = provider.build_request(request, params)
+        local_count = provider.count_input_locally(request)
+        parser = provider.new_parser()
+        phases: dict[str, int] = {}
+
+        async def trace(name: str, info: dict[str, Any]) -> None:
+            phases[name] = clock()
+
+        http_request.extensions["trace"] = trace
+
+        first_event_ns: int | None = None
+        first_text_ns: int | None = None
+        output_ns: list[int] = []
+        end_ns: int | None = None
+        parse_ns = 0
+        done = False
+        error: RecordError | None = None
+        cancelled = False
+        redact = _redactor(provider)
+
+        t_start = clock()
+        started_at = datetime.now(UTC)
+        try:
+            async with asyncio.timeout(provider.settings.timeouts.total):
+                response = await provider.client.send(http_request, stream=True)
+                # Mock transports emit no trace events: fall back to when send() returned.
+                phases.setdefault("http11.receive_response_headers.complete", clock())
+                try:
+                    parser.on_headers(response.headers)
+                    if response.status_code >= 400:
+                        body = await response.aread()
+                        end_ns = clock()
+                        error = http_error(response.status_code, response.headers, body, redact)
+                    else:
+                        sse = SSEParser()
+                        feed = sse.feed
+                        on_event = parser.on_event
+                        async for chunk in response.aiter_bytes():
+                            t = clock()
+                            for ev in feed(chunk, t):
+                                c = on_event(ev)
+                                if c == EventClass.IGNORE:
+                                    continue
+                                if first_event_ns is None:
+                                    first_event_ns = ev.t_ns
+                                if c == EventClass.TEXT:
+                                    output_ns.append(ev.t_ns)
+                                    if first_text_ns is None:
+                                        first_text_ns = ev.t_ns
+                                elif c == EventClass.OUTPUT:
+                                    output_ns.append(ev.t_ns)
+                                elif c == EventClass.DONE:
+                                    done = True
+                            parse_ns += clock() - t
+                        for ev in sse.close():
+                            if parser.on_event(ev) == EventClass.DONE:
+                                done = True
+                        end_ns = clock()
+                finally:
+                    await response.aclose()
+        except TimeoutError:
+            error = RecordError(
+                kind=ErrorKind.TIMEOUT,
+                message=f"total timeout of {provider.settings.timeouts.total:g} s exceeded",
+            )
+        except httpx.TimeoutException as exc:
+            error = RecordError(kind=ErrorKind.TIMEOUT, message=_exc_message(exc, redact))
+        except (httpx.RemoteProtocolError, httpx.NetworkError) as exc:
+            where = "mid-stream" if first_event_ns is not None else "before the response"
+            error = RecordError(
+                kind=ErrorKind.CONNECTION,
+                message=f"connection lost {where}: {_exc_message(exc, redact)}",
+            )
+        except httpx.HTTPError as exc:
+            error = RecordError(kind=ErrorKind.CONNECTION, message=_exc_message(exc, redact))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            # json/UTF-8 decoding and shape errors from a malformed event.
+            error = RecordError(
+                kind=ErrorKind.PROTOCOL, message=f"malformed stream event: {redact(str(exc))}"[:300]
+            )
+        except asyncio.CancelledError:
+            cancelled = True
+            error = RecordError(kind=ErrorKind.CANCELLED, message="request cancelled")
+
+        if error is None:
+            error = parser.error
+        if error is None and not done:
+            error = RecordError(
+                kind=ErrorKind.PROTOCOL,
+                message="empty response body"
+                if first_event_ns is None
+                else "stream ended without its terminator (truncated)",
+            )
+
+        usage = parser.usage
+        if local_count is not None:
+            usage.input_tokens_local = local_count.tokens
+            usage.tokenizer = local_count.source
+        if usage.output_tokens is not None:
+            usage.output_tokens_source = "provider"
+        elif output_ns:
+            usage.output_tokens = provider.output_tokens_locally(parser, len(output_ns)).tokens
+            usage.output_tokens_source = "local"
+
+        stop = parser.stop_reason()
+        if error is not None:
+            stop = StopReason.CANCELLED if error.kind == ErrorKind.CANCELLED else StopReason.ERROR
+
+        lag = self._lag.max_lag_ms(t_start, end_ns or clock()) if self._lag else None
+        prompt = request.prompt_text
+        record = RequestRecord(
+            run_id=ctx.run_id,
+            record_id=ctx.record_id or uuid.uuid4().hex,
+            experiment=ctx.experiment,
+            trial=ctx.trial,
+            attempt=ctx.attempt,
+            warmup=ctx.warmup,
+            provider=provider.id,
+            provider_kind=provider.kind,
+            model=provider.model,
+            params=params,
+            prompt_id=request.prompt_id,
+            prompt_chars=len(prompt),
+            prompt_bytes=len(prompt.encode("utf-8")),
+            started_at=started_at,
+            client=derive_client_timings(
+                t_start_ns=t_start,
+                phases_ns=phases,
+                first_event_ns=first_event_ns,
+                output_event_ns=output_ns,
+                first_text_ns=first_text_ns,
+                end_ns=end_ns,
+                output_tokens=usage.output_tokens,
+                queue_ms=ctx.queue_ms,
+                loop_lag_ms=lag,
+            ),
+            provider_timings=parser.provider_timings,
+            app=AppTimings(
+                prepare_ms=(t_start - t_prepare) / 1e6,
+                parse_cpu_ms=parse_ns / 1e6,
+                client_path="wire",
+            ),
+            usage=usage,
+            stop_reason=stop,
+            stop_reason_raw=parser.stop_reason_raw,
+            response_id=parser.response_id,
+            request_id=parser.request_id,
+            system_fingerprint=parser.system_fingerprint,
+            server_build=provider.server_build,
+            rate_limits=parser.rate_limits,
+            tags=dict(ctx.tags),
+            output_text=parser.output_text if ctx.store_text else None,
+            error=error,
+        )
+        if cancelled:
+            if self._on_cancelled is not None:
+                self._on_cancelled(record)
+            raise asyncio.CancelledError
+        return record
+
+
+def _exc_message(exc: BaseException, redact: Callable[[str], str]) -> str:
+    text = str(exc) or type(exc).__name__
+    return redact(f"{type(exc).__name__}: {text}")[:300]
+
+
+def _redactor(provider: Provider) -> Callable[[str], str]:
+    secrets = provider.secrets()
+
+    def redact(text: str) -> str:
+        for s in secrets:
+            text = text.replace(s, "***")
+        return text
+
+    return redact
+

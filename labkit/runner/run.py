@@ -1,0 +1,397 @@
+"""The runner: every experiment against every available provider, into one run folder.
+
+Providers run independently (one asyncio task each), so a slow or failing provider never
+stalls the others; requests to one provider run with its bounded `concurrency`. Warm-ups
+go first and are marked. Each record is appended and flushed as soon as it is complete, so
+a crash or Ctrl-C loses nothing finished, and `resume` redoes only what is missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from labkit.config import LabConfig, parse_config
+from labkit.errors import LabkitError, ProviderUnavailable, RunError
+from labkit.experiments import Experiment, PlannedRequest, experiment_class
+from labkit.providers import Provider, ProviderSettings, provider_class
+from labkit.providers.llamacpp import LlamaCppSettings
+from labkit.recorder import LoopLagMonitor, RecordContext, StreamRecorder
+from labkit.records import ErrorKind, LabAnswer, LabResults, RecordError, RequestRecord
+from labkit.runner.results import RunFolder, host_info, new_run_id, package_versions
+from labkit.timing import percentile
+
+__all__ = ["ProviderOutcome", "RunOptions", "RunResult", "Runner", "run_lab"]
+
+_RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 529}
+
+
+@dataclass
+class RunOptions:
+    """What the CLI can override in a config."""
+
+    out_dir: Path | None = None
+    repeats: int | None = None
+    providers: list[str] | None = None
+    experiments: list[str] | None = None
+    config_path: str | None = None
+
+
+@dataclass
+class ProviderOutcome:
+    """How one provider's part of the run went."""
+
+    id: str
+    kind: str
+    model: str
+    status: str = "pending"  # ok | skipped | failed | interrupted
+    reason: str | None = None
+    first_error: str | None = None
+    done: int = 0
+    failed: int = 0
+    planned: int = 0
+    server: dict[str, Any] | None = None
+    ttfts: list[float] = field(default_factory=list)
+
+    def manifest_entry(self) -> dict[str, Any]:
+        """The provider's entry in `manifest.json`."""
+        return {
+            "kind": self.kind,
+            "model": self.model,
+            "status": self.status,
+            "reason": self.reason,
+            "first_error": self.first_error,
+            "requests": self.done,
+            "failed": self.failed,
+            "server": self.server,
+        }
+
+
+@dataclass
+class RunResult:
+    """What a finished (or interrupted) run produced."""
+
+    folder: RunFolder
+    outcomes: list[ProviderOutcome]
+    records: list[RequestRecord]
+    lab: LabResults
+    status: str
+
+
+ProgressHook = Callable[[ProviderOutcome], None]
+SetupHook = Callable[[str], None]
+
+
+def _retryable(error: RecordError) -> bool:
+    if error.kind in (ErrorKind.CONNECTION, ErrorKind.TIMEOUT):
+        return True
+    return error.kind == ErrorKind.HTTP_STATUS and error.status in _RETRYABLE_STATUS
+
+
+class ProviderDied(Exception):
+    """A managed server exited during the run."""
+
+
+class Runner:
+    """Runs one config into one run folder."""
+
+    def __init__(
+        self,
+        config: LabConfig,
+        folder: RunFolder,
+        *,
+        on_progress: ProgressHook | None = None,
+        on_message: SetupHook | None = None,
+        done_keys: set[tuple[str, str]] | None = None,
+        previous: list[RequestRecord] | None = None,
+    ) -> None:
+        self.config = config
+        self.folder = folder
+        self.on_progress = on_progress or (lambda o: None)
+        self.on_message = on_message or (lambda m: None)
+        self._done_keys = done_keys or set()
+        self._records: list[RequestRecord] = list(previous or [])
+        self.experiments: list[Experiment] = []
+        counts: dict[str, int] = {}
+        for settings in config.experiments:
+            n = counts.get(settings.kind, 0)
+            counts[settings.kind] = n + 1
+            self.experiments.append(experiment_class(settings.kind)(settings, n))
+        self.outcomes = [ProviderOutcome(p.id, p.kind, p.model) for p in config.providers]
+        self._lag = LoopLagMonitor()
+        self._recorder = StreamRecorder(lag_monitor=self._lag, on_cancelled=self._keep)
+
+    def _keep(self, record: RequestRecord) -> None:
+        self.folder.append(record)
+        self._records.append(record)
+
+    async def run(self) -> RunResult:
+        """Run every provider; always leaves a consistent manifest behind."""
+        self._lag.start()
+        status = "failed"
+        try:
+            tasks = [
+                asyncio.create_task(self._run_provider(s, o), name=f"provider:{s.id}")
+                for s, o in zip(self.config.providers, self.outcomes, strict=True)
+            ]
+            try:
+                await asyncio.gather(*tasks)
+            except asyncio.CancelledError:
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                status = "interrupted"
+                raise
+            status = "completed"
+        finally:
+            await self._lag.stop()
+            self.folder.close()
+            self.folder.write_manifest(
+                ended_at=datetime.now(UTC).isoformat(),
+                status=status,
+                records=len(self._records),
+                providers={o.id: o.manifest_entry() for o in self.outcomes},
+            )
+        lab = self.analyze()
+        self.folder.write_lab(lab)
+        return RunResult(self.folder, self.outcomes, self._records, lab, status)
+
+    def analyze(self) -> LabResults:
+        """Every experiment's answer for every provider that ran."""
+        answers: list[LabAnswer] = []
+        for outcome in self.outcomes:
+            if outcome.status == "skipped":
+                continue
+            mine = [r for r in self._records if r.provider == outcome.id]
+            for exp in self.experiments:
+                recs = [r for r in mine if r.experiment == exp.name]
+                try:
+                    answers.append(exp.analyze(outcome.id, outcome.model, recs))
+                except Exception as exc:  # an analysis bug must not lose the run
+                    answers.append(
+                        LabAnswer(
+                            experiment=exp.name,
+                            provider=outcome.id,
+                            model=outcome.model,
+                            question=exp.question,
+                            answer=f"The analysis failed: {type(exc).__name__}: {exc}",
+                            status="failed",
+                        )
+                    )
+        return LabResults(run_id=self.folder.run_id, answers=answers)
+
+    async def _run_provider(self, settings: ProviderSettings, outcome: ProviderOutcome) -> None:
+        try:
+            api_key = settings.resolve_api_key()
+        except ProviderUnavailable as exc:
+            outcome.status, outcome.reason = "skipped", str(exc)
+            self.on_message(str(exc))
+            self.on_progress(outcome)
+            return
+        server: Any = None
+        provider: Provider | None = None
+        try:
+            if isinstance(settings, LlamaCppSettings) and settings.managed:
+                server, settings = await self._start_server(settings)
+                outcome.server = server.info()
+            provider = provider_class(settings.kind)(settings, api_key=api_key)
+            try:
+                described = await provider.describe()
+            except Exception as exc:  # describing is best-effort, the run goes on
+                described = {"error": f"{type(exc).__name__}: {exc}"}
+            if described and outcome.server is None:
+                outcome.server = described
+            for exp in self.experiments:
+                exp.validate_for(provider)
+            for exp in self.experiments:
+                await self._run_experiment(exp, provider, outcome, server)
+            if outcome.done and outcome.failed == outcome.done:
+                outcome.status = "failed"
+                outcome.reason = f"every request failed; first error: {outcome.first_error}"
+            else:
+                outcome.status = "ok"
+        except asyncio.CancelledError:
+            outcome.status = "interrupted"
+            raise
+        except ProviderDied as exc:
+            outcome.status, outcome.reason = "failed", str(exc)
+            self.on_message(f"provider {outcome.id!r}: {exc}")
+        except LabkitError as exc:
+            outcome.status, outcome.reason = "failed", str(exc)
+            self.on_message(f"provider {outcome.id!r} failed: {exc}")
+        finally:
+            if provider is not None:
+                await provider.aclose()
+            if server is not None:
+                await asyncio.to_thread(server.stop)
+            self.on_progress(outcome)
+
+    async def _start_server(self, settings: LlamaCppSettings) -> tuple[Any, LlamaCppSettings]:
+        from labkit.local import ManagedServer, ensure_setup
+
+        self.on_message(f"provider {settings.id!r}: preparing the local llama-server")
+        setup = await asyncio.to_thread(
+            ensure_setup,
+            server_path=settings.server_path,
+            model_path=settings.model_path,
+            backend=settings.backend,
+        )
+        server = ManagedServer(
+            setup,
+            ctx_size=settings.ctx_size,
+            slots=settings.slots,
+            threads=settings.threads,
+            gpu_layers=settings.gpu_layers,
+            log_path=self.folder.path / f"llama-server-{settings.id}.log",
+            startup_timeout_s=settings.startup_timeout_s,
+        )
+        try:
+            base_url = await asyncio.to_thread(server.start)
+        except BaseException:
+            await asyncio.to_thread(server.stop)
+            raise
+        self.on_message(f"provider {settings.id!r}: llama-server ready at {base_url}")
+        return server, settings.model_copy(update={"base_url": base_url})
+
+    async def _run_experiment(
+        self, exp: Experiment, provider: Provider, outcome: ProviderOutcome, server: Any
+    ) -> None:
+        await exp.prepare(provider)
+        plan = [p for p in exp.plan(provider) if (provider.id, p.key) not in self._done_keys]
+        outcome.planned += len(plan)
+        self.on_progress(outcome)
+        for planned in (p for p in plan if p.warmup):
+            await self._send(exp, provider, planned, outcome, server, 0.0)
+        sem = asyncio.Semaphore(provider.settings.concurrency)
+
+        async def one(planned: PlannedRequest) -> None:
+            t_queue = time.perf_counter_ns()
+            async with sem:
+                queue_ms = (time.perf_counter_ns() - t_queue) / 1e6
+                await self._send(exp, provider, planned, outcome, server, queue_ms)
+
+        # Wait for every request, even after a failure, so none outlives its provider.
+        results = await asyncio.gather(
+            *(one(p) for p in plan if not p.warmup), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+
+    async def _send(
+        self,
+        exp: Experiment,
+        provider: Provider,
+        planned: PlannedRequest,
+        outcome: ProviderOutcome,
+        server: Any,
+        queue_ms: float,
+    ) -> None:
+        if outcome.status == "dead":
+            return
+        retries = provider.settings.retries
+        for attempt in range(1, retries + 2):
+            ctx = RecordContext(
+                run_id=self.folder.run_id,
+                experiment=exp.name,
+                trial=planned.trial,
+                attempt=attempt,
+                warmup=planned.warmup,
+                tags=planned.tags,
+                queue_ms=queue_ms,
+                store_text=self.config.store_text,
+            )
+            record = await self._recorder.record(provider, planned.request, ctx)
+            record.plan_key = planned.key
+            self._keep(record)
+            outcome.done += 1
+            if record.error is None:
+                if not record.warmup and record.client.ttft_ms is not None:
+                    outcome.ttfts.append(record.client.ttft_ms)
+                self.on_progress(outcome)
+                return
+            outcome.failed += 1
+            if outcome.first_error is None:
+                outcome.first_error = record.error.message
+            self.on_progress(outcome)
+            if server is not None and not server.is_running():
+                outcome.status = "dead"
+                raise ProviderDied(
+                    f"llama-server exited during the run (see {server.log_path}); "
+                    "the records finished before it died are kept"
+                )
+            if attempt > retries or not _retryable(record.error):
+                return
+            wait = record.error.retry_after_s
+            await asyncio.sleep(min(wait if wait is not None else 2.0 ** (attempt - 1), 60.0))
+
+
+def ttft_p50(outcome: ProviderOutcome) -> float | None:
+    """Current TTFT median of a provider's measured requests (for progress displays)."""
+    return percentile(sorted(outcome.ttfts), 50) if outcome.ttfts else None
+
+
+def _select(config: LabConfig, options: RunOptions) -> LabConfig:
+    update: dict[str, Any] = {}
+    if options.providers:
+        known = {p.id for p in config.providers}
+        unknown = [p for p in options.providers if p not in known]
+        if unknown:
+            raise RunError(f"no provider {unknown[0]!r} in the config (have: {', '.join(sorted(known))})")
+        update["providers"] = [p for p in config.providers if p.id in options.providers]
+    exps = config.experiments
+    if options.experiments:
+        kinds = {e.kind for e in exps}
+        unknown = [k for k in options.experiments if k not in kinds]
+        if unknown:
+            raise RunError(f"no experiment {unknown[0]!r} in the config (have: {', '.join(sorted(kinds))})")
+        exps = [e for e in exps if e.kind in options.experiments]
+    if options.repeats is not None:
+        exps = [e.model_copy(update={"repeats": options.repeats}) for e in exps]
+    update["experiments"] = exps
+    if options.out_dir is not None:
+        update["output_dir"] = options.out_dir
+    return config.model_copy(update=update)
+
+
+def prepare_run(config: LabConfig, options: RunOptions) -> Runner:
+    """A runner for a fresh run folder, with the manifest written before any request."""
+    config = _select(config, options)
+    folder = RunFolder.create(config.output_dir, new_run_id(config.name))
+    folder.write_manifest(
+        run_id=folder.run_id,
+        name=config.name,
+        config_path=options.config_path,
+        config=config.redacted(),
+        labkit_version=package_versions().get("labkit"),
+        packages=package_versions(),
+        host=host_info(),
+        started_at=datetime.now(UTC).isoformat(),
+        ended_at=None,
+        status="running",
+    )
+    return Runner(config, folder)
+
+
+def prepare_resume(run_dir: Path) -> Runner:
+    """A runner that finishes an interrupted run in place, skipping what was recorded."""
+    folder = RunFolder.open_existing(run_dir)
+    config = parse_config(folder.manifest.get("config"), f"{run_dir}/manifest.json")
+    previous = folder.read_records()
+    done = {
+        (r.provider, r.plan_key)
+        for r in previous
+        if r.plan_key and not (r.error is not None and r.error.kind == ErrorKind.CANCELLED)
+    }
+    folder.write_manifest(status="running", resumed_at=datetime.now(UTC).isoformat())
+    return Runner(config, folder, done_keys={(p, k) for p, k in done if k}, previous=previous)
+
+
+async def run_lab(runner: Runner) -> RunResult:
+    """Run a prepared runner (async entry point)."""
+    return await runner.run()

@@ -1,0 +1,74 @@
+"""The run summary printed at the end of `labkit run`: one row per provider × experiment."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from rich.table import Table
+
+from labkit.records import RequestRecord
+from labkit.timing import percentile
+
+__all__ = ["summary_table"]
+
+
+def _p(values: list[float], q: float) -> float | None:
+    return percentile(sorted(values), q) if values else None
+
+
+def _ms(value: float | None, digits: int = 1) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def _vals(records: list[RequestRecord], get: object) -> list[float]:
+    out = []
+    for r in records:
+        v = get(r)  # type: ignore[operator]
+        if v is not None:
+            out.append(float(v))
+    return out
+
+
+def summary_table(records: list[RequestRecord], title: str = "labkit run") -> Table:
+    """Client TTFT next to the server's prefill, client decode next to the server's."""
+    table = Table(title=title, title_justify="left")
+    for col, justify in [
+        ("provider", "left"),
+        ("experiment", "left"),
+        ("ok/err", "right"),
+        ("TTFT\np50 ms", "right"),
+        ("TTFT\np90 ms", "right"),
+        ("server\nprefill ms", "right"),
+        ("decode\nms/tok", "right"),
+        ("server\nms/tok", "right"),
+        ("tokens\nin/out", "right"),
+        ("stop", "left"),
+        ("errors", "left"),
+    ]:
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    groups: dict[tuple[str, str], list[RequestRecord]] = {}
+    for r in records:
+        if not r.warmup:
+            groups.setdefault((r.provider, r.experiment), []).append(r)
+    for (provider, experiment), recs in groups.items():
+        ok = [r for r in recs if r.error is None]
+        bad = [r for r in recs if r.error is not None]
+        ttft = _vals(ok, lambda r: r.client.ttft_ms)
+        tin = _p(_vals(ok, lambda r: r.usage.input_tokens), 50)
+        tout = _p(_vals(ok, lambda r: r.usage.output_tokens), 50)
+        stops = Counter(str(r.stop_reason) for r in ok if r.stop_reason)
+        errors = Counter(str(r.error.kind) for r in bad if r.error)
+        table.add_row(
+            provider,
+            experiment,
+            f"{len(ok)}/{len(bad)}",
+            _ms(_p(ttft, 50)),
+            _ms(_p(ttft, 90)),
+            _ms(_p(_vals(ok, lambda r: r.provider_timings.prefill_ms), 50)),
+            _ms(_p(_vals(ok, lambda r: r.client.decode_ms_per_token), 50), 2),
+            _ms(_p(_vals(ok, lambda r: r.provider_timings.decode_ms_per_token), 50), 2),
+            f"{_ms(tin, 0)}/{_ms(tout, 0)}",
+            ", ".join(f"{k}×{v}" for k, v in stops.most_common()) or "—",
+            ", ".join(f"{k}×{v}" for k, v in errors.most_common()) or "—",
+        )
+    return table

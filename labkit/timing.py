@@ -1,0 +1,89 @@
+"""Client timings derived from raw clock stamps, exactly as the record contract defines them.
+
+Pure functions over nanosecond stamps, so they can be tested with a scripted clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from labkit.records import ClientTimings
+
+__all__ = ["derive_client_timings", "percentile"]
+
+_NS_PER_MS = 1_000_000.0
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (numpy's default) of an already sorted sequence."""
+    if not sorted_values:
+        raise ValueError("percentile of an empty sequence")
+    pos = (len(sorted_values) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    frac = pos - lo
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * frac
+
+
+def derive_client_timings(
+    *,
+    t_start_ns: int,
+    phases_ns: Mapping[str, int],
+    first_event_ns: int | None,
+    output_event_ns: Sequence[int],
+    first_text_ns: int | None,
+    end_ns: int | None,
+    output_tokens: int | None,
+    event_tokens: list[int] | None = None,
+    queue_ms: float | None = None,
+    loop_lag_ms: float | None = None,
+) -> ClientTimings:
+    """Build `ClientTimings` from stamps taken with one clock.
+
+    `phases_ns` maps httpcore trace events (``connection.connect_tcp.complete``, ...) to the
+    stamp at which they fired. Offsets are relative to `t_start_ns`; a missing stamp gives
+    ``None``. ``decode_ms_per_token`` uses the provider's output token count, so an event
+    that carries several tokens is accounted for.
+    """
+
+    def off(t: int | None) -> float | None:
+        return None if t is None else (t - t_start_ns) / _NS_PER_MS
+
+    def phase(*names: str) -> float | None:
+        for name in names:
+            t = phases_ns.get(name)
+            if t is not None:
+                return off(t)
+        return None
+
+    offsets = [(t - t_start_ns) / _NS_PER_MS for t in output_event_ns]
+    ttft = offsets[0] if offsets else None
+    last = offsets[-1] if offsets else None
+    decode = None
+    if ttft is not None and last is not None and output_tokens is not None and output_tokens >= 2:
+        decode = (last - ttft) / (output_tokens - 1)
+    gaps = sorted(b - a for a, b in zip(offsets, offsets[1:], strict=False))
+    return ClientTimings(
+        queue_ms=queue_ms,
+        connect_ms=phase("connection.connect_tcp.complete"),
+        tls_ms=phase("connection.start_tls.complete"),
+        request_sent_ms=phase(
+            "http11.send_request_body.complete", "http2.send_request_body.complete"
+        ),
+        headers_ms=phase(
+            "http11.receive_response_headers.complete", "http2.receive_response_headers.complete"
+        ),
+        first_event_ms=off(first_event_ns),
+        ttft_ms=ttft,
+        ttft_text_ms=off(first_text_ns),
+        last_token_ms=last,
+        e2e_ms=off(end_ns),
+        decode_ms_per_token=decode,
+        output_tokens_per_s=(1000.0 / decode) if decode else None,
+        event_offsets_ms=offsets,
+        event_tokens=event_tokens,
+        itl_ms_p50=percentile(gaps, 50) if gaps else None,
+        itl_ms_p99=percentile(gaps, 99) if gaps else None,
+        itl_ms_max=gaps[-1] if gaps else None,
+        loop_lag_ms=loop_lag_ms,
+    )
