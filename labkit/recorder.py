@@ -170,6 +170,8 @@ class StreamRecorder:
         t_prepare = clock()
         params = provider.wire_params(provider.effective_params(request))
         http_request = provider.build_request(request, params)
+        if request.fresh_connection:
+            http_request.headers["connection"] = "close"
         local_count = provider.count_input_locally(request)
         parser = provider.new_parser()
         phases: dict[str, int] = {}

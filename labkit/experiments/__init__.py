@@ -1,6 +1,6 @@
 """Experiment kinds, registered by `kind`; importing this package registers the built-ins."""
 
-from labkit.experiments import single
+from labkit.experiments import attribution, determinism, prefill_decode, single, token_ratio
 from labkit.experiments.base import (
     Experiment,
     ExperimentSettings,
@@ -17,5 +17,9 @@ __all__ = [
     "experiment_class",
     "experiment_kinds",
     "register_experiment",
+    "attribution",
+    "determinism",
+    "prefill_decode",
     "single",
+    "token_ratio",
 ]

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
 
-from labkit.providers.base import ChatRequest, Provider
+from labkit.providers.base import ChatRequest, Provider, ProviderSettings
 from labkit.records import LabAnswer, RequestRecord
 
 __all__ = [
@@ -100,12 +100,21 @@ class Experiment(ABC):
     def plan(self, provider: Provider) -> list[PlannedRequest]:
         """The requests to send to `provider`, warm-ups first."""
 
+    async def finalize(self, provider: Provider, records: list[RequestRecord]) -> None:  # noqa: B027
+        """I/O after this experiment's requests, while the provider is still up (default: none).
+
+        `records` are this experiment's records for `provider`, resumed ones included.
+        """
+
     @abstractmethod
     def analyze(self, provider_id: str, model: str, records: list[RequestRecord]) -> LabAnswer:
         """The answer for one provider from its records of this experiment."""
 
-    def validate_for(self, provider: Provider) -> None:  # noqa: B027 - optional hook
-        """Raise ConfigError when this experiment cannot run on `provider` (before sending)."""
+    def validate_for(self, settings: ProviderSettings) -> None:  # noqa: B027 - optional hook
+        """Raise ConfigError when this experiment cannot run on a provider.
+
+        Called for every provider before the run folder is made and any request is sent.
+        """
 
 
 _REGISTRY: dict[str, type[Experiment]] = {}

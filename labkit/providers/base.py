@@ -72,6 +72,11 @@ class ProviderSettings(BaseModel):
     api_key_env: str | None = Field(
         default=None, description="Name of the environment variable holding the key."
     )
+    base_url_env: str | None = Field(
+        default=None,
+        description="Name of an environment variable holding base_url; the provider is "
+        "skipped when it is unset (for configs shared by people with different servers).",
+    )
     timeouts: Timeouts = Field(default_factory=Timeouts)
     retries: int = Field(
         default=0,
@@ -96,10 +101,24 @@ class ProviderSettings(BaseModel):
 
     def resolved_base_url(self) -> str:
         """The API root, without a trailing slash."""
-        url = self.base_url or self.default_base_url
+        url = self.base_url
+        if url is None and self.base_url_env:
+            url = os.environ.get(self.base_url_env) or None
+        url = url or self.default_base_url
         if not url:
             raise ProviderUnavailable(f"provider {self.id!r}: base_url is required for {self.kind}")
         return url.rstrip("/")
+
+    def check_available(self) -> str | None:
+        """The API key (or None), after checking the provider can run here at all.
+
+        Raises ProviderUnavailable naming the variable to set when a key or URL is missing.
+        """
+        if self.base_url is None and self.base_url_env and not os.environ.get(self.base_url_env):
+            raise ProviderUnavailable(
+                f"skipping provider {self.id!r}: set {self.base_url_env} to its base URL to run it"
+            )
+        return self.resolve_api_key()
 
     def resolve_api_key(self) -> str | None:
         """The key from the named variable; ProviderUnavailable when a required one is unset."""
@@ -126,6 +145,8 @@ class ChatRequest:
     messages: list[dict[str, str]]
     params: dict[str, Any] = field(default_factory=dict)
     prompt_id: str = "prompt"
+    #: Close the connection after this request, so the next one measures a fresh connect.
+    fresh_connection: bool = False
 
     @property
     def prompt_text(self) -> str:

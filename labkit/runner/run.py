@@ -187,7 +187,7 @@ class Runner:
 
     async def _run_provider(self, settings: ProviderSettings, outcome: ProviderOutcome) -> None:
         try:
-            api_key = settings.resolve_api_key()
+            api_key = settings.check_available()
         except ProviderUnavailable as exc:
             outcome.status, outcome.reason = "skipped", str(exc)
             self.on_message(str(exc))
@@ -206,8 +206,6 @@ class Runner:
                 described = {"error": f"{type(exc).__name__}: {exc}"}
             if described and outcome.server is None:
                 outcome.server = described
-            for exp in self.experiments:
-                exp.validate_for(provider)
             for exp in self.experiments:
                 await self._run_experiment(exp, provider, outcome, server)
             if outcome.done and outcome.failed == outcome.done:
@@ -282,6 +280,10 @@ class Runner:
         for result in results:
             if isinstance(result, BaseException):
                 raise result
+        mine = [
+            r for r in self._records if r.provider == provider.id and r.experiment == exp.name
+        ]
+        await exp.finalize(provider, mine)
 
     async def _send(
         self,
@@ -359,9 +361,18 @@ def _select(config: LabConfig, options: RunOptions) -> LabConfig:
     return config.model_copy(update=update)
 
 
+def validate_experiments(config: LabConfig) -> None:
+    """Every experiment checked against every provider before anything is sent."""
+    for i, settings in enumerate(config.experiments):
+        exp = experiment_class(settings.kind)(settings, i)
+        for provider in config.providers:
+            exp.validate_for(provider)
+
+
 def prepare_run(config: LabConfig, options: RunOptions) -> Runner:
     """A runner for a fresh run folder, with the manifest written before any request."""
     config = _select(config, options)
+    validate_experiments(config)
     folder = RunFolder.create(config.output_dir, new_run_id(config.name))
     folder.write_manifest(
         run_id=folder.run_id,

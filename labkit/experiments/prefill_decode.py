@@ -1,0 +1,324 @@
+"""`prefill_decode`: how TTFT grows with the prompt, and whether decode speed does.
+
+A sweep of prompt lengths (tokens), each sent `repeats` times in round-robin order so a
+drifting machine does not bias one length. Prompt caching is controlled: every cold prompt
+starts with a unique nonce (no shared prefix to reuse) and llama.cpp also gets
+``cache_prompt: false``; cached-token counts are recorded and any cold cache hit is flagged.
+A `cache` variant then repeats one long prefix with different endings to show what a cache
+hit does to TTFT. TTFT is fitted against input tokens by least squares.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, NonNegativeInt, PositiveInt
+
+from labkit.errors import ConfigError
+from labkit.experiments.base import (
+    Experiment,
+    ExperimentSettings,
+    PlannedRequest,
+    register_experiment,
+)
+from labkit.experiments.common import fmt_ms, least_squares, measured, median_of
+from labkit.providers.base import ChatRequest, Provider, ProviderSettings
+from labkit.providers.llamacpp import LlamaCppSettings
+from labkit.records import LabAnswer, RequestRecord
+
+__all__ = ["PrefillDecodeExperiment", "PrefillDecodeSettings", "filler_text"]
+
+AUTO_LENGTHS = [16, 64, 256, 1024, 2048, 4096]
+_MARGIN_TOKENS = 64  # chat template and instruction around the filler
+_DEFAULT_TOKENS_PER_WORD = 1.3
+
+_WORDS = (
+    "river stone market window garden letter engine winter silver forest candle harbor "
+    "mountain pencil village thunder orchard bridge lantern meadow copper island basket "
+    "feather castle valley mirror ladder planet shadow violin desert rocket blanket"
+).split()
+
+
+def filler_text(n_words: int, offset: int = 0) -> str:
+    """`n_words` plain English words, varied enough to be a realistic prompt."""
+    return " ".join(_WORDS[(offset + i * 7) % len(_WORDS)] for i in range(n_words))
+
+
+class PrefillDecodeSettings(ExperimentSettings):
+    """The prompt-length sweep and the cache variant."""
+
+    kind: Literal["prefill_decode"] = "prefill_decode"
+    prompt_tokens: list[PositiveInt] | None = Field(
+        default=None,
+        description="Prompt lengths in tokens; default 16..4096 capped to the model's context.",
+    )
+    context_tokens: PositiveInt | None = Field(
+        default=None,
+        description="The model's context size for hosted providers (llama.cpp: ctx_size).",
+    )
+    repeats: PositiveInt = 3
+    params: dict[str, Any] = Field(default_factory=lambda: {"max_tokens": 32, "temperature": 0})
+    ignore_eos: bool = Field(
+        default=True, description="llama.cpp: decode exactly max_tokens, for comparable decode."
+    )
+    cache_variant: bool = Field(default=True, description="Also run the repeated-prefix variant.")
+    cache_prefix_tokens: PositiveInt = Field(default=1024, description="Shared prefix length.")
+    cache_repeats: NonNegativeInt = Field(default=3, description="Cache hits after the prime.")
+
+
+def _context_limit(s: PrefillDecodeSettings, provider: ProviderSettings) -> int | None:
+    if isinstance(provider, LlamaCppSettings):
+        return provider.ctx_size
+    return s.context_tokens
+
+
+@register_experiment
+class PrefillDecodeExperiment(Experiment):
+    """Prefill cost per prompt token, decode cost per output token."""
+
+    kind: ClassVar[str] = "prefill_decode"
+    settings_model: ClassVar[type[ExperimentSettings]] = PrefillDecodeSettings
+    question: ClassVar[str] = (
+        "How does time to first token grow with prompt length (ms per prompt token and fixed "
+        "cost), does decode speed depend on it, and what does a prompt-cache hit change?"
+    )
+
+    def __init__(self, settings: ExperimentSettings, index: int = 0) -> None:
+        super().__init__(settings, index)
+        self._tokens_per_word: dict[str, float] = {}
+
+    @property
+    def _s(self) -> PrefillDecodeSettings:
+        assert isinstance(self.settings, PrefillDecodeSettings)
+        return self.settings
+
+    def _max_tokens(self) -> int:
+        return int(self._s.params.get("max_tokens", 32))
+
+    def lengths_for(self, provider: ProviderSettings) -> list[int]:
+        """The sweep for one provider: explicit lengths, or the default capped to fit."""
+        if self._s.prompt_tokens is not None:
+            return sorted(set(self._s.prompt_tokens))
+        limit = _context_limit(self._s, provider)
+        if limit is None:
+            return list(AUTO_LENGTHS)
+        room = limit - self._max_tokens() - _MARGIN_TOKENS
+        fit = [n for n in AUTO_LENGTHS if n <= room]
+        return fit or [max(1, room)]
+
+    def validate_for(self, settings: ProviderSettings) -> None:
+        """A length the provider's context cannot hold is a config error, before any send."""
+        limit = _context_limit(self._s, settings)
+        if limit is None:
+            return
+        need = max(self.lengths_for(settings)) + self._max_tokens() + _MARGIN_TOKENS
+        if need > limit:
+            raise ConfigError(
+                f"{self.name}: a {max(self.lengths_for(settings))}-token prompt plus "
+                f"{self._max_tokens()} output tokens does not fit provider {settings.id!r}'s "
+                f"context of {limit} tokens; lower prompt_tokens or raise the context size"
+            )
+        if self._s.cache_variant and self._cache_prefix(settings) < 16:
+            raise ConfigError(f"{self.name}: no room for a cache prefix in {settings.id!r}")
+
+    def _cache_prefix(self, settings: ProviderSettings) -> int:
+        limit = _context_limit(self._s, settings)
+        n = self._s.cache_prefix_tokens
+        if limit is not None:
+            n = min(n, limit - self._max_tokens() - _MARGIN_TOKENS)
+        return n
+
+    async def prepare(self, provider: Provider) -> None:
+        """Calibrate words per token with the provider's counter, where it has one."""
+        sample = filler_text(400)
+        try:
+            count = await provider.count_tokens(sample)
+        except Exception:
+            count = None
+        self._tokens_per_word[provider.id] = (
+            count.tokens / 400 if count is not None else _DEFAULT_TOKENS_PER_WORD
+        )
+
+    def _prompt(self, provider_id: str, tokens: int, nonce: str | None, offset: int = 0) -> str:
+        tpw = self._tokens_per_word.get(provider_id, _DEFAULT_TOKENS_PER_WORD)
+        words = max(1, round(tokens / tpw))
+        head = f"[{nonce}] " if nonce else ""
+        return head + filler_text(words, offset)
+
+    def plan(self, provider: Provider) -> list[PlannedRequest]:
+        """Warm-up, the cold sweep (round-robin over lengths), then the cache variant."""
+        s = self._s
+        is_llamacpp = isinstance(provider.settings, LlamaCppSettings)
+        cold = dict(s.params)
+        if is_llamacpp:
+            cold["cache_prompt"] = False
+            if s.ignore_eos:
+                cold["ignore_eos"] = True
+        lengths = self.lengths_for(provider.settings)
+        plan = [
+            PlannedRequest(
+                key=f"{self.name}/warmup/{i}",
+                request=ChatRequest(
+                    [{"role": "user", "content": self._prompt(provider.id, 64, secrets.token_hex(4))}],
+                    cold,
+                    "warmup",
+                ),
+                trial=i,
+                warmup=True,
+            )
+            for i in range(s.warmup)
+        ]
+        for trial in range(s.repeats):
+            for n in lengths:
+                text = self._prompt(provider.id, n, secrets.token_hex(4), offset=trial)
+                plan.append(
+                    PlannedRequest(
+                        key=f"{self.name}/cold/{n}/{trial}",
+                        request=ChatRequest([{"role": "user", "content": text}], cold, f"len{n}"),
+                        trial=trial,
+                        tags={"variant": "cold", "target_prompt_tokens": n, "cache": "off"},
+                    )
+                )
+        if s.cache_variant:
+            warm = dict(s.params)
+            if is_llamacpp:
+                warm["cache_prompt"] = True
+                if s.ignore_eos:
+                    warm["ignore_eos"] = True
+            n = self._cache_prefix(provider.settings)
+            prefix = self._prompt(provider.id, n, secrets.token_hex(4))
+            for i in range(s.cache_repeats + 1):
+                phase = "prime" if i == 0 else "hit"
+                text = f"{prefix}\n\nQuestion {i}: which word above comes first?"
+                plan.append(
+                    PlannedRequest(
+                        key=f"{self.name}/cache/{i}",
+                        request=ChatRequest([{"role": "user", "content": text}], warm, "cache"),
+                        trial=i,
+                        tags={"variant": "cache", "phase": phase, "target_prompt_tokens": n},
+                    )
+                )
+        return plan
+
+    def analyze(self, provider_id: str, model: str, records: list[RequestRecord]) -> LabAnswer:
+        """The fit, the per-length medians, decode flatness and the cache effect."""
+        ok = measured(records)
+        cold = [
+            r for r in ok
+            if r.tags.get("variant") == "cold"
+            and r.usage.input_tokens is not None
+            and r.client.ttft_ms is not None
+        ]
+        points = []
+        for n in sorted({int(r.tags["target_prompt_tokens"]) for r in cold}):
+            group = [r for r in cold if r.tags["target_prompt_tokens"] == n]
+            points.append(
+                {
+                    "target_prompt_tokens": n,
+                    "input_tokens": median_of(group, lambda r: r.usage.input_tokens),
+                    "ttft_ms": median_of(group, lambda r: r.client.ttft_ms),
+                    "prefill_ms": median_of(group, lambda r: r.provider_timings.prefill_ms),
+                    "decode_ms_per_token": median_of(group, lambda r: r.client.decode_ms_per_token),
+                    "provider_decode_ms_per_token": median_of(
+                        group, lambda r: r.provider_timings.decode_ms_per_token
+                    ),
+                    "cached_tokens": median_of(group, lambda r: r.provider_timings.cached_tokens),
+                    "n": len(group),
+                }
+            )
+        xs = [float(r.usage.input_tokens or 0) for r in cold]
+        fit = least_squares(xs, [float(r.client.ttft_ms or 0) for r in cold])
+        with_prefill = [r for r in cold if r.provider_timings.prefill_ms is not None]
+        server_fit = least_squares(
+            [float(r.usage.input_tokens or 0) for r in with_prefill],
+            [float(r.provider_timings.prefill_ms or 0) for r in with_prefill],
+        )
+        decode_pts = [p for p in points if p["decode_ms_per_token"] is not None]
+        decode_fit = least_squares(
+            [float(p["input_tokens"]) for p in decode_pts],
+            [float(p["decode_ms_per_token"]) for p in decode_pts],
+        )
+        cold_hits = sum(1 for r in cold if (r.provider_timings.cached_tokens or 0) > 0)
+        cache = self._cache_figures(ok)
+        figures: dict[str, Any] = {
+            "points": points,
+            "fit": _fit_json(fit),
+            "server_prefill_fit": _fit_json(server_fit),
+            "decode_fit": _fit_json(decode_fit),
+            "cold_cache_hits": cold_hits,
+            "cache_control": "unique nonce per prompt"
+            + ("; cache_prompt=false" if any("cache_prompt" in r.params for r in cold) else ""),
+            "cache": cache,
+        }
+        if fit is None:
+            return LabAnswer(
+                experiment=self.name, provider=provider_id, model=model, question=self.question,
+                answer="Not enough successful requests at two or more prompt lengths to fit.",
+                figures=figures, status="failed",
+            )
+        lo, hi = min(xs), max(xs)
+        answer = (
+            f"Between {lo:.0f} and {hi:.0f} input tokens, TTFT grew by "
+            f"{fit['slope']:.3f} ms per prompt token on top of a fixed {fit['intercept']:.1f} ms "
+            f"(least squares over {int(fit['n'])} requests, r² {fit['r2']:.3f})."
+        )
+        if server_fit is not None:
+            answer += (
+                f" The server's own prefill grew by {server_fit['slope']:.3f} ms per token "
+                f"(fixed {server_fit['intercept']:.1f} ms)."
+            )
+        if decode_pts:
+            d = [float(p["decode_ms_per_token"]) for p in decode_pts]
+            answer += (
+                f" Decode took {min(d):.2f}–{max(d):.2f} ms per output token across the sweep"
+            )
+            if decode_fit is not None:
+                answer += f" ({decode_fit['slope'] * 1000:+.2f} ms per token per 1,000 prompt tokens)"
+            answer += "."
+        if cold_hits:
+            answer += f" Warning: {cold_hits} cold requests still hit a prompt cache."
+        if cache and cache.get("hit_ttft_ms") is not None and cache.get("prime_ttft_ms") is not None:
+            moved = "fell" if cache["hit_ttft_ms"] < cache["prime_ttft_ms"] else "went"
+            cached = cache["hit_cached_tokens"]
+            answer += (
+                f" Repeating a {cache['prefix_tokens']}-token prefix, TTFT {moved} from "
+                f"{fmt_ms(cache['prime_ttft_ms'])} (first send) to {fmt_ms(cache['hit_ttft_ms'])} "
+                + (
+                    f"with {cached:.0f} cached tokens reported."
+                    if cached is not None
+                    else "(the provider reports no cached-token count)."
+                )
+            )
+        return LabAnswer(
+            experiment=self.name, provider=provider_id, model=model, question=self.question,
+            answer=answer, figures=figures,
+        )
+
+    @staticmethod
+    def _cache_figures(ok: list[RequestRecord]) -> dict[str, Any] | None:
+        recs = [r for r in ok if r.tags.get("variant") == "cache"]
+        if not recs:
+            return None
+        prime = [r for r in recs if r.tags.get("phase") == "prime"]
+        hits = [r for r in recs if r.tags.get("phase") == "hit"]
+        return {
+            "prefix_tokens": recs[0].tags.get("target_prompt_tokens"),
+            "prime_ttft_ms": median_of(prime, lambda r: r.client.ttft_ms),
+            "hit_ttft_ms": median_of(hits, lambda r: r.client.ttft_ms),
+            "prime_cached_tokens": median_of(prime, lambda r: r.provider_timings.cached_tokens),
+            "hit_cached_tokens": median_of(hits, lambda r: r.provider_timings.cached_tokens),
+            "hit_input_tokens": median_of(hits, lambda r: r.usage.input_tokens),
+            "n_hits": len(hits),
+        }
+
+
+def _fit_json(fit: dict[str, float] | None) -> dict[str, float] | None:
+    if fit is None:
+        return None
+    return {
+        "ms_per_token": fit["slope"],
+        "intercept_ms": fit["intercept"],
+        "r2": fit["r2"],
+        "n": int(fit["n"]),
+    }

@@ -1,0 +1,219 @@
+"""`token_ratio`: characters, UTF-8 bytes and tokens of different kinds of text.
+
+Token counts come from the provider's own counter (llama.cpp `/tokenize`, Anthropic
+`count_tokens`), from tiktoken where that is the provider's tokenizer, and from the
+provider's usage when each text is sent as a prompt. Usage counts include the chat
+template's framing, so a one-character baseline prompt is sent too and its framing
+subtracted. The answer measures the "4 characters per token" rule of thumb against each.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, NonNegativeInt, PositiveInt
+
+from labkit.experiments.base import (
+    Experiment,
+    ExperimentSettings,
+    PlannedRequest,
+    register_experiment,
+)
+from labkit.experiments.common import Prompt, measured, median_of
+from labkit.providers.base import ChatRequest, Provider, TokenCount
+from labkit.providers.openai import tiktoken_encoding_for
+from labkit.records import LabAnswer, RequestRecord
+
+__all__ = ["DEFAULT_TEXTS", "TokenRatioExperiment", "TokenRatioSettings"]
+
+DEFAULT_TEXTS: list[Prompt] = [
+    Prompt(
+        id="english",
+        text="The quick brown fox jumps over the lazy dog. Language models read text as "
+        "tokens, which are often whole common words or pieces of rarer ones.",
+    ),
+    Prompt(
+        id="python",
+        text="def fibonacci(n: int) -> list[int]:\n    seq = [0, 1]\n    while len(seq) < n:\n"
+        "        seq.append(seq[-1] + seq[-2])\n    return seq[:n]\n",
+    ),
+    Prompt(id="emoji", text="🚀🔥✨ Launch day! 🎉🎉 Thanks team 🙏💯 — ship it 🛳️👩‍💻👨‍👩‍👧"),
+    Prompt(id="japanese", text="東京は日本の首都です。言語モデルは文章をトークンに分割して読みます。"),
+    Prompt(
+        id="whitespace",
+        text="a    b\t\tc\n\n\n    d          e\n\t\t\tf        \n\n   g   h",
+    ),
+    Prompt(
+        id="word_list",
+        text="apple banana cherry date elderberry fig grape honeydew kiwi lemon mango "
+        "nectarine orange papaya quince raspberry strawberry tangerine ugli vanilla "
+        "watermelon xigua yam zucchini",
+    ),
+]
+
+_BASELINE_ID = "__baseline__"
+_BASELINE_TEXT = "."
+
+
+class TokenRatioSettings(ExperimentSettings):
+    """The texts to measure; each is also sent once as a prompt to read the usage count."""
+
+    kind: Literal["token_ratio"] = "token_ratio"
+    texts: list[Prompt] = Field(
+        default_factory=lambda: list(DEFAULT_TEXTS),
+        min_length=1,
+        description="Texts to measure, each {id, text}; must not be empty.",
+    )
+    repeats: PositiveInt = 1
+    warmup: NonNegativeInt = 0
+    params: dict[str, Any] = Field(default_factory=lambda: {"max_tokens": 1, "temperature": 0})
+    send: bool = Field(default=True, description="Also send each text to read usage counts.")
+
+
+@register_experiment
+class TokenRatioExperiment(Experiment):
+    """How text turns into tokens, per kind of text and per provider."""
+
+    kind: ClassVar[str] = "token_ratio"
+    settings_model: ClassVar[type[ExperimentSettings]] = TokenRatioSettings
+    question: ClassVar[str] = (
+        "How many characters and bytes make a token for different kinds of text, and how "
+        "wrong is the '4 characters per token' rule?"
+    )
+
+    def __init__(self, settings: ExperimentSettings, index: int = 0) -> None:
+        super().__init__(settings, index)
+        # provider id -> text id -> count, filled by prepare()
+        self._counts: dict[str, dict[str, TokenCount | None]] = {}
+        self._tiktoken: dict[str, dict[str, int]] = {}
+        self._count_errors: dict[str, str] = {}
+
+    @property
+    def _s(self) -> TokenRatioSettings:
+        assert isinstance(self.settings, TokenRatioSettings)
+        return self.settings
+
+    async def prepare(self, provider: Provider) -> None:
+        """Count every text with the provider's own counter and with tiktoken."""
+        counts: dict[str, TokenCount | None] = {}
+        texts = [*self._s.texts, Prompt(id=_BASELINE_ID, text=_BASELINE_TEXT)]
+        for t in texts:
+            try:
+                counts[t.id] = await provider.count_tokens(t.text)
+            except Exception as exc:  # a failing counter is reported, not fatal
+                counts[t.id] = None
+                self._count_errors[provider.id] = f"{type(exc).__name__}: {exc}"[:200]
+        self._counts[provider.id] = counts
+        encoding = tiktoken_encoding_for(provider.model)
+        if encoding is not None and provider.kind in ("openai", "openai_compatible"):
+            import tiktoken
+
+            enc = tiktoken.get_encoding(encoding)
+            self._tiktoken[provider.id] = {
+                t.id: len(enc.encode(t.text, disallowed_special=())) for t in texts
+            }
+
+    def plan(self, provider: Provider) -> list[PlannedRequest]:
+        """One baseline prompt and each text once per repeat (max_tokens 1)."""
+        if not self._s.send:
+            return []
+        plan = []
+        texts = [Prompt(id=_BASELINE_ID, text=_BASELINE_TEXT), *self._s.texts]
+        for t in texts:
+            for trial in range(self._s.repeats):
+                plan.append(
+                    PlannedRequest(
+                        key=f"{self.name}/{t.id}/{trial}",
+                        request=ChatRequest(
+                            [{"role": "user", "content": t.text}], dict(self._s.params), t.id
+                        ),
+                        trial=trial,
+                        tags={"text_id": t.id},
+                    )
+                )
+        return plan
+
+    def analyze(self, provider_id: str, model: str, records: list[RequestRecord]) -> LabAnswer:
+        """Rows per text: chars, bytes, tokens by source, chars/token, error of the rule."""
+        ok = measured(records)
+        counts = self._counts.get(provider_id, {})
+        tk = self._tiktoken.get(provider_id, {})
+
+        def usage_of(text_id: str) -> float | None:
+            return median_of([r for r in ok if r.prompt_id == text_id], lambda r: r.usage.input_tokens)
+
+        baseline_usage = usage_of(_BASELINE_ID)
+        baseline_count = counts.get(_BASELINE_ID)
+        baseline_tokens = baseline_count.tokens if baseline_count else 1
+        rows: list[dict[str, Any]] = []
+        for t in self._s.texts:
+            count = counts.get(t.id)
+            usage = usage_of(t.id)
+            usage_text = (
+                usage - baseline_usage + baseline_tokens
+                if usage is not None and baseline_usage is not None
+                else None
+            )
+            if count is not None:
+                tokens, source = count.tokens, count.source
+            elif usage_text is not None:
+                tokens, source = int(round(usage_text)), "usage minus chat framing"
+            elif t.id in tk:
+                tokens, source = tk[t.id], "tiktoken"
+            else:
+                tokens, source = None, "not available"
+            chars = len(t.text)
+            rows.append(
+                {
+                    "text_id": t.id,
+                    "chars": chars,
+                    "bytes": len(t.text.encode("utf-8")),
+                    "tokens": tokens,
+                    "token_source": source,
+                    "chars_per_token": chars / tokens if tokens else None,
+                    "bytes_per_token": len(t.text.encode("utf-8")) / tokens if tokens else None,
+                    "rule_of_4_estimate": chars / 4,
+                    "rule_of_4_error_pct": (chars / 4 - tokens) / tokens * 100 if tokens else None,
+                    "usage_input_tokens": usage,
+                    "usage_text_tokens": usage_text,
+                    "tiktoken_tokens": tk.get(t.id),
+                }
+            )
+        figures: dict[str, Any] = {
+            "rows": rows,
+            "baseline_usage_input_tokens": baseline_usage,
+            "count_error": self._count_errors.get(provider_id),
+        }
+        measured_rows = [r for r in rows if r["tokens"]]
+        if not measured_rows:
+            return LabAnswer(
+                experiment=self.name, provider=provider_id, model=model, question=self.question,
+                answer="No token count was available from this provider (no counter, no usage).",
+                figures=figures, status="failed",
+            )
+        parts = [
+            f"{r['text_id']} {r['chars_per_token']:.2f} chars/token "
+            f"({r['tokens']} tokens for {r['chars']} chars, rule off by "
+            f"{r['rule_of_4_error_pct']:+.0f}%)"
+            for r in measured_rows
+        ]
+        worst = max(measured_rows, key=lambda r: abs(r["rule_of_4_error_pct"]))
+        best = min(measured_rows, key=lambda r: abs(r["rule_of_4_error_pct"]))
+        answer = (
+            "; ".join(parts)
+            + f". The 4-characters rule is closest for {best['text_id']} "
+            f"({best['rule_of_4_error_pct']:+.0f}%) and worst for {worst['text_id']} "
+            f"({worst['rule_of_4_error_pct']:+.0f}%). Counts from: "
+            + ", ".join(sorted({r["token_source"] for r in measured_rows}))
+            + "."
+        )
+        if baseline_usage is not None:
+            answer += (
+                f" The chat framing adds about {baseline_usage - baseline_tokens:.0f} tokens to "
+                "every prompt's usage count."
+            )
+        return LabAnswer(
+            experiment=self.name, provider=provider_id, model=model, question=self.question,
+            answer=answer, figures=figures,
+            status="ok" if len(measured_rows) == len(rows) else "partial",
+        )
