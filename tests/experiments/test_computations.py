@@ -1,0 +1,197 @@
+"""Each experiment's computation on synthetic records with known answers."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from labkit.experiments.attribution import AttributionExperiment, AttributionSettings
+from labkit.experiments.common import least_squares, measured
+from labkit.experiments.determinism import (
+    DeterminismExperiment,
+    DeterminismSettings,
+    common_prefix_length,
+    first_divergence,
+)
+from labkit.experiments.prefill_decode import PrefillDecodeExperiment, PrefillDecodeSettings
+from labkit.experiments.single import SingleExperiment, SingleSettings
+from labkit.experiments.token_ratio import TokenRatioExperiment, TokenRatioSettings
+from labkit.providers.base import TokenCount
+from tests.experiments.records import make_record
+
+
+def test_least_squares_recovers_a_planted_line() -> None:
+    xs = [16.0, 64.0, 256.0, 1024.0, 2048.0]
+    ys = [0.75 * x + 12.0 for x in xs]
+    fit = least_squares(xs, ys)
+    assert fit is not None
+    assert fit["slope"] == pytest.approx(0.75)
+    assert fit["intercept"] == pytest.approx(12.0)
+    assert fit["r2"] == pytest.approx(1.0)
+    assert least_squares([5.0, 5.0], [1.0, 2.0]) is None  # one distinct x: no line
+
+
+def test_prefill_decode_fit_from_records() -> None:
+    exp = PrefillDecodeExperiment(PrefillDecodeSettings(prompt_tokens=[16, 256, 1024]))
+    recs = []
+    for n in (16, 256, 1024):
+        for _ in range(3):
+            recs.append(
+                make_record(
+                    experiment="prefill_decode",
+                    ttft=0.5 * n + 20.0,
+                    prefill=0.45 * n + 2.0,
+                    decode=9.0,
+                    input_tokens=n,
+                    tags={"variant": "cold", "target_prompt_tokens": n},
+                )
+            )
+    recs.append(make_record(experiment="prefill_decode", ttft=1.0, warmup=True))
+    recs.append(make_record(experiment="prefill_decode", ttft=None, failed=True,
+                            tags={"variant": "cold", "target_prompt_tokens": 16}))
+    recs += [
+        make_record(experiment="prefill_decode", ttft=530.0, input_tokens=1030, cached=0,
+                    tags={"variant": "cache", "phase": "prime", "target_prompt_tokens": 1024}),
+        make_record(experiment="prefill_decode", ttft=40.0, input_tokens=1030, cached=1020,
+                    tags={"variant": "cache", "phase": "hit", "target_prompt_tokens": 1024}),
+    ]
+    answer = exp.analyze("p", "m", recs)
+    f = answer.figures
+    assert f["fit"]["ms_per_token"] == pytest.approx(0.5)
+    assert f["fit"]["intercept_ms"] == pytest.approx(20.0)
+    assert f["fit"]["n"] == 9  # warm-up and failed request excluded
+    assert f["server_prefill_fit"]["ms_per_token"] == pytest.approx(0.45)
+    assert [p["input_tokens"] for p in f["points"]] == [16, 256, 1024]
+    assert f["decode_fit"]["ms_per_token"] == pytest.approx(0.0)
+    assert f["cache"]["hit_cached_tokens"] == 1020
+    assert f["cold_cache_hits"] == 0
+    assert "0.500 ms per prompt token" in answer.answer
+    assert "fell from 530.0 ms" in answer.answer
+
+
+def test_prefill_decode_flags_a_cache_hit_in_the_cold_sweep() -> None:
+    exp = PrefillDecodeExperiment(PrefillDecodeSettings(prompt_tokens=[16, 64]))
+    recs = [
+        make_record(experiment="prefill_decode", ttft=10.0 + n, input_tokens=n, cached=c,
+                    tags={"variant": "cold", "target_prompt_tokens": n})
+        for n, c in ((16, 0), (64, 60))
+    ]
+    answer = exp.analyze("p", "m", recs)
+    assert answer.figures["cold_cache_hits"] == 1
+    assert "still hit a prompt cache" in answer.answer
+
+
+def test_divergence_of_known_token_lists() -> None:
+    assert common_prefix_length([1, 2, 3, 4], [1, 2, 9, 4]) == 2
+    assert first_divergence([[1, 2, 3], [1, 2, 3]]) is None
+    assert first_divergence([[1, 2, 3, 4], [1, 2, 3, 5], [1, 7]]) == 1
+    assert first_divergence([[1, 2, 3], [1, 2, 3, 4]]) == 3  # a prefix diverges at its end
+
+
+def test_determinism_names_the_controlling_parameter() -> None:
+    exp = DeterminismExperiment(DeterminismSettings(repeats=2))
+    recs = []
+    outputs = {
+        "t0": ["a b c", "a b c"],
+        "t0-seed": ["a b c", "a b c"],
+        "t1": ["a b c", "a x y"],
+        "t1-seed": ["q r s", "q r s"],
+    }
+    for variant, texts in outputs.items():
+        for t in texts:
+            recs.append(make_record(experiment="determinism", text=t, tags={"variant": variant}))
+    answer = exp.analyze("p", "m", recs)
+    rows = {r["variant"]: r for r in answer.figures["variants"]}
+    assert rows["t0"]["identical"] is True
+    assert rows["t1"]["identical"] is False
+    assert rows["t1"]["first_divergent_token"] == 2  # character ruler: "a " shared
+    assert rows["t1-seed"]["identical"] is True
+    assert "temperature controlled the variation" in answer.answer
+    assert "the seed pinned the sampling" in answer.answer
+
+
+def test_token_ratio_rows_and_rule_of_four() -> None:
+    settings = TokenRatioSettings(texts=[{"id": "a", "text": "x" * 40}, {"id": "b", "text": "日本語" * 4}])
+    exp = TokenRatioExperiment(settings)
+    exp._counts["p"] = {  # what prepare() would have stored from /tokenize
+        "a": TokenCount(5, "llamacpp:/tokenize"),
+        "b": TokenCount(12, "llamacpp:/tokenize"),
+        "__baseline__": TokenCount(1, "llamacpp:/tokenize"),
+    }
+    recs = [
+        make_record(experiment="token_ratio", prompt_id="__baseline__", input_tokens=8),
+        make_record(experiment="token_ratio", prompt_id="a", input_tokens=12),
+        make_record(experiment="token_ratio", prompt_id="b", input_tokens=19),
+    ]
+    answer = exp.analyze("p", "m", recs)
+    rows = {r["text_id"]: r for r in answer.figures["rows"]}
+    assert rows["a"]["chars_per_token"] == pytest.approx(8.0)
+    assert rows["a"]["rule_of_4_error_pct"] == pytest.approx(100.0)  # 10 estimated vs 5 real
+    assert rows["b"]["bytes"] == 36
+    assert rows["b"]["chars_per_token"] == pytest.approx(1.0)
+    assert rows["b"]["rule_of_4_error_pct"] == pytest.approx(-75.0)
+    assert rows["a"]["usage_text_tokens"] == pytest.approx(5.0)  # 12 - 8 framing + 1
+    assert "closest for b (-75%) and worst for a (+100%)" in answer.answer
+
+
+def test_token_ratio_falls_back_to_usage_without_a_counter() -> None:
+    exp = TokenRatioExperiment(TokenRatioSettings(texts=[{"id": "a", "text": "abcdefgh"}]))
+    recs = [
+        make_record(experiment="token_ratio", prompt_id="__baseline__", input_tokens=7),
+        make_record(experiment="token_ratio", prompt_id="a", input_tokens=9),
+    ]
+    row = exp.analyze("p", "m", recs).figures["rows"][0]
+    assert row["tokens"] == 3 and row["token_source"] == "usage minus chat framing"
+
+
+def test_attribution_derives_what_it_can_and_says_what_it_cannot() -> None:
+    exp = AttributionExperiment(AttributionSettings())
+    local = [
+        make_record(experiment="attribution", ttft=150.0, prefill=140.0, decode=9.2,
+                    provider_decode=9.0, headers_ms=2.0, connect_ms=0.3,
+                    tags={"connection": "fresh"}),
+        make_record(experiment="attribution", ttft=154.0, prefill=146.0, decode=9.4,
+                    provider_decode=9.0, headers_ms=2.0, tags={"connection": "reused"}),
+    ]
+    rows = {r["measurement"]: r for r in exp.analyze("p", "m", local).figures["rows"]}
+    assert rows["TTFT minus provider prefill"]["value_ms"] == pytest.approx(9.0)  # median of 10, 8
+    assert rows["decode per token, client minus provider"]["value_ms"] == pytest.approx(0.3)
+    assert rows["TCP connect (fresh connections)"]["value_ms"] == pytest.approx(0.3)
+    assert rows["prefill (prompt processing)"]["owner"] == "provider"
+
+    hosted = [make_record(experiment="attribution", ttft=300.0, tags={"connection": "fresh"})]
+    answer = exp.analyze("h", "m", hosted)
+    rows = {r["measurement"]: r for r in answer.figures["rows"]}
+    assert rows["prefill (prompt processing)"]["value_ms"] is None
+    assert rows["prefill (prompt processing)"]["note"] == "not reported by this provider"
+    assert "cannot be separated" in rows["TTFT minus provider prefill"]["note"]
+    assert "reports no timings of its own" in answer.answer
+
+
+def test_single_excludes_warmups_and_failures() -> None:
+    exp = SingleExperiment(SingleSettings())
+    recs = [make_record(experiment="single", ttft=t) for t in (10.0, 20.0, 30.0)]
+    recs += [make_record(experiment="single", ttft=1.0, warmup=True),
+             make_record(experiment="single", ttft=None, failed=True)]
+    answer = exp.analyze("p", "m", recs)
+    assert answer.figures["ttft_ms_p50"] == pytest.approx(20.0)
+    assert answer.figures["n"] == 3 and answer.figures["failed"] == 1
+    assert answer.status == "partial"
+    assert len(measured(recs)) == 3
+
+
+def test_failed_provider_answers_say_so() -> None:
+    recs = [make_record(experiment="single", ttft=None, failed=True)]
+    answer = SingleExperiment(SingleSettings()).analyze("p", "m", recs)
+    assert answer.status == "failed" and "HTTP 500" in answer.answer
+
+
+def test_prefill_decode_default_sweep_is_capped_to_the_context() -> None:
+    from labkit.providers.llamacpp import LlamaCppSettings
+
+    exp = PrefillDecodeExperiment(PrefillDecodeSettings())
+    small = LlamaCppSettings(id="l", kind="llamacpp", ctx_size=1024)
+    assert exp.lengths_for(small) == [16, 64, 256]
+    exp.validate_for(small)  # the default always fits
+    asyncio.run(asyncio.sleep(0))
