@@ -130,7 +130,9 @@ def _error_message_from_body(body: str) -> str | None:
     return None
 
 
-def http_error(status: int, headers: httpx.Headers, body: bytes, redact: Callable[[str], str]) -> RecordError:
+def http_error(
+    status: int, headers: httpx.Headers, body: bytes, redact: Callable[[str], str]
+) -> RecordError:
     """A `RecordError` for an HTTP error response (status >= 400)."""
     text = redact(body.decode("utf-8", errors="replace"))
     detail = _error_message_from_body(text)
@@ -346,4 +348,3 @@ def _redactor(provider: Provider) -> Callable[[str], str]:
         return text
 
     return redact
-

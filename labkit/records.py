@@ -19,10 +19,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "AppTimings",
-    "LabAnswer",
-    "LabResults",
     "ClientTimings",
     "ErrorKind",
+    "LabAnswer",
+    "LabResults",
     "ProviderTimings",
     "RecordError",
     "RequestRecord",
@@ -107,9 +107,7 @@ class ClientTimings(_Model):
         description="First event carrying visible text (differs from ttft_ms for reasoning "
         "models).",
     )
-    last_token_ms: float | None = Field(
-        default=None, description="Last event carrying output."
-    )
+    last_token_ms: float | None = Field(default=None, description="Last event carrying output.")
     e2e_ms: float | None = Field(
         default=None, description="Stream fully consumed (usage chunk and terminator included)."
     )
@@ -202,8 +200,8 @@ class Usage(_Model):
         "see output_tokens_source). Includes reasoning tokens.",
     )
     cached_input_tokens: int | None = Field(
-        default=None, description="Prompt tokens served from the provider's cache. Included "
-        "in input_tokens."
+        default=None,
+        description="Prompt tokens served from the provider's cache. Included in input_tokens.",
     )
     reasoning_tokens: int | None = Field(
         default=None, description="Reasoning tokens. Included in output_tokens."

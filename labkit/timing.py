@@ -6,6 +6,7 @@ Pure functions over nanosecond stamps, so they can be tested with a scripted clo
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import pairwise
 
 from labkit.records import ClientTimings
 
@@ -62,7 +63,7 @@ def derive_client_timings(
     decode = None
     if ttft is not None and last is not None and output_tokens is not None and output_tokens >= 2:
         decode = (last - ttft) / (output_tokens - 1)
-    gaps = sorted(b - a for a, b in zip(offsets, offsets[1:], strict=False))
+    gaps = sorted(b - a for a, b in pairwise(offsets))
     return ClientTimings(
         queue_ms=queue_ms,
         connect_ms=phase("connection.connect_tcp.complete"),

@@ -79,7 +79,9 @@ class AttributionExperiment(Experiment):
         plan = self.warmups("attribution", self._s.prompt)
         for trial in range(self._s.repeats):
             fresh = trial % 2 == 0
-            request = ChatRequest(self.messages(self._s.prompt), dict(self._s.params), "attribution")
+            request = ChatRequest(
+                self.messages(self._s.prompt), dict(self._s.params), "attribution"
+            )
             request.fresh_connection = fresh
             plan.append(
                 PlannedRequest(
@@ -110,46 +112,109 @@ class AttributionExperiment(Experiment):
             )
 
         nr = "not reported by this provider"
-        row("prefill (prompt processing)", PROVIDER,
+        row(
+            "prefill (prompt processing)",
+            PROVIDER,
             median_of(ok, lambda r: r.provider_timings.prefill_ms),
-            "provider_timings.prefill_ms", nr)
-        row("decode per output token", PROVIDER,
+            "provider_timings.prefill_ms",
+            nr,
+        )
+        row(
+            "decode per output token",
+            PROVIDER,
             median_of(ok, lambda r: r.provider_timings.decode_ms_per_token),
-            "provider_timings.decode_ms_per_token", nr)
-        row("server processing up to headers", PROVIDER,
+            "provider_timings.decode_ms_per_token",
+            nr,
+        )
+        row(
+            "server processing up to headers",
+            PROVIDER,
             median_of(ok, lambda r: r.provider_timings.processing_ms),
-            "provider_timings.processing_ms", nr)
-        row("TCP connect (fresh connections)", NETWORK,
-            median_of(fresh, lambda r: r.client.connect_ms), "client.connect_ms",
-            "not observed (no fresh connection, or a transport without trace events)")
-        row("TLS handshake (fresh connections)", NETWORK,
-            median_of(fresh, lambda r: r.client.tls_ms), "client.tls_ms",
-            "not observed (plain HTTP, or no fresh connection)")
-        row("request sent", NETWORK,
-            median_of(ok, lambda r: r.client.request_sent_ms), "client.request_sent_ms",
-            "not observed (transport without trace events)")
-        row("response headers (time to first byte)", NETWORK,
-            median_of(ok, lambda r: r.client.headers_ms), "client.headers_ms", "not observed")
-        row("TTFT minus provider prefill", NETWORK,
+            "provider_timings.processing_ms",
+            nr,
+        )
+        row(
+            "TCP connect (fresh connections)",
+            NETWORK,
+            median_of(fresh, lambda r: r.client.connect_ms),
+            "client.connect_ms",
+            "not observed (no fresh connection, or a transport without trace events)",
+        )
+        row(
+            "TLS handshake (fresh connections)",
+            NETWORK,
+            median_of(fresh, lambda r: r.client.tls_ms),
+            "client.tls_ms",
+            "not observed (plain HTTP, or no fresh connection)",
+        )
+        row(
+            "request sent",
+            NETWORK,
+            median_of(ok, lambda r: r.client.request_sent_ms),
+            "client.request_sent_ms",
+            "not observed (transport without trace events)",
+        )
+        row(
+            "response headers (time to first byte)",
+            NETWORK,
+            median_of(ok, lambda r: r.client.headers_ms),
+            "client.headers_ms",
+            "not observed",
+        )
+        row(
+            "TTFT minus provider prefill",
+            NETWORK,
             _diff(ok, lambda r: r.client.ttft_ms, lambda r: r.provider_timings.prefill_ms),
             "client.ttft_ms - provider_timings.prefill_ms",
             "cannot be separated: the provider reports no prefill time, so client TTFT "
-            "holds prefill, queueing and network together")
-        row("decode per token, client minus provider", NETWORK,
-            _diff(ok, lambda r: r.client.decode_ms_per_token,
-                  lambda r: r.provider_timings.decode_ms_per_token),
+            "holds prefill, queueing and network together",
+        )
+        row(
+            "decode per token, client minus provider",
+            NETWORK,
+            _diff(
+                ok,
+                lambda r: r.client.decode_ms_per_token,
+                lambda r: r.provider_timings.decode_ms_per_token,
+            ),
             "client.decode_ms_per_token - provider_timings.decode_ms_per_token",
-            "cannot be separated: the provider reports no decode time")
-        row("request preparation (before t_start)", APPLICATION,
-            median_of(ok, lambda r: r.app.prepare_ms), "app.prepare_ms", "not observed")
-        row("stream parsing (whole stream)", APPLICATION,
-            median_of(ok, lambda r: r.app.parse_cpu_ms), "app.parse_cpu_ms", "not observed")
-        row("queueing inside labkit", APPLICATION,
-            median_of(ok, lambda r: r.client.queue_ms), "client.queue_ms", "not observed")
-        row("event-loop lag while reading", APPLICATION,
-            median_of(ok, lambda r: r.client.loop_lag_ms), "client.loop_lag_ms", "not observed")
-        row("SDK overhead", APPLICATION, None, "app.client_path",
-            "not measured: labkit reads the wire itself (client_path wire); no SDK-path run")
+            "cannot be separated: the provider reports no decode time",
+        )
+        row(
+            "request preparation (before t_start)",
+            APPLICATION,
+            median_of(ok, lambda r: r.app.prepare_ms),
+            "app.prepare_ms",
+            "not observed",
+        )
+        row(
+            "stream parsing (whole stream)",
+            APPLICATION,
+            median_of(ok, lambda r: r.app.parse_cpu_ms),
+            "app.parse_cpu_ms",
+            "not observed",
+        )
+        row(
+            "queueing inside labkit",
+            APPLICATION,
+            median_of(ok, lambda r: r.client.queue_ms),
+            "client.queue_ms",
+            "not observed",
+        )
+        row(
+            "event-loop lag while reading",
+            APPLICATION,
+            median_of(ok, lambda r: r.client.loop_lag_ms),
+            "client.loop_lag_ms",
+            "not observed",
+        )
+        row(
+            "SDK overhead",
+            APPLICATION,
+            None,
+            "app.client_path",
+            "not measured: labkit reads the wire itself (client_path wire); no SDK-path run",
+        )
 
         ttft = median_of(ok, lambda r: r.client.ttft_ms)
         figures: dict[str, Any] = {
@@ -161,8 +226,13 @@ class AttributionExperiment(Experiment):
         }
         if not ok or ttft is None:
             return LabAnswer(
-                experiment=self.name, provider=provider_id, model=model, question=self.question,
-                answer="No successful request to attribute.", figures=figures, status="failed",
+                experiment=self.name,
+                provider=provider_id,
+                model=model,
+                question=self.question,
+                answer="No successful request to attribute.",
+                figures=figures,
+                status="failed",
             )
         vals = {r["measurement"]: r["value_ms"] for r in rows}
         prepare = vals["request preparation (before t_start)"]
@@ -202,6 +272,10 @@ class AttributionExperiment(Experiment):
             f"starts, so outside TTFT) and {fmt_ms(parse, 2)} parsing each stream."
         )
         return LabAnswer(
-            experiment=self.name, provider=provider_id, model=model, question=self.question,
-            answer=answer, figures=figures,
+            experiment=self.name,
+            provider=provider_id,
+            model=model,
+            question=self.question,
+            answer=answer,
+            figures=figures,
         )

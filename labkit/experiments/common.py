@@ -34,7 +34,9 @@ class Prompt(BaseModel):
 
 def prompt_list(items: Iterable[str | Prompt]) -> list[Prompt]:
     """Plain strings get ids p0, p1, ... by position."""
-    return [it if isinstance(it, Prompt) else Prompt(id=f"p{i}", text=it) for i, it in enumerate(items)]
+    return [
+        it if isinstance(it, Prompt) else Prompt(id=f"p{i}", text=it) for i, it in enumerate(items)
+    ]
 
 
 def measured(records: Iterable[RequestRecord]) -> list[RequestRecord]:
@@ -42,13 +44,17 @@ def measured(records: Iterable[RequestRecord]) -> list[RequestRecord]:
     return [r for r in records if not r.warmup and r.error is None]
 
 
-def p_of(records: Iterable[RequestRecord], get: Callable[[RequestRecord], float | int | None], q: float) -> float | None:
+def p_of(
+    records: Iterable[RequestRecord], get: Callable[[RequestRecord], float | int | None], q: float
+) -> float | None:
     """Percentile `q` of a field over records, nulls skipped; None when nothing remains."""
     values = sorted(float(v) for v in (get(r) for r in records) if v is not None)
     return percentile(values, q) if values else None
 
 
-def median_of(records: Iterable[RequestRecord], get: Callable[[RequestRecord], float | int | None]) -> float | None:
+def median_of(
+    records: Iterable[RequestRecord], get: Callable[[RequestRecord], float | int | None]
+) -> float | None:
     """Median of a field over records, nulls skipped."""
     return p_of(records, get, 50)
 

@@ -158,7 +158,8 @@ class DeterminismExperiment(Experiment):
         rows: list[dict[str, Any]] = []
         for v in self._s.variants:
             recs = [
-                r for r in records
+                r
+                for r in records
                 if not r.warmup and r.error is None and r.tags.get("variant") == v.name
             ]
             outs = [tokens.get(r.record_id) or list(r.output_text or "") for r in recs]
@@ -188,9 +189,13 @@ class DeterminismExperiment(Experiment):
         judged = [r for r in rows if r["identical"] is not None]
         if not judged:
             return LabAnswer(
-                experiment=self.name, provider=provider_id, model=model, question=self.question,
+                experiment=self.name,
+                provider=provider_id,
+                model=model,
+                question=self.question,
                 answer="Too few successful outputs to compare (need 2 per variant).",
-                figures=figures, status="failed",
+                figures=figures,
+                status="failed",
             )
         parts = []
         for r in judged:
@@ -206,8 +211,12 @@ class DeterminismExperiment(Experiment):
         if fps:
             answer += f" system_fingerprint seen: {', '.join(fps)}."
         return LabAnswer(
-            experiment=self.name, provider=provider_id, model=model, question=self.question,
-            answer=answer, figures=figures,
+            experiment=self.name,
+            provider=provider_id,
+            model=model,
+            question=self.question,
+            answer=answer,
+            figures=figures,
             status="ok" if len(judged) == len(rows) else "partial",
         )
 
@@ -228,21 +237,30 @@ def _verdict(rows: list[dict[str, Any]]) -> str:
     says = []
     if greedy:
         if all(r["identical"] for r in greedy):
-            says.append("At temperature 0 the output was identical with or without a seed: "
-                        "greedy decoding makes the seed irrelevant")
+            says.append(
+                "At temperature 0 the output was identical with or without a seed: "
+                "greedy decoding makes the seed irrelevant"
+            )
         else:
-            says.append("Even at temperature 0 outputs differed, so the provider is not "
-                        "deterministic for greedy decoding (batching or hardware nondeterminism)")
+            says.append(
+                "Even at temperature 0 outputs differed, so the provider is not "
+                "deterministic for greedy decoding (batching or hardware nondeterminism)"
+            )
     if hot_free and not all(r["identical"] for r in hot_free):
-        says.append("at a higher temperature without a seed they varied, so temperature "
-                    "controlled the variation")
+        says.append(
+            "at a higher temperature without a seed they varied, so temperature "
+            "controlled the variation"
+        )
     elif hot_free:
-        says.append("at a higher temperature without a seed they still matched (a fixed "
-                    "default seed, or too few samples to differ)")
+        says.append(
+            "at a higher temperature without a seed they still matched (a fixed "
+            "default seed, or too few samples to differ)"
+        )
     if hot_seed:
         if all(r["identical"] for r in hot_seed):
-            says.append("with a seed the sampled outputs were identical again: the seed "
-                        "pinned the sampling")
+            says.append(
+                "with a seed the sampled outputs were identical again: the seed pinned the sampling"
+            )
         else:
             says.append("and a seed did not make sampled outputs repeatable here")
     text = "; ".join(says)

@@ -33,11 +33,42 @@ AUTO_LENGTHS = [16, 64, 256, 1024, 2048, 4096]
 _MARGIN_TOKENS = 64  # chat template and instruction around the filler
 _DEFAULT_TOKENS_PER_WORD = 1.3
 
-_WORDS = (
-    "river stone market window garden letter engine winter silver forest candle harbor "
-    "mountain pencil village thunder orchard bridge lantern meadow copper island basket "
-    "feather castle valley mirror ladder planet shadow violin desert rocket blanket"
-).split()
+_WORDS = [
+    "river",
+    "stone",
+    "market",
+    "window",
+    "garden",
+    "letter",
+    "engine",
+    "winter",
+    "silver",
+    "forest",
+    "candle",
+    "harbor",
+    "mountain",
+    "pencil",
+    "village",
+    "thunder",
+    "orchard",
+    "bridge",
+    "lantern",
+    "meadow",
+    "copper",
+    "island",
+    "basket",
+    "feather",
+    "castle",
+    "valley",
+    "mirror",
+    "ladder",
+    "planet",
+    "shadow",
+    "violin",
+    "desert",
+    "rocket",
+    "blanket",
+]
 
 
 def filler_text(n_words: int, offset: int = 0) -> str:
@@ -160,7 +191,12 @@ class PrefillDecodeExperiment(Experiment):
             PlannedRequest(
                 key=f"{self.name}/warmup/{i}",
                 request=ChatRequest(
-                    [{"role": "user", "content": self._prompt(provider.id, 64, secrets.token_hex(4))}],
+                    [
+                        {
+                            "role": "user",
+                            "content": self._prompt(provider.id, 64, secrets.token_hex(4)),
+                        }
+                    ],
                     cold,
                     "warmup",
                 ),
@@ -205,12 +241,13 @@ class PrefillDecodeExperiment(Experiment):
         """The fit, the per-length medians, decode flatness and the cache effect."""
         ok = measured(records)
         cold = [
-            r for r in ok
+            r
+            for r in ok
             if r.tags.get("variant") == "cold"
             and r.usage.input_tokens is not None
             and r.client.ttft_ms is not None
         ]
-        points = []
+        points: list[dict[str, Any]] = []
         for n in sorted({int(r.tags["target_prompt_tokens"]) for r in cold}):
             group = [r for r in cold if r.tags["target_prompt_tokens"] == n]
             points.append(
@@ -253,9 +290,13 @@ class PrefillDecodeExperiment(Experiment):
         }
         if fit is None:
             return LabAnswer(
-                experiment=self.name, provider=provider_id, model=model, question=self.question,
+                experiment=self.name,
+                provider=provider_id,
+                model=model,
+                question=self.question,
                 answer="Not enough successful requests at two or more prompt lengths to fit.",
-                figures=figures, status="failed",
+                figures=figures,
+                status="failed",
             )
         lo, hi = min(xs), max(xs)
         answer = (
@@ -270,15 +311,19 @@ class PrefillDecodeExperiment(Experiment):
             )
         if decode_pts:
             d = [float(p["decode_ms_per_token"]) for p in decode_pts]
-            answer += (
-                f" Decode took {min(d):.2f}–{max(d):.2f} ms per output token across the sweep"
-            )
+            answer += f" Decode took {min(d):.2f}–{max(d):.2f} ms per output token across the sweep"
             if decode_fit is not None:
-                answer += f" ({decode_fit['slope'] * 1000:+.2f} ms per token per 1,000 prompt tokens)"
+                answer += (
+                    f" ({decode_fit['slope'] * 1000:+.2f} ms per token per 1,000 prompt tokens)"
+                )
             answer += "."
         if cold_hits:
             answer += f" Warning: {cold_hits} cold requests still hit a prompt cache."
-        if cache and cache.get("hit_ttft_ms") is not None and cache.get("prime_ttft_ms") is not None:
+        if (
+            cache
+            and cache.get("hit_ttft_ms") is not None
+            and cache.get("prime_ttft_ms") is not None
+        ):
             moved = "fell" if cache["hit_ttft_ms"] < cache["prime_ttft_ms"] else "went"
             cached = cache["hit_cached_tokens"]
             answer += (
@@ -291,8 +336,12 @@ class PrefillDecodeExperiment(Experiment):
                 )
             )
         return LabAnswer(
-            experiment=self.name, provider=provider_id, model=model, question=self.question,
-            answer=answer, figures=figures,
+            experiment=self.name,
+            provider=provider_id,
+            model=model,
+            question=self.question,
+            answer=answer,
+            figures=figures,
         )
 
     @staticmethod

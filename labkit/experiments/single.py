@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -27,12 +27,16 @@ from labkit.records import LabAnswer, RequestRecord
 __all__ = ["SingleExperiment", "SingleSettings"]
 
 
+def _default_prompts() -> list[str | Prompt]:
+    return ["Explain what a token is in one sentence."]
+
+
 class SingleSettings(ExperimentSettings):
     """Prompts sent `repeats` times each."""
 
     kind: Literal["single"] = "single"
     prompts: list[str | Prompt] = Field(
-        default_factory=lambda: ["Explain what a token is in one sentence."],
+        default_factory=_default_prompts,
         min_length=1,
         description="Prompts (strings, or {id, text}).",
     )
@@ -70,7 +74,8 @@ class SingleExperiment(Experiment):
         """Medians of the stages, token counts and the stop reasons seen."""
         ok = measured(records)
         failed = [r for r in records if not r.warmup and r.error is not None]
-        figures = {
+        stops = stop_counts(ok)
+        figures: dict[str, Any] = {
             "n": len(ok),
             "failed": len(failed),
             "input_tokens_p50": median_of(ok, lambda r: r.usage.input_tokens),
@@ -86,17 +91,21 @@ class SingleExperiment(Experiment):
             "provider_decode_ms_per_token_p50": median_of(
                 ok, lambda r: r.provider_timings.decode_ms_per_token
             ),
-            "stop_reasons": stop_counts(ok),
+            "stop_reasons": stops,
         }
         if not ok:
             first = failed[0].error.message if failed and failed[0].error else "no records"
             return LabAnswer(
-                experiment=self.name, provider=provider_id, model=model, question=self.question,
+                experiment=self.name,
+                provider=provider_id,
+                model=model,
+                question=self.question,
                 answer=f"No successful request ({len(failed)} failed; first error: {first}).",
-                figures=figures, status="failed",
+                figures=figures,
+                status="failed",
             )
         f = figures
-        stops = ", ".join(f"{k} ×{v}" for k, v in sorted(f["stop_reasons"].items()))  # type: ignore[attr-defined]
+        stop_text = ", ".join(f"{k} ×{v}" for k, v in sorted(stops.items()))
         answer = (
             f"Over {f['n']} requests the prompt was {_n(f['input_tokens_p50'])} input tokens and "
             f"the reply {_n(f['output_tokens_p50'])} output tokens (medians). Headers arrived "
@@ -104,7 +113,7 @@ class SingleExperiment(Experiment):
             f"{fmt_ms(f['first_event_ms_p50'])}, the first token after "
             f"{fmt_ms(f['ttft_ms_p50'])} (p90 {fmt_ms(f['ttft_ms_p90'])}), the last token after "
             f"{fmt_ms(f['last_token_ms_p50'])}; decode ran at "
-            f"{fmt_ms(f['decode_ms_per_token_p50'], 2)} per token. It stopped with: {stops}."
+            f"{fmt_ms(f['decode_ms_per_token_p50'], 2)} per token. It stopped with: {stop_text}."
         )
         if f["provider_prefill_ms_p50"] is not None:
             answer += (
@@ -112,8 +121,13 @@ class SingleExperiment(Experiment):
                 f"and {fmt_ms(f['provider_decode_ms_per_token_p50'], 2)} per decoded token."
             )
         return LabAnswer(
-            experiment=self.name, provider=provider_id, model=model, question=self.question,
-            answer=answer, figures=figures, status="ok" if not failed else "partial",
+            experiment=self.name,
+            provider=provider_id,
+            model=model,
+            question=self.question,
+            answer=answer,
+            figures=figures,
+            status="ok" if not failed else "partial",
         )
 
 

@@ -38,7 +38,9 @@ DEFAULT_TEXTS: list[Prompt] = [
         "        seq.append(seq[-1] + seq[-2])\n    return seq[:n]\n",
     ),
     Prompt(id="emoji", text="🚀🔥✨ Launch day! 🎉🎉 Thanks team 🙏💯 — ship it 🛳️👩‍💻👨‍👩‍👧"),
-    Prompt(id="japanese", text="東京は日本の首都です。言語モデルは文章をトークンに分割して読みます。"),
+    Prompt(
+        id="japanese", text="東京は日本の首都です。言語モデルは文章をトークンに分割して読みます。"
+    ),
     Prompt(
         id="whitespace",
         text="a    b\t\tc\n\n\n    d          e\n\t\t\tf        \n\n   g   h",
@@ -140,7 +142,9 @@ class TokenRatioExperiment(Experiment):
         tk = self._tiktoken.get(provider_id, {})
 
         def usage_of(text_id: str) -> float | None:
-            return median_of([r for r in ok if r.prompt_id == text_id], lambda r: r.usage.input_tokens)
+            return median_of(
+                [r for r in ok if r.prompt_id == text_id], lambda r: r.usage.input_tokens
+            )
 
         baseline_usage = usage_of(_BASELINE_ID)
         baseline_count = counts.get(_BASELINE_ID)
@@ -157,7 +161,7 @@ class TokenRatioExperiment(Experiment):
             if count is not None:
                 tokens, source = count.tokens, count.source
             elif usage_text is not None:
-                tokens, source = int(round(usage_text)), "usage minus chat framing"
+                tokens, source = round(usage_text), "usage minus chat framing"
             elif t.id in tk:
                 tokens, source = tk[t.id], "tiktoken"
             else:
@@ -187,9 +191,13 @@ class TokenRatioExperiment(Experiment):
         measured_rows = [r for r in rows if r["tokens"]]
         if not measured_rows:
             return LabAnswer(
-                experiment=self.name, provider=provider_id, model=model, question=self.question,
+                experiment=self.name,
+                provider=provider_id,
+                model=model,
+                question=self.question,
                 answer="No token count was available from this provider (no counter, no usage).",
-                figures=figures, status="failed",
+                figures=figures,
+                status="failed",
             )
         parts = [
             f"{r['text_id']} {r['chars_per_token']:.2f} chars/token "
@@ -200,8 +208,7 @@ class TokenRatioExperiment(Experiment):
         worst = max(measured_rows, key=lambda r: abs(r["rule_of_4_error_pct"]))
         best = min(measured_rows, key=lambda r: abs(r["rule_of_4_error_pct"]))
         answer = (
-            "; ".join(parts)
-            + f". The 4-characters rule is closest for {best['text_id']} "
+            "; ".join(parts) + f". The 4-characters rule is closest for {best['text_id']} "
             f"({best['rule_of_4_error_pct']:+.0f}%) and worst for {worst['text_id']} "
             f"({worst['rule_of_4_error_pct']:+.0f}%). Counts from: "
             + ", ".join(sorted({r["token_source"] for r in measured_rows}))
@@ -213,7 +220,11 @@ class TokenRatioExperiment(Experiment):
                 "every prompt's usage count."
             )
         return LabAnswer(
-            experiment=self.name, provider=provider_id, model=model, question=self.question,
-            answer=answer, figures=figures,
+            experiment=self.name,
+            provider=provider_id,
+            model=model,
+            question=self.question,
+            answer=answer,
+            figures=figures,
             status="ok" if len(measured_rows) == len(rows) else "partial",
         )

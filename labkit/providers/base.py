@@ -290,4 +290,3 @@ def provider_class(kind: str) -> type[Provider]:
 def provider_kinds() -> list[str]:
     """All registered kinds, sorted."""
     return sorted(_REGISTRY)
-

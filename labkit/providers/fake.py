@@ -20,11 +20,34 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegative
 from labkit.providers.base import ProviderSettings, register
 from labkit.providers.openai_compatible import OpenAICompatibleProvider
 
-__all__ = ["FakeDrop", "FakeProvider", "FakeSchedule", "FakeSettings", "FakeTransport", "fake_stream"]
+__all__ = [
+    "FakeDrop",
+    "FakeProvider",
+    "FakeSchedule",
+    "FakeSettings",
+    "FakeTransport",
+    "fake_stream",
+]
 
-_WORDS = (
-    "tokens are the pieces a model reads and writes one at a time while the clock runs "
-).split()
+_WORDS = [
+    "tokens",
+    "are",
+    "the",
+    "pieces",
+    "a",
+    "model",
+    "reads",
+    "and",
+    "writes",
+    "one",
+    "at",
+    "a",
+    "time",
+    "while",
+    "the",
+    "clock",
+    "runs",
+]
 
 
 class FakeSchedule(BaseModel):

@@ -8,6 +8,7 @@ arrive inside a 200 stream as an object with an ``error`` key.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from functools import lru_cache
 from typing import Any, ClassVar
@@ -79,10 +80,8 @@ class OpenAIChatParser(StreamParser):
         self.request_id = headers.get("x-request-id")
         processing = headers.get("openai-processing-ms")
         if processing:
-            try:
+            with contextlib.suppress(ValueError):
                 self.provider_timings.processing_ms = float(processing)
-            except ValueError:
-                pass
         limits = {k: v for k, v in headers.items() if k.startswith("x-ratelimit-")}
         self.rate_limits = limits or None
 
@@ -155,7 +154,9 @@ def _stream_error(err: Any) -> RecordError:
         message = f"{etype}: {msg}" if etype else msg
     else:
         message = str(err)
-    return RecordError(kind=ErrorKind.STREAM_ERROR, message=f"error event in stream: {message}"[:300])
+    return RecordError(
+        kind=ErrorKind.STREAM_ERROR, message=f"error event in stream: {message}"[:300]
+    )
 
 
 @register

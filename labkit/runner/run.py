@@ -280,9 +280,7 @@ class Runner:
         for result in results:
             if isinstance(result, BaseException):
                 raise result
-        mine = [
-            r for r in self._records if r.provider == provider.id and r.experiment == exp.name
-        ]
+        mine = [r for r in self._records if r.provider == provider.id and r.experiment == exp.name]
         await exp.finalize(provider, mine)
 
     async def _send(
@@ -344,14 +342,18 @@ def _select(config: LabConfig, options: RunOptions) -> LabConfig:
         known = {p.id for p in config.providers}
         unknown = [p for p in options.providers if p not in known]
         if unknown:
-            raise RunError(f"no provider {unknown[0]!r} in the config (have: {', '.join(sorted(known))})")
+            raise RunError(
+                f"no provider {unknown[0]!r} in the config (have: {', '.join(sorted(known))})"
+            )
         update["providers"] = [p for p in config.providers if p.id in options.providers]
     exps = config.experiments
     if options.experiments:
         kinds = {e.kind for e in exps}
         unknown = [k for k in options.experiments if k not in kinds]
         if unknown:
-            raise RunError(f"no experiment {unknown[0]!r} in the config (have: {', '.join(sorted(kinds))})")
+            raise RunError(
+                f"no experiment {unknown[0]!r} in the config (have: {', '.join(sorted(kinds))})"
+            )
         exps = [e for e in exps if e.kind in options.experiments]
     if options.repeats is not None:
         exps = [e.model_copy(update={"repeats": options.repeats}) for e in exps]

@@ -6,7 +6,14 @@ import itertools
 from datetime import UTC, datetime
 from typing import Any
 
-from labkit.records import ClientTimings, ErrorKind, ProviderTimings, RecordError, RequestRecord, Usage
+from labkit.records import (
+    ClientTimings,
+    ErrorKind,
+    ProviderTimings,
+    RecordError,
+    RequestRecord,
+    Usage,
+)
 
 _ids = itertools.count()
 

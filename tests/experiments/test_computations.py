@@ -48,13 +48,29 @@ def test_prefill_decode_fit_from_records() -> None:
                 )
             )
     recs.append(make_record(experiment="prefill_decode", ttft=1.0, warmup=True))
-    recs.append(make_record(experiment="prefill_decode", ttft=None, failed=True,
-                            tags={"variant": "cold", "target_prompt_tokens": 16}))
+    recs.append(
+        make_record(
+            experiment="prefill_decode",
+            ttft=None,
+            failed=True,
+            tags={"variant": "cold", "target_prompt_tokens": 16},
+        )
+    )
     recs += [
-        make_record(experiment="prefill_decode", ttft=530.0, input_tokens=1030, cached=0,
-                    tags={"variant": "cache", "phase": "prime", "target_prompt_tokens": 1024}),
-        make_record(experiment="prefill_decode", ttft=40.0, input_tokens=1030, cached=1020,
-                    tags={"variant": "cache", "phase": "hit", "target_prompt_tokens": 1024}),
+        make_record(
+            experiment="prefill_decode",
+            ttft=530.0,
+            input_tokens=1030,
+            cached=0,
+            tags={"variant": "cache", "phase": "prime", "target_prompt_tokens": 1024},
+        ),
+        make_record(
+            experiment="prefill_decode",
+            ttft=40.0,
+            input_tokens=1030,
+            cached=1020,
+            tags={"variant": "cache", "phase": "hit", "target_prompt_tokens": 1024},
+        ),
     ]
     answer = exp.analyze("p", "m", recs)
     f = answer.figures
@@ -73,8 +89,13 @@ def test_prefill_decode_fit_from_records() -> None:
 def test_prefill_decode_flags_a_cache_hit_in_the_cold_sweep() -> None:
     exp = PrefillDecodeExperiment(PrefillDecodeSettings(prompt_tokens=[16, 64]))
     recs = [
-        make_record(experiment="prefill_decode", ttft=10.0 + n, input_tokens=n, cached=c,
-                    tags={"variant": "cold", "target_prompt_tokens": n})
+        make_record(
+            experiment="prefill_decode",
+            ttft=10.0 + n,
+            input_tokens=n,
+            cached=c,
+            tags={"variant": "cold", "target_prompt_tokens": n},
+        )
         for n, c in ((16, 0), (64, 60))
     ]
     answer = exp.analyze("p", "m", recs)
@@ -112,7 +133,9 @@ def test_determinism_names_the_controlling_parameter() -> None:
 
 
 def test_token_ratio_rows_and_rule_of_four() -> None:
-    settings = TokenRatioSettings(texts=[{"id": "a", "text": "x" * 40}, {"id": "b", "text": "日本語" * 4}])
+    settings = TokenRatioSettings(
+        texts=[{"id": "a", "text": "x" * 40}, {"id": "b", "text": "日本語" * 4}]
+    )
     exp = TokenRatioExperiment(settings)
     exp._counts["p"] = {  # what prepare() would have stored from /tokenize
         "a": TokenCount(5, "llamacpp:/tokenize"),
@@ -148,11 +171,25 @@ def test_token_ratio_falls_back_to_usage_without_a_counter() -> None:
 def test_attribution_derives_what_it_can_and_says_what_it_cannot() -> None:
     exp = AttributionExperiment(AttributionSettings())
     local = [
-        make_record(experiment="attribution", ttft=150.0, prefill=140.0, decode=9.2,
-                    provider_decode=9.0, headers_ms=2.0, connect_ms=0.3,
-                    tags={"connection": "fresh"}),
-        make_record(experiment="attribution", ttft=154.0, prefill=146.0, decode=9.4,
-                    provider_decode=9.0, headers_ms=2.0, tags={"connection": "reused"}),
+        make_record(
+            experiment="attribution",
+            ttft=150.0,
+            prefill=140.0,
+            decode=9.2,
+            provider_decode=9.0,
+            headers_ms=2.0,
+            connect_ms=0.3,
+            tags={"connection": "fresh"},
+        ),
+        make_record(
+            experiment="attribution",
+            ttft=154.0,
+            prefill=146.0,
+            decode=9.4,
+            provider_decode=9.0,
+            headers_ms=2.0,
+            tags={"connection": "reused"},
+        ),
     ]
     rows = {r["measurement"]: r for r in exp.analyze("p", "m", local).figures["rows"]}
     assert rows["TTFT minus provider prefill"]["value_ms"] == pytest.approx(9.0)  # median of 10, 8
@@ -172,8 +209,10 @@ def test_attribution_derives_what_it_can_and_says_what_it_cannot() -> None:
 def test_single_excludes_warmups_and_failures() -> None:
     exp = SingleExperiment(SingleSettings())
     recs = [make_record(experiment="single", ttft=t) for t in (10.0, 20.0, 30.0)]
-    recs += [make_record(experiment="single", ttft=1.0, warmup=True),
-             make_record(experiment="single", ttft=None, failed=True)]
+    recs += [
+        make_record(experiment="single", ttft=1.0, warmup=True),
+        make_record(experiment="single", ttft=None, failed=True),
+    ]
     answer = exp.analyze("p", "m", recs)
     assert answer.figures["ttft_ms_p50"] == pytest.approx(20.0)
     assert answer.figures["n"] == 3 and answer.figures["failed"] == 1

@@ -46,7 +46,8 @@ def test_prompt_length_the_model_cannot_hold(tmp_path: Path) -> None:
 def test_empty_text_set(tmp_path: Path) -> None:
     code, out = _run(
         tmp_path,
-        "name: x\nproviders: [{id: f, kind: fake}]\nexperiments: [{kind: token_ratio, texts: []}]\n",
+        "name: x\nproviders: [{id: f, kind: fake}]\n"
+        "experiments: [{kind: token_ratio, texts: []}]\n",
     )
     assert code == 1
     assert "experiments[0].texts" in out and "at least 1 item" in out
@@ -55,7 +56,8 @@ def test_empty_text_set(tmp_path: Path) -> None:
 def test_determinism_needs_two_repeats(tmp_path: Path) -> None:
     code, out = _run(
         tmp_path,
-        "name: x\nproviders: [{id: f, kind: fake}]\nexperiments: [{kind: determinism, repeats: 1}]\n",
+        "name: x\nproviders: [{id: f, kind: fake}]\n"
+        "experiments: [{kind: determinism, repeats: 1}]\n",
     )
     assert code == 1
     assert "experiments[0].repeats" in out

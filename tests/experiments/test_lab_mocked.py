@@ -27,7 +27,9 @@ experiments:
 
 
 def _sse(*objs: object) -> bytes:
-    return b"".join(b"data: " + json.dumps(o).encode() + b"\n\n" for o in objs) + b"data: [DONE]\n\n"
+    return (
+        b"".join(b"data: " + json.dumps(o).encode() + b"\n\n" for o in objs) + b"data: [DONE]\n\n"
+    )
 
 
 def _openai(request: httpx.Request) -> httpx.Response:
@@ -35,16 +37,28 @@ def _openai(request: httpx.Request) -> httpx.Response:
     prompt = " ".join(m["content"] for m in body["messages"])
     n_in = max(1, len(prompt) // 4)
     n_out = min(5, body.get("max_completion_tokens") or 5)
-    chunks: list[object] = [{"id": "c1", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}]
+    chunks: list[object] = [
+        {"id": "c1", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
+    ]
     chunks += [
-        {"id": "c1", "system_fingerprint": "fp_test", "choices": [{"index": 0, "delta": {"content": f" w{i}"}}]}
+        {
+            "id": "c1",
+            "system_fingerprint": "fp_test",
+            "choices": [{"index": 0, "delta": {"content": f" w{i}"}}],
+        }
         for i in range(n_out)
     ]
     chunks.append({"id": "c1", "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
-    chunks.append({"id": "c1", "choices": [], "usage": {"prompt_tokens": n_in, "completion_tokens": n_out}})
+    chunks.append(
+        {"id": "c1", "choices": [], "usage": {"prompt_tokens": n_in, "completion_tokens": n_out}}
+    )
     return httpx.Response(
         200,
-        headers={"content-type": "text/event-stream", "x-request-id": "req_1", "openai-processing-ms": "7"},
+        headers={
+            "content-type": "text/event-stream",
+            "x-request-id": "req_1",
+            "openai-processing-ms": "7",
+        },
         content=_sse(*chunks),
     )
 
@@ -54,13 +68,42 @@ def _anthropic(request: httpx.Request) -> httpx.Response:
     prompt = " ".join(m["content"] for m in body["messages"])
     n_in = max(1, len(prompt) // 4)
     n_out = min(5, body["max_tokens"])
-    events = [("message_start", {"type": "message_start", "message": {"id": "msg_1", "usage": {"input_tokens": n_in, "output_tokens": 1}}}),
-              ("ping", {"type": "ping"})]
-    events += [("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": f" w{i}"}}) for i in range(n_out)]
-    events += [("message_delta", {"type": "message_delta", "delta": {"stop_reason": "max_tokens"}, "usage": {"output_tokens": n_out}}),
-               ("message_stop", {"type": "message_stop"})]
+    events = [
+        (
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {"id": "msg_1", "usage": {"input_tokens": n_in, "output_tokens": 1}},
+            },
+        ),
+        ("ping", {"type": "ping"}),
+    ]
+    events += [
+        (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": f" w{i}"},
+            },
+        )
+        for i in range(n_out)
+    ]
+    events += [
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "max_tokens"},
+                "usage": {"output_tokens": n_out},
+            },
+        ),
+        ("message_stop", {"type": "message_stop"}),
+    ]
     data = b"".join(f"event: {e}\ndata: {json.dumps(d)}\n\n".encode() for e, d in events)
-    return httpx.Response(200, headers={"content-type": "text/event-stream", "request-id": "req_a"}, content=data)
+    return httpx.Response(
+        200, headers={"content-type": "text/event-stream", "request-id": "req_a"}, content=data
+    )
 
 
 def _count(request: httpx.Request) -> httpx.Response:
@@ -102,7 +145,10 @@ def test_lab_with_mocked_openai_and_anthropic(tmp_path: Path, monkeypatch) -> No
     assert attribution["prefill (prompt processing)"]["note"] == "not reported by this provider"
     openai_attr = {r["measurement"]: r for r in got[("openai", "attribution")].figures["rows"]}
     assert openai_attr["server processing up to headers"]["value_ms"] == 7.0
-    records = [RequestRecord.from_json_line(l) for l in (run_dir / "records.jsonl").read_text().splitlines()]
+    records = [
+        RequestRecord.from_json_line(line)
+        for line in (run_dir / "records.jsonl").read_text().splitlines()
+    ]
     assert {r.provider for r in records} == {"openai", "claude"}
     assert all(r.error is None for r in records)
     assert any(r.warmup for r in records)

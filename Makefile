@@ -1,0 +1,55 @@
+# labkit's task runner. `make lab` runs the quickstart lab, `make test` runs the tests;
+# both set up everything they need on a fresh machine (venv, llama-server, model, browser).
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+CONFIG ?= configs/quickstart.yaml
+
+.PHONY: lab test lint typecheck check setup browser format bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+## The main job: set up (cached after the first time) and run the quickstart lab.
+lab: $(STAMP)
+	$(BIN)/labkit setup
+	$(BIN)/labkit run $(CONFIG)
+
+## llama-server and the default model, built/fetched into ~/.cache/labkit when missing.
+setup: $(STAMP)
+	$(BIN)/labkit setup
+
+## Debian's chromium, for the report's real-browser test.
+browser:
+	bash scripts/install-browser.sh
+
+## The whole test suite: offline (respx mocks) plus the real llama-server and a real browser.
+test: $(STAMP) browser
+	$(BIN)/labkit setup
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check labkit tests benchmarks
+	$(BIN)/ruff format --check labkit
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+check: lint typecheck test
+
+format: $(STAMP)
+	$(BIN)/ruff format labkit
+	$(BIN)/ruff check --fix labkit tests benchmarks
+
+## Benchmarks print ratios and sizes measured side by side; they are not tests.
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_report.py
+	$(BIN)/python benchmarks/bench_recorder.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
