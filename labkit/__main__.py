@@ -1,0 +1,5 @@
+"""`python -m labkit` runs the CLI."""
+
+from labkit.cli import main
+
+main()

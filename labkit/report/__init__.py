@@ -1,0 +1,38 @@
+"""The report: run folders in, statistics, attribution, figures and comparisons out.
+
+It reads run folders (records.jsonl, manifest.json, lab.json) and imports only
+`labkit.records` and `labkit.errors`, so it works on a run copied from another machine.
+
+    load.py     run folders → DataFrame (one row per record, dotted contract names)
+    stats.py    percentiles per provider × experiment × model, exclusions counted
+    split.py    provider-reported vs client-observed time, and the difference
+    plots.py    matplotlib (Agg) figures as PNG bytes
+    render.py   Markdown and self-contained HTML
+    build.py    write_report: report.md, report.html, summary.csv, summary.parquet
+    compare.py  runs side by side (change in p50/p90 from the first run)
+    cli.py      `labkit report`, `labkit compare`
+"""
+
+from __future__ import annotations
+
+from labkit.report.build import ReportPaths, write_report
+from labkit.report.compare import compare_runs, write_comparison
+from labkit.report.load import RunData, load_event_offsets, load_run, load_runs
+from labkit.report.split import NOT_DERIVABLE, NOT_OBSERVED, NOT_REPORTED, provider_client_split
+from labkit.report.stats import summarize
+
+__all__ = [
+    "NOT_DERIVABLE",
+    "NOT_OBSERVED",
+    "NOT_REPORTED",
+    "ReportPaths",
+    "RunData",
+    "compare_runs",
+    "load_event_offsets",
+    "load_run",
+    "load_runs",
+    "provider_client_split",
+    "summarize",
+    "write_comparison",
+    "write_report",
+]

@@ -1,0 +1,421 @@
+"""`write_report`: one run folder → report.md, report.html, summary.csv, summary.parquet.
+
+Section order: the lab's answers first (from ``lab.json``), then what is missing from the
+run, the run and its providers, the statistics, errors, the provider/client split and the
+figures. Every gap is said in words: a provider that failed every request, a provider that
+reports no usage or no timings of its own, a truncated ``records.jsonl``, a figure that
+could not be drawn.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from labkit.errors import RunError
+from labkit.records import LabAnswer
+from labkit.report.load import RunData, ensure_columns, load_run
+from labkit.report.plots import all_plots
+from labkit.report.render import (
+    Block,
+    Bullets,
+    Heading,
+    Image,
+    Para,
+    Table,
+    fmt_num,
+    render_html,
+    render_markdown,
+)
+from labkit.report.split import NOT_REPORTED, SPLIT_COLUMNS, provider_client_split
+from labkit.report.stats import summarize
+
+__all__ = ["LAB_EXPERIMENTS", "ReportPaths", "build_blocks", "missing_notes", "write_report"]
+
+# The lab's five questions, in the order the report answers them.
+LAB_EXPERIMENTS: list[str] = [
+    "single",
+    "token_ratio",
+    "determinism",
+    "prefill_decode",
+    "attribution",
+]
+
+
+@dataclass(frozen=True)
+class ReportPaths:
+    """Where `write_report` wrote its outputs."""
+
+    md: Path
+    html: Path
+    csv: Path
+    parquet: Path
+    files: Path
+
+
+# --- What is missing ---------------------------------------------------------------------
+
+
+def missing_notes(run: RunData, summary: pd.DataFrame) -> list[str]:
+    """Plain sentences on everything the run lacks (empty when nothing is missing)."""
+    notes = list(run.problems)
+    df = ensure_columns(
+        run.records,
+        [
+            "usage.output_tokens",
+            "usage.input_tokens",
+            "provider_timings.prefill_ms",
+            "provider_timings.decode_ms_per_token",
+        ],
+    )
+    if "usage.output_tokens_source" not in df.columns:
+        df = df.assign(**{"usage.output_tokens_source": None})
+    status = run.manifest.get("status")
+    if status and status != "completed":
+        notes.append(f"The run's status is '{status}': results may be partial.")
+    providers = run.manifest.get("providers")
+    if isinstance(providers, dict):
+        for pid, info in providers.items():
+            if not isinstance(info, dict) or info.get("status") in (None, "ok"):
+                continue
+            why = info.get("reason") or info.get("first_error") or "no reason given"
+            notes.append(f"Provider {pid} was {info.get('status')}: {why}.")
+    if df.empty:
+        notes.append("records.jsonl holds no records: there is nothing to measure.")
+        return notes
+    for provider, rows in df.groupby("provider", sort=True, dropna=False):
+        measured = rows[~rows["warmup"].astype(bool)]
+        ok = measured[measured["ok"].astype(bool)]
+        if len(measured) == 0:
+            notes.append(f"{provider}: only warm-up requests were recorded; no statistics.")
+            continue
+        if ok.empty:
+            kinds = measured["error.kind"].fillna("unknown").value_counts()
+            kind_text = ", ".join(f"{k} × {int(v)}" for k, v in kinds.items())
+            first = measured["error.message"].dropna()
+            example = f" First error: {first.iloc[0]}" if len(first) else ""
+            notes.append(
+                f"{provider}: every request failed ({len(measured)} of {len(measured)}: "
+                f"{kind_text}); no latency statistics.{example}"
+            )
+            continue
+        if len(ok) == 1:
+            notes.append(
+                f"{provider}: only 1 successful request; every percentile is that one value."
+            )
+        elif len(ok) < 10:
+            notes.append(f"{provider}: only {len(ok)} successful requests; percentiles are rough.")
+        if ok["usage.output_tokens"].isna().all():
+            notes.append(
+                f"{provider}: reported no token usage: output tokens, decode ms/token and "
+                "tokens/s are not available."
+            )
+        elif (ok["usage.output_tokens_source"] == "local").any():
+            n_local = int((ok["usage.output_tokens_source"] == "local").sum())
+            notes.append(
+                f"{provider}: sent no usage in {n_local} of {len(ok)} requests; their output "
+                "tokens were counted locally by labkit, not by the provider."
+            )
+        if ok["usage.input_tokens"].isna().all() and not ok["usage.output_tokens"].isna().all():
+            notes.append(f"{provider}: reported no input token count.")
+        if (
+            ok["provider_timings.prefill_ms"].isna().all()
+            and ok["provider_timings.decode_ms_per_token"].isna().all()
+        ):
+            notes.append(
+                f"{provider}: reports no prefill/decode timings of its own; the split below "
+                f"says '{NOT_REPORTED}' and attributes only what the client observed."
+            )
+    return notes
+
+
+# --- Sections ----------------------------------------------------------------------------
+
+
+def _answer_line(ans: LabAnswer) -> str:
+    who = ans.provider + (f" ({ans.model})" if ans.model else "")
+    flag = "" if ans.status == "ok" else f" [{ans.status}]"
+    return f"{who}{flag}: {ans.answer}"
+
+
+def _lab_section(run: RunData) -> list[Block]:
+    blocks: list[Block] = [Heading("Lab answers")]
+    if run.lab is None:
+        blocks.append(
+            Para(
+                "lab.json is absent: the lab's answers were not computed for this run. The "
+                "statistics and figures below come from the records alone.",
+                "warn",
+            )
+        )
+        return blocks
+    by_exp: dict[str, list[LabAnswer]] = {}
+    for ans in run.lab.answers:
+        by_exp.setdefault(ans.experiment, []).append(ans)
+    order = LAB_EXPERIMENTS + sorted(set(by_exp) - set(LAB_EXPERIMENTS))
+    for i, exp in enumerate(order, start=1):
+        answers = by_exp.get(exp)
+        if not answers:
+            blocks.append(Heading(f"{i}. {exp}", 3))
+            blocks.append(Para(f"The {exp} experiment was not run or produced no answer.", "note"))
+            continue
+        blocks.append(Heading(f"{i}. {exp}: {answers[0].question}", 3))
+        blocks.append(Bullets([_answer_line(a) for a in answers]))
+    return blocks
+
+
+def _run_section(run: RunData) -> list[Block]:
+    m = run.manifest
+    df = run.records
+    facts = [
+        ("run id", m.get("run_id") or (df["run_id"].iloc[0] if len(df) else run.run_dir.name)),
+        ("name", m.get("name")),
+        ("status", m.get("status")),
+        ("started", m.get("started_at")),
+        ("ended", m.get("ended_at")),
+        ("records", len(df)),
+        ("labkit", m.get("labkit_version")),
+        ("config", m.get("config_path")),
+    ]
+    host = m.get("host")
+    if isinstance(host, dict):
+        facts.append(("host", ", ".join(f"{k}={v}" for k, v in host.items() if v is not None)))
+    blocks: list[Block] = [
+        Heading("Run"),
+        Table(["", ""], [[k, str(v)] for k, v in facts if v not in (None, "")]),
+    ]
+    providers = m.get("providers")
+    if isinstance(providers, dict) and providers:
+        rows = []
+        for pid, info in providers.items():
+            info = info if isinstance(info, dict) else {}
+            server = info.get("server")
+            server_text = (
+                ", ".join(f"{k}={v}" for k, v in server.items() if isinstance(v, str | int | float))
+                if isinstance(server, dict)
+                else ""
+            )
+            rows.append(
+                [
+                    str(pid),
+                    str(info.get("kind") or ""),
+                    str(info.get("model") or ""),
+                    str(info.get("status") or ""),
+                    str(info.get("reason") or info.get("first_error") or ""),
+                    server_text[:200],
+                ]
+            )
+        blocks.append(Table(["provider", "kind", "model", "status", "reason", "server"], rows))
+    return blocks
+
+
+_SUMMARY_VIEW: list[tuple[str, str]] = [
+    ("provider", "provider"),
+    ("experiment", "experiment"),
+    ("model", "model"),
+    ("records", "records"),
+    ("warmup_excluded", "warm-up excl."),
+    ("errors", "errors"),
+    ("n", "n"),
+    ("ttft_ms.p50", "TTFT p50"),
+    ("ttft_ms.p90", "TTFT p90"),
+    ("ttft_ms.p99", "TTFT p99"),
+    ("decode_ms_per_token.p50", "decode ms/tok p50"),
+    ("decode_ms_per_token.p90", "decode ms/tok p90"),
+    ("e2e_ms.p50", "e2e p50"),
+    ("e2e_ms.p90", "e2e p90"),
+    ("output_tokens_per_s.p50", "tok/s p50"),
+]
+
+
+_COUNT_COLUMNS = {"records", "warmup_excluded", "errors", "n"}
+
+
+def _summary_section(summary: pd.DataFrame) -> list[Block]:
+    blocks: list[Block] = [
+        Heading("Statistics per provider × experiment × model"),
+        Para(
+            "Milliseconds unless stated. Warm-up and failed requests are excluded from the "
+            "percentiles and counted in their own columns; n is what remains. Mean, min, max "
+            "and p99 of every metric are in summary.csv / summary.parquet.",
+            "note",
+        ),
+    ]
+    if summary.empty:
+        blocks.append(Para("No records: no statistics.", "warn"))
+        return blocks
+    rows = []
+    for _, r in summary.iterrows():
+        cells = []
+        for col, _label in _SUMMARY_VIEW:
+            v = r[col]
+            if col in ("provider", "experiment", "model"):
+                cells.append(str(v))
+            else:
+                cells.append(fmt_num(v, 0 if col in _COUNT_COLUMNS else None))
+        rows.append(cells)
+    numeric = set(range(3, len(_SUMMARY_VIEW)))
+    blocks.append(Table([label for _, label in _SUMMARY_VIEW], rows, numeric))
+    return blocks
+
+
+def _errors_section(df: pd.DataFrame) -> list[Block]:
+    blocks: list[Block] = [Heading("Errors")]
+    failed = df[~df["ok"].astype(bool)] if len(df) else df
+    if failed.empty:
+        blocks.append(Para("No request failed."))
+        return blocks
+    failed = failed.assign(
+        _kind=failed["error.kind"].fillna("unknown"),
+        _status=failed["error.status"].map(lambda s: "" if pd.isna(s) else str(int(s))),
+    )
+    rows = []
+    for (provider, exp, kind, status), grp in failed.groupby(
+        ["provider", "experiment", "_kind", "_status"], sort=True, dropna=False
+    ):
+        messages = grp["error.message"].dropna()
+        example = str(messages.iloc[0])[:160] if len(messages) else ""
+        warm = int(grp["warmup"].astype(bool).sum())
+        rows.append(
+            [str(provider), str(exp), str(kind), str(status), str(len(grp)), str(warm), example]
+        )
+    blocks.append(
+        Table(
+            [
+                "provider",
+                "experiment",
+                "kind",
+                "status",
+                "count",
+                "of which warm-up",
+                "first message",
+            ],
+            rows,
+            {4, 5},
+        )
+    )
+    return blocks
+
+
+_SPLIT_LABELS: dict[str, str] = {
+    "provider": "provider",
+    "provider_kind": "kind",
+    "model": "model",
+    "n": "n",
+    "provider.prefill_ms": "provider prefill",
+    "provider.decode_ms_per_token": "provider decode ms/tok",
+    "provider.processing_ms": "provider processing",
+    "client.ttft_ms": "client TTFT",
+    "client.decode_ms_per_token": "client decode ms/tok",
+    "network.ttft_minus_prefill_ms": "network+front end (TTFT − prefill)",
+    "network.decode_diff_ms_per_token": "network+front end decode ms/tok",
+    "client.connect_ms": "connect",
+    "client.tls_ms": "TLS",
+    "app.prepare_ms": "app prepare",
+    "app.parse_cpu_ms": "app parse CPU",
+    "app.client_path": "client path",
+    "app.sdk_minus_wire_e2e_ms": "SDK − wire e2e",
+}
+
+
+def _split_section(split: pd.DataFrame) -> list[Block]:
+    blocks: list[Block] = [
+        Heading("Provider vs client: whose time is it?"),
+        Para(
+            "Medians over successful, non-warm-up requests, in ms. Provider columns are what "
+            "the provider reported about itself (provider_timings.*); client columns what "
+            "labkit observed (client.*); network + front end is the per-request difference "
+            "client.ttft_ms − provider_timings.prefill_ms (and the same for decode). "
+            "Application time (app.prepare_ms, app.parse_cpu_ms, SDK − wire) is off the wire "
+            "and not part of TTFT. 'not reported' means the provider sends nothing about "
+            "itself; 'not derivable' that the difference needs it; 'not observed' that the "
+            "client saw no value (e.g. connect on a reused connection).",
+            "note",
+        ),
+    ]
+    if split.empty:
+        blocks.append(Para("No records: no split.", "warn"))
+        return blocks
+    rows = [
+        [
+            str(r[c])
+            if c in ("provider", "provider_kind", "model", "app.client_path")
+            else fmt_num(r[c], 0 if c == "n" else None)
+            for c in SPLIT_COLUMNS
+        ]
+        for _, r in split.iterrows()
+    ]
+    numeric = {
+        i
+        for i, c in enumerate(SPLIT_COLUMNS)
+        if c not in ("provider", "provider_kind", "model", "app.client_path")
+    }
+    blocks.append(Table([_SPLIT_LABELS[c] for c in SPLIT_COLUMNS], rows, numeric))
+    return blocks
+
+
+def _title(run: RunData) -> str:
+    m = run.manifest
+    name = m.get("name") or run.run_dir.name
+    rid = m.get("run_id")
+    return f"labkit report: {name}" + (f" ({rid})" if rid and rid != name else "")
+
+
+def build_blocks(run: RunData) -> tuple[str, list[Block], pd.DataFrame]:
+    """The report as a title, a list of blocks, and the summary frame it shows."""
+    df = run.records
+    summary = summarize(df)
+    split = provider_client_split(df) if len(df) else pd.DataFrame(columns=SPLIT_COLUMNS)
+    plots, missing_plots = all_plots(df, run.lab) if len(df) else ([], [])
+    title = _title(run)
+    blocks: list[Block] = [Heading(title, 1)]
+    blocks += _lab_section(run)
+    notes = missing_notes(run, summary)
+    blocks.append(Heading("What is missing"))
+    if notes or missing_plots:
+        blocks.append(Bullets(notes + missing_plots, "warn"))
+    else:
+        blocks.append(Para("Nothing: every provider answered and reported what it can."))
+    blocks += _run_section(run)
+    blocks += _summary_section(summary)
+    if len(df):
+        blocks += _errors_section(df)
+    blocks += _split_section(split)
+    blocks.append(Heading("Figures"))
+    if not plots:
+        blocks.append(Para("No figure could be drawn from this run.", "warn"))
+    for plot in plots:
+        blocks += [Heading(plot.title, 3), Image(plot)]
+    return title, blocks, summary
+
+
+def _summary_for_files(summary: pd.DataFrame) -> pd.DataFrame:
+    out = summary.copy()
+    for col in ("provider", "experiment", "model", "error_kinds"):
+        out[col] = out[col].astype(object).where(out[col].notna(), None)
+    return out
+
+
+def write_report(run_dir: Path | str) -> ReportPaths:
+    """Regenerate the report of one run folder; returns where the files were written."""
+    run = load_run(run_dir)
+    title, blocks, summary = build_blocks(run)
+    folder = run.run_dir
+    paths = ReportPaths(
+        md=folder / "report.md",
+        html=folder / "report.html",
+        csv=folder / "summary.csv",
+        parquet=folder / "summary.parquet",
+        files=folder / "report_files",
+    )
+    try:
+        paths.md.write_text(render_markdown(blocks, folder, paths.files.name), encoding="utf-8")
+        paths.html.write_text(render_html(blocks, title), encoding="utf-8")
+        table = _summary_for_files(summary)
+        table.to_csv(paths.csv, index=False)
+        table.to_parquet(paths.parquet, index=False)
+    except OSError as exc:
+        raise RunError(f"cannot write the report into {folder}: {exc}") from exc
+    return paths

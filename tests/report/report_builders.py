@@ -1,0 +1,240 @@
+"""Synthetic run folders for the report tests: `RequestRecord`s → records.jsonl."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from labkit.records import (
+    AppTimings,
+    ClientTimings,
+    LabAnswer,
+    LabResults,
+    ProviderTimings,
+    RecordError,
+    RequestRecord,
+    Usage,
+)
+
+_T0 = datetime(2025, 1, 1, tzinfo=UTC)
+_counter = [0]
+
+
+def make_record(
+    *,
+    run_id: str = "run-1",
+    provider: str = "local",
+    provider_kind: str = "llamacpp",
+    experiment: str = "single",
+    model: str = "m",
+    ttft_ms: float = 100.0,
+    decode_ms_per_token: float | None = 10.0,
+    output_tokens: int | None = 20,
+    input_tokens: int | None = 50,
+    prefill_ms: float | None = None,
+    provider_decode_ms_per_token: float | None = None,
+    error_kind: str | None = None,
+    warmup: bool = False,
+    prepare_ms: float | None = 1.0,
+    parse_cpu_ms: float | None = 0.5,
+    client_path: str = "wire",
+    tags: dict[str, str | int | float | bool] | None = None,
+    prompt_id: str = "p1",
+    prompt_chars: int = 200,
+    n_events: int | None = None,
+    output_tokens_source: str | None = "provider",
+) -> RequestRecord:
+    """One record with consistent client timings (events every `decode_ms_per_token`)."""
+    _counter[0] += 1
+    n = n_events if n_events is not None else (output_tokens or 0)
+    step = decode_ms_per_token or 0.0
+    offsets = [ttft_ms + step * k for k in range(n)]
+    last = offsets[-1] if offsets else None
+    decode = decode_ms_per_token if (output_tokens or 0) >= 2 else None
+    client = ClientTimings(
+        headers_ms=ttft_ms / 2,
+        first_event_ms=ttft_ms,
+        ttft_ms=ttft_ms,
+        last_token_ms=last,
+        e2e_ms=(last or ttft_ms) + 2.0,
+        decode_ms_per_token=decode,
+        output_tokens_per_s=1000.0 / decode if decode else None,
+        event_offsets_ms=offsets,
+    )
+    error = None
+    if error_kind is not None:
+        error = RecordError(
+            kind=error_kind,
+            message=f"synthetic {error_kind}",
+            status=500 if error_kind == "http_status" else None,
+        )  # type: ignore[arg-type]
+    return RequestRecord(
+        run_id=run_id,
+        record_id=f"r{_counter[0]}",
+        experiment=experiment,
+        warmup=warmup,
+        provider=provider,
+        provider_kind=provider_kind,
+        model=model,
+        prompt_id=prompt_id,
+        prompt_chars=prompt_chars,
+        prompt_bytes=prompt_chars,
+        started_at=_T0,
+        client=client,
+        provider_timings=ProviderTimings(
+            prefill_ms=prefill_ms, decode_ms_per_token=provider_decode_ms_per_token
+        ),
+        app=AppTimings(prepare_ms=prepare_ms, parse_cpu_ms=parse_cpu_ms, client_path=client_path),  # type: ignore[arg-type]
+        usage=Usage(
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            output_tokens_source=output_tokens_source if output_tokens else None,  # type: ignore[arg-type]
+        ),
+        tags=tags or {},
+        error=error,
+    )
+
+
+def write_run(
+    run_dir: Path,
+    records: list[RequestRecord],
+    *,
+    manifest: dict[str, Any] | None = None,
+    lab: LabResults | None = None,
+    tail: str = "",
+) -> Path:
+    """Write a run folder; `tail` is appended raw (e.g. a truncated line)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with (run_dir / "records.jsonl").open("w", encoding="utf-8") as fh:
+        for rec in records:
+            fh.write(rec.to_json_line() + "\n")
+        fh.write(tail)
+    man: dict[str, Any] = {
+        "run_id": records[0].run_id if records else run_dir.name,
+        "name": run_dir.name,
+        "status": "completed",
+        "records": len(records),
+        "providers": {},
+    }
+    man.update(manifest or {})
+    (run_dir / "manifest.json").write_text(json.dumps(man), encoding="utf-8")
+    if lab is not None:
+        (run_dir / "lab.json").write_text(lab.model_dump_json(), encoding="utf-8")
+    return run_dir
+
+
+def full_lab(run_id: str = "run-1") -> LabResults:
+    """A lab.json with the five answers and the figures the plots read."""
+
+    def ans(exp: str, provider: str, text: str, figures: dict[str, Any]) -> LabAnswer:
+        return LabAnswer(
+            experiment=exp,
+            provider=provider,
+            model="m",
+            question=f"What does {exp} show?",
+            answer=text,
+            figures=figures,
+        )
+
+    return LabResults(
+        run_id=run_id,
+        answers=[
+            ans("single", "local", "TTFT was 100 ms; decode 10 ms/token.", {"ttft_ms": 100.0}),
+            ans(
+                "token_ratio",
+                "local",
+                "English prose ran 4.2 characters per token.",
+                {
+                    "rows": [
+                        {
+                            "text_id": "prose",
+                            "chars": 420,
+                            "bytes": 420,
+                            "tokens": 100,
+                            "token_source": "provider",
+                            "chars_per_token": 4.2,
+                            "rule_of_4_error_pct": 5.0,
+                            "tiktoken_tokens": 98,
+                        },
+                        {
+                            "text_id": "code",
+                            "chars": 300,
+                            "bytes": 300,
+                            "tokens": 100,
+                            "token_source": "provider",
+                            "chars_per_token": 3.0,
+                            "rule_of_4_error_pct": -25.0,
+                            "tiktoken_tokens": None,
+                        },
+                    ]
+                },
+            ),
+            ans("determinism", "local", "5 of 5 seeded runs gave the same text.", {}),
+            ans(
+                "prefill_decode",
+                "local",
+                "Prefill costs 0.2 ms per prompt token.",
+                {
+                    "points": [
+                        {
+                            "input_tokens": t,
+                            "ttft_ms": 20 + 0.2 * t,
+                            "prefill_ms": 0.2 * t,
+                            "decode_ms_per_token": 10.0,
+                            "cached_tokens": 0,
+                        }
+                        for t in (128, 256, 512, 1024)
+                    ],
+                    "fit": {"ms_per_token": 0.2, "intercept_ms": 20.0, "r2": 1.0, "n": 4},
+                },
+            ),
+            ans("attribution", "local", "Network and front end add 5 ms to TTFT.", {}),
+        ],
+    )
+
+
+def mixed_records(run_id: str = "run-1") -> list[RequestRecord]:
+    """Two providers (one reports its own timings, one does not), errors, warm-ups."""
+    recs: list[RequestRecord] = []
+    for i in range(20):
+        recs.append(
+            make_record(
+                run_id=run_id,
+                ttft_ms=100.0 + i,
+                prefill_ms=90.0 + i,
+                provider_decode_ms_per_token=9.0,
+            )
+        )
+        recs.append(
+            make_record(
+                run_id=run_id,
+                provider="hosted",
+                provider_kind="anthropic",
+                ttft_ms=300.0 + i,
+                decode_ms_per_token=20.0,
+            )
+        )
+    for t in (128, 256, 512, 1024):
+        recs.append(
+            make_record(
+                run_id=run_id,
+                experiment="prefill_decode",
+                input_tokens=t,
+                ttft_ms=20 + 0.2 * t,
+                prefill_ms=0.2 * t,
+                tags={"target_prompt_tokens": t},
+            )
+        )
+    recs.append(make_record(run_id=run_id, warmup=True, ttft_ms=5000.0))
+    recs.append(
+        make_record(
+            run_id=run_id,
+            provider="hosted",
+            provider_kind="anthropic",
+            error_kind="timeout",
+            ttft_ms=9999.0,
+        )
+    )
+    return recs

@@ -1,0 +1,124 @@
+"""write_report end to end: files written, sections present, every gap said in words."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from labkit.report import write_report
+from tests.report.report_builders import full_lab, make_record, mixed_records, write_run
+
+
+def _md(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+def test_full_report(tmp_path: Path) -> None:
+    run_dir = write_run(tmp_path / "run", mixed_records(), lab=full_lab())
+    paths = write_report(run_dir)
+    md = _md(paths.md)
+    headings = [line for line in md.splitlines() if line.startswith("## ")]
+    assert headings[0] == "## Lab answers"
+    for exp in ("single", "token_ratio", "determinism", "prefill_decode", "attribution"):
+        assert f". {exp}: What does {exp} show?" in md
+    assert "Prefill costs 0.2 ms per prompt token." in md
+    assert "hosted: reports no prefill/decode timings of its own" in md
+    assert "not reported" in md
+    links = re.findall(r"\]\((report_files/[^)]+\.png)\)", md)
+    assert {Path(link).stem for link in links} == {
+        "ttft_distribution",
+        "token_timeline",
+        "ttft_vs_prompt",
+        "decode_per_provider",
+        "chars_per_token",
+        "client_vs_server",
+    }
+    for link in links:
+        assert (run_dir / link).read_bytes().startswith(b"\x89PNG")
+    html = paths.html.read_text(encoding="utf-8")
+    assert html.count("data:image/png;base64,") == 6
+    assert not re.search(r"(src|href)=\"(?!data:)", html)
+    assert "<script" not in html
+    csv = pd.read_csv(paths.csv)
+    parquet = pd.read_parquet(paths.parquet)
+    assert list(csv.columns) == list(parquet.columns)
+    local = csv[(csv["provider"] == "local") & (csv["experiment"] == "single")].iloc[0]
+    assert local["warmup_excluded"] == 1 and local["n"] == 20
+    hosted = parquet[parquet["provider"] == "hosted"].iloc[0]
+    assert hosted["errors"] == 1 and hosted["error_kinds"] == "timeout: 1"
+    # regenerating is idempotent
+    assert write_report(run_dir) == paths
+
+
+def test_without_lab_json_fits_from_records(tmp_path: Path) -> None:
+    paths = write_report(write_run(tmp_path / "run", mixed_records()))
+    md = _md(paths.md)
+    assert "lab.json is absent" in md
+    assert "report_files/ttft_vs_prompt.png" in md
+    assert "chars per token: not drawn, no token_ratio results." in md
+
+
+def test_every_request_failed(tmp_path: Path) -> None:
+    recs = [make_record(provider="hosted", error_kind="http_status") for _ in range(3)]
+    manifest = {
+        "status": "failed",
+        "providers": {
+            "hosted": {
+                "kind": "anthropic",
+                "model": "m",
+                "status": "failed",
+                "reason": None,
+                "first_error": "HTTP 500 from the API",
+            }
+        },
+    }
+    paths = write_report(write_run(tmp_path / "run", recs, manifest=manifest))
+    md = _md(paths.md)
+    assert "hosted: every request failed (3 of 3: http_status × 3)" in md
+    assert "Provider hosted was failed: HTTP 500 from the API." in md
+    assert "The run's status is 'failed'" in md
+    assert "No figure could be drawn from this run." in md
+    assert "synthetic http_status" in md  # the errors table shows a message
+    assert paths.html.is_file() and paths.parquet.is_file()
+
+
+def test_one_record(tmp_path: Path) -> None:
+    paths = write_report(write_run(tmp_path / "run", [make_record(ttft_ms=123.0)]))
+    md = _md(paths.md)
+    assert "local: only 1 successful request; every percentile is that one value." in md
+    row = pd.read_csv(paths.csv).iloc[0]
+    assert row["ttft_ms.p50"] == row["ttft_ms.p99"] == 123.0
+
+
+def test_provider_without_usage(tmp_path: Path) -> None:
+    recs = [
+        make_record(
+            provider="bare",
+            output_tokens=None,
+            input_tokens=None,
+            n_events=5,
+            decode_ms_per_token=None,
+        )
+        for _ in range(3)
+    ]
+    paths = write_report(write_run(tmp_path / "run", recs))
+    md = _md(paths.md)
+    assert "bare: reported no token usage" in md
+    assert "decode ms/token: not drawn" in md
+
+
+def test_locally_counted_output_tokens_are_flagged(tmp_path: Path) -> None:
+    recs = [make_record(output_tokens_source="local") for _ in range(2)]
+    md = _md(write_report(write_run(tmp_path / "run", recs)).md)
+    assert "counted locally by labkit" in md
+
+
+def test_empty_records_file(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "records.jsonl").write_text("")
+    md = _md(write_report(run_dir).md)
+    assert "records.jsonl holds no records" in md
+    assert "manifest.json is missing" in md
