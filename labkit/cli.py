@@ -158,7 +158,7 @@ def run(
 def _print_result(result: RunResult) -> None:
     console.print(summary_table(result.records, title=f"run {result.folder.run_id}"))
     for o in result.outcomes:
-        if o.status != "ok":
+        if o.status not in ("ok", "skipped"):  # skips were already said, once, live
             console.print(f"[yellow]{o.id}: {o.status}[/] — {escape(o.reason or '')}")
     for a in result.lab.answers:
         console.print(f"[bold]{escape(a.experiment)} · {escape(a.provider)}:[/] {escape(a.answer)}")

@@ -26,6 +26,7 @@ class FakeServer:
         self.host = host
         self.port = port
         self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
 
     @property
     def base_url(self) -> str:
@@ -41,6 +42,8 @@ class FakeServer:
         """Stop accepting and close the listener."""
         if self._server is not None:
             self._server.close()
+            for writer in list(self._writers):  # open keep-alive connections too
+                writer.transport.abort()
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
             self._server = None
@@ -60,6 +63,7 @@ class FakeServer:
         await self.stop()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -81,6 +85,7 @@ class FakeServer:
         except (asyncio.IncompleteReadError, ConnectionError, FakeDrop):
             pass
         finally:
+            self._writers.discard(writer)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()

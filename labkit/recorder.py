@@ -241,7 +241,12 @@ class StreamRecorder:
         except httpx.TimeoutException as exc:
             error = RecordError(kind=ErrorKind.TIMEOUT, message=_exc_message(exc, redact))
         except (httpx.RemoteProtocolError, httpx.NetworkError) as exc:
-            where = "mid-stream" if first_event_ns is not None else "before the response"
+            if first_event_ns is not None:
+                where = "mid-stream"
+            elif "http11.receive_response_headers.complete" in phases:
+                where = "after the response headers"
+            else:
+                where = "before the response"
             error = RecordError(
                 kind=ErrorKind.CONNECTION,
                 message=f"connection lost {where}: {_exc_message(exc, redact)}",
@@ -257,8 +262,9 @@ class StreamRecorder:
             cancelled = True
             error = RecordError(kind=ErrorKind.CANCELLED, message="request cancelled")
 
-        if error is None:
-            error = parser.error
+        if error is None and parser.error is not None:
+            # An error event's text comes from the provider and may echo the key.
+            error = parser.error.model_copy(update={"message": redact(parser.error.message)})
         if error is None and not done:
             error = RecordError(
                 kind=ErrorKind.PROTOCOL,

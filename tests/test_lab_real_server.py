@@ -1,0 +1,262 @@
+"""The lab end to end against the real llama-server and the real model (no mocks, no skips).
+
+These run `labkit` as a subprocess, as a user would, so Ctrl-C, a dying server and a failing
+run are exercised for real. The first run on a fresh machine builds llama-server (`labkit
+setup`, minutes); later runs find it cached.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from labkit.local import ensure_setup
+from labkit.records import LabResults, RequestRecord
+
+REPO = Path(__file__).resolve().parents[1]
+LABKIT = [sys.executable, "-m", "labkit"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _local_setup() -> None:
+    ensure_setup()  # build/fetch once, outside the timed subprocesses
+
+
+def _children_named(parent: int, name: str) -> list[int]:
+    """Pids of live processes called `name` whose parent is `parent`."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        comm = text[text.index("(") + 1 : text.rindex(")")]
+        fields = text[text.rindex(")") + 2 :].split()
+        if comm == name and int(fields[1]) == parent and fields[0] != "Z":
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def _run(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*LABKIT, *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+
+
+def _records(run_dir: Path) -> list[RequestRecord]:
+    lines = (run_dir / "records.jsonl").read_text().splitlines()
+    return [RequestRecord.from_json_line(line) for line in lines if line.strip()]
+
+
+def _run_dir(out: Path) -> Path:
+    dirs = [p for p in out.iterdir() if p.is_dir()]
+    assert len(dirs) == 1, dirs
+    return dirs[0]
+
+
+def _start(args: list[str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*LABKIT, *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+
+
+def _wait_for_records(out: Path, n: int, proc: subprocess.Popen[str], timeout: float = 120) -> Path:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[0]
+        dirs = [p for p in out.iterdir() if p.is_dir()] if out.exists() else []
+        records = dirs[0] / "records.jsonl" if dirs else None
+        if records is not None and records.exists() and len(records.read_text().splitlines()) >= n:
+            return dirs[0]
+        time.sleep(0.1)
+    raise AssertionError(f"fewer than {n} records after {timeout} s")
+
+
+def test_quickstart_on_the_real_server(tmp_path: Path) -> None:
+    result = _run(["run", "configs/quickstart.yaml", "--out", str(tmp_path), "--repeats", "2"])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "server" in result.stdout and "prefill" in result.stdout  # the side-by-side columns
+    run_dir = _run_dir(tmp_path)
+    records = [r for r in _records(run_dir) if not r.warmup]
+    assert records and all(r.error is None for r in records)
+    for r in records:
+        pt = r.provider_timings
+        assert pt.prefill_ms is not None and pt.prefill_ms > 0
+        assert pt.decode_ms is not None and pt.decode_ms > 0
+        assert r.client.ttft_ms is not None and r.client.ttft_ms >= pt.prefill_ms
+        assert r.server_build and r.server_build.startswith("b")
+    for r in (r for r in records if r.experiment == "single"):
+        assert r.usage.output_tokens is not None and r.usage.output_tokens >= 64
+        client, server = r.client.decode_ms_per_token, r.provider_timings.decode_ms_per_token
+        assert client is not None and server is not None
+        assert abs(client - server) / server < 0.10, (client, server)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "completed"
+    local = manifest["providers"]["local"]
+    assert local["status"] == "ok"
+    server = local["server"]
+    assert server["backend"] == "cpu" and server["build_info"].startswith("b")
+    assert server["model_sha256"] and server["slots"] == 1
+    assert not _alive(server["pid"]), "llama-server outlived the run"
+    assert (run_dir / "report.html").exists() and (run_dir / "report.md").exists()
+
+
+LAB = """
+name: lab-real
+providers:
+  - {id: local, kind: llamacpp, ctx_size: 2048}
+experiments:
+  - {kind: single, repeats: 2, params: {temperature: 0, max_tokens: 32}}
+  - {kind: token_ratio}
+  - {kind: determinism, repeats: 2, params: {max_tokens: 24}}
+  - kind: prefill_decode
+    repeats: 3  # medians of 3 absorb one stalled request on a busy machine
+    prompt_tokens: [16, 256, 1024]
+    cache_prefix_tokens: 512
+    cache_repeats: 1
+    params: {temperature: 0, max_tokens: 16}
+  - {kind: attribution, repeats: 2}
+"""
+
+
+def test_whole_lab_on_the_real_server(tmp_path: Path) -> None:
+    cfg = tmp_path / "lab.yaml"
+    cfg.write_text(LAB)
+    result = _run(["run", str(cfg), "--out", str(tmp_path / "runs"), "--no-report"])
+    assert result.returncode == 0, result.stdout + result.stderr
+    run_dir = _run_dir(tmp_path / "runs")
+    lab = LabResults.model_validate_json((run_dir / "lab.json").read_text())
+    got = {a.experiment: a for a in lab.answers}
+    assert set(got) == {"single", "token_ratio", "determinism", "prefill_decode", "attribution"}
+    assert all(a.status == "ok" for a in lab.answers), [
+        (a.experiment, a.answer) for a in lab.answers
+    ]
+
+    pd = got["prefill_decode"].figures
+    assert pd["fit"]["ms_per_token"] > 0  # prefill grows with the prompt
+    assert pd["server_prefill_fit"]["ms_per_token"] > 0
+    # Decode stays roughly flat while prefill grows with the prompt. For a 135M model the
+    # attention over a 1,000-token KV cache is not negligible next to its small matmuls, so
+    # "flat" means: far flatter than TTFT, and under 2x end to end.
+    decode = [p["decode_ms_per_token"] for p in pd["points"]]
+    ttft = [p["ttft_ms"] for p in pd["points"]]
+    assert max(decode) / min(decode) < 2.0, decode
+    assert max(ttft) / min(ttft) > 3 * max(decode) / min(decode), (ttft, decode)
+    assert pd["cold_cache_hits"] == 0
+    assert pd["cache"]["hit_cached_tokens"] > 0
+    assert pd["cache"]["hit_ttft_ms"] < pd["cache"]["prime_ttft_ms"]
+
+    variants = {v["variant"]: v for v in got["determinism"].figures["variants"]}
+    assert variants["t0-seed"]["identical"] is True
+    assert variants["t0"]["identical"] is True
+    assert got["determinism"].figures["tokenizer"] == "llamacpp:/tokenize"
+
+    rows = {r["text_id"]: r for r in got["token_ratio"].figures["rows"]}
+    assert all(r["token_source"] == "llamacpp:/tokenize" for r in rows.values())
+    assert rows["english"]["chars_per_token"] > rows["japanese"]["chars_per_token"]
+
+    attribution = {r["measurement"]: r for r in got["attribution"].figures["rows"]}
+    assert attribution["TTFT minus provider prefill"]["value_ms"] > 0
+    assert attribution["TCP connect (fresh connections)"]["value_ms"] is not None
+
+
+def test_ctrl_c_keeps_records_leaves_no_server_and_resume_finishes(tmp_path: Path) -> None:
+    cfg = tmp_path / "long.yaml"
+    cfg.write_text(
+        "name: long\nproviders: [{id: local, kind: llamacpp, ctx_size: 1024}]\n"
+        "experiments: [{kind: single, repeats: 12, warmup: 0, params: {max_tokens: 24}}]\n"
+    )
+    out = tmp_path / "runs"
+    proc = _start(["run", str(cfg), "--out", str(out), "--no-report"])
+    run_dir = _wait_for_records(out, 3, proc)
+    servers = _children_named(proc.pid, "llama-server")
+    assert len(servers) == 1
+    proc.send_signal(signal.SIGINT)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, output
+    assert "labkit run --resume" in output and "Traceback" not in output
+    time.sleep(0.5)
+    assert not _alive(servers[0]), "llama-server outlived Ctrl-C"
+    kept = _records(run_dir)
+    assert len([r for r in kept if r.error is None]) >= 3
+    assert json.loads((run_dir / "manifest.json").read_text())["status"] == "interrupted"
+
+    result = _run(["run", "--resume", str(run_dir), "--no-report"])
+    assert result.returncode == 0, result.stdout + result.stderr
+    done = [r for r in _records(run_dir) if r.error is None]
+    assert sorted(r.plan_key or "" for r in done) == sorted(f"single/p0/{i}" for i in range(12))
+    assert json.loads((run_dir / "manifest.json").read_text())["status"] == "completed"
+
+
+def test_server_dying_mid_run_is_reported_and_finished_records_kept(tmp_path: Path) -> None:
+    cfg = tmp_path / "die.yaml"
+    cfg.write_text(
+        "name: die\nproviders: [{id: local, kind: llamacpp, ctx_size: 1024}]\n"
+        "experiments: [{kind: single, repeats: 40, warmup: 0, "
+        "params: {max_tokens: 64, ignore_eos: true}}]\n"
+    )
+    out = tmp_path / "runs"
+    proc = _start(["run", str(cfg), "--out", str(out), "--no-report"])
+    run_dir = _wait_for_records(out, 2, proc)
+    (server,) = _children_named(proc.pid, "llama-server")
+    os.kill(server, signal.SIGKILL)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 1, output
+    assert "llama-server exited during the run" in output and "Traceback" not in output
+    records = _records(run_dir)
+    assert sum(1 for r in records if r.error is None) >= 2
+    failed = [r for r in records if r.error is not None]
+    assert failed and failed[0].error is not None and failed[0].error.kind == "connection"
+    assert len(records) < 40  # it stopped sending to a dead server
+    assert (
+        json.loads((run_dir / "manifest.json").read_text())["providers"]["local"]["status"]
+        == "failed"
+    )
+
+
+def test_failing_run_stops_the_server(tmp_path: Path) -> None:
+    cfg = tmp_path / "bad.yaml"
+    # An unknown response_format is refused by llama-server: every request fails with a 4xx.
+    cfg.write_text(
+        "name: bad\nproviders: [{id: local, kind: llamacpp, ctx_size: 1024}]\n"
+        "experiments: [{kind: single, repeats: 2, warmup: 0, "
+        "params: {max_tokens: 8, response_format: {type: bogus}}}]\n"
+    )
+    out = tmp_path / "runs"
+    proc = _start(["run", str(cfg), "--out", str(out), "--no-report"])
+    servers: list[int] = []
+    while proc.poll() is None and not servers:
+        servers = _children_named(proc.pid, "llama-server")
+        time.sleep(0.05)
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 1, output
+    assert "every request failed" in output
+    records = _records(_run_dir(out))
+    assert records and all(r.error is not None and r.error.kind == "http_status" for r in records)
+    for pid in servers:
+        assert not _alive(pid), "llama-server outlived a failing run"
