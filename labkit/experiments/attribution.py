@@ -22,6 +22,8 @@ from labkit.experiments.base import (
 from labkit.experiments.common import fmt_ms, measured, median_of
 from labkit.providers.base import ChatRequest, Provider
 from labkit.records import LabAnswer, RequestRecord
+from labkit.sdkpath import sdk_supported
+from labkit.timing import percentile
 
 __all__ = ["AttributionExperiment", "AttributionSettings"]
 
@@ -38,6 +40,15 @@ class AttributionSettings(ExperimentSettings):
     repeats: PositiveInt = 6
     warmup: NonNegativeInt = 1
     params: dict[str, Any] = Field(default_factory=lambda: {"max_tokens": 32, "temperature": 0})
+    compare_sdk: bool = Field(
+        default=True,
+        description="Also send each request through the provider's official SDK, to measure "
+        "the SDK's overhead (sdk − wire), where an SDK exists for the provider.",
+    )
+
+
+def _median(values: list[float]) -> float | None:
+    return percentile(sorted(values), 50) if values else None
 
 
 def _diff(
@@ -46,16 +57,8 @@ def _diff(
     b: Callable[[RequestRecord], float | None],
 ) -> float | None:
     """Median of the per-record difference a − b, over records that have both."""
-    diffs = []
-    for r in records:
-        x, y = a(r), b(r)
-        if x is not None and y is not None:
-            diffs.append(x - y)
-    if not diffs:
-        return None
-    diffs.sort()
-    mid = len(diffs) // 2
-    return diffs[mid] if len(diffs) % 2 else (diffs[mid - 1] + diffs[mid]) / 2
+    pairs = ((a(r), b(r)) for r in records)
+    return _median([x - y for x, y in pairs if x is not None and y is not None])
 
 
 @register_experiment
@@ -75,27 +78,46 @@ class AttributionExperiment(Experiment):
         return self.settings
 
     def plan(self, provider: Provider) -> list[PlannedRequest]:
-        """Warm-ups, then `repeats` requests; even trials open a fresh connection."""
+        """Warm-ups, then `repeats` requests; even trials open a fresh connection.
+
+        With `compare_sdk`, each trial is sent twice, wire then SDK, on the same kind of
+        connection, so the pair's difference is the SDK's overhead.
+        """
+        paths = ["wire"]
         plan = self.warmups("attribution", self._s.prompt)
+        if self._s.compare_sdk and sdk_supported(provider):
+            paths.append("sdk")
+            # The SDK's first request also pays its imports and client set-up: keep it out.
+            for warm in self.warmups("attribution", self._s.prompt):
+                warm.key += "/sdk"
+                warm.request.client_path = "sdk"
+                warm.tags = {"path": "sdk"}
+                plan.append(warm)
         for trial in range(self._s.repeats):
             fresh = trial % 2 == 0
-            request = ChatRequest(
-                self.messages(self._s.prompt), dict(self._s.params), "attribution"
-            )
-            request.fresh_connection = fresh
-            plan.append(
-                PlannedRequest(
-                    key=f"{self.name}/{trial}",
-                    request=request,
-                    trial=trial,
-                    tags={"connection": "fresh" if fresh else "reused"},
+            for path in paths:
+                request = ChatRequest(
+                    self.messages(self._s.prompt), dict(self._s.params), "attribution"
                 )
-            )
+                request.fresh_connection = fresh
+                request.client_path = path
+                plan.append(
+                    PlannedRequest(
+                        key=f"{self.name}/{trial}" + ("/sdk" if path == "sdk" else ""),
+                        request=request,
+                        trial=trial,
+                        tags={"connection": "fresh" if fresh else "reused", "path": path},
+                    )
+                )
         return plan
 
     def analyze(self, provider_id: str, model: str, records: list[RequestRecord]) -> LabAnswer:
         """One row per measurement: owner, median value, source fields, and a note."""
-        ok = measured(records)
+        every = measured(records)
+        ok = [r for r in every if r.app.client_path == "wire"]
+        sdk = {r.trial: r for r in every if r.app.client_path == "sdk"}
+        wire = {r.trial: r for r in ok}
+        pairs = [(wire[t], sdk[t]) for t in sorted(wire) if t in sdk]
         fresh = [r for r in ok if r.tags.get("connection") == "fresh"]
         reported = any(r.provider_timings.prefill_ms is not None for r in ok)
         rows: list[dict[str, Any]] = []
@@ -112,6 +134,11 @@ class AttributionExperiment(Experiment):
             )
 
         nr = "not reported by this provider"
+        no_sdk = (
+            "not measured: no official SDK for this provider kind, or compare_sdk is off"
+            if not sdk
+            else "not observed"
+        )
         row(
             "prefill (prompt processing)",
             PROVIDER,
@@ -209,11 +236,18 @@ class AttributionExperiment(Experiment):
             "not observed",
         )
         row(
-            "SDK overhead",
+            "SDK overhead on TTFT (sdk − wire)",
             APPLICATION,
-            None,
-            "app.client_path",
-            "not measured: labkit reads the wire itself (client_path wire); no SDK-path run",
+            _pair_diff(pairs, lambda r: r.client.ttft_ms),
+            "client.ttft_ms with app.client_path sdk, minus the same trial on the wire",
+            no_sdk,
+        )
+        row(
+            "SDK overhead per output token (sdk − wire)",
+            APPLICATION,
+            _pair_diff(pairs, lambda r: r.client.decode_ms_per_token),
+            "client.decode_ms_per_token, sdk minus wire, paired by trial",
+            no_sdk,
         )
 
         ttft = median_of(ok, lambda r: r.client.ttft_ms)
@@ -223,6 +257,7 @@ class AttributionExperiment(Experiment):
             "provider_reports_timings": reported,
             "n": len(ok),
             "n_fresh_connection": len(fresh),
+            "n_sdk_pairs": len(pairs),
         }
         if not ok or ttft is None:
             return LabAnswer(
@@ -271,6 +306,14 @@ class AttributionExperiment(Experiment):
             f" labkit itself spent {fmt_ms(prepare, 2)} preparing each request (before the clock "
             f"starts, so outside TTFT) and {fmt_ms(parse, 2)} parsing each stream."
         )
+        sdk_ttft = vals["SDK overhead on TTFT (sdk − wire)"]
+        if sdk_ttft is not None:
+            sdk_tok = vals["SDK overhead per output token (sdk − wire)"]
+            answer += (
+                f" Through the official SDK the first token came {fmt_ms(sdk_ttft, 2)} later "
+                f"than on labkit's wire path (median of {len(pairs)} paired requests)"
+                + (f" and each token {fmt_ms(sdk_tok, 3)} later." if sdk_tok is not None else ".")
+            )
         return LabAnswer(
             experiment=self.name,
             provider=provider_id,
@@ -279,3 +322,12 @@ class AttributionExperiment(Experiment):
             answer=answer,
             figures=figures,
         )
+
+
+def _pair_diff(
+    pairs: list[tuple[RequestRecord, RequestRecord]],
+    get: Callable[[RequestRecord], float | None],
+) -> float | None:
+    """Median over (wire, sdk) pairs of get(sdk) − get(wire)."""
+    values = ((get(w), get(s)) for w, s in pairs)
+    return _median([b - a for a, b in values if a is not None and b is not None])

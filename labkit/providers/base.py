@@ -147,6 +147,8 @@ class ChatRequest:
     prompt_id: str = "prompt"
     #: Close the connection after this request, so the next one measures a fresh connect.
     fresh_connection: bool = False
+    #: `wire` (labkit's own HTTP) or `sdk` (the provider's official SDK, see labkit.sdkpath).
+    client_path: str = "wire"
 
     @property
     def prompt_text(self) -> str:

@@ -24,6 +24,7 @@ from labkit.providers.llamacpp import LlamaCppSettings
 from labkit.recorder import LoopLagMonitor, RecordContext, StreamRecorder
 from labkit.records import ErrorKind, LabAnswer, LabResults, RecordError, RequestRecord
 from labkit.runner.results import RunFolder, host_info, new_run_id, package_versions
+from labkit.sdkpath import SDKRecorder
 from labkit.timing import percentile
 
 __all__ = ["ProviderOutcome", "RunOptions", "RunResult", "Runner", "run_lab"]
@@ -125,6 +126,7 @@ class Runner:
         self.outcomes = [ProviderOutcome(p.id, p.kind, p.model) for p in config.providers]
         self._lag = LoopLagMonitor()
         self._recorder = StreamRecorder(lag_monitor=self._lag, on_cancelled=self._keep)
+        self._sdk = SDKRecorder()
 
     def _keep(self, record: RequestRecord) -> None:
         self.folder.append(record)
@@ -224,6 +226,7 @@ class Runner:
             self.on_message(f"provider {outcome.id!r} failed: {exc}")
         finally:
             if provider is not None:
+                await self._sdk.aclose(provider.id)
                 await provider.aclose()
             if server is not None:
                 await asyncio.to_thread(server.stop)
@@ -306,7 +309,10 @@ class Runner:
                 queue_ms=queue_ms,
                 store_text=self.config.store_text,
             )
-            record = await self._recorder.record(provider, planned.request, ctx)
+            if planned.request.client_path == "sdk":
+                record = await self._sdk.record(provider, planned.request, ctx)
+            else:
+                record = await self._recorder.record(provider, planned.request, ctx)
             record.plan_key = planned.key
             self._keep(record)
             outcome.done += 1

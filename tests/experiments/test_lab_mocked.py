@@ -6,11 +6,13 @@ import json
 from pathlib import Path
 
 import httpx
+import httpx2
 import respx
 from typer.testing import CliRunner
 
 from labkit.cli import app
 from labkit.records import LabResults, RequestRecord
+from labkit.sdkpath import SDKRecorder
 
 LAB = """
 name: lab-mocked
@@ -111,7 +113,35 @@ def _count(request: httpx.Request) -> httpx.Response:
     return httpx.Response(200, json={"input_tokens": max(1, len(text) // 3)})
 
 
+ROUTES = {
+    "https://api.openai.com/v1/chat/completions": _openai,
+    "https://api.anthropic.com/v1/messages": _anthropic,
+    "https://api.anthropic.com/v1/messages/count_tokens": _count,
+}
+
+
+def _sdk_transport() -> httpx2.MockTransport:
+    """The same mocks for the SDK path: respx patches httpx only, the SDKs use httpx2."""
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        url = str(request.url).split("?")[0]
+        wire = httpx.Request(
+            request.method, url, headers=dict(request.headers), content=request.read()
+        )
+        response = ROUTES[url](wire)
+        return httpx2.Response(
+            response.status_code, headers=dict(response.headers), content=response.content
+        )
+
+    return httpx2.MockTransport(handler)
+
+
 def test_lab_with_mocked_openai_and_anthropic(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(
+        SDKRecorder,
+        "_http_client",
+        lambda self, provider: httpx2.AsyncClient(transport=_sdk_transport()),
+    )
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-openai")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
     cfg = tmp_path / "lab.yaml"
@@ -150,5 +180,12 @@ def test_lab_with_mocked_openai_and_anthropic(tmp_path: Path, monkeypatch) -> No
         for line in (run_dir / "records.jsonl").read_text().splitlines()
     ]
     assert {r.provider for r in records} == {"openai", "claude"}
+    # the attribution experiment sent each trial through the official SDKs too
+    sdk = [r for r in records if r.app.client_path == "sdk"]
+    assert {r.provider for r in sdk} == {"openai", "claude"}
+    assert all(r.client.ttft_ms is not None and r.usage.output_tokens == 5 for r in sdk)
+    for provider in ("openai", "claude"):
+        rows = {r["measurement"]: r for r in got[(provider, "attribution")].figures["rows"]}
+        assert rows["SDK overhead on TTFT (sdk − wire)"]["value_ms"] is not None
     assert all(r.error is None for r in records)
     assert any(r.warmup for r in records)
