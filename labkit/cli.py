@@ -13,6 +13,7 @@ Every user error is one red line on stderr and a non-zero exit, never a tracebac
 from __future__ import annotations
 
 import asyncio
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -82,6 +83,12 @@ class _ProgressView:
 
 
 def _execute(runner: Runner) -> RunResult:
+    # The live display redraws from its own thread. A Python thread holds the GIL for up to
+    # the switch interval (5 ms by default) before the event loop gets it back, which would
+    # delay an event's stamp by as much; a 0.5 ms interval and a slow redraw keep that small
+    # (each record's `client.loop_lag_ms` shows what remained).
+    previous_interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.0005)
     progress = Progress(
         TextColumn("[bold]{task.description:<16}"),
         BarColumn(),
@@ -89,12 +96,16 @@ def _execute(runner: Runner) -> RunResult:
         TextColumn("{task.fields[status]}"),
         console=console,
         transient=False,
+        refresh_per_second=2,
     )
     view = _ProgressView(progress)
     runner.on_progress = view.update
     runner.on_message = lambda m: progress.console.print(escape(m))
-    with progress:
-        return asyncio.run(run_lab(runner))
+    try:
+        with progress:
+            return asyncio.run(run_lab(runner))
+    finally:
+        sys.setswitchinterval(previous_interval)
 
 
 @app.command()

@@ -26,12 +26,25 @@ from typing import Any
 
 import httpx
 
-from labkit.providers.base import ChatRequest, EventClass, Provider
-from labkit.records import AppTimings, ErrorKind, RecordError, RequestRecord, StopReason
+from labkit.providers.base import ChatRequest, EventClass, Provider, StreamParser
+from labkit.records import (
+    AppTimings,
+    ClientTimings,
+    ErrorKind,
+    RecordError,
+    RequestRecord,
+    StopReason,
+)
 from labkit.sse import SSEParser
 from labkit.timing import derive_client_timings
 
-__all__ = ["LoopLagMonitor", "RecordContext", "StreamRecorder", "http_error"]
+__all__ = [
+    "LoopLagMonitor",
+    "RecordContext",
+    "StreamRecorder",
+    "assemble_record",
+    "http_error",
+]
 
 Clock = Callable[[], int]
 
@@ -288,21 +301,12 @@ class StreamRecorder:
             stop = StopReason.CANCELLED if error.kind == ErrorKind.CANCELLED else StopReason.ERROR
 
         lag = self._lag.max_lag_ms(t_start, end_ns or clock()) if self._lag else None
-        prompt = request.prompt_text
-        record = RequestRecord(
-            run_id=ctx.run_id,
-            record_id=ctx.record_id or uuid.uuid4().hex,
-            experiment=ctx.experiment,
-            trial=ctx.trial,
-            attempt=ctx.attempt,
-            warmup=ctx.warmup,
-            provider=provider.id,
-            provider_kind=provider.kind,
-            model=provider.model,
+        record = assemble_record(
+            provider=provider,
+            request=request,
+            ctx=ctx,
             params=params,
-            prompt_id=request.prompt_id,
-            prompt_chars=len(prompt),
-            prompt_bytes=len(prompt.encode("utf-8")),
+            parser=parser,
             started_at=started_at,
             client=derive_client_timings(
                 t_start_ns=t_start,
@@ -315,22 +319,12 @@ class StreamRecorder:
                 queue_ms=ctx.queue_ms,
                 loop_lag_ms=lag,
             ),
-            provider_timings=parser.provider_timings,
             app=AppTimings(
                 prepare_ms=(t_start - t_prepare) / 1e6,
                 parse_cpu_ms=parse_ns / 1e6,
                 client_path="wire",
             ),
-            usage=usage,
-            stop_reason=stop,
-            stop_reason_raw=parser.stop_reason_raw,
-            response_id=parser.response_id,
-            request_id=parser.request_id,
-            system_fingerprint=parser.system_fingerprint,
-            server_build=provider.server_build,
-            rate_limits=parser.rate_limits,
-            tags=dict(ctx.tags),
-            output_text=parser.output_text if ctx.store_text else None,
+            stop=stop,
             error=error,
         )
         if cancelled:
@@ -338,6 +332,53 @@ class StreamRecorder:
                 self._on_cancelled(record)
             raise asyncio.CancelledError
         return record
+
+
+def assemble_record(
+    *,
+    provider: Provider,
+    request: ChatRequest,
+    ctx: RecordContext,
+    params: dict[str, Any],
+    parser: StreamParser,
+    started_at: datetime,
+    client: ClientTimings,
+    app: AppTimings,
+    stop: StopReason | None,
+    error: RecordError | None,
+) -> RequestRecord:
+    """One `RequestRecord` from what a recorder (wire or SDK path) measured and parsed."""
+    prompt = request.prompt_text
+    return RequestRecord(
+        run_id=ctx.run_id,
+        record_id=ctx.record_id or uuid.uuid4().hex,
+        experiment=ctx.experiment,
+        trial=ctx.trial,
+        attempt=ctx.attempt,
+        warmup=ctx.warmup,
+        provider=provider.id,
+        provider_kind=provider.kind,
+        model=provider.model,
+        params=params,
+        prompt_id=request.prompt_id,
+        prompt_chars=len(prompt),
+        prompt_bytes=len(prompt.encode("utf-8")),
+        started_at=started_at,
+        client=client,
+        provider_timings=parser.provider_timings,
+        app=app,
+        usage=parser.usage,
+        stop_reason=stop,
+        stop_reason_raw=parser.stop_reason_raw,
+        response_id=parser.response_id,
+        request_id=parser.request_id,
+        system_fingerprint=parser.system_fingerprint,
+        server_build=provider.server_build,
+        rate_limits=parser.rate_limits,
+        tags=dict(ctx.tags),
+        output_text=parser.output_text if ctx.store_text else None,
+        error=error,
+    )
 
 
 def _exc_message(exc: BaseException, redact: Callable[[str], str]) -> str:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -24,7 +23,7 @@ from typing import Any
 from labkit.providers.anthropic import AnthropicParser, AnthropicProvider
 from labkit.providers.base import ChatRequest, Provider, StreamParser
 from labkit.providers.openai import OpenAIProvider
-from labkit.recorder import Clock, RecordContext, _exc_message, _redactor
+from labkit.recorder import Clock, RecordContext, _exc_message, _redactor, assemble_record
 from labkit.records import (
     AppTimings,
     ErrorKind,
@@ -162,21 +161,12 @@ class SDKRecorder:
         elif output_ns:
             usage.output_tokens, usage.output_tokens_source = len(output_ns), "local"
         stop = parser.stop_reason() if error is None else StopReason.ERROR
-        prompt = request.prompt_text
-        return RequestRecord(
-            run_id=ctx.run_id,
-            record_id=ctx.record_id or uuid.uuid4().hex,
-            experiment=ctx.experiment,
-            trial=ctx.trial,
-            attempt=ctx.attempt,
-            warmup=ctx.warmup,
-            provider=provider.id,
-            provider_kind=provider.kind,
-            model=provider.model,
+        return assemble_record(
+            provider=provider,
+            request=request,
+            ctx=ctx,
             params=params,
-            prompt_id=request.prompt_id,
-            prompt_chars=len(prompt),
-            prompt_bytes=len(prompt.encode("utf-8")),
+            parser=parser,
             started_at=started_at,
             client=derive_client_timings(
                 t_start_ns=t_start,
@@ -190,16 +180,8 @@ class SDKRecorder:
                 output_tokens=usage.output_tokens,
                 queue_ms=ctx.queue_ms,
             ),
-            provider_timings=parser.provider_timings,
             app=AppTimings(prepare_ms=(t_start - t_prepare) / 1e6, client_path="sdk"),
-            usage=usage,
-            stop_reason=stop,
-            stop_reason_raw=parser.stop_reason_raw,
-            response_id=parser.response_id,
-            system_fingerprint=parser.system_fingerprint,
-            server_build=provider.server_build,
-            tags=dict(ctx.tags),
-            output_text=parser.output_text if ctx.store_text else None,
+            stop=stop,
             error=error,
         )
 

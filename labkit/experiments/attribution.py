@@ -260,14 +260,8 @@ class AttributionExperiment(Experiment):
             "n_sdk_pairs": len(pairs),
         }
         if not ok or ttft is None:
-            return LabAnswer(
-                experiment=self.name,
-                provider=provider_id,
-                model=model,
-                question=self.question,
-                answer="No successful request to attribute.",
-                figures=figures,
-                status="failed",
+            return self.answer(
+                provider_id, model, "No successful request to attribute.", figures, status="failed"
             )
         vals = {r["measurement"]: r["value_ms"] for r in rows}
         prepare = vals["request preparation (before t_start)"]
@@ -284,8 +278,9 @@ class AttributionExperiment(Experiment):
             dgap = vals["decode per token, client minus provider"]
             if dgap is not None:
                 answer += (
-                    f" Per output token the client saw {fmt_ms(dgap, 3)} more than the server's "
-                    f"{fmt_ms(vals['decode per output token'], 2)}."
+                    f" Per output token the client's time was within {fmt_ms(abs(dgap), 3)} of "
+                    f"the server's own {fmt_ms(vals['decode per output token'], 2)} "
+                    f"({'slower' if dgap > 0 else 'faster'} on the client side)."
                 )
         else:
             answer = (
@@ -314,14 +309,7 @@ class AttributionExperiment(Experiment):
                 f"than on labkit's wire path (median of {len(pairs)} paired requests)"
                 + (f" and each token {fmt_ms(sdk_tok, 3)} later." if sdk_tok is not None else ".")
             )
-        return LabAnswer(
-            experiment=self.name,
-            provider=provider_id,
-            model=model,
-            question=self.question,
-            answer=answer,
-            figures=figures,
-        )
+        return self.answer(provider_id, model, answer, figures)
 
 
 def _pair_diff(

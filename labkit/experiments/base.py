@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
 
@@ -105,6 +105,25 @@ class Experiment(ABC):
 
         `records` are this experiment's records for `provider`, resumed ones included.
         """
+
+    def answer(
+        self,
+        provider_id: str,
+        model: str,
+        text: str,
+        figures: dict[str, Any],
+        status: Literal["ok", "partial", "failed"] = "ok",
+    ) -> LabAnswer:
+        """This experiment's `LabAnswer` for one provider."""
+        return LabAnswer(
+            experiment=self.name,
+            provider=provider_id,
+            model=model,
+            question=self.question,
+            answer=text,
+            figures=figures,
+            status=status,
+        )
 
     @abstractmethod
     def analyze(self, provider_id: str, model: str, records: list[RequestRecord]) -> LabAnswer:

@@ -188,13 +188,11 @@ class DeterminismExperiment(Experiment):
         }
         judged = [r for r in rows if r["identical"] is not None]
         if not judged:
-            return LabAnswer(
-                experiment=self.name,
-                provider=provider_id,
-                model=model,
-                question=self.question,
-                answer="Too few successful outputs to compare (need 2 per variant).",
-                figures=figures,
+            return self.answer(
+                provider_id,
+                model,
+                "Too few successful outputs to compare (need 2 per variant).",
+                figures,
                 status="failed",
             )
         parts = []
@@ -210,13 +208,11 @@ class DeterminismExperiment(Experiment):
         fps = sorted({fp for r in rows for fp in r["system_fingerprints"]})
         if fps:
             answer += f" system_fingerprint seen: {', '.join(fps)}."
-        return LabAnswer(
-            experiment=self.name,
-            provider=provider_id,
-            model=model,
-            question=self.question,
-            answer=answer,
-            figures=figures,
+        return self.answer(
+            provider_id,
+            model,
+            answer,
+            figures,
             status="ok" if len(judged) == len(rows) else "partial",
         )
 

@@ -289,13 +289,11 @@ class PrefillDecodeExperiment(Experiment):
             "cache": cache,
         }
         if fit is None:
-            return LabAnswer(
-                experiment=self.name,
-                provider=provider_id,
-                model=model,
-                question=self.question,
-                answer="Not enough successful requests at two or more prompt lengths to fit.",
-                figures=figures,
+            return self.answer(
+                provider_id,
+                model,
+                "Not enough successful requests at two or more prompt lengths to fit.",
+                figures,
                 status="failed",
             )
         lo, hi = min(xs), max(xs)
@@ -335,14 +333,7 @@ class PrefillDecodeExperiment(Experiment):
                     else "(the provider reports no cached-token count)."
                 )
             )
-        return LabAnswer(
-            experiment=self.name,
-            provider=provider_id,
-            model=model,
-            question=self.question,
-            answer=answer,
-            figures=figures,
-        )
+        return self.answer(provider_id, model, answer, figures)
 
     @staticmethod
     def _cache_figures(ok: list[RequestRecord]) -> dict[str, Any] | None:

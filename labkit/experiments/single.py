@@ -95,13 +95,11 @@ class SingleExperiment(Experiment):
         }
         if not ok:
             first = failed[0].error.message if failed and failed[0].error else "no records"
-            return LabAnswer(
-                experiment=self.name,
-                provider=provider_id,
-                model=model,
-                question=self.question,
-                answer=f"No successful request ({len(failed)} failed; first error: {first}).",
-                figures=figures,
+            return self.answer(
+                provider_id,
+                model,
+                f"No successful request ({len(failed)} failed; first error: {first}).",
+                figures,
                 status="failed",
             )
         f = figures
@@ -120,14 +118,8 @@ class SingleExperiment(Experiment):
                 f" The server itself reported {fmt_ms(f['provider_prefill_ms_p50'])} of prefill "
                 f"and {fmt_ms(f['provider_decode_ms_per_token_p50'], 2)} per decoded token."
             )
-        return LabAnswer(
-            experiment=self.name,
-            provider=provider_id,
-            model=model,
-            question=self.question,
-            answer=answer,
-            figures=figures,
-            status="ok" if not failed else "partial",
+        return self.answer(
+            provider_id, model, answer, figures, status="ok" if not failed else "partial"
         )
 
 

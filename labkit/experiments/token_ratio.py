@@ -190,13 +190,11 @@ class TokenRatioExperiment(Experiment):
         }
         measured_rows = [r for r in rows if r["tokens"]]
         if not measured_rows:
-            return LabAnswer(
-                experiment=self.name,
-                provider=provider_id,
-                model=model,
-                question=self.question,
-                answer="No token count was available from this provider (no counter, no usage).",
-                figures=figures,
+            return self.answer(
+                provider_id,
+                model,
+                "No token count was available from this provider (no counter, no usage).",
+                figures,
                 status="failed",
             )
         parts = [
@@ -219,12 +217,10 @@ class TokenRatioExperiment(Experiment):
                 f" The chat framing adds about {baseline_usage - baseline_tokens:.0f} tokens to "
                 "every prompt's usage count."
             )
-        return LabAnswer(
-            experiment=self.name,
-            provider=provider_id,
-            model=model,
-            question=self.question,
-            answer=answer,
-            figures=figures,
+        return self.answer(
+            provider_id,
+            model,
+            answer,
+            figures,
             status="ok" if len(measured_rows) == len(rows) else "partial",
         )
