@@ -52,6 +52,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 console = Console()
+if not console.is_terminal:  # logs and CI: wide enough for the summary table
+    console.width = max(console.width, 140)
 err_console = Console(stderr=True)
 
 

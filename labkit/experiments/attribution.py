@@ -305,9 +305,9 @@ class AttributionExperiment(Experiment):
         if sdk_ttft is not None:
             sdk_tok = vals["SDK overhead per output token (sdk − wire)"]
             answer += (
-                f" Through the official SDK the first token came {fmt_ms(sdk_ttft, 2)} later "
-                f"than on labkit's wire path (median of {len(pairs)} paired requests)"
-                + (f" and each token {fmt_ms(sdk_tok, 3)} later." if sdk_tok is not None else ".")
+                f" Through the official SDK the first token came {_later(sdk_ttft, 2)} than on "
+                f"labkit's wire path (median of {len(pairs)} paired requests)"
+                + (f" and each token {_later(sdk_tok, 3)}." if sdk_tok is not None else ".")
             )
         return self.answer(provider_id, model, answer, figures)
 
@@ -319,3 +319,8 @@ def _pair_diff(
     """Median over (wire, sdk) pairs of get(sdk) − get(wire)."""
     values = ((get(w), get(s)) for w, s in pairs)
     return _median([b - a for a, b in values if a is not None and b is not None])
+
+
+def _later(ms: float, digits: int) -> str:
+    """`1.23 ms later` or `0.40 ms earlier`."""
+    return f"{fmt_ms(abs(ms), digits)} {'later' if ms >= 0 else 'earlier'}"

@@ -45,7 +45,7 @@ def summary_table(records: list[RequestRecord], title: str = "labkit run") -> Ta
         ("stop", "left"),
         ("errors", "left"),
     ]:
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+        table.add_column(col, justify=justify, no_wrap=col in ("provider", "experiment"))  # type: ignore[arg-type]
     groups: dict[tuple[str, str], list[RequestRecord]] = {}
     for r in records:
         if not r.warmup:
