@@ -10,6 +10,7 @@ hit does to TTFT. TTFT is fitted against input tokens by least squares.
 
 from __future__ import annotations
 
+import itertools
 import secrets
 from typing import Any, ClassVar, Literal
 
@@ -302,6 +303,17 @@ class PrefillDecodeExperiment(Experiment):
             f"{fit['slope']:.3f} ms per prompt token on top of a fixed {fit['intercept']:.1f} ms "
             f"(least squares over {int(fit['n'])} requests, r² {fit['r2']:.3f})."
         )
+        segments = marginal_costs(points)
+        figures["marginal_ms_per_token"] = segments
+        if len(segments) >= 2 and segments[-1]["ms_per_token"] > 2 * segments[0]["ms_per_token"]:
+            first, last = segments[0], segments[-1]
+            answer += (
+                f" Prefill is not linear here: each extra prompt token cost "
+                f"{first['ms_per_token']:.3f} ms between {first['from_tokens']:.0f} and "
+                f"{first['to_tokens']:.0f} tokens but {last['ms_per_token']:.3f} ms between "
+                f"{last['from_tokens']:.0f} and {last['to_tokens']:.0f} (attention over the "
+                "prompt grows faster than its length), so the line is a summary, not a law."
+            )
         if server_fit is not None:
             answer += (
                 f" The server's own prefill grew by {server_fit['slope']:.3f} ms per token "
@@ -351,6 +363,23 @@ class PrefillDecodeExperiment(Experiment):
             "hit_input_tokens": median_of(hits, lambda r: r.usage.input_tokens),
             "n_hits": len(hits),
         }
+
+
+def marginal_costs(points: list[dict[str, Any]]) -> list[dict[str, float]]:
+    """TTFT cost of one more prompt token between consecutive sweep points."""
+    usable = [p for p in points if p["input_tokens"] is not None and p["ttft_ms"] is not None]
+    out = []
+    for a, b in itertools.pairwise(usable):
+        dx = float(b["input_tokens"]) - float(a["input_tokens"])
+        if dx > 0:
+            out.append(
+                {
+                    "from_tokens": float(a["input_tokens"]),
+                    "to_tokens": float(b["input_tokens"]),
+                    "ms_per_token": (float(b["ttft_ms"]) - float(a["ttft_ms"])) / dx,
+                }
+            )
+    return out
 
 
 def _fit_json(fit: dict[str, float] | None) -> dict[str, float] | None:

@@ -234,3 +234,21 @@ def test_prefill_decode_default_sweep_is_capped_to_the_context() -> None:
     assert exp.lengths_for(small) == [16, 64, 256]
     exp.validate_for(small)  # the default always fits
     asyncio.run(asyncio.sleep(0))
+
+
+def test_prefill_decode_says_when_prefill_is_superlinear() -> None:
+    exp = PrefillDecodeExperiment(PrefillDecodeSettings(prompt_tokens=[100, 1000, 2000]))
+    recs = [
+        make_record(
+            experiment="prefill_decode",
+            ttft=0.001 * n * n,
+            input_tokens=n,
+            tags={"variant": "cold", "target_prompt_tokens": n},
+        )
+        for n in (100, 1000, 2000)
+    ]
+    answer = exp.analyze("p", "m", recs)
+    seg = answer.figures["marginal_ms_per_token"]
+    assert seg[0]["ms_per_token"] == pytest.approx(1.1)  # (1000 - 10) / 900
+    assert seg[1]["ms_per_token"] == pytest.approx(3.0)  # (4000 - 1000) / 1000
+    assert "Prefill is not linear here" in answer.answer
