@@ -48,8 +48,10 @@ format: $(STAMP)
 
 ## Benchmarks print ratios and sizes measured side by side; they are not tests.
 bench: $(STAMP)
+	$(BIN)/labkit setup
 	$(BIN)/python benchmarks/bench_report.py
 	$(BIN)/python benchmarks/bench_recorder.py
+	$(BIN)/python benchmarks/bench_fidelity.py --llama
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
