@@ -206,11 +206,24 @@ class StreamRecorder:
         cancelled = False
         redact = _redactor(provider)
 
+        stale_retry = False
         t_start = clock()
         started_at = datetime.now(UTC)
         try:
             async with asyncio.timeout(provider.settings.timeouts.total):
-                response = await provider.client.send(http_request, stream=True)
+                try:
+                    response = await provider.client.send(http_request, stream=True)
+                except httpx.RemoteProtocolError:
+                    if not _stale_pooled_connection(phases):
+                        raise
+                    # A keep-alive connection the server closed in the moment it was reused
+                    # (llama-server and others close after every stream): nothing was
+                    # measured yet, so measure again from a fresh clock on a new connection.
+                    phases.clear()
+                    stale_retry = True
+                    t_start = clock()
+                    started_at = datetime.now(UTC)
+                    response = await provider.client.send(http_request, stream=True)
                 # Mock transports emit no trace events: fall back to when send() returned.
                 phases.setdefault("http11.receive_response_headers.complete", clock())
                 try:
@@ -327,6 +340,8 @@ class StreamRecorder:
             stop=stop,
             error=error,
         )
+        if stale_retry:
+            record.tags["stale_connection_resent"] = True
         if cancelled:
             if self._on_cancelled is not None:
                 self._on_cancelled(record)
@@ -378,6 +393,14 @@ def assemble_record(
         tags=dict(ctx.tags),
         output_text=parser.output_text if ctx.store_text else None,
         error=error,
+    )
+
+
+def _stale_pooled_connection(phases: dict[str, int]) -> bool:
+    """True when a send failed on a reused connection before any response byte."""
+    return (
+        "connection.connect_tcp.complete" not in phases
+        and "http11.receive_response_headers.complete" not in phases
     )
 
 

@@ -196,9 +196,7 @@ def test_keepalives_never_count(adapter: Adapter) -> None:
     first_tok = next(i for i, e in enumerate(events) if b'"a"' in e)
     chunks = [ping, *events[:first_tok], ping, *events[first_tok:]]
     times = [float(10 * (i + 1)) for i in range(len(chunks))]
-    rec = run_mocked(
-        adapter, sse_response(chunks, clock=clock, times_ms=times), clock=clock
-    )
+    rec = run_mocked(adapter, sse_response(chunks, clock=clock, times_ms=times), clock=clock)
     assert rec.error is None
     assert rec.client.first_event_ms != 10.0  # the leading keep-alive is not an event
     assert rec.client.ttft_ms == times[first_tok + 2]  # leading ping, events, ping, token
@@ -329,8 +327,10 @@ def test_stream_cut_without_terminator_is_protocol(adapter: Adapter) -> None:
 def test_malformed_json_is_protocol(adapter: Adapter) -> None:
     events = adapter.stream(["a", "b"])
     first_tok = next(i for i, e in enumerate(events) if b'"a"' in e)
-    bad = b"event: content_block_delta\ndata: {not json\n\n" if adapter.kind == "anthropic" else (
-        b'data: {"choices": [{"delta": {"content": "x"\n\n'
+    bad = (
+        b"event: content_block_delta\ndata: {not json\n\n"
+        if adapter.kind == "anthropic"
+        else (b'data: {"choices": [{"delta": {"content": "x"\n\n')
     )
     chunks = [*events[: first_tok + 1], bad, *events[first_tok + 1 :]]
     rec = run_mocked(adapter, sse_response(chunks))
@@ -454,3 +454,33 @@ def test_http_error_retry_after_as_http_date() -> None:
     assert err.message == "HTTP 429" and err.body_excerpt == "slow down"
     bad = http_error(503, httpx.Headers({"retry-after": "soon"}), b"", lambda s: s)
     assert bad.retry_after_s is None and bad.body_excerpt is None
+
+
+def test_stale_pooled_connection_is_resent_once_from_a_fresh_clock() -> None:
+    """A server that closed a keep-alive connection as it was reused: measure again."""
+    body = b"".join(openai_events(["Hi", " there"]))
+    calls = {"n": 0}
+
+    def respond(request: httpx.Request) -> httpx.Response:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+    provider = make_provider("openai_compatible", base_url="http://127.0.0.1:9/v1")
+    with respx.mock:
+        respx.post("http://127.0.0.1:9/v1/chat/completions").mock(side_effect=respond)
+        rec = record_one(provider)
+    assert calls["n"] == 2
+    assert rec.error is None and rec.output_text == "Hi there"
+    assert rec.tags["stale_connection_resent"] is True
+
+
+def test_a_second_disconnect_is_a_connection_error() -> None:
+    provider = make_provider("openai_compatible", base_url="http://127.0.0.1:9/v1")
+    with respx.mock:
+        respx.post("http://127.0.0.1:9/v1/chat/completions").mock(
+            side_effect=httpx.RemoteProtocolError("Server disconnected without sending a response.")
+        )
+        rec = record_one(provider)
+    assert rec.error is not None and rec.error.kind == ErrorKind.CONNECTION
