@@ -165,14 +165,14 @@ def run(
     if report:
         _write_report(folder)
     if not any(o.status == "ok" for o in result.outcomes):
-        raise fail("no provider completed a request; see the reasons above")
+        reasons = "; ".join(f"{o.id}: {o.reason}" for o in result.outcomes if o.reason)
+        raise fail(f"no provider completed a request ({reasons})")
 
 
 def _print_result(result: RunResult) -> None:
-    console.print(summary_table(result.records, title=f"run {result.folder.run_id}"))
-    for o in result.outcomes:
-        if o.status not in ("ok", "skipped"):  # skips were already said, once, live
-            console.print(f"[yellow]{o.id}: {o.status}[/] — {escape(o.reason or '')}")
+    # Skipped and failed providers were already said, once, as it happened.
+    if any(not r.warmup for r in result.records):
+        console.print(summary_table(result.records, title=f"run {result.folder.run_id}"))
     for a in result.lab.answers:
         console.print(f"[bold]{escape(a.experiment)} · {escape(a.provider)}:[/] {escape(a.answer)}")
     console.print(f"records: {escape(str(result.folder.records_path))}")

@@ -167,9 +167,9 @@ class Runner:
         """Every experiment's answer for every provider that ran."""
         answers: list[LabAnswer] = []
         for outcome in self.outcomes:
-            if outcome.status == "skipped":
-                continue
             mine = [r for r in self._records if r.provider == outcome.id]
+            if not mine:  # skipped, or failed before its first request: nothing to analyse
+                continue
             for exp in self.experiments:
                 recs = [r for r in mine if r.experiment == exp.name]
                 try:
@@ -213,6 +213,7 @@ class Runner:
             if outcome.done and outcome.failed == outcome.done:
                 outcome.status = "failed"
                 outcome.reason = f"every request failed; first error: {outcome.first_error}"
+                self.on_message(f"provider {outcome.id!r}: {outcome.reason}")
             else:
                 outcome.status = "ok"
         except asyncio.CancelledError:
@@ -382,6 +383,7 @@ def prepare_run(config: LabConfig, options: RunOptions) -> Runner:
     config = _select(config, options)
     validate_experiments(config)
     folder = RunFolder.create(config.output_dir, new_run_id(config.name))
+    folder.records_path.touch()  # a valid run folder from the start, even if nothing runs
     folder.write_manifest(
         run_id=folder.run_id,
         name=config.name,
