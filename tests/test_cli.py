@@ -58,6 +58,9 @@ def test_run_fake_config_writes_records_and_manifest(tmp_path: Path) -> None:
     run = only_run(out)
     assert (run / "records.jsonl").is_file() and (run / "manifest.json").is_file()
     assert not (run / "report.html").exists()  # --no-report
+    summary = (run / "summary.txt").read_text(encoding="utf-8")  # the human summary, always
+    assert "TTFT" in summary and "single · fake:" in summary
+    assert (run / "lab.json").is_file()
 
     lines = (run / "records.jsonl").read_text(encoding="utf-8").splitlines()
     # fake.yaml: one warm-up, then 2 prompts × 3 repeats.

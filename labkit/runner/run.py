@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from labkit.config import LabConfig, parse_config
 from labkit.errors import LabkitError, ProviderUnavailable, RunError
@@ -26,6 +26,9 @@ from labkit.records import ErrorKind, LabAnswer, LabResults, RecordError, Reques
 from labkit.runner.results import RunFolder, host_info, new_run_id, package_versions
 from labkit.sdkpath import SDKRecorder
 from labkit.timing import percentile
+
+if TYPE_CHECKING:  # the local server is imported only when a run needs one
+    from labkit.local import ManagedServer
 
 __all__ = ["ProviderOutcome", "RunOptions", "RunResult", "Runner", "run_lab"]
 
@@ -195,7 +198,7 @@ class Runner:
             self.on_message(str(exc))
             self.on_progress(outcome)
             return
-        server: Any = None
+        server: ManagedServer | None = None
         provider: Provider | None = None
         try:
             if isinstance(settings, LlamaCppSettings) and settings.managed:
@@ -233,7 +236,9 @@ class Runner:
                 await asyncio.to_thread(server.stop)
             self.on_progress(outcome)
 
-    async def _start_server(self, settings: LlamaCppSettings) -> tuple[Any, LlamaCppSettings]:
+    async def _start_server(
+        self, settings: LlamaCppSettings
+    ) -> tuple[ManagedServer, LlamaCppSettings]:
         from labkit.local import ManagedServer, ensure_setup
 
         self.on_message(f"provider {settings.id!r}: preparing the local llama-server")
@@ -261,7 +266,11 @@ class Runner:
         return server, settings.model_copy(update={"base_url": base_url})
 
     async def _run_experiment(
-        self, exp: Experiment, provider: Provider, outcome: ProviderOutcome, server: Any
+        self,
+        exp: Experiment,
+        provider: Provider,
+        outcome: ProviderOutcome,
+        server: ManagedServer | None,
     ) -> None:
         await exp.prepare(provider)
         plan = [p for p in exp.plan(provider) if (provider.id, p.key) not in self._done_keys]
@@ -293,7 +302,7 @@ class Runner:
         provider: Provider,
         planned: PlannedRequest,
         outcome: ProviderOutcome,
-        server: Any,
+        server: ManagedServer | None,
         queue_ms: float,
     ) -> None:
         if outcome.status == "dead":
