@@ -20,8 +20,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from labkit.providers.anthropic import AnthropicParser, AnthropicProvider
-from labkit.providers.base import ChatRequest, Provider, StreamParser
+from labkit.providers.anthropic import AnthropicProvider
+from labkit.providers.base import ChatRequest, EventClass, Provider, StreamParser
 from labkit.providers.openai import OpenAIProvider
 from labkit.recorder import Clock, RecordContext, _exc_message, _redactor, assemble_record
 from labkit.records import (
@@ -133,17 +133,14 @@ class SDKRecorder:
                 headers_ns = clock()
                 async for item in stream:
                     t = clock()
-                    if anthropic_path:
-                        kind = _anthropic_event(item, parser)
-                    else:
-                        kind = _openai_chunk(item, parser)
-                    if kind == 0:
+                    kind = _feed(item, parser, item.type if anthropic_path else None)
+                    if kind == EventClass.IGNORE:
                         continue
                     if first_event_ns is None:
                         first_event_ns = t
-                    if kind >= 2:
+                    if kind >= EventClass.OUTPUT:
                         output_ns.append(t)
-                        if kind == 3 and first_text_ns is None:
+                        if kind == EventClass.TEXT and first_text_ns is None:
                             first_text_ns = t
                 end_ns = clock()
         except TimeoutError:
@@ -224,48 +221,16 @@ class SDKRecorder:
         )
 
 
-def _openai_chunk(chunk: Any, parser: StreamParser) -> int:
-    """Classify one SDK chunk (0 ignore, 1 meta, 2 output, 3 text) and collect its fields."""
-    if parser.response_id is None:
-        parser.response_id = chunk.id
-    if getattr(chunk, "system_fingerprint", None):
-        parser.system_fingerprint = chunk.system_fingerprint
-    kind = 0
-    usage = getattr(chunk, "usage", None)
-    if usage is not None:
-        parser.usage.input_tokens = usage.prompt_tokens
-        parser.usage.output_tokens = usage.completion_tokens
-        kind = 1
-    timings = (chunk.model_extra or {}).get("timings")
-    if timings:
-        pt = parser.provider_timings
-        pt.prefill_ms = timings.get("prompt_ms")
-        pt.prefill_tokens = timings.get("prompt_n")
-        pt.decode_ms = timings.get("predicted_ms")
-        pt.decode_ms_per_token = timings.get("predicted_per_token_ms")
-        pt.cached_tokens = timings.get("cache_n")
-        pt.raw = timings
-    for choice in chunk.choices:
-        delta = choice.delta
-        if delta.content:
-            parser.text_parts.append(delta.content)
-            kind = 3
-        elif kind < 2 and (delta.tool_calls or (delta.model_extra or {}).get("reasoning_content")):
-            kind = 2
-        if choice.finish_reason:
-            parser.stop_reason_raw = choice.finish_reason
-            kind = max(kind, 1)
-    return kind
+def _feed(item: Any, parser: StreamParser, event_name: str | None) -> int:
+    """Classify one object the SDK yielded with the wire parser's own rules.
 
-
-def _anthropic_event(event: Any, parser: StreamParser) -> int:
-    """Classify one SDK event with the wire parser's rules (it reads plain dicts)."""
-    assert isinstance(parser, AnthropicParser)
-    etype = event.type
-    if etype == "ping":
-        return 0
-    cls = parser.on_event(SSEEvent(etype, json.dumps(event.model_dump(mode="json")), 0))
-    return {4: 1}.get(cls, cls)
+    The object goes back to the JSON it came from (fields as received, extras such as
+    llama.cpp's `timings` included), so both paths read a stream the same way. This runs
+    after the object's stamp was taken.
+    """
+    data = json.dumps(item.model_dump(mode="json", exclude_unset=True))
+    cls = parser.on_event(SSEEvent(event_name, data, 0))
+    return EventClass.META if cls == EventClass.DONE else cls
 
 
 def _sdk_error(exc: Exception, redact: Callable[[str], str]) -> RecordError:
