@@ -3,12 +3,14 @@
     install   cache_dir, ensure_setup, find_or_build_server, ensure_model -> LocalSetup
               (private: _build compiles llama-server, _model fetches/verifies the GGUF,
               _common holds the result types and subprocess/lock/cache helpers)
-    server    ManagedServer (a child for one run), start_detached/server_status/stop_detached
+    server    ManagedServer: a child for one run, never an orphan
+    detached  start_detached/server_status/stop_detached: `labkit server start|status|stop`
     cli       register(app): ``labkit setup`` and ``labkit server start|status|stop``
 
 It knows nothing of experiments or providers: it hands back a base URL.
 """
 
+from labkit.local.detached import ServerState, server_status, start_detached, stop_detached
 from labkit.local.install import (
     LLAMA_CPP_PYTHON_VERSION,
     MODEL_SHA256,
@@ -21,13 +23,7 @@ from labkit.local.install import (
     ensure_setup,
     find_or_build_server,
 )
-from labkit.local.server import (
-    ManagedServer,
-    ServerState,
-    server_status,
-    start_detached,
-    stop_detached,
-)
+from labkit.local.server import ManagedServer
 
 __all__ = [
     "LLAMA_CPP_PYTHON_VERSION",

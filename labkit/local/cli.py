@@ -19,8 +19,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from labkit.errors import LabkitError
+from labkit.local.detached import server_status, start_detached, stop_detached
 from labkit.local.install import LocalSetup, ensure_setup
-from labkit.local.server import server_status, start_detached, stop_detached
 
 __all__ = ["register"]
 

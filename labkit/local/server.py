@@ -6,9 +6,8 @@ Two ways to run it:
   ``stop()`` on exit of the ``with`` block, on ``KeyboardInterrupt``, from an ``atexit`` hook,
   and, should Python be killed outright, the kernel sends the server SIGTERM
   (``PR_SET_PDEATHSIG``, Linux).
-- ``start_detached`` / ``server_status`` / ``stop_detached``: a server that outlives the CLI
-  call that started it (``labkit server start|status|stop``), found again through the state
-  file ``<cache>/server.json``.
+- ``labkit.local.detached``: a server that outlives the CLI call that started it
+  (``labkit server start|status|stop``).
 
 Context: llama-server splits ``-c`` across its ``-np`` slots, so labkit passes
 ``-c ctx_size * slots``: every slot gets ``ctx_size`` tokens.
@@ -21,7 +20,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
-import json
 import os
 import signal
 import socket
@@ -33,8 +31,6 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -42,20 +38,21 @@ from typing import IO, Any
 import httpx
 
 from labkit.errors import ServerError
-from labkit.local.install import LocalSetup, cache_dir
+from labkit.local.install import LocalSetup
 
 __all__ = [
+    "HOST",
+    "STOP_TIMEOUT_S",
     "ManagedServer",
-    "ServerState",
+    "free_port",
+    "gpu_name",
+    "port_is_free",
     "server_command",
-    "server_status",
-    "start_detached",
-    "state_file",
-    "stop_detached",
+    "wait_healthy",
 ]
 
 HOST = "127.0.0.1"
-_STOP_TIMEOUT_S = 10.0
+STOP_TIMEOUT_S = 10.0
 _PR_SET_PDEATHSIG = 1
 _BIND_RETRIES = 3
 
@@ -139,7 +136,7 @@ class ManagedServer:
         self.stop()
         attempts = 1 if self._requested_port is not None else _BIND_RETRIES
         for attempt in range(1, attempts + 1):
-            port = self._requested_port or _free_port()
+            port = self._requested_port or free_port()
             if self._requested_port is not None and not port_is_free(port):
                 raise ServerError(f"port {port} on {HOST} is already in use")
             try:
@@ -312,7 +309,7 @@ class ManagedServer:
     def _wait_ready(self) -> None:
         proc = self._proc
         assert proc is not None
-        _wait_healthy(
+        wait_healthy(
             self.base_url,
             self.startup_timeout_s,
             exited=lambda: None if proc.poll() is None else f"exited with code {proc.returncode}",
@@ -323,7 +320,7 @@ class ManagedServer:
 # --- shared helpers ---------------------------------------------------------------------------
 
 
-def _wait_healthy(
+def wait_healthy(
     base_url: str,
     timeout_s: float,
     *,
@@ -412,7 +409,7 @@ def _terminate(proc: subprocess.Popen[bytes]) -> None:
         return
     try:
         proc.terminate()
-        proc.wait(timeout=_STOP_TIMEOUT_S)
+        proc.wait(timeout=STOP_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
@@ -433,7 +430,7 @@ def port_is_free(port: int) -> bool:
     return True
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((HOST, 0))
         port: int = sock.getsockname()[1]
@@ -475,218 +472,3 @@ def _stop_all() -> None:
     for server in list(_RUNNING):
         with contextlib.suppress(Exception):
             server.stop()
-
-
-# --- detached server (labkit server start|status|stop) -------------------------------------------
-
-
-@dataclass
-class ServerState:
-    """A detached server, as written to ``<cache>/server.json``."""
-
-    pid: int
-    port: int
-    base_url: str
-    log_path: str
-    model_path: str
-    model_sha256: str
-    binary: str
-    backend: str
-    ctx_size: int
-    slots: int
-    started_at: str
-    proc_start: int | None = None
-    """The process start time (``/proc/PID/stat`` field 22): tells a recycled pid apart."""
-    healthy: bool = field(default=False, compare=False)
-    """Filled in by ``server_status()``: whether ``/health`` answered ok (not stored)."""
-
-
-def state_file() -> Path:
-    """Where the detached server's state lives."""
-    return cache_dir() / "server.json"
-
-
-def start_detached(
-    setup: LocalSetup,
-    *,
-    port: int | None = None,
-    ctx_size: int = 4096,
-    slots: int = 1,
-    threads: int | None = None,
-    gpu_layers: int | None = None,
-    log_path: Path | None = None,
-    startup_timeout_s: float = 120.0,
-    extra_args: Sequence[str] = (),
-) -> ServerState:
-    """Start a server that outlives this process, wait until it is healthy, record its state.
-
-    Raises ServerError when one is already running, the port is taken or it fails to start.
-    """
-    current = server_status()
-    if current is not None:
-        raise ServerError(
-            f"a labkit server is already running at {current.base_url} (pid {current.pid}); "
-            "stop it first with `labkit server stop`"
-        )
-    if port is not None and not port_is_free(port):
-        raise ServerError(f"port {port} on {HOST} is already in use")
-    chosen = port or _free_port()
-    log = log_path or cache_dir() / "server.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    cmd = server_command(
-        setup,
-        port=chosen,
-        ctx_size=ctx_size,
-        slots=slots,
-        threads=threads,
-        gpu_layers=gpu_layers,
-        extra_args=extra_args,
-    )
-    pid = _spawn_detached(cmd, log)
-    state = ServerState(
-        pid=pid,
-        port=chosen,
-        base_url=f"http://{HOST}:{chosen}",
-        log_path=str(log),
-        model_path=str(setup.model.path),
-        model_sha256=setup.model.sha256,
-        binary=str(setup.server.path),
-        backend=setup.server.backend,
-        ctx_size=ctx_size,
-        slots=slots,
-        started_at=datetime.now(UTC).isoformat(timespec="seconds"),
-        proc_start=_proc_start(pid),
-    )
-    try:
-        _wait_healthy(
-            state.base_url,
-            startup_timeout_s,
-            exited=lambda: None if _pid_alive(pid) else "exited",
-            log_path=log,
-        )
-    except BaseException:
-        _kill_pid(pid)
-        raise
-    _write_state(state)
-    state.healthy = True
-    return state
-
-
-def server_status() -> ServerState | None:
-    """The detached server if it is still alive (``healthy`` tells whether /health is ok).
-
-    A state file left by a server that has died is removed.
-    """
-    state = _read_state()
-    if state is None:
-        return None
-    if not _is_our_server(state):
-        with contextlib.suppress(OSError):
-            state_file().unlink()
-        return None
-    try:
-        with httpx.Client(trust_env=False, timeout=2.0) as client:
-            response = client.get(f"{state.base_url}/health")
-        state.healthy = response.status_code == 200 and response.json().get("status") == "ok"
-    except (httpx.HTTPError, ValueError):
-        state.healthy = False
-    return state
-
-
-def stop_detached() -> ServerState | None:
-    """Stop the detached server; return what was stopped, or None when none was running."""
-    state = _read_state()
-    if state is None:
-        return None
-    if _is_our_server(state):
-        _kill_pid(state.pid)
-    with contextlib.suppress(OSError):
-        state_file().unlink()
-    return state
-
-
-def _spawn_detached(cmd: Sequence[str], log: Path) -> int:
-    """Start ``cmd`` in a new session, reparented to init (a double fork through ``sh``), so
-    no process of ours has to reap it; return its pid."""
-    launcher = '"$@" </dev/null >>"$LABKIT_SERVER_LOG" 2>&1 & echo $!'
-    env = {**os.environ, "LABKIT_SERVER_LOG": str(log)}
-    with log.open("ab") as fh:
-        fh.write(f"\n# labkit server start {datetime.now(UTC).isoformat()}\n".encode())
-    try:
-        done = subprocess.run(
-            ["/bin/sh", "-c", launcher, "sh", *cmd],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,
-            check=True,
-            timeout=30,
-        )
-        return int(done.stdout.decode().strip().splitlines()[-1])
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as exc:
-        raise ServerError(f"cannot start {cmd[0]}: {exc}") from exc
-
-
-def _pid_alive(pid: int) -> bool:
-    """True when ``pid`` exists and is not a zombie."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True  # no /proc: trust kill(0)
-    return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
-
-
-def _is_our_server(state: ServerState) -> bool:
-    """The pid is alive and is still the process we started (not a recycled pid)."""
-    if not _pid_alive(state.pid):
-        return False
-    return state.proc_start is None or _proc_start(state.pid) in (None, state.proc_start)
-
-
-def _proc_start(pid: int) -> int | None:
-    """A process's start time in clock ticks since boot, or None without /proc."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[-1].split()[19])
-
-
-def _kill_pid(pid: int) -> None:
-    """SIGTERM, wait up to 10 s, then SIGKILL and wait up to 10 s more."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
-        deadline = time.monotonic() + _STOP_TIMEOUT_S
-        while _pid_alive(pid):
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
-        else:
-            return
-    raise ServerError(f"llama-server (pid {pid}) did not exit after SIGKILL")
-
-
-def _read_state() -> ServerState | None:
-    try:
-        data = json.loads(state_file().read_text())
-        data.pop("healthy", None)
-        return ServerState(**data)
-    except (OSError, ValueError, TypeError):
-        return None
-
-
-def _write_state(state: ServerState) -> None:
-    path = state_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = asdict(state)
-    data.pop("healthy", None)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2))
-    os.replace(tmp, path)

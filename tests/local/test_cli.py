@@ -18,7 +18,7 @@ from typer.testing import CliRunner, Result
 import labkit.local
 from labkit.local import LocalSetup
 from labkit.local.cli import register
-from labkit.local.server import server_status
+from labkit.local.detached import server_status
 
 
 def _app() -> typer.Typer:
@@ -39,7 +39,7 @@ def isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     monkeypatch.setenv("LABKIT_CACHE_DIR", str(cache))
     monkeypatch.delenv("LABKIT_LLAMA_SERVER", raising=False)
     yield cache
-    from labkit.local.server import stop_detached
+    from labkit.local.detached import stop_detached
 
     stop_detached()
 
