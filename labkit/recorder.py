@@ -44,6 +44,8 @@ __all__ = [
     "StreamRecorder",
     "assemble_record",
     "http_error",
+    "settle_counts_and_stop",
+    "stream_error",
 ]
 
 Clock = Callable[[], int]
@@ -288,9 +290,7 @@ class StreamRecorder:
             cancelled = True
             error = RecordError(kind=ErrorKind.CANCELLED, message="request cancelled")
 
-        if error is None and parser.error is not None:
-            # An error event's text comes from the provider and may echo the key.
-            error = parser.error.model_copy(update={"message": redact(parser.error.message)})
+        error = error or stream_error(parser, redact)
         if error is None and not done:
             error = RecordError(
                 kind=ErrorKind.PROTOCOL,
@@ -303,15 +303,7 @@ class StreamRecorder:
         if local_count is not None:
             usage.input_tokens_local = local_count.tokens
             usage.tokenizer = local_count.source
-        if usage.output_tokens is not None:
-            usage.output_tokens_source = "provider"
-        elif output_ns:
-            usage.output_tokens = provider.output_tokens_locally(parser, len(output_ns)).tokens
-            usage.output_tokens_source = "local"
-
-        stop = parser.stop_reason()
-        if error is not None:
-            stop = StopReason.CANCELLED if error.kind == ErrorKind.CANCELLED else StopReason.ERROR
+        stop = settle_counts_and_stop(provider, parser, len(output_ns), error)
 
         lag = self._lag.max_lag_ms(t_start, end_ns or clock()) if self._lag else None
         record = assemble_record(
@@ -347,6 +339,32 @@ class StreamRecorder:
                 self._on_cancelled(record)
             raise asyncio.CancelledError
         return record
+
+
+def stream_error(parser: StreamParser, redact: Callable[[str], str]) -> RecordError | None:
+    """The error event the parser saw, if any, with secrets scrubbed from its text.
+
+    An error event's message comes from the provider and may echo the key.
+    """
+    if parser.error is None:
+        return None
+    return parser.error.model_copy(update={"message": redact(parser.error.message)})
+
+
+def settle_counts_and_stop(
+    provider: Provider, parser: StreamParser, output_events: int, error: RecordError | None
+) -> StopReason | None:
+    """Mark where the output count came from (counting locally if the provider sent none)
+    and return the stop reason (`error`/`cancelled` when the request failed)."""
+    usage = parser.usage
+    if usage.output_tokens is not None:
+        usage.output_tokens_source = "provider"
+    elif output_events:
+        usage.output_tokens = provider.output_tokens_locally(parser, output_events).tokens
+        usage.output_tokens_source = "local"
+    if error is None:
+        return parser.stop_reason()
+    return StopReason.CANCELLED if error.kind == ErrorKind.CANCELLED else StopReason.ERROR
 
 
 def assemble_record(

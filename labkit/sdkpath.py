@@ -23,13 +23,20 @@ from typing import Any
 from labkit.providers.anthropic import AnthropicProvider
 from labkit.providers.base import ChatRequest, EventClass, Provider, StreamParser
 from labkit.providers.openai import OpenAIProvider
-from labkit.recorder import Clock, RecordContext, _exc_message, _redactor, assemble_record
+from labkit.recorder import (
+    Clock,
+    RecordContext,
+    _exc_message,
+    _redactor,
+    assemble_record,
+    settle_counts_and_stop,
+    stream_error,
+)
 from labkit.records import (
     AppTimings,
     ErrorKind,
     RecordError,
     RequestRecord,
-    StopReason,
 )
 from labkit.sse import SSEEvent
 from labkit.timing import derive_client_timings
@@ -149,15 +156,8 @@ class SDKRecorder:
             raise
         except Exception as exc:  # the SDKs' own exception trees, mapped by name
             error = _sdk_error(exc, redact)
-        if error is None and parser.error is not None:
-            error = parser.error
-
-        usage = parser.usage
-        if usage.output_tokens is not None:
-            usage.output_tokens_source = "provider"
-        elif output_ns:
-            usage.output_tokens, usage.output_tokens_source = len(output_ns), "local"
-        stop = parser.stop_reason() if error is None else StopReason.ERROR
+        error = error or stream_error(parser, redact)
+        stop = settle_counts_and_stop(provider, parser, len(output_ns), error)
         return assemble_record(
             provider=provider,
             request=request,
@@ -174,7 +174,7 @@ class SDKRecorder:
                 output_event_ns=output_ns,
                 first_text_ns=first_text_ns,
                 end_ns=end_ns,
-                output_tokens=usage.output_tokens,
+                output_tokens=parser.usage.output_tokens,
                 queue_ms=ctx.queue_ms,
             ),
             app=AppTimings(prepare_ms=(t_start - t_prepare) / 1e6, client_path="sdk"),
