@@ -72,8 +72,7 @@ class AnthropicParser(StreamParser):
     def on_headers(self, headers: httpx.Headers) -> None:
         """`request-id` and the `anthropic-ratelimit-*` headers."""
         self.request_id = headers.get("request-id")
-        limits = {k: v for k, v in headers.items() if k.startswith("anthropic-ratelimit-")}
-        self.rate_limits = limits or None
+        self.read_rate_limits(headers, "anthropic-ratelimit-")
 
     def on_event(self, event: SSEEvent) -> int:
         """Classify one named event and collect what it carries."""

@@ -181,6 +181,11 @@ class StreamParser(ABC):
     def on_headers(self, headers: httpx.Headers) -> None:  # noqa: B027 - optional hook
         """Read identifiers and header timings from the response headers."""
 
+    def read_rate_limits(self, headers: httpx.Headers, prefix: str) -> None:
+        """Keep the rate-limit headers starting with `prefix`, as sent (None if there are none)."""
+        limits = {k: v for k, v in headers.items() if k.startswith(prefix)}
+        self.rate_limits = limits or None
+
     @abstractmethod
     def on_event(self, event: SSEEvent) -> int:
         """Digest one event and return its `EventClass`."""

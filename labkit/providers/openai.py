@@ -82,8 +82,7 @@ class OpenAIChatParser(StreamParser):
         if processing:
             with contextlib.suppress(ValueError):
                 self.provider_timings.processing_ms = float(processing)
-        limits = {k: v for k, v in headers.items() if k.startswith("x-ratelimit-")}
-        self.rate_limits = limits or None
+        self.read_rate_limits(headers, "x-ratelimit-")
 
     def on_event(self, event: SSEEvent) -> int:
         """Classify one chunk; collect text, finish reason, usage and identifiers."""
