@@ -313,6 +313,7 @@ class StreamRecorder:
             params=params,
             parser=parser,
             started_at=started_at,
+            t_start_ns=t_start,
             client=derive_client_timings(
                 t_start_ns=t_start,
                 phases_ns=phases,
@@ -375,6 +376,7 @@ def assemble_record(
     params: dict[str, Any],
     parser: StreamParser,
     started_at: datetime,
+    t_start_ns: int,
     client: ClientTimings,
     app: AppTimings,
     stop: StopReason | None,
@@ -397,6 +399,7 @@ def assemble_record(
         prompt_chars=len(prompt),
         prompt_bytes=len(prompt.encode("utf-8")),
         started_at=started_at,
+        t_start_mono_ns=t_start_ns,
         client=client,
         provider_timings=parser.provider_timings,
         app=app,

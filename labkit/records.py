@@ -237,6 +237,12 @@ class RequestRecord(_Model):
     prompt_chars: int = Field(description="Prompt size in characters.")
     prompt_bytes: int = Field(description="Prompt size in UTF-8 bytes.")
     started_at: datetime = Field(description="Wall clock (UTC) at t_start.")
+    t_start_mono_ns: int | None = Field(
+        default=None,
+        description="`time.perf_counter_ns()` at t_start: this host's monotonic clock, so the "
+        "records of one run (worker processes included) line up on one time axis; "
+        "meaningless across hosts or reboots (labkit extension).",
+    )
     client: ClientTimings = Field(default_factory=ClientTimings)
     provider_timings: ProviderTimings = Field(default_factory=ProviderTimings)
     app: AppTimings = Field(default_factory=AppTimings)

@@ -165,6 +165,7 @@ class SDKRecorder:
             params=params,
             parser=parser,
             started_at=started_at,
+            t_start_ns=t_start,
             client=derive_client_timings(
                 t_start_ns=t_start,
                 phases_ns={}
