@@ -100,6 +100,10 @@ class Experiment(ABC):
     def plan(self, provider: Provider) -> list[PlannedRequest]:
         """The requests to send to `provider`, warm-ups first."""
 
+    def requests_for(self, provider: Provider) -> list[PlannedRequest]:
+        """The plan as the runner sends it (`plan`, with each request's client path set)."""
+        return self.plan(provider)
+
     async def finalize(self, provider: Provider, records: list[RequestRecord]) -> None:  # noqa: B027
         """I/O after this experiment's requests, while the provider is still up (default: none).
 

@@ -273,7 +273,7 @@ class Runner:
         server: ManagedServer | None,
     ) -> None:
         await exp.prepare(provider)
-        plan = [p for p in exp.plan(provider) if (provider.id, p.key) not in self._done_keys]
+        plan = [p for p in exp.requests_for(provider) if (provider.id, p.key) not in self._done_keys]
         outcome.planned += len(plan)
         self.on_progress(outcome)
         for planned in (p for p in plan if p.warmup):
