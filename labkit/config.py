@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationErr
 
 from labkit.errors import ConfigError
 from labkit.experiments import ExperimentSettings, experiment_class, experiment_kinds
-from labkit.providers import ProviderSettings, provider_class, provider_kinds
+from labkit.providers import ProviderSettings, provider_class, provider_kinds, sdk_available
 
 __all__ = ["LabConfig", "load_config", "parse_config"]
 
@@ -113,6 +113,21 @@ def _validate_entries(
     return out
 
 
+def _sdk_only_without_sdk(data: dict[str, Any], providers: list[ProviderSettings]) -> list[str]:
+    """`paths: [sdk]` cannot run on a provider without an official SDK (`[wire, sdk]` can:
+    it sends only the wire copy there)."""
+    no_sdk = [p.id for p in providers if not sdk_available(p.kind)]
+    raw = data.get("experiments")
+    entries = raw if isinstance(raw, list) else []
+    return [
+        f"experiments[{i}].paths: [sdk] needs an official SDK, which provider {pid!r} does "
+        "not have; use [wire, sdk] to measure the SDK where there is one"
+        for i, entry in enumerate(entries)
+        if isinstance(entry, dict) and entry.get("paths") == ["sdk"]
+        for pid in no_sdk
+    ]
+
+
 def parse_config(data: Any, source: str = "<config>") -> LabConfig:
     """Validate already-parsed YAML data; raise one ConfigError listing every problem."""
     if not isinstance(data, dict):
@@ -125,6 +140,7 @@ def parse_config(data: Any, source: str = "<config>") -> LabConfig:
     ids = [p.id for p in providers]
     for dup in sorted({i for i in ids if ids.count(i) > 1}):
         errors.append(f"providers: id {dup!r} is used more than once")
+    errors.extend(_sdk_only_without_sdk(data, providers))
     config = None
     try:
         config = LabConfig.model_validate(

@@ -4,7 +4,8 @@ It owns the clock. Connection phases come from httpx's ``trace`` extension; resp
 are read as the transport delivers them, reassembled into SSE events (`labkit.sse`) and
 stamped with `time.perf_counter_ns` when the read that brought each event's first byte
 returned. The provider's parser only classifies events and collects fields; the recorder
-derives every timing (`labkit.timing`).
+derives every timing (`labkit.timing`). The thread's CPU clock is read at ``t_start`` and
+at the end of the stream only (`app.cpu_ms`), never per event.
 
 Failures are measurements too: an HTTP error, a timeout, a dropped connection, an error
 event or a malformed stream becomes a record with ``error`` set and every timing it reached.
@@ -26,7 +27,13 @@ from typing import Any
 
 import httpx
 
-from labkit.providers.base import ChatRequest, EventClass, Provider, StreamParser
+from labkit.providers.base import (
+    ChatRequest,
+    EventClass,
+    Provider,
+    ResponseHeaders,
+    StreamParser,
+)
 from labkit.records import (
     AppTimings,
     ClientTimings,
@@ -103,13 +110,17 @@ class LoopLagMonitor:
             self._task = None
 
     def max_lag_ms(self, t0_ns: int, t1_ns: int) -> float | None:
-        """Largest lag sampled in [t0_ns, t1_ns + one interval]; None without samples."""
-        limit = t1_ns + int(self.interval_s * 2e9)
+        """Largest lag whose late stretch overlaps [t0_ns, t1_ns]; None without one.
+
+        A sample taken at `t` with lag `L` means the loop was held up over [t − L, t]. A
+        hold-up that began after the stream ended (other streams' records being written,
+        say) did not delay this stream's stamps, so it is not counted against it.
+        """
         worst: float | None = None
         for t, lag in reversed(self._samples):
             if t < t0_ns:
                 break
-            if t <= limit and (worst is None or lag > worst):
+            if t - lag * 1e6 <= t1_ns and (worst is None or lag > worst):
                 worst = lag
         return worst
 
@@ -146,7 +157,7 @@ def _error_message_from_body(body: str) -> str | None:
 
 
 def http_error(
-    status: int, headers: httpx.Headers, body: bytes, redact: Callable[[str], str]
+    status: int, headers: ResponseHeaders, body: bytes, redact: Callable[[str], str]
 ) -> RecordError:
     """A `RecordError` for an HTTP error response (status >= 400)."""
     text = redact(body.decode("utf-8", errors="replace"))
@@ -209,12 +220,14 @@ class StreamRecorder:
         redact = _redactor(provider)
 
         stale_retry = False
+        client = provider.checkout()
+        cpu_start = time.thread_time_ns()
         t_start = clock()
         started_at = datetime.now(UTC)
         try:
             async with asyncio.timeout(provider.settings.timeouts.total):
                 try:
-                    response = await provider.client.send(http_request, stream=True)
+                    response = await client.send(http_request, stream=True)
                 except httpx.RemoteProtocolError:
                     if not _stale_pooled_connection(phases):
                         raise
@@ -223,9 +236,10 @@ class StreamRecorder:
                     # measured yet, so measure again from a fresh clock on a new connection.
                     phases.clear()
                     stale_retry = True
+                    cpu_start = time.thread_time_ns()
                     t_start = clock()
                     started_at = datetime.now(UTC)
-                    response = await provider.client.send(http_request, stream=True)
+                    response = await client.send(http_request, stream=True)
                 # Mock transports emit no trace events: fall back to when send() returned.
                 phases.setdefault("http11.receive_response_headers.complete", clock())
                 try:
@@ -289,6 +303,9 @@ class StreamRecorder:
         except asyncio.CancelledError:
             cancelled = True
             error = RecordError(kind=ErrorKind.CANCELLED, message="request cancelled")
+        finally:
+            provider.checkin(client)
+        cpu_ns = time.thread_time_ns() - cpu_start
 
         error = error or stream_error(parser, redact)
         if error is None and not done:
@@ -328,6 +345,7 @@ class StreamRecorder:
             app=AppTimings(
                 prepare_ms=(t_start - t_prepare) / 1e6,
                 parse_cpu_ms=parse_ns / 1e6,
+                cpu_ms=cpu_ns / 1e6,
                 client_path="wire",
             ),
             stop=stop,

@@ -181,7 +181,19 @@ class AppTimings(_Model):
         description="Building the request body and local token counting, before t_start.",
     )
     parse_cpu_ms: float | None = Field(
-        default=None, description="Time spent decoding this stream's events."
+        default=None,
+        description="Time spent decoding this stream's events (SSE framing, JSON, "
+        "classification). Wire path only: null on the SDK path, whose decoding happens inside "
+        "the SDK's iterator together with the wait for the socket and cannot be told apart "
+        "from it (see cpu_ms).",
+    )
+    cpu_ms: float | None = Field(
+        default=None,
+        description="CPU time of labkit's thread (`time.thread_time_ns`) from t_start to the "
+        "end of the stream: HTTP, TLS, decoding and the event loop, on either path. Under "
+        "concurrency it includes the work of the other requests in flight on that thread. On "
+        "the SDK path labkit's own re-reading of each object the SDK yields is left out, so "
+        "it is what the SDK costs an application.",
     )
     client_path: Literal["wire", "sdk"] = Field(
         default="wire", description="`wire` (labkit's own HTTP) or `sdk` (the official SDK)."

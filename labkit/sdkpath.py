@@ -6,9 +6,20 @@ stack (`httpx2`), its SSE decoder and its pydantic models. Each event is stamped
 SDK hands it to user code, with the same clock and the same derivation as the wire path, so
 ``sdk − wire`` of TTFT and decode is the SDK's overhead. The SDKs' retries are off.
 
-What this path cannot see: connection phases (the SDKs take no per-request trace hook), so
-those stay null; ``headers_ms`` is when the SDK's `create()` returned, which is after the
-response headers arrived. This is the only module that imports `httpx2` and the SDKs.
+Connection phases are measured as on the wire path: the SDK gets an `httpx2.AsyncClient` of
+labkit's whose request hook puts httpcore2's ``trace`` extension on every request, stamping
+``connection.connect_tcp.complete``, ``http11.send_request_body.complete``,
+``http11.receive_response_headers.complete`` and the rest for the request being measured (a
+context variable that `SDKRecorder.record` sets: the SDK sends from the caller's task). Mock
+transports emit no trace events; there ``headers_ms`` falls back to when `create()` returned.
+The raw response headers (request id, ``openai-processing-ms``, rate limits) go to the same
+parser as on the wire.
+
+Each object the SDK yields is turned back into its JSON and classified by the wire path's
+parser, so both paths count and classify alike; that re-reading is labkit's, not the SDK's,
+and is kept out of ``app.cpu_ms``. ``app.parse_cpu_ms`` stays null here: the SDK decodes
+inside its iterator, interleaved with the wait for the socket. This is the only module that
+imports `httpx2` and the SDKs.
 """
 
 from __future__ import annotations
@@ -17,6 +28,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,10 +37,12 @@ from labkit.providers.base import ChatRequest, EventClass, Provider, StreamParse
 from labkit.providers.openai import OpenAIProvider
 from labkit.recorder import (
     Clock,
+    LoopLagMonitor,
     RecordContext,
     _exc_message,
     _redactor,
     assemble_record,
+    http_error,
     settle_counts_and_stop,
     stream_error,
 )
@@ -45,10 +59,30 @@ __all__ = ["SDKRecorder", "sdk_supported"]
 
 HttpClientFactory = Callable[..., Any]
 
+_HEADERS_DONE = "http11.receive_response_headers.complete"
+
+#: The phase stamps of the request the current task is measuring, and the clock to use.
+_MEASURING: ContextVar[tuple[dict[str, int], Clock] | None] = ContextVar(
+    "labkit_sdk_measuring", default=None
+)
+
+
+async def _attach_trace(request: Any) -> None:
+    """httpx2 request hook: trace the request that `SDKRecorder.record` is measuring."""
+    measuring = _MEASURING.get()
+    if measuring is None:
+        return
+    phases, clock = measuring
+
+    async def trace(name: str, info: dict[str, Any]) -> None:
+        phases[name] = clock()
+
+    request.extensions["trace"] = trace
+
 
 def sdk_supported(provider: Provider) -> bool:
     """Whether an official SDK can send this provider's requests."""
-    return isinstance(provider, OpenAIProvider | AnthropicProvider) and provider.kind != "fake"
+    return provider.has_sdk and isinstance(provider, OpenAIProvider | AnthropicProvider)
 
 
 class SDKRecorder:
@@ -59,19 +93,32 @@ class SDKRecorder:
         *,
         clock: Clock = time.perf_counter_ns,
         http_client_factory: HttpClientFactory | None = None,
+        lag_monitor: LoopLagMonitor | None = None,
+        on_cancelled: Callable[[RequestRecord], None] | None = None,
     ) -> None:
         self._clock = clock
         self._factory = http_client_factory
+        self._lag = lag_monitor
+        self._on_cancelled = on_cancelled
         self._clients: dict[str, Any] = {}
 
     def _http_client(self, provider: Provider) -> Any:
+        """The SDK's HTTP client: the wire path's timeouts and pool size, and the trace hook."""
         import httpx2
 
         t = provider.settings.timeouts
         timeout = httpx2.Timeout(connect=t.connect, read=t.read, write=t.read, pool=t.total)
         if self._factory is not None:
-            return self._factory(timeout=timeout)
-        return httpx2.AsyncClient(timeout=timeout)
+            client = self._factory(timeout=timeout)
+        else:
+            n = provider.pool_size
+            client = httpx2.AsyncClient(
+                timeout=timeout,
+                limits=httpx2.Limits(max_connections=n, max_keepalive_connections=n),
+            )
+        hooks = client.event_hooks
+        client.event_hooks = {**hooks, "request": [*hooks["request"], _attach_trace]}
+        return client
 
     def _sdk_client(self, provider: Provider) -> Any:
         client = self._clients.get(provider.id)
@@ -114,21 +161,30 @@ class SDKRecorder:
     async def record(
         self, provider: Provider, request: ChatRequest, ctx: RecordContext
     ) -> RequestRecord:
-        """Send `request` through the SDK; per-request failures become records with `error`."""
+        """Send `request` through the SDK, read the whole stream, return the record.
+
+        Per-request failures become records with ``error`` set. On cancellation the partial
+        record goes to `on_cancelled` before `CancelledError` propagates.
+        """
         clock = self._clock
         t_prepare = clock()
         params = provider.wire_params(provider.effective_params(request))
         client = self._sdk_client(provider)
+        local_count = provider.count_input_locally(request)
         parser = provider.new_parser()
         redact = _redactor(provider)
         anthropic_path = isinstance(provider, AnthropicProvider)
         first_event_ns: int | None = None
         first_text_ns: int | None = None
-        headers_ns: int | None = None
+        phases: dict[str, int] = {}
         output_ns: list[int] = []
         end_ns: int | None = None
+        feed_ns = 0
         error: RecordError | None = None
+        cancelled = False
 
+        measuring = _MEASURING.set((phases, clock))
+        cpu_start = time.thread_time_ns()
         t_start = clock()
         started_at = datetime.now(UTC)
         try:
@@ -137,28 +193,44 @@ class SDKRecorder:
                     stream = await self._anthropic_create(client, provider, request, params)
                 else:
                     stream = await self._openai_create(client, provider, request, params)
-                headers_ns = clock()
-                async for item in stream:
-                    t = clock()
-                    kind = _feed(item, parser, item.type if anthropic_path else None)
-                    if kind == EventClass.IGNORE:
-                        continue
-                    if first_event_ns is None:
-                        first_event_ns = t
-                    if kind >= EventClass.OUTPUT:
-                        output_ns.append(t)
-                        if kind == EventClass.TEXT and first_text_ns is None:
-                            first_text_ns = t
-                end_ns = clock()
+                phases.setdefault(_HEADERS_DONE, clock())
+                try:
+                    parser.on_headers(stream.response.headers)
+                    async for item in stream:
+                        t = clock()
+                        kind = _feed(item, parser, item.type if anthropic_path else None)
+                        feed_ns += clock() - t
+                        if kind == EventClass.IGNORE:
+                            continue
+                        if first_event_ns is None:
+                            first_event_ns = t
+                        if kind >= EventClass.OUTPUT:
+                            output_ns.append(t)
+                            if kind == EventClass.TEXT and first_text_ns is None:
+                                first_text_ns = t
+                    end_ns = clock()
+                finally:
+                    await stream.close()
         except TimeoutError:
-            error = RecordError(kind=ErrorKind.TIMEOUT, message="total timeout exceeded (SDK path)")
+            error = RecordError(
+                kind=ErrorKind.TIMEOUT,
+                message=f"total timeout of {provider.settings.timeouts.total:g} s exceeded",
+            )
         except asyncio.CancelledError:
-            raise
+            cancelled = True
+            error = RecordError(kind=ErrorKind.CANCELLED, message="request cancelled")
         except Exception as exc:  # the SDKs' own exception trees, mapped by name
-            error = _sdk_error(exc, redact)
+            error = _sdk_error(exc, parser, redact)
+        finally:
+            _MEASURING.reset(measuring)
+        cpu_ns = time.thread_time_ns() - cpu_start - feed_ns
         error = error or stream_error(parser, redact)
+        if local_count is not None:
+            parser.usage.input_tokens_local = local_count.tokens
+            parser.usage.tokenizer = local_count.source
         stop = settle_counts_and_stop(provider, parser, len(output_ns), error)
-        return assemble_record(
+        lag = self._lag.max_lag_ms(t_start, end_ns or clock()) if self._lag else None
+        record = assemble_record(
             provider=provider,
             request=request,
             ctx=ctx,
@@ -168,20 +240,26 @@ class SDKRecorder:
             t_start_ns=t_start,
             client=derive_client_timings(
                 t_start_ns=t_start,
-                phases_ns={}
-                if headers_ns is None
-                else {"http11.receive_response_headers.complete": headers_ns},
+                phases_ns=phases,
                 first_event_ns=first_event_ns,
                 output_event_ns=output_ns,
                 first_text_ns=first_text_ns,
                 end_ns=end_ns,
                 output_tokens=parser.usage.output_tokens,
                 queue_ms=ctx.queue_ms,
+                loop_lag_ms=lag,
             ),
-            app=AppTimings(prepare_ms=(t_start - t_prepare) / 1e6, client_path="sdk"),
+            app=AppTimings(
+                prepare_ms=(t_start - t_prepare) / 1e6, cpu_ms=cpu_ns / 1e6, client_path="sdk"
+            ),
             stop=stop,
             error=error,
         )
+        if cancelled:
+            if self._on_cancelled is not None:
+                self._on_cancelled(record)
+            raise asyncio.CancelledError
+        return record
 
     @staticmethod
     async def _openai_create(
@@ -234,19 +312,28 @@ def _feed(item: Any, parser: StreamParser, event_name: str | None) -> int:
     return EventClass.META if cls == EventClass.DONE else cls
 
 
-def _sdk_error(exc: Exception, redact: Callable[[str], str]) -> RecordError:
-    name = type(exc).__name__
+def _sdk_error(exc: Exception, parser: StreamParser, redact: Callable[[str], str]) -> RecordError:
+    """A `RecordError` for what the SDK raised, shaped like the wire path's where it can be.
+
+    An HTTP error's response headers still reach the parser (request id, rate limits).
+    """
     status = getattr(exc, "status_code", None)
-    if status is not None:
-        body = getattr(exc, "body", None)
-        return RecordError(
-            kind=ErrorKind.HTTP_STATUS,
-            message=redact(f"HTTP {status}: {exc}")[:300],
-            status=int(status),
-            body_excerpt=redact(str(body))[:500] if body is not None else None,
-        )
+    response = getattr(exc, "response", None)
+    if status is not None and response is not None:
+        parser.on_headers(response.headers)
+        try:
+            body = response.content
+        except Exception:  # not read: the SDK's parsed body is what is left
+            body = str(getattr(exc, "body", "")).encode()
+        return http_error(int(status), response.headers, body, redact)
+    name = type(exc).__name__
+    message = _exc_message(exc, redact)
+    cause = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+    if cause is not None:
+        # The SDKs wrap transport errors ("Connection error."): the cause says what happened.
+        message = f"{message} ({_exc_message(cause, redact)})"[:300]
     if "Timeout" in name:
-        return RecordError(kind=ErrorKind.TIMEOUT, message=_exc_message(exc, redact))
+        return RecordError(kind=ErrorKind.TIMEOUT, message=message)
     if "Connection" in name or "Protocol" in name or "Network" in name:
-        return RecordError(kind=ErrorKind.CONNECTION, message=_exc_message(exc, redact))
-    return RecordError(kind=ErrorKind.PROTOCOL, message=_exc_message(exc, redact))
+        return RecordError(kind=ErrorKind.CONNECTION, message=message)
+    return RecordError(kind=ErrorKind.PROTOCOL, message=message)

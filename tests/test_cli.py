@@ -31,7 +31,7 @@ CONTRACT_PROVIDER = {
     "prefill_ms", "prefill_tokens", "decode_ms", "decode_ms_per_token", "cached_tokens",
     "load_ms", "processing_ms", "raw",
 }
-CONTRACT_APP = {"prepare_ms", "parse_cpu_ms", "client_path"}
+CONTRACT_APP = {"prepare_ms", "parse_cpu_ms", "cpu_ms", "client_path"}
 CONTRACT_USAGE = {
     "input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens",
     "input_tokens_local", "tokenizer", "output_tokens_source",

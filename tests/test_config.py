@@ -144,6 +144,34 @@ BAD = [
         id="duplicate-id",
     ),
     pytest.param(
+        "name: x\nproviders:\n  - {id: a, kind: fake, client: sdk}\n"
+        "experiments: [{kind: single}]\n",
+        ["providers[0].client", "provider kind 'fake' has no official SDK", "client: wire"],
+        id="client-sdk-without-sdk",
+    ),
+    pytest.param(
+        "name: x\nproviders:\n  - {id: a, kind: openai, model: g, client: browser}\n"
+        "experiments: [{kind: single}]\n",
+        ["providers[0].client", "'wire' or 'sdk'", "'browser'"],
+        id="client-unknown",
+    ),
+    pytest.param(
+        "name: x\n" + GOOD_PROVIDERS + "experiments: [{kind: single, paths: [sdk]}]\n",
+        ["experiments[0].paths", "[sdk] needs an official SDK", "provider 'fake'", "[wire, sdk]"],
+        id="sdk-only-paths-without-sdk",
+    ),
+    pytest.param(
+        "name: x\n" + GOOD_PROVIDERS + "experiments: [{kind: single, paths: [sdk, sdk]}]\n",
+        ["experiments[0].paths", "wire and/or sdk, each once"],
+        id="paths-repeated",
+    ),
+    pytest.param(
+        "name: x\n" + GOOD_PROVIDERS + "experiments:\n"
+        "  - {kind: attribution, compare_sdk: false, paths: [wire, sdk]}\n",
+        ["experiments[0]", "compare_sdk (deprecated) contradicts paths"],
+        id="compare_sdk-contradicts-paths",
+    ),
+    pytest.param(
         "- just\n- a list\n",
         ["expected a mapping at the top level"],
         id="not-a-mapping",

@@ -1,7 +1,8 @@
 """The SDK path (`labkit.sdkpath`): the same requests through the official SDKs.
 
 Against the fake schedule on real sockets (the openai SDK over httpx2), and against
-`httpx2.MockTransport` for errors and for Anthropic (respx does not patch httpx2).
+`httpx2.MockTransport` for errors, for Anthropic and for the recorded streams that the wire
+path's tests read too (respx does not patch httpx2).
 """
 
 from __future__ import annotations
@@ -9,16 +10,21 @@ from __future__ import annotations
 import asyncio
 import json
 import statistics
+from typing import Any
 
 import httpx2
+import pytest
+import respx
 
+from labkit.experiments.attribution import AttributionExperiment, AttributionSettings
 from labkit.fakeserver import FakeServer
 from labkit.providers import provider_class
 from labkit.providers.base import ChatRequest, Provider
 from labkit.providers.fake import FakeSchedule
 from labkit.recorder import RecordContext, StreamRecorder
-from labkit.records import ErrorKind, StopReason
+from labkit.records import ErrorKind, RequestRecord, StopReason
 from labkit.sdkpath import SDKRecorder, sdk_supported
+from tests.streams import SSE_HEADERS, chat, load_sse, make_provider, split_every, sse_response
 
 SCHEDULE = FakeSchedule(first_token_ms=60.0, token_interval_ms=15.0, tokens=20)
 
@@ -176,3 +182,220 @@ def test_fake_provider_has_no_sdk_path() -> None:
     provider = _provider("fake")
     assert not sdk_supported(provider)
     asyncio.run(provider.aclose())
+
+
+# --- the recorded streams of the wire path's tests, through the SDKs --------------------
+
+RECORDED = [
+    pytest.param(
+        "openai",
+        "openai_chat.sse",
+        "https://api.openai.com/v1/chat/completions",
+        {
+            "x-request-id": "req_1",
+            "openai-processing-ms": "7",
+            "x-ratelimit-remaining-requests": "499",
+        },
+        {"model": "gpt-4.1-mini"},
+        id="openai",
+    ),
+    pytest.param(
+        "anthropic",
+        "anthropic_messages.sse",
+        "https://api.anthropic.com/v1/messages",
+        {"request-id": "req_9", "anthropic-ratelimit-requests-remaining": "49"},
+        {"model": "claude-haiku-4-5"},
+        id="anthropic",
+    ),
+    pytest.param(
+        "llamacpp",
+        "llamacpp_chat.sse",
+        "http://llama.test:8080/v1/chat/completions",
+        {"x-request-id": "req_l"},
+        {"base_url": "http://llama.test:8080"},
+        id="llamacpp",
+    ),
+]
+
+
+@pytest.mark.parametrize(("kind", "fixture", "url", "headers", "settings"), RECORDED)
+def test_wire_and_sdk_paths_read_the_same_stream_alike(
+    kind: str, fixture: str, url: str, headers: dict[str, str], settings: dict[str, Any]
+) -> None:
+    raw = load_sse(fixture)
+    sent_to: list[str] = []
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        sent_to.append(str(request.url))
+        return httpx2.Response(200, headers={**SSE_HEADERS, **headers}, content=raw)
+
+    async def main() -> tuple[RequestRecord, RequestRecord]:
+        provider = make_provider(kind, api_key="sk-test-key", **settings)
+        ctx = RecordContext(run_id="r", experiment="t")
+        sdk = _mock_sdk(handler)
+        try:
+            with respx.mock() as router:
+                router.post(url).mock(
+                    return_value=sse_response(split_every(raw, 37), headers=headers)
+                )
+                wire = await StreamRecorder().record(provider, chat(max_tokens=64), ctx)
+            return wire, await sdk.record(provider, chat(max_tokens=64), ctx)
+        finally:
+            await sdk.aclose()
+            await provider.aclose()
+
+    wire, sdk = asyncio.run(main())
+    assert sent_to == [url]
+    assert wire.error is None and sdk.error is None, (wire.error, sdk.error)
+    assert (wire.app.client_path, sdk.app.client_path) == ("wire", "sdk")
+    # What the fixture says, on both paths.
+    assert sdk.usage.input_tokens is not None and sdk.usage.output_tokens is not None
+    assert sdk.usage.output_tokens_source == "provider"
+    assert sdk.response_id is not None and sdk.stop_reason is not None
+    assert sdk.request_id == next(v for k, v in headers.items() if k.endswith("request-id"))
+    # Every count, reason and identifier agrees.
+    assert sdk.usage == wire.usage
+    assert (sdk.stop_reason, sdk.stop_reason_raw) == (wire.stop_reason, wire.stop_reason_raw)
+    assert sdk.response_id == wire.response_id and sdk.request_id == wire.request_id
+    assert sdk.system_fingerprint == wire.system_fingerprint
+    assert sdk.rate_limits == wire.rate_limits
+    assert sdk.provider_timings == wire.provider_timings
+    assert sdk.output_text == wire.output_text and sdk.output_text
+    assert len(sdk.client.event_offsets_ms) == len(wire.client.event_offsets_ms) > 0
+    assert sdk.params == wire.params
+    if kind == "openai":
+        assert sdk.provider_timings.processing_ms == 7.0
+        assert sdk.rate_limits == {"x-ratelimit-remaining-requests": "499"}
+    if kind == "llamacpp":
+        assert sdk.provider_timings.prefill_ms is not None
+    # CPU time on both paths; decoding is separable only on the wire.
+    assert wire.app.cpu_ms is not None and wire.app.cpu_ms > 0
+    assert sdk.app.cpu_ms is not None and sdk.app.cpu_ms > 0
+    assert wire.app.parse_cpu_ms is not None and sdk.app.parse_cpu_ms is None
+
+
+def test_sdk_http_error_keeps_request_id_and_retry_after() -> None:
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        body = {"error": {"type": "overloaded_error", "message": "Overloaded"}}
+        return httpx2.Response(529, json=body, headers={"request-id": "req_x", "retry-after": "2"})
+
+    async def main() -> RequestRecord:
+        provider = _provider("anthropic", model="claude-haiku-4-5")
+        sdk = _mock_sdk(handler)
+        try:
+            return await sdk.record(provider, _request(), RecordContext(run_id="r", experiment="t"))
+        finally:
+            await sdk.aclose()
+            await provider.aclose()
+
+    rec = asyncio.run(main())
+    assert rec.error is not None and rec.error.kind == ErrorKind.HTTP_STATUS
+    assert rec.error.status == 529 and rec.error.retry_after_s == 2.0
+    assert rec.error.message == "HTTP 529: overloaded_error: Overloaded"
+    assert rec.request_id == "req_x"
+
+
+# --- connection phases over real sockets ---------------------------------------------------
+
+SHORT = FakeSchedule(first_token_ms=20.0, token_interval_ms=2.0, tokens=8)
+
+
+def test_sdk_path_measures_connection_phases_on_real_sockets() -> None:
+    async def main() -> list[RequestRecord]:
+        async with FakeServer(SHORT) as server:
+            provider = _provider("openai_compatible", model="fake", base_url=server.base_url)
+            sdk = SDKRecorder()
+            closing = _request()
+            closing.fresh_connection = True  # closes after itself: the next one connects anew
+            records = []
+            for request in (_request(), closing, _request()):
+                ctx = RecordContext(run_id="r", experiment="t")
+                records.append(await sdk.record(provider, request, ctx))
+            await sdk.aclose()
+            await provider.aclose()
+            return records
+
+    first, reused, reconnected = asyncio.run(main())
+    for rec in (first, reused, reconnected):
+        c = rec.client
+        assert rec.error is None and rec.app.client_path == "sdk"
+        assert c.request_sent_ms is not None and c.headers_ms is not None
+        assert c.ttft_ms is not None and c.e2e_ms is not None
+        assert 0 < c.request_sent_ms <= c.headers_ms <= c.ttft_ms <= c.e2e_ms
+        assert c.ttft_ms - c.headers_ms > 15.0  # headers come before the first token's wait
+        assert rec.app.cpu_ms is not None and 0 < rec.app.cpu_ms < c.e2e_ms
+    assert first.client.connect_ms is not None and reconnected.client.connect_ms is not None
+    assert 0 < reconnected.client.connect_ms <= reconnected.client.request_sent_ms  # type: ignore[operator]
+    assert reused.client.connect_ms is None  # the pooled connection of the first request
+
+
+def test_network_guard_stops_the_sdk_path_before_anything_is_sent() -> None:
+    async def main() -> RequestRecord:
+        provider = _provider("openai", model="gpt-4.1-mini")  # https://api.openai.com/v1
+        sdk = SDKRecorder()  # the SDK's real HTTP stack, no mock transport
+        try:
+            return await sdk.record(provider, _request(), RecordContext(run_id="r", experiment="t"))
+        finally:
+            await sdk.aclose()
+            await provider.aclose()
+
+    rec = asyncio.run(main())
+    assert rec.error is not None and rec.error.kind == ErrorKind.CONNECTION
+    assert "tests may not" in rec.error.message and "api.openai.com" in rec.error.message
+    c = rec.client
+    assert c.connect_ms is None and c.request_sent_ms is None and c.headers_ms is None
+    assert c.ttft_ms is None and rec.stop_reason == StopReason.ERROR
+    assert "k-1" not in rec.model_dump_json()
+
+
+# --- both paths through an experiment's plan, as the runner sends it -----------------------
+
+
+def test_attribution_pairs_paths_and_connections_on_real_sockets() -> None:
+    exp = AttributionExperiment(AttributionSettings(repeats=4, warmup=1))
+
+    async def main() -> list[RequestRecord]:
+        async with FakeServer(SHORT) as server:
+            provider = _provider("openai_compatible", model="fake", base_url=server.base_url)
+            plan = exp.requests_for(provider)
+            wire, sdk = StreamRecorder(), SDKRecorder()
+            records = []
+            for planned in plan:
+                ctx = RecordContext(
+                    run_id="r",
+                    experiment=exp.name,
+                    trial=planned.trial,
+                    warmup=planned.warmup,
+                    tags=planned.tags,
+                )
+                recorder = sdk if planned.request.client_path == "sdk" else wire
+                rec = await recorder.record(provider, planned.request, ctx)
+                rec.plan_key = planned.key
+                records.append(rec)
+            await sdk.aclose()
+            await provider.aclose()
+            return records
+
+    records = asyncio.run(main())
+    assert [r.plan_key for r in records] == [
+        "attribution/warmup/0",
+        "attribution/warmup/0/sdk",
+        *(k for t in range(4) for k in (f"attribution/{t}", f"attribution/{t}/sdk")),
+    ]
+    assert all(r.error is None for r in records)
+    for r in records[2:]:
+        assert r.app.client_path == r.tags["path"]
+        # Each path has its own connection pool; "fresh" trials opened a new connection.
+        fresh = r.tags["connection"] == "fresh"
+        assert (r.client.connect_ms is not None) == fresh, (r.plan_key, r.client.connect_ms)
+    answer = exp.analyze("fake-server", "fake", records)
+    f = answer.figures
+    assert answer.status == "ok" and f["sdk_measured"] is True
+    assert f["n_sdk_pairs"] == 4 and f["n_event_delay_pairs"] == 4 and f["n_cpu_pairs"] == 4
+    assert f["n_cpu_wire"] == 4 and f["n_cpu_sdk"] == 4
+    assert f["cpu_us_per_event_wire"] > 0 and f["cpu_us_per_event_sdk"] > 0
+    assert abs(f["sdk_ttft_ms"]) < 15.0 and abs(f["sdk_event_delay_ms"]) < 15.0
+    assert "median of 4 pairs" in answer.answer and "µs" in answer.answer
+    rows = {r["measurement"]: r for r in f["rows"]}
+    assert rows["TCP connect (fresh connections)"]["value_ms"] is not None
+    assert rows["SDK delay per output event (sdk − wire)"]["value_ms"] == f["sdk_event_delay_ms"]

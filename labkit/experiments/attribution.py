@@ -4,6 +4,11 @@ Short requests, half of them on a fresh connection (``connection: close``) so th
 and TLS times are measured rather than hidden by connection reuse. Every measurement is
 classified by owner (docs/measurement.md, "Attribution") with its median value; where the
 provider reports nothing about itself, the row says so instead of guessing.
+
+By default (``paths: [wire, sdk]``) every request is also sent through the provider's
+official SDK right after its wire twin, on the same kind of connection: the paired
+difference is what the SDK adds — to TTFT, to each output event's arrival, and in CPU per
+output event (`app.cpu_ms`).
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, NonNegativeInt, PositiveInt
+from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
 from labkit.experiments.base import (
     Experiment,
@@ -20,9 +25,8 @@ from labkit.experiments.base import (
     register_experiment,
 )
 from labkit.experiments.common import fmt_ms, measured, median_of
-from labkit.providers.base import ChatRequest, Provider
+from labkit.providers.base import ChatRequest, ClientPath, Provider, sdk_available
 from labkit.records import LabAnswer, RequestRecord
-from labkit.sdkpath import sdk_supported
 from labkit.timing import percentile
 
 __all__ = ["AttributionExperiment", "AttributionSettings"]
@@ -30,6 +34,8 @@ __all__ = ["AttributionExperiment", "AttributionSettings"]
 PROVIDER = "provider"
 NETWORK = "network and serving front end"
 APPLICATION = "application (labkit)"
+
+_BOTH_PATHS: tuple[ClientPath, ...] = ("wire", "sdk")
 
 
 class AttributionSettings(ExperimentSettings):
@@ -40,11 +46,28 @@ class AttributionSettings(ExperimentSettings):
     repeats: PositiveInt = 6
     warmup: NonNegativeInt = 1
     params: dict[str, Any] = Field(default_factory=lambda: {"max_tokens": 32, "temperature": 0})
-    compare_sdk: bool = Field(
-        default=True,
-        description="Also send each request through the provider's official SDK, to measure "
-        "the SDK's overhead (sdk − wire), where an SDK exists for the provider.",
+    paths: list[ClientPath] | None = Field(
+        default_factory=lambda: list(_BOTH_PATHS),
+        description="Client paths: by default each request goes on the wire and then through "
+        "the provider's official SDK (where it has one), so the pair's difference is the "
+        "SDK's overhead.",
     )
+    compare_sdk: bool | None = Field(
+        default=None,
+        exclude=True,
+        description="Deprecated alias of `paths`: false is `paths: [wire]`, true "
+        "`paths: [wire, sdk]`.",
+    )
+
+    @model_validator(mode="after")
+    def _compare_sdk_alias(self) -> AttributionSettings:
+        if self.compare_sdk is None:
+            return self
+        wanted: list[ClientPath] = ["wire", "sdk"] if self.compare_sdk else ["wire"]
+        if "paths" in self.model_fields_set and self.paths != wanted:
+            raise ValueError("compare_sdk (deprecated) contradicts paths; give paths only")
+        self.paths = wanted
+        return self
 
 
 def _median(values: list[float]) -> float | None:
@@ -80,43 +103,39 @@ class AttributionExperiment(Experiment):
     def plan(self, provider: Provider) -> list[PlannedRequest]:
         """Warm-ups, then `repeats` requests; even trials open a fresh connection.
 
-        With `compare_sdk`, each trial is sent twice, wire then SDK, on the same kind of
-        connection, so the pair's difference is the SDK's overhead.
+        `requests_for` sends each one on every path of `paths` in turn (wire, then SDK), on
+        the same kind of connection, so the pair's difference is the SDK's overhead.
         """
-        paths = ["wire"]
         plan = self.warmups("attribution", self._s.prompt)
-        if self._s.compare_sdk and sdk_supported(provider):
-            paths.append("sdk")
-            # The SDK's first request also pays its imports and client set-up: keep it out.
-            for warm in self.warmups("attribution", self._s.prompt):
-                warm.key += "/sdk"
-                warm.request.client_path = "sdk"
-                warm.tags = {"path": "sdk"}
-                plan.append(warm)
+        # `fresh_connection` closes the connection *after* a request: closing after the last
+        # warm-up and after every odd trial makes each even trial connect anew.
+        if plan:
+            plan[-1].request.fresh_connection = True
         for trial in range(self._s.repeats):
             fresh = trial % 2 == 0
-            for path in paths:
-                request = ChatRequest(
-                    self.messages(self._s.prompt), dict(self._s.params), "attribution"
+            request = ChatRequest(
+                self.messages(self._s.prompt), dict(self._s.params), "attribution"
+            )
+            request.fresh_connection = not fresh
+            plan.append(
+                PlannedRequest(
+                    key=f"{self.name}/{trial}",
+                    request=request,
+                    trial=trial,
+                    tags={"connection": "fresh" if fresh else "reused"},
                 )
-                request.fresh_connection = fresh
-                request.client_path = path
-                plan.append(
-                    PlannedRequest(
-                        key=f"{self.name}/{trial}" + ("/sdk" if path == "sdk" else ""),
-                        request=request,
-                        trial=trial,
-                        tags={"connection": "fresh" if fresh else "reused", "path": path},
-                    )
-                )
+            )
         return plan
 
     def analyze(self, provider_id: str, model: str, records: list[RequestRecord]) -> LabAnswer:
         """One row per measurement: owner, median value, source fields, and a note."""
         every = measured(records)
-        ok = [r for r in every if r.app.client_path == "wire"]
-        sdk = {r.trial: r for r in every if r.app.client_path == "sdk"}
-        wire = {r.trial: r for r in ok}
+        wire_records = [r for r in every if r.app.client_path == "wire"]
+        sdk_records = [r for r in every if r.app.client_path == "sdk"]
+        # With the SDK path alone (`paths: [sdk]`), attribute what it saw.
+        ok = wire_records or sdk_records
+        sdk = {r.trial: r for r in sdk_records}
+        wire = {r.trial: r for r in wire_records}
         pairs = [(wire[t], sdk[t]) for t in sorted(wire) if t in sdk]
         fresh = [r for r in ok if r.tags.get("connection") == "fresh"]
         reported = any(r.provider_timings.prefill_ms is not None for r in ok)
@@ -135,7 +154,7 @@ class AttributionExperiment(Experiment):
 
         nr = "not reported by this provider"
         no_sdk = (
-            "not measured: no official SDK for this provider kind, or compare_sdk is off"
+            "not measured: no official SDK for this provider kind, or paths without sdk"
             if not sdk
             else "not observed"
         )
@@ -249,6 +268,44 @@ class AttributionExperiment(Experiment):
             "client.decode_ms_per_token, sdk minus wire, paired by trial",
             no_sdk,
         )
+        delays = [d for d in (_event_delay_ms(w, s) for w, s in pairs) if d is not None]
+        row(
+            "SDK delay per output event (sdk − wire)",
+            APPLICATION,
+            _median(delays),
+            "mean over aligned output events of client.event_offsets_ms[i], sdk minus wire; "
+            "median over trials",
+            no_sdk,
+        )
+        cpu_wire = _values(wire_records, _cpu_us_per_event)
+        cpu_sdk = _values(sdk_records, _cpu_us_per_event)
+        cpu_pairs = [
+            (a, b)
+            for a, b in ((_cpu_us_per_event(w), _cpu_us_per_event(s)) for w, s in pairs)
+            if a is not None and b is not None
+        ]
+        cpu_added = _median([b - a for a, b in cpu_pairs])
+        row(
+            "CPU per output event, wire path",
+            APPLICATION,
+            _ms(_median(cpu_wire)),
+            "app.cpu_ms / output events (len(client.event_offsets_ms)), wire path",
+            "not observed",
+        )
+        row(
+            "CPU per output event, SDK path",
+            APPLICATION,
+            _ms(_median(cpu_sdk)),
+            "app.cpu_ms / output events, SDK path",
+            no_sdk,
+        )
+        row(
+            "SDK added CPU per output event (sdk − wire)",
+            APPLICATION,
+            _ms(cpu_added),
+            "app.cpu_ms / output events, sdk minus wire, paired by trial",
+            no_sdk,
+        )
 
         ttft = median_of(ok, lambda r: r.client.ttft_ms)
         figures: dict[str, Any] = {
@@ -257,7 +314,20 @@ class AttributionExperiment(Experiment):
             "provider_reports_timings": reported,
             "n": len(ok),
             "n_fresh_connection": len(fresh),
+            "sdk_measured": bool(sdk),
             "n_sdk_pairs": len(pairs),
+            "sdk_ttft_ms": _pair_diff(pairs, lambda r: r.client.ttft_ms),
+            "sdk_event_delay_ms": _median(delays),
+            "n_event_delay_pairs": len(delays),
+            "cpu_us_per_event_wire": _median(cpu_wire),
+            "n_cpu_wire": len(cpu_wire),
+            "cpu_us_per_event_sdk": _median(cpu_sdk),
+            "n_cpu_sdk": len(cpu_sdk),
+            "sdk_cpu_us_per_event": cpu_added,
+            "n_cpu_pairs": len(cpu_pairs),
+            "sdk_server_decode_ms_per_token": _pair_diff(
+                pairs, lambda r: r.provider_timings.decode_ms_per_token
+            ),
         }
         if not ok or ttft is None:
             return self.answer(
@@ -301,15 +371,62 @@ class AttributionExperiment(Experiment):
             f" labkit itself spent {fmt_ms(prepare, 2)} preparing each request (before the clock "
             f"starts, so outside TTFT) and {fmt_ms(parse, 2)} parsing each stream."
         )
-        sdk_ttft = vals["SDK overhead on TTFT (sdk − wire)"]
+        answer += self._sdk_sentences(records, figures, vals)
+        return self.answer(provider_id, model, answer, figures)
+
+    def _sdk_sentences(
+        self, records: list[RequestRecord], figures: dict[str, Any], vals: dict[str, Any]
+    ) -> str:
+        """What the official SDK added, or why it was not measured."""
+        if not figures["sdk_measured"]:
+            if "sdk" not in (self._s.paths or []):
+                return ""
+            kind = records[0].provider_kind if records else None
+            why = (
+                f"the {kind} kind has no official SDK"
+                if kind is not None and not sdk_available(kind)
+                else "no SDK request succeeded"
+            )
+            return f" The SDK path was not measured: {why}."
+        text = ""
+        sdk_ttft = figures["sdk_ttft_ms"]
         if sdk_ttft is not None:
             sdk_tok = vals["SDK overhead per output token (sdk − wire)"]
-            answer += (
+            text += (
                 f" Through the official SDK the first token came {_later(sdk_ttft, 2)} than on "
-                f"labkit's wire path (median of {len(pairs)} paired requests)"
+                f"labkit's wire path (median of {figures['n_sdk_pairs']} paired requests)"
                 + (f" and each token {_later(sdk_tok, 3)}." if sdk_tok is not None else ".")
             )
-        return self.answer(provider_id, model, answer, figures)
+            server = figures["sdk_server_decode_ms_per_token"]
+            if sdk_tok is not None and server is not None:
+                text += (
+                    f" The server's own decode was {_later(server, 3, 'slower', 'faster')} per "
+                    "token during the SDK's requests than during the wire's: that part of "
+                    "the difference is the server's (on a shared host the SDK's extra CPU can "
+                    "slow the server)."
+                )
+        delay = figures["sdk_event_delay_ms"]
+        if delay is not None:
+            text += (
+                f" Each output event reached the application {_later(delay, 3)} through the "
+                f"SDK (mean over a request's events, median of "
+                f"{figures['n_event_delay_pairs']} pairs)."
+            )
+        wire_us, sdk_us = figures["cpu_us_per_event_wire"], figures["cpu_us_per_event_sdk"]
+        if wire_us is not None and sdk_us is not None:
+            added = figures["sdk_cpu_us_per_event"]
+            text += (
+                f" CPU per output event, request overhead included: {_fmt_us(wire_us)} on the "
+                f"wire (median of {figures['n_cpu_wire']} requests) and {_fmt_us(sdk_us)} "
+                f"through the SDK (median of {figures['n_cpu_sdk']})"
+                + (
+                    f", the SDK {'adding' if added >= 0 else 'saving'} {_fmt_us(abs(added))} "
+                    f"per event (median of {figures['n_cpu_pairs']} pairs)."
+                    if added is not None
+                    else "."
+                )
+            )
+        return text
 
 
 def _pair_diff(
@@ -321,6 +438,34 @@ def _pair_diff(
     return _median([b - a for a, b in values if a is not None and b is not None])
 
 
-def _later(ms: float, digits: int) -> str:
+def _values(
+    records: list[RequestRecord], get: Callable[[RequestRecord], float | None]
+) -> list[float]:
+    """The non-null values of `get` over `records`."""
+    return [v for v in map(get, records) if v is not None]
+
+
+def _cpu_us_per_event(r: RequestRecord) -> float | None:
+    """`app.cpu_ms` per output event, in µs (None without CPU time or output events)."""
+    n = len(r.client.event_offsets_ms)
+    return 1000.0 * r.app.cpu_ms / n if r.app.cpu_ms is not None and n else None
+
+
+def _event_delay_ms(wire: RequestRecord, sdk: RequestRecord) -> float | None:
+    """Mean over aligned output events of sdk − wire arrival offset (None without events)."""
+    a, b = wire.client.event_offsets_ms, sdk.client.event_offsets_ms
+    n = min(len(a), len(b))
+    return sum(b[i] - a[i] for i in range(n)) / n if n else None
+
+
+def _ms(us: float | None) -> float | None:
+    return None if us is None else us / 1000.0
+
+
+def _fmt_us(us: float) -> str:
+    return f"{us:.1f} µs" if us < 100 else f"{us:.0f} µs"
+
+
+def _later(ms: float, digits: int, later: str = "later", earlier: str = "earlier") -> str:
     """`1.23 ms later` or `0.40 ms earlier`."""
-    return f"{fmt_ms(abs(ms), digits)} {'later' if ms >= 0 else 'earlier'}"
+    return f"{fmt_ms(abs(ms), digits)} {later if ms >= 0 else earlier}"

@@ -13,19 +13,23 @@ Experiments never send requests themselves: the runner does, with the recorder.
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, field_validator
 
-from labkit.providers.base import ChatRequest, Provider, ProviderSettings
+from labkit.providers.base import ChatRequest, ClientPath, Provider, ProviderSettings
 from labkit.records import LabAnswer, RequestRecord
 
 __all__ = [
     "Experiment",
     "ExperimentSettings",
     "PlannedRequest",
+    "RequestDriver",
+    "SendFn",
     "experiment_class",
     "experiment_kinds",
     "register_experiment",
@@ -46,6 +50,20 @@ class ExperimentSettings(BaseModel):
         default_factory=dict, description="Sampling parameters sent with every request."
     )
     system: str | None = Field(default=None, description="Optional system message.")
+    paths: list[ClientPath] | None = Field(
+        default=None,
+        description="Client paths each planned request is sent on: `[wire]`, `[sdk]`, or "
+        "`[wire, sdk]` (each request twice, in this order, the SDK copy keyed `/sdk`, both "
+        "tagged `path`); null: the provider's `client`. Providers without an official SDK "
+        "send only the wire copy.",
+    )
+
+    @field_validator("paths")
+    @classmethod
+    def _distinct_paths(cls, value: list[ClientPath] | None) -> list[ClientPath] | None:
+        if value is not None and (not value or len(set(value)) != len(value)):
+            raise ValueError("paths lists wire and/or sdk, each once")
+        return value
 
 
 @dataclass(slots=True)
@@ -59,12 +77,44 @@ class PlannedRequest:
     tags: dict[str, str | int | float | bool] = field(default_factory=dict)
 
 
+SendFn = Callable[[PlannedRequest, float], Awaitable[None]]
+"""Measure one planned request now; the float is its `client.queue_ms`."""
+
+
+class RequestDriver(Protocol):
+    """What the runner lends an experiment that paces its own requests (`paces_itself`)."""
+
+    def previous(self) -> list[RequestRecord]:
+        """This experiment's records for this provider so far (a resumed run's included)."""
+        ...
+
+    async def send(self, planned: PlannedRequest, queue_ms: float) -> None:
+        """Measure one request once (no retries: a retry would change the offered load)."""
+        ...
+
+    async def in_processes(self, job: dict[str, Any], processes: int) -> None:
+        """Run `job` split over worker processes (`Experiment.run_share` in each), keeping
+        every record they measure."""
+        ...
+
+    def expect(self, requests: int) -> None:
+        """Add `requests` to the provider's planned count (progress display)."""
+        ...
+
+    def message(self, text: str) -> None:
+        """Tell the user something (one line)."""
+        ...
+
+
 class Experiment(ABC):
     """One configured experiment."""
 
     kind: ClassVar[str]
     settings_model: ClassVar[type[ExperimentSettings]]
     question: ClassVar[str]
+    #: True when the experiment sends its measured requests itself through `drive`
+    #: (load levels); `plan` then holds only its warm-ups.
+    paces_itself: ClassVar[bool] = False
 
     def __init__(self, settings: ExperimentSettings, index: int = 0) -> None:
         self.settings = settings
@@ -101,8 +151,70 @@ class Experiment(ABC):
         """The requests to send to `provider`, warm-ups first."""
 
     def requests_for(self, provider: Provider) -> list[PlannedRequest]:
-        """The plan as the runner sends it (`plan`, with each request's client path set)."""
-        return self.plan(provider)
+        """The plan as the runner sends it: `plan`, on the client paths of `paths_for`."""
+        return self.on_paths(provider, self.plan(provider))
+
+    def paths_for(self, provider: Provider) -> list[str]:
+        """The client paths of this experiment on `provider` (`wire`, `sdk`): the experiment's
+        `paths`, else the provider's `client`; `sdk` is dropped where the provider has no
+        official SDK."""
+        paths: list[str] = [*(self.settings.paths or [provider.settings.client])]
+        if not provider.has_sdk:
+            paths = [p for p in paths if p != "sdk"] or ["wire"]
+        return paths
+
+    def on_paths(self, provider: Provider, plan: list[PlannedRequest]) -> list[PlannedRequest]:
+        """`plan` with every request's client path set.
+
+        On two paths each planned request becomes two, one per path in `paths` order (A B
+        A B, warm-ups included: the SDK's first request pays its imports); the SDK copy's
+        key gains ``/sdk``, and both are tagged ``path``.
+        """
+        paths = self.paths_for(provider)
+        if len(paths) == 1:
+            for planned in plan:
+                planned.request.client_path = paths[0]
+            return plan
+        out: list[PlannedRequest] = []
+        for planned in plan:
+            for path in paths:
+                request = dataclasses.replace(
+                    planned.request, params=dict(planned.request.params), client_path=path
+                )
+                out.append(
+                    dataclasses.replace(
+                        planned,
+                        key=planned.key + "/sdk" if path == "sdk" else planned.key,
+                        request=request,
+                        tags={**planned.tags, "path": path},
+                    )
+                )
+        return out
+
+    async def drive(self, provider: Provider, driver: RequestDriver) -> None:
+        """Send the measured requests (only when `paces_itself`), after the warm-ups."""
+        raise NotImplementedError(f"{self.kind} does not pace its own requests")
+
+    async def run_share(
+        self,
+        provider: Provider,
+        job: dict[str, Any],
+        share: tuple[int, int],
+        t0_ns: int,
+        send: SendFn,
+    ) -> None:
+        """Run worker `share[0]` of `share[1]`'s part of `job`, starting at `t0_ns`
+        (`time.perf_counter_ns`, shared by every process of the host). Called in a worker
+        process; see `RequestDriver.in_processes`."""
+        raise NotImplementedError(f"{self.kind} does not run in worker processes")
+
+    def connections_needed(self) -> int:
+        """Requests this experiment keeps in flight in one process at most (0: the
+        provider's `concurrency` decides)."""
+        return 0
+
+    def restore(self, job: dict[str, Any]) -> None:  # noqa: B027 - optional hook
+        """Take back in a worker process the state `prepare` computed in the runner."""
 
     async def finalize(self, provider: Provider, records: list[RequestRecord]) -> None:  # noqa: B027
         """I/O after this experiment's requests, while the provider is still up (default: none).

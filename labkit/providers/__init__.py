@@ -16,6 +16,7 @@ from labkit.providers.base import (
     provider_class,
     provider_kinds,
     register,
+    sdk_available,
 )
 
 __all__ = [
@@ -34,4 +35,5 @@ __all__ = [
     "provider_class",
     "provider_kinds",
     "register",
+    "sdk_available",
 ]

@@ -20,6 +20,7 @@ from labkit.providers.base import (
     EventClass,
     Provider,
     ProviderSettings,
+    ResponseHeaders,
     StreamParser,
     TokenCount,
     register,
@@ -69,7 +70,7 @@ class AnthropicParser(StreamParser):
         self._cache_read = 0
         self._cache_write = 0
 
-    def on_headers(self, headers: httpx.Headers) -> None:
+    def on_headers(self, headers: ResponseHeaders) -> None:
         """`request-id` and the `anthropic-ratelimit-*` headers."""
         self.request_id = headers.get("request-id")
         self.read_rate_limits(headers, "anthropic-ratelimit-")
@@ -138,6 +139,7 @@ class AnthropicProvider(Provider):
 
     kind: ClassVar[str] = "anthropic"
     settings_model: ClassVar[type[ProviderSettings]] = AnthropicSettings
+    has_sdk: ClassVar[bool] = True
 
     def _headers(self) -> dict[str, str]:
         headers = {"anthropic-version": ANTHROPIC_VERSION}

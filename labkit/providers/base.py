@@ -16,11 +16,20 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Literal, TypeAlias, TypeVar
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    ValidationInfo,
+    field_validator,
+)
 
 from labkit.errors import ProviderUnavailable
 from labkit.records import ProviderTimings, RecordError, StopReason, Usage
@@ -28,16 +37,26 @@ from labkit.sse import SSEEvent
 
 __all__ = [
     "ChatRequest",
+    "ClientPath",
     "EventClass",
     "Provider",
     "ProviderSettings",
+    "ResponseHeaders",
     "StreamParser",
     "Timeouts",
     "TokenCount",
     "provider_class",
     "provider_kinds",
     "register",
+    "sdk_available",
 ]
+
+#: How a request is sent: `wire` (labkit's own HTTP) or `sdk` (the official SDK).
+ClientPath: TypeAlias = Literal["wire", "sdk"]
+
+#: Response headers as either HTTP stack hands them over (`httpx.Headers`, or `httpx2.Headers`
+#: on the SDK path): `get` is case-insensitive and `items()` yields lower-case names.
+ResponseHeaders: TypeAlias = Mapping[str, str]
 
 
 class EventClass:
@@ -69,6 +88,12 @@ class ProviderSettings(BaseModel):
     kind: str = Field(description="Which provider implementation runs this entry.")
     model: str = Field(min_length=1, description="Model name sent to the provider.")
     base_url: str | None = Field(default=None, description="API root; each kind has a default.")
+    client: ClientPath = Field(
+        default="wire",
+        description="How this provider's requests are sent: `wire` (labkit's own HTTP) or "
+        "`sdk` (the provider's official SDK, for kinds that have one). An experiment's "
+        "`paths` overrides it.",
+    )
     api_key_env: str | None = Field(
         default=None, description="Name of the environment variable holding the key."
     )
@@ -98,6 +123,14 @@ class ProviderSettings(BaseModel):
     default_base_url: ClassVar[str | None] = None
     #: Whether this kind needs an API key to run at all.
     key_required: ClassVar[bool] = False
+
+    @field_validator("client")
+    @classmethod
+    def _sdk_exists(cls, value: ClientPath, info: ValidationInfo) -> ClientPath:
+        kind = info.data.get("kind")
+        if value == "sdk" and isinstance(kind, str) and not sdk_available(kind):
+            raise ValueError(f"provider kind {kind!r} has no official SDK; use client: wire")
+        return value
 
     def resolved_base_url(self) -> str:
         """The API root, without a trailing slash."""
@@ -178,10 +211,10 @@ class StreamParser(ABC):
         self.error: RecordError | None = None
         self.text_parts: list[str] = []
 
-    def on_headers(self, headers: httpx.Headers) -> None:  # noqa: B027 - optional hook
+    def on_headers(self, headers: ResponseHeaders) -> None:  # noqa: B027 - optional hook
         """Read identifiers and header timings from the response headers."""
 
-    def read_rate_limits(self, headers: httpx.Headers, prefix: str) -> None:
+    def read_rate_limits(self, headers: ResponseHeaders, prefix: str) -> None:
         """Keep the rate-limit headers starting with `prefix`, as sent (None if there are none)."""
         limits = {k: v for k, v in headers.items() if k.startswith(prefix)}
         self.rate_limits = limits or None
@@ -205,22 +238,71 @@ class Provider(ABC):
 
     kind: ClassVar[str]
     settings_model: ClassVar[type[ProviderSettings]]
+    #: Whether an official SDK can send this kind's requests (`client: sdk`, labkit.sdkpath).
+    has_sdk: ClassVar[bool] = False
 
-    def __init__(self, settings: ProviderSettings, *, api_key: str | None = None) -> None:
+    def __init__(
+        self,
+        settings: ProviderSettings,
+        *,
+        api_key: str | None = None,
+        pool_size: int | None = None,
+    ) -> None:
         self.settings = settings
         self._api_key = api_key
         self.server_build: str | None = None
+        #: Connections the HTTP client may hold: `concurrency`, or more for a load level.
+        #: A smaller pool would make requests wait for a connection after t_start.
+        self.pool_size = max(settings.concurrency, pool_size or 0)
+        # One TLS context for every client: building one loads the CA bundle (tens of ms).
+        self._tls = httpx.create_ssl_context()
         self.client = self._make_client()
+        self._idle_shards: list[httpx.AsyncClient] = []
+        self._shards: list[httpx.AsyncClient] = []
 
-    def _make_client(self) -> httpx.AsyncClient:
+    def checkout(self) -> httpx.AsyncClient:
+        """The client to stream one request on; give it back with `checkin`.
+
+        With room for more than one request in flight, each request gets a one-connection
+        client of its own (reused, keep-alive included, by a later request): httpcore's
+        shared pool re-examines every connection on each request and response, work that
+        grows with the square of the streams and took a quarter of labkit's CPU at 32
+        streams (benchmarks/bench_load.py).
+        """
+        if self.pool_size <= 1:
+            return self.client
+        if self._idle_shards:
+            return self._idle_shards.pop()
+        shard = self._make_client(connections=1)
+        self._shards.append(shard)
+        return shard
+
+    def reserve(self, requests: int) -> None:
+        """Have clients ready for `requests` in flight, so none is built mid-measurement."""
+        if self.pool_size <= 1:
+            return
+        while len(self._shards) < requests:
+            shard = self._make_client(connections=1)
+            self._shards.append(shard)
+            self._idle_shards.append(shard)
+
+    def checkin(self, client: httpx.AsyncClient) -> None:
+        """Return a client from `checkout`."""
+        if client is not self.client:
+            self._idle_shards.append(client)
+
+    def _make_client(self, connections: int | None = None) -> httpx.AsyncClient:
+        """The HTTP client; `connections` overrides the pool size."""
+        size = connections or self.pool_size
         t = self.settings.timeouts
         return httpx.AsyncClient(
             base_url=self.settings.resolved_base_url(),
             timeout=httpx.Timeout(connect=t.connect, read=t.read, write=t.read, pool=t.total),
             limits=httpx.Limits(
-                max_connections=self.settings.concurrency,
-                max_keepalive_connections=self.settings.concurrency,
+                max_connections=size,
+                max_keepalive_connections=size,
             ),
+            verify=self._tls,
             # Identity encoding: a compressed stream would be buffered by the decoder.
             headers={"accept-encoding": "identity"},
         )
@@ -269,6 +351,8 @@ class Provider(ABC):
 
     async def aclose(self) -> None:
         """Close the HTTP client."""
+        for shard in self._shards:
+            await shard.aclose()
         await self.client.aclose()
 
     def secrets(self) -> list[str]:
@@ -297,3 +381,9 @@ def provider_class(kind: str) -> type[Provider]:
 def provider_kinds() -> list[str]:
     """All registered kinds, sorted."""
     return sorted(_REGISTRY)
+
+
+def sdk_available(kind: str) -> bool:
+    """Whether providers of `kind` can be sent through an official SDK (False when unknown)."""
+    cls = _REGISTRY.get(kind)
+    return cls is not None and cls.has_sdk

@@ -189,8 +189,10 @@ class FakeProvider(OpenAICompatibleProvider):
 
     kind: ClassVar[str] = "fake"
     settings_model: ClassVar[type[ProviderSettings]] = FakeSettings
+    #: Its stream lives in an in-process transport that an SDK's own HTTP client cannot reach.
+    has_sdk: ClassVar[bool] = False
 
-    def _make_client(self) -> httpx.AsyncClient:
+    def _make_client(self, connections: int | None = None) -> httpx.AsyncClient:
         assert isinstance(self.settings, FakeSettings)
         return httpx.AsyncClient(
             base_url=self.settings.resolved_base_url(),

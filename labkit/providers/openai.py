@@ -21,6 +21,7 @@ from labkit.providers.base import (
     EventClass,
     Provider,
     ProviderSettings,
+    ResponseHeaders,
     StreamParser,
     TokenCount,
     register,
@@ -75,7 +76,7 @@ def tiktoken_encoding_for(model: str) -> str | None:
 class OpenAIChatParser(StreamParser):
     """Parses Chat Completions chunks; usage is replaced (never summed) when it arrives."""
 
-    def on_headers(self, headers: httpx.Headers) -> None:
+    def on_headers(self, headers: ResponseHeaders) -> None:
         """Request id, server processing time and rate-limit headers."""
         self.request_id = headers.get("x-request-id")
         processing = headers.get("openai-processing-ms")
@@ -164,6 +165,7 @@ class OpenAIProvider(Provider):
 
     kind: ClassVar[str] = "openai"
     settings_model: ClassVar[type[ProviderSettings]] = OpenAISettings
+    has_sdk: ClassVar[bool] = True
     chat_path: ClassVar[str] = "/chat/completions"
 
     def wire_params(self, params: dict[str, Any]) -> dict[str, Any]:
