@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 CONFIG ?= configs/quickstart.yaml
 
-.PHONY: lab test lint typecheck check setup browser format bench clean
+.PHONY: lab test lint typecheck check setup browser format bench bench-load clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -52,6 +52,11 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_report.py
 	$(BIN)/python benchmarks/bench_recorder.py
 	$(BIN)/python benchmarks/bench_fidelity.py --llama
+
+## labkit's stamp and TTFT error against a scripted server that stamps its own send times,
+## at 1, 8 and 32 streams, beside bare httpx, the openai SDK and a raw asyncio client.
+bench-load: $(STAMP)
+	$(BIN)/python benchmarks/bench_load.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

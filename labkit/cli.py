@@ -40,6 +40,8 @@ from labkit.runner import (
     summary_table,
     ttft_p50,
 )
+from labkit.runner.summary import load_tables
+from labkit.selfcheck import client_bound_notes
 
 __all__ = ["app", "main"]
 
@@ -169,13 +171,19 @@ def run(
         raise fail(f"no provider completed a request ({reasons})")
 
 
-def _print_summary(result: RunResult, out: Console) -> None:
-    """The summary table, the providers that did not run, and the lab's answers."""
+def _print_summary(result: RunResult, out: Console, *, outcomes: bool = True) -> None:
+    """The summary table, load levels, client-bound warnings, the providers that did not
+    run (`outcomes`), and the lab's answers."""
     if any(not r.warmup for r in result.records):
         out.print(summary_table(result.records, title=f"run {result.folder.run_id}"))
-    for o in result.outcomes:
-        if o.status != "ok":
-            out.print(f"{o.id}: {o.status} — {escape(o.reason or '')}")
+    for table in load_tables(result.lab):
+        out.print(table)
+    for note in client_bound_notes(result.records):
+        out.print(f"[bold yellow]warning:[/] {escape(note)}")
+    if outcomes:
+        for o in result.outcomes:
+            if o.status != "ok":
+                out.print(f"{o.id}: {o.status} — {escape(o.reason or '')}")
     for a in result.lab.answers:
         out.print(f"[bold]{escape(a.experiment)} · {escape(a.provider)}:[/] {escape(a.answer)}")
 
@@ -185,10 +193,7 @@ def _print_result(result: RunResult) -> None:
     with (result.folder.path / "summary.txt").open("w", encoding="utf-8") as f:
         _print_summary(result, Console(file=f, width=140, no_color=True, emoji=False))
     # On screen, skipped and failed providers were already said, once, as it happened.
-    if any(not r.warmup for r in result.records):
-        console.print(summary_table(result.records, title=f"run {result.folder.run_id}"))
-    for a in result.lab.answers:
-        console.print(f"[bold]{escape(a.experiment)} · {escape(a.provider)}:[/] {escape(a.answer)}")
+    _print_summary(result, console, outcomes=False)
     console.print(f"summary: {escape(str(result.folder.path / 'summary.txt'))}")
     console.print(f"records: {escape(str(result.folder.records_path))}")
     console.print(f"lab answers: {escape(str(result.folder.path / 'lab.json'))}")

@@ -260,3 +260,43 @@ def test_failing_run_stops_the_server(tmp_path: Path) -> None:
     assert records and all(r.error is not None and r.error.kind == "http_status" for r in records)
     for pid in servers:
         assert not _alive(pid), "llama-server outlived a failing run"
+
+
+LOAD = """
+name: load-real
+providers:
+  - {id: local, kind: llamacpp, ctx_size: 512, slots: 8}
+experiments:
+  - kind: load
+    concurrency: [1, 8]
+    requests: 8
+    warmup: 1
+    params: {temperature: 0}
+    output_tokens: 16
+"""
+
+
+def test_load_levels_on_the_real_server(tmp_path: Path) -> None:
+    """Eight streams share llama-server's batch: more tokens per second in all than one."""
+    cfg = tmp_path / "load.yaml"
+    cfg.write_text(LOAD)
+    result = _run(["run", str(cfg), "--out", str(tmp_path / "runs")])
+    assert result.returncode == 0, result.stdout + result.stderr
+    run_dir = _run_dir(tmp_path / "runs")
+    records = _records(run_dir)
+    measured = [r for r in records if not r.warmup]
+    assert len(measured) == 16 and all(r.error is None for r in measured)
+    assert {r.tags["level"] for r in measured} == {"c1", "c8"}
+    assert all(r.usage.output_tokens == 16 for r in measured)  # ignore_eos on llama.cpp
+    lab = LabResults.model_validate_json((run_dir / "lab.json").read_text())
+    (answer,) = lab.answers
+    c1, c8 = answer.figures["levels"]
+    assert c1["ok"] == c8["ok"] == 8
+    assert c8["output_tokens_per_s"] > c1["output_tokens_per_s"], (c1, c8)
+    assert c8["mean_in_flight"] > 4 > c1["mean_in_flight"]
+    # The per-level table and the load figure are in the report and the summary.
+    report = (run_dir / "report.md").read_text()
+    assert "## Load levels" in report and "concurrency 8" in report
+    assert (run_dir / "report_files" / "load_curves.png").stat().st_size > 10_000
+    summary = (run_dir / "summary.txt").read_text()
+    assert "load · local" in summary and "concurrency 8" in summary

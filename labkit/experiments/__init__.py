@@ -1,6 +1,13 @@
 """Experiment kinds, registered by `kind`; importing this package registers the built-ins."""
 
-from labkit.experiments import attribution, determinism, prefill_decode, single, token_ratio
+from labkit.experiments import (
+    attribution,
+    determinism,
+    load,
+    prefill_decode,
+    single,
+    token_ratio,
+)
 from labkit.experiments.base import (
     Experiment,
     ExperimentSettings,
@@ -18,6 +25,7 @@ __all__ = [
     "determinism",
     "experiment_class",
     "experiment_kinds",
+    "load",
     "prefill_decode",
     "register_experiment",
     "single",

@@ -17,7 +17,7 @@ import pandas as pd
 from labkit.errors import RunError
 from labkit.records import LabAnswer
 from labkit.report.load import RunData, ensure_columns, load_run
-from labkit.report.plots import all_plots
+from labkit.report.plots import all_plots, load_rows
 from labkit.report.render import (
     Block,
     Bullets,
@@ -31,6 +31,13 @@ from labkit.report.render import (
 )
 from labkit.report.split import NOT_REPORTED, SPLIT_COLUMNS, provider_client_split
 from labkit.report.stats import summarize
+from labkit.selfcheck import (
+    CLIENT_BOUND,
+    CLIENT_BOUND_FIX,
+    CLIENT_BOUND_LAG_MS,
+    CPU_STARVED_FIX,
+    SATURATED_CPU_SHARE,
+)
 
 __all__ = ["LAB_EXPERIMENTS", "ReportPaths", "build_blocks", "missing_notes", "write_report"]
 
@@ -72,6 +79,7 @@ def missing_notes(run: RunData, summary: pd.DataFrame) -> list[str]:
     )
     if "usage.output_tokens_source" not in df.columns:
         df = df.assign(**{"usage.output_tokens_source": None})
+    notes += _client_bound_notes(run.records)
     status = run.manifest.get("status")
     if status and status != "completed":
         notes.append(f"The run's status is '{status}': results may be partial.")
@@ -131,6 +139,33 @@ def missing_notes(run: RunData, summary: pd.DataFrame) -> list[str]:
     return notes
 
 
+def _client_bound_notes(df: pd.DataFrame) -> list[str]:
+    """`labkit.selfcheck.client_bound_notes`, from the records frame."""
+    if "client.loop_lag_ms" not in df.columns or df.empty:
+        return []
+    sub = df[~df["warmup"].astype(bool)] if "warmup" in df.columns else df
+    keys = ["provider", "experiment"] + (["tags.level"] if "tags.level" in df.columns else [])
+    sub = sub.assign(**{k: sub[k].astype(object).fillna("") for k in keys})
+    notes = []
+    for key, group in sub.groupby(keys, sort=True):
+        lag = group["client.loop_lag_ms"].dropna()
+        if lag.empty or float(lag.median()) <= CLIENT_BOUND_LAG_MS:
+            continue
+        where = " · ".join(str(k) for k in key if str(k))
+        share = None
+        if {"app.cpu_ms", "client.e2e_ms"} <= set(group.columns):
+            ratio = (group["app.cpu_ms"] / group["client.e2e_ms"]).dropna()
+            share = float(ratio.median()) if not ratio.empty else None
+        starved = share is not None and share < SATURATED_CPU_SHARE
+        busy = f", labkit busy {share:.0%} of one CPU" if share is not None else ""
+        notes.append(
+            f"{where}: {CLIENT_BOUND} (median stream saw the event loop "
+            f"{float(lag.median()):.1f} ms late, worst {float(lag.max()):.1f} ms{busy}); "
+            f"{CPU_STARVED_FIX if starved else CLIENT_BOUND_FIX}."
+        )
+    return notes
+
+
 # --- Sections ----------------------------------------------------------------------------
 
 
@@ -163,6 +198,61 @@ def _lab_section(run: RunData) -> list[Block]:
             continue
         blocks.append(Heading(f"{i}. {exp}: {answers[0].question}", 3))
         blocks.append(Bullets([_answer_line(a) for a in answers]))
+    return blocks
+
+
+_LOAD_VIEW: list[tuple[str, str, int | None]] = [
+    ("title", "level", None),
+    ("workers", "procs", 0),
+    ("ok", "ok", 0),
+    ("failed", "failed", 0),
+    ("achieved_rate_rps", "req/s", 2),
+    ("mean_in_flight", "in flight", 1),
+    ("output_tokens_per_s", "out tok/s", 0),
+    ("ttft_ms_p50", "TTFT p50", None),
+    ("ttft_ms_p90", "TTFT p90", None),
+    ("ttft_ms_p99", "TTFT p99", None),
+    ("decode_ms_per_token_p50", "decode ms/tok p50", None),
+    ("decode_ms_per_token_p99", "decode ms/tok p99", None),
+    ("queue_ms_p99", "queue p99", None),
+    ("loop_lag_ms_p50", "loop lag p50", None),
+]
+
+
+def _load_section(run: RunData) -> list[Block]:
+    """One table per provider × load experiment: a row per level."""
+    found = load_rows(run.lab)
+    if not found:
+        return []
+    blocks: list[Block] = [
+        Heading("Load levels"),
+        Para(
+            "Per level: requests ok and failed, the achieved request rate (starts per second; "
+            "compare with the target of a rate level), mean requests in flight, output "
+            "tokens/s of all streams together, client TTFT and decode percentiles (ms), the "
+            "wait inside labkit before sending (queue, never part of TTFT) and labkit's "
+            "event-loop lag. A level marked client-bound has timings that include labkit's "
+            "own delay.",
+            "note",
+        ),
+    ]
+    for provider, experiment, rows in found:
+        blocks.append(Heading(f"{provider} · {experiment}", 3))
+        cells = []
+        for row in rows:
+            line = []
+            for key, _label, digits in _LOAD_VIEW:
+                value = row.get(key)
+                if key == "title":
+                    text = str(value or row.get("level"))
+                    if row.get("mode") == "rate" and row.get("arrival"):
+                        text += f" ({row['arrival']})"
+                    line.append(text + (" — client-bound" if row.get("client_bound") else ""))
+                else:
+                    line.append(fmt_num(value, digits))
+            cells.append(line)
+        numeric = set(range(1, len(_LOAD_VIEW)))
+        blocks.append(Table([label for _, label, _ in _LOAD_VIEW], cells, numeric))
     return blocks
 
 
@@ -379,6 +469,7 @@ def build_blocks(run: RunData) -> tuple[str, list[Block], pd.DataFrame]:
     else:
         blocks.append(Para("Nothing: every provider answered and reported what it can."))
     blocks += _run_section(run)
+    blocks += _load_section(run)
     blocks += _summary_section(summary)
     if len(df):
         blocks += _errors_section(df)

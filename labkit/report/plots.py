@@ -31,6 +31,8 @@ __all__ = [
     "client_vs_server",
     "decode_per_provider",
     "fit_line",
+    "load_curves",
+    "load_rows",
     "prefill_points",
     "token_timeline",
     "ttft_distribution",
@@ -396,6 +398,66 @@ def client_vs_server(df: pd.DataFrame) -> Plot | None:
     )
 
 
+def load_rows(lab: LabResults | None) -> list[tuple[str, str, list[dict[str, Any]]]]:
+    """(provider, experiment, level rows) of every load answer in `lab.json`."""
+    out = []
+    for ans in lab.answers if lab is not None else []:
+        levels = ans.figures.get("levels")
+        if ans.experiment.split("#")[0] == "load" and isinstance(levels, list) and levels:
+            out.append((ans.provider, ans.experiment, [r for r in levels if isinstance(r, dict)]))
+    return out
+
+
+def load_curves(lab: LabResults | None) -> Plot | None:
+    """Aggregate output tokens/s and TTFT p50/p99 against each load level, per provider."""
+    series = [(p, e, [r for r in rows if r.get("ok")]) for p, e, rows in load_rows(lab)]
+    series = [s for s in series if s[2]][:_MAX_PROVIDERS]
+    if not series:
+        return None
+    fig = _fig(width=10.0, height=3.8)
+    ax_tps, ax_ttft = fig.subplots(1, 2)
+    modes = set()
+    for provider, exp, rows in series:
+        label = provider if len({e for _, e, _ in series}) == 1 else f"{provider} · {exp}"
+        x = [float(r["target"]) for r in rows]
+        modes.add(str(rows[0].get("mode")))
+        tps = [r.get("output_tokens_per_s") or np.nan for r in rows]
+        line = ax_tps.plot(x, tps, marker="o", label=label)[0]
+        p50 = [r.get("ttft_ms_p50") or np.nan for r in rows]
+        p99 = [r.get("ttft_ms_p99") or np.nan for r in rows]
+        ax_ttft.plot(x, p50, marker="o", color=line.get_color(), label=f"{label} p50")
+        ax_ttft.plot(x, p99, marker="^", ls="--", color=line.get_color(), label=f"{label} p99")
+        bound = [(xi, yi) for xi, yi, r in zip(x, p99, rows, strict=True) if r.get("client_bound")]
+        if bound:
+            ax_ttft.scatter(*zip(*bound, strict=True), s=140, facecolors="none", edgecolors="red")
+    xlabel = (
+        {
+            "concurrency": "concurrency (streams in flight)",
+            "rate": "offered rate (requests/s)",
+        }.get(modes.pop(), "level")
+        if len(modes) == 1
+        else "level (concurrency or requests/s)"
+    )
+    for ax in (ax_tps, ax_ttft):
+        ax.set_xlabel(xlabel)
+        ax.grid(alpha=0.3)
+        if max(float(r["target"]) for _, _, rows in series for r in rows) >= 16:
+            ax.set_xscale("log", base=2)
+    ax_tps.set_ylabel("aggregate output tokens/s")
+    ax_tps.set_ylim(bottom=0)
+    ax_ttft.set_ylabel("TTFT (ms)")
+    ax_tps.legend(fontsize=8)
+    ax_ttft.legend(fontsize=7)
+    return Plot(
+        "load_curves",
+        "Throughput and TTFT per load level",
+        _png(fig),
+        "Left: output tokens/s of all streams together, per level. Right: client TTFT p50 "
+        "(solid) and p99 (dashed); a red ring marks a client-bound level, whose timings "
+        "include labkit's own delay.",
+    )
+
+
 def all_plots(df: pd.DataFrame, lab: LabResults | None) -> tuple[list[Plot], list[str]]:
     """Every figure the data allows, and a sentence for each one that could not be drawn."""
     makers: list[tuple[str, Any]] = [
@@ -405,6 +467,7 @@ def all_plots(df: pd.DataFrame, lab: LabResults | None) -> tuple[list[Plot], lis
         ("decode ms/token", lambda: decode_per_provider(df)),
         ("chars per token", lambda: chars_per_token(df, lab)),
         ("client vs server", lambda: client_vs_server(df)),
+        ("load curves", lambda: load_curves(lab)),
     ]
     why = {
         "TTFT distribution": "no successful request with a TTFT",
@@ -415,6 +478,8 @@ def all_plots(df: pd.DataFrame, lab: LabResults | None) -> tuple[list[Plot], lis
         "an output token count)",
         "chars per token": "no token_ratio results",
         "client vs server": "no provider reported its own prefill/decode timings",
+        "load curves": "no load results (experiment not run, or no level with a successful "
+        "request)",
     }
     plots: list[Plot] = []
     missing: list[str] = []

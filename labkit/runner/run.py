@@ -24,6 +24,7 @@ from labkit.providers.llamacpp import LlamaCppSettings
 from labkit.recorder import LoopLagMonitor, RecordContext, StreamRecorder
 from labkit.records import ErrorKind, LabAnswer, LabResults, RecordError, RequestRecord
 from labkit.runner.results import RunFolder, host_info, new_run_id, package_versions
+from labkit.runner.workers import run_in_workers
 from labkit.sdkpath import SDKRecorder
 from labkit.timing import percentile
 
@@ -129,7 +130,7 @@ class Runner:
         self.outcomes = [ProviderOutcome(p.id, p.kind, p.model) for p in config.providers]
         self._lag = LoopLagMonitor()
         self._recorder = StreamRecorder(lag_monitor=self._lag, on_cancelled=self._keep)
-        self._sdk = SDKRecorder()
+        self._sdk = SDKRecorder(lag_monitor=self._lag, on_cancelled=self._keep)
 
     def _keep(self, record: RequestRecord) -> None:
         self.folder.append(record)
@@ -204,7 +205,8 @@ class Runner:
             if isinstance(settings, LlamaCppSettings) and settings.managed:
                 server, settings = await self._start_server(settings)
                 outcome.server = server.info()
-            provider = provider_class(settings.kind)(settings, api_key=api_key)
+            pool = max((e.connections_needed() for e in self.experiments), default=0)
+            provider = provider_class(settings.kind)(settings, api_key=api_key, pool_size=pool)
             try:
                 described = await provider.describe()
             except Exception as exc:  # describing is best-effort, the run goes on
@@ -273,11 +275,17 @@ class Runner:
         server: ManagedServer | None,
     ) -> None:
         await exp.prepare(provider)
-        plan = [p for p in exp.requests_for(provider) if (provider.id, p.key) not in self._done_keys]
+        plan = [
+            p for p in exp.requests_for(provider) if (provider.id, p.key) not in self._done_keys
+        ]
         outcome.planned += len(plan)
         self.on_progress(outcome)
         for planned in (p for p in plan if p.warmup):
             await self._send(exp, provider, planned, outcome, server, 0.0)
+        if exp.paces_itself:
+            await exp.drive(provider, _Driver(self, exp, provider, outcome, server))
+            await exp.finalize(provider, self._mine(provider, exp))
+            return
         sem = asyncio.Semaphore(provider.settings.concurrency)
 
         async def one(planned: PlannedRequest) -> None:
@@ -293,8 +301,10 @@ class Runner:
         for result in results:
             if isinstance(result, BaseException):
                 raise result
-        mine = [r for r in self._records if r.provider == provider.id and r.experiment == exp.name]
-        await exp.finalize(provider, mine)
+        await exp.finalize(provider, self._mine(provider, exp))
+
+    def _mine(self, provider: Provider, exp: Experiment) -> list[RequestRecord]:
+        return [r for r in self._records if r.provider == provider.id and r.experiment == exp.name]
 
     async def _send(
         self,
@@ -304,10 +314,12 @@ class Runner:
         outcome: ProviderOutcome,
         server: ManagedServer | None,
         queue_ms: float,
+        *,
+        retries: int | None = None,
     ) -> None:
         if outcome.status == "dead":
             return
-        retries = provider.settings.retries
+        retries = provider.settings.retries if retries is None else retries
         for attempt in range(1, retries + 2):
             ctx = RecordContext(
                 run_id=self.folder.run_id,
@@ -324,17 +336,9 @@ class Runner:
             else:
                 record = await self._recorder.record(provider, planned.request, ctx)
             record.plan_key = planned.key
-            self._keep(record)
-            outcome.done += 1
+            self._account(record, outcome)
             if record.error is None:
-                if not record.warmup and record.client.ttft_ms is not None:
-                    outcome.ttfts.append(record.client.ttft_ms)
-                self.on_progress(outcome)
                 return
-            outcome.failed += 1
-            if outcome.first_error is None:
-                outcome.first_error = record.error.message
-            self.on_progress(outcome)
             if server is not None and not server.is_running():
                 outcome.status = "dead"
                 raise ProviderDied(
@@ -345,6 +349,76 @@ class Runner:
                 return
             wait = record.error.retry_after_s
             await asyncio.sleep(min(wait if wait is not None else 2.0 ** (attempt - 1), 60.0))
+
+    def _account(self, record: RequestRecord, outcome: ProviderOutcome) -> None:
+        """Keep a finished record and count it in the provider's progress."""
+        self._keep(record)
+        outcome.done += 1
+        if record.error is None:
+            if not record.warmup and record.client.ttft_ms is not None:
+                outcome.ttfts.append(record.client.ttft_ms)
+        else:
+            outcome.failed += 1
+            if outcome.first_error is None:
+                outcome.first_error = record.error.message
+        self.on_progress(outcome)
+
+
+class _Driver:
+    """The runner's side of `RequestDriver`: what a self-pacing experiment may do."""
+
+    def __init__(
+        self,
+        runner: Runner,
+        exp: Experiment,
+        provider: Provider,
+        outcome: ProviderOutcome,
+        server: ManagedServer | None,
+    ) -> None:
+        self._runner = runner
+        self._exp = exp
+        self._provider = provider
+        self._outcome = outcome
+        self._server = server
+
+    def previous(self) -> list[RequestRecord]:
+        return self._runner._mine(self._provider, self._exp)
+
+    async def send(self, planned: PlannedRequest, queue_ms: float) -> None:
+        await self._runner._send(
+            self._exp, self._provider, planned, self._outcome, self._server, queue_ms, retries=0
+        )
+
+    async def in_processes(self, job: dict[str, Any], processes: int) -> None:
+        runner = self._runner
+        outcome = self._outcome
+
+        def on_record(record: RequestRecord) -> None:
+            runner._account(record, outcome)
+
+        await run_in_workers(
+            provider=self._provider,
+            experiment=self._exp,
+            job=job,
+            processes=processes,
+            run_id=runner.folder.run_id,
+            store_text=runner.config.store_text,
+            log_dir=runner.folder.path / "worker-logs",
+            on_record=on_record,
+        )
+        if self._server is not None and not self._server.is_running():
+            outcome.status = "dead"
+            raise ProviderDied(
+                f"llama-server exited during the run (see {self._server.log_path}); "
+                "the records finished before it died are kept"
+            )
+
+    def expect(self, requests: int) -> None:
+        self._outcome.planned += requests
+        self._runner.on_progress(self._outcome)
+
+    def message(self, text: str) -> None:
+        self._runner.on_message(text)
 
 
 def ttft_p50(outcome: ProviderOutcome) -> float | None:

@@ -6,10 +6,10 @@ from collections import Counter
 
 from rich.table import Table
 
-from labkit.records import RequestRecord
+from labkit.records import LabResults, RequestRecord
 from labkit.timing import percentile
 
-__all__ = ["summary_table"]
+__all__ = ["load_tables", "summary_table"]
 
 
 def _p(values: list[float], q: float) -> float | None:
@@ -72,3 +72,39 @@ def summary_table(records: list[RequestRecord], title: str = "labkit run") -> Ta
             ", ".join(f"{k}×{v}" for k, v in errors.most_common()) or "—",
         )
     return table
+
+
+_LOAD_COLUMNS: list[tuple[str, str, int]] = [
+    ("ok", "ok", 0),
+    ("failed", "failed", 0),
+    ("achieved_rate_rps", "req/s", 2),
+    ("output_tokens_per_s", "out\ntok/s", 0),
+    ("ttft_ms_p50", "TTFT\np50 ms", 1),
+    ("ttft_ms_p99", "TTFT\np99 ms", 1),
+    ("decode_ms_per_token_p50", "decode\nms/tok", 2),
+    ("queue_ms_p99", "queue\np99 ms", 2),
+    ("loop_lag_ms_p50", "loop lag\np50 ms", 1),
+]
+
+
+def load_tables(lab: LabResults) -> list[Table]:
+    """One table per load answer: a row per level, client-bound levels marked."""
+    tables = []
+    for ans in lab.answers:
+        levels = ans.figures.get("levels")
+        if ans.experiment.split("#")[0] != "load" or not isinstance(levels, list):
+            continue
+        table = Table(title=f"{ans.experiment} · {ans.provider}", title_justify="left")
+        table.add_column("level", no_wrap=True)
+        table.add_column("procs", justify="right")
+        for _, label, _ in _LOAD_COLUMNS:
+            table.add_column(label, justify="right")
+        for row in levels:
+            name = str(row.get("title"))
+            if row.get("client_bound"):
+                name += " [client-bound]"
+            cells = [name, _ms(row.get("workers"), 0)]
+            cells += [_ms(row.get(key), digits) for key, _, digits in _LOAD_COLUMNS]
+            table.add_row(*cells)
+        tables.append(table)
+    return tables

@@ -1,0 +1,504 @@
+"""`load`: how a provider behaves under load — concurrency levels and request rates.
+
+Each level runs after the previous one ends:
+
+- ``concurrency: [1, 8, 32]`` — closed loop: that many streams in flight;
+- ``rate: [2, 8]`` — open loop: requests per second, ``constant`` or ``poisson`` arrivals
+  from a seeded schedule on absolute times (`labkit.runner.schedule`), optionally capped
+  by ``max_concurrency``.
+
+A level ends after ``requests`` requests or ``duration_s`` seconds, whichever comes first.
+Prompts are fixed (``prompts``) or synthetic, sized to ``input_tokens`` (and the output to
+``output_tokens``), drawn per request from ``seed``. Streams can be read by several worker
+processes (``workers``), as one Python process reading many fast streams falls behind them;
+every record says how late its event loop ran (``client.loop_lag_ms``), and a level where it
+ran late is flagged client-bound (`labkit.selfcheck`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import itertools
+import math
+import os
+import random
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
+
+from labkit.errors import ConfigError
+from labkit.experiments.base import (
+    Experiment,
+    ExperimentSettings,
+    PlannedRequest,
+    RequestDriver,
+    SendFn,
+    register_experiment,
+)
+from labkit.experiments.common import Prompt, fmt_ms, prompt_list
+from labkit.experiments.prefill_decode import filler_text
+from labkit.pacing import arrival_offsets_ns, closed_loop, open_loop
+from labkit.providers.base import ChatRequest, Provider, ProviderSettings
+from labkit.records import LabAnswer, RequestRecord
+from labkit.selfcheck import CLIENT_BOUND, level_lag
+from labkit.timing import percentile
+
+__all__ = ["Level", "LoadExperiment", "LoadSettings", "level_figures"]
+
+_DEFAULT_REQUESTS = 32
+_DEFAULT_TOKENS_PER_WORD = 1.3
+_NS = 1_000_000_000
+# An open loop without max_concurrency may have any number of requests in flight.
+_UNCAPPED_CONNECTIONS = 1024
+_SETTLE_S = 0.02  # more than two of the loop-lag monitor's 5 ms sampling periods
+
+TokenTarget = PositiveInt | tuple[PositiveInt, PositiveInt]
+
+
+def _default_prompts() -> list[str | Prompt]:
+    return ["Explain what a token is."]
+
+
+class LoadSettings(ExperimentSettings):
+    """Levels of concurrency (closed loop) or request rate (open loop)."""
+
+    kind: Literal["load"] = "load"
+    concurrency: list[PositiveInt] | None = Field(
+        default=None,
+        min_length=1,
+        description="Closed loop: streams in flight, one level after another.",
+    )
+    rate: list[PositiveFloat] | None = Field(
+        default=None, min_length=1, description="Open loop: requests per second per level."
+    )
+    arrival: Literal["constant", "poisson"] = Field(
+        default="poisson", description="Open-loop arrivals: evenly spaced, or a Poisson process."
+    )
+    max_concurrency: PositiveInt | None = Field(
+        default=None, description="Open loop: cap on requests in flight (waits count as queue)."
+    )
+    requests: PositiveInt | None = Field(
+        default=None,
+        description=f"Requests per level (default {_DEFAULT_REQUESTS} unless duration_s is set).",
+    )
+    duration_s: PositiveFloat | None = Field(
+        default=None, description="Seconds per level; with `requests`, whichever comes first."
+    )
+    warmup: NonNegativeInt = Field(
+        default=1, description="Warm-up requests, one at a time, before the first level."
+    )
+    prompts: list[str | Prompt] = Field(
+        default_factory=_default_prompts,
+        min_length=1,
+        description="Fixed prompts, used in turn (ignored when input_tokens is set).",
+    )
+    input_tokens: TokenTarget | None = Field(
+        default=None,
+        description="Synthetic prompts of this many tokens (or [min, max], drawn per request).",
+    )
+    output_tokens: TokenTarget | None = Field(
+        default=None,
+        description="max_tokens per request (or [min, max], drawn); llama.cpp also ignores EOS.",
+    )
+    seed: int = Field(default=0, description="Seeds arrivals and synthetic prompts.")
+    workers: PositiveInt | Literal["auto"] = Field(
+        default="auto",
+        description="Processes reading the streams; auto: one per `streams_per_worker` "
+        "streams, at most one per CPU.",
+    )
+    streams_per_worker: PositiveInt = Field(
+        default=16, description="Streams one process reads before `auto` adds another."
+    )
+    params: dict[str, Any] = Field(default_factory=lambda: {"max_tokens": 64})
+
+    @model_validator(mode="after")
+    def _one_loop(self) -> LoadSettings:
+        if (self.concurrency is None) == (self.rate is None):
+            raise ValueError(
+                "give either `concurrency` (closed loop) or `rate` (open loop), not "
+                + ("both; cap an open loop with max_concurrency" if self.concurrency else "neither")
+            )
+        if self.max_concurrency is not None and self.rate is None:
+            raise ValueError("max_concurrency applies to `rate` levels only")
+        for name in ("input_tokens", "output_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, tuple) and value[0] > value[1]:
+                raise ValueError(f"{name}: [min, max] with min <= max")
+        return self
+
+    def max_requests(self) -> int | None:
+        """Requests per level (None: bounded by duration only)."""
+        if self.requests is None and self.duration_s is None:
+            return _DEFAULT_REQUESTS
+        return self.requests
+
+
+@dataclass(frozen=True, slots=True)
+class Level:
+    """One load level."""
+
+    index: int
+    mode: Literal["concurrency", "rate"]
+    target: float
+
+    @property
+    def label(self) -> str:
+        """`c8` or `r2.5`: the level's tag in records and keys."""
+        return f"c{int(self.target)}" if self.mode == "concurrency" else f"r{self.target:g}"
+
+    @property
+    def title(self) -> str:
+        """`concurrency 8` or `2.5 req/s`."""
+        if self.mode == "concurrency":
+            return f"concurrency {int(self.target)}"
+        return f"{self.target:g} req/s"
+
+
+def _draw(target: int | tuple[int, int], rng: random.Random) -> int:
+    return target if isinstance(target, int) else rng.randint(target[0], target[1])
+
+
+@register_experiment
+class LoadExperiment(Experiment):
+    """Throughput and latency percentiles per load level."""
+
+    kind: ClassVar[str] = "load"
+    settings_model: ClassVar[type[ExperimentSettings]] = LoadSettings
+    paces_itself: ClassVar[bool] = True
+    question: ClassVar[str] = (
+        "Under load, how do TTFT and decode speed change, what aggregate throughput does the "
+        "provider reach, and could labkit itself keep up?"
+    )
+
+    def __init__(self, settings: ExperimentSettings, index: int = 0) -> None:
+        super().__init__(settings, index)
+        self._tokens_per_word: float = _DEFAULT_TOKENS_PER_WORD
+        self._is_llamacpp = False
+        self._paths: list[str] = ["wire"]
+
+    @property
+    def _s(self) -> LoadSettings:
+        assert isinstance(self.settings, LoadSettings)
+        return self.settings
+
+    def levels(self) -> list[Level]:
+        """The levels in the order they run."""
+        if self._s.concurrency is not None:
+            return [Level(i, "concurrency", c) for i, c in enumerate(self._s.concurrency)]
+        assert self._s.rate is not None
+        return [Level(i, "rate", r) for i, r in enumerate(self._s.rate)]
+
+    def workers_for(self, level: Level) -> int:
+        """Processes reading this level's streams."""
+        streams = level.target if level.mode == "concurrency" else self._s.max_concurrency
+        if self._s.workers != "auto":
+            # A closed loop cannot use more processes than it has streams.
+            return (
+                min(self._s.workers, int(level.target))
+                if level.mode == "concurrency"
+                else (self._s.workers)
+            )
+        if streams is None:
+            return 1
+        return max(1, min(os.cpu_count() or 1, math.ceil(streams / self._s.streams_per_worker)))
+
+    def connections_needed(self) -> int:
+        """The most streams one process reads at once (an uncapped open loop: many)."""
+        most = 0
+        for level in self.levels():
+            if level.mode == "concurrency":
+                streams = int(level.target)
+            else:
+                streams = self._s.max_concurrency or _UNCAPPED_CONNECTIONS
+            most = max(most, math.ceil(streams / self.workers_for(level)))
+        return most
+
+    def validate_for(self, settings: ProviderSettings) -> None:
+        """A closed loop with more streams than requests leaves streams idle: refuse it."""
+        n = self._s.max_requests()
+        if self._s.concurrency and n is not None and max(self._s.concurrency) > n:
+            raise ConfigError(
+                f"{self.name}: concurrency {max(self._s.concurrency)} with only {n} requests "
+                "per level; raise `requests` (or use duration_s)"
+            )
+
+    async def prepare(self, provider: Provider) -> None:
+        """Calibrate words per token for synthetic prompts, with the provider's counter."""
+        self._is_llamacpp = provider.kind == "llamacpp"
+        self._paths = self.paths_for(provider)
+        if self._s.input_tokens is None:
+            return
+        sample = filler_text(400)
+        try:
+            count = await provider.count_tokens(sample)
+        except Exception:
+            count = None
+        if count is not None and count.tokens > 0:
+            self._tokens_per_word = count.tokens / 400
+
+    def plan(self, provider: Provider) -> list[PlannedRequest]:
+        """Only the warm-ups: the levels are paced by `drive`."""
+        prompt = prompt_list(self._s.prompts)[0]
+        return self.warmups(prompt.id, prompt.text)
+
+    def request(self, level: Level, i: int, level_run: str) -> PlannedRequest:
+        """Request `i` of a level: the same in every process that builds it."""
+        s = self._s
+        params = dict(s.params)
+        tags: dict[str, str | int | float | bool] = {
+            "level": level.label,
+            "mode": level.mode,
+            "target": level.target,
+            "level_run": level_run,
+        }
+        rng = random.Random(f"{s.seed}:{level.index}:{i}")
+        if s.input_tokens is not None:
+            n_in = _draw(s.input_tokens, rng)
+            words = max(1, round(n_in / self._tokens_per_word))
+            # A unique head per request keeps prompt caches from serving one from another.
+            text = f"[{rng.getrandbits(32):08x}] " + filler_text(words, rng.randrange(1000))
+            prompt = Prompt(id=f"synthetic-{n_in}", text=text)
+            tags["target_input_tokens"] = n_in
+        else:
+            prompts = prompt_list(s.prompts)
+            prompt = prompts[i % len(prompts)]
+        if s.output_tokens is not None:
+            params["max_tokens"] = _draw(s.output_tokens, rng)
+            tags["target_output_tokens"] = params["max_tokens"]
+            if self._is_llamacpp:
+                params.setdefault("ignore_eos", True)
+        req = ChatRequest(self.messages(prompt.text), params, prompt.id)
+        # With `paths: [wire, sdk]` the requests alternate, so both paths meet the same load.
+        req.client_path = self._paths[i % len(self._paths)]
+        tags["path"] = req.client_path
+        return PlannedRequest(key=f"{self.name}/{level.label}/{i}", request=req, trial=i, tags=tags)
+
+    async def drive(self, provider: Provider, driver: RequestDriver) -> None:
+        """Run the levels one after another; on resume, skip the levels already complete."""
+        previous = driver.previous()
+        for level in self.levels():
+            if _complete(level, previous, self._s.max_requests()):
+                driver.message(f"{self.name}: {level.title} already measured, skipped")
+                continue
+            n = self._s.max_requests()
+            if n is not None:
+                driver.expect(n)
+            # Start each level without garbage: a full collection in the middle of a level
+            # pauses the loop, and every stream's stamps with it.
+            gc.collect()
+            gc.freeze()
+            workers = self.workers_for(level)
+            job = {
+                "level": level.index,
+                "level_run": secrets.token_hex(3),
+                "tokens_per_word": self._tokens_per_word,
+                "is_llamacpp": self._is_llamacpp,
+                "paths": self._paths,
+            }
+            if workers > 1:
+                await driver.in_processes(job, workers)
+            else:
+                await self.run_share(provider, job, (0, 1), time.perf_counter_ns(), driver.send)
+
+    def restore(self, job: dict[str, Any]) -> None:
+        """Take the runner's calibration into a worker process."""
+        self._tokens_per_word = float(job["tokens_per_word"])
+        self._is_llamacpp = bool(job["is_llamacpp"])
+        self._paths = list(job["paths"])
+
+    async def run_share(
+        self,
+        provider: Provider,
+        job: dict[str, Any],
+        share: tuple[int, int],
+        t0_ns: int,
+        send: SendFn,
+    ) -> None:
+        """This process's part of one level: every `share[1]`-th request from `share[0]`."""
+        self.restore(job)
+        level = self.levels()[int(job["level"])]
+        level_run = str(job["level_run"])
+        k, of = share
+        s = self._s
+        n = s.max_requests()
+        workers = f"{of}"
+
+        def make(i: int) -> PlannedRequest:
+            planned = self.request(level, i, level_run)
+            planned.tags["workers"] = workers
+            return planned
+
+        if level.mode == "concurrency":
+            # Stream j sends requests j, j + c, j + 2c, ...; this process reads every
+            # `of`-th stream.
+            c = int(level.target)
+            t0_ns = await _settled(provider, len(range(k, c, of)), t0_ns)
+            streams = [
+                range(j, n, c) if n is not None else itertools.count(j, c) for j in range(k, c, of)
+            ]
+            deadline = None if s.duration_s is None else t0_ns + int(s.duration_s * _NS)
+            await closed_loop(streams, make, send, deadline_ns=deadline)
+            return
+        offsets = arrival_offsets_ns(
+            level.target,
+            s.arrival,
+            seed=f"{s.seed}:{level.index}",
+            max_requests=n,
+            duration_s=s.duration_s,
+        )
+        cap = s.max_concurrency
+        share_cap = None if cap is None else max(1, cap // of + (1 if k < cap % of else 0))
+        mine = ((i, off) for i, off in enumerate(offsets) if i % of == k)
+        clients = share_cap or min(len(offsets), _UNCAPPED_CONNECTIONS) // of
+        t0_ns = await _settled(provider, clients, t0_ns)
+        deadline = None if s.duration_s is None else t0_ns + int(s.duration_s * _NS)
+        await open_loop(mine, t0_ns, make, send, max_in_flight=share_cap, deadline_ns=deadline)
+
+    def analyze(self, provider_id: str, model: str, records: list[RequestRecord]) -> LabAnswer:
+        """Per level: achieved rate, ok/failed, TTFT and decode percentiles, throughput."""
+        rows = []
+        for level in self.levels():
+            recs = _latest_pass([r for r in records if r.tags.get("level") == level.label])
+            rows.append(level_figures(level, recs, self._s.arrival))
+        figures: dict[str, Any] = {"levels": rows, "mode": self.levels()[0].mode}
+        done = [r for r in rows if r["ok"]]
+        if not done:
+            return self.answer(
+                provider_id, model, "No level had a successful request.", figures, "failed"
+            )
+        parts = [_level_sentence(r) for r in done]
+        text = " ".join(parts)
+        if len(done) >= 2 and done[0]["output_tokens_per_s"] and done[-1]["output_tokens_per_s"]:
+            first, last = done[0], done[-1]
+            text += (
+                f" Aggregate output throughput went from {first['output_tokens_per_s']:.0f} "
+                f"to {last['output_tokens_per_s']:.0f} tokens/s "
+                f"(×{last['output_tokens_per_s'] / first['output_tokens_per_s']:.2f}) "
+                f"from {first['title']} to {last['title']}."
+            )
+        bound = [r for r in rows if r["client_bound"]]
+        if bound:
+            text += (
+                f" {CLIENT_BOUND} at {', '.join(r['title'] for r in bound)}: the event loop "
+                f"ran late while reading; {bound[-1]['client_bound_fix']}."
+            )
+        status: Literal["ok", "partial", "failed"] = "ok" if len(done) == len(rows) else "partial"
+        return self.answer(provider_id, model, text, figures, status)
+
+
+async def _settled(provider: Provider, streams: int, t0_ns: int) -> int:
+    """Build the level's clients and let the loop catch up; returns the level's start
+    (`t0_ns`, or now if that has passed).
+
+    Set-up work (a full garbage collection, new HTTP clients) holds the loop; the loop-lag
+    monitor notices only at its next wake-up, and a sample taken after the first request
+    started would count the set-up against that request's stamps.
+    """
+    provider.reserve(streams)
+    await asyncio.sleep(_SETTLE_S)
+    return max(t0_ns, time.perf_counter_ns())
+
+
+def _complete(level: Level, previous: list[RequestRecord], n: int | None) -> bool:
+    """Whether a pass of this level finished in an earlier (resumed) run."""
+    recs = _latest_pass([r for r in previous if r.tags.get("level") == level.label])
+    if not recs or any(r.stop_reason == "cancelled" for r in recs):
+        return False
+    return n is None or len(recs) >= n
+
+
+def _latest_pass(records: list[RequestRecord]) -> list[RequestRecord]:
+    """The records of a level's last pass (a resumed run may have run a level twice)."""
+    if not records:
+        return []
+    first_seen: dict[str, Any] = {}
+    for r in records:
+        run = str(r.tags.get("level_run", ""))
+        if run not in first_seen or r.started_at < first_seen[run]:
+            first_seen[run] = r.started_at
+    latest = max(first_seen, key=lambda k: first_seen[k])
+    return [r for r in records if str(r.tags.get("level_run", "")) == latest]
+
+
+def _p(values: list[float], q: float) -> float | None:
+    return percentile(sorted(values), q) if values else None
+
+
+def level_figures(
+    level: Level, records: list[RequestRecord], arrival: str = "poisson"
+) -> dict[str, Any]:
+    """One row of the load table from one pass of a level."""
+    recs = [r for r in records if not r.warmup]
+    ok = [r for r in recs if r.error is None]
+    starts = sorted(r.t_start_mono_ns for r in recs if r.t_start_mono_ns is not None)
+    ends = [
+        r.t_start_mono_ns + r.client.e2e_ms * 1e6
+        for r in ok
+        if r.t_start_mono_ns is not None and r.client.e2e_ms is not None
+    ]
+    span_s = (max(ends) - starts[0]) / _NS if starts and ends else None
+    start_span_s = (starts[-1] - starts[0]) / _NS if len(starts) >= 2 else None
+    out_tokens = sum(r.usage.output_tokens or 0 for r in ok)
+    busy_s = sum((r.client.e2e_ms or 0.0) for r in ok) / 1000.0
+
+    def vals(get: Any, among: list[RequestRecord] = ok) -> list[float]:
+        return [float(v) for v in (get(r) for r in among) if v is not None]
+
+    ttft = vals(lambda r: r.client.ttft_ms)
+    decode = vals(lambda r: r.client.decode_ms_per_token)
+    e2e = vals(lambda r: r.client.e2e_ms)
+    queue = vals(lambda r: r.client.queue_ms, recs)
+    lag = level_lag(recs)
+    workers = {str(r.tags.get("workers")) for r in recs if r.tags.get("workers")}
+    return {
+        "level": level.label,
+        "title": level.title,
+        "mode": level.mode,
+        "arrival": arrival if level.mode == "rate" else None,
+        "target": level.target,
+        "workers": int(next(iter(workers))) if len(workers) == 1 else None,
+        "requests": len(recs),
+        "ok": len(ok),
+        "failed": len(recs) - len(ok),
+        "duration_s": span_s,
+        "achieved_rate_rps": (len(starts) - 1) / start_span_s if start_span_s else None,
+        "completed_rps": len(ok) / span_s if span_s else None,
+        "mean_in_flight": busy_s / span_s if span_s else None,
+        "output_tokens_per_s": out_tokens / span_s if span_s else None,
+        "ttft_ms_p50": _p(ttft, 50),
+        "ttft_ms_p90": _p(ttft, 90),
+        "ttft_ms_p99": _p(ttft, 99),
+        "decode_ms_per_token_p50": _p(decode, 50),
+        "decode_ms_per_token_p99": _p(decode, 99),
+        "e2e_ms_p50": _p(e2e, 50),
+        "e2e_ms_p99": _p(e2e, 99),
+        "queue_ms_p50": _p(queue, 50),
+        "queue_ms_p99": _p(queue, 99),
+        "queue_ms_max": max(queue) if queue else None,
+        "loop_lag_ms_p50": lag.p50,
+        "loop_lag_ms_max": lag.max,
+        "labkit_cpu_share": lag.cpu_share,
+        "client_bound": lag.client_bound,
+        "client_bound_fix": lag.fix if lag.client_bound else None,
+    }
+
+
+def _level_sentence(row: dict[str, Any]) -> str:
+    rate = row["achieved_rate_rps"]
+    target = (
+        f" (target {row['target']:g} req/s, achieved {rate:.2f})"
+        if row["mode"] == "rate" and rate is not None
+        else ""
+    )
+    tps = row["output_tokens_per_s"]
+    throughput = f"{tps:.0f} output tokens/s in all; " if tps is not None else ""
+    return (
+        f"At {row['title']}{target}: {row['ok']} ok, {row['failed']} failed; {throughput}"
+        f"TTFT p50 {fmt_ms(row['ttft_ms_p50'])} (p99 {fmt_ms(row['ttft_ms_p99'])}), "
+        f"decode {fmt_ms(row['decode_ms_per_token_p50'], 2)}/token, "
+        f"queue in labkit p99 {fmt_ms(row['queue_ms_p99'], 2)}."
+    )
