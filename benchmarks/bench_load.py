@@ -22,11 +22,17 @@ in flight in one asyncio loop of this process:
   max_retries=0)`, on httpx2), each content chunk stamped when the SDK yields it.
 - ``labkit-sdk``: labkit's SDK path (`labkit.sdkpath.SDKRecorder`, ``client_path = sdk``),
   stamps from its records like ``labkit``, with a `LoopLagMonitor` where it takes one.
+- ``labkit-run`` and ``labkit-procs``: labkit's whole load runner (`labkit run` without
+  the CLI), a ``load`` experiment at the level's concurrency, read by one process
+  (``workers: 1``) or by ``workers: auto`` (one process per 16 streams, at most one per
+  CPU); stamps from the run's records. Their CPU is not given (the run's set-up and the
+  workers' start-up cannot be told apart from the level), their events/s is over the level.
 - ``raw``: the floor for one Python process: a keep-alive HTTP/1.1 client on a bare asyncio
   `Protocol` (no HTTP library, no pool), stamping in `data_received`. It shows how much of
   the error and CPU is the HTTP stack (httpx/httpcore/anyio) rather than Python or the host.
 
-Every client first opens its pool with `concurrency` one-token requests (not measured).
+Every client first opens its pool with `concurrency` one-token requests (not measured; the
+runner legs send their warm-up instead).
 Events are matched to the server's stamps by response id and position. Per level and client:
 
 - stamp error = client stamp − server send stamp, over every output event (p50/p99/max);
@@ -50,7 +56,7 @@ Targets (issue 6) are checked on the ``labkit`` leg and printed as PASS/MISS lin
 load target (32 streams) is applied to every level of 8 streams or more.
 
 Run: `make bench-load` or `.venv/bin/python benchmarks/bench_load.py [--levels 1,8,32]
-[--requests-per-level N] [--rounds 2] [--clients labkit,bare,sdk,labkit-sdk,raw] [--tokens 100]
+[--requests-per-level N] [--rounds 2] [--clients labkit,bare,sdk,...] [--tokens 100]
 [--interval-ms 2] [--ttft-ms 50] [--json OUT]`. A benchmark, not a test: figures depend on
 the machine; on 2 cores the client and the server share the CPU.
 """
@@ -60,6 +66,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import re
 import sys
 import time
@@ -237,7 +244,6 @@ def _runner_leg(workers: int | str) -> Leg:
     spread over `workers` processes (`auto`: one per 16 streams, at most one per CPU)."""
 
     def leg(base_url: str, concurrency: int, n_requests: int) -> LegResult:
-        import resource
         import tempfile
 
         from labkit.config import parse_config
@@ -264,18 +270,17 @@ def _runner_leg(workers: int | str) -> Leg:
         )
         with tempfile.TemporaryDirectory() as out:
             runner = prepare_run(config, RunOptions(out_dir=Path(out)))
-            kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-            cpu0, wall0 = time.process_time(), time.perf_counter()
             result = asyncio.run(runner.run())
-            wall = time.perf_counter() - wall0
-            kids1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-            cpu = time.process_time() - cpu0
-            cpu += (kids1.ru_utime + kids1.ru_stime) - (kids0.ru_utime + kids0.ru_stime)
         errors: list[str] = []
-        streams = [_from_record(r, errors) for r in result.records if not r.warmup]
-        # CPU and wall include the run's set-up (and each worker's start-up and warm-up),
-        # so this leg's CPU per event is an upper bound, not comparable with the others.
-        return LegResult(streams, cpu, wall, errors)
+        measured = [r for r in result.records if not r.warmup]
+        streams = [_from_record(r, errors) for r in measured]
+        # Wall time: the level itself, from its first request to its last byte. CPU is not
+        # given: the run's set-up and each worker's start-up and warm-up cannot be told
+        # apart from the level's own work here (the `labkit` leg gives labkit's CPU/event).
+        starts = [r.t_start_mono_ns or 0 for r in measured]
+        ends = [(r.t_start_mono_ns or 0) + (r.client.e2e_ms or 0.0) * 1e6 for r in measured]
+        wall = (max(ends) - min(starts)) / 1e9 if measured else 0.0
+        return LegResult(streams, math.nan, wall, errors)
 
     return leg
 
@@ -473,7 +478,7 @@ LEGS: dict[str, Leg] = {
     "labkit-run": _runner_leg(1),
     "labkit-procs": _runner_leg("auto"),
 }
-DEFAULT_CLIENTS = ["labkit", "bare", "sdk", "labkit-sdk", "raw"]
+DEFAULT_CLIENTS = ["labkit", "bare", "sdk", "labkit-sdk", "raw", "labkit-run", "labkit-procs"]
 
 # -- figures --------------------------------------------------------------------------------
 

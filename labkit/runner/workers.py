@@ -144,7 +144,11 @@ async def run_in_workers(
             if proc.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     proc.send_signal(signal.SIGTERM)
-        pumps = pumps or [asyncio.create_task(pump(p)) for p in procs]
+        # The readers may have been cancelled with the level: read the rest afresh.
+        for task in pumps:
+            task.cancel()
+        await asyncio.gather(*pumps, return_exceptions=True)
+        pumps = [asyncio.create_task(pump(p)) for p in procs]
         with contextlib.suppress(Exception, asyncio.CancelledError):
             await asyncio.wait_for(
                 asyncio.gather(*pumps, return_exceptions=True), _DRAIN_AFTER_CANCEL_S

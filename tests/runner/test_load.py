@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import signal
 import statistics
 import subprocess
 import sys
@@ -360,3 +361,95 @@ def test_worker_processes_produce_the_same_records_as_one_process(tmp_path: Path
 def test_level_figures_of_an_empty_level() -> None:
     row = level_figures(Level(0, "concurrency", 4), [])
     assert row["ok"] == 0 and row["output_tokens_per_s"] is None and not row["client_bound"]
+
+
+# --- Ctrl-C and resume -------------------------------------------------------------------
+
+
+def _python_children(parent: int) -> list[int]:
+    """Live processes whose parent is `parent` (the worker processes of a run)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2 :].split()
+        if int(fields[1]) == parent and fields[0] != "Z":
+            out.append(int(stat.parent.name))
+    return out
+
+
+def test_ctrl_c_in_a_multi_process_level_keeps_every_record_and_stops_the_workers(
+    tmp_path: Path,
+) -> None:
+    schedule = ("--first-token-ms", "20", "--token-interval-ms", "50", "--tokens", "40")
+    with fake_server_process(*schedule) as url:
+        cfg = tmp_path / "load.yaml"
+        cfg.write_text(
+            "name: cc\n"
+            f"providers: [{{id: s, kind: openai_compatible, model: m, base_url: '{url}'}}]\n"
+            "experiments: [{kind: load, concurrency: [4], requests: 400, workers: 2, "
+            "warmup: 1}]\n"
+        )
+        out = tmp_path / "runs"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "labkit", "run", str(cfg), "--out", str(out), "--no-report"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        deadline = time.monotonic() + 60
+        records_path = None
+        while time.monotonic() < deadline:
+            found = list(out.glob("*/records.jsonl")) if out.exists() else []
+            if found and len(found[0].read_text().splitlines()) >= 8:  # warm-ups + a few
+                records_path = found[0]
+                break
+            time.sleep(0.1)
+        assert records_path is not None, "the level did not start"
+        workers = _python_children(proc.pid)
+        assert len(workers) == 2
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, output
+    assert "Traceback" not in output
+    time.sleep(0.3)
+    assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()], "a worker outlived it"
+    lines = records_path.read_text().splitlines()
+    records = [RequestRecord.from_json_line(line) for line in lines]
+    cancelled = [r for r in records if r.error is not None and r.error.kind == "cancelled"]
+    # The four streams in flight were cut, and their partial records were still written.
+    assert len(cancelled) == 4
+    assert all(r.tags.get("workers") == "2" for r in cancelled)
+    assert any(r.client.ttft_ms is not None for r in cancelled)
+    assert len({r.record_id for r in records}) == len(records)
+
+
+def test_resume_runs_again_only_the_level_that_was_cut_short(tmp_path: Path) -> None:
+    from labkit.runner import prepare_resume
+
+    first = _run({"concurrency": [1, 2], "requests": 4, "warmup": 0}, tmp_path)
+    path = first.folder.records_path
+    lines = path.read_text().splitlines()
+    keep = [ln for ln in lines if '"level":"c2"' not in ln]
+    cut = [ln for ln in lines if '"level":"c2"' in ln][:2]
+    path.write_text("\n".join(keep + cut) + "\n")  # the run "died" halfway through c2
+
+    async def resume() -> RunResult:
+        async with FakeServer(SCHEDULE) as server:
+            runner = prepare_resume(first.folder.path)
+            # The new server has a new port: point the provider at it.
+            settings = runner.config.providers[0].model_copy(update={"base_url": server.base_url})
+            runner.config = runner.config.model_copy(update={"providers": [settings]})
+            return await runner.run()
+
+    second = asyncio.run(resume())
+    records = [RequestRecord.from_json_line(ln) for ln in path.read_text().splitlines()]
+    c1 = [r for r in records if r.tags.get("level") == "c1"]
+    c2 = [r for r in records if r.tags.get("level") == "c2"]
+    assert len(c1) == 4  # complete: not sent again
+    assert len(c2) == 2 + 4  # the cut pass stays on disk, a full pass follows
+    assert len({r.tags["level_run"] for r in c2}) == 2
+    rows = _levels(second)
+    assert rows[1]["ok"] == 4 and rows[1]["requests"] == 4  # the answer uses the last pass
