@@ -12,7 +12,11 @@ and the neighbours' noise hit all of them), each a closed loop keeping `concurre
 in flight in one asyncio loop of this process:
 
 - ``labkit``: labkit's own wire path, the real `StreamRecorder` with an
-  ``openai_compatible`` provider and a `LoopLagMonitor` started as the Runner starts it.
+  ``openai_compatible`` provider built as a load level builds it (``transport: auto``, so
+  this plain-HTTP server is read by `labkit.lean`, each read stamped on arrival) and a
+  `LoopLagMonitor` started as the Runner starts it.
+- ``labkit-httpx``: the same through httpx (``transport: httpx``): what labkit does on
+  https and behind proxies.
   Output event i is stamped at ``t_start_mono_ns + client.event_offsets_ms[i] * 1e6``;
   TTFT is ``client.ttft_ms``.
 - ``bare``: the least an httpx client can do: `httpx.AsyncClient.stream`, `aiter_bytes`,
@@ -151,7 +155,9 @@ async def _measure(
 # -- leg (a): labkit's wire path ------------------------------------------------------------
 
 
-def _provider(base_url: str, concurrency: int) -> Provider:
+def _provider(base_url: str, concurrency: int, transport: str = "auto") -> Provider:
+    """The provider as a load level builds it: its pool sized for the level, so `auto`
+    reads this plain-HTTP server with the lean transport."""
     cls = provider_class("openai_compatible")
     settings = cls.settings_model.model_validate(
         {
@@ -160,9 +166,10 @@ def _provider(base_url: str, concurrency: int) -> Provider:
             "model": "m",
             "base_url": base_url,
             "concurrency": concurrency,
+            "transport": transport,
         }
     )
-    return cls(settings)
+    return cls(settings, pool_size=concurrency)
 
 
 def _from_record(rec: Any, errors: list[str]) -> StreamResult:
@@ -179,7 +186,9 @@ def _from_record(rec: Any, errors: list[str]) -> StreamResult:
     )
 
 
-def labkit_leg(base_url: str, concurrency: int, n_requests: int) -> LegResult:
+def labkit_leg(
+    base_url: str, concurrency: int, n_requests: int, transport: str = "auto"
+) -> LegResult:
     """labkit's `StreamRecorder` (with its loop-lag self-check), as the Runner uses it.
 
     The one function to swap for labkit's multi-process load runner: it only has to return
@@ -187,7 +196,7 @@ def labkit_leg(base_url: str, concurrency: int, n_requests: int) -> LegResult:
     """
 
     async def run() -> LegResult:
-        provider = _provider(base_url, concurrency)
+        provider = _provider(base_url, concurrency, transport)
         lag = LoopLagMonitor()
         recorder = StreamRecorder(lag_monitor=lag)
         lag.start()
@@ -215,10 +224,7 @@ def labkit_sdk_leg(base_url: str, concurrency: int, n_requests: int) -> LegResul
     async def run() -> LegResult:
         provider = _provider(base_url, concurrency)
         lag = LoopLagMonitor()
-        try:  # the self-check, where this labkit's SDK path takes one
-            recorder = SDKRecorder(lag_monitor=lag)  # type: ignore[call-arg]
-        except TypeError:
-            recorder = SDKRecorder()
+        recorder = SDKRecorder(lag_monitor=lag)
         lag.start()
         ctx = RecordContext("bench-load", "bench-load")
 
@@ -469,8 +475,14 @@ def raw_leg(base_url: str, concurrency: int, n_requests: int) -> LegResult:
     return asyncio.run(run())
 
 
+def labkit_httpx_leg(base_url: str, concurrency: int, n_requests: int) -> LegResult:
+    """labkit's wire path through httpx (`transport: httpx`) instead of the lean reader."""
+    return labkit_leg(base_url, concurrency, n_requests, transport="httpx")
+
+
 LEGS: dict[str, Leg] = {
     "labkit": labkit_leg,
+    "labkit-httpx": labkit_httpx_leg,
     "bare": bare_leg,
     "sdk": sdk_leg,
     "labkit-sdk": labkit_sdk_leg,
@@ -478,7 +490,16 @@ LEGS: dict[str, Leg] = {
     "labkit-run": _runner_leg(1),
     "labkit-procs": _runner_leg("auto"),
 }
-DEFAULT_CLIENTS = ["labkit", "bare", "sdk", "labkit-sdk", "raw", "labkit-run", "labkit-procs"]
+DEFAULT_CLIENTS = [
+    "labkit",
+    "labkit-httpx",
+    "bare",
+    "sdk",
+    "labkit-sdk",
+    "raw",
+    "labkit-run",
+    "labkit-procs",
+]
 
 # -- figures --------------------------------------------------------------------------------
 

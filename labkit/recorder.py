@@ -76,17 +76,26 @@ class RecordContext:
 
 
 class LoopLagMonitor:
-    """Samples how late the event loop wakes up, so each record can state labkit's own lag.
+    """Samples how late the event loop runs, so each record can state labkit's own lag.
 
-    A task sleeps `interval_s` in a loop; the oversleep of each wake-up is one sample. A
-    record's ``loop_lag_ms`` is the largest sample taken while its stream was read.
+    Two probes, every `interval_s`, matching the two places a chunk can be stamped:
+
+    - a plain timer callback (`loop.call_at`): its lateness is what delays an I/O callback,
+      where the lean transport stamps each read (`labkit.lean`);
+    - a task that sleeps: its oversleep adds the turn a woken task waits before it runs,
+      which is where chunks read through httpx are stamped.
+
+    A sample taken at `t` with lag `L` means the loop was held up over [t − L, t]. Both
+    include asyncio's 1 ms timer granularity (epoll), so an idle loop shows up to ~1 ms.
     """
 
     def __init__(self, interval_s: float = 0.005, clock: Clock = time.perf_counter_ns) -> None:
         self.interval_s = interval_s
         self._clock = clock
         self._samples: deque[tuple[int, float]] = deque(maxlen=200_000)
+        self._callback_samples: deque[tuple[int, float]] = deque(maxlen=200_000)
         self._task: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
 
     async def _run(self) -> None:
         interval_ms = self.interval_s * 1000.0
@@ -96,28 +105,40 @@ class LoopLagMonitor:
             t1 = self._clock()
             self._samples.append((t1, max(0.0, (t1 - t0) / 1e6 - interval_ms)))
 
+    def _tick(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        now = loop.time()
+        self._callback_samples.append((self._clock(), max(0.0, (now - when) * 1000.0)))
+        self._timer = loop.call_at(now + self.interval_s, self._tick, loop, now + self.interval_s)
+
     def start(self) -> None:
         """Start sampling on the running loop."""
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run())
+            loop = asyncio.get_running_loop()
+            self._task = loop.create_task(self._run())
+            when = loop.time() + self.interval_s
+            self._timer = loop.call_at(when, self._tick, loop, when)
 
     async def stop(self) -> None:
         """Stop sampling."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
 
-    def max_lag_ms(self, t0_ns: int, t1_ns: int) -> float | None:
+    def max_lag_ms(self, t0_ns: int, t1_ns: int, *, on_arrival: bool = False) -> float | None:
         """Largest lag whose late stretch overlaps [t0_ns, t1_ns]; None without one.
 
-        A sample taken at `t` with lag `L` means the loop was held up over [t − L, t]. A
-        hold-up that began after the stream ended (other streams' records being written,
-        say) did not delay this stream's stamps, so it is not counted against it.
+        `on_arrival`: the stream was stamped in I/O callbacks (the lean transport), so the
+        timer-callback probe applies. A hold-up that began after the stream ended (other
+        streams' records being written, say) did not delay its stamps and is not counted.
         """
         worst: float | None = None
-        for t, lag in reversed(self._samples):
+        samples = self._callback_samples if on_arrival else self._samples
+        for t, lag in reversed(samples):
             if t < t0_ns:
                 break
             if t - lag * 1e6 <= t1_ns and (worst is None or lag > worst):
@@ -205,7 +226,8 @@ class StreamRecorder:
         phases: dict[str, int] = {}
 
         async def trace(name: str, info: dict[str, Any]) -> None:
-            phases[name] = clock()
+            # The lean transport passes the stamp of the event itself (headers: their arrival).
+            phases[name] = info.get("labkit_t_ns") or clock()
 
         http_request.extensions["trace"] = trace
 
@@ -220,6 +242,7 @@ class StreamRecorder:
         redact = _redactor(provider)
 
         stale_retry = False
+        on_arrival = False
         client = provider.checkout()
         cpu_start = time.thread_time_ns()
         t_start = clock()
@@ -252,8 +275,13 @@ class StreamRecorder:
                         sse = SSEParser()
                         feed = sse.feed
                         on_event = parser.on_event
+                        # The lean transport stamps each read on arrival (labkit.lean); through
+                        # httpx the stamp is when the read reaches this loop.
+                        arrival = response.extensions.get("labkit.arrival")
+                        on_arrival = arrival is not None
                         async for chunk in response.aiter_bytes():
-                            t = clock()
+                            t_read = clock()
+                            t = t_read if arrival is None else arrival.t_ns
                             for ev in feed(chunk, t):
                                 c = on_event(ev)
                                 if c == EventClass.IGNORE:
@@ -268,7 +296,7 @@ class StreamRecorder:
                                     output_ns.append(ev.t_ns)
                                 elif c == EventClass.DONE:
                                     done = True
-                            parse_ns += clock() - t
+                            parse_ns += clock() - t_read
                         for ev in sse.close():
                             if parser.on_event(ev) == EventClass.DONE:
                                 done = True
@@ -322,7 +350,11 @@ class StreamRecorder:
             usage.tokenizer = local_count.source
         stop = settle_counts_and_stop(provider, parser, len(output_ns), error)
 
-        lag = self._lag.max_lag_ms(t_start, end_ns or clock()) if self._lag else None
+        lag = (
+            self._lag.max_lag_ms(t_start, end_ns or clock(), on_arrival=on_arrival)
+            if self._lag
+            else None
+        )
         record = assemble_record(
             provider=provider,
             request=request,

@@ -315,10 +315,10 @@ def test_a_free_event_loop_is_not_flagged(tmp_path: Path) -> None:
     schedule = ("--first-token-ms", "20", "--token-interval-ms", "10", "--tokens", "20")
     with fake_server_process(*schedule) as url:
         # One warm-up: a process's first request pays lazy imports on the loop (tens of ms).
-        config = _config({"concurrency": [2], "requests": 4, "warmup": 1}, url)
+        config = _config({"concurrency": [1, 2], "requests": 4, "warmup": 1}, url)
         result = asyncio.run(prepare_run(config, RunOptions(out_dir=tmp_path)).run())
-    (row,) = _levels(result)
-    assert not row["client_bound"], [r.client.loop_lag_ms for r in result.records]
+    for row in _levels(result):
+        assert not row["client_bound"], [r.client.loop_lag_ms for r in result.records]
     assert client_bound_notes(result.records) == []
 
 
