@@ -82,9 +82,21 @@ def server_command(
         "-ngl", str(gpu_layers),
         "--metrics",
     ]  # fmt: skip
+    if threads is None and setup.server.backend == "cpu":
+        threads = default_threads()
     if threads is not None:
         cmd += ["-t", str(threads)]
     return [*cmd, *extra_args]
+
+
+def default_threads() -> int:
+    """CPU threads for a local llama-server: every core but one.
+
+    The client that measures the server runs on the same host. With every core busy
+    decoding, its event loop waits for a CPU and its stamps come late (a few ms on 2 cores,
+    flagged client-bound); one core left free keeps the measurement clean.
+    """
+    return max(1, (os.cpu_count() or 2) - 1)
 
 
 class ManagedServer:
@@ -111,6 +123,8 @@ class ManagedServer:
         self.setup = setup
         self.ctx_size = ctx_size
         self.slots = slots
+        if threads is None and setup.server.backend == "cpu":
+            threads = default_threads()
         self.threads = threads
         self.gpu_layers = gpu_layers
         self.startup_timeout_s = startup_timeout_s

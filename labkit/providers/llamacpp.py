@@ -57,7 +57,11 @@ class LlamaCppSettings(ProviderSettings):
     )
     ctx_size: PositiveInt = Field(default=4096, description="Context tokens per slot.")
     slots: PositiveInt = Field(default=1, description="Parallel slots (-np).")
-    threads: PositiveInt | None = Field(default=None, description="CPU threads (-t).")
+    threads: PositiveInt | None = Field(
+        default=None,
+        description="CPU threads (-t); default on CPU: every core but one, so the measuring "
+        "client has a core of its own.",
+    )
     gpu_layers: int | None = Field(
         default=None, ge=0, description="Layers offloaded to the GPU (-ngl); all on CUDA."
     )
