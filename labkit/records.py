@@ -136,7 +136,9 @@ class ClientTimings(_Model):
     )
     loop_lag_ms: float | None = Field(
         default=None,
-        description="How late labkit's event loop ran while this stream was read (self-check).",
+        description="How late labkit's event loop ran while this stream was read "
+        "(self-check): the 99th percentile of the loop-lag probe's samples over the stream, "
+        "the largest under 100 samples.",
     )
 
 

@@ -229,7 +229,7 @@ class SDKRecorder:
             parser.usage.input_tokens_local = local_count.tokens
             parser.usage.tokenizer = local_count.source
         stop = settle_counts_and_stop(provider, parser, len(output_ns), error)
-        lag = self._lag.max_lag_ms(t_start, end_ns or clock()) if self._lag else None
+        lag = self._lag.lag_ms(t_start, end_ns or clock()) if self._lag else None
         record = assemble_record(
             provider=provider,
             request=request,

@@ -1,14 +1,14 @@
 """labkit's check on itself: was the event loop free to read the streams on time?
 
-Every record carries ``client.loop_lag_ms``: the worst lateness of labkit's event loop
-(`labkit.recorder.LoopLagMonitor`) while that stream was read. A stream's bytes wait in the
-socket for as long as the loop is busy elsewhere, so a late loop means late stamps: TTFT and
-inter-token times that measure labkit rather than the provider. A group of records whose
-median stream saw the loop more than `CLIENT_BOUND_LAG_MS` late is flagged client-bound.
+Every record carries ``client.loop_lag_ms``: how late labkit's event loop ran while that
+stream was read (`labkit.recorder.LoopLagMonitor`; the 99th percentile of the probe's samples
+over the stream). A stream's bytes wait in the socket for as long as the loop is busy
+elsewhere, so a late loop means late stamps: TTFT and inter-token times that measure labkit
+rather than the provider. A group of records whose median stream saw the loop more than
+`CLIENT_BOUND_LAG_MS` late is flagged client-bound.
 
-Why the median of per-stream maxima: a stream of ~50 lag samples has its maximum near the
-samples' 99th percentile, so the median stream's maximum estimates how late the loop is at
-p99 — the tail the stamps share.
+The flag errs on the side of raising: under 100 samples a stream's figure is its worst
+sample, and with many streams in flight every stream overlaps the same worst pause.
 """
 
 from __future__ import annotations

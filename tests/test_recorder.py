@@ -437,11 +437,28 @@ def test_loop_lag_monitor_reports_a_blocked_loop() -> None:
         await asyncio.sleep(0.01)
         t1 = time.perf_counter_ns()
         await mon.stop()
-        return mon.max_lag_ms(t0, t1), mon.max_lag_ms(t1 + 10**12, t1 + 2 * 10**12)
+        return (
+            mon.lag_ms(t0, t1),
+            mon.lag_ms(t0, t1, on_arrival=True),
+            mon.lag_ms(t1 + 10**12, t1 + 2 * 10**12),
+        )
 
-    lag, none = asyncio.run(go())
+    lag, callback_lag, none = asyncio.run(go())
+    # Both probes see the 50 ms block (fewer than 100 samples: the largest one).
     assert lag is not None and lag >= 40.0
+    assert callback_lag is not None and callback_lag >= 40.0
     assert none is None
+
+
+def test_loop_lag_of_a_long_stream_is_its_99th_percentile_not_one_hiccup() -> None:
+    mon = LoopLagMonitor()
+    for i in range(1000):  # 1,000 samples 5 ms apart: one 9 ms hiccup, the rest 0.5 ms
+        mon._samples.append((i * 5_000_000, 9.0 if i == 500 else 0.5))
+    assert mon.lag_ms(0, 5_000_000_000) == 0.5
+    mon._samples.append((5_005_000_000, 9.0))  # ten hiccups in 1,000: the tail shows
+    for i in range(1, 10):
+        mon._samples[i * 90] = (i * 90 * 5_000_000, 9.0)
+    assert mon.lag_ms(0, 5_010_000_000) == 9.0
 
 
 def test_http_error_retry_after_as_http_date() -> None:

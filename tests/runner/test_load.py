@@ -410,6 +410,7 @@ def test_ctrl_c_in_a_multi_process_level_keeps_every_record_and_stops_the_worker
         assert records_path is not None, "the level did not start"
         workers = _python_children(proc.pid)
         assert len(workers) == 2
+        time.sleep(0.5)  # the streams end together and restart together: cut them mid-stream
         proc.send_signal(signal.SIGINT)
         output, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, output
