@@ -49,25 +49,26 @@ def arrival_offsets_ns(
     The first request is due at 0. The schedule ends after `max_requests` arrivals or at
     `duration_s`, whichever comes first (at least one of them must be given).
 
-    Poisson arrivals with a request count are drawn conditioned on that count: the
-    exponential gaps are rescaled to span exactly ``(n - 1) / rate`` seconds (the gaps of a
-    Poisson process given its number of arrivals), so a level offers the rate asked for
-    with Poisson burstiness, rather than a rate off by ±1/√n by chance. Bounded by
-    duration only, it is the plain process.
+    Poisson arrivals are drawn conditioned on their count — `max_requests`, or
+    ``rate × duration_s`` — : the exponential gaps are rescaled to span exactly
+    ``(n - 1) / rate`` seconds (the gaps of a Poisson process given its number of
+    arrivals), so a level offers the rate asked for with Poisson burstiness, rather than a
+    rate off by ±1/√n by chance.
     """
     if rate <= 0:
         raise ValueError("rate must be positive")
     if max_requests is None and duration_s is None:
         raise ValueError("a schedule needs max_requests or duration_s")
     rng = random.Random(seed)
-    if arrival == "constant":
-        gaps_s: list[float] | None = None
-    elif max_requests is not None:
-        draws = [rng.expovariate(1.0) for _ in range(max_requests - 1)]
-        scale = (max_requests - 1) / rate / sum(draws) if draws else 0.0
+    gaps_s: list[float] | None = None
+    if arrival == "poisson":
+        n = max_requests
+        if n is None and duration_s is not None:
+            n = max(1, round(rate * duration_s))
+        assert n is not None
+        draws = [rng.expovariate(1.0) for _ in range(n - 1)]
+        scale = (n - 1) / rate / sum(draws) if draws else 0.0
         gaps_s = [d * scale for d in draws]
-    else:
-        gaps_s = None
     horizon = None if duration_s is None else duration_s * _NS
     out: list[int] = []
     t = 0.0
@@ -75,12 +76,12 @@ def arrival_offsets_ns(
         if horizon is not None and t >= horizon:
             break
         out.append(round(t))
-        if arrival == "constant":
+        if gaps_s is None:
             gap = 1.0 / rate
-        elif gaps_s is not None:
-            gap = gaps_s[len(out) - 1] if len(out) <= len(gaps_s) else 0.0
+        elif len(out) <= len(gaps_s):
+            gap = gaps_s[len(out) - 1]
         else:
-            gap = rng.expovariate(rate)
+            break
         t += gap * _NS
     return out
 
