@@ -175,6 +175,7 @@ class SDKRecorder:
         redact = _redactor(provider)
         anthropic_path = isinstance(provider, AnthropicProvider)
         first_event_ns: int | None = None
+        done = False
         first_text_ns: int | None = None
         phases: dict[str, int] = {}
         output_ns: list[int] = []
@@ -202,6 +203,9 @@ class SDKRecorder:
                         feed_ns += clock() - t
                         if kind == EventClass.IGNORE:
                             continue
+                        if kind == EventClass.DONE:
+                            done = True
+                            kind = EventClass.META
                         if first_event_ns is None:
                             first_event_ns = t
                         if kind >= EventClass.OUTPUT:
@@ -225,6 +229,15 @@ class SDKRecorder:
             _MEASURING.reset(measuring)
         cpu_ns = time.thread_time_ns() - cpu_start - feed_ns
         error = error or stream_error(parser, redact)
+        # The openai SDK swallows `[DONE]`: a stream that ended without a finish reason was
+        # cut short (Anthropic's SDK yields `message_stop`, the parser's DONE).
+        if error is None and not done and parser.stop_reason_raw is None:
+            error = RecordError(
+                kind=ErrorKind.PROTOCOL,
+                message="empty response body"
+                if first_event_ns is None
+                else "stream ended without a finish reason (truncated)",
+            )
         if local_count is not None:
             parser.usage.input_tokens_local = local_count.tokens
             parser.usage.tokenizer = local_count.source
@@ -308,8 +321,7 @@ def _feed(item: Any, parser: StreamParser, event_name: str | None) -> int:
     after the object's stamp was taken.
     """
     data = json.dumps(item.model_dump(mode="json", exclude_unset=True))
-    cls = parser.on_event(SSEEvent(event_name, data, 0))
-    return EventClass.META if cls == EventClass.DONE else cls
+    return parser.on_event(SSEEvent(event_name, data, 0))
 
 
 def _sdk_error(exc: Exception, parser: StreamParser, redact: Callable[[str], str]) -> RecordError:

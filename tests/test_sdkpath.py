@@ -399,3 +399,37 @@ def test_attribution_pairs_paths_and_connections_on_real_sockets() -> None:
     rows = {r["measurement"]: r for r in f["rows"]}
     assert rows["TCP connect (fresh connections)"]["value_ms"] is not None
     assert rows["SDK delay per output event (sdk − wire)"]["value_ms"] == f["sdk_event_delay_ms"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "fixture", "cut_at", "settings"),
+    [
+        ("openai", "openai_chat.sse", b'"finish_reason":"stop"', {"model": "gpt-4.1-mini"}),
+        ("anthropic", "anthropic_messages.sse", b"event: message_delta", {"model": "m"}),
+    ],
+)
+def test_sdk_path_flags_a_stream_cut_before_its_end(
+    kind: str, fixture: str, cut_at: bytes, settings: dict[str, Any]
+) -> None:
+    """The openai SDK swallows `[DONE]` and ends quietly on a cut stream: labkit still says
+    the stream was truncated, as the wire path does."""
+    raw = load_sse(fixture)
+    cut = raw[: raw.rindex(b"\n\n", 0, raw.index(cut_at)) + 2]
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, headers=SSE_HEADERS, content=cut)
+
+    async def main() -> RequestRecord:
+        provider = make_provider(kind, api_key="sk-test-key", **settings)
+        sdk = _mock_sdk(handler)
+        try:
+            return await sdk.record(provider, chat(), RecordContext(run_id="r", experiment="t"))
+        finally:
+            await sdk.aclose()
+            await provider.aclose()
+
+    rec = asyncio.run(main())
+    assert rec.error is not None and rec.error.kind == ErrorKind.PROTOCOL
+    assert "truncated" in rec.error.message
+    assert rec.output_text and rec.client.ttft_ms is not None  # what arrived is kept
+    assert rec.stop_reason == StopReason.ERROR
