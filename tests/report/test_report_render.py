@@ -122,3 +122,30 @@ def test_empty_records_file(tmp_path: Path) -> None:
     md = _md(write_report(run_dir).md)
     assert "records.jsonl holds no records" in md
     assert "manifest.json is missing" in md
+
+
+def test_load_levels_table_figure_and_client_bound_note(tmp_path: Path) -> None:
+    from labkit.experiments.load import LoadExperiment, LoadSettings
+    from labkit.records import LabResults
+
+    records = []
+    for level, streams, lag in (("c1", 1, 0.8), ("c4", 4, 7.5)):
+        for i in range(8):
+            rec = make_record(experiment="load", ttft_ms=50.0 + 10 * streams, tags={"level": level})
+            rec.t_start_mono_ns = 10**12 + (i // streams) * 300_000_000 + i * 1000
+            rec.client.loop_lag_ms = lag
+            rec.app.cpu_ms = 0.9 * (rec.client.e2e_ms or 0.0)  # labkit itself was busy
+            records.append(rec)
+    exp = LoadExperiment(LoadSettings(concurrency=[1, 4], requests=8))
+    answer = exp.analyze("local", "m", records)
+    run_dir = write_run(tmp_path / "run", records, lab=LabResults(run_id="run-1", answers=[answer]))
+    paths = write_report(run_dir)
+    md = _md(paths.md)
+    assert "## Load levels" in md
+    rows = [line for line in md.splitlines() if line.startswith("| concurrency")]
+    assert len(rows) == 2 and "client-bound" in rows[1] and "client-bound" not in rows[0]
+    assert (run_dir / "report_files" / "load_curves.png").read_bytes().startswith(b"\x89PNG")
+    # The flag is also said in words, with the fix for a busy labkit: more processes.
+    assert "local · load · c4: client-bound" in md and "`workers`" in md
+    assert "local · load · c1" not in md
+    assert "Load levels" in paths.html.read_text(encoding="utf-8")
