@@ -194,14 +194,11 @@ class LoadExperiment(Experiment):
 
     def workers_for(self, level: Level) -> int:
         """Processes reading this level's streams."""
-        streams = level.target if level.mode == "concurrency" else self._s.max_concurrency
+        closed = level.mode == "concurrency"
         if self._s.workers != "auto":
             # A closed loop cannot use more processes than it has streams.
-            return (
-                min(self._s.workers, int(level.target))
-                if level.mode == "concurrency"
-                else (self._s.workers)
-            )
+            return min(self._s.workers, int(level.target)) if closed else self._s.workers
+        streams = level.target if closed else self._s.max_concurrency
         if streams is None:
             return 1
         return max(1, min(os.cpu_count() or 1, math.ceil(streams / self._s.streams_per_worker)))
