@@ -84,7 +84,7 @@ async def _worker_main() -> int:
     # A fresh process pays its first connection and lazy imports on its first request:
     # the experiment's warm-ups, sent again here (stored as warm-ups) before the level.
     where = f"{document['job'].get('level', 0)}-w{document['worker']}"
-    for planned in experiment.plan(provider):
+    for planned in experiment.requests_for(provider):
         if planned.warmup:
             planned.key += f"/{where}"
             await send(planned, 0.0)
@@ -111,7 +111,7 @@ async def _worker_main() -> int:
 
 
 def main() -> None:
-    """Entry point of a worker process (`python -m labkit.runner.workers`)."""
+    """Entry point of a worker process (`python -m labkit.runner.worker_process`)."""
     # Ctrl-C in a terminal reaches the whole process group. The parent then stops its
     # workers with SIGTERM, which cancels their requests once the level has started (and
     # simply ends a worker that has measured nothing yet).
