@@ -141,8 +141,9 @@ def test_read_timeout_on_a_stalled_stream() -> None:
 
 
 def test_real_drop_mid_stream_and_real_http_error() -> None:
-    drop = FakeSchedule(first_token_ms=1, token_interval_ms=1, tokens=10, fail="drop",
-                        fail_after_tokens=3)
+    drop = FakeSchedule(
+        first_token_ms=1, token_interval_ms=1, tokens=10, fail="drop", fail_after_tokens=3
+    )
     (rec,) = asyncio.run(measure(drop, 1))
     assert rec.error is not None and rec.error.kind == ErrorKind.CONNECTION
     assert len(rec.client.event_offsets_ms) == 3 and rec.client.e2e_ms is None

@@ -87,8 +87,13 @@ def test_key_echoed_in_401_body_is_redacted(
         r2 = router.post(ANTHROPIC).mock(
             return_value=httpx.Response(
                 401,
-                json={"type": "error", "error": {"type": "authentication_error",
-                                                 "message": f"invalid x-api-key: {KEY}"}},
+                json={
+                    "type": "error",
+                    "error": {
+                        "type": "authentication_error",
+                        "message": f"invalid x-api-key: {KEY}",
+                    },
+                },
             )
         )
         result, run = run_cli(tmp_path, monkeypatch, report=True)
@@ -105,10 +110,13 @@ def test_key_echoed_in_401_body_is_redacted(
 def test_key_echoed_inside_a_stream_is_redacted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    openai_err = sse({"error": {"type": "invalid_request_error",
-                                "message": f"key {KEY} was revoked mid-stream"}})
-    anthropic_err = sse({"type": "error", "error": {"type": "authentication_error",
-                                                    "message": f"bad key {KEY}"}}, "error")
+    openai_err = sse(
+        {"error": {"type": "invalid_request_error", "message": f"key {KEY} was revoked mid-stream"}}
+    )
+    anthropic_err = sse(
+        {"type": "error", "error": {"type": "authentication_error", "message": f"bad key {KEY}"}},
+        "error",
+    )
     good = list(openai_events(["ok"], usage=oa_usage(3, 1)))
     with respx.mock() as router:
         r1 = router.post(OPENAI).mock(

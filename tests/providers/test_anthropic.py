@@ -56,8 +56,12 @@ def test_request_headers_body_system_and_params() -> None:
     assert body["temperature"] == 0.5 and body["top_k"] == 5
     assert "stream_options" not in body
     # The record stores what was sent, not what was asked.
-    assert rec.params == {"temperature": 0.5, "top_k": 5, "stop_sequences": ["END"],
-                          "max_tokens": 1024}
+    assert rec.params == {
+        "temperature": 0.5,
+        "top_k": 5,
+        "stop_sequences": ["END"],
+        "max_tokens": 1024,
+    }
 
 
 def test_no_system_field_without_system_message() -> None:
@@ -70,8 +74,11 @@ def test_no_system_field_without_system_message() -> None:
 
 def test_named_events_usage_identifiers_and_timings() -> None:
     clock = ScriptedClock()
-    events = list(anthropic_events(["Hel", "lo"], input_tokens=20, cache_read=100,
-                                   cache_creation=5, output_tokens=2))
+    events = list(
+        anthropic_events(
+            ["Hel", "lo"], input_tokens=20, cache_read=100, cache_creation=5, output_tokens=2
+        )
+    )
     # start, block_start, ping, delta, delta, block_stop, message_delta, message_stop
     times = [40.0, 41.0, 42.0, 60.0, 75.0, 76.0, 77.0, 78.0]
     headers = {
@@ -108,10 +115,14 @@ def test_named_events_usage_identifiers_and_timings() -> None:
 def test_message_delta_usage_replaces_never_adds() -> None:
     # message_start says output 1 (placeholder) and cache_read 0; message_delta is
     # cumulative: output 9, and an updated cache read count that overrides the first.
-    events = list(anthropic_events(
-        ["a", "b"], input_tokens=10, cache_read=0,
-        delta_usage={"output_tokens": 9, "cache_read_input_tokens": 50, "input_tokens": 10},
-    ))
+    events = list(
+        anthropic_events(
+            ["a", "b"],
+            input_tokens=10,
+            cache_read=0,
+            delta_usage={"output_tokens": 9, "cache_read_input_tokens": 50, "input_tokens": 10},
+        )
+    )
     with respx.mock() as router:
         router.post(URL).mock(return_value=sse_response(events))
         rec = record_one(claude())
@@ -121,8 +132,9 @@ def test_message_delta_usage_replaces_never_adds() -> None:
 
 
 def test_output_only_message_delta_keeps_input_counts() -> None:
-    events = list(anthropic_events(["a"], input_tokens=30, cache_read=7,
-                                   delta_usage={"output_tokens": 4}))
+    events = list(
+        anthropic_events(["a"], input_tokens=30, cache_read=7, delta_usage={"output_tokens": 4})
+    )
     with respx.mock() as router:
         router.post(URL).mock(return_value=sse_response(events))
         rec = record_one(claude())
@@ -184,12 +196,22 @@ def test_tool_use_input_json_is_output() -> None:
     events = list(anthropic_events([], stop_reason="tool_use"))
     chunks = [
         events[0],
-        ev({"type": "content_block_start", "index": 0,
-            "content_block": {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}}},
-           "content_block_start"),
-        ev({"type": "content_block_delta", "index": 0,
-            "delta": {"type": "input_json_delta", "partial_json": '{"a": 1}'}},
-           "content_block_delta"),
+        ev(
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}},
+            },
+            "content_block_start",
+        ),
+        ev(
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "input_json_delta", "partial_json": '{"a": 1}'},
+            },
+            "content_block_delta",
+        ),
         *events[3:],
     ]
     with respx.mock() as router:

@@ -114,7 +114,11 @@ def test_recorded_llamacpp_stream() -> None:
     assert rec.usage.output_tokens == 4 and rec.usage.input_tokens == 21
     pt = rec.provider_timings
     assert (pt.prefill_ms, pt.prefill_tokens, pt.decode_ms, pt.cached_tokens) == (
-        38.512, 21, 22.108, 0)
+        38.512,
+        21,
+        22.108,
+        0,
+    )
     assert pt.decode_ms_per_token == 5.527
     assert len(rec.client.event_offsets_ms) == 4
 
@@ -142,8 +146,12 @@ def test_tokenize_and_props() -> None:
         tok = router.post(ROOT + "/tokenize").mock(
             side_effect=[
                 httpx.Response(200, json={"tokens": [19556, 905]}),
-                httpx.Response(200, json={"tokens": [{"id": 19556, "piece": "Hello"},
-                                                     {"id": 905, "piece": " world"}]}),
+                httpx.Response(
+                    200,
+                    json={
+                        "tokens": [{"id": 19556, "piece": "Hello"}, {"id": 905, "piece": " world"}]
+                    },
+                ),
             ]
         )
         router.get(ROOT + "/props").mock(return_value=httpx.Response(200, json=props))

@@ -167,8 +167,12 @@ def test_reasoning_counts_for_ttft_not_ttft_text() -> None:
 
 
 def test_tool_call_deltas_are_output() -> None:
-    tool = {"index": 0, "id": "call_1", "type": "function",
-            "function": {"name": "get_weather", "arguments": ""}}
+    tool = {
+        "index": 0,
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": ""},
+    }
     args = {"index": 0, "function": {"arguments": '{"city":"Oslo"}'}}
     events = [
         sse(oa_chunk(role="assistant")),

@@ -29,7 +29,13 @@ from labkit.providers.fake import FakeSchedule
 from labkit.records import RequestRecord
 from labkit.runner import RunOptions, prepare_run
 from labkit.runner.run import RunResult
-from labkit.selfcheck import CLIENT_BOUND, client_bound_notes
+from labkit.selfcheck import (
+    CLIENT_BOUND,
+    CLIENT_BOUND_FIX,
+    CPU_STARVED_FIX,
+    SATURATED_CPU_SHARE,
+    client_bound_notes,
+)
 
 NS = 1_000_000_000
 
@@ -286,10 +292,11 @@ def test_a_blocked_event_loop_is_flagged_client_bound(tmp_path: Path) -> None:
     (row,) = _levels(result)
     assert row["client_bound"] and row["loop_lag_ms_p50"] > 3.0
     (answer,) = result.lab.answers
-    assert (
-        CLIENT_BOUND in answer.answer and "raise the load experiment's `workers`" in answer.answer
-    )
-    assert row["labkit_cpu_share"] > 0.6
+    assert CLIENT_BOUND in answer.answer
+    # labkit's own thread was the busy one, so the fix is more processes — unless the whole
+    # machine was saturated by others meanwhile (labkit then got under 60% of a CPU).
+    busy = row["labkit_cpu_share"] >= SATURATED_CPU_SHARE
+    assert (CLIENT_BOUND_FIX if busy else CPU_STARVED_FIX) in answer.answer
     notes = client_bound_notes(result.records)
     assert len(notes) == 1 and "s · load · c2" in notes[0]
 
@@ -312,7 +319,9 @@ def fake_server_process(*args: str) -> Iterator[str]:
 
 
 def test_a_free_event_loop_is_not_flagged(tmp_path: Path) -> None:
-    schedule = ("--first-token-ms", "20", "--token-interval-ms", "10", "--tokens", "20")
+    # Short streams (about 100 ms, 20 probe samples each): a free loop is not judged by
+    # another tenant's hiccup on a shared machine.
+    schedule = ("--first-token-ms", "20", "--token-interval-ms", "10", "--tokens", "8")
     with fake_server_process(*schedule) as url:
         # One warm-up: a process's first request pays lazy imports on the loop (tens of ms).
         config = _config({"concurrency": [1, 2], "requests": 4, "warmup": 1}, url)

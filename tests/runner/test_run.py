@@ -20,9 +20,7 @@ URL = "https://api.openai.com/v1/chat/completions"
 def config(retries: int) -> dict:
     return {
         "name": "retries",
-        "providers": [
-            {"id": "gpt", "kind": "openai", "model": "gpt-4.1-mini", "retries": retries}
-        ],
+        "providers": [{"id": "gpt", "kind": "openai", "model": "gpt-4.1-mini", "retries": retries}],
         "experiments": [{"kind": "single", "prompts": ["hi"], "repeats": 1, "warmup": 0}],
     }
 

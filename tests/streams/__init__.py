@@ -283,4 +283,3 @@ def record_one(
             await provider.aclose()
 
     return asyncio.run(go())
-
