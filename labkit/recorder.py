@@ -33,6 +33,7 @@ from labkit.providers.base import (
     Provider,
     ResponseHeaders,
     StreamParser,
+    TokenCount,
 )
 from labkit.records import (
     AppTimings,
@@ -46,6 +47,7 @@ from labkit.sse import SSEParser
 from labkit.timing import derive_client_timings
 
 __all__ = [
+    "BaseRecorder",
     "LoopLagMonitor",
     "RecordContext",
     "StreamRecorder",
@@ -199,8 +201,9 @@ def http_error(
     )
 
 
-class StreamRecorder:
-    """Measures streaming chat requests. One recorder serves a whole run."""
+class BaseRecorder:
+    """What the wire and SDK recorders share: the clock, the loop-lag self-check, the
+    cancellation hook, and turning what a measurement saw into its record (`_finish`)."""
 
     def __init__(
         self,
@@ -212,6 +215,87 @@ class StreamRecorder:
         self._clock = clock
         self._lag = lag_monitor
         self._on_cancelled = on_cancelled
+
+    def _finish(
+        self,
+        *,
+        provider: Provider,
+        request: ChatRequest,
+        ctx: RecordContext,
+        params: dict[str, Any],
+        parser: StreamParser,
+        local_count: TokenCount | None,
+        redact: Callable[[str], str],
+        error: RecordError | None,
+        cancelled: bool,
+        complete: bool,
+        truncated: str,
+        t_prepare: int,
+        t_start: int,
+        started_at: datetime,
+        phases: dict[str, int],
+        first_event_ns: int | None,
+        first_text_ns: int | None,
+        output_ns: list[int],
+        end_ns: int | None,
+        app: AppTimings,
+        on_arrival: bool = False,
+        tags: dict[str, str | int | float | bool] | None = None,
+    ) -> RequestRecord:
+        """The record of one measurement; on cancellation it goes to `on_cancelled` and
+        `CancelledError` is raised.
+
+        `complete`: the stream's own end was seen; without it an error-free stream is
+        recorded as truncated (`truncated` says how), or as empty if no event came.
+        """
+        error = error or stream_error(parser, redact)
+        if error is None and not complete:
+            error = RecordError(
+                kind=ErrorKind.PROTOCOL,
+                message="empty response body" if first_event_ns is None else truncated,
+            )
+        usage = parser.usage
+        if local_count is not None:
+            usage.input_tokens_local = local_count.tokens
+            usage.tokenizer = local_count.source
+        stop = settle_counts_and_stop(provider, parser, len(output_ns), error)
+        end = end_ns or self._clock()
+        lag = self._lag.lag_ms(t_start, end, on_arrival=on_arrival) if self._lag else None
+        app.prepare_ms = (t_start - t_prepare) / 1e6
+        record = assemble_record(
+            provider=provider,
+            request=request,
+            ctx=ctx,
+            params=params,
+            parser=parser,
+            started_at=started_at,
+            t_start_ns=t_start,
+            client=derive_client_timings(
+                t_start_ns=t_start,
+                phases_ns=phases,
+                first_event_ns=first_event_ns,
+                output_event_ns=output_ns,
+                first_text_ns=first_text_ns,
+                end_ns=end_ns,
+                output_tokens=usage.output_tokens,
+                queue_ms=ctx.queue_ms,
+                loop_lag_ms=lag,
+            ),
+            app=app,
+            stop=stop,
+            error=error,
+        )
+        if tags:
+            record.tags.update(tags)
+        if cancelled:
+            if self._on_cancelled is not None:
+                self._on_cancelled(record)
+            raise asyncio.CancelledError
+        return record
+
+
+class StreamRecorder(BaseRecorder):
+    """Measures streaming chat requests. One recorder serves a whole run."""
 
     async def record(
         self, provider: Provider, request: ChatRequest, ctx: RecordContext
@@ -340,62 +424,30 @@ class StreamRecorder:
         finally:
             provider.checkin(client)
         cpu_ns = time.thread_time_ns() - cpu_start
-
-        error = error or stream_error(parser, redact)
-        if error is None and not done:
-            error = RecordError(
-                kind=ErrorKind.PROTOCOL,
-                message="empty response body"
-                if first_event_ns is None
-                else "stream ended without its terminator (truncated)",
-            )
-
-        usage = parser.usage
-        if local_count is not None:
-            usage.input_tokens_local = local_count.tokens
-            usage.tokenizer = local_count.source
-        stop = settle_counts_and_stop(provider, parser, len(output_ns), error)
-
-        lag = (
-            self._lag.lag_ms(t_start, end_ns or clock(), on_arrival=on_arrival)
-            if self._lag
-            else None
-        )
-        record = assemble_record(
+        return self._finish(
             provider=provider,
             request=request,
             ctx=ctx,
             params=params,
             parser=parser,
-            started_at=started_at,
-            t_start_ns=t_start,
-            client=derive_client_timings(
-                t_start_ns=t_start,
-                phases_ns=phases,
-                first_event_ns=first_event_ns,
-                output_event_ns=output_ns,
-                first_text_ns=first_text_ns,
-                end_ns=end_ns,
-                output_tokens=usage.output_tokens,
-                queue_ms=ctx.queue_ms,
-                loop_lag_ms=lag,
-            ),
-            app=AppTimings(
-                prepare_ms=(t_start - t_prepare) / 1e6,
-                parse_cpu_ms=parse_ns / 1e6,
-                cpu_ms=cpu_ns / 1e6,
-                client_path="wire",
-            ),
-            stop=stop,
+            local_count=local_count,
+            redact=redact,
             error=error,
+            cancelled=cancelled,
+            complete=done,
+            truncated="stream ended without its terminator (truncated)",
+            t_prepare=t_prepare,
+            t_start=t_start,
+            started_at=started_at,
+            phases=phases,
+            first_event_ns=first_event_ns,
+            first_text_ns=first_text_ns,
+            output_ns=output_ns,
+            end_ns=end_ns,
+            app=AppTimings(parse_cpu_ms=parse_ns / 1e6, cpu_ms=cpu_ns / 1e6, client_path="wire"),
+            on_arrival=on_arrival,
+            tags={"stale_connection_resent": True} if stale_retry else None,
         )
-        if stale_retry:
-            record.tags["stale_connection_resent"] = True
-        if cancelled:
-            if self._on_cancelled is not None:
-                self._on_cancelled(record)
-            raise asyncio.CancelledError
-        return record
 
 
 def stream_error(parser: StreamParser, redact: Callable[[str], str]) -> RecordError | None:

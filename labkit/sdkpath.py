@@ -36,15 +36,13 @@ from labkit.providers.anthropic import AnthropicProvider
 from labkit.providers.base import ChatRequest, EventClass, Provider, StreamParser
 from labkit.providers.openai import OpenAIProvider
 from labkit.recorder import (
+    BaseRecorder,
     Clock,
     LoopLagMonitor,
     RecordContext,
     _exc_message,
     _redactor,
-    assemble_record,
     http_error,
-    settle_counts_and_stop,
-    stream_error,
 )
 from labkit.records import (
     AppTimings,
@@ -53,7 +51,6 @@ from labkit.records import (
     RequestRecord,
 )
 from labkit.sse import SSEEvent
-from labkit.timing import derive_client_timings
 
 __all__ = ["SDKRecorder", "sdk_supported"]
 
@@ -85,7 +82,7 @@ def sdk_supported(provider: Provider) -> bool:
     return provider.has_sdk and isinstance(provider, OpenAIProvider | AnthropicProvider)
 
 
-class SDKRecorder:
+class SDKRecorder(BaseRecorder):
     """Measures streaming requests sent through the official SDKs."""
 
     def __init__(
@@ -96,10 +93,8 @@ class SDKRecorder:
         lag_monitor: LoopLagMonitor | None = None,
         on_cancelled: Callable[[RequestRecord], None] | None = None,
     ) -> None:
-        self._clock = clock
+        super().__init__(clock=clock, lag_monitor=lag_monitor, on_cancelled=on_cancelled)
         self._factory = http_client_factory
-        self._lag = lag_monitor
-        self._on_cancelled = on_cancelled
         self._clients: dict[str, Any] = {}
 
     def _http_client(self, provider: Provider) -> Any:
@@ -228,51 +223,30 @@ class SDKRecorder:
         finally:
             _MEASURING.reset(measuring)
         cpu_ns = time.thread_time_ns() - cpu_start - feed_ns
-        error = error or stream_error(parser, redact)
         # The openai SDK swallows `[DONE]`: a stream that ended without a finish reason was
         # cut short (Anthropic's SDK yields `message_stop`, the parser's DONE).
-        if error is None and not done and parser.stop_reason_raw is None:
-            error = RecordError(
-                kind=ErrorKind.PROTOCOL,
-                message="empty response body"
-                if first_event_ns is None
-                else "stream ended without a finish reason (truncated)",
-            )
-        if local_count is not None:
-            parser.usage.input_tokens_local = local_count.tokens
-            parser.usage.tokenizer = local_count.source
-        stop = settle_counts_and_stop(provider, parser, len(output_ns), error)
-        lag = self._lag.lag_ms(t_start, end_ns or clock()) if self._lag else None
-        record = assemble_record(
+        return self._finish(
             provider=provider,
             request=request,
             ctx=ctx,
             params=params,
             parser=parser,
-            started_at=started_at,
-            t_start_ns=t_start,
-            client=derive_client_timings(
-                t_start_ns=t_start,
-                phases_ns=phases,
-                first_event_ns=first_event_ns,
-                output_event_ns=output_ns,
-                first_text_ns=first_text_ns,
-                end_ns=end_ns,
-                output_tokens=parser.usage.output_tokens,
-                queue_ms=ctx.queue_ms,
-                loop_lag_ms=lag,
-            ),
-            app=AppTimings(
-                prepare_ms=(t_start - t_prepare) / 1e6, cpu_ms=cpu_ns / 1e6, client_path="sdk"
-            ),
-            stop=stop,
+            local_count=local_count,
+            redact=redact,
             error=error,
+            cancelled=cancelled,
+            complete=done or parser.stop_reason_raw is not None,
+            truncated="stream ended without a finish reason (truncated)",
+            t_prepare=t_prepare,
+            t_start=t_start,
+            started_at=started_at,
+            phases=phases,
+            first_event_ns=first_event_ns,
+            first_text_ns=first_text_ns,
+            output_ns=output_ns,
+            end_ns=end_ns,
+            app=AppTimings(cpu_ms=cpu_ns / 1e6, client_path="sdk"),
         )
-        if cancelled:
-            if self._on_cancelled is not None:
-                self._on_cancelled(record)
-            raise asyncio.CancelledError
-        return record
 
     @staticmethod
     async def _openai_create(
