@@ -324,7 +324,7 @@ def test_a_free_event_loop_is_not_flagged(tmp_path: Path) -> None:
     schedule = ("--first-token-ms", "20", "--token-interval-ms", "10", "--tokens", "8")
     with fake_server_process(*schedule) as url:
         # One warm-up: a process's first request pays lazy imports on the loop (tens of ms).
-        config = _config({"concurrency": [1, 2], "requests": 4, "warmup": 1}, url)
+        config = _config({"concurrency": [1, 2], "requests": 8, "warmup": 1}, url)
         result = asyncio.run(prepare_run(config, RunOptions(out_dir=tmp_path)).run())
     for row in _levels(result):
         assert not row["client_bound"], [r.client.loop_lag_ms for r in result.records]
