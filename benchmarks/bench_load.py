@@ -294,6 +294,19 @@ def _runner_leg(workers: int | str) -> Leg:
 # -- leg (b): bare httpx --------------------------------------------------------------------
 
 
+def _chat_body(i: int) -> dict[str, Any]:
+    """The streaming request the hand-written clients send (i < 0: a one-token warm-up)."""
+    body: dict[str, Any] = {
+        "model": "m",
+        "messages": MESSAGES,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if i < 0:
+        body["max_tokens"] = 1
+    return body
+
+
 def bare_leg(base_url: str, concurrency: int, n_requests: int) -> LegResult:
     """A bare httpx loop: one clock read per received chunk, events split on blank lines."""
 
@@ -303,14 +316,7 @@ def bare_leg(base_url: str, concurrency: int, n_requests: int) -> LegResult:
             url = base_url + "/chat/completions"
 
             async def one(i: int) -> StreamResult:
-                body: dict[str, Any] = {
-                    "model": "m",
-                    "messages": MESSAGES,
-                    "stream": True,
-                    "stream_options": {"include_usage": True},
-                }
-                if i < 0:
-                    body["max_tokens"] = 1
+                body = _chat_body(i)
                 clock = time.perf_counter_ns
                 stamps: list[int] = []
                 rid = b""
@@ -430,15 +436,7 @@ def raw_leg(base_url: str, concurrency: int, n_requests: int) -> LegResult:
     path = "/" + base_url.split("//", 1)[1].split("/", 1)[1] + "/chat/completions"
 
     def request_bytes(i: int) -> bytes:
-        body: dict[str, Any] = {
-            "model": "m",
-            "messages": MESSAGES,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
-        if i < 0:
-            body["max_tokens"] = 1
-        data = json.dumps(body).encode()
+        data = json.dumps(_chat_body(i)).encode()
         return (
             f"POST {path} HTTP/1.1\r\nHost: {host_port}\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
