@@ -26,8 +26,10 @@ __all__ = [
     "CPU_STARVED_FIX",
     "SATURATED_CPU_SHARE",
     "LagSummary",
+    "client_bound_note",
     "client_bound_notes",
     "level_lag",
+    "summarize_lag",
 ]
 
 #: Median per-stream loop lag above which timings are flagged as labkit's own delay.
@@ -64,6 +66,17 @@ class LagSummary:
         return CLIENT_BOUND_FIX
 
 
+def summarize_lag(lags: Iterable[float], cpu_shares: Iterable[float] = ()) -> LagSummary:
+    """The flag from a group's per-record ``loop_lag_ms`` and labkit's CPU shares."""
+    ordered = sorted(lags)
+    if not ordered:
+        return LagSummary(0, None, None, False)
+    p50 = percentile(ordered, 50)
+    shares = sorted(cpu_shares)
+    share = percentile(shares, 50) if shares else None
+    return LagSummary(len(ordered), p50, ordered[-1], p50 > CLIENT_BOUND_LAG_MS, share)
+
+
 def level_lag(records: Iterable[RequestRecord]) -> LagSummary:
     """The loop lag of a group of records.
 
@@ -72,15 +85,23 @@ def level_lag(records: Iterable[RequestRecord]) -> LagSummary:
     wall time: near 1, labkit itself was the bottleneck.
     """
     recs = list(records)
-    lags = sorted(r.client.loop_lag_ms for r in recs if r.client.loop_lag_ms is not None)
-    if not lags:
-        return LagSummary(0, None, None, False)
-    p50 = percentile(lags, 50)
-    shares = sorted(
-        r.app.cpu_ms / r.client.e2e_ms for r in recs if r.app.cpu_ms is not None and r.client.e2e_ms
+    return summarize_lag(
+        (r.client.loop_lag_ms for r in recs if r.client.loop_lag_ms is not None),
+        (
+            r.app.cpu_ms / r.client.e2e_ms
+            for r in recs
+            if r.app.cpu_ms is not None and r.client.e2e_ms
+        ),
     )
-    share = percentile(shares, 50) if shares else None
-    return LagSummary(len(lags), p50, lags[-1], p50 > CLIENT_BOUND_LAG_MS, share)
+
+
+def client_bound_note(where: str, lag: LagSummary) -> str:
+    """The sentence that flags a client-bound group, with its fix."""
+    busy = f", labkit busy {lag.cpu_share:.0%} of one CPU" if lag.cpu_share is not None else ""
+    return (
+        f"{where}: {CLIENT_BOUND} (median stream saw the event loop {lag.p50:.1f} ms late, "
+        f"worst {lag.max:.1f} ms{busy}); {lag.fix}."
+    )
 
 
 def client_bound_notes(records: Iterable[RequestRecord]) -> list[str]:
@@ -97,9 +118,5 @@ def client_bound_notes(records: Iterable[RequestRecord]) -> list[str]:
         lag = level_lag(recs)
         if lag.client_bound:
             where = f"{provider} · {experiment}" + (f" · {level}" if level else "")
-            busy = f", labkit busy {lag.cpu_share:.0%} of one CPU" if lag.cpu_share else ""
-            notes.append(
-                f"{where}: {CLIENT_BOUND} (median stream saw the event loop "
-                f"{lag.p50:.1f} ms late, worst {lag.max:.1f} ms{busy}); {lag.fix}."
-            )
+            notes.append(client_bound_note(where, lag))
     return notes

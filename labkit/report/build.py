@@ -31,13 +31,7 @@ from labkit.report.render import (
 )
 from labkit.report.split import NOT_REPORTED, SPLIT_COLUMNS, provider_client_split
 from labkit.report.stats import summarize
-from labkit.selfcheck import (
-    CLIENT_BOUND,
-    CLIENT_BOUND_FIX,
-    CLIENT_BOUND_LAG_MS,
-    CPU_STARVED_FIX,
-    SATURATED_CPU_SHARE,
-)
+from labkit.selfcheck import client_bound_note, summarize_lag
 
 __all__ = ["LAB_EXPERIMENTS", "ReportPaths", "build_blocks", "missing_notes", "write_report"]
 
@@ -146,23 +140,16 @@ def _client_bound_notes(df: pd.DataFrame) -> list[str]:
     sub = df[~df["warmup"].astype(bool)] if "warmup" in df.columns else df
     keys = ["provider", "experiment"] + (["tags.level"] if "tags.level" in df.columns else [])
     sub = sub.assign(**{k: sub[k].astype(object).fillna("") for k in keys})
+    has_cpu = {"app.cpu_ms", "client.e2e_ms"} <= set(sub.columns)
     notes = []
     for key, group in sub.groupby(keys, sort=True):
-        lag = group["client.loop_lag_ms"].dropna()
-        if lag.empty or float(lag.median()) <= CLIENT_BOUND_LAG_MS:
-            continue
-        where = " · ".join(str(k) for k in key if str(k))
-        share = None
-        if {"app.cpu_ms", "client.e2e_ms"} <= set(group.columns):
-            ratio = (group["app.cpu_ms"] / group["client.e2e_ms"]).dropna()
-            share = float(ratio.median()) if not ratio.empty else None
-        starved = share is not None and share < SATURATED_CPU_SHARE
-        busy = f", labkit busy {share:.0%} of one CPU" if share is not None else ""
-        notes.append(
-            f"{where}: {CLIENT_BOUND} (median stream saw the event loop "
-            f"{float(lag.median()):.1f} ms late, worst {float(lag.max()):.1f} ms{busy}); "
-            f"{CPU_STARVED_FIX if starved else CLIENT_BOUND_FIX}."
-        )
+        shares: list[float] = []
+        if has_cpu:
+            e2e = group["client.e2e_ms"]
+            shares = (group["app.cpu_ms"] / e2e[e2e > 0]).dropna().tolist()
+        lag = summarize_lag(group["client.loop_lag_ms"].dropna(), shares)
+        if lag.client_bound:
+            notes.append(client_bound_note(" · ".join(str(k) for k in key if str(k)), lag))
     return notes
 
 
