@@ -39,13 +39,12 @@ from labkit.experiments.base import (
     SendFn,
     register_experiment,
 )
-from labkit.experiments.common import Prompt, fmt_ms, prompt_list
+from labkit.experiments.common import Prompt, fmt_ms, p_of, prompt_list
 from labkit.experiments.prefill_decode import filler_text
 from labkit.pacing import arrival_offsets_ns, closed_loop, open_loop
 from labkit.providers.base import ChatRequest, Provider, ProviderSettings
 from labkit.records import LabAnswer, RequestRecord
 from labkit.selfcheck import CLIENT_BOUND, level_lag
-from labkit.timing import percentile
 
 __all__ = ["Level", "LoadExperiment", "LoadSettings", "level_figures"]
 
@@ -421,10 +420,6 @@ def _latest_pass(records: list[RequestRecord]) -> list[RequestRecord]:
     return [r for r in records if str(r.tags.get("level_run", "")) == latest]
 
 
-def _p(values: list[float], q: float) -> float | None:
-    return percentile(sorted(values), q) if values else None
-
-
 def level_figures(
     level: Level, records: list[RequestRecord], arrival: str = "poisson"
 ) -> dict[str, Any]:
@@ -442,13 +437,18 @@ def level_figures(
     out_tokens = sum(r.usage.output_tokens or 0 for r in ok)
     busy_s = sum((r.client.e2e_ms or 0.0) for r in ok) / 1000.0
 
-    def vals(get: Any, among: list[RequestRecord] = ok) -> list[float]:
-        return [float(v) for v in (get(r) for r in among) if v is not None]
+    def ttft(r: RequestRecord) -> float | None:
+        return r.client.ttft_ms
 
-    ttft = vals(lambda r: r.client.ttft_ms)
-    decode = vals(lambda r: r.client.decode_ms_per_token)
-    e2e = vals(lambda r: r.client.e2e_ms)
-    queue = vals(lambda r: r.client.queue_ms, recs)
+    def decode(r: RequestRecord) -> float | None:
+        return r.client.decode_ms_per_token
+
+    def e2e(r: RequestRecord) -> float | None:
+        return r.client.e2e_ms
+
+    def queue(r: RequestRecord) -> float | None:
+        return r.client.queue_ms
+
     lag = level_lag(recs)
     workers = {str(r.tags.get("workers")) for r in recs if r.tags.get("workers")}
     return {
@@ -466,16 +466,16 @@ def level_figures(
         "completed_rps": len(ok) / span_s if span_s else None,
         "mean_in_flight": busy_s / span_s if span_s else None,
         "output_tokens_per_s": out_tokens / span_s if span_s else None,
-        "ttft_ms_p50": _p(ttft, 50),
-        "ttft_ms_p90": _p(ttft, 90),
-        "ttft_ms_p99": _p(ttft, 99),
-        "decode_ms_per_token_p50": _p(decode, 50),
-        "decode_ms_per_token_p99": _p(decode, 99),
-        "e2e_ms_p50": _p(e2e, 50),
-        "e2e_ms_p99": _p(e2e, 99),
-        "queue_ms_p50": _p(queue, 50),
-        "queue_ms_p99": _p(queue, 99),
-        "queue_ms_max": max(queue) if queue else None,
+        "ttft_ms_p50": p_of(ok, ttft, 50),
+        "ttft_ms_p90": p_of(ok, ttft, 90),
+        "ttft_ms_p99": p_of(ok, ttft, 99),
+        "decode_ms_per_token_p50": p_of(ok, decode, 50),
+        "decode_ms_per_token_p99": p_of(ok, decode, 99),
+        "e2e_ms_p50": p_of(ok, e2e, 50),
+        "e2e_ms_p99": p_of(ok, e2e, 99),
+        "queue_ms_p50": p_of(recs, queue, 50),
+        "queue_ms_p99": p_of(recs, queue, 99),
+        "queue_ms_max": p_of(recs, queue, 100),
         "loop_lag_ms_p50": lag.p50,
         "loop_lag_ms_max": lag.max,
         "labkit_cpu_share": lag.cpu_share,
