@@ -33,8 +33,10 @@ def _build(document: dict[str, Any]) -> tuple[Provider, Experiment]:
     provider.server_build = document.get("server_build")
     exp_data = document["experiment"]
     exp_cls = experiment_class(exp_data["settings"]["kind"])
-    experiment = exp_cls(exp_cls.settings_model.model_validate(exp_data["settings"]))
-    experiment.index = int(exp_data["index"])
+    settings_model = exp_cls.settings_model
+    experiment = exp_cls(
+        settings_model.model_validate(exp_data["settings"]), int(exp_data["index"])
+    )
     experiment.restore(document["job"])
     return provider, experiment
 

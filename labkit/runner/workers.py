@@ -53,16 +53,16 @@ def _provider_document(provider: Provider) -> dict[str, Any]:
     return data
 
 
-async def _until_ready(
+async def _read_records(
     proc: asyncio.subprocess.Process, on_record: Callable[[RequestRecord], None]
 ) -> bool:
-    """Read a starting worker's lines (its warm-up records) until it says it is ready."""
+    """Pass a worker's record lines to `on_record`; True on its ready line (reading stops
+    there), False when its output ends."""
     assert proc.stdout is not None
-    async with asyncio.timeout(_READY_TIMEOUT_S):
-        while line := await proc.stdout.readline():
-            if line.startswith(b'{"ready"'):
-                return True
-            on_record(RequestRecord.from_json_line(line.decode()))
+    while line := await proc.stdout.readline():
+        if line.startswith(b'{"ready"'):
+            return True
+        on_record(RequestRecord.from_json_line(line.decode()))
     return False
 
 
@@ -95,12 +95,10 @@ async def run_in_workers(
     safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in experiment.name)
     procs: list[asyncio.subprocess.Process] = []
     logs: list[Path] = []
-    pumps: list[asyncio.Task[None]] = []
+    pumps: list[asyncio.Task[bool]] = []
 
-    async def pump(proc: asyncio.subprocess.Process) -> None:
-        assert proc.stdout is not None
-        while line := await proc.stdout.readline():
-            on_record(RequestRecord.from_json_line(line.decode()))
+    def pump(proc: asyncio.subprocess.Process) -> asyncio.Task[bool]:
+        return asyncio.create_task(_read_records(proc, on_record))
 
     try:
         for k in range(processes):
@@ -121,14 +119,17 @@ async def run_in_workers(
             proc.stdin.write(json.dumps({**document, "worker": k}).encode() + b"\n")
             await proc.stdin.drain()
         for k, proc in enumerate(procs):
-            if not await _until_ready(proc, on_record):
+            # Before its ready line a worker sends its warm-up records.
+            async with asyncio.timeout(_READY_TIMEOUT_S):
+                ready = await _read_records(proc, on_record)
+            if not ready:
                 raise RunError(f"worker process {k} did not start; see {logs[k]}")
         t0 = time.perf_counter_ns() + _START_MARGIN_NS
         for proc in procs:
             assert proc.stdin is not None
             proc.stdin.write(json.dumps({"t0_ns": t0}).encode() + b"\n")
             await proc.stdin.drain()
-        pumps = [asyncio.create_task(pump(p)) for p in procs]
+        pumps = [pump(p) for p in procs]
         await asyncio.gather(*pumps)
         for k, proc in enumerate(procs):
             code = await proc.wait()
@@ -148,7 +149,7 @@ async def run_in_workers(
         for task in pumps:
             task.cancel()
         await asyncio.gather(*pumps, return_exceptions=True)
-        pumps = [asyncio.create_task(pump(p)) for p in procs]
+        pumps = [pump(p) for p in procs]
         with contextlib.suppress(Exception, asyncio.CancelledError):
             await asyncio.wait_for(
                 asyncio.gather(*pumps, return_exceptions=True), _DRAIN_AFTER_CANCEL_S
