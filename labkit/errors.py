@@ -8,7 +8,10 @@
      └── RunError               a run folder that cannot be written, read or resumed
 
 Per-request failures (HTTP status, timeouts, malformed streams) are not exceptions: they are
-measured and stored in the record's ``error`` field.
+measured and stored in the record's ``error`` field. Inside the recorder a parser signals a
+malformed stream with `MalformedStream` (not a LabkitError: it never reaches the CLI); any
+other exception escaping a parser is labkit's own bug and is recorded as
+``error.kind = internal``.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 __all__ = [
     "ConfigError",
     "LabkitError",
+    "MalformedStream",
     "ProviderUnavailable",
     "RunError",
     "ServerError",
@@ -45,3 +49,12 @@ class ServerError(LabkitError):
 
 class RunError(LabkitError):
     """A run folder cannot be written, read or resumed."""
+
+
+class MalformedStream(Exception):
+    """A response's bytes or values are not what the provider's protocol allows.
+
+    Raised by stream parsers where a wire value is read (wrong JSON type, undecodable JSON,
+    an event over the size limit); the recorder turns it into ``error.kind = protocol``
+    with this message. The message must say what arrived, precisely and briefly.
+    """

@@ -259,6 +259,7 @@ class BaseRecorder:
             usage.input_tokens_local = local_count.tokens
             usage.tokenizer = local_count.source
         stop = settle_counts_and_stop(provider, parser, len(output_ns), error)
+        usage.streamed_output_tokens = parser.streamed_output_tokens(len(output_ns))
         end = end_ns or self._clock()
         lag = self._lag.lag_ms(t_start, end, on_arrival=on_arrival) if self._lag else None
         app.prepare_ms = (t_start - t_prepare) / 1e6
@@ -277,7 +278,7 @@ class BaseRecorder:
                 output_event_ns=output_ns,
                 first_text_ns=first_text_ns,
                 end_ns=end_ns,
-                output_tokens=usage.output_tokens,
+                output_tokens=usage.streamed_output_tokens,
                 queue_ms=ctx.queue_ms,
                 loop_lag_ms=lag,
             ),

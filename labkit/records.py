@@ -55,6 +55,7 @@ class ErrorKind(StrEnum):
     PROTOCOL = "protocol"
     CANCELLED = "cancelled"
     CONFIG = "config"
+    INTERNAL = "internal"
 
 
 class _Model(BaseModel):
@@ -113,7 +114,8 @@ class ClientTimings(_Model):
     )
     decode_ms_per_token: float | None = Field(
         default=None,
-        description="(last_token_ms - ttft_ms) / (usage.output_tokens - 1); null under 2 tokens.",
+        description="(last_token_ms - ttft_ms) / (usage.streamed_output_tokens - 1); null under "
+        "2 tokens.",
     )
     output_tokens_per_s: float | None = Field(
         default=None, description="1000 / decode_ms_per_token."
@@ -229,6 +231,13 @@ class Usage(_Model):
     output_tokens_source: Literal["provider", "local"] | None = Field(
         default=None,
         description="`provider`, or `local` when the provider sent no usage (flagged in reports).",
+    )
+    streamed_output_tokens: int | None = Field(
+        default=None,
+        description="Output tokens the stream itself delivered (visible text, streamed "
+        "reasoning, tool calls): the count decode time is taken over. Smaller than "
+        "output_tokens when reasoning was counted but never streamed (OpenAI reasoning "
+        "models); larger when streamed reasoning is left out of output_tokens (xAI).",
     )
 
 

@@ -43,8 +43,9 @@ def derive_client_timings(
 
     `phases_ns` maps httpcore trace events (``connection.connect_tcp.complete``, ...) to the
     stamp at which they fired. Offsets are relative to `t_start_ns`; a missing stamp gives
-    ``None``. ``decode_ms_per_token`` uses the provider's output token count, so an event
-    that carries several tokens is accounted for.
+    ``None``. ``decode_ms_per_token`` uses `output_tokens`, the tokens the stream delivered
+    (`usage.streamed_output_tokens`), so an event that carries several tokens is accounted
+    for and hidden reasoning tokens are not.
     """
 
     def off(t: int | None) -> float | None:

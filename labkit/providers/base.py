@@ -239,6 +239,16 @@ class StreamParser(ABC):
         """The text generated so far."""
         return "".join(self.text_parts)
 
+    def streamed_output_tokens(self, output_events: int) -> int | None:
+        """How many output tokens the stream itself delivered: the count decode time is
+        taken over (`usage.streamed_output_tokens`).
+
+        Default: the provider's output count, as sent. A parser overrides this where the
+        provider counts tokens it never streams (hidden reasoning) or streams tokens it
+        does not count. `output_events` is the number of output-carrying events seen.
+        """
+        return self.usage.output_tokens
+
 
 class Provider(ABC):
     """One configured provider: builds requests, owns its HTTP client."""
