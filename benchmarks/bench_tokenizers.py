@@ -75,8 +75,11 @@ def main() -> None:
                 if which == "labkit"
                 else "bpe-openai's own tokenizer"
             )
-            med = {k: statistics.median(r[k] for r in runs[which]) for k in runs[which][0]
-                   if k in ("load_s", "rss_mb", "encode_ms")}
+            med = {
+                k: statistics.median(r[k] for r in runs[which])
+                for k in runs[which][0]
+                if k in ("load_s", "rss_mb", "encode_ms")
+            }
             print(
                 f"{name:<12} {label:<34} {med['load_s']:>8.2f} {med['rss_mb']:>8.0f} "
                 f"{med['encode_ms']:>10.1f}"
