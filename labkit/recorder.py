@@ -457,6 +457,7 @@ class BaseRecorder:
         if m.local_count is not None:
             usage.input_tokens_local = m.local_count.tokens
             usage.tokenizer = m.local_count.source
+            usage.input_tokens_local_diff = m.local_count.unexplained(usage.input_tokens)
         stop = settle_counts_and_stop(provider, parser, len(m.output_ns), error)
         usage.streamed_output_tokens = parser.streamed_output_tokens(len(m.output_ns))
         app.prepare_ms = (m.t_start - m.t_prepare) / 1e6

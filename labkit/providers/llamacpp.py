@@ -24,7 +24,8 @@ from labkit.providers.base import (
     register,
 )
 from labkit.providers.openai import OpenAIChatParser
-from labkit.providers.openai_compatible import OpenAICompatibleProvider
+from labkit.providers.openai_compatible import OpenAICompatibleProvider, tokenize_reply
+from labkit.tokenizers import Tokenized
 
 __all__ = ["LlamaCppParser", "LlamaCppProvider", "LlamaCppSettings"]
 
@@ -126,6 +127,12 @@ class LlamaCppProvider(OpenAICompatibleProvider):
     async def count_tokens(self, text: str) -> TokenCount | None:
         """Exact count from `/tokenize`."""
         return TokenCount(len(await self.tokenize(text)), "llamacpp:/tokenize")
+
+    async def tokenized(self, text: str) -> Tokenized | None:
+        """The model's own ids and pieces from `/tokenize` with `with_pieces` (no BOS)."""
+        resp = await self.client.post("/tokenize", json={"content": text, "with_pieces": True})
+        resp.raise_for_status()
+        return tokenize_reply(resp.json(), "llamacpp:/tokenize")
 
     async def describe(self) -> dict[str, Any]:
         """`/props`: build, slots, context and model path; sets `server_build`."""

@@ -43,6 +43,7 @@ __all__ = [
     "encoding_for_model",
     "offline_tokenizer",
     "tokenizer_for_model",
+    "vocab_pieces",
 ]
 
 #: The encodings labkit can build with no network, in the order they are shown.
@@ -89,6 +90,9 @@ class Tokenized:
     count: int
     ids: tuple[int, ...] | None = None
     pieces: tuple[bytes, ...] | None = None
+    #: The count is of a whole request around the text (Anthropic's `count_tokens`), so it
+    #: includes the message framing.
+    includes_framing: bool = False
     #: What the count includes or leaves out, where that differs from "the text's tokens".
     note: str | None = None
 
@@ -244,3 +248,40 @@ def _safe_char(char: str) -> str:
         code = ord(char)
         return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
     return char
+
+
+@lru_cache(maxsize=1)
+def _byte_level_alphabet() -> dict[str, int]:
+    """GPT-2's byte-level BPE alphabet (one printable character per byte, as the
+    Hugging Face byte-level tokenizers spell their vocabularies), reversed."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
+    chars = {b: chr(b) for b in printable}
+    extra = 0
+    for b in range(256):
+        if b not in chars:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return {c: b for b, c in chars.items()}
+
+
+def vocab_pieces(token_strings: list[str]) -> tuple[bytes, ...]:
+    """Token bytes from a server's vocabulary spellings (vLLM's `token_strs`).
+
+    Byte-level BPE vocabularies (GPT-2, Llama 3, Qwen, SmolLM) spell each byte as one
+    printable character (``Ġ`` for a space); SentencePiece vocabularies (Llama 2, Mistral,
+    Gemma) write a space as ``▁`` and a raw byte as ``<0xNN>``. Anything else is taken as
+    the text it is.
+    """
+    alphabet = _byte_level_alphabet()
+    if all(c in alphabet for s in token_strings for c in s):
+        return tuple(bytes(alphabet[c] for c in s) for s in token_strings)
+    pieces = []
+    for s in token_strings:
+        if len(s) == 6 and s.startswith("<0x") and s.endswith(">"):
+            try:
+                pieces.append(bytes([int(s[3:5], 16)]))
+                continue
+            except ValueError:
+                pass
+        pieces.append(s.replace("▁", " ").encode("utf-8"))
+    return tuple(pieces)
