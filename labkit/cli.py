@@ -43,6 +43,7 @@ from labkit.runner import (
 )
 from labkit.runner.summary import load_tables
 from labkit.selfcheck import client_bound_notes
+from labkit.tokenizers.cli import register as register_tokens
 
 __all__ = ["app", "main"]
 
@@ -254,6 +255,7 @@ def kinds() -> None:
 
 register_local(app)
 register_report(app)
+register_tokens(app)
 
 
 def main() -> None:

@@ -18,6 +18,7 @@ from labkit.providers.base import (
     register,
     sdk_available,
 )
+from labkit.providers.llamacpp import bundled_model_settings
 
 __all__ = [
     "ChatRequest",
@@ -28,6 +29,7 @@ __all__ = [
     "Timeouts",
     "TokenCount",
     "anthropic",
+    "bundled_model_settings",
     "fake",
     "llamacpp",
     "openai",

@@ -27,7 +27,7 @@ from labkit.providers.openai import OpenAIChatParser
 from labkit.providers.openai_compatible import OpenAICompatibleProvider, tokenize_reply
 from labkit.tokenizers import Tokenized
 
-__all__ = ["LlamaCppParser", "LlamaCppProvider", "LlamaCppSettings"]
+__all__ = ["LlamaCppParser", "LlamaCppProvider", "LlamaCppSettings", "bundled_model_settings"]
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct-Q4_1"
 
@@ -147,3 +147,9 @@ class LlamaCppProvider(OpenAICompatibleProvider):
             "n_ctx": gen.get("n_ctx"),
             "model_path": props.get("model_path"),
         }
+
+
+def bundled_model_settings(provider_id: str = "local") -> LlamaCppSettings:
+    """The bundled local model as a managed llama.cpp entry: no key, and no network once
+    `labkit setup` has cached llama-server and the model."""
+    return LlamaCppSettings(id=provider_id, kind=LlamaCppProvider.kind)

@@ -229,23 +229,24 @@ def _shipped_file(file_name: str) -> Path:
 
 
 def display_piece(piece: bytes) -> str:
-    """A piece as safe terminal text: control characters (escape sequences included) and
-    bytes that are no whole UTF-8 character as ``\\xNN``-style escapes; a newline as ``\\n``
-    and a tab as ``\\t``."""
-    text = piece.decode("utf-8", errors="backslashreplace")
-    return "".join(_safe_char(c) for c in text)
+    """A piece as safe terminal text: control and format characters (terminal escape
+    sequences, bidi overrides) and bytes that are no whole UTF-8 character as ``\\xNN`` /
+    ``\\uNNNN`` escapes, a newline as ``\\n``, a tab as ``\\t``, a backslash as ``\\\\``."""
+    return "".join(_safe_char(c) for c in piece.decode("utf-8", errors="surrogateescape"))
 
 
-_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+_ZERO_WIDTH_JOINER = "\u200d"  # a format character, but part of emoji sequences: harmless
 
 
 def _safe_char(char: str) -> str:
     if char in _NAMED_ESCAPES:
         return _NAMED_ESCAPES[char]
-    if unicodedata.category(char) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp") and char not in (
-        "\u200d",  # zero-width joiner: part of emoji sequences, harmless
-    ):
-        code = ord(char)
+    code = ord(char)
+    if 0xDC80 <= code <= 0xDCFF:  # a byte that was no whole UTF-8 character
+        return f"\\x{code - 0xDC00:02x}"
+    if unicodedata.category(char) in _UNSAFE_CATEGORIES and char != _ZERO_WIDTH_JOINER:
         return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
     return char
 
