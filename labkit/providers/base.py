@@ -15,6 +15,7 @@ with `@register`.
 from __future__ import annotations
 
 import os
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ from pydantic import (
 from labkit.errors import ProviderUnavailable
 from labkit.lean import LeanTransport, lean_applies
 from labkit.records import ProviderTimings, RecordError, StopReason, Usage
+from labkit.scrub import register_secret
 from labkit.sse import SSEEvent
 
 __all__ = [
@@ -58,6 +60,10 @@ ClientPath: TypeAlias = Literal["wire", "sdk"]
 #: Response headers as either HTTP stack hands them over (`httpx.Headers`, or `httpx2.Headers`
 #: on the SDK path): `get` is case-insensitive and `items()` yields lower-case names.
 ResponseHeaders: TypeAlias = Mapping[str, str]
+
+
+#: What a key may hold to travel as an HTTP header value: printable ASCII (spaces inside).
+_HEADER_SAFE = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?")
 
 
 class EventClass:
@@ -161,20 +167,30 @@ class ProviderSettings(BaseModel):
         return self.resolve_api_key()
 
     def resolve_api_key(self) -> str | None:
-        """The key from the named variable; ProviderUnavailable when a required one is unset."""
+        """The key from the named variable, stripped of surrounding whitespace and registered
+        with `labkit.scrub`, so that no output can show it.
+
+        Raises ProviderUnavailable (the provider is skipped, one line naming the variable,
+        never the value) when the variable is unset or empty, on every kind, or holds
+        something that cannot be sent as a header value (non-ASCII, control characters).
+        """
         if self.api_key_env is None:
             if self.key_required:
                 raise ProviderUnavailable(
                     f"provider {self.id!r} ({self.kind}) needs an API key: set api_key_env"
                 )
             return None
-        value = os.environ.get(self.api_key_env)
+        value = os.environ.get(self.api_key_env, "").strip()
         if not value:
-            if self.key_required:
-                raise ProviderUnavailable(
-                    f"skipping provider {self.id!r}: set {self.api_key_env} to run it"
-                )
-            return None
+            raise ProviderUnavailable(
+                f"skipping provider {self.id!r}: set {self.api_key_env} to run it"
+            )
+        register_secret(value)
+        if not _HEADER_SAFE.fullmatch(value):
+            raise ProviderUnavailable(
+                f"skipping provider {self.id!r}: {self.api_key_env} holds characters a key "
+                "cannot have (non-ASCII or control characters inside it); export the key alone"
+            )
         return value
 
 
