@@ -35,6 +35,7 @@ from typing import Any
 from labkit.providers.anthropic import AnthropicProvider
 from labkit.providers.base import ChatRequest, EventClass, Provider, StreamParser
 from labkit.providers.openai import OpenAIProvider
+from labkit.proxies import proxy_for
 from labkit.recorder import (
     BaseRecorder,
     Clock,
@@ -107,9 +108,13 @@ class SDKRecorder(BaseRecorder):
             client = self._factory(timeout=timeout)
         else:
             n = provider.pool_size
+            proxy = proxy_for(provider.settings.resolved_base_url())  # loopback: never
             client = httpx2.AsyncClient(
                 timeout=timeout,
                 limits=httpx2.Limits(max_connections=n, max_keepalive_connections=n),
+                proxy=proxy.url if proxy else None,
+                trust_env=False,  # proxies decided above; the CA variables still read here:
+                verify=httpx2.create_ssl_context(trust_env=True),
             )
         hooks = client.event_hooks
         client.event_hooks = {**hooks, "request": [*hooks["request"], _attach_trace]}

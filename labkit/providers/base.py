@@ -34,6 +34,7 @@ from pydantic import (
 
 from labkit.errors import ProviderUnavailable
 from labkit.lean import LeanTransport, lean_applies
+from labkit.proxies import ProxyChoice, proxy_for
 from labkit.records import ProviderTimings, RecordError, StopReason, Usage
 from labkit.scrub import register_secret
 from labkit.sse import SSEEvent
@@ -340,20 +341,40 @@ class Provider(ABC):
             self._idle_shards.append(client)
 
     def _make_client(self, connections: int | None = None) -> httpx.AsyncClient:
-        """The HTTP client; `connections` overrides the pool size."""
+        """The HTTP client; `connections` overrides the pool size.
+
+        Proxies come from `labkit.proxies` (loopback never proxied), not from httpx's own
+        reading of the environment. A proxy whose scheme this install cannot speak (SOCKS
+        without socksio) is ProviderUnavailable; a failed connect through a proxy names it.
+        """
         size = connections or self.pool_size
         t = self.settings.timeouts
+        limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
+        transport = LeanTransport() if self.lean else self._http_transport(limits)
         return httpx.AsyncClient(
             base_url=self.settings.resolved_base_url(),
             timeout=httpx.Timeout(connect=t.connect, read=t.read, write=t.read, pool=t.total),
-            limits=httpx.Limits(
-                max_connections=size,
-                max_keepalive_connections=size,
-            ),
+            limits=limits,
             verify=self._tls,
             # Identity encoding: a compressed stream would be buffered by the decoder.
             headers={"accept-encoding": "identity"},
-            transport=LeanTransport() if self.lean else None,
+            transport=transport,
+            trust_env=False,
+        )
+
+    def _http_transport(self, limits: httpx.Limits) -> httpx.AsyncBaseTransport:
+        proxy = proxy_for(self.settings.resolved_base_url())
+        if proxy is None:
+            return httpx.AsyncHTTPTransport(verify=self._tls, limits=limits, trust_env=False)
+        try:
+            return _ProxiedTransport(proxy, verify=self._tls, limits=limits, trust_env=False)
+        except ImportError:
+            need = "the socks extra: pip install 'httpx[socks]'"
+        except ValueError:
+            need = "a proxy scheme httpx speaks (http, https, socks5, socks5h)"
+        raise ProviderUnavailable(
+            f"provider {self.id!r}: requests would go through {proxy.describe()}, which needs "
+            f"{need}; or add the host to NO_PROXY"
         )
 
     @property
@@ -407,6 +428,21 @@ class Provider(ABC):
     def secrets(self) -> list[str]:
         """Strings that must never reach a record, a log or a message."""
         return [self._api_key] if self._api_key else []
+
+
+class _ProxiedTransport(httpx.AsyncHTTPTransport):
+    """httpx's transport through a proxy, whose connection errors name the proxy."""
+
+    def __init__(self, proxy: ProxyChoice, **kwargs: Any) -> None:
+        super().__init__(proxy=proxy.url, **kwargs)
+        self._through = f"through {proxy.describe()}"
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Send `request` through the proxy."""
+        try:
+            return await super().handle_async_request(request)
+        except httpx.ConnectError as exc:
+            raise httpx.ConnectError(f"{exc or 'connect failed'} ({self._through})") from exc
 
 
 _REGISTRY: dict[str, type[Provider]] = {}
