@@ -123,16 +123,35 @@ def _base64_cores(secret: str) -> list[str]:
     for offset in range(3):
         encoded = base64.b64encode(b"\0" * offset + raw).decode("ascii")
         core = encoded[4 if offset else 0 : 4 * ((offset + len(raw)) // 3)]
-        if len(core) >= FRAGMENT_CHARS:
+        if len(core) >= MIN_SECRET_CHARS:
             cores.append(core)
             cores.append(core.translate(str.maketrans("+/", "-_")))
     return cores
+
+
+def _inside_escape(text: str, start: int) -> bool:
+    """Whether `start` falls inside a JSON escape (after its backslash, or inside \\uXXXX):
+    a match there would cut the escape and leave the document invalid."""
+    slash = text.rfind("\\", max(0, start - 5), start)
+    if slash < 0:
+        return False
+    first = slash
+    while first > 0 and text[first - 1] == "\\":
+        first -= 1
+    if (slash - first) % 2:  # this backslash is itself escaped
+        return False
+    rest = text[slash + 1 : start]
+    return rest == "" or (rest[0] == "u" and all(c in _HEX for c in rest[1:]))
+
+
+_HEX = frozenset("0123456789abcdefABCDEF")
 
 
 class _Matcher:
     """Finds registered secrets in one flavour of text (plain or JSON)."""
 
     def __init__(self, secrets: Iterable[str], as_json: bool) -> None:
+        self.as_json = as_json
         self.tails: list[list[re.Pattern[str]]] = []
         heads = []
         literals: list[str] = []
@@ -152,6 +171,9 @@ class _Matcher:
         out: list[str] = []
         pos = 0
         while found is not None:
+            if self.as_json and _inside_escape(text, found.start()):
+                found = search(text, found.start() + 1)
+                continue
             end = found.end()
             index = (found.lastindex or 1) - 1
             if index < len(self.tails):  # a key's head: take as much more of it as follows
@@ -213,7 +235,9 @@ def scrub_frame(frame: Any) -> Any:
         return frame
     for column in frame.columns:
         if str(frame[column].dtype) in ("object", "string", "str"):
-            frame[column] = frame[column].map(lambda v: scrub(v) if isinstance(v, str) else v)
+            frame[column] = frame[column].map(
+                lambda v: scrub(v) if isinstance(v, str) else v, na_action="ignore"
+            )
     return frame
 
 
