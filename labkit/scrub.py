@@ -31,7 +31,9 @@ import json
 import re
 import sys
 import threading
+import traceback
 from collections.abc import Iterable
+from types import TracebackType
 from typing import Any, TextIO
 
 __all__ = [
@@ -268,8 +270,17 @@ class ScrubbedStream:
 
 def guard_std_streams(*, stdout: bool = True, controls: bool = False) -> None:
     """Scrub everything this process prints: sys.stderr (tracebacks, warnings, logging) and,
-    with `stdout`, sys.stdout. Idempotent."""
+    with `stdout`, sys.stdout; an uncaught exception's traceback is also stripped of control
+    sequences. Idempotent."""
+    sys.excepthook = _clean_excepthook
     if not isinstance(sys.stderr, ScrubbedStream):
         sys.stderr = ScrubbedStream(sys.stderr, controls=controls)
     if stdout and not isinstance(sys.stdout, ScrubbedStream):
         sys.stdout = ScrubbedStream(sys.stdout, controls=controls)
+
+
+def _clean_excepthook(
+    kind: type[BaseException], value: BaseException, tb: TracebackType | None
+) -> None:
+    text = "".join(traceback.format_exception(kind, value, tb))
+    sys.stderr.write(for_people(text))

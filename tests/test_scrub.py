@@ -7,8 +7,12 @@ import base64
 import html
 import io
 import json
+import os
+import subprocess
+import sys
 import urllib.parse
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -330,3 +334,23 @@ def test_unusable_proxy_is_one_clear_message(
     message = str(caught.value)
     assert "provider 'p'" in message and "(from ALL_PROXY)" in message and needs in message
     assert "hunter2pass" not in message and "\n" not in message
+
+
+def test_a_guarded_process_prints_no_key_in_a_traceback() -> None:
+    # A child process (no socket): the CLI and the workers guard their streams like this.
+    code = (
+        "from labkit.scrub import guard_std_streams, register_secret\n"
+        "guard_std_streams()\n"
+        f"register_secret({KEY!r})\n"
+        f"print('out', {KEY!r})\n"
+        f"raise ValueError('bad key ' + {KEY!r} + '\\x1b[2J\\x1b]0;owned\\x07')\n"
+    )
+    root = str(Path(__file__).resolve().parents[1])  # this tree's labkit, not an installed one
+    env = {**os.environ, "PYTHONPATH": root}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert done.returncode == 1
+    assert done.stdout == "out ***\n"
+    assert "ValueError: bad key ***" in done.stderr
+    assert leaked(done.stderr, KEY) == [] and "\x1b" not in done.stderr
