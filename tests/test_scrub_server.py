@@ -122,17 +122,21 @@ def server() -> Iterator[EchoServer]:
         srv.server_close()
 
 
-def config(base_url: str, models: dict[str, str], key_env: str = "LABKIT_ECHO_KEY") -> str:
+SINGLE = "{kind: single, prompts: [hi], repeats: 1, warmup: 0}"
+
+
+def config(
+    base_url: str,
+    models: dict[str, str],
+    key_env: str = "LABKIT_ECHO_KEY",
+    experiment: str = SINGLE,
+) -> str:
     providers = "".join(
         f"  - {{id: {pid}, kind: openai_compatible, model: {model}, base_url: '{base_url}', "
         f"api_key_env: {key_env if pid != 'nokey' else 'LABKIT_ECHO_UNSET'}}}\n"
         for pid, model in models.items()
     )
-    return (
-        "name: echo\nproviders:\n"
-        + providers
-        + "experiments:\n  - {kind: single, prompts: [hi], repeats: 1, warmup: 0}\n"
-    )
+    return "name: echo\nproviders:\n" + providers + f"experiments:\n  - {experiment}\n"
 
 
 def run(tmp_path: Path, text: str, report: bool = True) -> tuple[Any, Path | None]:
@@ -194,6 +198,22 @@ def test_a_key_echoed_in_every_encoding_reaches_no_output(
     # Records are data: the text is kept as sent (escapes included), only the key is masked.
     assert HOSTILE in by_id["pstream"]["output_text"]
     assert by_id["pstream"]["output_text"].count("***") >= len(encodings(KEY))
+
+
+def test_worker_processes_read_the_key_themselves_and_leak_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: EchoServer
+) -> None:
+    monkeypatch.setenv("LABKIT_ECHO_KEY", KEY + "\r\n")
+    load = "{kind: load, concurrency: [2], requests: 2, warmup: 0, prompts: [hi], workers: 2}"
+    text = config(server.base_url, {"p": "echo-stream"}, experiment=load)
+    result, folder = run(tmp_path, text, False)
+    assert folder is not None, result.output
+    assert (folder / "worker-logs").is_dir()
+    assert len(server.keys) >= 2 and set(server.keys) == {KEY}  # every worker sent it, stripped
+    records = [json.loads(x) for x in (folder / "records.jsonl").read_text().splitlines()]
+    assert {r["tags"].get("workers") for r in records if not r["warmup"]} == {"2"}
+    for where, output in outputs(result, folder).items():
+        assert leaked(output, KEY) == [], f"key leaked into {where}"
 
 
 def test_unset_key_variable_skips_an_openai_compatible_provider(
