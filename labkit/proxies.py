@@ -9,6 +9,7 @@ detour.
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 import os
 import urllib.request
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 
 import httpx
 
-__all__ = ["ProxyChoice", "is_loopback", "proxy_for"]
+__all__ = ["ProxyChoice", "is_loopback", "proxy_for", "unusable_because"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +30,10 @@ class ProxyChoice:
     @property
     def where(self) -> str:
         """`scheme://host:port` of the proxy, credentials left out (for messages)."""
-        parsed = httpx.URL(self.url)
+        try:
+            parsed = httpx.URL(self.url)
+        except httpx.InvalidURL:
+            return "(a URL that does not parse)"
         port = f":{parsed.port}" if parsed.port else ""
         return f"{parsed.scheme}://{parsed.host}{port}"
 
@@ -61,8 +65,24 @@ def proxy_for(url: str) -> ProxyChoice | None:
     bypass = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]
     if bypass(parsed.host):
         return None
+    url = chosen if "://" in chosen else f"http://{chosen}"  # `host:port` means http, as in httpx
     for name in (f"{parsed.scheme}_proxy", "all_proxy"):
         for variable in (name.upper(), name):
             if os.environ.get(variable) == chosen:
-                return ProxyChoice(chosen, variable)
-    return ProxyChoice(chosen, f"{parsed.scheme.upper()}_PROXY")
+                return ProxyChoice(url, variable)
+    return ProxyChoice(url, f"{parsed.scheme.upper()}_PROXY")
+
+
+def unusable_because(choice: ProxyChoice) -> str | None:
+    """What this install lacks to speak through `choice`, or None when it can."""
+    try:
+        scheme = httpx.URL(choice.url).scheme
+    except httpx.InvalidURL:
+        return "a proxy URL that parses (scheme://host:port)"
+    if scheme in ("socks5", "socks5h"):
+        if importlib.util.find_spec("socksio") is None:
+            return "the socks extra: pip install 'httpx[socks]'"
+        return None
+    if scheme not in ("http", "https"):
+        return "a proxy scheme httpx speaks (http, https, socks5, socks5h)"
+    return None

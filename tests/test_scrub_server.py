@@ -286,6 +286,9 @@ def test_a_socks_proxy_without_its_extra_is_one_message(
     result, _ = run(tmp_path, config("http://api.remote.test/v1", {"p": "m"}), False)
     assert result.exit_code != 0
     assert result.exception is None or isinstance(result.exception, SystemExit)
-    assert "proxy socks5://127.0.0.1:1080 (from ALL_PROXY)" in result.output
+    assert "skipping provider 'p': requests would go through proxy socks5://127.0.0.1:1080 " in (
+        result.output
+    )
+    assert "(from ALL_PROXY)" in result.output
     assert "httpx[socks]" in result.output and "hunter2pass" not in result.output
     assert "Traceback" not in result.output

@@ -36,7 +36,7 @@ from pydantic import (
 from labkit.errors import ProviderUnavailable
 from labkit.lean import LeanTransport, lean_applies
 from labkit.providers.sdk import SDKAdapter
-from labkit.proxies import ProxyChoice, proxy_for
+from labkit.proxies import ProxyChoice, proxy_for, unusable_because
 from labkit.records import ProviderTimings, RecordError, StopReason, Usage
 from labkit.scrub import register_secret
 from labkit.sse import SSEEvent
@@ -162,13 +162,27 @@ class ProviderSettings(BaseModel):
     def check_available(self) -> str | None:
         """The API key (or None), after checking the provider can run here at all.
 
-        Raises ProviderUnavailable naming the variable to set when a key or URL is missing.
+        Raises ProviderUnavailable naming the variable to set when a key or URL is missing,
+        and when the proxy for its URL needs what this install lacks (SOCKS without socksio).
         """
         if self.base_url is None and self.base_url_env and not os.environ.get(self.base_url_env):
             raise ProviderUnavailable(
                 f"skipping provider {self.id!r}: set {self.base_url_env} to its base URL to run it"
             )
+        self._check_proxy()
         return self.resolve_api_key()
+
+    def _check_proxy(self) -> None:
+        try:
+            proxy = proxy_for(self.resolved_base_url())
+        except ProviderUnavailable:  # no URL: said when the provider is built
+            return
+        lacking = unusable_because(proxy) if proxy else None
+        if proxy and lacking:
+            raise ProviderUnavailable(
+                f"skipping provider {self.id!r}: requests would go through "
+                f"{proxy.describe()}, which needs {lacking}; or add the host to NO_PROXY"
+            )
 
     def resolve_api_key(self) -> str | None:
         """The key from the named variable, stripped of surrounding whitespace and registered
@@ -386,16 +400,13 @@ class Provider(ABC):
         proxy = proxy_for(self.settings.resolved_base_url())
         if proxy is None:
             return httpx.AsyncHTTPTransport(verify=self._tls, limits=limits, trust_env=False)
-        try:
-            return _ProxiedTransport(proxy, verify=self._tls, limits=limits, trust_env=False)
-        except ImportError:
-            need = "the socks extra: pip install 'httpx[socks]'"
-        except ValueError:
-            need = "a proxy scheme httpx speaks (http, https, socks5, socks5h)"
-        raise ProviderUnavailable(
-            f"provider {self.id!r}: requests would go through {proxy.describe()}, which needs "
-            f"{need}; or add the host to NO_PROXY"
-        )
+        lacking = unusable_because(proxy)
+        if lacking:  # check_available says so first; a Provider built without it lands here
+            raise ProviderUnavailable(
+                f"provider {self.id!r}: requests would go through {proxy.describe()}, which "
+                f"needs {lacking}; or add the host to NO_PROXY"
+            )
+        return _ProxiedTransport(proxy, verify=self._tls, limits=limits, trust_env=False)
 
     @property
     def id(self) -> str:
