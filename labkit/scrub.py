@@ -157,15 +157,27 @@ class _Matcher:
         self.tails: list[list[re.Pattern[str]]] = []
         heads = []
         literals: list[str] = []
+        # A quick "certainly none here": text holding no escape marker can hold a key only
+        # raw (its head as written) or in base64, both found by `in` at memory speed.
+        self.markers = {"\\u", "\\x", "%", "&"}
+        self.raw_heads: set[str] = set()
         for secret in secrets:
+            self.markers.update("\\" + c for c in secret if c in _BACKSLASH_FORMS)
+            if " " in secret:
+                self.markers.add("+")
+            head = secret[:FRAGMENT_CHARS]
+            self.raw_heads.update({head, json.dumps(head)[1:-1]} if as_json else {head})
             chars = [_char_forms(c, as_json) for c in secret]
             heads.append("(" + "".join(chars[:FRAGMENT_CHARS]) + ")")
             self.tails.append([re.compile(c) for c in chars[FRAGMENT_CHARS:]])
             literals.extend(_base64_cores(secret))
+        self.raw_heads.update(literals)
         literal_group = "|".join(re.escape(x) for x in sorted(set(literals), key=len, reverse=True))
         self.pattern = re.compile("|".join([*heads, f"({literal_group})" if literals else "(?!)"]))
 
     def sub(self, text: str) -> str:
+        if not any(m in text for m in self.markers) and not any(h in text for h in self.raw_heads):
+            return text
         search = self.pattern.search
         found = search(text)
         if found is None:
