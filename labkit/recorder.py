@@ -27,6 +27,7 @@ from typing import Any
 
 import httpx
 
+from labkit.errors import MalformedStream
 from labkit.providers.base import (
     ChatRequest,
     EventClass,
@@ -414,7 +415,7 @@ class StreamRecorder(BaseRecorder):
             )
         except httpx.HTTPError as exc:
             error = RecordError(kind=ErrorKind.CONNECTION, message=_exc_message(exc, redact))
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        except (MalformedStream, ValueError, KeyError, TypeError, AttributeError) as exc:
             # json/UTF-8 decoding and shape errors from a malformed event.
             error = RecordError(
                 kind=ErrorKind.PROTOCOL, message=f"malformed stream event: {redact(str(exc))}"[:300]
@@ -435,7 +436,7 @@ class StreamRecorder(BaseRecorder):
             redact=redact,
             error=error,
             cancelled=cancelled,
-            complete=done,
+            complete=done or parser.finished,
             truncated="stream ended without its terminator (truncated)",
             t_prepare=t_prepare,
             t_start=t_start,

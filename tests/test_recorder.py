@@ -318,7 +318,10 @@ def test_connection_refused_before_response(adapter: Adapter) -> None:
 
 def test_stream_cut_without_terminator_is_protocol(adapter: Adapter) -> None:
     events = adapter.stream(["a", "b"])
-    rec = run_mocked(adapter, sse_response(events[:-1]))  # no [DONE] / message_stop
+    # Cut after the last token: no finish_reason / message_stop (after a finish_reason an
+    # OpenAI-shaped stream is complete without [DONE]: tests/streams/corpus).
+    last_tok = next(i for i, e in enumerate(events) if b'"b"' in e)
+    rec = run_mocked(adapter, sse_response(events[: last_tok + 1]))
     assert rec.error is not None and rec.error.kind == ErrorKind.PROTOCOL
     assert "truncated" in rec.error.message
     assert rec.output_text == "ab" and rec.client.ttft_ms is not None

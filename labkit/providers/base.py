@@ -239,6 +239,13 @@ class StreamParser(ABC):
         """The text generated so far."""
         return "".join(self.text_parts)
 
+    @property
+    def finished(self) -> bool:
+        """Whether the stream's own end was seen without its terminator: by default, once
+        a stop reason arrived (some servers end there without `[DONE]`). The terminator
+        itself (`EventClass.DONE`) always counts as the end."""
+        return self.stop_reason_raw is not None
+
     def streamed_output_tokens(self, output_events: int) -> int | None:
         """How many output tokens the stream itself delivered: the count decode time is
         taken over (`usage.streamed_output_tokens`).
