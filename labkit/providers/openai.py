@@ -127,8 +127,8 @@ class OpenAIChatParser(StreamParser):
         if err:
             self.error = _stream_error(err)
             cls = EventClass.META
-        if self.response_id is None:
-            self.response_id = wire_id(obj.get("id"), "chunk id")
+        if self.response_id is None:  # the first non-empty id (Azure's first chunk has "")
+            self.response_id = wire_id(obj.get("id"), "chunk id") or None
         fingerprint = obj.get("system_fingerprint")
         if fingerprint is not None:
             self.system_fingerprint = wire_str(fingerprint, "system_fingerprint")
