@@ -130,7 +130,7 @@ class OpenAIChatParser(StreamParser):
         if self.response_id is None:  # the first non-empty id (Azure's first chunk has "")
             self.response_id = wire_id(obj.get("id"), "chunk id") or None
         fingerprint = obj.get("system_fingerprint")
-        if fingerprint is not None:
+        if fingerprint is not None and fingerprint != self.system_fingerprint:
             self.system_fingerprint = wire_str(fingerprint, "system_fingerprint")
         usage = obj.get("usage")
         if usage is not None:
@@ -152,9 +152,15 @@ class OpenAIChatParser(StreamParser):
                 if delta:
                     if type(delta) is not dict:
                         raise MalformedStream(f"delta is {describe(delta)}, not an object")
-                    got = self._read_delta(delta)
-                    if got > cls:
-                        cls = got
+                    content = delta.get("content")
+                    if len(delta) == 1 and type(content) is str:  # the common chunk
+                        if content:
+                            self.text_parts.append(content)
+                            cls = EventClass.TEXT
+                    else:
+                        got = self._read_delta(delta)
+                        if got > cls:
+                            cls = got
                 finish = choice.get("finish_reason")
                 if finish is not None:
                     if type(finish) is not str:
