@@ -12,7 +12,7 @@ import respx
 from labkit.errors import MalformedStream
 from labkit.providers.base import EventClass, StreamParser
 from labkit.recorder import RecordContext
-from labkit.records import StopReason
+from labkit.records import RequestRecord, StopReason
 from labkit.sse import SSEEvent, SSEParser
 from tests.streams import (
     ScriptedClock,
@@ -201,3 +201,48 @@ def test_anthropic_is_finished_only_at_message_stop() -> None:
     assert parser.stop_reason_raw == "end_turn" and not parser.finished
     assert parser.on_event(SSEEvent("message_stop", "{}", 0)) == EventClass.DONE
     assert parser.finished
+
+
+def _scripted(
+    fixture_name: str, kind: str, url: str, base_url: str
+) -> tuple[RequestRecord, list[float]]:
+    """Record a corpus fixture through the recorder, event i arriving at 10 * (i + 1) ms."""
+    fixture = next(f for f in CORPUS if f.name == fixture_name)
+    clock = ScriptedClock()
+    events = fixture.events()
+    times = [10.0 * (i + 1) for i in range(len(events))]
+    key = "sk-test" if kind in ("openai", "anthropic") else None
+    provider = make_provider(kind, api_key=key, base_url=base_url)
+    with respx.mock() as router:
+        router.post(url).mock(return_value=sse_response(events, clock=clock, times_ms=times))
+        return record_one(provider, chat(), clock=clock), times
+
+
+def test_hidden_reasoning_decode_is_taken_over_the_streamed_tokens() -> None:
+    rec, _ = _scripted(
+        "openai_gpt5_hidden_reasoning",
+        "openai",
+        "http://gpt.test/v1/chat/completions",
+        "http://gpt.test/v1",
+    )
+    assert rec.error is None
+    client, usage = rec.client, rec.usage
+    # event 0 is role-only; the 14 text events arrive at 20 .. 150 ms
+    assert client.ttft_ms == 20.0 and client.last_token_ms == 150.0
+    assert usage.output_tokens == 78 and usage.streamed_output_tokens == 14
+    assert client.decode_ms_per_token == pytest.approx((150.0 - 20.0) / 13)
+
+
+def test_redacted_thinking_block_is_the_ttft_event() -> None:
+    rec, _ = _scripted(
+        "anthropic_redacted_thinking",
+        "anthropic",
+        "http://claude.test/v1/messages",
+        "http://claude.test/v1",
+    )
+    client = rec.client
+    assert rec.error is None
+    # message_start at 10 ms, the redacted_thinking block at 20, text from 50
+    assert client.ttft_ms == 20.0 and client.ttft_text_ms == 50.0
+    assert rec.usage.streamed_output_tokens is None
+    assert client.decode_ms_per_token is None
