@@ -23,6 +23,7 @@ from labkit.providers._wire import (
     wire_object,
     wire_str,
 )
+from labkit.providers.anthropic_sdk import AnthropicSDK
 from labkit.providers.base import (
     ChatRequest,
     EventClass,
@@ -33,6 +34,7 @@ from labkit.providers.base import (
     TokenCount,
     register,
 )
+from labkit.providers.sdk import SDKAdapter
 from labkit.records import ErrorKind, RecordError, StopReason
 from labkit.sse import SSEEvent
 
@@ -65,8 +67,13 @@ class AnthropicSettings(ProviderSettings):
         default="ANTHROPIC_API_KEY", description="Variable holding the key."
     )
 
-    default_base_url: ClassVar[str | None] = "https://api.anthropic.com/v1"
+    default_base_url: ClassVar[str | None] = "https://api.anthropic.com"
     key_required: ClassVar[bool] = True
+
+    def resolved_base_url(self) -> str:
+        """The API root without `/v1` (the SDK's and `ANTHROPIC_BASE_URL`'s convention);
+        a `base_url` ending in `/v1` is accepted too, so both paths reach one endpoint."""
+        return super().resolved_base_url().removesuffix("/v1")
 
 
 class AnthropicParser(StreamParser):
@@ -75,7 +82,7 @@ class AnthropicParser(StreamParser):
     Output events: `text_delta` (TEXT); `thinking_delta`, `input_json_delta`, and a
     `redacted_thinking` block, whose encrypted reasoning arrives whole in its
     `content_block_start` (OUTPUT). `signature_delta`, `citations_delta` and block starts
-    and stops carry no tokens (META). The stream is finished at `message_stop` only.
+    and stops carry no tokens (META).
     """
 
     def __init__(self) -> None:
@@ -83,7 +90,6 @@ class AnthropicParser(StreamParser):
         self._uncached_input = 0
         self._cache_read = 0
         self._cache_write = 0
-        self._stopped = False
         self._thinking_blocks = 0
         self._thinking_streamed = False
         self._thinking_redacted = False
@@ -92,12 +98,6 @@ class AnthropicParser(StreamParser):
         """`request-id` and the `anthropic-ratelimit-*` headers."""
         self.request_id = headers.get("request-id")
         self.read_rate_limits(headers, "anthropic-ratelimit-")
-
-    @property
-    def finished(self) -> bool:
-        """True once `message_stop` arrived: a stop reason in `message_delta` is not the
-        end (the stream may still be cut before `message_stop`)."""
-        return self._stopped
 
     def on_event(self, event: SSEEvent) -> int:
         """Classify one named event and collect what it carries."""
@@ -137,7 +137,6 @@ class AnthropicParser(StreamParser):
                 self.stop_reason_raw = stop
             self._read_usage(obj.get("usage"), "message_delta.usage")
         elif name == "message_stop":
-            self._stopped = True
             return EventClass.DONE
         elif name == "error":
             err = obj.get("error")
@@ -219,7 +218,7 @@ class AnthropicProvider(Provider):
 
     kind: ClassVar[str] = "anthropic"
     settings_model: ClassVar[type[ProviderSettings]] = AnthropicSettings
-    has_sdk: ClassVar[bool] = True
+    sdk: ClassVar[SDKAdapter | None] = AnthropicSDK()
 
     def _headers(self) -> dict[str, str]:
         headers = {"anthropic-version": ANTHROPIC_VERSION}
@@ -255,7 +254,7 @@ class AnthropicProvider(Provider):
         }
         if system is not None:
             body["system"] = system
-        return self.client.build_request("POST", "/messages", json=body, headers=self._headers())
+        return self.client.build_request("POST", "/v1/messages", json=body, headers=self._headers())
 
     def new_parser(self) -> StreamParser:
         """A Messages event parser."""
@@ -264,7 +263,7 @@ class AnthropicProvider(Provider):
     async def count_tokens(self, text: str) -> TokenCount | None:
         """`POST /messages/count_tokens` for `text` as one user message."""
         resp = await self.client.post(
-            "/messages/count_tokens",
+            "/v1/messages/count_tokens",
             json={"model": self.model, "messages": [{"role": "user", "content": text}]},
             headers=self._headers(),
         )

@@ -36,7 +36,10 @@ from labkit.providers.base import (
     StreamParser,
     TokenCount,
     register,
+    with_root_path,
 )
+from labkit.providers.openai_sdk import OpenAISDK
+from labkit.providers.sdk import SDKAdapter
 from labkit.records import ErrorKind, RecordError, StopReason
 from labkit.sse import SSEEvent
 
@@ -62,6 +65,10 @@ class OpenAISettings(ProviderSettings):
 
     default_base_url: ClassVar[str | None] = "https://api.openai.com/v1"
     key_required: ClassVar[bool] = True
+
+    def resolved_base_url(self) -> str:
+        """The API root; a bare server URL gets `/v1`, as the SDK's convention has it."""
+        return with_root_path(super().resolved_base_url(), "/v1")
 
 
 @lru_cache(maxsize=8)
@@ -335,7 +342,7 @@ class OpenAIProvider(Provider):
 
     kind: ClassVar[str] = "openai"
     settings_model: ClassVar[type[ProviderSettings]] = OpenAISettings
-    has_sdk: ClassVar[bool] = True
+    sdk: ClassVar[SDKAdapter | None] = OpenAISDK()
     chat_path: ClassVar[str] = "/chat/completions"
 
     def wire_params(self, params: dict[str, Any]) -> dict[str, Any]:

@@ -195,12 +195,12 @@ def test_refusal_without_finish_reason_has_no_stop_reason_and_text_is_kept() -> 
     assert parser.stop_reason() == StopReason.REFUSAL and parser.finished
 
 
-def test_anthropic_is_finished_only_at_message_stop() -> None:
+def test_anthropic_is_finished_at_its_stop_reason() -> None:
     parser = parser_for("anthropic")
+    assert not parser.finished
     parser.on_event(SSEEvent("message_delta", '{"delta": {"stop_reason": "end_turn"}}', 0))
-    assert parser.stop_reason_raw == "end_turn" and not parser.finished
+    assert parser.stop_reason_raw == "end_turn" and parser.finished
     assert parser.on_event(SSEEvent("message_stop", "{}", 0)) == EventClass.DONE
-    assert parser.finished
 
 
 def _scripted(
