@@ -2,7 +2,8 @@
 
 Each variant (temperature 0 with and without a seed, a higher temperature with and without
 one, by default) sends the prompt `repeats` times. Outputs are compared token by token: the
-provider's own tokenizer where it has one (llama.cpp `/tokenize`), else tiktoken's
+provider's own tokenizer where it has one (`Provider.tokenize`: llama.cpp's `/tokenize`),
+else tiktoken's
 ``cl100k_base`` as a common ruler, else characters. The answer names the parameter that
 decided the outcome, from the data.
 """
@@ -125,10 +126,9 @@ class DeterminismExperiment(Experiment):
     async def finalize(self, provider: Provider, records: list[RequestRecord]) -> None:
         """Tokenize every output with the best tokenizer this provider offers."""
         tokens: dict[str, list[Any]] = {}
-        tokenize = getattr(provider, "tokenize", None)
-        name = "llamacpp:/tokenize" if tokenize is not None else None
+        name = provider.tokenizer_name
         enc: Any = None
-        if tokenize is None:
+        if name is None:
             try:
                 import tiktoken
 
@@ -139,12 +139,15 @@ class DeterminismExperiment(Experiment):
         for r in records:
             if r.output_text is None or r.warmup or r.error is not None:
                 continue
-            if tokenize is not None:
+            if provider.tokenizer_name is not None:
                 try:
-                    tokens[r.record_id] = await tokenize(r.output_text)
-                    continue
+                    own = await provider.tokenize(r.output_text)
                 except Exception:
-                    name = "characters (tokenizer failed)"
+                    own = None
+                if own is not None:
+                    tokens[r.record_id] = own
+                    continue
+                name = "characters (tokenizer failed)"
             if enc is not None:
                 tokens[r.record_id] = list(enc.encode(r.output_text, disallowed_special=()))
             else:

@@ -101,7 +101,8 @@ class LoadSettings(ExperimentSettings):
     )
     output_tokens: TokenTarget | None = Field(
         default=None,
-        description="max_tokens per request (or [min, max], drawn); llama.cpp also ignores EOS.",
+        description="max_tokens per request (or [min, max], drawn), decoded exactly where the "
+        "provider can (llama.cpp ignores EOS).",
     )
     seed: int = Field(default=0, description="Seeds arrivals and synthetic prompts.")
     workers: PositiveInt | Literal["auto"] = Field(
@@ -176,7 +177,7 @@ class LoadExperiment(Experiment):
     def __init__(self, settings: ExperimentSettings, index: int = 0) -> None:
         super().__init__(settings, index)
         self._tokens_per_word: float = _DEFAULT_TOKENS_PER_WORD
-        self._is_llamacpp = False
+        self._exact_length: dict[str, Any] = {}
         self._paths: list[str] = ["wire"]
 
     @property
@@ -224,7 +225,7 @@ class LoadExperiment(Experiment):
 
     async def prepare(self, provider: Provider) -> None:
         """Calibrate words per token for synthetic prompts, with the provider's counter."""
-        self._is_llamacpp = provider.kind == "llamacpp"
+        self._exact_length = provider.exact_length_params()
         self._paths = self.paths_for(provider)
         if self._s.input_tokens is None:
             return
@@ -265,8 +266,8 @@ class LoadExperiment(Experiment):
         if s.output_tokens is not None:
             params["max_tokens"] = _draw(s.output_tokens, rng)
             tags["target_output_tokens"] = params["max_tokens"]
-            if self._is_llamacpp:
-                params.setdefault("ignore_eos", True)
+            for name, value in self._exact_length.items():
+                params.setdefault(name, value)
         req = ChatRequest(self.messages(prompt.text), params, prompt.id)
         # With `paths: [wire, sdk]` the requests alternate, so both paths meet the same load.
         req.client_path = self._paths[i % len(self._paths)]
@@ -292,7 +293,7 @@ class LoadExperiment(Experiment):
                 "level": level.index,
                 "level_run": secrets.token_hex(3),
                 "tokens_per_word": self._tokens_per_word,
-                "is_llamacpp": self._is_llamacpp,
+                "exact_length_params": self._exact_length,
                 "paths": self._paths,
             }
             if workers > 1:
@@ -303,7 +304,7 @@ class LoadExperiment(Experiment):
     def restore(self, job: dict[str, Any]) -> None:
         """Take the runner's calibration into a worker process."""
         self._tokens_per_word = float(job["tokens_per_word"])
-        self._is_llamacpp = bool(job["is_llamacpp"])
+        self._exact_length = dict(job["exact_length_params"])
         self._paths = list(job["paths"])
 
     async def run_share(

@@ -2,8 +2,9 @@
 
 A sweep of prompt lengths (tokens), each sent `repeats` times in round-robin order so a
 drifting machine does not bias one length. Prompt caching is controlled: every cold prompt
-starts with a unique nonce (no shared prefix to reuse) and llama.cpp also gets
-``cache_prompt: false``; cached-token counts are recorded and any cold cache hit is flagged.
+starts with a unique nonce (no shared prefix to reuse) and a provider with a cache switch
+gets it turned off (`Provider.prompt_cache_params`, llama.cpp's ``cache_prompt: false``);
+cached-token counts are recorded and any cold cache hit is flagged.
 A `cache` variant then repeats one long prefix with different endings to show what a cache
 hit does to TTFT. TTFT is fitted against input tokens by least squares.
 """
@@ -11,6 +12,7 @@ hit does to TTFT. TTFT is fitted against input tokens by least squares.
 from __future__ import annotations
 
 import itertools
+import json
 import secrets
 from typing import Any, ClassVar, Literal
 
@@ -25,7 +27,6 @@ from labkit.experiments.base import (
 )
 from labkit.experiments.common import fmt_ms, least_squares, measured, median_of
 from labkit.providers.base import ChatRequest, Provider, ProviderSettings
-from labkit.providers.llamacpp import LlamaCppSettings
 from labkit.records import LabAnswer, RequestRecord
 
 __all__ = ["PrefillDecodeExperiment", "PrefillDecodeSettings", "filler_text"]
@@ -87,12 +88,15 @@ class PrefillDecodeSettings(ExperimentSettings):
     )
     context_tokens: PositiveInt | None = Field(
         default=None,
-        description="The model's context size for hosted providers (llama.cpp: ctx_size).",
+        description="The model's context size, for providers that do not know their own "
+        "(llama.cpp does: ctx_size).",
     )
     repeats: PositiveInt = 3
     params: dict[str, Any] = Field(default_factory=lambda: {"max_tokens": 32, "temperature": 0})
     ignore_eos: bool = Field(
-        default=True, description="llama.cpp: decode exactly max_tokens, for comparable decode."
+        default=True,
+        description="Where the provider can (llama.cpp): decode exactly max_tokens, for "
+        "comparable decode.",
     )
     cache_variant: bool = Field(default=True, description="Also run the repeated-prefix variant.")
     cache_prefix_tokens: PositiveInt = Field(default=1024, description="Shared prefix length.")
@@ -100,9 +104,9 @@ class PrefillDecodeSettings(ExperimentSettings):
 
 
 def _context_limit(s: PrefillDecodeSettings, provider: ProviderSettings) -> int | None:
-    if isinstance(provider, LlamaCppSettings):
-        return provider.ctx_size
-    return s.context_tokens
+    """The provider's own context size, else the experiment's `context_tokens`."""
+    own = provider.context_size()
+    return own if own is not None else s.context_tokens
 
 
 @register_experiment
@@ -181,12 +185,14 @@ class PrefillDecodeExperiment(Experiment):
     def plan(self, provider: Provider) -> list[PlannedRequest]:
         """Warm-up, the cold sweep (round-robin over lengths), then the cache variant."""
         s = self._s
-        is_llamacpp = isinstance(provider.settings, LlamaCppSettings)
-        cold = dict(s.params)
-        if is_llamacpp:
-            cold["cache_prompt"] = False
-            if s.ignore_eos:
-                cold["ignore_eos"] = True
+        exact = provider.exact_length_params() if s.ignore_eos else {}
+        cache_off = provider.prompt_cache_params(False)
+        cold = {**s.params, **cache_off, **exact}
+        cold_tags: dict[str, str | int | float | bool] = {"variant": "cold", "cache": "off"}
+        if cache_off:
+            cold_tags["cache_params"] = ", ".join(
+                f"{k}={json.dumps(v)}" for k, v in sorted(cache_off.items())
+            )
         lengths = self.lengths_for(provider.settings)
         plan = [
             PlannedRequest(
@@ -214,15 +220,11 @@ class PrefillDecodeExperiment(Experiment):
                         key=f"{self.name}/cold/{n}/{trial}",
                         request=ChatRequest([{"role": "user", "content": text}], cold, f"len{n}"),
                         trial=trial,
-                        tags={"variant": "cold", "target_prompt_tokens": n, "cache": "off"},
+                        tags={**cold_tags, "target_prompt_tokens": n},
                     )
                 )
         if s.cache_variant:
-            warm = dict(s.params)
-            if is_llamacpp:
-                warm["cache_prompt"] = True
-                if s.ignore_eos:
-                    warm["ignore_eos"] = True
+            warm = {**s.params, **provider.prompt_cache_params(True), **exact}
             n = self._cache_prefix(provider.settings)
             prefix = self._prompt(provider.id, n, secrets.token_hex(4))
             for i in range(s.cache_repeats + 1):
@@ -278,6 +280,7 @@ class PrefillDecodeExperiment(Experiment):
             [float(p["decode_ms_per_token"]) for p in decode_pts],
         )
         cold_hits = sum(1 for r in cold if (r.provider_timings.cached_tokens or 0) > 0)
+        switches = {str(r.tags["cache_params"]) for r in cold if "cache_params" in r.tags}
         cache = self._cache_figures(ok)
         figures: dict[str, Any] = {
             "points": points,
@@ -285,8 +288,7 @@ class PrefillDecodeExperiment(Experiment):
             "server_prefill_fit": _fit_json(server_fit),
             "decode_fit": _fit_json(decode_fit),
             "cold_cache_hits": cold_hits,
-            "cache_control": "unique nonce per prompt"
-            + ("; cache_prompt=false" if any("cache_prompt" in r.params for r in cold) else ""),
+            "cache_control": "; ".join(["unique nonce per prompt", *sorted(switches)]),
             "cache": cache,
         }
         if fit is None:

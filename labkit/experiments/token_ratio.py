@@ -1,7 +1,8 @@
 """`token_ratio`: characters, UTF-8 bytes and tokens of different kinds of text.
 
 Token counts come from the provider's own counter (llama.cpp `/tokenize`, Anthropic
-`count_tokens`), from tiktoken where that is the provider's tokenizer, and from the
+`count_tokens`), from an offline copy of its tokenizer where labkit has one (tiktoken,
+`Provider.count_locally`), and from the
 provider's usage when each text is sent as a prompt. Usage counts include the chat
 template's framing, so a one-character baseline prompt is sent too and its framing
 subtracted. The answer measures the "4 characters per token" rule of thumb against each.
@@ -21,7 +22,6 @@ from labkit.experiments.base import (
 )
 from labkit.experiments.common import Prompt, measured, median_of
 from labkit.providers.base import ChatRequest, Provider, TokenCount
-from labkit.providers.openai import tiktoken_encoding_for
 from labkit.records import LabAnswer, RequestRecord
 
 __all__ = ["DEFAULT_TEXTS", "TokenRatioExperiment", "TokenRatioSettings"]
@@ -96,7 +96,7 @@ class TokenRatioExperiment(Experiment):
         return self.settings
 
     async def prepare(self, provider: Provider) -> None:
-        """Count every text with the provider's own counter and with tiktoken."""
+        """Count every text with the provider's own counter and its offline tokenizer."""
         counts: dict[str, TokenCount | None] = {}
         texts = [*self._s.texts, Prompt(id=_BASELINE_ID, text=_BASELINE_TEXT)]
         for t in texts:
@@ -106,13 +106,10 @@ class TokenRatioExperiment(Experiment):
                 counts[t.id] = None
                 self._count_errors[provider.id] = f"{type(exc).__name__}: {exc}"[:200]
         self._counts[provider.id] = counts
-        encoding = tiktoken_encoding_for(provider.model)
-        if encoding is not None and provider.kind in ("openai", "openai_compatible"):
-            import tiktoken
-
-            enc = tiktoken.get_encoding(encoding)
+        local = {t.id: provider.count_locally(t.text) for t in texts}
+        if all(count is not None for count in local.values()):
             self._tiktoken[provider.id] = {
-                t.id: len(enc.encode(t.text, disallowed_special=())) for t in texts
+                text_id: count.tokens for text_id, count in local.items() if count is not None
             }
 
     def plan(self, provider: Provider) -> list[PlannedRequest]:
