@@ -31,15 +31,9 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from labkit.errors import ConfigError
-from labkit.experiments.base import (
-    Experiment,
-    ExperimentSettings,
-    PlannedRequest,
-    RequestDriver,
-    SendFn,
-    register_experiment,
-)
+from labkit.experiments.base import ExperimentSettings, PlannedRequest, register_experiment
 from labkit.experiments.common import Prompt, fmt_ms, p_of, prompt_list
+from labkit.experiments.paced import PacedExperiment, RequestDriver, SendFn
 from labkit.experiments.prefill_decode import filler_text
 from labkit.pacing import arrival_offsets_ns, closed_loop, open_loop
 from labkit.providers.base import ChatRequest, Provider, ProviderSettings
@@ -163,12 +157,11 @@ def _draw(target: int | tuple[int, int], rng: random.Random) -> int:
 
 
 @register_experiment
-class LoadExperiment(Experiment):
+class LoadExperiment(PacedExperiment):
     """Throughput and latency percentiles per load level."""
 
     kind: ClassVar[str] = "load"
     settings_model: ClassVar[type[ExperimentSettings]] = LoadSettings
-    paces_itself: ClassVar[bool] = True
     question: ClassVar[str] = (
         "Under load, how do TTFT and decode speed change, what aggregate throughput does the "
         "provider reach, and could labkit itself keep up?"

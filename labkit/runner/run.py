@@ -18,7 +18,8 @@ from typing import Any
 
 from labkit.config import LabConfig, parse_config
 from labkit.errors import LabkitError, ProviderUnavailable, RunError
-from labkit.experiments import Experiment, PlannedRequest, experiment_class
+from labkit.experiments import Experiment, PacedExperiment, PlannedRequest, experiment_class
+from labkit.experiments.paced import connections_needed
 from labkit.providers import ManagedServerHandle, Provider, ProviderSettings, provider_class
 from labkit.recorder import LoopLagMonitor, RecordContext, StreamRecorder
 from labkit.records import ErrorKind, LabAnswer, LabResults, RecordError, RequestRecord
@@ -203,7 +204,7 @@ class Runner:
                 settings = await self._start_server(settings, managed)
                 server = managed
                 outcome.server = server.info()
-            pool = max((e.connections_needed() for e in self.experiments), default=0)
+            pool = connections_needed(self.experiments)
             provider = provider_class(settings.kind)(settings, api_key=api_key, pool_size=pool)
             try:
                 described = await provider.describe()
@@ -264,7 +265,7 @@ class Runner:
         self.on_progress(outcome)
         for planned in (p for p in plan if p.warmup):
             await self._send(exp, provider, planned, outcome, server, 0.0)
-        if exp.paces_itself:
+        if isinstance(exp, PacedExperiment):
             await exp.drive(provider, _Driver(self, exp, provider, outcome, server))
             await exp.finalize(provider, self._mine(provider, exp))
             return
@@ -352,7 +353,7 @@ class _Driver:
     def __init__(
         self,
         runner: Runner,
-        exp: Experiment,
+        exp: PacedExperiment,
         provider: Provider,
         outcome: ProviderOutcome,
         server: ManagedServerHandle | None,
