@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, field_validator
 
+from labkit.figures import Figures
 from labkit.providers.base import ChatRequest, ClientPath, Provider, ProviderSettings
 from labkit.records import LabAnswer, RequestRecord
 
@@ -167,7 +168,7 @@ class Experiment(ABC):
         provider_id: str,
         model: str,
         text: str,
-        figures: dict[str, Any],
+        figures: Figures,
         status: Literal["ok", "partial", "failed"] = "ok",
     ) -> LabAnswer:
         """This experiment's `LabAnswer` for one provider."""

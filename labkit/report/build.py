@@ -9,12 +9,14 @@ could not be drawn.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from labkit.errors import RunError
+from labkit.figures import LoadLevel
 from labkit.records import LabAnswer
 from labkit.report.load import RunData, ensure_columns, load_run
 from labkit.report.plots import all_plots, load_rows
@@ -188,21 +190,20 @@ def _lab_section(run: RunData) -> list[Block]:
     return blocks
 
 
-_LOAD_VIEW: list[tuple[str, str, int | None]] = [
-    ("title", "level", None),
-    ("workers", "procs", 0),
-    ("ok", "ok", 0),
-    ("failed", "failed", 0),
-    ("achieved_rate_rps", "req/s", 2),
-    ("mean_in_flight", "in flight", 1),
-    ("output_tokens_per_s", "out tok/s", 0),
-    ("ttft_ms_p50", "TTFT p50", None),
-    ("ttft_ms_p90", "TTFT p90", None),
-    ("ttft_ms_p99", "TTFT p99", None),
-    ("decode_ms_per_token_p50", "decode ms/tok p50", None),
-    ("decode_ms_per_token_p99", "decode ms/tok p99", None),
-    ("queue_ms_p99", "queue p99", None),
-    ("loop_lag_ms_p50", "loop lag p50", None),
+_LOAD_VIEW: list[tuple[Callable[[LoadLevel], float | None], str, int | None]] = [
+    (lambda r: r.workers, "procs", 0),
+    (lambda r: r.ok, "ok", 0),
+    (lambda r: r.failed, "failed", 0),
+    (lambda r: r.achieved_rate_rps, "req/s", 2),
+    (lambda r: r.mean_in_flight, "in flight", 1),
+    (lambda r: r.output_tokens_per_s, "out tok/s", 0),
+    (lambda r: r.ttft_ms_p50, "TTFT p50", None),
+    (lambda r: r.ttft_ms_p90, "TTFT p90", None),
+    (lambda r: r.ttft_ms_p99, "TTFT p99", None),
+    (lambda r: r.decode_ms_per_token_p50, "decode ms/tok p50", None),
+    (lambda r: r.decode_ms_per_token_p99, "decode ms/tok p99", None),
+    (lambda r: r.queue_ms_p99, "queue p99", None),
+    (lambda r: r.loop_lag_ms_p50, "loop lag p50", None),
 ]
 
 
@@ -225,21 +226,13 @@ def _load_section(run: RunData) -> list[Block]:
     ]
     for provider, experiment, rows in found:
         blocks.append(Heading(f"{provider} · {experiment}", 3))
-        cells = []
-        for row in rows:
-            line = []
-            for key, _label, digits in _LOAD_VIEW:
-                value = row.get(key)
-                if key == "title":
-                    text = str(value or row.get("level"))
-                    if row.get("mode") == "rate" and row.get("arrival"):
-                        text += f" ({row['arrival']})"
-                    line.append(text + (" — client-bound" if row.get("client_bound") else ""))
-                else:
-                    line.append(fmt_num(value, digits))
-            cells.append(line)
-        numeric = set(range(1, len(_LOAD_VIEW)))
-        blocks.append(Table([label for _, label, _ in _LOAD_VIEW], cells, numeric))
+        cells = [
+            [row.display_title + (" — client-bound" if row.client_bound else "")]
+            + [fmt_num(get(row), digits) for get, _label, digits in _LOAD_VIEW]
+            for row in rows
+        ]
+        numeric = set(range(1, len(_LOAD_VIEW) + 1))
+        blocks.append(Table(["level"] + [label for _, label, _ in _LOAD_VIEW], cells, numeric))
     return blocks
 
 
