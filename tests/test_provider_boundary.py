@@ -22,6 +22,7 @@ import pytest
 import labkit
 import labkit.providers
 from labkit.providers.base import Provider, ProviderSettings, StreamParser, provider_kinds
+from labkit.providers.sdk import SDKAdapter
 
 pytestmark = pytest.mark.unit
 
@@ -30,8 +31,9 @@ LABKIT = Path(labkit.__file__).parent
 #: Names that are allowed where they are, each for a reason that is not provider knowledge.
 #: (path relative to labkit/, what is named) -> why
 ALLOWED: dict[tuple[str, str], str] = {
-    # PyPI distribution names whose versions go into the manifest, not provider kinds.
+    # PyPI distribution names, not provider kinds.
     ("runner/results.py", "_PACKAGES"): "package names for package_versions()",
+    ("sdkpath.py", "_SDK_PACKAGES"): "packages whose exceptions are the SDKs' own",
     # The fake server streams the fake provider's schedule: that module is its source.
     ("fakeserver.py", "labkit.providers.fake"): "the fake server serves FakeSchedule",
     ("cli.py", "labkit.providers.fake"): "`labkit fake-server` takes a FakeSchedule",
@@ -48,22 +50,23 @@ class Vocabulary:
 
 
 def provider_vocabulary() -> Vocabulary:
-    """Every registered kind, and every provider/settings/parser class of a provider module."""
+    """Every registered kind; every provider, settings, parser and SDK adapter class; and the
+    modules that define them (`base` and `sdk`, the shared interfaces, define only bases)."""
+    bases = (Provider, ProviderSettings, StreamParser, SDKAdapter)
     classes: set[str] = set()
     modules: set[str] = set()
     for info in pkgutil.iter_modules(labkit.providers.__path__):
-        if info.name == "base":
-            continue
         name = f"labkit.providers.{info.name}"
-        modules.add(name)
         module = importlib.import_module(name)
         for obj in vars(module).values():
             if (
                 inspect.isclass(obj)
                 and obj.__module__ == name
-                and issubclass(obj, Provider | ProviderSettings | StreamParser)
+                and issubclass(obj, bases)
+                and obj not in bases
             ):
                 classes.add(obj.__name__)
+                modules.add(name)
     return Vocabulary(frozenset(provider_kinds()), frozenset(classes), frozenset(modules))
 
 
@@ -127,8 +130,8 @@ def test_the_vocabulary_covers_every_provider() -> None:
     assert {"LlamaCppSettings", "OpenAIProvider", "AnthropicParser", "FakeProvider"} <= (
         vocab.classes
     )
-    assert "labkit.providers.llamacpp" in vocab.modules
-    assert "labkit.providers.base" not in vocab.modules
+    assert {"labkit.providers.llamacpp", "labkit.providers.openai_sdk"} <= vocab.modules
+    assert not {"labkit.providers.base", "labkit.providers.sdk"} & vocab.modules
 
 
 def test_the_check_finds_each_way_of_naming_a_provider() -> None:
