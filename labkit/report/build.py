@@ -80,8 +80,11 @@ def missing_notes(run: RunData, summary: pd.DataFrame) -> list[str]:
     if status and status != "completed":
         notes.append(f"The run's status is '{status}': results may be partial.")
     providers = run.manifest.get("providers")
+    timings_promised: set[str] = set()
     if isinstance(providers, dict):
         for pid, info in providers.items():
+            if isinstance(info, dict) and info.get("reports_server_timings") is True:
+                timings_promised.add(str(pid))
             if not isinstance(info, dict) or info.get("status") in (None, "ok"):
                 continue
             why = info.get("reason") or info.get("first_error") or "no reason given"
@@ -128,10 +131,17 @@ def missing_notes(run: RunData, summary: pd.DataFrame) -> list[str]:
             ok["provider_timings.prefill_ms"].isna().all()
             and ok["provider_timings.decode_ms_per_token"].isna().all()
         ):
-            notes.append(
-                f"{provider}: reports no prefill/decode timings of its own; the split below "
-                f"says '{NOT_REPORTED}' and attributes only what the client observed."
-            )
+            if str(provider) in timings_promised:
+                notes.append(
+                    f"{provider}: its kind reports prefill/decode timings of its own, but none "
+                    f"arrived in this run (an older or differently built server?); the split "
+                    f"below says '{NOT_REPORTED}'."
+                )
+            else:
+                notes.append(
+                    f"{provider}: reports no prefill/decode timings of its own; the split below "
+                    f"says '{NOT_REPORTED}' and attributes only what the client observed."
+                )
     return notes
 
 

@@ -58,6 +58,8 @@ class ProviderOutcome:
     failed: int = 0
     planned: int = 0
     server: dict[str, Any] | None = None
+    #: Whether the provider says it reports its own prefill/decode times (None: not known).
+    reports_server_timings: bool | None = None
     ttfts: list[float] = field(default_factory=list)
 
     def manifest_entry(self) -> dict[str, Any]:
@@ -71,6 +73,7 @@ class ProviderOutcome:
             "requests": self.done,
             "failed": self.failed,
             "server": self.server,
+            "reports_server_timings": self.reports_server_timings,
         }
 
 
@@ -206,6 +209,7 @@ class Runner:
                 outcome.server = server.info()
             pool = connections_needed(self.experiments)
             provider = provider_class(settings.kind)(settings, api_key=api_key, pool_size=pool)
+            outcome.reports_server_timings = provider.reports_server_timings
             try:
                 described = await provider.describe()
             except Exception as exc:  # describing is best-effort, the run goes on

@@ -5,6 +5,7 @@ that mean "cannot"."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -257,3 +258,5 @@ def test_the_runner_starts_and_stops_a_managed_server(
     assert "provider 'f': preparing the local stub-server" in messages
     assert "provider 'f': stub-server ready at http://fake.labkit.invalid/v1" in messages
     assert len(result.records) == 1 and result.records[0].error is None
+    entry = json.loads((result.folder.path / "manifest.json").read_text())["providers"]["f"]
+    assert entry["server"] == {"stub": True} and entry["reports_server_timings"] is False
