@@ -25,7 +25,7 @@ from labkit.experiments.base import (
     PlannedRequest,
     register_experiment,
 )
-from labkit.experiments.common import fmt_ms, least_squares, measured, median_of
+from labkit.experiments.common import fmt_ms, measured, median_of
 from labkit.figures import CacheEffect, LinearFit, MarginalCost, PrefillDecodeFigures, PrefillPoint
 from labkit.providers.base import ChatRequest, Provider, ProviderSettings
 from labkit.records import LabAnswer, RequestRecord
@@ -269,20 +269,18 @@ class PrefillDecodeExperiment(Experiment):
                 )
             )
         xs = [float(r.usage.input_tokens or 0) for r in cold]
-        fit = _fit(least_squares(xs, [float(r.client.ttft_ms or 0) for r in cold]))
+        fit = LinearFit.least_squares(xs, [float(r.client.ttft_ms or 0) for r in cold])
         with_prefill = [r for r in cold if r.provider_timings.prefill_ms is not None]
-        server_fit = _fit(
-            least_squares(
-                [float(r.usage.input_tokens or 0) for r in with_prefill],
-                [float(r.provider_timings.prefill_ms or 0) for r in with_prefill],
-            )
+        server_fit = LinearFit.least_squares(
+            [float(r.usage.input_tokens or 0) for r in with_prefill],
+            [float(r.provider_timings.prefill_ms or 0) for r in with_prefill],
         )
         decode_pts = [
             (p.input_tokens, p.decode_ms_per_token)
             for p in points
             if p.input_tokens is not None and p.decode_ms_per_token is not None
         ]
-        decode_fit = _fit(least_squares([x for x, _ in decode_pts], [y for _, y in decode_pts]))
+        decode_fit = LinearFit.least_squares([x for x, _ in decode_pts], [y for _, y in decode_pts])
         cold_hits = sum(1 for r in cold if (r.provider_timings.cached_tokens or 0) > 0)
         switches = {str(r.tags["cache_params"]) for r in cold if "cache_params" in r.tags}
         cache = self._cache_figures(ok)
@@ -382,11 +380,3 @@ def marginal_costs(points: list[PrefillPoint]) -> list[MarginalCost]:
                 MarginalCost(from_tokens=x0, to_tokens=x1, ms_per_token=(y1 - y0) / (x1 - x0))
             )
     return out
-
-
-def _fit(fit: dict[str, float] | None) -> LinearFit | None:
-    if fit is None:
-        return None
-    return LinearFit(
-        ms_per_token=fit["slope"], intercept_ms=fit["intercept"], r2=fit["r2"], n=int(fit["n"])
-    )

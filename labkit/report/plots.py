@@ -194,16 +194,11 @@ def prefill_points(df: pd.DataFrame, lab: LabResults | None) -> dict[str, pd.Dat
 
 
 def fit_line(points: pd.DataFrame) -> LinearFit | None:
-    """Least-squares TTFT = intercept + ms_per_token × input_tokens (None under 2 sizes)."""
-    x = points["input_tokens"].to_numpy(dtype=float)
-    y = points["ttft_ms"].to_numpy(dtype=float)
-    if len(np.unique(x)) < 2:
-        return None
-    slope, intercept = np.polyfit(x, y, 1)
-    pred = intercept + slope * x
-    ss_tot = float(np.sum((y - y.mean()) ** 2))
-    r2 = 1.0 - float(np.sum((y - pred) ** 2)) / ss_tot if ss_tot > 0 else 1.0
-    return LinearFit(ms_per_token=float(slope), intercept_ms=float(intercept), r2=r2, n=len(x))
+    """Least-squares TTFT = intercept + ms_per_token × input_tokens (None under 2 sizes):
+    the experiments' own fit (`LinearFit.least_squares`), for a run whose lab.json has none."""
+    return LinearFit.least_squares(
+        points["input_tokens"].astype(float).tolist(), points["ttft_ms"].astype(float).tolist()
+    )
 
 
 def _lab_fit(lab: LabResults | None, provider: str) -> LinearFit | None:

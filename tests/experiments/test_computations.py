@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from labkit.experiments.attribution import AttributionExperiment, AttributionSettings
-from labkit.experiments.common import least_squares, measured
+from labkit.experiments.common import measured
 from labkit.experiments.determinism import (
     DeterminismExperiment,
     DeterminismSettings,
@@ -17,7 +17,7 @@ from labkit.experiments.determinism import (
 from labkit.experiments.prefill_decode import PrefillDecodeExperiment, PrefillDecodeSettings
 from labkit.experiments.single import SingleExperiment, SingleSettings
 from labkit.experiments.token_ratio import TokenRatioExperiment, TokenRatioSettings
-from labkit.figures import AttributionKey
+from labkit.figures import AttributionKey, LinearFit
 from labkit.providers.base import TokenCount
 from tests.experiments.records import make_record
 
@@ -25,12 +25,12 @@ from tests.experiments.records import make_record
 def test_least_squares_recovers_a_planted_line() -> None:
     xs = [16.0, 64.0, 256.0, 1024.0, 2048.0]
     ys = [0.75 * x + 12.0 for x in xs]
-    fit = least_squares(xs, ys)
-    assert fit is not None
-    assert fit["slope"] == pytest.approx(0.75)
-    assert fit["intercept"] == pytest.approx(12.0)
-    assert fit["r2"] == pytest.approx(1.0)
-    assert least_squares([5.0, 5.0], [1.0, 2.0]) is None  # one distinct x: no line
+    fit = LinearFit.least_squares(xs, ys)
+    assert fit is not None and fit.n == 5
+    assert fit.ms_per_token == pytest.approx(0.75)
+    assert fit.intercept_ms == pytest.approx(12.0)
+    assert fit.r2 == pytest.approx(1.0)
+    assert LinearFit.least_squares([5.0, 5.0], [1.0, 2.0]) is None  # one distinct x: no line
 
 
 def test_prefill_decode_fit_from_records() -> None:
