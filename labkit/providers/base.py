@@ -2,10 +2,15 @@
 
 A provider is three things:
 
-- a settings model (`ProviderSettings` subclass): what a YAML entry of this `kind` may say;
+- a settings model (`ProviderSettings` subclass): what a YAML entry of this `kind` may say,
+  the model's context size where it knows it, and a local server to start (`managed_server`);
 - a `Provider`: builds the wire request for a chat, counts tokens, describes the server;
 - a `StreamParser`: reads one response's events, classifies each (output or not), and
   collects usage, stop reason, identifiers and the provider's own timings.
+
+Experiments and the runner ask a provider's capabilities, never its kind or class:
+`tokenize`/`tokenizer_name`, `count_tokens`, `count_locally`, `prompt_cache_params`,
+`exact_length_params`, `reports_server_timings`, `sdk`; each defaults to "cannot".
 
 The stream recorder (`labkit.recorder`) owns the clock and the HTTP; providers never time
 anything themselves. Adding a provider means adding one module and decorating its class
