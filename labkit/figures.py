@@ -343,9 +343,17 @@ Figures: TypeAlias = Annotated[
 
 _ADAPTER: TypeAdapter[Figures] = TypeAdapter(Figures)
 
-#: The experiment kinds that have figures.
+#: The experiment kinds that have figures (each model's `kind`).
 FIGURE_KINDS: frozenset[str] = frozenset(
-    {"single", "prefill_decode", "token_ratio", "determinism", "attribution", "load"}
+    str(model.model_fields["kind"].default)
+    for model in (
+        SingleFigures,
+        PrefillDecodeFigures,
+        TokenRatioFigures,
+        DeterminismFigures,
+        AttributionFigures,
+        LoadFigures,
+    )
 )
 
 

@@ -95,3 +95,10 @@ def test_figures_with_a_kind_are_validated_strictly() -> None:
     bad = _old_answer("load", {"kind": "load", "levels": "not a list", "mode": "rate"})
     with pytest.raises(ValueError, match="levels"):
         LabAnswer.model_validate(bad)
+
+
+def test_every_experiment_kind_has_its_figures_model() -> None:
+    from labkit.experiments import experiment_kinds
+    from labkit.figures import FIGURE_KINDS
+
+    assert set(experiment_kinds()) == FIGURE_KINDS
