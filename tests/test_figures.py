@@ -7,7 +7,14 @@ import json
 
 import pytest
 
-from labkit.figures import AttributionFigures, AttributionKey, AttributionRow, LoadFigures
+from labkit.experiments import experiment_kinds
+from labkit.figures import (
+    FIGURE_KINDS,
+    AttributionFigures,
+    AttributionKey,
+    AttributionRow,
+    LoadFigures,
+)
 from labkit.records import LabAnswer, LabResults
 from labkit.runner.summary import load_tables
 
@@ -98,7 +105,4 @@ def test_figures_with_a_kind_are_validated_strictly() -> None:
 
 
 def test_every_experiment_kind_has_its_figures_model() -> None:
-    from labkit.experiments import experiment_kinds
-    from labkit.figures import FIGURE_KINDS
-
     assert set(experiment_kinds()) == FIGURE_KINDS
