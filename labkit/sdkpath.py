@@ -38,6 +38,7 @@ from typing import Any, ClassVar, Literal
 
 from labkit.providers.base import ChatRequest, Provider, StreamParser
 from labkit.providers.sdk import SDKAdapter
+from labkit.proxies import proxy_for
 from labkit.recorder import (
     BaseRecorder,
     Clock,
@@ -113,9 +114,13 @@ class SDKRecorder(BaseRecorder):
             client = self._factory(timeout=timeout)
         else:
             n = provider.pool_size
+            proxy = proxy_for(provider.settings.resolved_base_url())  # loopback: never
             client = httpx2.AsyncClient(
                 timeout=timeout,
                 limits=httpx2.Limits(max_connections=n, max_keepalive_connections=n),
+                proxy=proxy.url if proxy else None,
+                trust_env=False,  # proxies decided above; the CA variables still read here:
+                verify=httpx2.create_ssl_context(trust_env=True),
             )
         hooks = client.event_hooks
         client.event_hooks = {**hooks, "request": [*hooks["request"], _attach_trace]}
@@ -154,6 +159,9 @@ class SDKRecorder(BaseRecorder):
             raise _NoSDK(f"provider {provider.id!r} ({provider.kind}) has no official SDK")
         clock = self._clock
         client = self._sdk_client(provider, adapter)
+        if self._factory is None:
+            proxy = proxy_for(provider.settings.resolved_base_url())
+            m.via_proxy = proxy.describe() if proxy else None
         measuring = _MEASURING.set((m.phases, clock))
         try:
             m.begin(clock)
@@ -198,6 +206,14 @@ class SDKRecorder(BaseRecorder):
             return None
         status = getattr(exc, "status_code", None)
         response = getattr(exc, "response", None)
+        body = getattr(exc, "body", None)
+        if (status is not None and status < 400) or (status is None and body is not None):
+            # An error event inside a 200 stream: the openai SDK raises a bare `APIError`
+            # with the event's `error` object, the anthropic SDK a status error with 200.
+            return RecordError(
+                kind=ErrorKind.STREAM_ERROR,
+                message=redact(f"error event in stream: {_event_error_text(exc, body)}")[:300],
+            )
         if status is not None and response is not None:
             if parser is not None:
                 parser.on_headers(response.headers)
@@ -215,8 +231,21 @@ class SDKRecorder(BaseRecorder):
         if "Timeout" in name:
             return RecordError(kind=ErrorKind.TIMEOUT, message=message)
         if "Connection" in name or "Protocol" in name or "Network" in name:
+            if m.via_proxy:
+                message = f"{message} (through {m.via_proxy})"[:300]
             return RecordError(kind=ErrorKind.CONNECTION, message=message)
         return RecordError(kind=ErrorKind.PROTOCOL, message=message)
+
+
+def _event_error_text(exc: Exception, body: Any) -> str:
+    """`type: message` of an in-stream error event, as the wire parsers word it."""
+    err = body.get("error", body) if isinstance(body, dict) else None
+    if isinstance(err, dict):
+        etype = err.get("type") or err.get("code")
+        message = err.get("message")
+        if message:
+            return f"{etype}: {message}" if etype else str(message)
+    return f"{type(exc).__name__}: {exc}"
 
 
 class _NoSDK(Exception):
@@ -226,4 +255,6 @@ class _NoSDK(Exception):
 def _as_json(item: Any) -> str:
     """The JSON an SDK event object came from (fields as received, extras such as llama.cpp's
     `timings` included), for the wire parser. Runs after the object's stamp was taken."""
-    return json.dumps(item.model_dump(mode="json", exclude_unset=True))
+    # warnings=False: the SDKs build unvalidated models (`construct`), so a field of a shape
+    # their types do not know (list content, a numeric id) would warn on every event.
+    return json.dumps(item.model_dump(mode="json", exclude_unset=True, warnings=False))

@@ -1,7 +1,8 @@
 """`token_ratio`: characters, UTF-8 bytes and tokens of different kinds of text.
 
 Token counts come from the provider's own counter (llama.cpp `/tokenize`, Anthropic
-`count_tokens`), from tiktoken where that is the provider's tokenizer, and from the
+`count_tokens`), from an offline copy of its tokenizer where labkit has one (tiktoken,
+`Provider.count_locally`), and from the
 provider's usage when each text is sent as a prompt. Usage counts include the chat
 template's framing, so a one-character baseline prompt is sent too and its framing
 subtracted. The answer measures the "4 characters per token" rule of thumb against each.
@@ -26,6 +27,7 @@ from labkit.experiments.base import (
     register_experiment,
 )
 from labkit.experiments.common import Prompt, measured, median_of
+from labkit.figures import TokenizerCount, TokenizerSpread, TokenRatioFigures, TokenRatioRow
 from labkit.providers.base import ChatRequest, Provider, TokenCount
 from labkit.records import LabAnswer, RequestRecord
 from labkit.tokenizers import Tokenized, offline_tokenizer
@@ -105,7 +107,7 @@ class TokenRatioExperiment(Experiment):
         return self.settings
 
     async def prepare(self, provider: Provider) -> None:
-        """Count every text with the provider's own counter and with tiktoken."""
+        """Count every text with the provider's own counter and its offline tokenizer."""
         counts: dict[str, TokenCount | None] = {}
         texts = [*self._s.texts, Prompt(id=_BASELINE_ID, text=_BASELINE_TEXT)]
         for t in texts:
@@ -115,10 +117,7 @@ class TokenRatioExperiment(Experiment):
                 counts[t.id] = None
                 self._count_errors[provider.id] = f"{type(exc).__name__}: {exc}"[:200]
         self._counts[provider.id] = counts
-        local = {
-            t.id: provider.count_input_locally(ChatRequest([{"role": "user", "content": t.text}]))
-            for t in texts
-        }
+        local = {t.id: provider.count_locally(t.text) for t in texts}
         if all(count is not None for count in local.values()):
             self._tiktoken[provider.id] = {
                 text_id: count.tokens for text_id, count in local.items() if count is not None
@@ -187,7 +186,7 @@ class TokenRatioExperiment(Experiment):
         baseline_usage = usage_of(_BASELINE_ID)
         baseline_count = counts.get(_BASELINE_ID)
         baseline_tokens = baseline_count.tokens if baseline_count else 1
-        rows: list[dict[str, Any]] = []
+        rows: list[TokenRatioRow] = []
         for t in self._s.texts:
             count = counts.get(t.id)
             usage = usage_of(t.id)
@@ -196,6 +195,7 @@ class TokenRatioExperiment(Experiment):
                 if usage is not None and baseline_usage is not None
                 else None
             )
+            tokens: int | None
             if count is not None:
                 tokens, source = count.tokens, count.source
             elif usage_text is not None:
@@ -205,37 +205,42 @@ class TokenRatioExperiment(Experiment):
             else:
                 tokens, source = None, "not available"
             chars = len(t.text)
+            size = len(t.text.encode("utf-8"))
             rows.append(
-                {
-                    "text_id": t.id,
-                    "chars": chars,
-                    "bytes": len(t.text.encode("utf-8")),
-                    "tokens": tokens,
-                    "token_source": source,
-                    "chars_per_token": chars / tokens if tokens else None,
-                    "bytes_per_token": len(t.text.encode("utf-8")) / tokens if tokens else None,
-                    "rule_of_4_estimate": chars / 4,
-                    "rule_of_4_error_pct": (chars / 4 - tokens) / tokens * 100 if tokens else None,
-                    "usage_input_tokens": usage,
-                    "usage_text_tokens": usage_text,
-                    "tiktoken_tokens": tk.get(t.id),
-                }
+                TokenRatioRow(
+                    text_id=t.id,
+                    chars=chars,
+                    bytes=size,
+                    tokens=tokens,
+                    token_source=source,
+                    chars_per_token=chars / tokens if tokens else None,
+                    bytes_per_token=size / tokens if tokens else None,
+                    rule_of_4_estimate=chars / 4,
+                    rule_of_4_error_pct=(chars / 4 - tokens) / tokens * 100 if tokens else None,
+                    usage_input_tokens=usage,
+                    usage_text_tokens=usage_text,
+                    tiktoken_tokens=tk.get(t.id),
+                )
             )
-        side_rows, spread = side_by_side(self._s.texts, self._side_by_side)
+        spread = tokenizer_spread(self._s.texts, self._side_by_side)
         local_diffs = [
             r.usage.input_tokens_local_diff
             for r in ok
             if r.usage.input_tokens_local_diff is not None and r.prompt_id != _BASELINE_ID
         ]
-        figures: dict[str, Any] = {
-            "rows": rows,
-            "baseline_usage_input_tokens": baseline_usage,
-            "count_error": self._count_errors.get(provider_id),
-            "side_by_side": side_rows,
-            "spread": spread,
-            "input_tokens_local_diffs": local_diffs,
-        }
-        measured_rows = [r for r in rows if r["tokens"]]
+        figures = TokenRatioFigures(
+            rows=rows,
+            baseline_usage_input_tokens=baseline_usage,
+            count_error=self._count_errors.get(provider_id),
+            side_by_side=side_by_side(self._s.texts, self._side_by_side),
+            spread=spread,
+            input_tokens_local_diffs=local_diffs,
+        )
+        measured_rows = [
+            (r, r.chars_per_token, r.rule_of_4_error_pct)
+            for r in rows
+            if r.tokens and r.chars_per_token is not None and r.rule_of_4_error_pct is not None
+        ]
         if not measured_rows:
             return self.answer(
                 provider_id,
@@ -245,18 +250,17 @@ class TokenRatioExperiment(Experiment):
                 status="failed",
             )
         parts = [
-            f"{r['text_id']} {r['chars_per_token']:.2f} chars/token "
-            f"({r['tokens']} tokens for {r['chars']} chars, rule off by "
-            f"{r['rule_of_4_error_pct']:+.0f}%)"
-            for r in measured_rows
+            f"{r.text_id} {cpt:.2f} chars/token "
+            f"({r.tokens} tokens for {r.chars} chars, rule off by {err:+.0f}%)"
+            for r, cpt, err in measured_rows
         ]
-        worst = max(measured_rows, key=lambda r: abs(r["rule_of_4_error_pct"]))
-        best = min(measured_rows, key=lambda r: abs(r["rule_of_4_error_pct"]))
+        worst = max(measured_rows, key=lambda m: abs(m[2]))
+        best = min(measured_rows, key=lambda m: abs(m[2]))
         answer = (
-            "; ".join(parts) + f". The 4-characters rule is closest for {best['text_id']} "
-            f"({best['rule_of_4_error_pct']:+.0f}%) and worst for {worst['text_id']} "
-            f"({worst['rule_of_4_error_pct']:+.0f}%). Counts from: "
-            + ", ".join(sorted({r["token_source"] for r in measured_rows}))
+            "; ".join(parts) + f". The 4-characters rule is closest for {best[0].text_id} "
+            f"({best[2]:+.0f}%) and worst for {worst[0].text_id} "
+            f"({worst[2]:+.0f}%). Counts from: "
+            + ", ".join(sorted({r.token_source for r, _, _ in measured_rows}))
             + "."
         )
         if baseline_usage is not None:
@@ -275,57 +279,64 @@ class TokenRatioExperiment(Experiment):
         )
 
 
-def side_by_side(
-    texts: list[Prompt], table: dict[str, dict[str, int]]
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Rows per text and tokenizer (tokens, chars/token, bytes/token), and per text the
-    spread between the tokenizer needing the fewest tokens and the one needing the most."""
-    rows: list[dict[str, Any]] = []
-    spread: list[dict[str, Any]] = []
+def side_by_side(texts: list[Prompt], table: dict[str, dict[str, int]]) -> list[TokenizerCount]:
+    """Tokens, chars/token and bytes/token of every text with every tokenizer in `table`."""
+    rows: list[TokenizerCount] = []
     for t in texts:
         chars, size = len(t.text), len(t.text.encode("utf-8"))
-        counts = {name: by_text[t.id] for name, by_text in table.items() if t.id in by_text}
-        for name, tokens in counts.items():
-            rows.append(
-                {
-                    "text_id": t.id,
-                    "tokenizer": name,
-                    "tokens": tokens,
-                    "chars_per_token": chars / tokens if tokens > 0 else None,
-                    "bytes_per_token": size / tokens if tokens > 0 else None,
-                }
-            )
-        positive = {name: n for name, n in counts.items() if n > 0}
-        if len(positive) >= 2:
-            fewest = min(positive, key=lambda name: positive[name])
-            most = max(positive, key=lambda name: positive[name])
-            spread.append(
-                {
-                    "text_id": t.id,
-                    "most_efficient": fewest,
-                    "most_efficient_tokens": positive[fewest],
-                    "least_efficient": most,
-                    "least_efficient_tokens": positive[most],
-                    "ratio": positive[most] / positive[fewest],
-                }
-            )
-    return rows, spread
+        for name, by_text in table.items():
+            tokens = by_text.get(t.id)
+            if tokens is not None:
+                rows.append(
+                    TokenizerCount(
+                        text_id=t.id,
+                        tokenizer=name,
+                        tokens=tokens,
+                        chars_per_token=chars / tokens if tokens > 0 else None,
+                        bytes_per_token=size / tokens if tokens > 0 else None,
+                    )
+                )
+    return rows
 
 
-def side_by_side_sentence(spread: list[dict[str, Any]], tokenizers: int) -> str:
+def tokenizer_spread(
+    texts: list[Prompt], table: dict[str, dict[str, int]]
+) -> list[TokenizerSpread]:
+    """Per text with two or more tokenizers: the fewest tokens against the most."""
+    spread: list[TokenizerSpread] = []
+    for t in texts:
+        counts = {name: n for name, by_text in table.items() if (n := by_text.get(t.id, 0)) > 0}
+        if len(counts) < 2:
+            continue
+        fewest = min(counts, key=lambda name: counts[name])
+        most = max(counts, key=lambda name: counts[name])
+        spread.append(
+            TokenizerSpread(
+                text_id=t.id,
+                most_efficient=fewest,
+                most_efficient_tokens=counts[fewest],
+                least_efficient=most,
+                least_efficient_tokens=counts[most],
+                ratio=counts[most] / counts[fewest],
+            )
+        )
+    return spread
+
+
+def side_by_side_sentence(spread: list[TokenizerSpread], tokenizers: int) -> str:
     """The side-by-side comparison in words (empty with fewer than two tokenizers)."""
     if not spread:
         return ""
     parts = [
-        f"{s['text_id']} {s['most_efficient']} {s['most_efficient_tokens']} vs "
-        f"{s['least_efficient']} {s['least_efficient_tokens']} ({s['ratio']:.2f}×)"
+        f"{s.text_id} {s.most_efficient} {s.most_efficient_tokens} vs "
+        f"{s.least_efficient} {s.least_efficient_tokens} ({s.ratio:.2f}×)"
         for s in spread
     ]
-    widest = max(spread, key=lambda s: s["ratio"])
+    widest = max(spread, key=lambda s: s.ratio)
     return (
         f" Side by side, {tokenizers} tokenizers, fewest vs most tokens per text: "
         + "; ".join(parts)
-        + f". The spread is widest for {widest['text_id']}."
+        + f". The spread is widest for {widest.text_id}."
     )
 
 

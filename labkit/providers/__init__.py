@@ -8,6 +8,7 @@ from labkit.providers import anthropic, fake, llamacpp, openai, openai_compatibl
 from labkit.providers.base import (
     ChatRequest,
     EventClass,
+    ManagedServerHandle,
     Provider,
     ProviderSettings,
     StreamParser,
@@ -23,6 +24,7 @@ from labkit.providers.llamacpp import bundled_model_settings
 __all__ = [
     "ChatRequest",
     "EventClass",
+    "ManagedServerHandle",
     "Provider",
     "ProviderSettings",
     "StreamParser",

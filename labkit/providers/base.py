@@ -2,10 +2,15 @@
 
 A provider is three things:
 
-- a settings model (`ProviderSettings` subclass): what a YAML entry of this `kind` may say;
+- a settings model (`ProviderSettings` subclass): what a YAML entry of this `kind` may say,
+  the model's context size where it knows it, and a local server to start (`managed_server`);
 - a `Provider`: builds the wire request for a chat, counts tokens, describes the server;
 - a `StreamParser`: reads one response's events, classifies each (output or not), and
   collects usage, stop reason, identifiers and the provider's own timings.
+
+Experiments and the runner ask a provider's capabilities, never its kind or class:
+`tokenize`/`tokenizer_name`, `count_tokens`, `count_locally`, `prompt_cache_params`,
+`exact_length_params`, `reports_server_timings`, `sdk`; each defaults to "cannot".
 
 The stream recorder (`labkit.recorder`) owns the clock and the HTTP; providers never time
 anything themselves. Adding a provider means adding one module and decorating its class
@@ -15,10 +20,12 @@ with `@register`.
 from __future__ import annotations
 
 import os
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, TypeAlias, TypeVar
+from pathlib import Path
+from typing import Any, ClassVar, Literal, Protocol, TypeAlias, TypeVar
 from urllib.parse import urlsplit
 
 import httpx
@@ -35,7 +42,9 @@ from pydantic import (
 from labkit.errors import ProviderUnavailable
 from labkit.lean import LeanTransport, lean_applies
 from labkit.providers.sdk import SDKAdapter
+from labkit.proxies import ProxyChoice, proxy_for, unusable_because
 from labkit.records import ProviderTimings, RecordError, StopReason, Usage
+from labkit.scrub import register_secret
 from labkit.sse import SSEEvent
 from labkit.tokenizers import Tokenized
 
@@ -43,6 +52,7 @@ __all__ = [
     "ChatRequest",
     "ClientPath",
     "EventClass",
+    "ManagedServerHandle",
     "Provider",
     "ProviderSettings",
     "ResponseHeaders",
@@ -65,6 +75,10 @@ ClientPath: TypeAlias = Literal["wire", "sdk"]
 ResponseHeaders: TypeAlias = Mapping[str, str]
 
 
+#: What a key may hold to travel as an HTTP header value: printable ASCII (spaces inside).
+_HEADER_SAFE = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?")
+
+
 class EventClass:
     """How the recorder treats one SSE event (plain ints: this is the per-event path)."""
 
@@ -83,6 +97,38 @@ class Timeouts(BaseModel):
     connect: PositiveFloat = Field(default=10.0, description="TCP connect and TLS handshake.")
     read: PositiveFloat = Field(default=120.0, description="Longest wait between two reads.")
     total: PositiveFloat = Field(default=600.0, description="Whole request, stream included.")
+
+
+class ManagedServerHandle(Protocol):
+    """A local server the runner starts before a provider's requests and stops after them
+    (`ProviderSettings.managed_server`). `start` and `stop` block: the runner calls them in
+    a thread."""
+
+    @property
+    def name(self) -> str:
+        """What the server is called in messages (`llama-server`)."""
+        ...
+
+    @property
+    def log_path(self) -> Path:
+        """Where the server's output goes."""
+        ...
+
+    def start(self) -> str:
+        """Set up and start the server; its base URL once it is ready."""
+        ...
+
+    def stop(self) -> None:
+        """Stop the server (safe to call when it never started)."""
+        ...
+
+    def is_running(self) -> bool:
+        """Whether the server process is still alive."""
+        ...
+
+    def info(self) -> dict[str, Any]:
+        """Facts about the running server for the manifest."""
+        ...
 
 
 class ProviderSettings(BaseModel):
@@ -136,6 +182,15 @@ class ProviderSettings(BaseModel):
     #: Whether this kind needs an API key to run at all.
     key_required: ClassVar[bool] = False
 
+    def context_size(self) -> int | None:
+        """The model's context in tokens, where this entry knows it (None: unknown)."""
+        return None
+
+    def managed_server(self, log_dir: Path) -> ManagedServerHandle | None:
+        """The local server this entry wants started for the run (None: it uses one that
+        already runs). `log_dir` is where its log may go."""
+        return None
+
     @field_validator("base_url")
     @classmethod
     def _url_is_sendable(cls, value: str | None) -> str | None:
@@ -172,29 +227,53 @@ class ProviderSettings(BaseModel):
     def check_available(self) -> str | None:
         """The API key (or None), after checking the provider can run here at all.
 
-        Raises ProviderUnavailable naming the variable to set when a key or URL is missing.
+        Raises ProviderUnavailable naming the variable to set when a key or URL is missing,
+        and when the proxy for its URL needs what this install lacks (SOCKS without socksio).
         """
         if self.base_url is None and self.base_url_env and not os.environ.get(self.base_url_env):
             raise ProviderUnavailable(
                 f"skipping provider {self.id!r}: set {self.base_url_env} to its base URL to run it"
             )
+        self._check_proxy()
         return self.resolve_api_key()
 
+    def _check_proxy(self) -> None:
+        try:
+            proxy = proxy_for(self.resolved_base_url())
+        except ProviderUnavailable:  # no URL: said when the provider is built
+            return
+        lacking = unusable_because(proxy) if proxy else None
+        if proxy and lacking:
+            raise ProviderUnavailable(
+                f"skipping provider {self.id!r}: requests would go through "
+                f"{proxy.describe()}, which needs {lacking}; or add the host to NO_PROXY"
+            )
+
     def resolve_api_key(self) -> str | None:
-        """The key from the named variable; ProviderUnavailable when a required one is unset."""
+        """The key from the named variable, stripped of surrounding whitespace and registered
+        with `labkit.scrub`, so that no output can show it.
+
+        Raises ProviderUnavailable (the provider is skipped, one line naming the variable,
+        never the value) when the variable is unset or empty, on every kind, or holds
+        something that cannot be sent as a header value (non-ASCII, control characters).
+        """
         if self.api_key_env is None:
             if self.key_required:
                 raise ProviderUnavailable(
                     f"provider {self.id!r} ({self.kind}) needs an API key: set api_key_env"
                 )
             return None
-        value = os.environ.get(self.api_key_env)
+        value = os.environ.get(self.api_key_env, "").strip()
         if not value:
-            if self.key_required:
-                raise ProviderUnavailable(
-                    f"skipping provider {self.id!r}: set {self.api_key_env} to run it"
-                )
-            return None
+            raise ProviderUnavailable(
+                f"skipping provider {self.id!r}: set {self.api_key_env} to run it"
+            )
+        register_secret(value)
+        if not _HEADER_SAFE.fullmatch(value):
+            raise ProviderUnavailable(
+                f"skipping provider {self.id!r}: {self.api_key_env} holds characters a key "
+                "cannot have (non-ASCII or control characters inside it); export the key alone"
+            )
         return value
 
 
@@ -298,6 +377,10 @@ class Provider(ABC):
     sdk: ClassVar[SDKAdapter | None] = None
     #: Whether an official SDK can send this kind's requests (derived from `sdk`).
     has_sdk: ClassVar[bool] = False
+    #: Whether the provider reports its own prefill and decode times (`provider_timings`).
+    reports_server_timings: ClassVar[bool] = False
+    #: The tokenizer behind `tokenize` (`llamacpp:/tokenize`); None: `tokenize` has none.
+    tokenizer_name: ClassVar[str | None] = None
     #: The server closes the connection after every streamed response whatever it
     #: advertises, so each request asks for `connection: close` (see `closes_connection`).
     closes_after_each_stream: ClassVar[bool] = False
@@ -372,21 +455,38 @@ class Provider(ABC):
             self._idle_shards.append(client)
 
     def _make_client(self, connections: int | None = None) -> httpx.AsyncClient:
-        """The HTTP client; `connections` overrides the pool size."""
+        """The HTTP client; `connections` overrides the pool size.
+
+        Proxies come from `labkit.proxies` (loopback never proxied), not from httpx's own
+        reading of the environment. A proxy whose scheme this install cannot speak (SOCKS
+        without socksio) is ProviderUnavailable; a failed connect through a proxy names it.
+        """
         size = connections or self.pool_size
         t = self.settings.timeouts
+        limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
+        transport = LeanTransport() if self.lean else self._http_transport(limits)
         return httpx.AsyncClient(
             base_url=self.settings.resolved_base_url(),
             timeout=httpx.Timeout(connect=t.connect, read=t.read, write=t.read, pool=t.total),
-            limits=httpx.Limits(
-                max_connections=size,
-                max_keepalive_connections=size,
-            ),
+            limits=limits,
             verify=self._tls,
             # Identity encoding: a compressed stream would be buffered by the decoder.
             headers={"accept-encoding": "identity"},
-            transport=LeanTransport() if self.lean else None,
+            transport=transport,
+            trust_env=False,
         )
+
+    def _http_transport(self, limits: httpx.Limits) -> httpx.AsyncBaseTransport:
+        proxy = proxy_for(self.settings.resolved_base_url())
+        if proxy is None:
+            return httpx.AsyncHTTPTransport(verify=self._tls, limits=limits, trust_env=False)
+        lacking = unusable_because(proxy)
+        if lacking:  # check_available says so first; a Provider built without it lands here
+            raise ProviderUnavailable(
+                f"provider {self.id!r}: requests would go through {proxy.describe()}, which "
+                f"needs {lacking}; or add the host to NO_PROXY"
+            )
+        return _ProxiedTransport(proxy, verify=self._tls, limits=limits, trust_env=False)
 
     @property
     def id(self) -> str:
@@ -432,6 +532,26 @@ class Provider(ABC):
         """The provider's own count of `text` as a user message (may call its API)."""
         return None
 
+    async def tokenize(self, text: str) -> list[int] | None:
+        """The model's own tokens for raw `text` (no chat template), or None when the provider
+        offers no tokenizer (`tokenizer_name` names the one it uses)."""
+        return None
+
+    def count_locally(self, text: str) -> TokenCount | None:
+        """An offline count of `text` with the model's own tokenizer (no I/O), where labkit
+        has that tokenizer locally; None otherwise."""
+        return None
+
+    def prompt_cache_params(self, enabled: bool) -> dict[str, Any]:
+        """Request parameters that turn the provider's prompt cache on or off (empty: the
+        provider has no such control, and only a unique prompt prefix avoids the cache)."""
+        return {}
+
+    def exact_length_params(self) -> dict[str, Any]:
+        """Request parameters that make the model decode exactly `max_tokens` (ignoring its
+        end-of-sequence token); empty when the provider cannot."""
+        return {}
+
     async def describe(self) -> dict[str, Any]:
         """Facts about the server for the manifest (build, version); may call its API."""
         return {}
@@ -455,6 +575,21 @@ class Provider(ABC):
     def secrets(self) -> list[str]:
         """Strings that must never reach a record, a log or a message."""
         return [self._api_key] if self._api_key else []
+
+
+class _ProxiedTransport(httpx.AsyncHTTPTransport):
+    """httpx's transport through a proxy, whose connection errors name the proxy."""
+
+    def __init__(self, proxy: ProxyChoice, **kwargs: Any) -> None:
+        super().__init__(proxy=proxy.url, **kwargs)
+        self._through = f"through {proxy.describe()}"
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Send `request` through the proxy."""
+        try:
+            return await super().handle_async_request(request)
+        except httpx.ConnectError as exc:
+            raise httpx.ConnectError(f"{exc or 'connect failed'} ({self._through})") from exc
 
 
 def check_base_url(url: str) -> None:

@@ -6,18 +6,22 @@ from the first sampled token, and neither includes HTTP or queueing: that differ
 exactly the client-vs-provider gap. ``/tokenize`` is the model's exact tokenizer and
 ``/props`` reports the build. `base_url` is the server root (no ``/v1``).
 
-With ``managed: true`` (the default without a `base_url`) the runner starts a local
-`llama-server` for the run (`labkit.local`) and fills in `base_url` before this class sees it.
+With ``managed: true`` (the default without a `base_url`) the settings hand the runner a
+local `llama-server` to start for the run (`managed_server`, `labkit.local`), and the runner
+fills in `base_url` before this class sees it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, PositiveInt, model_validator
 
+from labkit.errors import MalformedStream
+from labkit.providers._wire import describe, wire_count, wire_number
 from labkit.providers.base import (
+    ManagedServerHandle,
     ProviderSettings,
     StreamParser,
     TokenCount,
@@ -26,6 +30,9 @@ from labkit.providers.base import (
 from labkit.providers.openai import OpenAIChatParser
 from labkit.providers.openai_compatible import OpenAICompatibleProvider, tokenize_reply
 from labkit.tokenizers import Tokenized
+
+if TYPE_CHECKING:  # the local server is imported only when a run starts one
+    from labkit.local import ManagedServer
 
 __all__ = ["LlamaCppParser", "LlamaCppProvider", "LlamaCppSettings", "bundled_model_settings"]
 
@@ -79,20 +86,98 @@ class LlamaCppSettings(ProviderSettings):
         url = super().resolved_base_url()
         return url.removesuffix("/v1")
 
+    def context_size(self) -> int | None:
+        """`ctx_size`: the context of each slot."""
+        return self.ctx_size
+
+    def managed_server(self, log_dir: Path) -> ManagedServerHandle | None:
+        """A local llama-server for the run when `managed`, logging into `log_dir`."""
+        if not self.managed:
+            return None
+        return LocalLlamaServer(self, log_dir / f"llama-server-{self.id}.log")
+
+
+class LocalLlamaServer:
+    """The llama-server a managed entry runs on: found or built, then started (blocking)."""
+
+    name = "llama-server"
+
+    def __init__(self, settings: LlamaCppSettings, log_path: Path) -> None:
+        self._settings = settings
+        self._log_path = log_path
+        self._server: ManagedServer | None = None
+
+    @property
+    def log_path(self) -> Path:
+        """The server's log file in the run folder."""
+        return self._log_path
+
+    def start(self) -> str:
+        """Find or build llama-server and the model, start it; its base URL once healthy."""
+        from labkit.local import ManagedServer, ensure_setup
+
+        s = self._settings
+        setup = ensure_setup(server_path=s.server_path, model_path=s.model_path, backend=s.backend)
+        self._server = ManagedServer(
+            setup,
+            ctx_size=s.ctx_size,
+            slots=s.slots,
+            threads=s.threads,
+            gpu_layers=s.gpu_layers,
+            log_path=self._log_path,
+            startup_timeout_s=s.startup_timeout_s,
+        )
+        return self._server.start()
+
+    def stop(self) -> None:
+        """Stop the server process, if one was started."""
+        if self._server is not None:
+            self._server.stop()
+
+    def is_running(self) -> bool:
+        """Whether the server process is alive."""
+        return self._server is not None and self._server.is_running()
+
+    def info(self) -> dict[str, Any]:
+        """Build, model, port and settings of the running server."""
+        return self._server.info() if self._server is not None else {}
+
 
 class LlamaCppParser(OpenAIChatParser):
-    """OpenAI chunks plus `timings`; cumulative when present on every chunk, so replaced."""
+    """OpenAI chunks plus `timings`; cumulative when present on every chunk, so replaced.
+
+    Older builds and some proxies send `timings` but no `usage`: the counts then come from
+    `timings` (input = `prompt_n` + `cache_n`, output = `predicted_n`, cached = `cache_n`)
+    until a `usage` object, which is authoritative, replaces them.
+    """
 
     def _extra(self, obj: dict[str, Any]) -> None:
         timings = obj.get("timings")
-        if timings:
-            pt = self.provider_timings
-            pt.prefill_ms = timings.get("prompt_ms")
-            pt.prefill_tokens = timings.get("prompt_n")
-            pt.decode_ms = timings.get("predicted_ms")
-            pt.decode_ms_per_token = timings.get("predicted_per_token_ms")
-            pt.cached_tokens = timings.get("cache_n")
-            pt.raw = timings
+        if timings is None:
+            return
+        if type(timings) is not dict:
+            raise MalformedStream(f"timings is {describe(timings)}, not an object")
+        pt = self.provider_timings
+        prompt_n = wire_count(timings.get("prompt_n"), "timings.prompt_n")
+        cache_n = wire_count(timings.get("cache_n"), "timings.cache_n")
+        pt.prefill_ms = wire_number(timings.get("prompt_ms"), "timings.prompt_ms")
+        pt.prefill_tokens = prompt_n
+        pt.decode_ms = wire_number(timings.get("predicted_ms"), "timings.predicted_ms")
+        pt.decode_ms_per_token = wire_number(
+            timings.get("predicted_per_token_ms"), "timings.predicted_per_token_ms"
+        )
+        if cache_n is not None:
+            pt.cached_tokens = cache_n
+        pt.raw = timings
+        if not self._usage_seen:
+            predicted_n = wire_count(timings.get("predicted_n"), "timings.predicted_n")
+            u = self.usage
+            if prompt_n is not None:
+                u.input_tokens = prompt_n + (cache_n or 0)
+            if predicted_n is not None:
+                u.output_tokens = predicted_n
+            if cache_n is not None:
+                u.cached_input_tokens = cache_n
 
 
 @register
@@ -102,6 +187,8 @@ class LlamaCppProvider(OpenAICompatibleProvider):
     kind: ClassVar[str] = "llamacpp"
     settings_model: ClassVar[type[ProviderSettings]] = LlamaCppSettings
     chat_path: ClassVar[str] = "/v1/chat/completions"
+    reports_server_timings: ClassVar[bool] = True
+    tokenizer_name: ClassVar[str | None] = "llamacpp:/tokenize"
     # llama-server closes the connection after every streamed response although it
     # advertises keep-alive; a request sent on the pooled connection in the moment before
     # that close fails with "Server disconnected without sending a response". Asking for
@@ -133,6 +220,18 @@ class LlamaCppProvider(OpenAICompatibleProvider):
         resp = await self.client.post("/tokenize", json={"content": text, "with_pieces": True})
         resp.raise_for_status()
         return tokenize_reply(resp.json(), "llamacpp:/tokenize")
+
+    def count_locally(self, text: str) -> TokenCount | None:
+        """None: the model's tokenizer lives in the server (`tokenize`), not in labkit."""
+        return None
+
+    def prompt_cache_params(self, enabled: bool) -> dict[str, Any]:
+        """llama-server's `cache_prompt`: reuse the slot's KV cache for a shared prefix."""
+        return {"cache_prompt": enabled}
+
+    def exact_length_params(self) -> dict[str, Any]:
+        """`ignore_eos`: decode until `max_tokens`."""
+        return {"ignore_eos": True}
 
     async def describe(self) -> dict[str, Any]:
         """`/props`: build, slots, context and model path; sets `server_build`."""

@@ -15,15 +15,16 @@ import signal
 import sys
 from typing import Any
 
-from labkit.experiments import Experiment, PlannedRequest, experiment_class
+from labkit.experiments import PacedExperiment, PlannedRequest, experiment_class
 from labkit.providers import Provider, provider_class
 from labkit.recorder import LoopLagMonitor, RecordContext, StreamRecorder
 from labkit.records import RequestRecord
+from labkit.scrub import guard_std_streams
 
 __all__ = ["main"]
 
 
-def _build(document: dict[str, Any]) -> tuple[Provider, Experiment]:
+def _build(document: dict[str, Any]) -> tuple[Provider, PacedExperiment]:
     settings_data = document["provider"]
     cls = provider_class(settings_data["kind"])
     settings = cls.settings_model.model_validate(settings_data)
@@ -37,6 +38,8 @@ def _build(document: dict[str, Any]) -> tuple[Provider, Experiment]:
     experiment = exp_cls(
         settings_model.model_validate(exp_data["settings"]), int(exp_data["index"])
     )
+    if not isinstance(experiment, PacedExperiment):
+        raise TypeError(f"{experiment.name} does not pace its own requests")
     experiment.restore(document["job"])
     return provider, experiment
 
@@ -118,6 +121,7 @@ def main() -> None:
     # workers with SIGTERM, which cancels their requests once the level has started (and
     # simply ends a worker that has measured nothing yet).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    guard_std_streams(stdout=False, controls=True)  # stderr is the worker's log
     sys.exit(asyncio.run(_worker_main()))
 
 

@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.text import Text
 
 from labkit.errors import LabkitError
 from labkit.providers import ProviderSettings, bundled_model_settings, provider_class
+from labkit.terminal import SafeConsole
 from labkit.tokenizers import (
     OFFLINE_ENCODINGS,
     Tokenized,
@@ -80,7 +80,7 @@ def tokens_command(
     ids: Annotated[bool, typer.Option("--ids", help="Also print the token ids.")] = False,
 ) -> None:
     """Show how tokenizers cut TEXT into tokens, side by side (offline, no key needed)."""
-    err = Console(stderr=True, highlight=False)
+    err = SafeConsole(stderr=True, highlight=False)
     try:
         source = _read_text(text, file)
         names = list(tokenizer or DEFAULT_TOKENIZERS)
@@ -88,7 +88,7 @@ def tokens_command(
     except LabkitError as exc:
         err.print(Text(f"error: {exc}", style="red"), soft_wrap=True)
         raise typer.Exit(1) from None
-    _print(rows, source, ids, Console(highlight=False))
+    _print(rows, source, ids, SafeConsole(highlight=False))
 
 
 def register(app: typer.Typer) -> None:
@@ -166,7 +166,7 @@ async def _tokenize_at(base_url: str, settings: ProviderSettings, text: str) -> 
     return cut
 
 
-def _print(rows: list[_Row], text: str, with_ids: bool, console: Console) -> None:
+def _print(rows: list[_Row], text: str, with_ids: bool, console: SafeConsole) -> None:
     chars, size = len(text), len(text.encode("utf-8"))
     terminal = console.is_terminal
     width = max(len(r.name) for r in rows)
