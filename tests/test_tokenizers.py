@@ -177,6 +177,7 @@ def test_a_rank_file_that_is_not_the_published_one_is_refused(tmp_path: Path) ->
         ("\x9b".encode(), "\\x9b"),
         ("👩\u200d💻".encode(), "👩\u200d💻"),
         ("日本".encode(), "日本"),
+        (b"C:\\x1b", "C:\\\\x1b"),
     ],
 )
 def test_display_piece_strips_control_characters(piece: bytes, shown: str) -> None:
