@@ -148,7 +148,7 @@ class TokenRatioExperiment(Experiment):
         # A counter of whole requests (Anthropic) includes the framing: the one-character
         # baseline's count less its one token is that framing.
         framing = cuts[_BASELINE_ID].count - 1 if cuts[_BASELINE_ID].includes_framing else 0
-        self._side_by_side[f"{label} ({provider.model})"] = {
+        self._side_by_side[f"{provider.id} ({provider.model}, {label})"] = {
             t.id: cuts[t.id].count - framing for t in self._s.texts
         }
 
