@@ -148,7 +148,7 @@ class TokenRatioExperiment(Experiment):
         # A counter of whole requests (Anthropic) includes the framing: the one-character
         # baseline's count less its one token is that framing.
         framing = cuts[_BASELINE_ID].count - 1 if cuts[_BASELINE_ID].includes_framing else 0
-        self._side_by_side[f"{provider.id} ({provider.model}, {label})"] = {
+        self._side_by_side[f"{provider.model} [{provider.id}]"] = {
             t.id: cuts[t.id].count - framing for t in self._s.texts
         }
 
@@ -327,14 +327,20 @@ def side_by_side_sentence(spread: list[TokenizerSpread], tokenizers: int) -> str
     """The side-by-side comparison in words (empty with fewer than two tokenizers)."""
     if not spread:
         return ""
+
+    def short(name: str) -> str:
+        return name.removeprefix("tiktoken:")
+
     parts = [
-        f"{s.text_id} {s.most_efficient} {s.most_efficient_tokens} vs "
-        f"{s.least_efficient} {s.least_efficient_tokens} ({s.ratio:.2f}×)"
+        f"{s.text_id} {s.most_efficient_tokens} with every one"
+        if s.most_efficient_tokens == s.least_efficient_tokens
+        else f"{s.text_id} {s.most_efficient_tokens} ({short(s.most_efficient)}) to "
+        f"{s.least_efficient_tokens} ({short(s.least_efficient)}), {s.ratio:.2f}×"
         for s in spread
     ]
     widest = max(spread, key=lambda s: s.ratio)
     return (
-        f" Side by side, {tokenizers} tokenizers, fewest vs most tokens per text: "
+        f" Side by side, {tokenizers} tokenizers, fewest to most tokens per text: "
         + "; ".join(parts)
         + f". The spread is widest for {widest.text_id}."
     )

@@ -60,16 +60,17 @@ def test_offline_encodings_and_the_providers_own_side_by_side() -> None:
     assert table["english", "tiktoken:o200k_base"].tokens == 6
     assert table["japanese", "tiktoken:cl100k_base"].tokens == 9
     assert table["japanese", "tiktoken:o200k_base"].tokens == 8
-    own = table["japanese", "local (tiny-model, stub:/tokenize)"]
+    own = table["japanese", "tiny-model [local]"]
     assert own.tokens == 18
     assert own.chars_per_token == pytest.approx(9 / 18)
     assert own.bytes_per_token == pytest.approx(27 / 18)
     spread = {s.text_id: s for s in answer.figures.spread}
     assert spread["japanese"].most_efficient == "tiktoken:o200k_base"
-    assert spread["japanese"].least_efficient == "local (tiny-model, stub:/tokenize)"
+    assert spread["japanese"].least_efficient == "tiny-model [local]"
     assert spread["japanese"].ratio == pytest.approx(18 / 8)
     assert spread["english"].ratio == pytest.approx(7 / 6)
     assert "Side by side, 3 tokenizers" in answer.answer
+    assert "japanese 8 (o200k_base) to 18 (tiny-model [local]), 2.25×" in answer.answer
     assert "The spread is widest for japanese." in answer.answer
 
 
@@ -78,7 +79,7 @@ def test_a_counter_of_whole_requests_has_its_framing_taken_off() -> None:
     exp = prepared(provider_with({"english": 12, "japanese": 20, ".": 8}, framed=True))
     answer = exp.analyze("local", "tiny-model", [])
     own = {
-        r.text_id: r.tokens for r in answer.figures.side_by_side if r.tokenizer.startswith("local")
+        r.text_id: r.tokens for r in answer.figures.side_by_side if r.tokenizer.startswith("tiny")
     }
     assert own == {"english": 5, "japanese": 13}
 
@@ -92,8 +93,8 @@ def test_every_provider_prepared_joins_the_same_table() -> None:
     assert names == {
         "tiktoken:cl100k_base",
         "tiktoken:o200k_base",
-        "a (tiny-model, stub:/tokenize)",
-        "b (tiny-model, stub:/tokenize)",
+        "tiny-model [a]",
+        "tiny-model [b]",
     }
     # An OpenAI provider's own tokenizer is an offline encoding already in the table.
     exp = prepared(make_provider("openai", api_key="sk-x", model="gpt-4o"))
@@ -112,3 +113,9 @@ def test_local_count_disagreeing_with_usage_is_flagged_in_the_answer() -> None:
     assert "disagree beyond the chat framing on 1 of 2 requests (by +6 to +6 tokens" in (
         answer.answer
     )
+
+
+def test_tokenizers_that_agree_are_said_to() -> None:
+    exp = prepared(provider_with({"english": 6, "japanese": 8}))
+    answer = exp.analyze("local", "tiny-model", [])
+    assert "english 6 with every one" in answer.answer
