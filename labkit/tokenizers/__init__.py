@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import gzip
 import hashlib
+import importlib
 import importlib.util
 import threading
 import unicodedata
@@ -150,6 +151,8 @@ def tokenizer_for_model(model: str) -> OfflineTokenizer | None:
 
 
 _BUILD_LOCK = threading.Lock()
+#: tiktoken's module of encoding constructors (patterns, special tokens, published hashes).
+_TIKTOKEN_CONSTRUCTORS = "tiktoken_ext.openai_public"
 
 
 @lru_cache(maxsize=len(OFFLINE_ENCODINGS))
@@ -175,16 +178,15 @@ def _tiktoken_config(name: str) -> dict[str, Any]:
     module's `load_tiktoken_bpe` reads the file of the same name from `bpe-openai` instead
     of the URL (and checks the same hash). The swap is process-wide, hence the lock.
     """
-    from tiktoken_ext import openai_public
-
-    constructor: Callable[[], dict[str, Any]] = openai_public.ENCODING_CONSTRUCTORS[name]
+    constructors: Any = importlib.import_module(_TIKTOKEN_CONSTRUCTORS)  # no stubs
+    constructor: Callable[[], dict[str, Any]] = constructors.ENCODING_CONSTRUCTORS[name]
     with _BUILD_LOCK:
-        original = openai_public.load_tiktoken_bpe
-        openai_public.load_tiktoken_bpe = _load_shipped_ranks
+        original = constructors.load_tiktoken_bpe
+        constructors.load_tiktoken_bpe = _load_shipped_ranks
         try:
             return constructor()
         finally:
-            openai_public.load_tiktoken_bpe = original
+            constructors.load_tiktoken_bpe = original
 
 
 def _load_shipped_ranks(blobpath: str, expected_hash: str | None = None) -> dict[bytes, int]:
