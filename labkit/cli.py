@@ -13,6 +13,8 @@ Every user error is one red line on stderr and a non-zero exit, never a tracebac
 from __future__ import annotations
 
 import asyncio
+import math
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -86,6 +88,43 @@ class _ProgressView:
         )
 
 
+class _Stopped(Exception):
+    """The run was stopped before its end, like Ctrl-C: by SIGTERM or a failed write."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+_SIGTERM = "SIGTERM"
+
+
+async def _supervised(runner: Runner) -> RunResult:
+    """`run_lab`, cancelled as Ctrl-C cancels it when SIGTERM arrives or when the run folder
+    first fails to write (every later record would be lost); raises `_Stopped` then."""
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    assert main is not None
+    stopped: list[str] = []
+
+    def stop(reason: str) -> None:
+        if not stopped:  # a second signal must not cut the clean-up short
+            stopped.append(reason)
+            main.cancel()
+
+    loop.add_signal_handler(signal.SIGTERM, stop, _SIGTERM)
+    runner.folder.on_write_error = stop
+    try:
+        return await run_lab(runner)
+    except asyncio.CancelledError:
+        if stopped:
+            raise _Stopped(stopped[0]) from None
+        raise
+    finally:
+        runner.folder.on_write_error = None
+        loop.remove_signal_handler(signal.SIGTERM)
+
+
 def _execute(runner: Runner) -> RunResult:
     # The live display redraws from its own thread. A Python thread holds the GIL for up to
     # the switch interval (5 ms by default) before the event loop gets it back, which would
@@ -107,7 +146,7 @@ def _execute(runner: Runner) -> RunResult:
     runner.on_message = lambda m: progress.console.print(escape(m))
     try:
         with progress:
-            return asyncio.run(run_lab(runner))
+            return asyncio.run(_supervised(runner))
     finally:
         sys.setswitchinterval(previous_interval)
 
@@ -117,7 +156,7 @@ def run(
     config: Annotated[Path | None, typer.Argument(help="A YAML config (configs/*.yaml).")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="Output folder for runs.")] = None,
     repeats: Annotated[
-        int | None, typer.Option("--repeats", min=1, help="Override every experiment's repeats.")
+        int | None, typer.Option("--repeats", help="Override every experiment's repeats (≥ 1).")
     ] = None,
     provider: Annotated[
         list[str] | None, typer.Option("--provider", help="Run only this provider id (repeatable).")
@@ -132,8 +171,10 @@ def run(
 ) -> None:
     """Run a config against every available provider and write a run folder."""
     try:
+        if repeats is not None:
+            _check_range("--repeats", repeats, 1)
         if resume is not None:
-            runner = prepare_resume(resume)
+            runner = prepare_resume(resume, on_warning=_warn)
         elif config is None:
             raise fail("give a CONFIG to run, or --resume RUN_DIR")
         else:
@@ -150,25 +191,57 @@ def run(
             )
     except LabkitError as exc:
         raise fail(str(exc)) from None
+    try:
+        _run_and_report(runner, report)
+    finally:
+        runner.folder.release()
+
+
+def _run_and_report(runner: Runner, report: bool) -> None:
     folder = runner.folder.path
+    resume_hint = f"finish it with: labkit run --resume {escape(str(folder))}"
     console.print(f"run folder: [bold]{escape(str(folder))}[/]")
     try:
         result = _execute(runner)
-    except KeyboardInterrupt:
-        kept = sum(1 for _ in runner.folder.read_records())
+    except (KeyboardInterrupt, _Stopped) as exc:
+        if isinstance(exc, _Stopped) and exc.reason != _SIGTERM:
+            raise fail(
+                f"{exc.reason}; the run stopped, the records written before are kept in "
+                f"{folder}; make room, then finish it with: labkit run --resume {folder}"
+            ) from None
+        kept = len(runner.folder.read_records())
+        by = " by SIGTERM" if isinstance(exc, _Stopped) else ""
         err_console.print(
-            f"[bold yellow]interrupted:[/] {kept} records kept in {escape(str(folder))}; "
-            f"finish it with: labkit run --resume {escape(str(folder))}"
+            f"[bold yellow]interrupted{by}:[/] {kept} records kept in {escape(str(folder))}; "
+            + resume_hint
         )
-        raise typer.Exit(130) from None
+        raise typer.Exit(143 if by else 130) from None
     except LabkitError as exc:
         raise fail(f"{exc} (records so far are kept in {folder})") from None
-    _print_result(result)
+    try:
+        _print_result(result)
+    except OSError as exc:
+        err_console.print(f"[yellow]summary not written:[/] {escape(str(exc))}")
     if report:
         _write_report(folder)
     if not any(o.status == "ok" for o in result.outcomes):
         reasons = "; ".join(f"{o.id}: {o.reason}" for o in result.outcomes if o.reason)
         raise fail(f"no provider completed a request ({reasons})")
+
+
+def _warn(message: str) -> None:
+    err_console.print(f"[bold yellow]warning:[/] {escape(message)}")
+
+
+def _check_range(
+    option: str, value: float, low: float, high: float | None = None, *, finite: bool = False
+) -> None:
+    """One clear error for a number out of range (typer's own check prints a box)."""
+    if math.isnan(value) or (finite and math.isinf(value)):
+        raise fail(f"{option} must be a finite number (got {value})")
+    if value < low or (high is not None and value > high):
+        allowed = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise fail(f"{option} must be {allowed} (got {value})")
 
 
 def _print_summary(result: RunResult, out: Console, *, outcomes: bool = True) -> None:
@@ -220,6 +293,10 @@ def fake_server(
     """Serve the fake provider's schedule as an OpenAI-compatible server on 127.0.0.1."""
     from labkit.fakeserver import FakeServer
 
+    _check_range("--port", port, 0, 65535)
+    _check_range("--first-token-ms", first_token_ms, 0, finite=True)
+    _check_range("--token-interval-ms", token_interval_ms, 0, finite=True)
+    _check_range("--tokens", tokens, 0)
     schedule = FakeSchedule(
         first_token_ms=first_token_ms, token_interval_ms=token_interval_ms, tokens=tokens
     )
@@ -228,11 +305,18 @@ def fake_server(
     async def serve() -> None:
         await server.start()
         console.print(f"fake OpenAI-compatible server at [bold]{server.base_url}[/] (Ctrl-C stops)")
-        await server.serve_forever()
+        loop = asyncio.get_running_loop()
+        serving = asyncio.current_task()
+        assert serving is not None
+        loop.add_signal_handler(signal.SIGTERM, serving.cancel)
+        try:
+            await server.serve_forever()
+        finally:
+            await server.stop()
 
     try:
         asyncio.run(serve())
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, asyncio.CancelledError):
         pass
     except OSError as exc:
         raise fail(f"cannot serve on 127.0.0.1:{port}: {exc.strerror or exc}") from None

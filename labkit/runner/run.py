@@ -23,7 +23,13 @@ from labkit.providers import Provider, ProviderSettings, provider_class
 from labkit.providers.llamacpp import LlamaCppSettings
 from labkit.recorder import LoopLagMonitor, RecordContext, StreamRecorder
 from labkit.records import ErrorKind, LabAnswer, LabResults, RecordError, RequestRecord
-from labkit.runner.results import RunFolder, host_info, new_run_id, package_versions
+from labkit.runner.results import (
+    RunFolder,
+    host_info,
+    new_run_id,
+    package_versions,
+    safe_filename,
+)
 from labkit.runner.workers import run_in_workers
 from labkit.sdkpath import SDKRecorder
 from labkit.timing import percentile
@@ -256,7 +262,7 @@ class Runner:
             slots=settings.slots,
             threads=settings.threads,
             gpu_layers=settings.gpu_layers,
-            log_path=self.folder.path / f"llama-server-{settings.id}.log",
+            log_path=self.folder.path / f"llama-server-{safe_filename(settings.id)}.log",
             startup_timeout_s=settings.startup_timeout_s,
         )
         try:
@@ -462,7 +468,8 @@ def validate_experiments(config: LabConfig) -> None:
 
 
 def prepare_run(config: LabConfig, options: RunOptions) -> Runner:
-    """A runner for a fresh run folder, with the manifest written before any request."""
+    """A runner for a fresh run folder (locked against other processes), with the manifest
+    written before any request."""
     config = _select(config, options)
     validate_experiments(config)
     folder = RunFolder.create(config.output_dir, new_run_id(config.name))
@@ -482,11 +489,15 @@ def prepare_run(config: LabConfig, options: RunOptions) -> Runner:
     return Runner(config, folder)
 
 
-def prepare_resume(run_dir: Path) -> Runner:
-    """A runner that finishes an interrupted run in place, skipping what was recorded."""
+def prepare_resume(run_dir: Path, on_warning: Callable[[str], None] | None = None) -> Runner:
+    """A runner that finishes an interrupted run in place, skipping what was recorded.
+
+    The folder stays locked against other processes; `on_warning` hears of every line of
+    records.jsonl that is not a valid record (skipped: its request is redone).
+    """
     folder = RunFolder.open_existing(run_dir)
     config = parse_config(folder.manifest.get("config"), f"{run_dir}/manifest.json")
-    previous = folder.read_records()
+    previous = folder.read_records(on_skip=on_warning)
     done = {
         (r.provider, r.plan_key)
         for r in previous
