@@ -58,7 +58,7 @@ app = typer.Typer(
 console = Console()
 if not console.is_terminal:  # logs and CI: wide enough for the summary table
     console.width = max(console.width, 140)
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)  # an error is one line, however long
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:

@@ -193,11 +193,7 @@ class RunFolder:
         """An existing run folder (for resume), locked; its manifest must be readable."""
         folder = cls(path)
         manifest = path / MANIFEST
-        try:
-            is_folder = manifest.is_file()
-        except ValueError:  # the only ValueError of stat: a NUL byte in the path
-            raise RunError(f"{str(path)!r} is not a run folder: it contains a NUL byte") from None
-        if not is_folder:
+        if not manifest.is_file():  # False for a path with a NUL byte, too
             raise RunError(f"{path} is not a run folder (no {MANIFEST})")
         folder._take_lock()
         try:
