@@ -247,7 +247,8 @@ def test_resume_skips_a_bad_line_in_the_middle_with_a_warning_and_redoes_its_req
     result = _invoke("run", "--resume", str(run_dir), "--no-report")
     assert result.exit_code == 0, result.output
     err = result.stderr
-    assert err.count("warning:") == 1 and err.count("\n") == 1 and f"{path}:3: skipped, not a valid record" in err
+    assert err.count("warning:") == 1 and err.count("\n") == 1
+    assert f"{path}:3: skipped, not a valid record" in err
     measured = [r for r in _records(run_dir) if not r.warmup]
     assert len({r.plan_key for r in measured}) == 6  # the lost request was sent again
 
