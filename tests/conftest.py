@@ -19,8 +19,9 @@ _real_connect_ex = socket.socket.connect_ex
 _real_getaddrinfo = socket.getaddrinfo
 
 
-class NetworkBlockedError(RuntimeError):
-    """Raised when a test tries to reach a non-loopback address."""
+class NetworkBlockedError(ConnectionRefusedError):
+    """Raised when a test tries to reach a non-loopback address (an OSError, so HTTP stacks
+    report it as the connection failure it stands for)."""
 
 
 def _is_loopback_host(host: Any) -> bool:

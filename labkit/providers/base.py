@@ -19,6 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeAlias, TypeVar
+from urllib.parse import urlsplit
 
 import httpx
 from pydantic import (
@@ -33,6 +34,7 @@ from pydantic import (
 
 from labkit.errors import ProviderUnavailable
 from labkit.lean import LeanTransport, lean_applies
+from labkit.providers.sdk import SDKAdapter
 from labkit.records import ProviderTimings, RecordError, StopReason, Usage
 from labkit.sse import SSEEvent
 
@@ -46,10 +48,12 @@ __all__ = [
     "StreamParser",
     "Timeouts",
     "TokenCount",
+    "check_base_url",
     "provider_class",
     "provider_kinds",
     "register",
     "sdk_available",
+    "with_root_path",
 ]
 
 #: How a request is sent: `wire` (labkit's own HTTP) or `sdk` (the official SDK).
@@ -131,6 +135,13 @@ class ProviderSettings(BaseModel):
     #: Whether this kind needs an API key to run at all.
     key_required: ClassVar[bool] = False
 
+    @field_validator("base_url")
+    @classmethod
+    def _url_is_sendable(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_base_url(value)
+        return value
+
     @field_validator("client")
     @classmethod
     def _sdk_exists(cls, value: ClientPath, info: ValidationInfo) -> ClientPath:
@@ -147,6 +158,14 @@ class ProviderSettings(BaseModel):
         url = url or self.default_base_url
         if not url:
             raise ProviderUnavailable(f"provider {self.id!r}: base_url is required for {self.kind}")
+        if self.base_url is None and self.base_url_env:
+            try:
+                check_base_url(url)
+            except ValueError as exc:
+                raise ProviderUnavailable(
+                    f"skipping provider {self.id!r}: {self.base_url_env} is not a usable base "
+                    f"URL: {exc}"
+                ) from None
         return url.rstrip("/")
 
     def check_available(self) -> str | None:
@@ -239,6 +258,13 @@ class StreamParser(ABC):
         """The text generated so far."""
         return "".join(self.text_parts)
 
+    @property
+    def finished(self) -> bool:
+        """Whether the stream's own end was seen without its terminator: by default, once
+        a stop reason arrived (some servers end there without `[DONE]`). The terminator
+        itself (`EventClass.DONE`) always counts as the end."""
+        return self.stop_reason_raw is not None
+
     def streamed_output_tokens(self, output_events: int) -> int | None:
         """How many output tokens the stream itself delivered: the count decode time is
         taken over (`usage.streamed_output_tokens`).
@@ -255,8 +281,18 @@ class Provider(ABC):
 
     kind: ClassVar[str]
     settings_model: ClassVar[type[ProviderSettings]]
-    #: Whether an official SDK can send this kind's requests (`client: sdk`, labkit.sdkpath).
+    #: How this kind's requests go through its official SDK (`client: sdk`, labkit.sdkpath);
+    #: None: it has none.
+    sdk: ClassVar[SDKAdapter | None] = None
+    #: Whether an official SDK can send this kind's requests (derived from `sdk`).
     has_sdk: ClassVar[bool] = False
+    #: The server closes the connection after every streamed response whatever it
+    #: advertises, so each request asks for `connection: close` (see `closes_connection`).
+    closes_after_each_stream: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.has_sdk = cls.sdk is not None
 
     def __init__(
         self,
@@ -345,6 +381,16 @@ class Provider(ABC):
         """The provider id from the config."""
         return self.settings.id
 
+    def api_root(self) -> str:
+        """The URL an official SDK takes as its `base_url` (the SDK adds its own paths);
+        the wire path sends to the same endpoints."""
+        return self.settings.resolved_base_url()
+
+    def closes_connection(self, request: ChatRequest) -> bool:
+        """Whether `request` goes out with `connection: close`: asked for a fresh
+        connection, or the server closes after every stream anyway."""
+        return request.fresh_connection or self.closes_after_each_stream
+
     @property
     def model(self) -> str:
         """The model asked for."""
@@ -391,6 +437,31 @@ class Provider(ABC):
     def secrets(self) -> list[str]:
         """Strings that must never reach a record, a log or a message."""
         return [self._api_key] if self._api_key else []
+
+
+def check_base_url(url: str) -> None:
+    """Raise ValueError unless `url` is an http(s) URL with a host and a possible port."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:  # a port that is no number, or out of range
+        raise ValueError(f"not a usable URL: {exc}") from None
+    if parts.scheme not in ("http", "https"):
+        raise ValueError("must start with http:// or https://")
+    if not parts.hostname:
+        raise ValueError("has no host")
+    if port == 0:
+        raise ValueError("port 0 cannot be connected to")
+    if any(c.isspace() or ord(c) < 32 for c in url):
+        raise ValueError("contains whitespace or control characters")
+
+
+def with_root_path(url: str, path: str) -> str:
+    """`url` with `path` appended when it names only a server (no path), so a provider
+    accepts both `http://host:8000` and `http://host:8000/v1`."""
+    if urlsplit(url).path in ("", "/"):
+        return url.rstrip("/") + path
+    return url
 
 
 _REGISTRY: dict[str, type[Provider]] = {}

@@ -9,7 +9,7 @@ a crash or Ctrl-C loses nothing finished, and `resume` redoes only what is missi
 from __future__ import annotations
 
 import asyncio
-import time
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -236,6 +236,10 @@ class Runner:
         except LabkitError as exc:
             outcome.status, outcome.reason = "failed", str(exc)
             self.on_message(f"provider {outcome.id!r} failed: {exc}")
+        except Exception as exc:  # one provider's failure never ends the others' run
+            outcome.status = "failed"
+            outcome.reason = _provider_failure(exc, settings)
+            self.on_message(f"provider {outcome.id!r} failed: {outcome.reason}")
         finally:
             if provider is not None:
                 await self._sdk.aclose(provider.id)
@@ -281,32 +285,42 @@ class Runner:
         server: ManagedServer | None,
     ) -> None:
         await exp.prepare(provider)
-        plan = [
+        # The plan is drawn lazily, one request at a time, so a huge `--repeats` starts
+        # sending at once, holds only what is in flight, and Ctrl-C works at any moment.
+        plan = (
             p for p in exp.requests_for(provider) if (provider.id, p.key) not in self._done_keys
-        ]
-        outcome.planned += len(plan)
-        self.on_progress(outcome)
-        for planned in (p for p in plan if p.warmup):
+        )
+        first_measured: PlannedRequest | None = None
+        for planned in plan:  # warm-ups lead the plan and go one at a time
+            outcome.planned += 1
+            self.on_progress(outcome)
+            if not planned.warmup:
+                first_measured = planned
+                break
             await self._send(exp, provider, planned, outcome, server, 0.0)
         if exp.paces_itself:
             await exp.drive(provider, _Driver(self, exp, provider, outcome, server))
             await exp.finalize(provider, self._mine(provider, exp))
             return
-        sem = asyncio.Semaphore(provider.settings.concurrency)
+        queue = itertools.chain([first_measured] if first_measured else [], plan)
+        failures: list[BaseException] = []
 
-        async def one(planned: PlannedRequest) -> None:
-            t_queue = time.perf_counter_ns()
-            async with sem:
-                queue_ms = (time.perf_counter_ns() - t_queue) / 1e6
-                await self._send(exp, provider, planned, outcome, server, queue_ms)
+        async def stream_worker() -> None:
+            # `concurrency` workers, each sending its next request as soon as one ends.
+            for planned in queue:
+                if planned is not first_measured:  # that one was counted above
+                    outcome.planned += 1
+                    self.on_progress(outcome)
+                try:
+                    await self._send(exp, provider, planned, outcome, server, 0.0)
+                except Exception as exc:  # stop drawing; the others finish what is in flight
+                    failures.append(exc)
+                if failures:
+                    return
 
-        # Wait for every request, even after a failure, so none outlives its provider.
-        results = await asyncio.gather(
-            *(one(p) for p in plan if not p.warmup), return_exceptions=True
-        )
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
+        await asyncio.gather(*(stream_worker() for _ in range(provider.settings.concurrency)))
+        if failures:
+            raise failures[0]
         await exp.finalize(provider, self._mine(provider, exp))
 
     def _mine(self, provider: Provider, exp: Experiment) -> list[RequestRecord]:
@@ -425,6 +439,18 @@ class _Driver:
 
     def message(self, text: str) -> None:
         self._runner.on_message(text)
+
+
+def _provider_failure(exc: Exception, settings: ProviderSettings) -> str:
+    """One line for an exception that ended a provider outside any request: its client
+    could not be built (an impossible URL, a proxy whose package is missing), or a bug."""
+    if isinstance(exc, ImportError | ValueError | TypeError) and "proxy" in str(exc).lower():
+        what = "its HTTP client could not be built"
+    elif type(exc).__module__.partition(".")[0] in ("httpx", "httpcore"):
+        what = f"its requests cannot be sent to {settings.base_url or 'its base_url'}"
+    else:
+        what = "internal error (a labkit bug)"
+    return f"{what}: {type(exc).__name__}: {exc}"[:300]
 
 
 def ttft_p50(outcome: ProviderOutcome) -> float | None:
