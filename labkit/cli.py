@@ -13,6 +13,7 @@ Every user error is one red line on stderr and a non-zero exit, never a tracebac
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import signal
 import sys
@@ -113,7 +114,8 @@ async def _supervised(runner: Runner) -> RunResult:
             stopped.append(reason)
             main.cancel()
 
-    loop.add_signal_handler(signal.SIGTERM, stop, _SIGTERM)
+    with contextlib.suppress(ValueError, RuntimeError):  # only the main thread may; else default
+        loop.add_signal_handler(signal.SIGTERM, stop, _SIGTERM)
     runner.folder.on_write_error = stop
     try:
         return await run_lab(runner)
@@ -123,7 +125,8 @@ async def _supervised(runner: Runner) -> RunResult:
         raise
     finally:
         runner.folder.on_write_error = None
-        loop.remove_signal_handler(signal.SIGTERM)
+        with contextlib.suppress(ValueError, RuntimeError):
+            loop.remove_signal_handler(signal.SIGTERM)
 
 
 def _execute(runner: Runner) -> RunResult:
@@ -208,7 +211,8 @@ def _run_and_report(runner: Runner, report: bool) -> None:
         if isinstance(exc, _Stopped) and exc.reason != _SIGTERM:
             raise fail(
                 f"{exc.reason}; the run stopped, the records written before are kept in "
-                f"{folder}; make room, then finish it with: labkit run --resume {folder}"
+                f"{folder}; once it can be written again, finish it with: "
+                f"labkit run --resume {folder}"
             ) from None
         kept = len(runner.folder.read_records())
         by = " by SIGTERM" if isinstance(exc, _Stopped) else ""

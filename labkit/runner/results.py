@@ -295,15 +295,17 @@ class RunFolder:
         return path.open("ab", buffering=0)
 
     def read_records(self, on_skip: Callable[[str], None] | None = None) -> list[RequestRecord]:
-        """Every valid record. A line that is not one is skipped: silently when it is the
-        last (a killed run cut it off mid-write), else with `on_skip` told its line number
-        and why."""
+        """Every valid record. A line that is not one is skipped: silently when it is an
+        unfinished last line (a killed run cut it off mid-write), else with `on_skip` told
+        its line number and why."""
         try:
             if not self.records_path.exists():
                 return []
-            lines = self.records_path.read_bytes().splitlines()
+            data = self.records_path.read_bytes()
         except OSError as exc:
             raise RunError(f"cannot read {self.records_path}: {_reason(exc)}") from None
+        lines = data.splitlines()
+        cut_off = len(lines) if data and not data.endswith(b"\n") else 0
         out = []
         for n, line in enumerate(lines, 1):
             if not line.strip():
@@ -311,7 +313,7 @@ class RunFolder:
             try:
                 out.append(RequestRecord.from_json_line(line.decode("utf-8")))
             except ValueError as exc:  # UnicodeDecodeError and ValidationError included
-                if n != len(lines) and on_skip is not None:
+                if n != cut_off and on_skip is not None:
                     first = str(exc).splitlines()[0]
                     on_skip(f"{self.records_path}:{n}: skipped, not a valid record ({first})")
         return out

@@ -253,6 +253,35 @@ def test_resume_skips_a_bad_line_in_the_middle_with_a_warning_and_redoes_its_req
     assert len({r.plan_key for r in measured}) == 6  # the lost request was sent again
 
 
+def test_only_an_unfinished_last_line_is_skipped_silently(tmp_path: Path) -> None:
+    records = _records_of_a_run(tmp_path)
+    folder = RunFolder.create(tmp_path / "runs", "r")
+    good = "\n".join(r.to_json_line() for r in records[:3])
+    warnings: list[str] = []
+    folder.records_path.write_text(good + "\n" + records[3].to_json_line()[:50])
+    assert len(folder.read_records(on_skip=warnings.append)) == 3 and warnings == []
+    folder.records_path.write_text(good + '\n{"complete": "but no record"}\n')
+    assert len(folder.read_records(on_skip=warnings.append)) == 3
+    assert len(warnings) == 1 and ":4: skipped, not a valid record" in warnings[0]
+    # The next record starts on a line of its own, after the cut-off one is removed.
+    folder.records_path.write_text(good + "\n" + records[3].to_json_line()[:50])
+    folder.append(records[3])
+    assert [r.record_id for r in folder.read_records()] == [r.record_id for r in records[:4]]
+    folder.release()
+
+
+def test_a_cut_off_line_longer_than_the_read_chunk_is_removed_whole(tmp_path: Path) -> None:
+    first, second = _records_of_a_run(tmp_path)[:2]
+    long = second.model_copy(update={"output_text": "x" * 300_000}).to_json_line()
+    folder = RunFolder.create(tmp_path / "runs", "r")
+    folder.records_path.write_text(first.to_json_line() + "\n" + long[:250_000])
+    folder.append(second)
+    assert folder.records_path.read_text() == first.to_json_line() + "\n" + (
+        second.to_json_line() + "\n"
+    )
+    folder.release()
+
+
 def test_the_report_skips_json_lines_that_are_not_records_and_says_so(tmp_path: Path) -> None:
     out = tmp_path / "out"
     assert _invoke("run", str(_config(tmp_path)), "--out", str(out), "--no-report").exit_code == 0
