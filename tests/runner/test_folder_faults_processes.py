@@ -364,3 +364,53 @@ def test_server_stop_stops_a_confirmed_server(cache: Path) -> None:
         if server.poll() is None:
             server.kill()
             server.wait()
+
+
+# --- The fake server and malformed requests ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "message"),
+    [
+        (b"POST /v1/chat/completions HTTP/1.1\r\ncontent-length: -4\r\n\r\n", "malformed"),
+        (b"POST /v1/chat/completions HTTP/1.1\r\ncontent-length: abc\r\n\r\n", "malformed"),
+        (b"GARBAGE\r\n\r\n", "malformed"),
+        (b"POST /v1/chat/completions HTTP/1.1\r\ncontent-length: 3\r\n\r\n{x}", "not JSON"),
+        (b"POST /v1/chat/completions HTTP/1.1\r\ncontent-length: 2\r\n\r\n[]", "JSON object"),
+        (
+            b'POST /v1/chat/completions HTTP/1.1\r\ncontent-length: 17\r\n\r\n{"messages": [1]}',
+            "messages must be",
+        ),
+        (
+            b'POST /v1/chat/completions HTTP/1.1\r\ncontent-length: 19\r\n\r\n{"max_tokens": "9"}',
+            "max_tokens must be",
+        ),
+    ],
+)
+def test_the_fake_server_answers_a_malformed_request_with_400_and_keeps_serving(
+    request_bytes: bytes, message: str
+) -> None:
+    import asyncio
+
+    from labkit.fakeserver import FakeServer
+    from labkit.providers.fake import FakeSchedule
+
+    async def exchange() -> tuple[bytes, bytes]:
+        async with FakeServer(FakeSchedule(first_token_ms=0, tokens=1)) as server:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(request_bytes)
+            bad = await asyncio.wait_for(reader.read(4096), 10)
+            writer.close()
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            body = b'{"messages": [{"role": "user", "content": "hi"}]}'
+            writer.write(
+                b"POST /v1/chat/completions HTTP/1.1\r\nconnection: close\r\n"
+                b"content-length: %d\r\n\r\n%s" % (len(body), body)
+            )
+            good = await asyncio.wait_for(reader.read(), 10)
+            writer.close()
+            return bad, good
+
+    bad, good = asyncio.run(exchange())
+    assert bad.startswith(b"HTTP/1.1 400 ") and message.encode() in bad, bad
+    assert good.startswith(b"HTTP/1.1 200 OK") and b"[DONE]" in good
