@@ -7,7 +7,9 @@
     labkit fake-server [--port N] [schedule options]
     labkit kinds
 
-Every user error is one red line on stderr and a non-zero exit, never a traceback.
+Every user error is one red line on stderr and a non-zero exit, never a traceback. SIGTERM
+stops a run as Ctrl-C does (records kept, manifest `interrupted`, exit 143), and so does the
+run folder's first failed write (manifest `failed` with the reason, exit 1).
 """
 
 from __future__ import annotations
@@ -203,24 +205,18 @@ def run(
 
 def _run_and_report(runner: Runner, report: bool) -> None:
     folder = runner.folder.path
-    resume_hint = f"finish it with: labkit run --resume {escape(str(folder))}"
     console.print(f"run folder: [bold]{escape(str(folder))}[/]")
     try:
         result = _execute(runner)
-    except (KeyboardInterrupt, _Stopped) as exc:
-        if isinstance(exc, _Stopped) and exc.reason != _SIGTERM:
-            raise fail(
-                f"{exc.reason}; the run stopped, the records written before are kept in "
-                f"{folder}; once it can be written again, finish it with: "
-                f"labkit run --resume {folder}"
-            ) from None
-        kept = len(runner.folder.read_records())
-        by = " by SIGTERM" if isinstance(exc, _Stopped) else ""
-        err_console.print(
-            f"[bold yellow]interrupted{by}:[/] {kept} records kept in {escape(str(folder))}; "
-            + resume_hint
-        )
-        raise typer.Exit(143 if by else 130) from None
+    except _Stopped as exc:
+        if exc.reason == _SIGTERM:
+            raise _interrupted(runner, "interrupted by SIGTERM", 143) from None
+        raise fail(
+            f"{exc.reason}; the run stopped, the records written before are kept in {folder}; "
+            f"once it can be written again, finish it with: labkit run --resume {folder}"
+        ) from None
+    except KeyboardInterrupt:
+        raise _interrupted(runner, "interrupted", 130) from None
     except LabkitError as exc:
         raise fail(f"{exc} (records so far are kept in {folder})") from None
     try:
@@ -232,6 +228,20 @@ def _run_and_report(runner: Runner, report: bool) -> None:
     if not any(o.status == "ok" for o in result.outcomes):
         reasons = "; ".join(f"{o.id}: {o.reason}" for o in result.outcomes if o.reason)
         raise fail(f"no provider completed a request ({reasons})")
+
+
+def _interrupted(runner: Runner, how: str, code: int) -> typer.Exit:
+    """Say, in one line, what an interrupted run kept and how to finish it."""
+    folder = escape(str(runner.folder.path))
+    try:
+        kept = f"{len(runner.folder.read_records())} records"
+    except LabkitError:
+        kept = "the records"
+    err_console.print(
+        f"[bold yellow]{how}:[/] {kept} kept in {folder}; "
+        f"finish it with: labkit run --resume {folder}"
+    )
+    return typer.Exit(code)
 
 
 def _warn(message: str) -> None:

@@ -3,6 +3,7 @@ names, out-of-range numbers. In process, with the fake provider (no sockets)."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import json
 from pathlib import Path
@@ -128,8 +129,6 @@ def test_the_llama_server_log_of_an_unsafe_provider_id_stays_in_the_run_folder(
         "test",
     )
     runner = prepare_run(config, RunOptions())
-    import asyncio
-
     result = asyncio.run(run_lab(runner))
     assert result.outcomes[0].status == "failed"
     (log,) = logs
