@@ -38,6 +38,7 @@ from typing import Any, ClassVar, Literal
 
 from labkit.providers.base import ChatRequest, Provider, StreamParser
 from labkit.providers.sdk import SDKAdapter
+from labkit.proxies import proxy_for
 from labkit.recorder import (
     BaseRecorder,
     Clock,
@@ -113,9 +114,13 @@ class SDKRecorder(BaseRecorder):
             client = self._factory(timeout=timeout)
         else:
             n = provider.pool_size
+            proxy = proxy_for(provider.settings.resolved_base_url())  # loopback: never
             client = httpx2.AsyncClient(
                 timeout=timeout,
                 limits=httpx2.Limits(max_connections=n, max_keepalive_connections=n),
+                proxy=proxy.url if proxy else None,
+                trust_env=False,  # proxies decided above; the CA variables still read here:
+                verify=httpx2.create_ssl_context(trust_env=True),
             )
         hooks = client.event_hooks
         client.event_hooks = {**hooks, "request": [*hooks["request"], _attach_trace]}

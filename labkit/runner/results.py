@@ -32,6 +32,7 @@ from typing import Any, BinaryIO
 
 from labkit.errors import RunError
 from labkit.records import LabResults, RequestRecord
+from labkit.scrub import scrub_json
 
 __all__ = [
     "RunFolder",
@@ -97,7 +98,7 @@ def host_info() -> dict[str, Any]:
 def _write_json_atomic(path: Path, data: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     try:
-        tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+        tmp.write_text(scrub_json(json.dumps(data, indent=2, default=str)) + "\n", encoding="utf-8")
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -244,7 +245,7 @@ class RunFolder:
         """
         if self.write_error is not None:
             raise RunError(self.write_error)
-        data = (record.to_json_line() + "\n").encode("utf-8")
+        data = (scrub_json(record.to_json_line()) + "\n").encode("utf-8")
         try:
             if self._records is None:
                 self._records = self._open_for_append()
