@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import fcntl
 import json
 from pathlib import Path
 from typing import Any
@@ -228,6 +229,45 @@ def _records_of_a_run(tmp_path: Path) -> list[RequestRecord]:
     out = tmp_path / "source"
     assert _invoke("run", str(_config(tmp_path)), "--out", str(out), "--no-report").exit_code == 0
     return _records(_run_dir(out))
+
+
+# --- The folder lock ----------------------------------------------------------------------
+
+
+def _held_by_someone_else(folder: Path) -> bool:
+    """Whether another open file description could take the folder's lock now."""
+    with (folder / ".lock").open("rb") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return False
+
+
+def test_a_folder_is_locked_until_its_last_user_in_this_process_releases_it(
+    tmp_path: Path,
+) -> None:
+    run = RunFolder.create(tmp_path, "r")
+    run.write_manifest(status="running")
+    assert _held_by_someone_else(run.path)
+    resume = RunFolder.open_existing(run.path)  # the same process may open it again
+    run.release()
+    assert _held_by_someone_else(run.path)
+    resume.release()
+    assert not _held_by_someone_else(run.path)
+    assert not (run.path / ".reserve").exists()
+
+
+def test_a_folder_locked_elsewhere_is_refused_with_one_clear_error(tmp_path: Path) -> None:
+    run = RunFolder.create(tmp_path, "r")
+    run.write_manifest(status="running")
+    run.release()
+    with (run.path / ".lock").open("rb") as other:
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as another process would
+        result = _invoke("run", "--resume", str(run.path))
+    _one_error_line(result, f"run folder {run.path} is in use by another labkit process")
+    assert _manifest(run.path)["status"] == "running"
 
 
 # --- Bad lines in records.jsonl ------------------------------------------------------------
