@@ -159,6 +159,9 @@ class SDKRecorder(BaseRecorder):
             raise _NoSDK(f"provider {provider.id!r} ({provider.kind}) has no official SDK")
         clock = self._clock
         client = self._sdk_client(provider, adapter)
+        if self._factory is None:
+            proxy = proxy_for(provider.settings.resolved_base_url())
+            m.via_proxy = proxy.describe() if proxy else None
         measuring = _MEASURING.set((m.phases, clock))
         try:
             m.begin(clock)
@@ -220,6 +223,8 @@ class SDKRecorder(BaseRecorder):
         if "Timeout" in name:
             return RecordError(kind=ErrorKind.TIMEOUT, message=message)
         if "Connection" in name or "Protocol" in name or "Network" in name:
+            if m.via_proxy:
+                message = f"{message} (through {m.via_proxy})"[:300]
             return RecordError(kind=ErrorKind.CONNECTION, message=message)
         return RecordError(kind=ErrorKind.PROTOCOL, message=message)
 
