@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import hashlib
 import json
 import os
 import platform
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from labkit.errors import RunError
+from labkit.filenames import safe_filename
 from labkit.records import LabResults, RequestRecord
 from labkit.scrub import scrub_json
 
@@ -50,22 +50,6 @@ RESERVE = ".reserve"
 RESERVE_BYTES = 64 * 1024  # room for a final manifest (a few KiB) once the disk is full
 
 _PACKAGES = ("labkit", "httpx", "pydantic", "tiktoken", "pandas", "openai", "anthropic")
-
-
-def safe_filename(text: str, max_len: int = 64) -> str:
-    """`text` as one harmless file name: no separators, no ``..``, no leading dot.
-
-    Letters, digits, ``-``, ``_`` and ``.`` are kept and anything else becomes ``_``. A name
-    that had to change gets a short hash of the original, so two different ids (``a/b`` and
-    ``a_b``) never share a file.
-    """
-    safe = "".join(c if c.isascii() and (c.isalnum() or c in "-_.") else "_" for c in text)
-    if safe.startswith("."):
-        safe = "_" + safe
-    if safe == text and 0 < len(safe) <= max_len:
-        return safe
-    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
-    return f"{safe[: max_len - 9] or '_'}-{digest}"
 
 
 def new_run_id(name: str) -> str:

@@ -34,10 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from labkit.errors import RunError
-from labkit.experiments import Experiment
+from labkit.experiments import PacedExperiment
+from labkit.filenames import safe_filename
 from labkit.providers import Provider
 from labkit.records import RequestRecord
-from labkit.runner.results import safe_filename
 
 __all__ = ["run_in_workers"]
 
@@ -70,7 +70,7 @@ async def _read_records(
 async def run_in_workers(
     *,
     provider: Provider,
-    experiment: Experiment,
+    experiment: PacedExperiment,
     job: dict[str, Any],
     processes: int,
     run_id: str,
