@@ -94,6 +94,7 @@ def only_run(out: Path) -> Path:
     return run
 
 
+@pytest.mark.integration
 def test_run_fake_config_writes_records_and_manifest(tmp_path: Path) -> None:
     out = tmp_path / "results"
     result = CliRunner().invoke(
@@ -164,6 +165,7 @@ experiments:
 """
 
 
+@pytest.mark.unit
 def test_provider_without_key_is_skipped_and_the_rest_runs(tmp_path: Path) -> None:
     cfg = tmp_path / "two.yaml"
     cfg.write_text(FAKE_AND_OPENAI, encoding="utf-8")
@@ -182,6 +184,7 @@ def test_provider_without_key_is_skipped_and_the_rest_runs(tmp_path: Path) -> No
     assert manifest["providers"]["fake"]["status"] == "ok"
 
 
+@pytest.mark.unit
 def test_only_skipped_providers_is_an_error(tmp_path: Path) -> None:
     cfg = tmp_path / "two.yaml"
     cfg.write_text(FAKE_AND_OPENAI, encoding="utf-8")
@@ -193,6 +196,7 @@ def test_only_skipped_providers_is_an_error(tmp_path: Path) -> None:
     assert "Traceback" not in result.output
 
 
+@pytest.mark.unit
 def test_unknown_provider_filter_is_one_error_line(tmp_path: Path) -> None:
     cfg = tmp_path / "two.yaml"
     cfg.write_text(FAKE_AND_OPENAI, encoding="utf-8")
@@ -205,12 +209,14 @@ def test_unknown_provider_filter_is_one_error_line(tmp_path: Path) -> None:
     assert "Traceback" not in result.output
 
 
+@pytest.mark.unit
 def test_run_without_config_is_an_error() -> None:
     result = CliRunner().invoke(app, ["run"])
     assert result.exit_code != 0 and "error:" in result.output
     assert "Traceback" not in result.output
 
 
+@pytest.mark.unit
 def test_kinds_lists_providers_and_experiments() -> None:
     result = CliRunner().invoke(app, ["kinds"])
     assert result.exit_code == 0
@@ -221,6 +227,7 @@ def test_kinds_lists_providers_and_experiments() -> None:
     assert "single" in next(x for x in lines if x.startswith("experiments:"))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("args", [["--help"], ["run", "--help"]])
 def test_help(args: list[str]) -> None:
     result = CliRunner().invoke(app, args)

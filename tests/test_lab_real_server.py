@@ -20,6 +20,8 @@ import pytest
 from labkit.local import ensure_setup
 from labkit.records import LabResults, RequestRecord
 
+pytestmark = pytest.mark.e2e
+
 REPO = Path(__file__).resolve().parents[1]
 LABKIT = [sys.executable, "-m", "labkit"]
 

@@ -27,6 +27,8 @@ from labkit.recorder import RecordContext, StreamRecorder
 from labkit.records import ErrorKind, RequestRecord
 from tests.streams import chat
 
+pytestmark = pytest.mark.integration
+
 FIRST_MS = 80.0
 STEP_MS = 20.0
 TOKENS = 32

@@ -31,6 +31,8 @@ from tests.streams import (
     sse_response,
 )
 
+pytestmark = pytest.mark.unit
+
 
 @dataclass
 class Adapter:

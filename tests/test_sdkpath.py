@@ -38,6 +38,7 @@ def _request() -> ChatRequest:
     return ChatRequest([{"role": "user", "content": "hello"}], {"max_tokens": 50}, "p0")
 
 
+@pytest.mark.integration
 def test_sdk_path_on_real_sockets_matches_the_schedule_and_the_wire_path() -> None:
     async def main() -> tuple[list[float], list[float], list[float]]:
         async with FakeServer(SCHEDULE) as server:
@@ -76,6 +77,7 @@ def _mock_sdk(handler) -> SDKRecorder:  # type: ignore[no-untyped-def]
     )
 
 
+@pytest.mark.unit
 def test_sdk_path_http_error_is_recorded_without_the_key() -> None:
     def handler(request: httpx2.Request) -> httpx2.Response:
         assert request.headers["authorization"] == "Bearer k-1"
@@ -97,6 +99,7 @@ def test_sdk_path_http_error_is_recorded_without_the_key() -> None:
     assert rec.app.client_path == "sdk" and rec.stop_reason == StopReason.ERROR
 
 
+@pytest.mark.unit
 def test_sdk_path_anthropic_events() -> None:
     events = [
         (
@@ -178,6 +181,7 @@ def test_sdk_path_anthropic_events() -> None:
     assert seen["system"] == "Be brief." and seen["temperature"] == 0 and seen["max_tokens"] == 20
 
 
+@pytest.mark.unit
 def test_fake_provider_has_no_sdk_path() -> None:
     provider = _provider("fake")
     assert not sdk_supported(provider)
@@ -218,6 +222,7 @@ RECORDED = [
 ]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("kind", "fixture", "url", "headers", "settings"), RECORDED)
 def test_wire_and_sdk_paths_read_the_same_stream_alike(
     kind: str, fixture: str, url: str, headers: dict[str, str], settings: dict[str, Any]
@@ -274,6 +279,7 @@ def test_wire_and_sdk_paths_read_the_same_stream_alike(
     assert wire.app.parse_cpu_ms is not None and sdk.app.parse_cpu_ms is None
 
 
+@pytest.mark.unit
 def test_sdk_http_error_keeps_request_id_and_retry_after() -> None:
     def handler(request: httpx2.Request) -> httpx2.Response:
         body = {"error": {"type": "overloaded_error", "message": "Overloaded"}}
@@ -300,6 +306,7 @@ def test_sdk_http_error_keeps_request_id_and_retry_after() -> None:
 SHORT = FakeSchedule(first_token_ms=20.0, token_interval_ms=2.0, tokens=8)
 
 
+@pytest.mark.integration
 def test_sdk_path_measures_connection_phases_on_real_sockets() -> None:
     async def main() -> list[RequestRecord]:
         async with FakeServer(SHORT) as server:
@@ -329,6 +336,7 @@ def test_sdk_path_measures_connection_phases_on_real_sockets() -> None:
     assert reused.client.connect_ms is None  # the pooled connection of the first request
 
 
+@pytest.mark.unit
 def test_network_guard_stops_the_sdk_path_before_anything_is_sent() -> None:
     async def main() -> RequestRecord:
         provider = _provider("openai", model="gpt-4.1-mini")  # https://api.openai.com/v1
@@ -351,6 +359,7 @@ def test_network_guard_stops_the_sdk_path_before_anything_is_sent() -> None:
 # --- both paths through an experiment's plan, as the runner sends it -----------------------
 
 
+@pytest.mark.integration
 def test_attribution_pairs_paths_and_connections_on_real_sockets() -> None:
     exp = AttributionExperiment(AttributionSettings(repeats=4, warmup=1))
 
@@ -401,6 +410,7 @@ def test_attribution_pairs_paths_and_connections_on_real_sockets() -> None:
     assert rows["SDK delay per output event (sdk − wire)"]["value_ms"] == f["sdk_event_delay_ms"]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("kind", "fixture", "cut_at", "settings"),
     [

@@ -7,12 +7,15 @@ from pathlib import Path
 
 import httpx
 import httpx2
+import pytest
 import respx
 from typer.testing import CliRunner
 
 from labkit.cli import app
 from labkit.records import LabResults, RequestRecord
 from labkit.sdkpath import SDKRecorder
+
+pytestmark = pytest.mark.unit
 
 LAB = """
 name: lab-mocked

@@ -33,6 +33,7 @@ def _forbid_subprocesses(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(subprocess, "run", refuse)
 
 
+@pytest.mark.e2e
 def test_cached_setup_is_instant_and_runs_nothing(
     local_setup: LocalSetup, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -49,6 +50,7 @@ def test_cached_setup_is_instant_and_runs_nothing(
     assert marker["version"] == LLAMA_CPP_PYTHON_VERSION and marker["backend"] == "cpu"
 
 
+@pytest.mark.unit
 def test_cache_dir_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("LABKIT_CACHE_DIR", str(tmp_path / "a"))
     assert cache_dir() == tmp_path / "a"
@@ -60,6 +62,7 @@ def test_cache_dir_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_
     assert cache_dir() == tmp_path / "home" / ".cache" / "labkit"
 
 
+@pytest.mark.unit
 def test_explicit_and_env_paths_never_fall_through(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -75,6 +78,7 @@ def test_explicit_and_env_paths_never_fall_through(
         find_or_build_server()
 
 
+@pytest.mark.unit
 def test_env_binary_is_used_and_its_backend_probed_once(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -91,6 +95,7 @@ def test_env_binary_is_used_and_its_backend_probed_once(
     assert find_or_build_server() == found
 
 
+@pytest.mark.unit
 def test_unfinished_build_is_never_used(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("LABKIT_CACHE_DIR", str(tmp_path))
     folder = tmp_path / "llama-server" / f"{LLAMA_CPP_PYTHON_VERSION}-cpu"
@@ -109,6 +114,7 @@ def test_unfinished_build_is_never_used(monkeypatch: pytest.MonkeyPatch, tmp_pat
     assert _build.cached_build("cpu") is None  # built for another CPU
 
 
+@pytest.mark.unit
 def test_cmake_progress_lines_become_fractions() -> None:
     seen: list[tuple[str, float | None]] = []
     for line in (b"[  3%] Building C object x.o\n", b"-- noise\n", b"[100%] Built target y\n"):
@@ -116,6 +122,7 @@ def test_cmake_progress_lines_become_fractions() -> None:
     assert seen == [("compiling", 0.03), ("compiling", 1.0)]
 
 
+@pytest.mark.unit
 def test_user_model_is_checked_and_its_hash_memoised(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -142,6 +149,7 @@ def _write(path: Path, data: bytes) -> Path:
     return path
 
 
+@pytest.mark.e2e
 def test_cached_default_model_is_verified(
     local_setup: LocalSetup, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -161,6 +169,7 @@ def test_cached_default_model_is_verified(
     assert _model.verified_default_model(target) is None
 
 
+@pytest.mark.unit
 def test_a_second_setup_waits_for_the_first(tmp_path: Path) -> None:
     import fcntl
     import threading

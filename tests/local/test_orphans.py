@@ -11,10 +11,13 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from localserver_helpers import children_of, pid_alive, wait_gone
 
 import labkit.local
 from labkit.local import LocalSetup, ManagedServer
+
+pytestmark = pytest.mark.e2e
 
 _CHILD = textwrap.dedent(
     """

@@ -42,6 +42,7 @@ NS = 1_000_000_000
 # --- Schedules ---------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_seeded_poisson_schedule_is_within_2_percent_of_the_rate() -> None:
     offsets = arrival_offsets_ns(10.0, "poisson", seed=7, max_requests=1000)
     assert len(offsets) == 1000 and offsets[0] == 0
@@ -54,6 +55,7 @@ def test_seeded_poisson_schedule_is_within_2_percent_of_the_rate() -> None:
     assert offsets != arrival_offsets_ns(10.0, "poisson", seed=8, max_requests=1000)
 
 
+@pytest.mark.unit
 def test_constant_schedule_and_duration_bound() -> None:
     offsets = arrival_offsets_ns(4.0, "constant", seed=0, duration_s=2.0)
     assert offsets == [0, 250_000_000, 500_000_000, 750_000_000, 1_000_000_000,
@@ -78,6 +80,7 @@ class FakeClock:
         self.now += int(seconds * NS) + self.late_ns
 
 
+@pytest.mark.unit
 def test_open_loop_on_absolute_times_does_not_drift() -> None:
     """Every wake-up is 0.7 ms late; relative sleeps would pile that up (700 ms over 1,000
     requests); absolute due times keep each request within one wake-up of its due time."""
@@ -103,6 +106,7 @@ def test_open_loop_on_absolute_times_does_not_drift() -> None:
     assert all(abs(q - lat) < 1e-6 for (_, q), lat in zip(sent, lateness_ms, strict=True))
 
 
+@pytest.mark.unit
 def test_closed_loop_keeps_each_stream_busy_and_stops_at_the_deadline() -> None:
     in_flight = 0
     most = 0
@@ -147,6 +151,7 @@ def _config(experiment: dict[str, Any], base_url: str = "http://127.0.0.1:9/v1")
     )
 
 
+@pytest.mark.unit
 def test_the_documented_shapes_are_accepted() -> None:
     cfg = parse_config(
         {
@@ -169,6 +174,7 @@ def test_the_documented_shapes_are_accepted() -> None:
     assert [lv.title for lv in opened.levels()] == ["2 req/s", "8 req/s"]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("entry", "message"),
     [
@@ -184,12 +190,14 @@ def test_bad_load_entries_get_one_clear_message(entry: dict[str, Any], message: 
         _config(entry)
 
 
+@pytest.mark.unit
 def test_more_streams_than_requests_is_refused_before_the_run(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="raise `requests`"):
         prepare_run(_config({"concurrency": [64], "requests": 8}), RunOptions(out_dir=tmp_path))
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.unit
 def test_auto_workers_follow_streams_and_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("labkit.experiments.load.os.cpu_count", lambda: 4)
     exp = LoadExperiment(LoadSettings(concurrency=[1, 16, 17, 64, 200], requests=200))
@@ -200,6 +208,7 @@ def test_auto_workers_follow_streams_and_cpus(monkeypatch: pytest.MonkeyPatch) -
     assert opened.workers_for(opened.levels()[0]) == 1
 
 
+@pytest.mark.unit
 def test_synthetic_prompts_are_sized_and_reproducible() -> None:
     exp = LoadExperiment(
         LoadSettings(concurrency=[2], input_tokens=[100, 200], output_tokens=32, seed=3)
@@ -246,6 +255,7 @@ def _levels(result: RunResult) -> list[dict[str, Any]]:
     return list(answer.figures["levels"])
 
 
+@pytest.mark.integration
 def test_load_levels_through_the_runner(tmp_path: Path) -> None:
     result = _run({"concurrency": [1, 4], "requests": 8, "warmup": 1}, tmp_path)
     assert result.status == "completed"
@@ -267,6 +277,7 @@ def test_load_levels_through_the_runner(tmp_path: Path) -> None:
     assert len(on_disk) == len(result.records) == 17
 
 
+@pytest.mark.integration
 def test_open_loop_reports_target_and_achieved_rate(tmp_path: Path) -> None:
     result = _run({"rate": [25], "arrival": "constant", "requests": 12, "warmup": 0}, tmp_path)
     (row,) = _levels(result)
@@ -277,6 +288,7 @@ def test_open_loop_reports_target_and_achieved_rate(tmp_path: Path) -> None:
     assert "target 25 req/s, achieved" in answer.answer
 
 
+@pytest.mark.integration
 def test_a_blocked_event_loop_is_flagged_client_bound(tmp_path: Path) -> None:
     async def hog() -> None:
         while True:  # labkit's own thread busy 8 ms out of every 10: stamps come late
@@ -318,6 +330,7 @@ def fake_server_process(*args: str) -> Iterator[str]:
         proc.communicate(timeout=10)
 
 
+@pytest.mark.integration
 def test_a_free_event_loop_is_not_flagged(tmp_path: Path) -> None:
     # Short streams (about 100 ms, 20 probe samples each): a free loop is not judged by
     # another tenant's hiccup on a shared machine.
@@ -348,6 +361,7 @@ def _fingerprint(records: list[RequestRecord]) -> list[tuple[Any, ...]]:
     )
 
 
+@pytest.mark.integration
 def test_worker_processes_produce_the_same_records_as_one_process(tmp_path: Path) -> None:
     experiment = {"concurrency": [1, 4], "requests": 8, "warmup": 1, "prompts": ["a", "b", "c"]}
     one = _run({**experiment, "workers": 1}, tmp_path / "one")
@@ -367,6 +381,7 @@ def test_worker_processes_produce_the_same_records_as_one_process(tmp_path: Path
     assert rows[1]["workers"] == 2 and rows[1]["ok"] == 8
 
 
+@pytest.mark.unit
 def test_level_figures_of_an_empty_level() -> None:
     row = level_figures(Level(0, "concurrency", 4), [])
     assert row["ok"] == 0 and row["output_tokens_per_s"] is None and not row["client_bound"]
@@ -389,6 +404,7 @@ def _python_children(parent: int) -> list[int]:
     return out
 
 
+@pytest.mark.integration
 def test_ctrl_c_in_a_multi_process_level_keeps_every_record_and_stops_the_workers(
     tmp_path: Path,
 ) -> None:
@@ -436,6 +452,7 @@ def test_ctrl_c_in_a_multi_process_level_keeps_every_record_and_stops_the_worker
     assert len({r.record_id for r in records}) == len(records)
 
 
+@pytest.mark.integration
 def test_resume_runs_again_only_the_level_that_was_cut_short(tmp_path: Path) -> None:
     from labkit.runner import prepare_resume
 

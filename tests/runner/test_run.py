@@ -14,6 +14,8 @@ from labkit.config import parse_config
 from labkit.runner import RunOptions, prepare_run, run_lab
 from tests.streams import oa_usage, openai_events, sse_response
 
+pytestmark = pytest.mark.unit
+
 URL = "https://api.openai.com/v1/chat/completions"
 
 
