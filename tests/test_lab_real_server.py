@@ -19,6 +19,7 @@ import pytest
 
 from labkit.local import ensure_setup
 from labkit.records import LabResults, RequestRecord
+from tests.signals import default_sigint
 
 pytestmark = pytest.mark.e2e
 
@@ -84,6 +85,7 @@ def _start(args: list[str]) -> subprocess.Popen[str]:
         stderr=subprocess.STDOUT,
         text=True,
         env={**os.environ, "COLUMNS": "200"},
+        preexec_fn=default_sigint,  # Ctrl-C tests interrupt it, also from a background job
     )
 
 

@@ -16,6 +16,7 @@ from localserver_helpers import children_of, pid_alive, wait_gone
 
 import labkit.local
 from labkit.local import LocalSetup, ManagedServer
+from tests.signals import default_sigint
 
 pytestmark = pytest.mark.e2e
 
@@ -54,6 +55,7 @@ def _spawn(mode: str, setup: LocalSetup, log: Path) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        preexec_fn=default_sigint,  # the Ctrl-C tests interrupt it, also from a background job
     )
 
 

@@ -36,6 +36,7 @@ from labkit.selfcheck import (
     SATURATED_CPU_SHARE,
     client_bound_notes,
 )
+from tests.signals import default_sigint
 
 NS = 1_000_000_000
 
@@ -428,6 +429,7 @@ def test_ctrl_c_in_a_multi_process_level_keeps_every_record_and_stops_the_worker
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            preexec_fn=default_sigint,  # it gets SIGINT even where the tests run in background
         )
         deadline = time.monotonic() + 60
         records_path = None
