@@ -28,6 +28,7 @@ from labkit.experiments import experiment_kinds
 from labkit.local.cli import register as register_local
 from labkit.providers import provider_kinds
 from labkit.providers.fake import FakeSchedule
+from labkit.records import ErrorKind
 from labkit.report.cli import register as register_report
 from labkit.runner import (
     ProviderOutcome,
@@ -180,6 +181,12 @@ def _print_summary(result: RunResult, out: Console, *, outcomes: bool = True) ->
         out.print(table)
     for note in client_bound_notes(result.records):
         out.print(f"[bold yellow]warning:[/] {escape(note)}")
+    internal = [r.error for r in result.records if r.error and r.error.kind == ErrorKind.INTERNAL]
+    if internal:
+        out.print(
+            f"[bold red]internal errors:[/] {len(internal)} request(s) hit a labkit bug and were "
+            f"recorded with error.kind = internal (first: {escape(internal[0].message)})"
+        )
     if outcomes:
         for o in result.outcomes:
             if o.status != "ok":

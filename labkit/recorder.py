@@ -7,8 +7,12 @@ returned. The provider's parser only classifies events and collects fields; the 
 derives every timing (`labkit.timing`). The thread's CPU clock is read at ``t_start`` and
 at the end of the stream only (`app.cpu_ms`), never per event.
 
-Failures are measurements too: an HTTP error, a timeout, a dropped connection, an error
-event or a malformed stream becomes a record with ``error`` set and every timing it reached.
+Failures are measurements too, and isolated here, in one place (`BaseRecorder.record`):
+whatever a request's bytes, headers or values are, it ends as exactly one record. An HTTP
+error, a timeout, a dropped connection, an error event, a malformed stream or a reply that
+is no stream becomes a record with ``error`` set and every timing it reached; a request that
+cannot be built is ``error.kind = config``; any other exception is labkit's own bug and is
+recorded as ``error.kind = internal`` with its type, never disguised as a protocol error.
 """
 
 from __future__ import annotations
@@ -17,16 +21,18 @@ import asyncio
 import contextlib
 import email.utils
 import json
+import re
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import httpx
 
+from labkit.errors import MalformedStream
 from labkit.providers.base import (
     ChatRequest,
     EventClass,
@@ -47,12 +53,16 @@ from labkit.sse import SSEParser
 from labkit.timing import derive_client_timings
 
 __all__ = [
+    "ERROR_BODY_CAP",
     "BaseRecorder",
     "LoopLagMonitor",
+    "Measurement",
     "RecordContext",
     "StreamRecorder",
     "assemble_record",
+    "exception_message",
     "http_error",
+    "redactor",
     "settle_counts_and_stop",
     "stream_error",
 ]
@@ -60,6 +70,10 @@ __all__ = [
 Clock = Callable[[], int]
 
 _BODY_EXCERPT_CHARS = 500
+#: At most this much of an error body (or of a reply that is no stream) is read: enough for
+#: the provider's message, never a whole 300 MB page held in memory.
+ERROR_BODY_CAP = 64 * 1024
+_HEADERS_DONE = "http11.receive_response_headers.complete"
 
 
 @dataclass(slots=True)
@@ -171,7 +185,7 @@ def _retry_after_s(value: str | None) -> float | None:
 def _error_message_from_body(body: str) -> str | None:
     try:
         obj = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if isinstance(obj, dict):
         err = obj.get("error", obj)
@@ -201,9 +215,138 @@ def http_error(
     )
 
 
+def _not_a_stream(
+    status: int, headers: ResponseHeaders, body: bytes, redact: Callable[[str], str]
+) -> RecordError:
+    """A `RecordError` naming what arrived instead of an event stream."""
+    content_type = headers.get("content-type") or "no content-type"
+    text = redact(body.decode("utf-8", errors="replace"))
+    head = text.lstrip()[:1]
+    if head == "<":
+        title = re.search(r"<title[^>]*>([^<]{0,120})", text, re.IGNORECASE)
+        what = "an HTML page" + (f" ({title.group(1).strip()!r})" if title else "")
+        hint = "is base_url the API root?"
+    elif head in ("{", "["):
+        try:
+            obj = json.loads(text)
+        except (ValueError, RecursionError):
+            obj = None
+        completion = isinstance(obj, dict) and ("choices" in obj or obj.get("type") == "message")
+        what = "a JSON completion (not streamed)" if completion else "a JSON body"
+        hint = "the server ignored `stream: true`" if completion else "not a chat stream"
+    else:
+        what, hint = "a body that is not an event stream", "not a chat stream"
+    return RecordError(
+        kind=ErrorKind.PROTOCOL,
+        message=f"HTTP {status} with {what} instead of an event stream ({content_type}): {hint}"[
+            :300
+        ],
+        status=status,
+        body_excerpt=text[:_BODY_EXCERPT_CHARS] or None,
+    )
+
+
+def _redirect(status: int, headers: ResponseHeaders, redact: Callable[[str], str]) -> RecordError:
+    location = redact(headers.get("location") or "no location")
+    return RecordError(
+        kind=ErrorKind.PROTOCOL,
+        message=f"HTTP {status} redirect to {location}, not followed: labkit measures the URL it "
+        "is given; set base_url to the final one"[:300],
+        status=status,
+    )
+
+
+def _looks_like_a_document(content_type: str, first_chunk: bytes) -> bool:
+    """True when a 2xx reply is plainly no event stream: not labelled as one and starting
+    like HTML or JSON (an SSE body starts with a field name or a comment)."""
+    if content_type.startswith("text/event-stream"):
+        return False
+    return first_chunk.lstrip()[:1] in (b"<", b"{", b"[")
+
+
+async def _read_capped(chunks: AsyncIterator[bytes], cap: int, start: bytes = b"") -> bytes:
+    """Up to `cap` bytes from `chunks`; the rest is left unread (the connection is closed)."""
+    parts = [start]
+    size = len(start)
+    if size < cap:
+        async for chunk in chunks:
+            parts.append(chunk)
+            size += len(chunk)
+            if size >= cap:
+                break
+    return b"".join(parts)[:cap]
+
+
+@dataclass(slots=True)
+class Measurement:
+    """Everything one request's measurement saw, on one clock: what both recorders fill and
+    hand to `BaseRecorder._finish`, which turns it into the record."""
+
+    t_prepare: int
+    t_start: int = 0
+    started: bool = False
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    params: dict[str, Any] = field(default_factory=dict)
+    local_count: TokenCount | None = None
+    phases: dict[str, int] = field(default_factory=dict)
+    first_event_ns: int | None = None
+    first_text_ns: int | None = None
+    output_ns: list[int] = field(default_factory=list)
+    end_ns: int | None = None
+    done: bool = False
+    error: RecordError | None = None
+    cancelled: bool = False
+    on_arrival: bool = False
+    cpu_start_ns: int = 0
+    #: CPU time inside the measured span that is labkit's, not the path's (SDK path re-reads).
+    cpu_excluded_ns: int = 0
+    parse_ns: int | None = None
+    tags: dict[str, str | int | float | bool] = field(default_factory=dict)
+
+    def begin(self, clock: Clock) -> None:
+        """Start (or restart) the clock: `t_start`, the wall clock and the CPU clock."""
+        self.cpu_start_ns = time.thread_time_ns()
+        self.t_start = clock()
+        self.started_at = datetime.now(UTC)
+        self.started = True
+
+    def event(self, cls: int, t_ns: int) -> None:
+        """Stamp one classified event: the per-event step both recorders share."""
+        if cls == EventClass.IGNORE:
+            return
+        if self.first_event_ns is None:
+            self.first_event_ns = t_ns
+        if cls == EventClass.TEXT:
+            self.output_ns.append(t_ns)
+            if self.first_text_ns is None:
+                self.first_text_ns = t_ns
+        elif cls == EventClass.OUTPUT:
+            self.output_ns.append(t_ns)
+        elif cls == EventClass.DONE:
+            self.done = True
+
+
+#: Exceptions raised while a request is built or written that mean the request itself is not
+#: valid (an impossible URL or port, a header value that is no header value, a proxy whose
+#: package is missing): `error.kind = config`.
+_REQUEST_INVALID: tuple[type[BaseException], ...] = (
+    httpx.InvalidURL,
+    httpx.UnsupportedProtocol,
+    httpx.LocalProtocolError,
+    UnicodeEncodeError,
+    ImportError,
+)
+
+
 class BaseRecorder:
     """What the wire and SDK recorders share: the clock, the loop-lag self-check, the
-    cancellation hook, and turning what a measurement saw into its record (`_finish`)."""
+    cancellation hook, failure isolation (`record`) and turning a `Measurement` into its
+    record (`_finish`). A subclass implements `_exchange` (send, read, stamp) and maps its
+    own transport's exceptions in `_transport_error`."""
+
+    client_path: ClassVar[Literal["wire", "sdk"]] = "wire"
+    #: The error of a stream that stopped without its end (no terminator, no stop reason).
+    truncated_message: ClassVar[str] = "stream ended without its terminator (truncated)"
 
     def __init__(
         self,
@@ -216,129 +359,240 @@ class BaseRecorder:
         self._lag = lag_monitor
         self._on_cancelled = on_cancelled
 
-    def _finish(
-        self,
-        *,
-        provider: Provider,
-        request: ChatRequest,
-        ctx: RecordContext,
-        params: dict[str, Any],
-        parser: StreamParser,
-        local_count: TokenCount | None,
-        redact: Callable[[str], str],
-        error: RecordError | None,
-        cancelled: bool,
-        complete: bool,
-        truncated: str,
-        t_prepare: int,
-        t_start: int,
-        started_at: datetime,
-        phases: dict[str, int],
-        first_event_ns: int | None,
-        first_text_ns: int | None,
-        output_ns: list[int],
-        end_ns: int | None,
-        app: AppTimings,
-        on_arrival: bool = False,
-        tags: dict[str, str | int | float | bool] | None = None,
+    async def record(
+        self, provider: Provider, request: ChatRequest, ctx: RecordContext
     ) -> RequestRecord:
-        """The record of one measurement; on cancellation it goes to `on_cancelled` and
-        `CancelledError` is raised.
+        """Send `request` to `provider`, read the whole stream, return its one record.
 
-        `complete`: the stream's own end was seen; without it an error-free stream is
-        recorded as truncated (`truncated` says how), or as empty if no event came.
+        Every per-request failure is returned as a record with ``error`` set; nothing a
+        request does escapes but cancellation, whose partial record goes to `on_cancelled`
+        before `CancelledError` propagates.
         """
-        error = error or stream_error(parser, redact)
-        if error is None and not complete:
-            error = RecordError(
-                kind=ErrorKind.PROTOCOL,
-                message="empty response body" if first_event_ns is None else truncated,
+        m = Measurement(t_prepare=self._clock())
+        parser: StreamParser | None = None
+        redact = redactor(provider)
+        try:
+            parser = provider.new_parser()
+            m.params = provider.wire_params(provider.effective_params(request))
+            m.local_count = provider.count_input_locally(request)
+            await self._exchange(provider, request, parser, m, redact)
+        except asyncio.CancelledError:
+            m.cancelled = True
+            m.error = RecordError(kind=ErrorKind.CANCELLED, message="request cancelled")
+        except TimeoutError:
+            total = provider.settings.timeouts.total
+            m.error = RecordError(
+                kind=ErrorKind.TIMEOUT, message=f"total timeout of {total:g} s exceeded"
             )
-        usage = parser.usage
-        if local_count is not None:
-            usage.input_tokens_local = local_count.tokens
-            usage.tokenizer = local_count.source
-        stop = settle_counts_and_stop(provider, parser, len(output_ns), error)
-        usage.streamed_output_tokens = parser.streamed_output_tokens(len(output_ns))
-        end = end_ns or self._clock()
-        lag = self._lag.lag_ms(t_start, end, on_arrival=on_arrival) if self._lag else None
-        app.prepare_ms = (t_start - t_prepare) / 1e6
-        record = assemble_record(
-            provider=provider,
-            request=request,
-            ctx=ctx,
-            params=params,
-            parser=parser,
-            started_at=started_at,
-            t_start_ns=t_start,
-            client=derive_client_timings(
-                t_start_ns=t_start,
-                phases_ns=phases,
-                first_event_ns=first_event_ns,
-                output_event_ns=output_ns,
-                first_text_ns=first_text_ns,
-                end_ns=end_ns,
-                output_tokens=usage.streamed_output_tokens,
-                queue_ms=ctx.queue_ms,
-                loop_lag_ms=lag,
-            ),
-            app=app,
-            stop=stop,
-            error=error,
+        except Exception as exc:
+            m.error = self._transport_error(exc, m, parser, redact) or _error_for(exc, m, redact)
+        if not m.started:
+            m.begin(self._clock)  # failed before sending: a zero-length measurement
+        cpu_ns = time.thread_time_ns() - m.cpu_start_ns - m.cpu_excluded_ns
+        app = AppTimings(
+            parse_cpu_ms=None if m.parse_ns is None else m.parse_ns / 1e6,
+            cpu_ms=cpu_ns / 1e6,
+            client_path=self.client_path,
         )
-        if tags:
-            record.tags.update(tags)
-        if cancelled:
+        try:
+            record = self._finish(provider, request, ctx, parser, m, redact, app)
+        except Exception as exc:  # labkit's own bug in record assembly: still one record
+            record = self._bare_record(provider, request, ctx, m, _internal(exc, redact), app)
+        if m.cancelled:
             if self._on_cancelled is not None:
                 self._on_cancelled(record)
             raise asyncio.CancelledError
         return record
 
+    async def _exchange(
+        self,
+        provider: Provider,
+        request: ChatRequest,
+        parser: StreamParser,
+        m: Measurement,
+        redact: Callable[[str], str],
+    ) -> None:
+        """Send the request and read its stream into `m` (call `m.begin` at t_start)."""
+        raise NotImplementedError
+
+    def _transport_error(
+        self,
+        exc: Exception,
+        m: Measurement,
+        parser: StreamParser | None,
+        redact: Callable[[str], str],
+    ) -> RecordError | None:
+        """This path's reading of an exception from its HTTP stack (None: not one of its)."""
+        return None
+
+    def _finish(
+        self,
+        provider: Provider,
+        request: ChatRequest,
+        ctx: RecordContext,
+        parser: StreamParser | None,
+        m: Measurement,
+        redact: Callable[[str], str],
+        app: AppTimings,
+    ) -> RequestRecord:
+        """The record of one measurement.
+
+        A stream whose end was seen (its terminator, or a stop reason where the server may
+        omit the terminator: `StreamParser.finished`) is complete; without it an error-free
+        stream is recorded as truncated, or as empty if no event came.
+        """
+        if parser is None:  # new_parser itself failed: m.error says how
+            return self._bare_record(provider, request, ctx, m, m.error or _nothing(), app)
+        error = m.error or stream_error(parser, redact)
+        if error is None and not (m.done or parser.finished):
+            error = RecordError(
+                kind=ErrorKind.PROTOCOL,
+                message="empty response body"
+                if m.first_event_ns is None
+                else self.truncated_message,
+            )
+        usage = parser.usage
+        if m.local_count is not None:
+            usage.input_tokens_local = m.local_count.tokens
+            usage.tokenizer = m.local_count.source
+        stop = settle_counts_and_stop(provider, parser, len(m.output_ns), error)
+        usage.streamed_output_tokens = parser.streamed_output_tokens(len(m.output_ns))
+        app.prepare_ms = (m.t_start - m.t_prepare) / 1e6
+        record = assemble_record(
+            provider=provider,
+            request=request,
+            ctx=ctx,
+            params=m.params,
+            parser=parser,
+            started_at=m.started_at,
+            t_start_ns=m.t_start,
+            client=self._client_timings(m, ctx, usage.streamed_output_tokens),
+            app=app,
+            stop=stop,
+            error=error,
+        )
+        record.tags.update(m.tags)
+        return record
+
+    def _client_timings(
+        self, m: Measurement, ctx: RecordContext, decode_tokens: int | None
+    ) -> ClientTimings:
+        end = m.end_ns or self._clock()
+        lag = self._lag.lag_ms(m.t_start, end, on_arrival=m.on_arrival) if self._lag else None
+        return derive_client_timings(
+            t_start_ns=m.t_start,
+            phases_ns=m.phases,
+            first_event_ns=m.first_event_ns,
+            output_event_ns=m.output_ns,
+            first_text_ns=m.first_text_ns,
+            end_ns=m.end_ns,
+            output_tokens=decode_tokens,
+            queue_ms=ctx.queue_ms,
+            loop_lag_ms=lag,
+        )
+
+    def _bare_record(
+        self,
+        provider: Provider,
+        request: ChatRequest,
+        ctx: RecordContext,
+        m: Measurement,
+        error: RecordError,
+        app: AppTimings,
+    ) -> RequestRecord:
+        """The record of a measurement that could not be assembled from its parser: its
+        timings and `error`, without anything the parser collected."""
+        prompt = request.prompt_text
+        return RequestRecord(
+            run_id=ctx.run_id,
+            record_id=ctx.record_id or uuid.uuid4().hex,
+            experiment=ctx.experiment,
+            trial=ctx.trial,
+            attempt=ctx.attempt,
+            warmup=ctx.warmup,
+            provider=provider.id,
+            provider_kind=provider.kind,
+            model=provider.model,
+            params=m.params,
+            prompt_id=request.prompt_id,
+            prompt_chars=len(prompt),
+            prompt_bytes=len(prompt.encode("utf-8", errors="replace")),
+            started_at=m.started_at,
+            t_start_mono_ns=m.t_start,
+            client=self._client_timings(m, ctx, None),
+            app=app,
+            stop_reason=StopReason.CANCELLED if m.cancelled else StopReason.ERROR,
+            tags={**ctx.tags, **m.tags},
+            error=error,
+        )
+
+
+def _nothing() -> RecordError:
+    return RecordError(kind=ErrorKind.INTERNAL, message="internal error: no parser and no error")
+
+
+def _internal(exc: BaseException, redact: Callable[[str], str]) -> RecordError:
+    return RecordError(
+        kind=ErrorKind.INTERNAL,
+        message=f"internal error (a labkit bug): {exception_message(exc, redact)}"[:300],
+    )
+
+
+def _error_for(exc: Exception, m: Measurement, redact: Callable[[str], str]) -> RecordError:
+    """The record error for an exception that is no transport's own: a malformed stream,
+    a request that could not be built, or labkit's own bug."""
+    if isinstance(exc, MalformedStream):
+        return RecordError(
+            kind=ErrorKind.PROTOCOL, message=f"malformed stream: {redact(str(exc))}"[:300]
+        )
+    if isinstance(exc, RecursionError):
+        return RecordError(
+            kind=ErrorKind.PROTOCOL, message="malformed stream: JSON nested too deeply to read"
+        )
+    if isinstance(exc, UnicodeDecodeError):
+        return RecordError(
+            kind=ErrorKind.PROTOCOL,
+            message=f"malformed stream: not valid UTF-8 ({redact(exc.reason)} at byte {exc.start})",
+        )
+    if isinstance(exc, json.JSONDecodeError):
+        return RecordError(
+            kind=ErrorKind.PROTOCOL,
+            message=f"malformed stream: an event is not valid JSON ({redact(exc.msg)} at "
+            f"position {exc.pos})"[:300],
+        )
+    if isinstance(exc, _REQUEST_INVALID):
+        return RecordError(
+            kind=ErrorKind.CONFIG,
+            message=f"request not sendable as configured: {exception_message(exc, redact)}"[:300],
+        )
+    return _internal(exc, redact)
+
 
 class StreamRecorder(BaseRecorder):
-    """Measures streaming chat requests. One recorder serves a whole run."""
+    """Measures streaming chat requests on labkit's own HTTP. One recorder serves a run."""
 
-    async def record(
-        self, provider: Provider, request: ChatRequest, ctx: RecordContext
-    ) -> RequestRecord:
-        """Send `request` to `provider`, read the whole stream, return the record.
-
-        Per-request failures are returned as records with ``error`` set. On cancellation
-        the partial record goes to `on_cancelled` before `CancelledError` propagates.
-        """
+    async def _exchange(
+        self,
+        provider: Provider,
+        request: ChatRequest,
+        parser: StreamParser,
+        m: Measurement,
+        redact: Callable[[str], str],
+    ) -> None:
         clock = self._clock
-        t_prepare = clock()
-        params = provider.wire_params(provider.effective_params(request))
-        http_request = provider.build_request(request, params)
-        if request.fresh_connection:
+        http_request = provider.build_request(request, m.params)
+        if provider.closes_connection(request):
             http_request.headers["connection"] = "close"
-        local_count = provider.count_input_locally(request)
-        parser = provider.new_parser()
-        phases: dict[str, int] = {}
+        phases = m.phases
 
         async def trace(name: str, info: dict[str, Any]) -> None:
             # The lean transport passes the stamp of the event itself (headers: their arrival).
             phases[name] = info.get("labkit_t_ns") or clock()
 
         http_request.extensions["trace"] = trace
-
-        first_event_ns: int | None = None
-        first_text_ns: int | None = None
-        output_ns: list[int] = []
-        end_ns: int | None = None
-        parse_ns = 0
-        done = False
-        error: RecordError | None = None
-        cancelled = False
-        redact = _redactor(provider)
-
-        stale_retry = False
-        on_arrival = False
         client = provider.checkout()
-        cpu_start = time.thread_time_ns()
-        t_start = clock()
-        started_at = datetime.now(UTC)
         try:
+            m.begin(clock)
             async with asyncio.timeout(provider.settings.timeouts.total):
                 try:
                     response = await client.send(http_request, stream=True)
@@ -349,106 +603,92 @@ class StreamRecorder(BaseRecorder):
                     # (llama-server and others close after every stream): nothing was
                     # measured yet, so measure again from a fresh clock on a new connection.
                     phases.clear()
-                    stale_retry = True
-                    cpu_start = time.thread_time_ns()
-                    t_start = clock()
-                    started_at = datetime.now(UTC)
+                    m.tags["stale_connection_resent"] = True
+                    m.begin(clock)
                     response = await client.send(http_request, stream=True)
                 # Mock transports emit no trace events: fall back to when send() returned.
-                phases.setdefault("http11.receive_response_headers.complete", clock())
+                phases.setdefault(_HEADERS_DONE, clock())
                 try:
                     parser.on_headers(response.headers)
-                    if response.status_code >= 400:
-                        body = await response.aread()
-                        end_ns = clock()
-                        error = http_error(response.status_code, response.headers, body, redact)
+                    status = response.status_code
+                    if status >= 400:
+                        body = await _read_capped(response.aiter_bytes(), ERROR_BODY_CAP)
+                        m.end_ns = clock()
+                        m.error = http_error(status, response.headers, body, redact)
+                    elif status >= 300:
+                        m.end_ns = clock()
+                        m.error = _redirect(status, response.headers, redact)
                     else:
-                        sse = SSEParser()
-                        feed = sse.feed
-                        on_event = parser.on_event
-                        # The lean transport stamps each read on arrival (labkit.lean); through
-                        # httpx the stamp is when the read reaches this loop.
-                        arrival = response.extensions.get("labkit.arrival")
-                        on_arrival = arrival is not None
-                        async for chunk in response.aiter_bytes():
-                            t_read = clock()
-                            t = t_read if arrival is None else arrival.t_ns
-                            for ev in feed(chunk, t):
-                                c = on_event(ev)
-                                if c == EventClass.IGNORE:
-                                    continue
-                                if first_event_ns is None:
-                                    first_event_ns = ev.t_ns
-                                if c == EventClass.TEXT:
-                                    output_ns.append(ev.t_ns)
-                                    if first_text_ns is None:
-                                        first_text_ns = ev.t_ns
-                                elif c == EventClass.OUTPUT:
-                                    output_ns.append(ev.t_ns)
-                                elif c == EventClass.DONE:
-                                    done = True
-                            parse_ns += clock() - t_read
-                        for ev in sse.close():
-                            if parser.on_event(ev) == EventClass.DONE:
-                                done = True
-                        end_ns = clock()
+                        await self._read_events(response, parser, m, redact)
                 finally:
                     await response.aclose()
-        except TimeoutError:
-            error = RecordError(
-                kind=ErrorKind.TIMEOUT,
-                message=f"total timeout of {provider.settings.timeouts.total:g} s exceeded",
-            )
-        except httpx.TimeoutException as exc:
-            error = RecordError(kind=ErrorKind.TIMEOUT, message=_exc_message(exc, redact))
-        except (httpx.RemoteProtocolError, httpx.NetworkError) as exc:
-            if first_event_ns is not None:
+        finally:
+            provider.checkin(client)
+
+    async def _read_events(
+        self,
+        response: httpx.Response,
+        parser: StreamParser,
+        m: Measurement,
+        redact: Callable[[str], str],
+    ) -> None:
+        """Read the body as SSE, stamping each event; a reply that is plainly a document
+        (HTML, JSON) is read up to a cap and named instead."""
+        clock = self._clock
+        sse = SSEParser()
+        feed = sse.feed
+        on_event = parser.on_event
+        stamp = m.event
+        # The lean transport stamps each read on arrival (labkit.lean); through httpx the
+        # stamp is when the read reaches this loop.
+        arrival = response.extensions.get("labkit.arrival")
+        m.on_arrival = arrival is not None
+        content_type = response.headers.get("content-type", "")
+        parse_ns = 0
+        first = True
+        chunks = response.aiter_bytes()
+        async for chunk in chunks:
+            t_read = clock()
+            if first:
+                first = False
+                if _looks_like_a_document(content_type, chunk):
+                    body = await _read_capped(chunks, ERROR_BODY_CAP, chunk)
+                    m.end_ns = clock()
+                    m.error = _not_a_stream(response.status_code, response.headers, body, redact)
+                    return
+            t = t_read if arrival is None else arrival.t_ns
+            for ev in feed(chunk, t):
+                stamp(on_event(ev), ev.t_ns)
+            parse_ns += clock() - t_read
+        for ev in sse.close():
+            stamp(on_event(ev), ev.t_ns)
+        m.end_ns = clock()
+        m.parse_ns = parse_ns
+
+    def _transport_error(
+        self,
+        exc: Exception,
+        m: Measurement,
+        parser: StreamParser | None,
+        redact: Callable[[str], str],
+    ) -> RecordError | None:
+        """httpx's exceptions: timeouts, lost connections, requests it could not send."""
+        if isinstance(exc, httpx.TimeoutException):
+            return RecordError(kind=ErrorKind.TIMEOUT, message=exception_message(exc, redact))
+        if isinstance(exc, httpx.RemoteProtocolError | httpx.NetworkError):
+            if m.first_event_ns is not None:
                 where = "mid-stream"
-            elif "http11.receive_response_headers.complete" in phases:
+            elif _HEADERS_DONE in m.phases:
                 where = "after the response headers"
             else:
                 where = "before the response"
-            error = RecordError(
+            return RecordError(
                 kind=ErrorKind.CONNECTION,
-                message=f"connection lost {where}: {_exc_message(exc, redact)}",
+                message=f"connection lost {where}: {exception_message(exc, redact)}"[:300],
             )
-        except httpx.HTTPError as exc:
-            error = RecordError(kind=ErrorKind.CONNECTION, message=_exc_message(exc, redact))
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            # json/UTF-8 decoding and shape errors from a malformed event.
-            error = RecordError(
-                kind=ErrorKind.PROTOCOL, message=f"malformed stream event: {redact(str(exc))}"[:300]
-            )
-        except asyncio.CancelledError:
-            cancelled = True
-            error = RecordError(kind=ErrorKind.CANCELLED, message="request cancelled")
-        finally:
-            provider.checkin(client)
-        cpu_ns = time.thread_time_ns() - cpu_start
-        return self._finish(
-            provider=provider,
-            request=request,
-            ctx=ctx,
-            params=params,
-            parser=parser,
-            local_count=local_count,
-            redact=redact,
-            error=error,
-            cancelled=cancelled,
-            complete=done,
-            truncated="stream ended without its terminator (truncated)",
-            t_prepare=t_prepare,
-            t_start=t_start,
-            started_at=started_at,
-            phases=phases,
-            first_event_ns=first_event_ns,
-            first_text_ns=first_text_ns,
-            output_ns=output_ns,
-            end_ns=end_ns,
-            app=AppTimings(parse_cpu_ms=parse_ns / 1e6, cpu_ms=cpu_ns / 1e6, client_path="wire"),
-            on_arrival=on_arrival,
-            tags={"stale_connection_resent": True} if stale_retry else None,
-        )
+        if isinstance(exc, httpx.HTTPError) and not isinstance(exc, _REQUEST_INVALID):
+            return RecordError(kind=ErrorKind.CONNECTION, message=exception_message(exc, redact))
+        return None
 
 
 def stream_error(parser: StreamParser, redact: Callable[[str], str]) -> RecordError | None:
@@ -506,7 +746,7 @@ def assemble_record(
         params=params,
         prompt_id=request.prompt_id,
         prompt_chars=len(prompt),
-        prompt_bytes=len(prompt.encode("utf-8")),
+        prompt_bytes=len(prompt.encode("utf-8", errors="replace")),
         started_at=started_at,
         t_start_mono_ns=t_start_ns,
         client=client,
@@ -528,18 +768,18 @@ def assemble_record(
 
 def _stale_pooled_connection(phases: dict[str, int]) -> bool:
     """True when a send failed on a reused connection before any response byte."""
-    return (
-        "connection.connect_tcp.complete" not in phases
-        and "http11.receive_response_headers.complete" not in phases
-    )
+    return "connection.connect_tcp.complete" not in phases and _HEADERS_DONE not in phases
 
 
-def _exc_message(exc: BaseException, redact: Callable[[str], str]) -> str:
+def exception_message(exc: BaseException, redact: Callable[[str], str]) -> str:
+    """`Type: message` of an exception, secrets scrubbed, at most 300 characters."""
     text = str(exc) or type(exc).__name__
     return redact(f"{type(exc).__name__}: {text}")[:300]
 
 
-def _redactor(provider: Provider) -> Callable[[str], str]:
+def redactor(provider: Provider) -> Callable[[str], str]:
+    """A function that replaces the provider's secrets in a text (early, per record; the
+    output sinks scrub again, in every encoding)."""
     secrets = provider.secrets()
 
     def redact(text: str) -> str:

@@ -53,8 +53,9 @@ _real_listen = socket.socket.listen
 _real_getaddrinfo = socket.getaddrinfo
 
 
-class NetworkBlockedError(RuntimeError):
-    """Raised when a test tries to reach a non-loopback address."""
+class NetworkBlockedError(ConnectionRefusedError):
+    """Raised when a test tries to reach a non-loopback address (an OSError, so HTTP stacks
+    report it as the connection failure it stands for)."""
 
 
 class SocketInUnitTestError(RuntimeError):

@@ -320,10 +320,22 @@ def test_connection_refused_before_response(adapter: Adapter) -> None:
 
 def test_stream_cut_without_terminator_is_protocol(adapter: Adapter) -> None:
     events = adapter.stream(["a", "b"])
-    rec = run_mocked(adapter, sse_response(events[:-1]))  # no [DONE] / message_stop
+    last_token = max(i for i, e in enumerate(events) if b'"b"' in e)
+    # Cut after the last token: no stop reason, no [DONE] / message_stop.
+    rec = run_mocked(adapter, sse_response(events[: last_token + 1]))
     assert rec.error is not None and rec.error.kind == ErrorKind.PROTOCOL
     assert "truncated" in rec.error.message
     assert rec.output_text == "ab" and rec.client.ttft_ms is not None
+
+
+def test_stream_ending_at_its_stop_reason_without_terminator_is_complete(
+    adapter: Adapter,
+) -> None:
+    """Perplexity and others end after the chunk with the finish reason, without [DONE]."""
+    events = adapter.stream(["a", "b"])
+    rec = run_mocked(adapter, sse_response(events[:-1]))  # no [DONE] / message_stop
+    assert rec.error is None and rec.stop_reason == StopReason.END
+    assert rec.output_text == "ab" and rec.usage.output_tokens == 2
 
 
 def test_malformed_json_is_protocol(adapter: Adapter) -> None:

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import httpx
 from pydantic import Field
 
+from labkit.providers.anthropic_sdk import AnthropicSDK
 from labkit.providers.base import (
     ChatRequest,
     EventClass,
@@ -25,6 +26,7 @@ from labkit.providers.base import (
     TokenCount,
     register,
 )
+from labkit.providers.sdk import SDKAdapter
 from labkit.records import ErrorKind, RecordError, StopReason
 from labkit.sse import SSEEvent
 
@@ -57,8 +59,13 @@ class AnthropicSettings(ProviderSettings):
         default="ANTHROPIC_API_KEY", description="Variable holding the key."
     )
 
-    default_base_url: ClassVar[str | None] = "https://api.anthropic.com/v1"
+    default_base_url: ClassVar[str | None] = "https://api.anthropic.com"
     key_required: ClassVar[bool] = True
+
+    def resolved_base_url(self) -> str:
+        """The API root without `/v1` (the SDK's and `ANTHROPIC_BASE_URL`'s convention);
+        a `base_url` ending in `/v1` is accepted too, so both paths reach one endpoint."""
+        return super().resolved_base_url().removesuffix("/v1")
 
 
 class AnthropicParser(StreamParser):
@@ -139,7 +146,7 @@ class AnthropicProvider(Provider):
 
     kind: ClassVar[str] = "anthropic"
     settings_model: ClassVar[type[ProviderSettings]] = AnthropicSettings
-    has_sdk: ClassVar[bool] = True
+    sdk: ClassVar[SDKAdapter | None] = AnthropicSDK()
 
     def _headers(self) -> dict[str, str]:
         headers = {"anthropic-version": ANTHROPIC_VERSION}
@@ -175,7 +182,7 @@ class AnthropicProvider(Provider):
         }
         if system is not None:
             body["system"] = system
-        return self.client.build_request("POST", "/messages", json=body, headers=self._headers())
+        return self.client.build_request("POST", "/v1/messages", json=body, headers=self._headers())
 
     def new_parser(self) -> StreamParser:
         """A Messages event parser."""
@@ -184,7 +191,7 @@ class AnthropicProvider(Provider):
     async def count_tokens(self, text: str) -> TokenCount | None:
         """`POST /messages/count_tokens` for `text` as one user message."""
         resp = await self.client.post(
-            "/messages/count_tokens",
+            "/v1/messages/count_tokens",
             json={"model": self.model, "messages": [{"role": "user", "content": text}]},
             headers=self._headers(),
         )

@@ -19,6 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeAlias, TypeVar
+from urllib.parse import urlsplit
 
 import httpx
 from pydantic import (
@@ -33,6 +34,7 @@ from pydantic import (
 
 from labkit.errors import ProviderUnavailable
 from labkit.lean import LeanTransport, lean_applies
+from labkit.providers.sdk import SDKAdapter
 from labkit.records import ProviderTimings, RecordError, StopReason, Usage
 from labkit.sse import SSEEvent
 
@@ -50,6 +52,7 @@ __all__ = [
     "provider_kinds",
     "register",
     "sdk_available",
+    "with_root_path",
 ]
 
 #: How a request is sent: `wire` (labkit's own HTTP) or `sdk` (the official SDK).
@@ -239,6 +242,13 @@ class StreamParser(ABC):
         """The text generated so far."""
         return "".join(self.text_parts)
 
+    @property
+    def finished(self) -> bool:
+        """Whether the stream's own end was seen without its terminator: by default, once
+        a stop reason arrived (some servers end there without `[DONE]`). The terminator
+        itself (`EventClass.DONE`) always counts as the end."""
+        return self.stop_reason_raw is not None
+
     def streamed_output_tokens(self, output_events: int) -> int | None:
         """How many output tokens the stream itself delivered: the count decode time is
         taken over (`usage.streamed_output_tokens`).
@@ -255,8 +265,18 @@ class Provider(ABC):
 
     kind: ClassVar[str]
     settings_model: ClassVar[type[ProviderSettings]]
-    #: Whether an official SDK can send this kind's requests (`client: sdk`, labkit.sdkpath).
+    #: How this kind's requests go through its official SDK (`client: sdk`, labkit.sdkpath);
+    #: None: it has none.
+    sdk: ClassVar[SDKAdapter | None] = None
+    #: Whether an official SDK can send this kind's requests (derived from `sdk`).
     has_sdk: ClassVar[bool] = False
+    #: The server closes the connection after every streamed response whatever it
+    #: advertises, so each request asks for `connection: close` (see `closes_connection`).
+    closes_after_each_stream: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.has_sdk = cls.sdk is not None
 
     def __init__(
         self,
@@ -345,6 +365,16 @@ class Provider(ABC):
         """The provider id from the config."""
         return self.settings.id
 
+    def api_root(self) -> str:
+        """The URL an official SDK takes as its `base_url` (the SDK adds its own paths);
+        the wire path sends to the same endpoints."""
+        return self.settings.resolved_base_url()
+
+    def closes_connection(self, request: ChatRequest) -> bool:
+        """Whether `request` goes out with `connection: close`: asked for a fresh
+        connection, or the server closes after every stream anyway."""
+        return request.fresh_connection or self.closes_after_each_stream
+
     @property
     def model(self) -> str:
         """The model asked for."""
@@ -391,6 +421,14 @@ class Provider(ABC):
     def secrets(self) -> list[str]:
         """Strings that must never reach a record, a log or a message."""
         return [self._api_key] if self._api_key else []
+
+
+def with_root_path(url: str, path: str) -> str:
+    """`url` with `path` appended when it names only a server (no path), so a provider
+    accepts both `http://host:8000` and `http://host:8000/v1`."""
+    if urlsplit(url).path in ("", "/"):
+        return url.rstrip("/") + path
+    return url
 
 
 _REGISTRY: dict[str, type[Provider]] = {}

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegative
 
 from labkit.providers.base import ProviderSettings, register
 from labkit.providers.openai_compatible import OpenAICompatibleProvider
+from labkit.providers.sdk import SDKAdapter
 
 __all__ = [
     "FakeDrop",
@@ -190,7 +191,7 @@ class FakeProvider(OpenAICompatibleProvider):
     kind: ClassVar[str] = "fake"
     settings_model: ClassVar[type[ProviderSettings]] = FakeSettings
     #: Its stream lives in an in-process transport that an SDK's own HTTP client cannot reach.
-    has_sdk: ClassVar[bool] = False
+    sdk: ClassVar[SDKAdapter | None] = None
 
     def _make_client(self, connections: int | None = None) -> httpx.AsyncClient:
         assert isinstance(self.settings, FakeSettings)

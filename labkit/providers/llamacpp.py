@@ -15,11 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-import httpx
 from pydantic import Field, PositiveInt, model_validator
 
 from labkit.providers.base import (
-    ChatRequest,
     ProviderSettings,
     StreamParser,
     TokenCount,
@@ -103,19 +101,16 @@ class LlamaCppProvider(OpenAICompatibleProvider):
     kind: ClassVar[str] = "llamacpp"
     settings_model: ClassVar[type[ProviderSettings]] = LlamaCppSettings
     chat_path: ClassVar[str] = "/v1/chat/completions"
+    # llama-server closes the connection after every streamed response although it
+    # advertises keep-alive; a request sent on the pooled connection in the moment before
+    # that close fails with "Server disconnected without sending a response". Asking for
+    # `connection: close` matches what the server does anyway (so `connect_ms` is measured
+    # on every request) and removes the race.
+    closes_after_each_stream: ClassVar[bool] = True
 
-    def build_request(self, request: ChatRequest, params: dict[str, Any]) -> httpx.Request:
-        """The OpenAI-shaped request, on a connection of its own.
-
-        llama-server closes the connection after every streamed response although it
-        advertises keep-alive; a request sent on the pooled connection in the moment before
-        that close fails with "Server disconnected without sending a response". Asking for
-        ``connection: close`` matches what the server does anyway (so `connect_ms` is
-        measured on every request) and removes the race.
-        """
-        http_request = super().build_request(request, params)
-        http_request.headers["connection"] = "close"
-        return http_request
+    def api_root(self) -> str:
+        """The server's OpenAI-compatible `/v1` root, for the SDK."""
+        return self.settings.resolved_base_url() + "/v1"
 
     def new_parser(self) -> StreamParser:
         """A parser that also reads `timings`."""

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import httpx
 from pydantic import Field
 
+from labkit.errors import MalformedStream
 from labkit.providers.base import (
     ChatRequest,
     EventClass,
@@ -25,7 +26,10 @@ from labkit.providers.base import (
     StreamParser,
     TokenCount,
     register,
+    with_root_path,
 )
+from labkit.providers.openai_sdk import OpenAISDK
+from labkit.providers.sdk import SDKAdapter
 from labkit.records import ErrorKind, RecordError, StopReason
 from labkit.sse import SSEEvent
 
@@ -50,6 +54,10 @@ class OpenAISettings(ProviderSettings):
 
     default_base_url: ClassVar[str | None] = "https://api.openai.com/v1"
     key_required: ClassVar[bool] = True
+
+    def resolved_base_url(self) -> str:
+        """The API root; a bare server URL gets `/v1`, as the SDK's convention has it."""
+        return with_root_path(super().resolved_base_url(), "/v1")
 
 
 @lru_cache(maxsize=8)
@@ -92,7 +100,7 @@ class OpenAIChatParser(StreamParser):
             return EventClass.DONE
         obj = json.loads(data)
         if not isinstance(obj, dict):
-            raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+            raise MalformedStream(f"expected a JSON object, got {type(obj).__name__}")
         err = obj.get("error")
         if err:
             self.error = _stream_error(err)
@@ -165,7 +173,7 @@ class OpenAIProvider(Provider):
 
     kind: ClassVar[str] = "openai"
     settings_model: ClassVar[type[ProviderSettings]] = OpenAISettings
-    has_sdk: ClassVar[bool] = True
+    sdk: ClassVar[SDKAdapter | None] = OpenAISDK()
     chat_path: ClassVar[str] = "/chat/completions"
 
     def wire_params(self, params: dict[str, Any]) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from labkit.providers.base import ProviderSettings, register
+from labkit.providers.base import ProviderSettings, register, with_root_path
 from labkit.providers.openai import OpenAIProvider
 
 __all__ = ["OpenAICompatibleProvider", "OpenAICompatibleSettings"]
@@ -25,6 +25,10 @@ class OpenAICompatibleSettings(ProviderSettings):
     )
 
     key_required: ClassVar[bool] = False
+
+    def resolved_base_url(self) -> str:
+        """The API root; a bare server URL (`http://host:8000`) gets `/v1`."""
+        return with_root_path(super().resolved_base_url(), "/v1")
 
 
 @register

@@ -230,6 +230,10 @@ class Runner:
         except LabkitError as exc:
             outcome.status, outcome.reason = "failed", str(exc)
             self.on_message(f"provider {outcome.id!r} failed: {exc}")
+        except Exception as exc:  # one provider's failure never ends the others' run
+            outcome.status = "failed"
+            outcome.reason = _provider_failure(exc, settings)
+            self.on_message(f"provider {outcome.id!r} failed: {outcome.reason}")
         finally:
             if provider is not None:
                 await self._sdk.aclose(provider.id)
@@ -419,6 +423,18 @@ class _Driver:
 
     def message(self, text: str) -> None:
         self._runner.on_message(text)
+
+
+def _provider_failure(exc: Exception, settings: ProviderSettings) -> str:
+    """One line for an exception that ended a provider outside any request: its client
+    could not be built (an impossible URL, a proxy whose package is missing), or a bug."""
+    if isinstance(exc, ImportError | ValueError | TypeError) and "proxy" in str(exc).lower():
+        what = "its HTTP client could not be built"
+    elif type(exc).__module__.partition(".")[0] in ("httpx", "httpcore"):
+        what = f"its requests cannot be sent to {settings.base_url or 'its base_url'}"
+    else:
+        what = "internal error (a labkit bug)"
+    return f"{what}: {type(exc).__name__}: {exc}"[:300]
 
 
 def ttft_p50(outcome: ProviderOutcome) -> float | None:

@@ -276,4 +276,4 @@ def test_missing_key_names_the_variable() -> None:
     settings = AnthropicSettings(id="claude", kind="anthropic", model="m")
     with pytest.raises(ProviderUnavailable, match="ANTHROPIC_API_KEY"):
         settings.resolve_api_key()
-    assert settings.resolved_base_url() == "https://api.anthropic.com/v1"
+    assert settings.resolved_base_url() == "https://api.anthropic.com"

@@ -1,0 +1,56 @@
+"""The `anthropic` SDK's Messages stream."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from labkit.providers.sdk import SDKAdapter
+
+if TYPE_CHECKING:
+    from labkit.providers.base import ChatRequest, Provider
+
+__all__ = ["AnthropicSDK"]
+
+
+class AnthropicSDK(SDKAdapter):
+    """`AsyncAnthropic.messages.create(stream=True)`; events keep their `type` as SSE name."""
+
+    package = "anthropic"
+
+    def client(self, provider: Provider, *, api_key: str | None, http_client: Any) -> Any:
+        """An `AsyncAnthropic` at the API root (the SDK adds `/v1` itself)."""
+        import anthropic
+
+        return anthropic.AsyncAnthropic(
+            api_key=api_key or "none",
+            base_url=provider.api_root(),
+            max_retries=0,
+            http_client=http_client,
+        )
+
+    async def open_stream(
+        self, client: Any, provider: Provider, request: ChatRequest, params: dict[str, Any]
+    ) -> Any:
+        """System messages go to `system`; `max_tokens` is required (wire_params sets it)."""
+        system = "\n\n".join(m["content"] for m in request.messages if m["role"] == "system")
+        messages = [m for m in request.messages if m["role"] != "system"]
+        body = dict(params)
+        max_tokens = body.pop("max_tokens")
+        kwargs: dict[str, Any] = {}
+        if system:
+            kwargs["system"] = system
+        if provider.closes_connection(request):
+            kwargs["extra_headers"] = {"connection": "close"}
+        # anthropic 2.x takes sampling parameters only as body fields.
+        return await client.messages.create(
+            model=provider.model,
+            messages=messages,
+            max_tokens=max_tokens,
+            stream=True,
+            extra_body={**provider.settings.extra_body, **body} or None,
+            **kwargs,
+        )
+
+    def event_name(self, item: Any) -> str | None:
+        """Messages events are named by their `type`."""
+        return str(item.type)

@@ -1,0 +1,43 @@
+"""The `openai` SDK's Chat Completions stream, for OpenAI and every server that speaks it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from labkit.providers.sdk import SDKAdapter
+
+if TYPE_CHECKING:
+    from labkit.providers.base import ChatRequest, Provider
+
+__all__ = ["OpenAISDK"]
+
+
+class OpenAISDK(SDKAdapter):
+    """`AsyncOpenAI.chat.completions.create(stream=True)`, asking for usage like the wire."""
+
+    package = "openai"
+
+    def client(self, provider: Provider, *, api_key: str | None, http_client: Any) -> Any:
+        """An `AsyncOpenAI` at the provider's `/v1` root."""
+        import openai
+
+        return openai.AsyncOpenAI(
+            api_key=api_key or "none",
+            base_url=provider.api_root(),
+            max_retries=0,
+            http_client=http_client,
+        )
+
+    async def open_stream(
+        self, client: Any, provider: Provider, request: ChatRequest, params: dict[str, Any]
+    ) -> Any:
+        """The same body as the wire path: sampling parameters and extras as body fields."""
+        close = provider.closes_connection(request)
+        return await client.chat.completions.create(
+            model=provider.model,
+            messages=request.messages,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={**provider.settings.extra_body, **params} or None,
+            extra_headers={"connection": "close"} if close else None,
+        )
