@@ -1,0 +1,54 @@
+"""Every provider kind's stream parser, fed mutated streams read at any boundaries: nothing
+but a malformed-stream error may come out of the SSE framing or the parser, and the parser's
+summary (stop reason, text, streamed token count) can always be read afterwards."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from labkit.errors import MalformedStream
+from labkit.providers import Provider
+from labkit.sse import SSEParser
+from tests.fuzz.streams import KINDS, PLANTED_KEY, PROVIDER_SETTINGS, mutated_streams
+from tests.streams import make_provider
+
+pytestmark = pytest.mark.unit
+
+# What the recorder records as a malformed stream (error.kind = protocol). Anything else
+# raised while framing or parsing is labkit's own bug (error.kind = internal).
+PROTOCOL_EXCEPTIONS = (MalformedStream, json.JSONDecodeError, UnicodeDecodeError, RecursionError)
+
+
+@cache
+def provider(kind: str) -> Provider:
+    """One provider per kind: only its `new_parser` is used, no request is sent."""
+    return make_provider(kind, api_key=PLANTED_KEY, **PROVIDER_SETTINGS[kind])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@given(data=st.data())
+def test_a_parser_raises_nothing_but_malformed_stream_errors(
+    kind: str, data: st.DataObject
+) -> None:
+    stream = data.draw(mutated_streams(kind), label="stream")
+    parser = provider(kind).new_parser()
+    sse = SSEParser()
+    classes = []
+    try:
+        for i, chunk in enumerate(stream.chunks):
+            for event in sse.feed(chunk, i):
+                classes.append(parser.on_event(event))
+        for event in sse.close():
+            classes.append(parser.on_event(event))
+    except PROTOCOL_EXCEPTIONS:
+        pass
+    assert all(isinstance(c, int) for c in classes)
+    parser.stop_reason()
+    assert isinstance(parser.output_text, str)
+    count = parser.streamed_output_tokens(len(classes))
+    assert count is None or isinstance(count, int)
