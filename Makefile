@@ -65,6 +65,7 @@ bench: $(STAMP)
 	$(BIN)/labkit setup
 	$(BIN)/python benchmarks/bench_report.py
 	$(BIN)/python benchmarks/bench_recorder.py
+	$(BIN)/python benchmarks/bench_faults.py
 	$(BIN)/python benchmarks/bench_fidelity.py --llama
 
 ## labkit's stamp and TTFT error against a scripted server that stamps its own send times,

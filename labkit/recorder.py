@@ -331,6 +331,7 @@ class Measurement:
 #: package is missing): `error.kind = config`.
 _REQUEST_INVALID: tuple[type[BaseException], ...] = (
     httpx.InvalidURL,
+    OverflowError,  # a port above 65535 reaches the socket layer
     httpx.UnsupportedProtocol,
     httpx.LocalProtocolError,
     UnicodeEncodeError,
@@ -385,6 +386,7 @@ class BaseRecorder:
                 kind=ErrorKind.TIMEOUT, message=f"total timeout of {total:g} s exceeded"
             )
         except Exception as exc:
+            exc = _sole_cause(exc)
             m.error = self._transport_error(exc, m, parser, redact) or _error_for(exc, m, redact)
         if not m.started:
             m.begin(self._clock)  # failed before sending: a zero-length measurement
@@ -527,6 +529,14 @@ class BaseRecorder:
         )
 
 
+def _sole_cause(exc: Exception) -> Exception:
+    """The one exception inside a group of one (anyio's connect wraps what failed in a
+    TaskGroup), so it is classified for what it is."""
+    while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
 def _nothing() -> RecordError:
     return RecordError(kind=ErrorKind.INTERNAL, message="internal error: no parser and no error")
 
@@ -661,7 +671,13 @@ class StreamRecorder(BaseRecorder):
                 stamp(on_event(ev), ev.t_ns)
             parse_ns += clock() - t_read
         for ev in sse.close():
-            stamp(on_event(ev), ev.t_ns)
+            try:
+                stamp(on_event(ev), ev.t_ns)
+            except (MalformedStream, ValueError) as exc:
+                # An event flushed at the end without its blank line was cut off mid-way.
+                raise MalformedStream(
+                    f"stream ended in the middle of an event (truncated): {exc}"
+                ) from None
         m.end_ns = clock()
         m.parse_ns = parse_ns
 

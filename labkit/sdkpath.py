@@ -166,10 +166,13 @@ class SDKRecorder(BaseRecorder):
                     name_of = adapter.event_name
                     stamp = m.event
                     reread_ns = 0
+                    cpu = time.thread_time_ns
                     async for item in stream:
                         t = clock()
+                        c0 = cpu()
                         cls = on_event(SSEEvent(name_of(item), _as_json(item), t))
-                        reread_ns += clock() - t
+                        # CPU time, not the clock: a wall-clock gap would include preemption.
+                        reread_ns += cpu() - c0
                         stamp(cls, t)
                     m.end_ns = clock()
                     m.cpu_excluded_ns = reread_ns

@@ -7,13 +7,22 @@ reads (it keeps the stamp of the read that brought its first byte), ``\\n``, ``\
 keep-alives (lines starting with ``:``, which never start or make an event).
 
 This is the hot path of a measurement, so the per-chunk work is kept to a split and a loop.
+Work is linear in the bytes read, however long a line: the reads of an unfinished line are
+collected and joined once, when its end arrives. An event larger than `max_event_bytes`
+(default `MAX_EVENT_BYTES`) is a `MalformedStream`, raised as soon as the limit is passed.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["SSEEvent", "SSEParser"]
+from labkit.errors import MalformedStream
+
+__all__ = ["MAX_EVENT_BYTES", "SSEEvent", "SSEParser"]
+
+#: The largest event accepted: far above any chat chunk (a few kB; a tool call's arguments or
+#: llama.cpp's per-token probabilities reach tens of kB), far below what would exhaust memory.
+MAX_EVENT_BYTES = 8 * 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -28,18 +37,39 @@ class SSEEvent:
 class SSEParser:
     """Incremental SSE framing (WHATWG event-stream rules, ``id``/``retry`` ignored)."""
 
-    __slots__ = ("_data", "_event", "_event_t_ns", "_line_t_ns", "_partial", "_skip_lf")
+    __slots__ = (
+        "_data",
+        "_event",
+        "_event_bytes",
+        "_event_t_ns",
+        "_failure",
+        "_line_t_ns",
+        "_max",
+        "_partial",
+        "_partial_len",
+        "_skip_lf",
+    )
 
-    def __init__(self) -> None:
-        self._partial = b""  # bytes of a line whose end has not arrived yet
+    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+        self._partial: list[bytes] = []  # reads of a line whose end has not arrived yet
+        self._partial_len = 0
         self._line_t_ns = 0  # stamp of the read that brought the partial line's first byte
         self._skip_lf = False  # last read ended with "\r": a leading "\n" is its pair
         self._event: str | None = None
         self._data: list[str] = []
+        self._event_bytes = 0  # data bytes of the event being assembled
         self._event_t_ns: int | None = None
+        self._max = max_event_bytes
+        self._failure: Exception | None = None
 
     def feed(self, chunk: bytes, t_ns: int) -> list[SSEEvent]:
-        """Parse one read; return the events it completed, in order."""
+        """Parse one read; return the events it completed, in order.
+
+        A malformed line (over the size limit, not UTF-8) is raised by the next call, after
+        the events completed before it in this read were returned and stamped.
+        """
+        if self._failure is not None:
+            raise self._failure
         if self._skip_lf:
             self._skip_lf = False
             if chunk[:1] == b"\n":
@@ -47,7 +77,15 @@ class SSEParser:
         if not chunk:
             return []
         if self._partial:
-            buf = self._partial + chunk
+            if b"\n" not in chunk and b"\r" not in chunk:
+                # Still inside one long line: keep the read, join once at its end.
+                self._partial.append(chunk)
+                self._partial_len += len(chunk)
+                if self._partial_len + self._event_bytes > self._max:
+                    self._too_large(self._partial_len + self._event_bytes)
+                return []
+            self._partial.append(chunk)
+            buf = b"".join(self._partial)
             first_t = self._line_t_ns
         else:
             buf = chunk
@@ -55,17 +93,25 @@ class SSEParser:
         lines = buf.splitlines(keepends=True)
         last = lines[-1]
         if last[-1:] not in (b"\n", b"\r"):
-            self._partial = lines.pop()
+            tail = lines.pop()
+            self._partial = [tail]
+            self._partial_len = len(tail)
             # The partial line started in this read unless it is the carried-over one.
             self._line_t_ns = first_t if not lines else t_ns
         else:
-            self._partial = b""
+            self._partial = []
+            self._partial_len = 0
             if last[-1:] == b"\r":
                 self._skip_lf = True
         out: list[SSEEvent] = []
-        for i, raw in enumerate(lines):
-            line_t = first_t if i == 0 else t_ns
-            self._line(raw.rstrip(b"\r\n"), line_t, out)
+        try:
+            for i, raw in enumerate(lines):
+                line_t = first_t if i == 0 else t_ns
+                self._line(raw.rstrip(b"\r\n"), line_t, out)
+        except (MalformedStream, UnicodeDecodeError) as exc:
+            if not out:
+                raise
+            self._failure = exc
         return out
 
     def _line(self, line: bytes, t_ns: int, out: list[SSEEvent]) -> None:
@@ -75,6 +121,7 @@ class SSEParser:
                 out.append(SSEEvent(self._event, "\n".join(self._data), stamp))
             self._event = None
             self._data = []
+            self._event_bytes = 0
             self._event_t_ns = None
             return
         if line[0] == 0x3A:  # ":" comment / keep-alive
@@ -85,17 +132,28 @@ class SSEParser:
         if sep and value[:1] == b" ":
             value = value[1:]
         if field == b"data":
+            self._event_bytes += len(value)
+            if self._event_bytes > self._max:
+                self._too_large(self._event_bytes)
             self._data.append(value.decode("utf-8"))
         elif field == b"event":
             self._event = value.decode("utf-8")
         # "id", "retry" and unknown fields are ignored.
 
+    def _too_large(self, size: int) -> None:
+        raise MalformedStream(
+            f"an event of more than {self._max:,} bytes (at least {size:,}): over the limit"
+        )
+
     def close(self) -> list[SSEEvent]:
         """End of stream: flush an event whose terminating blank line never came."""
+        if self._failure is not None:
+            raise self._failure
         out: list[SSEEvent] = []
         if self._partial:
-            self._line(self._partial.rstrip(b"\r\n"), self._line_t_ns, out)
-            self._partial = b""
+            self._line(b"".join(self._partial).rstrip(b"\r\n"), self._line_t_ns, out)
+            self._partial = []
+            self._partial_len = 0
         self._line(b"", 0, out)
         return out
 

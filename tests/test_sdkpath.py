@@ -369,7 +369,7 @@ def test_attribution_pairs_paths_and_connections_on_real_sockets() -> None:
     async def main() -> list[RequestRecord]:
         async with FakeServer(SHORT) as server:
             provider = _provider("openai_compatible", model="fake", base_url=server.base_url)
-            plan = exp.requests_for(provider)
+            plan = list(exp.requests_for(provider))
             wire, sdk = StreamRecorder(), SDKRecorder()
             records = []
             for planned in plan:

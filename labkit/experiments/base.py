@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
@@ -147,10 +147,11 @@ class Experiment(ABC):
         """I/O needed before planning for `provider` (default: none)."""
 
     @abstractmethod
-    def plan(self, provider: Provider) -> list[PlannedRequest]:
-        """The requests to send to `provider`, warm-ups first."""
+    def plan(self, provider: Provider) -> Iterable[PlannedRequest]:
+        """The requests to send to `provider`, warm-ups first. The runner draws them one at a
+        time, so a plan that can grow large (repeats) is best a generator."""
 
-    def requests_for(self, provider: Provider) -> list[PlannedRequest]:
+    def requests_for(self, provider: Provider) -> Iterator[PlannedRequest]:
         """The plan as the runner sends it: `plan`, on the client paths of `paths_for`."""
         return self.on_paths(provider, self.plan(provider))
 
@@ -163,33 +164,31 @@ class Experiment(ABC):
             paths = [p for p in paths if p != "sdk"] or ["wire"]
         return paths
 
-    def on_paths(self, provider: Provider, plan: list[PlannedRequest]) -> list[PlannedRequest]:
-        """`plan` with every request's client path set.
+    def on_paths(
+        self, provider: Provider, plan: Iterable[PlannedRequest]
+    ) -> Iterator[PlannedRequest]:
+        """`plan` with every request's client path set, drawn as lazily as `plan`.
 
         On two paths each planned request becomes two, one per path in `paths` order (A B
         A B, warm-ups included: the SDK's first request pays its imports); the SDK copy's
         key gains ``/sdk``, and both are tagged ``path``.
         """
         paths = self.paths_for(provider)
-        if len(paths) == 1:
-            for planned in plan:
-                planned.request.client_path = paths[0]
-            return plan
-        out: list[PlannedRequest] = []
         for planned in plan:
+            if len(paths) == 1:
+                planned.request.client_path = paths[0]
+                yield planned
+                continue
             for path in paths:
                 request = dataclasses.replace(
                     planned.request, params=dict(planned.request.params), client_path=path
                 )
-                out.append(
-                    dataclasses.replace(
-                        planned,
-                        key=planned.key + "/sdk" if path == "sdk" else planned.key,
-                        request=request,
-                        tags={**planned.tags, "path": path},
-                    )
+                yield dataclasses.replace(
+                    planned,
+                    key=planned.key + "/sdk" if path == "sdk" else planned.key,
+                    request=request,
+                    tags={**planned.tags, "path": path},
                 )
-        return out
 
     async def drive(self, provider: Provider, driver: RequestDriver) -> None:
         """Send the measured requests (only when `paces_itself`), after the warm-ups."""

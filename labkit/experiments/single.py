@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
@@ -53,22 +54,19 @@ class SingleExperiment(Experiment):
         "how fast do the rest arrive, and why does it stop?"
     )
 
-    def plan(self, provider: Provider) -> list[PlannedRequest]:
-        """Warm-ups on the first prompt, then every prompt `repeats` times."""
+    def plan(self, provider: Provider) -> Iterator[PlannedRequest]:
+        """Warm-ups on the first prompt, then every prompt `repeats` times (drawn lazily)."""
         s = self.settings
         assert isinstance(s, SingleSettings)
         prompts = prompt_list(s.prompts)
-        plan = self.warmups(prompts[0].id, prompts[0].text)
+        yield from self.warmups(prompts[0].id, prompts[0].text)
         for p in prompts:
             for trial in range(s.repeats):
-                plan.append(
-                    PlannedRequest(
-                        key=f"{self.name}/{p.id}/{trial}",
-                        request=ChatRequest(self.messages(p.text), dict(s.params), p.id),
-                        trial=trial,
-                    )
+                yield PlannedRequest(
+                    key=f"{self.name}/{p.id}/{trial}",
+                    request=ChatRequest(self.messages(p.text), dict(s.params), p.id),
+                    trial=trial,
                 )
-        return plan
 
     def analyze(self, provider_id: str, model: str, records: list[RequestRecord]) -> LabAnswer:
         """Medians of the stages, token counts and the stop reasons seen."""

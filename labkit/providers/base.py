@@ -48,6 +48,7 @@ __all__ = [
     "StreamParser",
     "Timeouts",
     "TokenCount",
+    "check_base_url",
     "provider_class",
     "provider_kinds",
     "register",
@@ -134,6 +135,13 @@ class ProviderSettings(BaseModel):
     #: Whether this kind needs an API key to run at all.
     key_required: ClassVar[bool] = False
 
+    @field_validator("base_url")
+    @classmethod
+    def _url_is_sendable(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_base_url(value)
+        return value
+
     @field_validator("client")
     @classmethod
     def _sdk_exists(cls, value: ClientPath, info: ValidationInfo) -> ClientPath:
@@ -150,6 +158,14 @@ class ProviderSettings(BaseModel):
         url = url or self.default_base_url
         if not url:
             raise ProviderUnavailable(f"provider {self.id!r}: base_url is required for {self.kind}")
+        if self.base_url is None and self.base_url_env:
+            try:
+                check_base_url(url)
+            except ValueError as exc:
+                raise ProviderUnavailable(
+                    f"skipping provider {self.id!r}: {self.base_url_env} is not a usable base "
+                    f"URL: {exc}"
+                ) from None
         return url.rstrip("/")
 
     def check_available(self) -> str | None:
@@ -421,6 +437,23 @@ class Provider(ABC):
     def secrets(self) -> list[str]:
         """Strings that must never reach a record, a log or a message."""
         return [self._api_key] if self._api_key else []
+
+
+def check_base_url(url: str) -> None:
+    """Raise ValueError unless `url` is an http(s) URL with a host and a possible port."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:  # a port that is no number, or out of range
+        raise ValueError(f"not a usable URL: {exc}") from None
+    if parts.scheme not in ("http", "https"):
+        raise ValueError("must start with http:// or https://")
+    if not parts.hostname:
+        raise ValueError("has no host")
+    if port == 0:
+        raise ValueError("port 0 cannot be connected to")
+    if any(c.isspace() or ord(c) < 32 for c in url):
+        raise ValueError("contains whitespace or control characters")
 
 
 def with_root_path(url: str, path: str) -> str:

@@ -9,7 +9,7 @@ a crash or Ctrl-C loses nothing finished, and `resume` redoes only what is missi
 from __future__ import annotations
 
 import asyncio
-import time
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -279,32 +279,42 @@ class Runner:
         server: ManagedServer | None,
     ) -> None:
         await exp.prepare(provider)
-        plan = [
+        # The plan is drawn lazily, one request at a time, so a huge `--repeats` starts
+        # sending at once, holds only what is in flight, and Ctrl-C works at any moment.
+        plan = (
             p for p in exp.requests_for(provider) if (provider.id, p.key) not in self._done_keys
-        ]
-        outcome.planned += len(plan)
-        self.on_progress(outcome)
-        for planned in (p for p in plan if p.warmup):
+        )
+        first_measured: PlannedRequest | None = None
+        for planned in plan:  # warm-ups lead the plan and go one at a time
+            outcome.planned += 1
+            self.on_progress(outcome)
+            if not planned.warmup:
+                first_measured = planned
+                break
             await self._send(exp, provider, planned, outcome, server, 0.0)
         if exp.paces_itself:
             await exp.drive(provider, _Driver(self, exp, provider, outcome, server))
             await exp.finalize(provider, self._mine(provider, exp))
             return
-        sem = asyncio.Semaphore(provider.settings.concurrency)
+        queue = itertools.chain([first_measured] if first_measured else [], plan)
+        failures: list[BaseException] = []
 
-        async def one(planned: PlannedRequest) -> None:
-            t_queue = time.perf_counter_ns()
-            async with sem:
-                queue_ms = (time.perf_counter_ns() - t_queue) / 1e6
-                await self._send(exp, provider, planned, outcome, server, queue_ms)
+        async def stream_worker() -> None:
+            # `concurrency` workers, each sending its next request as soon as one ends.
+            for planned in queue:
+                if planned is not first_measured:  # that one was counted above
+                    outcome.planned += 1
+                    self.on_progress(outcome)
+                try:
+                    await self._send(exp, provider, planned, outcome, server, 0.0)
+                except Exception as exc:  # stop drawing; the others finish what is in flight
+                    failures.append(exc)
+                if failures:
+                    return
 
-        # Wait for every request, even after a failure, so none outlives its provider.
-        results = await asyncio.gather(
-            *(one(p) for p in plan if not p.warmup), return_exceptions=True
-        )
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
+        await asyncio.gather(*(stream_worker() for _ in range(provider.settings.concurrency)))
+        if failures:
+            raise failures[0]
         await exp.finalize(provider, self._mine(provider, exp))
 
     def _mine(self, provider: Provider, exp: Experiment) -> list[RequestRecord]:

@@ -49,8 +49,8 @@ def test_client_sdk_sends_every_request_of_that_provider_through_the_sdk() -> No
     try:
         assert [p.settings.client for p in providers] == ["sdk", "sdk", "sdk", "wire"]
         for provider in providers:
-            plan = single.requests_for(provider)
-            assert [p.key for p in plan] == [p.key for p in single.plan(provider)]  # one path
+            plan = list(single.requests_for(provider))
+            assert [p.key for p in plan] == [p.key for p in list(single.plan(provider))]  # one path
             assert len(plan) == 1 + 2 * 2
             assert {p.request.client_path for p in plan} == {provider.settings.client}
             assert all("path" not in p.tags for p in plan)
@@ -66,7 +66,7 @@ def test_two_paths_interleave_each_planned_request_wire_then_sdk() -> None:
     )
     openai, fake = providers
     try:
-        plan = single.requests_for(openai)
+        plan = list(single.requests_for(openai))
         assert [(p.key, p.request.client_path, p.tags["path"]) for p in plan] == [
             ("single/warmup/0", "wire", "wire"),
             ("single/warmup/0/sdk", "sdk", "sdk"),
@@ -83,7 +83,7 @@ def test_two_paths_interleave_each_planned_request_wire_then_sdk() -> None:
         assert wire.params is not sdk.params
 
         # attribution defaults to both paths; the connection tags ride along.
-        plan = attribution.requests_for(openai)
+        plan = list(attribution.requests_for(openai))
         assert [p.key for p in plan] == [
             "attribution#1/warmup/0",
             "attribution#1/warmup/0/sdk",
@@ -97,7 +97,7 @@ def test_two_paths_interleave_each_planned_request_wire_then_sdk() -> None:
 
         # A provider without an official SDK runs the wire copy only, without an error.
         for exp in (single, attribution):
-            plan = exp.requests_for(fake)
+            plan = list(exp.requests_for(fake))
             assert plan and all(p.request.client_path == "wire" for p in plan)
             assert not any(p.key.endswith("/sdk") for p in plan)
     finally:

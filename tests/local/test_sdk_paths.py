@@ -32,7 +32,7 @@ def test_wire_and_sdk_paths_on_the_real_server(managed_server: ManagedServer) ->
         wire, sdk = StreamRecorder(), SDKRecorder()
         records = []
         try:
-            for planned in exp.requests_for(provider):  # warm-up pair, then two pairs
+            for planned in list(exp.requests_for(provider)):  # warm-up pair, then two pairs
                 ctx = RecordContext(
                     run_id="r",
                     experiment=exp.name,

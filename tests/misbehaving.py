@@ -1,0 +1,113 @@
+"""A real HTTP server on 127.0.0.1 that answers each request with scripted raw bytes.
+
+Each reply is a list of steps: `bytes` written as they are (status line and headers
+included, so any framing can be sent), or a float, seconds to sleep before the next write
+(slow drips). `MisbehavingServer.requests` keeps every request's head, so a test can see
+what labkit sent (paths, headers). Used by the fault tests of the recorder and the runner.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from types import TracebackType
+
+Reply = Iterable[bytes | float]
+
+
+def http_head(status: int, headers: dict[str, str], reason: str = "X") -> bytes:
+    """A status line and headers (with the blank line that ends them)."""
+    lines = [f"HTTP/1.1 {status} {reason}", *(f"{k}: {v}" for k, v in headers.items())]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def sse_reply(events: Iterable[bytes], *, close: bool = True) -> list[bytes | float]:
+    """A 200 event stream read until the server closes the connection."""
+    head = http_head(200, {"content-type": "text/event-stream", "connection": "close"})
+    return [head, *events]
+
+
+def body_reply(status: int, body: bytes, content_type: str, **headers: str) -> list[bytes | float]:
+    """A complete response with a Content-Length body."""
+    hdrs = {"content-type": content_type, "content-length": str(len(body)), **headers}
+    hdrs["connection"] = "close"
+    return [http_head(status, hdrs), body]
+
+
+class MisbehavingServer:
+    """Serves `reply(request_head)` for every connection, one request per connection."""
+
+    def __init__(self, reply: Callable[[bytes], Reply]) -> None:
+        self._reply = reply
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self._sock.settimeout(0.2)
+        self.port = self._sock.getsockname()[1]
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.requests: list[bytes] = []
+        self.bytes_sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def __enter__(self) -> MisbehavingServer:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._sock.close()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn:
+            head = b""
+            conn.settimeout(5)
+            try:
+                while b"\r\n\r\n" not in head:
+                    data = conn.recv(65536)
+                    if not data:
+                        return
+                    head += data
+                # Read the body too: closing with unread bytes would reset the connection.
+                head_part, _, body = head.partition(b"\r\n\r\n")
+                length = 0
+                for line in head_part.split(b"\r\n")[1:]:
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value.strip())
+                while len(body) < length:
+                    data = conn.recv(65536)
+                    if not data:
+                        break
+                    body += data
+                self.requests.append(head)
+                for step in self._reply(head):
+                    if isinstance(step, float):
+                        time.sleep(step)
+                    else:
+                        conn.sendall(step)
+                        self.bytes_sent += len(step)
+            except OSError:
+                return  # the client hung up: what a bounded reader does
+
+
+def repeat(block: bytes, times: int) -> Iterator[bytes]:
+    """`block` written `times` times (a huge body without holding it in memory)."""
+    for _ in range(times):
+        yield block
