@@ -12,6 +12,6 @@ import os
 
 from hypothesis import settings
 
-settings.register_profile("ci", max_examples=40, derandomize=True, database=None, deadline=None)
-settings.register_profile("dev", max_examples=400, deadline=None)
+settings.register_profile("ci", max_examples=60, derandomize=True, database=None, deadline=None)
+settings.register_profile("dev", max_examples=600, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

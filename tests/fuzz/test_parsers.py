@@ -14,7 +14,13 @@ from hypothesis import strategies as st
 from labkit.errors import MalformedStream
 from labkit.providers import Provider
 from labkit.sse import SSEParser
-from tests.fuzz.streams import KINDS, PLANTED_KEY, PROVIDER_SETTINGS, mutated_streams
+from tests.fuzz.streams import (
+    KINDS,
+    PLANTED_KEY,
+    PROVIDER_SETTINGS,
+    VALID_STREAMS,
+    mutated_streams,
+)
 from tests.streams import make_provider
 
 pytestmark = pytest.mark.unit
@@ -30,17 +36,14 @@ def provider(kind: str) -> Provider:
     return make_provider(kind, api_key=PLANTED_KEY, **PROVIDER_SETTINGS[kind])
 
 
-@pytest.mark.parametrize("kind", KINDS)
-@given(data=st.data())
-def test_a_parser_raises_nothing_but_malformed_stream_errors(
-    kind: str, data: st.DataObject
-) -> None:
-    stream = data.draw(mutated_streams(kind), label="stream")
+def parse_all(kind: str, chunks: list[bytes]) -> None:
+    """Frame and parse `chunks` as the recorder would; only malformed-stream errors may
+    escape, and the parser's summary must be readable afterwards, whatever happened."""
     parser = provider(kind).new_parser()
     sse = SSEParser()
     classes = []
     try:
-        for i, chunk in enumerate(stream.chunks):
+        for i, chunk in enumerate(chunks):
             for event in sse.feed(chunk, i):
                 classes.append(parser.on_event(event))
         for event in sse.close():
@@ -52,3 +55,19 @@ def test_a_parser_raises_nothing_but_malformed_stream_errors(
     assert isinstance(parser.output_text, str)
     count = parser.streamed_output_tokens(len(classes))
     assert count is None or isinstance(count, int)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_valid_stream_cut_at_every_byte_parses_or_is_malformed(kind: str) -> None:
+    for stream in VALID_STREAMS[kind]:
+        for end in range(len(stream) + 1):
+            parse_all(kind, [stream[:end]])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@given(data=st.data())
+def test_a_parser_raises_nothing_but_malformed_stream_errors(
+    kind: str, data: st.DataObject
+) -> None:
+    stream = data.draw(mutated_streams(kind), label="stream")
+    parse_all(kind, stream.chunks)

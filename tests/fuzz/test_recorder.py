@@ -16,7 +16,14 @@ from labkit.providers import Provider
 from labkit.recorder import RecordContext, StreamRecorder
 from labkit.records import RequestRecord
 from tests.fuzz.checks import assert_one_valid_record
-from tests.fuzz.streams import KINDS, PLANTED_KEY, PROVIDER_SETTINGS, MutatedStream, mutated_streams
+from tests.fuzz.streams import (
+    KINDS,
+    PLANTED_KEY,
+    PROVIDER_SETTINGS,
+    VALID_STREAMS,
+    MutatedStream,
+    mutated_streams,
+)
 from tests.streams import SSE_HEADERS, ChunkStream, ScriptedClock, chat, make_provider
 
 pytestmark = pytest.mark.unit
@@ -67,3 +74,12 @@ def test_every_mutated_stream_is_one_valid_record_without_the_key(
     stream = data.draw(mutated_streams(kind), label="stream")
     rec, cancelled = record(provider_serving(kind, stream))
     assert_one_valid_record(rec, cancelled, stream)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_built_stream_cut_at_every_byte_is_one_valid_record(kind: str) -> None:
+    built = VALID_STREAMS[kind][-1]  # the short one from the builders: one request per byte
+    for end in range(len(built) + 1):
+        stream = MutatedStream(kind, [built[:end]], drop=False, steps=[f"cut at byte {end}"])
+        rec, cancelled = record(provider_serving(kind, stream))
+        assert_one_valid_record(rec, cancelled, stream)
