@@ -155,6 +155,11 @@ class Experiment(ABC):
         """The plan as the runner sends it: `plan`, on the client paths of `paths_for`."""
         return self.on_paths(provider, self.plan(provider))
 
+    def planned_count(self, provider: Provider) -> int | None:
+        """How many requests `requests_for` will yield, when that is known without drawing
+        them (progress displays); None: unknown, counted as they are drawn."""
+        return None
+
     def paths_for(self, provider: Provider) -> list[str]:
         """The client paths of this experiment on `provider` (`wire`, `sdk`): the experiment's
         `paths`, else the provider's `client`; `sdk` is dropped where the provider has no

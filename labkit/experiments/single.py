@@ -68,6 +68,13 @@ class SingleExperiment(Experiment):
                     trial=trial,
                 )
 
+    def planned_count(self, provider: Provider) -> int | None:
+        """Warm-ups and prompts × repeats, on each client path."""
+        s = self.settings
+        assert isinstance(s, SingleSettings)
+        per_path = s.warmup + len(prompt_list(s.prompts)) * s.repeats
+        return per_path * len(self.paths_for(provider))
+
     def analyze(self, provider_id: str, model: str, records: list[RequestRecord]) -> LabAnswer:
         """Medians of the stages, token counts and the stop reasons seen."""
         ok = measured(records)

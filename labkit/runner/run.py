@@ -284,10 +284,18 @@ class Runner:
         plan = (
             p for p in exp.requests_for(provider) if (provider.id, p.key) not in self._done_keys
         )
+        total = exp.planned_count(provider)
+        counting = total is None  # unknown ahead: count each request as it is drawn
+        if total is not None:
+            mine = f"{exp.name}/"
+            done = sum(1 for p, k in self._done_keys if p == provider.id and k.startswith(mine))
+            outcome.planned += max(0, total - done)
+        self.on_progress(outcome)
         first_measured: PlannedRequest | None = None
         for planned in plan:  # warm-ups lead the plan and go one at a time
-            outcome.planned += 1
-            self.on_progress(outcome)
+            if counting:
+                outcome.planned += 1
+                self.on_progress(outcome)
             if not planned.warmup:
                 first_measured = planned
                 break
@@ -302,7 +310,7 @@ class Runner:
         async def stream_worker() -> None:
             # `concurrency` workers, each sending its next request as soon as one ends.
             for planned in queue:
-                if planned is not first_measured:  # that one was counted above
+                if counting and planned is not first_measured:  # that one was counted above
                     outcome.planned += 1
                     self.on_progress(outcome)
                 try:

@@ -183,3 +183,26 @@ def test_attribution_says_when_the_sdk_was_not_measured() -> None:
     assert rows["CPU per output event, wire path"]["value_ms"] == pytest.approx(0.5)
     silent = AttributionExperiment(AttributionSettings(paths=["wire"])).analyze("p", "m", wire_only)
     assert "SDK" not in silent.answer
+
+
+def test_planned_count_is_what_the_plan_yields() -> None:
+    from labkit.experiments import experiment_class
+
+    cls = experiment_class("single")
+    settings = cls.settings_model.model_validate(
+        {
+            "kind": "single",
+            "prompts": ["a", "b"],
+            "repeats": 3,
+            "warmup": 1,
+            "paths": ["wire", "sdk"],
+        }
+    )
+    provider = provider_class("openai")(
+        provider_class("openai").settings_model.model_validate(
+            {"id": "o", "kind": "openai", "model": "gpt-4.1-mini"}
+        ),
+        api_key="k",
+    )
+    exp = cls(settings)
+    assert exp.planned_count(provider) == len(list(exp.requests_for(provider))) == 14

@@ -157,7 +157,14 @@ def test_the_documented_shapes_are_accepted() -> None:
     cfg = parse_config(
         {
             "name": "x",
-            "providers": [{"id": "s", "kind": "openai_compatible", "model": "m", "base_url": "u"}],
+            "providers": [
+                {
+                    "id": "s",
+                    "kind": "openai_compatible",
+                    "model": "m",
+                    "base_url": "http://127.0.0.1:9/v1",
+                }
+            ],
             "experiments": [
                 {
                     "kind": "load",
