@@ -36,6 +36,7 @@ def provider_serving(kind: str, stream: MutatedStream) -> Provider:
     replaced by one whose transport answers with `stream`."""
     if kind not in _providers:
         _providers[kind] = make_provider(kind, api_key=PLANTED_KEY, **PROVIDER_SETTINGS[kind])
+        asyncio.run(_providers[kind].client.aclose())  # its own client is never used
     provider = _providers[kind]
 
     def respond(request: httpx.Request) -> httpx.Response:
