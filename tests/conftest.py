@@ -44,12 +44,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # --- Kill switch: no test may reach a real API -------------------------------------------
 # Only loopback and Unix sockets are allowed. A test that tries anything else fails loudly
 # instead of silently sending a request (and a key) to a hosted provider.
-# In the unit tier no socket may be bound, connected or listened on at all, loopback included.
+# In the unit tier no socket may be bound, connected, listened on or sent from at all, loopback
+# included (creating one is allowed: asyncio's event loop wraps a socketpair for its wake-ups).
 
 _real_connect = socket.socket.connect
 _real_connect_ex = socket.socket.connect_ex
 _real_bind = socket.socket.bind
 _real_listen = socket.socket.listen
+_real_sendto = socket.socket.sendto
 _real_getaddrinfo = socket.getaddrinfo
 
 
@@ -120,6 +122,13 @@ def _guarded_listen(self: socket.socket, *backlog: int) -> None:
     _real_listen(self, *backlog)
 
 
+def _guarded_sendto(self: socket.socket, data: Any, *flags_and_address: Any) -> int:
+    address = flags_and_address[-1]  # sendto(data, address) or sendto(data, flags, address)
+    _check_address(address)
+    _refuse_in_unit_tier("sendto", address)
+    return _real_sendto(self, data, *flags_and_address)
+
+
 def _guarded_getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
     if host is not None and not _is_loopback_host(host):
         raise NetworkBlockedError(f"tests may not resolve or reach {host!r}")
@@ -132,6 +141,7 @@ def _block_network() -> Iterator[None]:
     socket.socket.connect_ex = _guarded_connect_ex  # type: ignore[method-assign]
     socket.socket.bind = _guarded_bind  # type: ignore[method-assign]
     socket.socket.listen = _guarded_listen  # type: ignore[method-assign]
+    socket.socket.sendto = _guarded_sendto  # type: ignore[method-assign,assignment]
     socket.getaddrinfo = _guarded_getaddrinfo
     try:
         yield
@@ -140,6 +150,7 @@ def _block_network() -> Iterator[None]:
         socket.socket.connect_ex = _real_connect_ex  # type: ignore[method-assign]
         socket.socket.bind = _real_bind  # type: ignore[method-assign]
         socket.socket.listen = _real_listen  # type: ignore[method-assign]
+        socket.socket.sendto = _real_sendto  # type: ignore[method-assign]
         socket.getaddrinfo = _real_getaddrinfo
 
 

@@ -81,6 +81,11 @@ def test_a_unit_test_that_opens_a_socket_fails_and_says_where_it_belongs(
         def test_connects_to_loopback():
             socket.create_connection(("127.0.0.1", 9), timeout=1)
 
+        @pytest.mark.unit
+        def test_sends_a_datagram():
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+                sock.sendto(b"x", ("127.0.0.1", 9))
+
         @pytest.mark.integration
         def test_integration_may_bind():
             with socket.socket() as sock:
@@ -90,12 +95,13 @@ def test_a_unit_test_that_opens_a_socket_fails_and_says_where_it_belongs(
     )
     result = session.runpytest_subprocess("-p", "no:cacheprovider")
     outcomes = result.parseoutcomes()
-    assert outcomes.get("passed") == 2 and outcomes.get("failed") == 1, outcomes
+    assert outcomes.get("passed") == 2 and outcomes.get("failed") == 2, outcomes
     assert outcomes.get("errors", outcomes.get("error")) == 1, outcomes  # swallowed: reported once
     result.stdout.fnmatch_lines(
         [
             "*ERROR at teardown of test_swallows_the_error*",
             "*this unit test used sockets (socket.bind(('127.0.0.1', 0)))*integration*",
             "*SocketInUnitTestError: a unit test may not use sockets (tried socket.connect(*",
+            "*SocketInUnitTestError: a unit test may not use sockets (tried socket.sendto(*",
         ]
     )
