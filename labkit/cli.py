@@ -42,7 +42,9 @@ from labkit.runner import (
     ttft_p50,
 )
 from labkit.runner.summary import load_tables
+from labkit.scrub import guard_std_streams
 from labkit.selfcheck import client_bound_notes
+from labkit.terminal import SafeConsole
 
 __all__ = ["app", "main"]
 
@@ -54,10 +56,10 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
+console = SafeConsole()
 if not console.is_terminal:  # logs and CI: wide enough for the summary table
     console.width = max(console.width, 140)
-err_console = Console(stderr=True)
+err_console = SafeConsole(stderr=True)
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
@@ -198,7 +200,7 @@ def _print_summary(result: RunResult, out: Console, *, outcomes: bool = True) ->
 def _print_result(result: RunResult) -> None:
     # The same summary goes into the run folder, as plain text.
     with (result.folder.path / "summary.txt").open("w", encoding="utf-8") as f:
-        _print_summary(result, Console(file=f, width=140, no_color=True, emoji=False))
+        _print_summary(result, SafeConsole(file=f, width=140, no_color=True, emoji=False))
     # On screen, skipped and failed providers were already said, once, as it happened.
     _print_summary(result, console, outcomes=False)
     console.print(f"summary: {escape(str(result.folder.path / 'summary.txt'))}")
@@ -258,4 +260,5 @@ register_report(app)
 
 def main() -> None:
     """Console-script entry point."""
+    guard_std_streams()  # tracebacks and warnings too: no key reaches the terminal
     app()

@@ -7,6 +7,7 @@ and its experiments (likewise). Keys are never in a config: a provider names the
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -18,9 +19,36 @@ from labkit.errors import ConfigError
 from labkit.experiments import ExperimentSettings, experiment_class, experiment_kinds
 from labkit.providers import ProviderSettings, provider_class, provider_kinds, sdk_available
 
-__all__ = ["LabConfig", "load_config", "parse_config"]
+__all__ = ["LabConfig", "load_config", "looks_like_key", "parse_config"]
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: How keys (not variable names) begin: OpenAI/Anthropic/Stripe `sk-`/`sk_`, Groq `gsk_`,
+#: Hugging Face `hf_`, xAI `xai-`, GitHub `ghp_`/`github_pat_`, Google `AIza`.
+_KEY_PREFIXES = ("sk-", "sk_", "gsk_", "hf_", "xai-", "ghp_", "github_pat_", "AIza")
+#: A field whose value is never quoted back in an error: it may be a key pasted in.
+_SECRET_FIELD = re.compile(r"key|token|secret|password|auth", re.IGNORECASE)
+
+
+def looks_like_key(name: str) -> bool:
+    """Whether an `api_key_env` value is a key pasted in rather than a variable's name.
+
+    Real names are short words joined by `_`, usually UPPER_CASE (`OPENAI_API_KEY`,
+    `AZURE_KEY_2`). A key is long, starts with a vendor prefix, or holds a long random run:
+    a `_`-separated part of 16+ characters mixing letters and digits, or of 12+ mixing
+    lower case, upper case and digits. A 20+ character name with four digits and lower case
+    that names no variable set here is taken for a key too.
+    """
+    if len(name) > 64 or name.startswith(_KEY_PREFIXES):
+        return True
+    for part in name.split("_"):
+        digits = any(c.isdigit() for c in part)
+        if len(part) >= 16 and digits and any(c.isalpha() for c in part):
+            return True
+        if len(part) >= 12 and digits and not part.isupper() and not part.islower():
+            return True
+    digit_count = sum(c.isdigit() for c in name)
+    lower = any(c.islower() for c in name)
+    return len(name) >= 20 and digit_count >= 4 and lower and name not in os.environ
 
 
 class LabConfig(BaseModel):
@@ -58,6 +86,8 @@ def _describe(err: Any) -> str:
         return "required field is missing"
     msg = str(err["msg"])
     value = err.get("input")
+    if any(isinstance(part, str) and _SECRET_FIELD.search(part) for part in err["loc"]):
+        return msg  # never quote back what may be a key
     if isinstance(value, bool | int | float) or (isinstance(value, str) and len(value) <= 40):
         return f"{msg} (got {value!r})"
     return f"{msg} (got {type(value).__name__})"
@@ -104,6 +134,13 @@ def _validate_entries(
                 errors.append(
                     f"{where}.api_key_env: must be the name of an environment variable "
                     "(letters, digits, _), not the key itself"
+                )
+                continue
+            if isinstance(env, str) and looks_like_key(env):
+                errors.append(
+                    f"{where}.api_key_env: this looks like a key, not the name of an "
+                    "environment variable (not shown); export the key in a variable and give "
+                    "the variable's name here, e.g. OPENAI_API_KEY"
                 )
                 continue
         try:

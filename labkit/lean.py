@@ -25,6 +25,8 @@ from typing import Any
 
 import httpx
 
+from labkit.proxies import proxy_for
+
 __all__ = ["LeanTransport", "lean_applies"]
 
 Trace = Callable[[str, dict[str, Any]], Awaitable[None]]
@@ -34,16 +36,7 @@ _MAX_HEAD = 64 * 1024
 
 def lean_applies(url: str) -> bool:
     """Whether `url` can be read by the lean transport: plain HTTP and no proxy for it."""
-    import urllib.request
-
-    parsed = httpx.URL(url)
-    if parsed.scheme != "http":
-        return False
-    proxies = urllib.request.getproxies_environment()
-    if not (proxies.get("http") or proxies.get("all")):
-        return True
-    bypass = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]
-    return bool(bypass(parsed.host))
+    return httpx.URL(url).scheme == "http" and proxy_for(url) is None
 
 
 class _Reader(asyncio.Protocol):

@@ -301,6 +301,8 @@ class Measurement:
     #: CPU time inside the measured span that is labkit's, not the path's (SDK path re-reads).
     cpu_excluded_ns: int = 0
     parse_ns: int | None = None
+    #: The proxy the request went through, for connection errors (`proxy host:port (from VAR)`).
+    via_proxy: str | None = None
     tags: dict[str, str | int | float | bool] = field(default_factory=dict)
 
     def begin(self, clock: Clock) -> None:

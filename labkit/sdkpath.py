@@ -38,6 +38,7 @@ from typing import Any, ClassVar, Literal
 
 from labkit.providers.base import ChatRequest, Provider, StreamParser
 from labkit.providers.sdk import SDKAdapter
+from labkit.proxies import proxy_for
 from labkit.recorder import (
     BaseRecorder,
     Clock,
@@ -113,9 +114,13 @@ class SDKRecorder(BaseRecorder):
             client = self._factory(timeout=timeout)
         else:
             n = provider.pool_size
+            proxy = proxy_for(provider.settings.resolved_base_url())  # loopback: never
             client = httpx2.AsyncClient(
                 timeout=timeout,
                 limits=httpx2.Limits(max_connections=n, max_keepalive_connections=n),
+                proxy=proxy.url if proxy else None,
+                trust_env=False,  # proxies decided above; the CA variables still read here:
+                verify=httpx2.create_ssl_context(trust_env=True),
             )
         hooks = client.event_hooks
         client.event_hooks = {**hooks, "request": [*hooks["request"], _attach_trace]}
@@ -154,6 +159,9 @@ class SDKRecorder(BaseRecorder):
             raise _NoSDK(f"provider {provider.id!r} ({provider.kind}) has no official SDK")
         clock = self._clock
         client = self._sdk_client(provider, adapter)
+        if self._factory is None:
+            proxy = proxy_for(provider.settings.resolved_base_url())
+            m.via_proxy = proxy.describe() if proxy else None
         measuring = _MEASURING.set((m.phases, clock))
         try:
             m.begin(clock)
@@ -215,6 +223,8 @@ class SDKRecorder(BaseRecorder):
         if "Timeout" in name:
             return RecordError(kind=ErrorKind.TIMEOUT, message=message)
         if "Connection" in name or "Protocol" in name or "Network" in name:
+            if m.via_proxy:
+                message = f"{message} (through {m.via_proxy})"[:300]
             return RecordError(kind=ErrorKind.CONNECTION, message=message)
         return RecordError(kind=ErrorKind.PROTOCOL, message=message)
 

@@ -242,3 +242,30 @@ def test_labkits_own_bug_is_an_internal_record_and_the_run_goes_on(
         assert "ZeroDivisionError: a bug in labkit" in rec.error.message
         assert rec.client.headers_ms is not None  # the timings it reached are kept
     assert all(r.error is None for r in result.records if r.provider == "good")
+
+
+def test_a_dead_proxy_is_named_on_the_sdk_path_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    from labkit.sdkpath import SDKRecorder
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    for name in ("HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "https_proxy", "no_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", f"http://me:hunter2pass@127.0.0.1:{port}")
+
+    async def main() -> RequestRecord:
+        provider = _provider("http://api.remote.test/v1")
+        sdk = SDKRecorder()
+        try:
+            return await sdk.record(provider, chat(), RecordContext("r", "t"))
+        finally:
+            await sdk.aclose()
+            await provider.aclose()
+
+    rec = asyncio.run(main())
+    assert rec.error is not None and rec.error.kind == ErrorKind.CONNECTION
+    assert f"through proxy http://127.0.0.1:{port} (from HTTP_PROXY)" in rec.error.message
+    assert "hunter2pass" not in rec.to_json_line()

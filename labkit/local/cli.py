@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from labkit.errors import LabkitError
 from labkit.local.detached import server_status, start_detached, stop_detached
 from labkit.local.install import LocalSetup, ensure_setup
+from labkit.terminal import SafeConsole
 
 __all__ = ["register"]
 
@@ -63,7 +63,7 @@ def _clean_errors() -> Iterator[None]:
     try:
         yield
     except LabkitError as exc:
-        Console(stderr=True, soft_wrap=True, highlight=False).print(
+        SafeConsole(stderr=True, soft_wrap=True, highlight=False).print(
             f"[red]error:[/red] {escape(str(exc))}"
         )
         raise typer.Exit(1) from None
@@ -81,7 +81,7 @@ def _setup_with_progress(
 ) -> LocalSetup:
     """``ensure_setup`` behind a rich progress bar (shown only when something takes time)."""
     wanted = _BACKENDS[backend]
-    console = Console(stderr=True, soft_wrap=True, highlight=False)
+    console = SafeConsole(stderr=True, soft_wrap=True, highlight=False)
     if not console.is_terminal:  # CI logs: one plain line per stage
         last: list[str] = []
 
@@ -119,7 +119,7 @@ def setup_command(
         started = time.perf_counter()
         setup = _setup_with_progress(server, model, backend)
         elapsed = time.perf_counter() - started
-    out = Console(highlight=False, soft_wrap=True)
+    out = SafeConsole(highlight=False, soft_wrap=True)
     out.print(f"server:  {escape(str(setup.server.path))}")
     out.print(f"         backend {setup.server.backend}, from {setup.server.source}")
     out.print(f"model:   {escape(str(setup.model.path))}")
@@ -138,9 +138,9 @@ def server_start(
     """Start llama-server in the background; it runs until `labkit server stop`."""
     with _clean_errors():
         setup = _setup_with_progress(server, model, backend)
-        with Console(stderr=True).status("starting llama-server"):
+        with SafeConsole(stderr=True).status("starting llama-server"):
             state = start_detached(setup, port=port, ctx_size=ctx_size, slots=slots)
-    out = Console(highlight=False, soft_wrap=True)
+    out = SafeConsole(highlight=False, soft_wrap=True)
     out.print(f"[green]llama-server running[/green] at {state.base_url} (pid {state.pid})")
     out.print(f"OpenAI-compatible base URL: {state.base_url}/v1")
     out.print(f"log: {escape(state.log_path)}")
@@ -150,7 +150,7 @@ def server_status_command() -> None:
     """Show the background llama-server, if any (exit code 1 when none is running)."""
     with _clean_errors():
         state = server_status()
-    out = Console(highlight=False, soft_wrap=True)
+    out = SafeConsole(highlight=False, soft_wrap=True)
     if state is None:
         out.print("no labkit server is running")
         raise typer.Exit(1)
@@ -166,6 +166,8 @@ def server_stop() -> None:
     with _clean_errors():
         state = stop_detached()
     if state is None:
-        Console(highlight=False, soft_wrap=True).print("no labkit server was running")
+        SafeConsole(highlight=False, soft_wrap=True).print("no labkit server was running")
     else:
-        Console(highlight=False, soft_wrap=True).print(f"stopped llama-server (pid {state.pid})")
+        SafeConsole(highlight=False, soft_wrap=True).print(
+            f"stopped llama-server (pid {state.pid})"
+        )

@@ -9,12 +9,20 @@ provider-side timings are reported.
 
 from __future__ import annotations
 
-import json
 from typing import Any, ClassVar
 
 import httpx
 from pydantic import Field
 
+from labkit.errors import MalformedStream
+from labkit.providers._wire import (
+    describe,
+    load_event_object,
+    wire_count,
+    wire_id,
+    wire_object,
+    wire_str,
+)
 from labkit.providers.anthropic_sdk import AnthropicSDK
 from labkit.providers.base import (
     ChatRequest,
@@ -69,13 +77,22 @@ class AnthropicSettings(ProviderSettings):
 
 
 class AnthropicParser(StreamParser):
-    """Parses Messages events into text, usage, stop reason and errors."""
+    """Parses Messages events into text, usage, stop reason and errors.
+
+    Output events: `text_delta` (TEXT); `thinking_delta`, `input_json_delta`, and a
+    `redacted_thinking` block, whose encrypted reasoning arrives whole in its
+    `content_block_start` (OUTPUT). `signature_delta`, `citations_delta` and block starts
+    and stops carry no tokens (META).
+    """
 
     def __init__(self) -> None:
         super().__init__()
         self._uncached_input = 0
         self._cache_read = 0
         self._cache_write = 0
+        self._thinking_blocks = 0
+        self._thinking_streamed = False
+        self._thinking_redacted = False
 
     def on_headers(self, headers: ResponseHeaders) -> None:
         """`request-id` and the `anthropic-ratelimit-*` headers."""
@@ -87,51 +104,106 @@ class AnthropicParser(StreamParser):
         name = event.event
         if name == "ping":
             return EventClass.IGNORE
-        obj = json.loads(event.data)
+        obj = load_event_object(event.data)
         if name is None:
             name = obj.get("type")
         if name == "content_block_delta":
-            delta = obj["delta"]
+            delta = obj.get("delta")
+            if type(delta) is not dict:
+                raise MalformedStream(f"content_block_delta.delta is {describe(delta)}")
             dtype = delta.get("type")
             if dtype == "text_delta":
-                self.text_parts.append(delta["text"])
+                text = delta.get("text")
+                if type(text) is not str:
+                    raise MalformedStream(f"text_delta.text is {describe(text)}, not a string")
+                self.text_parts.append(text)
                 return EventClass.TEXT
-            if dtype in ("thinking_delta", "input_json_delta"):
+            if dtype == "thinking_delta":
+                self._thinking_streamed = True
                 return EventClass.OUTPUT
-            return EventClass.META  # signature_delta and future kinds carry no tokens
+            if dtype == "input_json_delta":
+                return EventClass.OUTPUT
+            return EventClass.META  # signature_delta, citations_delta, future kinds
+        if name == "content_block_start":
+            return self._block_start(obj)
         if name == "message_start":
-            message = obj.get("message") or {}
-            self.response_id = message.get("id")
-            self._read_usage(message.get("usage") or {})
+            message = wire_object(obj.get("message"), "message_start.message") or {}
+            self.response_id = wire_id(message.get("id"), "message.id")
+            self._read_usage(message.get("usage"), "message.usage")
         elif name == "message_delta":
-            self.stop_reason_raw = (obj.get("delta") or {}).get("stop_reason")
-            self._read_usage(obj.get("usage") or {})
+            delta = wire_object(obj.get("delta"), "message_delta.delta") or {}
+            stop = wire_str(delta.get("stop_reason"), "message_delta.delta.stop_reason")
+            if stop is not None:
+                self.stop_reason_raw = stop
+            self._read_usage(obj.get("usage"), "message_delta.usage")
         elif name == "message_stop":
             return EventClass.DONE
         elif name == "error":
-            err = obj.get("error") or {}
+            err = obj.get("error")
+            if type(err) is not dict:
+                err = {"message": err}
             self.error = RecordError(
                 kind=ErrorKind.STREAM_ERROR,
                 message=f"error event in stream: {err.get('type')}: {err.get('message')}"[:300],
             )
         return EventClass.META
 
-    def _read_usage(self, usage: dict[str, Any]) -> None:
+    def _block_start(self, obj: dict[str, Any]) -> int:
+        block = wire_object(obj.get("content_block"), "content_block_start.content_block") or {}
+        btype = block.get("type")
+        if btype == "redacted_thinking":
+            self._thinking_redacted = True
+            return EventClass.OUTPUT
+        if btype == "thinking":
+            self._thinking_blocks += 1
+            if block.get("thinking"):
+                self._thinking_streamed = True
+                return EventClass.OUTPUT
+        elif btype == "text":
+            text = wire_str(block.get("text"), "content_block.text")
+            if text:
+                self.text_parts.append(text)
+                return EventClass.TEXT
+        return EventClass.META
+
+    def _read_usage(self, value: Any, where: str) -> None:
         # Anthropic's counts are cumulative: a later value replaces the earlier one. Its
         # `input_tokens` excludes cache reads and writes; the contract's `input_tokens`
         # includes them, so the three are summed.
-        if usage.get("input_tokens") is not None:
-            self._uncached_input = usage["input_tokens"]
-        if usage.get("cache_read_input_tokens") is not None:
-            self._cache_read = usage["cache_read_input_tokens"]
-            self.usage.cached_input_tokens = self._cache_read
-            self.provider_timings.cached_tokens = self._cache_read
-        if usage.get("cache_creation_input_tokens") is not None:
-            self._cache_write = usage["cache_creation_input_tokens"]
-        if "input_tokens" in usage or "cache_read_input_tokens" in usage:
+        usage = wire_object(value, where)
+        if not usage:
+            return
+        uncached = wire_count(usage.get("input_tokens"), f"{where}.input_tokens")
+        if uncached is not None:
+            self._uncached_input = uncached
+        read = wire_count(usage.get("cache_read_input_tokens"), f"{where}.cache_read_input_tokens")
+        if read is not None:
+            self._cache_read = read
+            self.usage.cached_input_tokens = read
+            self.provider_timings.cached_tokens = read
+        write = wire_count(
+            usage.get("cache_creation_input_tokens"), f"{where}.cache_creation_input_tokens"
+        )
+        if write is not None:
+            self._cache_write = write
+        if uncached is not None or read is not None:
             self.usage.input_tokens = self._uncached_input + self._cache_read + self._cache_write
-        if usage.get("output_tokens") is not None:
-            self.usage.output_tokens = usage["output_tokens"]
+        output = wire_count(usage.get("output_tokens"), f"{where}.output_tokens")
+        if output is not None:
+            self.usage.output_tokens = output
+
+    def streamed_output_tokens(self, output_events: int) -> int | None:
+        """`output_tokens`, which counts thinking: streamed thinking is in the stream too.
+
+        None when thinking was counted but not streamed (a `redacted_thinking` block, or a
+        thinking block with `display: "omitted"`, whose text is empty and only its
+        signature arrives): Anthropic reports no separate thinking count, so the tokens
+        the stream delivered cannot be known and decode is not derived. Summarised
+        thinking (Claude 4) bills the full thinking but streams a summary; it cannot be
+        told apart on the wire, so its decode is taken over `output_tokens`.
+        """
+        hidden = self._thinking_redacted or (self._thinking_blocks and not self._thinking_streamed)
+        return None if hidden else self.usage.output_tokens
 
     def stop_reason(self) -> StopReason | None:
         """Map Anthropic's `stop_reason`."""

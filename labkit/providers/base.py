@@ -15,6 +15,7 @@ with `@register`.
 from __future__ import annotations
 
 import os
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -35,7 +36,9 @@ from pydantic import (
 from labkit.errors import ProviderUnavailable
 from labkit.lean import LeanTransport, lean_applies
 from labkit.providers.sdk import SDKAdapter
+from labkit.proxies import ProxyChoice, proxy_for, unusable_because
 from labkit.records import ProviderTimings, RecordError, StopReason, Usage
+from labkit.scrub import register_secret
 from labkit.sse import SSEEvent
 
 __all__ = [
@@ -62,6 +65,10 @@ ClientPath: TypeAlias = Literal["wire", "sdk"]
 #: Response headers as either HTTP stack hands them over (`httpx.Headers`, or `httpx2.Headers`
 #: on the SDK path): `get` is case-insensitive and `items()` yields lower-case names.
 ResponseHeaders: TypeAlias = Mapping[str, str]
+
+
+#: What a key may hold to travel as an HTTP header value: printable ASCII (spaces inside).
+_HEADER_SAFE = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?")
 
 
 class EventClass:
@@ -171,29 +178,53 @@ class ProviderSettings(BaseModel):
     def check_available(self) -> str | None:
         """The API key (or None), after checking the provider can run here at all.
 
-        Raises ProviderUnavailable naming the variable to set when a key or URL is missing.
+        Raises ProviderUnavailable naming the variable to set when a key or URL is missing,
+        and when the proxy for its URL needs what this install lacks (SOCKS without socksio).
         """
         if self.base_url is None and self.base_url_env and not os.environ.get(self.base_url_env):
             raise ProviderUnavailable(
                 f"skipping provider {self.id!r}: set {self.base_url_env} to its base URL to run it"
             )
+        self._check_proxy()
         return self.resolve_api_key()
 
+    def _check_proxy(self) -> None:
+        try:
+            proxy = proxy_for(self.resolved_base_url())
+        except ProviderUnavailable:  # no URL: said when the provider is built
+            return
+        lacking = unusable_because(proxy) if proxy else None
+        if proxy and lacking:
+            raise ProviderUnavailable(
+                f"skipping provider {self.id!r}: requests would go through "
+                f"{proxy.describe()}, which needs {lacking}; or add the host to NO_PROXY"
+            )
+
     def resolve_api_key(self) -> str | None:
-        """The key from the named variable; ProviderUnavailable when a required one is unset."""
+        """The key from the named variable, stripped of surrounding whitespace and registered
+        with `labkit.scrub`, so that no output can show it.
+
+        Raises ProviderUnavailable (the provider is skipped, one line naming the variable,
+        never the value) when the variable is unset or empty, on every kind, or holds
+        something that cannot be sent as a header value (non-ASCII, control characters).
+        """
         if self.api_key_env is None:
             if self.key_required:
                 raise ProviderUnavailable(
                     f"provider {self.id!r} ({self.kind}) needs an API key: set api_key_env"
                 )
             return None
-        value = os.environ.get(self.api_key_env)
+        value = os.environ.get(self.api_key_env, "").strip()
         if not value:
-            if self.key_required:
-                raise ProviderUnavailable(
-                    f"skipping provider {self.id!r}: set {self.api_key_env} to run it"
-                )
-            return None
+            raise ProviderUnavailable(
+                f"skipping provider {self.id!r}: set {self.api_key_env} to run it"
+            )
+        register_secret(value)
+        if not _HEADER_SAFE.fullmatch(value):
+            raise ProviderUnavailable(
+                f"skipping provider {self.id!r}: {self.api_key_env} holds characters a key "
+                "cannot have (non-ASCII or control characters inside it); export the key alone"
+            )
         return value
 
 
@@ -360,21 +391,38 @@ class Provider(ABC):
             self._idle_shards.append(client)
 
     def _make_client(self, connections: int | None = None) -> httpx.AsyncClient:
-        """The HTTP client; `connections` overrides the pool size."""
+        """The HTTP client; `connections` overrides the pool size.
+
+        Proxies come from `labkit.proxies` (loopback never proxied), not from httpx's own
+        reading of the environment. A proxy whose scheme this install cannot speak (SOCKS
+        without socksio) is ProviderUnavailable; a failed connect through a proxy names it.
+        """
         size = connections or self.pool_size
         t = self.settings.timeouts
+        limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
+        transport = LeanTransport() if self.lean else self._http_transport(limits)
         return httpx.AsyncClient(
             base_url=self.settings.resolved_base_url(),
             timeout=httpx.Timeout(connect=t.connect, read=t.read, write=t.read, pool=t.total),
-            limits=httpx.Limits(
-                max_connections=size,
-                max_keepalive_connections=size,
-            ),
+            limits=limits,
             verify=self._tls,
             # Identity encoding: a compressed stream would be buffered by the decoder.
             headers={"accept-encoding": "identity"},
-            transport=LeanTransport() if self.lean else None,
+            transport=transport,
+            trust_env=False,
         )
+
+    def _http_transport(self, limits: httpx.Limits) -> httpx.AsyncBaseTransport:
+        proxy = proxy_for(self.settings.resolved_base_url())
+        if proxy is None:
+            return httpx.AsyncHTTPTransport(verify=self._tls, limits=limits, trust_env=False)
+        lacking = unusable_because(proxy)
+        if lacking:  # check_available says so first; a Provider built without it lands here
+            raise ProviderUnavailable(
+                f"provider {self.id!r}: requests would go through {proxy.describe()}, which "
+                f"needs {lacking}; or add the host to NO_PROXY"
+            )
+        return _ProxiedTransport(proxy, verify=self._tls, limits=limits, trust_env=False)
 
     @property
     def id(self) -> str:
@@ -437,6 +485,21 @@ class Provider(ABC):
     def secrets(self) -> list[str]:
         """Strings that must never reach a record, a log or a message."""
         return [self._api_key] if self._api_key else []
+
+
+class _ProxiedTransport(httpx.AsyncHTTPTransport):
+    """httpx's transport through a proxy, whose connection errors name the proxy."""
+
+    def __init__(self, proxy: ProxyChoice, **kwargs: Any) -> None:
+        super().__init__(proxy=proxy.url, **kwargs)
+        self._through = f"through {proxy.describe()}"
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Send `request` through the proxy."""
+        try:
+            return await super().handle_async_request(request)
+        except httpx.ConnectError as exc:
+            raise httpx.ConnectError(f"{exc or 'connect failed'} ({self._through})") from exc
 
 
 def check_base_url(url: str) -> None:

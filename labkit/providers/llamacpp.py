@@ -17,6 +17,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, PositiveInt, model_validator
 
+from labkit.errors import MalformedStream
+from labkit.providers._wire import describe, wire_count, wire_number
 from labkit.providers.base import (
     ProviderSettings,
     StreamParser,
@@ -80,18 +82,40 @@ class LlamaCppSettings(ProviderSettings):
 
 
 class LlamaCppParser(OpenAIChatParser):
-    """OpenAI chunks plus `timings`; cumulative when present on every chunk, so replaced."""
+    """OpenAI chunks plus `timings`; cumulative when present on every chunk, so replaced.
+
+    Older builds and some proxies send `timings` but no `usage`: the counts then come from
+    `timings` (input = `prompt_n` + `cache_n`, output = `predicted_n`, cached = `cache_n`)
+    until a `usage` object, which is authoritative, replaces them.
+    """
 
     def _extra(self, obj: dict[str, Any]) -> None:
         timings = obj.get("timings")
-        if timings:
-            pt = self.provider_timings
-            pt.prefill_ms = timings.get("prompt_ms")
-            pt.prefill_tokens = timings.get("prompt_n")
-            pt.decode_ms = timings.get("predicted_ms")
-            pt.decode_ms_per_token = timings.get("predicted_per_token_ms")
-            pt.cached_tokens = timings.get("cache_n")
-            pt.raw = timings
+        if timings is None:
+            return
+        if type(timings) is not dict:
+            raise MalformedStream(f"timings is {describe(timings)}, not an object")
+        pt = self.provider_timings
+        prompt_n = wire_count(timings.get("prompt_n"), "timings.prompt_n")
+        cache_n = wire_count(timings.get("cache_n"), "timings.cache_n")
+        pt.prefill_ms = wire_number(timings.get("prompt_ms"), "timings.prompt_ms")
+        pt.prefill_tokens = prompt_n
+        pt.decode_ms = wire_number(timings.get("predicted_ms"), "timings.predicted_ms")
+        pt.decode_ms_per_token = wire_number(
+            timings.get("predicted_per_token_ms"), "timings.predicted_per_token_ms"
+        )
+        if cache_n is not None:
+            pt.cached_tokens = cache_n
+        pt.raw = timings
+        if not self._usage_seen:
+            predicted_n = wire_count(timings.get("predicted_n"), "timings.predicted_n")
+            u = self.usage
+            if prompt_n is not None:
+                u.input_tokens = prompt_n + (cache_n or 0)
+            if predicted_n is not None:
+                u.output_tokens = predicted_n
+            if cache_n is not None:
+                u.cached_input_tokens = cache_n
 
 
 @register

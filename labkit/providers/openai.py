@@ -3,13 +3,15 @@
 Wire facts this module relies on (docs/providers.md): SSE ``data:`` lines without event
 names, ending with ``data: [DONE]``; usage only when ``stream_options.include_usage`` is
 set, in one extra chunk with ``choices: []``; the first chunk is often role-only; errors can
-arrive inside a 200 stream as an object with an ``error`` key.
+arrive inside a 200 stream as an object with an ``error`` key. What compatible servers add
+(reasoning fields, Mistral's content parts, Groq's ``x_groq``, usage on every chunk) is
+described on `OpenAIChatParser`; every wire value is type-checked where it is read
+(`labkit.providers._wire`), a wrong one raising `MalformedStream`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 from functools import lru_cache
 from typing import Any, ClassVar
 
@@ -17,6 +19,14 @@ import httpx
 from pydantic import Field
 
 from labkit.errors import MalformedStream
+from labkit.providers._wire import (
+    describe,
+    load_event_object,
+    wire_count,
+    wire_id,
+    wire_object,
+    wire_str,
+)
 from labkit.providers.base import (
     ChatRequest,
     EventClass,
@@ -41,6 +51,7 @@ _STOP_REASONS = {
     "tool_calls": StopReason.TOOL_CALL,
     "function_call": StopReason.TOOL_CALL,
     "content_filter": StopReason.CONTENT_FILTER,
+    "error": StopReason.ERROR,  # OpenRouter: a stream cut by an upstream error
 }
 
 
@@ -82,7 +93,26 @@ def tiktoken_encoding_for(model: str) -> str | None:
 
 
 class OpenAIChatParser(StreamParser):
-    """Parses Chat Completions chunks; usage is replaced (never summed) when it arrives."""
+    """Parses Chat Completions chunks, and the shapes OpenAI-compatible servers add.
+
+    Classification: visible text (`content` as a string or as Mistral's list of parts,
+    `refusal`) is TEXT; reasoning (`reasoning_content`: DeepSeek, vLLM, xAI; `reasoning`:
+    OpenRouter, Ollama, Groq; `reasoning_details`: OpenRouter; Mistral's `thinking` parts)
+    and tool calls are OUTPUT; role-only chunks, empty deltas and keep-alives are IGNORE.
+
+    Usage replaces, never adds: it is cumulative whether it comes once at the end (OpenAI,
+    `include_usage`) or on every chunk (vLLM `continuous_usage_stats`). Without top-level
+    `usage`, Groq's `x_groq.usage` is read. A chunk with both `error` and `usage` (OpenRouter
+    ending a cut stream) keeps both. A `finish_reason` marks the stream as finished, so a
+    server that closes without `[DONE]` (Perplexity) is not truncated.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._usage_seen = False
+        self._reasoning_streamed = False
+        self._refused = False
+        self._total_tokens: int | None = None
 
     def on_headers(self, headers: ResponseHeaders) -> None:
         """Request id, server processing time and rate-limit headers."""
@@ -98,61 +128,200 @@ class OpenAIChatParser(StreamParser):
         data = event.data
         if data == "[DONE]":
             return EventClass.DONE
-        obj = json.loads(data)
-        if not isinstance(obj, dict):
-            raise MalformedStream(f"expected a JSON object, got {type(obj).__name__}")
+        obj = load_event_object(data)
+        cls = EventClass.IGNORE
         err = obj.get("error")
         if err:
             self.error = _stream_error(err)
-            return EventClass.META
-        if self.response_id is None:
-            self.response_id = obj.get("id")
-        fingerprint = obj.get("system_fingerprint")
-        if fingerprint:
-            self.system_fingerprint = fingerprint
-        cls = EventClass.IGNORE
-        usage = obj.get("usage")
-        if usage:
-            self._read_usage(usage)
             cls = EventClass.META
-        for choice in obj.get("choices") or ():
-            delta = choice.get("delta") or {}
-            content = delta.get("content")
-            if content:
+        if self.response_id is None:  # the first non-empty id (Azure's first chunk has "")
+            self.response_id = wire_id(obj.get("id"), "chunk id") or None
+        fingerprint = obj.get("system_fingerprint")
+        if fingerprint is not None and fingerprint != self.system_fingerprint:
+            self.system_fingerprint = wire_str(fingerprint, "system_fingerprint")
+        usage = obj.get("usage")
+        if usage is not None:
+            self._read_usage(usage, "usage")
+            cls = EventClass.META
+        elif "x_groq" in obj:
+            groq = wire_object(obj["x_groq"], "x_groq")
+            if groq and groq.get("usage") is not None:
+                self._read_usage(groq["usage"], "x_groq.usage")
+                cls = EventClass.META
+        choices = obj.get("choices")
+        if choices:
+            if type(choices) is not list:
+                raise MalformedStream(f"choices is {describe(choices)}, not an array")
+            for choice in choices:
+                if type(choice) is not dict:
+                    raise MalformedStream(f"a choice is {describe(choice)}, not an object")
+                delta = choice.get("delta")
+                if delta:
+                    if type(delta) is not dict:
+                        raise MalformedStream(f"delta is {describe(delta)}, not an object")
+                    content = delta.get("content")
+                    if len(delta) == 1 and type(content) is str:  # the common chunk
+                        if content:
+                            self.text_parts.append(content)
+                            cls = EventClass.TEXT
+                    else:
+                        got = self._read_delta(delta)
+                        if got > cls:
+                            cls = got
+                finish = choice.get("finish_reason")
+                if finish is not None:
+                    if type(finish) is not str:
+                        raise MalformedStream(f"finish_reason is {describe(finish)}, not a string")
+                    if finish:
+                        self.stop_reason_raw = finish
+                        if cls < EventClass.META:
+                            cls = EventClass.META
+        self._extra(obj)
+        return cls
+
+    def _read_delta(self, delta: dict[str, Any]) -> int:
+        """The class of one choice's delta; visible text goes to `text_parts`."""
+        cls = EventClass.IGNORE
+        content = delta.get("content")
+        if content:
+            if type(content) is str:
                 self.text_parts.append(content)
                 cls = EventClass.TEXT
-            elif cls < EventClass.OUTPUT and (
-                delta.get("reasoning_content") or delta.get("reasoning") or delta.get("tool_calls")
-            ):
+            elif type(content) is list:
+                cls = self._read_content_parts(content)
+            else:
+                raise MalformedStream(
+                    f"delta.content is {describe(content)}, not a string or an array of parts"
+                )
+        refusal = delta.get("refusal")
+        if refusal:
+            if type(refusal) is not str:
+                raise MalformedStream(f"delta.refusal is {describe(refusal)}, not a string")
+            self.text_parts.append(refusal)
+            self._refused = True
+            cls = EventClass.TEXT
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        if reasoning:
+            if type(reasoning) is not str:
+                raise MalformedStream(f"delta reasoning is {describe(reasoning)}, not a string")
+            self._reasoning_streamed = True
+            if cls < EventClass.OUTPUT:
                 cls = EventClass.OUTPUT
-            finish = choice.get("finish_reason")
-            if finish:
-                self.stop_reason_raw = finish
-                cls = max(cls, EventClass.META)
-        self._extra(obj)
+        details = delta.get("reasoning_details")
+        if details:
+            if type(details) is not list:
+                raise MalformedStream(
+                    f"delta.reasoning_details is {describe(details)}, not an array"
+                )
+            for item in details:
+                if type(item) is not dict:
+                    raise MalformedStream(f"a reasoning_details item is {describe(item)}")
+                # Encrypted reasoning arrives whole and unreadable: output, but not streamed.
+                if item.get("type") != "reasoning.encrypted":
+                    self._reasoning_streamed = True
+            if cls < EventClass.OUTPUT:
+                cls = EventClass.OUTPUT
+        tool_calls = delta.get("tool_calls")
+        if tool_calls:
+            if type(tool_calls) is not list:
+                raise MalformedStream(f"delta.tool_calls is {describe(tool_calls)}, not an array")
+            if cls < EventClass.OUTPUT:
+                cls = EventClass.OUTPUT
+        elif delta.get("function_call") and cls < EventClass.OUTPUT:
+            cls = EventClass.OUTPUT
+        return cls
+
+    def _read_content_parts(self, parts: list[Any]) -> int:
+        """Mistral's content as a list of parts: `text` parts are visible text, `thinking`
+        parts (a list of text chunks) are reasoning; other kinds carry no tokens."""
+        cls = EventClass.IGNORE
+        for part in parts:
+            if type(part) is not dict:
+                raise MalformedStream(f"a delta.content part is {describe(part)}, not an object")
+            kind = part.get("type")
+            if kind == "text":
+                text = part.get("text")
+                if text:
+                    if type(text) is not str:
+                        raise MalformedStream(f"a text part's text is {describe(text)}")
+                    self.text_parts.append(text)
+                    cls = EventClass.TEXT
+            elif kind == "thinking":
+                thinking = part.get("thinking")
+                if thinking:
+                    if type(thinking) is not list and type(thinking) is not str:
+                        raise MalformedStream(f"a thinking part's thinking is {describe(thinking)}")
+                    self._reasoning_streamed = True
+                    if cls < EventClass.OUTPUT:
+                        cls = EventClass.OUTPUT
         return cls
 
     def _extra(self, obj: dict[str, Any]) -> None:
         """Hook for compatible servers that add fields to chunks (llama.cpp `timings`)."""
 
-    def _read_usage(self, usage: dict[str, Any]) -> None:
+    def _read_usage(self, value: Any, where: str) -> None:
+        usage = wire_object(value, where)
+        if usage is None:
+            return
+        self._usage_seen = True
         u = self.usage
-        u.input_tokens = usage.get("prompt_tokens")
-        u.output_tokens = usage.get("completion_tokens")
-        details = usage.get("prompt_tokens_details") or {}
-        cached = details.get("cached_tokens")
+        prompt = wire_count(usage.get("prompt_tokens"), f"{where}.prompt_tokens")
+        if prompt is not None:
+            u.input_tokens = prompt
+        completion = wire_count(usage.get("completion_tokens"), f"{where}.completion_tokens")
+        if completion is not None:
+            u.output_tokens = completion
+        total = wire_count(usage.get("total_tokens"), f"{where}.total_tokens")
+        if total is not None:
+            self._total_tokens = total
+        details = wire_object(usage.get("prompt_tokens_details"), f"{where}.prompt_tokens_details")
+        cached = details.get("cached_tokens") if details else None
+        if cached is None:  # DeepSeek reports cache hits at the top level
+            cached = usage.get("prompt_cache_hit_tokens")
+        cached = wire_count(cached, f"{where} cached tokens")
         if cached is not None:
             u.cached_input_tokens = cached
             self.provider_timings.cached_tokens = cached
-        reasoning = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens")
-        if reasoning is not None:
-            u.reasoning_tokens = reasoning
+        out_details = wire_object(
+            usage.get("completion_tokens_details"), f"{where}.completion_tokens_details"
+        )
+        if out_details:
+            reasoning = wire_count(
+                out_details.get("reasoning_tokens"),
+                f"{where}.completion_tokens_details.reasoning_tokens",
+            )
+            if reasoning is not None:
+                u.reasoning_tokens = reasoning
+
+    def streamed_output_tokens(self, output_events: int) -> int | None:
+        """The output tokens the stream delivered, from the reported counts.
+
+        OpenAI counts reasoning inside `completion_tokens`, streamed or not: reasoning that
+        never arrived as deltas (gpt-5, o-series) is taken out. xAI leaves reasoning out of
+        `completion_tokens` (`total_tokens = prompt + completion + reasoning`): streamed
+        reasoning is added in, hidden reasoning was never counted there to begin with.
+        """
+        u = self.usage
+        output, reasoning = u.output_tokens, u.reasoning_tokens
+        if output is None or not reasoning:
+            return output
+        total, prompt = self._total_tokens, u.input_tokens
+        outside = total is not None and prompt is not None and total == prompt + output + reasoning
+        if outside:
+            return output + reasoning if self._reasoning_streamed else output
+        if not self._reasoning_streamed:
+            return max(output - reasoning, 0)
+        return output
 
     def stop_reason(self) -> StopReason | None:
-        """Map `finish_reason` to the contract's reasons."""
-        if self.stop_reason_raw is None:
+        """Map `finish_reason` to the contract's reasons; an answer that was a refusal
+        (`delta.refusal`, which OpenAI ends with `stop`) is `refusal`."""
+        raw = self.stop_reason_raw
+        if raw is None:
             return None
-        return _STOP_REASONS.get(self.stop_reason_raw, StopReason.UNKNOWN)
+        if self._refused and raw == "stop":
+            return StopReason.REFUSAL
+        return _STOP_REASONS.get(raw, StopReason.UNKNOWN)
 
 
 def _stream_error(err: Any) -> RecordError:

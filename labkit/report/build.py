@@ -31,6 +31,7 @@ from labkit.report.render import (
 )
 from labkit.report.split import NOT_REPORTED, SPLIT_COLUMNS, provider_client_split
 from labkit.report.stats import summarize
+from labkit.scrub import for_people, scrub_frame
 from labkit.selfcheck import client_bound_note, summarize_lag
 
 __all__ = ["LAB_EXPERIMENTS", "ReportPaths", "build_blocks", "missing_notes", "write_report"]
@@ -489,9 +490,11 @@ def write_report(run_dir: Path | str) -> ReportPaths:
         files=folder / "report_files",
     )
     try:
-        paths.md.write_text(render_markdown(blocks, folder, paths.files.name), encoding="utf-8")
-        paths.html.write_text(render_html(blocks, title), encoding="utf-8")
-        table = _summary_for_files(summary)
+        paths.md.write_text(
+            for_people(render_markdown(blocks, folder, paths.files.name)), encoding="utf-8"
+        )
+        paths.html.write_text(for_people(render_html(blocks, title)), encoding="utf-8")
+        table = scrub_frame(_summary_for_files(summary))
         table.to_csv(paths.csv, index=False)
         table.to_parquet(paths.parquet, index=False)
     except OSError as exc:

@@ -10,19 +10,21 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table as RichTable
 from rich.text import Text
 
 from labkit.errors import LabkitError
 from labkit.report.build import write_report
 from labkit.report.compare import compare_runs, comparison_rows, write_comparison
+from labkit.terminal import SafeConsole
 
 __all__ = ["register"]
 
 
 def _fail(exc: LabkitError) -> typer.Exit:
-    Console(stderr=True, highlight=False).print(Text(f"error: {exc}", style="red"), soft_wrap=True)
+    SafeConsole(stderr=True, highlight=False).print(
+        Text(f"error: {exc}", style="red"), soft_wrap=True
+    )
     return typer.Exit(1)
 
 
@@ -30,7 +32,7 @@ def report_command(
     run_dir: Annotated[Path, typer.Argument(help="A run folder (holds records.jsonl).")],
 ) -> None:
     """Regenerate report.md, report.html and summary.csv/.parquet in RUN_DIR."""
-    console = Console(highlight=False)
+    console = SafeConsole(highlight=False)
     try:
         paths = write_report(run_dir)
     except LabkitError as exc:
@@ -56,7 +58,7 @@ def compare_command(
     ] = None,
 ) -> None:
     """Put runs side by side: p50/p90 per provider and their change from the first run."""
-    console = Console(highlight=False)
+    console = SafeConsole(highlight=False)
     try:
         table = compare_runs(run_dirs)
         folder = write_comparison(run_dirs, out)

@@ -18,6 +18,7 @@ from labkit.report.load import RunData, load_run
 from labkit.report.render import Block, Heading, Para, Table, fmt_num, render_html
 from labkit.report.render import render_markdown as _render_md
 from labkit.report.stats import GROUP_KEYS, METRICS, summarize
+from labkit.scrub import for_people, scrub_frame
 
 __all__ = ["COMPARE_COLUMNS", "compare_frames", "compare_runs", "write_comparison"]
 
@@ -176,9 +177,11 @@ def write_comparison(run_dirs: Sequence[Path | str], out: Path | None = None) ->
         blocks.append(Table(cols, rows, {5, 6, 7, 8, 9}))
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "compare.md").write_text(_render_md(blocks, folder), encoding="utf-8")
-        (folder / "compare.html").write_text(render_html(blocks, title), encoding="utf-8")
-        table.to_csv(folder / "compare.csv", index=False)
+        (folder / "compare.md").write_text(for_people(_render_md(blocks, folder)), encoding="utf-8")
+        (folder / "compare.html").write_text(
+            for_people(render_html(blocks, title)), encoding="utf-8"
+        )
+        scrub_frame(table).to_csv(folder / "compare.csv", index=False)
     except OSError as exc:
         raise RunError(f"cannot write the comparison into {folder}: {exc}") from exc
     return folder

@@ -19,6 +19,7 @@ from typing import Any, TextIO
 
 from labkit.errors import RunError
 from labkit.records import LabResults, RequestRecord
+from labkit.scrub import scrub_json
 
 __all__ = ["RunFolder", "host_info", "new_run_id", "package_versions"]
 
@@ -58,7 +59,7 @@ def host_info() -> dict[str, Any]:
 
 def _write_json_atomic(path: Path, data: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+    tmp.write_text(scrub_json(json.dumps(data, indent=2, default=str)) + "\n", encoding="utf-8")
     os.replace(tmp, path)
 
 
@@ -107,7 +108,7 @@ class RunFolder:
         """Write one record and flush it to the OS before returning."""
         if self._records is None:
             self._records = self._open_for_append()
-        self._records.write(record.to_json_line() + "\n")
+        self._records.write(scrub_json(record.to_json_line()) + "\n")
         self._records.flush()
 
     def _open_for_append(self) -> TextIO:

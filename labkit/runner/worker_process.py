@@ -19,6 +19,7 @@ from labkit.experiments import Experiment, PlannedRequest, experiment_class
 from labkit.providers import Provider, provider_class
 from labkit.recorder import LoopLagMonitor, RecordContext, StreamRecorder
 from labkit.records import RequestRecord
+from labkit.scrub import guard_std_streams
 
 __all__ = ["main"]
 
@@ -118,6 +119,7 @@ def main() -> None:
     # workers with SIGTERM, which cancels their requests once the level has started (and
     # simply ends a worker that has measured nothing yet).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    guard_std_streams(stdout=False, controls=True)  # stderr is the worker's log
     sys.exit(asyncio.run(_worker_main()))
 
 

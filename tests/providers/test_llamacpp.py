@@ -99,7 +99,9 @@ def test_cumulative_timings_per_token_are_replaced() -> None:
         rec = record_one(llama())
     assert rec.provider_timings.decode_ms == 6.5
     assert rec.provider_timings.raw["predicted_n"] == 2
-    assert rec.usage.output_tokens_source == "local" and rec.usage.output_tokens == 2
+    # No usage object: the counts come from the last timings (prompt_n + cache_n in).
+    assert rec.usage.output_tokens_source == "provider" and rec.usage.output_tokens == 2
+    assert rec.usage.input_tokens == 21 + 3 and rec.usage.cached_input_tokens == 3
 
 
 def test_recorded_llamacpp_stream() -> None:

@@ -1,0 +1,109 @@
+"""The fixture corpus: real providers' stream shapes, one ``<name>.sse`` (the bytes as the
+server sends them) and one ``<name>.json`` sidecar per shape.
+
+The sidecar says which provider ``kind`` reads the stream, the ``shape``, the ``source``
+where that shape is documented (API reference page or SDK type/test file), optional
+response ``headers``, the ``expect``\\ ed record facts, and, where the SDK path sees the
+stream differently (the SDK itself cannot represent the shape), ``sdk``: the facts that
+differ there and a ``note`` saying why.
+
+Facts in ``expect`` (only the keys present are checked): ``output_text``; ``ttft``
+(``text``, ``output`` or null: the class of the first output event); ``output_events``;
+``input_tokens``, ``output_tokens``, ``cached_input_tokens``, ``reasoning_tokens``,
+``streamed_output_tokens``, ``output_tokens_source``; ``stop_reason``, ``stop_reason_raw``;
+``response_id``, ``system_fingerprint``; ``prefill_ms``, ``prefill_tokens``, ``decode_ms``,
+``provider_cached_tokens`` (provider timings); ``error_kind`` (null: no error) and
+``error_contains`` (a piece of the error message; null: not checked).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+CORPUS = Path(__file__).parent
+
+
+@dataclass(frozen=True)
+class Fixture:
+    """One corpus shape: its bytes and what a record of it must say."""
+
+    name: str
+    kind: str
+    shape: str
+    source: str
+    body: bytes
+    expect: dict[str, Any]
+    sdk: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def sdk_expect(self) -> dict[str, Any]:
+        """The facts the SDK path must show: `expect` with the `sdk` differences applied."""
+        return {**self.expect, **{k: v for k, v in self.sdk.items() if k != "note"}}
+
+    def events(self) -> list[bytes]:
+        """The body cut at each event boundary (the blank line), separators kept."""
+        parts = self.body.split(b"\n\n")
+        out = [p + b"\n\n" for p in parts[:-1]]
+        return out + ([parts[-1]] if parts[-1] else [])
+
+
+def load_corpus() -> list[Fixture]:
+    """Every fixture, sorted by name."""
+    fixtures = []
+    for sse_path in sorted(CORPUS.glob("*.sse")):
+        side = json.loads(sse_path.with_suffix(".json").read_text())
+        fixtures.append(
+            Fixture(
+                name=sse_path.stem,
+                kind=side["kind"],
+                shape=side["shape"],
+                source=side["source"],
+                body=sse_path.read_bytes(),
+                expect=side["expect"],
+                sdk=side.get("sdk", {}),
+                headers=side.get("headers", {}),
+            )
+        )
+    return fixtures
+
+
+def check_record(record: Any, expect: dict[str, Any]) -> None:
+    """Assert every fact in `expect` on a `RequestRecord`."""
+    usage, pt, client = record.usage, record.provider_timings, record.client
+    facts = {
+        "output_text": lambda: record.output_text,
+        "output_events": lambda: len(client.event_offsets_ms),
+        "input_tokens": lambda: usage.input_tokens,
+        "output_tokens": lambda: usage.output_tokens,
+        "cached_input_tokens": lambda: usage.cached_input_tokens,
+        "reasoning_tokens": lambda: usage.reasoning_tokens,
+        "streamed_output_tokens": lambda: usage.streamed_output_tokens,
+        "output_tokens_source": lambda: usage.output_tokens_source,
+        "stop_reason": lambda: record.stop_reason and record.stop_reason.value,
+        "stop_reason_raw": lambda: record.stop_reason_raw,
+        "response_id": lambda: record.response_id,
+        "system_fingerprint": lambda: record.system_fingerprint,
+        "prefill_ms": lambda: pt.prefill_ms,
+        "prefill_tokens": lambda: pt.prefill_tokens,
+        "decode_ms": lambda: pt.decode_ms,
+        "provider_cached_tokens": lambda: pt.cached_tokens,
+        "error_kind": lambda: record.error and record.error.kind.value,
+    }
+    for key, want in expect.items():
+        if key in facts:
+            assert facts[key]() == want, f"{key}: {facts[key]()!r} != {want!r}"
+    if expect.get("error_contains") is not None:
+        assert record.error is not None and expect["error_contains"] in record.error.message, (
+            record.error
+        )
+    ttft = expect.get("ttft", "unchecked")
+    if ttft is None:
+        assert client.ttft_ms is None
+    elif ttft == "text":
+        assert client.ttft_ms is not None and client.ttft_text_ms == client.ttft_ms
+    elif ttft == "output":
+        assert client.ttft_ms is not None
+        assert client.ttft_text_ms is None or client.ttft_text_ms >= client.ttft_ms
