@@ -26,7 +26,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from labkit.experiments.base import PlannedRequest, SendFn
+    from labkit.experiments.base import PlannedRequest
+    from labkit.experiments.paced import SendFn
 
 __all__ = ["Arrival", "arrival_offsets_ns", "closed_loop", "open_loop", "sleep_until"]
 

@@ -2,7 +2,8 @@
 
 Field names follow ``docs/measurement.md`` (the contract that reports and outside tools
 read); they change only with a migration note in the README. This module is a leaf: it
-imports nothing else of labkit and nothing of HTTP.
+imports nothing else of labkit but `labkit.figures` (the typed figures of `LabAnswer`,
+itself a leaf) and nothing of HTTP.
 
 Conventions: every duration is milliseconds (float) from one origin, ``t_start``, taken
 immediately before the request is handed to the transport. A value that was not observed
@@ -15,7 +16,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from labkit.figures import Figures, read_figures
 
 __all__ = [
     "AppTimings",
@@ -313,8 +316,10 @@ class RequestRecord(_Model):
 class LabAnswer(_Model):
     """One experiment's computed answer for one provider (an entry of `lab.json`).
 
-    `figures` holds the numbers the answer was computed from; its keys per experiment kind
-    are documented in the README ("lab.json") and read by the report.
+    `figures` holds the numbers the answer was computed from: one typed model per
+    experiment kind (`labkit.figures`, told apart by `figures.kind`), read by the run
+    summary and the report. A `lab.json` from before figures were typed still loads (see
+    `labkit.figures.read_figures` and the README's "lab.json").
     """
 
     experiment: str = Field(description="Experiment kind: single, token_ratio, ...")
@@ -322,12 +327,18 @@ class LabAnswer(_Model):
     model: str | None = Field(default=None, description="Model asked for.")
     question: str = Field(description="The lab question, in one sentence.")
     answer: str = Field(description="The answer in plain sentences, with the measured numbers.")
-    figures: dict[str, Any] = Field(
-        default_factory=dict, description="The computed figures behind the answer."
+    figures: Figures | None = Field(
+        default=None,
+        description="The computed figures behind the answer (None: the analysis failed).",
     )
     status: Literal["ok", "partial", "failed"] = Field(
         default="ok", description="`failed` when no successful measurement was available."
     )
+
+    @field_validator("figures", mode="before")
+    @classmethod
+    def _older_figures(cls, value: Any, info: ValidationInfo) -> Any:
+        return read_figures(value, str(info.data.get("experiment", "")))
 
 
 class LabResults(_Model):

@@ -206,6 +206,14 @@ class SDKRecorder(BaseRecorder):
             return None
         status = getattr(exc, "status_code", None)
         response = getattr(exc, "response", None)
+        body = getattr(exc, "body", None)
+        if (status is not None and status < 400) or (status is None and body is not None):
+            # An error event inside a 200 stream: the openai SDK raises a bare `APIError`
+            # with the event's `error` object, the anthropic SDK a status error with 200.
+            return RecordError(
+                kind=ErrorKind.STREAM_ERROR,
+                message=redact(f"error event in stream: {_event_error_text(exc, body)}")[:300],
+            )
         if status is not None and response is not None:
             if parser is not None:
                 parser.on_headers(response.headers)
@@ -229,6 +237,17 @@ class SDKRecorder(BaseRecorder):
         return RecordError(kind=ErrorKind.PROTOCOL, message=message)
 
 
+def _event_error_text(exc: Exception, body: Any) -> str:
+    """`type: message` of an in-stream error event, as the wire parsers word it."""
+    err = body.get("error", body) if isinstance(body, dict) else None
+    if isinstance(err, dict):
+        etype = err.get("type") or err.get("code")
+        message = err.get("message")
+        if message:
+            return f"{etype}: {message}" if etype else str(message)
+    return f"{type(exc).__name__}: {exc}"
+
+
 class _NoSDK(Exception):
     """A request routed to the SDK path on a provider that has none."""
 
@@ -236,4 +255,6 @@ class _NoSDK(Exception):
 def _as_json(item: Any) -> str:
     """The JSON an SDK event object came from (fields as received, extras such as llama.cpp's
     `timings` included), for the wire parser. Runs after the object's stamp was taken."""
-    return json.dumps(item.model_dump(mode="json", exclude_unset=True))
+    # warnings=False: the SDKs build unvalidated models (`construct`), so a field of a shape
+    # their types do not know (list content, a numeric id) would warn on every event.
+    return json.dumps(item.model_dump(mode="json", exclude_unset=True, warnings=False))

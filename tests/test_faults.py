@@ -119,7 +119,7 @@ def test_an_event_over_the_size_limit_is_a_protocol_error() -> None:
     [
         (b"data: " + b"[" * 100_000 + b"]" * 100_000 + b"\n\n", "nested too deeply"),
         (b'data: {"choices": [{"delta": {"content": "\xff\xfe"}}]}\n\n', "not valid UTF-8"),
-        (b"data: {not json at all\n\n", "not valid JSON"),
+        (b"data: {not json at all\n\n", "not JSON"),
     ],
     ids=["deep-nesting", "invalid-utf8", "bad-json"],
 )

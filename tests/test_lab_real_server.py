@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from labkit.figures import AttributionKey
 from labkit.local import ensure_setup
 from labkit.records import LabResults, RequestRecord
 from tests.signals import default_sigint
@@ -164,31 +165,31 @@ def test_whole_lab_on_the_real_server(tmp_path: Path) -> None:
     ]
 
     pd = got["prefill_decode"].figures
-    assert pd["fit"]["ms_per_token"] > 0  # prefill grows with the prompt
-    assert pd["server_prefill_fit"]["ms_per_token"] > 0
+    assert pd.fit.ms_per_token > 0  # prefill grows with the prompt
+    assert pd.server_prefill_fit.ms_per_token > 0
     # Decode stays roughly flat while prefill grows with the prompt. For a 135M model the
     # attention over a 1,000-token KV cache is not negligible next to its small matmuls, so
     # "flat" means: far flatter than TTFT, and under 2x end to end.
-    decode = [p["decode_ms_per_token"] for p in pd["points"]]
-    ttft = [p["ttft_ms"] for p in pd["points"]]
+    decode = [p.decode_ms_per_token for p in pd.points]
+    ttft = [p.ttft_ms for p in pd.points]
     assert max(decode) / min(decode) < 2.0, decode
     assert max(ttft) / min(ttft) > 3 * max(decode) / min(decode), (ttft, decode)
-    assert pd["cold_cache_hits"] == 0
-    assert pd["cache"]["hit_cached_tokens"] > 0
-    assert pd["cache"]["hit_ttft_ms"] < pd["cache"]["prime_ttft_ms"]
+    assert pd.cold_cache_hits == 0
+    assert pd.cache.hit_cached_tokens > 0
+    assert pd.cache.hit_ttft_ms < pd.cache.prime_ttft_ms
 
-    variants = {v["variant"]: v for v in got["determinism"].figures["variants"]}
-    assert variants["t0-seed"]["identical"] is True
-    assert variants["t0"]["identical"] is True
-    assert got["determinism"].figures["tokenizer"] == "llamacpp:/tokenize"
+    variants = {v.variant: v for v in got["determinism"].figures.variants}
+    assert variants["t0-seed"].identical is True
+    assert variants["t0"].identical is True
+    assert got["determinism"].figures.tokenizer == "llamacpp:/tokenize"
 
-    rows = {r["text_id"]: r for r in got["token_ratio"].figures["rows"]}
-    assert all(r["token_source"] == "llamacpp:/tokenize" for r in rows.values())
-    assert rows["english"]["chars_per_token"] > rows["japanese"]["chars_per_token"]
+    rows = {r.text_id: r for r in got["token_ratio"].figures.rows}
+    assert all(r.token_source == "llamacpp:/tokenize" for r in rows.values())
+    assert rows["english"].chars_per_token > rows["japanese"].chars_per_token
 
-    attribution = {r["measurement"]: r for r in got["attribution"].figures["rows"]}
-    assert attribution["TTFT minus provider prefill"]["value_ms"] > 0
-    assert attribution["TCP connect (fresh connections)"]["value_ms"] is not None
+    attribution = {r.key: r for r in got["attribution"].figures.rows}
+    assert attribution[AttributionKey.TTFT_MINUS_PREFILL].value_ms > 0
+    assert attribution[AttributionKey.TCP_CONNECT].value_ms is not None
 
 
 def test_ctrl_c_keeps_records_leaves_no_server_and_resume_finishes(tmp_path: Path) -> None:
@@ -296,10 +297,10 @@ def test_load_levels_on_the_real_server(tmp_path: Path) -> None:
     assert all(r.usage.output_tokens == 128 for r in measured)  # ignore_eos on llama.cpp
     lab = LabResults.model_validate_json((run_dir / "lab.json").read_text())
     (answer,) = lab.answers
-    c1, c8 = answer.figures["levels"]
-    assert c1["ok"] == c8["ok"] == 8
-    assert c8["output_tokens_per_s"] > c1["output_tokens_per_s"], (c1, c8)
-    assert c8["mean_in_flight"] > 4 > c1["mean_in_flight"]
+    c1, c8 = answer.figures.levels
+    assert c1.ok == c8.ok == 8
+    assert c8.output_tokens_per_s > c1.output_tokens_per_s, (c1, c8)
+    assert c8.mean_in_flight > 4 > c1.mean_in_flight
     # The per-level table and the load figure are in the report and the summary.
     report = (run_dir / "report.md").read_text()
     assert "## Load levels" in report and "concurrency 8" in report

@@ -18,6 +18,7 @@ import respx
 
 from labkit.experiments.attribution import AttributionExperiment, AttributionSettings
 from labkit.fakeserver import FakeServer
+from labkit.figures import AttributionKey
 from labkit.providers import provider_class
 from labkit.providers.base import ChatRequest, Provider
 from labkit.providers.fake import FakeSchedule
@@ -402,17 +403,17 @@ def test_attribution_pairs_paths_and_connections_on_real_sockets() -> None:
         assert (r.client.connect_ms is not None) == fresh, (r.plan_key, r.client.connect_ms)
     answer = exp.analyze("fake-server", "fake", records)
     f = answer.figures
-    assert answer.status == "ok" and f["sdk_measured"] is True
-    assert f["n_sdk_pairs"] == 4 and f["n_event_delay_pairs"] == 4 and f["n_cpu_pairs"] == 4
-    assert f["n_cpu_wire"] == 4 and f["n_cpu_sdk"] == 4
-    assert f["cpu_us_per_event_wire"] > 0 and f["cpu_us_per_event_sdk"] > 0
+    assert answer.status == "ok" and f.sdk_measured is True
+    assert f.n_sdk_pairs == 4 and f.n_event_delay_pairs == 4 and f.n_cpu_pairs == 4
+    assert f.n_cpu_wire == 4 and f.n_cpu_sdk == 4
+    assert f.cpu_us_per_event_wire > 0 and f.cpu_us_per_event_sdk > 0
     # The SDK's own cost is well under a millisecond per event; 15 ms leaves room for the
     # scheduling noise of a shared machine in medians of 4 pairs.
-    assert abs(f["sdk_ttft_ms"]) < 15.0 and abs(f["sdk_event_delay_ms"]) < 15.0
+    assert abs(f.sdk_ttft_ms) < 15.0 and abs(f.sdk_event_delay_ms) < 15.0
     assert "median of 4 pairs" in answer.answer and "µs" in answer.answer
-    rows = {r["measurement"]: r for r in f["rows"]}
-    assert rows["TCP connect (fresh connections)"]["value_ms"] is not None
-    assert rows["SDK delay per output event (sdk − wire)"]["value_ms"] == f["sdk_event_delay_ms"]
+    rows = {r.key: r for r in f.rows}
+    assert rows[AttributionKey.TCP_CONNECT].value_ms is not None
+    assert rows[AttributionKey.SDK_EVENT_DELAY].value_ms == f.sdk_event_delay_ms
 
 
 @pytest.mark.unit

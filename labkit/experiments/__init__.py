@@ -4,6 +4,7 @@ from labkit.experiments import (
     attribution,
     determinism,
     load,
+    paced,
     prefill_decode,
     single,
     token_ratio,
@@ -16,16 +17,20 @@ from labkit.experiments.base import (
     experiment_kinds,
     register_experiment,
 )
+from labkit.experiments.paced import PacedExperiment, RequestDriver
 
 __all__ = [
     "Experiment",
     "ExperimentSettings",
+    "PacedExperiment",
     "PlannedRequest",
+    "RequestDriver",
     "attribution",
     "determinism",
     "experiment_class",
     "experiment_kinds",
     "load",
+    "paced",
     "prefill_decode",
     "register_experiment",
     "single",

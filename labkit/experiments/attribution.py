@@ -25,6 +25,8 @@ from labkit.experiments.base import (
     register_experiment,
 )
 from labkit.experiments.common import fmt_ms, measured, median_of
+from labkit.figures import AttributionFigures, AttributionRow
+from labkit.figures import AttributionKey as K
 from labkit.providers.base import ChatRequest, ClientPath, Provider, sdk_available
 from labkit.records import LabAnswer, RequestRecord
 from labkit.timing import percentile
@@ -139,17 +141,20 @@ class AttributionExperiment(Experiment):
         pairs = [(wire[t], sdk[t]) for t in sorted(wire) if t in sdk]
         fresh = [r for r in ok if r.tags.get("connection") == "fresh"]
         reported = any(r.provider_timings.prefill_ms is not None for r in ok)
-        rows: list[dict[str, Any]] = []
+        rows: list[AttributionRow] = []
 
-        def row(name: str, owner: str, value: float | None, source: str, missing: str) -> None:
+        def row(
+            key: K, name: str, owner: str, value: float | None, source: str, missing: str
+        ) -> None:
             rows.append(
-                {
-                    "measurement": name,
-                    "owner": owner,
-                    "value_ms": value,
-                    "source": source,
-                    "note": None if value is not None else missing,
-                }
+                AttributionRow(
+                    key=key,
+                    measurement=name,
+                    owner=owner,
+                    value_ms=value,
+                    source=source,
+                    note=None if value is not None else missing,
+                )
             )
 
         nr = "not reported by this provider"
@@ -159,6 +164,7 @@ class AttributionExperiment(Experiment):
             else "not observed"
         )
         row(
+            K.PREFILL,
             "prefill (prompt processing)",
             PROVIDER,
             median_of(ok, lambda r: r.provider_timings.prefill_ms),
@@ -166,6 +172,7 @@ class AttributionExperiment(Experiment):
             nr,
         )
         row(
+            K.DECODE_PER_TOKEN,
             "decode per output token",
             PROVIDER,
             median_of(ok, lambda r: r.provider_timings.decode_ms_per_token),
@@ -173,6 +180,7 @@ class AttributionExperiment(Experiment):
             nr,
         )
         row(
+            K.SERVER_PROCESSING,
             "server processing up to headers",
             PROVIDER,
             median_of(ok, lambda r: r.provider_timings.processing_ms),
@@ -180,6 +188,7 @@ class AttributionExperiment(Experiment):
             nr,
         )
         row(
+            K.TCP_CONNECT,
             "TCP connect (fresh connections)",
             NETWORK,
             median_of(fresh, lambda r: r.client.connect_ms),
@@ -187,6 +196,7 @@ class AttributionExperiment(Experiment):
             "not observed (no fresh connection, or a transport without trace events)",
         )
         row(
+            K.TLS_HANDSHAKE,
             "TLS handshake (fresh connections)",
             NETWORK,
             median_of(fresh, lambda r: r.client.tls_ms),
@@ -194,6 +204,7 @@ class AttributionExperiment(Experiment):
             "not observed (plain HTTP, or no fresh connection)",
         )
         row(
+            K.REQUEST_SENT,
             "request sent",
             NETWORK,
             median_of(ok, lambda r: r.client.request_sent_ms),
@@ -201,6 +212,7 @@ class AttributionExperiment(Experiment):
             "not observed (transport without trace events)",
         )
         row(
+            K.RESPONSE_HEADERS,
             "response headers (time to first byte)",
             NETWORK,
             median_of(ok, lambda r: r.client.headers_ms),
@@ -208,6 +220,7 @@ class AttributionExperiment(Experiment):
             "not observed",
         )
         row(
+            K.TTFT_MINUS_PREFILL,
             "TTFT minus provider prefill",
             NETWORK,
             _diff(ok, lambda r: r.client.ttft_ms, lambda r: r.provider_timings.prefill_ms),
@@ -216,6 +229,7 @@ class AttributionExperiment(Experiment):
             "holds prefill, queueing and network together",
         )
         row(
+            K.DECODE_CLIENT_MINUS_PROVIDER,
             "decode per token, client minus provider",
             NETWORK,
             _diff(
@@ -227,6 +241,7 @@ class AttributionExperiment(Experiment):
             "cannot be separated: the provider reports no decode time",
         )
         row(
+            K.REQUEST_PREPARATION,
             "request preparation (before t_start)",
             APPLICATION,
             median_of(ok, lambda r: r.app.prepare_ms),
@@ -234,6 +249,7 @@ class AttributionExperiment(Experiment):
             "not observed",
         )
         row(
+            K.STREAM_PARSING,
             "stream parsing (whole stream)",
             APPLICATION,
             median_of(ok, lambda r: r.app.parse_cpu_ms),
@@ -241,6 +257,7 @@ class AttributionExperiment(Experiment):
             "not observed",
         )
         row(
+            K.LABKIT_QUEUE,
             "queueing inside labkit",
             APPLICATION,
             median_of(ok, lambda r: r.client.queue_ms),
@@ -248,6 +265,7 @@ class AttributionExperiment(Experiment):
             "not observed",
         )
         row(
+            K.LOOP_LAG,
             "event-loop lag while reading",
             APPLICATION,
             median_of(ok, lambda r: r.client.loop_lag_ms),
@@ -255,6 +273,7 @@ class AttributionExperiment(Experiment):
             "not observed",
         )
         row(
+            K.SDK_TTFT,
             "SDK overhead on TTFT (sdk − wire)",
             APPLICATION,
             _pair_diff(pairs, lambda r: r.client.ttft_ms),
@@ -262,6 +281,7 @@ class AttributionExperiment(Experiment):
             no_sdk,
         )
         row(
+            K.SDK_PER_TOKEN,
             "SDK overhead per output token (sdk − wire)",
             APPLICATION,
             _pair_diff(pairs, lambda r: r.client.decode_ms_per_token),
@@ -270,6 +290,7 @@ class AttributionExperiment(Experiment):
         )
         delays = [d for d in (_event_delay_ms(w, s) for w, s in pairs) if d is not None]
         row(
+            K.SDK_EVENT_DELAY,
             "SDK delay per output event (sdk − wire)",
             APPLICATION,
             _median(delays),
@@ -286,6 +307,7 @@ class AttributionExperiment(Experiment):
         ]
         cpu_added = _median([b - a for a, b in cpu_pairs])
         row(
+            K.CPU_PER_EVENT_WIRE,
             "CPU per output event, wire path",
             APPLICATION,
             _ms(_median(cpu_wire)),
@@ -293,6 +315,7 @@ class AttributionExperiment(Experiment):
             "not observed",
         )
         row(
+            K.CPU_PER_EVENT_SDK,
             "CPU per output event, SDK path",
             APPLICATION,
             _ms(_median(cpu_sdk)),
@@ -300,6 +323,7 @@ class AttributionExperiment(Experiment):
             no_sdk,
         )
         row(
+            K.SDK_ADDED_CPU_PER_EVENT,
             "SDK added CPU per output event (sdk − wire)",
             APPLICATION,
             _ms(cpu_added),
@@ -308,48 +332,47 @@ class AttributionExperiment(Experiment):
         )
 
         ttft = median_of(ok, lambda r: r.client.ttft_ms)
-        figures: dict[str, Any] = {
-            "rows": rows,
-            "ttft_ms_p50": ttft,
-            "provider_reports_timings": reported,
-            "n": len(ok),
-            "n_fresh_connection": len(fresh),
-            "sdk_measured": bool(sdk),
-            "n_sdk_pairs": len(pairs),
-            "sdk_ttft_ms": _pair_diff(pairs, lambda r: r.client.ttft_ms),
-            "sdk_event_delay_ms": _median(delays),
-            "n_event_delay_pairs": len(delays),
-            "cpu_us_per_event_wire": _median(cpu_wire),
-            "n_cpu_wire": len(cpu_wire),
-            "cpu_us_per_event_sdk": _median(cpu_sdk),
-            "n_cpu_sdk": len(cpu_sdk),
-            "sdk_cpu_us_per_event": cpu_added,
-            "n_cpu_pairs": len(cpu_pairs),
-            "sdk_server_decode_ms_per_token": _pair_diff(
+        f = AttributionFigures(
+            rows=rows,
+            ttft_ms_p50=ttft,
+            provider_reports_timings=reported,
+            n=len(ok),
+            n_fresh_connection=len(fresh),
+            sdk_measured=bool(sdk),
+            n_sdk_pairs=len(pairs),
+            sdk_ttft_ms=_pair_diff(pairs, lambda r: r.client.ttft_ms),
+            sdk_event_delay_ms=_median(delays),
+            n_event_delay_pairs=len(delays),
+            cpu_us_per_event_wire=_median(cpu_wire),
+            n_cpu_wire=len(cpu_wire),
+            cpu_us_per_event_sdk=_median(cpu_sdk),
+            n_cpu_sdk=len(cpu_sdk),
+            sdk_cpu_us_per_event=cpu_added,
+            n_cpu_pairs=len(cpu_pairs),
+            sdk_server_decode_ms_per_token=_pair_diff(
                 pairs, lambda r: r.provider_timings.decode_ms_per_token
             ),
-        }
+        )
         if not ok or ttft is None:
             return self.answer(
-                provider_id, model, "No successful request to attribute.", figures, status="failed"
+                provider_id, model, "No successful request to attribute.", f, status="failed"
             )
-        vals = {r["measurement"]: r["value_ms"] for r in rows}
-        prepare = vals["request preparation (before t_start)"]
-        parse = vals["stream parsing (whole stream)"]
+        prepare = f.value(K.REQUEST_PREPARATION)
+        parse = f.value(K.STREAM_PARSING)
         if reported:
-            prefill = vals["prefill (prompt processing)"]
-            gap = vals["TTFT minus provider prefill"]
+            prefill = f.value(K.PREFILL)
+            gap = f.value(K.TTFT_MINUS_PREFILL)
             answer = (
                 f"Of a median TTFT of {fmt_ms(ttft)}, the provider's own prefill was "
                 f"{fmt_ms(prefill)} ({100 * (prefill or 0) / ttft:.0f}%) and the network and "
                 f"serving front end (HTTP, templating, tokenization, queueing) took "
                 f"{fmt_ms(gap)} ({100 * (gap or 0) / ttft:.0f}%)."
             )
-            dgap = vals["decode per token, client minus provider"]
+            dgap = f.value(K.DECODE_CLIENT_MINUS_PROVIDER)
             if dgap is not None:
                 answer += (
                     f" Per output token the client's time was within {fmt_ms(abs(dgap), 3)} of "
-                    f"the server's own {fmt_ms(vals['decode per output token'], 2)} "
+                    f"the server's own {fmt_ms(f.value(K.DECODE_PER_TOKEN), 2)} "
                     f"({'slower' if dgap > 0 else 'faster'} on the client side)."
                 )
         else:
@@ -357,28 +380,27 @@ class AttributionExperiment(Experiment):
                 f"The median TTFT was {fmt_ms(ttft)}; this provider reports no timings of its "
                 f"own, so prefill, queueing and network cannot be separated inside it."
             )
-            if vals["server processing up to headers"] is not None:
+            processing = f.value(K.SERVER_PROCESSING)
+            if processing is not None:
                 answer += (
-                    f" Its processing header says {fmt_ms(vals['server processing up to headers'])}"
+                    f" Its processing header says {fmt_ms(processing)}"
                     " of server time before the response headers."
                 )
-        connect = vals["TCP connect (fresh connections)"]
+        connect = f.value(K.TCP_CONNECT)
         if connect is not None:
             answer += f" A fresh connection cost {fmt_ms(connect, 2)} to connect"
-            tls = vals["TLS handshake (fresh connections)"]
+            tls = f.value(K.TLS_HANDSHAKE)
             answer += f" and {fmt_ms(tls, 2)} for TLS." if tls is not None else "."
         answer += (
             f" labkit itself spent {fmt_ms(prepare, 2)} preparing each request (before the clock "
             f"starts, so outside TTFT) and {fmt_ms(parse, 2)} parsing each stream."
         )
-        answer += self._sdk_sentences(records, figures, vals)
-        return self.answer(provider_id, model, answer, figures)
+        answer += self._sdk_sentences(records, f)
+        return self.answer(provider_id, model, answer, f)
 
-    def _sdk_sentences(
-        self, records: list[RequestRecord], figures: dict[str, Any], vals: dict[str, Any]
-    ) -> str:
+    def _sdk_sentences(self, records: list[RequestRecord], f: AttributionFigures) -> str:
         """What the official SDK added, or why it was not measured."""
-        if not figures["sdk_measured"]:
+        if not f.sdk_measured:
             if "sdk" not in (self._s.paths or []):
                 return ""
             kind = records[0].provider_kind if records else None
@@ -389,15 +411,15 @@ class AttributionExperiment(Experiment):
             )
             return f" The SDK path was not measured: {why}."
         text = ""
-        sdk_ttft = figures["sdk_ttft_ms"]
+        sdk_ttft = f.sdk_ttft_ms
         if sdk_ttft is not None:
-            sdk_tok = vals["SDK overhead per output token (sdk − wire)"]
+            sdk_tok = f.value(K.SDK_PER_TOKEN)
             text += (
                 f" Through the official SDK the first token came {_later(sdk_ttft, 2)} than on "
-                f"labkit's wire path (median of {figures['n_sdk_pairs']} paired requests)"
+                f"labkit's wire path (median of {f.n_sdk_pairs} paired requests)"
                 + (f" and each token {_later(sdk_tok, 3)}." if sdk_tok is not None else ".")
             )
-            server = figures["sdk_server_decode_ms_per_token"]
+            server = f.sdk_server_decode_ms_per_token
             if sdk_tok is not None and server is not None:
                 text += (
                     f" The server's own decode was {_later(server, 3, 'slower', 'faster')} per "
@@ -405,23 +427,23 @@ class AttributionExperiment(Experiment):
                     "the difference is the server's (on a shared host the SDK's extra CPU can "
                     "slow the server)."
                 )
-        delay = figures["sdk_event_delay_ms"]
+        delay = f.sdk_event_delay_ms
         if delay is not None:
             text += (
                 f" Each output event reached the application {_later(delay, 3)} through the "
                 f"SDK (mean over a request's events, median of "
-                f"{figures['n_event_delay_pairs']} pairs)."
+                f"{f.n_event_delay_pairs} pairs)."
             )
-        wire_us, sdk_us = figures["cpu_us_per_event_wire"], figures["cpu_us_per_event_sdk"]
+        wire_us, sdk_us = f.cpu_us_per_event_wire, f.cpu_us_per_event_sdk
         if wire_us is not None and sdk_us is not None:
-            added = figures["sdk_cpu_us_per_event"]
+            added = f.sdk_cpu_us_per_event
             text += (
                 f" CPU per output event, request overhead included: {_fmt_us(wire_us)} on the "
-                f"wire (median of {figures['n_cpu_wire']} requests) and {_fmt_us(sdk_us)} "
-                f"through the SDK (median of {figures['n_cpu_sdk']})"
+                f"wire (median of {f.n_cpu_wire} requests) and {_fmt_us(sdk_us)} "
+                f"through the SDK (median of {f.n_cpu_sdk})"
                 + (
                     f", the SDK {'adding' if added >= 0 else 'saving'} {_fmt_us(abs(added))} "
-                    f"per event (median of {figures['n_cpu_pairs']} pairs)."
+                    f"per event (median of {f.n_cpu_pairs} pairs)."
                     if added is not None
                     else "."
                 )

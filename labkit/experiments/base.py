@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, Protocol, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, field_validator
 
+from labkit.figures import Figures
 from labkit.providers.base import ChatRequest, ClientPath, Provider, ProviderSettings
 from labkit.records import LabAnswer, RequestRecord
 
@@ -28,8 +29,6 @@ __all__ = [
     "Experiment",
     "ExperimentSettings",
     "PlannedRequest",
-    "RequestDriver",
-    "SendFn",
     "experiment_class",
     "experiment_kinds",
     "register_experiment",
@@ -77,44 +76,12 @@ class PlannedRequest:
     tags: dict[str, str | int | float | bool] = field(default_factory=dict)
 
 
-SendFn = Callable[[PlannedRequest, float], Awaitable[None]]
-"""Measure one planned request now; the float is its `client.queue_ms`."""
-
-
-class RequestDriver(Protocol):
-    """What the runner lends an experiment that paces its own requests (`paces_itself`)."""
-
-    def previous(self) -> list[RequestRecord]:
-        """This experiment's records for this provider so far (a resumed run's included)."""
-        ...
-
-    async def send(self, planned: PlannedRequest, queue_ms: float) -> None:
-        """Measure one request once (no retries: a retry would change the offered load)."""
-        ...
-
-    async def in_processes(self, job: dict[str, Any], processes: int) -> None:
-        """Run `job` split over worker processes (`Experiment.run_share` in each), keeping
-        every record they measure."""
-        ...
-
-    def expect(self, requests: int) -> None:
-        """Add `requests` to the provider's planned count (progress display)."""
-        ...
-
-    def message(self, text: str) -> None:
-        """Tell the user something (one line)."""
-        ...
-
-
 class Experiment(ABC):
     """One configured experiment."""
 
     kind: ClassVar[str]
     settings_model: ClassVar[type[ExperimentSettings]]
     question: ClassVar[str]
-    #: True when the experiment sends its measured requests itself through `drive`
-    #: (load levels); `plan` then holds only its warm-ups.
-    paces_itself: ClassVar[bool] = False
 
     def __init__(self, settings: ExperimentSettings, index: int = 0) -> None:
         self.settings = settings
@@ -195,31 +162,6 @@ class Experiment(ABC):
                     tags={**planned.tags, "path": path},
                 )
 
-    async def drive(self, provider: Provider, driver: RequestDriver) -> None:
-        """Send the measured requests (only when `paces_itself`), after the warm-ups."""
-        raise NotImplementedError(f"{self.kind} does not pace its own requests")
-
-    async def run_share(
-        self,
-        provider: Provider,
-        job: dict[str, Any],
-        share: tuple[int, int],
-        t0_ns: int,
-        send: SendFn,
-    ) -> None:
-        """Run worker `share[0]` of `share[1]`'s part of `job`, starting at `t0_ns`
-        (`time.perf_counter_ns`, shared by every process of the host). Called in a worker
-        process; see `RequestDriver.in_processes`."""
-        raise NotImplementedError(f"{self.kind} does not run in worker processes")
-
-    def connections_needed(self) -> int:
-        """Requests this experiment keeps in flight in one process at most (0: the
-        provider's `concurrency` decides)."""
-        return 0
-
-    def restore(self, job: dict[str, Any]) -> None:  # noqa: B027 - optional hook
-        """Take back in a worker process the state `prepare` computed in the runner."""
-
     async def finalize(self, provider: Provider, records: list[RequestRecord]) -> None:  # noqa: B027
         """I/O after this experiment's requests, while the provider is still up (default: none).
 
@@ -231,7 +173,7 @@ class Experiment(ABC):
         provider_id: str,
         model: str,
         text: str,
-        figures: dict[str, Any],
+        figures: Figures,
         status: Literal["ok", "partial", "failed"] = "ok",
     ) -> LabAnswer:
         """This experiment's `LabAnswer` for one provider."""

@@ -1,4 +1,7 @@
-"""Small helpers the experiments share: record selection, medians, number formatting."""
+"""Small helpers the experiments share: record selection, medians, number formatting.
+
+The least-squares fit lives with its result, `labkit.figures.LinearFit.least_squares`.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +17,6 @@ from labkit.timing import percentile
 __all__ = [
     "Prompt",
     "fmt_ms",
-    "least_squares",
     "measured",
     "median_of",
     "p_of",
@@ -67,20 +69,3 @@ def stop_counts(records: Iterable[RequestRecord]) -> dict[str, int]:
 def fmt_ms(value: Any, digits: int = 1) -> str:
     """`12.3 ms`, or `n/a` for a missing value."""
     return "n/a" if value is None else f"{float(value):.{digits}f} ms"
-
-
-def least_squares(xs: list[float], ys: list[float]) -> dict[str, float] | None:
-    """Ordinary least squares y = slope·x + intercept, with r²; None under 2 distinct x."""
-    n = len(xs)
-    if n < 2 or len(set(xs)) < 2:
-        return None
-    mx = sum(xs) / n
-    my = sum(ys) / n
-    sxx = sum((x - mx) ** 2 for x in xs)
-    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
-    slope = sxy / sxx
-    intercept = my - slope * mx
-    ss_tot = sum((y - my) ** 2 for y in ys)
-    ss_res = sum((y - (slope * x + intercept)) ** 2 for x, y in zip(xs, ys, strict=True))
-    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0
-    return {"slope": slope, "intercept": intercept, "r2": r2, "n": float(n)}

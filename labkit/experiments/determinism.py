@@ -2,7 +2,8 @@
 
 Each variant (temperature 0 with and without a seed, a higher temperature with and without
 one, by default) sends the prompt `repeats` times. Outputs are compared token by token: the
-provider's own tokenizer where it has one (llama.cpp `/tokenize`), else tiktoken's
+provider's own tokenizer where it has one (`Provider.tokenize`: llama.cpp's `/tokenize`),
+else tiktoken's
 ``cl100k_base`` as a common ruler, else characters. The answer names the parameter that
 decided the outcome, from the data.
 """
@@ -19,6 +20,7 @@ from labkit.experiments.base import (
     PlannedRequest,
     register_experiment,
 )
+from labkit.figures import DeterminismFigures, VariantRow
 from labkit.providers.base import ChatRequest, Provider
 from labkit.records import LabAnswer, RequestRecord
 
@@ -125,10 +127,9 @@ class DeterminismExperiment(Experiment):
     async def finalize(self, provider: Provider, records: list[RequestRecord]) -> None:
         """Tokenize every output with the best tokenizer this provider offers."""
         tokens: dict[str, list[Any]] = {}
-        tokenize = getattr(provider, "tokenize", None)
-        name = "llamacpp:/tokenize" if tokenize is not None else None
+        name = provider.tokenizer_name
         enc: Any = None
-        if tokenize is None:
+        if name is None:
             try:
                 import tiktoken
 
@@ -139,12 +140,15 @@ class DeterminismExperiment(Experiment):
         for r in records:
             if r.output_text is None or r.warmup or r.error is not None:
                 continue
-            if tokenize is not None:
+            if provider.tokenizer_name is not None:
                 try:
-                    tokens[r.record_id] = await tokenize(r.output_text)
-                    continue
+                    own = await provider.tokenize(r.output_text)
                 except Exception:
-                    name = "characters (tokenizer failed)"
+                    own = None
+                if own is not None:
+                    tokens[r.record_id] = own
+                    continue
+                name = "characters (tokenizer failed)"
             if enc is not None:
                 tokens[r.record_id] = list(enc.encode(r.output_text, disallowed_special=()))
             else:
@@ -155,7 +159,7 @@ class DeterminismExperiment(Experiment):
     def analyze(self, provider_id: str, model: str, records: list[RequestRecord]) -> LabAnswer:
         """Per variant: identical or not, first divergent token, common prefix, fingerprints."""
         tokens = self._tokens.get(provider_id, {})
-        rows: list[dict[str, Any]] = []
+        rows: list[VariantRow] = []
         for v in self._s.variants:
             recs = [
                 r
@@ -168,25 +172,24 @@ class DeterminismExperiment(Experiment):
                 min(common_prefix_length(outs[0], o) for o in outs[1:]) if len(outs) > 1 else None
             )
             rows.append(
-                {
-                    "variant": v.name,
-                    "params": {**self._s.params, **v.params},
-                    "n": len(recs),
-                    "identical": (div is None) if len(outs) > 1 else None,
-                    "distinct_outputs": len({r.output_text for r in recs}),
-                    "first_divergent_token": div,
-                    "common_prefix_tokens": prefix,
-                    "output_tokens": [len(o) for o in outs],
-                    "system_fingerprints": sorted(
+                VariantRow(
+                    variant=v.name,
+                    params={**self._s.params, **v.params},
+                    n=len(recs),
+                    identical=(div is None) if len(outs) > 1 else None,
+                    distinct_outputs=len({r.output_text for r in recs}),
+                    first_divergent_token=div,
+                    common_prefix_tokens=prefix,
+                    output_tokens=[len(o) for o in outs],
+                    system_fingerprints=sorted(
                         {r.system_fingerprint for r in recs if r.system_fingerprint}
                     ),
-                }
+                )
             )
-        figures: dict[str, Any] = {
-            "variants": rows,
-            "tokenizer": self._tokenizer.get(provider_id, "characters"),
-        }
-        judged = [r for r in rows if r["identical"] is not None]
+        figures = DeterminismFigures(
+            variants=rows, tokenizer=self._tokenizer.get(provider_id, "characters")
+        )
+        judged = [r for r in rows if r.identical is not None]
         if not judged:
             return self.answer(
                 provider_id,
@@ -197,15 +200,15 @@ class DeterminismExperiment(Experiment):
             )
         parts = []
         for r in judged:
-            if r["identical"]:
-                parts.append(f"{r['variant']}: all {r['n']} identical")
+            if r.identical:
+                parts.append(f"{r.variant}: all {r.n} identical")
             else:
                 parts.append(
-                    f"{r['variant']}: {r['distinct_outputs']} different outputs of {r['n']}, "
-                    f"first divergence at token {r['first_divergent_token']}"
+                    f"{r.variant}: {r.distinct_outputs} different outputs of {r.n}, "
+                    f"first divergence at token {r.first_divergent_token}"
                 )
         answer = "; ".join(parts) + ". " + _verdict(judged)
-        fps = sorted({fp for r in rows for fp in r["system_fingerprints"]})
+        fps = sorted({fp for r in rows for fp in r.system_fingerprints})
         if fps:
             answer += f" system_fingerprint seen: {', '.join(fps)}."
         return self.answer(
@@ -217,14 +220,14 @@ class DeterminismExperiment(Experiment):
         )
 
 
-def _verdict(rows: list[dict[str, Any]]) -> str:
+def _verdict(rows: list[VariantRow]) -> str:
     """Which parameter decided repeatability, read off the variants."""
 
-    def temp(r: dict[str, Any]) -> float:
-        return float(r["params"].get("temperature", 1.0))
+    def temp(r: VariantRow) -> float:
+        return float(r.params.get("temperature", 1.0))
 
-    def seeded(r: dict[str, Any]) -> bool:
-        return r["params"].get("seed") is not None
+    def seeded(r: VariantRow) -> bool:
+        return r.params.get("seed") is not None
 
     greedy = [r for r in rows if temp(r) == 0]
     hot = [r for r in rows if temp(r) > 0]
@@ -232,7 +235,7 @@ def _verdict(rows: list[dict[str, Any]]) -> str:
     hot_free = [r for r in hot if not seeded(r)]
     says = []
     if greedy:
-        if all(r["identical"] for r in greedy):
+        if all(r.identical for r in greedy):
             says.append(
                 "At temperature 0 the output was identical with or without a seed: "
                 "greedy decoding makes the seed irrelevant"
@@ -242,7 +245,7 @@ def _verdict(rows: list[dict[str, Any]]) -> str:
                 "Even at temperature 0 outputs differed, so the provider is not "
                 "deterministic for greedy decoding (batching or hardware nondeterminism)"
             )
-    if hot_free and not all(r["identical"] for r in hot_free):
+    if hot_free and not all(r.identical for r in hot_free):
         says.append(
             "at a higher temperature without a seed they varied, so temperature "
             "controlled the variation"
@@ -253,7 +256,7 @@ def _verdict(rows: list[dict[str, Any]]) -> str:
             "default seed, or too few samples to differ)"
         )
     if hot_seed:
-        if all(r["identical"] for r in hot_seed):
+        if all(r.identical for r in hot_seed):
             says.append(
                 "with a seed the sampled outputs were identical again: the seed pinned the sampling"
             )

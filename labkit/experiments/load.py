@@ -31,16 +31,11 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from labkit.errors import ConfigError
-from labkit.experiments.base import (
-    Experiment,
-    ExperimentSettings,
-    PlannedRequest,
-    RequestDriver,
-    SendFn,
-    register_experiment,
-)
+from labkit.experiments.base import ExperimentSettings, PlannedRequest, register_experiment
 from labkit.experiments.common import Prompt, fmt_ms, p_of, prompt_list
+from labkit.experiments.paced import PacedExperiment, RequestDriver, SendFn
 from labkit.experiments.prefill_decode import filler_text
+from labkit.figures import LoadFigures, LoadLevel
 from labkit.pacing import arrival_offsets_ns, closed_loop, open_loop
 from labkit.providers.base import ChatRequest, Provider, ProviderSettings
 from labkit.records import LabAnswer, RequestRecord
@@ -101,7 +96,8 @@ class LoadSettings(ExperimentSettings):
     )
     output_tokens: TokenTarget | None = Field(
         default=None,
-        description="max_tokens per request (or [min, max], drawn); llama.cpp also ignores EOS.",
+        description="max_tokens per request (or [min, max], drawn), decoded exactly where the "
+        "provider can (llama.cpp ignores EOS).",
     )
     seed: int = Field(default=0, description="Seeds arrivals and synthetic prompts.")
     workers: PositiveInt | Literal["auto"] = Field(
@@ -162,12 +158,11 @@ def _draw(target: int | tuple[int, int], rng: random.Random) -> int:
 
 
 @register_experiment
-class LoadExperiment(Experiment):
+class LoadExperiment(PacedExperiment):
     """Throughput and latency percentiles per load level."""
 
     kind: ClassVar[str] = "load"
     settings_model: ClassVar[type[ExperimentSettings]] = LoadSettings
-    paces_itself: ClassVar[bool] = True
     question: ClassVar[str] = (
         "Under load, how do TTFT and decode speed change, what aggregate throughput does the "
         "provider reach, and could labkit itself keep up?"
@@ -176,7 +171,7 @@ class LoadExperiment(Experiment):
     def __init__(self, settings: ExperimentSettings, index: int = 0) -> None:
         super().__init__(settings, index)
         self._tokens_per_word: float = _DEFAULT_TOKENS_PER_WORD
-        self._is_llamacpp = False
+        self._exact_length: dict[str, Any] = {}
         self._paths: list[str] = ["wire"]
 
     @property
@@ -224,7 +219,7 @@ class LoadExperiment(Experiment):
 
     async def prepare(self, provider: Provider) -> None:
         """Calibrate words per token for synthetic prompts, with the provider's counter."""
-        self._is_llamacpp = provider.kind == "llamacpp"
+        self._exact_length = provider.exact_length_params()
         self._paths = self.paths_for(provider)
         if self._s.input_tokens is None:
             return
@@ -265,8 +260,8 @@ class LoadExperiment(Experiment):
         if s.output_tokens is not None:
             params["max_tokens"] = _draw(s.output_tokens, rng)
             tags["target_output_tokens"] = params["max_tokens"]
-            if self._is_llamacpp:
-                params.setdefault("ignore_eos", True)
+            for name, value in self._exact_length.items():
+                params.setdefault(name, value)
         req = ChatRequest(self.messages(prompt.text), params, prompt.id)
         # With `paths: [wire, sdk]` the requests alternate, so both paths meet the same load.
         req.client_path = self._paths[i % len(self._paths)]
@@ -292,7 +287,7 @@ class LoadExperiment(Experiment):
                 "level": level.index,
                 "level_run": secrets.token_hex(3),
                 "tokens_per_word": self._tokens_per_word,
-                "is_llamacpp": self._is_llamacpp,
+                "exact_length_params": self._exact_length,
                 "paths": self._paths,
             }
             if workers > 1:
@@ -303,7 +298,7 @@ class LoadExperiment(Experiment):
     def restore(self, job: dict[str, Any]) -> None:
         """Take the runner's calibration into a worker process."""
         self._tokens_per_word = float(job["tokens_per_word"])
-        self._is_llamacpp = bool(job["is_llamacpp"])
+        self._exact_length = dict(job["exact_length_params"])
         self._paths = list(job["paths"])
 
     async def run_share(
@@ -360,27 +355,26 @@ class LoadExperiment(Experiment):
         for level in self.levels():
             recs = _latest_pass([r for r in records if r.tags.get("level") == level.label])
             rows.append(level_figures(level, recs, self._s.arrival))
-        figures: dict[str, Any] = {"levels": rows, "mode": self.levels()[0].mode}
-        done = [r for r in rows if r["ok"]]
+        figures = LoadFigures(levels=rows, mode=self.levels()[0].mode)
+        done = [r for r in rows if r.ok]
         if not done:
             return self.answer(
                 provider_id, model, "No level had a successful request.", figures, "failed"
             )
         parts = [_level_sentence(r) for r in done]
         text = " ".join(parts)
-        if len(done) >= 2 and done[0]["output_tokens_per_s"] and done[-1]["output_tokens_per_s"]:
-            first, last = done[0], done[-1]
+        first_tps, last_tps = done[0].output_tokens_per_s, done[-1].output_tokens_per_s
+        if len(done) >= 2 and first_tps and last_tps:
             text += (
-                f" Aggregate output throughput went from {first['output_tokens_per_s']:.0f} "
-                f"to {last['output_tokens_per_s']:.0f} tokens/s "
-                f"(×{last['output_tokens_per_s'] / first['output_tokens_per_s']:.2f}) "
-                f"from {first['title']} to {last['title']}."
+                f" Aggregate output throughput went from {first_tps:.0f} to {last_tps:.0f} "
+                f"tokens/s (×{last_tps / first_tps:.2f}) from {done[0].title} to "
+                f"{done[-1].title}."
             )
-        bound = [r for r in rows if r["client_bound"]]
+        bound = [r for r in rows if r.client_bound]
         if bound:
             text += (
-                f" {CLIENT_BOUND} at {', '.join(r['title'] for r in bound)}: the event loop "
-                f"ran late while reading; {bound[-1]['client_bound_fix']}."
+                f" {CLIENT_BOUND} at {', '.join(r.title for r in bound)}: the event loop "
+                f"ran late while reading; {bound[-1].client_bound_fix}."
             )
         status: Literal["ok", "partial", "failed"] = "ok" if len(done) == len(rows) else "partial"
         return self.answer(provider_id, model, text, figures, status)
@@ -422,7 +416,7 @@ def _latest_pass(records: list[RequestRecord]) -> list[RequestRecord]:
 
 def level_figures(
     level: Level, records: list[RequestRecord], arrival: str = "poisson"
-) -> dict[str, Any]:
+) -> LoadLevel:
     """One row of the load table from one pass of a level."""
     recs = [r for r in records if not r.warmup]
     ok = [r for r in recs if r.error is None]
@@ -451,51 +445,51 @@ def level_figures(
 
     lag = level_lag(recs)
     workers = {str(r.tags.get("workers")) for r in recs if r.tags.get("workers")}
-    return {
-        "level": level.label,
-        "title": level.title,
-        "mode": level.mode,
-        "arrival": arrival if level.mode == "rate" else None,
-        "target": level.target,
-        "workers": int(next(iter(workers))) if len(workers) == 1 else None,
-        "requests": len(recs),
-        "ok": len(ok),
-        "failed": len(recs) - len(ok),
-        "duration_s": span_s,
-        "achieved_rate_rps": (len(starts) - 1) / start_span_s if start_span_s else None,
-        "completed_rps": len(ok) / span_s if span_s else None,
-        "mean_in_flight": busy_s / span_s if span_s else None,
-        "output_tokens_per_s": out_tokens / span_s if span_s else None,
-        "ttft_ms_p50": p_of(ok, ttft, 50),
-        "ttft_ms_p90": p_of(ok, ttft, 90),
-        "ttft_ms_p99": p_of(ok, ttft, 99),
-        "decode_ms_per_token_p50": p_of(ok, decode, 50),
-        "decode_ms_per_token_p99": p_of(ok, decode, 99),
-        "e2e_ms_p50": p_of(ok, e2e, 50),
-        "e2e_ms_p99": p_of(ok, e2e, 99),
-        "queue_ms_p50": p_of(recs, queue, 50),
-        "queue_ms_p99": p_of(recs, queue, 99),
-        "queue_ms_max": p_of(recs, queue, 100),
-        "loop_lag_ms_p50": lag.p50,
-        "loop_lag_ms_max": lag.max,
-        "labkit_cpu_share": lag.cpu_share,
-        "client_bound": lag.client_bound,
-        "client_bound_fix": lag.fix if lag.client_bound else None,
-    }
+    return LoadLevel(
+        level=level.label,
+        title=level.title,
+        mode=level.mode,
+        arrival=arrival if level.mode == "rate" else None,
+        target=level.target,
+        workers=int(next(iter(workers))) if len(workers) == 1 else None,
+        requests=len(recs),
+        ok=len(ok),
+        failed=len(recs) - len(ok),
+        duration_s=span_s,
+        achieved_rate_rps=(len(starts) - 1) / start_span_s if start_span_s else None,
+        completed_rps=len(ok) / span_s if span_s else None,
+        mean_in_flight=busy_s / span_s if span_s else None,
+        output_tokens_per_s=out_tokens / span_s if span_s else None,
+        ttft_ms_p50=p_of(ok, ttft, 50),
+        ttft_ms_p90=p_of(ok, ttft, 90),
+        ttft_ms_p99=p_of(ok, ttft, 99),
+        decode_ms_per_token_p50=p_of(ok, decode, 50),
+        decode_ms_per_token_p99=p_of(ok, decode, 99),
+        e2e_ms_p50=p_of(ok, e2e, 50),
+        e2e_ms_p99=p_of(ok, e2e, 99),
+        queue_ms_p50=p_of(recs, queue, 50),
+        queue_ms_p99=p_of(recs, queue, 99),
+        queue_ms_max=p_of(recs, queue, 100),
+        loop_lag_ms_p50=lag.p50,
+        loop_lag_ms_max=lag.max,
+        labkit_cpu_share=lag.cpu_share,
+        client_bound=lag.client_bound,
+        client_bound_fix=lag.fix if lag.client_bound else None,
+    )
 
 
-def _level_sentence(row: dict[str, Any]) -> str:
-    rate = row["achieved_rate_rps"]
+def _level_sentence(row: LoadLevel) -> str:
+    rate = row.achieved_rate_rps
     target = (
-        f" (target {row['target']:g} req/s, achieved {rate:.2f})"
-        if row["mode"] == "rate" and rate is not None
+        f" (target {row.target:g} req/s, achieved {rate:.2f})"
+        if row.mode == "rate" and rate is not None
         else ""
     )
-    tps = row["output_tokens_per_s"]
+    tps = row.output_tokens_per_s
     throughput = f"{tps:.0f} output tokens/s in all; " if tps is not None else ""
     return (
-        f"At {row['title']}{target}: {row['ok']} ok, {row['failed']} failed; {throughput}"
-        f"TTFT p50 {fmt_ms(row['ttft_ms_p50'])} (p99 {fmt_ms(row['ttft_ms_p99'])}), "
-        f"decode {fmt_ms(row['decode_ms_per_token_p50'], 2)}/token, "
-        f"queue in labkit p99 {fmt_ms(row['queue_ms_p99'], 2)}."
+        f"At {row.title}{target}: {row.ok} ok, {row.failed} failed; {throughput}"
+        f"TTFT p50 {fmt_ms(row.ttft_ms_p50)} (p99 {fmt_ms(row.ttft_ms_p99)}), "
+        f"decode {fmt_ms(row.decode_ms_per_token_p50, 2)}/token, "
+        f"queue in labkit p99 {fmt_ms(row.queue_ms_p99, 2)}."
     )

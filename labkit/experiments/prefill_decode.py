@@ -2,8 +2,9 @@
 
 A sweep of prompt lengths (tokens), each sent `repeats` times in round-robin order so a
 drifting machine does not bias one length. Prompt caching is controlled: every cold prompt
-starts with a unique nonce (no shared prefix to reuse) and llama.cpp also gets
-``cache_prompt: false``; cached-token counts are recorded and any cold cache hit is flagged.
+starts with a unique nonce (no shared prefix to reuse) and a provider with a cache switch
+gets it turned off (`Provider.prompt_cache_params`, llama.cpp's ``cache_prompt: false``);
+cached-token counts are recorded and any cold cache hit is flagged.
 A `cache` variant then repeats one long prefix with different endings to show what a cache
 hit does to TTFT. TTFT is fitted against input tokens by least squares.
 """
@@ -11,6 +12,7 @@ hit does to TTFT. TTFT is fitted against input tokens by least squares.
 from __future__ import annotations
 
 import itertools
+import json
 import secrets
 from typing import Any, ClassVar, Literal
 
@@ -23,9 +25,9 @@ from labkit.experiments.base import (
     PlannedRequest,
     register_experiment,
 )
-from labkit.experiments.common import fmt_ms, least_squares, measured, median_of
+from labkit.experiments.common import fmt_ms, measured, median_of
+from labkit.figures import CacheEffect, LinearFit, MarginalCost, PrefillDecodeFigures, PrefillPoint
 from labkit.providers.base import ChatRequest, Provider, ProviderSettings
-from labkit.providers.llamacpp import LlamaCppSettings
 from labkit.records import LabAnswer, RequestRecord
 
 __all__ = ["PrefillDecodeExperiment", "PrefillDecodeSettings", "filler_text"]
@@ -87,12 +89,15 @@ class PrefillDecodeSettings(ExperimentSettings):
     )
     context_tokens: PositiveInt | None = Field(
         default=None,
-        description="The model's context size for hosted providers (llama.cpp: ctx_size).",
+        description="The model's context size, for providers that do not know their own "
+        "(llama.cpp does: ctx_size).",
     )
     repeats: PositiveInt = 3
     params: dict[str, Any] = Field(default_factory=lambda: {"max_tokens": 32, "temperature": 0})
     ignore_eos: bool = Field(
-        default=True, description="llama.cpp: decode exactly max_tokens, for comparable decode."
+        default=True,
+        description="Where the provider can (llama.cpp): decode exactly max_tokens, for "
+        "comparable decode.",
     )
     cache_variant: bool = Field(default=True, description="Also run the repeated-prefix variant.")
     cache_prefix_tokens: PositiveInt = Field(default=1024, description="Shared prefix length.")
@@ -100,9 +105,9 @@ class PrefillDecodeSettings(ExperimentSettings):
 
 
 def _context_limit(s: PrefillDecodeSettings, provider: ProviderSettings) -> int | None:
-    if isinstance(provider, LlamaCppSettings):
-        return provider.ctx_size
-    return s.context_tokens
+    """The provider's own context size, else the experiment's `context_tokens`."""
+    own = provider.context_size()
+    return own if own is not None else s.context_tokens
 
 
 @register_experiment
@@ -181,12 +186,14 @@ class PrefillDecodeExperiment(Experiment):
     def plan(self, provider: Provider) -> list[PlannedRequest]:
         """Warm-up, the cold sweep (round-robin over lengths), then the cache variant."""
         s = self._s
-        is_llamacpp = isinstance(provider.settings, LlamaCppSettings)
-        cold = dict(s.params)
-        if is_llamacpp:
-            cold["cache_prompt"] = False
-            if s.ignore_eos:
-                cold["ignore_eos"] = True
+        exact = provider.exact_length_params() if s.ignore_eos else {}
+        cache_off = provider.prompt_cache_params(False)
+        cold = {**s.params, **cache_off, **exact}
+        cold_tags: dict[str, str | int | float | bool] = {"variant": "cold", "cache": "off"}
+        if cache_off:
+            cold_tags["cache_params"] = ", ".join(
+                f"{k}={json.dumps(v)}" for k, v in sorted(cache_off.items())
+            )
         lengths = self.lengths_for(provider.settings)
         plan = [
             PlannedRequest(
@@ -214,15 +221,11 @@ class PrefillDecodeExperiment(Experiment):
                         key=f"{self.name}/cold/{n}/{trial}",
                         request=ChatRequest([{"role": "user", "content": text}], cold, f"len{n}"),
                         trial=trial,
-                        tags={"variant": "cold", "target_prompt_tokens": n, "cache": "off"},
+                        tags={**cold_tags, "target_prompt_tokens": n},
                     )
                 )
         if s.cache_variant:
-            warm = dict(s.params)
-            if is_llamacpp:
-                warm["cache_prompt"] = True
-                if s.ignore_eos:
-                    warm["ignore_eos"] = True
+            warm = {**s.params, **provider.prompt_cache_params(True), **exact}
             n = self._cache_prefix(provider.settings)
             prefix = self._prompt(provider.id, n, secrets.token_hex(4))
             for i in range(s.cache_repeats + 1):
@@ -248,146 +251,132 @@ class PrefillDecodeExperiment(Experiment):
             and r.usage.input_tokens is not None
             and r.client.ttft_ms is not None
         ]
-        points: list[dict[str, Any]] = []
+        points: list[PrefillPoint] = []
         for n in sorted({int(r.tags["target_prompt_tokens"]) for r in cold}):
             group = [r for r in cold if r.tags["target_prompt_tokens"] == n]
             points.append(
-                {
-                    "target_prompt_tokens": n,
-                    "input_tokens": median_of(group, lambda r: r.usage.input_tokens),
-                    "ttft_ms": median_of(group, lambda r: r.client.ttft_ms),
-                    "prefill_ms": median_of(group, lambda r: r.provider_timings.prefill_ms),
-                    "decode_ms_per_token": median_of(group, lambda r: r.client.decode_ms_per_token),
-                    "provider_decode_ms_per_token": median_of(
+                PrefillPoint(
+                    target_prompt_tokens=n,
+                    input_tokens=median_of(group, lambda r: r.usage.input_tokens),
+                    ttft_ms=median_of(group, lambda r: r.client.ttft_ms),
+                    prefill_ms=median_of(group, lambda r: r.provider_timings.prefill_ms),
+                    decode_ms_per_token=median_of(group, lambda r: r.client.decode_ms_per_token),
+                    provider_decode_ms_per_token=median_of(
                         group, lambda r: r.provider_timings.decode_ms_per_token
                     ),
-                    "cached_tokens": median_of(group, lambda r: r.provider_timings.cached_tokens),
-                    "n": len(group),
-                }
+                    cached_tokens=median_of(group, lambda r: r.provider_timings.cached_tokens),
+                    n=len(group),
+                )
             )
         xs = [float(r.usage.input_tokens or 0) for r in cold]
-        fit = least_squares(xs, [float(r.client.ttft_ms or 0) for r in cold])
+        fit = LinearFit.least_squares(xs, [float(r.client.ttft_ms or 0) for r in cold])
         with_prefill = [r for r in cold if r.provider_timings.prefill_ms is not None]
-        server_fit = least_squares(
+        server_fit = LinearFit.least_squares(
             [float(r.usage.input_tokens or 0) for r in with_prefill],
             [float(r.provider_timings.prefill_ms or 0) for r in with_prefill],
         )
-        decode_pts = [p for p in points if p["decode_ms_per_token"] is not None]
-        decode_fit = least_squares(
-            [float(p["input_tokens"]) for p in decode_pts],
-            [float(p["decode_ms_per_token"]) for p in decode_pts],
-        )
+        decode_pts = [
+            (p.input_tokens, p.decode_ms_per_token)
+            for p in points
+            if p.input_tokens is not None and p.decode_ms_per_token is not None
+        ]
+        decode_fit = LinearFit.least_squares([x for x, _ in decode_pts], [y for _, y in decode_pts])
         cold_hits = sum(1 for r in cold if (r.provider_timings.cached_tokens or 0) > 0)
+        switches = {str(r.tags["cache_params"]) for r in cold if "cache_params" in r.tags}
         cache = self._cache_figures(ok)
-        figures: dict[str, Any] = {
-            "points": points,
-            "fit": _fit_json(fit),
-            "server_prefill_fit": _fit_json(server_fit),
-            "decode_fit": _fit_json(decode_fit),
-            "cold_cache_hits": cold_hits,
-            "cache_control": "unique nonce per prompt"
-            + ("; cache_prompt=false" if any("cache_prompt" in r.params for r in cold) else ""),
-            "cache": cache,
-        }
+        segments = marginal_costs(points)
+        f = PrefillDecodeFigures(
+            points=points,
+            fit=fit,
+            server_prefill_fit=server_fit,
+            decode_fit=decode_fit,
+            cold_cache_hits=cold_hits,
+            cache_control="; ".join(["unique nonce per prompt", *sorted(switches)]),
+            cache=cache,
+            marginal_ms_per_token=segments if fit is not None else [],
+        )
         if fit is None:
             return self.answer(
                 provider_id,
                 model,
                 "Not enough successful requests at two or more prompt lengths to fit.",
-                figures,
+                f,
                 status="failed",
             )
         lo, hi = min(xs), max(xs)
         answer = (
             f"Between {lo:.0f} and {hi:.0f} input tokens, TTFT grew by "
-            f"{fit['slope']:.3f} ms per prompt token on top of a fixed {fit['intercept']:.1f} ms "
-            f"(least squares over {int(fit['n'])} requests, r² {fit['r2']:.3f})."
+            f"{fit.ms_per_token:.3f} ms per prompt token on top of a fixed "
+            f"{fit.intercept_ms:.1f} ms (least squares over {fit.n} requests, r² {fit.r2:.3f})."
         )
-        segments = marginal_costs(points)
-        figures["marginal_ms_per_token"] = segments
-        if len(segments) >= 2 and segments[-1]["ms_per_token"] > 2 * segments[0]["ms_per_token"]:
+        if len(segments) >= 2 and segments[-1].ms_per_token > 2 * segments[0].ms_per_token:
             first, last = segments[0], segments[-1]
             answer += (
                 f" Prefill is not linear here: each extra prompt token cost "
-                f"{first['ms_per_token']:.3f} ms between {first['from_tokens']:.0f} and "
-                f"{first['to_tokens']:.0f} tokens but {last['ms_per_token']:.3f} ms between "
-                f"{last['from_tokens']:.0f} and {last['to_tokens']:.0f} (attention over the "
+                f"{first.ms_per_token:.3f} ms between {first.from_tokens:.0f} and "
+                f"{first.to_tokens:.0f} tokens but {last.ms_per_token:.3f} ms between "
+                f"{last.from_tokens:.0f} and {last.to_tokens:.0f} (attention over the "
                 "prompt grows faster than its length), so the line is a summary, not a law."
             )
         if server_fit is not None:
             answer += (
-                f" The server's own prefill grew by {server_fit['slope']:.3f} ms per token "
-                f"(fixed {server_fit['intercept']:.1f} ms)."
+                f" The server's own prefill grew by {server_fit.ms_per_token:.3f} ms per token "
+                f"(fixed {server_fit.intercept_ms:.1f} ms)."
             )
         if decode_pts:
-            d = [float(p["decode_ms_per_token"]) for p in decode_pts]
+            d = [y for _, y in decode_pts]
             answer += f" Decode took {min(d):.2f}–{max(d):.2f} ms per output token across the sweep"
             if decode_fit is not None:
                 answer += (
-                    f" ({decode_fit['slope'] * 1000:+.2f} ms per token per 1,000 prompt tokens)"
+                    f" ({decode_fit.ms_per_token * 1000:+.2f} ms per token per 1,000 prompt tokens)"
                 )
             answer += "."
         if cold_hits:
             answer += f" Warning: {cold_hits} cold requests still hit a prompt cache."
-        if (
-            cache
-            and cache.get("hit_ttft_ms") is not None
-            and cache.get("prime_ttft_ms") is not None
-        ):
-            moved = "fell" if cache["hit_ttft_ms"] < cache["prime_ttft_ms"] else "went"
-            cached = cache["hit_cached_tokens"]
+        if cache and cache.hit_ttft_ms is not None and cache.prime_ttft_ms is not None:
+            moved = "fell" if cache.hit_ttft_ms < cache.prime_ttft_ms else "went"
+            cached = cache.hit_cached_tokens
             answer += (
-                f" Repeating a {cache['prefix_tokens']}-token prefix, TTFT {moved} from "
-                f"{fmt_ms(cache['prime_ttft_ms'])} (first send) to {fmt_ms(cache['hit_ttft_ms'])} "
+                f" Repeating a {cache.prefix_tokens}-token prefix, TTFT {moved} from "
+                f"{fmt_ms(cache.prime_ttft_ms)} (first send) to {fmt_ms(cache.hit_ttft_ms)} "
                 + (
                     f"with {cached:.0f} cached tokens reported."
                     if cached is not None
                     else "(the provider reports no cached-token count)."
                 )
             )
-        return self.answer(provider_id, model, answer, figures)
+        return self.answer(provider_id, model, answer, f)
 
     @staticmethod
-    def _cache_figures(ok: list[RequestRecord]) -> dict[str, Any] | None:
+    def _cache_figures(ok: list[RequestRecord]) -> CacheEffect | None:
         recs = [r for r in ok if r.tags.get("variant") == "cache"]
         if not recs:
             return None
         prime = [r for r in recs if r.tags.get("phase") == "prime"]
         hits = [r for r in recs if r.tags.get("phase") == "hit"]
-        return {
-            "prefix_tokens": recs[0].tags.get("target_prompt_tokens"),
-            "prime_ttft_ms": median_of(prime, lambda r: r.client.ttft_ms),
-            "hit_ttft_ms": median_of(hits, lambda r: r.client.ttft_ms),
-            "prime_cached_tokens": median_of(prime, lambda r: r.provider_timings.cached_tokens),
-            "hit_cached_tokens": median_of(hits, lambda r: r.provider_timings.cached_tokens),
-            "hit_input_tokens": median_of(hits, lambda r: r.usage.input_tokens),
-            "n_hits": len(hits),
-        }
+        prefix = recs[0].tags.get("target_prompt_tokens")
+        return CacheEffect(
+            prefix_tokens=int(prefix) if prefix is not None else None,
+            prime_ttft_ms=median_of(prime, lambda r: r.client.ttft_ms),
+            hit_ttft_ms=median_of(hits, lambda r: r.client.ttft_ms),
+            prime_cached_tokens=median_of(prime, lambda r: r.provider_timings.cached_tokens),
+            hit_cached_tokens=median_of(hits, lambda r: r.provider_timings.cached_tokens),
+            hit_input_tokens=median_of(hits, lambda r: r.usage.input_tokens),
+            n_hits=len(hits),
+        )
 
 
-def marginal_costs(points: list[dict[str, Any]]) -> list[dict[str, float]]:
+def marginal_costs(points: list[PrefillPoint]) -> list[MarginalCost]:
     """TTFT cost of one more prompt token between consecutive sweep points."""
-    usable = [p for p in points if p["input_tokens"] is not None and p["ttft_ms"] is not None]
+    usable = [
+        (p.input_tokens, p.ttft_ms)
+        for p in points
+        if p.input_tokens is not None and p.ttft_ms is not None
+    ]
     out = []
-    for a, b in itertools.pairwise(usable):
-        dx = float(b["input_tokens"]) - float(a["input_tokens"])
-        if dx > 0:
+    for (x0, y0), (x1, y1) in itertools.pairwise(usable):
+        if x1 - x0 > 0:
             out.append(
-                {
-                    "from_tokens": float(a["input_tokens"]),
-                    "to_tokens": float(b["input_tokens"]),
-                    "ms_per_token": (float(b["ttft_ms"]) - float(a["ttft_ms"])) / dx,
-                }
+                MarginalCost(from_tokens=x0, to_tokens=x1, ms_per_token=(y1 - y0) / (x1 - x0))
             )
     return out
-
-
-def _fit_json(fit: dict[str, float] | None) -> dict[str, float] | None:
-    if fit is None:
-        return None
-    return {
-        "ms_per_token": fit["slope"],
-        "intercept_ms": fit["intercept"],
-        "r2": fit["r2"],
-        "n": int(fit["n"]),
-    }

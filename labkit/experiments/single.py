@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -22,6 +22,7 @@ from labkit.experiments.common import (
     prompt_list,
     stop_counts,
 )
+from labkit.figures import SingleFigures
 from labkit.providers.base import ChatRequest, Provider
 from labkit.records import LabAnswer, RequestRecord
 
@@ -80,52 +81,49 @@ class SingleExperiment(Experiment):
         ok = measured(records)
         failed = [r for r in records if not r.warmup and r.error is not None]
         stops = stop_counts(ok)
-        figures: dict[str, Any] = {
-            "n": len(ok),
-            "failed": len(failed),
-            "input_tokens_p50": median_of(ok, lambda r: r.usage.input_tokens),
-            "output_tokens_p50": median_of(ok, lambda r: r.usage.output_tokens),
-            "headers_ms_p50": median_of(ok, lambda r: r.client.headers_ms),
-            "first_event_ms_p50": median_of(ok, lambda r: r.client.first_event_ms),
-            "ttft_ms_p50": median_of(ok, lambda r: r.client.ttft_ms),
-            "ttft_ms_p90": p_of(ok, lambda r: r.client.ttft_ms, 90),
-            "last_token_ms_p50": median_of(ok, lambda r: r.client.last_token_ms),
-            "e2e_ms_p50": median_of(ok, lambda r: r.client.e2e_ms),
-            "decode_ms_per_token_p50": median_of(ok, lambda r: r.client.decode_ms_per_token),
-            "provider_prefill_ms_p50": median_of(ok, lambda r: r.provider_timings.prefill_ms),
-            "provider_decode_ms_per_token_p50": median_of(
+        f = SingleFigures(
+            n=len(ok),
+            failed=len(failed),
+            input_tokens_p50=median_of(ok, lambda r: r.usage.input_tokens),
+            output_tokens_p50=median_of(ok, lambda r: r.usage.output_tokens),
+            headers_ms_p50=median_of(ok, lambda r: r.client.headers_ms),
+            first_event_ms_p50=median_of(ok, lambda r: r.client.first_event_ms),
+            ttft_ms_p50=median_of(ok, lambda r: r.client.ttft_ms),
+            ttft_ms_p90=p_of(ok, lambda r: r.client.ttft_ms, 90),
+            last_token_ms_p50=median_of(ok, lambda r: r.client.last_token_ms),
+            e2e_ms_p50=median_of(ok, lambda r: r.client.e2e_ms),
+            decode_ms_per_token_p50=median_of(ok, lambda r: r.client.decode_ms_per_token),
+            provider_prefill_ms_p50=median_of(ok, lambda r: r.provider_timings.prefill_ms),
+            provider_decode_ms_per_token_p50=median_of(
                 ok, lambda r: r.provider_timings.decode_ms_per_token
             ),
-            "stop_reasons": stops,
-        }
+            stop_reasons=stops,
+        )
         if not ok:
             first = failed[0].error.message if failed and failed[0].error else "no records"
             return self.answer(
                 provider_id,
                 model,
                 f"No successful request ({len(failed)} failed; first error: {first}).",
-                figures,
+                f,
                 status="failed",
             )
-        f = figures
         stop_text = ", ".join(f"{k} ×{v}" for k, v in sorted(stops.items()))
         answer = (
-            f"Over {f['n']} requests the prompt was {_n(f['input_tokens_p50'])} input tokens and "
-            f"the reply {_n(f['output_tokens_p50'])} output tokens (medians). Headers arrived "
-            f"after {fmt_ms(f['headers_ms_p50'])}, the first event after "
-            f"{fmt_ms(f['first_event_ms_p50'])}, the first token after "
-            f"{fmt_ms(f['ttft_ms_p50'])} (p90 {fmt_ms(f['ttft_ms_p90'])}), the last token after "
-            f"{fmt_ms(f['last_token_ms_p50'])}; decode ran at "
-            f"{fmt_ms(f['decode_ms_per_token_p50'], 2)} per token. It stopped with: {stop_text}."
+            f"Over {f.n} requests the prompt was {_n(f.input_tokens_p50)} input tokens and "
+            f"the reply {_n(f.output_tokens_p50)} output tokens (medians). Headers arrived "
+            f"after {fmt_ms(f.headers_ms_p50)}, the first event after "
+            f"{fmt_ms(f.first_event_ms_p50)}, the first token after "
+            f"{fmt_ms(f.ttft_ms_p50)} (p90 {fmt_ms(f.ttft_ms_p90)}), the last token after "
+            f"{fmt_ms(f.last_token_ms_p50)}; decode ran at "
+            f"{fmt_ms(f.decode_ms_per_token_p50, 2)} per token. It stopped with: {stop_text}."
         )
-        if f["provider_prefill_ms_p50"] is not None:
+        if f.provider_prefill_ms_p50 is not None:
             answer += (
-                f" The server itself reported {fmt_ms(f['provider_prefill_ms_p50'])} of prefill "
-                f"and {fmt_ms(f['provider_decode_ms_per_token_p50'], 2)} per decoded token."
+                f" The server itself reported {fmt_ms(f.provider_prefill_ms_p50)} of prefill "
+                f"and {fmt_ms(f.provider_decode_ms_per_token_p50, 2)} per decoded token."
             )
-        return self.answer(
-            provider_id, model, answer, figures, status="ok" if not failed else "partial"
-        )
+        return self.answer(provider_id, model, answer, f, status="ok" if not failed else "partial")
 
 
 def _n(value: float | None) -> str:

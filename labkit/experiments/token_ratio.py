@@ -1,7 +1,8 @@
 """`token_ratio`: characters, UTF-8 bytes and tokens of different kinds of text.
 
 Token counts come from the provider's own counter (llama.cpp `/tokenize`, Anthropic
-`count_tokens`), from tiktoken where that is the provider's tokenizer, and from the
+`count_tokens`), from an offline copy of its tokenizer where labkit has one (tiktoken,
+`Provider.count_locally`), and from the
 provider's usage when each text is sent as a prompt. Usage counts include the chat
 template's framing, so a one-character baseline prompt is sent too and its framing
 subtracted. The answer measures the "4 characters per token" rule of thumb against each.
@@ -20,8 +21,8 @@ from labkit.experiments.base import (
     register_experiment,
 )
 from labkit.experiments.common import Prompt, measured, median_of
+from labkit.figures import TokenRatioFigures, TokenRatioRow
 from labkit.providers.base import ChatRequest, Provider, TokenCount
-from labkit.providers.openai import tiktoken_encoding_for
 from labkit.records import LabAnswer, RequestRecord
 
 __all__ = ["DEFAULT_TEXTS", "TokenRatioExperiment", "TokenRatioSettings"]
@@ -96,7 +97,7 @@ class TokenRatioExperiment(Experiment):
         return self.settings
 
     async def prepare(self, provider: Provider) -> None:
-        """Count every text with the provider's own counter and with tiktoken."""
+        """Count every text with the provider's own counter and its offline tokenizer."""
         counts: dict[str, TokenCount | None] = {}
         texts = [*self._s.texts, Prompt(id=_BASELINE_ID, text=_BASELINE_TEXT)]
         for t in texts:
@@ -106,13 +107,10 @@ class TokenRatioExperiment(Experiment):
                 counts[t.id] = None
                 self._count_errors[provider.id] = f"{type(exc).__name__}: {exc}"[:200]
         self._counts[provider.id] = counts
-        encoding = tiktoken_encoding_for(provider.model)
-        if encoding is not None and provider.kind in ("openai", "openai_compatible"):
-            import tiktoken
-
-            enc = tiktoken.get_encoding(encoding)
+        local = {t.id: provider.count_locally(t.text) for t in texts}
+        if all(count is not None for count in local.values()):
             self._tiktoken[provider.id] = {
-                t.id: len(enc.encode(t.text, disallowed_special=())) for t in texts
+                text_id: count.tokens for text_id, count in local.items() if count is not None
             }
 
     def plan(self, provider: Provider) -> list[PlannedRequest]:
@@ -149,7 +147,7 @@ class TokenRatioExperiment(Experiment):
         baseline_usage = usage_of(_BASELINE_ID)
         baseline_count = counts.get(_BASELINE_ID)
         baseline_tokens = baseline_count.tokens if baseline_count else 1
-        rows: list[dict[str, Any]] = []
+        rows: list[TokenRatioRow] = []
         for t in self._s.texts:
             count = counts.get(t.id)
             usage = usage_of(t.id)
@@ -158,6 +156,7 @@ class TokenRatioExperiment(Experiment):
                 if usage is not None and baseline_usage is not None
                 else None
             )
+            tokens: int | None
             if count is not None:
                 tokens, source = count.tokens, count.source
             elif usage_text is not None:
@@ -167,28 +166,33 @@ class TokenRatioExperiment(Experiment):
             else:
                 tokens, source = None, "not available"
             chars = len(t.text)
+            size = len(t.text.encode("utf-8"))
             rows.append(
-                {
-                    "text_id": t.id,
-                    "chars": chars,
-                    "bytes": len(t.text.encode("utf-8")),
-                    "tokens": tokens,
-                    "token_source": source,
-                    "chars_per_token": chars / tokens if tokens else None,
-                    "bytes_per_token": len(t.text.encode("utf-8")) / tokens if tokens else None,
-                    "rule_of_4_estimate": chars / 4,
-                    "rule_of_4_error_pct": (chars / 4 - tokens) / tokens * 100 if tokens else None,
-                    "usage_input_tokens": usage,
-                    "usage_text_tokens": usage_text,
-                    "tiktoken_tokens": tk.get(t.id),
-                }
+                TokenRatioRow(
+                    text_id=t.id,
+                    chars=chars,
+                    bytes=size,
+                    tokens=tokens,
+                    token_source=source,
+                    chars_per_token=chars / tokens if tokens else None,
+                    bytes_per_token=size / tokens if tokens else None,
+                    rule_of_4_estimate=chars / 4,
+                    rule_of_4_error_pct=(chars / 4 - tokens) / tokens * 100 if tokens else None,
+                    usage_input_tokens=usage,
+                    usage_text_tokens=usage_text,
+                    tiktoken_tokens=tk.get(t.id),
+                )
             )
-        figures: dict[str, Any] = {
-            "rows": rows,
-            "baseline_usage_input_tokens": baseline_usage,
-            "count_error": self._count_errors.get(provider_id),
-        }
-        measured_rows = [r for r in rows if r["tokens"]]
+        figures = TokenRatioFigures(
+            rows=rows,
+            baseline_usage_input_tokens=baseline_usage,
+            count_error=self._count_errors.get(provider_id),
+        )
+        measured_rows = [
+            (r, r.chars_per_token, r.rule_of_4_error_pct)
+            for r in rows
+            if r.tokens and r.chars_per_token is not None and r.rule_of_4_error_pct is not None
+        ]
         if not measured_rows:
             return self.answer(
                 provider_id,
@@ -198,18 +202,17 @@ class TokenRatioExperiment(Experiment):
                 status="failed",
             )
         parts = [
-            f"{r['text_id']} {r['chars_per_token']:.2f} chars/token "
-            f"({r['tokens']} tokens for {r['chars']} chars, rule off by "
-            f"{r['rule_of_4_error_pct']:+.0f}%)"
-            for r in measured_rows
+            f"{r.text_id} {cpt:.2f} chars/token "
+            f"({r.tokens} tokens for {r.chars} chars, rule off by {err:+.0f}%)"
+            for r, cpt, err in measured_rows
         ]
-        worst = max(measured_rows, key=lambda r: abs(r["rule_of_4_error_pct"]))
-        best = min(measured_rows, key=lambda r: abs(r["rule_of_4_error_pct"]))
+        worst = max(measured_rows, key=lambda m: abs(m[2]))
+        best = min(measured_rows, key=lambda m: abs(m[2]))
         answer = (
-            "; ".join(parts) + f". The 4-characters rule is closest for {best['text_id']} "
-            f"({best['rule_of_4_error_pct']:+.0f}%) and worst for {worst['text_id']} "
-            f"({worst['rule_of_4_error_pct']:+.0f}%). Counts from: "
-            + ", ".join(sorted({r["token_source"] for r in measured_rows}))
+            "; ".join(parts) + f". The 4-characters rule is closest for {best[0].text_id} "
+            f"({best[2]:+.0f}%) and worst for {worst[0].text_id} "
+            f"({worst[2]:+.0f}%). Counts from: "
+            + ", ".join(sorted({r.token_source for r, _, _ in measured_rows}))
             + "."
         )
         if baseline_usage is not None:

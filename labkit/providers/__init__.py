@@ -8,6 +8,7 @@ from labkit.providers import anthropic, fake, llamacpp, openai, openai_compatibl
 from labkit.providers.base import (
     ChatRequest,
     EventClass,
+    ManagedServerHandle,
     Provider,
     ProviderSettings,
     StreamParser,
@@ -22,6 +23,7 @@ from labkit.providers.base import (
 __all__ = [
     "ChatRequest",
     "EventClass",
+    "ManagedServerHandle",
     "Provider",
     "ProviderSettings",
     "StreamParser",

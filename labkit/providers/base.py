@@ -2,10 +2,15 @@
 
 A provider is three things:
 
-- a settings model (`ProviderSettings` subclass): what a YAML entry of this `kind` may say;
+- a settings model (`ProviderSettings` subclass): what a YAML entry of this `kind` may say,
+  the model's context size where it knows it, and a local server to start (`managed_server`);
 - a `Provider`: builds the wire request for a chat, counts tokens, describes the server;
 - a `StreamParser`: reads one response's events, classifies each (output or not), and
   collects usage, stop reason, identifiers and the provider's own timings.
+
+Experiments and the runner ask a provider's capabilities, never its kind or class:
+`tokenize`/`tokenizer_name`, `count_tokens`, `count_locally`, `prompt_cache_params`,
+`exact_length_params`, `reports_server_timings`, `sdk`; each defaults to "cannot".
 
 The stream recorder (`labkit.recorder`) owns the clock and the HTTP; providers never time
 anything themselves. Adding a provider means adding one module and decorating its class
@@ -19,7 +24,8 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, TypeAlias, TypeVar
+from pathlib import Path
+from typing import Any, ClassVar, Literal, Protocol, TypeAlias, TypeVar
 from urllib.parse import urlsplit
 
 import httpx
@@ -45,6 +51,7 @@ __all__ = [
     "ChatRequest",
     "ClientPath",
     "EventClass",
+    "ManagedServerHandle",
     "Provider",
     "ProviderSettings",
     "ResponseHeaders",
@@ -89,6 +96,38 @@ class Timeouts(BaseModel):
     connect: PositiveFloat = Field(default=10.0, description="TCP connect and TLS handshake.")
     read: PositiveFloat = Field(default=120.0, description="Longest wait between two reads.")
     total: PositiveFloat = Field(default=600.0, description="Whole request, stream included.")
+
+
+class ManagedServerHandle(Protocol):
+    """A local server the runner starts before a provider's requests and stops after them
+    (`ProviderSettings.managed_server`). `start` and `stop` block: the runner calls them in
+    a thread."""
+
+    @property
+    def name(self) -> str:
+        """What the server is called in messages (`llama-server`)."""
+        ...
+
+    @property
+    def log_path(self) -> Path:
+        """Where the server's output goes."""
+        ...
+
+    def start(self) -> str:
+        """Set up and start the server; its base URL once it is ready."""
+        ...
+
+    def stop(self) -> None:
+        """Stop the server (safe to call when it never started)."""
+        ...
+
+    def is_running(self) -> bool:
+        """Whether the server process is still alive."""
+        ...
+
+    def info(self) -> dict[str, Any]:
+        """Facts about the running server for the manifest."""
+        ...
 
 
 class ProviderSettings(BaseModel):
@@ -141,6 +180,15 @@ class ProviderSettings(BaseModel):
     default_base_url: ClassVar[str | None] = None
     #: Whether this kind needs an API key to run at all.
     key_required: ClassVar[bool] = False
+
+    def context_size(self) -> int | None:
+        """The model's context in tokens, where this entry knows it (None: unknown)."""
+        return None
+
+    def managed_server(self, log_dir: Path) -> ManagedServerHandle | None:
+        """The local server this entry wants started for the run (None: it uses one that
+        already runs). `log_dir` is where its log may go."""
+        return None
 
     @field_validator("base_url")
     @classmethod
@@ -317,6 +365,10 @@ class Provider(ABC):
     sdk: ClassVar[SDKAdapter | None] = None
     #: Whether an official SDK can send this kind's requests (derived from `sdk`).
     has_sdk: ClassVar[bool] = False
+    #: Whether the provider reports its own prefill and decode times (`provider_timings`).
+    reports_server_timings: ClassVar[bool] = False
+    #: The tokenizer behind `tokenize` (`llamacpp:/tokenize`); None: `tokenize` has none.
+    tokenizer_name: ClassVar[str | None] = None
     #: The server closes the connection after every streamed response whatever it
     #: advertises, so each request asks for `connection: close` (see `closes_connection`).
     closes_after_each_stream: ClassVar[bool] = False
@@ -467,6 +519,26 @@ class Provider(ABC):
     async def count_tokens(self, text: str) -> TokenCount | None:
         """The provider's own count of `text` as a user message (may call its API)."""
         return None
+
+    async def tokenize(self, text: str) -> list[int] | None:
+        """The model's own tokens for raw `text` (no chat template), or None when the provider
+        offers no tokenizer (`tokenizer_name` names the one it uses)."""
+        return None
+
+    def count_locally(self, text: str) -> TokenCount | None:
+        """An offline count of `text` with the model's own tokenizer (no I/O), where labkit
+        has that tokenizer locally; None otherwise."""
+        return None
+
+    def prompt_cache_params(self, enabled: bool) -> dict[str, Any]:
+        """Request parameters that turn the provider's prompt cache on or off (empty: the
+        provider has no such control, and only a unique prompt prefix avoids the cache)."""
+        return {}
+
+    def exact_length_params(self) -> dict[str, Any]:
+        """Request parameters that make the model decode exactly `max_tokens` (ignoring its
+        end-of-sequence token); empty when the provider cannot."""
+        return {}
 
     async def describe(self) -> dict[str, Any]:
         """Facts about the server for the manifest (build, version); may call its API."""

@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt
 
-from labkit.providers.base import ProviderSettings, register
+from labkit.providers.base import ProviderSettings, TokenCount, register
 from labkit.providers.openai_compatible import OpenAICompatibleProvider
 from labkit.providers.sdk import SDKAdapter
 
@@ -192,6 +192,10 @@ class FakeProvider(OpenAICompatibleProvider):
     settings_model: ClassVar[type[ProviderSettings]] = FakeSettings
     #: Its stream lives in an in-process transport that an SDK's own HTTP client cannot reach.
     sdk: ClassVar[SDKAdapter | None] = None
+
+    def count_locally(self, text: str) -> TokenCount | None:
+        """None: a scripted stream has no tokenizer."""
+        return None
 
     def _make_client(self, connections: int | None = None) -> httpx.AsyncClient:
         assert isinstance(self.settings, FakeSettings)

@@ -6,20 +6,22 @@ from the first sampled token, and neither includes HTTP or queueing: that differ
 exactly the client-vs-provider gap. ``/tokenize`` is the model's exact tokenizer and
 ``/props`` reports the build. `base_url` is the server root (no ``/v1``).
 
-With ``managed: true`` (the default without a `base_url`) the runner starts a local
-`llama-server` for the run (`labkit.local`) and fills in `base_url` before this class sees it.
+With ``managed: true`` (the default without a `base_url`) the settings hand the runner a
+local `llama-server` to start for the run (`managed_server`, `labkit.local`), and the runner
+fills in `base_url` before this class sees it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, PositiveInt, model_validator
 
 from labkit.errors import MalformedStream
 from labkit.providers._wire import describe, wire_count, wire_number
 from labkit.providers.base import (
+    ManagedServerHandle,
     ProviderSettings,
     StreamParser,
     TokenCount,
@@ -27,6 +29,9 @@ from labkit.providers.base import (
 )
 from labkit.providers.openai import OpenAIChatParser
 from labkit.providers.openai_compatible import OpenAICompatibleProvider
+
+if TYPE_CHECKING:  # the local server is imported only when a run starts one
+    from labkit.local import ManagedServer
 
 __all__ = ["LlamaCppParser", "LlamaCppProvider", "LlamaCppSettings"]
 
@@ -80,6 +85,62 @@ class LlamaCppSettings(ProviderSettings):
         url = super().resolved_base_url()
         return url.removesuffix("/v1")
 
+    def context_size(self) -> int | None:
+        """`ctx_size`: the context of each slot."""
+        return self.ctx_size
+
+    def managed_server(self, log_dir: Path) -> ManagedServerHandle | None:
+        """A local llama-server for the run when `managed`, logging into `log_dir`."""
+        if not self.managed:
+            return None
+        return LocalLlamaServer(self, log_dir / f"llama-server-{self.id}.log")
+
+
+class LocalLlamaServer:
+    """The llama-server a managed entry runs on: found or built, then started (blocking)."""
+
+    name = "llama-server"
+
+    def __init__(self, settings: LlamaCppSettings, log_path: Path) -> None:
+        self._settings = settings
+        self._log_path = log_path
+        self._server: ManagedServer | None = None
+
+    @property
+    def log_path(self) -> Path:
+        """The server's log file in the run folder."""
+        return self._log_path
+
+    def start(self) -> str:
+        """Find or build llama-server and the model, start it; its base URL once healthy."""
+        from labkit.local import ManagedServer, ensure_setup
+
+        s = self._settings
+        setup = ensure_setup(server_path=s.server_path, model_path=s.model_path, backend=s.backend)
+        self._server = ManagedServer(
+            setup,
+            ctx_size=s.ctx_size,
+            slots=s.slots,
+            threads=s.threads,
+            gpu_layers=s.gpu_layers,
+            log_path=self._log_path,
+            startup_timeout_s=s.startup_timeout_s,
+        )
+        return self._server.start()
+
+    def stop(self) -> None:
+        """Stop the server process, if one was started."""
+        if self._server is not None:
+            self._server.stop()
+
+    def is_running(self) -> bool:
+        """Whether the server process is alive."""
+        return self._server is not None and self._server.is_running()
+
+    def info(self) -> dict[str, Any]:
+        """Build, model, port and settings of the running server."""
+        return self._server.info() if self._server is not None else {}
+
 
 class LlamaCppParser(OpenAIChatParser):
     """OpenAI chunks plus `timings`; cumulative when present on every chunk, so replaced.
@@ -125,6 +186,8 @@ class LlamaCppProvider(OpenAICompatibleProvider):
     kind: ClassVar[str] = "llamacpp"
     settings_model: ClassVar[type[ProviderSettings]] = LlamaCppSettings
     chat_path: ClassVar[str] = "/v1/chat/completions"
+    reports_server_timings: ClassVar[bool] = True
+    tokenizer_name: ClassVar[str | None] = "llamacpp:/tokenize"
     # llama-server closes the connection after every streamed response although it
     # advertises keep-alive; a request sent on the pooled connection in the moment before
     # that close fails with "Server disconnected without sending a response". Asking for
@@ -150,6 +213,18 @@ class LlamaCppProvider(OpenAICompatibleProvider):
     async def count_tokens(self, text: str) -> TokenCount | None:
         """Exact count from `/tokenize`."""
         return TokenCount(len(await self.tokenize(text)), "llamacpp:/tokenize")
+
+    def count_locally(self, text: str) -> TokenCount | None:
+        """None: the model's tokenizer lives in the server (`tokenize`), not in labkit."""
+        return None
+
+    def prompt_cache_params(self, enabled: bool) -> dict[str, Any]:
+        """llama-server's `cache_prompt`: reuse the slot's KV cache for a shared prefix."""
+        return {"cache_prompt": enabled}
+
+    def exact_length_params(self) -> dict[str, Any]:
+        """`ignore_eos`: decode until `max_tokens`."""
+        return {"ignore_eos": True}
 
     async def describe(self) -> dict[str, Any]:
         """`/props`: build, slots, context and model path; sets `server_build`."""

@@ -389,6 +389,10 @@ class OpenAIProvider(Provider):
         n = sum(len(enc.encode(m["content"], disallowed_special=())) for m in request.messages)
         return TokenCount(n, f"tiktoken:{name.removesuffix('_offline')}")
 
+    def count_locally(self, text: str) -> TokenCount | None:
+        """tiktoken count of `text`, where the model's encoding ships offline."""
+        return self.count_input_locally(ChatRequest([{"role": "user", "content": text}]))
+
     async def count_tokens(self, text: str) -> TokenCount | None:
         """Chat Completions has no counting endpoint: tiktoken where it applies."""
         return self.count_input_locally(ChatRequest([{"role": "user", "content": text}]))

@@ -9,12 +9,14 @@ could not be drawn.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from labkit.errors import RunError
+from labkit.figures import LoadLevel
 from labkit.records import LabAnswer
 from labkit.report.load import RunData, ensure_columns, load_run
 from labkit.report.plots import all_plots, load_rows
@@ -79,8 +81,11 @@ def missing_notes(run: RunData, summary: pd.DataFrame) -> list[str]:
     if status and status != "completed":
         notes.append(f"The run's status is '{status}': results may be partial.")
     providers = run.manifest.get("providers")
+    timings_promised: set[str] = set()
     if isinstance(providers, dict):
         for pid, info in providers.items():
+            if isinstance(info, dict) and info.get("reports_server_timings") is True:
+                timings_promised.add(str(pid))
             if not isinstance(info, dict) or info.get("status") in (None, "ok"):
                 continue
             why = info.get("reason") or info.get("first_error") or "no reason given"
@@ -127,10 +132,17 @@ def missing_notes(run: RunData, summary: pd.DataFrame) -> list[str]:
             ok["provider_timings.prefill_ms"].isna().all()
             and ok["provider_timings.decode_ms_per_token"].isna().all()
         ):
-            notes.append(
-                f"{provider}: reports no prefill/decode timings of its own; the split below "
-                f"says '{NOT_REPORTED}' and attributes only what the client observed."
-            )
+            if str(provider) in timings_promised:
+                notes.append(
+                    f"{provider}: its kind reports prefill/decode timings of its own, but none "
+                    f"arrived in this run (an older or differently built server?); the split "
+                    f"below says '{NOT_REPORTED}'."
+                )
+            else:
+                notes.append(
+                    f"{provider}: reports no prefill/decode timings of its own; the split below "
+                    f"says '{NOT_REPORTED}' and attributes only what the client observed."
+                )
     return notes
 
 
@@ -189,21 +201,20 @@ def _lab_section(run: RunData) -> list[Block]:
     return blocks
 
 
-_LOAD_VIEW: list[tuple[str, str, int | None]] = [
-    ("title", "level", None),
-    ("workers", "procs", 0),
-    ("ok", "ok", 0),
-    ("failed", "failed", 0),
-    ("achieved_rate_rps", "req/s", 2),
-    ("mean_in_flight", "in flight", 1),
-    ("output_tokens_per_s", "out tok/s", 0),
-    ("ttft_ms_p50", "TTFT p50", None),
-    ("ttft_ms_p90", "TTFT p90", None),
-    ("ttft_ms_p99", "TTFT p99", None),
-    ("decode_ms_per_token_p50", "decode ms/tok p50", None),
-    ("decode_ms_per_token_p99", "decode ms/tok p99", None),
-    ("queue_ms_p99", "queue p99", None),
-    ("loop_lag_ms_p50", "loop lag p50", None),
+_LOAD_VIEW: list[tuple[Callable[[LoadLevel], float | None], str, int | None]] = [
+    (lambda r: r.workers, "procs", 0),
+    (lambda r: r.ok, "ok", 0),
+    (lambda r: r.failed, "failed", 0),
+    (lambda r: r.achieved_rate_rps, "req/s", 2),
+    (lambda r: r.mean_in_flight, "in flight", 1),
+    (lambda r: r.output_tokens_per_s, "out tok/s", 0),
+    (lambda r: r.ttft_ms_p50, "TTFT p50", None),
+    (lambda r: r.ttft_ms_p90, "TTFT p90", None),
+    (lambda r: r.ttft_ms_p99, "TTFT p99", None),
+    (lambda r: r.decode_ms_per_token_p50, "decode ms/tok p50", None),
+    (lambda r: r.decode_ms_per_token_p99, "decode ms/tok p99", None),
+    (lambda r: r.queue_ms_p99, "queue p99", None),
+    (lambda r: r.loop_lag_ms_p50, "loop lag p50", None),
 ]
 
 
@@ -226,21 +237,13 @@ def _load_section(run: RunData) -> list[Block]:
     ]
     for provider, experiment, rows in found:
         blocks.append(Heading(f"{provider} · {experiment}", 3))
-        cells = []
-        for row in rows:
-            line = []
-            for key, _label, digits in _LOAD_VIEW:
-                value = row.get(key)
-                if key == "title":
-                    text = str(value or row.get("level"))
-                    if row.get("mode") == "rate" and row.get("arrival"):
-                        text += f" ({row['arrival']})"
-                    line.append(text + (" — client-bound" if row.get("client_bound") else ""))
-                else:
-                    line.append(fmt_num(value, digits))
-            cells.append(line)
-        numeric = set(range(1, len(_LOAD_VIEW)))
-        blocks.append(Table([label for _, label, _ in _LOAD_VIEW], cells, numeric))
+        cells = [
+            [row.display_title + (" — client-bound" if row.client_bound else "")]
+            + [fmt_num(get(row), digits) for get, _label, digits in _LOAD_VIEW]
+            for row in rows
+        ]
+        numeric = set(range(1, len(_LOAD_VIEW) + 1))
+        blocks.append(Table(["level"] + [label for _, label, _ in _LOAD_VIEW], cells, numeric))
     return blocks
 
 

@@ -20,6 +20,13 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from labkit.figures import (
+    LinearFit,
+    LoadFigures,
+    LoadLevel,
+    PrefillDecodeFigures,
+    TokenRatioFigures,
+)
 from labkit.records import LabResults
 from labkit.report.load import ensure_columns, load_event_offsets
 from labkit.report.stats import included
@@ -160,13 +167,16 @@ def prefill_points(df: pd.DataFrame, lab: LabResults | None) -> dict[str, pd.Dat
     out: dict[str, pd.DataFrame] = {}
     if lab is not None:
         for ans in lab.answers:
-            pts = ans.figures.get("points") if ans.experiment == "prefill_decode" else None
-            if isinstance(pts, list) and pts:
-                frame = pd.DataFrame([p for p in pts if isinstance(p, dict)])
-                if {"input_tokens", "ttft_ms"} <= set(frame.columns):
-                    frame = frame[["input_tokens", "ttft_ms"]].astype(float).dropna()
-                    if not frame.empty:
-                        out[ans.provider] = frame
+            figures = ans.figures
+            if not isinstance(figures, PrefillDecodeFigures) or ans.provider in out:
+                continue
+            frame = pd.DataFrame(
+                [(p.input_tokens, p.ttft_ms) for p in figures.points],
+                columns=["input_tokens", "ttft_ms"],
+            )
+            frame = frame.astype(float).dropna()
+            if not frame.empty:
+                out[ans.provider] = frame
     if out:
         return out
     df = ensure_columns(df, ["usage.input_tokens", "client.ttft_ms"])
@@ -183,30 +193,19 @@ def prefill_points(df: pd.DataFrame, lab: LabResults | None) -> dict[str, pd.Dat
     return out
 
 
-def fit_line(points: pd.DataFrame) -> dict[str, float] | None:
-    """Least-squares TTFT = intercept + ms_per_token × input_tokens (None under 2 sizes)."""
-    x = points["input_tokens"].to_numpy(dtype=float)
-    y = points["ttft_ms"].to_numpy(dtype=float)
-    if len(np.unique(x)) < 2:
-        return None
-    slope, intercept = np.polyfit(x, y, 1)
-    pred = intercept + slope * x
-    ss_tot = float(np.sum((y - y.mean()) ** 2))
-    r2 = 1.0 - float(np.sum((y - pred) ** 2)) / ss_tot if ss_tot > 0 else 1.0
-    return {"ms_per_token": float(slope), "intercept_ms": float(intercept), "r2": r2, "n": len(x)}
+def fit_line(points: pd.DataFrame) -> LinearFit | None:
+    """Least-squares TTFT = intercept + ms_per_token × input_tokens (None under 2 sizes):
+    the experiments' own fit (`LinearFit.least_squares`), for a run whose lab.json has none."""
+    return LinearFit.least_squares(
+        points["input_tokens"].astype(float).tolist(), points["ttft_ms"].astype(float).tolist()
+    )
 
 
-def _lab_fit(lab: LabResults | None, provider: str) -> dict[str, float] | None:
-    if lab is None:
-        return None
-    for ans in lab.answers:
-        if ans.experiment == "prefill_decode" and ans.provider == provider:
-            fit = ans.figures.get("fit")
-            if isinstance(fit, dict) and {"ms_per_token", "intercept_ms"} <= set(fit):
-                try:
-                    return {k: float(v) for k, v in fit.items() if v is not None}
-                except (TypeError, ValueError):
-                    return None
+def _lab_fit(lab: LabResults | None, provider: str) -> LinearFit | None:
+    """The prefill_decode experiment's own fit for `provider`, as `lab.json` holds it."""
+    for ans in lab.answers if lab is not None else []:
+        if isinstance(ans.figures, PrefillDecodeFigures) and ans.provider == provider:
+            return ans.figures.fit
     return None
 
 
@@ -223,12 +222,11 @@ def ttft_vs_prompt(df: pd.DataFrame, lab: LabResults | None) -> Plot | None:
         label = f"{provider}"
         if fit is not None:
             xs = np.linspace(0, float(pts["input_tokens"].max()), 50)
-            label += f": {fit['ms_per_token']:.3f} ms/token + {fit['intercept_ms']:.0f} ms"
-            if "r2" in fit:
-                label += f" (R² {fit['r2']:.2f})"
+            label += f": {fit.ms_per_token:.3f} ms/token + {fit.intercept_ms:.0f} ms"
+            label += f" (R² {fit.r2:.2f})"
             ax.plot(
                 xs,
-                fit["intercept_ms"] + fit["ms_per_token"] * xs,
+                fit.intercept_ms + fit.ms_per_token * xs,
                 color=coll.get_facecolor()[0],
                 label=label,
             )
@@ -277,15 +275,12 @@ def _ratio_rows(df: pd.DataFrame, lab: LabResults | None) -> pd.DataFrame:
     rows: list[dict[str, Any]] = []
     if lab is not None:
         for ans in lab.answers:
-            items = ans.figures.get("rows") if ans.experiment == "token_ratio" else None
-            for r in items if isinstance(items, list) else []:
-                if isinstance(r, dict) and isinstance(r.get("chars_per_token"), int | float):
+            if not isinstance(ans.figures, TokenRatioFigures):
+                continue
+            for r in ans.figures.rows:
+                if r.chars_per_token is not None:
                     rows.append(
-                        {
-                            "provider": ans.provider,
-                            "text_id": str(r.get("text_id")),
-                            "cpt": float(r["chars_per_token"]),
-                        }
+                        {"provider": ans.provider, "text_id": r.text_id, "cpt": r.chars_per_token}
                     )
     if rows:
         return pd.DataFrame(rows)
@@ -398,19 +393,18 @@ def client_vs_server(df: pd.DataFrame) -> Plot | None:
     )
 
 
-def load_rows(lab: LabResults | None) -> list[tuple[str, str, list[dict[str, Any]]]]:
+def load_rows(lab: LabResults | None) -> list[tuple[str, str, list[LoadLevel]]]:
     """(provider, experiment, level rows) of every load answer in `lab.json`."""
-    out = []
-    for ans in lab.answers if lab is not None else []:
-        levels = ans.figures.get("levels")
-        if ans.experiment.split("#")[0] == "load" and isinstance(levels, list) and levels:
-            out.append((ans.provider, ans.experiment, [r for r in levels if isinstance(r, dict)]))
-    return out
+    return [
+        (ans.provider, ans.experiment, ans.figures.levels)
+        for ans in (lab.answers if lab is not None else [])
+        if isinstance(ans.figures, LoadFigures) and ans.figures.levels
+    ]
 
 
 def load_curves(lab: LabResults | None) -> Plot | None:
     """Aggregate output tokens/s and TTFT p50/p99 against each load level, per provider."""
-    series = [(p, e, [r for r in rows if r.get("ok")]) for p, e, rows in load_rows(lab)]
+    series = [(p, e, [r for r in rows if r.ok]) for p, e, rows in load_rows(lab)]
     series = [s for s in series if s[2]][:_MAX_PROVIDERS]
     if not series:
         return None
@@ -419,15 +413,15 @@ def load_curves(lab: LabResults | None) -> Plot | None:
     modes = set()
     for provider, exp, rows in series:
         label = provider if len({e for _, e, _ in series}) == 1 else f"{provider} · {exp}"
-        x = [float(r["target"]) for r in rows]
-        modes.add(str(rows[0].get("mode")))
-        tps = [r.get("output_tokens_per_s") or np.nan for r in rows]
+        x = [r.target for r in rows]
+        modes.add(rows[0].mode)
+        tps = [r.output_tokens_per_s or np.nan for r in rows]
         line = ax_tps.plot(x, tps, marker="o", label=label)[0]
-        p50 = [r.get("ttft_ms_p50") or np.nan for r in rows]
-        p99 = [r.get("ttft_ms_p99") or np.nan for r in rows]
+        p50 = [r.ttft_ms_p50 or np.nan for r in rows]
+        p99 = [r.ttft_ms_p99 or np.nan for r in rows]
         ax_ttft.plot(x, p50, marker="o", color=line.get_color(), label=f"{label} p50")
         ax_ttft.plot(x, p99, marker="^", ls="--", color=line.get_color(), label=f"{label} p99")
-        bound = [(xi, yi) for xi, yi, r in zip(x, p99, rows, strict=True) if r.get("client_bound")]
+        bound = [(xi, yi) for xi, yi, r in zip(x, p99, rows, strict=True) if r.client_bound]
         if bound:
             ax_ttft.scatter(*zip(*bound, strict=True), s=140, facecolors="none", edgecolors="red")
     xlabel = (
@@ -441,7 +435,7 @@ def load_curves(lab: LabResults | None) -> Plot | None:
     for ax in (ax_tps, ax_ttft):
         ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
-        if max(float(r["target"]) for _, _, rows in series for r in rows) >= 16:
+        if max(r.target for _, _, rows in series for r in rows) >= 16:
             ax.set_xscale("log", base=2)
     ax_tps.set_ylabel("aggregate output tokens/s")
     ax_tps.set_ylim(bottom=0)

@@ -14,22 +14,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from labkit.config import LabConfig, parse_config
 from labkit.errors import LabkitError, ProviderUnavailable, RunError
-from labkit.experiments import Experiment, PlannedRequest, experiment_class
-from labkit.providers import Provider, ProviderSettings, provider_class
-from labkit.providers.llamacpp import LlamaCppSettings
+from labkit.experiments import Experiment, PacedExperiment, PlannedRequest, experiment_class
+from labkit.experiments.paced import connections_needed
+from labkit.providers import ManagedServerHandle, Provider, ProviderSettings, provider_class
 from labkit.recorder import LoopLagMonitor, RecordContext, StreamRecorder
 from labkit.records import ErrorKind, LabAnswer, LabResults, RecordError, RequestRecord
 from labkit.runner.results import RunFolder, host_info, new_run_id, package_versions
 from labkit.runner.workers import run_in_workers
 from labkit.sdkpath import SDKRecorder
 from labkit.timing import percentile
-
-if TYPE_CHECKING:  # the local server is imported only when a run needs one
-    from labkit.local import ManagedServer
 
 __all__ = ["ProviderOutcome", "RunOptions", "RunResult", "Runner", "run_lab"]
 
@@ -61,6 +58,8 @@ class ProviderOutcome:
     failed: int = 0
     planned: int = 0
     server: dict[str, Any] | None = None
+    #: Whether the provider says it reports its own prefill/decode times (None: not known).
+    reports_server_timings: bool | None = None
     ttfts: list[float] = field(default_factory=list)
 
     def manifest_entry(self) -> dict[str, Any]:
@@ -74,6 +73,7 @@ class ProviderOutcome:
             "requests": self.done,
             "failed": self.failed,
             "server": self.server,
+            "reports_server_timings": self.reports_server_timings,
         }
 
 
@@ -199,14 +199,17 @@ class Runner:
             self.on_message(str(exc))
             self.on_progress(outcome)
             return
-        server: ManagedServer | None = None
+        server: ManagedServerHandle | None = None
         provider: Provider | None = None
         try:
-            if isinstance(settings, LlamaCppSettings) and settings.managed:
-                server, settings = await self._start_server(settings)
+            managed = settings.managed_server(self.folder.path)
+            if managed is not None:
+                settings = await self._start_server(settings, managed)
+                server = managed
                 outcome.server = server.info()
-            pool = max((e.connections_needed() for e in self.experiments), default=0)
+            pool = connections_needed(self.experiments)
             provider = provider_class(settings.kind)(settings, api_key=api_key, pool_size=pool)
+            outcome.reports_server_timings = provider.reports_server_timings
             try:
                 described = await provider.describe()
             except Exception as exc:  # describing is best-effort, the run goes on
@@ -243,40 +246,24 @@ class Runner:
             self.on_progress(outcome)
 
     async def _start_server(
-        self, settings: LlamaCppSettings
-    ) -> tuple[ManagedServer, LlamaCppSettings]:
-        from labkit.local import ManagedServer, ensure_setup
-
-        self.on_message(f"provider {settings.id!r}: preparing the local llama-server")
-        setup = await asyncio.to_thread(
-            ensure_setup,
-            server_path=settings.server_path,
-            model_path=settings.model_path,
-            backend=settings.backend,
-        )
-        server = ManagedServer(
-            setup,
-            ctx_size=settings.ctx_size,
-            slots=settings.slots,
-            threads=settings.threads,
-            gpu_layers=settings.gpu_layers,
-            log_path=self.folder.path / f"llama-server-{settings.id}.log",
-            startup_timeout_s=settings.startup_timeout_s,
-        )
+        self, settings: ProviderSettings, server: ManagedServerHandle
+    ) -> ProviderSettings:
+        """Start `settings`' managed server; the settings with its base URL filled in."""
+        self.on_message(f"provider {settings.id!r}: preparing the local {server.name}")
         try:
             base_url = await asyncio.to_thread(server.start)
         except BaseException:
             await asyncio.to_thread(server.stop)
             raise
-        self.on_message(f"provider {settings.id!r}: llama-server ready at {base_url}")
-        return server, settings.model_copy(update={"base_url": base_url})
+        self.on_message(f"provider {settings.id!r}: {server.name} ready at {base_url}")
+        return settings.model_copy(update={"base_url": base_url})
 
     async def _run_experiment(
         self,
         exp: Experiment,
         provider: Provider,
         outcome: ProviderOutcome,
-        server: ManagedServer | None,
+        server: ManagedServerHandle | None,
     ) -> None:
         await exp.prepare(provider)
         # The plan is drawn lazily, one request at a time, so a huge `--repeats` starts
@@ -300,7 +287,7 @@ class Runner:
                 first_measured = planned
                 break
             await self._send(exp, provider, planned, outcome, server, 0.0)
-        if exp.paces_itself:
+        if isinstance(exp, PacedExperiment):
             await exp.drive(provider, _Driver(self, exp, provider, outcome, server))
             await exp.finalize(provider, self._mine(provider, exp))
             return
@@ -334,7 +321,7 @@ class Runner:
         provider: Provider,
         planned: PlannedRequest,
         outcome: ProviderOutcome,
-        server: ManagedServer | None,
+        server: ManagedServerHandle | None,
         queue_ms: float,
         *,
         retries: int | None = None,
@@ -364,7 +351,7 @@ class Runner:
             if server is not None and not server.is_running():
                 outcome.status = "dead"
                 raise ProviderDied(
-                    f"llama-server exited during the run (see {server.log_path}); "
+                    f"{server.name} exited during the run (see {server.log_path}); "
                     "the records finished before it died are kept"
                 )
             if attempt > retries or not _retryable(record.error):
@@ -392,10 +379,10 @@ class _Driver:
     def __init__(
         self,
         runner: Runner,
-        exp: Experiment,
+        exp: PacedExperiment,
         provider: Provider,
         outcome: ProviderOutcome,
-        server: ManagedServer | None,
+        server: ManagedServerHandle | None,
     ) -> None:
         self._runner = runner
         self._exp = exp
@@ -431,7 +418,7 @@ class _Driver:
         if self._server is not None and not self._server.is_running():
             outcome.status = "dead"
             raise ProviderDied(
-                f"llama-server exited during the run (see {self._server.log_path}); "
+                f"{self._server.name} exited during the run (see {self._server.log_path}); "
                 "the records finished before it died are kept"
             )
 

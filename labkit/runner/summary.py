@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
 from rich.table import Table
 
+from labkit.figures import LoadFigures, LoadLevel
 from labkit.records import LabResults, RequestRecord
 from labkit.timing import percentile
 
@@ -74,16 +76,16 @@ def summary_table(records: list[RequestRecord], title: str = "labkit run") -> Ta
     return table
 
 
-_LOAD_COLUMNS: list[tuple[str, str, int]] = [
-    ("ok", "ok", 0),
-    ("failed", "failed", 0),
-    ("achieved_rate_rps", "req/s", 2),
-    ("output_tokens_per_s", "out\ntok/s", 0),
-    ("ttft_ms_p50", "TTFT\np50 ms", 1),
-    ("ttft_ms_p99", "TTFT\np99 ms", 1),
-    ("decode_ms_per_token_p50", "decode\nms/tok", 2),
-    ("queue_ms_p99", "queue\np99 ms", 2),
-    ("loop_lag_ms_p50", "loop lag\np50 ms", 1),
+_LOAD_COLUMNS: list[tuple[Callable[[LoadLevel], float | None], str, int]] = [
+    (lambda r: r.ok, "ok", 0),
+    (lambda r: r.failed, "failed", 0),
+    (lambda r: r.achieved_rate_rps, "req/s", 2),
+    (lambda r: r.output_tokens_per_s, "out\ntok/s", 0),
+    (lambda r: r.ttft_ms_p50, "TTFT\np50 ms", 1),
+    (lambda r: r.ttft_ms_p99, "TTFT\np99 ms", 1),
+    (lambda r: r.decode_ms_per_token_p50, "decode\nms/tok", 2),
+    (lambda r: r.queue_ms_p99, "queue\np99 ms", 2),
+    (lambda r: r.loop_lag_ms_p50, "loop lag\np50 ms", 1),
 ]
 
 
@@ -91,20 +93,17 @@ def load_tables(lab: LabResults) -> list[Table]:
     """One table per load answer: a row per level, client-bound levels marked."""
     tables = []
     for ans in lab.answers:
-        levels = ans.figures.get("levels")
-        if ans.experiment.split("#")[0] != "load" or not isinstance(levels, list):
+        if not isinstance(ans.figures, LoadFigures):
             continue
         table = Table(title=f"{ans.experiment} · {ans.provider}", title_justify="left")
         table.add_column("level", no_wrap=True)
         table.add_column("procs", justify="right")
         for _, label, _ in _LOAD_COLUMNS:
             table.add_column(label, justify="right")
-        for row in levels:
-            name = str(row.get("title"))
-            if row.get("client_bound"):
-                name += " [client-bound]"
-            cells = [name, _ms(row.get("workers"), 0)]
-            cells += [_ms(row.get(key), digits) for key, _, digits in _LOAD_COLUMNS]
+        for row in ans.figures.levels:
+            name = row.title + (" [client-bound]" if row.client_bound else "")
+            cells = [name, _ms(row.workers, 0)]
+            cells += [_ms(get(row), digits) for get, _, digits in _LOAD_COLUMNS]
             table.add_row(*cells)
         tables.append(table)
     return tables

@@ -15,7 +15,7 @@ import signal
 import sys
 from typing import Any
 
-from labkit.experiments import Experiment, PlannedRequest, experiment_class
+from labkit.experiments import PacedExperiment, PlannedRequest, experiment_class
 from labkit.providers import Provider, provider_class
 from labkit.recorder import LoopLagMonitor, RecordContext, StreamRecorder
 from labkit.records import RequestRecord
@@ -24,7 +24,7 @@ from labkit.scrub import guard_std_streams
 __all__ = ["main"]
 
 
-def _build(document: dict[str, Any]) -> tuple[Provider, Experiment]:
+def _build(document: dict[str, Any]) -> tuple[Provider, PacedExperiment]:
     settings_data = document["provider"]
     cls = provider_class(settings_data["kind"])
     settings = cls.settings_model.model_validate(settings_data)
@@ -38,6 +38,8 @@ def _build(document: dict[str, Any]) -> tuple[Provider, Experiment]:
     experiment = exp_cls(
         settings_model.model_validate(exp_data["settings"]), int(exp_data["index"])
     )
+    if not isinstance(experiment, PacedExperiment):
+        raise TypeError(f"{experiment.name} does not pace its own requests")
     experiment.restore(document["job"])
     return provider, experiment
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit.errors import RunError
-from labkit.experiments import Experiment
+from labkit.experiments import PacedExperiment
 from labkit.providers import Provider
 from labkit.records import RequestRecord
 
@@ -69,7 +69,7 @@ async def _read_records(
 async def run_in_workers(
     *,
     provider: Provider,
-    experiment: Experiment,
+    experiment: PacedExperiment,
     job: dict[str, Any],
     processes: int,
     run_id: str,

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from labkit.experiments.attribution import AttributionExperiment, AttributionSettings
-from labkit.experiments.common import least_squares, measured
+from labkit.experiments.common import measured
 from labkit.experiments.determinism import (
     DeterminismExperiment,
     DeterminismSettings,
@@ -17,6 +17,7 @@ from labkit.experiments.determinism import (
 from labkit.experiments.prefill_decode import PrefillDecodeExperiment, PrefillDecodeSettings
 from labkit.experiments.single import SingleExperiment, SingleSettings
 from labkit.experiments.token_ratio import TokenRatioExperiment, TokenRatioSettings
+from labkit.figures import AttributionKey, LinearFit
 from labkit.providers.base import TokenCount
 from tests.experiments.records import make_record
 
@@ -26,12 +27,12 @@ pytestmark = pytest.mark.unit
 def test_least_squares_recovers_a_planted_line() -> None:
     xs = [16.0, 64.0, 256.0, 1024.0, 2048.0]
     ys = [0.75 * x + 12.0 for x in xs]
-    fit = least_squares(xs, ys)
-    assert fit is not None
-    assert fit["slope"] == pytest.approx(0.75)
-    assert fit["intercept"] == pytest.approx(12.0)
-    assert fit["r2"] == pytest.approx(1.0)
-    assert least_squares([5.0, 5.0], [1.0, 2.0]) is None  # one distinct x: no line
+    fit = LinearFit.least_squares(xs, ys)
+    assert fit is not None and fit.n == 5
+    assert fit.ms_per_token == pytest.approx(0.75)
+    assert fit.intercept_ms == pytest.approx(12.0)
+    assert fit.r2 == pytest.approx(1.0)
+    assert LinearFit.least_squares([5.0, 5.0], [1.0, 2.0]) is None  # one distinct x: no line
 
 
 def test_prefill_decode_fit_from_records() -> None:
@@ -76,14 +77,14 @@ def test_prefill_decode_fit_from_records() -> None:
     ]
     answer = exp.analyze("p", "m", recs)
     f = answer.figures
-    assert f["fit"]["ms_per_token"] == pytest.approx(0.5)
-    assert f["fit"]["intercept_ms"] == pytest.approx(20.0)
-    assert f["fit"]["n"] == 9  # warm-up and failed request excluded
-    assert f["server_prefill_fit"]["ms_per_token"] == pytest.approx(0.45)
-    assert [p["input_tokens"] for p in f["points"]] == [16, 256, 1024]
-    assert f["decode_fit"]["ms_per_token"] == pytest.approx(0.0)
-    assert f["cache"]["hit_cached_tokens"] == 1020
-    assert f["cold_cache_hits"] == 0
+    assert f.fit.ms_per_token == pytest.approx(0.5)
+    assert f.fit.intercept_ms == pytest.approx(20.0)
+    assert f.fit.n == 9  # warm-up and failed request excluded
+    assert f.server_prefill_fit.ms_per_token == pytest.approx(0.45)
+    assert [p.input_tokens for p in f.points] == [16, 256, 1024]
+    assert f.decode_fit.ms_per_token == pytest.approx(0.0)
+    assert f.cache.hit_cached_tokens == 1020
+    assert f.cold_cache_hits == 0
     assert "0.500 ms per prompt token" in answer.answer
     assert "fell from 530.0 ms" in answer.answer
 
@@ -101,7 +102,7 @@ def test_prefill_decode_flags_a_cache_hit_in_the_cold_sweep() -> None:
         for n, c in ((16, 0), (64, 60))
     ]
     answer = exp.analyze("p", "m", recs)
-    assert answer.figures["cold_cache_hits"] == 1
+    assert answer.figures.cold_cache_hits == 1
     assert "still hit a prompt cache" in answer.answer
 
 
@@ -125,11 +126,11 @@ def test_determinism_names_the_controlling_parameter() -> None:
         for t in texts:
             recs.append(make_record(experiment="determinism", text=t, tags={"variant": variant}))
     answer = exp.analyze("p", "m", recs)
-    rows = {r["variant"]: r for r in answer.figures["variants"]}
-    assert rows["t0"]["identical"] is True
-    assert rows["t1"]["identical"] is False
-    assert rows["t1"]["first_divergent_token"] == 2  # character ruler: "a " shared
-    assert rows["t1-seed"]["identical"] is True
+    rows = {r.variant: r for r in answer.figures.variants}
+    assert rows["t0"].identical is True
+    assert rows["t1"].identical is False
+    assert rows["t1"].first_divergent_token == 2  # character ruler: "a " shared
+    assert rows["t1-seed"].identical is True
     assert "temperature controlled the variation" in answer.answer
     assert "the seed pinned the sampling" in answer.answer
 
@@ -150,13 +151,13 @@ def test_token_ratio_rows_and_rule_of_four() -> None:
         make_record(experiment="token_ratio", prompt_id="b", input_tokens=19),
     ]
     answer = exp.analyze("p", "m", recs)
-    rows = {r["text_id"]: r for r in answer.figures["rows"]}
-    assert rows["a"]["chars_per_token"] == pytest.approx(8.0)
-    assert rows["a"]["rule_of_4_error_pct"] == pytest.approx(100.0)  # 10 estimated vs 5 real
-    assert rows["b"]["bytes"] == 36
-    assert rows["b"]["chars_per_token"] == pytest.approx(1.0)
-    assert rows["b"]["rule_of_4_error_pct"] == pytest.approx(-75.0)
-    assert rows["a"]["usage_text_tokens"] == pytest.approx(5.0)  # 12 - 8 framing + 1
+    rows = {r.text_id: r for r in answer.figures.rows}
+    assert rows["a"].chars_per_token == pytest.approx(8.0)
+    assert rows["a"].rule_of_4_error_pct == pytest.approx(100.0)  # 10 estimated vs 5 real
+    assert rows["b"].bytes == 36
+    assert rows["b"].chars_per_token == pytest.approx(1.0)
+    assert rows["b"].rule_of_4_error_pct == pytest.approx(-75.0)
+    assert rows["a"].usage_text_tokens == pytest.approx(5.0)  # 12 - 8 framing + 1
     assert "closest for b (-75%) and worst for a (+100%)" in answer.answer
 
 
@@ -166,8 +167,8 @@ def test_token_ratio_falls_back_to_usage_without_a_counter() -> None:
         make_record(experiment="token_ratio", prompt_id="__baseline__", input_tokens=7),
         make_record(experiment="token_ratio", prompt_id="a", input_tokens=9),
     ]
-    row = exp.analyze("p", "m", recs).figures["rows"][0]
-    assert row["tokens"] == 3 and row["token_source"] == "usage minus chat framing"
+    row = exp.analyze("p", "m", recs).figures.rows[0]
+    assert row.tokens == 3 and row.token_source == "usage minus chat framing"
 
 
 def test_attribution_derives_what_it_can_and_says_what_it_cannot() -> None:
@@ -193,18 +194,18 @@ def test_attribution_derives_what_it_can_and_says_what_it_cannot() -> None:
             tags={"connection": "reused"},
         ),
     ]
-    rows = {r["measurement"]: r for r in exp.analyze("p", "m", local).figures["rows"]}
-    assert rows["TTFT minus provider prefill"]["value_ms"] == pytest.approx(9.0)  # median of 10, 8
-    assert rows["decode per token, client minus provider"]["value_ms"] == pytest.approx(0.3)
-    assert rows["TCP connect (fresh connections)"]["value_ms"] == pytest.approx(0.3)
-    assert rows["prefill (prompt processing)"]["owner"] == "provider"
+    rows = {r.key: r for r in exp.analyze("p", "m", local).figures.rows}
+    assert rows[AttributionKey.TTFT_MINUS_PREFILL].value_ms == pytest.approx(9.0)  # median of 10, 8
+    assert rows[AttributionKey.DECODE_CLIENT_MINUS_PROVIDER].value_ms == pytest.approx(0.3)
+    assert rows[AttributionKey.TCP_CONNECT].value_ms == pytest.approx(0.3)
+    assert rows[AttributionKey.PREFILL].owner == "provider"
 
     hosted = [make_record(experiment="attribution", ttft=300.0, tags={"connection": "fresh"})]
     answer = exp.analyze("h", "m", hosted)
-    rows = {r["measurement"]: r for r in answer.figures["rows"]}
-    assert rows["prefill (prompt processing)"]["value_ms"] is None
-    assert rows["prefill (prompt processing)"]["note"] == "not reported by this provider"
-    assert "cannot be separated" in rows["TTFT minus provider prefill"]["note"]
+    rows = {r.key: r for r in answer.figures.rows}
+    assert rows[AttributionKey.PREFILL].value_ms is None
+    assert rows[AttributionKey.PREFILL].note == "not reported by this provider"
+    assert "cannot be separated" in rows[AttributionKey.TTFT_MINUS_PREFILL].note
     assert "reports no timings of its own" in answer.answer
 
 
@@ -216,8 +217,8 @@ def test_single_excludes_warmups_and_failures() -> None:
         make_record(experiment="single", ttft=None, failed=True),
     ]
     answer = exp.analyze("p", "m", recs)
-    assert answer.figures["ttft_ms_p50"] == pytest.approx(20.0)
-    assert answer.figures["n"] == 3 and answer.figures["failed"] == 1
+    assert answer.figures.ttft_ms_p50 == pytest.approx(20.0)
+    assert answer.figures.n == 3 and answer.figures.failed == 1
     assert answer.status == "partial"
     assert len(measured(recs)) == 3
 
@@ -250,7 +251,7 @@ def test_prefill_decode_says_when_prefill_is_superlinear() -> None:
         for n in (100, 1000, 2000)
     ]
     answer = exp.analyze("p", "m", recs)
-    seg = answer.figures["marginal_ms_per_token"]
-    assert seg[0]["ms_per_token"] == pytest.approx(1.1)  # (1000 - 10) / 900
-    assert seg[1]["ms_per_token"] == pytest.approx(3.0)  # (4000 - 1000) / 1000
+    seg = answer.figures.marginal_ms_per_token
+    assert seg[0].ms_per_token == pytest.approx(1.1)  # (1000 - 10) / 900
+    assert seg[1].ms_per_token == pytest.approx(3.0)  # (4000 - 1000) / 1000
     assert "Prefill is not linear here" in answer.answer

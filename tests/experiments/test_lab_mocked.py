@@ -12,6 +12,7 @@ import respx
 from typer.testing import CliRunner
 
 from labkit.cli import app
+from labkit.figures import AttributionKey
 from labkit.records import LabResults, RequestRecord
 from labkit.sdkpath import SDKRecorder
 
@@ -165,19 +166,19 @@ def test_lab_with_mocked_openai_and_anthropic(tmp_path: Path, monkeypatch) -> No
             assert answer.status == "ok", (provider, kind, answer.answer)
             assert any(ch.isdigit() for ch in answer.answer)
     # token counts: tiktoken for the OpenAI model (cl100k), count_tokens for Anthropic
-    openai_rows = got[("openai", "token_ratio")].figures["rows"]
-    assert all(r["token_source"] == "tiktoken:cl100k_base" for r in openai_rows)
-    assert all(r["tiktoken_tokens"] == r["tokens"] for r in openai_rows)
-    claude_rows = got[("claude", "token_ratio")].figures["rows"]
-    assert all(r["token_source"] == "anthropic:count_tokens" for r in claude_rows)
+    openai_rows = got[("openai", "token_ratio")].figures.rows
+    assert all(r.token_source == "tiktoken:cl100k_base" for r in openai_rows)
+    assert all(r.tiktoken_tokens == r.tokens for r in openai_rows)
+    claude_rows = got[("claude", "token_ratio")].figures.rows
+    assert all(r.token_source == "anthropic:count_tokens" for r in claude_rows)
     # the fit and the fingerprints come from the mocked data
-    fit = got[("openai", "prefill_decode")].figures["fit"]
-    assert fit["n"] == 3
+    fit = got[("openai", "prefill_decode")].figures.fit
+    assert fit.n == 3
     assert "fp_test" in got[("openai", "determinism")].answer
-    attribution = {r["measurement"]: r for r in got[("claude", "attribution")].figures["rows"]}
-    assert attribution["prefill (prompt processing)"]["note"] == "not reported by this provider"
-    openai_attr = {r["measurement"]: r for r in got[("openai", "attribution")].figures["rows"]}
-    assert openai_attr["server processing up to headers"]["value_ms"] == 7.0
+    attribution = {r.key: r for r in got[("claude", "attribution")].figures.rows}
+    assert attribution[AttributionKey.PREFILL].note == "not reported by this provider"
+    openai_attr = {r.key: r for r in got[("openai", "attribution")].figures.rows}
+    assert openai_attr[AttributionKey.SERVER_PROCESSING].value_ms == 7.0
     records = [
         RequestRecord.from_json_line(line)
         for line in (run_dir / "records.jsonl").read_text().splitlines()
@@ -188,7 +189,7 @@ def test_lab_with_mocked_openai_and_anthropic(tmp_path: Path, monkeypatch) -> No
     assert {r.provider for r in sdk} == {"openai", "claude"}
     assert all(r.client.ttft_ms is not None and r.usage.output_tokens == 5 for r in sdk)
     for provider in ("openai", "claude"):
-        rows = {r["measurement"]: r for r in got[(provider, "attribution")].figures["rows"]}
-        assert rows["SDK overhead on TTFT (sdk − wire)"]["value_ms"] is not None
+        rows = {r.key: r for r in got[(provider, "attribution")].figures.rows}
+        assert rows[AttributionKey.SDK_TTFT].value_ms is not None
     assert all(r.error is None for r in records)
     assert any(r.warmup for r in records)

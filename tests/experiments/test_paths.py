@@ -12,6 +12,7 @@ from labkit.config import parse_config
 from labkit.experiments import experiment_class
 from labkit.experiments.attribution import AttributionExperiment, AttributionSettings
 from labkit.experiments.base import Experiment
+from labkit.figures import AttributionKey
 from labkit.providers import Provider, provider_class
 from labkit.records import AppTimings, RequestRecord
 from tests.experiments.records import make_record
@@ -138,20 +139,20 @@ def test_attribution_states_the_sdk_cost_per_request_and_per_event() -> None:
         records.append(_pair(t, 100.0 + extra, sdk, cpu_ms=1.5 + 0.3 * t, path="sdk"))
     answer = AttributionExperiment(AttributionSettings()).analyze("p", "m", records)
     f = answer.figures
-    assert f["sdk_measured"] is True
-    assert f["n_sdk_pairs"] == 4 and f["n_event_delay_pairs"] == 4
-    assert f["sdk_ttft_ms"] == pytest.approx(2.5)  # median of 1, 2, 3, 10
-    assert f["sdk_event_delay_ms"] == pytest.approx(2.5)
-    assert f["cpu_us_per_event_wire"] == pytest.approx(500.0) and f["n_cpu_wire"] == 4
+    assert f.sdk_measured is True
+    assert f.n_sdk_pairs == 4 and f.n_event_delay_pairs == 4
+    assert f.sdk_ttft_ms == pytest.approx(2.5)  # median of 1, 2, 3, 10
+    assert f.sdk_event_delay_ms == pytest.approx(2.5)
+    assert f.cpu_us_per_event_wire == pytest.approx(500.0) and f.n_cpu_wire == 4
     # sdk: (1.5, 1.8, 2.1, 2.4) ms over 3 events = 500, 600, 700, 800 µs
-    assert f["cpu_us_per_event_sdk"] == pytest.approx(650.0) and f["n_cpu_sdk"] == 4
-    assert f["sdk_cpu_us_per_event"] == pytest.approx(150.0) and f["n_cpu_pairs"] == 4
-    rows: dict[str, dict[str, Any]] = {r["measurement"]: r for r in f["rows"]}
-    assert rows["SDK overhead on TTFT (sdk − wire)"]["value_ms"] == pytest.approx(2.5)
-    assert rows["SDK delay per output event (sdk − wire)"]["value_ms"] == pytest.approx(2.5)
-    assert rows["CPU per output event, wire path"]["value_ms"] == pytest.approx(0.5)
-    assert rows["SDK added CPU per output event (sdk − wire)"]["value_ms"] == pytest.approx(0.15)
-    assert rows["SDK added CPU per output event (sdk − wire)"]["owner"] == "application (labkit)"
+    assert f.cpu_us_per_event_sdk == pytest.approx(650.0) and f.n_cpu_sdk == 4
+    assert f.sdk_cpu_us_per_event == pytest.approx(150.0) and f.n_cpu_pairs == 4
+    rows: dict[str, dict[str, Any]] = {r.key: r for r in f.rows}
+    assert rows[AttributionKey.SDK_TTFT].value_ms == pytest.approx(2.5)
+    assert rows[AttributionKey.SDK_EVENT_DELAY].value_ms == pytest.approx(2.5)
+    assert rows[AttributionKey.CPU_PER_EVENT_WIRE].value_ms == pytest.approx(0.5)
+    assert rows[AttributionKey.SDK_ADDED_CPU_PER_EVENT].value_ms == pytest.approx(0.15)
+    assert rows[AttributionKey.SDK_ADDED_CPU_PER_EVENT].owner == "application (labkit)"
     text = answer.answer
     assert "first token came 2.50 ms later" in text and "median of 4 paired requests" in text
     assert "each output event reached the application 2.500 ms later" in text.lower()
@@ -168,19 +169,19 @@ def test_attribution_says_how_much_of_the_sdk_difference_is_the_servers() -> Non
             rec.provider_timings.decode_ms_per_token = server_decode
             records.append(rec)
     answer = AttributionExperiment(AttributionSettings()).analyze("p", "m", records)
-    assert answer.figures["sdk_server_decode_ms_per_token"] == pytest.approx(0.5)
+    assert answer.figures.sdk_server_decode_ms_per_token == pytest.approx(0.5)
     assert "server's own decode was 0.500 ms slower per token" in answer.answer
 
 
 def test_attribution_says_when_the_sdk_was_not_measured() -> None:
     wire_only = [_pair(t, 100.0, [100.0, 110.0], 1.0, "wire") for t in range(2)]
     answer = AttributionExperiment(AttributionSettings()).analyze("p", "m", wire_only)
-    assert answer.status == "ok" and answer.figures["sdk_measured"] is False
+    assert answer.status == "ok" and answer.figures.sdk_measured is False
     assert "The SDK path was not measured: the fake kind has no official SDK." in answer.answer
-    rows = {r["measurement"]: r for r in answer.figures["rows"]}
-    assert rows["SDK delay per output event (sdk − wire)"]["value_ms"] is None
-    assert "not measured" in rows["SDK delay per output event (sdk − wire)"]["note"]
-    assert rows["CPU per output event, wire path"]["value_ms"] == pytest.approx(0.5)
+    rows = {r.key: r for r in answer.figures.rows}
+    assert rows[AttributionKey.SDK_EVENT_DELAY].value_ms is None
+    assert "not measured" in rows[AttributionKey.SDK_EVENT_DELAY].note
+    assert rows[AttributionKey.CPU_PER_EVENT_WIRE].value_ms == pytest.approx(0.5)
     silent = AttributionExperiment(AttributionSettings(paths=["wire"])).analyze("p", "m", wire_only)
     assert "SDK" not in silent.answer
 

@@ -7,6 +7,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from labkit.figures import (
+    Figures,
+    LinearFit,
+    PrefillDecodeFigures,
+    PrefillPoint,
+    SingleFigures,
+    TokenRatioFigures,
+    TokenRatioRow,
+)
 from labkit.records import (
     AppTimings,
     ClientTimings,
@@ -128,7 +137,7 @@ def write_run(
 def full_lab(run_id: str = "run-1") -> LabResults:
     """A lab.json with the five answers and the figures the plots read."""
 
-    def ans(exp: str, provider: str, text: str, figures: dict[str, Any]) -> LabAnswer:
+    def ans(exp: str, provider: str, text: str, figures: Figures | None) -> LabAnswer:
         return LabAnswer(
             experiment=exp,
             provider=provider,
@@ -138,59 +147,55 @@ def full_lab(run_id: str = "run-1") -> LabResults:
             figures=figures,
         )
 
+    def ratio_row(text_id: str, chars: int, tiktoken: int | None) -> TokenRatioRow:
+        return TokenRatioRow(
+            text_id=text_id,
+            chars=chars,
+            bytes=chars,
+            tokens=100,
+            token_source="provider",
+            chars_per_token=chars / 100,
+            rule_of_4_estimate=chars / 4,
+            rule_of_4_error_pct=(chars / 4 - 100),
+            tiktoken_tokens=tiktoken,
+        )
+
     return LabResults(
         run_id=run_id,
         answers=[
-            ans("single", "local", "TTFT was 100 ms; decode 10 ms/token.", {"ttft_ms": 100.0}),
+            ans(
+                "single",
+                "local",
+                "TTFT was 100 ms; decode 10 ms/token.",
+                SingleFigures(n=3, failed=0, ttft_ms_p50=100.0),
+            ),
             ans(
                 "token_ratio",
                 "local",
                 "English prose ran 4.2 characters per token.",
-                {
-                    "rows": [
-                        {
-                            "text_id": "prose",
-                            "chars": 420,
-                            "bytes": 420,
-                            "tokens": 100,
-                            "token_source": "provider",
-                            "chars_per_token": 4.2,
-                            "rule_of_4_error_pct": 5.0,
-                            "tiktoken_tokens": 98,
-                        },
-                        {
-                            "text_id": "code",
-                            "chars": 300,
-                            "bytes": 300,
-                            "tokens": 100,
-                            "token_source": "provider",
-                            "chars_per_token": 3.0,
-                            "rule_of_4_error_pct": -25.0,
-                            "tiktoken_tokens": None,
-                        },
-                    ]
-                },
+                TokenRatioFigures(rows=[ratio_row("prose", 420, 98), ratio_row("code", 300, None)]),
             ),
-            ans("determinism", "local", "5 of 5 seeded runs gave the same text.", {}),
+            ans("determinism", "local", "5 of 5 seeded runs gave the same text.", None),
             ans(
                 "prefill_decode",
                 "local",
                 "Prefill costs 0.2 ms per prompt token.",
-                {
-                    "points": [
-                        {
-                            "input_tokens": t,
-                            "ttft_ms": 20 + 0.2 * t,
-                            "prefill_ms": 0.2 * t,
-                            "decode_ms_per_token": 10.0,
-                            "cached_tokens": 0,
-                        }
+                PrefillDecodeFigures(
+                    points=[
+                        PrefillPoint(
+                            target_prompt_tokens=t,
+                            input_tokens=t,
+                            ttft_ms=20 + 0.2 * t,
+                            prefill_ms=0.2 * t,
+                            decode_ms_per_token=10.0,
+                            cached_tokens=0,
+                        )
                         for t in (128, 256, 512, 1024)
                     ],
-                    "fit": {"ms_per_token": 0.2, "intercept_ms": 20.0, "r2": 1.0, "n": 4},
-                },
+                    fit=LinearFit(ms_per_token=0.2, intercept_ms=20.0, r2=1.0, n=4),
+                ),
             ),
-            ans("attribution", "local", "Network and front end add 5 ms to TTFT.", {}),
+            ans("attribution", "local", "Network and front end add 5 ms to TTFT.", None),
         ],
     )
 

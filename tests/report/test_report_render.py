@@ -152,3 +152,19 @@ def test_load_levels_table_figure_and_client_bound_note(tmp_path: Path) -> None:
     assert "local · load · c4: client-bound" in md and "`workers`" in md
     assert "local · load · c1" not in md
     assert "Load levels" in paths.html.read_text(encoding="utf-8")
+
+
+def test_missing_timings_from_a_kind_that_reports_them_are_said_apart(tmp_path: Path) -> None:
+    # The manifest says which providers report their own timings (the provider's
+    # capability); the report tells "this kind never does" from "none arrived this time".
+    manifest = {
+        "providers": {
+            "hosted": {"status": "ok", "reports_server_timings": True},
+            "local": {"status": "ok", "reports_server_timings": True},
+        }
+    }
+    run_dir = write_run(tmp_path / "run", mixed_records(), lab=full_lab(), manifest=manifest)
+    md = _md(write_report(run_dir).md)
+    assert "hosted: its kind reports prefill/decode timings of its own, but none arrived" in md
+    assert "hosted: reports no prefill/decode timings of its own" not in md
+    assert "local: its kind reports" not in md  # its timings did arrive

@@ -260,7 +260,7 @@ def _run(
 
 def _levels(result: RunResult) -> list[dict[str, Any]]:
     (answer,) = [a for a in result.lab.answers if a.experiment == "load"]
-    return list(answer.figures["levels"])
+    return list(answer.figures.levels)
 
 
 @pytest.mark.integration
@@ -268,16 +268,16 @@ def test_load_levels_through_the_runner(tmp_path: Path) -> None:
     result = _run({"concurrency": [1, 4], "requests": 8, "warmup": 1}, tmp_path)
     assert result.status == "completed"
     rows = _levels(result)
-    assert [r["level"] for r in rows] == ["c1", "c4"]
+    assert [r.level for r in rows] == ["c1", "c4"]
     for row in rows:
-        assert row["ok"] == 8 and row["failed"] == 0
+        assert row.ok == 8 and row.failed == 0
         # 20 ms to the first token on the schedule; loopback adds little. The upper margins
         # (2x on TTFT, 15 % on 4 ms decode) cover late wake-ups on a busy 2-core machine.
-        assert 19 < row["ttft_ms_p50"] < 40
-        assert 3.8 < row["decode_ms_per_token_p50"] < 4.6
+        assert 19 < row.ttft_ms_p50 < 40
+        assert 3.8 < row.decode_ms_per_token_p50 < 4.6
     # Four streams at once: about four times the aggregate throughput of one.
-    assert rows[1]["output_tokens_per_s"] > 3 * rows[0]["output_tokens_per_s"]
-    assert 3.0 < rows[1]["mean_in_flight"] <= 4.05
+    assert rows[1].output_tokens_per_s > 3 * rows[0].output_tokens_per_s
+    assert 3.0 < rows[1].mean_in_flight <= 4.05
     records = [r for r in result.records if not r.warmup]
     assert len(records) == 16 and all(r.t_start_mono_ns for r in records)
     assert {r.client.queue_ms for r in records} == {0.0}
@@ -290,10 +290,10 @@ def test_load_levels_through_the_runner(tmp_path: Path) -> None:
 def test_open_loop_reports_target_and_achieved_rate(tmp_path: Path) -> None:
     result = _run({"rate": [25], "arrival": "constant", "requests": 12, "warmup": 0}, tmp_path)
     (row,) = _levels(result)
-    assert row["ok"] == 12 and row["target"] == 25
+    assert row.ok == 12 and row.target == 25
     # 10 % on the rate and 20 ms of queueing: one late wake-up in 12 arrivals 40 ms apart.
-    assert abs(row["achieved_rate_rps"] / 25 - 1) < 0.1, row["achieved_rate_rps"]
-    assert row["queue_ms_max"] is not None and row["queue_ms_max"] < 20
+    assert abs(row.achieved_rate_rps / 25 - 1) < 0.1, row.achieved_rate_rps
+    assert row.queue_ms_max is not None and row.queue_ms_max < 20
     (answer,) = result.lab.answers
     assert "target 25 req/s, achieved" in answer.answer
 
@@ -313,12 +313,12 @@ def test_a_blocked_event_loop_is_flagged_client_bound(tmp_path: Path) -> None:
     )
     (row,) = _levels(result)
     # The hog blocks 8 ms of every 10: a median lag over 3 ms only needs it to have run at all.
-    assert row["client_bound"] and row["loop_lag_ms_p50"] > 3.0
+    assert row.client_bound and row.loop_lag_ms_p50 > 3.0
     (answer,) = result.lab.answers
     assert CLIENT_BOUND in answer.answer
     # labkit's own thread was the busy one, so the fix is more processes — unless the whole
     # machine was saturated by others meanwhile (labkit then got under 60% of a CPU).
-    busy = row["labkit_cpu_share"] >= SATURATED_CPU_SHARE
+    busy = row.labkit_cpu_share >= SATURATED_CPU_SHARE
     assert (CLIENT_BOUND_FIX if busy else CPU_STARVED_FIX) in answer.answer
     notes = client_bound_notes(result.records)
     assert len(notes) == 1 and "s · load · c2" in notes[0]
@@ -351,7 +351,7 @@ def test_a_free_event_loop_is_not_flagged(tmp_path: Path) -> None:
         config = _config({"concurrency": [1, 2], "requests": 8, "warmup": 1}, url)
         result = asyncio.run(prepare_run(config, RunOptions(out_dir=tmp_path)).run())
     for row in _levels(result):
-        assert not row["client_bound"], [r.client.loop_lag_ms for r in result.records]
+        assert not row.client_bound, [r.client.loop_lag_ms for r in result.records]
     assert client_bound_notes(result.records) == []
 
 
@@ -391,13 +391,13 @@ def test_worker_processes_produce_the_same_records_as_one_process(tmp_path: Path
     assert (starts[-1] - starts[0]) / 1e9 < 5.0
     assert (two.folder.path / "worker-logs").is_dir()
     rows = _levels(two)
-    assert rows[1]["workers"] == 2 and rows[1]["ok"] == 8
+    assert rows[1].workers == 2 and rows[1].ok == 8
 
 
 @pytest.mark.unit
 def test_level_figures_of_an_empty_level() -> None:
     row = level_figures(Level(0, "concurrency", 4), [])
-    assert row["ok"] == 0 and row["output_tokens_per_s"] is None and not row["client_bound"]
+    assert row.ok == 0 and row.output_tokens_per_s is None and not row.client_bound
 
 
 # --- Ctrl-C and resume -------------------------------------------------------------------
@@ -493,4 +493,4 @@ def test_resume_runs_again_only_the_level_that_was_cut_short(tmp_path: Path) -> 
     assert len(c2) == 2 + 4  # the cut pass stays on disk, a full pass follows
     assert len({r.tags["level_run"] for r in c2}) == 2
     rows = _levels(second)
-    assert rows[1]["ok"] == 4 and rows[1]["requests"] == 4  # the answer uses the last pass
+    assert rows[1].ok == 4 and rows[1].requests == 4  # the answer uses the last pass

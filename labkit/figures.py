@@ -1,0 +1,376 @@
+"""The typed figures behind each experiment's answer: what `lab.json` holds under `figures`.
+
+Each experiment kind has one model, told apart by its `kind` field; the run summary and the
+report read these fields, never a key of a loose dict and never a human label. Every
+aggregate is computed once, in the experiment's `analyze`, and rendered from here (the
+answer's sentences, the run summary's tables, the report's tables and plots).
+
+Like `labkit.records`, this module is the contract a report reads from a run folder made
+on another machine: it imports nothing of labkit's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import StrEnum
+from typing import Annotated, Any, Literal, TypeAlias
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+__all__ = [
+    "FIGURE_KINDS",
+    "AttributionFigures",
+    "AttributionKey",
+    "AttributionRow",
+    "CacheEffect",
+    "DeterminismFigures",
+    "Figures",
+    "LinearFit",
+    "LoadFigures",
+    "LoadLevel",
+    "MarginalCost",
+    "PrefillDecodeFigures",
+    "PrefillPoint",
+    "SingleFigures",
+    "TokenRatioFigures",
+    "TokenRatioRow",
+    "VariantRow",
+    "read_figures",
+]
+
+
+class _Figures(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# --- single --------------------------------------------------------------------------------
+
+
+class SingleFigures(_Figures):
+    """`single`: medians of each stage over the measured requests."""
+
+    kind: Literal["single"] = "single"
+    n: int = Field(description="Successful measured requests.")
+    failed: int = Field(description="Failed measured requests.")
+    input_tokens_p50: float | None = None
+    output_tokens_p50: float | None = None
+    headers_ms_p50: float | None = None
+    first_event_ms_p50: float | None = None
+    ttft_ms_p50: float | None = None
+    ttft_ms_p90: float | None = None
+    last_token_ms_p50: float | None = None
+    e2e_ms_p50: float | None = None
+    decode_ms_per_token_p50: float | None = None
+    provider_prefill_ms_p50: float | None = None
+    provider_decode_ms_per_token_p50: float | None = None
+    stop_reasons: dict[str, int] = Field(
+        default_factory=dict, description="How often each stop reason occurred."
+    )
+
+
+# --- prefill_decode ------------------------------------------------------------------------
+
+
+class LinearFit(_Figures):
+    """A least-squares line y = ms_per_token · tokens + intercept_ms."""
+
+    ms_per_token: float
+    intercept_ms: float
+    r2: float
+    n: int = Field(description="Points fitted.")
+
+    @classmethod
+    def least_squares(cls, xs: Sequence[float], ys: Sequence[float]) -> LinearFit | None:
+        """Ordinary least squares over the points, with r²; None under 2 distinct x.
+
+        The one fit labkit computes: the experiments' answers and the report's plots (for a
+        run whose lab.json has none) both draw their line from here.
+        """
+        n = len(xs)
+        if n < 2 or len(set(xs)) < 2:
+            return None
+        mx = sum(xs) / n
+        my = sum(ys) / n
+        sxx = sum((x - mx) ** 2 for x in xs)
+        sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
+        slope = sxy / sxx
+        intercept = my - slope * mx
+        ss_tot = sum((y - my) ** 2 for y in ys)
+        ss_res = sum((y - (slope * x + intercept)) ** 2 for x, y in zip(xs, ys, strict=True))
+        r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0
+        return cls(ms_per_token=slope, intercept_ms=intercept, r2=r2, n=n)
+
+
+class PrefillPoint(_Figures):
+    """Medians of the cold requests at one target prompt length."""
+
+    target_prompt_tokens: int
+    input_tokens: float | None = None
+    ttft_ms: float | None = None
+    prefill_ms: float | None = None
+    decode_ms_per_token: float | None = None
+    provider_decode_ms_per_token: float | None = None
+    cached_tokens: float | None = None
+    n: int = 0
+
+
+class MarginalCost(_Figures):
+    """TTFT cost of one more prompt token between two consecutive sweep points."""
+
+    from_tokens: float
+    to_tokens: float
+    ms_per_token: float
+
+
+class CacheEffect(_Figures):
+    """The repeated-prefix variant: TTFT of the first send against the cache hits."""
+
+    prefix_tokens: int | None = None
+    prime_ttft_ms: float | None = None
+    hit_ttft_ms: float | None = None
+    prime_cached_tokens: float | None = None
+    hit_cached_tokens: float | None = None
+    hit_input_tokens: float | None = None
+    n_hits: int = 0
+
+
+class PrefillDecodeFigures(_Figures):
+    """`prefill_decode`: the sweep, its fits and the cache variant."""
+
+    kind: Literal["prefill_decode"] = "prefill_decode"
+    points: list[PrefillPoint] = Field(default_factory=list)
+    fit: LinearFit | None = Field(default=None, description="Client TTFT against input tokens.")
+    server_prefill_fit: LinearFit | None = None
+    decode_fit: LinearFit | None = Field(
+        default=None, description="Client decode ms/token against input tokens."
+    )
+    cold_cache_hits: int = 0
+    cache_control: str = ""
+    cache: CacheEffect | None = None
+    marginal_ms_per_token: list[MarginalCost] = Field(default_factory=list)
+
+
+# --- token_ratio ---------------------------------------------------------------------------
+
+
+class TokenRatioRow(_Figures):
+    """One text: its size in characters, bytes and tokens, and the 4-characters rule."""
+
+    text_id: str
+    chars: int
+    bytes: int
+    tokens: int | None = None
+    token_source: str
+    chars_per_token: float | None = None
+    bytes_per_token: float | None = None
+    rule_of_4_estimate: float
+    rule_of_4_error_pct: float | None = None
+    usage_input_tokens: float | None = None
+    usage_text_tokens: float | None = None
+    tiktoken_tokens: int | None = Field(
+        default=None, description="The offline tokenizer's count, where labkit has one."
+    )
+
+
+class TokenRatioFigures(_Figures):
+    """`token_ratio`: a row per text."""
+
+    kind: Literal["token_ratio"] = "token_ratio"
+    rows: list[TokenRatioRow] = Field(default_factory=list)
+    baseline_usage_input_tokens: float | None = None
+    count_error: str | None = None
+
+
+# --- determinism ---------------------------------------------------------------------------
+
+
+class VariantRow(_Figures):
+    """One sampling variant: were its outputs identical, and where did they diverge."""
+
+    variant: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    n: int
+    identical: bool | None = None
+    distinct_outputs: int
+    first_divergent_token: int | None = None
+    common_prefix_tokens: int | None = None
+    output_tokens: list[int] = Field(default_factory=list)
+    system_fingerprints: list[str] = Field(default_factory=list)
+
+
+class DeterminismFigures(_Figures):
+    """`determinism`: a row per variant and the tokenizer the outputs were compared with."""
+
+    kind: Literal["determinism"] = "determinism"
+    variants: list[VariantRow] = Field(default_factory=list)
+    tokenizer: str = "characters"
+
+
+# --- attribution ---------------------------------------------------------------------------
+
+
+class AttributionKey(StrEnum):
+    """The stable key of each attribution row (its label is for people and may change)."""
+
+    PREFILL = "prefill"
+    DECODE_PER_TOKEN = "decode_per_token"
+    SERVER_PROCESSING = "server_processing"
+    TCP_CONNECT = "tcp_connect"
+    TLS_HANDSHAKE = "tls_handshake"
+    REQUEST_SENT = "request_sent"
+    RESPONSE_HEADERS = "response_headers"
+    TTFT_MINUS_PREFILL = "ttft_minus_prefill"
+    DECODE_CLIENT_MINUS_PROVIDER = "decode_client_minus_provider"
+    REQUEST_PREPARATION = "request_preparation"
+    STREAM_PARSING = "stream_parsing"
+    LABKIT_QUEUE = "labkit_queue"
+    LOOP_LAG = "loop_lag"
+    SDK_TTFT = "sdk_ttft"
+    SDK_PER_TOKEN = "sdk_per_token"
+    SDK_EVENT_DELAY = "sdk_event_delay"
+    CPU_PER_EVENT_WIRE = "cpu_per_event_wire"
+    CPU_PER_EVENT_SDK = "cpu_per_event_sdk"
+    SDK_ADDED_CPU_PER_EVENT = "sdk_added_cpu_per_event"
+
+
+class AttributionRow(_Figures):
+    """One measurement, its owner and median value, or why there is none."""
+
+    key: AttributionKey
+    measurement: str = Field(description="The measurement in words.")
+    owner: str
+    value_ms: float | None = None
+    source: str
+    note: str | None = None
+
+
+class AttributionFigures(_Figures):
+    """`attribution`: a row per measurement, and the SDK path's paired differences."""
+
+    kind: Literal["attribution"] = "attribution"
+    rows: list[AttributionRow] = Field(default_factory=list)
+    ttft_ms_p50: float | None = None
+    provider_reports_timings: bool = False
+    n: int = 0
+    n_fresh_connection: int = 0
+    sdk_measured: bool = False
+    n_sdk_pairs: int = 0
+    sdk_ttft_ms: float | None = None
+    sdk_event_delay_ms: float | None = None
+    n_event_delay_pairs: int = 0
+    cpu_us_per_event_wire: float | None = None
+    n_cpu_wire: int = 0
+    cpu_us_per_event_sdk: float | None = None
+    n_cpu_sdk: int = 0
+    sdk_cpu_us_per_event: float | None = None
+    n_cpu_pairs: int = 0
+    sdk_server_decode_ms_per_token: float | None = None
+
+    def row(self, key: AttributionKey) -> AttributionRow:
+        """The row of `key` (KeyError when the figures have none)."""
+        for row in self.rows:
+            if row.key == key:
+                return row
+        raise KeyError(key)
+
+    def value(self, key: AttributionKey) -> float | None:
+        """The median value of the row of `key`, in ms (None: not measured)."""
+        return self.row(key).value_ms
+
+
+# --- load ----------------------------------------------------------------------------------
+
+
+class LoadLevel(_Figures):
+    """One pass of one load level: a row of the load table."""
+
+    level: str = Field(description="`c8` or `r2.5`: the level's tag in records.")
+    title: str = Field(description="`concurrency 8` or `2.5 req/s`.")
+    mode: Literal["concurrency", "rate"]
+    arrival: str | None = None
+    target: float
+    workers: int | None = None
+    requests: int = 0
+    ok: int = 0
+    failed: int = 0
+    duration_s: float | None = None
+    achieved_rate_rps: float | None = None
+    completed_rps: float | None = None
+    mean_in_flight: float | None = None
+    output_tokens_per_s: float | None = None
+    ttft_ms_p50: float | None = None
+    ttft_ms_p90: float | None = None
+    ttft_ms_p99: float | None = None
+    decode_ms_per_token_p50: float | None = None
+    decode_ms_per_token_p99: float | None = None
+    e2e_ms_p50: float | None = None
+    e2e_ms_p99: float | None = None
+    queue_ms_p50: float | None = None
+    queue_ms_p99: float | None = None
+    queue_ms_max: float | None = None
+    loop_lag_ms_p50: float | None = None
+    loop_lag_ms_max: float | None = None
+    labkit_cpu_share: float | None = None
+    client_bound: bool = False
+    client_bound_fix: str | None = None
+
+    @property
+    def display_title(self) -> str:
+        """The title as tables show it: the arrival process of a rate level included."""
+        if self.mode == "rate" and self.arrival:
+            return f"{self.title} ({self.arrival})"
+        return self.title
+
+
+class LoadFigures(_Figures):
+    """`load`: a row per level, in the order they ran."""
+
+    kind: Literal["load"] = "load"
+    levels: list[LoadLevel] = Field(default_factory=list)
+    mode: Literal["concurrency", "rate"]
+
+
+Figures: TypeAlias = Annotated[
+    SingleFigures
+    | PrefillDecodeFigures
+    | TokenRatioFigures
+    | DeterminismFigures
+    | AttributionFigures
+    | LoadFigures,
+    Field(discriminator="kind"),
+]
+"""Any experiment's figures, told apart by `kind`."""
+
+_ADAPTER: TypeAdapter[Figures] = TypeAdapter(Figures)
+
+#: The experiment kinds that have figures (each model's `kind`).
+FIGURE_KINDS: frozenset[str] = frozenset(
+    str(model.model_fields["kind"].default)
+    for model in (
+        SingleFigures,
+        PrefillDecodeFigures,
+        TokenRatioFigures,
+        DeterminismFigures,
+        AttributionFigures,
+        LoadFigures,
+    )
+)
+
+
+def read_figures(raw: Any, experiment: str) -> Any:
+    """`raw` as `LabAnswer.figures` accepts it, for a `lab.json` written by any labkit.
+
+    Figures with a `kind` pass through (and are validated as that kind). A `lab.json`
+    written before figures were typed has plain dicts without `kind`: the kind comes from
+    the experiment's name (`load#1` -> `load`); figures of that older shape that no longer
+    validate, and an empty dict (an answer whose analysis failed), become None.
+    """
+    if raw is None or not isinstance(raw, dict) or "kind" in raw:
+        return raw
+    kind = experiment.split("#", 1)[0]
+    if not raw or kind not in FIGURE_KINDS:
+        return None
+    try:
+        return _ADAPTER.validate_python({**raw, "kind": kind})
+    except ValidationError:
+        return None
