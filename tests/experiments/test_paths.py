@@ -17,6 +17,8 @@ from labkit.providers import Provider, provider_class
 from labkit.records import AppTimings, RequestRecord
 from tests.experiments.records import make_record
 
+pytestmark = pytest.mark.unit
+
 
 def _lab(providers: str, experiments: str) -> tuple[list[Provider], list[Experiment]]:
     import yaml
