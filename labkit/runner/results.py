@@ -280,9 +280,10 @@ class RunFolder:
         return path.open("ab", buffering=0)
 
     def read_records(self, on_skip: Callable[[str], None] | None = None) -> list[RequestRecord]:
-        """Every valid record. A line that is not one is skipped: silently when it is an
-        unfinished last line (a killed run cut it off mid-write), else with `on_skip` told
-        its line number and why."""
+        """Every valid record on a finished line. A last line without its newline was cut
+        off mid-write (a killed run, a full disk) and is skipped silently, even when what
+        arrived parses: the next `append` removes it, so its request must be redone. Any
+        other line that is not a record is skipped with `on_skip` told its number and why."""
         try:
             if not self.records_path.exists():
                 return []
@@ -293,12 +294,12 @@ class RunFolder:
         cut_off = len(lines) if data and not data.endswith(b"\n") else 0
         out = []
         for n, line in enumerate(lines, 1):
-            if not line.strip():
+            if not line.strip() or n == cut_off:
                 continue
             try:
                 out.append(RequestRecord.from_json_line(line.decode("utf-8")))
             except ValueError as exc:  # UnicodeDecodeError and ValidationError included
-                if n != cut_off and on_skip is not None:
+                if on_skip is not None:
                     first = str(exc).splitlines()[0]
                     on_skip(f"{self.records_path}:{n}: skipped, not a valid record ({first})")
         return out

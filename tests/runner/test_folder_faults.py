@@ -302,6 +302,10 @@ def test_only_an_unfinished_last_line_is_skipped_silently(tmp_path: Path) -> Non
     folder.records_path.write_text(good + '\n{"complete": "but no record"}\n')
     assert len(folder.read_records(on_skip=warnings.append)) == 3
     assert len(warnings) == 1 and ":4: skipped, not a valid record" in warnings[0]
+    # A whole record but no newline: the disk filled up at the last byte. It is not taken
+    # as done, since the next append removes it.
+    folder.records_path.write_text(good + "\n" + records[3].to_json_line())
+    assert len(folder.read_records(on_skip=warnings.append)) == 3 and len(warnings) == 1
     # The next record starts on a line of its own, after the cut-off one is removed.
     folder.records_path.write_text(good + "\n" + records[3].to_json_line()[:50])
     folder.append(records[3])
