@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 CONFIG ?= configs/quickstart.yaml
 
-.PHONY: lab test lint typecheck check setup browser format bench bench-load clean
+.PHONY: lab test test-unit test-integration test-e2e lint typecheck check setup browser format bench bench-load clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,10 +28,24 @@ setup: $(STAMP)
 browser:
 	bash scripts/install-browser.sh
 
-## The whole test suite: offline (respx mocks) plus the real llama-server and a real browser.
+## The whole test suite, every tier: unit, integration, and e2e (the real llama-server and a
+## real browser, which it sets up first).
 test: $(STAMP) browser
 	$(BIN)/labkit setup
 	$(BIN)/python -m pytest -q
+
+## No sockets, a scripted clock: needs nothing but the venv (no llama-server, no browser).
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest -q -m unit
+
+## Real sockets on 127.0.0.1 and real time; still no llama-server or browser.
+test-integration: $(STAMP)
+	$(BIN)/python -m pytest -q -m integration
+
+## The real llama-server and model, and a real headless browser.
+test-e2e: $(STAMP) browser
+	$(BIN)/labkit setup
+	$(BIN)/python -m pytest -q -m e2e
 
 lint: $(STAMP)
 	$(BIN)/ruff check labkit tests benchmarks

@@ -7,12 +7,17 @@
     labkit fake-server [--port N] [schedule options]
     labkit kinds
 
-Every user error is one red line on stderr and a non-zero exit, never a traceback.
+Every user error is one red line on stderr and a non-zero exit, never a traceback. SIGTERM
+stops a run as Ctrl-C does (records kept, manifest `interrupted`, exit 143), and so does the
+run folder's first failed write (manifest `failed` with the reason, exit 1).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import math
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -60,7 +65,7 @@ app = typer.Typer(
 console = SafeConsole()
 if not console.is_terminal:  # logs and CI: wide enough for the summary table
     console.width = max(console.width, 140)
-err_console = SafeConsole(stderr=True)
+err_console = SafeConsole(stderr=True, soft_wrap=True)  # an error is one line, however long
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
@@ -90,6 +95,45 @@ class _ProgressView:
         )
 
 
+class _Stopped(Exception):
+    """The run was stopped before its end, like Ctrl-C: by SIGTERM or a failed write."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+_SIGTERM = "SIGTERM"
+
+
+async def _supervised(runner: Runner) -> RunResult:
+    """`run_lab`, cancelled as Ctrl-C cancels it when SIGTERM arrives or when the run folder
+    first fails to write (every later record would be lost); raises `_Stopped` then."""
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    assert main is not None
+    stopped: list[str] = []
+
+    def stop(reason: str) -> None:
+        if not stopped:  # a second signal must not cut the clean-up short
+            stopped.append(reason)
+            main.cancel()
+
+    with contextlib.suppress(ValueError, RuntimeError):  # only the main thread may; else default
+        loop.add_signal_handler(signal.SIGTERM, stop, _SIGTERM)
+    runner.folder.on_write_error = stop
+    try:
+        return await run_lab(runner)
+    except asyncio.CancelledError:
+        if stopped:
+            raise _Stopped(stopped[0]) from None
+        raise
+    finally:
+        runner.folder.on_write_error = None
+        with contextlib.suppress(ValueError, RuntimeError):
+            loop.remove_signal_handler(signal.SIGTERM)
+
+
 def _execute(runner: Runner) -> RunResult:
     # The live display redraws from its own thread. A Python thread holds the GIL for up to
     # the switch interval (5 ms by default) before the event loop gets it back, which would
@@ -111,7 +155,7 @@ def _execute(runner: Runner) -> RunResult:
     runner.on_message = lambda m: progress.console.print(escape(m))
     try:
         with progress:
-            return asyncio.run(run_lab(runner))
+            return asyncio.run(_supervised(runner))
     finally:
         sys.setswitchinterval(previous_interval)
 
@@ -121,7 +165,7 @@ def run(
     config: Annotated[Path | None, typer.Argument(help="A YAML config (configs/*.yaml).")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="Output folder for runs.")] = None,
     repeats: Annotated[
-        int | None, typer.Option("--repeats", min=1, help="Override every experiment's repeats.")
+        int | None, typer.Option("--repeats", help="Override every experiment's repeats (≥ 1).")
     ] = None,
     provider: Annotated[
         list[str] | None, typer.Option("--provider", help="Run only this provider id (repeatable).")
@@ -136,8 +180,10 @@ def run(
 ) -> None:
     """Run a config against every available provider and write a run folder."""
     try:
+        if repeats is not None:
+            _check_range("--repeats", repeats, 1)
         if resume is not None:
-            runner = prepare_resume(resume)
+            runner = prepare_resume(resume, on_warning=_warn)
         elif config is None:
             raise fail("give a CONFIG to run, or --resume RUN_DIR")
         else:
@@ -154,25 +200,66 @@ def run(
             )
     except LabkitError as exc:
         raise fail(str(exc)) from None
+    try:
+        _run_and_report(runner, report)
+    finally:
+        runner.folder.release()
+
+
+def _run_and_report(runner: Runner, report: bool) -> None:
     folder = runner.folder.path
     console.print(f"run folder: [bold]{escape(str(folder))}[/]")
     try:
         result = _execute(runner)
+    except _Stopped as exc:
+        if exc.reason == _SIGTERM:
+            raise _interrupted(runner, "interrupted by SIGTERM", 143) from None
+        raise fail(
+            f"{exc.reason}; the run stopped, the records written before are kept in {folder}; "
+            f"once it can be written again, finish it with: labkit run --resume {folder}"
+        ) from None
     except KeyboardInterrupt:
-        kept = sum(1 for _ in runner.folder.read_records())
-        err_console.print(
-            f"[bold yellow]interrupted:[/] {kept} records kept in {escape(str(folder))}; "
-            f"finish it with: labkit run --resume {escape(str(folder))}"
-        )
-        raise typer.Exit(130) from None
+        raise _interrupted(runner, "interrupted", 130) from None
     except LabkitError as exc:
         raise fail(f"{exc} (records so far are kept in {folder})") from None
-    _print_result(result)
+    try:
+        _print_result(result)
+    except OSError as exc:
+        err_console.print(f"[yellow]summary not written:[/] {escape(str(exc))}")
     if report:
         _write_report(folder)
     if not any(o.status == "ok" for o in result.outcomes):
         reasons = "; ".join(f"{o.id}: {o.reason}" for o in result.outcomes if o.reason)
         raise fail(f"no provider completed a request ({reasons})")
+
+
+def _interrupted(runner: Runner, how: str, code: int) -> typer.Exit:
+    """Say, in one line, what an interrupted run kept and how to finish it."""
+    folder = escape(str(runner.folder.path))
+    try:
+        kept = f"{len(runner.folder.read_records())} records"
+    except LabkitError:
+        kept = "the records"
+    err_console.print(
+        f"[bold yellow]{how}:[/] {kept} kept in {folder}; "
+        f"finish it with: labkit run --resume {folder}"
+    )
+    return typer.Exit(code)
+
+
+def _warn(message: str) -> None:
+    err_console.print(f"[bold yellow]warning:[/] {escape(message)}")
+
+
+def _check_range(
+    option: str, value: float, low: float, high: float | None = None, *, finite: bool = False
+) -> None:
+    """One clear error for a number out of range (typer's own check prints a box)."""
+    if math.isnan(value) or (finite and math.isinf(value)):
+        raise fail(f"{option} must be a finite number (got {value})")
+    if value < low or (high is not None and value > high):
+        allowed = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise fail(f"{option} must be {allowed} (got {value})")
 
 
 def _print_summary(result: RunResult, out: Console, *, outcomes: bool = True) -> None:
@@ -230,6 +317,10 @@ def fake_server(
     """Serve the fake provider's schedule as an OpenAI-compatible server on 127.0.0.1."""
     from labkit.fakeserver import FakeServer
 
+    _check_range("--port", port, 0, 65535)
+    _check_range("--first-token-ms", first_token_ms, 0, finite=True)
+    _check_range("--token-interval-ms", token_interval_ms, 0, finite=True)
+    _check_range("--tokens", tokens, 0)
     schedule = FakeSchedule(
         first_token_ms=first_token_ms, token_interval_ms=token_interval_ms, tokens=tokens
     )
@@ -238,11 +329,18 @@ def fake_server(
     async def serve() -> None:
         await server.start()
         console.print(f"fake OpenAI-compatible server at [bold]{server.base_url}[/] (Ctrl-C stops)")
-        await server.serve_forever()
+        loop = asyncio.get_running_loop()
+        serving = asyncio.current_task()
+        assert serving is not None
+        loop.add_signal_handler(signal.SIGTERM, serving.cancel)
+        try:
+            await server.serve_forever()
+        finally:
+            await server.stop()
 
     try:
         asyncio.run(serve())
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, asyncio.CancelledError):
         pass
     except OSError as exc:
         raise fail(f"cannot serve on 127.0.0.1:{port}: {exc.strerror or exc}") from None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from typing import Any
 
 from labkit.providers.fake import FakeDrop, FakeSchedule, error_body, fake_stream
 
@@ -73,16 +74,24 @@ class FakeServer:
                     if ":" in line:
                         k, v = line.split(":", 1)
                         headers[k.strip().lower()] = v.strip()
-                length = int(headers.get("content-length", "0"))
+                length = _content_length(headers.get("content-length", "0"))
+                parts = request_line.split(" ", 2)
+                if length is None or len(parts) != 3:
+                    await _send_simple(writer, 400, _error_json("malformed HTTP request"))
+                    break
                 body = await reader.readexactly(length) if length else b""
-                method, path, _ = request_line.split(" ", 2)
+                method, path, _ = parts
                 if method == "POST" and path.endswith("/chat/completions"):
-                    await self._chat(writer, json.loads(body or b"{}"))
+                    payload, problem = _chat_payload(body)
+                    if payload is None:
+                        await _send_simple(writer, 400, _error_json(problem))
+                    else:
+                        await self._chat(writer, payload)
                 else:
-                    await _send_simple(writer, 404, b'{"error":{"message":"not found"}}')
+                    await _send_simple(writer, 404, _error_json("not found"))
                 if headers.get("connection", "").lower() == "close":
                     break
-        except (asyncio.IncompleteReadError, ConnectionError, FakeDrop):
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, FakeDrop):
             pass
         finally:
             self._writers.discard(writer)
@@ -90,7 +99,7 @@ class FakeServer:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    async def _chat(self, writer: asyncio.StreamWriter, payload: dict[str, object]) -> None:
+    async def _chat(self, writer: asyncio.StreamWriter, payload: dict[str, Any]) -> None:
         s = self.schedule
         if s.fail == "http_status":
             headers, body = error_body(s)
@@ -110,6 +119,38 @@ class FakeServer:
             raise
         writer.write(b"0\r\n\r\n")
         await writer.drain()
+
+
+_MAX_BODY = 16 * 1024 * 1024
+
+
+def _content_length(value: str) -> int | None:
+    """The body length a request announced, or None when it is not a sane number."""
+    if not value.isdigit() or int(value) > _MAX_BODY:
+        return None
+    return int(value)
+
+
+def _chat_payload(body: bytes) -> tuple[dict[str, Any] | None, str]:
+    """The request as a JSON object, or None and why it cannot be served."""
+    try:
+        payload = json.loads(body or b"{}")
+    except ValueError:
+        return None, "the body is not JSON"
+    if not isinstance(payload, dict):
+        return None, "the body is not a JSON object"
+    messages = payload.get("messages", [])
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        return None, "messages must be a list of objects"
+    for key in ("max_tokens", "max_completion_tokens"):
+        cap = payload.get(key)
+        if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 0):
+            return None, f"{key} must be a non-negative integer"
+    return payload, ""
+
+
+def _error_json(message: str) -> bytes:
+    return json.dumps({"error": {"message": message}}).encode()
 
 
 async def _send_simple(

@@ -1,4 +1,13 @@
-"""Shared test fixtures and the kill switch that keeps every test off the real network."""
+"""Shared test fixtures, the test tiers, and the kill switches that keep tests off the network.
+
+Every test belongs to exactly one tier, set with a marker (collection fails otherwise):
+
+- ``unit``: no sockets at all (a socket call fails the test), a scripted clock, no bound on
+  elapsed time. Needs only the virtualenv: ``make test-unit``.
+- ``integration``: real sockets on 127.0.0.1 and real time (servers in-process or in a child
+  process, real sleeps and timeouts). ``make test-integration``.
+- ``e2e``: the real llama-server and model, or a real browser. ``make test`` runs every tier.
+"""
 
 from __future__ import annotations
 
@@ -10,18 +19,64 @@ from typing import Any
 
 import pytest
 
+TIERS = ("unit", "integration", "e2e")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Refuse to run a collection in which a test has no tier, or more than one.
+
+    `tryfirst`, so that `-m unit` cannot deselect an untiered test before it is seen.
+    """
+    problems = []
+    for item in items:
+        tiers = sorted({mark.name for mark in item.iter_markers() if mark.name in TIERS})
+        if len(tiers) != 1:
+            found = "no tier" if not tiers else "two tiers (" + ", ".join(tiers) + ")"
+            problems.append(f"  {item.nodeid}: {found}")
+    if problems:
+        raise pytest.UsageError(
+            "every test needs exactly one tier marker (pytest.mark.unit, .integration or .e2e; "
+            "see tests/conftest.py):\n" + "\n".join(problems)
+        )
+
+
 # --- Kill switch: no test may reach a real API -------------------------------------------
 # Only loopback and Unix sockets are allowed. A test that tries anything else fails loudly
 # instead of silently sending a request (and a key) to a hosted provider.
+# In the unit tier no socket may be bound, connected, listened on or sent from at all, loopback
+# included (creating one is allowed: asyncio's event loop wraps a socketpair for its wake-ups).
 
 _real_connect = socket.socket.connect
 _real_connect_ex = socket.socket.connect_ex
+_real_bind = socket.socket.bind
+_real_listen = socket.socket.listen
+_real_sendto = socket.socket.sendto
 _real_getaddrinfo = socket.getaddrinfo
 
 
 class NetworkBlockedError(ConnectionRefusedError):
     """Raised when a test tries to reach a non-loopback address (an OSError, so HTTP stacks
     report it as the connection failure it stands for)."""
+
+
+class SocketInUnitTestError(RuntimeError):
+    """Raised when a unit-tier test binds, connects or listens on a socket."""
+
+
+# The socket calls the running unit test made; None while the running test is not a unit test.
+_unit_socket_calls: list[str] | None = None
+
+
+def _refuse_in_unit_tier(call: str, address: Any) -> None:
+    if _unit_socket_calls is None:
+        return
+    attempt = f"socket.{call}({address!r})"
+    _unit_socket_calls.append(attempt)
+    raise SocketInUnitTestError(
+        f"a unit test may not use sockets (tried {attempt}); a test that needs a real socket "
+        "belongs in the integration tier: pytestmark = pytest.mark.integration"
+    )
 
 
 def _is_loopback_host(host: Any) -> bool:
@@ -47,12 +102,31 @@ def _check_address(address: Any) -> None:
 
 def _guarded_connect(self: socket.socket, address: Any) -> None:
     _check_address(address)
+    _refuse_in_unit_tier("connect", address)
     _real_connect(self, address)
 
 
 def _guarded_connect_ex(self: socket.socket, address: Any) -> int:
     _check_address(address)
+    _refuse_in_unit_tier("connect_ex", address)
     return _real_connect_ex(self, address)
+
+
+def _guarded_bind(self: socket.socket, address: Any) -> None:
+    _refuse_in_unit_tier("bind", address)
+    _real_bind(self, address)
+
+
+def _guarded_listen(self: socket.socket, *backlog: int) -> None:
+    _refuse_in_unit_tier("listen", self.getsockname())
+    _real_listen(self, *backlog)
+
+
+def _guarded_sendto(self: socket.socket, data: Any, *flags_and_address: Any) -> int:
+    address = flags_and_address[-1]  # sendto(data, address) or sendto(data, flags, address)
+    _check_address(address)
+    _refuse_in_unit_tier("sendto", address)
+    return _real_sendto(self, data, *flags_and_address)
 
 
 def _guarded_getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
@@ -65,13 +139,53 @@ def _guarded_getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
 def _block_network() -> Iterator[None]:
     socket.socket.connect = _guarded_connect  # type: ignore[method-assign]
     socket.socket.connect_ex = _guarded_connect_ex  # type: ignore[method-assign]
+    socket.socket.bind = _guarded_bind  # type: ignore[method-assign]
+    socket.socket.listen = _guarded_listen  # type: ignore[method-assign]
+    socket.socket.sendto = _guarded_sendto  # type: ignore[method-assign,assignment]
     socket.getaddrinfo = _guarded_getaddrinfo
     try:
         yield
     finally:
         socket.socket.connect = _real_connect  # type: ignore[method-assign]
         socket.socket.connect_ex = _real_connect_ex  # type: ignore[method-assign]
+        socket.socket.bind = _real_bind  # type: ignore[method-assign]
+        socket.socket.listen = _real_listen  # type: ignore[method-assign]
+        socket.socket.sendto = _real_sendto  # type: ignore[method-assign]
         socket.getaddrinfo = _real_getaddrinfo
+
+
+_CALL_FAILED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Note whether the test itself failed, so a socket error it raised is reported once."""
+    report = yield
+    if report.when == "call":
+        item.stash[_CALL_FAILED] = report.failed
+    return report
+
+
+@pytest.fixture(autouse=True)
+def _unit_tier_has_no_sockets(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a unit test that touched a socket, even where the code under test caught the error
+    (the recorder turns most exceptions into an error record)."""
+    global _unit_socket_calls
+    if request.node.get_closest_marker("unit") is None:
+        yield
+        return
+    calls: list[str] = []
+    _unit_socket_calls = calls
+    try:
+        yield
+    finally:
+        _unit_socket_calls = None
+    if calls and not request.node.stash.get(_CALL_FAILED, False):
+        pytest.fail(
+            "this unit test used sockets (" + "; ".join(calls) + "): move it to the integration "
+            "tier (pytest.mark.integration) or mock the transport",
+            pytrace=False,
+        )
 
 
 @pytest.fixture(autouse=True)

@@ -14,6 +14,8 @@ from labkit.errors import ConfigError
 from labkit.providers.anthropic import AnthropicSettings
 from labkit.providers.openai_compatible import OpenAICompatibleSettings
 
+pytestmark = pytest.mark.unit
+
 EXAMPLE = """\
 name: smoke                      # run name (part of the run folder's name)
 description: optional free text

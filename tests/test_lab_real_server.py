@@ -20,6 +20,9 @@ import pytest
 from labkit.figures import AttributionKey
 from labkit.local import ensure_setup
 from labkit.records import LabResults, RequestRecord
+from tests.signals import default_sigint
+
+pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[1]
 LABKIT = [sys.executable, "-m", "labkit"]
@@ -83,6 +86,7 @@ def _start(args: list[str]) -> subprocess.Popen[str]:
         stderr=subprocess.STDOUT,
         text=True,
         env={**os.environ, "COLUMNS": "200"},
+        preexec_fn=default_sigint,  # Ctrl-C tests interrupt it, also from a background job
     )
 
 
@@ -115,6 +119,8 @@ def test_quickstart_on_the_real_server(tmp_path: Path) -> None:
         assert r.usage.output_tokens is not None and r.usage.output_tokens >= 64
         client, server = r.client.decode_ms_per_token, r.provider_timings.decode_ms_per_token
         assert client is not None and server is not None
+        # 10 %: over 64+ tokens the client's stamps and the server's own decode timer differ
+        # only by per-event delivery jitter, a few % on a busy 2-core machine.
         assert abs(client - server) / server < 0.10, (client, server)
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "completed"

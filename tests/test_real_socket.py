@@ -27,13 +27,17 @@ from labkit.recorder import RecordContext, StreamRecorder
 from labkit.records import ErrorKind, RequestRecord
 from tests.streams import chat
 
+pytestmark = pytest.mark.integration
+
 FIRST_MS = 80.0
 STEP_MS = 20.0
 TOKENS = 32
 RUNS = 5
+# Margins: the fake server's sleeps wake late by a few ms when the 2 shared cores are busy, and
+# client stamps add a loop turn; medians over RUNS absorb one slow run, the max bounds outliers.
 TTFT_TOL_MS = 15.0  # median over the runs of |ttft - 80| < 15 ms
 TTFT_MAX_MS = 40.0  # and no single run further off than this (a busy 2-core CI box)
-DECODE_TOL = 0.10  # decode ms/token within 10 % of 20 ms
+DECODE_TOL = 0.10  # decode ms/token within 10 % of 20 ms (late wake-ups cancel over 31 gaps)
 
 SCHEDULE = FakeSchedule(first_token_ms=FIRST_MS, token_interval_ms=STEP_MS, tokens=TOKENS)
 

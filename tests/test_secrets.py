@@ -79,6 +79,7 @@ def assert_no_secret(result, run: Path, *routes: respx.Route) -> None:
         assert "0123456789" not in text, f"the key's tail leaked into {where}"
 
 
+@pytest.mark.unit
 def test_key_echoed_in_401_body_is_redacted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -107,6 +108,7 @@ def test_key_echoed_in_401_body_is_redacted(
     assert_no_secret(result, run, r1, r2)
 
 
+@pytest.mark.unit
 def test_key_echoed_inside_a_stream_is_redacted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -134,6 +136,7 @@ def test_key_echoed_inside_a_stream_is_redacted(
     assert_no_secret(result, run, r1, r2)
 
 
+@pytest.mark.unit
 def test_kill_switch_blocks_real_hosts() -> None:
     # httpx reports the block as the connection failure it stands for.
     with pytest.raises(httpx.ConnectError, match=r"api\.openai\.com"):
@@ -144,6 +147,7 @@ def test_kill_switch_blocks_real_hosts() -> None:
         socket.create_connection(("93.184.216.34", 443), timeout=1)
 
 
+@pytest.mark.integration
 def test_kill_switch_allows_loopback() -> None:
     import socket
 

@@ -7,6 +7,8 @@ import pytest
 from labkit.sse import SSEEvent, SSEParser
 from tests.streams import load_sse, split_every
 
+pytestmark = pytest.mark.unit
+
 
 def feed_all(parser: SSEParser, reads: list[tuple[bytes, int]]) -> list[SSEEvent]:
     out: list[SSEEvent] = []

@@ -16,6 +16,8 @@ from tests.streams import (
     record_one,
 )
 
+pytestmark = pytest.mark.unit
+
 MS = 1_000_000
 T0 = 5_000 * MS
 

@@ -13,7 +13,7 @@ output event (`app.cpu_ms`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
@@ -102,32 +102,34 @@ class AttributionExperiment(Experiment):
         assert isinstance(self.settings, AttributionSettings)
         return self.settings
 
-    def plan(self, provider: Provider) -> list[PlannedRequest]:
+    def planned_per_path(self, provider: Provider) -> int | None:
+        """Warm-ups and repeats."""
+        return self._s.warmup + self._s.repeats
+
+    def plan(self, provider: Provider) -> Iterator[PlannedRequest]:
         """Warm-ups, then `repeats` requests; even trials open a fresh connection.
 
         `requests_for` sends each one on every path of `paths` in turn (wire, then SDK), on
         the same kind of connection, so the pair's difference is the SDK's overhead.
         """
-        plan = self.warmups("attribution", self._s.prompt)
+        warmups = self.warmups("attribution", self._s.prompt)
         # `fresh_connection` closes the connection *after* a request: closing after the last
         # warm-up and after every odd trial makes each even trial connect anew.
-        if plan:
-            plan[-1].request.fresh_connection = True
+        if warmups:
+            warmups[-1].request.fresh_connection = True
+        yield from warmups
         for trial in range(self._s.repeats):
             fresh = trial % 2 == 0
             request = ChatRequest(
                 self.messages(self._s.prompt), dict(self._s.params), "attribution"
             )
             request.fresh_connection = not fresh
-            plan.append(
-                PlannedRequest(
-                    key=f"{self.name}/{trial}",
-                    request=request,
-                    trial=trial,
-                    tags={"connection": "fresh" if fresh else "reused"},
-                )
+            yield PlannedRequest(
+                key=f"{self.name}/{trial}",
+                request=request,
+                trial=trial,
+                tags={"connection": "fresh" if fresh else "reused"},
             )
-        return plan
 
     def analyze(self, provider_id: str, model: str, records: list[RequestRecord]) -> LabAnswer:
         """One row per measurement: owner, median value, source fields, and a note."""

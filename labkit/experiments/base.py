@@ -125,6 +125,11 @@ class Experiment(ABC):
     def planned_count(self, provider: Provider) -> int | None:
         """How many requests `requests_for` will yield, when that is known without drawing
         them (progress displays); None: unknown, counted as they are drawn."""
+        per_path = self.planned_per_path(provider)
+        return None if per_path is None else per_path * len(self.paths_for(provider))
+
+    def planned_per_path(self, provider: Provider) -> int | None:
+        """How many requests `plan` yields, warm-ups included (None: unknown)."""
         return None
 
     def paths_for(self, provider: Provider) -> list[str]:

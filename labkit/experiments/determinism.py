@@ -10,6 +10,7 @@ decided the outcome, from the data.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
@@ -108,21 +109,22 @@ class DeterminismExperiment(Experiment):
         assert isinstance(self.settings, DeterminismSettings)
         return self.settings
 
-    def plan(self, provider: Provider) -> list[PlannedRequest]:
+    def planned_per_path(self, provider: Provider) -> int | None:
+        """Warm-ups and variants × repeats."""
+        return self._s.warmup + len(self._s.variants) * self._s.repeats
+
+    def plan(self, provider: Provider) -> Iterator[PlannedRequest]:
         """Warm-ups, then every variant `repeats` times, in order."""
-        plan = self.warmups("determinism", self._s.prompt)
+        yield from self.warmups("determinism", self._s.prompt)
         for v in self._s.variants:
             params = {**self._s.params, **v.params}
             for trial in range(self._s.repeats):
-                plan.append(
-                    PlannedRequest(
-                        key=f"{self.name}/{v.name}/{trial}",
-                        request=ChatRequest(self.messages(self._s.prompt), params, "determinism"),
-                        trial=trial,
-                        tags={"variant": v.name},
-                    )
+                yield PlannedRequest(
+                    key=f"{self.name}/{v.name}/{trial}",
+                    request=ChatRequest(self.messages(self._s.prompt), params, "determinism"),
+                    trial=trial,
+                    tags={"variant": v.name},
                 )
-        return plan
 
     async def finalize(self, provider: Provider, records: list[RequestRecord]) -> None:
         """Tokenize every output with the best tokenizer this provider offers."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 import secrets
+from collections.abc import Iterator
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, NonNegativeInt, PositiveInt
@@ -183,7 +184,13 @@ class PrefillDecodeExperiment(Experiment):
         head = f"[{nonce}] " if nonce else ""
         return head + filler_text(words, offset)
 
-    def plan(self, provider: Provider) -> list[PlannedRequest]:
+    def planned_per_path(self, provider: Provider) -> int | None:
+        """Warm-ups, repeats × lengths, and the cache variant's prime and hits."""
+        s = self._s
+        cache = s.cache_repeats + 1 if s.cache_variant else 0
+        return s.warmup + s.repeats * len(self.lengths_for(provider.settings)) + cache
+
+    def plan(self, provider: Provider) -> Iterator[PlannedRequest]:
         """Warm-up, the cold sweep (round-robin over lengths), then the cache variant."""
         s = self._s
         exact = provider.exact_length_params() if s.ignore_eos else {}
@@ -195,7 +202,7 @@ class PrefillDecodeExperiment(Experiment):
                 f"{k}={json.dumps(v)}" for k, v in sorted(cache_off.items())
             )
         lengths = self.lengths_for(provider.settings)
-        plan = [
+        yield from (
             PlannedRequest(
                 key=f"{self.name}/warmup/{i}",
                 request=ChatRequest(
@@ -212,17 +219,15 @@ class PrefillDecodeExperiment(Experiment):
                 warmup=True,
             )
             for i in range(s.warmup)
-        ]
+        )
         for trial in range(s.repeats):
             for n in lengths:
                 text = self._prompt(provider.id, n, secrets.token_hex(4), offset=trial)
-                plan.append(
-                    PlannedRequest(
-                        key=f"{self.name}/cold/{n}/{trial}",
-                        request=ChatRequest([{"role": "user", "content": text}], cold, f"len{n}"),
-                        trial=trial,
-                        tags={**cold_tags, "target_prompt_tokens": n},
-                    )
+                yield PlannedRequest(
+                    key=f"{self.name}/cold/{n}/{trial}",
+                    request=ChatRequest([{"role": "user", "content": text}], cold, f"len{n}"),
+                    trial=trial,
+                    tags={**cold_tags, "target_prompt_tokens": n},
                 )
         if s.cache_variant:
             warm = {**s.params, **provider.prompt_cache_params(True), **exact}
@@ -231,15 +236,12 @@ class PrefillDecodeExperiment(Experiment):
             for i in range(s.cache_repeats + 1):
                 phase = "prime" if i == 0 else "hit"
                 text = f"{prefix}\n\nQuestion {i}: which word above comes first?"
-                plan.append(
-                    PlannedRequest(
-                        key=f"{self.name}/cache/{i}",
-                        request=ChatRequest([{"role": "user", "content": text}], warm, "cache"),
-                        trial=i,
-                        tags={"variant": "cache", "phase": phase, "target_prompt_tokens": n},
-                    )
+                yield PlannedRequest(
+                    key=f"{self.name}/cache/{i}",
+                    request=ChatRequest([{"role": "user", "content": text}], warm, "cache"),
+                    trial=i,
+                    tags={"variant": "cache", "phase": phase, "target_prompt_tokens": n},
                 )
-        return plan
 
     def analyze(self, provider_id: str, model: str, records: list[RequestRecord]) -> LabAnswer:
         """The fit, the per-length medians, decode flatness and the cache effect."""

@@ -69,12 +69,11 @@ class SingleExperiment(Experiment):
                     trial=trial,
                 )
 
-    def planned_count(self, provider: Provider) -> int | None:
-        """Warm-ups and prompts × repeats, on each client path."""
+    def planned_per_path(self, provider: Provider) -> int | None:
+        """Warm-ups and prompts × repeats."""
         s = self.settings
         assert isinstance(s, SingleSettings)
-        per_path = s.warmup + len(prompt_list(s.prompts)) * s.repeats
-        return per_path * len(self.paths_for(provider))
+        return s.warmup + len(prompt_list(s.prompts)) * s.repeats
 
     def analyze(self, provider_id: str, model: str, records: list[RequestRecord]) -> LabAnswer:
         """Medians of the stages, token counts and the stop reasons seen."""

@@ -16,6 +16,7 @@ the least efficient tokenizer for each text.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, NonNegativeInt, PositiveInt
@@ -152,25 +153,25 @@ class TokenRatioExperiment(Experiment):
             t.id: cuts[t.id].count - framing for t in self._s.texts
         }
 
-    def plan(self, provider: Provider) -> list[PlannedRequest]:
+    def planned_per_path(self, provider: Provider) -> int | None:
+        """The baseline and every text, each `repeats` times (none when `send` is off)."""
+        return (len(self._s.texts) + 1) * self._s.repeats if self._s.send else 0
+
+    def plan(self, provider: Provider) -> Iterator[PlannedRequest]:
         """One baseline prompt and each text once per repeat (max_tokens 1)."""
         if not self._s.send:
-            return []
-        plan = []
+            return
         texts = [Prompt(id=_BASELINE_ID, text=_BASELINE_TEXT), *self._s.texts]
         for t in texts:
             for trial in range(self._s.repeats):
-                plan.append(
-                    PlannedRequest(
-                        key=f"{self.name}/{t.id}/{trial}",
-                        request=ChatRequest(
-                            [{"role": "user", "content": t.text}], dict(self._s.params), t.id
-                        ),
-                        trial=trial,
-                        tags={"text_id": t.id},
-                    )
+                yield PlannedRequest(
+                    key=f"{self.name}/{t.id}/{trial}",
+                    request=ChatRequest(
+                        [{"role": "user", "content": t.text}], dict(self._s.params), t.id
+                    ),
+                    trial=trial,
+                    tags={"text_id": t.id},
                 )
-        return plan
 
     def analyze(self, provider_id: str, model: str, records: list[RequestRecord]) -> LabAnswer:
         """Rows per text: chars, bytes, tokens by source, chars/token, error of the rule."""

@@ -17,7 +17,7 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from labkit.errors import LabkitError
+from labkit.errors import LabkitError, ServerError
 from labkit.local.detached import server_status, start_detached, stop_detached
 from labkit.local.install import LocalSetup, ensure_setup
 from labkit.terminal import SafeConsole
@@ -129,14 +129,20 @@ def setup_command(
 
 def server_start(
     port: Annotated[int | None, typer.Option(help="Port on 127.0.0.1 (default: free).")] = None,
-    ctx_size: Annotated[int, typer.Option(help="Context tokens per slot.", min=1)] = 4096,
-    slots: Annotated[int, typer.Option(help="Parallel slots (-np).", min=1)] = 1,
+    ctx_size: Annotated[int, typer.Option(help="Context tokens per slot (≥ 1).")] = 4096,
+    slots: Annotated[int, typer.Option(help="Parallel slots (-np, ≥ 1).")] = 1,
     model: _ModelOpt = None,
     server: _ServerOpt = None,
     backend: _BackendOpt = BackendChoice.AUTO,
 ) -> None:
     """Start llama-server in the background; it runs until `labkit server stop`."""
     with _clean_errors():
+        if port is not None and not 1 <= port <= 65535:
+            raise ServerError(f"--port must be between 1 and 65535 (got {port})")
+        if ctx_size < 1 or slots < 1:
+            raise ServerError(
+                f"--ctx-size and --slots must be at least 1 (got {ctx_size}, {slots})"
+            )
         setup = _setup_with_progress(server, model, backend)
         with SafeConsole(stderr=True).status("starting llama-server"):
             state = start_detached(setup, port=port, ctx_size=ctx_size, slots=slots)

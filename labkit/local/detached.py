@@ -2,7 +2,9 @@
 
 Unlike `ManagedServer`, this server outlives the CLI call that started it (its own session,
 no parent-death signal). It is found again through the state file ``<cache>/server.json``,
-which also holds the process's start time so a reused pid is never taken for our server.
+which also holds the process's start time so a reused pid is never taken for our server:
+a pid is signalled only when its start time (``/proc/PID/stat``) and command line both
+confirm it is the server that was started.
 """
 
 from __future__ import annotations
@@ -131,14 +133,17 @@ def start_detached(
 def server_status() -> ServerState | None:
     """The detached server if it is still alive (``healthy`` tells whether /health is ok).
 
-    A state file left by a server that has died is removed.
+    A state file left by a server that has died (its pid gone, or another process now) is
+    removed; one whose pid cannot be confirmed either way is kept for `stop_detached` to say so.
     """
     state = _read_state()
     if state is None:
         return None
-    if not _is_our_server(state):
-        with contextlib.suppress(OSError):
-            state_file().unlink()
+    problem = _identity_problem(state) if _pid_alive(state.pid) else (False, "exited")
+    if problem is not None:
+        if not problem[0]:
+            with contextlib.suppress(OSError):
+                state_file().unlink()
         return None
     try:
         with httpx.Client(trust_env=False, timeout=2.0) as client:
@@ -150,12 +155,34 @@ def server_status() -> ServerState | None:
 
 
 def stop_detached() -> ServerState | None:
-    """Stop the detached server; return what was stopped, or None when none was running."""
+    """Stop the detached server; return what was stopped, or None when none was running.
+
+    Raises ServerError, without signalling anything, when the recorded pid is alive but
+    cannot be confirmed to be that server (the state file is removed when the pid is
+    certainly another process now).
+    """
     state = _read_state()
     if state is None:
         return None
-    if _is_our_server(state):
-        _kill_pid(state.pid)
+    if not _pid_alive(state.pid):
+        with contextlib.suppress(OSError):
+            state_file().unlink()
+        return None
+    problem = _identity_problem(state)
+    if problem is not None:
+        unconfirmed, why = problem
+        if not unconfirmed:
+            with contextlib.suppress(OSError):
+                state_file().unlink()
+            raise ServerError(
+                f"not stopping pid {state.pid}: it is not the labkit server ({why}); the server "
+                f"it recorded is gone, so {state_file()} was removed"
+            )
+        raise ServerError(
+            f"not stopping pid {state.pid}: cannot confirm it is the labkit server ({why}); "
+            f"if it is, stop it yourself and delete {state_file()}"
+        )
+    _kill_pid(state.pid)
     with contextlib.suppress(OSError):
         state_file().unlink()
     return state
@@ -198,20 +225,40 @@ def _pid_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
 
 
-def _is_our_server(state: ServerState) -> bool:
-    """The pid is alive and is still the process we started (not a recycled pid)."""
-    if not _pid_alive(state.pid):
-        return False
-    return state.proc_start is None or _proc_start(state.pid) in (None, state.proc_start)
+def _identity_problem(state: ServerState) -> tuple[bool, str] | None:
+    """Why `state.pid` is not confirmed as the server we started: (True: it cannot be told,
+    False: it is another process; and why), or None when start time and command line match."""
+    if state.proc_start is None:
+        return True, "the state file records no start time"
+    started = _proc_start(state.pid)
+    if started is None:
+        return True, f"/proc/{state.pid}/stat cannot be read"
+    if started != state.proc_start:
+        return False, "it started at another time: the pid was reused"
+    argv = _cmdline(state.pid)
+    if argv is None:
+        return True, f"/proc/{state.pid}/cmdline cannot be read"
+    if not argv or argv[0] != state.binary or str(state.port) not in argv:
+        return False, f"its command line is {' '.join(argv)[:80]!r}"
+    return None
+
+
+def _cmdline(pid: int) -> list[str] | None:
+    """A process's argv from /proc, or None when it cannot be read."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return [a.decode(errors="replace") for a in raw.split(b"\0")[:-1]]
 
 
 def _proc_start(pid: int) -> int | None:
     """A process's start time in clock ticks since boot, or None without /proc."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        return int(stat.rsplit(")", 1)[-1].split()[19])
+    except (OSError, ValueError, IndexError):
         return None
-    return int(stat.rsplit(")", 1)[-1].split()[19])
 
 
 def _kill_pid(pid: int) -> None:

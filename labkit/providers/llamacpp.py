@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import Field, PositiveInt, model_validator
 
 from labkit.errors import MalformedStream
+from labkit.filenames import safe_filename
 from labkit.providers._wire import describe, wire_count, wire_number
 from labkit.providers.base import (
     ManagedServerHandle,
@@ -94,7 +95,7 @@ class LlamaCppSettings(ProviderSettings):
         """A local llama-server for the run when `managed`, logging into `log_dir`."""
         if not self.managed:
             return None
-        return LocalLlamaServer(self, log_dir / f"llama-server-{self.id}.log")
+        return LocalLlamaServer(self, log_dir / f"llama-server-{safe_filename(self.id)}.log")
 
 
 class LocalLlamaServer:

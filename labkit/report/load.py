@@ -8,8 +8,9 @@ fields are kept, under dotted names (``client.ttft_ms``, ``provider_timings.pref
 the byte offset of its line (``file_offset``) so `load_event_offsets` can read the arrays back
 for the few records a timeline plot needs.
 
-A line that cannot be parsed (typically the last one, cut short when a run was killed) is
-skipped with a logged warning and counted in `RunData.skipped_lines`.
+A line that is not a record (typically the last one, cut short when a run was killed; or a
+JSON line without a record's required fields) is skipped with a logged warning, counted in
+`RunData.skipped_lines` and named in `RunData.problems`.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from labkit.records import (
     ClientTimings,
     LabResults,
     ProviderTimings,
+    RequestRecord,
     Usage,
 )
 
@@ -70,6 +72,15 @@ _ERROR_STR = ["kind", "message"]
 _ERROR_NUM = ["status", "retry_after_s"]
 
 _STR_FIELDS = {"client_path", "tokenizer", "output_tokens_source"}
+
+# A line is taken as a record only when it has the required fields of the contract, of the
+# right JSON type (a full validation per line would be far slower than the whole load).
+# `run_id` may be missing: the manifest's is used then.
+_REQUIRED: list[tuple[str, type]] = [
+    (name, int if info.annotation is int else str)
+    for name, info in RequestRecord.model_fields.items()
+    if info.is_required() and name != "run_id"
+]
 
 
 def _sub_fields(model: type[Any]) -> tuple[list[str], list[str]]:
@@ -165,8 +176,17 @@ def _strip_offsets(raw: bytes) -> tuple[bytes, int | None]:
 _CHUNK = 20_000
 
 
-def _parse_lines(path: Path, run_dir: Path) -> tuple[pd.DataFrame, int]:
-    """Read records.jsonl into a typed frame; return it and the number of skipped lines.
+def _missing_field(rec: dict[str, Any]) -> str | None:
+    """The first required record field `rec` lacks (or holds with the wrong type)."""
+    for name, kind in _REQUIRED:
+        value = rec.get(name)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            return name
+    return None
+
+
+def _parse_lines(path: Path, run_dir: Path) -> tuple[pd.DataFrame, list[int]]:
+    """Read records.jsonl into a typed frame; return it and the numbers of skipped lines.
 
     Values are appended raw to per-column lists and typed every `_CHUNK` rows, so memory
     holds at most one chunk of Python objects whatever the size of the run.
@@ -175,7 +195,7 @@ def _parse_lines(path: Path, run_dir: Path) -> tuple[pd.DataFrame, int]:
     cols: dict[str, list[Any]] = {c: [] for c in _columns()}
     tags: dict[str, list[Any]] = {}
     n = 0
-    skipped = 0
+    skipped: list[int] = []
     offset = 0
     loads = json.loads
     empty: dict[str, Any] = {}
@@ -198,9 +218,12 @@ def _parse_lines(path: Path, run_dir: Path) -> tuple[pd.DataFrame, int]:
                 rec = loads(line)
                 if not isinstance(rec, dict):
                     raise ValueError("not a JSON object")
+                lacking = _missing_field(rec)
+                if lacking is not None:
+                    raise ValueError(f"no valid {lacking!r} field")
             except ValueError as exc:
-                skipped += 1
-                log.warning("%s line %d: skipped, not a JSON record (%s)", path, lineno, exc)
+                skipped.append(lineno)
+                log.warning("%s line %d: skipped, not a record (%s)", path, lineno, exc)
                 continue
             c_off.append(here)
             error = rec.get("error")
@@ -306,9 +329,10 @@ def load_run(path: Path | str) -> RunData:
     except OSError as exc:
         raise RunError(f"cannot read {records_path}: {exc}") from exc
     if skipped:
+        where = ", ".join(str(n) for n in skipped[:5]) + (", ..." if len(skipped) > 5 else "")
         problems.append(
-            f"{skipped} line(s) of {RECORDS_FILE} could not be parsed (a run cut short "
-            "leaves a truncated last line) and were skipped."
+            f"{len(skipped)} line(s) of {RECORDS_FILE} are not valid records and were skipped "
+            f"(line {where}); a run cut short leaves a truncated last line."
         )
     manifest: dict[str, Any] = {}
     if (run_dir / MANIFEST_FILE).is_file():
@@ -332,7 +356,7 @@ def load_run(path: Path | str) -> RunData:
                 )
     if len(frame) and frame["run_id"].isna().all():
         frame["run_id"] = str(manifest.get("run_id", run_dir.name))
-    return RunData(run_dir, frame, manifest, lab, skipped, problems)
+    return RunData(run_dir, frame, manifest, lab, len(skipped), problems)
 
 
 def load_runs(paths: Iterable[Path | str]) -> pd.DataFrame:

@@ -2,37 +2,59 @@
 
 Nothing measured is ever lost: each record is written and flushed the moment it is complete,
 and JSON documents are replaced atomically (write a temporary file, then rename).
+
+A folder is locked (``flock`` on ``.lock``) by the process that writes it, so two runs or
+resumes can never measure the same requests twice; the kernel drops the lock when that
+process dies. A write that fails (disk full, I/O error, read-only file system) raises
+`RunError` naming the file and the reason; from then on the folder refuses more records and
+its manifest says ``failed`` with that reason. A small reserve file (``.reserve``) is given
+up at that moment so the manifest can still be written on a full disk.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import json
 import os
 import platform
 import secrets
 import socket
 import sys
+import weakref
+from collections.abc import Callable
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, BinaryIO
 
 from labkit.errors import RunError
+from labkit.filenames import safe_filename
 from labkit.records import LabResults, RequestRecord
 from labkit.scrub import scrub_json
 
-__all__ = ["RunFolder", "host_info", "new_run_id", "package_versions"]
+__all__ = [
+    "RunFolder",
+    "host_info",
+    "new_run_id",
+    "package_versions",
+    "safe_filename",
+]
 
 RECORDS = "records.jsonl"
 MANIFEST = "manifest.json"
 LAB = "lab.json"
+LOCK = ".lock"
+RESERVE = ".reserve"
+RESERVE_BYTES = 64 * 1024  # room for a final manifest (a few KiB) once the disk is full
 
 _PACKAGES = ("labkit", "httpx", "pydantic", "tiktoken", "pandas", "openai", "anthropic")
 
 
 def new_run_id(name: str) -> str:
-    """`20261130-021500-<name>-<4 hex>`: sortable, unique, readable."""
-    safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in name)[:40] or "run"
+    """`20261130-021500-<name>-<4 hex>`: sortable, unique, readable, a safe file name."""
+    safe = safe_filename(name, max_len=40)
     return f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{safe}-{secrets.token_hex(2)}"
 
 
@@ -59,40 +81,135 @@ def host_info() -> dict[str, Any]:
 
 def _write_json_atomic(path: Path, data: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(scrub_json(json.dumps(data, indent=2, default=str)) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(scrub_json(json.dumps(data, indent=2, default=str)) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def _reason(exc: OSError) -> str:
+    """An OSError in words: ``No space left on device (ENOSPC)``."""
+    name = errno.errorcode.get(exc.errno or 0)
+    text = exc.strerror or str(exc)
+    return f"{text} ({name})" if name else text
+
+
+# Folders this process holds locked: (st_dev, st_ino) → [lock fd, RunFolder objects using it].
+# Within one process a folder may be opened again (a run, then its resume); flock keeps
+# every other process out.
+_held_locks: dict[tuple[int, int], list[int]] = {}
+
+
+def _lock(path: Path) -> tuple[int, int]:
+    """Take the folder's lock for this process, or raise RunError naming who holds it."""
+    try:
+        st = path.stat()
+        key = (st.st_dev, st.st_ino)
+        if key in _held_locks:
+            _held_locks[key][1] += 1
+            return key
+        fd = os.open(path / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise RunError(f"cannot lock run folder {path}: {_reason(exc)}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        os.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            by = f" (pid {holder})" if holder.isdigit() else ""
+            raise RunError(
+                f"run folder {path} is in use by another labkit process{by}; "
+                "wait for it to finish or stop it first"
+            ) from None
+        raise RunError(f"cannot lock run folder {path}: {_reason(exc)}") from None
+    with contextlib.suppress(OSError):  # who holds it, for the message above; best effort
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    _held_locks[key] = [fd, 1]
+    return key
+
+
+def _unlock(key: tuple[int, int]) -> None:
+    entry = _held_locks.get(key)
+    if entry is None:
+        return
+    entry[1] -= 1
+    if entry[1] <= 0:
+        del _held_locks[key]
+        os.close(entry[0])  # closing the last descriptor drops the flock
 
 
 class RunFolder:
-    """One run's folder on disk."""
+    """One run's folder on disk, locked against other processes while this object lives
+    (or until `release`)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._records: TextIO | None = None
+        self._records: BinaryIO | None = None
         self.manifest: dict[str, Any] = {}
+        self.write_error: str | None = None
+        """Why a write failed (file and reason); once set, the folder takes no more records."""
+        self.on_write_error: Callable[[str], None] | None = None
+        """Called once, with `write_error`, when a write first fails (the CLI stops the run)."""
+        self._unlock: Callable[[], object] | None = None
 
     @classmethod
     def create(cls, out_dir: Path, run_id: str) -> RunFolder:
-        """Make a new, empty run folder `out_dir/run_id`."""
+        """Make a new, empty run folder `out_dir/run_id`, locked."""
         path = out_dir / run_id
         try:
             path.mkdir(parents=True, exist_ok=False)
         except OSError as exc:
-            raise RunError(f"cannot create run folder {path}: {exc}") from None
-        return cls(path)
+            raise RunError(f"cannot create run folder {path}: {_reason(exc)}") from None
+        except ValueError:  # the only ValueError of mkdir: a NUL byte in the path
+            raise RunError(
+                f"cannot create run folder {str(path)!r}: a path may not contain a NUL byte"
+            ) from None
+        folder = cls(path)
+        folder._take_lock()
+        return folder
 
     @classmethod
     def open_existing(cls, path: Path) -> RunFolder:
-        """An existing run folder (for resume); its manifest must be readable."""
+        """An existing run folder (for resume), locked; its manifest must be readable."""
         folder = cls(path)
         manifest = path / MANIFEST
-        if not manifest.is_file():
+        if not manifest.is_file():  # False for a path with a NUL byte, too
             raise RunError(f"{path} is not a run folder (no {MANIFEST})")
+        folder._take_lock()
         try:
             folder.manifest = json.loads(manifest.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
+            folder.release()
             raise RunError(f"cannot read {manifest}: {exc}") from None
+        if not isinstance(folder.manifest, dict):
+            folder.release()
+            raise RunError(f"cannot read {manifest}: not a JSON object")
         return folder
+
+    def _take_lock(self) -> None:
+        key = _lock(self.path)
+        self._unlock = weakref.finalize(self, _unlock, key)
+        self._make_reserve()
+
+    def _make_reserve(self) -> None:
+        reserve = self.path / RESERVE
+        with contextlib.suppress(OSError):  # without it a full disk may leave `running`
+            if not reserve.exists():
+                with reserve.open("wb") as f:
+                    f.write(bytes(RESERVE_BYTES))
+
+    def release(self) -> None:
+        """Give up the lock (and the space reserve): another process may now resume it."""
+        self.close()
+        with contextlib.suppress(OSError):
+            (self.path / RESERVE).unlink()
+        if self._unlock is not None:
+            self._unlock()
 
     @property
     def run_id(self) -> str:
@@ -105,49 +222,112 @@ class RunFolder:
         return self.path / RECORDS
 
     def append(self, record: RequestRecord) -> None:
-        """Write one record and flush it to the OS before returning."""
-        if self._records is None:
-            self._records = self._open_for_append()
-        self._records.write(scrub_json(record.to_json_line()) + "\n")
-        self._records.flush()
+        """Write one record and hand it to the OS before returning.
 
-    def _open_for_append(self) -> TextIO:
+        Raises RunError when the write fails; the folder then refuses every later record,
+        so a partial line can only ever be the last one (resume cuts it off).
+        """
+        if self.write_error is not None:
+            raise RunError(self.write_error)
+        data = (scrub_json(record.to_json_line()) + "\n").encode("utf-8")
+        try:
+            if self._records is None:
+                self._records = self._open_for_append()
+            view = memoryview(data)
+            while view:
+                written = self._records.write(view)
+                if not written:
+                    raise OSError(errno.EIO, "the file took no bytes")
+                view = view[written:]
+        except OSError as exc:
+            self._failed(self.records_path, exc)
+
+    def _failed(self, path: Path, exc: OSError) -> None:
+        """Remember the first failed write, make room for the manifest, and raise it."""
+        message = f"cannot write {path}: {_reason(exc)}"
+        if self.write_error is None:
+            self.write_error = message
+            if self._records is not None:
+                with contextlib.suppress(OSError):
+                    self._records.close()
+                self._records = None
+            with contextlib.suppress(OSError):
+                (self.path / RESERVE).unlink()
+            if self.on_write_error is not None:
+                self.on_write_error(message)
+        raise RunError(message) from None
+
+    def _open_for_append(self) -> BinaryIO:
         # A run killed mid-write leaves a partial last line: cut it off so the next record
         # starts on a line of its own (the request it belonged to is redone on resume).
         path = self.records_path
-        if path.exists() and path.stat().st_size:
-            with path.open("rb+") as f:
-                data = f.read()
-                if not data.endswith(b"\n"):
-                    f.truncate(data.rfind(b"\n") + 1)
-        return path.open("a", encoding="utf-8")
+        with contextlib.suppress(FileNotFoundError), path.open("rb+") as f:
+            end = f.seek(0, os.SEEK_END)
+            keep = end
+            while keep > 0:
+                start = max(0, keep - 65536)
+                f.seek(start)
+                chunk = f.read(keep - start)
+                if keep == end and chunk.endswith(b"\n"):
+                    break
+                cut = chunk.rfind(b"\n")
+                if cut >= 0:
+                    keep = start + cut + 1
+                    break
+                keep = start
+            if keep != end:
+                f.truncate(keep)
+        return path.open("ab", buffering=0)
 
-    def read_records(self) -> list[RequestRecord]:
-        """Every complete record; a truncated last line (a killed run) is skipped."""
-        if not self.records_path.exists():
-            return []
+    def read_records(self, on_skip: Callable[[str], None] | None = None) -> list[RequestRecord]:
+        """Every valid record on a finished line. A last line without its newline was cut
+        off mid-write (a killed run, a full disk) and is skipped silently, even when what
+        arrived parses: the next `append` removes it, so its request must be redone. Any
+        other line that is not a record is skipped with `on_skip` told its number and why."""
+        try:
+            if not self.records_path.exists():
+                return []
+            data = self.records_path.read_bytes()
+        except OSError as exc:
+            raise RunError(f"cannot read {self.records_path}: {_reason(exc)}") from None
+        lines = data.splitlines()
+        cut_off = len(lines) if data and not data.endswith(b"\n") else 0
         out = []
-        lines = self.records_path.read_text(encoding="utf-8").splitlines()
         for n, line in enumerate(lines, 1):
-            if not line.strip():
+            if not line.strip() or n == cut_off:
                 continue
             try:
-                out.append(RequestRecord.from_json_line(line))
-            except ValueError as exc:
-                if n == len(lines):
-                    continue  # cut off mid-write; the request will be redone on resume
-                raise RunError(f"{self.records_path}:{n}: not a valid record: {exc}") from None
+                out.append(RequestRecord.from_json_line(line.decode("utf-8")))
+            except ValueError as exc:  # UnicodeDecodeError and ValidationError included
+                if on_skip is not None:
+                    first = str(exc).splitlines()[0]
+                    on_skip(f"{self.records_path}:{n}: skipped, not a valid record ({first})")
         return out
 
     def write_manifest(self, **updates: Any) -> None:
-        """Merge `updates` into the manifest and rewrite it atomically."""
+        """Merge `updates` into the manifest and rewrite it atomically.
+
+        After a failed write, a status update becomes ``failed`` with the reason in
+        ``failure``: a folder that lost a write never claims to be complete.
+        """
+        if self.write_error is not None and "status" in updates:
+            updates = {**updates, "status": "failed", "failure": self.write_error}
         self.manifest.update(updates)
-        _write_json_atomic(self.path / MANIFEST, self.manifest)
+        path = self.path / MANIFEST
+        try:
+            _write_json_atomic(path, self.manifest)
+        except OSError as exc:
+            self._failed(path, exc)
 
     def write_lab(self, results: LabResults) -> Path:
-        """Write `lab.json`."""
+        """Write `lab.json`, the run's last file: the space reserve is no longer needed."""
         path = self.path / LAB
-        _write_json_atomic(path, results.model_dump(mode="json"))
+        try:
+            _write_json_atomic(path, results.model_dump(mode="json"))
+        except OSError as exc:
+            self._failed(path, exc)
+        with contextlib.suppress(OSError):
+            (self.path / RESERVE).unlink()
         return path
 
     def close(self) -> None:

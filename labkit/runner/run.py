@@ -483,7 +483,8 @@ def validate_experiments(config: LabConfig) -> None:
 
 
 def prepare_run(config: LabConfig, options: RunOptions) -> Runner:
-    """A runner for a fresh run folder, with the manifest written before any request."""
+    """A runner for a fresh run folder (locked against other processes), with the manifest
+    written before any request."""
     config = _select(config, options)
     validate_experiments(config)
     folder = RunFolder.create(config.output_dir, new_run_id(config.name))
@@ -503,11 +504,15 @@ def prepare_run(config: LabConfig, options: RunOptions) -> Runner:
     return Runner(config, folder)
 
 
-def prepare_resume(run_dir: Path) -> Runner:
-    """A runner that finishes an interrupted run in place, skipping what was recorded."""
+def prepare_resume(run_dir: Path, on_warning: Callable[[str], None] | None = None) -> Runner:
+    """A runner that finishes an interrupted run in place, skipping what was recorded.
+
+    The folder stays locked against other processes; `on_warning` hears of every line of
+    records.jsonl that is not a valid record (skipped: its request is redone).
+    """
     folder = RunFolder.open_existing(run_dir)
     config = parse_config(folder.manifest.get("config"), f"{run_dir}/manifest.json")
-    previous = folder.read_records()
+    previous = folder.read_records(on_skip=on_warning)
     done = {
         (r.provider, r.plan_key)
         for r in previous

@@ -35,6 +35,7 @@ from typing import Any
 
 from labkit.errors import RunError
 from labkit.experiments import PacedExperiment
+from labkit.filenames import safe_filename
 from labkit.providers import Provider
 from labkit.records import RequestRecord
 
@@ -92,7 +93,7 @@ async def run_in_workers(
         "store_text": store_text,
         "processes": processes,
     }
-    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in experiment.name)
+    name = safe_filename(f"{provider.id}-{experiment.name}-{job.get('level', 0)}")
     procs: list[asyncio.subprocess.Process] = []
     logs: list[Path] = []
     pumps: list[asyncio.Task[bool]] = []
@@ -102,7 +103,7 @@ async def run_in_workers(
 
     try:
         for k in range(processes):
-            log = log_dir / f"{provider.id}-{safe}-{job.get('level', 0)}-{k}.log"
+            log = log_dir / f"{name}-{k}.log"
             logs.append(log)
             with log.open("ab") as err:
                 proc = await asyncio.create_subprocess_exec(

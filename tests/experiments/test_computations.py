@@ -21,6 +21,8 @@ from labkit.figures import AttributionKey, LinearFit
 from labkit.providers.base import TokenCount
 from tests.experiments.records import make_record
 
+pytestmark = pytest.mark.unit
+
 
 def test_least_squares_recovers_a_planted_line() -> None:
     xs = [16.0, 64.0, 256.0, 1024.0, 2048.0]

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from labkit.cli import app
+
+pytestmark = pytest.mark.unit
 
 runner = CliRunner()
 

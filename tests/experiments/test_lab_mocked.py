@@ -7,6 +7,7 @@ from pathlib import Path
 
 import httpx
 import httpx2
+import pytest
 import respx
 from typer.testing import CliRunner
 
@@ -14,6 +15,8 @@ from labkit.cli import app
 from labkit.figures import AttributionKey
 from labkit.records import LabResults, RequestRecord
 from labkit.sdkpath import SDKRecorder
+
+pytestmark = pytest.mark.unit
 
 LAB = """
 name: lab-mocked

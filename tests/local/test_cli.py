@@ -20,6 +20,8 @@ from labkit.local import LocalSetup
 from labkit.local.cli import register
 from labkit.local.detached import server_status
 
+pytestmark = pytest.mark.e2e
+
 
 def _app() -> typer.Typer:
     app = typer.Typer()

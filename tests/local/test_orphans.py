@@ -11,10 +11,14 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from localserver_helpers import children_of, pid_alive, wait_gone
 
 import labkit.local
 from labkit.local import LocalSetup, ManagedServer
+from tests.signals import default_sigint
+
+pytestmark = pytest.mark.e2e
 
 _CHILD = textwrap.dedent(
     """
@@ -51,6 +55,7 @@ def _spawn(mode: str, setup: LocalSetup, log: Path) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        preexec_fn=default_sigint,  # the Ctrl-C tests interrupt it, also from a background job
     )
 
 

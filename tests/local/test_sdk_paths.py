@@ -14,7 +14,7 @@ from labkit.recorder import RecordContext, StreamRecorder
 from labkit.records import RequestRecord
 from labkit.sdkpath import SDKRecorder
 
-pytestmark = [pytest.mark.real_server]
+pytestmark = [pytest.mark.e2e, pytest.mark.real_server]
 
 
 def test_wire_and_sdk_paths_on_the_real_server(managed_server: ManagedServer) -> None:

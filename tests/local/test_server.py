@@ -15,6 +15,8 @@ from localserver_helpers import pid_alive
 from labkit.errors import ServerError
 from labkit.local import MODEL_SHA256, LocalSetup, ManagedServer
 
+pytestmark = pytest.mark.e2e
+
 
 def _client() -> httpx.Client:
     return httpx.Client(trust_env=False, timeout=30.0)

@@ -23,6 +23,8 @@ from tests.streams import (
     sse_response,
 )
 
+pytestmark = pytest.mark.unit
+
 URL = "https://api.anthropic.com/v1/messages"
 KEY = "sk-ant-test-key"
 

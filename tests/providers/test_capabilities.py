@@ -141,7 +141,7 @@ def test_prefill_decode_uses_the_capabilities(capable: _CapableProvider) -> None
     exp = PrefillDecodeExperiment(PrefillDecodeSettings(repeats=1, warmup=0))
     # 600-token context: lengths capped to 600 - 32 output - 64 margin
     assert exp.lengths_for(capable.settings) == [16, 64, 256]
-    plan = exp.plan(capable)
+    plan = list(exp.plan(capable))
     cold = [p for p in plan if p.tags.get("variant") == "cold"]
     cache = [p for p in plan if p.tags.get("variant") == "cache"]
     assert cold and all(p.request.params["reuse_prefix"] is False for p in cold)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from labkit.records import ErrorKind, StopReason
 from tests.streams import chat, make_provider, record_one
 
@@ -12,6 +14,7 @@ def fake(**schedule):
     return make_provider("fake", schedule={**FAST, **schedule})
 
 
+@pytest.mark.integration
 def test_scripted_stream_is_recorded_like_a_real_one() -> None:
     rec = record_one(fake(tokens=12, first_token_ms=30, token_interval_ms=2))
     assert rec.error is None
@@ -23,12 +26,14 @@ def test_scripted_stream_is_recorded_like_a_real_one() -> None:
     assert rec.request_id is not None and rec.response_id.startswith("chatcmpl-fake-")
     assert len(rec.output_text.split()) == 12
     c = rec.client
+    # Lower bounds only: the fake provider really sleeps, and a sleep never returns early.
     assert c.ttft_ms >= 30.0
     # The schedule is absolute from the start of the response: token 12 at 30 + 11 × 2 ms.
     assert c.last_token_ms >= 30.0 + 11 * 2
     assert c.e2e_ms >= c.last_token_ms >= c.ttft_ms
 
 
+@pytest.mark.unit
 def test_max_tokens_caps_and_reports_length() -> None:
     rec = record_one(fake(tokens=50), chat(max_tokens=5))
     assert rec.usage.output_tokens == 5
@@ -36,6 +41,7 @@ def test_max_tokens_caps_and_reports_length() -> None:
     assert rec.params == {"max_tokens": 5}
 
 
+@pytest.mark.integration
 def test_multi_token_events() -> None:
     rec = record_one(fake(tokens=9, tokens_per_event=4, token_interval_ms=5))
     assert len(rec.client.event_offsets_ms) == 3
@@ -44,6 +50,7 @@ def test_multi_token_events() -> None:
     assert rec.client.decode_ms_per_token == (offs[-1] - offs[0]) / 8
 
 
+@pytest.mark.unit
 def test_no_usage_chunk_counts_locally() -> None:
     rec = record_one(fake(tokens=6, usage=False))
     assert rec.error is None
@@ -51,6 +58,7 @@ def test_no_usage_chunk_counts_locally() -> None:
     assert rec.usage.input_tokens is None
 
 
+@pytest.mark.unit
 def test_scripted_http_status_with_retry_after() -> None:
     rec = record_one(fake(fail="http_status", fail_status=429, retry_after_s=1.5))
     e = rec.error
@@ -60,6 +68,7 @@ def test_scripted_http_status_with_retry_after() -> None:
     assert rec.stop_reason == StopReason.ERROR
 
 
+@pytest.mark.unit
 def test_scripted_stream_error() -> None:
     rec = record_one(fake(tokens=10, fail="stream_error", fail_after_tokens=3))
     assert rec.error is not None and rec.error.kind == ErrorKind.STREAM_ERROR
@@ -67,6 +76,7 @@ def test_scripted_stream_error() -> None:
     assert len(rec.client.event_offsets_ms) == 3
 
 
+@pytest.mark.unit
 def test_scripted_drop() -> None:
     rec = record_one(fake(tokens=10, fail="drop", fail_after_tokens=4))
     assert rec.error is not None and rec.error.kind == ErrorKind.CONNECTION
@@ -75,6 +85,7 @@ def test_scripted_drop() -> None:
     assert rec.client.e2e_ms is None
 
 
+@pytest.mark.unit
 def test_drop_before_any_token() -> None:
     rec = record_one(fake(tokens=10, fail="drop", fail_after_tokens=0))
     assert rec.error is not None and rec.error.kind == ErrorKind.CONNECTION

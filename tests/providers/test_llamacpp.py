@@ -22,6 +22,8 @@ from tests.streams import (
     sse_response,
 )
 
+pytestmark = pytest.mark.unit
+
 ROOT = "http://127.0.0.1:8080"
 CHAT = ROOT + "/v1/chat/completions"
 

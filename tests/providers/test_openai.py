@@ -23,6 +23,8 @@ from tests.streams import (
     sse_response,
 )
 
+pytestmark = pytest.mark.unit
+
 OPENAI_URL = "https://api.openai.com/v1/chat/completions"
 COMPAT_URL = "http://vllm.test:8000/v1/chat/completions"
 

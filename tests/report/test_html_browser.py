@@ -28,7 +28,7 @@ from tests.report.report_builders import full_lab, mixed_records, write_run
 
 CHROMIUM = Path("/usr/bin/chromium")
 
-pytestmark = [pytest.mark.browser]
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 
 @pytest.fixture(autouse=True)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import typer
 from typer.testing import CliRunner
 
 from labkit.report.cli import register
 from tests.report.report_builders import make_record, mixed_records, write_run
+
+pytestmark = pytest.mark.unit
 
 
 def _app() -> typer.Typer:

@@ -10,6 +10,8 @@ from labkit.errors import RunError
 from labkit.report import compare_runs, write_comparison
 from tests.report.report_builders import make_record, write_run
 
+pytestmark = pytest.mark.unit
+
 
 def _runs(tmp_path: Path) -> tuple[Path, Path]:
     before = write_run(

@@ -11,6 +11,8 @@ from labkit.errors import RunError
 from labkit.report import load_event_offsets, load_run, load_runs
 from tests.report.report_builders import make_record, write_run
 
+pytestmark = pytest.mark.unit
+
 
 def test_columns_follow_the_contract(tmp_path: Path) -> None:
     recs = [make_record(tags={"variant": "seed", "target_prompt_tokens": 512}, prefill_ms=5.0)]

@@ -6,9 +6,12 @@ import re
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from labkit.report import write_report
 from tests.report.report_builders import full_lab, make_record, mixed_records, write_run
+
+pytestmark = pytest.mark.unit
 
 
 def _md(path: Path) -> str:

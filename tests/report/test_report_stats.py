@@ -18,6 +18,8 @@ from labkit.report import (
 )
 from tests.report.report_builders import make_record, write_run
 
+pytestmark = pytest.mark.unit
+
 
 def _frame(n: int = 100, **cols: object) -> pd.DataFrame:
     base: dict[str, object] = {

@@ -40,6 +40,7 @@ def err500() -> httpx.Response:
     )
 
 
+@pytest.mark.unit
 def test_retries_are_recorded_as_attempts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-retries")
     good = sse_response(openai_events(["ok"], usage=oa_usage(3, 1)))
@@ -58,6 +59,7 @@ def test_retries_are_recorded_as_attempts(tmp_path: Path, monkeypatch: pytest.Mo
     assert [json.loads(x)["attempt"] for x in lines] == [1, 2, 3]
 
 
+@pytest.mark.unit
 def test_retries_stop_after_the_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-retries")
     result, route = run(tmp_path, 1, [err500(), err500()])
@@ -67,6 +69,7 @@ def test_retries_stop_after_the_limit(tmp_path: Path, monkeypatch: pytest.Monkey
     assert "every request failed" in (result.outcomes[0].reason or "")
 
 
+@pytest.mark.unit
 def test_client_errors_are_not_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-retries")
     bad = httpx.Response(400, json={"error": {"message": "bad request"}})
@@ -76,6 +79,7 @@ def test_client_errors_are_not_retried(tmp_path: Path, monkeypatch: pytest.Monke
     assert result.records[0].error.status == 400
 
 
+@pytest.mark.integration
 def test_retry_after_429_is_honoured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-retries")
     slow = httpx.Response(429, headers={"retry-after": "0.3"}, json={"error": {"message": "rl"}})
@@ -84,4 +88,6 @@ def test_retry_after_429_is_honoured(tmp_path: Path, monkeypatch: pytest.MonkeyP
     first, second = result.records
     assert first.error.retry_after_s == 0.3
     gap = (second.started_at - first.started_at).total_seconds()
+    # A real wait, so a lower bound only: the runner sleeps the 0.3 s before the second attempt
+    # starts, and a busy machine can only lengthen the gap.
     assert gap >= 0.3
