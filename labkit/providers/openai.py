@@ -11,6 +11,7 @@ described on `OpenAIChatParser`; every wire value is type-checked where it is re
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from typing import Any, ClassVar
 
@@ -383,6 +384,12 @@ class OpenAIProvider(Provider):
     async def count_tokens(self, text: str) -> TokenCount | None:
         """Chat Completions has no counting endpoint: tiktoken where it applies."""
         return self.count_input_locally(ChatRequest([{"role": "user", "content": text}]))
+
+    async def describe(self) -> dict[str, Any]:
+        """Nothing to report; builds the model's offline encoding now (about a second, off
+        the event loop), so that the first request's `prepare_ms` does not pay for it."""
+        await asyncio.to_thread(tokenizer_for_model, self.model)
+        return {}
 
     async def tokenized(self, text: str) -> Tokenized | None:
         """The model's encoding's ids and pieces (offline tiktoken), for OpenAI's models."""

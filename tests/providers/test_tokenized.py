@@ -182,3 +182,21 @@ def test_no_diff_where_the_framing_is_unknown() -> None:
         )
     assert rec.usage.input_tokens_local == 2  # counted with o200k_harmony
     assert rec.usage.input_tokens_local_diff is None  # the server's template is its own
+
+
+def test_describe_builds_the_offline_encoding_before_any_request() -> None:
+    from labkit.tokenizers import offline_tokenizer
+
+    offline_tokenizer.cache_clear()
+    provider = make_provider("openai", api_key="sk-x", model="gpt-5-mini")
+
+    async def go() -> dict[str, object]:
+        try:
+            return await provider.describe()
+        finally:
+            await provider.aclose()
+
+    assert asyncio.run(go()) == {}
+    assert offline_tokenizer.cache_info().currsize == 1
+    offline_tokenizer("o200k_base")
+    assert offline_tokenizer.cache_info().hits == 1
