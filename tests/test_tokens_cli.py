@@ -92,3 +92,66 @@ def test_user_errors(args: list[str], message: str) -> None:
     code, _, err = run(*args)
     assert code == 1
     assert message in err
+
+
+CONFIG = """
+name: t
+providers:
+  - {id: vllm, kind: openai_compatible, base_url: "http://vllm.test:8000/v1", model: my-model}
+  - {id: claude, kind: anthropic, model: claude-x, api_key_env: ANTHROPIC_API_KEY}
+  - {id: scripted, kind: fake}
+experiments: [{kind: single}]
+"""
+
+
+def test_configured_providers_by_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import httpx
+    import respx
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    cfg = tmp_path / "lab.yaml"
+    cfg.write_text(CONFIG, encoding="utf-8")
+    with respx.mock() as router:
+        router.post("http://vllm.test:8000/tokenize").mock(
+            return_value=httpx.Response(
+                200, json={"count": 2, "tokens": [9906, 1917], "token_strs": ["Hello", "Ġworld"]}
+            )
+        )
+        router.post("https://api.anthropic.com/v1/messages/count_tokens").mock(
+            return_value=httpx.Response(200, json={"input_tokens": 9})
+        )
+        code, out, err = run(
+            "Hello world", "-c", str(cfg), "-t", "vllm", "-t", "claude", "-t", "scripted", "--ids"
+        )
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[1].startswith("vllm (my-model)") and "2 tokens" in lines[1]
+    assert lines[2] == "Hello| world"
+    assert lines[3] == "ids: 9906 1917"
+    assert lines[4].startswith("claude (claude-x)") and "9 tokens" in lines[4]
+    assert "counts only (no token boundaries)" in lines[4]
+    assert lines[5].startswith("scripted") and "offers no tokenizer" in lines[5]
+    assert "sk-ant-test" not in out + err
+
+
+def test_a_configured_provider_without_its_key_is_one_error_line(tmp_path: Path) -> None:
+    cfg = tmp_path / "lab.yaml"
+    cfg.write_text(CONFIG, encoding="utf-8")
+    code, _, err = run("hi", "-c", str(cfg), "-t", "claude")
+    assert code == 1
+    assert "set ANTHROPIC_API_KEY" in err and len(err.strip().splitlines()) == 1
+
+
+def test_text_from_stdin() -> None:
+    result = CliRunner().invoke(
+        app, ["tokens", "--file", "-", "-t", "cl100k_base"], input="hello world"
+    )
+    assert result.exit_code == 0
+    assert result.stdout.splitlines()[2] == "hello| world"
+
+
+def test_a_terminal_gets_alternating_colours_and_no_separators() -> None:
+    line = tokens_cli._pieces_line((b"hello", b" world", b"\x1b[2J"), terminal=True)
+    assert line.plain == "hello world\\x1b[2J"
+    styles = [str(span.style) for span in line.spans]
+    assert styles == ["black on cyan", "black on yellow", "black on cyan"]

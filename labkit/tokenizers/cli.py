@@ -1,4 +1,4 @@
-"""`labkit tokens TEXT|--file F [--tokenizer NAME]... [--ids]`, registered on the app.
+"""`labkit tokens TEXT|--file F [--tokenizer NAME]... [--ids] [--config CONFIG]`, on the app.
 
 Prints the text cut into tokens by each tokenizer, side by side: alternating colours in a
 terminal, `|`-separated otherwise, with counts, chars/token and bytes/token, and the ids on
@@ -12,7 +12,10 @@ request. Everything works with no key and no network:
   moment (about a second for the bundled 135M model) and stops it. It never builds or
   fetches: without `labkit setup` done, `local` says so. Reading the GGUF's vocabulary
   offline would need a second implementation of llama.cpp's pre-tokenizers, which could
-  differ from the server's in exactly the cases this command is for.
+  differ from the server's in exactly the cases this command is for;
+- with `--config`, the id of one of its providers: that provider's own tokenizer
+  (`Provider.tokenized`: its API with its key, a managed server started for the moment), or
+  a line saying it only counts or has none. This is the one use that may reach a network.
 
 Pieces come from tokenizers and servers, so every control character in them is shown as
 an escape (`display_piece`) before it reaches the terminal.
@@ -65,26 +68,42 @@ class _Row:
 def tokens_command(
     text: Annotated[str | None, typer.Argument(help="The text to cut (or use --file).")] = None,
     file: Annotated[
-        Path | None, typer.Option("--file", "-f", help="Read the text from this file (UTF-8).")
+        Path | None,
+        typer.Option("--file", "-f", help="Read the text from this file (UTF-8; - for stdin)."),
     ] = None,
     tokenizer: Annotated[
         list[str] | None,
         typer.Option(
             "--tokenizer",
             "-t",
-            help=f"{', '.join(OFFLINE_ENCODINGS)}, an OpenAI model name (gpt-4o), or "
-            f"'{LOCAL}' (the bundled model). Repeat for several; default: "
-            f"{', '.join(DEFAULT_TOKENIZERS)}.",
+            help=f"{', '.join(OFFLINE_ENCODINGS)}, an OpenAI model name (gpt-4o), "
+            f"'{LOCAL}' (the bundled model), or a provider id of --config. Repeat for "
+            f"several; default: {', '.join(DEFAULT_TOKENIZERS)}.",
         ),
     ] = None,
     ids: Annotated[bool, typer.Option("--ids", help="Also print the token ids.")] = False,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            "-c",
+            help="A labkit config: --tokenizer may then name its providers by id (their own "
+            "tokenizers, through their APIs).",
+        ),
+    ] = None,
 ) -> None:
     """Show how tokenizers cut TEXT into tokens, side by side (offline, no key needed)."""
     err = SafeConsole(stderr=True, highlight=False)
     try:
         source = _read_text(text, file)
+        providers = _configured_providers(config)
         names = list(tokenizer or DEFAULT_TOKENIZERS)
-        rows = [_cut(name, source, explicit=tokenizer is not None) for name in names]
+        rows = [
+            _provider_row(providers[name], source)
+            if name in providers
+            else _cut(name, source, explicit=tokenizer is not None)
+            for name in names
+        ]
     except LabkitError as exc:
         err.print(Text(f"error: {exc}", style="red"), soft_wrap=True)
         raise typer.Exit(1) from None
@@ -101,6 +120,8 @@ def _read_text(text: str | None, file: Path | None) -> str:
         raise LabkitError("give the text as an argument or with --file, not both")
     if file is not None:
         try:
+            if str(file) == "-":
+                return sys.stdin.read()
             return file.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise LabkitError(f"cannot read {file}: {exc}") from None
@@ -126,6 +147,50 @@ def _cut(name: str, text: str, *, explicit: bool) -> _Row:
         )
     label = name if encoding == name else f"{name} ({encoding})"
     return _Row(label, offline_tokenizer(encoding).tokenize(text))
+
+
+def _configured_providers(config: Path | None) -> dict[str, ProviderSettings]:
+    """The providers of `config` by id (none without one)."""
+    if config is None:
+        return {}
+    from labkit.config import load_config
+
+    return {p.id: p for p in load_config(config).providers}
+
+
+def _provider_row(settings: ProviderSettings, text: str) -> _Row:
+    """A configured provider's own cut; a provider that fails says why in its line."""
+    label = f"{settings.id} ({settings.model})"
+    try:
+        cut = asyncio.run(_provider_cut(settings, text))
+    except LabkitError:
+        raise
+    except Exception as exc:  # the provider's API failed: one line, not a traceback
+        return _Row(label, None, f"{type(exc).__name__}: {exc}"[:300])
+    if cut is None:
+        return _Row(label, None, "this provider offers no tokenizer labkit can reach")
+    return _Row(label, cut)
+
+
+async def _provider_cut(settings: ProviderSettings, text: str) -> Tokenized | None:
+    """`Provider.tokenized` of a configured entry, its managed server started for the call."""
+    import tempfile
+
+    api_key = settings.check_available()
+    with tempfile.TemporaryDirectory(prefix="labkit-tokens-") as log_dir:
+        server = settings.managed_server(Path(log_dir))
+        if server is not None:
+            base_url = await asyncio.to_thread(server.start)
+            settings = settings.model_copy(update={"base_url": base_url})
+        try:
+            provider = provider_class(settings.kind)(settings, api_key=api_key)
+            try:
+                return await provider.tokenized(text)
+            finally:
+                await provider.aclose()
+        finally:
+            if server is not None:
+                await asyncio.to_thread(server.stop)
 
 
 async def _local_cut(text: str) -> tuple[str, Tokenized]:
