@@ -404,7 +404,9 @@ class BaseRecorder:
             record = self._bare_record(provider, request, ctx, m, _internal(exc, redact), app)
         if m.cancelled:
             if self._on_cancelled is not None:
-                self._on_cancelled(record)
+                # A failing write is the run folder's to report; the cancellation must go on.
+                with contextlib.suppress(Exception):
+                    self._on_cancelled(record)
             raise asyncio.CancelledError
         return record
 
