@@ -404,7 +404,9 @@ class BaseRecorder:
             record = self._bare_record(provider, request, ctx, m, _internal(exc, redact), app)
         if m.cancelled:
             if self._on_cancelled is not None:
-                self._on_cancelled(record)
+                # A failing write is the run folder's to report; the cancellation must go on.
+                with contextlib.suppress(Exception):
+                    self._on_cancelled(record)
             raise asyncio.CancelledError
         return record
 
@@ -632,7 +634,8 @@ class StreamRecorder(BaseRecorder):
                         m.end_ns = clock()
                         m.error = _redirect(status, response.headers, redact)
                     else:
-                        await self._read_events(response, parser, m, redact)
+                        framer = provider.new_framer()
+                        await self._read_events(response, framer, parser, m, redact)
                 finally:
                     await response.aclose()
         finally:
@@ -641,14 +644,14 @@ class StreamRecorder(BaseRecorder):
     async def _read_events(
         self,
         response: httpx.Response,
+        sse: SSEParser,
         parser: StreamParser,
         m: Measurement,
         redact: Callable[[str], str],
     ) -> None:
-        """Read the body as SSE, stamping each event; a reply that is plainly a document
-        (HTML, JSON) is read up to a cap and named instead."""
+        """Read the body with the provider's framing (SSE, NDJSON), stamping each event; a
+        reply that is plainly a document (HTML, JSON) is read up to a cap and named instead."""
         clock = self._clock
-        sse = SSEParser()
         feed = sse.feed
         on_event = parser.on_event
         stamp = m.event
@@ -664,7 +667,9 @@ class StreamRecorder(BaseRecorder):
             t_read = clock()
             if first:
                 first = False
-                if _looks_like_a_document(content_type, chunk):
+                if sse.json_first_byte_is_a_document and _looks_like_a_document(
+                    content_type, chunk
+                ):
                     body = await _read_capped(chunks, ERROR_BODY_CAP, chunk)
                     m.end_ns = clock()
                     m.error = _not_a_stream(response.status_code, response.headers, body, redact)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from labkit.errors import MalformedStream
 
-__all__ = ["MAX_EVENT_BYTES", "SSEEvent", "SSEParser"]
+__all__ = ["MAX_EVENT_BYTES", "NDJSONParser", "SSEEvent", "SSEParser"]
 
 #: The largest event accepted: far above any chat chunk (a few kB; a tool call's arguments or
 #: llama.cpp's per-token probabilities reach tens of kB), far below what would exhaust memory.
@@ -36,6 +36,9 @@ class SSEEvent:
 
 class SSEParser:
     """Incremental SSE framing (WHATWG event-stream rules, ``id``/``retry`` ignored)."""
+
+    #: A 2xx body that starts like HTML or JSON is a document, not this framing's stream.
+    json_first_byte_is_a_document = True
 
     __slots__ = (
         "_data",
@@ -161,3 +164,19 @@ class SSEParser:
     def has_pending(self) -> bool:
         """True when bytes of an unfinished event are buffered."""
         return bool(self._partial or self._data)
+
+
+class NDJSONParser(SSEParser):
+    """Newline-delimited JSON framing (Ollama's native stream): every non-empty line is one
+    event with no name, stamped like an SSE event; the same linear reads and size limit."""
+
+    __slots__ = ()
+
+    json_first_byte_is_a_document = False
+
+    def _line(self, line: bytes, t_ns: int, out: list[SSEEvent]) -> None:
+        if not line.strip():
+            return
+        if len(line) > self._max:
+            self._too_large(len(line))
+        out.append(SSEEvent(None, line.decode("utf-8"), t_ns))

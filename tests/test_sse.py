@@ -128,3 +128,16 @@ def test_recorded_stream_with_crlf_cut_everywhere() -> None:
         p = SSEParser()
         got = feed_all(p, [(c, 0) for c in split_every(raw, size)]) + p.close()
         assert [(e.event, e.data) for e in got] == whole
+
+
+def test_ndjson_lines_are_events_stamped_at_their_first_byte() -> None:
+    from labkit.sse import NDJSONParser
+
+    p = NDJSONParser()
+    assert p.feed(b'{"a": 1}\n{"b"', 10) == [SSEEvent(None, '{"a": 1}', 10)]
+    assert p.feed(b': 2}\n\n{"c": 3}\n', 20) == [
+        SSEEvent(None, '{"b": 2}', 10),
+        SSEEvent(None, '{"c": 3}', 20),
+    ]
+    assert p.feed(b'{"done": true}', 30) == []
+    assert p.close() == [SSEEvent(None, '{"done": true}', 30)]

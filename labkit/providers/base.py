@@ -45,7 +45,7 @@ from labkit.providers.sdk import SDKAdapter
 from labkit.proxies import ProxyChoice, proxy_for, unusable_because
 from labkit.records import ProviderTimings, RecordError, StopReason, Usage
 from labkit.scrub import register_secret
-from labkit.sse import SSEEvent
+from labkit.sse import SSEEvent, SSEParser
 from labkit.tokenizers import Tokenized
 
 __all__ = [
@@ -519,6 +519,11 @@ class Provider(ABC):
     @abstractmethod
     def build_request(self, request: ChatRequest, params: dict[str, Any]) -> httpx.Request:
         """The streaming HTTP request for this chat (headers include the key)."""
+
+    def new_framer(self) -> SSEParser:
+        """The framing of this provider's response bodies: SSE (default), or
+        `labkit.sse.NDJSONParser` for newline-delimited JSON streams."""
+        return SSEParser()
 
     @abstractmethod
     def new_parser(self) -> StreamParser:

@@ -163,6 +163,10 @@ class Runner:
                 records=len(self._records),
                 providers={o.id: o.manifest_entry() for o in self.outcomes},
             )
+        if self.folder.write_error is not None:
+            # Every record after the failed write would be lost: the run stops here, its
+            # manifest says why, and `--resume` finishes it.
+            raise RunError(f"{self.folder.write_error}; resume with labkit run --resume")
         lab = self.analyze()
         self.folder.write_lab(lab)
         return RunResult(self.folder, self.outcomes, self._records, lab, status)

@@ -194,6 +194,31 @@ def test_a_failed_record_write_stops_the_run_cleanly_and_resume_finishes_it(
     assert {r.record_id for r in kept} <= {r.record_id for r in records}
 
 
+def test_a_failed_record_write_stops_run_lab_itself_with_a_run_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the CLI's hook too: the runner raises, the manifest says why."""
+    monkeypatch.setattr(
+        RunFolder,
+        "_open_for_append",
+        lambda self: _FailingFile(self.records_path, 2500, errno.ENOSPC),
+    )
+    cfg = parse_config(
+        {
+            "name": "direct",
+            "output_dir": str(tmp_path / "out"),
+            "providers": [{"id": "fake", "kind": "fake", "schedule": {"tokens": 3}}],
+            "experiments": [{"kind": "single", "prompts": ["a"], "repeats": 4, "warmup": 0}],
+        }
+    )
+    runner = prepare_run(cfg, RunOptions())
+    with pytest.raises(RunError, match=r"ENOSPC.*--resume"):
+        asyncio.run(run_lab(runner))
+    manifest = json.loads((runner.folder.path / "manifest.json").read_text())
+    assert manifest["status"] == "failed" and "ENOSPC" in manifest["failure"]
+    runner.folder.release()
+
+
 def test_a_failed_manifest_write_is_one_error_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
