@@ -2,6 +2,7 @@
 
 from labkit.experiments import (
     attribution,
+    conversation,
     determinism,
     load,
     paced,
@@ -26,6 +27,7 @@ __all__ = [
     "PlannedRequest",
     "RequestDriver",
     "attribution",
+    "conversation",
     "determinism",
     "experiment_class",
     "experiment_kinds",

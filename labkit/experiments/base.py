@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar
 
@@ -74,6 +74,10 @@ class PlannedRequest:
     trial: int = 0
     warmup: bool = False
     tags: dict[str, str | int | float | bool] = field(default_factory=dict)
+    on_record: Callable[[RequestRecord], None] | None = None
+    """Called with each of this request's records before it is stored, its output text
+    present even under `store_text: false` (the stored copy drops it): what an experiment
+    whose next request depends on this one's answer (a conversation) reads."""
 
 
 class Experiment(ABC):

@@ -133,6 +133,9 @@ class Runner:
         self._sdk = SDKRecorder(lag_monitor=self._lag, on_cancelled=self._keep)
 
     def _keep(self, record: RequestRecord) -> None:
+        if not self.config.store_text and record.output_text is not None:
+            # Text kept for an `on_record` hook only (see PlannedRequest.on_record).
+            record = record.model_copy(update={"output_text": None})
         self.folder.append(record)
         self._records.append(record)
 
@@ -342,13 +345,15 @@ class Runner:
                 warmup=planned.warmup,
                 tags=planned.tags,
                 queue_ms=queue_ms,
-                store_text=self.config.store_text,
+                store_text=self.config.store_text or planned.on_record is not None,
             )
             if planned.request.client_path == "sdk":
                 record = await self._sdk.record(provider, planned.request, ctx)
             else:
                 record = await self._recorder.record(provider, planned.request, ctx)
             record.plan_key = planned.key
+            if planned.on_record is not None:
+                planned.on_record(record)
             self._account(record, outcome)
             if record.error is None:
                 return
