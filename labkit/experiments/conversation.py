@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, NonNegativeFloat, PositiveInt, model_validator
+from pydantic import Field, NonNegativeFloat, PositiveInt, field_validator, model_validator
 
 from labkit.experiments.base import ExperimentSettings, PlannedRequest, register_experiment
 from labkit.experiments.common import fmt_ms, p_of
@@ -81,6 +81,16 @@ class ConversationSettings(ExperimentSettings):
     seed: int = Field(default=0, description="Seeds the user messages and think times.")
     repeats: PositiveInt = Field(default=1, description="Unused: `sessions` sets the count.")
     params: dict[str, Any] = Field(default_factory=lambda: {"max_tokens": 32, "temperature": 0})
+
+    @field_validator("cache", mode="before")
+    @classmethod
+    def _yaml_booleans(cls, value: Any) -> Any:
+        # YAML reads a bare `on` / `off` as true / false.
+        if isinstance(value, list):
+            return [
+                {True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else v for v in value
+            ]
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> ConversationSettings:
