@@ -10,7 +10,8 @@ A provider is three things:
 
 Experiments and the runner ask a provider's capabilities, never its kind or class:
 `tokenize`/`tokenizer_name`, `count_tokens`, `count_locally`, `prompt_cache_params`,
-`exact_length_params`, `reports_server_timings`, `sdk`; each defaults to "cannot".
+`exact_length_params`, `reports_server_timings`, `sdk`, `metrics_url`; each defaults to
+"cannot".
 
 The stream recorder (`labkit.recorder`) owns the clock and the HTTP; providers never time
 anything themselves. Adding a provider means adding one module and decorating its class
@@ -171,6 +172,12 @@ class ProviderSettings(BaseModel):
     )
     params: dict[str, Any] = Field(
         default_factory=dict, description="Default sampling parameters, under the experiment's."
+    )
+    metrics_interval_s: PositiveFloat = Field(
+        default=1.0,
+        description="Seconds between scrapes of the server's Prometheus /metrics during "
+        "experiments, where the provider has one (`metrics_url`); an experiment's own "
+        "`metrics_interval_s` overrides it.",
     )
     extra_body: dict[str, Any] = Field(
         default_factory=dict, description="Extra JSON body fields sent as they are."
@@ -544,6 +551,11 @@ class Provider(ABC):
         """Request parameters that make the model decode exactly `max_tokens` (ignoring its
         end-of-sequence token); empty when the provider cannot."""
         return {}
+
+    def metrics_url(self) -> str | None:
+        """Where the server's Prometheus metrics are scraped during experiments
+        (`labkit.runner.scrape`); None: it exposes none that labkit knows of."""
+        return None
 
     async def describe(self) -> dict[str, Any]:
         """Facts about the server for the manifest (build, version); may call its API."""

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from labkit.errors import RunError
-from labkit.figures import LoadLevel
+from labkit.figures import LoadLevel, ServerLevelMetrics
 from labkit.records import LabAnswer
 from labkit.report.load import RunData, ensure_columns, load_run
 from labkit.report.plots import all_plots, load_rows
@@ -86,6 +86,13 @@ def missing_notes(run: RunData, summary: pd.DataFrame) -> list[str]:
         for pid, info in providers.items():
             if isinstance(info, dict) and info.get("reports_server_timings") is True:
                 timings_promised.add(str(pid))
+            scraped = info.get("server_metrics") if isinstance(info, dict) else None
+            if isinstance(scraped, dict) and scraped.get("failed"):
+                notes.append(
+                    f"Provider {pid}: {scraped['failed']} scrapes of its server's metrics "
+                    f"({scraped.get('url')}) failed, first: {scraped.get('first_error')}; "
+                    "its per-level server figures miss those moments."
+                )
             if not isinstance(info, dict) or info.get("status") in (None, "ok"):
                 continue
             why = info.get("reason") or info.get("first_error") or "no reason given"
@@ -218,6 +225,47 @@ _LOAD_VIEW: list[tuple[Callable[[LoadLevel], float | None], str, int | None]] = 
 ]
 
 
+_SERVER_VIEW: list[tuple[Callable[[ServerLevelMetrics], float | None], str, int | None]] = [
+    (lambda m: m.scrapes, "scrapes", 0),
+    (lambda m: m.running_p50, "running p50", 1),
+    (lambda m: m.running_max, "running max", 0),
+    (lambda m: m.waiting_p50, "waiting p50", 1),
+    (lambda m: m.waiting_max, "waiting max", 0),
+    (lambda m: None if m.kv_cache_use_max is None else 100 * m.kv_cache_use_max, "KV use max %", 1),
+    (lambda m: m.ttft_ms_p50, "server TTFT p50", None),
+    (lambda m: m.ttft_ms_p90, "server TTFT p90", None),
+    (lambda m: m.itl_ms_p50, "server ITL p50", None),
+    (lambda m: m.itl_ms_p90, "server ITL p90", None),
+]
+
+
+def _server_table(rows: list[LoadLevel]) -> list[Block]:
+    """The server's own metrics per level, beside labkit's TTFT and ITL (none: empty)."""
+    measured = [(row, row.server) for row in rows if row.server is not None]
+    if not measured:
+        return []
+    sources = sorted({f"{k}: {v}" for _, m in measured for k, v in m.sources.items()})
+    cells = [
+        [row.display_title, fmt_num(row.ttft_ms_p50), fmt_num(row.decode_ms_per_token_p50)]
+        + [fmt_num(get(m), digits) for get, _label, digits in _SERVER_VIEW]
+        for row, m in measured
+    ]
+    labels = ["level", "labkit TTFT p50", "labkit ms/tok p50"]
+    labels += [label for _, label, _ in _SERVER_VIEW]
+    return [
+        Para(
+            "The server's own metrics over each level (scraped from its /metrics, stored in "
+            "server-metrics-<provider>.jsonl): requests running and waiting in the server, "
+            "its KV-cache use, and its TTFT and inter-token latency from histogram bucket "
+            "deltas across the level, beside labkit's client-side figures. Read from "
+            + (", ".join(sources) or "no known metric")
+            + ".",
+            "note",
+        ),
+        Table(labels, cells, set(range(1, len(labels)))),
+    ]
+
+
 def _load_section(run: RunData) -> list[Block]:
     """One table per provider × load experiment: a row per level."""
     found = load_rows(run.lab)
@@ -244,6 +292,7 @@ def _load_section(run: RunData) -> list[Block]:
         ]
         numeric = set(range(1, len(_LOAD_VIEW) + 1))
         blocks.append(Table(["level"] + [label for _, label, _ in _LOAD_VIEW], cells, numeric))
+        blocks += _server_table(rows)
     return blocks
 
 

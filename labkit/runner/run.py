@@ -24,8 +24,10 @@ from labkit.providers import ManagedServerHandle, Provider, ProviderSettings, pr
 from labkit.recorder import LoopLagMonitor, RecordContext, StreamRecorder
 from labkit.records import ErrorKind, LabAnswer, LabResults, RecordError, RequestRecord
 from labkit.runner.results import RunFolder, host_info, new_run_id, package_versions
+from labkit.runner.scrape import MetricsScraper, ScrapeReport
 from labkit.runner.workers import run_in_workers
 from labkit.sdkpath import SDKRecorder
+from labkit.server_metrics import metrics_file_name, read_server_metrics
 from labkit.timing import percentile
 
 __all__ = ["ProviderOutcome", "RunOptions", "RunResult", "Runner", "run_lab"]
@@ -60,6 +62,8 @@ class ProviderOutcome:
     server: dict[str, Any] | None = None
     #: Whether the provider says it reports its own prefill/decode times (None: not known).
     reports_server_timings: bool | None = None
+    #: How the scrapes of the server's /metrics went, summed over experiments (None: none).
+    server_metrics: ScrapeReport | None = None
     ttfts: list[float] = field(default_factory=list)
 
     def manifest_entry(self) -> dict[str, Any]:
@@ -74,6 +78,9 @@ class ProviderOutcome:
             "failed": self.failed,
             "server": self.server,
             "reports_server_timings": self.reports_server_timings,
+            "server_metrics": (
+                self.server_metrics.manifest_entry() if self.server_metrics else None
+            ),
         }
 
 
@@ -178,7 +185,9 @@ class Runner:
             mine = [r for r in self._records if r.provider == outcome.id]
             if not mine:  # skipped, or failed before its first request: nothing to analyse
                 continue
+            scraped = read_server_metrics(self.folder.path, outcome.id)
             for exp in self.experiments:
+                exp.server_metrics[outcome.id] = scraped
                 recs = [r for r in mine if r.experiment == exp.name]
                 try:
                     answers.append(exp.analyze(outcome.id, outcome.model, recs))
@@ -263,6 +272,44 @@ class Runner:
         return settings.model_copy(update={"base_url": base_url})
 
     async def _run_experiment(
+        self,
+        exp: Experiment,
+        provider: Provider,
+        outcome: ProviderOutcome,
+        server: ManagedServerHandle | None,
+    ) -> None:
+        scraper = self._scraper(exp, provider)
+        if scraper is not None:
+            scraper.start()
+        try:
+            await self._run_experiment_requests(exp, provider, outcome, server)
+        finally:
+            if scraper is not None:
+                self._scraped(await asyncio.to_thread(scraper.stop), outcome)
+
+    def _scraper(self, exp: Experiment, provider: Provider) -> MetricsScraper | None:
+        """A scraper of the provider's /metrics for one experiment (None: it has none)."""
+        url = provider.metrics_url()
+        if url is None:
+            return None
+        interval = exp.settings.metrics_interval_s or provider.settings.metrics_interval_s
+        path = self.folder.path / metrics_file_name(provider.id)
+        return MetricsScraper(provider.id, url, path, interval_s=interval)
+
+    def _scraped(self, report: ScrapeReport, outcome: ProviderOutcome) -> None:
+        """Add one experiment's scrapes to the provider's; say once when scrapes failed."""
+        total = outcome.server_metrics
+        if total is None:
+            outcome.server_metrics = total = ScrapeReport(url=report.url, file=report.file)
+        first_failures = not total.failed
+        total.scrapes += report.scrapes
+        total.failed += report.failed
+        total.first_error = total.first_error or report.first_error
+        note = report.failure_note(outcome.id)
+        if note and first_failures:
+            self.on_message(note)
+
+    async def _run_experiment_requests(
         self,
         exp: Experiment,
         provider: Provider,
