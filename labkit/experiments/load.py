@@ -373,6 +373,7 @@ class LoadExperiment(PacedExperiment):
                 f"tokens/s (×{last_tps / first_tps:.2f}) from {done[0].title} to "
                 f"{done[-1].title}."
             )
+        text += _server_sentence(done)
         bound = [r for r in rows if r.client_bound]
         if bound:
             text += (
@@ -489,6 +490,24 @@ def level_figures(
         client_bound_fix=lag.fix if lag.client_bound else None,
         server=server,
     )
+
+
+def _server_sentence(rows: list[LoadLevel]) -> str:
+    """What the server's own metrics said of its queue, where it exposes them."""
+    seen = [r for r in rows if r.server is not None and r.server.waiting_max is not None]
+    if not seen:
+        return ""
+    parts = []
+    for r in seen:
+        assert r.server is not None
+        running = r.server.running_max
+        part = f"{r.title}: up to {r.server.waiting_max:g} waiting"
+        if running is not None:
+            part += f", {running:g} running"
+        if r.server.ttft_ms_p50 is not None:
+            part += f", server TTFT p50 {fmt_ms(r.server.ttft_ms_p50)}"
+        parts.append(part)
+    return " The server's own metrics (/metrics) over each level: " + "; ".join(parts) + "."
 
 
 def _level_sentence(row: LoadLevel) -> str:

@@ -245,13 +245,15 @@ def _server_table(rows: list[LoadLevel]) -> list[Block]:
     if not measured:
         return []
     sources = sorted({f"{k}: {v}" for _, m in measured for k, v in m.sources.items()})
+    # A server that exports no such metric (llama-server: no histograms) gets no column.
+    view = [col for col in _SERVER_VIEW if any(col[0](m) is not None for _, m in measured)]
     cells = [
         [row.display_title, fmt_num(row.ttft_ms_p50), fmt_num(row.decode_ms_per_token_p50)]
-        + [fmt_num(get(m), digits) for get, _label, digits in _SERVER_VIEW]
+        + [fmt_num(get(m), digits) for get, _label, digits in view]
         for row, m in measured
     ]
     labels = ["level", "labkit TTFT p50", "labkit ms/tok p50"]
-    labels += [label for _, label, _ in _SERVER_VIEW]
+    labels += [label for _, label, _ in view]
     return [
         Para(
             "The server's own metrics over each level (scraped from its /metrics, stored in "

@@ -115,8 +115,8 @@ def load_tables(lab: LabResults) -> list[Table]:
         table.add_column("level", no_wrap=True)
         table.add_column("procs", justify="right")
         columns = list(_LOAD_COLUMNS)
-        if any(row.server is not None for row in ans.figures.levels):
-            columns += _SERVER_COLUMNS
+        levels = ans.figures.levels
+        columns += [c for c in _SERVER_COLUMNS if any(c[0](row) is not None for row in levels)]
         for _, label, _ in columns:
             table.add_column(label, justify="right")
         for row in ans.figures.levels:
