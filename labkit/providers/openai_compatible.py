@@ -7,11 +7,14 @@ an optional key, and ``max_tokens`` sent as it is (these servers do not all know
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
+import httpx
 from pydantic import Field, field_validator
 
+from labkit.provider_stats import LaterStats
 from labkit.providers.base import ProviderSettings, check_base_url, register, with_root_path
 from labkit.providers.openai import OpenAIProvider
 
@@ -30,6 +33,13 @@ class OpenAICompatibleSettings(ProviderSettings):
         description="The server's Prometheus metrics, scraped during experiments (vLLM, "
         "SGLang with --enable-metrics): a URL, or a path such as `/metrics` on the "
         "base_url's host.",
+    )
+
+    generation_stats: bool | None = Field(
+        default=None,
+        description="Fetch OpenRouter's generation stats of every response after the run "
+        "(`GET <base_url>/generation?id=`: upstream provider, its latency and generation "
+        "time, cost), into provider-stats-<id>.jsonl; null: when base_url is on openrouter.ai.",
     )
 
     key_required: ClassVar[bool] = False
@@ -64,6 +74,45 @@ class OpenAICompatibleProvider(OpenAIProvider):
         """Parameters go as they are."""
         return params
 
+    def fetches_stats_later(self) -> bool:
+        """OpenRouter's generation stats: `generation_stats`, by default on openrouter.ai."""
+        settings = self.settings
+        if not isinstance(settings, OpenAICompatibleSettings):
+            return False
+        if settings.generation_stats is not None:
+            return settings.generation_stats
+        host = urlsplit(settings.resolved_base_url()).hostname or ""
+        return host == "openrouter.ai" or host.endswith(".openrouter.ai")
+
+    async def stats_later(self, client: httpx.AsyncClient, response_id: str) -> LaterStats | None:
+        """`GET /generation?id=`: 404 until OpenRouter has stored the generation (seconds
+        after the stream ends); its durations are milliseconds."""
+        resp = await client.get(
+            "generation", params={"id": response_id}, headers=self.request_headers()
+        )
+        if resp.status_code == 404:
+            return None
+        resp.raise_for_status()
+        body = resp.json()
+        data = body.get("data") if isinstance(body, dict) else None
+        if not isinstance(data, dict):
+            raise httpx.DecodingError("generation stats without a `data` object")
+        return LaterStats(
+            response_id=response_id,
+            fetched_at=datetime.now(UTC).isoformat(),
+            source="GET /api/v1/generation",
+            latency_ms=_number(data.get("latency")),
+            generation_time_ms=_number(data.get("generation_time")),
+            moderation_latency_ms=_number(data.get("moderation_latency")),
+            upstream_provider=_text(data.get("provider_name")),
+            upstream_id=_text(data.get("upstream_id")),
+            model=_text(data.get("model")),
+            total_cost=_number(data.get("total_cost")),
+            input_tokens=_count(data.get("native_tokens_prompt")),
+            output_tokens=_count(data.get("native_tokens_completion")),
+            raw=data,
+        )
+
     def metrics_url(self) -> str | None:
         """The entry's `metrics_url`, where it gives one."""
         settings = self.settings
@@ -72,3 +121,17 @@ class OpenAICompatibleProvider(OpenAIProvider):
             if isinstance(settings, OpenAICompatibleSettings)
             else None
         )
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None

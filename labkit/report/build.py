@@ -18,6 +18,7 @@ import pandas as pd
 from labkit.errors import RunError
 from labkit.figures import LoadLevel, ServerLevelMetrics
 from labkit.records import LabAnswer
+from labkit.report.later import later_stats_section
 from labkit.report.load import RunData, ensure_columns, load_run
 from labkit.report.plots import all_plots, load_rows
 from labkit.report.render import (
@@ -86,6 +87,12 @@ def missing_notes(run: RunData, summary: pd.DataFrame) -> list[str]:
         for pid, info in providers.items():
             if isinstance(info, dict) and info.get("reports_server_timings") is True:
                 timings_promised.add(str(pid))
+            later = info.get("stats_later") if isinstance(info, dict) else None
+            if isinstance(later, dict) and later.get("missing"):
+                notes.append(
+                    f"Provider {pid}: its stats after the run did not come for "
+                    f"{later['missing']} responses (first: {later.get('first_error')})."
+                )
             scraped = info.get("server_metrics") if isinstance(info, dict) else None
             if isinstance(scraped, dict) and scraped.get("failed"):
                 notes.append(
@@ -512,6 +519,7 @@ def build_blocks(run: RunData) -> tuple[str, list[Block], pd.DataFrame]:
         blocks.append(Para("Nothing: every provider answered and reported what it can."))
     blocks += _run_section(run)
     blocks += _load_section(run)
+    blocks += later_stats_section(run)
     blocks += _summary_section(summary)
     if len(df):
         blocks += _errors_section(df)

@@ -23,6 +23,7 @@ from labkit.experiments.paced import connections_needed
 from labkit.providers import ManagedServerHandle, Provider, ProviderSettings, provider_class
 from labkit.recorder import LoopLagMonitor, RecordContext, StreamRecorder
 from labkit.records import ErrorKind, LabAnswer, LabResults, RecordError, RequestRecord
+from labkit.runner.later import LaterReport, fetch_later_stats
 from labkit.runner.results import RunFolder, host_info, new_run_id, package_versions
 from labkit.runner.scrape import MetricsScraper, ScrapeReport
 from labkit.runner.workers import run_in_workers
@@ -64,6 +65,8 @@ class ProviderOutcome:
     reports_server_timings: bool | None = None
     #: How the scrapes of the server's /metrics went, summed over experiments (None: none).
     server_metrics: ScrapeReport | None = None
+    #: How fetching the provider's stats after the run went (None: it keeps none).
+    stats_later: LaterReport | None = None
     ttfts: list[float] = field(default_factory=list)
 
     def manifest_entry(self) -> dict[str, Any]:
@@ -81,6 +84,7 @@ class ProviderOutcome:
             "server_metrics": (
                 self.server_metrics.manifest_entry() if self.server_metrics else None
             ),
+            "stats_later": self.stats_later.manifest_entry() if self.stats_later else None,
         }
 
 
@@ -231,6 +235,7 @@ class Runner:
                 outcome.server = described
             for exp in self.experiments:
                 await self._run_experiment(exp, provider, outcome, server)
+            await self._fetch_stats_later(provider, outcome)
             if outcome.done and outcome.failed == outcome.done:
                 outcome.status = "failed"
                 outcome.reason = f"every request failed; first error: {outcome.first_error}"
@@ -257,6 +262,22 @@ class Runner:
             if server is not None:
                 await asyncio.to_thread(server.stop)
             self.on_progress(outcome)
+
+    async def _fetch_stats_later(self, provider: Provider, outcome: ProviderOutcome) -> None:
+        """The provider's own account of each response, where it keeps one (never fails
+        the run: what could not be fetched is counted and said once)."""
+        if not provider.fetches_stats_later():
+            return
+        mine = [r for r in self._records if r.provider == provider.id]
+        self.on_message(f"provider {provider.id!r}: fetching its stats of each response")
+        try:
+            report = await fetch_later_stats(provider, mine, self.folder.path)
+        except (OSError, ValueError) as exc:
+            report = LaterReport(file="", missing=len(mine), first_error=str(exc)[:200])
+        outcome.stats_later = report
+        note = report.failure_note(provider.id)
+        if note:
+            self.on_message(note)
 
     async def _start_server(
         self, settings: ProviderSettings, server: ManagedServerHandle
