@@ -20,7 +20,7 @@ from labkit.figures import LoadLevel, ServerLevelMetrics
 from labkit.records import LabAnswer
 from labkit.report.later import later_stats_section
 from labkit.report.load import RunData, ensure_columns, load_run
-from labkit.report.plots import all_plots, load_rows
+from labkit.report.plots import all_plots, load_rows, server_queue_timeline
 from labkit.report.render import (
     Block,
     Bullets,
@@ -36,6 +36,7 @@ from labkit.report.split import NOT_REPORTED, SPLIT_COLUMNS, provider_client_spl
 from labkit.report.stats import summarize
 from labkit.scrub import for_people, scrub_frame
 from labkit.selfcheck import client_bound_note, summarize_lag
+from labkit.server_metrics import ServerMetricsSample, read_server_metrics
 
 __all__ = ["LAB_EXPERIMENTS", "ReportPaths", "build_blocks", "missing_notes", "write_report"]
 
@@ -495,6 +496,14 @@ def _split_section(split: pd.DataFrame) -> list[Block]:
     return blocks
 
 
+def _scraped(run: RunData) -> dict[str, list[ServerMetricsSample]]:
+    """Each provider's scrapes of its server's /metrics, from the run folder."""
+    df = run.records
+    providers = {str(p) for p in df["provider"].dropna().unique()} if len(df) else set()
+    found = {p: read_server_metrics(run.run_dir, p) for p in sorted(providers)}
+    return {p: samples for p, samples in found.items() if samples}
+
+
 def _title(run: RunData) -> str:
     m = run.manifest
     name = m.get("name") or run.run_dir.name
@@ -508,6 +517,9 @@ def build_blocks(run: RunData) -> tuple[str, list[Block], pd.DataFrame]:
     summary = summarize(df)
     split = provider_client_split(df) if len(df) else pd.DataFrame(columns=SPLIT_COLUMNS)
     plots, missing_plots = all_plots(df, run.lab) if len(df) else ([], [])
+    queue = server_queue_timeline(_scraped(run))
+    if queue is not None:  # drawn only where a server was scraped: no note when none was
+        plots.append(queue)
     title = _title(run)
     blocks: list[Block] = [Heading(title, 1)]
     blocks += _lab_section(run)

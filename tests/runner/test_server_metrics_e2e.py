@@ -50,5 +50,8 @@ def test_load_on_the_managed_llama_server_shows_its_queue_per_level(tmp_path: Pa
     assert c3.server.waiting_max is not None and c3.server.waiting_max >= 1
     assert c3.server.ttft_ms_p50 is None  # llama-server exports no TTFT histogram
     assert "The server's own metrics" in answer.answer and "concurrency 3: up to" in answer.answer
-    report = write_report(result.folder.path).md.read_text()
+    paths = write_report(result.folder.path)
+    report = paths.md.read_text()
     assert "llamacpp:requests_deferred" in report and "waiting max" in report
+    assert "Requests running and waiting in the server" in report
+    assert (paths.files / "server_queue.png").stat().st_size > 1000
