@@ -32,7 +32,7 @@ class LaterStats(BaseModel):
     source: str = Field(description="What was asked, e.g. `GET /api/v1/generation`.")
     latency_ms: float | None = Field(
         default=None,
-        description="The provider's time to the first token (OpenRouter `latency`, ms).",
+        description="The provider's total latency of the request (OpenRouter `latency`, ms).",
     )
     generation_time_ms: float | None = Field(
         default=None, description="The provider's generation time (`generation_time`, ms)."

@@ -59,23 +59,23 @@ def later_stats_section(run: RunData) -> list[Block]:
                 fmt_num(len(rows) - len(ok), 0),
                 ", ".join(f"{k}×{v}" for k, v in upstream.most_common()) or "—",
                 fmt_num(_p50(ok["later.latency_ms"])),
-                fmt_num(_p50(ok["client.ttft_ms"])),
-                fmt_num(_p50(ok["later.generation_time_ms"])),
                 fmt_num(_p50(ok["client.e2e_ms"])),
+                fmt_num(_p50(ok["later.generation_time_ms"])),
+                fmt_num(_p50(ok["client.ttft_ms"])),
                 fmt_num(float(cost.sum()) if len(cost) else None, 6),
             ]
         )
     labels = ["provider", "experiment", "fetched", "missing", "upstream"]
-    labels += ["provider latency p50", "labkit TTFT p50", "generation time p50"]
-    labels += ["labkit e2e p50", "cost"]
+    labels += ["provider latency p50", "labkit e2e p50", "generation time p50"]
+    labels += ["labkit TTFT p50", "cost"]
     return [
         Heading("Fetched after the run"),
         Para(
             "What the provider said about each response when asked after the run (OpenRouter: "
             "GET /api/v1/generation, seconds after each stream), joined to the records by "
-            "record_id: who served it upstream, the provider's latency (to its first token) "
-            "and generation time beside labkit's TTFT and end-to-end time of the same "
-            "requests (ms, medians), and the total cost. Not measured by labkit: as reported.",
+            "record_id: who served it upstream, the provider's total latency beside labkit's "
+            "end-to-end time of the same requests, its generation time, labkit's TTFT (ms, "
+            "medians), and the total cost. Not measured by labkit: as reported.",
             "note",
         ),
         Table(labels, cells, {2, 3, 5, 6, 7, 8, 9}),
