@@ -144,8 +144,7 @@ class OllamaParser(StreamParser):
 
     def _read_done(self, obj: dict[str, Any]) -> None:
         """The final object: stop reason, token counts and the server's durations."""
-        reason = wire_str(obj.get("done_reason"), "done_reason")
-        self.stop_reason_raw = reason or "stop"  # older servers send no done_reason
+        self.stop_reason_raw = wire_str(obj.get("done_reason"), "done_reason") or None
         prompt = wire_count(obj.get("prompt_eval_count"), "prompt_eval_count")
         cached = wire_count(obj.get("prompt_eval_cached_count"), "prompt_eval_cached_count")
         output = wire_count(obj.get("eval_count"), "eval_count")
@@ -179,11 +178,12 @@ class OllamaParser(StreamParser):
         return self._done
 
     def stop_reason(self) -> StopReason | None:
-        """`done_reason` mapped; a turn that called a tool ends with `stop`, which is
-        `tool_call` here."""
-        raw = self.stop_reason_raw
-        if raw is None:
+        """`done_reason` mapped (a done object without one, from servers before it existed,
+        is a natural end); a turn that called a tool ends with `stop`, which is `tool_call`
+        here. None until the done object arrived."""
+        if not self._done:
             return None
+        raw = self.stop_reason_raw or "stop"
         if self._tool_called and raw == "stop":
             return StopReason.TOOL_CALL
         return _STOP_REASONS.get(raw, StopReason.UNKNOWN)

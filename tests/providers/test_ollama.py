@@ -174,6 +174,9 @@ def test_stop_reasons() -> None:
     assert ended("unload") == StopReason.UNKNOWN
     assert ended(None) == StopReason.END  # servers before done_reason existed
     assert OllamaParser().stop_reason() is None
+    without = OllamaParser()
+    without.on_event(_ev({"done": True}))
+    assert without.stop_reason_raw is None  # nothing invented where the server sent nothing
 
 
 def test_zero_fields_left_out_stay_null() -> None:
