@@ -27,6 +27,7 @@ from labkit.providers.base import (
     register,
     sdk_available,
 )
+from labkit.providers.llamacpp import bundled_model_settings
 
 __all__ = [
     "ChatRequest",
@@ -38,6 +39,7 @@ __all__ = [
     "Timeouts",
     "TokenCount",
     "anthropic",
+    "bundled_model_settings",
     "fake",
     "llamacpp",
     "ollama",

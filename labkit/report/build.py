@@ -128,6 +128,7 @@ def missing_notes(run: RunData, summary: pd.DataFrame) -> list[str]:
             )
         if ok["usage.input_tokens"].isna().all() and not ok["usage.output_tokens"].isna().all():
             notes.append(f"{provider}: reported no input token count.")
+        notes += _local_count_note(str(provider), ok)
         if (
             ok["provider_timings.prefill_ms"].isna().all()
             and ok["provider_timings.decode_ms_per_token"].isna().all()
@@ -435,6 +436,22 @@ def _split_section(split: pd.DataFrame) -> list[Block]:
     }
     blocks.append(Table([_SPLIT_LABELS[c] for c in SPLIT_COLUMNS], rows, numeric))
     return blocks
+
+
+def _local_count_note(provider: str, ok: pd.DataFrame) -> list[str]:
+    """The flag for labkit's prompt count disagreeing with usage beyond the chat framing."""
+    if "usage.input_tokens_local_diff" not in ok.columns:
+        return []
+    diffs = ok["usage.input_tokens_local_diff"].dropna()
+    off = diffs[diffs != 0]
+    if off.empty:
+        return []
+    return [
+        f"{provider}: labkit's local prompt count and the provider's usage disagree beyond the "
+        f"chat framing in {len(off)} of {len(diffs)} requests (by {int(off.min()):+d} to "
+        f"{int(off.max()):+d} tokens, usage.input_tokens_local_diff): the model → encoding "
+        "map or the framing is off for this model."
+    ]
 
 
 def _title(run: RunData) -> str:
