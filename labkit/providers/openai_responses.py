@@ -288,6 +288,11 @@ class OpenAIResponsesProvider(OpenAIProvider):
         """A Responses event parser."""
         return OpenAIResponsesParser()
 
+    def chat_framing_tokens(self, request: ChatRequest) -> int | None:
+        """Unknown: OpenAI documents the chat format's per-message tokens for Chat
+        Completions only, and here the system text travels as `instructions`."""
+        return None
+
     async def count_tokens(self, text: str) -> TokenCount | None:
         """`POST /responses/input_tokens` for `text` as the input."""
         resp = await self.client.post(
