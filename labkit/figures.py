@@ -35,6 +35,8 @@ __all__ = [
     "SingleFigures",
     "TokenRatioFigures",
     "TokenRatioRow",
+    "TokenizerCount",
+    "TokenizerSpread",
     "VariantRow",
     "read_figures",
 ]
@@ -173,13 +175,40 @@ class TokenRatioRow(_Figures):
     )
 
 
+class TokenizerCount(_Figures):
+    """One text cut by one tokenizer (the side-by-side table)."""
+
+    text_id: str
+    tokenizer: str = Field(description="`tiktoken:o200k_base`, or a provider's own tokenizer.")
+    tokens: int
+    chars_per_token: float | None = None
+    bytes_per_token: float | None = None
+
+
+class TokenizerSpread(_Figures):
+    """For one text: the tokenizer needing the fewest tokens and the one needing the most."""
+
+    text_id: str
+    most_efficient: str
+    most_efficient_tokens: int
+    least_efficient: str
+    least_efficient_tokens: int
+    ratio: float = Field(description="least_efficient_tokens / most_efficient_tokens.")
+
+
 class TokenRatioFigures(_Figures):
-    """`token_ratio`: a row per text."""
+    """`token_ratio`: a row per text, and every tokenizer at hand side by side."""
 
     kind: Literal["token_ratio"] = "token_ratio"
     rows: list[TokenRatioRow] = Field(default_factory=list)
     baseline_usage_input_tokens: float | None = None
     count_error: str | None = None
+    side_by_side: list[TokenizerCount] = Field(default_factory=list)
+    spread: list[TokenizerSpread] = Field(default_factory=list)
+    input_tokens_local_diffs: list[int] = Field(
+        default_factory=list,
+        description="usage.input_tokens_local_diff of each request that has one.",
+    )
 
 
 # --- determinism ---------------------------------------------------------------------------

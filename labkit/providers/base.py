@@ -48,6 +48,7 @@ from labkit.proxies import ProxyChoice, proxy_for, unusable_because
 from labkit.records import ProviderTimings, RecordError, StopReason, Usage
 from labkit.scrub import register_secret
 from labkit.sse import SSEEvent, SSEParser
+from labkit.tokenizers import Tokenized
 
 __all__ = [
     "ChatRequest",
@@ -308,6 +309,17 @@ class TokenCount:
 
     tokens: int
     source: str
+    #: Tokens the provider's chat template adds around the counted contents, where the
+    #: provider documents them (OpenAI: 3 per message and 3 priming the reply); None: unknown.
+    framing: int | None = None
+
+    def unexplained(self, provider_tokens: int | None) -> int | None:
+        """`provider_tokens` minus this count and its framing: the tokens neither explains
+        (`usage.input_tokens_local_diff`); None when the provider sent no count or the
+        framing is unknown."""
+        if provider_tokens is None or self.framing is None:
+            return None
+        return provider_tokens - self.tokens - self.framing
 
 
 class StreamParser(ABC):
@@ -585,6 +597,12 @@ class Provider(ABC):
     async def describe(self) -> dict[str, Any]:
         """Facts about the server for the manifest (build, version); may call its API."""
         return {}
+
+    async def tokenized(self, text: str) -> Tokenized | None:
+        """How the model's own tokenizer cuts raw `text` (no chat template): ids and pieces
+        where the provider gives them, a count alone where it can only count, None where
+        labkit reaches no tokenizer of this model. May call the provider's API."""
+        return None
 
     def output_tokens_locally(self, parser: StreamParser, output_events: int) -> TokenCount:
         """Output token count when the provider sent none: one token per output event."""

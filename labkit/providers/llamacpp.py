@@ -29,12 +29,13 @@ from labkit.providers.base import (
     register,
 )
 from labkit.providers.openai import OpenAIChatParser
-from labkit.providers.openai_compatible import OpenAICompatibleProvider
+from labkit.providers.openai_compatible import OpenAICompatibleProvider, tokenize_reply
+from labkit.tokenizers import Tokenized
 
 if TYPE_CHECKING:  # the local server is imported only when a run starts one
     from labkit.local import ManagedServer
 
-__all__ = ["LlamaCppParser", "LlamaCppProvider", "LlamaCppSettings"]
+__all__ = ["LlamaCppParser", "LlamaCppProvider", "LlamaCppSettings", "bundled_model_settings"]
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct-Q4_1"
 
@@ -215,6 +216,12 @@ class LlamaCppProvider(OpenAICompatibleProvider):
         """Exact count from `/tokenize`."""
         return TokenCount(len(await self.tokenize(text)), "llamacpp:/tokenize")
 
+    async def tokenized(self, text: str) -> Tokenized | None:
+        """The model's own ids and pieces from `/tokenize` with `with_pieces` (no BOS)."""
+        resp = await self.client.post("/tokenize", json={"content": text, "with_pieces": True})
+        resp.raise_for_status()
+        return tokenize_reply(resp.json(), "llamacpp:/tokenize")
+
     def count_locally(self, text: str) -> TokenCount | None:
         """None: the model's tokenizer lives in the server (`tokenize`), not in labkit."""
         return None
@@ -245,3 +252,9 @@ class LlamaCppProvider(OpenAICompatibleProvider):
             "n_ctx": gen.get("n_ctx"),
             "model_path": props.get("model_path"),
         }
+
+
+def bundled_model_settings(provider_id: str = "local") -> LlamaCppSettings:
+    """The bundled local model as a managed llama.cpp entry: no key, and no network once
+    `labkit setup` has cached llama-server and the model."""
+    return LlamaCppSettings(id=provider_id, kind=LlamaCppProvider.kind)

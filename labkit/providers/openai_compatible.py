@@ -3,6 +3,13 @@
 vLLM, SGLang, Ollama's ``/v1``, LM Studio, llama.cpp's ``llama-server``: the same stream,
 an optional key, and ``max_tokens`` sent as it is (these servers do not all know
 ``max_completion_tokens``).
+
+Tokenizer: vLLM and SGLang serve ``POST /tokenize`` at the server root (``{model, prompt,
+add_special_tokens}`` → ``{tokens, count, max_model_len}``; vLLM adds ``token_strs`` with
+``return_token_strs``), llama.cpp its own (``{content, with_pieces}`` → ``{tokens: [{id,
+piece}]}``, a piece that is no valid UTF-8 sent as a list of bytes). Servers without one
+(Ollama, LM Studio, hosted APIs) answer 404, and an OpenAI model name falls back to its
+offline encoding. The chat template's framing is the server's own, so unknown here.
 """
 
 from __future__ import annotations
@@ -15,10 +22,20 @@ import httpx
 from pydantic import Field, field_validator
 
 from labkit.provider_stats import LaterStats
-from labkit.providers.base import ProviderSettings, check_base_url, register, with_root_path
+from labkit.providers.base import (
+    ChatRequest,
+    ProviderSettings,
+    check_base_url,
+    register,
+    with_root_path,
+)
 from labkit.providers.openai import OpenAIProvider
+from labkit.tokenizers import Tokenized, vocab_pieces
 
-__all__ = ["OpenAICompatibleProvider", "OpenAICompatibleSettings"]
+__all__ = ["OpenAICompatibleProvider", "OpenAICompatibleSettings", "tokenize_reply"]
+
+#: Statuses of a server that has no `/tokenize`.
+_NO_TOKENIZER = frozenset({404, 405, 501})
 
 
 class OpenAICompatibleSettings(ProviderSettings):
@@ -74,6 +91,34 @@ class OpenAICompatibleProvider(OpenAIProvider):
         """Parameters go as they are."""
         return params
 
+    def chat_framing_tokens(self, request: ChatRequest) -> int | None:
+        """Unknown: each server applies its model's own chat template."""
+        return None
+
+    async def tokenized(self, text: str) -> Tokenized | None:
+        """The server's `/tokenize` (vLLM, SGLang, llama.cpp), else the offline encoding
+        of an OpenAI model name, else None."""
+        root = self.settings.resolved_base_url().removesuffix("/v1")
+        url = f"{root}/tokenize"
+        source = f"{self.kind}:/tokenize"
+        body = {
+            "model": self.model,
+            "prompt": text,
+            "add_special_tokens": False,
+            "return_token_strs": True,
+        }
+        resp = await self.client.post(url, json=body, headers=self.request_headers())
+        if resp.status_code in _NO_TOKENIZER:
+            return await super().tokenized(text)
+        resp.raise_for_status()
+        cut = tokenize_reply(resp.json(), source)
+        if cut.count == 0 and text:  # llama.cpp reads `content`, not `prompt`
+            llama_body = {"content": text, "with_pieces": True}
+            resp = await self.client.post(url, json=llama_body, headers=self.request_headers())
+            resp.raise_for_status()
+            cut = tokenize_reply(resp.json(), source)
+        return cut
+
     def fetches_stats_later(self) -> bool:
         """OpenRouter's generation stats: `generation_stats`, by default on openrouter.ai."""
         settings = self.settings
@@ -121,6 +166,36 @@ class OpenAICompatibleProvider(OpenAIProvider):
             if isinstance(settings, OpenAICompatibleSettings)
             else None
         )
+
+
+def tokenize_reply(reply: Any, source: str) -> Tokenized:
+    """A `/tokenize` reply (vLLM, SGLang or llama.cpp shape) as a `Tokenized`.
+
+    Raises ValueError for a reply of neither shape.
+    """
+    tokens = reply.get("tokens") if isinstance(reply, dict) else None
+    if not isinstance(tokens, list):
+        raise ValueError(f"{source}: reply has no `tokens` list")
+    if all(isinstance(t, int) for t in tokens):
+        strs = reply.get("token_strs")
+        pieces = None
+        if isinstance(strs, list) and len(strs) == len(tokens):
+            pieces = vocab_pieces([str(s) for s in strs])
+        return Tokenized(source, len(tokens), tuple(tokens), pieces)
+    ids: list[int] = []
+    pieces_list: list[bytes] = []
+    for t in tokens:
+        if not isinstance(t, dict) or not isinstance(t.get("id"), int):
+            raise ValueError(f"{source}: a token is neither an id nor {{id, piece}}: {t!r}"[:200])
+        ids.append(t["id"])
+        piece = t.get("piece")
+        if isinstance(piece, str):
+            pieces_list.append(piece.encode("utf-8"))
+        elif isinstance(piece, list) and all(isinstance(b, int) and 0 <= b < 256 for b in piece):
+            pieces_list.append(bytes(piece))
+        else:
+            raise ValueError(f"{source}: token {t['id']} has no usable piece")
+    return Tokenized(source, len(ids), tuple(ids), tuple(pieces_list))
 
 
 def _number(value: Any) -> float | None:

@@ -143,6 +143,7 @@ def missing_notes(run: RunData, summary: pd.DataFrame) -> list[str]:
             )
         if ok["usage.input_tokens"].isna().all() and not ok["usage.output_tokens"].isna().all():
             notes.append(f"{provider}: reported no input token count.")
+        notes += _local_count_note(str(provider), ok)
         if (
             ok["provider_timings.prefill_ms"].isna().all()
             and ok["provider_timings.decode_ms_per_token"].isna().all()
@@ -502,6 +503,22 @@ def _scraped(run: RunData) -> dict[str, list[ServerMetricsSample]]:
     providers = {str(p) for p in df["provider"].dropna().unique()} if len(df) else set()
     found = {p: read_server_metrics(run.run_dir, p) for p in sorted(providers)}
     return {p: samples for p, samples in found.items() if samples}
+
+
+def _local_count_note(provider: str, ok: pd.DataFrame) -> list[str]:
+    """The flag for labkit's prompt count disagreeing with usage beyond the chat framing."""
+    if "usage.input_tokens_local_diff" not in ok.columns:
+        return []
+    diffs = ok["usage.input_tokens_local_diff"].dropna()
+    off = diffs[diffs != 0]
+    if off.empty:
+        return []
+    return [
+        f"{provider}: labkit's local prompt count and the provider's usage disagree beyond the "
+        f"chat framing in {len(off)} of {len(diffs)} requests (by {int(off.min()):+d} to "
+        f"{int(off.max()):+d} tokens, usage.input_tokens_local_diff): the model → encoding "
+        "map or the framing is off for this model."
+    ]
 
 
 def _title(run: RunData) -> str:

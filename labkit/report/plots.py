@@ -274,8 +274,25 @@ def decode_per_provider(df: pd.DataFrame) -> Plot | None:
 
 
 def _ratio_rows(df: pd.DataFrame, lab: LabResults | None) -> pd.DataFrame:
+    """Characters per token by text and series: each tokenizer when the answers hold the
+    side-by-side table (the same table in every provider's answer, kept once), else each
+    provider's own count, else the records' usage."""
     rows: list[dict[str, Any]] = []
     if lab is not None:
+        side = {
+            (c.tokenizer, c.text_id): c.chars_per_token
+            for ans in lab.answers
+            if isinstance(ans.figures, TokenRatioFigures)
+            for c in ans.figures.side_by_side
+            if c.chars_per_token is not None
+        }
+        if side:
+            return pd.DataFrame(
+                [
+                    {"provider": name, "text_id": text, "cpt": cpt}
+                    for (name, text), cpt in side.items()
+                ]
+            )
         for ans in lab.answers:
             if not isinstance(ans.figures, TokenRatioFigures):
                 continue
@@ -321,8 +338,9 @@ def chars_per_token(df: pd.DataFrame, lab: LabResults | None) -> Plot | None:
         "chars_per_token",
         "Characters per token per text type (token_ratio)",
         _png(fig),
-        "Prompt characters divided by the provider's input token count; the dashed line is "
-        "the 4-characters-per-token rule of thumb.",
+        "Characters divided by tokens: per tokenizer where the run cut every text side by side "
+        "(the offline OpenAI encodings and each provider's own), else by each provider's "
+        "input token count; the dashed line is the 4-characters-per-token rule of thumb.",
     )
 
 
