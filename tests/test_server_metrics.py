@@ -65,31 +65,43 @@ def _sample(t_ms: int, n: int, **over: object) -> ServerMetricsSample:
     )  # fmt: skip
 
 
+def _at(t_ms: int, ttft: list[tuple[float, float]], running: float) -> ServerMetricsSample:
+    return ServerMetricsSample(
+        provider="p", t_mono_ns=t_ms * MS, at="x", scrape_ms=1.0, running=running,
+        waiting=running - 2, kv_cache_use=running / 10, ttft_buckets=ttft,
+        sources={"running": "vllm:num_requests_running"},
+    )  # fmt: skip
+
+
 def test_a_level_takes_histogram_deltas_across_its_window() -> None:
-    # Scrapes every 100 ms; the level runs from 150 to 450 ms. The TTFT histogram holds 5
-    # observations of 30 ms per scrape before the level (from another level, at 80 ms).
-    samples = [_sample(0, 0, ttft_s=0.07), _sample(100, 1, ttft_s=0.07)]
-    samples += [
-        _sample(t, i + 2, ttft_s=0.03, running=3.0 + i) for i, t in enumerate((200, 300, 400))
-    ]
-    samples.append(_sample(500, 5, ttft_s=0.03, running=0.0))
-    # The fake's counts are cumulative per shape: rebuild the histogram as a real server's.
-    early = samples[1].ttft_buckets
-    assert early is not None
-    for s in samples[2:]:
-        assert s.ttft_buckets is not None
-        s.ttft_buckets = [(le, c + dict(early)[le]) for le, c in s.ttft_buckets]
+    inf = float("inf")
+    # Scrapes every 100 ms; the level runs from 150 to 450 ms. Before it the histogram
+    # already holds 10 observations in (40, 80] ms (an earlier level's).
+    before = [(0.02, 0.0), (0.04, 0.0), (0.08, 10.0), (inf, 10.0)]
+    samples = [_at(0, before, 2.0), _at(100, before, 2.0)]
+    for i, t in enumerate((200, 300, 400, 500)):
+        # 5 more per scrape in (20, 40] ms: the level's own.
+        n = 5.0 * (i + 1)
+        samples.append(_at(t, [(0.02, 0.0), (0.04, n), (0.08, 10 + n), (inf, 10 + n)], 3.0 + i))
     m = server_level_metrics(samples, 150 * MS, 450 * MS)
     assert m is not None
-    assert m.scrapes == 3
-    assert (m.running_p50, m.running_max) == (4.0, 5.0)
-    assert m.waiting_max == 2.0 and m.kv_cache_use_max == pytest.approx(0.4)
-    # From the 100 ms scrape to the 500 ms one: 25 observations, all in the (20, 40] ms
-    # bucket, none of the earlier 80 ms ones.
-    assert m.ttft_observations == 25
-    assert 20.0 < m.ttft_ms_p50 <= 40.0  # type: ignore[operator]
-    assert m.ttft_ms_p90 is not None and m.ttft_ms_p90 <= 40.0
-    assert 5.0 < m.itl_ms_p50 <= 10.0  # type: ignore[operator]
+    assert m.scrapes == 3  # 200, 300, 400 ms
+    assert (m.running_p50, m.running_max, m.waiting_max) == (4.0, 5.0, 3.0)
+    assert m.kv_cache_use_max == pytest.approx(0.5)
+    # From the 100 ms scrape (last before the start) to the 500 ms one (first after the
+    # end): 20 observations, none of the earlier 10.
+    assert m.ttft_observations == 20
+    assert m.ttft_ms_p50 == pytest.approx(30.0)  # halfway into the (20, 40] ms bucket
+    assert m.ttft_ms_p90 == pytest.approx(38.0)
+    assert m.itl_ms_p50 is None
+    assert m.sources == {"running": "vllm:num_requests_running"}
+
+
+def test_vllm_shape_windows_give_itl_from_bucket_deltas() -> None:
+    samples = [_sample(t, t // 100) for t in (0, 100, 200)]
+    m = server_level_metrics(samples, 50 * MS, 150 * MS)
+    assert m is not None and m.ttft_observations == 10  # 5 per scrape, 0 → 200 ms
+    assert m.itl_ms_p50 == pytest.approx(7.5)  # all in (5, 10] ms
     assert m.sources["ttft_buckets"] == "vllm:time_to_first_token_seconds"
 
 
