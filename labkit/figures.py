@@ -31,6 +31,7 @@ __all__ = [
     "LinearFit",
     "LoadFigures",
     "LoadLevel",
+    "LoadLevelCache",
     "MarginalCost",
     "PrefillDecodeFigures",
     "PrefillPoint",
@@ -345,6 +346,20 @@ class ServerLevelMetrics(_Figures):
     )
 
 
+class LoadLevelCache(_Figures):
+    """A load level's prompt-cache hits as the provider counted them (`cached_tokens`,
+    `cache_read_input_tokens`, llama.cpp `cache_n`), beside the TTFT they bought."""
+
+    counted: int = Field(description="Successful requests that carried a cached-token count.")
+    hits: int = Field(description="Of those, requests with at least half the prompt cached.")
+    cached_tokens_p50: float | None = None
+    cached_share: float | None = Field(
+        default=None, description="Cached prompt tokens / prompt tokens, over the level."
+    )
+    ttft_ms_p50_hit: float | None = None
+    ttft_ms_p50_miss: float | None = None
+
+
 class LoadLevel(_Figures):
     """One pass of one load level: a row of the load table."""
 
@@ -380,6 +395,9 @@ class LoadLevel(_Figures):
     server: ServerLevelMetrics | None = Field(
         default=None,
         description="The server's own metrics over the level, where it exposes /metrics.",
+    )
+    cache: LoadLevelCache | None = Field(
+        default=None, description="Prompt-cache hits, where the provider counts them."
     )
 
     @property

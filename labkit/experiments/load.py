@@ -29,14 +29,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    model_validator,
+)
 
 from labkit.errors import ConfigError
 from labkit.experiments.base import ExperimentSettings, PlannedRequest, register_experiment
 from labkit.experiments.common import Prompt, fmt_ms, p_of, prompt_list
 from labkit.experiments.paced import PacedExperiment, RequestDriver, SendFn
 from labkit.experiments.prefill_decode import filler_text
-from labkit.figures import LoadFigures, LoadLevel
+from labkit.figures import LoadFigures, LoadLevel, LoadLevelCache
 from labkit.pacing import arrival_offsets_ns, closed_loop, open_loop
 from labkit.providers.base import ChatRequest, Provider, ProviderSettings
 from labkit.records import LabAnswer, RequestRecord
@@ -57,6 +65,27 @@ TokenTarget = PositiveInt | tuple[PositiveInt, PositiveInt]
 
 def _default_prompts() -> list[str | Prompt]:
     return ["Explain what a token is."]
+
+
+class SharedPrefix(BaseModel):
+    """Requests that share a system prompt or document, with some distinct suffixes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tokens: PositiveInt = Field(description="Length of the shared prefix, in tokens.")
+    distinct_suffixes: float = Field(
+        default=1.0,
+        gt=0,
+        le=1,
+        description="Distinct suffixes per request: 1, every request ends its own way (only "
+        "the prefix can be cached); 0.25, a quarter as many suffixes as requests, each sent "
+        "about four times (whole prompts repeat).",
+    )
+    where: Literal["system", "user"] = Field(
+        default="system",
+        description="`system`: the prefix is the system message; `user`: it opens the user "
+        "message (a document, then the question).",
+    )
 
 
 class LoadSettings(ExperimentSettings):
@@ -100,6 +129,12 @@ class LoadSettings(ExperimentSettings):
         default=None,
         description="max_tokens per request (or [min, max], drawn), decoded exactly where the "
         "provider can (llama.cpp ignores EOS).",
+    )
+    shared_prefix: SharedPrefix | None = Field(
+        default=None,
+        description="Every request of a level opens with the same prefix (new per level); "
+        "the suffix is the prompt (fixed or synthetic). Each level reports the provider's "
+        "cache hits beside TTFT.",
     )
     seed: int = Field(default=0, description="Seeds arrivals and synthetic prompts.")
     workers: PositiveInt | Literal["auto"] = Field(
@@ -175,6 +210,7 @@ class LoadExperiment(PacedExperiment):
         self._tokens_per_word: float = _DEFAULT_TOKENS_PER_WORD
         self._exact_length: dict[str, Any] = {}
         self._paths: list[str] = ["wire"]
+        self._cache_on: dict[str, Any] = {}
 
     @property
     def _s(self) -> LoadSettings:
@@ -223,7 +259,8 @@ class LoadExperiment(PacedExperiment):
         """Calibrate words per token for synthetic prompts, with the provider's counter."""
         self._exact_length = provider.exact_length_params()
         self._paths = self.paths_for(provider)
-        if self._s.input_tokens is None:
+        self._cache_on = provider.prompt_cache_params(True)
+        if self._s.input_tokens is None and self._s.shared_prefix is None:
             return
         sample = filler_text(400)
         try:
@@ -264,11 +301,51 @@ class LoadExperiment(PacedExperiment):
             tags["target_output_tokens"] = params["max_tokens"]
             for name, value in self._exact_length.items():
                 params.setdefault(name, value)
-        req = ChatRequest(self.messages(prompt.text), params, prompt.id)
+        messages, prompt_id = self.messages(prompt.text), prompt.id
+        if s.shared_prefix is not None:
+            messages, prompt_id = self._shared_prefix_messages(level, i, level_run, tags)
+            for name, value in self._cache_on.items():
+                params.setdefault(name, value)
+        req = ChatRequest(messages, params, prompt_id)
         # With `paths: [wire, sdk]` the requests alternate, so both paths meet the same load.
         req.client_path = self._paths[i % len(self._paths)]
         tags["path"] = req.client_path
         return PlannedRequest(key=f"{self.name}/{level.label}/{i}", request=req, trial=i, tags=tags)
+
+    def _shared_prefix_messages(
+        self,
+        level: Level,
+        i: int,
+        level_run: str,
+        tags: dict[str, str | int | float | bool],
+    ) -> tuple[list[dict[str, str]], str]:
+        """Request `i`'s messages and prompt id under `shared_prefix`: the level's prefix,
+        then suffix number ``i × distinct_suffixes`` (rounded down: consecutive requests
+        share one)."""
+        shared = self._s.shared_prefix
+        assert shared is not None
+        words = max(1, round(shared.tokens / self._tokens_per_word))
+        # The level's own head keeps a warm server's earlier levels (and runs) from serving it.
+        prefix = f"[{level_run}:{level.index}] " + filler_text(words, self._s.seed)
+        if self._s.system:
+            prefix = f"{self._s.system}\n\n{prefix}"
+        suffix_id = math.floor(i * shared.distinct_suffixes)
+        rng = random.Random(f"{self._s.seed}:{level.index}:suffix:{suffix_id}")
+        if self._s.input_tokens is not None:
+            n_in = _draw(self._s.input_tokens, rng)
+            suffix_words = max(1, round(n_in / self._tokens_per_word))
+            suffix = f"[{suffix_id}] " + filler_text(suffix_words, rng.randrange(1000))
+            tags["target_input_tokens"] = shared.tokens + n_in
+        else:
+            prompts = prompt_list(self._s.prompts)
+            suffix = f"[{suffix_id}] " + prompts[suffix_id % len(prompts)].text
+        tags["shared_prefix_tokens"] = shared.tokens
+        tags["suffix"] = suffix_id
+        prompt_id = f"shared-{shared.tokens}-s{suffix_id}"
+        if shared.where == "system":
+            system = {"role": "system", "content": prefix}
+            return [system, {"role": "user", "content": suffix}], prompt_id
+        return [{"role": "user", "content": f"{prefix}\n\n{suffix}"}], prompt_id
 
     async def drive(self, provider: Provider, driver: RequestDriver) -> None:
         """Run the levels one after another; on resume, skip the levels already complete."""
@@ -291,6 +368,7 @@ class LoadExperiment(PacedExperiment):
                 "tokens_per_word": self._tokens_per_word,
                 "exact_length_params": self._exact_length,
                 "paths": self._paths,
+                "cache_on": self._cache_on,
             }
             if workers > 1:
                 await driver.in_processes(job, workers)
@@ -302,6 +380,7 @@ class LoadExperiment(PacedExperiment):
         self._tokens_per_word = float(job["tokens_per_word"])
         self._exact_length = dict(job["exact_length_params"])
         self._paths = list(job["paths"])
+        self._cache_on = dict(job.get("cache_on", {}))
 
     async def run_share(
         self,
@@ -489,6 +568,36 @@ def level_figures(
         client_bound=lag.client_bound,
         client_bound_fix=lag.fix if lag.client_bound else None,
         server=server,
+        cache=level_cache(ok),
+    )
+
+
+def level_cache(ok: list[RequestRecord]) -> LoadLevelCache | None:
+    """The provider's cache-hit counts over a level's successful requests (None: it counted
+    none), with the TTFT of hits (at least half the prompt cached) and misses."""
+
+    def cached(r: RequestRecord) -> int | None:
+        if r.usage.cached_input_tokens is not None:
+            return r.usage.cached_input_tokens
+        return r.provider_timings.cached_tokens
+
+    counted = [(r, c) for r in ok if (c := cached(r)) is not None]
+    if not counted:
+        return None
+    hits = [r for r, c in counted if r.usage.input_tokens and c >= 0.5 * r.usage.input_tokens]
+    misses = [r for r, _ in counted if r not in hits]
+    total_in = sum(r.usage.input_tokens or 0 for r, _ in counted)
+
+    def ttft(r: RequestRecord) -> float | None:
+        return r.client.ttft_ms
+
+    return LoadLevelCache(
+        counted=len(counted),
+        hits=len(hits),
+        cached_tokens_p50=p_of([r for r, _ in counted], cached, 50),
+        cached_share=sum(c for _, c in counted) / total_in if total_in else None,
+        ttft_ms_p50_hit=p_of(hits, ttft, 50),
+        ttft_ms_p50_miss=p_of(misses, ttft, 50),
     )
 
 
@@ -523,5 +632,22 @@ def _level_sentence(row: LoadLevel) -> str:
         f"At {row.title}{target}: {row.ok} ok, {row.failed} failed; {throughput}"
         f"TTFT p50 {fmt_ms(row.ttft_ms_p50)} (p99 {fmt_ms(row.ttft_ms_p99)}), "
         f"decode {fmt_ms(row.decode_ms_per_token_p50, 2)}/token, "
-        f"queue in labkit p99 {fmt_ms(row.queue_ms_p99, 2)}."
+        f"queue in labkit p99 {fmt_ms(row.queue_ms_p99, 2)}.{_cache_sentence(row.cache)}"
+    )
+
+
+def _cache_sentence(cache: LoadLevelCache | None) -> str:
+    """The provider's cache hits beside the TTFT they bought (empty: it counted none)."""
+    if cache is None or cache.cached_share is None:
+        return ""
+    bought = (
+        f": TTFT p50 {fmt_ms(cache.ttft_ms_p50_hit)} on a hit, "
+        f"{fmt_ms(cache.ttft_ms_p50_miss)} otherwise"
+        if cache.ttft_ms_p50_hit is not None and cache.ttft_ms_p50_miss is not None
+        else ""
+    )
+    return (
+        f" The provider served {cache.cached_share:.0%} of the prompt tokens from its cache "
+        f"({cache.hits} of {cache.counted} requests had at least half their prompt cached)"
+        f"{bought}."
     )
