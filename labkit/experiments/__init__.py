@@ -9,6 +9,7 @@ from labkit.experiments import (
     prefill_decode,
     single,
     token_ratio,
+    trace,
 )
 from labkit.experiments.base import (
     Experiment,
@@ -37,4 +38,5 @@ __all__ = [
     "register_experiment",
     "single",
     "token_ratio",
+    "trace",
 ]
