@@ -34,6 +34,7 @@ from labkit.report.render import (
 )
 from labkit.report.split import NOT_REPORTED, SPLIT_COLUMNS, provider_client_split
 from labkit.report.stats import summarize
+from labkit.report.workloads import conversation_section, workload_plots
 from labkit.scrub import for_people, scrub_frame
 from labkit.selfcheck import client_bound_note, summarize_lag
 from labkit.server_metrics import ServerMetricsSample, read_server_metrics
@@ -537,6 +538,7 @@ def build_blocks(run: RunData) -> tuple[str, list[Block], pd.DataFrame]:
     queue = server_queue_timeline(_scraped(run))
     if queue is not None:  # drawn only where a server was scraped: no note when none was
         plots.append(queue)
+    plots += workload_plots(run.lab)  # drawn only where such workloads ran
     title = _title(run)
     blocks: list[Block] = [Heading(title, 1)]
     blocks += _lab_section(run)
@@ -548,6 +550,7 @@ def build_blocks(run: RunData) -> tuple[str, list[Block], pd.DataFrame]:
         blocks.append(Para("Nothing: every provider answered and reported what it can."))
     blocks += _run_section(run)
     blocks += _load_section(run)
+    blocks += conversation_section(run.lab)
     blocks += later_stats_section(run)
     blocks += _summary_section(summary)
     if len(df):
