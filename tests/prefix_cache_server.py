@@ -5,7 +5,7 @@ server keeps every prompt it served followed by its own answer, and with ``cache
 on (llama.cpp's default) reports the longest prefix a new prompt shares with any of them as
 ``timings.cache_n``; only the rest is "prefilled", at `prefill_s_per_token`. Every answer is
 ``max_tokens`` words long and starts with a serial number, so a test can tell which answer a
-later prompt carried. `bodies` keeps every request body.
+later prompt carried. `bodies` keeps every chat request body. ``/tokenize`` counts words.
 """
 
 from __future__ import annotations
@@ -71,6 +71,14 @@ class PrefixCacheServer:
                 if name.strip().lower() == "content-length":
                     length = int(value.strip())
             body = await reader.readexactly(length) if length else b""
+            if lines[0].startswith("POST /tokenize"):
+                words = json.loads(body)["content"].split()
+                reply = json.dumps({"tokens": list(range(len(words)))}).encode()
+                head_lines = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                head_lines += b"connection: close\r\ncontent-length: %d\r\n\r\n" % len(reply)
+                writer.write(head_lines + reply)
+                await writer.drain()
+                return
             if not lines[0].startswith("POST") or "chat/completions" not in lines[0]:
                 writer.write(
                     b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"

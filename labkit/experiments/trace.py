@@ -48,6 +48,8 @@ __all__ = ["TraceEntry", "TraceExperiment", "TraceSettings", "read_trace"]
 _DEFAULT_TOKENS_PER_WORD = 1.3
 _NS = 1_000_000_000
 _UNCAPPED_CONNECTIONS = 1024
+_DEFAULT_HEADER_TOKENS = 6
+_WARMUP_PROMPT = filler_text(16)
 _LABEL = "trace"
 
 
@@ -168,6 +170,9 @@ class TraceExperiment(PacedExperiment):
     def __init__(self, settings: ExperimentSettings, index: int = 0) -> None:
         super().__init__(settings, index)
         self._tokens_per_word = _DEFAULT_TOKENS_PER_WORD
+        self._header_tokens = _DEFAULT_HEADER_TOKENS
+        self._warmup_tokens: int | None = None
+        self._framing_tokens = 0
         self._exact: dict[str, Any] = {}
         self._path = "wire"
 
@@ -214,35 +219,58 @@ class TraceExperiment(PacedExperiment):
         return self._s.warmup
 
     async def prepare(self, provider: Provider) -> None:
-        """Calibrate words per token with the provider's counter; take its length switch."""
+        """Calibrate words per token, and a block header's tokens, with the provider's
+        counter; take its length switch."""
         self._exact = provider.exact_length_params()
         self._path = self.paths_for(provider)[0]
-        try:
-            count = await provider.count_tokens(filler_text(400))
-        except Exception:
-            count = None
-        if count is not None and count.tokens > 0:
-            self._tokens_per_word = count.tokens / 400
+
+        async def count(text: str) -> int | None:
+            try:
+                counted = await provider.count_tokens(text)
+            except Exception:
+                return None
+            return counted.tokens if counted is not None and counted.tokens > 0 else None
+
+        words = await count(filler_text(400))
+        if words is not None:
+            self._tokens_per_word = words / 400
+            self._header_tokens = await count("[a1b2c3:1234] ") or _DEFAULT_HEADER_TOKENS
+            self._warmup_tokens = await count(_WARMUP_PROMPT)
 
     def plan(self, provider: Provider) -> list[PlannedRequest]:
         """Only the warm-ups: the replay is paced by `drive`."""
-        return self.warmups("trace-warmup", filler_text(16))
+        return self.warmups("trace-warmup", _WARMUP_PROMPT)
 
     def prompt(self, entry: TraceEntry, i: int, salt: str) -> str:
-        """A prompt of about `entry.input_tokens` tokens: its hash blocks' texts (the same
+        """A prompt of about `entry.input_tokens` tokens as the provider counts its input
+        (the chat template the warm-ups showed included): its hash blocks' texts (the same
         for the same id within a pass), then words of its own for any rest."""
-        tpw = self._tokens_per_word
         parts: list[str] = []
-        remaining = entry.input_tokens
+        remaining = entry.input_tokens - self._framing_tokens
         for block in entry.hash_ids:
             if remaining <= 0:
                 break
             n = min(self._s.block_tokens, remaining)
-            parts.append(f"[{salt}:{block}] " + filler_text(max(1, round(n / tpw) - 3), block))
+            parts.append(f"[{salt}:{block}] " + filler_text(self._words(n), block))
             remaining -= n
-        if remaining > 0:
-            parts.append(f"[{salt}/{i}] " + filler_text(max(1, round(remaining / tpw) - 3), i))
+        if remaining > 0 or not parts:
+            parts.append(f"[{salt}/{i}] " + filler_text(self._words(remaining), i))
         return " ".join(parts)
+
+    def _words(self, tokens: int) -> int:
+        """Filler words for a piece of `tokens` tokens that opens with a header."""
+        return max(1, round((tokens - self._header_tokens) / self._tokens_per_word))
+
+    def learn_framing(self, warmups: list[RequestRecord]) -> None:
+        """The tokens the provider's chat template adds to a prompt: a warm-up's input
+        tokens less its counted prompt (0 without a warm-up or a count)."""
+        seen = [
+            r.usage.input_tokens
+            for r in warmups
+            if r.warmup and r.error is None and r.usage.input_tokens is not None
+        ]
+        if seen and self._warmup_tokens is not None:
+            self._framing_tokens = max(0, min(seen) - self._warmup_tokens)
 
     def request(self, i: int, run: str) -> PlannedRequest:
         """Request `i` of the replay."""
@@ -266,6 +294,7 @@ class TraceExperiment(PacedExperiment):
 
     async def drive(self, provider: Provider, driver: RequestDriver) -> None:
         """Replay the trace once; on resume, again only if no pass completed."""
+        self.learn_framing(driver.previous())
         previous = _latest_pass([r for r in driver.previous() if not r.warmup])
         cut = any(r.error is not None and r.error.kind == ErrorKind.CANCELLED for r in previous)
         if previous and not cut:

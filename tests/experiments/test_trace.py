@@ -119,7 +119,7 @@ def test_a_replay_sends_on_the_traces_schedule_and_counts_cache_hits(tmp_path: P
                             "block_tokens": 100,
                             "speedup": 2.0,
                             "max_requests": 6,
-                            "warmup": 0,
+                            "warmup": 1,
                         }
                     ],
                 }
@@ -127,9 +127,12 @@ def test_a_replay_sends_on_the_traces_schedule_and_counts_cache_hits(tmp_path: P
             return await prepare_run(config, RunOptions(out_dir=tmp_path / "out")).run(), server
 
     result, server = asyncio.run(go())
-    records = sorted(result.records, key=lambda r: r.trial)
+    records = sorted((r for r in result.records if not r.warmup), key=lambda r: r.trial)
     assert [r.plan_key for r in records] == [f"trace/{i}" for i in range(6)]  # bounded
-    assert all(body["max_tokens"] == 3 for body in server.bodies)
+    assert all(body["max_tokens"] == 3 for body in server.bodies[1:])
+    # Prompts of the stated length as the provider counts them, its chat template included
+    # (learned from the warm-up).
+    assert all(r.usage.input_tokens == 200 for r in records), [r.usage for r in records]
     starts = [r.t_start_mono_ns for r in records]
     assert all(s is not None for s in starts)
     sent_ms = [(s - starts[0]) / 1e6 for s in starts if s is not None and starts[0] is not None]
