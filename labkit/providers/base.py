@@ -344,6 +344,21 @@ class StreamParser(ABC):
         itself (`EventClass.DONE`) always counts as the end."""
         return self.stop_reason_raw is not None
 
+    def settle(self) -> None:  # noqa: B027 - optional hook
+        """The stream is over (complete or not): finish reading what was deferred off the
+        per-event path. Called once by the recorder, on either path, before the record is
+        assembled; a malformed deferred value sets `error`."""
+
+    def read_framing(self, framer: SSEParser, t_start_ns: int) -> None:
+        """What the framing saw besides events (wire path): SSE comments before the first
+        event (`: keep-alive` while a request waits: DeepSeek) become
+        `provider_timings.keepalive_comments` and `keepalive_last_ms`."""
+        count = framer.comments_before_first_event
+        if count:
+            pt = self.provider_timings
+            pt.keepalive_comments = count
+            pt.keepalive_last_ms = (framer.last_comment_t_ns - t_start_ns) / 1e6
+
     def streamed_output_tokens(self, output_events: int) -> int | None:
         """How many output tokens the stream itself delivered: the count decode time is
         taken over (`usage.streamed_output_tokens`).
