@@ -107,7 +107,7 @@ def test_a_metrics_object_of_another_shape_is_not_taken_for_vllm() -> None:
 
 
 def test_a_wrong_type_in_a_documented_shape_is_malformed() -> None:
-    with pytest.raises(MalformedStream, match="time_info.queue_time"):
+    with pytest.raises(MalformedStream, match=r"time_info\.queue_time"):
         OpenAIChatParser("auto").on_event(ev(finish(time_info={"queue_time": "0.1"})))
 
 
