@@ -10,7 +10,8 @@ A provider is three things:
 
 Experiments and the runner ask a provider's capabilities, never its kind or class:
 `tokenize`/`tokenizer_name`, `count_tokens`, `count_locally`, `prompt_cache_params`,
-`exact_length_params`, `reports_server_timings`, `sdk`; each defaults to "cannot".
+`exact_length_params`, `reports_server_timings`, `exclusive_slots`, `sdk`; each defaults to
+"cannot".
 
 The stream recorder (`labkit.recorder`) owns the clock and the HTTP; providers never time
 anything themselves. Adding a provider means adding one module and decorating its class
@@ -548,6 +549,12 @@ class Provider(ABC):
     def count_locally(self, text: str) -> TokenCount | None:
         """An offline count of `text` with the model's own tokenizer (no I/O), where labkit
         has that tokenizer locally; None otherwise."""
+        return None
+
+    def exclusive_slots(self) -> int | None:
+        """How many requests the server runs at once when labkit alone uses it (a local
+        server this run started: its slots), so that a request never waits in the server's
+        queue while no more are in flight; None: unknown, or a server others may share."""
         return None
 
     def prompt_cache_params(self, enabled: bool) -> dict[str, Any]:

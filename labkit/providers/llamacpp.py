@@ -206,6 +206,11 @@ class LlamaCppProvider(OpenAICompatibleProvider):
         """None: the model's tokenizer lives in the server (`tokenize`), not in labkit."""
         return None
 
+    def exclusive_slots(self) -> int | None:
+        """A managed llama-server's slots (`-np`): labkit started it, nobody else uses it."""
+        s = self.settings
+        return s.slots if isinstance(s, LlamaCppSettings) and s.managed else None
+
     def prompt_cache_params(self, enabled: bool) -> dict[str, Any]:
         """llama-server's `cache_prompt`: reuse the slot's KV cache for a shared prefix."""
         return {"cache_prompt": enabled}
