@@ -31,6 +31,7 @@ __all__ = [
     "FakeDrop",
     "FakeProvider",
     "FakeSchedule",
+    "FakeServerTimings",
     "FakeSettings",
     "FakeTransport",
     "fake_stream",

@@ -138,3 +138,13 @@ def test_fireworks_strings_in_perf_metrics_are_seconds_too() -> None:
     metrics = {"fireworks-server-time-to-first-token": "0.5"}
     parser.on_event(ev(finish(perf_metrics=metrics)))
     assert parser.provider_timings.server_ttft_ms == 500.0
+
+
+def test_fake_server_command_refuses_an_unknown_timing_shape() -> None:
+    from typer.testing import CliRunner
+
+    from labkit.cli import app
+
+    result = CliRunner().invoke(app, ["fake-server", "--server-timings", "sglang"])
+    assert result.exit_code != 0
+    assert "--server-timings must be one of" in result.output
