@@ -50,6 +50,7 @@ from labkit.runner.summary import load_tables
 from labkit.scrub import guard_std_streams
 from labkit.selfcheck import client_bound_notes
 from labkit.terminal import SafeConsole
+from labkit.tokenizers.cli import register as register_tokens
 
 __all__ = ["app", "main"]
 
@@ -372,6 +373,7 @@ def kinds() -> None:
 
 register_local(app)
 register_report(app)
+register_tokens(app)
 
 
 def main() -> None:

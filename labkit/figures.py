@@ -31,10 +31,13 @@ __all__ = [
     "MarginalCost",
     "PrefillDecodeFigures",
     "PrefillPoint",
+    "ServerLevelMetrics",
     "SingleFigures",
     "TTFTSplit",
     "TokenRatioFigures",
     "TokenRatioRow",
+    "TokenizerCount",
+    "TokenizerSpread",
     "VariantRow",
     "read_figures",
 ]
@@ -173,13 +176,40 @@ class TokenRatioRow(_Figures):
     )
 
 
+class TokenizerCount(_Figures):
+    """One text cut by one tokenizer (the side-by-side table)."""
+
+    text_id: str
+    tokenizer: str = Field(description="`tiktoken:o200k_base`, or a provider's own tokenizer.")
+    tokens: int
+    chars_per_token: float | None = None
+    bytes_per_token: float | None = None
+
+
+class TokenizerSpread(_Figures):
+    """For one text: the tokenizer needing the fewest tokens and the one needing the most."""
+
+    text_id: str
+    most_efficient: str
+    most_efficient_tokens: int
+    least_efficient: str
+    least_efficient_tokens: int
+    ratio: float = Field(description="least_efficient_tokens / most_efficient_tokens.")
+
+
 class TokenRatioFigures(_Figures):
-    """`token_ratio`: a row per text."""
+    """`token_ratio`: a row per text, and every tokenizer at hand side by side."""
 
     kind: Literal["token_ratio"] = "token_ratio"
     rows: list[TokenRatioRow] = Field(default_factory=list)
     baseline_usage_input_tokens: float | None = None
     count_error: str | None = None
+    side_by_side: list[TokenizerCount] = Field(default_factory=list)
+    spread: list[TokenizerSpread] = Field(default_factory=list)
+    input_tokens_local_diffs: list[int] = Field(
+        default_factory=list,
+        description="usage.input_tokens_local_diff of each request that has one.",
+    )
 
 
 # --- determinism ---------------------------------------------------------------------------
@@ -315,6 +345,37 @@ class AttributionFigures(_Figures):
 # --- load ----------------------------------------------------------------------------------
 
 
+class ServerLevelMetrics(_Figures):
+    """What the server's own Prometheus metrics said over one load level
+    (`labkit.server_metrics`): gauges from the scrapes inside the level's window, the
+    latency quantiles from histogram bucket deltas across it."""
+
+    scrapes: int = Field(default=0, description="Scrapes taken inside the level's window.")
+    running_p50: float | None = Field(default=None, description="Requests running, median.")
+    running_max: float | None = Field(default=None, description="Requests running, most.")
+    waiting_p50: float | None = Field(
+        default=None, description="Requests waiting in the server's queue, median."
+    )
+    waiting_max: float | None = Field(default=None, description="Requests waiting, most.")
+    kv_cache_use_max: float | None = Field(
+        default=None, description="Largest fraction of the KV cache in use (0–1)."
+    )
+    ttft_observations: int | None = Field(
+        default=None, description="Requests in the server's TTFT histogram over the level."
+    )
+    ttft_ms_p50: float | None = Field(default=None, description="Server TTFT p50 (histogram).")
+    ttft_ms_p90: float | None = Field(default=None, description="Server TTFT p90 (histogram).")
+    itl_ms_p50: float | None = Field(
+        default=None, description="Server inter-token latency p50 (histogram)."
+    )
+    itl_ms_p90: float | None = Field(
+        default=None, description="Server inter-token latency p90 (histogram)."
+    )
+    sources: dict[str, str] = Field(
+        default_factory=dict, description="Figure → the server metric it was read from."
+    )
+
+
 class LoadLevel(_Figures):
     """One pass of one load level: a row of the load table."""
 
@@ -356,6 +417,10 @@ class LoadLevel(_Figures):
     labkit_cpu_share: float | None = None
     client_bound: bool = False
     client_bound_fix: str | None = None
+    server: ServerLevelMetrics | None = Field(
+        default=None,
+        description="The server's own metrics over the level, where it exposes /metrics.",
+    )
 
     @property
     def display_title(self) -> str:

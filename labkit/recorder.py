@@ -462,24 +462,21 @@ class BaseRecorder:
         if m.local_count is not None:
             usage.input_tokens_local = m.local_count.tokens
             usage.tokenizer = m.local_count.source
+            usage.input_tokens_local_diff = m.local_count.unexplained(usage.input_tokens)
         stop = settle_counts_and_stop(provider, parser, len(m.output_ns), error)
         usage.streamed_output_tokens = parser.streamed_output_tokens(len(m.output_ns))
         app.prepare_ms = (m.t_start - m.t_prepare) / 1e6
-        record = assemble_record(
+        return assemble_record(
             provider=provider,
             request=request,
             ctx=ctx,
-            params=m.params,
-            parser=parser,
-            started_at=m.started_at,
-            t_start_ns=m.t_start,
+            m=m,
             client=self._client_timings(m, ctx, usage.streamed_output_tokens),
             app=app,
             stop=stop,
             error=error,
+            parser=parser,
         )
-        record.tags.update(m.tags)
-        return record
 
     def _client_timings(
         self, m: Measurement, ctx: RecordContext, decode_tokens: int | None
@@ -509,27 +506,14 @@ class BaseRecorder:
     ) -> RequestRecord:
         """The record of a measurement that could not be assembled from its parser: its
         timings and `error`, without anything the parser collected."""
-        prompt = request.prompt_text
-        return RequestRecord(
-            run_id=ctx.run_id,
-            record_id=ctx.record_id or uuid.uuid4().hex,
-            experiment=ctx.experiment,
-            trial=ctx.trial,
-            attempt=ctx.attempt,
-            warmup=ctx.warmup,
-            provider=provider.id,
-            provider_kind=provider.kind,
-            model=provider.model,
-            params=m.params,
-            prompt_id=request.prompt_id,
-            prompt_chars=len(prompt),
-            prompt_bytes=len(prompt.encode("utf-8", errors="replace")),
-            started_at=m.started_at,
-            t_start_mono_ns=m.t_start,
+        return assemble_record(
+            provider=provider,
+            request=request,
+            ctx=ctx,
+            m=m,
             client=self._client_timings(m, ctx, None),
             app=app,
-            stop_reason=StopReason.CANCELLED if m.cancelled else StopReason.ERROR,
-            tags={**ctx.tags, **m.tags},
+            stop=StopReason.CANCELLED if m.cancelled else StopReason.ERROR,
             error=error,
         )
 
@@ -747,17 +731,28 @@ def assemble_record(
     provider: Provider,
     request: ChatRequest,
     ctx: RecordContext,
-    params: dict[str, Any],
-    parser: StreamParser,
-    started_at: datetime,
-    t_start_ns: int,
+    m: Measurement,
     client: ClientTimings,
     app: AppTimings,
     stop: StopReason | None,
     error: RecordError | None,
+    parser: StreamParser | None = None,
 ) -> RequestRecord:
-    """One `RequestRecord` from what a recorder (wire or SDK path) measured and parsed."""
+    """One `RequestRecord` from what a recorder (wire or SDK path) measured and, when there
+    is one, what its parser collected."""
     prompt = request.prompt_text
+    parsed: dict[str, Any] = {}
+    if parser is not None:
+        parsed = {
+            "provider_timings": parser.provider_timings,
+            "usage": parser.usage,
+            "stop_reason_raw": parser.stop_reason_raw,
+            "response_id": parser.response_id,
+            "request_id": parser.request_id,
+            "system_fingerprint": parser.system_fingerprint,
+            "rate_limits": parser.rate_limits,
+            "output_text": parser.output_text if ctx.store_text else None,
+        }
     return RequestRecord(
         run_id=ctx.run_id,
         record_id=ctx.record_id or uuid.uuid4().hex,
@@ -768,26 +763,19 @@ def assemble_record(
         provider=provider.id,
         provider_kind=provider.kind,
         model=provider.model,
-        params=params,
+        params=m.params,
         prompt_id=request.prompt_id,
         prompt_chars=len(prompt),
         prompt_bytes=len(prompt.encode("utf-8", errors="replace")),
-        started_at=started_at,
-        t_start_mono_ns=t_start_ns,
+        started_at=m.started_at,
+        t_start_mono_ns=m.t_start,
         client=client,
-        provider_timings=parser.provider_timings,
         app=app,
-        usage=parser.usage,
         stop_reason=stop,
-        stop_reason_raw=parser.stop_reason_raw,
-        response_id=parser.response_id,
-        request_id=parser.request_id,
-        system_fingerprint=parser.system_fingerprint,
         server_build=provider.server_build,
-        rate_limits=parser.rate_limits,
-        tags=dict(ctx.tags),
-        output_text=parser.output_text if ctx.store_text else None,
+        tags={**ctx.tags, **m.tags},
         error=error,
+        **parsed,
     )
 
 

@@ -282,6 +282,14 @@ class Usage(_Model):
     tokenizer: str | None = Field(
         default=None, description="Which tokenizer gave input_tokens_local."
     )
+    input_tokens_local_diff: int | None = Field(
+        default=None,
+        description="labkit extension: input_tokens − input_tokens_local − the chat framing "
+        "the provider documents (OpenAI: 3 tokens per message, 1 per name, 3 priming the "
+        "reply): the prompt tokens neither explains. 0 when the local tokenizer is the "
+        "provider's; any other value is flagged (a wrong model → encoding map, a changed "
+        "template). Null when either count is missing or the framing is unknown.",
+    )
     output_tokens_source: Literal["provider", "local"] | None = Field(
         default=None,
         description="`provider`, or `local` when the provider sent no usage (flagged in reports).",

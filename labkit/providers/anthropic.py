@@ -37,6 +37,7 @@ from labkit.providers.base import (
 from labkit.providers.sdk import SDKAdapter
 from labkit.records import ErrorKind, RecordError, StopReason
 from labkit.sse import SSEEvent
+from labkit.tokenizers import Tokenized
 
 __all__ = ["ANTHROPIC_VERSION", "AnthropicParser", "AnthropicProvider", "AnthropicSettings"]
 
@@ -269,3 +270,16 @@ class AnthropicProvider(Provider):
         )
         resp.raise_for_status()
         return TokenCount(int(resp.json()["input_tokens"]), "anthropic:count_tokens")
+
+    async def tokenized(self, text: str) -> Tokenized | None:
+        """A count alone: `count_tokens` gives no token boundaries, and counts `text` as a
+        whole one-message request, its framing included."""
+        count = await self.count_tokens(text)
+        if count is None:
+            return None
+        return Tokenized(
+            count.source,
+            count.tokens,
+            includes_framing=True,
+            note="counts only (no token boundaries); includes the message framing",
+        )

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegative
 from labkit.providers.base import ProviderSettings, TokenCount, register
 from labkit.providers.openai_compatible import OpenAICompatibleProvider
 from labkit.providers.sdk import SDKAdapter
+from labkit.tokenizers import Tokenized
 
 __all__ = [
     "FakeDrop",
@@ -335,6 +336,10 @@ class FakeProvider(OpenAICompatibleProvider):
     sdk: ClassVar[SDKAdapter | None] = None
 
     def count_locally(self, text: str) -> TokenCount | None:
+        """None: a scripted stream has no tokenizer."""
+        return None
+
+    async def tokenized(self, text: str) -> Tokenized | None:
         """None: a scripted stream has no tokenizer."""
         return None
 

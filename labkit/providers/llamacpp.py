@@ -28,12 +28,13 @@ from labkit.providers.base import (
     register,
 )
 from labkit.providers.openai import OpenAIChatParser
-from labkit.providers.openai_compatible import OpenAICompatibleProvider
+from labkit.providers.openai_compatible import OpenAICompatibleProvider, tokenize_reply
+from labkit.tokenizers import Tokenized
 
 if TYPE_CHECKING:  # the local server is imported only when a run starts one
     from labkit.local import ManagedServer
 
-__all__ = ["LlamaCppParser", "LlamaCppProvider", "LlamaCppSettings"]
+__all__ = ["LlamaCppParser", "LlamaCppProvider", "LlamaCppSettings", "bundled_model_settings"]
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct-Q4_1"
 
@@ -202,6 +203,12 @@ class LlamaCppProvider(OpenAICompatibleProvider):
         """Exact count from `/tokenize`."""
         return TokenCount(len(await self.tokenize(text)), "llamacpp:/tokenize")
 
+    async def tokenized(self, text: str) -> Tokenized | None:
+        """The model's own ids and pieces from `/tokenize` with `with_pieces` (no BOS)."""
+        resp = await self.client.post("/tokenize", json={"content": text, "with_pieces": True})
+        resp.raise_for_status()
+        return tokenize_reply(resp.json(), "llamacpp:/tokenize")
+
     def count_locally(self, text: str) -> TokenCount | None:
         """None: the model's tokenizer lives in the server (`tokenize`), not in labkit."""
         return None
@@ -219,6 +226,11 @@ class LlamaCppProvider(OpenAICompatibleProvider):
         """`ignore_eos`: decode until `max_tokens`."""
         return {"ignore_eos": True}
 
+    def metrics_url(self) -> str | None:
+        """`/metrics` on the server root (the managed llama-server runs with `--metrics`;
+        an existing one without it answers 501, counted as failed scrapes)."""
+        return self.settings.resolved_base_url() + "/metrics"
+
     async def describe(self) -> dict[str, Any]:
         """`/props`: build, slots, context and model path; sets `server_build`."""
         resp = await self.client.get("/props")
@@ -232,3 +244,9 @@ class LlamaCppProvider(OpenAICompatibleProvider):
             "n_ctx": gen.get("n_ctx"),
             "model_path": props.get("model_path"),
         }
+
+
+def bundled_model_settings(provider_id: str = "local") -> LlamaCppSettings:
+    """The bundled local model as a managed llama.cpp entry: no key, and no network once
+    `labkit setup` has cached llama-server and the model."""
+    return LlamaCppSettings(id=provider_id, kind=LlamaCppProvider.kind)

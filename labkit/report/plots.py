@@ -30,6 +30,7 @@ from labkit.figures import (
 from labkit.records import LabResults
 from labkit.report.load import ensure_columns, load_event_offsets
 from labkit.report.stats import included
+from labkit.server_metrics import ServerMetricsSample
 
 __all__ = [
     "Plot",
@@ -41,6 +42,7 @@ __all__ = [
     "load_curves",
     "load_rows",
     "prefill_points",
+    "server_queue_timeline",
     "token_timeline",
     "ttft_distribution",
     "ttft_vs_prompt",
@@ -272,8 +274,25 @@ def decode_per_provider(df: pd.DataFrame) -> Plot | None:
 
 
 def _ratio_rows(df: pd.DataFrame, lab: LabResults | None) -> pd.DataFrame:
+    """Characters per token by text and series: each tokenizer when the answers hold the
+    side-by-side table (the same table in every provider's answer, kept once), else each
+    provider's own count, else the records' usage."""
     rows: list[dict[str, Any]] = []
     if lab is not None:
+        side = {
+            (c.tokenizer, c.text_id): c.chars_per_token
+            for ans in lab.answers
+            if isinstance(ans.figures, TokenRatioFigures)
+            for c in ans.figures.side_by_side
+            if c.chars_per_token is not None
+        }
+        if side:
+            return pd.DataFrame(
+                [
+                    {"provider": name, "text_id": text, "cpt": cpt}
+                    for (name, text), cpt in side.items()
+                ]
+            )
         for ans in lab.answers:
             if not isinstance(ans.figures, TokenRatioFigures):
                 continue
@@ -319,8 +338,9 @@ def chars_per_token(df: pd.DataFrame, lab: LabResults | None) -> Plot | None:
         "chars_per_token",
         "Characters per token per text type (token_ratio)",
         _png(fig),
-        "Prompt characters divided by the provider's input token count; the dashed line is "
-        "the 4-characters-per-token rule of thumb.",
+        "Characters divided by tokens: per tokenizer where the run cut every text side by side "
+        "(the offline OpenAI encodings and each provider's own), else by each provider's "
+        "input token count; the dashed line is the 4-characters-per-token rule of thumb.",
     )
 
 
@@ -449,6 +469,37 @@ def load_curves(lab: LabResults | None) -> Plot | None:
         "Left: output tokens/s of all streams together, per level. Right: client TTFT p50 "
         "(solid) and p99 (dashed); a red ring marks a client-bound level, whose timings "
         "include labkit's own delay.",
+    )
+
+
+def server_queue_timeline(scraped: dict[str, list[ServerMetricsSample]]) -> Plot | None:
+    """Requests running and waiting in each server over the run, from its scrapes."""
+    series = [(p, s) for p, s in sorted(scraped.items()) if any(x.running is not None for x in s)]
+    series = series[:_MAX_PROVIDERS]
+    if not series:
+        return None
+    fig = _fig(width=10.0, height=3.4)
+    ax = fig.subplots()
+    for provider, samples in series:
+        t0 = samples[0].t_mono_ns
+        t = [(x.t_mono_ns - t0) / 1e9 for x in samples]
+        running = [np.nan if x.running is None else x.running for x in samples]
+        waiting = [np.nan if x.waiting is None else x.waiting for x in samples]
+        line = ax.step(t, running, where="post", label=f"{provider} running")[0]
+        ax.step(
+            t, waiting, where="post", ls="--", color=line.get_color(), label=f"{provider} waiting"
+        )
+    ax.set_xlabel("seconds since the provider's first scrape")
+    ax.set_ylabel("requests")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return Plot(
+        "server_queue",
+        "Requests running and waiting in the server",
+        _png(fig),
+        "From the server's own /metrics, scraped during the run (server-metrics-<id>.jsonl): "
+        "requests it was running (solid) and holding in its queue (dashed).",
     )
 
 

@@ -8,6 +8,7 @@ import asyncio
 import pytest
 
 from labkit.experiments.attribution import AttributionExperiment, AttributionSettings
+from labkit.figures import AttributionFigures
 from labkit.local import ManagedServer
 from labkit.providers import provider_class
 from labkit.recorder import RecordContext, StreamRecorder
@@ -65,10 +66,11 @@ def test_wire_and_sdk_paths_on_the_real_server(managed_server: ManagedServer) ->
             assert r.app.cpu_ms is not None and r.app.cpu_ms > 0
     answer = exp.analyze("local", provider.model, records)
     f = answer.figures
-    assert f["sdk_measured"] and f["n_sdk_pairs"] == 2 and f["n_cpu_pairs"] == 2
-    assert f["cpu_us_per_event_wire"] > 0 and f["cpu_us_per_event_sdk"] > 0
+    assert isinstance(f, AttributionFigures)
+    assert f.sdk_measured and f.n_sdk_pairs == 2 and f.n_cpu_pairs == 2
+    assert (f.cpu_us_per_event_wire or 0) > 0 and (f.cpu_us_per_event_sdk or 0) > 0
     print(
-        f"\nSDK − wire on llama-server: TTFT {f['sdk_ttft_ms']:+.2f} ms, per event "
-        f"{f['sdk_event_delay_ms']:+.3f} ms; CPU/event wire {f['cpu_us_per_event_wire']:.0f} µs, "
-        f"sdk {f['cpu_us_per_event_sdk']:.0f} µs ({f['n_sdk_pairs']} pairs)\n{answer.answer}"
+        f"\nSDK − wire on llama-server: TTFT {f.sdk_ttft_ms:+.2f} ms, per event "
+        f"{f.sdk_event_delay_ms:+.3f} ms; CPU/event wire {f.cpu_us_per_event_wire:.0f} µs, "
+        f"sdk {f.cpu_us_per_event_sdk:.0f} µs ({f.n_sdk_pairs} pairs)\n{answer.answer}"
     )

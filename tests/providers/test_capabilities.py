@@ -86,7 +86,8 @@ def test_offline_counting_only_where_labkit_has_the_tokenizer(
     assert providers["fake"].count_locally("hello world") is None
     assert providers["anthropic"].count_locally("hello world") is None
     newer = build({"id": "n", "kind": "openai", "model": "gpt-4o"})
-    assert newer.count_locally("hello") is None  # o200k_base is not offline
+    count = newer.count_locally("hello world")  # o200k_base ships offline too (bpe-openai)
+    assert count is not None and (count.tokens, count.source) == (2, "tiktoken:o200k_base")
     asyncio.run(newer.aclose())
 
 
