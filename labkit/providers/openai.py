@@ -105,6 +105,7 @@ class OpenAIChatParser(StreamParser):
         self._server = server
         self._body_keys = SERVER_BODY_KEYS.get(server, ())
         self._reads_timings = server in ("auto", "llamacpp")
+        self._reads_groq = server in ("auto", "groq")
         self._pending_timings: dict[str, Any] | None = None
         self._usage_seen = False
         self._reasoning_streamed = False
@@ -151,7 +152,8 @@ class OpenAIChatParser(StreamParser):
                 if usage is None:
                     self._read_usage(groq_usage, "x_groq.usage")
                     cls = EventClass.META
-                read_groq_usage(self.provider_timings, groq_usage)
+                if self._reads_groq:
+                    read_groq_usage(self.provider_timings, groq_usage)
         choices = obj.get("choices")
         if choices:
             if type(choices) is not list:

@@ -21,7 +21,7 @@ lookup per key and never scans a chunk. `SERVERS` names the values of the `serve
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, TypeAlias
 
 from labkit.errors import MalformedStream
@@ -191,7 +191,7 @@ _TGI_HEADERS = {
 }
 
 
-def read_timing_headers(pt: ProviderTimings, headers: Any, server: str) -> None:
+def read_timing_headers(pt: ProviderTimings, headers: Mapping[str, str], server: str) -> None:
     """TGI's and Fireworks' timing headers (`server` `auto` reads whichever arrived)."""
     found: dict[str, str] = {}
     if server in ("auto", "tgi"):

@@ -148,3 +148,11 @@ def test_fake_server_command_refuses_an_unknown_timing_shape() -> None:
     result = CliRunner().invoke(app, ["fake-server", "--server-timings", "sglang"])
     assert result.exit_code != 0
     assert "--server-timings must be one of" in result.output
+
+
+def test_a_forced_hint_still_reads_groq_usage_counts_but_not_its_timings() -> None:
+    parser = OpenAIChatParser("vllm")
+    groq = {"usage": {"queue_time": 0.5, "prompt_tokens": 7, "completion_tokens": 1}}
+    parser.on_event(ev(finish(x_groq=groq)))
+    assert parser.usage.input_tokens == 7
+    assert parser.provider_timings.queue_ms is None
