@@ -44,9 +44,20 @@ class FakeServerProcess:
 
     def __init__(self, first_token_ms: float) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "labkit", "fake-server", "--port", "0"]
-            + ["--first-token-ms", str(first_token_ms), "--token-interval-ms", "2"]
-            + ["--tokens", "8"],
+            [
+                sys.executable,
+                "-m",
+                "labkit",
+                "fake-server",
+                "--port",
+                "0",
+                "--first-token-ms",
+                str(first_token_ms),
+                "--token-interval-ms",
+                "2",
+                "--tokens",
+                "8",
+            ],
             cwd=ROOT,
             env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"},
             stdout=subprocess.PIPE,
@@ -102,9 +113,19 @@ def test_the_slowed_server_fails_the_gate(runs: dict[str, Path], tmp_path: Path)
     summary = tmp_path / "summary.md"
     result = CliRunner().invoke(
         app,
-        ["compare", str(runs["base"]), str(runs["slowed"]), "--out", str(tmp_path / "cmp")]
-        + ["--fail-on", "ttft_p50>+20%", "--fail-on", "error_rate>+1pp"]
-        + ["--markdown", str(summary)],
+        [
+            "compare",
+            str(runs["base"]),
+            str(runs["slowed"]),
+            "--out",
+            str(tmp_path / "cmp"),
+            "--fail-on",
+            "ttft_p50>+20%",
+            "--fail-on",
+            "error_rate>+1pp",
+            "--markdown",
+            str(summary),
+        ],
     )
     assert result.exit_code == 1, result.output
     (failure,) = [line for line in result.stderr.splitlines() if line.startswith("FAILED")]
@@ -123,8 +144,17 @@ def test_the_slowed_server_fails_the_gate(runs: dict[str, Path], tmp_path: Path)
 def test_the_same_schedule_passes_the_gate(runs: dict[str, Path], tmp_path: Path) -> None:
     result = CliRunner().invoke(
         app,
-        ["compare", str(runs["base"]), str(runs["again"]), "--out", str(tmp_path / "cmp")]
-        + ["--fail-on", "ttft_p50>+20%", "--markdown", "-"],
+        [
+            "compare",
+            str(runs["base"]),
+            str(runs["again"]),
+            "--out",
+            str(tmp_path / "cmp"),
+            "--fail-on",
+            "ttft_p50>+20%",
+            "--markdown",
+            "-",
+        ],
     )
     assert result.exit_code == 0, result.output
     assert "gate passed" in result.stderr

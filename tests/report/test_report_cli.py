@@ -57,8 +57,17 @@ def test_compare_gate_fails_and_names_the_threshold(tmp_path: Path) -> None:
     summary = tmp_path / "summary.md"
     result = CliRunner().invoke(
         _app(),
-        ["compare", str(a), str(b), "--fail-on", "ttft_p50>+10%,error_rate>+1pp"]
-        + ["--fail-on", "decode_p50>+5%", "--markdown", str(summary)],
+        [
+            "compare",
+            str(a),
+            str(b),
+            "--fail-on",
+            "ttft_p50>+10%,error_rate>+1pp",
+            "--fail-on",
+            "decode_p50>+5%",
+            "--markdown",
+            str(summary),
+        ],
     )
     assert result.exit_code == 1, result.output
     assert "FAILED ttft_p50>+10%: local · single · m (b): +60.0 ms" in result.stderr
