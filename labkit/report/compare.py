@@ -179,25 +179,21 @@ class Comparison:
 # --- sampling ------------------------------------------------------------------------------
 
 
-def _values(df: pd.DataFrame, metric: GateMetric) -> pd.DataFrame:
-    """The rows behind one statistic, with their `plan_key` and the value as ``v``.
+def _values(df: pd.DataFrame, column: str | None) -> pd.DataFrame:
+    """The rows behind one column's statistics, with their `plan_key` and the value as ``v``.
 
-    Latency: successful, non-warm-up requests with a value. Error rate: every non-warm-up
-    request, ``v`` = 1 for a failure. A plan_key seen twice (a retry) keeps its last record.
+    A latency column (`column` set): successful, non-warm-up requests with a value. The
+    error rate (`column` None): every non-warm-up request, ``v`` = 1 for a failure. A
+    plan_key seen twice (a retry) keeps its last record.
     """
-    df = ensure_columns(df, ["plan_key"])
+    df = ensure_columns(df, ["plan_key"] + ([column] if column else []))
     attempted = df[~df["warmup"].astype(bool)]
-    if metric.column is None:
+    if column is None:
         v = (~attempted["ok"].astype(bool)).astype(float)
         out = pd.DataFrame({"plan_key": attempted["plan_key"], "v": v})
     else:
         ok = attempted[attempted["ok"].astype(bool)]
-        out = pd.DataFrame(
-            {
-                "plan_key": ok["plan_key"],
-                "v": ensure_columns(ok, [metric.column])[metric.column].astype(float),
-            }
-        )
+        out = pd.DataFrame({"plan_key": ok["plan_key"], "v": ok[column].astype(float)})
         out = out[out["v"].notna()]
     keyed = out[out["plan_key"].notna()].drop_duplicates("plan_key", keep="last")
     return pd.concat([keyed, out[out["plan_key"].isna()]])
@@ -214,35 +210,80 @@ def _pairs(base: pd.DataFrame, other: pd.DataFrame) -> tuple[_Floats, _Floats] |
     return b.loc[common].to_numpy(float), o.loc[common].to_numpy(float)
 
 
-def _stat(samples: _Floats, metric: GateMetric) -> _Floats:
-    """The statistic along the last axis (one value per resample)."""
+def _stat(values: _Floats, metric: GateMetric) -> float:
+    """The statistic of one sample (NaN for an empty one)."""
+    if not len(values):
+        return math.nan
     if metric.quantile is None:
-        return np.asarray(samples.mean(axis=-1), dtype=float)
-    return np.asarray(np.quantile(samples, metric.quantile, axis=-1), dtype=float)
+        return float(values.mean())
+    return float(np.quantile(values, metric.quantile))
+
+
+def _counts(rng: np.random.Generator, n: int, count: int) -> npt.NDArray[np.int64]:
+    """`count` bootstrap resamples of `n` items, each as how often it drew every item."""
+    draws = rng.integers(0, n, size=(count, n)) + (np.arange(count) * n)[:, None]
+    return np.bincount(draws.ravel(), minlength=count * n).reshape(count, n)
+
+
+def _resampled(
+    values: _Floats, counts: npt.NDArray[np.int64], metrics: Sequence[GateMetric]
+) -> list[_Floats]:
+    """Each metric's statistic of every resample (given as draw counts), one value per row.
+
+    A quantile is numpy's linear interpolation on the resample, found from the cumulative
+    counts over the sorted values: no resample is materialised or sorted.
+    """
+    n = len(values)
+    out: list[_Floats] = []
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    cumulative: npt.NDArray[np.int64] | None = None
+    for metric in metrics:
+        if metric.quantile is None:
+            out.append(np.asarray(counts @ values / n, dtype=float))
+            continue
+        if cumulative is None:
+            cumulative = np.cumsum(counts[:, order], axis=1)
+        h = (n - 1) * metric.quantile
+        below, frac = math.floor(h), h - math.floor(h)
+        lo = ordered[(cumulative <= below).sum(axis=1)]
+        hi = ordered[np.minimum((cumulative <= below + 1).sum(axis=1), n - 1)]
+        out.append(np.asarray(lo + frac * (hi - lo), dtype=float))
+    return out
 
 
 def _bootstrap(
     base: _Floats,
     other: _Floats,
-    metric: GateMetric,
+    metrics: Sequence[GateMetric],
     paired: bool,
     rng: np.random.Generator,
     resamples: int,
-) -> tuple[_Floats, _Floats]:
-    """The statistic of `resamples` resamples of each side (the same draws when paired)."""
+) -> list[tuple[_Floats, _Floats]]:
+    """Per metric, its statistic of `resamples` resamples of each side (the same draws when
+    paired: then `base` and `other` are the two values of each pair)."""
     width = max(len(base), len(other))
     block = max(1, _BLOCK_VALUES // max(width, 1))
-    b_stats: list[_Floats] = []
-    o_stats: list[_Floats] = []
+    parts: list[list[tuple[_Floats, _Floats]]] = []
     done = 0
     while done < resamples:
         count = min(block, resamples - done)
-        b_idx = rng.integers(0, len(base), size=(count, len(base)))
-        o_idx = b_idx if paired else rng.integers(0, len(other), size=(count, len(other)))
-        b_stats.append(_stat(base[b_idx], metric))
-        o_stats.append(_stat(other[o_idx], metric))
+        b_counts = _counts(rng, len(base), count)
+        o_counts = b_counts if paired else _counts(rng, len(other), count)
+        parts.append(
+            list(
+                zip(
+                    _resampled(base, b_counts, metrics),
+                    _resampled(other, o_counts, metrics),
+                    strict=True,
+                )
+            )
+        )
         done += count
-    return np.concatenate(b_stats), np.concatenate(o_stats)
+    return [
+        (np.concatenate([p[i][0] for p in parts]), np.concatenate([p[i][1] for p in parts]))
+        for i in range(len(metrics))
+    ]
 
 
 def _interval(values: _Floats, confidence: float) -> tuple[float, float]:
@@ -260,52 +301,62 @@ def _seed_for(seed: int, key: Sequence[object]) -> np.random.Generator:
     return np.random.default_rng([seed, digest])
 
 
-def _compare_one(
+def _compare_column(
     base: pd.DataFrame,
     other: pd.DataFrame,
-    metric: GateMetric,
+    metrics: Sequence[GateMetric],
     how: Comparison,
     key: Sequence[object],
-) -> dict[str, object]:
-    """One row's figures: values, change, interval, verdict."""
+) -> list[dict[str, object]]:
+    """The rows of the metrics of one column: values, change, interval, verdict.
+
+    They share their resamples (p50 and p90 of one draw), seeded by `key`.
+    """
     pairs = _pairs(base, other)
     paired = pairs is not None
     b_vals, o_vals = (
         pairs if pairs is not None else (base["v"].to_numpy(float), other["v"].to_numpy(float))
     )
-    base_v = _stat(b_vals, metric).item() if len(b_vals) else math.nan
-    value = _stat(o_vals, metric).item() if len(o_vals) else math.nan
-    row: dict[str, object] = {
-        "paired": paired,
-        "n_base": len(b_vals),
-        "n": len(o_vals),
-        "base": base_v,
-        "value": value,
-    }
-    scale = 100.0 if metric.quantile is None else 1.0  # error rate: percentage points
-    change = (value - base_v) * scale
-    change_pct = 100.0 * (value - base_v) / base_v if base_v else math.nan
-    low = high = pct_low = pct_high = math.nan
-    enough = min(len(b_vals), len(o_vals)) >= metric.min_samples
-    if enough:
-        b_stats, o_stats = _bootstrap(
-            b_vals, o_vals, metric, paired, _seed_for(how.seed, key), how.resamples
+    sampled = [m for m in metrics if min(len(b_vals), len(o_vals)) >= m.min_samples]
+    resampled = dict(
+        zip(
+            [m.name for m in sampled],
+            _bootstrap(b_vals, o_vals, sampled, paired, _seed_for(how.seed, key), how.resamples)
+            if sampled
+            else [],
+            strict=True,
         )
-        low, high = _interval((o_stats - b_stats) * scale, how.confidence)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            pct_low, pct_high = _interval(100.0 * (o_stats / b_stats - 1.0), how.confidence)
-        if not base_v:
-            pct_low = pct_high = math.nan
-    row.update(
-        change=change,
-        change_low=low,
-        change_high=high,
-        change_pct=change_pct,
-        change_pct_low=pct_low,
-        change_pct_high=pct_high,
-        verdict=_verdict(metric, enough, low, high, pct_low, pct_high),
     )
-    return row
+    rows = []
+    for metric in metrics:
+        base_v, value = _stat(b_vals, metric), _stat(o_vals, metric)
+        scale = 100.0 if metric.quantile is None else 1.0  # error rate: percentage points
+        low = high = pct_low = pct_high = math.nan
+        if metric.name in resampled:
+            b_stats, o_stats = resampled[metric.name]
+            low, high = _interval((o_stats - b_stats) * scale, how.confidence)
+            if base_v:
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    ratio = 100.0 * (o_stats / b_stats - 1.0)
+                pct_low, pct_high = _interval(ratio, how.confidence)
+        rows.append(
+            {
+                "metric": metric.name,
+                "paired": paired,
+                "n_base": len(b_vals),
+                "n": len(o_vals),
+                "base": base_v,
+                "value": value,
+                "change": (value - base_v) * scale,
+                "change_low": low,
+                "change_high": high,
+                "change_pct": 100.0 * (value - base_v) / base_v if base_v else math.nan,
+                "change_pct_low": pct_low,
+                "change_pct_high": pct_high,
+                "verdict": _verdict(metric, metric.name in resampled, low, high, pct_low, pct_high),
+            }
+        )
+    return rows
 
 
 def _verdict(
@@ -365,24 +416,27 @@ def compare_frames(
     _, _, base_df = frames[0]
     base_groups = _groups(base_df)
     rows: list[dict[str, object]] = []
+    by_column: dict[str | None, list[GateMetric]] = {}
+    for name in names:
+        by_column.setdefault(GATE_METRICS[name].column, []).append(GATE_METRICS[name])
+    order = {name: i for i, name in enumerate(names)}
     for label, run_dir, df in frames[1:]:
         groups = _groups(df)
         for key, base_sub in base_groups.items():
             other_sub = groups.get(key, df.iloc[0:0])
-            for name in names:
-                metric = GATE_METRICS[name]
-                row: dict[str, object] = dict(zip(GROUP_KEYS, key, strict=True))
-                row.update(metric=name, run=label, run_dir=run_dir)
-                row.update(
-                    _compare_one(
-                        _values(base_sub, metric),
-                        _values(other_sub, metric) if len(other_sub) else _empty_values(),
-                        metric,
-                        how,
-                        (*key, name, label),
-                    )
+            group_rows: list[dict[str, object]] = []
+            for column, metrics_here in by_column.items():
+                group_rows += _compare_column(
+                    _values(base_sub, column),
+                    _values(other_sub, column) if len(other_sub) else _empty_values(),
+                    metrics_here,
+                    how,
+                    (*key, column, label),
                 )
-                rows.append(row)
+            group_rows.sort(key=lambda r: order[str(r["metric"])])
+            for row in group_rows:
+                row.update(dict(zip(GROUP_KEYS, key, strict=True)), run=label, run_dir=run_dir)
+            rows += group_rows
     return pd.DataFrame(rows, columns=COMPARE_COLUMNS)
 
 
