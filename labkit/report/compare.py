@@ -22,6 +22,7 @@ change is detected (its interval excludes zero) and its estimate crosses the lim
 
 from __future__ import annotations
 
+import io
 import math
 import re
 import zlib
@@ -33,10 +34,11 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
+from matplotlib.figure import Figure
 
 from labkit.errors import ConfigError, RunError
 from labkit.report.load import RunData, ensure_columns, load_run
-from labkit.report.plots import Plot, _fig, _png
+from labkit.report.plots import Plot
 from labkit.report.render import (
     Block,
     Bullets,
@@ -713,6 +715,12 @@ _DISTRIBUTIONS = [
 _MAX_FIGURES = 12
 
 
+def _png(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=96, bbox_inches="tight", metadata={"Software": None})
+    return buf.getvalue()
+
+
 def _distribution_plots(runs: Sequence[RunData], labels: Sequence[str]) -> list[Plot]:
     """Per provider × experiment: each run's TTFT, decode and e2e distributions overlaid."""
     frames = []
@@ -729,7 +737,7 @@ def _distribution_plots(runs: Sequence[RunData], labels: Sequence[str]) -> list[
     )[:_MAX_FIGURES]
     plots = []
     for provider, experiment in keys:
-        fig = _fig(10.0, 3.2)
+        fig = Figure(figsize=(10.0, 3.2), layout="constrained")
         axes = fig.subplots(1, len(_DISTRIBUTIONS))
         drawn = False
         for ax, (col, title) in zip(axes, _DISTRIBUTIONS, strict=True):
