@@ -42,6 +42,7 @@ __all__ = [
     "TokenRatioRow",
     "TokenizerCount",
     "TokenizerSpread",
+    "TraceFigures",
     "VariantRow",
     "read_figures",
 ]
@@ -459,6 +460,15 @@ class LoadFigures(_Figures):
     mode: Literal["concurrency", "rate"]
 
 
+class TraceFigures(_Figures):
+    """`trace`: one replay of a trace file, measured as one load level."""
+
+    kind: Literal["trace"] = "trace"
+    trace: str = Field(description="The trace file's name.")
+    speedup: float = Field(description="How many times faster than recorded it was replayed.")
+    replay: LoadLevel = Field(description="The replay as a load level (target: the trace's rate).")
+
+
 # --- conversation --------------------------------------------------------------------------
 
 
@@ -521,7 +531,8 @@ Figures: TypeAlias = Annotated[
     | DeterminismFigures
     | AttributionFigures
     | LoadFigures
-    | ConversationFigures,
+    | ConversationFigures
+    | TraceFigures,
     Field(discriminator="kind"),
 ]
 """Any experiment's figures, told apart by `kind`."""
@@ -539,6 +550,7 @@ FIGURE_KINDS: frozenset[str] = frozenset(
         AttributionFigures,
         LoadFigures,
         ConversationFigures,
+        TraceFigures,
     )
 )
 

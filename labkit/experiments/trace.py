@@ -15,7 +15,7 @@ by ``max_requests`` and ``duration_s``. Prompts are built to the stated lengths 
 synthetic words, calibrated with the provider's token counter; a Mooncake block's text is
 the same wherever its hash id appears (so the prefix cache sees the trace's sharing), and
 new for every replay pass. Outputs decode exactly ``output_length`` tokens where the
-provider can. The answer is one load level (`LoadFigures`), cache hits included.
+provider can. The answer's figures are one load level (`TraceFigures.replay`), cache hits included.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from labkit.experiments.common import fmt_ms
 from labkit.experiments.load import Level, level_figures
 from labkit.experiments.paced import PacedExperiment, RequestDriver, SendFn
 from labkit.experiments.prefill_decode import filler_text
-from labkit.figures import LoadFigures, LoadLevel
+from labkit.figures import LoadLevel, TraceFigures
 from labkit.pacing import open_loop
 from labkit.providers.base import ChatRequest, Provider, ProviderSettings
 from labkit.records import ErrorKind, LabAnswer, RequestRecord
@@ -335,7 +335,7 @@ class TraceExperiment(PacedExperiment):
         """The replay's latest pass as one load level, with the provider's cache hits."""
         recs = _latest_pass([r for r in records if not r.warmup])
         row = level_figures(self.level(), recs, "trace")
-        figures = LoadFigures(levels=[row], mode="rate")
+        figures = TraceFigures(trace=self._s.path.name, speedup=self._s.speedup, replay=row)
         if not row.ok:
             return self.answer(provider_id, model, "No trace request succeeded.", figures, "failed")
         status: Literal["ok", "partial", "failed"] = "ok" if not row.failed else "partial"

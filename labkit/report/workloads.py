@@ -11,7 +11,7 @@ import io
 import numpy as np
 from matplotlib.figure import Figure
 
-from labkit.figures import ConversationFigures, LoadFigures, LoadLevel
+from labkit.figures import ConversationFigures, LoadFigures, LoadLevel, TraceFigures
 from labkit.records import LabResults
 from labkit.report.plots import Plot
 from labkit.report.render import Block, Heading, Para, Table, fmt_num
@@ -41,13 +41,21 @@ def _conversations(lab: LabResults | None) -> list[tuple[str, str, ConversationF
 
 
 def _cached_levels(lab: LabResults | None) -> list[tuple[str, str, LoadLevel]]:
-    return [
-        (a.provider, a.experiment, row)
-        for a in (lab.answers if lab is not None else [])
-        if isinstance(a.figures, LoadFigures)
-        for row in a.figures.levels
-        if row.cache is not None and row.cache.cached_share is not None and row.ok
-    ]
+    """(provider, experiment, level) of every load level and trace replay with cache counts."""
+    found: list[tuple[str, str, LoadLevel]] = []
+    for a in lab.answers if lab is not None else []:
+        if isinstance(a.figures, LoadFigures):
+            rows = a.figures.levels
+        elif isinstance(a.figures, TraceFigures):
+            rows = [a.figures.replay]
+        else:
+            continue
+        found += [
+            (a.provider, a.experiment, row)
+            for row in rows
+            if row.cache is not None and row.cache.cached_share is not None and row.ok
+        ]
+    return found
 
 
 def conversation_plot(lab: LabResults | None) -> Plot | None:

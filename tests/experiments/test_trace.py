@@ -13,7 +13,7 @@ import pytest
 from labkit.config import parse_config
 from labkit.errors import ConfigError
 from labkit.experiments.trace import TraceEntry, TraceExperiment, TraceSettings, read_trace
-from labkit.figures import LoadFigures
+from labkit.figures import TraceFigures
 from labkit.runner import RunOptions, prepare_run
 from tests.prefix_cache_server import PrefixCacheServer
 
@@ -139,8 +139,8 @@ def test_a_replay_sends_on_the_traces_schedule_and_counts_cache_hits(tmp_path: P
     for sent, due in zip(sent_ms, [0, 200, 200, 500, 800, 1000], strict=True):
         assert due - 1 <= sent < due + 150, sent_ms
     figures = result.lab.answers[0].figures
-    assert isinstance(figures, LoadFigures)
-    row = figures.levels[0]
+    assert isinstance(figures, TraceFigures) and figures.speedup == 2.0
+    row = figures.replay
     assert row.ok == 6 and row.target == 5.0  # 5 gaps in 1 s of replay
     # Every request after the first finds block 0 (half its prompt) in the cache.
     assert row.cache is not None and row.cache.counted == 6

@@ -12,6 +12,7 @@ from labkit.figures import (
     LoadFigures,
     LoadLevel,
     LoadLevelCache,
+    TraceFigures,
 )
 from labkit.records import LabAnswer, LabResults
 from labkit.report.render import Table
@@ -22,7 +23,9 @@ pytestmark = pytest.mark.unit
 PNG = b"\x89PNG"
 
 
-def _answer(experiment: str, figures: ConversationFigures | LoadFigures) -> LabAnswer:
+def _answer(
+    experiment: str, figures: ConversationFigures | LoadFigures | TraceFigures
+) -> LabAnswer:
     return LabAnswer(
         experiment=experiment, provider="local", question="q", answer="a", figures=figures
     )
@@ -62,6 +65,7 @@ def test_conversation_and_cache_hit_figures_are_drawn_with_a_turn_table() -> Non
         answers=[
             _answer("conversation", _conversation()),
             _answer("load", LoadFigures(levels=[level], mode="concurrency")),
+            _answer("trace", TraceFigures(trace="t.jsonl", speedup=1.0, replay=level)),
         ],
     )
     plots = workload_plots(lab)
