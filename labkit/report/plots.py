@@ -26,6 +26,7 @@ from labkit.figures import (
     LoadLevel,
     PrefillDecodeFigures,
     TokenRatioFigures,
+    TraceFigures,
 )
 from labkit.records import LabResults
 from labkit.report.load import ensure_columns, load_event_offsets
@@ -414,12 +415,15 @@ def client_vs_server(df: pd.DataFrame) -> Plot | None:
 
 
 def load_rows(lab: LabResults | None) -> list[tuple[str, str, list[LoadLevel]]]:
-    """(provider, experiment, level rows) of every load answer in `lab.json`."""
-    return [
-        (ans.provider, ans.experiment, ans.figures.levels)
-        for ans in (lab.answers if lab is not None else [])
-        if isinstance(ans.figures, LoadFigures) and ans.figures.levels
-    ]
+    """(provider, experiment, level rows) of every load answer in `lab.json`, a trace
+    replay as its one level."""
+    found = []
+    for ans in lab.answers if lab is not None else []:
+        if isinstance(ans.figures, TraceFigures):
+            found.append((ans.provider, ans.experiment, [ans.figures.replay]))
+        elif isinstance(ans.figures, LoadFigures) and ans.figures.levels:
+            found.append((ans.provider, ans.experiment, ans.figures.levels))
+    return found
 
 
 def load_curves(lab: LabResults | None) -> Plot | None:

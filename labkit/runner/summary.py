@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from rich.table import Table
 
-from labkit.figures import LoadFigures, LoadLevel
+from labkit.figures import LoadFigures, LoadLevel, TraceFigures
 from labkit.records import LabResults, RequestRecord
 from labkit.timing import percentile
 
@@ -109,17 +109,20 @@ def load_tables(lab: LabResults) -> list[Table]:
     """One table per load answer: a row per level, client-bound levels marked."""
     tables = []
     for ans in lab.answers:
-        if not isinstance(ans.figures, LoadFigures):
+        if isinstance(ans.figures, TraceFigures):
+            levels = [ans.figures.replay]  # a trace replay: one level
+        elif isinstance(ans.figures, LoadFigures):
+            levels = ans.figures.levels
+        else:
             continue
         table = Table(title=f"{ans.experiment} · {ans.provider}", title_justify="left")
         table.add_column("level", no_wrap=True)
         table.add_column("procs", justify="right")
         columns = list(_LOAD_COLUMNS)
-        levels = ans.figures.levels
         columns += [c for c in _SERVER_COLUMNS if any(c[0](row) is not None for row in levels)]
         for _, label, _ in columns:
             table.add_column(label, justify="right")
-        for row in ans.figures.levels:
+        for row in levels:
             name = row.title + (" [client-bound]" if row.client_bound else "")
             cells = [name, _ms(row.workers, 0)]
             cells += [_ms(get(row), digits) for get, _, digits in columns]

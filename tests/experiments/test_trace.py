@@ -14,7 +14,9 @@ from labkit.config import parse_config
 from labkit.errors import ConfigError
 from labkit.experiments.trace import TraceEntry, TraceExperiment, TraceSettings, read_trace
 from labkit.figures import TraceFigures
+from labkit.report.plots import load_rows
 from labkit.runner import RunOptions, prepare_run
+from labkit.runner.summary import load_tables
 from tests.prefix_cache_server import PrefixCacheServer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -146,3 +148,6 @@ def test_a_replay_sends_on_the_traces_schedule_and_counts_cache_hits(tmp_path: P
     assert row.cache is not None and row.cache.counted == 6
     assert row.cache.cached_share is not None and 0.3 < row.cache.cached_share < 0.6
     assert "Replayed 6 requests of t.jsonl at ×2" in result.lab.answers[0].answer
+    # The run summary and the report's load table show the replay as a level.
+    assert len(load_tables(result.lab)) == 1
+    assert [rows for _, _, rows in load_rows(result.lab)] == [[row]]
