@@ -139,7 +139,7 @@ def test_a_replay_sends_on_the_traces_schedule_and_counts_cache_hits(tmp_path: P
     assert all(s is not None for s in starts)
     sent_ms = [(s - starts[0]) / 1e6 for s in starts if s is not None and starts[0] is not None]
     for sent, due in zip(sent_ms, [0, 200, 200, 500, 800, 1000], strict=True):
-        assert due - 1 <= sent < due + 150, sent_ms
+        assert due - 1 <= sent < due + 300, sent_ms  # never early; late only by the CPU
     figures = result.lab.answers[0].figures
     assert isinstance(figures, TraceFigures) and figures.speedup == 2.0
     row = figures.replay
