@@ -236,6 +236,13 @@ class TraceExperiment(PacedExperiment):
             self._tokens_per_word = words / 400
             self._header_tokens = await count("[a1b2c3:1234] ") or _DEFAULT_HEADER_TOKENS
             self._warmup_tokens = await count(_WARMUP_PROMPT)
+            # Words join into tokens a little differently inside a long prompt: one built
+            # prompt, counted, corrects the rate.
+            target = 4 * self._s.block_tokens
+            sample = TraceEntry(0.0, target, 1, (0, 1))
+            built = await count(self.prompt(sample, 0, "a1b2c3"))
+            if built is not None:
+                self._tokens_per_word *= built / target
 
     def plan(self, provider: Provider) -> list[PlannedRequest]:
         """Only the warm-ups: the replay is paced by `drive`."""
