@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from typing import Any, ClassVar, Literal
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveInt
 
 from labkit.providers.base import ProviderSettings, TokenCount, register
 from labkit.providers.openai_compatible import OpenAICompatibleProvider
@@ -71,6 +71,16 @@ class FakeSchedule(BaseModel):
         default=0, description="Tokens sent before a stream_error or drop."
     )
     retry_after_s: float | None = Field(default=None, description="retry-after on a 429.")
+    slots: PositiveInt | None = Field(
+        default=None,
+        description="Requests decoded at once; the rest wait, in arrival order, for a free "
+        "slot before their first token's delay starts (null: no limit). Its capacity is "
+        "1000 × slots / (first_token_ms + (tokens - 1) × token_interval_ms) requests/s.",
+    )
+
+    def new_slots(self) -> asyncio.Semaphore | None:
+        """The slots one server shares between its requests (None: unlimited)."""
+        return None if self.slots is None else asyncio.Semaphore(self.slots)
 
 
 class FakeDrop(Exception):
@@ -87,8 +97,21 @@ def requested_tokens(schedule: FakeSchedule, body: dict[str, Any]) -> int:
     return min(schedule.tokens, int(cap)) if cap else schedule.tokens
 
 
-async def fake_stream(schedule: FakeSchedule, body: dict[str, Any]) -> AsyncIterator[bytes]:
-    """The SSE bytes of one response, each piece sent at its scheduled time."""
+async def fake_stream(
+    schedule: FakeSchedule, body: dict[str, Any], slots: asyncio.Semaphore | None = None
+) -> AsyncIterator[bytes]:
+    """The SSE bytes of one response, each piece sent at its scheduled time; with `slots`,
+    the schedule starts once a slot is free and the slot is held to the stream's end."""
+    if slots is None:
+        async for piece in _scheduled(schedule, body):
+            yield piece
+        return
+    async with slots:
+        async for piece in _scheduled(schedule, body):
+            yield piece
+
+
+async def _scheduled(schedule: FakeSchedule, body: dict[str, Any]) -> AsyncIterator[bytes]:
     loop = asyncio.get_running_loop()
     t0 = loop.time()
     n_tokens = requested_tokens(schedule, body)
@@ -162,6 +185,7 @@ class FakeTransport(httpx.AsyncBaseTransport):
 
     def __init__(self, schedule: FakeSchedule) -> None:
         self.schedule = schedule
+        self._slots = schedule.new_slots()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """One scripted response."""
@@ -172,7 +196,7 @@ class FakeTransport(httpx.AsyncBaseTransport):
         return httpx.Response(
             200,
             headers={"content-type": "text/event-stream", "x-request-id": uuid.uuid4().hex},
-            stream=_Stream(fake_stream(self.schedule, payload)),
+            stream=_Stream(fake_stream(self.schedule, payload, self._slots)),
         )
 
 

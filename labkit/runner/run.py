@@ -181,7 +181,7 @@ class Runner:
             for exp in self.experiments:
                 recs = [r for r in mine if r.experiment == exp.name]
                 try:
-                    answers.append(exp.analyze(outcome.id, outcome.model, recs))
+                    answers.append(exp.judged(outcome.id, outcome.model, recs))
                 except Exception as exc:  # an analysis bug must not lose the run
                     answers.append(
                         LabAnswer(
