@@ -7,10 +7,13 @@ and worker processes), each chosen from the ones before it:
    misses the SLOs, no load meets them and the sweep stops.
 2. **throughput** — a closed loop of `throughput_concurrency` streams: the most requests
    per second the provider completes, the top of the search.
-3. **bisection** — open-loop levels at rates between the baseline's rate (which met) and
-   the throughput probe's (the ceiling); a level that meets every SLO without saturating
-   raises the bottom, any other lowers the top. In ``mode: concurrency`` the bisection is
-   over closed-loop stream counts between 1 and `throughput_concurrency`.
+3. **bisection** — open-loop levels between the baseline's rate (which met) and the
+   first rate that misses: the first is the throughput probe's rate, and while the top
+   level still meets, the next is `_EXPAND` times higher (a closed loop's completed rate
+   is only an estimate of the ceiling); once one misses, each level halves the interval.
+   A level that meets every SLO without saturating raises the bottom, any other lowers
+   the top. In ``mode: concurrency`` the bisection is over closed-loop stream counts
+   between 1 and `throughput_concurrency`.
 
 A rate level *saturates* when the requests complete more slowly than they arrive, or when
 TTFT keeps growing through the level (the provider's queue grows): such a rate cannot be
@@ -56,6 +59,8 @@ _COMPLETION_SHARE = 0.9
 # ... or when the TTFT of its last third exceeds its first third's by this factor and margin.
 _QUEUE_GROWTH = 2.0
 _QUEUE_GROWTH_MIN_MS = 50.0
+# While no rate has missed, the next rate probed is this much above the highest that met.
+_EXPAND = 1.2
 
 Role = Literal["baseline", "throughput", "bisect"]
 
@@ -85,6 +90,7 @@ class SweepSettings(LoadSettings):
     )
     resolution: PositiveFloat = Field(
         default=0.1,
+        ge=0.01,
         lt=1,
         description="Rate mode: stop when the interval is narrower than this share of its top.",
     )
@@ -161,37 +167,41 @@ class SweepExperiment(LoadExperiment):
         if step == 1:
             return _Next("throughput", Level(1, "concurrency", s.throughput_concurrency))
         low, high = self.interval(done)
-        if high is None or low is None:
+        if low is None:
             return _Next(None, None, "the throughput probe completed no request")
-        if s.mode == "concurrency":
-            if done[1].met:
-                return _Next(None, None, "even the throughput probe met the SLOs")
-            if high - low <= 1:
-                return _Next(None, None, "the interval is one stream wide")
-        elif high - low <= s.resolution * high:
+        if s.mode == "concurrency" and done[1].met:
+            return _Next(None, None, "even the throughput probe met the SLOs")
+        if high is not None and s.mode == "concurrency" and high - low <= 1:
+            return _Next(None, None, "the interval is one stream wide")
+        if high is not None and s.mode == "rate" and high - low <= s.resolution * high:
             return _Next(None, None, f"the interval is within {s.resolution:.0%} of its top")
         if step >= s.max_probes:
             return _Next(None, None, f"max_probes ({s.max_probes}) reached")
+        if high is None:  # rate mode, nothing has missed yet: look higher
+            top = done[1].level.completed_rps or low
+            target = top if step == 2 else low * _EXPAND
+            return _Next("bisect", Level(step, "rate", _round_rate(max(target, low))))
         if s.mode == "concurrency":
             return _Next("bisect", Level(step, "concurrency", float((int(low) + int(high)) // 2)))
         return _Next("bisect", Level(step, "rate", _round_rate((low + high) / 2)))
 
     def interval(self, done: list[SweepProbe]) -> tuple[float | None, float | None]:
-        """The interval [low, high) the knee lies in after `done` (None: not known yet)."""
+        """The interval [low, high) the knee lies in after `done` (None: not known yet; a
+        rate sweep's top is unknown until a rate misses)."""
         if len(done) < 2:
             return None, None
+        high: float | None
         if self._sw.mode == "concurrency":
             low, high = 1.0, float(self._sw.throughput_concurrency)
         else:
-            low_rate, high_rate = done[0].level.completed_rps, done[1].level.completed_rps
-            if low_rate is None or high_rate is None:
+            if done[0].level.completed_rps is None or done[1].level.completed_rps is None:
                 return None, None
-            low, high = low_rate, max(high_rate, low_rate)
+            low, high = done[0].level.completed_rps, None
         for probe in done[2:]:
             if probe.met:
                 low = max(low, probe.level.target)
             else:
-                high = min(high, probe.level.target)
+                high = probe.level.target if high is None else min(high, probe.level.target)
         return low, high
 
     async def drive(self, provider: Provider, driver: RequestDriver) -> None:
