@@ -33,6 +33,7 @@ __all__ = [
     "PrefillPoint",
     "SLOCheck",
     "SLOReport",
+    "ServerLevelMetrics",
     "SingleFigures",
     "SweepFigures",
     "SweepProbe",
@@ -357,6 +358,37 @@ class AttributionFigures(_ExperimentFigures):
 # --- load ----------------------------------------------------------------------------------
 
 
+class ServerLevelMetrics(_Figures):
+    """What the server's own Prometheus metrics said over one load level
+    (`labkit.server_metrics`): gauges from the scrapes inside the level's window, the
+    latency quantiles from histogram bucket deltas across it."""
+
+    scrapes: int = Field(default=0, description="Scrapes taken inside the level's window.")
+    running_p50: float | None = Field(default=None, description="Requests running, median.")
+    running_max: float | None = Field(default=None, description="Requests running, most.")
+    waiting_p50: float | None = Field(
+        default=None, description="Requests waiting in the server's queue, median."
+    )
+    waiting_max: float | None = Field(default=None, description="Requests waiting, most.")
+    kv_cache_use_max: float | None = Field(
+        default=None, description="Largest fraction of the KV cache in use (0–1)."
+    )
+    ttft_observations: int | None = Field(
+        default=None, description="Requests in the server's TTFT histogram over the level."
+    )
+    ttft_ms_p50: float | None = Field(default=None, description="Server TTFT p50 (histogram).")
+    ttft_ms_p90: float | None = Field(default=None, description="Server TTFT p90 (histogram).")
+    itl_ms_p50: float | None = Field(
+        default=None, description="Server inter-token latency p50 (histogram)."
+    )
+    itl_ms_p90: float | None = Field(
+        default=None, description="Server inter-token latency p90 (histogram)."
+    )
+    sources: dict[str, str] = Field(
+        default_factory=dict, description="Figure → the server metric it was read from."
+    )
+
+
 class LoadLevel(_Figures):
     """One pass of one load level: a row of the load table."""
 
@@ -390,6 +422,10 @@ class LoadLevel(_Figures):
     client_bound: bool = False
     client_bound_fix: str | None = None
     slo: SLOReport | None = Field(default=None, description="The SLOs over this level.")
+    server: ServerLevelMetrics | None = Field(
+        default=None,
+        description="The server's own metrics over the level, where it exposes /metrics.",
+    )
 
     @property
     def display_title(self) -> str:

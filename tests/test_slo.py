@@ -106,7 +106,7 @@ def test_load_levels_carry_goodput_beside_throughput_and_the_answer_says_it() ->
         _at(make_record(experiment="load", ttft=100.0 + 20 * i, tags={"level": "r2"}), i / 2)
         for i in range(6)
     ]
-    row = level_figures(Level(0, "rate", 2.0), records, "constant", settings.slos())
+    row = level_figures(Level(0, "rate", 2.0), records, "constant", slos=settings.slos())
     assert row.slo is not None and row.slo.good == 3 and not row.slo.passed
     assert row.completed_rps is not None and row.slo.goodput_rps is not None
     assert row.slo.goodput_rps == pytest.approx(row.completed_rps / 2)

@@ -33,6 +33,7 @@ from pydantic import (
 from labkit.figures import Figures
 from labkit.providers.base import ChatRequest, ClientPath, Provider, ProviderSettings
 from labkit.records import LabAnswer, RequestRecord
+from labkit.server_metrics import ServerMetricsSample
 from labkit.slo import SLO, judge, parse_slos, slo_sentence
 
 __all__ = [
@@ -65,6 +66,11 @@ class ExperimentSettings(BaseModel):
         "`[wire, sdk]` (each request twice, in this order, the SDK copy keyed `/sdk`, both "
         "tagged `path`); null: the provider's `client`. Providers without an official SDK "
         "send only the wire copy.",
+    )
+    metrics_interval_s: PositiveFloat | None = Field(
+        default=None,
+        description="Seconds between scrapes of the server's /metrics during this "
+        "experiment; null: the provider's `metrics_interval_s`.",
     )
     slo: dict[str, PositiveFloat] | None = Field(
         default=None,
@@ -115,6 +121,9 @@ class Experiment(ABC):
     def __init__(self, settings: ExperimentSettings, index: int = 0) -> None:
         self.settings = settings
         self.index = index
+        #: Each provider's scrapes of its server's /metrics (`labkit.server_metrics`), set
+        #: by the runner before `analyze`; empty where the server exposes none.
+        self.server_metrics: dict[str, list[ServerMetricsSample]] = {}
 
     @property
     def name(self) -> str:

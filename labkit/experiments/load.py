@@ -41,6 +41,7 @@ from labkit.pacing import arrival_offsets_ns, closed_loop, open_loop
 from labkit.providers.base import ChatRequest, Provider, ProviderSettings
 from labkit.records import LabAnswer, RequestRecord
 from labkit.selfcheck import CLIENT_BOUND, level_lag
+from labkit.server_metrics import ServerMetricsSample, server_level_metrics
 from labkit.slo import SLO, judge, slo_sentence
 
 __all__ = ["Level", "LoadExperiment", "LoadSettings", "level_figures"]
@@ -361,9 +362,12 @@ class LoadExperiment(PacedExperiment):
     def analyze(self, provider_id: str, model: str, records: list[RequestRecord]) -> LabAnswer:
         """Per level: achieved rate, ok/failed, TTFT and decode percentiles, throughput."""
         rows = []
+        scraped = self.server_metrics.get(provider_id, [])
         for level in self.levels():
             recs = _latest_pass([r for r in records if r.tags.get("level") == level.label])
-            rows.append(level_figures(level, recs, self._s.arrival, self.settings.slos()))
+            rows.append(
+                level_figures(level, recs, self._s.arrival, scraped, slos=self.settings.slos())
+            )
         figures = LoadFigures(levels=rows, mode=self.levels()[0].mode)
         done = [r for r in rows if r.ok]
         if not done:
@@ -379,6 +383,7 @@ class LoadExperiment(PacedExperiment):
                 f"tokens/s (×{last_tps / first_tps:.2f}) from {done[0].title} to "
                 f"{done[-1].title}."
             )
+        text += _server_sentence(done)
         bound = [r for r in rows if r.client_bound]
         if bound:
             text += (
@@ -427,9 +432,12 @@ def level_figures(
     level: Level,
     records: list[RequestRecord],
     arrival: str = "poisson",
+    server_samples: Sequence[ServerMetricsSample] = (),
     slos: Sequence[SLO] = (),
 ) -> LoadLevel:
-    """One row of the load table from one pass of a level, judged against `slos`."""
+    """One row of the load table from one pass of a level, judged against `slos`; with the
+    server's scraped metrics, what they said from the level's first request sent to its
+    last stream's end."""
     recs = [r for r in records if not r.warmup]
     ok = [r for r in recs if r.error is None]
     starts = sorted(r.t_start_mono_ns for r in recs if r.t_start_mono_ns is not None)
@@ -439,6 +447,11 @@ def level_figures(
         if r.t_start_mono_ns is not None and r.client.e2e_ms is not None
     ]
     span_s = (max(ends) - starts[0]) / _NS if starts and ends else None
+    server = (
+        server_level_metrics(server_samples, starts[0], int(max(ends)))
+        if server_samples and starts and ends
+        else None
+    )
     start_span_s = (starts[-1] - starts[0]) / _NS if len(starts) >= 2 else None
     out_tokens = sum(r.usage.output_tokens or 0 for r in ok)
     busy_s = sum((r.client.e2e_ms or 0.0) for r in ok) / 1000.0
@@ -488,7 +501,26 @@ def level_figures(
         client_bound=lag.client_bound,
         client_bound_fix=lag.fix if lag.client_bound else None,
         slo=judge(slos, recs, span_s),
+        server=server,
     )
+
+
+def _server_sentence(rows: list[LoadLevel]) -> str:
+    """What the server's own metrics said of its queue, where it exposes them."""
+    seen = [r for r in rows if r.server is not None and r.server.waiting_max is not None]
+    if not seen:
+        return ""
+    parts = []
+    for r in seen:
+        assert r.server is not None
+        running = r.server.running_max
+        part = f"{r.title}: up to {r.server.waiting_max:g} waiting"
+        if running is not None:
+            part += f", {running:g} running"
+        if r.server.ttft_ms_p50 is not None:
+            part += f", server TTFT p50 {fmt_ms(r.server.ttft_ms_p50)}"
+        parts.append(part)
+    return " The server's own metrics (/metrics) over each level: " + "; ".join(parts) + "."
 
 
 def _level_sentence(row: LoadLevel) -> str:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -50,6 +50,7 @@ from labkit.experiments.paced import RequestDriver
 from labkit.figures import LoadLevel, SweepFigures, SweepProbe
 from labkit.providers.base import Provider, ProviderSettings
 from labkit.records import LabAnswer, RequestRecord
+from labkit.server_metrics import ServerMetricsSample
 
 __all__ = ["SweepExperiment", "SweepSettings"]
 
@@ -235,10 +236,16 @@ class SweepExperiment(LoadExperiment):
         return recs if n is None or len(recs) >= n else None
 
     def probe(
-        self, step: int, role: Role, level: Level, records: list[RequestRecord]
+        self,
+        step: int,
+        role: Role,
+        level: Level,
+        records: list[RequestRecord],
+        scraped: Sequence[ServerMetricsSample] = (),
     ) -> SweepProbe:
-        """What one level says: its row, and whether it met the SLOs without saturating."""
-        row = level_figures(level, records, self._sw.arrival, self.settings.slos())
+        """What one level says: its row (with the server's scraped metrics over it), and
+        whether it met the SLOs without saturating."""
+        row = level_figures(level, records, self._sw.arrival, scraped, slos=self.settings.slos())
         saturated = _saturation(level, row, records) if level.mode == "rate" else ""
         missed = [c.name for c in row.slo.checks if not c.passed] if row.slo else []
         why = "; ".join(
@@ -261,6 +268,7 @@ class SweepExperiment(LoadExperiment):
     def analyze(self, provider_id: str, model: str, records: list[RequestRecord]) -> LabAnswer:
         """Retrace the sweep from its records: the probes, the knee and its interval."""
         s = self._sw
+        scraped = self.server_metrics.get(provider_id, [])
         done: list[SweepProbe] = []
         while True:
             nxt = self.next_level(done)
@@ -274,7 +282,7 @@ class SweepExperiment(LoadExperiment):
                     "was interrupted)"
                 )
                 break
-            done.append(self.probe(len(done), nxt.role, nxt.level, recs))
+            done.append(self.probe(len(done), nxt.role, nxt.level, recs, scraped))
         low, high = self.interval(done)
         knee_probe = self._knee_probe(done)
         figures = SweepFigures(

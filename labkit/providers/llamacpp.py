@@ -234,6 +234,11 @@ class LlamaCppProvider(OpenAICompatibleProvider):
         """`ignore_eos`: decode until `max_tokens`."""
         return {"ignore_eos": True}
 
+    def metrics_url(self) -> str | None:
+        """`/metrics` on the server root (the managed llama-server runs with `--metrics`;
+        an existing one without it answers 501, counted as failed scrapes)."""
+        return self.settings.resolved_base_url() + "/metrics"
+
     async def describe(self) -> dict[str, Any]:
         """`/props`: build, slots, context and model path; sets `server_build`."""
         resp = await self.client.get("/props")
