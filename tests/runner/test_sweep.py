@@ -20,8 +20,10 @@ from labkit.fakeserver import FakeServer
 from labkit.figures import LoadFigures, SweepFigures
 from labkit.providers.fake import FakeSchedule
 from labkit.records import RequestRecord
+from labkit.report import write_report
 from labkit.runner import RunOptions, prepare_resume, prepare_run
 from labkit.runner.run import RunResult
+from labkit.runner.summary import load_tables
 
 pytestmark = pytest.mark.integration
 
@@ -128,3 +130,12 @@ def test_a_rate_sweep_lands_within_one_bisection_step_of_the_capacity(tmp_path: 
     assert knee_probe.level.slo is not None and knee_probe.level.slo.goodput_rps is not None
     assert f.knee_goodput_rps == knee_probe.level.slo.goodput_rps
     assert "The knee:" in answer.answer and "req/s meets every SLO" in answer.answer
+
+    # The summary's table and the report show the probes, goodput and the knee.
+    (table,) = load_tables(result.lab)
+    assert f"knee {f.knee:.3g}" in str(table.title)
+    assert any("goodput" in str(c.header) for c in table.columns)
+    paths = write_report(result.folder.path)
+    assert (paths.files / "goodput.png").exists()
+    md = paths.md.read_text()
+    assert "## Sweeps" in md and f"knee {f.knee:.2f} in [" in md
