@@ -15,12 +15,12 @@ and worker processes), each chosen from the ones before it:
    the top. In ``mode: concurrency`` the bisection is over closed-loop stream counts
    between 1 and `throughput_concurrency`.
 
-A rate level *saturates* when the requests complete more slowly than they arrive, or when
-TTFT keeps growing through the level (the provider's queue grows): such a rate cannot be
-held however good its first requests were. The sweep stops when the interval is narrower
-than `resolution` (one stream in concurrency mode), after `max_probes` levels, or once
-`max_duration_s` has passed; the answer gives the knee (the largest level that met) and
-the interval the true one lies in.
+A rate level *saturates* when labkit could not send at the rate, when the requests complete
+more slowly than they arrive, or when TTFT keeps growing through the level (the provider's
+queue grows): such a rate cannot be held however good its first requests were. The sweep
+stops when the interval is narrower than `resolution` (one stream in concurrency mode),
+after `max_probes` levels, or once `max_duration_s` has passed; the answer gives the knee
+(the largest level that met) and the interval the true one lies in.
 
 Every choice is computed from the records, so `analyze` retraces the sweep, and a resumed
 run reuses the levels it finished (a finished probe is not redone).
@@ -332,6 +332,9 @@ def _round_rate(rate: float) -> float:
 
 def _saturation(level: Level, row: LoadLevel, records: list[RequestRecord]) -> str:
     """Why a rate level saturated, in words (empty: it did not)."""
+    sent = row.achieved_rate_rps
+    if sent is not None and sent < _COMPLETION_SHARE * level.target:
+        return f"labkit sent only {sent:.2f} of {level.target:g} req/s"
     ok = sorted(
         (r for r in records if r.error is None and r.t_start_mono_ns is not None),
         key=lambda r: r.t_start_mono_ns or 0,

@@ -9,14 +9,16 @@ import pytest
 
 from labkit.config import parse_config
 from labkit.errors import ConfigError
+from labkit.experiments.load import Level
 from labkit.experiments.sweep import SweepExperiment, SweepSettings
 from labkit.figures import LoadLevel, SweepProbe
+from tests.experiments.records import make_record
 
 pytestmark = pytest.mark.unit
 
 
 def _sweep(**settings: Any) -> SweepExperiment:
-    return SweepExperiment(SweepSettings(slo={"ttft_ms_p90": 100}, **settings))
+    return SweepExperiment(SweepSettings(**{"slo": {"ttft_ms_p90": 100}, **settings}))
 
 
 def _probe(step: int, mode: str, target: float, met: bool, completed: float = 0.0) -> SweepProbe:
@@ -97,3 +99,37 @@ def test_more_probe_streams_than_requests_is_refused() -> None:
     exp = SweepExperiment(cfg.experiments[0])
     with pytest.raises(ConfigError, match="throughput_concurrency 32 with only 8 requests"):
         exp.validate_for(cfg.providers[0])
+
+
+def _rate_records(starts_s: list[float], ttfts: list[float], e2e_ms: float = 500.0) -> list[Any]:
+    """Requests started at `starts_s`, each `e2e_ms` long, first tokens after `ttfts`."""
+    records = []
+    for start, ttft in zip(starts_s, ttfts, strict=True):
+        r = make_record(experiment="sweep", ttft=ttft, tags={"level": "r10"})
+        client = r.client.model_copy(update={"e2e_ms": e2e_ms})
+        records.append(r.model_copy(update={"t_start_mono_ns": int(start * 1e9), "client": client}))
+    return records
+
+
+def test_a_rate_level_saturates_when_sent_late_or_when_ttft_keeps_growing() -> None:
+    exp = _sweep(requests=12, slo={"ttft_ms_p50": 1000})
+    level = Level(2, "rate", 10.0)
+    steady = exp.probe(2, "bisect", level, _rate_records([i / 10 for i in range(12)], [20.0] * 12))
+    assert steady.met and not steady.saturated
+    # Sent at 5 req/s when 10 were asked for: labkit could not keep the rate.
+    late = exp.probe(2, "bisect", level, _rate_records([i / 5 for i in range(12)], [20.0] * 12))
+    assert late.saturated and "labkit sent only 5.00 of 10 req/s" in late.why
+    # Sent and completed on time, but each first token comes 30 ms later than the one
+    # before: the provider's queue is growing.
+    growing = [20.0 + 30 * i for i in range(12)]
+    queued = exp.probe(2, "bisect", level, _rate_records([i / 10 for i in range(12)], growing))
+    assert queued.saturated and not queued.met
+    assert queued.why == "TTFT grew from 65 to 305 ms through the level (queue growing)"
+    # Completed at 5 req/s though sent at 10: the provider falls behind.
+    slow = _rate_records([i / 10 for i in range(12)], [20.0] * 12)
+    slow = [
+        r.model_copy(update={"client": r.client.model_copy(update={"e2e_ms": 100.0 * i})})
+        for i, r in enumerate(slow)
+    ]
+    behind = exp.probe(2, "bisect", level, slow)
+    assert behind.saturated and behind.why.startswith("completed 5.00 of 10 req/s")
