@@ -139,3 +139,22 @@ def test_a_rate_sweep_lands_within_one_bisection_step_of_the_capacity(tmp_path: 
     assert (paths.files / "goodput.png").exists()
     md = paths.md.read_text()
     assert "## Sweeps" in md and f"knee {f.knee:.2f} in [" in md
+
+
+def test_a_sweep_runs_its_levels_on_worker_processes(tmp_path: Path) -> None:
+    sweep = {
+        "kind": "sweep",
+        "mode": "concurrency",
+        "throughput_concurrency": 8,
+        "requests": 8,
+        "max_probes": 3,
+        "workers": 2,
+    }
+    result = _run(sweep, tmp_path)
+    (answer,) = result.lab.answers
+    f = answer.figures
+    assert isinstance(f, SweepFigures), answer.answer
+    assert [p.level.level for p in f.probes] == ["c1", "c8", "c4"]
+    assert [p.level.workers for p in f.probes] == [1, 2, 2]
+    assert (f.knee, f.knee_low, f.knee_high) == (SLOTS, SLOTS, 8)
+    assert f.stopped == "max_probes (3) reached"
