@@ -4,7 +4,7 @@
     labkit run --resume RUN_DIR
     labkit setup | server start|status|stop          (labkit.local.cli)
     labkit report RUN_DIR | compare RUN_DIR...       (labkit.report.cli)
-    labkit fake-server [--port N] [schedule options]
+    labkit fake-server [--port N] [schedule options, --slots N]
     labkit kinds
 
 Every user error is one red line on stderr and a non-zero exit, never a traceback. SIGTERM
@@ -313,6 +313,9 @@ def fake_server(
     first_token_ms: Annotated[float, typer.Option(help="Delay of the first token.")] = 50.0,
     token_interval_ms: Annotated[float, typer.Option(help="Gap between tokens.")] = 10.0,
     tokens: Annotated[int, typer.Option(help="Tokens per response.")] = 32,
+    slots: Annotated[
+        int, typer.Option(help="Requests served at once, the rest queued (0: no limit).")
+    ] = 0,
 ) -> None:
     """Serve the fake provider's schedule as an OpenAI-compatible server on 127.0.0.1."""
     from labkit.fakeserver import FakeServer
@@ -321,8 +324,12 @@ def fake_server(
     _check_range("--first-token-ms", first_token_ms, 0, finite=True)
     _check_range("--token-interval-ms", token_interval_ms, 0, finite=True)
     _check_range("--tokens", tokens, 0)
+    _check_range("--slots", slots, 0)
     schedule = FakeSchedule(
-        first_token_ms=first_token_ms, token_interval_ms=token_interval_ms, tokens=tokens
+        first_token_ms=first_token_ms,
+        token_interval_ms=token_interval_ms,
+        tokens=tokens,
+        slots=slots or None,
     )
     server = FakeServer(schedule, port=port)
 
