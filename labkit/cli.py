@@ -20,7 +20,7 @@ import math
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, get_args
 
 import typer
 from rich.console import Console
@@ -32,7 +32,7 @@ from labkit.errors import LabkitError
 from labkit.experiments import experiment_kinds
 from labkit.local.cli import register as register_local
 from labkit.providers import provider_kinds
-from labkit.providers.fake import FakeSchedule
+from labkit.providers.fake import FakeSchedule, FakeServerTimings
 from labkit.records import ErrorKind
 from labkit.report.cli import register as register_report
 from labkit.runner import (
@@ -313,6 +313,16 @@ def fake_server(
     first_token_ms: Annotated[float, typer.Option(help="Delay of the first token.")] = 50.0,
     token_interval_ms: Annotated[float, typer.Option(help="Gap between tokens.")] = 10.0,
     tokens: Annotated[int, typer.Option(help="Tokens per response.")] = 32,
+    server_timings: Annotated[
+        str,
+        typer.Option(
+            help="Server timings to emit: none, groq, cerebras, fireworks, vllm, tgi, "
+            "llamacpp, deepseek."
+        ),
+    ] = "none",
+    queue_ms: Annotated[
+        float, typer.Option(help="Scripted server queue before each response starts.")
+    ] = 0.0,
     slots: Annotated[
         int, typer.Option(help="Requests served at once, the rest queued (0: no limit).")
     ] = 0,
@@ -324,11 +334,17 @@ def fake_server(
     _check_range("--first-token-ms", first_token_ms, 0, finite=True)
     _check_range("--token-interval-ms", token_interval_ms, 0, finite=True)
     _check_range("--tokens", tokens, 0)
+    _check_range("--queue-ms", queue_ms, 0, finite=True)
     _check_range("--slots", slots, 0)
+    shapes = get_args(FakeServerTimings)
+    if server_timings not in shapes:
+        raise fail(f"--server-timings must be one of {', '.join(shapes)}")
     schedule = FakeSchedule(
         first_token_ms=first_token_ms,
         token_interval_ms=token_interval_ms,
         tokens=tokens,
+        server_timings=server_timings,  # checked just above
+        queue_ms=queue_ms,
         slots=slots or None,
     )
     server = FakeServer(schedule, port=port)

@@ -44,7 +44,7 @@ from labkit.selfcheck import CLIENT_BOUND, level_lag
 from labkit.server_metrics import ServerMetricsSample, server_level_metrics
 from labkit.slo import SLO, judge, slo_sentence
 
-__all__ = ["Level", "LoadExperiment", "LoadSettings", "level_figures"]
+__all__ = ["Level", "LoadExperiment", "LoadSettings", "level_figures", "server_queue_sentence"]
 
 _DEFAULT_REQUESTS = 32
 _DEFAULT_TOKENS_PER_WORD = 1.3
@@ -383,6 +383,7 @@ class LoadExperiment(PacedExperiment):
                 f"tokens/s (×{last_tps / first_tps:.2f}) from {done[0].title} to "
                 f"{done[-1].title}."
             )
+        text += server_queue_sentence(done)
         text += _server_sentence(done)
         bound = [r for r in rows if r.client_bound]
         if bound:
@@ -468,6 +469,15 @@ def level_figures(
     def queue(r: RequestRecord) -> float | None:
         return r.client.queue_ms
 
+    def provider_queue(r: RequestRecord) -> float | None:
+        return r.provider_timings.queue_ms
+
+    def beyond_prefill(r: RequestRecord) -> float | None:
+        pt = r.provider_timings
+        prefill = pt.prefill_ms if pt.prefill_ms is not None else pt.server_ttft_ms
+        ttft = r.client.ttft_ms
+        return None if ttft is None or prefill is None else ttft - prefill
+
     lag = level_lag(recs)
     workers = {str(r.tags.get("workers")) for r in recs if r.tags.get("workers")}
     return LoadLevel(
@@ -495,6 +505,9 @@ def level_figures(
         queue_ms_p50=p_of(recs, queue, 50),
         queue_ms_p99=p_of(recs, queue, 99),
         queue_ms_max=p_of(recs, queue, 100),
+        provider_queue_ms_p50=p_of(ok, provider_queue, 50),
+        provider_queue_ms_p99=p_of(ok, provider_queue, 99),
+        ttft_beyond_prefill_ms_p50=p_of(ok, beyond_prefill, 50),
         loop_lag_ms_p50=lag.p50,
         loop_lag_ms_max=lag.max,
         labkit_cpu_share=lag.cpu_share,
@@ -503,6 +516,48 @@ def level_figures(
         slo=judge(slos, recs, span_s),
         server=server,
     )
+
+
+def _rose(first: float, last: float) -> bool:
+    """Whether a wait grew by more than noise: a fifth and a millisecond."""
+    return last > first * 1.2 + 1.0
+
+
+def server_queue_sentence(levels: list[LoadLevel]) -> str:
+    """What the server's own queue did across the levels: as the provider reports it, or,
+    where it reports a prefill but no queue (llama.cpp), derived from TTFT beyond prefill."""
+    reported = [r for r in levels if r.provider_queue_ms_p50 is not None]
+    if reported:
+        first, last = reported[0], reported[-1]
+        a, b = first.provider_queue_ms_p50 or 0.0, last.provider_queue_ms_p50 or 0.0
+        if len(reported) < 2:
+            return f" The provider's own queue time was {fmt_ms(a, 2)} (p50) at {first.title}."
+        trend = (
+            "rose: requests waited in the server's queue"
+            if _rose(a, b)
+            else "did not rise: the server did not queue the extra requests"
+        )
+        return (
+            f" The provider's own queue time (p50) went from {fmt_ms(a, 2)} at {first.title} "
+            f"to {fmt_ms(b, 2)} at {last.title} (p99 {fmt_ms(last.provider_queue_ms_p99, 2)}): "
+            f"it {trend}."
+        )
+    derived = [r for r in levels if r.ttft_beyond_prefill_ms_p50 is not None]
+    if len(derived) < 2:
+        return ""
+    first, last = derived[0], derived[-1]
+    a, b = first.ttft_beyond_prefill_ms_p50 or 0.0, last.ttft_beyond_prefill_ms_p50 or 0.0
+    text = (
+        f" The server reports no queue time; TTFT beyond its own prefill (queue, network and "
+        f"front end together) went from {fmt_ms(a)} (p50) at {first.title} to {fmt_ms(b)} at "
+        f"{last.title}"
+    )
+    if _rose(a, b):
+        return text + (
+            f": about {fmt_ms(b - a)} more per request, time spent waiting for the server "
+            "(its queue, or a slot busy with other requests) — derived, not reported."
+        )
+    return text + ": the server did not queue the extra requests."
 
 
 def _server_sentence(rows: list[LoadLevel]) -> str:
@@ -536,6 +591,11 @@ def _level_sentence(row: LoadLevel) -> str:
         f"At {row.title}{target}: {row.ok} ok, {row.failed} failed; {throughput}"
         f"TTFT p50 {fmt_ms(row.ttft_ms_p50)} (p99 {fmt_ms(row.ttft_ms_p99)}), "
         f"decode {fmt_ms(row.decode_ms_per_token_p50, 2)}/token, "
-        f"queue in labkit p99 {fmt_ms(row.queue_ms_p99, 2)}."
+        f"queue in labkit p99 {fmt_ms(row.queue_ms_p99, 2)}"
+        + (
+            f", the provider's own queue p50 {fmt_ms(row.provider_queue_ms_p50, 2)}."
+            if row.provider_queue_ms_p50 is not None
+            else "."
+        )
     )
     return text + (f" {slo_sentence(row.slo)}" if row.slo is not None else "")

@@ -10,7 +10,7 @@ A provider is three things:
 
 Experiments and the runner ask a provider's capabilities, never its kind or class:
 `tokenize`/`tokenizer_name`, `count_tokens`, `count_locally`, `prompt_cache_params`,
-`exact_length_params`, `reports_server_timings`, `sdk`, `metrics_url`,
+`exact_length_params`, `reports_server_timings`, `exclusive_slots`, `sdk`, `metrics_url`,
 `fetches_stats_later`/`stats_later`; each defaults to "cannot".
 
 The stream recorder (`labkit.recorder`) owns the clock and the HTTP; providers never time
@@ -364,6 +364,21 @@ class StreamParser(ABC):
         itself (`EventClass.DONE`) always counts as the end."""
         return self.stop_reason_raw is not None
 
+    def settle(self) -> None:  # noqa: B027 - optional hook
+        """The stream is over (complete or not): finish reading what was deferred off the
+        per-event path. Called once by the recorder, on either path, before the record is
+        assembled; a malformed deferred value sets `error`."""
+
+    def read_framing(self, framer: SSEParser, t_start_ns: int) -> None:
+        """What the framing saw besides events (wire path): SSE comments before the first
+        event (`: keep-alive` while a request waits: DeepSeek) become
+        `provider_timings.keepalive_comments` and `keepalive_last_ms`."""
+        count = framer.comments_before_first_event
+        if count:
+            pt = self.provider_timings
+            pt.keepalive_comments = count
+            pt.keepalive_last_ms = (framer.last_comment_t_ns - t_start_ns) / 1e6
+
     def streamed_output_tokens(self, output_events: int) -> int | None:
         """How many output tokens the stream itself delivered: the count decode time is
         taken over (`usage.streamed_output_tokens`).
@@ -553,6 +568,12 @@ class Provider(ABC):
     def count_locally(self, text: str) -> TokenCount | None:
         """An offline count of `text` with the model's own tokenizer (no I/O), where labkit
         has that tokenizer locally; None otherwise."""
+        return None
+
+    def exclusive_slots(self) -> int | None:
+        """How many requests the server runs at once when labkit alone uses it (a local
+        server this run started: its slots), so that a request never waits in the server's
+        queue while no more are in flight; None: unknown, or a server others may share."""
         return None
 
     def prompt_cache_params(self, enabled: bool) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from labkit.providers.base import (
     with_root_path,
 )
 from labkit.providers.openai import OpenAIProvider
+from labkit.providers.server_timings import Server
 from labkit.tokenizers import Tokenized, vocab_pieces
 
 __all__ = ["OpenAICompatibleProvider", "OpenAICompatibleSettings", "tokenize_reply"]
@@ -43,6 +44,12 @@ class OpenAICompatibleSettings(ProviderSettings):
 
     base_url: str | None = Field(
         default=None, description="API root including /v1, e.g. http://127.0.0.1:8000/v1."
+    )
+    server: Server = Field(
+        default="auto",
+        description="Which server's own timings to read (`groq`, `cerebras`, `fireworks`, "
+        "`vllm`, `tgi`, `llamacpp`, `openai`); `auto` detects them from the fields that "
+        "arrive. `fireworks` also asks for them (`perf_metrics_in_response: true`).",
     )
 
     metrics_url: str | None = Field(
@@ -86,9 +93,12 @@ class OpenAICompatibleProvider(OpenAIProvider):
 
     kind: ClassVar[str] = "openai_compatible"
     settings_model: ClassVar[type[ProviderSettings]] = OpenAICompatibleSettings
+    default_server: ClassVar[str] = "auto"
 
     def wire_params(self, params: dict[str, Any]) -> dict[str, Any]:
-        """Parameters go as they are."""
+        """Parameters go as they are; `server: fireworks` asks for its perf metrics."""
+        if self.server() == "fireworks" and "perf_metrics_in_response" not in params:
+            return {**params, "perf_metrics_in_response": True}
         return params
 
     def chat_framing_tokens(self, request: ChatRequest) -> int | None:

@@ -13,14 +13,17 @@ Facts in ``expect`` (only the keys present are checked): ``output_text``; ``ttft
 ``input_tokens``, ``output_tokens``, ``cached_input_tokens``, ``reasoning_tokens``,
 ``streamed_output_tokens``, ``output_tokens_source``; ``stop_reason``, ``stop_reason_raw``;
 ``response_id``, ``system_fingerprint``; ``prefill_ms``, ``prefill_tokens``, ``decode_ms``,
-``decode_ms_per_token``, ``load_ms``, ``provider_cached_tokens`` (provider timings);
-``error_kind`` (null: no error) and ``error_contains`` (a piece of the error message; null:
-not checked).
+``decode_ms_per_token``, ``load_ms``, ``provider_cached_tokens``, ``queue_ms``,
+``server_ttft_ms``, ``server_total_ms``, ``inference_ms``, ``server_output_tokens_per_s``,
+``processing_ms``, ``keepalive_comments``, ``timings_source`` (provider timings; numbers
+compared to a relative 1e-9, as seconds become milliseconds); ``error_kind`` (null: no
+error) and ``error_contains`` (a piece of the error message; null: not checked).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -105,11 +108,23 @@ def check_record(record: Any, expect: dict[str, Any]) -> None:
         "decode_ms_per_token": lambda: pt.decode_ms_per_token,
         "load_ms": lambda: pt.load_ms,
         "provider_cached_tokens": lambda: pt.cached_tokens,
+        "queue_ms": lambda: pt.queue_ms,
+        "server_ttft_ms": lambda: pt.server_ttft_ms,
+        "server_total_ms": lambda: pt.server_total_ms,
+        "inference_ms": lambda: pt.inference_ms,
+        "server_output_tokens_per_s": lambda: pt.server_output_tokens_per_s,
+        "processing_ms": lambda: pt.processing_ms,
+        "keepalive_comments": lambda: pt.keepalive_comments,
+        "timings_source": lambda: pt.source,
         "error_kind": lambda: record.error and record.error.kind.value,
     }
     for key, want in expect.items():
         if key in facts:
-            assert facts[key]() == want, f"{key}: {facts[key]()!r} != {want!r}"
+            got = facts[key]()
+            if type(want) is float and type(got) is float:
+                assert math.isclose(got, want, rel_tol=1e-9), f"{key}: {got!r} != {want!r}"
+            else:
+                assert got == want, f"{key}: {got!r} != {want!r}"
     if expect.get("error_contains") is not None:
         assert record.error is not None and expect["error_contains"] in record.error.message, (
             record.error
