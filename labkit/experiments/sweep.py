@@ -95,7 +95,6 @@ class SweepSettings(LoadSettings):
         lt=1,
         description="Rate mode: stop when the interval is narrower than this share of its top.",
     )
-    warmup: int = Field(default=1, ge=0, description="Warm-up requests before the baseline.")
 
     @model_validator(mode="after")
     def _one_loop(self) -> SweepSettings:
