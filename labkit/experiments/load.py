@@ -385,6 +385,7 @@ class LoadExperiment(PacedExperiment):
             )
         text += server_queue_sentence(done)
         text += _server_sentence(done)
+        text += _goodput_sentence(done)
         bound = [r for r in rows if r.client_bound]
         if bound:
             text += (
@@ -576,6 +577,17 @@ def _server_sentence(rows: list[LoadLevel]) -> str:
             part += f", server TTFT p50 {fmt_ms(r.server.ttft_ms_p50)}"
         parts.append(part)
     return " The server's own metrics (/metrics) over each level: " + "; ".join(parts) + "."
+
+
+def _goodput_sentence(rows: list[LoadLevel]) -> str:
+    """Where goodput peaked, for levels judged against SLOs (empty: no SLOs)."""
+    judged = [(r, r.slo.goodput_rps) for r in rows if r.slo and r.slo.goodput_rps is not None]
+    if len(judged) < 2:
+        return ""
+    best, goodput = max(judged, key=lambda pair: pair[1])
+    passed = [r.title for r in rows if r.slo and r.slo.passed]
+    held = f"the SLOs held at {', '.join(passed)}" if passed else "no level held every SLO"
+    return f" Goodput peaked at {best.title}: {goodput:.2f} req/s; {held}."
 
 
 def _level_sentence(row: LoadLevel) -> str:

@@ -70,6 +70,8 @@ def test_slots_queue_requests_past_capacity(tmp_path: Path) -> None:
     assert past.slo is not None and not past.slo.passed
     assert past.slo.goodput_rps is not None and within.slo.goodput_rps is not None
     assert past.slo.goodput_rps < within.slo.goodput_rps / 2
+    assert f"Goodput peaked at concurrency {SLOTS}" in answer.answer
+    assert f"the SLOs held at concurrency {SLOTS}." in answer.answer
 
 
 def test_a_concurrency_sweep_finds_the_slot_count_and_resume_reuses_its_probes(
