@@ -8,6 +8,7 @@ from labkit.experiments import (
     paced,
     prefill_decode,
     single,
+    sweep,
     token_ratio,
     trace,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "prefill_decode",
     "register_experiment",
     "single",
+    "sweep",
     "token_ratio",
     "trace",
 ]
