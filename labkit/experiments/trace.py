@@ -234,13 +234,13 @@ class TraceExperiment(PacedExperiment):
         words = await count(filler_text(400))
         if words is not None:
             self._tokens_per_word = words / 400
-            self._header_tokens = await count("[a1b2c3:1234] ") or _DEFAULT_HEADER_TOKENS
+            self._header_tokens = await count("[123456:000789] ") or _DEFAULT_HEADER_TOKENS
             self._warmup_tokens = await count(_WARMUP_PROMPT)
             # Words join into tokens a little differently inside a long prompt: one built
             # prompt, counted, corrects the rate.
             target = 4 * self._s.block_tokens
             sample = TraceEntry(0.0, target, 1, (0, 1))
-            built = await count(self.prompt(sample, 0, "a1b2c3"))
+            built = await count(self.prompt(sample, 0, "123456"))
             if built is not None:
                 self._tokens_per_word *= built / target
 
@@ -258,10 +258,10 @@ class TraceExperiment(PacedExperiment):
             if remaining <= 0:
                 break
             n = min(self._s.block_tokens, remaining)
-            parts.append(f"[{salt}:{block}] " + filler_text(self._words(n), block))
+            parts.append(f"[{salt}:{block:06d}] " + filler_text(self._words(n), block))
             remaining -= n
         if remaining > 0 or not parts:
-            parts.append(f"[{salt}/{i}] " + filler_text(self._words(remaining), i))
+            parts.append(f"[{salt}/{i:06d}] " + filler_text(self._words(remaining), i))
         return " ".join(parts)
 
     def _words(self, tokens: int) -> int:
@@ -309,7 +309,8 @@ class TraceExperiment(PacedExperiment):
             return
         driver.expect(len(self.entries))
         gc.collect()
-        job = {"run": secrets.token_hex(3)}
+        # Digits only, fixed width: every header of every pass counts the same tokens.
+        job = {"run": f"{secrets.randbelow(10**6):06d}"}
         await self.run_share(provider, job, (0, 1), time.perf_counter_ns(), driver.send)
 
     def restore(self, job: dict[str, Any]) -> None:

@@ -90,8 +90,8 @@ def test_schedule_is_time_scaled_and_bounded_and_blocks_repeat_by_hash_id(tmp_pa
     assert exp.level().target == 1.0  # 2 gaps over 2 s
     first, second = (exp.request(i, "run").request for i in range(2))
     a, b = first.messages[0]["content"], second.messages[0]["content"]
-    block_7 = a.split(" [run:8] ")[0]
-    assert b.startswith(block_7 + " [run:9] ")  # the shared hash block, word for word
+    block_7 = a.split(" [run:000008] ")[0]
+    assert b.startswith(block_7 + " [run:000009] ")  # the shared hash block, word for word
     # About the stated lengths, at load's default 1.3 tokens per word.
     assert abs(len(a.split()) * 1.3 - 300) < 20 and abs(len(b.split()) * 1.3 - 250) < 20
     assert first.params["max_tokens"] == 4
