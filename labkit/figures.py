@@ -31,7 +31,9 @@ __all__ = [
     "MarginalCost",
     "PrefillDecodeFigures",
     "PrefillPoint",
+    "RequestTimeline",
     "SingleFigures",
+    "TokenPieces",
     "TokenRatioFigures",
     "TokenRatioRow",
     "TokenizerCount",
@@ -46,6 +48,21 @@ class _Figures(BaseModel):
 
 
 # --- single --------------------------------------------------------------------------------
+
+
+class RequestTimeline(_Figures):
+    """One representative request (the median TTFT) as offsets from t_start, in ms, with the
+    server's own prefill and decode where it reported them: the request-anatomy picture."""
+
+    record_id: str
+    headers_ms: float | None = None
+    first_event_ms: float | None = None
+    ttft_ms: float | None = None
+    last_token_ms: float | None = None
+    e2e_ms: float | None = None
+    event_offsets_ms: list[float] = Field(default_factory=list)
+    provider_prefill_ms: float | None = None
+    provider_decode_ms: float | None = None
 
 
 class SingleFigures(_Figures):
@@ -68,6 +85,7 @@ class SingleFigures(_Figures):
     stop_reasons: dict[str, int] = Field(
         default_factory=dict, description="How often each stop reason occurred."
     )
+    timeline: RequestTimeline | None = None
 
 
 # --- prefill_decode ------------------------------------------------------------------------
@@ -195,6 +213,14 @@ class TokenizerSpread(_Figures):
     ratio: float = Field(description="least_efficient_tokens / most_efficient_tokens.")
 
 
+class TokenPieces(_Figures):
+    """One text as one tokenizer cut it: each token's text (`display_piece`), in order."""
+
+    text_id: str
+    tokenizer: str
+    pieces: list[str] = Field(default_factory=list)
+
+
 class TokenRatioFigures(_Figures):
     """`token_ratio`: a row per text, and every tokenizer at hand side by side."""
 
@@ -207,6 +233,9 @@ class TokenRatioFigures(_Figures):
     input_tokens_local_diffs: list[int] = Field(
         default_factory=list,
         description="usage.input_tokens_local_diff of each request that has one.",
+    )
+    pieces: list[TokenPieces] = Field(
+        default_factory=list, description="Token boundaries of each text, per tokenizer."
     )
 
 
@@ -225,6 +254,10 @@ class VariantRow(_Figures):
     common_prefix_tokens: int | None = None
     output_tokens: list[int] = Field(default_factory=list)
     system_fingerprints: list[str] = Field(default_factory=list)
+    outputs: list[list[str]] = Field(
+        default_factory=list,
+        description="Each repeat's output as token texts, in send order (the compared tokens).",
+    )
 
 
 class DeterminismFigures(_Figures):

@@ -365,17 +365,18 @@ class AttributionExperiment(Experiment):
             prefill = f.value(K.PREFILL)
             gap = f.value(K.TTFT_MINUS_PREFILL)
             answer = (
-                f"Of a median TTFT of {fmt_ms(ttft)}, the provider's own prefill was "
-                f"{fmt_ms(prefill)} ({100 * (prefill or 0) / ttft:.0f}%) and the network and "
-                f"serving front end (HTTP, templating, tokenization, queueing) took "
+                f"{100 * (prefill or 0) / ttft:.0f}% of the wait for the first token was the "
+                f"server's own work: of a median TTFT of {fmt_ms(ttft)}, the server spent "
+                f"{fmt_ms(prefill)} reading the prompt (prefill), and the network and serving "
+                f"front end (HTTP, chat template, tokenizing, queueing) took "
                 f"{fmt_ms(gap)} ({100 * (gap or 0) / ttft:.0f}%)."
             )
             dgap = f.value(K.DECODE_CLIENT_MINUS_PROVIDER)
             if dgap is not None:
                 answer += (
-                    f" Per output token the client's time was within {fmt_ms(abs(dgap), 3)} of "
-                    f"the server's own {fmt_ms(f.value(K.DECODE_PER_TOKEN), 2)} "
-                    f"({'slower' if dgap > 0 else 'faster'} on the client side)."
+                    f" Per output token the client's time was {fmt_ms(dgap, 2, signed=True)} "
+                    f"off the server's own {fmt_ms(f.value(K.DECODE_PER_TOKEN), 2)} "
+                    "(client minus server, median per request)."
                 )
         else:
             answer = (

@@ -18,15 +18,19 @@ import pandas as pd
 from labkit.errors import RunError
 from labkit.figures import LoadLevel
 from labkit.records import LabAnswer
+from labkit.report.charts import Chart, TokenSpans, javascript_bundle, question_charts
 from labkit.report.load import RunData, ensure_columns, load_run
 from labkit.report.plots import all_plots, load_rows
 from labkit.report.render import (
+    VEGA_BUNDLE_MARK,
     Block,
     Bullets,
+    ChartBlock,
     Heading,
     Image,
     Para,
     Table,
+    TokenSpansBlock,
     fmt_num,
     render_html,
     render_markdown,
@@ -191,6 +195,7 @@ def _lab_section(run: RunData) -> list[Block]:
     for ans in run.lab.answers:
         by_exp.setdefault(ans.experiment, []).append(ans)
     order = LAB_EXPERIMENTS + sorted(set(by_exp) - set(LAB_EXPERIMENTS))
+    pictures = question_charts(run.lab)
     for i, exp in enumerate(order, start=1):
         answers = by_exp.get(exp)
         if not answers:
@@ -199,6 +204,16 @@ def _lab_section(run: RunData) -> list[Block]:
             continue
         blocks.append(Heading(f"{i}. {exp}: {answers[0].question}", 3))
         blocks.append(Bullets([_answer_line(a) for a in answers]))
+        gaps: list[str] = []
+        for picture in pictures.get(exp, []):
+            if isinstance(picture, Chart):
+                blocks.append(ChartBlock(picture))
+            elif isinstance(picture, TokenSpans):
+                blocks.append(TokenSpansBlock(picture))
+            else:
+                gaps.append(picture)
+        if gaps:
+            blocks.append(Bullets(gaps, "note"))
     return blocks
 
 
@@ -383,6 +398,7 @@ def _errors_section(df: pd.DataFrame) -> list[Block]:
 
 _SPLIT_LABELS: dict[str, str] = {
     "provider": "provider",
+    "experiment": "experiment",
     "provider_kind": "kind",
     "model": "model",
     "n": "n",
@@ -402,18 +418,23 @@ _SPLIT_LABELS: dict[str, str] = {
 }
 
 
+_SPLIT_TEXT = ("provider", "experiment", "provider_kind", "model", "app.client_path")
+
+
 def _split_section(split: pd.DataFrame) -> list[Block]:
     blocks: list[Block] = [
         Heading("Provider vs client: whose time is it?"),
         Para(
-            "Medians over successful, non-warm-up requests, in ms. Provider columns are what "
+            "Medians over successful, non-warm-up requests, in ms, one row per experiment and "
+            "client path (so each row compares like with like). Provider columns are what "
             "the provider reported about itself (provider_timings.*); client columns what "
             "labkit observed (client.*); network + front end is the per-request difference "
             "client.ttft_ms − provider_timings.prefill_ms (and the same for decode). "
             "Application time (app.prepare_ms, app.parse_cpu_ms, SDK − wire) is off the wire "
-            "and not part of TTFT. 'not reported' means the provider sends nothing about "
-            "itself; 'not derivable' that the difference needs it; 'not observed' that the "
-            "client saw no value (e.g. connect on a reused connection).",
+            "and not part of TTFT; SDK − wire is the median of paired differences (the same "
+            "planned request, same experiment and trial, sent both ways). 'not reported' means "
+            "the provider sends nothing about itself; 'not derivable' that the difference "
+            "needs it; 'not observed' that the client saw no value (e.g. connect on a reused connection).",
             "note",
         ),
     ]
@@ -422,18 +443,12 @@ def _split_section(split: pd.DataFrame) -> list[Block]:
         return blocks
     rows = [
         [
-            str(r[c])
-            if c in ("provider", "provider_kind", "model", "app.client_path")
-            else fmt_num(r[c], 0 if c == "n" else None)
+            str(r[c]) if c in _SPLIT_TEXT else fmt_num(r[c], 0 if c == "n" else None)
             for c in SPLIT_COLUMNS
         ]
         for _, r in split.iterrows()
     ]
-    numeric = {
-        i
-        for i, c in enumerate(SPLIT_COLUMNS)
-        if c not in ("provider", "provider_kind", "model", "app.client_path")
-    }
+    numeric = {i for i, c in enumerate(SPLIT_COLUMNS) if c not in _SPLIT_TEXT}
     blocks.append(Table([_SPLIT_LABELS[c] for c in SPLIT_COLUMNS], rows, numeric))
     return blocks
 
@@ -513,7 +528,10 @@ def write_report(run_dir: Path | str) -> ReportPaths:
         paths.md.write_text(
             for_people(render_markdown(blocks, folder, paths.files.name)), encoding="utf-8"
         )
-        paths.html.write_text(for_people(render_html(blocks, title)), encoding="utf-8")
+        page = for_people(render_html(blocks, title))
+        if VEGA_BUNDLE_MARK in page:
+            page = page.replace(VEGA_BUNDLE_MARK, f"<script>{javascript_bundle()}</script>", 1)
+        paths.html.write_text(page, encoding="utf-8")
         table = scrub_frame(_summary_for_files(summary))
         table.to_csv(paths.csv, index=False)
         table.to_parquet(paths.parquet, index=False)
