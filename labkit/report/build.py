@@ -434,7 +434,8 @@ def _split_section(split: pd.DataFrame) -> list[Block]:
             "and not part of TTFT; SDK − wire is the median of paired differences (the same "
             "planned request, same experiment and trial, sent both ways). 'not reported' means "
             "the provider sends nothing about itself; 'not derivable' that the difference "
-            "needs it; 'not observed' that the client saw no value (e.g. connect on a reused connection).",
+            "needs it; 'not observed' that the client saw no value (e.g. connect on a reused "
+            "connection).",
             "note",
         ),
     ]
