@@ -146,6 +146,7 @@ def anatomy_chart(lab: LabResults | None) -> Chart | None:
     x = {"field": "t", "type": "quantitative", "title": "ms since the request was sent"}
     y = {"field": "lane", "type": "nominal", "title": None}
     spec = _base("A request's anatomy", values)
+    spec["height"] = {"step": 34}
     spec["layer"] = [
         {
             "transform": [{"filter": "datum.t2 != null"}],
@@ -239,7 +240,13 @@ def chars_per_token_chart(lab: LabResults | None) -> Chart | None:
             "mark": "bar",
             "params": [pick],
             "encoding": {
-                "x": {"field": "text", "type": "nominal", "title": "text kind", "sort": None},
+                "x": {
+                    "field": "text",
+                    "type": "nominal",
+                    "title": "text kind",
+                    "sort": None,
+                    "axis": {"labelAngle": 0},
+                },
                 "xOffset": {"field": "tokenizer"},
                 "y": {"field": "chars_per_token", "type": "quantitative", "title": "chars/token"},
                 "color": {"field": "tokenizer", "type": "nominal"},
@@ -476,6 +483,9 @@ _PARTS: list[tuple[AttributionKey, str]] = [
 ]
 
 
+_UNSPLIT = "provider + network, not separable (client TTFT)"
+
+
 def whose_time_chart(lab: LabResults | None) -> tuple[Chart | None, list[str]]:
     """One stacked bar per provider, and a sentence per part that could not be derived."""
     values: list[dict[str, Any]] = []
@@ -493,6 +503,15 @@ def whose_time_chart(lab: LabResults | None) -> tuple[Chart | None, list[str]]:
             values.append(
                 {"provider": ans.provider, "part": label, "ms": max(value, 0.0), "order": order}
             )
+        if fig.value(AttributionKey.PREFILL) is None and fig.ttft_ms_p50 is not None:
+            values.append(
+                {
+                    "provider": ans.provider,
+                    "part": _UNSPLIT,
+                    "ms": fig.ttft_ms_p50,
+                    "order": len(_PARTS),
+                }
+            )
         missing.append(
             f"{ans.provider}: provider queue not derived (no provider kind here reports its "
             "own queueing; it is inside 'network and front end')."
@@ -508,8 +527,8 @@ def whose_time_chart(lab: LabResults | None) -> tuple[Chart | None, list[str]]:
         "color": {
             "field": "part",
             "type": "nominal",
-            "sort": [label for _, label in _PARTS],
-            "legend": {"orient": "bottom", "columns": 2},
+            "sort": [label for _, label in _PARTS] + [_UNSPLIT],
+            "legend": {"orient": "bottom", "columns": 2, "labelLimit": 360},
         },
         "order": {"field": "order"},
         "tooltip": [{"field": "provider"}, {"field": "part"}, {"field": "ms", "format": ".2f"}],
@@ -521,7 +540,9 @@ def whose_time_chart(lab: LabResults | None) -> tuple[Chart | None, list[str]]:
             spec,
             "Medians of the attribution experiment: the provider's own prefill, the network "
             "and serving front end (client TTFT − provider prefill), and labkit's own time "
-            "(preparing the request, before the clock starts, and parsing the stream).",
+            "(preparing the request, before the clock starts, and parsing the stream). A "
+            "provider that reports no prefill gets one bar of its whole client TTFT: "
+            "its parts cannot be separated.",
         ),
         missing,
     )

@@ -190,8 +190,7 @@ h1{border-bottom:2px solid #d0d7de;padding-bottom:.3rem}
 h2{border-bottom:1px solid #d0d7de;padding-bottom:.2rem;margin-top:2rem}
 .tablebox{max-width:100%;overflow-x:auto;margin:.8rem 0}
 table{border-collapse:collapse;font-size:.8rem}
-th,td{border:1px solid #d0d7de;padding:.2rem .4rem;vertical-align:top;overflow-wrap:anywhere}
-th{min-width:3.5rem}
+th,td{border:1px solid #d0d7de;padding:.2rem .4rem;vertical-align:top;overflow-wrap:break-word}
 th{background:#f6f8fa;text-align:left}
 td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 tr:nth-child(even) td{background:#fbfcfd}
