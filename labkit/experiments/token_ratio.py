@@ -278,12 +278,8 @@ class TokenRatioExperiment(Experiment):
             f"{least[1]:.2f} for {least[0].text_id}: a token is a piece of text the model "
             f"reads as one unit, and its size depends on the kind of text. The rule of thumb "
             f"'1 token ≈ 4 characters' is closest for {best[0].text_id} ({best[2]:+.0f}%) "
-            f"and worst for {worst[0].text_id} ({worst[2]:+.0f}%). Per text: "
-            + "; ".join(
-                f"{r.text_id} {cpt:.2f} ({r.tokens} tokens for {r.chars} characters)"
-                for r, cpt, _ in measured_rows
-            )
-            + f" (counted by {sources})."
+            f"and worst for {worst[0].text_id} ({worst[2]:+.0f}%); every text's count is in "
+            f"the table (counted by {sources})."
         )
         if baseline_usage is not None:
             answer += (
