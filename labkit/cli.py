@@ -20,7 +20,7 @@ import math
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, get_args
 
 import typer
 from rich.console import Console
@@ -32,7 +32,7 @@ from labkit.errors import LabkitError
 from labkit.experiments import experiment_kinds
 from labkit.local.cli import register as register_local
 from labkit.providers import provider_kinds
-from labkit.providers.fake import FakeSchedule
+from labkit.providers.fake import FakeSchedule, FakeServerTimings
 from labkit.records import ErrorKind
 from labkit.report.cli import register as register_report
 from labkit.runner import (
@@ -332,6 +332,16 @@ def fake_server(
     first_token_ms: Annotated[float, typer.Option(help="Delay of the first token.")] = 50.0,
     token_interval_ms: Annotated[float, typer.Option(help="Gap between tokens.")] = 10.0,
     tokens: Annotated[int, typer.Option(help="Tokens per response.")] = 32,
+    server_timings: Annotated[
+        str,
+        typer.Option(
+            help="Server timings to emit: none, groq, cerebras, fireworks, vllm, tgi, "
+            "llamacpp, deepseek."
+        ),
+    ] = "none",
+    queue_ms: Annotated[
+        float, typer.Option(help="Scripted server queue before each response starts.")
+    ] = 0.0,
 ) -> None:
     """Serve the fake provider's schedule as an OpenAI-compatible server on 127.0.0.1."""
     from labkit.fakeserver import FakeServer
@@ -340,8 +350,16 @@ def fake_server(
     _check_range("--first-token-ms", first_token_ms, 0, finite=True)
     _check_range("--token-interval-ms", token_interval_ms, 0, finite=True)
     _check_range("--tokens", tokens, 0)
+    _check_range("--queue-ms", queue_ms, 0, finite=True)
+    shapes = get_args(FakeServerTimings)
+    if server_timings not in shapes:
+        raise fail(f"--server-timings must be one of {', '.join(shapes)}")
     schedule = FakeSchedule(
-        first_token_ms=first_token_ms, token_interval_ms=token_interval_ms, tokens=tokens
+        first_token_ms=first_token_ms,
+        token_interval_ms=token_interval_ms,
+        tokens=tokens,
+        server_timings=server_timings,  # checked just above
+        queue_ms=queue_ms,
     )
     server = FakeServer(schedule, port=port)
 

@@ -14,7 +14,14 @@ import contextlib
 import json
 from typing import Any
 
-from labkit.providers.fake import FakeDrop, FakeSchedule, error_body, fake_stream
+from labkit.providers.fake import (
+    FakeDrop,
+    FakeSchedule,
+    error_body,
+    fake_stream,
+    queue_before_headers,
+    timing_headers,
+)
 
 __all__ = ["FakeServer"]
 
@@ -105,9 +112,13 @@ class FakeServer:
             headers, body = error_body(s)
             await _send_simple(writer, s.fail_status, body, headers)
             return
+        wait = queue_before_headers(s)
+        if wait:  # the scripted queue: nothing is sent until the request is "scheduled"
+            await asyncio.sleep(wait)
+        extra = "".join(f"{k}: {v}\r\n" for k, v in timing_headers(s, payload).items())
         writer.write(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-            b"cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n"
+            b"cache-control: no-cache\r\ntransfer-encoding: chunked\r\n" + extra.encode() + b"\r\n"
         )
         await writer.drain()
         try:

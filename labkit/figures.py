@@ -32,7 +32,9 @@ __all__ = [
     "PrefillDecodeFigures",
     "PrefillPoint",
     "RequestTimeline",
+    "ServerLevelMetrics",
     "SingleFigures",
+    "TTFTSplit",
     "TokenPieces",
     "TokenRatioFigures",
     "TokenRatioRow",
@@ -293,6 +295,11 @@ class AttributionKey(StrEnum):
     CPU_PER_EVENT_WIRE = "cpu_per_event_wire"
     CPU_PER_EVENT_SDK = "cpu_per_event_sdk"
     SDK_ADDED_CPU_PER_EVENT = "sdk_added_cpu_per_event"
+    PROVIDER_QUEUE = "provider_queue"
+    SERVER_TTFT = "server_ttft"
+    SERVER_TOTAL = "server_total"
+    KEEPALIVE_WAIT = "keepalive_wait"
+    NETWORK_FRONT_END = "network_front_end"
 
 
 class AttributionRow(_Figures):
@@ -304,6 +311,29 @@ class AttributionRow(_Figures):
     value_ms: float | None = None
     source: str
     note: str | None = None
+
+
+class TTFTSplit(_Figures):
+    """TTFT split by owner: the provider's queue, the provider's prefill, and the rest
+    (network and serving front end); each median over the requests that had it."""
+
+    ttft_ms: float | None = None
+    provider_queue_ms: float | None = None
+    queue_source: str | None = Field(
+        default=None,
+        description="`reported` by the provider; `idle`: 0 by construction (labkit alone "
+        "used a managed server and never had more requests in flight than its slots); "
+        "`keepalive`: the wait between the headers and the first event while the server "
+        "sent keep-alive comments; joined with ` / ` when requests differed.",
+    )
+    provider_prefill_ms: float | None = None
+    prefill_source: str | None = Field(default=None, description="The field the prefill came from.")
+    network_front_end_ms: float | None = Field(
+        default=None, description="Median per request of TTFT − queue − prefill."
+    )
+    not_derived: list[str] = Field(
+        default_factory=list, description="The terms that could not be derived, and why."
+    )
 
 
 class AttributionFigures(_Figures):
@@ -327,6 +357,11 @@ class AttributionFigures(_Figures):
     sdk_cpu_us_per_event: float | None = None
     n_cpu_pairs: int = 0
     sdk_server_decode_ms_per_token: float | None = None
+    ttft_split: TTFTSplit | None = Field(
+        default=None,
+        description="Median TTFT split into provider queue, provider prefill "
+        "and network + front end, as far as the provider reports (None before this split).",
+    )
 
     def row(self, key: AttributionKey) -> AttributionRow:
         """The row of `key` (KeyError when the figures have none)."""
@@ -341,6 +376,37 @@ class AttributionFigures(_Figures):
 
 
 # --- load ----------------------------------------------------------------------------------
+
+
+class ServerLevelMetrics(_Figures):
+    """What the server's own Prometheus metrics said over one load level
+    (`labkit.server_metrics`): gauges from the scrapes inside the level's window, the
+    latency quantiles from histogram bucket deltas across it."""
+
+    scrapes: int = Field(default=0, description="Scrapes taken inside the level's window.")
+    running_p50: float | None = Field(default=None, description="Requests running, median.")
+    running_max: float | None = Field(default=None, description="Requests running, most.")
+    waiting_p50: float | None = Field(
+        default=None, description="Requests waiting in the server's queue, median."
+    )
+    waiting_max: float | None = Field(default=None, description="Requests waiting, most.")
+    kv_cache_use_max: float | None = Field(
+        default=None, description="Largest fraction of the KV cache in use (0–1)."
+    )
+    ttft_observations: int | None = Field(
+        default=None, description="Requests in the server's TTFT histogram over the level."
+    )
+    ttft_ms_p50: float | None = Field(default=None, description="Server TTFT p50 (histogram).")
+    ttft_ms_p90: float | None = Field(default=None, description="Server TTFT p90 (histogram).")
+    itl_ms_p50: float | None = Field(
+        default=None, description="Server inter-token latency p50 (histogram)."
+    )
+    itl_ms_p90: float | None = Field(
+        default=None, description="Server inter-token latency p90 (histogram)."
+    )
+    sources: dict[str, str] = Field(
+        default_factory=dict, description="Figure → the server metric it was read from."
+    )
 
 
 class LoadLevel(_Figures):
@@ -370,11 +436,24 @@ class LoadLevel(_Figures):
     queue_ms_p50: float | None = None
     queue_ms_p99: float | None = None
     queue_ms_max: float | None = None
+    provider_queue_ms_p50: float | None = Field(
+        default=None, description="The provider's own queue time (provider_timings.queue_ms)."
+    )
+    provider_queue_ms_p99: float | None = None
+    ttft_beyond_prefill_ms_p50: float | None = Field(
+        default=None,
+        description="Median of client TTFT minus the provider's prefill (or its own TTFT): "
+        "queue, network and front end together, where the provider reports no queue.",
+    )
     loop_lag_ms_p50: float | None = None
     loop_lag_ms_max: float | None = None
     labkit_cpu_share: float | None = None
     client_bound: bool = False
     client_bound_fix: str | None = None
+    server: ServerLevelMetrics | None = Field(
+        default=None,
+        description="The server's own metrics over the level, where it exposes /metrics.",
+    )
 
     @property
     def display_title(self) -> str:

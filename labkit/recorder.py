@@ -449,6 +449,7 @@ class BaseRecorder:
         """
         if parser is None:  # new_parser itself failed: m.error says how
             return self._bare_record(provider, request, ctx, m, m.error or _nothing(), app)
+        parser.settle()
         error = m.error or stream_error(parser, redact)
         if error is None and not (m.done or parser.finished):
             error = RecordError(
@@ -671,6 +672,7 @@ class StreamRecorder(BaseRecorder):
                 ) from None
         m.end_ns = clock()
         m.parse_ns = parse_ns
+        parser.read_framing(sse, m.t_start)
 
     def _transport_error(
         self,

@@ -152,18 +152,23 @@ class ProviderTimings(_Model):
 
     prefill_ms: float | None = Field(
         default=None,
-        description="llama.cpp timings.prompt_ms; Ollama prompt_eval_duration (ns -> ms).",
+        description="llama.cpp timings.prompt_ms; Ollama prompt_eval_duration (ns -> ms); Groq "
+        "x_groq.usage.prompt_time and Cerebras time_info.prompt_time (s -> ms).",
     )
     prefill_tokens: int | None = Field(
         default=None,
         description="llama.cpp timings.prompt_n (excludes cached); Ollama prompt_eval_count.",
     )
     decode_ms: float | None = Field(
-        default=None, description="llama.cpp timings.predicted_ms; Ollama eval_duration."
+        default=None,
+        description="llama.cpp timings.predicted_ms; Ollama eval_duration; Groq "
+        "x_groq.usage.completion_time and Cerebras time_info.completion_time (s -> ms); vLLM "
+        "metrics.generation_time_ms.",
     )
     decode_ms_per_token: float | None = Field(
         default=None,
-        description="llama.cpp timings.predicted_per_token_ms; Ollama eval_duration/eval_count.",
+        description="llama.cpp timings.predicted_per_token_ms; Ollama eval_duration/eval_count; "
+        "vLLM metrics.mean_itl_ms; TGI `x-time-per-token` header (ms).",
     )
     cached_tokens: int | None = Field(
         default=None,
@@ -175,8 +180,54 @@ class ProviderTimings(_Model):
         default=None,
         description="OpenAI `openai-processing-ms` header (server time up to the headers).",
     )
+    queue_ms: float | None = Field(
+        default=None,
+        description="Time the request waited in the provider's queue before it was scheduled: "
+        "Groq x_groq.usage.queue_time and Cerebras time_info.queue_time (s -> ms); vLLM "
+        "metrics.queue_time_ms; TGI `x-queue-time` header (ms).",
+    )
+    server_ttft_ms: float | None = Field(
+        default=None,
+        description="The server's own time to first token: vLLM metrics.time_to_first_token_ms "
+        "(from scheduling, queue excluded); Fireworks perf_metrics / header "
+        "`fireworks-server-time-to-first-token` (s -> ms).",
+    )
+    server_total_ms: float | None = Field(
+        default=None,
+        description="The server's own time for the whole request: Groq x_groq.usage.total_time "
+        "and Cerebras time_info.total_time (s -> ms); Fireworks "
+        "`fireworks-server-processing-time` (s -> ms); TGI `x-total-time` (or `x-compute-time`, "
+        "ms).",
+    )
+    inference_ms: float | None = Field(
+        default=None,
+        description="Prefill and decode together, where the server reports only their sum: TGI "
+        "`x-inference-time` header (ms).",
+    )
+    server_output_tokens_per_s: float | None = Field(
+        default=None,
+        description="The server's own decode rate: vLLM metrics.tokens_per_second; llama.cpp "
+        "timings.predicted_per_second.",
+    )
+    keepalive_comments: int | None = Field(
+        default=None,
+        description="SSE comments (`: keep-alive`) received before the first data event: "
+        "DeepSeek sends them while a request waits (a queue signal). Wire path only; null "
+        "when none came.",
+    )
+    keepalive_last_ms: float | None = Field(
+        default=None,
+        description="Arrival of the last of those comments, in ms from t_start (wire path).",
+    )
+    source: str | None = Field(
+        default=None,
+        description="Which server shape filled these fields (`groq`, `cerebras`, `fireworks`, "
+        "`vllm`, `tgi`, `llamacpp`, `openai`), detected from the fields that "
+        "arrived or forced by the `server:` setting (labkit extension).",
+    )
     raw: dict[str, Any] | None = Field(
-        default=None, description="The provider's timing object as received."
+        default=None,
+        description="The provider's timing object as received (headers under `headers`).",
     )
 
 

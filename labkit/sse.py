@@ -42,6 +42,7 @@ class SSEParser:
 
     __slots__ = (
         "_data",
+        "_dispatched",
         "_event",
         "_event_bytes",
         "_event_t_ns",
@@ -51,6 +52,8 @@ class SSEParser:
         "_partial",
         "_partial_len",
         "_skip_lf",
+        "comments_before_first_event",
+        "last_comment_t_ns",
     )
 
     def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
@@ -64,6 +67,11 @@ class SSEParser:
         self._event_t_ns: int | None = None
         self._max = max_event_bytes
         self._failure: Exception | None = None
+        self._dispatched = False
+        #: Comment lines (`: keep-alive`) read before the first event, and the stamp of the
+        #: last of them: a server's sign that the request is waiting (a queue signal).
+        self.comments_before_first_event = 0
+        self.last_comment_t_ns = 0
 
     def feed(self, chunk: bytes, t_ns: int) -> list[SSEEvent]:
         """Parse one read; return the events it completed, in order.
@@ -122,12 +130,16 @@ class SSEParser:
             if self._data:
                 stamp = self._event_t_ns if self._event_t_ns is not None else t_ns
                 out.append(SSEEvent(self._event, "\n".join(self._data), stamp))
+                self._dispatched = True
             self._event = None
             self._data = []
             self._event_bytes = 0
             self._event_t_ns = None
             return
         if line[0] == 0x3A:  # ":" comment / keep-alive
+            if not self._dispatched:
+                self.comments_before_first_event += 1
+                self.last_comment_t_ns = t_ns
             return
         if self._event_t_ns is None:
             self._event_t_ns = t_ns

@@ -16,7 +16,7 @@ from labkit.providers import provider_class
 from labkit.recorder import RecordContext, StreamRecorder
 from labkit.sdkpath import SDKRecorder
 from tests.misbehaving import MisbehavingServer, sse_reply
-from tests.streams import anthropic_events, chat, oa_usage, openai_events
+from tests.streams import anthropic_events, chat, oa_usage, openai_events, responses_events
 
 pytestmark = pytest.mark.integration
 
@@ -29,6 +29,8 @@ CASES = [
     ("openai", "", "/v1/chat/completions"),
     ("llamacpp", "", "/v1/chat/completions"),
     ("llamacpp", "/v1", "/v1/chat/completions"),
+    ("openai_responses", "", "/v1/responses"),
+    ("openai_responses", "/v1", "/v1/responses"),
 ]
 
 
@@ -36,6 +38,8 @@ CASES = [
 def test_wire_and_sdk_post_to_the_same_url(kind: str, suffix: str, path: str) -> None:
     if kind == "anthropic":
         events = list(anthropic_events(["Hi", "!"]))
+    elif kind == "openai_responses":
+        events = list(responses_events(["Hi", "!"]))
     else:
         events = list(openai_events(["Hi", "!"], usage=oa_usage(3, 2)))
 

@@ -221,6 +221,14 @@ RECORDED = [
         {"base_url": "http://llama.test:8080"},
         id="llamacpp",
     ),
+    pytest.param(
+        "openai_responses",
+        "corpus/openai_responses_text.sse",
+        "https://api.openai.com/v1/responses",
+        {"x-request-id": "req_r", "openai-processing-ms": "9"},
+        {"model": "gpt-5-mini"},
+        id="openai_responses",
+    ),
 ]
 
 

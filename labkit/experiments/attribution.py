@@ -5,6 +5,14 @@ and TLS times are measured rather than hidden by connection reuse. Every measure
 classified by owner (docs/measurement.md, "Attribution") with its median value; where the
 provider reports nothing about itself, the row says so instead of guessing.
 
+TTFT is split into the provider's queue, the provider's prefill, and network + serving front
+end (`TTFTSplit`): the queue as the provider reports it (Groq, Cerebras, vLLM, TGI), or 0
+by construction where labkit alone uses a managed server and never has more requests in
+flight than its slots (`Provider.exclusive_slots`: llama.cpp's `timings` have no queue
+field), or the wait between the headers and the first event while the server sent
+keep-alive comments (DeepSeek); the prefill from `prefill_ms`, else the server's own TTFT
+(vLLM, Fireworks: from scheduling). The answer names each term it could not derive.
+
 By default (``paths: [wire, sdk]``) every request is also sent through the provider's
 official SDK right after its wire twin, on the same kind of connection: the paired
 difference is what the SDK adds — to TTFT, to each output event's arrival, and in CPU per
@@ -25,7 +33,7 @@ from labkit.experiments.base import (
     register_experiment,
 )
 from labkit.experiments.common import fmt_ms, measured, median_of
-from labkit.figures import AttributionFigures, AttributionRow
+from labkit.figures import AttributionFigures, AttributionRow, TTFTSplit
 from labkit.figures import AttributionKey as K
 from labkit.providers.base import ChatRequest, ClientPath, Provider, sdk_available
 from labkit.records import LabAnswer, RequestRecord
@@ -118,6 +126,10 @@ class AttributionExperiment(Experiment):
         if warmups:
             warmups[-1].request.fresh_connection = True
         yield from warmups
+        slots = provider.exclusive_slots()
+        server_tags: dict[str, str | int | float | bool] = {}
+        if slots is not None:
+            server_tags = {"server_slots": slots, "in_flight_max": provider.settings.concurrency}
         for trial in range(self._s.repeats):
             fresh = trial % 2 == 0
             request = ChatRequest(
@@ -128,7 +140,7 @@ class AttributionExperiment(Experiment):
                 key=f"{self.name}/{trial}",
                 request=request,
                 trial=trial,
-                tags={"connection": "fresh" if fresh else "reused"},
+                tags={"connection": "fresh" if fresh else "reused", **server_tags},
             )
 
     def analyze(self, provider_id: str, model: str, records: list[RequestRecord]) -> LabAnswer:
@@ -188,6 +200,48 @@ class AttributionExperiment(Experiment):
             median_of(ok, lambda r: r.provider_timings.processing_ms),
             "provider_timings.processing_ms",
             nr,
+        )
+        split = ttft_split(ok)
+        row(
+            K.PROVIDER_QUEUE,
+            "provider queue (before the request was scheduled)",
+            PROVIDER,
+            split.provider_queue_ms,
+            _QUEUE_SOURCES.get(split.queue_source or "", "provider_timings.queue_ms"),
+            "not reported by this provider",
+        )
+        row(
+            K.SERVER_TTFT,
+            "server's own time to first token",
+            PROVIDER,
+            median_of(ok, lambda r: r.provider_timings.server_ttft_ms),
+            "provider_timings.server_ttft_ms",
+            nr,
+        )
+        row(
+            K.SERVER_TOTAL,
+            "server's own total time",
+            PROVIDER,
+            median_of(ok, lambda r: r.provider_timings.server_total_ms),
+            "provider_timings.server_total_ms",
+            nr,
+        )
+        row(
+            K.KEEPALIVE_WAIT,
+            "wait behind keep-alive comments (a queue signal)",
+            PROVIDER,
+            median_of(ok, _keepalive_wait),
+            "client.first_event_ms - client.headers_ms, where provider_timings."
+            "keepalive_comments > 0",
+            "no keep-alive comments before the first event (or the SDK path, which drops them)",
+        )
+        row(
+            K.NETWORK_FRONT_END,
+            "network and front end (TTFT − provider queue − prefill)",
+            NETWORK,
+            split.network_front_end_ms,
+            "client.ttft_ms - provider queue - provider prefill",
+            "cannot be separated: " + "; ".join(split.not_derived),
         )
         row(
             K.TCP_CONNECT,
@@ -354,6 +408,7 @@ class AttributionExperiment(Experiment):
             sdk_server_decode_ms_per_token=_pair_diff(
                 pairs, lambda r: r.provider_timings.decode_ms_per_token
             ),
+            ttft_split=split,
         )
         if not ok or ttft is None:
             return self.answer(
@@ -361,7 +416,17 @@ class AttributionExperiment(Experiment):
             )
         prepare = f.value(K.REQUEST_PREPARATION)
         parse = f.value(K.STREAM_PARSING)
-        if reported:
+        answer = _split_sentence(split)
+        if answer:
+            answer = _provider_share_lead(split) + answer
+            dgap = f.value(K.DECODE_CLIENT_MINUS_PROVIDER)
+            if dgap is not None:
+                answer += (
+                    f" Per output token the client's time was {fmt_ms(dgap, 2, signed=True)} "
+                    f"off the server's own {fmt_ms(f.value(K.DECODE_PER_TOKEN), 2)} "
+                    "(client minus server, median per request)."
+                )
+        elif reported:
             prefill = f.value(K.PREFILL)
             gap = f.value(K.TTFT_MINUS_PREFILL)
             answer = (
@@ -452,6 +517,139 @@ class AttributionExperiment(Experiment):
                 )
             )
         return text
+
+
+_QUEUE_SOURCES = {
+    "reported": "provider_timings.queue_ms",
+    "idle": "0 by construction: labkit alone used this managed server, with no more "
+    "requests in flight than its slots (tags server_slots, in_flight_max)",
+    "keepalive": "client.first_event_ms - client.headers_ms while keep-alive comments came",
+}
+
+
+def _keepalive_wait(r: RequestRecord) -> float | None:
+    """Headers to first event, for a request the server kept alive with comments."""
+    c = r.client
+    if not r.provider_timings.keepalive_comments or c.first_event_ms is None:
+        return None
+    return None if c.headers_ms is None else c.first_event_ms - c.headers_ms
+
+
+def _queue_of(r: RequestRecord) -> tuple[float, str] | None:
+    """The provider queue of one request and how it was known (None: not derivable)."""
+    reported = r.provider_timings.queue_ms
+    if reported is not None:
+        return reported, "reported"
+    slots, in_flight = r.tags.get("server_slots"), r.tags.get("in_flight_max")
+    if isinstance(slots, int) and isinstance(in_flight, int) and in_flight <= slots:
+        return 0.0, "idle"
+    wait = _keepalive_wait(r)
+    return (wait, "keepalive") if wait is not None else None
+
+
+def _prefill_of(r: RequestRecord) -> tuple[float, str] | None:
+    """The provider's prefill of one request, and the field it came from."""
+    pt = r.provider_timings
+    if pt.prefill_ms is not None:
+        return pt.prefill_ms, "provider_timings.prefill_ms"
+    if pt.server_ttft_ms is not None:
+        return pt.server_ttft_ms, "provider_timings.server_ttft_ms"
+    return None
+
+
+def ttft_split(records: list[RequestRecord]) -> TTFTSplit:
+    """TTFT split into provider queue, provider prefill, and network + front end: medians
+    over the requests that had each term, and the terms that could not be derived."""
+    queues: list[float] = []
+    prefills: list[float] = []
+    rest: list[float] = []
+    queue_how: set[str] = set()
+    prefill_how: set[str] = set()
+    for r in records:
+        ttft = r.client.ttft_ms
+        queue, prefill = _queue_of(r), _prefill_of(r)
+        if queue is not None:
+            queues.append(queue[0])
+            queue_how.add(queue[1])
+        if prefill is not None:
+            prefills.append(prefill[0])
+            prefill_how.add(prefill[1])
+        if ttft is not None and queue is not None and prefill is not None:
+            rest.append(ttft - queue[0] - prefill[0])
+    missing = []
+    if not queues:
+        missing.append(
+            "the provider reports no queue time and labkit cannot rule queueing out "
+            "(not a managed server used by labkit alone within its slots)"
+        )
+    if not prefills:
+        missing.append("the provider reports no prefill time")
+    return TTFTSplit(
+        ttft_ms=median_of(records, lambda r: r.client.ttft_ms),
+        provider_queue_ms=_median(queues),
+        queue_source=_one(queue_how),
+        provider_prefill_ms=_median(prefills),
+        prefill_source=_one(prefill_how),
+        network_front_end_ms=_median(rest),
+        not_derived=missing,
+    )
+
+
+def _one(values: set[str]) -> str | None:
+    """The only value, or a joined list when requests differed."""
+    return " / ".join(sorted(values)) if values else None
+
+
+def _provider_share_lead(split: TTFTSplit) -> str:
+    """`68% of the wait for the first token was the provider's own work. ` (the number
+    first), or empty when neither the queue nor the prefill is known."""
+    ttft = split.ttft_ms
+    own = [v for v in (split.provider_queue_ms, split.provider_prefill_ms) if v is not None]
+    if not ttft or not own:
+        return ""
+    what = "queue and prefill" if len(own) == 2 else "prefill"
+    if split.provider_prefill_ms is None:
+        what = "queue"
+    return (
+        f"{100 * sum(own) / ttft:.0f}% of the wait for the first token was the provider's own "
+        f"work ({what}). "
+    )
+
+
+def _split_sentence(split: TTFTSplit) -> str:
+    """`Of a median TTFT of …, the provider's queue was …` (empty: nothing to split)."""
+    ttft = split.ttft_ms
+    if ttft is None or (split.provider_queue_ms is None and split.provider_prefill_ms is None):
+        return ""
+
+    def share(v: float | None, how: str = "") -> str:
+        pct = f"{100 * v / ttft:.0f}%" if v is not None and ttft else ""
+        inside = "; ".join(x for x in (pct, how) if x)
+        return f"{fmt_ms(v)} ({inside})" if inside else fmt_ms(v)
+
+    parts = []
+    queue = split.provider_queue_ms
+    if queue is not None:
+        how = {
+            "reported": "as the provider reports it",
+            "idle": "by construction: labkit alone used the managed server and never had "
+            "more requests in flight than its slots",
+            "keepalive": "the wait behind its keep-alive comments",
+        }.get(split.queue_source or "", "from mixed sources")
+        parts.append(f"the provider's queue was {share(queue, how)}")
+    if split.provider_prefill_ms is not None:
+        parts.append(f"its prefill {share(split.provider_prefill_ms)}")
+    if split.network_front_end_ms is not None:
+        parts.append(
+            f"the network and serving front end (HTTP, templating, tokenization) "
+            f"{share(split.network_front_end_ms)}"
+        )
+    text = f"Of a median TTFT of {fmt_ms(ttft)}, " + ", ".join(parts) + "."
+    if split.not_derived:
+        text += " Not derived: " + "; ".join(split.not_derived) + "."
+        if split.provider_prefill_ms is not None and split.provider_queue_ms is None:
+            text += " TTFT minus prefill holds queueing, network and front end together."
+    return text
 
 
 def _pair_diff(

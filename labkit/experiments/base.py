@@ -19,11 +19,20 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    field_validator,
+)
 
 from labkit.figures import Figures
 from labkit.providers.base import ChatRequest, ClientPath, Provider, ProviderSettings
 from labkit.records import LabAnswer, RequestRecord
+from labkit.server_metrics import ServerMetricsSample
 
 __all__ = [
     "Experiment",
@@ -56,6 +65,11 @@ class ExperimentSettings(BaseModel):
         "tagged `path`); null: the provider's `client`. Providers without an official SDK "
         "send only the wire copy.",
     )
+    metrics_interval_s: PositiveFloat | None = Field(
+        default=None,
+        description="Seconds between scrapes of the server's /metrics during this "
+        "experiment; null: the provider's `metrics_interval_s`.",
+    )
 
     @field_validator("paths")
     @classmethod
@@ -86,6 +100,9 @@ class Experiment(ABC):
     def __init__(self, settings: ExperimentSettings, index: int = 0) -> None:
         self.settings = settings
         self.index = index
+        #: Each provider's scrapes of its server's /metrics (`labkit.server_metrics`), set
+        #: by the runner before `analyze`; empty where the server exposes none.
+        self.server_metrics: dict[str, list[ServerMetricsSample]] = {}
 
     @property
     def name(self) -> str:

@@ -25,6 +25,7 @@ import os
 import random
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -40,8 +41,9 @@ from labkit.pacing import arrival_offsets_ns, closed_loop, open_loop
 from labkit.providers.base import ChatRequest, Provider, ProviderSettings
 from labkit.records import LabAnswer, RequestRecord
 from labkit.selfcheck import CLIENT_BOUND, level_lag
+from labkit.server_metrics import ServerMetricsSample, server_level_metrics
 
-__all__ = ["Level", "LoadExperiment", "LoadSettings", "level_figures"]
+__all__ = ["Level", "LoadExperiment", "LoadSettings", "level_figures", "server_queue_sentence"]
 
 _DEFAULT_REQUESTS = 32
 _DEFAULT_TOKENS_PER_WORD = 1.3
@@ -352,9 +354,10 @@ class LoadExperiment(PacedExperiment):
     def analyze(self, provider_id: str, model: str, records: list[RequestRecord]) -> LabAnswer:
         """Per level: achieved rate, ok/failed, TTFT and decode percentiles, throughput."""
         rows = []
+        scraped = self.server_metrics.get(provider_id, [])
         for level in self.levels():
             recs = _latest_pass([r for r in records if r.tags.get("level") == level.label])
-            rows.append(level_figures(level, recs, self._s.arrival))
+            rows.append(level_figures(level, recs, self._s.arrival, scraped))
         figures = LoadFigures(levels=rows, mode=self.levels()[0].mode)
         done = [r for r in rows if r.ok]
         if not done:
@@ -370,6 +373,8 @@ class LoadExperiment(PacedExperiment):
                 f"tokens/s (×{last_tps / first_tps:.2f}) from {done[0].title} to "
                 f"{done[-1].title}."
             )
+        text += server_queue_sentence(done)
+        text += _server_sentence(done)
         bound = [r for r in rows if r.client_bound]
         if bound:
             text += (
@@ -415,9 +420,13 @@ def _latest_pass(records: list[RequestRecord]) -> list[RequestRecord]:
 
 
 def level_figures(
-    level: Level, records: list[RequestRecord], arrival: str = "poisson"
+    level: Level,
+    records: list[RequestRecord],
+    arrival: str = "poisson",
+    server_samples: Sequence[ServerMetricsSample] = (),
 ) -> LoadLevel:
-    """One row of the load table from one pass of a level."""
+    """One row of the load table from one pass of a level; with the server's scraped
+    metrics, what they said from the level's first request sent to its last stream's end."""
     recs = [r for r in records if not r.warmup]
     ok = [r for r in recs if r.error is None]
     starts = sorted(r.t_start_mono_ns for r in recs if r.t_start_mono_ns is not None)
@@ -427,6 +436,11 @@ def level_figures(
         if r.t_start_mono_ns is not None and r.client.e2e_ms is not None
     ]
     span_s = (max(ends) - starts[0]) / _NS if starts and ends else None
+    server = (
+        server_level_metrics(server_samples, starts[0], int(max(ends)))
+        if server_samples and starts and ends
+        else None
+    )
     start_span_s = (starts[-1] - starts[0]) / _NS if len(starts) >= 2 else None
     out_tokens = sum(r.usage.output_tokens or 0 for r in ok)
     busy_s = sum((r.client.e2e_ms or 0.0) for r in ok) / 1000.0
@@ -442,6 +456,15 @@ def level_figures(
 
     def queue(r: RequestRecord) -> float | None:
         return r.client.queue_ms
+
+    def provider_queue(r: RequestRecord) -> float | None:
+        return r.provider_timings.queue_ms
+
+    def beyond_prefill(r: RequestRecord) -> float | None:
+        pt = r.provider_timings
+        prefill = pt.prefill_ms if pt.prefill_ms is not None else pt.server_ttft_ms
+        ttft = r.client.ttft_ms
+        return None if ttft is None or prefill is None else ttft - prefill
 
     lag = level_lag(recs)
     workers = {str(r.tags.get("workers")) for r in recs if r.tags.get("workers")}
@@ -470,12 +493,76 @@ def level_figures(
         queue_ms_p50=p_of(recs, queue, 50),
         queue_ms_p99=p_of(recs, queue, 99),
         queue_ms_max=p_of(recs, queue, 100),
+        provider_queue_ms_p50=p_of(ok, provider_queue, 50),
+        provider_queue_ms_p99=p_of(ok, provider_queue, 99),
+        ttft_beyond_prefill_ms_p50=p_of(ok, beyond_prefill, 50),
         loop_lag_ms_p50=lag.p50,
         loop_lag_ms_max=lag.max,
         labkit_cpu_share=lag.cpu_share,
         client_bound=lag.client_bound,
         client_bound_fix=lag.fix if lag.client_bound else None,
+        server=server,
     )
+
+
+def _rose(first: float, last: float) -> bool:
+    """Whether a wait grew by more than noise: a fifth and a millisecond."""
+    return last > first * 1.2 + 1.0
+
+
+def server_queue_sentence(levels: list[LoadLevel]) -> str:
+    """What the server's own queue did across the levels: as the provider reports it, or,
+    where it reports a prefill but no queue (llama.cpp), derived from TTFT beyond prefill."""
+    reported = [r for r in levels if r.provider_queue_ms_p50 is not None]
+    if reported:
+        first, last = reported[0], reported[-1]
+        a, b = first.provider_queue_ms_p50 or 0.0, last.provider_queue_ms_p50 or 0.0
+        if len(reported) < 2:
+            return f" The provider's own queue time was {fmt_ms(a, 2)} (p50) at {first.title}."
+        trend = (
+            "rose: requests waited in the server's queue"
+            if _rose(a, b)
+            else "did not rise: the server did not queue the extra requests"
+        )
+        return (
+            f" The provider's own queue time (p50) went from {fmt_ms(a, 2)} at {first.title} "
+            f"to {fmt_ms(b, 2)} at {last.title} (p99 {fmt_ms(last.provider_queue_ms_p99, 2)}): "
+            f"it {trend}."
+        )
+    derived = [r for r in levels if r.ttft_beyond_prefill_ms_p50 is not None]
+    if len(derived) < 2:
+        return ""
+    first, last = derived[0], derived[-1]
+    a, b = first.ttft_beyond_prefill_ms_p50 or 0.0, last.ttft_beyond_prefill_ms_p50 or 0.0
+    text = (
+        f" The server reports no queue time; TTFT beyond its own prefill (queue, network and "
+        f"front end together) went from {fmt_ms(a)} (p50) at {first.title} to {fmt_ms(b)} at "
+        f"{last.title}"
+    )
+    if _rose(a, b):
+        return text + (
+            f": about {fmt_ms(b - a)} more per request, time spent waiting for the server "
+            "(its queue, or a slot busy with other requests) — derived, not reported."
+        )
+    return text + ": the server did not queue the extra requests."
+
+
+def _server_sentence(rows: list[LoadLevel]) -> str:
+    """What the server's own metrics said of its queue, where it exposes them."""
+    seen = [r for r in rows if r.server is not None and r.server.waiting_max is not None]
+    if not seen:
+        return ""
+    parts = []
+    for r in seen:
+        assert r.server is not None
+        running = r.server.running_max
+        part = f"{r.title}: up to {r.server.waiting_max:g} waiting"
+        if running is not None:
+            part += f", {running:g} running"
+        if r.server.ttft_ms_p50 is not None:
+            part += f", server TTFT p50 {fmt_ms(r.server.ttft_ms_p50)}"
+        parts.append(part)
+    return " The server's own metrics (/metrics) over each level: " + "; ".join(parts) + "."
 
 
 def _level_sentence(row: LoadLevel) -> str:
@@ -491,5 +578,10 @@ def _level_sentence(row: LoadLevel) -> str:
         f"At {row.title}{target}: {row.ok} ok, {row.failed} failed; {throughput}"
         f"TTFT p50 {fmt_ms(row.ttft_ms_p50)} (p99 {fmt_ms(row.ttft_ms_p99)}), "
         f"decode {fmt_ms(row.decode_ms_per_token_p50, 2)}/token, "
-        f"queue in labkit p99 {fmt_ms(row.queue_ms_p99, 2)}."
+        f"queue in labkit p99 {fmt_ms(row.queue_ms_p99, 2)}"
+        + (
+            f", the provider's own queue p50 {fmt_ms(row.provider_queue_ms_p50, 2)}."
+            if row.provider_queue_ms_p50 is not None
+            else "."
+        )
     )

@@ -1,10 +1,18 @@
 """Provider adapters, one module each, registered by `kind`.
 
 Importing this package registers the built-in kinds: ``openai``, ``openai_compatible``,
-``anthropic``, ``llamacpp`` and ``fake``.
+``anthropic``, ``llamacpp``, ``ollama``, ``openai_responses`` and ``fake``.
 """
 
-from labkit.providers import anthropic, fake, llamacpp, openai, openai_compatible
+from labkit.providers import (
+    anthropic,
+    fake,
+    llamacpp,
+    ollama,
+    openai,
+    openai_compatible,
+    openai_responses,
+)
 from labkit.providers.base import (
     ChatRequest,
     EventClass,
@@ -34,8 +42,10 @@ __all__ = [
     "bundled_model_settings",
     "fake",
     "llamacpp",
+    "ollama",
     "openai",
     "openai_compatible",
+    "openai_responses",
     "provider_class",
     "provider_kinds",
     "register",

@@ -10,7 +10,8 @@ A provider is three things:
 
 Experiments and the runner ask a provider's capabilities, never its kind or class:
 `tokenize`/`tokenizer_name`, `count_tokens`, `count_locally`, `prompt_cache_params`,
-`exact_length_params`, `reports_server_timings`, `sdk`; each defaults to "cannot".
+`exact_length_params`, `reports_server_timings`, `exclusive_slots`, `sdk`, `metrics_url`,
+`fetches_stats_later`/`stats_later`; each defaults to "cannot".
 
 The stream recorder (`labkit.recorder`) owns the clock and the HTTP; providers never time
 anything themselves. Adding a provider means adding one module and decorating its class
@@ -41,6 +42,7 @@ from pydantic import (
 
 from labkit.errors import ProviderUnavailable
 from labkit.lean import LeanTransport, lean_applies
+from labkit.provider_stats import LaterStats
 from labkit.providers.sdk import SDKAdapter
 from labkit.proxies import ProxyChoice, proxy_for, unusable_because
 from labkit.records import ProviderTimings, RecordError, StopReason, Usage
@@ -172,6 +174,12 @@ class ProviderSettings(BaseModel):
     )
     params: dict[str, Any] = Field(
         default_factory=dict, description="Default sampling parameters, under the experiment's."
+    )
+    metrics_interval_s: PositiveFloat = Field(
+        default=1.0,
+        description="Seconds between scrapes of the server's Prometheus /metrics during "
+        "experiments, where the provider has one (`metrics_url`); an experiment's own "
+        "`metrics_interval_s` overrides it.",
     )
     extra_body: dict[str, Any] = Field(
         default_factory=dict, description="Extra JSON body fields sent as they are."
@@ -355,6 +363,21 @@ class StreamParser(ABC):
         a stop reason arrived (some servers end there without `[DONE]`). The terminator
         itself (`EventClass.DONE`) always counts as the end."""
         return self.stop_reason_raw is not None
+
+    def settle(self) -> None:  # noqa: B027 - optional hook
+        """The stream is over (complete or not): finish reading what was deferred off the
+        per-event path. Called once by the recorder, on either path, before the record is
+        assembled; a malformed deferred value sets `error`."""
+
+    def read_framing(self, framer: SSEParser, t_start_ns: int) -> None:
+        """What the framing saw besides events (wire path): SSE comments before the first
+        event (`: keep-alive` while a request waits: DeepSeek) become
+        `provider_timings.keepalive_comments` and `keepalive_last_ms`."""
+        count = framer.comments_before_first_event
+        if count:
+            pt = self.provider_timings
+            pt.keepalive_comments = count
+            pt.keepalive_last_ms = (framer.last_comment_t_ns - t_start_ns) / 1e6
 
     def streamed_output_tokens(self, output_events: int) -> int | None:
         """How many output tokens the stream itself delivered: the count decode time is
@@ -547,6 +570,12 @@ class Provider(ABC):
         has that tokenizer locally; None otherwise."""
         return None
 
+    def exclusive_slots(self) -> int | None:
+        """How many requests the server runs at once when labkit alone uses it (a local
+        server this run started: its slots), so that a request never waits in the server's
+        queue while no more are in flight; None: unknown, or a server others may share."""
+        return None
+
     def prompt_cache_params(self, enabled: bool) -> dict[str, Any]:
         """Request parameters that turn the provider's prompt cache on or off (empty: the
         provider has no such control, and only a unique prompt prefix avoids the cache)."""
@@ -556,6 +585,35 @@ class Provider(ABC):
         """Request parameters that make the model decode exactly `max_tokens` (ignoring its
         end-of-sequence token); empty when the provider cannot."""
         return {}
+
+    def metrics_url(self) -> str | None:
+        """Where the server's Prometheus metrics are scraped during experiments
+        (`labkit.runner.scrape`); None: it exposes none that labkit knows of."""
+        return None
+
+    def fetches_stats_later(self) -> bool:
+        """Whether the provider keeps an account of each response that can be fetched after
+        the run (`stats_later`)."""
+        return False
+
+    async def stats_later(self, client: httpx.AsyncClient, response_id: str) -> LaterStats | None:
+        """The provider's account of one response, asked after the run on `client` (from
+        `side_client`); None: not available yet, ask again later. Raises httpx.HTTPError
+        when the provider refuses."""
+        return None
+
+    def side_client(self) -> httpx.AsyncClient:
+        """A one-connection httpx client to the API root for requests outside the
+        measurement (stats after the run), through the same proxy as the provider's own."""
+        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+        t = self.settings.timeouts
+        return httpx.AsyncClient(
+            base_url=self.settings.resolved_base_url(),
+            timeout=httpx.Timeout(connect=t.connect, read=t.read, write=t.read, pool=t.total),
+            verify=self._tls,
+            transport=self._http_transport(limits),
+            trust_env=False,
+        )
 
     async def describe(self) -> dict[str, Any]:
         """Facts about the server for the manifest (build, version); may call its API."""

@@ -4,6 +4,12 @@ It speaks OpenAI's Chat Completions stream through an in-process httpx transport
 whole recorder path runs: first token after `first_token_ms`, then one token every
 `token_interval_ms`, `tokens` in all, then the chosen finish reason — or a chosen failure.
 The same stream is served over real sockets by `labkit.fakeserver`.
+
+With `server_timings` the stream also carries one server's own account of itself, in that
+server's documented shape (`labkit.providers.server_timings`), with the schedule's values:
+queue = `queue_ms` (a wait before the response starts; DeepSeek's shape sends the headers
+first and `: keep-alive` comments during it), prefill = `first_token_ms`, decode = the
+gaps between the output events, total = their sum.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from collections.abc import AsyncIterator
 from typing import Any, ClassVar, Literal
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat
 
 from labkit.providers.base import ProviderSettings, TokenCount, register
 from labkit.providers.openai_compatible import OpenAICompatibleProvider
@@ -26,9 +32,17 @@ __all__ = [
     "FakeDrop",
     "FakeProvider",
     "FakeSchedule",
+    "FakeServerTimings",
     "FakeSettings",
     "FakeTransport",
     "fake_stream",
+    "queue_before_headers",
+    "timing_headers",
+]
+
+#: The server timing shapes the fake can emit (`FakeSchedule.server_timings`).
+FakeServerTimings = Literal[
+    "none", "groq", "cerebras", "fireworks", "vllm", "tgi", "llamacpp", "deepseek"
 ]
 
 _WORDS = [
@@ -71,6 +85,25 @@ class FakeSchedule(BaseModel):
         default=0, description="Tokens sent before a stream_error or drop."
     )
     retry_after_s: float | None = Field(default=None, description="retry-after on a 429.")
+    server_timings: FakeServerTimings = Field(
+        default="none",
+        description="Which server's own timings the stream carries, in its documented shape.",
+    )
+    queue_ms: NonNegativeFloat = Field(
+        default=0.0,
+        description="A wait before the response starts, reported as the server's queue time.",
+    )
+    keepalive_interval_ms: PositiveFloat = Field(
+        default=100.0, description="`: keep-alive` comment period during the queue (deepseek)."
+    )
+
+    def decode_ms(self, events: int) -> float:
+        """The scripted time from the first output event to the last."""
+        return max(events - 1, 0) * self.token_interval_ms
+
+    def total_ms(self, events: int) -> float:
+        """Queue, prefill and decode: the whole scripted request."""
+        return self.queue_ms + self.first_token_ms + self.decode_ms(events)
 
 
 class FakeDrop(Exception):
@@ -87,13 +120,107 @@ def requested_tokens(schedule: FakeSchedule, body: dict[str, Any]) -> int:
     return min(schedule.tokens, int(cap)) if cap else schedule.tokens
 
 
+def _events(schedule: FakeSchedule, body: dict[str, Any]) -> tuple[int, int]:
+    n_tokens = requested_tokens(schedule, body)
+    return n_tokens, -(-n_tokens // schedule.tokens_per_event)
+
+
+def queue_before_headers(schedule: FakeSchedule) -> float:
+    """Seconds to wait before sending the response headers (the scripted queue, except in
+    DeepSeek's shape, which answers at once and keeps the stream alive while it waits)."""
+    return 0.0 if schedule.server_timings == "deepseek" else schedule.queue_ms / 1000.0
+
+
+def timing_headers(schedule: FakeSchedule, body: dict[str, Any]) -> dict[str, str]:
+    """The response headers of the chosen shape: TGI's timings (whole ms), Fireworks' TTFT
+    (seconds)."""
+    s = schedule
+    _, n_events = _events(s, body)
+    if s.server_timings == "tgi":
+        total = f"{s.total_ms(n_events):.0f}"
+        per_token = s.token_interval_ms / s.tokens_per_event
+        return {
+            "x-compute-time": total,
+            "x-total-time": total,
+            "x-queue-time": f"{s.queue_ms:.0f}",
+            "x-inference-time": f"{s.first_token_ms + s.decode_ms(n_events):.0f}",
+            "x-time-per-token": f"{per_token:.0f}",
+        }
+    if s.server_timings == "fireworks":
+        return {"fireworks-server-time-to-first-token": f"{s.first_token_ms / 1000:.6f}"}
+    return {}
+
+
+def _seconds_split(s: FakeSchedule, n_events: int) -> dict[str, float]:
+    return {
+        "queue_time": s.queue_ms / 1000,
+        "prompt_time": s.first_token_ms / 1000,
+        "completion_time": s.decode_ms(n_events) / 1000,
+        "total_time": s.total_ms(n_events) / 1000,
+    }
+
+
+def _llamacpp_timings(s: FakeSchedule, sent: int, events_sent: int, prompt_n: int) -> Any:
+    decode = s.decode_ms(events_sent)
+    return {
+        "cache_n": 0,
+        "prompt_n": prompt_n,
+        "prompt_ms": s.first_token_ms,
+        "predicted_n": sent,
+        "predicted_ms": decode,
+        "predicted_per_token_ms": s.token_interval_ms / s.tokens_per_event,
+        "predicted_per_second": 1000.0 * s.tokens_per_event / s.token_interval_ms
+        if s.token_interval_ms
+        else None,
+    }
+
+
+def _final_fields(s: FakeSchedule, n_events: int, sent: int, prompt_n: int) -> dict[str, Any]:
+    """The last chunk's timing fields of the chosen shape."""
+    kind = s.server_timings
+    if kind == "groq":
+        usage: dict[str, float] = {"prompt_tokens": prompt_n, "completion_tokens": sent}
+        usage.update(_seconds_split(s, n_events))
+        return {"x_groq": {"id": "req_fake", "usage": usage}}
+    if kind == "cerebras":
+        return {"time_info": {**_seconds_split(s, n_events), "created": 0}}
+    if kind == "fireworks":
+        return {
+            "perf_metrics": {
+                "fireworks-prompt-tokens": prompt_n,
+                "fireworks-server-time-to-first-token": s.first_token_ms / 1000,
+                "fireworks-server-processing-time": s.total_ms(n_events) / 1000,
+            }
+        }
+    if kind == "vllm":
+        decode = s.decode_ms(n_events)
+        return {
+            "metrics": {
+                "queue_time_ms": s.queue_ms,
+                "time_to_first_token_ms": s.first_token_ms,
+                "generation_time_ms": decode,
+                "mean_itl_ms": s.token_interval_ms / s.tokens_per_event,
+                "tokens_per_second": 1000.0 * (sent - 1) / decode if decode else None,
+            }
+        }
+    if kind == "llamacpp":
+        return {"timings": _llamacpp_timings(s, sent, n_events, prompt_n)}
+    return {}
+
+
 async def fake_stream(schedule: FakeSchedule, body: dict[str, Any]) -> AsyncIterator[bytes]:
     """The SSE bytes of one response, each piece sent at its scheduled time."""
     loop = asyncio.get_running_loop()
+    n_tokens, n_events = _events(schedule, body)
+    if schedule.server_timings == "deepseek" and schedule.queue_ms:
+        end = loop.time() + schedule.queue_ms / 1000.0
+        while (left := end - loop.time()) > 0:
+            yield b": keep-alive\n\n"
+            await asyncio.sleep(min(left, schedule.keepalive_interval_ms / 1000.0))
     t0 = loop.time()
-    n_tokens = requested_tokens(schedule, body)
-    n_events = -(-n_tokens // schedule.tokens_per_event)
     prompt = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
+    prompt_n = len(prompt.split())
+    per_token = schedule.server_timings == "llamacpp"
     rid = "chatcmpl-fake-" + uuid.uuid4().hex[:12]
     base = {"id": rid, "object": "chat.completion.chunk", "model": body.get("model", "fake")}
 
@@ -114,7 +241,10 @@ async def fake_stream(schedule: FakeSchedule, body: dict[str, Any]) -> AsyncIter
         words = [_WORDS[(sent + j) % len(_WORDS)] for j in range(k)]
         text = "".join((" " if sent + j else "") + w for j, w in enumerate(words))
         sent += k
-        yield _chunk({**base, "choices": [{"index": 0, "delta": {"content": text}}]})
+        chunk: dict[str, Any] = {**base, "choices": [{"index": 0, "delta": {"content": text}}]}
+        if per_token:  # llama.cpp's timings_per_token: cumulative timings on every chunk
+            chunk["timings"] = _llamacpp_timings(schedule, sent, i + 1, prompt_n)
+        yield _chunk(chunk)
     if schedule.fail == "stream_error":
         yield _chunk({"error": {"type": "server_error", "message": "scripted failure"}})
         yield b"data: [DONE]\n\n"
@@ -124,10 +254,14 @@ async def fake_stream(schedule: FakeSchedule, body: dict[str, Any]) -> AsyncIter
     finish = schedule.finish_reason
     if n_tokens < schedule.tokens:
         finish = "length"
-    yield _chunk({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+    final = _final_fields(schedule, n_events, sent, prompt_n)
+    on_finish = not schedule.usage or schedule.server_timings in ("groq", "fireworks")
+    finish_chunk = {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}
+    yield _chunk({**finish_chunk, **final} if on_finish else finish_chunk)
     if schedule.usage:
-        usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": sent}
-        yield _chunk({**base, "choices": [], "usage": usage})
+        usage: dict[str, float] = {"prompt_tokens": prompt_n, "completion_tokens": sent}
+        usage_chunk = {**base, "choices": [], "usage": usage}
+        yield _chunk(usage_chunk if on_finish else {**usage_chunk, **final})
     yield b"data: [DONE]\n\n"
 
 
@@ -169,9 +303,16 @@ class FakeTransport(httpx.AsyncBaseTransport):
             headers, body = error_body(self.schedule)
             return httpx.Response(self.schedule.fail_status, headers=headers, content=body)
         payload = json.loads(request.content or b"{}")
+        wait = queue_before_headers(self.schedule)
+        if wait:
+            await asyncio.sleep(wait)
         return httpx.Response(
             200,
-            headers={"content-type": "text/event-stream", "x-request-id": uuid.uuid4().hex},
+            headers={
+                "content-type": "text/event-stream",
+                "x-request-id": uuid.uuid4().hex,
+                **timing_headers(self.schedule, payload),
+            },
             stream=_Stream(fake_stream(self.schedule, payload)),
         )
 

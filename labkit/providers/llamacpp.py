@@ -18,9 +18,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, PositiveInt, model_validator
 
-from labkit.errors import MalformedStream
 from labkit.filenames import safe_filename
-from labkit.providers._wire import describe, wire_count, wire_number
+from labkit.providers._wire import wire_count
 from labkit.providers.base import (
     ManagedServerHandle,
     ProviderSettings,
@@ -152,33 +151,21 @@ class LlamaCppParser(OpenAIChatParser):
     until a `usage` object, which is authoritative, replaces them.
     """
 
-    def _extra(self, obj: dict[str, Any]) -> None:
-        timings = obj.get("timings")
-        if timings is None:
-            return
-        if type(timings) is not dict:
-            raise MalformedStream(f"timings is {describe(timings)}, not an object")
-        pt = self.provider_timings
-        prompt_n = wire_count(timings.get("prompt_n"), "timings.prompt_n")
-        cache_n = wire_count(timings.get("cache_n"), "timings.cache_n")
-        pt.prefill_ms = wire_number(timings.get("prompt_ms"), "timings.prompt_ms")
-        pt.prefill_tokens = prompt_n
-        pt.decode_ms = wire_number(timings.get("predicted_ms"), "timings.predicted_ms")
-        pt.decode_ms_per_token = wire_number(
-            timings.get("predicted_per_token_ms"), "timings.predicted_per_token_ms"
-        )
-        if cache_n is not None:
-            pt.cached_tokens = cache_n
-        pt.raw = timings
+    def __init__(self) -> None:
+        super().__init__("llamacpp")
+
+    def _read_timings(self, timings: dict[str, Any]) -> None:
+        super()._read_timings(timings)
         if not self._usage_seen:
-            predicted_n = wire_count(timings.get("predicted_n"), "timings.predicted_n")
             u = self.usage
-            if prompt_n is not None:
-                u.input_tokens = prompt_n + (cache_n or 0)
+            pt = self.provider_timings
+            predicted_n = wire_count(timings.get("predicted_n"), "timings.predicted_n")
+            if pt.prefill_tokens is not None:
+                u.input_tokens = pt.prefill_tokens + (pt.cached_tokens or 0)
             if predicted_n is not None:
                 u.output_tokens = predicted_n
-            if cache_n is not None:
-                u.cached_input_tokens = cache_n
+            if pt.cached_tokens is not None:
+                u.cached_input_tokens = pt.cached_tokens
 
 
 @register
@@ -226,6 +213,11 @@ class LlamaCppProvider(OpenAICompatibleProvider):
         """None: the model's tokenizer lives in the server (`tokenize`), not in labkit."""
         return None
 
+    def exclusive_slots(self) -> int | None:
+        """A managed llama-server's slots (`-np`): labkit started it, nobody else uses it."""
+        s = self.settings
+        return s.slots if isinstance(s, LlamaCppSettings) and s.managed else None
+
     def prompt_cache_params(self, enabled: bool) -> dict[str, Any]:
         """llama-server's `cache_prompt`: reuse the slot's KV cache for a shared prefix."""
         return {"cache_prompt": enabled}
@@ -233,6 +225,11 @@ class LlamaCppProvider(OpenAICompatibleProvider):
     def exact_length_params(self) -> dict[str, Any]:
         """`ignore_eos`: decode until `max_tokens`."""
         return {"ignore_eos": True}
+
+    def metrics_url(self) -> str | None:
+        """`/metrics` on the server root (the managed llama-server runs with `--metrics`;
+        an existing one without it answers 501, counted as failed scrapes)."""
+        return self.settings.resolved_base_url() + "/metrics"
 
     async def describe(self) -> dict[str, Any]:
         """`/props`: build, slots, context and model path; sets `server_build`."""

@@ -40,6 +40,13 @@ from labkit.providers.base import (
 )
 from labkit.providers.openai_sdk import OpenAISDK
 from labkit.providers.sdk import SDKAdapter
+from labkit.providers.server_timings import (
+    BODY_READERS,
+    SERVER_BODY_KEYS,
+    read_groq_usage,
+    read_llamacpp,
+    read_timing_headers,
+)
 from labkit.records import ErrorKind, RecordError, StopReason
 from labkit.sse import SSEEvent
 from labkit.tokenizers import Tokenized, tokenizer_for_model
@@ -85,10 +92,21 @@ class OpenAIChatParser(StreamParser):
     `usage`, Groq's `x_groq.usage` is read. A chunk with both `error` and `usage` (OpenRouter
     ending a cut stream) keeps both. A `finish_reason` marks the stream as finished, so a
     server that closes without `[DONE]` (Perplexity) is not truncated.
+
+    Server timings (`labkit.providers.server_timings`) are detected by their chunk key, one
+    dict lookup each, or only the one `server` names. llama.cpp's per-token `timings` (with
+    `timings_per_token`, cumulative on every chunk) are only kept by reference on token
+    chunks and read on the next chunk that carries no output (finish, usage) or in
+    `settle`: reading them costs more than the rest of the chunk.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, server: str = "auto") -> None:
         super().__init__()
+        self._server = server
+        self._body_keys = SERVER_BODY_KEYS.get(server, ())
+        self._reads_timings = server in ("auto", "llamacpp")
+        self._reads_groq = server in ("auto", "groq")
+        self._pending_timings: dict[str, Any] | None = None
         self._usage_seen = False
         self._reasoning_streamed = False
         self._refused = False
@@ -101,6 +119,9 @@ class OpenAIChatParser(StreamParser):
         if processing:
             with contextlib.suppress(ValueError):
                 self.provider_timings.processing_ms = float(processing)
+                self.provider_timings.source = "openai"
+        if self._server in ("auto", "tgi", "fireworks"):
+            read_timing_headers(self.provider_timings, headers, self._server)
         self.read_rate_limits(headers, "x-ratelimit-")
 
     def on_event(self, event: SSEEvent) -> int:
@@ -123,11 +144,16 @@ class OpenAIChatParser(StreamParser):
         if usage is not None:
             self._read_usage(usage, "usage")
             cls = EventClass.META
-        elif "x_groq" in obj:
-            groq = wire_object(obj["x_groq"], "x_groq")
-            if groq and groq.get("usage") is not None:
-                self._read_usage(groq["usage"], "x_groq.usage")
-                cls = EventClass.META
+        groq = obj.get("x_groq")
+        if groq is not None:
+            groq = wire_object(groq, "x_groq")
+            groq_usage = wire_object(groq.get("usage"), "x_groq.usage") if groq else None
+            if groq_usage is not None:
+                if usage is None:
+                    self._read_usage(groq_usage, "x_groq.usage")
+                    cls = EventClass.META
+                if self._reads_groq:
+                    read_groq_usage(self.provider_timings, groq_usage)
         choices = obj.get("choices")
         if choices:
             if type(choices) is not list:
@@ -156,8 +182,37 @@ class OpenAIChatParser(StreamParser):
                         self.stop_reason_raw = finish
                         if cls < EventClass.META:
                             cls = EventClass.META
+        for key in self._body_keys:
+            value = obj.get(key)
+            if value is not None:
+                BODY_READERS[key](self.provider_timings, value)
+        if self._reads_timings:
+            timings = obj.get("timings")
+            if timings is not None:
+                if type(timings) is not dict:
+                    raise MalformedStream(f"timings is {describe(timings)}, not an object")
+                if cls >= EventClass.OUTPUT:  # a token chunk: read once, later
+                    self._pending_timings = timings
+                else:
+                    self._pending_timings = None
+                    self._read_timings(timings)
         self._extra(obj)
         return cls
+
+    def _read_timings(self, timings: dict[str, Any]) -> None:
+        """llama.cpp's `timings` object into `provider_timings`."""
+        read_llamacpp(self.provider_timings, timings)
+
+    def settle(self) -> None:
+        """Read the last token chunk's `timings` when no later chunk replaced them."""
+        timings = self._pending_timings
+        if timings is not None:
+            self._pending_timings = None
+            try:
+                self._read_timings(timings)
+            except MalformedStream as exc:
+                if self.error is None:
+                    self.error = RecordError(kind=ErrorKind.PROTOCOL, message=str(exc)[:300])
 
     def _read_delta(self, delta: dict[str, Any]) -> int:
         """The class of one choice's delta; visible text goes to `text_parts`."""
@@ -237,7 +292,7 @@ class OpenAIChatParser(StreamParser):
         return cls
 
     def _extra(self, obj: dict[str, Any]) -> None:
-        """Hook for compatible servers that add fields to chunks (llama.cpp `timings`)."""
+        """Hook for compatible servers that add fields to chunks."""
 
     def _read_usage(self, value: Any, where: str) -> None:
         usage = wire_object(value, where)
@@ -324,6 +379,8 @@ class OpenAIProvider(Provider):
     settings_model: ClassVar[type[ProviderSettings]] = OpenAISettings
     sdk: ClassVar[SDKAdapter | None] = OpenAISDK()
     chat_path: ClassVar[str] = "/chat/completions"
+    #: Which server timing shapes the parser reads when the settings name no `server:`.
+    default_server: ClassVar[str] = "openai"
 
     def wire_params(self, params: dict[str, Any]) -> dict[str, Any]:
         """OpenAI's current models take `max_completion_tokens` instead of `max_tokens`."""
@@ -356,9 +413,13 @@ class OpenAIProvider(Provider):
             "POST", self.chat_path, json=body, headers=self.request_headers()
         )
 
+    def server(self) -> str:
+        """The `server:` hint of the settings, or this kind's default."""
+        return str(getattr(self.settings, "server", None) or self.default_server)
+
     def new_parser(self) -> StreamParser:
-        """A Chat Completions chunk parser."""
-        return OpenAIChatParser()
+        """A Chat Completions chunk parser reading the server's timing shapes."""
+        return OpenAIChatParser(self.server())
 
     def count_input_locally(self, request: ChatRequest) -> TokenCount | None:
         """tiktoken count of the message contents with the model's encoding (offline), and

@@ -14,12 +14,23 @@ offline encoding. The chat template's framing is the server's own, so unknown he
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
-from pydantic import Field
+import httpx
+from pydantic import Field, field_validator
 
-from labkit.providers.base import ChatRequest, ProviderSettings, register, with_root_path
+from labkit.provider_stats import LaterStats
+from labkit.providers.base import (
+    ChatRequest,
+    ProviderSettings,
+    check_base_url,
+    register,
+    with_root_path,
+)
 from labkit.providers.openai import OpenAIProvider
+from labkit.providers.server_timings import Server
 from labkit.tokenizers import Tokenized, vocab_pieces
 
 __all__ = ["OpenAICompatibleProvider", "OpenAICompatibleSettings", "tokenize_reply"]
@@ -34,12 +45,46 @@ class OpenAICompatibleSettings(ProviderSettings):
     base_url: str | None = Field(
         default=None, description="API root including /v1, e.g. http://127.0.0.1:8000/v1."
     )
+    server: Server = Field(
+        default="auto",
+        description="Which server's own timings to read (`groq`, `cerebras`, `fireworks`, "
+        "`vllm`, `tgi`, `llamacpp`, `openai`); `auto` detects them from the fields that "
+        "arrive. `fireworks` also asks for them (`perf_metrics_in_response: true`).",
+    )
+
+    metrics_url: str | None = Field(
+        default=None,
+        description="The server's Prometheus metrics, scraped during experiments (vLLM, "
+        "SGLang with --enable-metrics): a URL, or a path such as `/metrics` on the "
+        "base_url's host.",
+    )
+
+    generation_stats: bool | None = Field(
+        default=None,
+        description="Fetch OpenRouter's generation stats of every response after the run "
+        "(`GET <base_url>/generation?id=`: upstream provider, its latency and generation "
+        "time, cost), into provider-stats-<id>.jsonl; null: when base_url is on openrouter.ai.",
+    )
 
     key_required: ClassVar[bool] = False
+
+    @field_validator("metrics_url")
+    @classmethod
+    def _metrics_url_is_sendable(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("/"):
+            check_base_url(value)
+        return value
 
     def resolved_base_url(self) -> str:
         """The API root; a bare server URL (`http://host:8000`) gets `/v1`."""
         return with_root_path(super().resolved_base_url(), "/v1")
+
+    def resolved_metrics_url(self) -> str | None:
+        """`metrics_url` as a full URL (a path is taken on the base_url's host)."""
+        if self.metrics_url is None or not self.metrics_url.startswith("/"):
+            return self.metrics_url
+        parts = urlsplit(self.resolved_base_url())
+        return f"{parts.scheme}://{parts.netloc}{self.metrics_url}"
 
 
 @register
@@ -48,9 +93,12 @@ class OpenAICompatibleProvider(OpenAIProvider):
 
     kind: ClassVar[str] = "openai_compatible"
     settings_model: ClassVar[type[ProviderSettings]] = OpenAICompatibleSettings
+    default_server: ClassVar[str] = "auto"
 
     def wire_params(self, params: dict[str, Any]) -> dict[str, Any]:
-        """Parameters go as they are."""
+        """Parameters go as they are; `server: fireworks` asks for its perf metrics."""
+        if self.server() == "fireworks" and "perf_metrics_in_response" not in params:
+            return {**params, "perf_metrics_in_response": True}
         return params
 
     def chat_framing_tokens(self, request: ChatRequest) -> int | None:
@@ -81,6 +129,54 @@ class OpenAICompatibleProvider(OpenAIProvider):
             cut = tokenize_reply(resp.json(), source)
         return cut
 
+    def fetches_stats_later(self) -> bool:
+        """OpenRouter's generation stats: `generation_stats`, by default on openrouter.ai."""
+        settings = self.settings
+        if not isinstance(settings, OpenAICompatibleSettings):
+            return False
+        if settings.generation_stats is not None:
+            return settings.generation_stats
+        host = urlsplit(settings.resolved_base_url()).hostname or ""
+        return host == "openrouter.ai" or host.endswith(".openrouter.ai")
+
+    async def stats_later(self, client: httpx.AsyncClient, response_id: str) -> LaterStats | None:
+        """`GET /generation?id=`: 404 until OpenRouter has stored the generation (seconds
+        after the stream ends); its durations are milliseconds."""
+        resp = await client.get(
+            "generation", params={"id": response_id}, headers=self.request_headers()
+        )
+        if resp.status_code == 404:
+            return None
+        resp.raise_for_status()
+        body = resp.json()
+        data = body.get("data") if isinstance(body, dict) else None
+        if not isinstance(data, dict):
+            raise httpx.DecodingError("generation stats without a `data` object")
+        return LaterStats(
+            response_id=response_id,
+            fetched_at=datetime.now(UTC).isoformat(),
+            source="GET /api/v1/generation",
+            latency_ms=_number(data.get("latency")),
+            generation_time_ms=_number(data.get("generation_time")),
+            moderation_latency_ms=_number(data.get("moderation_latency")),
+            upstream_provider=_text(data.get("provider_name")),
+            upstream_id=_text(data.get("upstream_id")),
+            model=_text(data.get("model")),
+            total_cost=_number(data.get("total_cost")),
+            input_tokens=_count(data.get("native_tokens_prompt")),
+            output_tokens=_count(data.get("native_tokens_completion")),
+            raw=data,
+        )
+
+    def metrics_url(self) -> str | None:
+        """The entry's `metrics_url`, where it gives one."""
+        settings = self.settings
+        return (
+            settings.resolved_metrics_url()
+            if isinstance(settings, OpenAICompatibleSettings)
+            else None
+        )
+
 
 def tokenize_reply(reply: Any, source: str) -> Tokenized:
     """A `/tokenize` reply (vLLM, SGLang or llama.cpp shape) as a `Tokenized`.
@@ -110,3 +206,17 @@ def tokenize_reply(reply: Any, source: str) -> Tokenized:
         else:
             raise ValueError(f"{source}: token {t['id']} has no usable piece")
     return Tokenized(source, len(ids), tuple(ids), tuple(pieces_list))
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None

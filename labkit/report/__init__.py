@@ -9,7 +9,8 @@ It reads run folders (records.jsonl, manifest.json, lab.json) and imports only
     plots.py    matplotlib (Agg) figures as PNG bytes
     render.py   Markdown and self-contained HTML
     build.py    write_report: report.md, report.html, summary.csv, summary.parquet
-    compare.py  runs side by side (change in p50/p90 from the first run)
+    compare.py  runs side by side as a gate: changes with bootstrap intervals, verdicts,
+                --fail-on thresholds, Markdown summary, distributions overlaid
     cli.py      `labkit report`, `labkit compare`
 """
 

@@ -16,11 +16,12 @@ from pathlib import Path
 import pandas as pd
 
 from labkit.errors import RunError
-from labkit.figures import LoadLevel
+from labkit.figures import LoadLevel, ServerLevelMetrics
 from labkit.records import LabAnswer
 from labkit.report.charts import Chart, TokenSpans, javascript_bundle, question_charts
+from labkit.report.later import later_stats_section
 from labkit.report.load import RunData, ensure_columns, load_run
-from labkit.report.plots import all_plots, load_rows
+from labkit.report.plots import all_plots, load_rows, server_queue_timeline
 from labkit.report.render import (
     VEGA_BUNDLE_MARK,
     Block,
@@ -39,6 +40,7 @@ from labkit.report.split import NOT_REPORTED, SPLIT_COLUMNS, provider_client_spl
 from labkit.report.stats import summarize
 from labkit.scrub import for_people, scrub_frame
 from labkit.selfcheck import client_bound_note, summarize_lag
+from labkit.server_metrics import ServerMetricsSample, read_server_metrics
 
 __all__ = ["LAB_EXPERIMENTS", "ReportPaths", "build_blocks", "missing_notes", "write_report"]
 
@@ -90,6 +92,19 @@ def missing_notes(run: RunData, summary: pd.DataFrame) -> list[str]:
         for pid, info in providers.items():
             if isinstance(info, dict) and info.get("reports_server_timings") is True:
                 timings_promised.add(str(pid))
+            later = info.get("stats_later") if isinstance(info, dict) else None
+            if isinstance(later, dict) and later.get("missing"):
+                notes.append(
+                    f"Provider {pid}: its stats after the run did not come for "
+                    f"{later['missing']} responses (first: {later.get('first_error')})."
+                )
+            scraped = info.get("server_metrics") if isinstance(info, dict) else None
+            if isinstance(scraped, dict) and scraped.get("failed"):
+                notes.append(
+                    f"Provider {pid}: {scraped['failed']} scrapes of its server's metrics "
+                    f"({scraped.get('url')}) failed, first: {scraped.get('first_error')}; "
+                    "its per-level server figures miss those moments."
+                )
             if not isinstance(info, dict) or info.get("status") in (None, "ok"):
                 continue
             why = info.get("reason") or info.get("first_error") or "no reason given"
@@ -234,6 +249,49 @@ _LOAD_VIEW: list[tuple[Callable[[LoadLevel], float | None], str, int | None]] = 
 ]
 
 
+_SERVER_VIEW: list[tuple[Callable[[ServerLevelMetrics], float | None], str, int | None]] = [
+    (lambda m: m.scrapes, "scrapes", 0),
+    (lambda m: m.running_p50, "running p50", 1),
+    (lambda m: m.running_max, "running max", 0),
+    (lambda m: m.waiting_p50, "waiting p50", 1),
+    (lambda m: m.waiting_max, "waiting max", 0),
+    (lambda m: None if m.kv_cache_use_max is None else 100 * m.kv_cache_use_max, "KV use max %", 1),
+    (lambda m: m.ttft_ms_p50, "server TTFT p50", None),
+    (lambda m: m.ttft_ms_p90, "server TTFT p90", None),
+    (lambda m: m.itl_ms_p50, "server ITL p50", None),
+    (lambda m: m.itl_ms_p90, "server ITL p90", None),
+]
+
+
+def _server_table(rows: list[LoadLevel]) -> list[Block]:
+    """The server's own metrics per level, beside labkit's TTFT and ITL (none: empty)."""
+    measured = [(row, row.server) for row in rows if row.server is not None]
+    if not measured:
+        return []
+    sources = sorted({f"{k}: {v}" for _, m in measured for k, v in m.sources.items()})
+    # A server that exports no such metric (llama-server: no histograms) gets no column.
+    view = [col for col in _SERVER_VIEW if any(col[0](m) is not None for _, m in measured)]
+    cells = [
+        [row.display_title, fmt_num(row.ttft_ms_p50), fmt_num(row.decode_ms_per_token_p50)]
+        + [fmt_num(get(m), digits) for get, _label, digits in view]
+        for row, m in measured
+    ]
+    labels = ["level", "labkit TTFT p50", "labkit ms/tok p50"]
+    labels += [label for _, label, _ in view]
+    return [
+        Para(
+            "The server's own metrics over each level (scraped from its /metrics, stored in "
+            "server-metrics-<provider>.jsonl): requests running and waiting in the server, "
+            "its KV-cache use, and its TTFT and inter-token latency from histogram bucket "
+            "deltas across the level, beside labkit's client-side figures. Read from "
+            + (", ".join(sources) or "no known metric")
+            + ".",
+            "note",
+        ),
+        Table(labels, cells, set(range(1, len(labels)))),
+    ]
+
+
 def _load_section(run: RunData) -> list[Block]:
     """One table per provider × load experiment: a row per level."""
     found = load_rows(run.lab)
@@ -260,6 +318,7 @@ def _load_section(run: RunData) -> list[Block]:
         ]
         numeric = set(range(1, len(_LOAD_VIEW) + 1))
         blocks.append(Table(["level"] + [label for _, label, _ in _LOAD_VIEW], cells, numeric))
+        blocks += _server_table(rows)
     return blocks
 
 
@@ -485,6 +544,14 @@ _SPLIT_TABLES: list[tuple[str, list[str]]] = [
 ]
 
 
+def _scraped(run: RunData) -> dict[str, list[ServerMetricsSample]]:
+    """Each provider's scrapes of its server's /metrics, from the run folder."""
+    df = run.records
+    providers = {str(p) for p in df["provider"].dropna().unique()} if len(df) else set()
+    found = {p: read_server_metrics(run.run_dir, p) for p in sorted(providers)}
+    return {p: samples for p, samples in found.items() if samples}
+
+
 def _local_count_note(provider: str, ok: pd.DataFrame) -> list[str]:
     """The flag for labkit's prompt count disagreeing with usage beyond the chat framing."""
     if "usage.input_tokens_local_diff" not in ok.columns:
@@ -514,6 +581,9 @@ def build_blocks(run: RunData) -> tuple[str, list[Block], pd.DataFrame]:
     summary = summarize(df)
     split = provider_client_split(df) if len(df) else pd.DataFrame(columns=SPLIT_COLUMNS)
     plots, missing_plots = all_plots(df, run.lab) if len(df) else ([], [])
+    queue = server_queue_timeline(_scraped(run))
+    if queue is not None:  # drawn only where a server was scraped: no note when none was
+        plots.append(queue)
     title = _title(run)
     blocks: list[Block] = [Heading(title, 1)]
     blocks += _lab_section(run)
@@ -525,6 +595,7 @@ def build_blocks(run: RunData) -> tuple[str, list[Block], pd.DataFrame]:
         blocks.append(Para("Nothing: every provider answered and reported what it can."))
     blocks += _run_section(run)
     blocks += _load_section(run)
+    blocks += later_stats_section(run)
     blocks += _summary_section(summary)
     if len(df):
         blocks += _errors_section(df)

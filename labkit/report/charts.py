@@ -475,15 +475,13 @@ def prefill_chart(lab: LabResults | None) -> Chart | None:
 
 # --- 5. whose time is it ---------------------------------------------------------------------
 
-_PARTS: list[tuple[AttributionKey, str]] = [
-    (AttributionKey.PREFILL, "provider: prefill"),
-    (AttributionKey.TTFT_MINUS_PREFILL, "network and front end (TTFT − prefill)"),
-    (AttributionKey.REQUEST_PREPARATION, "labkit: preparing the request"),
-    (AttributionKey.STREAM_PARSING, "labkit: parsing the stream"),
-]
-
-
+_QUEUE = "provider: queue"
+_PREFILL = "provider: prefill"
+_NETWORK = "network and serving front end"
+_PREPARE = "labkit: preparing the request"
+_PARSE = "labkit: parsing the stream"
 _UNSPLIT = "provider + network, not separable (client TTFT)"
+_ORDER = [_QUEUE, _PREFILL, _NETWORK, _UNSPLIT, _PREPARE, _PARSE]
 
 
 def whose_time_chart(lab: LabResults | None) -> tuple[Chart | None, list[str]]:
@@ -491,31 +489,43 @@ def whose_time_chart(lab: LabResults | None) -> tuple[Chart | None, list[str]]:
     values: list[dict[str, Any]] = []
     missing: list[str] = []
     for ans, fig in _by_kind(lab, AttributionFigures):
-        for order, (key, label) in enumerate(_PARTS):
+        split = fig.ttft_split
+        parts: list[tuple[str, float | None]] = [
+            (_QUEUE, split.provider_queue_ms if split else None),
+            (_PREFILL, split.provider_prefill_ms if split else fig.value(AttributionKey.PREFILL)),
+            (
+                _NETWORK,
+                split.network_front_end_ms
+                if split
+                else fig.value(AttributionKey.TTFT_MINUS_PREFILL),
+            ),
+        ]
+        if all(v is None for _, v in parts) and fig.ttft_ms_p50 is not None:
+            parts.append((_UNSPLIT, fig.ttft_ms_p50))
+        for key, label in (
+            (AttributionKey.REQUEST_PREPARATION, _PREPARE),
+            (AttributionKey.STREAM_PARSING, _PARSE),
+        ):
             try:
-                value = fig.value(key)
-                note = fig.row(key).note
+                parts.append((label, fig.value(key)))
             except KeyError:
-                value, note = None, "not in this run's figures"
+                parts.append((label, None))
+        for label, value in parts:
             if value is None:
-                missing.append(f"{ans.provider}: {label} not derived ({note}).")
+                # The split says why its own terms are missing; name the others here.
+                if split is None or label not in (_QUEUE, _PREFILL):
+                    missing.append(f"{ans.provider}: {label} not derived.")
                 continue
-            values.append(
-                {"provider": ans.provider, "part": label, "ms": max(value, 0.0), "order": order}
-            )
-        if fig.value(AttributionKey.PREFILL) is None and fig.ttft_ms_p50 is not None:
             values.append(
                 {
                     "provider": ans.provider,
-                    "part": _UNSPLIT,
-                    "ms": fig.ttft_ms_p50,
-                    "order": len(_PARTS),
+                    "part": label,
+                    "ms": max(value, 0.0),
+                    "order": _ORDER.index(label),
                 }
             )
-        missing.append(
-            f"{ans.provider}: provider queue not derived (no provider kind here reports its "
-            "own queueing; it is inside 'network and front end')."
-        )
+        if split is not None:
+            missing += [f"{ans.provider}: not derived: {why}." for why in split.not_derived]
     if not values:
         return None, missing
     spec = _base("Whose time is it?", values)
@@ -527,7 +537,7 @@ def whose_time_chart(lab: LabResults | None) -> tuple[Chart | None, list[str]]:
         "color": {
             "field": "part",
             "type": "nominal",
-            "sort": [label for _, label in _PARTS] + [_UNSPLIT],
+            "sort": _ORDER,
             "legend": {"orient": "bottom", "columns": 2, "labelLimit": 360},
         },
         "order": {"field": "order"},
@@ -538,8 +548,8 @@ def whose_time_chart(lab: LabResults | None) -> tuple[Chart | None, list[str]]:
             "q5_whose_time",
             "5. Whose time is it? One stacked bar per provider",
             spec,
-            "Medians of the attribution experiment: the provider's own prefill, the network "
-            "and serving front end (client TTFT − provider prefill), and labkit's own time "
+            "Medians of the attribution experiment: the provider's queue and prefill, the "
+            "network and serving front end (client TTFT − queue − prefill), and labkit's own time "
             "(preparing the request, before the clock starts, and parsing the stream). A "
             "provider that reports no prefill gets one bar of its whole client TTFT: "
             "its parts cannot be separated.",

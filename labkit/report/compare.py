@@ -1,40 +1,383 @@
-"""Runs side by side, for before/after comparisons.
+"""Runs side by side as a regression gate: the change of each metric, with its interval.
 
-The first run is the baseline. For each provider × experiment × model and each metric, every
-run gets its sample count and p50/p90, and every later run the change from the baseline
-(absolute and in percent). A group missing from the baseline has no deltas.
+The first run is the baseline. For each provider × experiment × model, each gate metric
+(`GATE_METRICS`: TTFT p50/p90, decode ms/token, e2e, output tokens/s, error rate) and each
+later run, `compare_frames` gives the baseline's value, the run's, their difference and a
+bootstrap confidence interval of that difference (absolute and in percent of the baseline).
+
+- **Paired or not.** When the records of both runs carry the same `plan_key`s (the same
+  planned requests: same prompt, same trial), resampling draws pairs, so the interval is that
+  of the per-request change; otherwise both runs are resampled independently.
+- **Reproducible.** The resampling is seeded: the same runs and seed give the same intervals.
+- **Verdict.** ``slower`` / ``faster`` (``more errors`` / ``fewer errors``) when the interval
+  excludes zero; ``not enough data`` when either side has too few requests for that
+  statistic (`min_samples`) or the interval is too wide to tell (it spans more than
+  `WIDE_INTERVAL_PCT` percent of the baseline); ``no change detected`` otherwise, which
+  means "smaller than this interval", never "no change".
+
+`parse_threshold` reads ``--fail-on`` expressions such as ``ttft_p50>+10%`` and
+`check_thresholds` says which comparisons cross them. A threshold fails only where the
+change is detected (its interval excludes zero) and its estimate crosses the limit.
 """
 
 from __future__ import annotations
 
+import io
+import math
+import re
+import zlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
+from matplotlib.figure import Figure
 
-from labkit.errors import RunError
-from labkit.report.load import RunData, load_run
-from labkit.report.render import Block, Heading, Para, Table, fmt_num, render_html
+from labkit.errors import ConfigError, RunError
+from labkit.report.load import RunData, ensure_columns, load_run
+from labkit.report.plots import Plot
+from labkit.report.render import (
+    Block,
+    Bullets,
+    Heading,
+    Image,
+    Para,
+    Table,
+    _md_table,
+    fmt_num,
+    render_html,
+)
 from labkit.report.render import render_markdown as _render_md
-from labkit.report.stats import GROUP_KEYS, METRICS, summarize
+from labkit.report.stats import GROUP_KEYS
 from labkit.scrub import for_people, scrub_frame
 
-__all__ = ["COMPARE_COLUMNS", "compare_frames", "compare_runs", "write_comparison"]
+__all__ = [
+    "COMPARE_COLUMNS",
+    "DEFAULT_RESAMPLES",
+    "DEFAULT_SEED",
+    "GATE_METRICS",
+    "WIDE_INTERVAL_PCT",
+    "CompareResult",
+    "Comparison",
+    "GateMetric",
+    "GateResult",
+    "Threshold",
+    "check_thresholds",
+    "compare_frames",
+    "compare_runs",
+    "comparison_markdown",
+    "comparison_rows",
+    "parse_threshold",
+    "write_comparison",
+]
+
+DEFAULT_SEED = 0
+DEFAULT_RESAMPLES = 2000
+DEFAULT_CONFIDENCE = 0.95
+# An interval that includes zero yet spans more than this share of the baseline (in percent)
+# is too wide to call "no change detected".
+WIDE_INTERVAL_PCT = 40.0
+# For the error rate, whose baseline is often 0: an interval wider than this many points.
+_WIDE_ERROR_POINTS = 10.0
+# Bootstrap resamples are drawn in blocks of at most this many values, to bound memory.
+_BLOCK_VALUES = 4_000_000
+
+Direction = Literal["lower", "higher"]
+
+
+@dataclass(frozen=True)
+class GateMetric:
+    """One statistic the gate compares: which column, which quantile, which way is better."""
+
+    name: str
+    description: str
+    column: str | None
+    quantile: float | None
+    unit: str
+    better: Direction
+
+    @property
+    def min_samples(self) -> int:
+        """Requests each side needs for this statistic to mean something."""
+        if self.quantile is None:
+            return 10
+        return max(5, math.ceil(2.0 / (1.0 - self.quantile)))
+
+    def verdicts(self) -> tuple[str, str]:
+        """The words for (the run is worse, the run is better)."""
+        if self.quantile is None:
+            return "more errors", "fewer errors"
+        return "slower", "faster"
+
+
+GATE_METRICS: dict[str, GateMetric] = {
+    m.name: m
+    for m in [
+        GateMetric("ttft_p50", "TTFT p50", "client.ttft_ms", 0.5, "ms", "lower"),
+        GateMetric("ttft_p90", "TTFT p90", "client.ttft_ms", 0.9, "ms", "lower"),
+        GateMetric(
+            "decode_p50", "decode ms/token p50", "client.decode_ms_per_token", 0.5, "ms", "lower"
+        ),
+        GateMetric(
+            "decode_p90", "decode ms/token p90", "client.decode_ms_per_token", 0.9, "ms", "lower"
+        ),
+        GateMetric("e2e_p50", "e2e p50", "client.e2e_ms", 0.5, "ms", "lower"),
+        GateMetric("e2e_p90", "e2e p90", "client.e2e_ms", 0.9, "ms", "lower"),
+        GateMetric(
+            "tokens_per_s_p50",
+            "output tokens/s p50",
+            "client.output_tokens_per_s",
+            0.5,
+            "tok/s",
+            "higher",
+        ),
+        GateMetric("error_rate", "error rate", None, None, "pp", "lower"),
+    ]
+}
 
 COMPARE_COLUMNS: list[str] = [
     *GROUP_KEYS,
     "metric",
     "run",
     "run_dir",
+    "paired",
+    "n_base",
     "n",
-    "p50",
-    "p90",
-    "delta_p50",
-    "delta_p90",
-    "delta_p50_pct",
-    "delta_p90_pct",
+    "base",
+    "value",
+    "change",
+    "change_low",
+    "change_high",
+    "change_pct",
+    "change_pct_low",
+    "change_pct_high",
+    "verdict",
 ]
+
+NOT_ENOUGH = "not enough data"
+NO_CHANGE = "no change detected"
+
+_Floats = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """How the resampling is done: seed, number of resamples, confidence level."""
+
+    seed: int = DEFAULT_SEED
+    resamples: int = DEFAULT_RESAMPLES
+    confidence: float = DEFAULT_CONFIDENCE
+
+    def __post_init__(self) -> None:
+        if self.resamples < 100:
+            raise ConfigError(f"resamples must be at least 100 (got {self.resamples})")
+        if not 0.5 <= self.confidence < 1.0:
+            raise ConfigError(f"confidence must be in [0.5, 1) (got {self.confidence})")
+
+
+# --- sampling ------------------------------------------------------------------------------
+
+
+def _values(df: pd.DataFrame, column: str | None) -> pd.DataFrame:
+    """The rows behind one column's statistics, with their `plan_key` and the value as ``v``.
+
+    A latency column (`column` set): successful, non-warm-up requests with a value. The
+    error rate (`column` None): every non-warm-up request, ``v`` = 1 for a failure. A
+    plan_key seen twice (a retry) keeps its last record.
+    """
+    df = ensure_columns(df, ["plan_key"] + ([column] if column else []))
+    attempted = df[~df["warmup"].astype(bool)]
+    if column is None:
+        v = (~attempted["ok"].astype(bool)).astype(float)
+        out = pd.DataFrame({"plan_key": attempted["plan_key"], "v": v})
+    else:
+        ok = attempted[attempted["ok"].astype(bool)]
+        out = pd.DataFrame({"plan_key": ok["plan_key"], "v": ok[column].astype(float)})
+        out = out[out["v"].notna()]
+    keyed = out[out["plan_key"].notna()].drop_duplicates("plan_key", keep="last")
+    return pd.concat([keyed, out[out["plan_key"].isna()]])
+
+
+def _pairs(base: pd.DataFrame, other: pd.DataFrame) -> tuple[_Floats, _Floats] | None:
+    """The values of both runs matched by plan_key, when nearly all of them match."""
+    b = base[base["plan_key"].notna()].set_index("plan_key")["v"]
+    o = other[other["plan_key"].notna()].set_index("plan_key")["v"]
+    common = b.index.intersection(o.index, sort=False)
+    if len(common) < 0.8 * max(len(base), len(other)) or len(common) == 0:
+        return None
+    common = common.sort_values()
+    return b.loc[common].to_numpy(float), o.loc[common].to_numpy(float)
+
+
+def _stat(values: _Floats, metric: GateMetric) -> float:
+    """The statistic of one sample (NaN for an empty one)."""
+    if not len(values):
+        return math.nan
+    if metric.quantile is None:
+        return float(values.mean())
+    return float(np.quantile(values, metric.quantile))
+
+
+def _counts(rng: np.random.Generator, n: int, count: int) -> npt.NDArray[np.int64]:
+    """`count` bootstrap resamples of `n` items, each as how often it drew every item."""
+    draws = rng.integers(0, n, size=(count, n)) + (np.arange(count) * n)[:, None]
+    return np.bincount(draws.ravel(), minlength=count * n).reshape(count, n)
+
+
+def _resampled(
+    values: _Floats, counts: npt.NDArray[np.int64], metrics: Sequence[GateMetric]
+) -> list[_Floats]:
+    """Each metric's statistic of every resample (given as draw counts), one value per row.
+
+    A quantile is numpy's linear interpolation on the resample, found from the cumulative
+    counts over the sorted values: no resample is materialised or sorted.
+    """
+    n = len(values)
+    out: list[_Floats] = []
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    cumulative: npt.NDArray[np.int64] | None = None
+    for metric in metrics:
+        if metric.quantile is None:
+            out.append(np.asarray(counts @ values / n, dtype=float))
+            continue
+        if cumulative is None:
+            cumulative = np.cumsum(counts[:, order], axis=1)
+        h = (n - 1) * metric.quantile
+        below, frac = math.floor(h), h - math.floor(h)
+        lo = ordered[(cumulative <= below).sum(axis=1)]
+        hi = ordered[np.minimum((cumulative <= below + 1).sum(axis=1), n - 1)]
+        out.append(np.asarray(lo + frac * (hi - lo), dtype=float))
+    return out
+
+
+def _bootstrap(
+    base: _Floats,
+    other: _Floats,
+    metrics: Sequence[GateMetric],
+    paired: bool,
+    rng: np.random.Generator,
+    resamples: int,
+) -> list[tuple[_Floats, _Floats]]:
+    """Per metric, its statistic of `resamples` resamples of each side (the same draws when
+    paired: then `base` and `other` are the two values of each pair)."""
+    width = max(len(base), len(other))
+    block = max(1, _BLOCK_VALUES // max(width, 1))
+    parts: list[list[tuple[_Floats, _Floats]]] = []
+    done = 0
+    while done < resamples:
+        count = min(block, resamples - done)
+        b_counts = _counts(rng, len(base), count)
+        o_counts = b_counts if paired else _counts(rng, len(other), count)
+        parts.append(
+            list(
+                zip(
+                    _resampled(base, b_counts, metrics),
+                    _resampled(other, o_counts, metrics),
+                    strict=True,
+                )
+            )
+        )
+        done += count
+    return [
+        (np.concatenate([p[i][0] for p in parts]), np.concatenate([p[i][1] for p in parts]))
+        for i in range(len(metrics))
+    ]
+
+
+def _interval(values: _Floats, confidence: float) -> tuple[float, float]:
+    finite = values[np.isfinite(values)]
+    if len(finite) < 0.9 * len(values):
+        return math.nan, math.nan
+    tail = 100.0 * (1.0 - confidence) / 2.0
+    low, high = np.percentile(finite, [tail, 100.0 - tail])
+    return float(low), float(high)
+
+
+def _seed_for(seed: int, key: Sequence[object]) -> np.random.Generator:
+    """A generator per comparison, so each one's interval does not depend on the others."""
+    digest = zlib.crc32("\x1f".join(str(k) for k in key).encode("utf-8"))
+    return np.random.default_rng([seed, digest])
+
+
+def _compare_column(
+    base: pd.DataFrame,
+    other: pd.DataFrame,
+    metrics: Sequence[GateMetric],
+    how: Comparison,
+    key: Sequence[object],
+) -> list[dict[str, object]]:
+    """The rows of the metrics of one column: values, change, interval, verdict.
+
+    They share their resamples (p50 and p90 of one draw), seeded by `key`.
+    """
+    pairs = _pairs(base, other)
+    paired = pairs is not None
+    b_vals, o_vals = (
+        pairs if pairs is not None else (base["v"].to_numpy(float), other["v"].to_numpy(float))
+    )
+    sampled = [m for m in metrics if min(len(b_vals), len(o_vals)) >= m.min_samples]
+    resampled = dict(
+        zip(
+            [m.name for m in sampled],
+            _bootstrap(b_vals, o_vals, sampled, paired, _seed_for(how.seed, key), how.resamples)
+            if sampled
+            else [],
+            strict=True,
+        )
+    )
+    rows = []
+    for metric in metrics:
+        base_v, value = _stat(b_vals, metric), _stat(o_vals, metric)
+        scale = 100.0 if metric.quantile is None else 1.0  # error rate: percentage points
+        low = high = pct_low = pct_high = math.nan
+        if metric.name in resampled:
+            b_stats, o_stats = resampled[metric.name]
+            low, high = _interval((o_stats - b_stats) * scale, how.confidence)
+            if base_v:
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    ratio = 100.0 * (o_stats / b_stats - 1.0)
+                pct_low, pct_high = _interval(ratio, how.confidence)
+        rows.append(
+            {
+                "metric": metric.name,
+                "paired": paired,
+                "n_base": len(b_vals),
+                "n": len(o_vals),
+                "base": base_v,
+                "value": value,
+                "change": (value - base_v) * scale,
+                "change_low": low,
+                "change_high": high,
+                "change_pct": 100.0 * (value - base_v) / base_v if base_v else math.nan,
+                "change_pct_low": pct_low,
+                "change_pct_high": pct_high,
+                "verdict": _verdict(metric, metric.name in resampled, low, high, pct_low, pct_high),
+            }
+        )
+    return rows
+
+
+def _verdict(
+    metric: GateMetric, enough: bool, low: float, high: float, pct_low: float, pct_high: float
+) -> str:
+    if not enough or math.isnan(low) or math.isnan(high):
+        return NOT_ENOUGH
+    worse, better = metric.verdicts()
+    if low > 0 or high < 0:
+        up = low > 0
+        return worse if up == (metric.better == "lower") else better
+    if metric.quantile is None:
+        wide = high - low > _WIDE_ERROR_POINTS
+    else:
+        wide = math.isnan(pct_low) or pct_high - pct_low > WIDE_INTERVAL_PCT
+    return NOT_ENOUGH if wide else NO_CHANGE
+
+
+# --- comparing -----------------------------------------------------------------------------
 
 
 def _labels(runs: Sequence[RunData]) -> list[str]:
@@ -46,67 +389,198 @@ def _labels(runs: Sequence[RunData]) -> list[str]:
     return labels
 
 
-def compare_frames(frames: Sequence[tuple[str, str, pd.DataFrame]]) -> pd.DataFrame:
-    """Compare already-loaded record frames, given as (label, run_dir, frame); first = base."""
-    rows: list[dict[str, object]] = []
-    base: dict[tuple[object, ...], tuple[float, float]] = {}
-    for i, (label, run_dir, df) in enumerate(frames):
-        summary = summarize(df)
-        for _, s in summary.iterrows():
-            key_vals = tuple(s[k] for k in GROUP_KEYS)
-            for metric in METRICS:
-                p50 = float(s[f"{metric}.p50"])
-                p90 = float(s[f"{metric}.p90"])
-                row: dict[str, object] = dict(zip(GROUP_KEYS, key_vals, strict=True))
-                row.update(
-                    metric=metric,
-                    run=label,
-                    run_dir=run_dir,
-                    n=int(s[f"{metric}.n"]),
-                    p50=p50,
-                    p90=p90,
-                )
-                key = (*key_vals, metric)
-                if i == 0:
-                    base[key] = (p50, p90)
-                    row.update(
-                        delta_p50=np.nan,
-                        delta_p90=np.nan,
-                        delta_p50_pct=np.nan,
-                        delta_p90_pct=np.nan,
-                    )
-                else:
-                    b50, b90 = base.get(key, (np.nan, np.nan))
-                    row.update(
-                        delta_p50=p50 - b50,
-                        delta_p90=p90 - b90,
-                        delta_p50_pct=100.0 * (p50 - b50) / b50 if b50 else np.nan,
-                        delta_p90_pct=100.0 * (p90 - b90) / b90 if b90 else np.nan,
-                    )
-                rows.append(row)
-    out = pd.DataFrame(rows, columns=COMPARE_COLUMNS)
-    if out.empty:
-        return out
-    order = {label: i for i, (label, _, _) in enumerate(frames)}
-    metric_order = {m: i for i, m in enumerate(METRICS)}
-    out = out.assign(_r=out["run"].map(order), _m=out["metric"].map(metric_order))
-    out = out.sort_values([*GROUP_KEYS, "_m", "_r"], na_position="last", kind="stable")
-    return out.drop(columns=["_r", "_m"]).reset_index(drop=True)
+def _groups(df: pd.DataFrame) -> dict[tuple[object, ...], pd.DataFrame]:
+    if df.empty:
+        return {}
+    return {
+        (key if isinstance(key, tuple) else (key,)): sub
+        for key, sub in df.groupby(GROUP_KEYS, dropna=False, sort=True)
+    }
 
 
-def compare_runs(run_dirs: Sequence[Path | str]) -> pd.DataFrame:
-    """Long table: one row per provider × experiment × model × metric × run (first = base).
+def compare_frames(
+    frames: Sequence[tuple[str, str, pd.DataFrame]],
+    metrics: Sequence[str] | None = None,
+    how: Comparison | None = None,
+) -> pd.DataFrame:
+    """Compare record frames given as (label, run_dir, frame); the first is the baseline.
 
-    Columns: `COMPARE_COLUMNS`. ``n`` is the number of requests in that metric's statistics;
-    ``delta_*`` are this run minus the first run (NaN for the first run itself).
+    One row per provider × experiment × model × metric × later run, for every group of the
+    baseline (a group missing from a later run gets ``n == 0`` and ``not enough data``).
+    Columns: `COMPARE_COLUMNS`. ``change`` is the run minus the baseline in the metric's
+    unit (percentage points for the error rate), ``change_pct`` in percent of the baseline;
+    ``*_low``/``*_high`` bound the bootstrap interval.
     """
+    how = how or Comparison()
+    names = list(metrics) if metrics is not None else list(GATE_METRICS)
+    if len(frames) < 2:
+        raise RunError("compare needs at least two runs")
+    _, _, base_df = frames[0]
+    base_groups = _groups(base_df)
+    rows: list[dict[str, object]] = []
+    by_column: dict[str | None, list[GateMetric]] = {}
+    for name in names:
+        by_column.setdefault(GATE_METRICS[name].column, []).append(GATE_METRICS[name])
+    order = {name: i for i, name in enumerate(names)}
+    for label, run_dir, df in frames[1:]:
+        groups = _groups(df)
+        for key, base_sub in base_groups.items():
+            other_sub = groups.get(key, df.iloc[0:0])
+            group_rows: list[dict[str, object]] = []
+            for column, metrics_here in by_column.items():
+                group_rows += _compare_column(
+                    _values(base_sub, column),
+                    _values(other_sub, column) if len(other_sub) else _empty_values(),
+                    metrics_here,
+                    how,
+                    (*key, column, label),
+                )
+            group_rows.sort(key=lambda r: order[str(r["metric"])])
+            for row in group_rows:
+                row.update(dict(zip(GROUP_KEYS, key, strict=True)), run=label, run_dir=run_dir)
+            rows += group_rows
+    return pd.DataFrame(rows, columns=COMPARE_COLUMNS)
+
+
+def _empty_values() -> pd.DataFrame:
+    return pd.DataFrame({"plan_key": pd.Series(dtype=object), "v": pd.Series(dtype=float)})
+
+
+def _load(run_dirs: Sequence[Path | str]) -> tuple[list[RunData], list[str]]:
     if len(run_dirs) < 2:
         raise RunError("compare needs at least two run folders")
     runs = [load_run(p) for p in run_dirs]
-    labels = _labels(runs)
+    return runs, _labels(runs)
+
+
+def compare_runs(
+    run_dirs: Sequence[Path | str],
+    metrics: Sequence[str] | None = None,
+    how: Comparison | None = None,
+) -> pd.DataFrame:
+    """`compare_frames` on run folders (the first is the baseline); columns `COMPARE_COLUMNS`."""
+    runs, labels = _load(run_dirs)
     return compare_frames(
-        [(lab, str(r.run_dir), r.records) for lab, r in zip(labels, runs, strict=True)]
+        [(lab, str(r.run_dir), r.records) for lab, r in zip(labels, runs, strict=True)],
+        metrics,
+        how,
     )
+
+
+# --- thresholds ----------------------------------------------------------------------------
+
+_THRESHOLD = re.compile(
+    r"^\s*(?P<metric>[A-Za-z0-9_]+)\s*(?P<op>[<>])\s*(?P<value>[+-]?\d+(?:\.\d+)?)\s*"
+    r"(?P<unit>%|ms|pp|tok/s)?\s*$"
+)
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """One ``--fail-on`` limit: fail when `metric`'s change is beyond `limit` `unit`."""
+
+    text: str
+    metric: str
+    op: Literal["<", ">"]
+    limit: float
+    relative: bool
+
+    def crossed(self, change: float) -> bool:
+        """Whether a change (in percent when `relative`) is beyond the limit."""
+        return change > self.limit if self.op == ">" else change < self.limit
+
+
+def parse_threshold(text: str) -> Threshold:
+    """Read ``METRIC>+N%``, ``METRIC>+Nms``, ``tokens_per_s_p50<-N%``, ``error_rate>+Npp``.
+
+    Raises `ConfigError` naming what is wrong with a malformed expression.
+    """
+    match = _THRESHOLD.match(text)
+    names = ", ".join(GATE_METRICS)
+    if match is None:
+        raise ConfigError(
+            f"--fail-on {text!r} is not METRIC>CHANGE or METRIC<CHANGE with a unit, "
+            f"e.g. 'ttft_p50>+10%', 'e2e_p90>+50ms', 'error_rate>+1pp' (metrics: {names})"
+        )
+    name, unit = match["metric"].lower(), match["unit"]
+    metric = GATE_METRICS.get(name)
+    if metric is None:
+        raise ConfigError(f"--fail-on {text!r}: unknown metric {name!r} (metrics: {names})")
+    if unit is None:
+        raise ConfigError(
+            f"--fail-on {text!r}: give the change a unit: '%' (of the baseline) or {metric.unit!r}"
+        )
+    if metric.quantile is None and unit != "pp":
+        raise ConfigError(
+            f"--fail-on {text!r}: the error rate's change is in percentage points, "
+            "e.g. 'error_rate>+1pp'"
+        )
+    if unit not in ("%", metric.unit):
+        raise ConfigError(
+            f"--fail-on {text!r}: {name} changes in '%' or {metric.unit!r}, not {unit!r}"
+        )
+    op: Literal["<", ">"] = ">" if match["op"] == ">" else "<"
+    return Threshold(text.strip(), name, op, float(match["value"]), unit == "%")
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """What the thresholds found: the failures, and what could not be checked."""
+
+    failures: list[str]
+    unchecked: list[str]
+    checked: int
+
+    @property
+    def passed(self) -> bool:
+        """True when no threshold failed."""
+        return not self.failures
+
+
+def _where(row: Any) -> str:
+    return f"{row['provider']} · {row['experiment']} · {row['model']} ({row['run']})"
+
+
+def check_thresholds(table: pd.DataFrame, thresholds: Sequence[Threshold]) -> GateResult:
+    """Apply `thresholds` to a comparison table (from `compare_frames`).
+
+    A threshold fails on a row when the change is detected (the verdict is not "no change
+    detected" or "not enough data") and its estimate crosses the limit. A row without enough
+    data is listed as unchecked; a threshold that no row could check is itself a failure, so
+    a gate cannot pass on an empty or too-small run.
+    """
+    failures: list[str] = []
+    unchecked: list[str] = []
+    checked = 0
+    for threshold in thresholds:
+        rows = table[table["metric"] == threshold.metric]
+        checked_here = 0
+        for _, row in rows.iterrows():
+            change = float(row["change_pct" if threshold.relative else "change"])
+            if row["verdict"] == NOT_ENOUGH or math.isnan(change):
+                unchecked.append(f"{threshold.text}: {_where(row)}: {row['verdict']}")
+                continue
+            checked_here += 1
+            if row["verdict"] != NO_CHANGE and threshold.crossed(change):
+                failures.append(f"{threshold.text}: {_where(row)}: {_change_text(row)}")
+        if not checked_here:
+            failures.append(f"{threshold.text}: no comparison had enough data to check it")
+        checked += checked_here
+    return GateResult(failures, unchecked, checked)
+
+
+@dataclass(frozen=True)
+class CompareResult:
+    """What `write_comparison` produced: its folder, the table, the gate, the summary."""
+
+    folder: Path
+    table: pd.DataFrame
+    gate: GateResult | None
+    labels: list[str]
+    markdown: str
+
+
+# --- output --------------------------------------------------------------------------------
 
 
 def _signed(v: object, digits: int | None = None, suffix: str = "") -> str:
@@ -116,72 +590,224 @@ def _signed(v: object, digits: int | None = None, suffix: str = "") -> str:
     return ("+" + text if not text.startswith("-") else text) + suffix
 
 
+def _change_text(row: Any) -> str:
+    """``+30.1 ms [+28.0, +32.2] (+60.2% [+55.9%, +64.4%])``."""
+    unit = GATE_METRICS[str(row["metric"])].unit
+    text = f"{_signed(row['change'])} {unit} [{_signed(row['change_low'])}, "
+    text += f"{_signed(row['change_high'])}]"
+    if not math.isnan(float(row["change_pct"])):
+        text += (
+            f" ({_signed(row['change_pct'], 1, '%')} [{_signed(row['change_pct_low'], 1, '%')}, "
+        )
+        text += f"{_signed(row['change_pct_high'], 1, '%')}])"
+    return text
+
+
 def comparison_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     """Column labels and formatted cells of a comparison table (shared by md, html, CLI)."""
-    cols = ["provider", "experiment", "model", "metric", "run", "n", "p50", "p90", "Δp50", "Δp90"]
+    cols = ["provider", "experiment", "model", "metric", "run", "n", "baseline", "run value"]
+    cols += ["change [interval]", "verdict"]
     rows = []
     for _, r in table.iterrows():
-        d50 = _signed(r["delta_p50"])
-        d90 = _signed(r["delta_p90"])
-        if d50 != "—" and not np.isnan(r["delta_p50_pct"]):
-            d50 += f" ({_signed(r['delta_p50_pct'], 1, '%')})"
-        if d90 != "—" and not np.isnan(r["delta_p90_pct"]):
-            d90 += f" ({_signed(r['delta_p90_pct'], 1, '%')})"
+        metric = GATE_METRICS[str(r["metric"])]
+        scale = 100.0 if metric.quantile is None else 1.0
+        unit = "%" if metric.quantile is None else f" {metric.unit}"
+        pairing = " paired" if r["paired"] else ""
         rows.append(
             [
                 str(r["provider"]),
                 str(r["experiment"]),
                 str(r["model"]),
-                str(r["metric"]),
+                metric.description,
                 str(r["run"]),
-                str(int(r["n"])),
-                fmt_num(r["p50"]),
-                fmt_num(r["p90"]),
-                d50,
-                d90,
+                f"{int(r['n_base'])} → {int(r['n'])}{pairing}",
+                fmt_num(float(r["base"]) * scale) + unit,
+                fmt_num(float(r["value"]) * scale) + unit,
+                _change_text(r),
+                str(r["verdict"]),
             ]
         )
     return cols, rows
 
 
-def write_comparison(run_dirs: Sequence[Path | str], out: Path | None = None) -> Path:
-    """Write compare.md, compare.html and compare.csv; returns the folder holding them.
+_STATUS_ICON = {"slower": "🔴", "more errors": "🔴", "faster": "🟢", "fewer errors": "🟢"}
 
-    The default folder is ``compare-<first>-vs-<last>`` next to the first run folder.
-    """
-    if len(run_dirs) < 2:
-        raise RunError("compare needs at least two run folders")
-    runs = [load_run(p) for p in run_dirs]
-    labels = _labels(runs)
-    table = compare_frames(
-        [(lab, str(r.run_dir), r.records) for lab, r in zip(labels, runs, strict=True)]
+
+def _summary_blocks(
+    table: pd.DataFrame,
+    labels: Sequence[str],
+    gate: GateResult | None,
+    thresholds: Sequence[Threshold],
+    how: Comparison,
+) -> list[Block]:
+    blocks: list[Block] = [Heading("labkit compare: " + " vs ".join(labels), 2)]
+    if gate is not None:
+        if gate.passed:
+            blocks.append(
+                Para(
+                    f"✅ Gate passed: {', '.join(t.text for t in thresholds)} "
+                    f"({gate.checked} comparison(s) checked)."
+                )
+            )
+        else:
+            blocks.append(Para(f"❌ Gate failed: {len(gate.failures)} threshold(s) crossed."))
+            blocks.append(Bullets(gate.failures, "warn"))
+        if gate.unchecked:
+            blocks.append(Para("Not checked (too little data):", "note"))
+            blocks.append(Bullets(gate.unchecked, "note"))
+    detected = table[~table["verdict"].isin([NO_CHANGE, NOT_ENOUGH])]
+    if len(detected):
+        blocks.append(
+            Bullets(
+                [
+                    f"{_STATUS_ICON.get(str(r['verdict']), '')} "
+                    f"{GATE_METRICS[str(r['metric'])].description} {r['verdict']}: "
+                    f"{_where(r)}: {_change_text(r)}"
+                    for _, r in detected.iterrows()
+                ]
+            )
+        )
+    blocks.append(
+        Para(
+            f"Baseline: {labels[0]}. Change = run − baseline with its {how.confidence:.0%} "
+            f"bootstrap interval ({how.resamples} resamples, seed {how.seed}; paired by "
+            "planned request where both runs hold the same ones). A verdict is given only "
+            "when the interval excludes zero; 'no change detected' means any change is "
+            "smaller than the interval; 'not enough data': too few requests, or an interval "
+            "too wide to tell. Error rate in percentage points.",
+            "note",
+        )
     )
+    if table.empty:
+        blocks.append(Para("The baseline holds no records: nothing to compare.", "warn"))
+    else:
+        cols, rows = comparison_rows(table)
+        blocks.append(Table(cols, rows, {5, 6, 7, 8}))
+    return blocks
+
+
+def comparison_markdown(
+    table: pd.DataFrame,
+    labels: Sequence[str],
+    gate: GateResult | None = None,
+    thresholds: Sequence[Threshold] = (),
+    how: Comparison | None = None,
+) -> str:
+    """The comparison as GitHub-flavoured Markdown, fit for a CI job summary (no images)."""
+    out: list[str] = []
+    for block in _summary_blocks(table, labels, gate, thresholds, how or Comparison()):
+        if isinstance(block, Heading):
+            out.append("#" * block.level + " " + block.text)
+        elif isinstance(block, Para):
+            out.append(f"> {block.text}" if block.style == "warn" else block.text)
+        elif isinstance(block, Bullets):
+            out.append("\n".join(f"- {item}" for item in block.items))
+        elif isinstance(block, Table):
+            out.append(_md_table(block))
+    return for_people("\n\n".join(out)) + "\n"
+
+
+_DISTRIBUTIONS = [
+    ("client.ttft_ms", "TTFT (ms)"),
+    ("client.decode_ms_per_token", "decode (ms/token)"),
+    ("client.e2e_ms", "e2e (ms)"),
+]
+_MAX_FIGURES = 12
+
+
+def _png(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=96, bbox_inches="tight", metadata={"Software": None})
+    return buf.getvalue()
+
+
+def _distribution_plots(runs: Sequence[RunData], labels: Sequence[str]) -> list[Plot]:
+    """Per provider × experiment: each run's TTFT, decode and e2e distributions overlaid."""
+    frames = []
+    for label, run in zip(labels, runs, strict=True):
+        df = ensure_columns(run.records, [c for c, _ in _DISTRIBUTIONS])
+        ok = df[df["ok"].astype(bool) & ~df["warmup"].astype(bool)]
+        frames.append((label, ok))
+    keys = sorted(
+        {
+            (str(p), str(e))
+            for _, ok in frames
+            for p, e in zip(ok["provider"], ok["experiment"], strict=True)
+        }
+    )[:_MAX_FIGURES]
+    plots = []
+    for provider, experiment in keys:
+        fig = Figure(figsize=(10.0, 3.2), layout="constrained")
+        axes = fig.subplots(1, len(_DISTRIBUTIONS))
+        drawn = False
+        for ax, (col, title) in zip(axes, _DISTRIBUTIONS, strict=True):
+            for label, ok in frames:
+                sel = ok[(ok["provider"] == provider) & (ok["experiment"] == experiment)]
+                values = np.sort(sel[col].dropna().to_numpy(float))
+                if len(values) == 0:
+                    continue
+                drawn = True
+                ys = np.arange(1, len(values) + 1) / len(values)
+                ax.step(values, ys, where="post", label=f"{label} (n={len(values)})")
+            ax.set_xlabel(title)
+            ax.grid(alpha=0.3)
+            ax.set_ylim(0, 1.02)
+        axes[0].set_ylabel("fraction of requests")
+        axes[0].legend(fontsize=8)
+        if not drawn:
+            continue
+        safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{provider}-{experiment}")
+        plots.append(
+            Plot(
+                f"distribution-{safe}",
+                f"{provider} · {experiment}: distributions per run",
+                _png(fig),
+                "Cumulative distributions of successful, non-warm-up requests, one line per "
+                "run: a curve further right is slower.",
+            )
+        )
+    return plots
+
+
+def write_comparison(
+    run_dirs: Sequence[Path | str],
+    out: Path | None = None,
+    thresholds: Sequence[Threshold] = (),
+    how: Comparison | None = None,
+) -> CompareResult:
+    """Write compare.md, compare.html (distributions overlaid) and compare.csv.
+
+    The default folder is ``compare-<first>-vs-<last>`` next to the first run.
+    """
+    how = how or Comparison()
+    runs, labels = _load(run_dirs)
+    table = compare_frames(
+        [(lab, str(r.run_dir), r.records) for lab, r in zip(labels, runs, strict=True)],
+        how=how,
+    )
+    gate = check_thresholds(table, thresholds) if thresholds else None
     folder = out or runs[0].run_dir.parent / (
         f"compare-{runs[0].run_dir.name}-vs-{runs[-1].run_dir.name}"
     )
     title = "labkit comparison: " + " vs ".join(labels)
-    cols, rows = comparison_rows(table)
-    blocks: list[Block] = [
-        Heading(title, 1),
-        Para(
-            f"Baseline: {labels[0]} ({runs[0].run_dir}). Later runs: "
-            + ", ".join(f"{lab} ({r.run_dir})" for lab, r in zip(labels[1:], runs[1:], strict=True))
-            + ". Δ is the run minus the baseline, in ms (tokens/s for output_tokens_per_s); "
-            "n is the number of successful, non-warm-up requests behind each figure.",
-            "note",
-        ),
-    ]
-    if table.empty:
-        blocks.append(Para("None of these runs holds records: nothing to compare.", "warn"))
-    else:
-        blocks.append(Table(cols, rows, {5, 6, 7, 8, 9}))
+    summary = _summary_blocks(table, labels, gate, thresholds, how)
+    figures: list[Block] = [Heading("Distributions", 2)]
+    figures += [Image(p) for p in _distribution_plots(runs, labels)]
+    sources = Para(
+        "Runs: " + ", ".join(f"{lab} ({r.run_dir})" for lab, r in zip(labels, runs, strict=True)),
+        "note",
+    )
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "compare.md").write_text(for_people(_render_md(blocks, folder)), encoding="utf-8")
+        (folder / "compare.md").write_text(
+            for_people(_render_md([*summary, sources, *figures], folder, "compare_files")),
+            encoding="utf-8",
+        )
         (folder / "compare.html").write_text(
-            for_people(render_html(blocks, title)), encoding="utf-8"
+            for_people(render_html([*summary, sources, *figures], title)), encoding="utf-8"
         )
         scrub_frame(table).to_csv(folder / "compare.csv", index=False)
     except OSError as exc:
         raise RunError(f"cannot write the comparison into {folder}: {exc}") from exc
-    return folder
+    markdown = comparison_markdown(table, labels, gate, thresholds, how)
+    return CompareResult(folder, table, gate, labels, markdown)

@@ -66,6 +66,7 @@ _TOP_STR = [
     "stop_reason",
     "stop_reason_raw",
     "server_build",
+    "plan_key",
 ]
 _TOP_NUM = ["trial", "attempt", "prompt_chars", "prompt_bytes"]
 _ERROR_STR = ["kind", "message"]

@@ -30,6 +30,7 @@ from labkit.figures import (
 from labkit.records import LabResults
 from labkit.report.load import ensure_columns, load_event_offsets
 from labkit.report.stats import included
+from labkit.server_metrics import ServerMetricsSample
 
 __all__ = [
     "Plot",
@@ -41,6 +42,7 @@ __all__ = [
     "load_curves",
     "load_rows",
     "prefill_points",
+    "server_queue_timeline",
     "token_timeline",
     "ttft_distribution",
     "ttft_vs_prompt",
@@ -467,6 +469,37 @@ def load_curves(lab: LabResults | None) -> Plot | None:
         "Left: output tokens/s of all streams together, per level. Right: client TTFT p50 "
         "(solid) and p99 (dashed); a red ring marks a client-bound level, whose timings "
         "include labkit's own delay.",
+    )
+
+
+def server_queue_timeline(scraped: dict[str, list[ServerMetricsSample]]) -> Plot | None:
+    """Requests running and waiting in each server over the run, from its scrapes."""
+    series = [(p, s) for p, s in sorted(scraped.items()) if any(x.running is not None for x in s)]
+    series = series[:_MAX_PROVIDERS]
+    if not series:
+        return None
+    fig = _fig(width=10.0, height=3.4)
+    ax = fig.subplots()
+    for provider, samples in series:
+        t0 = samples[0].t_mono_ns
+        t = [(x.t_mono_ns - t0) / 1e9 for x in samples]
+        running = [np.nan if x.running is None else x.running for x in samples]
+        waiting = [np.nan if x.waiting is None else x.waiting for x in samples]
+        line = ax.step(t, running, where="post", label=f"{provider} running")[0]
+        ax.step(
+            t, waiting, where="post", ls="--", color=line.get_color(), label=f"{provider} waiting"
+        )
+    ax.set_xlabel("seconds since the provider's first scrape")
+    ax.set_ylabel("requests")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return Plot(
+        "server_queue",
+        "Requests running and waiting in the server",
+        _png(fig),
+        "From the server's own /metrics, scraped during the run (server-metrics-<id>.jsonl): "
+        "requests it was running (solid) and holding in its queue (dashed).",
     )
 
 

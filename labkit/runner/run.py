@@ -23,9 +23,12 @@ from labkit.experiments.paced import connections_needed
 from labkit.providers import ManagedServerHandle, Provider, ProviderSettings, provider_class
 from labkit.recorder import LoopLagMonitor, RecordContext, StreamRecorder
 from labkit.records import ErrorKind, LabAnswer, LabResults, RecordError, RequestRecord
+from labkit.runner.later import LaterReport, fetch_later_stats
 from labkit.runner.results import RunFolder, host_info, new_run_id, package_versions
+from labkit.runner.scrape import MetricsScraper, ScrapeReport
 from labkit.runner.workers import run_in_workers
 from labkit.sdkpath import SDKRecorder
+from labkit.server_metrics import metrics_file_name, read_server_metrics
 from labkit.timing import percentile
 
 __all__ = ["ProviderOutcome", "RunOptions", "RunResult", "Runner", "run_lab"]
@@ -60,6 +63,10 @@ class ProviderOutcome:
     server: dict[str, Any] | None = None
     #: Whether the provider says it reports its own prefill/decode times (None: not known).
     reports_server_timings: bool | None = None
+    #: How the scrapes of the server's /metrics went, summed over experiments (None: none).
+    server_metrics: ScrapeReport | None = None
+    #: How fetching the provider's stats after the run went (None: it keeps none).
+    stats_later: LaterReport | None = None
     ttfts: list[float] = field(default_factory=list)
 
     def manifest_entry(self) -> dict[str, Any]:
@@ -74,6 +81,10 @@ class ProviderOutcome:
             "failed": self.failed,
             "server": self.server,
             "reports_server_timings": self.reports_server_timings,
+            "server_metrics": (
+                self.server_metrics.manifest_entry() if self.server_metrics else None
+            ),
+            "stats_later": self.stats_later.manifest_entry() if self.stats_later else None,
         }
 
 
@@ -178,7 +189,9 @@ class Runner:
             mine = [r for r in self._records if r.provider == outcome.id]
             if not mine:  # skipped, or failed before its first request: nothing to analyse
                 continue
+            scraped = read_server_metrics(self.folder.path, outcome.id)
             for exp in self.experiments:
+                exp.server_metrics[outcome.id] = scraped
                 recs = [r for r in mine if r.experiment == exp.name]
                 try:
                     answers.append(exp.analyze(outcome.id, outcome.model, recs))
@@ -222,6 +235,7 @@ class Runner:
                 outcome.server = described
             for exp in self.experiments:
                 await self._run_experiment(exp, provider, outcome, server)
+            await self._fetch_stats_later(provider, outcome)
             if outcome.done and outcome.failed == outcome.done:
                 outcome.status = "failed"
                 outcome.reason = f"every request failed; first error: {outcome.first_error}"
@@ -249,6 +263,22 @@ class Runner:
                 await asyncio.to_thread(server.stop)
             self.on_progress(outcome)
 
+    async def _fetch_stats_later(self, provider: Provider, outcome: ProviderOutcome) -> None:
+        """The provider's own account of each response, where it keeps one (never fails
+        the run: what could not be fetched is counted and said once)."""
+        if not provider.fetches_stats_later():
+            return
+        mine = [r for r in self._records if r.provider == provider.id]
+        self.on_message(f"provider {provider.id!r}: fetching its stats of each response")
+        try:
+            report = await fetch_later_stats(provider, mine, self.folder.path)
+        except (OSError, ValueError) as exc:
+            report = LaterReport(file="", missing=len(mine), first_error=str(exc)[:200])
+        outcome.stats_later = report
+        note = report.failure_note(provider.id)
+        if note:
+            self.on_message(note)
+
     async def _start_server(
         self, settings: ProviderSettings, server: ManagedServerHandle
     ) -> ProviderSettings:
@@ -263,6 +293,44 @@ class Runner:
         return settings.model_copy(update={"base_url": base_url})
 
     async def _run_experiment(
+        self,
+        exp: Experiment,
+        provider: Provider,
+        outcome: ProviderOutcome,
+        server: ManagedServerHandle | None,
+    ) -> None:
+        scraper = self._scraper(exp, provider)
+        if scraper is not None:
+            scraper.start()
+        try:
+            await self._run_experiment_requests(exp, provider, outcome, server)
+        finally:
+            if scraper is not None:
+                self._scraped(await asyncio.to_thread(scraper.stop), outcome)
+
+    def _scraper(self, exp: Experiment, provider: Provider) -> MetricsScraper | None:
+        """A scraper of the provider's /metrics for one experiment (None: it has none)."""
+        url = provider.metrics_url()
+        if url is None:
+            return None
+        interval = exp.settings.metrics_interval_s or provider.settings.metrics_interval_s
+        path = self.folder.path / metrics_file_name(provider.id)
+        return MetricsScraper(provider.id, url, path, interval_s=interval)
+
+    def _scraped(self, report: ScrapeReport, outcome: ProviderOutcome) -> None:
+        """Add one experiment's scrapes to the provider's; say once when scrapes failed."""
+        total = outcome.server_metrics
+        if total is None:
+            outcome.server_metrics = total = ScrapeReport(url=report.url, file=report.file)
+        first_failures = not total.failed
+        total.scrapes += report.scrapes
+        total.failed += report.failed
+        total.first_error = total.first_error or report.first_error
+        note = report.failure_note(outcome.id)
+        if note and first_failures:
+            self.on_message(note)
+
+    async def _run_experiment_requests(
         self,
         exp: Experiment,
         provider: Provider,

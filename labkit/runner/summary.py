@@ -88,6 +88,22 @@ _LOAD_COLUMNS: list[tuple[Callable[[LoadLevel], float | None], str, int]] = [
     (lambda r: r.loop_lag_ms_p50, "loop lag\np50 ms", 1),
 ]
 
+# The server's own metrics, shown where a level has them (`LoadLevel.server`).
+_SERVER_COLUMNS: list[tuple[Callable[[LoadLevel], float | None], str, int]] = [
+    (lambda r: r.server.running_max if r.server else None, "server\nrunning max", 0),
+    (lambda r: r.server.waiting_max if r.server else None, "server\nwaiting max", 0),
+    (
+        lambda r: (
+            r.server.kv_cache_use_max * 100
+            if r.server and r.server.kv_cache_use_max is not None
+            else None
+        ),
+        "server\nKV max %",
+        0,
+    ),
+    (lambda r: r.server.ttft_ms_p50 if r.server else None, "server\nTTFT p50", 1),
+]
+
 
 def load_tables(lab: LabResults) -> list[Table]:
     """One table per load answer: a row per level, client-bound levels marked."""
@@ -98,12 +114,15 @@ def load_tables(lab: LabResults) -> list[Table]:
         table = Table(title=f"{ans.experiment} · {ans.provider}", title_justify="left")
         table.add_column("level", no_wrap=True)
         table.add_column("procs", justify="right")
-        for _, label, _ in _LOAD_COLUMNS:
+        columns = list(_LOAD_COLUMNS)
+        levels = ans.figures.levels
+        columns += [c for c in _SERVER_COLUMNS if any(c[0](row) is not None for row in levels)]
+        for _, label, _ in columns:
             table.add_column(label, justify="right")
         for row in ans.figures.levels:
             name = row.title + (" [client-bound]" if row.client_bound else "")
             cells = [name, _ms(row.workers, 0)]
-            cells += [_ms(get(row), digits) for get, _, digits in _LOAD_COLUMNS]
+            cells += [_ms(get(row), digits) for get, _, digits in columns]
             table.add_row(*cells)
         tables.append(table)
     return tables

@@ -17,7 +17,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from tests.streams import anthropic_events, load_sse, oa_usage, openai_events
+from tests.streams import anthropic_events, load_sse, oa_usage, openai_events, responses_events
 
 # A key with characters JSON may escape (`/` as `\/`), so an escaped echo differs from the raw.
 PLANTED_KEY = "sk-fuzz/PLANTED+secret_0123456789"
@@ -42,14 +42,29 @@ def leaked_key_forms(text: str, key: str = PLANTED_KEY) -> list[str]:
 
 # --- valid streams, per provider kind --------------------------------------------------------
 
+
+def _ollama_built(tokens: list[str]) -> bytes:
+    """A short `/api/chat` stream: one line per token, then the done object."""
+    lines = [{"model": "m", "message": {"role": "assistant", "content": t}} for t in tokens]
+    lines.append({"done": True, "done_reason": "stop", "eval_count": 2, "eval_duration": 9000})
+    return "".join(json.dumps(o, ensure_ascii=False) + "\n" for o in lines).encode()
+
+
 _OPENAI_BUILT = b"".join(openai_events(["Hi", " there", " é✓"], usage=oa_usage(5, 3)))
 VALID_STREAMS: dict[str, list[bytes]] = {
     "openai": [load_sse("openai_chat.sse"), _OPENAI_BUILT],
     "openai_compatible": [load_sse("openai_chat.sse"), _OPENAI_BUILT],
     "llamacpp": [load_sse("llamacpp_chat.sse"), _OPENAI_BUILT],
     "anthropic": [load_sse("anthropic_messages.sse"), b"".join(anthropic_events(["Hi", " é✓"]))],
+    "openai_responses": [
+        load_sse("corpus/openai_responses_reasoning_summary.sse"),
+        b"".join(responses_events(["Hi", " é✓"])),
+    ],
+    "ollama": [load_sse("corpus/ollama_thinking.ndjson"), _ollama_built(["Hi", " é✓"])],
 }
 KINDS = list(VALID_STREAMS)
+#: Kinds whose streams are newline-delimited JSON (one object a line), not SSE.
+NDJSON_KINDS = frozenset({"ollama"})
 
 # A provider of each kind, as a config would give it; the key is planted in every one.
 PROVIDER_SETTINGS: dict[str, dict[str, Any]] = {
@@ -57,6 +72,8 @@ PROVIDER_SETTINGS: dict[str, dict[str, Any]] = {
     "openai_compatible": {"base_url": "http://compat.test:8000/v1"},
     "llamacpp": {"base_url": "http://llama.test:8080"},
     "anthropic": {"model": "claude-haiku-4-5"},
+    "openai_responses": {"model": "gpt-5-mini"},
+    "ollama": {"base_url": "http://ollama.test:11434"},
 }
 
 
@@ -80,8 +97,10 @@ class Event:
     is_json: bool = True
 
 
-def parse_events(raw: bytes) -> list[Event]:
-    """The events of a valid, LF-framed stream."""
+def parse_events(raw: bytes, ndjson: bool = False) -> list[Event]:
+    """The events of a valid, LF-framed stream (one JSON object a line when `ndjson`)."""
+    if ndjson:
+        return [Event(None, json.loads(line)) for line in raw.decode().splitlines() if line]
     events = []
     for block in raw.decode().split("\n\n"):
         name, data = None, []
@@ -107,7 +126,7 @@ class Rendering:
     deep_form: str = "list"
 
 
-def render(events: list[Event], newline: str, how: Rendering) -> bytes:
+def render(events: list[Event], newline: str, how: Rendering, ndjson: bool = False) -> bytes:
     """The stream's bytes, with the planted key and the deep nesting written in."""
     key_json = json.dumps(_KEY_MARK)[1:-1]
     deep_json = json.dumps(_DEEP_MARK)
@@ -116,6 +135,9 @@ def render(events: list[Event], newline: str, how: Rendering) -> bytes:
         data = json.dumps(ev.data, ensure_ascii=False) if ev.is_json else str(ev.data)
         data = data.replace(deep_json, _DEEP[how.deep_form])
         data = data.replace(key_json, key_renderings()[how.key_form])
+        if ndjson:
+            out.append(f"{data}{newline}")
+            continue
         head = f"event: {ev.name}{newline}" if ev.name else ""
         out.append(f"{head}data: {data}{newline}{newline}")
     return "".join(out).encode("utf-8", "surrogatepass")
@@ -174,6 +196,10 @@ def _error_event(kind: str) -> Event:
     message = f"Incorrect API key provided: {_KEY_MARK}."
     if kind == "anthropic":
         return Event("error", {"type": "error", "error": {"type": "auth", "message": message}})
+    if kind == "openai_responses":
+        return Event("error", {"type": "error", "code": "invalid_api_key", "message": message})
+    if kind in NDJSON_KINDS:
+        return Event(None, {"error": message})
     return Event(None, {"error": {"message": message, "type": "invalid_request_error"}})
 
 
@@ -195,7 +221,8 @@ class MutatedStream:
 @st.composite
 def mutated_streams(draw: st.DrawFn, kind: str) -> MutatedStream:
     """A valid stream of `kind`, broken by a few mutations, with the key echoed in it."""
-    events = parse_events(draw(st.sampled_from(VALID_STREAMS[kind])))
+    ndjson = kind in NDJSON_KINDS
+    events = parse_events(draw(st.sampled_from(VALID_STREAMS[kind])), ndjson)
     steps: list[str] = []
     how = Rendering(
         key_form=draw(st.sampled_from(list(key_renderings()))),
@@ -234,7 +261,7 @@ def mutated_streams(draw: st.DrawFn, kind: str) -> MutatedStream:
         steps.append(f"{op} {path} of {ev.name or 'data'}")
 
     newline = draw(st.sampled_from(["\n", "\r\n", "\r"]))
-    data = render(events, newline, how)
+    data = render(events, newline, how, ndjson)
 
     for _ in range(draw(st.integers(0, 2))):
         op = draw(st.sampled_from(["garbage", "invalid utf-8"]))

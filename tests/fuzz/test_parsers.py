@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 from labkit.errors import MalformedStream
 from labkit.providers import Provider
-from labkit.sse import SSEParser
 from tests.fuzz.streams import (
     KINDS,
     PLANTED_KEY,
@@ -40,7 +39,7 @@ def parse_all(kind: str, chunks: list[bytes]) -> None:
     """Frame and parse `chunks` as the recorder would; only malformed-stream errors may
     escape, and the parser's summary must be readable afterwards, whatever happened."""
     parser = provider(kind).new_parser()
-    sse = SSEParser()
+    sse = provider(kind).new_framer()
     classes = []
     try:
         for i, chunk in enumerate(chunks):

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from labkit.errors import MalformedStream
 from labkit.providers.base import Provider, StreamParser
-from labkit.sse import SSEEvent, SSEParser
+from labkit.sse import SSEEvent
 from tests.streams import make_provider
-from tests.streams.corpus import load_corpus
+from tests.streams.corpus import Fixture, load_corpus
 
 pytestmark = pytest.mark.unit
 
@@ -54,9 +54,10 @@ def _replaced(obj: Any, path: tuple[Any, ...], value: Any) -> Any:
     return copy
 
 
-def _events(body: bytes) -> list[SSEEvent]:
-    parser = SSEParser()
-    return [*parser.feed(body, 0), *parser.close()]
+def _events(fixture: Fixture) -> list[SSEEvent]:
+    _parser(fixture.kind)  # builds the kind's provider, whose framing reads the body
+    framer = _PROVIDERS[fixture.kind].new_framer()
+    return [*framer.feed(fixture.body, 0), *framer.close()]
 
 
 _PROVIDERS: dict[str, Provider] = {}
@@ -65,7 +66,8 @@ _PROVIDERS: dict[str, Provider] = {}
 def _parser(kind: str) -> StreamParser:
     """A fresh parser of `kind` (one provider per kind: building one is not free)."""
     if kind not in _PROVIDERS:
-        base = "http://127.0.0.1:9" if kind == "llamacpp" else "http://127.0.0.1:9/v1"
+        root = kind in ("llamacpp", "ollama")
+        base = "http://127.0.0.1:9" if root else "http://127.0.0.1:9/v1"
         _PROVIDERS[kind] = make_provider(kind, api_key="k", base_url=base)
     return _PROVIDERS[kind].new_parser()
 
@@ -79,7 +81,7 @@ def _parser(kind: str) -> StreamParser:
 @given(data=st.data(), value=JSON_VALUES)
 def test_any_value_anywhere_is_read_or_malformed(data: st.DataObject, value: Any) -> None:
     fixture = data.draw(st.sampled_from(READABLE), label="fixture")
-    events = _events(fixture.body)
+    events = _events(fixture)
     json_events = [i for i, e in enumerate(events) if e.data.startswith("{")]
     target = data.draw(st.sampled_from(json_events), label="event")
     obj = json.loads(events[target].data)

@@ -10,10 +10,10 @@ import pytest
 import respx
 
 from labkit.errors import MalformedStream
-from labkit.providers.base import EventClass, StreamParser
+from labkit.providers.base import EventClass, Provider, StreamParser
 from labkit.recorder import RecordContext
 from labkit.records import RequestRecord, StopReason
-from labkit.sse import SSEEvent, SSEParser
+from labkit.sse import SSEEvent
 from tests.streams import (
     ScriptedClock,
     chat,
@@ -30,14 +30,19 @@ CORPUS = load_corpus()
 OUTPUT_CLASSES = (EventClass.OUTPUT, EventClass.TEXT)
 
 
+def provider_of(kind: str) -> Provider:
+    base = "http://127.0.0.1:9" if kind in ("llamacpp", "ollama") else "http://127.0.0.1:9/v1"
+    return make_provider(kind, api_key="k", base_url=base)
+
+
 def parser_for(kind: str) -> StreamParser:
-    base = "http://127.0.0.1:9" if kind == "llamacpp" else "http://127.0.0.1:9/v1"
-    return make_provider(kind, api_key="k", base_url=base).new_parser()
+    return provider_of(kind).new_parser()
 
 
 def classes(fixture: Fixture) -> tuple[list[int], StreamParser, MalformedStream | None]:
     """Every event's class, the parser, and the MalformedStream that stopped it (if any)."""
-    sse_parser, parser, seen = SSEParser(), parser_for(fixture.kind), []
+    provider = provider_of(fixture.kind)
+    sse_parser, parser, seen = provider.new_framer(), provider.new_parser(), []
     try:
         for event in [*sse_parser.feed(fixture.body, 0), *sse_parser.close()]:
             seen.append(parser.on_event(event))

@@ -23,6 +23,7 @@ from labkit.figures import (
     TokenPieces,
     TokenRatioFigures,
     TokenRatioRow,
+    TTFTSplit,
     VariantRow,
 )
 from labkit.records import (
@@ -272,7 +273,25 @@ def _attribution(prefill: float | None, gap: float | None) -> AttributionFigures
         )
         for key, value in values.items()
     ]
-    return AttributionFigures(rows=rows, ttft_ms_p50=(prefill or 0) + (gap or 300), n=4)
+    ttft = (prefill or 0) + (gap or 300)
+    split = (
+        TTFTSplit(
+            ttft_ms=ttft,
+            provider_queue_ms=0.0,
+            queue_source="idle",
+            provider_prefill_ms=prefill,
+            network_front_end_ms=gap,
+        )
+        if prefill is not None
+        else TTFTSplit(
+            ttft_ms=ttft,
+            not_derived=[
+                "the provider reports no queue time",
+                "the provider reports no prefill time",
+            ],
+        )
+    )
+    return AttributionFigures(rows=rows, ttft_ms_p50=ttft, n=4, ttft_split=split)
 
 
 def picture_lab(run_id: str = "run-1") -> LabResults:

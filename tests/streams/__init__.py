@@ -168,6 +168,18 @@ def anthropic_events(
     yield sse({"type": "message_stop"}, "message_stop")
 
 
+def responses_events(tokens: Iterable[str], *, response_id: str = "resp_test1") -> Iterator[bytes]:
+    """A short Responses API stream: created, one text delta per token, completed with usage."""
+    tokens = list(tokens)
+    yield sse({"type": "response.created", "response": {"id": response_id}}, "response.created")
+    for t in tokens:
+        delta = {"type": "response.output_text.delta", "item_id": "msg_1", "delta": t}
+        yield sse(delta, "response.output_text.delta")
+    usage = {"input_tokens": 5, "output_tokens": len(tokens), "total_tokens": 5 + len(tokens)}
+    done = {"type": "response.completed", "response": {"status": "completed", "usage": usage}}
+    yield sse(done, "response.completed")
+
+
 def load_sse(name: str) -> bytes:
     """A recorded-style stream file from tests/streams/."""
     return (HERE / name).read_bytes()

@@ -1,5 +1,6 @@
 """The fixture corpus: real providers' stream shapes, one ``<name>.sse`` (the bytes as the
-server sends them) and one ``<name>.json`` sidecar per shape.
+server sends them; ``<name>.ndjson`` for a newline-delimited JSON stream such as Ollama's) and
+one ``<name>.json`` sidecar per shape.
 
 The sidecar says which provider ``kind`` reads the stream, the ``shape``, the ``source``
 where that shape is documented (API reference page or SDK type/test file), optional
@@ -12,13 +13,17 @@ Facts in ``expect`` (only the keys present are checked): ``output_text``; ``ttft
 ``input_tokens``, ``output_tokens``, ``cached_input_tokens``, ``reasoning_tokens``,
 ``streamed_output_tokens``, ``output_tokens_source``; ``stop_reason``, ``stop_reason_raw``;
 ``response_id``, ``system_fingerprint``; ``prefill_ms``, ``prefill_tokens``, ``decode_ms``,
-``provider_cached_tokens`` (provider timings); ``error_kind`` (null: no error) and
-``error_contains`` (a piece of the error message; null: not checked).
+``decode_ms_per_token``, ``load_ms``, ``provider_cached_tokens``, ``queue_ms``,
+``server_ttft_ms``, ``server_total_ms``, ``inference_ms``, ``server_output_tokens_per_s``,
+``processing_ms``, ``keepalive_comments``, ``timings_source`` (provider timings; numbers
+compared to a relative 1e-9, as seconds become milliseconds); ``error_kind`` (null: no
+error) and ``error_contains`` (a piece of the error message; null: not checked).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,22 +43,32 @@ class Fixture:
     expect: dict[str, Any]
     sdk: dict[str, Any] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)
+    #: ``sse`` or ``ndjson``: how the body is framed (from the file's suffix).
+    framing: str = "sse"
+
+    @property
+    def content_type(self) -> str:
+        """The content type a server sends this body with."""
+        return "application/x-ndjson" if self.framing == "ndjson" else "text/event-stream"
 
     def sdk_expect(self) -> dict[str, Any]:
         """The facts the SDK path must show: `expect` with the `sdk` differences applied."""
         return {**self.expect, **{k: v for k, v in self.sdk.items() if k != "note"}}
 
     def events(self) -> list[bytes]:
-        """The body cut at each event boundary (the blank line), separators kept."""
-        parts = self.body.split(b"\n\n")
-        out = [p + b"\n\n" for p in parts[:-1]]
+        """The body cut at each event boundary (the blank line; for NDJSON the line end),
+        separators kept."""
+        separator = b"\n" if self.framing == "ndjson" else b"\n\n"
+        parts = self.body.split(separator)
+        out = [p + separator for p in parts[:-1]]
         return out + ([parts[-1]] if parts[-1] else [])
 
 
 def load_corpus() -> list[Fixture]:
     """Every fixture, sorted by name."""
     fixtures = []
-    for sse_path in sorted(CORPUS.glob("*.sse")):
+    bodies = sorted([*CORPUS.glob("*.sse"), *CORPUS.glob("*.ndjson")], key=lambda p: p.stem)
+    for sse_path in bodies:
         side = json.loads(sse_path.with_suffix(".json").read_text())
         fixtures.append(
             Fixture(
@@ -65,6 +80,7 @@ def load_corpus() -> list[Fixture]:
                 expect=side["expect"],
                 sdk=side.get("sdk", {}),
                 headers=side.get("headers", {}),
+                framing=sse_path.suffix.lstrip("."),
             )
         )
     return fixtures
@@ -89,12 +105,26 @@ def check_record(record: Any, expect: dict[str, Any]) -> None:
         "prefill_ms": lambda: pt.prefill_ms,
         "prefill_tokens": lambda: pt.prefill_tokens,
         "decode_ms": lambda: pt.decode_ms,
+        "decode_ms_per_token": lambda: pt.decode_ms_per_token,
+        "load_ms": lambda: pt.load_ms,
         "provider_cached_tokens": lambda: pt.cached_tokens,
+        "queue_ms": lambda: pt.queue_ms,
+        "server_ttft_ms": lambda: pt.server_ttft_ms,
+        "server_total_ms": lambda: pt.server_total_ms,
+        "inference_ms": lambda: pt.inference_ms,
+        "server_output_tokens_per_s": lambda: pt.server_output_tokens_per_s,
+        "processing_ms": lambda: pt.processing_ms,
+        "keepalive_comments": lambda: pt.keepalive_comments,
+        "timings_source": lambda: pt.source,
         "error_kind": lambda: record.error and record.error.kind.value,
     }
     for key, want in expect.items():
         if key in facts:
-            assert facts[key]() == want, f"{key}: {facts[key]()!r} != {want!r}"
+            got = facts[key]()
+            if type(want) is float and type(got) is float:
+                assert math.isclose(got, want, rel_tol=1e-9), f"{key}: {got!r} != {want!r}"
+            else:
+                assert got == want, f"{key}: {got!r} != {want!r}"
     if expect.get("error_contains") is not None:
         assert record.error is not None and expect["error_contains"] in record.error.message, (
             record.error

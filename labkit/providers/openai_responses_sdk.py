@@ -1,0 +1,54 @@
+"""The `openai` SDK's Responses stream (`client.responses.create(stream=True)`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from labkit.providers.sdk import SDKAdapter
+
+if TYPE_CHECKING:
+    from labkit.providers.base import ChatRequest, Provider
+
+__all__ = ["OpenAIResponsesSDK"]
+
+
+class OpenAIResponsesSDK(SDKAdapter):
+    """`AsyncOpenAI.responses.create(stream=True)`; each event is named by its `type`."""
+
+    package = "openai"
+
+    def client(self, provider: Provider, *, api_key: str | None, http_client: Any) -> Any:
+        """An `AsyncOpenAI` at the provider's `/v1` root."""
+        import openai
+
+        return openai.AsyncOpenAI(
+            api_key=api_key or "none",
+            base_url=provider.api_root(),
+            max_retries=0,
+            http_client=http_client,
+        )
+
+    async def open_stream(
+        self, client: Any, provider: Provider, request: ChatRequest, params: dict[str, Any]
+    ) -> Any:
+        """The same body as the wire path: system messages as `instructions`, the rest as
+        `input`, parameters and extras as body fields."""
+        from labkit.providers.openai_responses import split_instructions
+
+        instructions, messages = split_instructions(request.messages)
+        kwargs: dict[str, Any] = {}
+        if instructions is not None:
+            kwargs["instructions"] = instructions
+        if provider.closes_connection(request):
+            kwargs["extra_headers"] = {"connection": "close"}
+        return await client.responses.create(
+            model=provider.model,
+            input=messages,
+            stream=True,
+            extra_body={**provider.settings.extra_body, **params} or None,
+            **kwargs,
+        )
+
+    def event_name(self, item: Any) -> str | None:
+        """Responses events are named by their `type`."""
+        return str(item.type)
