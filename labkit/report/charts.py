@@ -249,7 +249,7 @@ def chars_per_token_chart(lab: LabResults | None) -> Chart | None:
                 },
                 "xOffset": {"field": "tokenizer"},
                 "y": {"field": "chars_per_token", "type": "quantitative", "title": "chars/token"},
-                "color": {"field": "tokenizer", "type": "nominal"},
+                "color": {"field": "tokenizer", "type": "nominal", "legend": {"labelLimit": 360}},
                 "opacity": {"condition": {"param": "pick", "value": 1}, "value": 0.15},
                 "tooltip": [
                     {"field": "text"},

@@ -114,7 +114,9 @@ def fmt_num(value: Any, digits: int | None = None) -> str:
     if digits is None:
         a = abs(v)
         digits = 0 if a >= 1000 else 1 if a >= 10 else 2
-    return f"{v:,.{digits}f}"
+    text = f"{v:,.{digits}f}"
+    # A value that rounds to zero has no sign: "-0.00" beside a sentence saying 1 ms misleads.
+    return text[1:] if text.startswith("-") and not text.strip("-0.,") else text
 
 
 # --- Markdown ----------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from labkit.report.charts import (
     token_spans,
     whose_time_chart,
 )
-from labkit.report.render import ChartBlock, TokenSpansBlock, render_html
+from labkit.report.render import ChartBlock, TokenSpansBlock, fmt_num, render_html
 from tests.report.report_builders import picture_lab
 
 pytestmark = pytest.mark.unit
@@ -140,3 +140,7 @@ def test_html_embeds_each_spec_once_and_marks_where_vega_goes() -> None:
     assert json.loads(spec_text) == json.loads(json.dumps(chart.spec))
     assert "<!--labkit:vega-bundle-->" in page
     assert page.count('class="spans"') == len(spans.rows)
+
+
+def test_a_table_value_that_rounds_to_zero_has_no_sign() -> None:
+    assert [fmt_num(v) for v in (-0.001, 0.0, -0.3, -1234.5)] == ["0.00", "0.00", "-0.30", "-1,234"]
