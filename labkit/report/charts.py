@@ -86,6 +86,25 @@ def _provider_picker() -> dict[str, Any]:
     return {"name": "pick", "select": {"type": "point", "fields": ["provider"]}, "bind": "legend"}
 
 
+def _provider_menu(values: list[dict[str, Any]]) -> dict[str, Any]:
+    """A point selection on `provider`, bound to a menu under the chart (every provider,
+    or one alone); marks outside it fade (`_FADE`)."""
+    providers = sorted({str(v["provider"]) for v in values if "provider" in v})
+    return {
+        "name": "only",
+        "select": {"type": "point", "fields": ["provider"]},
+        "bind": {
+            "input": "select",
+            "options": [None, *providers],
+            "labels": ["every provider", *providers],
+            "name": "show ",
+        },
+    }
+
+
+_FADE = {"condition": {"param": "only", "empty": True, "value": 1}, "value": 0.12}
+
+
 def _zoom() -> dict[str, Any]:
     return {"name": "zoom", "select": "interval", "bind": "scales"}
 
@@ -151,11 +170,12 @@ def anatomy_chart(lab: LabResults | None) -> Chart | None:
         {
             "transform": [{"filter": "datum.t2 != null"}],
             "mark": {"type": "bar", "height": 14},
-            "params": [_zoom()],
+            "params": [_zoom(), _provider_menu(values)],
             "encoding": {
                 "x": x,
                 "x2": {"field": "t2"},
                 "y": y,
+                "opacity": _FADE,
                 "color": {"field": "what", "type": "nominal", "title": "server's own clock"},
                 "tooltip": [
                     {"field": "provider"},
@@ -170,6 +190,7 @@ def anatomy_chart(lab: LabResults | None) -> Chart | None:
             "encoding": {
                 "x": x,
                 "y": y,
+                "opacity": _FADE,
                 "tooltip": [{"field": "what"}, {"field": "t", "format": ".2f", "title": "ms"}],
             },
         },
@@ -179,6 +200,7 @@ def anatomy_chart(lab: LabResults | None) -> Chart | None:
             "encoding": {
                 "x": x,
                 "y": y,
+                "opacity": _FADE,
                 "shape": {"field": "what", "type": "nominal", "title": "client milestone"},
                 "tooltip": [{"field": "what"}, {"field": "t", "format": ".2f", "title": "ms"}],
             },
@@ -327,10 +349,11 @@ def determinism_chart(lab: LabResults | None) -> Chart | None:
     spec["layer"] = [
         {
             "mark": {"type": "rect", "stroke": "#ffffff"},
-            "params": [_provider_picker()],
+            "params": [_provider_menu(values)],
             "encoding": {
                 "x": enc_x,
                 "y": enc_y,
+                "opacity": _FADE,
                 "color": {
                     "field": "status",
                     "type": "nominal",
@@ -530,8 +553,9 @@ def whose_time_chart(lab: LabResults | None) -> tuple[Chart | None, list[str]]:
         return None, missing
     spec = _base("Whose time is it?", values)
     spec["mark"] = "bar"
-    spec["params"] = [_zoom()]
+    spec["params"] = [_zoom(), _provider_menu(values)]
     spec["encoding"] = {
+        "opacity": _FADE,
         "y": {"field": "provider", "type": "nominal", "title": None},
         "x": {"field": "ms", "type": "quantitative", "title": "ms (medians)", "stack": True},
         "color": {

@@ -191,6 +191,25 @@ JSON.stringify((() => {
 """
 
 
+# Pick `local` in the anatomy chart's provider menu; count its marks by opacity.
+_PICK_LOCAL_IN_ANATOMY = """
+(async () => {
+  const menu = document.querySelector('div.chart[data-chart="q1_anatomy"] select');
+  menu.value = [...menu.options].find(o => o.text === 'local').value;
+  menu.dispatchEvent(new Event('change'));
+  menu.dispatchEvent(new Event('input'));
+  await new Promise(done => setTimeout(done, 500));
+  const marks = document.querySelectorAll('div.chart[data-chart="q1_anatomy"] svg path');
+  const counts = {};
+  for (const m of marks) {
+    const o = m.getAttribute('opacity') || '1';
+    counts[o] = (counts[o] || 0) + 1;
+  }
+  return JSON.stringify(counts);
+})()
+"""
+
+
 def _evaluate(browser: Cdp, session: str, expression: str) -> Any:
     reply = browser.send("Runtime.evaluate", session, expression=expression)
     return json.loads(reply["result"]["value"])
@@ -229,6 +248,23 @@ def test_html_report_in_headless_chromium(tmp_path: Path, browser: Cdp) -> None:
     ]
     assert all(n >= 5 for _, n in marks), f"an empty chart: {marks}"
     shot = browser.send("Page.captureScreenshot", session, format="png")
+
+    # Toggle providers: picking one in a chart's menu fades the other's marks.
+    menus = _evaluate(
+        browser,
+        session,
+        "JSON.stringify([...document.querySelectorAll('div.chart select')]"
+        ".map(s => [...s.options].map(o => o.text)))",
+    )
+    assert menus == [["every provider", "hosted", "local"]] * 3
+    faded = browser.send(
+        "Runtime.evaluate",
+        session,
+        expression=_PICK_LOCAL_IN_ANATOMY,
+        awaitPromise=True,
+    )
+    counts = json.loads(faded["result"]["value"])
+    assert counts.get("0.12", 0) > 0 and counts.get("1", 0) > 0, counts
 
     overflow = _evaluate(browser, session, _OVERFLOWING)
     assert overflow["viewport"] == 1280
