@@ -221,6 +221,11 @@ class TokenPieces(_Figures):
     text_id: str
     tokenizer: str
     pieces: list[str] = Field(default_factory=list)
+    tokens_per_piece: list[int] = Field(
+        default_factory=list,
+        description="How many tokens each piece is: more than 1 where a character's bytes "
+        "were split across tokens (the piece is then the whole character). Empty: 1 each.",
+    )
 
 
 class TokenRatioFigures(_Figures):

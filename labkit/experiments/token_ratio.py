@@ -107,8 +107,8 @@ class TokenRatioExperiment(Experiment):
         self._count_errors: dict[str, str] = {}
         # tokenizer label -> text id -> tokens, over every provider prepared so far
         self._side_by_side: dict[str, dict[str, int]] = {}
-        # tokenizer label -> text id -> the token texts, for the report's coloured spans
-        self._pieces: dict[str, dict[str, list[str]]] = {}
+        # tokenizer label -> text id -> (piece texts, tokens per piece), for the report's spans
+        self._pieces: dict[str, dict[str, tuple[list[str], list[int]]]] = {}
 
     @property
     def _s(self) -> TokenRatioSettings:
@@ -249,7 +249,12 @@ class TokenRatioExperiment(Experiment):
             spread=spread,
             input_tokens_local_diffs=local_diffs,
             pieces=[
-                TokenPieces(text_id=t.id, tokenizer=label, pieces=by_text[t.id])
+                TokenPieces(
+                    text_id=t.id,
+                    tokenizer=label,
+                    pieces=by_text[t.id][0],
+                    tokens_per_piece=by_text[t.id][1],
+                )
                 for label, by_text in self._pieces.items()
                 for t in self._s.texts
                 if t.id in by_text
@@ -297,13 +302,37 @@ class TokenRatioExperiment(Experiment):
         )
 
 
-def _piece_texts(cuts: dict[str, Tokenized]) -> dict[str, list[str]]:
-    """Each text's token pieces as display text (texts cut without pieces are left out)."""
+def _piece_texts(cuts: dict[str, Tokenized]) -> dict[str, tuple[list[str], list[int]]]:
+    """Each text's token pieces as display text, with how many tokens each piece is
+    (`whole_characters`); texts cut without pieces are left out."""
     return {
-        text_id: [display_piece(p) for p in cut.pieces]
+        text_id: whole_characters(cut.pieces)
         for text_id, cut in cuts.items()
         if cut.pieces is not None
     }
+
+
+def whole_characters(pieces: tuple[bytes, ...]) -> tuple[list[str], list[int]]:
+    """Token pieces as text a person can read: consecutive tokens that split one character's
+    bytes (byte-level BPE on emoji, Japanese) are joined into one piece, with its token count.
+    """
+    texts: list[str] = []
+    counts: list[int] = []
+    pending, n = b"", 0
+    for piece in pieces:
+        pending, n = pending + piece, n + 1
+        try:
+            pending.decode("utf-8")
+        except UnicodeDecodeError:
+            if len(pending) < 16:  # a character is at most 4 bytes; 16 is a sequence's worth
+                continue
+        texts.append(display_piece(pending))
+        counts.append(n)
+        pending, n = b"", 0
+    if pending:
+        texts.append(display_piece(pending))
+        counts.append(n)
+    return texts, counts
 
 
 def side_by_side(texts: list[Prompt], table: dict[str, dict[str, int]]) -> list[TokenizerCount]:

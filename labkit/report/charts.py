@@ -63,10 +63,11 @@ class Chart:
 
 @dataclass(frozen=True)
 class TokenSpans:
-    """Texts cut into tokens, drawn as coloured spans: (tokenizer, text id, pieces) rows."""
+    """Texts cut into tokens, drawn as coloured spans: (tokenizer, text id, pieces, tokens
+    per piece) rows; a piece of more than one token is a character split across tokens."""
 
     title: str
-    rows: list[tuple[str, str, list[str]]] = field(default_factory=list)
+    rows: list[tuple[str, str, list[str], list[int]]] = field(default_factory=list)
 
 
 def javascript_bundle() -> str:
@@ -298,15 +299,20 @@ def chars_per_token_chart(lab: LabResults | None) -> Chart | None:
 
 def token_spans(lab: LabResults | None) -> TokenSpans | None:
     """Each sample text cut by each tokenizer that gave its pieces."""
-    rows: list[tuple[str, str, list[str]]] = []
+    rows: list[tuple[str, str, list[str], list[int]]] = []
     for _ans, fig in _by_kind(lab, TokenRatioFigures):
         for p in fig.pieces:
-            row = (p.tokenizer.removeprefix("tiktoken:"), p.text_id, p.pieces)
+            counts = p.tokens_per_piece or [1] * len(p.pieces)
+            row = (p.tokenizer.removeprefix("tiktoken:"), p.text_id, p.pieces, counts)
             if row not in rows:
                 rows.append(row)
     if not rows:
         return None
-    return TokenSpans("Token boundaries of each sample text (one colour per token)", rows)
+    return TokenSpans(
+        "Token boundaries of each sample text (one colour per token; a dashed box is one "
+        "character whose bytes took several tokens)",
+        rows,
+    )
 
 
 # --- 3. determinism --------------------------------------------------------------------------

@@ -169,8 +169,9 @@ def render_markdown(blocks: list[Block], run_dir: Path, files_dir: str = "report
             out.append(
                 f"*{block.spans.title}* (tokens separated by ·)\n\n"
                 + "\n".join(
-                    f"- {tokenizer} · {text_id}: `{'·'.join(pieces)}`".replace("|", "\\|")
-                    for tokenizer, text_id, pieces in block.spans.rows
+                    f"- {tokenizer} · {text_id} ({sum(counts)} tokens): "
+                    f"`{'·'.join(pieces)}`".replace("|", "\\|")
+                    for tokenizer, text_id, pieces, counts in block.spans.rows
                 )
             )
         else:
@@ -208,6 +209,7 @@ figcaption{color:#59636e;font-size:.85rem}
 .spans span.t{padding:0 1px;border-radius:2px;white-space:pre-wrap;word-break:break-all}
 .t0{background:#ddf4ff}.t1{background:#fff1c2}.t2{background:#dafbe1}.t3{background:#ffe2e0}
 .t4{background:#eddeff}
+.spans span.multi{outline:1px dashed #cf222e}
 .vega-bind{font-size:.8rem}
 """
 
@@ -240,14 +242,17 @@ def _html_chart(chart: Chart, index: int) -> str:
 
 def _html_spans(spans: TokenSpans) -> str:
     parts = [f"<p><strong>{html.escape(spans.title)}</strong></p>"]
-    for tokenizer, text_id, pieces in spans.rows:
-        cells = "".join(
-            f'<span class="t t{i % 5}" title="token {i}">{html.escape(p)}</span>'
-            for i, p in enumerate(pieces)
-        )
+    for tokenizer, text_id, pieces, counts in spans.rows:
+        cells = []
+        for i, (piece, n) in enumerate(zip(pieces, counts, strict=True)):
+            many = " multi" if n > 1 else ""
+            what = f"{n} tokens for this character" if n > 1 else "1 token"
+            cells.append(
+                f'<span class="t t{i % 5}{many}" title="{what}">{html.escape(piece)}</span>'
+            )
         parts.append(
             f'<div class="spans"><span class="who">{html.escape(tokenizer)} · '
-            f"{html.escape(text_id)} ({len(pieces)} tokens)</span>{cells}</div>"
+            f"{html.escape(text_id)} ({sum(counts)} tokens)</span>{''.join(cells)}</div>"
         )
     return "".join(parts)
 

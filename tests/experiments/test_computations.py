@@ -16,9 +16,14 @@ from labkit.experiments.determinism import (
 )
 from labkit.experiments.prefill_decode import PrefillDecodeExperiment, PrefillDecodeSettings
 from labkit.experiments.single import SingleExperiment, SingleSettings
-from labkit.experiments.token_ratio import TokenRatioExperiment, TokenRatioSettings
+from labkit.experiments.token_ratio import (
+    TokenRatioExperiment,
+    TokenRatioSettings,
+    whole_characters,
+)
 from labkit.figures import AttributionKey, LinearFit
 from labkit.providers.base import TokenCount
+from labkit.tokenizers import offline_tokenizer
 from tests.experiments.records import make_record
 from tests.streams import make_provider
 
@@ -302,3 +307,12 @@ def test_token_ratio_keeps_the_offline_tokenizers_pieces() -> None:
     pieces = {p.tokenizer: p.pieces for p in exp.analyze("p", "m", []).figures.pieces}
     assert pieces["tiktoken:cl100k_base"] == ["hello", " world"]
     assert pieces["tiktoken:o200k_base"] == ["hello", " world"]
+
+
+def test_a_character_split_across_tokens_is_shown_whole_with_its_token_count() -> None:
+    cut = offline_tokenizer("cl100k_base").tokenize("🛳️ ok")
+    assert cut.pieces is not None and len(cut.pieces) > 2  # the ship's bytes take tokens
+    texts, counts = whole_characters(cut.pieces)
+    assert "".join(texts) == "🛳️ ok" and texts[-1] == " ok"
+    assert sum(counts) == cut.count and counts[-1] == 1 and max(counts) > 1
+    assert whole_characters((b"a", b"\xff")) == (["a", "\\xff"], [1, 1])  # never valid

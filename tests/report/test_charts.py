@@ -88,7 +88,9 @@ def test_chars_per_token_has_the_four_character_rule_and_every_tokenizer() -> No
     assert chart.spec["layer"][1]["data"]["values"] == [{"rule": 4}]
     spans = token_spans(picture_lab())
     assert spans is not None
-    assert ("o200k_base", "english", ["The", " quick", " brown", " fox"]) in spans.rows
+    assert ("o200k_base", "english", ["The", " quick", " brown", " fox"], [1, 1, 1, 1]) in (
+        spans.rows
+    )
 
 
 def test_prefill_chart_has_the_fit_line_and_the_cache_hit() -> None:
