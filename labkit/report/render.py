@@ -204,9 +204,10 @@ figure{margin:1rem 0}
 figure img{max-width:100%;height:auto;border:1px solid #d0d7de}
 figcaption{color:#59636e;font-size:.85rem}
 .chart{max-width:100%;overflow-x:auto}
-.spans{font-family:ui-monospace,monospace;font-size:.8rem;margin:.3rem 0;max-width:100%}
+.spans{font-family:ui-monospace,monospace;font-size:.8rem;margin:.3rem 0;max-width:100%;
+overflow-wrap:anywhere}
 .spans .who{color:#59636e;display:block}
-.spans span.t{padding:0 1px;border-radius:2px;white-space:pre-wrap;word-break:break-all}
+.spans span.t{padding:0 1px;border-radius:2px;white-space:pre-wrap}
 .t0{background:#ddf4ff}.t1{background:#fff1c2}.t2{background:#dafbe1}.t3{background:#ffe2e0}
 .t4{background:#eddeff}
 .spans span.multi{outline:1px dashed #cf222e}
