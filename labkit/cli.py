@@ -4,7 +4,7 @@
     labkit run --resume RUN_DIR
     labkit setup | server start|status|stop          (labkit.local.cli)
     labkit report RUN_DIR | compare RUN_DIR...       (labkit.report.cli)
-    labkit fake-server [--port N] [schedule options]
+    labkit fake-server [--port N] [schedule options, --slots N]
     labkit kinds
 
 Every user error is one red line on stderr and a non-zero exit, never a traceback. SIGTERM
@@ -342,6 +342,9 @@ def fake_server(
     queue_ms: Annotated[
         float, typer.Option(help="Scripted server queue before each response starts.")
     ] = 0.0,
+    slots: Annotated[
+        int, typer.Option(help="Requests served at once, the rest queued (0: no limit).")
+    ] = 0,
 ) -> None:
     """Serve the fake provider's schedule as an OpenAI-compatible server on 127.0.0.1."""
     from labkit.fakeserver import FakeServer
@@ -351,6 +354,7 @@ def fake_server(
     _check_range("--token-interval-ms", token_interval_ms, 0, finite=True)
     _check_range("--tokens", tokens, 0)
     _check_range("--queue-ms", queue_ms, 0, finite=True)
+    _check_range("--slots", slots, 0)
     shapes = get_args(FakeServerTimings)
     if server_timings not in shapes:
         raise fail(f"--server-timings must be one of {', '.join(shapes)}")
@@ -360,6 +364,7 @@ def fake_server(
         tokens=tokens,
         server_timings=server_timings,  # checked just above
         queue_ms=queue_ms,
+        slots=slots or None,
     )
     server = FakeServer(schedule, port=port)
 

@@ -35,6 +35,7 @@ class FakeServer:
         self.port = port
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self._slots = schedule.new_slots()
 
     @property
     def base_url(self) -> str:
@@ -122,7 +123,7 @@ class FakeServer:
         )
         await writer.drain()
         try:
-            async for piece in fake_stream(s, payload):
+            async for piece in fake_stream(s, payload, self._slots):
                 writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
                 await writer.drain()
         except FakeDrop:

@@ -32,8 +32,12 @@ __all__ = [
     "PrefillDecodeFigures",
     "PrefillPoint",
     "RequestTimeline",
+    "SLOCheck",
+    "SLOReport",
     "ServerLevelMetrics",
     "SingleFigures",
+    "SweepFigures",
+    "SweepProbe",
     "TTFTSplit",
     "TokenPieces",
     "TokenRatioFigures",
@@ -47,6 +51,49 @@ __all__ = [
 
 class _Figures(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+# --- SLOs (any experiment) -----------------------------------------------------------------
+
+
+class SLOCheck(_Figures):
+    """One SLO (`ttft_ms_p90: 500`) judged over a set of requests.
+
+    A request meets it when it succeeded and its `metric` is at most `bound_ms`; the set
+    passes when at least `percentile`% of its requests met it (a failed request counts as
+    missing every SLO), which is the `percentile`-th percentile of the metric, failures
+    counted as infinitely slow, being within the bound.
+    """
+
+    name: str = Field(description="The SLO as configured: `ttft_ms_p90`.")
+    metric: str = Field(description="The `client.*` field judged: `ttft_ms`.")
+    percentile: float = Field(description="The share (%) of requests that must meet it.")
+    bound_ms: float
+    requests: int = Field(description="Requests judged (measured ones, failed included).")
+    met: int = Field(description="Requests that met the bound.")
+    fraction: float | None = Field(default=None, description="met / requests.")
+    observed_ms: float | None = Field(
+        default=None, description="The metric's `percentile`-th percentile over ok requests."
+    )
+    passed: bool = False
+
+
+class SLOReport(_Figures):
+    """Every configured SLO over one set of requests, and the goodput they allow."""
+
+    checks: list[SLOCheck] = Field(default_factory=list)
+    requests: int = 0
+    good: int = Field(default=0, description="Requests that met every SLO.")
+    goodput_rps: float | None = Field(
+        default=None, description="Requests per second that met every SLO (good / span)."
+    )
+    passed: bool = Field(default=False, description="Every check passed.")
+
+
+class _ExperimentFigures(_Figures):
+    slo: SLOReport | None = Field(
+        default=None, description="The experiment's SLOs over its measured requests."
+    )
 
 
 # --- single --------------------------------------------------------------------------------
@@ -67,7 +114,7 @@ class RequestTimeline(_Figures):
     provider_decode_ms: float | None = None
 
 
-class SingleFigures(_Figures):
+class SingleFigures(_ExperimentFigures):
     """`single`: medians of each stage over the measured requests."""
 
     kind: Literal["single"] = "single"
@@ -156,7 +203,7 @@ class CacheEffect(_Figures):
     n_hits: int = 0
 
 
-class PrefillDecodeFigures(_Figures):
+class PrefillDecodeFigures(_ExperimentFigures):
     """`prefill_decode`: the sweep, its fits and the cache variant."""
 
     kind: Literal["prefill_decode"] = "prefill_decode"
@@ -228,7 +275,7 @@ class TokenPieces(_Figures):
     )
 
 
-class TokenRatioFigures(_Figures):
+class TokenRatioFigures(_ExperimentFigures):
     """`token_ratio`: a row per text, and every tokenizer at hand side by side."""
 
     kind: Literal["token_ratio"] = "token_ratio"
@@ -267,7 +314,7 @@ class VariantRow(_Figures):
     )
 
 
-class DeterminismFigures(_Figures):
+class DeterminismFigures(_ExperimentFigures):
     """`determinism`: a row per variant and the tokenizer the outputs were compared with."""
 
     kind: Literal["determinism"] = "determinism"
@@ -341,7 +388,7 @@ class TTFTSplit(_Figures):
     )
 
 
-class AttributionFigures(_Figures):
+class AttributionFigures(_ExperimentFigures):
     """`attribution`: a row per measurement, and the SDK path's paired differences."""
 
     kind: Literal["attribution"] = "attribution"
@@ -455,6 +502,7 @@ class LoadLevel(_Figures):
     labkit_cpu_share: float | None = None
     client_bound: bool = False
     client_bound_fix: str | None = None
+    slo: SLOReport | None = Field(default=None, description="The SLOs over this level.")
     server: ServerLevelMetrics | None = Field(
         default=None,
         description="The server's own metrics over the level, where it exposes /metrics.",
@@ -468,12 +516,44 @@ class LoadLevel(_Figures):
         return self.title
 
 
-class LoadFigures(_Figures):
+class LoadFigures(_ExperimentFigures):
     """`load`: a row per level, in the order they ran."""
 
     kind: Literal["load"] = "load"
     levels: list[LoadLevel] = Field(default_factory=list)
     mode: Literal["concurrency", "rate"]
+
+
+# --- sweep ---------------------------------------------------------------------------------
+
+
+class SweepProbe(_Figures):
+    """One load level a sweep ran, and what it decided."""
+
+    step: int = Field(description="0: the synchronous baseline, 1: the throughput probe, ...")
+    role: Literal["baseline", "throughput", "bisect"]
+    level: LoadLevel
+    met: bool = Field(description="The level met every SLO and did not saturate.")
+    saturated: bool = False
+    why: str = Field(default="", description="Why it failed, in words (empty when met).")
+
+
+class SweepFigures(_ExperimentFigures):
+    """`sweep`: the probes in the order they ran, and the knee they bracket."""
+
+    kind: Literal["sweep"] = "sweep"
+    mode: Literal["concurrency", "rate"]
+    probes: list[SweepProbe] = Field(default_factory=list)
+    knee: float | None = Field(
+        default=None, description="The largest rate (or concurrency) measured to meet the SLOs."
+    )
+    knee_low: float | None = Field(default=None, description="The knee lies in [low, high).")
+    knee_high: float | None = None
+    knee_goodput_rps: float | None = None
+    throughput_rps: float | None = Field(
+        default=None, description="Completed requests/s of the throughput probe."
+    )
+    stopped: str = Field(default="", description="Why the sweep stopped, in words.")
 
 
 Figures: TypeAlias = Annotated[
@@ -482,7 +562,8 @@ Figures: TypeAlias = Annotated[
     | TokenRatioFigures
     | DeterminismFigures
     | AttributionFigures
-    | LoadFigures,
+    | LoadFigures
+    | SweepFigures,
     Field(discriminator="kind"),
 ]
 """Any experiment's figures, told apart by `kind`."""
@@ -499,6 +580,7 @@ FIGURE_KINDS: frozenset[str] = frozenset(
         DeterminismFigures,
         AttributionFigures,
         LoadFigures,
+        SweepFigures,
     )
 )
 

@@ -7,6 +7,7 @@ from labkit.experiments import (
     paced,
     prefill_decode,
     single,
+    sweep,
     token_ratio,
 )
 from labkit.experiments.base import (
@@ -34,5 +35,6 @@ __all__ = [
     "prefill_decode",
     "register_experiment",
     "single",
+    "sweep",
     "token_ratio",
 ]

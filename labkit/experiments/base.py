@@ -6,7 +6,8 @@ records those requests produced into a `LabAnswer` computed from the measurement
 1. `prepare(provider)` — optional I/O before planning (token counts, sizing prompts);
 2. `plan(provider)` — the requests, each with a stable `key` so a resumed run skips what
    is already recorded;
-3. `analyze(provider_id, model, records)` — the answer, from non-warm-up records.
+3. `analyze(provider_id, model, records)` — the answer, from non-warm-up records; the
+   runner calls it through `judged`, which adds the entry's SLOs (`slo:`) to the answer.
 
 Experiments never send requests themselves: the runner does, with the recorder.
 """
@@ -33,6 +34,7 @@ from labkit.figures import Figures
 from labkit.providers.base import ChatRequest, ClientPath, Provider, ProviderSettings
 from labkit.records import LabAnswer, RequestRecord
 from labkit.server_metrics import ServerMetricsSample
+from labkit.slo import SLO, judge, parse_slos, slo_sentence
 
 __all__ = [
     "Experiment",
@@ -70,6 +72,23 @@ class ExperimentSettings(BaseModel):
         description="Seconds between scrapes of the server's /metrics during this "
         "experiment; null: the provider's `metrics_interval_s`.",
     )
+    slo: dict[str, PositiveFloat] | None = Field(
+        default=None,
+        description="Service-level objectives, `<client metric>_p<percentile>: bound_ms` "
+        "(`ttft_ms_p90: 500`): the answer gives the share of requests meeting each, and "
+        "goodput (requests/s meeting all); see `labkit.slo`.",
+    )
+
+    @field_validator("slo")
+    @classmethod
+    def _known_slos(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        if value is not None:
+            parse_slos(value)
+        return value
+
+    def slos(self) -> list[SLO]:
+        """The configured SLOs (empty: none)."""
+        return parse_slos(self.slo or {})
 
     @field_validator("paths")
     @classmethod
@@ -96,6 +115,8 @@ class Experiment(ABC):
     kind: ClassVar[str]
     settings_model: ClassVar[type[ExperimentSettings]]
     question: ClassVar[str]
+    #: True where `analyze` judges the SLOs itself (per load level), so `judged` does not.
+    judges_slos: ClassVar[bool] = False
 
     def __init__(self, settings: ExperimentSettings, index: int = 0) -> None:
         self.settings = settings
@@ -212,6 +233,21 @@ class Experiment(ABC):
     @abstractmethod
     def analyze(self, provider_id: str, model: str, records: list[RequestRecord]) -> LabAnswer:
         """The answer for one provider from its records of this experiment."""
+
+    def judged(self, provider_id: str, model: str, records: list[RequestRecord]) -> LabAnswer:
+        """`analyze`, with the SLOs judged over the measured records added to the answer
+        (`figures.slo` and a sentence), unless it judges them itself (`judges_slos`)."""
+        ans = self.analyze(provider_id, model, records)
+        slos = self.settings.slos()
+        if not slos or self.judges_slos or ans.figures is None:
+            return ans
+        report = judge(slos, records)
+        if report is None or not report.requests:
+            return ans
+        figures = ans.figures.model_copy(update={"slo": report})
+        return ans.model_copy(
+            update={"figures": figures, "answer": f"{ans.answer} {slo_sentence(report)}"}
+        )
 
     def validate_for(self, settings: ProviderSettings) -> None:  # noqa: B027 - optional hook
         """Raise ConfigError when this experiment cannot run on a provider.

@@ -42,6 +42,7 @@ from labkit.providers.base import ChatRequest, Provider, ProviderSettings
 from labkit.records import LabAnswer, RequestRecord
 from labkit.selfcheck import CLIENT_BOUND, level_lag
 from labkit.server_metrics import ServerMetricsSample, server_level_metrics
+from labkit.slo import SLO, judge, slo_sentence
 
 __all__ = ["Level", "LoadExperiment", "LoadSettings", "level_figures", "server_queue_sentence"]
 
@@ -169,6 +170,7 @@ class LoadExperiment(PacedExperiment):
         "Under load, how do TTFT and decode speed change, what aggregate throughput does the "
         "provider reach, and could labkit itself keep up?"
     )
+    judges_slos: ClassVar[bool] = True
 
     def __init__(self, settings: ExperimentSettings, index: int = 0) -> None:
         super().__init__(settings, index)
@@ -277,25 +279,31 @@ class LoadExperiment(PacedExperiment):
             if _complete(level, previous, self._s.max_requests()):
                 driver.message(f"{self.name}: {level.title} already measured, skipped")
                 continue
-            n = self._s.max_requests()
-            if n is not None:
-                driver.expect(n)
-            # Start each level without garbage: a full collection in the middle of a level
-            # pauses the loop, and every stream's stamps with it.
-            gc.collect()
-            gc.freeze()
-            workers = self.workers_for(level)
-            job = {
-                "level": level.index,
-                "level_run": secrets.token_hex(3),
-                "tokens_per_word": self._tokens_per_word,
-                "exact_length_params": self._exact_length,
-                "paths": self._paths,
-            }
-            if workers > 1:
-                await driver.in_processes(job, workers)
-            else:
-                await self.run_share(provider, job, (0, 1), time.perf_counter_ns(), driver.send)
+            await self.run_level(provider, driver, level)
+
+    async def run_level(self, provider: Provider, driver: RequestDriver, level: Level) -> None:
+        """Run one pass of `level`, in this process or over worker processes."""
+        n = self._s.max_requests()
+        if n is not None:
+            driver.expect(n)
+        # Start each level without garbage: a full collection in the middle of a level
+        # pauses the loop, and every stream's stamps with it.
+        gc.collect()
+        gc.freeze()
+        workers = self.workers_for(level)
+        job = {
+            "level": level.index,
+            "mode": level.mode,
+            "target": level.target,
+            "level_run": secrets.token_hex(3),
+            "tokens_per_word": self._tokens_per_word,
+            "exact_length_params": self._exact_length,
+            "paths": self._paths,
+        }
+        if workers > 1:
+            await driver.in_processes(job, workers)
+        else:
+            await self.run_share(provider, job, (0, 1), time.perf_counter_ns(), driver.send)
 
     def restore(self, job: dict[str, Any]) -> None:
         """Take the runner's calibration into a worker process."""
@@ -313,7 +321,7 @@ class LoadExperiment(PacedExperiment):
     ) -> None:
         """This process's part of one level: every `share[1]`-th request from `share[0]`."""
         self.restore(job)
-        level = self.levels()[int(job["level"])]
+        level = Level(int(job["level"]), job["mode"], float(job["target"]))
         level_run = str(job["level_run"])
         k, of = share
         s = self._s
@@ -357,7 +365,9 @@ class LoadExperiment(PacedExperiment):
         scraped = self.server_metrics.get(provider_id, [])
         for level in self.levels():
             recs = _latest_pass([r for r in records if r.tags.get("level") == level.label])
-            rows.append(level_figures(level, recs, self._s.arrival, scraped))
+            rows.append(
+                level_figures(level, recs, self._s.arrival, scraped, slos=self.settings.slos())
+            )
         figures = LoadFigures(levels=rows, mode=self.levels()[0].mode)
         done = [r for r in rows if r.ok]
         if not done:
@@ -375,6 +385,7 @@ class LoadExperiment(PacedExperiment):
             )
         text += server_queue_sentence(done)
         text += _server_sentence(done)
+        text += _goodput_sentence(done)
         bound = [r for r in rows if r.client_bound]
         if bound:
             text += (
@@ -424,9 +435,11 @@ def level_figures(
     records: list[RequestRecord],
     arrival: str = "poisson",
     server_samples: Sequence[ServerMetricsSample] = (),
+    slos: Sequence[SLO] = (),
 ) -> LoadLevel:
-    """One row of the load table from one pass of a level; with the server's scraped
-    metrics, what they said from the level's first request sent to its last stream's end."""
+    """One row of the load table from one pass of a level, judged against `slos`; with the
+    server's scraped metrics, what they said from the level's first request sent to its
+    last stream's end."""
     recs = [r for r in records if not r.warmup]
     ok = [r for r in recs if r.error is None]
     starts = sorted(r.t_start_mono_ns for r in recs if r.t_start_mono_ns is not None)
@@ -501,6 +514,7 @@ def level_figures(
         labkit_cpu_share=lag.cpu_share,
         client_bound=lag.client_bound,
         client_bound_fix=lag.fix if lag.client_bound else None,
+        slo=judge(slos, recs, span_s),
         server=server,
     )
 
@@ -565,6 +579,17 @@ def _server_sentence(rows: list[LoadLevel]) -> str:
     return " The server's own metrics (/metrics) over each level: " + "; ".join(parts) + "."
 
 
+def _goodput_sentence(rows: list[LoadLevel]) -> str:
+    """Where goodput peaked, for levels judged against SLOs (empty: no SLOs)."""
+    judged = [(r, r.slo.goodput_rps) for r in rows if r.slo and r.slo.goodput_rps is not None]
+    if len(judged) < 2:
+        return ""
+    best, goodput = max(judged, key=lambda pair: pair[1])
+    passed = [r.title for r in rows if r.slo and r.slo.passed]
+    held = f"the SLOs held at {', '.join(passed)}" if passed else "no level held every SLO"
+    return f" Goodput peaked at {best.title}: {goodput:.2f} req/s; {held}."
+
+
 def _level_sentence(row: LoadLevel) -> str:
     rate = row.achieved_rate_rps
     target = (
@@ -574,7 +599,7 @@ def _level_sentence(row: LoadLevel) -> str:
     )
     tps = row.output_tokens_per_s
     throughput = f"{tps:.0f} output tokens/s in all; " if tps is not None else ""
-    return (
+    text = (
         f"At {row.title}{target}: {row.ok} ok, {row.failed} failed; {throughput}"
         f"TTFT p50 {fmt_ms(row.ttft_ms_p50)} (p99 {fmt_ms(row.ttft_ms_p99)}), "
         f"decode {fmt_ms(row.decode_ms_per_token_p50, 2)}/token, "
@@ -585,3 +610,4 @@ def _level_sentence(row: LoadLevel) -> str:
             else "."
         )
     )
+    return text + (f" {slo_sentence(row.slo)}" if row.slo is not None else "")

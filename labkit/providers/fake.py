@@ -21,7 +21,15 @@ from collections.abc import AsyncIterator
 from typing import Any, ClassVar, Literal
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+)
 
 from labkit.providers.base import ProviderSettings, TokenCount, register
 from labkit.providers.openai_compatible import OpenAICompatibleProvider
@@ -104,6 +112,17 @@ class FakeSchedule(BaseModel):
     def total_ms(self, events: int) -> float:
         """Queue, prefill and decode: the whole scripted request."""
         return self.queue_ms + self.first_token_ms + self.decode_ms(events)
+
+    slots: PositiveInt | None = Field(
+        default=None,
+        description="Requests decoded at once; the rest wait, in arrival order, for a free "
+        "slot before their first token's delay starts (null: no limit). Its capacity is "
+        "1000 × slots / (first_token_ms + (tokens - 1) × token_interval_ms) requests/s.",
+    )
+
+    def new_slots(self) -> asyncio.Semaphore | None:
+        """The slots one server shares between its requests (None: unlimited)."""
+        return None if self.slots is None else asyncio.Semaphore(self.slots)
 
 
 class FakeDrop(Exception):
@@ -208,8 +227,21 @@ def _final_fields(s: FakeSchedule, n_events: int, sent: int, prompt_n: int) -> d
     return {}
 
 
-async def fake_stream(schedule: FakeSchedule, body: dict[str, Any]) -> AsyncIterator[bytes]:
-    """The SSE bytes of one response, each piece sent at its scheduled time."""
+async def fake_stream(
+    schedule: FakeSchedule, body: dict[str, Any], slots: asyncio.Semaphore | None = None
+) -> AsyncIterator[bytes]:
+    """The SSE bytes of one response, each piece sent at its scheduled time; with `slots`,
+    the schedule starts once a slot is free and the slot is held to the stream's end."""
+    if slots is None:
+        async for piece in _scheduled(schedule, body):
+            yield piece
+        return
+    async with slots:
+        async for piece in _scheduled(schedule, body):
+            yield piece
+
+
+async def _scheduled(schedule: FakeSchedule, body: dict[str, Any]) -> AsyncIterator[bytes]:
     loop = asyncio.get_running_loop()
     n_tokens, n_events = _events(schedule, body)
     if schedule.server_timings == "deepseek" and schedule.queue_ms:
@@ -296,6 +328,7 @@ class FakeTransport(httpx.AsyncBaseTransport):
 
     def __init__(self, schedule: FakeSchedule) -> None:
         self.schedule = schedule
+        self._slots = schedule.new_slots()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """One scripted response."""
@@ -313,7 +346,7 @@ class FakeTransport(httpx.AsyncBaseTransport):
                 "x-request-id": uuid.uuid4().hex,
                 **timing_headers(self.schedule, payload),
             },
-            stream=_Stream(fake_stream(self.schedule, payload)),
+            stream=_Stream(fake_stream(self.schedule, payload, self._slots)),
         )
 
 

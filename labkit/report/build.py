@@ -38,6 +38,7 @@ from labkit.report.render import (
 )
 from labkit.report.split import NOT_REPORTED, SPLIT_COLUMNS, provider_client_split
 from labkit.report.stats import summarize
+from labkit.report.sweep import goodput_curves, sweep_section
 from labkit.scrub import for_people, scrub_frame
 from labkit.selfcheck import client_bound_note, summarize_lag
 from labkit.server_metrics import ServerMetricsSample, read_server_metrics
@@ -249,6 +250,18 @@ _LOAD_VIEW: list[tuple[Callable[[LoadLevel], float | None], str, int | None]] = 
 ]
 
 
+# Where the experiment has SLOs: goodput beside the completed rate, and the share that met.
+_SLO_VIEW: list[tuple[Callable[[LoadLevel], float | None], str, int | None]] = [
+    (lambda r: r.completed_rps, "completed req/s", 2),
+    (lambda r: r.slo.goodput_rps if r.slo else None, "goodput req/s", 2),
+    (
+        lambda r: 100 * r.slo.good / r.slo.requests if r.slo and r.slo.requests else None,
+        "% good",
+        0,
+    ),
+]
+
+
 _SERVER_VIEW: list[tuple[Callable[[ServerLevelMetrics], float | None], str, int | None]] = [
     (lambda m: m.scrapes, "scrapes", 0),
     (lambda m: m.running_p50, "running p50", 1),
@@ -311,13 +324,14 @@ def _load_section(run: RunData) -> list[Block]:
     ]
     for provider, experiment, rows in found:
         blocks.append(Heading(f"{provider} · {experiment}", 3))
+        view = _LOAD_VIEW + (_SLO_VIEW if any(row.slo for row in rows) else [])
         cells = [
             [row.display_title + (" — client-bound" if row.client_bound else "")]
-            + [fmt_num(get(row), digits) for get, _label, digits in _LOAD_VIEW]
+            + [fmt_num(get(row), digits) for get, _label, digits in view]
             for row in rows
         ]
-        numeric = set(range(1, len(_LOAD_VIEW) + 1))
-        blocks.append(Table(["level"] + [label for _, label, _ in _LOAD_VIEW], cells, numeric))
+        numeric = set(range(1, len(view) + 1))
+        blocks.append(Table(["level"] + [label for _, label, _ in view], cells, numeric))
         blocks += _server_table(rows)
     return blocks
 
@@ -584,6 +598,9 @@ def build_blocks(run: RunData) -> tuple[str, list[Block], pd.DataFrame]:
     queue = server_queue_timeline(_scraped(run))
     if queue is not None:  # drawn only where a server was scraped: no note when none was
         plots.append(queue)
+    goodput = goodput_curves(run.lab)
+    if goodput is not None:  # drawn only where an experiment has SLOs
+        plots.append(goodput)
     title = _title(run)
     blocks: list[Block] = [Heading(title, 1)]
     blocks += _lab_section(run)
@@ -595,6 +612,7 @@ def build_blocks(run: RunData) -> tuple[str, list[Block], pd.DataFrame]:
         blocks.append(Para("Nothing: every provider answered and reported what it can."))
     blocks += _run_section(run)
     blocks += _load_section(run)
+    blocks += sweep_section(run)
     blocks += later_stats_section(run)
     blocks += _summary_section(summary)
     if len(df):

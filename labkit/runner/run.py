@@ -194,7 +194,7 @@ class Runner:
                 exp.server_metrics[outcome.id] = scraped
                 recs = [r for r in mine if r.experiment == exp.name]
                 try:
-                    answers.append(exp.analyze(outcome.id, outcome.model, recs))
+                    answers.append(exp.judged(outcome.id, outcome.model, recs))
                 except Exception as exc:  # an analysis bug must not lose the run
                     answers.append(
                         LabAnswer(

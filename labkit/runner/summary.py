@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from rich.table import Table
 
-from labkit.figures import LoadFigures, LoadLevel
+from labkit.figures import LoadFigures, LoadLevel, SweepFigures
 from labkit.records import LabResults, RequestRecord
 from labkit.timing import percentile
 
@@ -88,6 +88,12 @@ _LOAD_COLUMNS: list[tuple[Callable[[LoadLevel], float | None], str, int]] = [
     (lambda r: r.loop_lag_ms_p50, "loop lag\np50 ms", 1),
 ]
 
+# Goodput beside throughput, where the experiment has SLOs (`LoadLevel.slo`).
+_SLO_COLUMNS: list[tuple[Callable[[LoadLevel], float | None], str, int]] = [
+    (lambda r: r.completed_rps, "done\nreq/s", 2),
+    (lambda r: r.slo.goodput_rps if r.slo else None, "goodput\nreq/s", 2),
+]
+
 # The server's own metrics, shown where a level has them (`LoadLevel.server`).
 _SERVER_COLUMNS: list[tuple[Callable[[LoadLevel], float | None], str, int]] = [
     (lambda r: r.server.running_max if r.server else None, "server\nrunning max", 0),
@@ -109,17 +115,26 @@ def load_tables(lab: LabResults) -> list[Table]:
     """One table per load answer: a row per level, client-bound levels marked."""
     tables = []
     for ans in lab.answers:
-        if not isinstance(ans.figures, LoadFigures):
+        if isinstance(ans.figures, LoadFigures):
+            levels = ans.figures.levels
+            title = f"{ans.experiment} · {ans.provider}"
+        elif isinstance(ans.figures, SweepFigures):
+            f = ans.figures
+            levels = [p.level for p in f.probes]
+            knee = "no knee" if f.knee is None else f"knee {f.knee:.3g}"
+            title = f"{ans.experiment} · {ans.provider} · {knee} (stopped: {f.stopped})"
+        else:
             continue
-        table = Table(title=f"{ans.experiment} · {ans.provider}", title_justify="left")
+        table = Table(title=title, title_justify="left")
         table.add_column("level", no_wrap=True)
         table.add_column("procs", justify="right")
         columns = list(_LOAD_COLUMNS)
-        levels = ans.figures.levels
+        if any(row.slo for row in levels):
+            columns += _SLO_COLUMNS
         columns += [c for c in _SERVER_COLUMNS if any(c[0](row) is not None for row in levels)]
         for _, label, _ in columns:
             table.add_column(label, justify="right")
-        for row in ans.figures.levels:
+        for row in levels:
             name = row.title + (" [client-bound]" if row.client_bound else "")
             cells = [name, _ms(row.workers, 0)]
             cells += [_ms(get(row), digits) for get, _, digits in columns]

@@ -1,0 +1,176 @@
+"""Service-level objectives: which requests were good enough, and the goodput they make.
+
+An SLO names a `client.*` duration from the record contract and a percentile:
+``ttft_ms_p90: 500`` reads "90% of requests see their first token within 500 ms".
+
+It is judged twice, on the same per-request test:
+
+- **per request** — a request *meets* an SLO when it succeeded and its metric is at most
+  the bound. A request is *good* when it meets every SLO; **goodput** is good requests per
+  second over the span of the requests (the span `completed_rps` uses). This is the
+  definition of DistServe and `vllm bench serve --goodput`: goodput counts requests, so one
+  slow request cannot be hidden by fast ones and a failed request is never good.
+- **per set** (a load level, an experiment) — the set *passes* an SLO when at least
+  `percentile`% of its requests met it. That is the percentile of the metric, failed
+  requests counted as infinitely slow, being within the bound: a level cannot pass by
+  failing its slow requests.
+
+A metric that is undefined for a request — `decode_ms_per_token` and the inter-token gaps
+of a reply with fewer than two tokens — does not fail it (as vLLM's benchmark counts such a
+request's TPOT as 0); any other metric missing from a successful request fails it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from labkit.figures import SLOCheck, SLOReport
+from labkit.records import RequestRecord
+from labkit.timing import percentile
+
+__all__ = ["SLO", "SLO_METRICS", "judge", "parse_slos", "request_span_s", "slo_sentence"]
+
+#: The `client.*` fields an SLO may bound (all milliseconds, lower is better).
+SLO_METRICS: tuple[str, ...] = (
+    "ttft_ms",
+    "ttft_text_ms",
+    "first_event_ms",
+    "headers_ms",
+    "last_token_ms",
+    "e2e_ms",
+    "decode_ms_per_token",
+    "itl_ms_p50",
+    "itl_ms_p99",
+    "itl_ms_max",
+)
+# Undefined (null) with fewer than two streamed tokens: such a reply does not miss them.
+_UNDEFINED_WHEN_SHORT = frozenset({"decode_ms_per_token", "itl_ms_p50", "itl_ms_p99", "itl_ms_max"})
+_NAME = re.compile(r"^(?P<metric>[a-z0-9_]+)_p(?P<q>\d{1,2}(?:\.\d+)?)$")
+_NS = 1_000_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class SLO:
+    """One objective: `metric` within `bound_ms` for `percentile`% of requests."""
+
+    name: str
+    metric: str
+    percentile: float
+    bound_ms: float
+
+    def value(self, record: RequestRecord) -> float | None:
+        """The record's value of the metric (`ttft_text_ms` falls back to `ttft_ms`)."""
+        value: float | None = getattr(record.client, self.metric)
+        if value is None and self.metric == "ttft_text_ms":
+            return record.client.ttft_ms
+        return value
+
+    def met_by(self, record: RequestRecord) -> bool:
+        """Whether this one request met the objective."""
+        if record.error is not None:
+            return False
+        value = self.value(record)
+        if value is None:
+            return self.metric in _UNDEFINED_WHEN_SHORT
+        return value <= self.bound_ms
+
+
+def parse_slos(raw: Mapping[str, float]) -> list[SLO]:
+    """The SLOs of a config's ``slo:`` mapping; ValueError naming what is wrong."""
+    out = []
+    for name, bound in raw.items():
+        match = _NAME.match(name)
+        metric = match["metric"] if match else None
+        if match is None or metric not in SLO_METRICS:
+            raise ValueError(
+                f"slo key {name!r}: expected <metric>_p<percentile>, e.g. ttft_ms_p90, with a "
+                f"metric of {', '.join(SLO_METRICS)}"
+            )
+        q = float(match["q"])
+        if not 0 < q < 100:
+            raise ValueError(f"slo key {name!r}: the percentile must be above 0 and below 100")
+        if not bound > 0:
+            raise ValueError(f"slo {name}: the bound (ms) must be positive, got {bound}")
+        out.append(SLO(name, metric, q, float(bound)))
+    return out
+
+
+def request_span_s(records: Sequence[RequestRecord]) -> float | None:
+    """Seconds from the first request's start to the last successful one's end."""
+    starts = [r.t_start_mono_ns for r in records if r.t_start_mono_ns is not None]
+    ends = [
+        r.t_start_mono_ns + r.client.e2e_ms * 1e6
+        for r in records
+        if r.error is None and r.t_start_mono_ns is not None and r.client.e2e_ms is not None
+    ]
+    if not starts or not ends:
+        return None
+    span = (max(ends) - min(starts)) / _NS
+    return span if span > 0 else None
+
+
+def judge(
+    slos: Sequence[SLO],
+    records: Sequence[RequestRecord],
+    span_s: float | None = None,
+) -> SLOReport | None:
+    """The SLOs over `records` (warm-ups dropped); None when there are no SLOs.
+
+    `span_s` is the goodput's denominator (default: `request_span_s`).
+    """
+    if not slos:
+        return None
+    recs = [r for r in records if not r.warmup]
+    ok = [r for r in recs if r.error is None]
+    checks = []
+    good = [True] * len(recs)
+    for slo in slos:
+        met = [slo.met_by(r) for r in recs]
+        good = [g and m for g, m in zip(good, met, strict=True)]
+        count = sum(met)
+        observed = _percentile_of(ok, slo.value, slo.percentile)
+        checks.append(
+            SLOCheck(
+                name=slo.name,
+                metric=slo.metric,
+                percentile=slo.percentile,
+                bound_ms=slo.bound_ms,
+                requests=len(recs),
+                met=count,
+                fraction=count / len(recs) if recs else None,
+                observed_ms=observed,
+                passed=bool(recs) and count * 100 >= slo.percentile * len(recs),
+            )
+        )
+    span = span_s if span_s is not None else request_span_s(recs)
+    n_good = sum(good)
+    return SLOReport(
+        checks=checks,
+        requests=len(recs),
+        good=n_good,
+        goodput_rps=n_good / span if span else None,
+        passed=all(c.passed for c in checks),
+    )
+
+
+def _percentile_of(
+    records: Sequence[RequestRecord], get: Callable[[RequestRecord], float | None], q: float
+) -> float | None:
+    values = sorted(v for v in (get(r) for r in records) if v is not None)
+    return percentile(values, q) if values else None
+
+
+def slo_sentence(report: SLOReport) -> str:
+    """The report in one sentence: goodput, and the share of requests meeting each SLO."""
+    parts = []
+    for c in report.checks:
+        share = "n/a" if c.fraction is None else f"{c.fraction:.0%}"
+        verdict = "met" if c.passed else "missed"
+        parts.append(f"{c.name} ≤ {c.bound_ms:g} ms {verdict} ({share} of requests within it)")
+    goodput = "n/a" if report.goodput_rps is None else f"{report.goodput_rps:.2f} req/s"
+    return (
+        f"SLOs: {'; '.join(parts)}; {report.good} of {report.requests} requests met every SLO "
+        f"(goodput {goodput})."
+    )

@@ -1,0 +1,135 @@
+"""The sweep's choices from its probes' outcomes: the next level, the interval, the stops,
+and the config checks — no sockets, synthetic outcomes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from labkit.config import parse_config
+from labkit.errors import ConfigError
+from labkit.experiments.load import Level
+from labkit.experiments.sweep import SweepExperiment, SweepSettings
+from labkit.figures import LoadLevel, SweepProbe
+from tests.experiments.records import make_record
+
+pytestmark = pytest.mark.unit
+
+
+def _sweep(**settings: Any) -> SweepExperiment:
+    return SweepExperiment(SweepSettings(**{"slo": {"ttft_ms_p90": 100}, **settings}))
+
+
+def _probe(step: int, mode: str, target: float, met: bool, completed: float = 0.0) -> SweepProbe:
+    role = "baseline" if step == 0 else "throughput" if step == 1 else "bisect"
+    level = LoadLevel(
+        level="x", title="x", mode=mode, target=target, ok=4, completed_rps=completed or target
+    )
+    return SweepProbe(step=step, role=role, level=level, met=met)  # type: ignore[arg-type]
+
+
+def _walk(
+    exp: SweepExperiment, meets: Any, completed: dict[int, float]
+) -> tuple[list[tuple[str, float]], str]:
+    """Run the sweep's choices to the end, each level meeting where `meets(level)` says;
+    the levels run, and why it stopped."""
+    done: list[SweepProbe] = []
+    while (nxt := exp.next_level(done)).level is not None:
+        level = nxt.level
+        rate = completed.get(len(done), level.target)
+        done.append(_probe(len(done), level.mode, level.target, meets(level), rate))
+    return [(p.level.mode, p.level.target) for p in done], nxt.stop
+
+
+def test_a_concurrency_sweep_bisects_to_one_stream() -> None:
+    exp = _sweep(mode="concurrency", throughput_concurrency=32, requests=32)
+    levels, stop = _walk(exp, lambda lvl: lvl.target <= 6, {})
+    assert [t for _, t in levels] == [1, 32, 16, 8, 4, 6, 7]
+    assert stop == "the interval is one stream wide"
+
+
+def test_a_rate_sweep_looks_above_the_throughput_probe_until_a_rate_misses() -> None:
+    exp = _sweep(throughput_concurrency=8, requests=16, resolution=0.1, max_probes=20)
+    # The baseline completes 2 req/s, the throughput probe 10; the true knee is 13.
+    levels, _ = _walk(exp, lambda lvl: lvl.mode == "concurrency" or lvl.target <= 13, {0: 2, 1: 10})
+    rates = [t for mode, t in levels if mode == "rate"]
+    assert rates[:3] == [10, 12, 14.4]  # the probe's rate, then ×1.2 while they meet
+    done = [_probe(0, "concurrency", 1, True, 2), _probe(1, "concurrency", 8, False, 10)]
+    done += [_probe(i + 2, "rate", r, r <= 13) for i, r in enumerate(rates)]
+    low, high = exp.interval(done)
+    assert low is not None and high is not None
+    assert low <= 13 < high and high - low <= 0.1 * high
+
+
+def test_the_sweep_stops_on_its_bounds() -> None:
+    levels, stop = _walk(_sweep(requests=8), lambda lvl: False, {})
+    assert levels == [("concurrency", 1)]
+    assert stop == "the synchronous baseline already misses the SLOs"
+    short = _sweep(throughput_concurrency=4, requests=8, max_probes=4)
+    levels, stop = _walk(short, lambda lvl: lvl.target < 5, {0: 1, 1: 20})
+    assert len(levels) == 4 and stop == "max_probes (4) reached"
+    roomy = _sweep(mode="concurrency", throughput_concurrency=4, requests=8)
+    levels, stop = _walk(roomy, lambda lvl: True, {})
+    assert len(levels) == 2 and stop == "even the throughput probe met the SLOs"
+
+
+def _config(entry: dict[str, Any]) -> Any:
+    return parse_config(
+        {"name": "s", "providers": [{"id": "f", "kind": "fake"}], "experiments": [entry]}
+    )
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"kind": "sweep"}, "a sweep needs `slo:`"),
+        ({"kind": "sweep", "slo": {"ttft_ms_p90": 1}, "rate": [1]}, "chooses its own levels"),
+        ({"kind": "sweep", "slo": {"ttft_ms_p90": 1}, "max_concurrency": 4}, "uncapped"),
+        ({"kind": "sweep", "slo": {"ttft_ms_p90": 1}, "resolution": 1.5}, "resolution"),
+    ],
+)
+def test_bad_sweep_entries_get_one_clear_message(entry: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        _config(entry)
+
+
+def test_more_probe_streams_than_requests_is_refused() -> None:
+    cfg = _config({"kind": "sweep", "slo": {"ttft_ms_p90": 1}, "requests": 8})
+    exp = SweepExperiment(cfg.experiments[0])
+    with pytest.raises(ConfigError, match="throughput_concurrency 32 with only 8 requests"):
+        exp.validate_for(cfg.providers[0])
+
+
+def _rate_records(starts_s: list[float], ttfts: list[float], e2e_ms: float = 500.0) -> list[Any]:
+    """Requests started at `starts_s`, each `e2e_ms` long, first tokens after `ttfts`."""
+    records = []
+    for start, ttft in zip(starts_s, ttfts, strict=True):
+        r = make_record(experiment="sweep", ttft=ttft, tags={"level": "r10"})
+        client = r.client.model_copy(update={"e2e_ms": e2e_ms})
+        records.append(r.model_copy(update={"t_start_mono_ns": int(start * 1e9), "client": client}))
+    return records
+
+
+def test_a_rate_level_saturates_when_sent_late_or_when_ttft_keeps_growing() -> None:
+    exp = _sweep(requests=12, slo={"ttft_ms_p50": 1000})
+    level = Level(2, "rate", 10.0)
+    steady = exp.probe(2, "bisect", level, _rate_records([i / 10 for i in range(12)], [20.0] * 12))
+    assert steady.met and not steady.saturated
+    # Sent at 5 req/s when 10 were asked for: labkit could not keep the rate.
+    late = exp.probe(2, "bisect", level, _rate_records([i / 5 for i in range(12)], [20.0] * 12))
+    assert late.saturated and "labkit sent only 5.00 of 10 req/s" in late.why
+    # Sent and completed on time, but each first token comes 30 ms later than the one
+    # before: the provider's queue is growing.
+    growing = [20.0 + 30 * i for i in range(12)]
+    queued = exp.probe(2, "bisect", level, _rate_records([i / 10 for i in range(12)], growing))
+    assert queued.saturated and not queued.met
+    assert queued.why == "TTFT grew from 65 to 305 ms through the level (queue growing)"
+    # Completed at 5 req/s though sent at 10: the provider falls behind.
+    slow = _rate_records([i / 10 for i in range(12)], [20.0] * 12)
+    slow = [
+        r.model_copy(update={"client": r.client.model_copy(update={"e2e_ms": 100.0 * i})})
+        for i, r in enumerate(slow)
+    ]
+    behind = exp.probe(2, "bisect", level, slow)
+    assert behind.saturated and behind.why.startswith("completed 5.00 of 10 req/s")
