@@ -109,9 +109,9 @@ class SingleExperiment(Experiment):
             )
         stop_text = ", ".join(f"{_STOP_WORDS.get(k, k)} ×{v}" for k, v in sorted(stops.items()))
         answer = (
-            f"TTFT {fmt_ms(f.ttft_ms_p50)}: the first token of the reply arrived "
-            f"{fmt_ms(f.ttft_ms_p50)} after the request was sent (median of {f.n} requests; "
-            f"p90 {fmt_ms(f.ttft_ms_p90)}). After it, tokens came every "
+            f"{fmt_ms(f.ttft_ms_p50)} to the first token: the first piece of the reply "
+            f"arrived {fmt_ms(f.ttft_ms_p50)} after the request was sent (TTFT, median of "
+            f"{f.n} requests; p90 {fmt_ms(f.ttft_ms_p90)}). After it, tokens came every "
             f"{fmt_ms(f.decode_ms_per_token_p50, 2)}, so the whole reply was in after "
             f"{fmt_ms(f.last_token_ms_p50)}. The prompt was {_n(f.input_tokens_p50)} tokens "
             f"and the reply {_n(f.output_tokens_p50)} tokens; it stopped with: {stop_text}."

@@ -280,7 +280,7 @@ def test_single_keeps_the_median_requests_timeline_for_the_anatomy_picture() -> 
     assert timeline is not None and timeline.record_id == recs[1].record_id
     assert timeline.event_offsets_ms == [100.0, 110.0, 120.0]
     assert timeline.provider_prefill_ms == 95.0 and timeline.headers_ms == 50.0
-    assert answer.answer.startswith("TTFT 100.0 ms: the first token of the reply arrived")
+    assert answer.answer.startswith("100.0 ms to the first token: the first piece of the reply")
 
 
 def test_determinism_keeps_each_repeats_tokens_for_the_alignment_picture() -> None:
