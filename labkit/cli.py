@@ -228,6 +228,7 @@ def _run_and_report(runner: Runner, report: bool) -> None:
         err_console.print(f"[yellow]summary not written:[/] {escape(str(exc))}")
     if report:
         _write_report(folder)
+    _print_answers(result, console)
     if not any(o.status == "ok" for o in result.outcomes):
         reasons = "; ".join(f"{o.id}: {o.reason}" for o in result.outcomes if o.reason)
         raise fail(f"no provider completed a request ({reasons})")
@@ -262,9 +263,11 @@ def _check_range(
         raise fail(f"{option} must be {allowed} (got {value})")
 
 
-def _print_summary(result: RunResult, out: Console, *, outcomes: bool = True) -> None:
+def _print_summary(
+    result: RunResult, out: Console, *, outcomes: bool = True, answers: bool = True
+) -> None:
     """The summary table, load levels, client-bound warnings, the providers that did not
-    run (`outcomes`), and the lab's answers."""
+    run (`outcomes`), and the lab's answers (`answers`)."""
     if any(not r.warmup for r in result.records):
         out.print(summary_table(result.records, title=f"run {result.folder.run_id}"))
     for table in load_tables(result.lab):
@@ -281,16 +284,32 @@ def _print_summary(result: RunResult, out: Console, *, outcomes: bool = True) ->
         for o in result.outcomes:
             if o.status != "ok":
                 out.print(f"{o.id}: {o.status} — {escape(o.reason or '')}")
+    if answers:
+        _print_answers(result, out)
+
+
+def _print_answers(result: RunResult, out: Console) -> None:
+    """The lab's answers, one paragraph each, numbered in the order they ran."""
+    if not result.lab.answers:
+        return
+    out.print()
+    out.print("[bold]The lab's answers[/]")
+    numbers: dict[str, int] = {}
     for a in result.lab.answers:
-        out.print(f"[bold]{escape(a.experiment)} · {escape(a.provider)}:[/] {escape(a.answer)}")
+        n = numbers.setdefault(a.experiment, len(numbers) + 1)
+        out.print()
+        out.print(
+            f"[bold]{n}. {escape(a.experiment)} · {escape(a.provider)}:[/] {escape(a.answer)}"
+        )
 
 
 def _print_result(result: RunResult) -> None:
     # The same summary goes into the run folder, as plain text.
     with (result.folder.path / "summary.txt").open("w", encoding="utf-8") as f:
         _print_summary(result, SafeConsole(file=f, width=140, no_color=True, emoji=False))
-    # On screen, skipped and failed providers were already said, once, as it happened.
-    _print_summary(result, console, outcomes=False)
+    # On screen, skipped and failed providers were already said, once, as it happened; the
+    # answers come last, after the report's path.
+    _print_summary(result, console, outcomes=False, answers=False)
     console.print(f"summary: {escape(str(result.folder.path / 'summary.txt'))}")
     console.print(f"records: {escape(str(result.folder.records_path))}")
     console.print(f"lab answers: {escape(str(result.folder.path / 'lab.json'))}")

@@ -35,6 +35,7 @@ __all__ = [
     "MarginalCost",
     "PrefillDecodeFigures",
     "PrefillPoint",
+    "RequestTimeline",
     "SLOCheck",
     "SLOReport",
     "ServerLevelMetrics",
@@ -42,6 +43,7 @@ __all__ = [
     "SweepFigures",
     "SweepProbe",
     "TTFTSplit",
+    "TokenPieces",
     "TokenRatioFigures",
     "TokenRatioRow",
     "TokenizerCount",
@@ -102,6 +104,21 @@ class _ExperimentFigures(_Figures):
 # --- single --------------------------------------------------------------------------------
 
 
+class RequestTimeline(_Figures):
+    """One representative request (the median TTFT) as offsets from t_start, in ms, with the
+    server's own prefill and decode where it reported them: the request-anatomy picture."""
+
+    record_id: str
+    headers_ms: float | None = None
+    first_event_ms: float | None = None
+    ttft_ms: float | None = None
+    last_token_ms: float | None = None
+    e2e_ms: float | None = None
+    event_offsets_ms: list[float] = Field(default_factory=list)
+    provider_prefill_ms: float | None = None
+    provider_decode_ms: float | None = None
+
+
 class SingleFigures(_ExperimentFigures):
     """`single`: medians of each stage over the measured requests."""
 
@@ -122,6 +139,7 @@ class SingleFigures(_ExperimentFigures):
     stop_reasons: dict[str, int] = Field(
         default_factory=dict, description="How often each stop reason occurred."
     )
+    timeline: RequestTimeline | None = None
 
 
 # --- prefill_decode ------------------------------------------------------------------------
@@ -249,6 +267,19 @@ class TokenizerSpread(_Figures):
     ratio: float = Field(description="least_efficient_tokens / most_efficient_tokens.")
 
 
+class TokenPieces(_Figures):
+    """One text as one tokenizer cut it: each token's text (`display_piece`), in order."""
+
+    text_id: str
+    tokenizer: str
+    pieces: list[str] = Field(default_factory=list)
+    tokens_per_piece: list[int] = Field(
+        default_factory=list,
+        description="How many tokens each piece is: more than 1 where a character's bytes "
+        "were split across tokens (the piece is then the whole character). Empty: 1 each.",
+    )
+
+
 class TokenRatioFigures(_ExperimentFigures):
     """`token_ratio`: a row per text, and every tokenizer at hand side by side."""
 
@@ -261,6 +292,9 @@ class TokenRatioFigures(_ExperimentFigures):
     input_tokens_local_diffs: list[int] = Field(
         default_factory=list,
         description="usage.input_tokens_local_diff of each request that has one.",
+    )
+    pieces: list[TokenPieces] = Field(
+        default_factory=list, description="Token boundaries of each text, per tokenizer."
     )
 
 
@@ -279,6 +313,10 @@ class VariantRow(_Figures):
     common_prefix_tokens: int | None = None
     output_tokens: list[int] = Field(default_factory=list)
     system_fingerprints: list[str] = Field(default_factory=list)
+    outputs: list[list[str]] = Field(
+        default_factory=list,
+        description="Each repeat's output as token texts, in send order (the compared tokens).",
+    )
 
 
 class DeterminismFigures(_ExperimentFigures):

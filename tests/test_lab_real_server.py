@@ -116,10 +116,10 @@ def test_quickstart_on_the_real_server(tmp_path: Path) -> None:
         assert r.client.ttft_ms is not None and r.client.ttft_ms >= pt.prefill_ms
         assert r.server_build and r.server_build.startswith("b")
     for r in (r for r in records if r.experiment == "single"):
-        assert r.usage.output_tokens is not None and r.usage.output_tokens >= 64
+        assert r.usage.output_tokens is not None and r.usage.output_tokens >= 32
         client, server = r.client.decode_ms_per_token, r.provider_timings.decode_ms_per_token
         assert client is not None and server is not None
-        # 10 %: over 64+ tokens the client's stamps and the server's own decode timer differ
+        # 10 %: over 32+ tokens the client's stamps and the server's own decode timer differ
         # only by per-event delivery jitter, a few % on a busy 2-core machine.
         assert abs(client - server) / server < 0.10, (client, server)
     manifest = json.loads((run_dir / "manifest.json").read_text())
@@ -131,6 +131,32 @@ def test_quickstart_on_the_real_server(tmp_path: Path) -> None:
     assert server["model_sha256"] and server["slots"] == 1
     assert not _alive(server["pid"]), "llama-server outlived the run"
     assert (run_dir / "report.html").exists() and (run_dir / "report.md").exists()
+    # All five questions answered, from data, and printed last, one numbered paragraph each.
+    lab = json.loads((run_dir / "lab.json").read_text())
+    answered = {a["experiment"]: a for a in lab["answers"]}
+    assert list(answered) == [
+        "single",
+        "token_ratio",
+        "determinism",
+        "prefill_decode",
+        "attribution",
+    ]
+    assert [a["status"] for a in answered.values()] == ["ok"] * 5
+    # The number first: "14.5 ms to the first token ...", "4.86 characters per token ...".
+    leads = [a["answer"][:1] for a in answered.values()]
+    assert all(c.isdigit() for c in leads), [a["answer"][:60] for a in answered.values()]
+    tail = result.stdout[result.stdout.index("The lab's answers") :]
+    for n, experiment in enumerate(answered, start=1):
+        assert f"{n}. {experiment} · local:" in tail
+    report = (run_dir / "report.md").read_text()
+    for name in (
+        "q1_anatomy",
+        "q2_chars_per_token",
+        "q3_determinism",
+        "q4_prefill_decode",
+        "q5_whose_time",
+    ):
+        assert f"report_files/{name}.png" in report
 
 
 LAB = """

@@ -418,28 +418,30 @@ class AttributionExperiment(Experiment):
         parse = f.value(K.STREAM_PARSING)
         answer = _split_sentence(split)
         if answer:
+            answer = _provider_share_lead(split) + answer
             dgap = f.value(K.DECODE_CLIENT_MINUS_PROVIDER)
             if dgap is not None:
                 answer += (
-                    f" Per output token the client's time was within {fmt_ms(abs(dgap), 3)} of "
-                    f"the server's own {fmt_ms(f.value(K.DECODE_PER_TOKEN), 2)} "
-                    f"({'slower' if dgap > 0 else 'faster'} on the client side)."
+                    f" Per output token the client's time was {fmt_ms(dgap, 2, signed=True)} "
+                    f"off the server's own {fmt_ms(f.value(K.DECODE_PER_TOKEN), 2)} "
+                    "(client minus server, median per request)."
                 )
         elif reported:
             prefill = f.value(K.PREFILL)
             gap = f.value(K.TTFT_MINUS_PREFILL)
             answer = (
-                f"Of a median TTFT of {fmt_ms(ttft)}, the provider's own prefill was "
-                f"{fmt_ms(prefill)} ({100 * (prefill or 0) / ttft:.0f}%) and the network and "
-                f"serving front end (HTTP, templating, tokenization, queueing) took "
+                f"{100 * (prefill or 0) / ttft:.0f}% of the wait for the first token was the "
+                f"server's own work: of a median TTFT of {fmt_ms(ttft)}, the server spent "
+                f"{fmt_ms(prefill)} reading the prompt (prefill), and the network and serving "
+                f"front end (HTTP, chat template, tokenizing, queueing) took "
                 f"{fmt_ms(gap)} ({100 * (gap or 0) / ttft:.0f}%)."
             )
             dgap = f.value(K.DECODE_CLIENT_MINUS_PROVIDER)
             if dgap is not None:
                 answer += (
-                    f" Per output token the client's time was within {fmt_ms(abs(dgap), 3)} of "
-                    f"the server's own {fmt_ms(f.value(K.DECODE_PER_TOKEN), 2)} "
-                    f"({'slower' if dgap > 0 else 'faster'} on the client side)."
+                    f" Per output token the client's time was {fmt_ms(dgap, 2, signed=True)} "
+                    f"off the server's own {fmt_ms(f.value(K.DECODE_PER_TOKEN), 2)} "
+                    "(client minus server, median per request)."
                 )
         else:
             answer = (
@@ -596,6 +598,22 @@ def ttft_split(records: list[RequestRecord]) -> TTFTSplit:
 def _one(values: set[str]) -> str | None:
     """The only value, or a joined list when requests differed."""
     return " / ".join(sorted(values)) if values else None
+
+
+def _provider_share_lead(split: TTFTSplit) -> str:
+    """`68% of the wait for the first token was the provider's own work. ` (the number
+    first), or empty when neither the queue nor the prefill is known."""
+    ttft = split.ttft_ms
+    own = [v for v in (split.provider_queue_ms, split.provider_prefill_ms) if v is not None]
+    if not ttft or not own:
+        return ""
+    what = "queue and prefill" if len(own) == 2 else "prefill"
+    if split.provider_prefill_ms is None:
+        what = "queue"
+    return (
+        f"{100 * sum(own) / ttft:.0f}% of the wait for the first token was the provider's own "
+        f"work ({what}). "
+    )
 
 
 def _split_sentence(split: TTFTSplit) -> str:

@@ -66,6 +66,8 @@ def stop_counts(records: Iterable[RequestRecord]) -> dict[str, int]:
     return dict(Counter(str(r.stop_reason) if r.stop_reason else "none" for r in records))
 
 
-def fmt_ms(value: Any, digits: int = 1) -> str:
-    """`12.3 ms`, or `n/a` for a missing value."""
-    return "n/a" if value is None else f"{float(value):.{digits}f} ms"
+def fmt_ms(value: Any, digits: int = 1, signed: bool = False) -> str:
+    """`12.3 ms` (`+12.3 ms` when `signed`), or `n/a` for a missing value."""
+    if value is None:
+        return "n/a"
+    return f"{float(value):{'+' if signed else ''}.{digits}f} ms"

@@ -24,7 +24,12 @@ from labkit.experiments.base import (
 from labkit.figures import DeterminismFigures, VariantRow
 from labkit.providers.base import ChatRequest, Provider
 from labkit.records import LabAnswer, RequestRecord
-from labkit.tokenizers import TokenizerUnavailable, offline_tokenizer
+from labkit.tokenizers import (
+    OfflineTokenizer,
+    TokenizerUnavailable,
+    display_piece,
+    offline_tokenizer,
+)
 
 __all__ = [
     "DeterminismExperiment",
@@ -104,6 +109,7 @@ class DeterminismExperiment(Experiment):
         super().__init__(settings, index)
         self._tokens: dict[str, dict[str, list[Any]]] = {}  # provider -> record_id -> tokens
         self._tokenizer: dict[str, str] = {}
+        self._pieces: dict[str, dict[str, list[str]]] = {}  # provider -> record_id -> texts
 
     @property
     def _s(self) -> DeterminismSettings:
@@ -128,13 +134,15 @@ class DeterminismExperiment(Experiment):
                 )
 
     async def finalize(self, provider: Provider, records: list[RequestRecord]) -> None:
-        """Tokenize every output with the best tokenizer this provider offers."""
+        """Tokenize every output with the best tokenizer this provider offers (ids to
+        compare, and each token's text for the report's alignment picture)."""
         tokens: dict[str, list[Any]] = {}
+        pieces: dict[str, list[str]] = {}
         name = provider.tokenizer_name
-        enc: Any = None
+        ruler: OfflineTokenizer | None = None
         if name is None:
             try:
-                enc = offline_tokenizer("cl100k_base").encoding
+                ruler = offline_tokenizer("cl100k_base")
                 name = "tiktoken:cl100k_base (common ruler)"
             except TokenizerUnavailable:
                 name = "characters"
@@ -144,22 +152,30 @@ class DeterminismExperiment(Experiment):
             if provider.tokenizer_name is not None:
                 try:
                     own = await provider.tokenize(r.output_text)
+                    cut = await provider.tokenized(r.output_text) if own is not None else None
                 except Exception:
-                    own = None
+                    own, cut = None, None
                 if own is not None:
                     tokens[r.record_id] = own
+                    if cut is not None and cut.pieces is not None and len(cut.pieces) == len(own):
+                        pieces[r.record_id] = [display_piece(p) for p in cut.pieces]
                     continue
                 name = "characters (tokenizer failed)"
-            if enc is not None:
-                tokens[r.record_id] = list(enc.encode(r.output_text, disallowed_special=()))
+            if ruler is not None:
+                cut = ruler.tokenize(r.output_text)
+                tokens[r.record_id] = list(cut.ids or ())
+                pieces[r.record_id] = [display_piece(p) for p in cut.pieces or ()]
             else:
                 tokens[r.record_id] = list(r.output_text)
+                pieces[r.record_id] = [display_piece(c.encode()) for c in r.output_text]
         self._tokens[provider.id] = tokens
+        self._pieces[provider.id] = pieces
         self._tokenizer[provider.id] = name or "characters"
 
     def analyze(self, provider_id: str, model: str, records: list[RequestRecord]) -> LabAnswer:
         """Per variant: identical or not, first divergent token, common prefix, fingerprints."""
         tokens = self._tokens.get(provider_id, {})
+        pieces = self._pieces.get(provider_id, {})
         rows: list[VariantRow] = []
         for v in self._s.variants:
             recs = [
@@ -185,6 +201,10 @@ class DeterminismExperiment(Experiment):
                     system_fingerprints=sorted(
                         {r.system_fingerprint for r in recs if r.system_fingerprint}
                     ),
+                    outputs=[
+                        pieces.get(r.record_id) or [str(t) for t in out]
+                        for r, out in zip(recs, outs, strict=True)
+                    ],
                 )
             )
         figures = DeterminismFigures(
@@ -199,16 +219,22 @@ class DeterminismExperiment(Experiment):
                 figures,
                 status="failed",
             )
+        same = sum(1 for r in judged if r.identical)
         parts = []
         for r in judged:
             if r.identical:
-                parts.append(f"{r.variant}: all {r.n} identical")
+                parts.append(f"{_variant_words(r)}: all {r.n} identical")
             else:
                 parts.append(
-                    f"{r.variant}: {r.distinct_outputs} different outputs of {r.n}, "
-                    f"first divergence at token {r.first_divergent_token}"
+                    f"{_variant_words(r)}: {r.distinct_outputs} different replies of {r.n}, "
+                    f"first different at token {r.first_divergent_token}"
                 )
-        answer = "; ".join(parts) + ". " + _verdict(judged)
+        answer = (
+            f"{same} of {len(judged)} settings gave identical replies every time: "
+            + "; ".join(parts)
+            + ". "
+            + _verdict(judged)
+        )
         fps = sorted({fp for r in rows for fp in r.system_fingerprints})
         if fps:
             answer += f" system_fingerprint seen: {', '.join(fps)}."
@@ -219,6 +245,14 @@ class DeterminismExperiment(Experiment):
             figures,
             status="ok" if len(judged) == len(rows) else "partial",
         )
+
+
+def _variant_words(row: VariantRow) -> str:
+    """`temperature 1, seed 1234` for a variant's parameters."""
+    words = [f"temperature {row.params['temperature']}"] if "temperature" in row.params else []
+    if row.params.get("seed") is not None:
+        words.append(f"seed {row.params['seed']}")
+    return ", ".join(words) or row.variant
 
 
 def _verdict(rows: list[VariantRow]) -> str:

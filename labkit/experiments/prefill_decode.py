@@ -307,9 +307,11 @@ class PrefillDecodeExperiment(Experiment):
             )
         lo, hi = min(xs), max(xs)
         answer = (
-            f"Between {lo:.0f} and {hi:.0f} input tokens, TTFT grew by "
-            f"{fit.ms_per_token:.3f} ms per prompt token on top of a fixed "
-            f"{fit.intercept_ms:.1f} ms (least squares over {fit.n} requests, r² {fit.r2:.3f})."
+            f"{fit.ms_per_token:.3f} ms per prompt token: each extra token in the prompt made "
+            f"the first token of the reply come about {fit.ms_per_token:.3f} ms later, because "
+            f"the model must read (prefill) the whole prompt before it writes anything "
+            f"(straight line over {fit.n} requests of {lo:.0f} to {hi:.0f} input tokens, "
+            f"r² {fit.r2:.3f}, fixed part {fit.intercept_ms:.1f} ms)."
         )
         if len(segments) >= 2 and segments[-1].ms_per_token > 2 * segments[0].ms_per_token:
             first, last = segments[0], segments[-1]
@@ -327,7 +329,10 @@ class PrefillDecodeExperiment(Experiment):
             )
         if decode_pts:
             d = [y for _, y in decode_pts]
-            answer += f" Decode took {min(d):.2f}–{max(d):.2f} ms per output token across the sweep"
+            answer += (
+                f" Writing the reply (decode) took {min(d):.2f}–{max(d):.2f} ms per output "
+                "token across the sweep"
+            )
             if decode_fit is not None:
                 answer += (
                     f" ({decode_fit.ms_per_token * 1000:+.2f} ms per token per 1,000 prompt tokens)"
@@ -339,7 +344,8 @@ class PrefillDecodeExperiment(Experiment):
             moved = "fell" if cache.hit_ttft_ms < cache.prime_ttft_ms else "went"
             cached = cache.hit_cached_tokens
             answer += (
-                f" Repeating a {cache.prefix_tokens}-token prefix, TTFT {moved} from "
+                f" Sending the same {cache.prefix_tokens}-token start of a prompt again (a "
+                f"prompt-cache hit), TTFT {moved} from "
                 f"{fmt_ms(cache.prime_ttft_ms)} (first send) to {fmt_ms(cache.hit_ttft_ms)} "
                 + (
                     f"with {cached:.0f} cached tokens reported."

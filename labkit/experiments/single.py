@@ -22,7 +22,7 @@ from labkit.experiments.common import (
     prompt_list,
     stop_counts,
 )
-from labkit.figures import SingleFigures
+from labkit.figures import RequestTimeline, SingleFigures
 from labkit.providers.base import ChatRequest, Provider
 from labkit.records import LabAnswer, RequestRecord
 
@@ -107,22 +107,45 @@ class SingleExperiment(Experiment):
                 f,
                 status="failed",
             )
-        stop_text = ", ".join(f"{k} ×{v}" for k, v in sorted(stops.items()))
+        stop_text = ", ".join(f"{_STOP_WORDS.get(k, k)} ×{v}" for k, v in sorted(stops.items()))
         answer = (
-            f"Over {f.n} requests the prompt was {_n(f.input_tokens_p50)} input tokens and "
-            f"the reply {_n(f.output_tokens_p50)} output tokens (medians). Headers arrived "
-            f"after {fmt_ms(f.headers_ms_p50)}, the first event after "
-            f"{fmt_ms(f.first_event_ms_p50)}, the first token after "
-            f"{fmt_ms(f.ttft_ms_p50)} (p90 {fmt_ms(f.ttft_ms_p90)}), the last token after "
-            f"{fmt_ms(f.last_token_ms_p50)}; decode ran at "
-            f"{fmt_ms(f.decode_ms_per_token_p50, 2)} per token. It stopped with: {stop_text}."
+            f"{fmt_ms(f.ttft_ms_p50)} to the first token: the first piece of the reply "
+            f"arrived {fmt_ms(f.ttft_ms_p50)} after the request was sent (TTFT, median of "
+            f"{f.n} requests; p90 {fmt_ms(f.ttft_ms_p90)}). After it, tokens came every "
+            f"{fmt_ms(f.decode_ms_per_token_p50, 2)}, so the whole reply was in after "
+            f"{fmt_ms(f.last_token_ms_p50)}. The prompt was {_n(f.input_tokens_p50)} tokens "
+            f"and the reply {_n(f.output_tokens_p50)} tokens; it stopped with: {stop_text}."
         )
         if f.provider_prefill_ms_p50 is not None:
             answer += (
-                f" The server itself reported {fmt_ms(f.provider_prefill_ms_p50)} of prefill "
-                f"and {fmt_ms(f.provider_decode_ms_per_token_p50, 2)} per decoded token."
+                f" The server's own clock: {fmt_ms(f.provider_prefill_ms_p50)} reading the "
+                f"prompt (prefill) and {fmt_ms(f.provider_decode_ms_per_token_p50, 2)} per "
+                "generated token (decode)."
             )
+        f = f.model_copy(update={"timeline": _timeline(ok, f.ttft_ms_p50)})
         return self.answer(provider_id, model, answer, f, status="ok" if not failed else "partial")
+
+
+_STOP_WORDS = {"length": "max_tokens reached (length)", "end": "the model's own end (end)"}
+
+
+def _timeline(ok: list[RequestRecord], ttft_p50: float | None) -> RequestTimeline | None:
+    """The request with the TTFT nearest the median, as offsets from t_start."""
+    streamed = [r for r in ok if r.client.ttft_ms is not None and r.client.event_offsets_ms]
+    if not streamed or ttft_p50 is None:
+        return None
+    r = min(streamed, key=lambda rec: abs((rec.client.ttft_ms or 0.0) - ttft_p50))
+    return RequestTimeline(
+        record_id=r.record_id,
+        headers_ms=r.client.headers_ms,
+        first_event_ms=r.client.first_event_ms,
+        ttft_ms=r.client.ttft_ms,
+        last_token_ms=r.client.last_token_ms,
+        e2e_ms=r.client.e2e_ms,
+        event_offsets_ms=list(r.client.event_offsets_ms),
+        provider_prefill_ms=r.provider_timings.prefill_ms,
+        provider_decode_ms=r.provider_timings.decode_ms,
+    )
 
 
 def _n(value: float | None) -> str:

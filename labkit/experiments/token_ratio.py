@@ -28,10 +28,16 @@ from labkit.experiments.base import (
     register_experiment,
 )
 from labkit.experiments.common import Prompt, measured, median_of
-from labkit.figures import TokenizerCount, TokenizerSpread, TokenRatioFigures, TokenRatioRow
+from labkit.figures import (
+    TokenizerCount,
+    TokenizerSpread,
+    TokenPieces,
+    TokenRatioFigures,
+    TokenRatioRow,
+)
 from labkit.providers.base import ChatRequest, Provider, TokenCount
 from labkit.records import LabAnswer, RequestRecord
-from labkit.tokenizers import Tokenized, offline_tokenizer
+from labkit.tokenizers import Tokenized, display_piece, offline_tokenizer
 
 __all__ = ["DEFAULT_TEXTS", "TokenRatioExperiment", "TokenRatioSettings"]
 
@@ -101,6 +107,8 @@ class TokenRatioExperiment(Experiment):
         self._count_errors: dict[str, str] = {}
         # tokenizer label -> text id -> tokens, over every provider prepared so far
         self._side_by_side: dict[str, dict[str, int]] = {}
+        # tokenizer label -> text id -> (piece texts, tokens per piece), for the report's spans
+        self._pieces: dict[str, dict[str, tuple[list[str], list[int]]]] = {}
 
     @property
     def _s(self) -> TokenRatioSettings:
@@ -130,9 +138,11 @@ class TokenRatioExperiment(Experiment):
         if not self._side_by_side:
             for name in _OFFLINE_SIDE_BY_SIDE:
                 tokenizer = offline_tokenizer(name)
+                cut_by_text = {t.id: tokenizer.tokenize(t.text) for t in self._s.texts}
                 self._side_by_side[tokenizer.label] = {
-                    t.id: tokenizer.count(t.text) for t in self._s.texts
+                    text_id: cut.count for text_id, cut in cut_by_text.items()
                 }
+                self._pieces[tokenizer.label] = _piece_texts(cut_by_text)
         cuts: dict[str, Tokenized] = {}
         try:
             for t in texts:
@@ -149,9 +159,11 @@ class TokenRatioExperiment(Experiment):
         # A counter of whole requests (Anthropic) includes the framing: the one-character
         # baseline's count less its one token is that framing.
         framing = cuts[_BASELINE_ID].count - 1 if cuts[_BASELINE_ID].includes_framing else 0
-        self._side_by_side[f"{provider.model} [{provider.id}]"] = {
-            t.id: cuts[t.id].count - framing for t in self._s.texts
-        }
+        own_label = f"{provider.model} [{provider.id}]"
+        self._side_by_side[own_label] = {t.id: cuts[t.id].count - framing for t in self._s.texts}
+        self._pieces[own_label] = _piece_texts(
+            {t.id: cuts[t.id] for t in self._s.texts if t.id in cuts}
+        )
 
     def planned_per_path(self, provider: Provider) -> int | None:
         """The baseline and every text, each `repeats` times (none when `send` is off)."""
@@ -236,6 +248,17 @@ class TokenRatioExperiment(Experiment):
             side_by_side=side_by_side(self._s.texts, self._side_by_side),
             spread=spread,
             input_tokens_local_diffs=local_diffs,
+            pieces=[
+                TokenPieces(
+                    text_id=t.id,
+                    tokenizer=label,
+                    pieces=by_text[t.id][0],
+                    tokens_per_piece=by_text[t.id][1],
+                )
+                for label, by_text in self._pieces.items()
+                for t in self._s.texts
+                if t.id in by_text
+            ],
         )
         measured_rows = [
             (r, r.chars_per_token, r.rule_of_4_error_pct)
@@ -250,19 +273,18 @@ class TokenRatioExperiment(Experiment):
                 figures,
                 status="failed",
             )
-        parts = [
-            f"{r.text_id} {cpt:.2f} chars/token "
-            f"({r.tokens} tokens for {r.chars} chars, rule off by {err:+.0f}%)"
-            for r, cpt, err in measured_rows
-        ]
+        most = max(measured_rows, key=lambda m: m[1])
+        least = min(measured_rows, key=lambda m: m[1])
         worst = max(measured_rows, key=lambda m: abs(m[2]))
         best = min(measured_rows, key=lambda m: abs(m[2]))
+        sources = ", ".join(sorted({r.token_source for r, _, _ in measured_rows}))
         answer = (
-            "; ".join(parts) + f". The 4-characters rule is closest for {best[0].text_id} "
-            f"({best[2]:+.0f}%) and worst for {worst[0].text_id} "
-            f"({worst[2]:+.0f}%). Counts from: "
-            + ", ".join(sorted({r.token_source for r, _, _ in measured_rows}))
-            + "."
+            f"{most[1]:.2f} characters per token for {most[0].text_id}, but only "
+            f"{least[1]:.2f} for {least[0].text_id}: a token is a piece of text the model "
+            f"reads as one unit, and its size depends on the kind of text. The rule of thumb "
+            f"'1 token ≈ 4 characters' is closest for {best[0].text_id} ({best[2]:+.0f}%) "
+            f"and worst for {worst[0].text_id} ({worst[2]:+.0f}%); every text's count is in "
+            f"the table (counted by {sources})."
         )
         if baseline_usage is not None:
             answer += (
@@ -278,6 +300,39 @@ class TokenRatioExperiment(Experiment):
             figures,
             status="ok" if len(measured_rows) == len(rows) else "partial",
         )
+
+
+def _piece_texts(cuts: dict[str, Tokenized]) -> dict[str, tuple[list[str], list[int]]]:
+    """Each text's token pieces as display text, with how many tokens each piece is
+    (`whole_characters`); texts cut without pieces are left out."""
+    return {
+        text_id: whole_characters(cut.pieces)
+        for text_id, cut in cuts.items()
+        if cut.pieces is not None
+    }
+
+
+def whole_characters(pieces: tuple[bytes, ...]) -> tuple[list[str], list[int]]:
+    """Token pieces as text a person can read: consecutive tokens that split one character's
+    bytes (byte-level BPE on emoji, Japanese) are joined into one piece, with its token count.
+    """
+    texts: list[str] = []
+    counts: list[int] = []
+    pending, n = b"", 0
+    for piece in pieces:
+        pending, n = pending + piece, n + 1
+        try:
+            pending.decode("utf-8")
+        except UnicodeDecodeError:
+            if len(pending) < 16:  # a character is at most 4 bytes; 16 is a sequence's worth
+                continue
+        texts.append(display_piece(pending))
+        counts.append(n)
+        pending, n = b"", 0
+    if pending:
+        texts.append(display_piece(pending))
+        counts.append(n)
+    return texts, counts
 
 
 def side_by_side(texts: list[Prompt], table: dict[str, dict[str, int]]) -> list[TokenizerCount]:

@@ -18,16 +18,20 @@ import pandas as pd
 from labkit.errors import RunError
 from labkit.figures import LoadLevel, ServerLevelMetrics
 from labkit.records import LabAnswer
+from labkit.report.charts import Chart, TokenSpans, javascript_bundle, question_charts
 from labkit.report.later import later_stats_section
 from labkit.report.load import RunData, ensure_columns, load_run
 from labkit.report.plots import all_plots, load_rows, server_queue_timeline
 from labkit.report.render import (
+    VEGA_BUNDLE_MARK,
     Block,
     Bullets,
+    ChartBlock,
     Heading,
     Image,
     Para,
     Table,
+    TokenSpansBlock,
     fmt_num,
     render_html,
     render_markdown,
@@ -208,6 +212,7 @@ def _lab_section(run: RunData) -> list[Block]:
     for ans in run.lab.answers:
         by_exp.setdefault(ans.experiment, []).append(ans)
     order = LAB_EXPERIMENTS + sorted(set(by_exp) - set(LAB_EXPERIMENTS))
+    pictures = question_charts(run.lab)
     for i, exp in enumerate(order, start=1):
         answers = by_exp.get(exp)
         if not answers:
@@ -216,6 +221,16 @@ def _lab_section(run: RunData) -> list[Block]:
             continue
         blocks.append(Heading(f"{i}. {exp}: {answers[0].question}", 3))
         blocks.append(Bullets([_answer_line(a) for a in answers]))
+        gaps: list[str] = []
+        for picture in pictures.get(exp, []):
+            if isinstance(picture, Chart):
+                blocks.append(ChartBlock(picture))
+            elif isinstance(picture, TokenSpans):
+                blocks.append(TokenSpansBlock(picture))
+            else:
+                gaps.append(picture)
+        if gaps:
+            blocks.append(Bullets(gaps, "note"))
     return blocks
 
 
@@ -457,6 +472,7 @@ def _errors_section(df: pd.DataFrame) -> list[Block]:
 
 _SPLIT_LABELS: dict[str, str] = {
     "provider": "provider",
+    "experiment": "experiment",
     "provider_kind": "kind",
     "model": "model",
     "n": "n",
@@ -465,51 +481,82 @@ _SPLIT_LABELS: dict[str, str] = {
     "provider.processing_ms": "provider processing",
     "client.ttft_ms": "client TTFT",
     "client.decode_ms_per_token": "client decode ms/tok",
-    "network.ttft_minus_prefill_ms": "network+front end (TTFT − prefill)",
-    "network.decode_diff_ms_per_token": "network+front end decode ms/tok",
+    "network.ttft_minus_prefill_ms": "network + front end (TTFT − prefill)",
+    "network.decode_diff_ms_per_token": "network + front end decode ms/tok",
     "client.connect_ms": "connect",
     "client.tls_ms": "TLS",
     "app.prepare_ms": "app prepare",
     "app.parse_cpu_ms": "app parse CPU",
     "app.client_path": "client path",
-    "app.sdk_minus_wire_e2e_ms": "SDK − wire e2e",
+    "app.sdk_minus_wire_e2e_ms": "SDK − wire e2e (paired)",
 }
+
+
+_SPLIT_TEXT = ("provider", "experiment", "provider_kind", "model", "app.client_path")
 
 
 def _split_section(split: pd.DataFrame) -> list[Block]:
     blocks: list[Block] = [
         Heading("Provider vs client: whose time is it?"),
         Para(
-            "Medians over successful, non-warm-up requests, in ms. Provider columns are what "
+            "Medians over successful, non-warm-up requests, in ms, one row per experiment and "
+            "client path (so each row compares like with like). Provider columns are what "
             "the provider reported about itself (provider_timings.*); client columns what "
             "labkit observed (client.*); network + front end is the per-request difference "
             "client.ttft_ms − provider_timings.prefill_ms (and the same for decode). "
             "Application time (app.prepare_ms, app.parse_cpu_ms, SDK − wire) is off the wire "
-            "and not part of TTFT. 'not reported' means the provider sends nothing about "
-            "itself; 'not derivable' that the difference needs it; 'not observed' that the "
-            "client saw no value (e.g. connect on a reused connection).",
+            "and not part of TTFT; SDK − wire is the median of paired differences (the same "
+            "planned request, same experiment and trial, sent both ways). 'not reported' means "
+            "the provider sends nothing about itself; 'not derivable' that the difference "
+            "needs it; 'not observed' that the client saw no value (e.g. connect on a reused "
+            "connection).",
             "note",
         ),
     ]
     if split.empty:
         blocks.append(Para("No records: no split.", "warn"))
         return blocks
-    rows = [
-        [
-            str(r[c])
-            if c in ("provider", "provider_kind", "model", "app.client_path")
-            else fmt_num(r[c], 0 if c == "n" else None)
-            for c in SPLIT_COLUMNS
+    # Two tables of one row each per provider × experiment × path, so each fits the page.
+    for title, columns in _SPLIT_TABLES:
+        cells = [
+            [
+                str(r[c]) if c in _SPLIT_TEXT else fmt_num(r[c], 0 if c == "n" else None)
+                for c in columns
+            ]
+            for _, r in split.iterrows()
         ]
-        for _, r in split.iterrows()
-    ]
-    numeric = {
-        i
-        for i, c in enumerate(SPLIT_COLUMNS)
-        if c not in ("provider", "provider_kind", "model", "app.client_path")
-    }
-    blocks.append(Table([_SPLIT_LABELS[c] for c in SPLIT_COLUMNS], rows, numeric))
+        numeric = {i for i, c in enumerate(columns) if c not in _SPLIT_TEXT}
+        blocks += [Heading(title, 3), Table([_SPLIT_LABELS[c] for c in columns], cells, numeric)]
     return blocks
+
+
+_SPLIT_KEYS = ["provider", "experiment", "app.client_path", "n"]
+_SPLIT_TABLES: list[tuple[str, list[str]]] = [
+    (
+        "What the provider reported and what the client observed",
+        [
+            *_SPLIT_KEYS,
+            "provider.prefill_ms",
+            "client.ttft_ms",
+            "provider.decode_ms_per_token",
+            "client.decode_ms_per_token",
+            "provider.processing_ms",
+        ],
+    ),
+    (
+        "The network's and front end's share, and labkit's own time",
+        [
+            *_SPLIT_KEYS,
+            "network.ttft_minus_prefill_ms",
+            "network.decode_diff_ms_per_token",
+            "client.connect_ms",
+            "client.tls_ms",
+            "app.prepare_ms",
+            "app.parse_cpu_ms",
+            "app.sdk_minus_wire_e2e_ms",
+        ],
+    ),
+]
 
 
 def _scraped(run: RunData) -> dict[str, list[ServerMetricsSample]]:
@@ -605,7 +652,10 @@ def write_report(run_dir: Path | str) -> ReportPaths:
         paths.md.write_text(
             for_people(render_markdown(blocks, folder, paths.files.name)), encoding="utf-8"
         )
-        paths.html.write_text(for_people(render_html(blocks, title)), encoding="utf-8")
+        page = for_people(render_html(blocks, title))
+        if VEGA_BUNDLE_MARK in page:
+            page = page.replace(VEGA_BUNDLE_MARK, f"<script>{javascript_bundle()}</script>", 1)
+        paths.html.write_text(page, encoding="utf-8")
         table = scrub_frame(_summary_for_files(summary))
         table.to_csv(paths.csv, index=False)
         table.to_parquet(paths.parquet, index=False)

@@ -2,7 +2,8 @@
 
 Markdown is written for a terminal and a code host: tables are padded so their columns line
 up in plain text, images are PNG files in ``report_files/`` linked relatively. HTML is one
-self-contained file: inline CSS, images as ``data:`` URIs, no script, nothing fetched at
+self-contained file: inline CSS, images as ``data:`` URIs, the charts' Vega-Lite specs drawn
+by Vega inlined once (`VEGA_BUNDLE_MARK`, replaced by `write_report`), nothing fetched at
 view time.
 """
 
@@ -10,20 +11,25 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from labkit.report.charts import Chart, TokenSpans
 from labkit.report.plots import Plot
 
 __all__ = [
+    "VEGA_BUNDLE_MARK",
     "Block",
     "Bullets",
+    "ChartBlock",
     "Heading",
     "Image",
     "Para",
     "Table",
+    "TokenSpansBlock",
     "fmt_num",
     "render_html",
     "render_markdown",
@@ -70,7 +76,25 @@ class Image:
     plot: Plot
 
 
-Block = Heading | Para | Bullets | Table | Image
+@dataclass(frozen=True)
+class ChartBlock:
+    """An interactive chart (a PNG in Markdown)."""
+
+    chart: Chart
+
+
+@dataclass(frozen=True)
+class TokenSpansBlock:
+    """Texts as coloured token spans."""
+
+    spans: TokenSpans
+
+
+Block = Heading | Para | Bullets | Table | Image | ChartBlock | TokenSpansBlock
+
+#: Where the page's one inlined copy of Vega goes (`write_report` puts it there, after
+#: scrubbing the page, so the library itself is never rewritten).
+VEGA_BUNDLE_MARK = "<!--labkit:vega-bundle-->"
 
 
 def fmt_num(value: Any, digits: int | None = None) -> str:
@@ -90,7 +114,9 @@ def fmt_num(value: Any, digits: int | None = None) -> str:
     if digits is None:
         a = abs(v)
         digits = 0 if a >= 1000 else 1 if a >= 10 else 2
-    return f"{v:,.{digits}f}"
+    text = f"{v:,.{digits}f}"
+    # A value that rounds to zero has no sign: "-0.00" beside a sentence saying 1 ms misleads.
+    return text[1:] if text.startswith("-") and not text.strip("-0.,") else text
 
 
 # --- Markdown ----------------------------------------------------------------------------
@@ -119,7 +145,7 @@ def _md_table(table: Table) -> str:
 def render_markdown(blocks: list[Block], run_dir: Path, files_dir: str = "report_files") -> str:
     """Render to Markdown; figures are written as PNG files under ``run_dir/files_dir``."""
     out: list[str] = []
-    images = [b for b in blocks if isinstance(b, Image)]
+    images = [b for b in blocks if isinstance(b, Image | ChartBlock)]
     folder = run_dir / files_dir
     if folder.is_dir():
         for old in folder.glob("*.png"):
@@ -135,6 +161,19 @@ def render_markdown(blocks: list[Block], run_dir: Path, files_dir: str = "report
             out.append("\n".join(f"- {item}" for item in block.items))
         elif isinstance(block, Table):
             out.append(_md_table(block))
+        elif isinstance(block, ChartBlock):
+            chart = block.chart
+            (folder / f"{chart.name}.png").write_bytes(chart.png)
+            out.append(f"![{chart.title}]({files_dir}/{chart.name}.png)\n\n*{chart.caption}*")
+        elif isinstance(block, TokenSpansBlock):
+            out.append(
+                f"*{block.spans.title}* (tokens separated by ·)\n\n"
+                + "\n".join(
+                    f"- {tokenizer} · {text_id} ({sum(counts)} tokens): "
+                    f"`{'·'.join(pieces)}`".replace("|", "\\|")
+                    for tokenizer, text_id, pieces, counts in block.spans.rows
+                )
+            )
         else:
             path = folder / f"{block.plot.name}.png"
             path.write_bytes(block.plot.png)
@@ -152,8 +191,9 @@ body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-se
 margin:2rem auto;max-width:1200px;padding:0 1rem;color:#1f2328;background:#fff;line-height:1.5}
 h1{border-bottom:2px solid #d0d7de;padding-bottom:.3rem}
 h2{border-bottom:1px solid #d0d7de;padding-bottom:.2rem;margin-top:2rem}
-table{border-collapse:collapse;margin:.8rem 0;font-size:.85rem;display:block;overflow-x:auto}
-th,td{border:1px solid #d0d7de;padding:.25rem .5rem;vertical-align:top}
+.tablebox{max-width:100%;overflow-x:auto;margin:.8rem 0}
+table{border-collapse:collapse;font-size:.8rem}
+th,td{border:1px solid #d0d7de;padding:.2rem .4rem;vertical-align:top;overflow-wrap:break-word}
 th{background:#f6f8fa;text-align:left}
 td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 tr:nth-child(even) td{background:#fbfcfd}
@@ -163,6 +203,15 @@ ul.warn{padding-left:2rem}
 figure{margin:1rem 0}
 figure img{max-width:100%;height:auto;border:1px solid #d0d7de}
 figcaption{color:#59636e;font-size:.85rem}
+.chart{max-width:100%;overflow-x:auto}
+.spans{font-family:ui-monospace,monospace;font-size:.8rem;margin:.3rem 0;max-width:100%;
+overflow-wrap:anywhere}
+.spans .who{color:#59636e;display:block}
+.spans span.t{padding:0 1px;border-radius:2px;white-space:pre-wrap}
+.t0{background:#ddf4ff}.t1{background:#fff1c2}.t2{background:#dafbe1}.t3{background:#ffe2e0}
+.t4{background:#eddeff}
+.spans span.multi{outline:1px dashed #cf222e}
+.vega-bind{font-size:.8rem}
 """
 
 
@@ -177,12 +226,55 @@ def _html_table(table: Table) -> str:
             for i, c in enumerate(row)
         )
         body.append(f"<tr>{cells}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    return (
+        f'<div class="tablebox"><table><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table></div>"
+    )
+
+
+def _html_chart(chart: Chart, index: int) -> str:
+    spec = json.dumps(chart.spec, ensure_ascii=False).replace("</", "<\\/")
+    return (
+        f'<figure><div class="chart" id="chart{index}" data-chart="{html.escape(chart.name)}">'
+        f"</div><figcaption>{html.escape(chart.caption)}</figcaption></figure>"
+        f'<script type="application/json" id="chart{index}-spec">{spec}</script>'
+    )
+
+
+def _html_spans(spans: TokenSpans) -> str:
+    parts = [f"<p><strong>{html.escape(spans.title)}</strong></p>"]
+    for tokenizer, text_id, pieces, counts in spans.rows:
+        cells = []
+        for i, (piece, n) in enumerate(zip(pieces, counts, strict=True)):
+            many = " multi" if n > 1 else ""
+            what = f"{n} tokens for this character" if n > 1 else "1 token"
+            cells.append(
+                f'<span class="t t{i % 5}{many}" title="{what}">{html.escape(piece)}</span>'
+            )
+        parts.append(
+            f'<div class="spans"><span class="who">{html.escape(tokenizer)} · '
+            f"{html.escape(text_id)} ({sum(counts)} tokens)</span>{''.join(cells)}</div>"
+        )
+    return "".join(parts)
+
+
+_DRAW_CHARTS = """
+<script>
+for (const el of document.querySelectorAll('div.chart')) {
+  const spec = JSON.parse(document.getElementById(el.id + '-spec').textContent);
+  vegaEmbed(el, spec, {actions: false, renderer: 'svg'}).catch(err => {
+    el.textContent = 'chart failed: ' + err; console.error(err);
+  });
+}
+</script>
+"""
 
 
 def render_html(blocks: list[Block], title: str) -> str:
-    """Render to one self-contained HTML page (inline CSS, images as data: URIs, no JS)."""
+    """Render to one self-contained HTML page (inline CSS, images as data: URIs, charts
+    drawn by the Vega bundle that `write_report` puts at `VEGA_BUNDLE_MARK`)."""
     parts: list[str] = []
+    charts = 0
     for block in blocks:
         if isinstance(block, Heading):
             level = min(max(block.level, 1), 6)
@@ -196,6 +288,11 @@ def render_html(blocks: list[Block], title: str) -> str:
             parts.append(f"<ul{cls}>{items}</ul>")
         elif isinstance(block, Table):
             parts.append(_html_table(block))
+        elif isinstance(block, ChartBlock):
+            parts.append(_html_chart(block.chart, charts))
+            charts += 1
+        elif isinstance(block, TokenSpansBlock):
+            parts.append(_html_spans(block.spans))
         else:
             data = base64.b64encode(block.plot.png).decode("ascii")
             parts.append(
@@ -210,5 +307,6 @@ def render_html(blocks: list[Block], title: str) -> str:
         '<link rel="icon" href="data:,">'
         f"<title>{html.escape(title)}</title><style>{_CSS}</style></head>\n<body>\n"
         + "\n".join(parts)
+        + (f"\n{VEGA_BUNDLE_MARK}{_DRAW_CHARTS}" if charts else "")
         + "\n</body></html>\n"
     )

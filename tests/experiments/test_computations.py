@@ -16,10 +16,16 @@ from labkit.experiments.determinism import (
 )
 from labkit.experiments.prefill_decode import PrefillDecodeExperiment, PrefillDecodeSettings
 from labkit.experiments.single import SingleExperiment, SingleSettings
-from labkit.experiments.token_ratio import TokenRatioExperiment, TokenRatioSettings
+from labkit.experiments.token_ratio import (
+    TokenRatioExperiment,
+    TokenRatioSettings,
+    whole_characters,
+)
 from labkit.figures import AttributionKey, LinearFit
 from labkit.providers.base import TokenCount
+from labkit.tokenizers import offline_tokenizer
 from tests.experiments.records import make_record
+from tests.streams import make_provider
 
 pytestmark = pytest.mark.unit
 
@@ -255,3 +261,58 @@ def test_prefill_decode_says_when_prefill_is_superlinear() -> None:
     assert seg[0].ms_per_token == pytest.approx(1.1)  # (1000 - 10) / 900
     assert seg[1].ms_per_token == pytest.approx(3.0)  # (4000 - 1000) / 1000
     assert "Prefill is not linear here" in answer.answer
+
+
+def test_single_keeps_the_median_requests_timeline_for_the_anatomy_picture() -> None:
+    exp = SingleExperiment(SingleSettings())
+    recs = [
+        make_record(
+            experiment="single",
+            ttft=t,
+            prefill=t - 5,
+            event_offsets_ms=[t, t + 10, t + 20],
+            headers_ms=t / 2,
+        )
+        for t in (50.0, 100.0, 400.0)
+    ]
+    answer = exp.analyze("p", "m", recs)
+    timeline = answer.figures.timeline
+    assert timeline is not None and timeline.record_id == recs[1].record_id
+    assert timeline.event_offsets_ms == [100.0, 110.0, 120.0]
+    assert timeline.provider_prefill_ms == 95.0 and timeline.headers_ms == 50.0
+    assert answer.answer.startswith("100.0 ms to the first token: the first piece of the reply")
+
+
+def test_determinism_keeps_each_repeats_tokens_for_the_alignment_picture() -> None:
+    exp = DeterminismExperiment(DeterminismSettings(repeats=2, variants=[{"name": "t1"}]))
+    recs = [
+        make_record(experiment="determinism", text=t, tags={"variant": "t1"}) for t in ("ab", "ax")
+    ]
+    row = exp.analyze("p", "m", recs).figures.variants[0]
+    assert row.outputs == [["a", "b"], ["a", "x"]]  # the character ruler, in send order
+    assert row.first_divergent_token == 1
+
+
+def test_token_ratio_keeps_the_offline_tokenizers_pieces() -> None:
+    exp = TokenRatioExperiment(
+        TokenRatioSettings(texts=[{"id": "a", "text": "hello world"}], send=False)
+    )
+    provider = make_provider("fake", id="p", model="m")
+
+    async def go() -> None:
+        await exp.prepare(provider)
+        await provider.aclose()
+
+    asyncio.run(go())
+    pieces = {p.tokenizer: p.pieces for p in exp.analyze("p", "m", []).figures.pieces}
+    assert pieces["tiktoken:cl100k_base"] == ["hello", " world"]
+    assert pieces["tiktoken:o200k_base"] == ["hello", " world"]
+
+
+def test_a_character_split_across_tokens_is_shown_whole_with_its_token_count() -> None:
+    cut = offline_tokenizer("cl100k_base").tokenize("🛳️ ok")
+    assert cut.pieces is not None and len(cut.pieces) > 2  # the ship's bytes take tokens
+    texts, counts = whole_characters(cut.pieces)
+    assert "".join(texts) == "🛳️ ok" and texts[-1] == " ok"
+    assert sum(counts) == cut.count and counts[-1] == 1 and max(counts) > 1
+    assert whole_characters((b"a", b"\xff")) == (["a", "\\xff"], [1, 1])  # never valid

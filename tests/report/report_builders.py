@@ -8,13 +8,23 @@ from pathlib import Path
 from typing import Any
 
 from labkit.figures import (
+    AttributionFigures,
+    AttributionKey,
+    AttributionRow,
+    CacheEffect,
+    DeterminismFigures,
     Figures,
     LinearFit,
     PrefillDecodeFigures,
     PrefillPoint,
+    RequestTimeline,
     SingleFigures,
+    TokenizerCount,
+    TokenPieces,
     TokenRatioFigures,
     TokenRatioRow,
+    TTFTSplit,
+    VariantRow,
 )
 from labkit.records import (
     AppTimings,
@@ -243,3 +253,166 @@ def mixed_records(run_id: str = "run-1") -> list[RequestRecord]:
         )
     )
     return recs
+
+
+def _attribution(prefill: float | None, gap: float | None) -> AttributionFigures:
+    values = {
+        AttributionKey.PREFILL: prefill,
+        AttributionKey.TTFT_MINUS_PREFILL: gap,
+        AttributionKey.REQUEST_PREPARATION: 0.3,
+        AttributionKey.STREAM_PARSING: 0.6,
+    }
+    rows = [
+        AttributionRow(
+            key=key,
+            measurement=key.value,
+            owner="someone",
+            value_ms=value,
+            source="test",
+            note=None if value is not None else "not reported by this provider",
+        )
+        for key, value in values.items()
+    ]
+    ttft = (prefill or 0) + (gap or 300)
+    split = (
+        TTFTSplit(
+            ttft_ms=ttft,
+            provider_queue_ms=0.0,
+            queue_source="idle",
+            provider_prefill_ms=prefill,
+            network_front_end_ms=gap,
+        )
+        if prefill is not None
+        else TTFTSplit(
+            ttft_ms=ttft,
+            not_derived=[
+                "the provider reports no queue time",
+                "the provider reports no prefill time",
+            ],
+        )
+    )
+    return AttributionFigures(rows=rows, ttft_ms_p50=ttft, n=4, ttft_split=split)
+
+
+def picture_lab(run_id: str = "run-1") -> LabResults:
+    """A lab.json whose five answers carry everything the five pictures draw, for two
+    providers (`local` reports its own timings, `hosted` does not)."""
+
+    def ans(exp: str, provider: str, text: str, figures: Figures) -> LabAnswer:
+        return LabAnswer(
+            experiment=exp,
+            provider=provider,
+            model="m",
+            question=f"What does {exp} show?",
+            answer=text,
+            figures=figures,
+        )
+
+    def timeline(ttft: float, step: float, prefill: float | None) -> RequestTimeline:
+        offsets = [ttft + step * i for i in range(32)]
+        return RequestTimeline(
+            record_id="r",
+            headers_ms=ttft / 2,
+            first_event_ms=ttft,
+            ttft_ms=ttft,
+            last_token_ms=offsets[-1],
+            e2e_ms=offsets[-1] + 1,
+            event_offsets_ms=offsets,
+            provider_prefill_ms=prefill,
+            provider_decode_ms=step * 31 if prefill is not None else None,
+        )
+
+    texts = {"english": "The quick brown fox jumps.", "japanese": "東京は日本の首都です。"}
+    pieces = [
+        TokenPieces(text_id="english", tokenizer=tok, pieces=["The", " quick", " brown", " fox"])
+        for tok in ("tiktoken:o200k_base", "m [local]")
+    ] + [TokenPieces(text_id="japanese", tokenizer="m [local]", pieces=list(texts["japanese"]))]
+    counts = [
+        TokenizerCount(text_id=t, tokenizer=tok, tokens=n, chars_per_token=len(texts[t]) / n)
+        for t, tok, n in (
+            ("english", "tiktoken:o200k_base", 6),
+            ("english", "m [local]", 7),
+            ("japanese", "tiktoken:o200k_base", 5),
+            ("japanese", "m [local]", 11),
+        )
+    ]
+    words = ["Once", " upon", " a", " time", ",", " a", " keeper", " lit", " the", " lamp"]
+    variants = [
+        VariantRow(
+            variant="t0",
+            params={"temperature": 0},
+            n=2,
+            identical=True,
+            distinct_outputs=1,
+            outputs=[words, words],
+        ),
+        VariantRow(
+            variant="t1",
+            params={"temperature": 1.0},
+            n=2,
+            identical=False,
+            distinct_outputs=2,
+            first_divergent_token=3,
+            outputs=[words, [*words[:3], " day", " the", " sea", " rose"]],
+        ),
+    ]
+    points = [
+        PrefillPoint(
+            target_prompt_tokens=t,
+            input_tokens=t,
+            ttft_ms=20 + 0.2 * t,
+            decode_ms_per_token=10.0 + t / 1000,
+            n=2,
+        )
+        for t in (16, 128, 256, 512)
+    ]
+    answers: list[LabAnswer] = []
+    for provider, prefill in (("local", 12.0), ("hosted", None)):
+        answers += [
+            ans(
+                "single",
+                provider,
+                "TTFT 20 ms: the first token came after 20 ms.",
+                SingleFigures(
+                    n=6,
+                    failed=0,
+                    ttft_ms_p50=20.0,
+                    timeline=timeline(20.0 if prefill else 300.0, 11.0, prefill),
+                ),
+            ),
+            ans(
+                "token_ratio",
+                provider,
+                "4.33 characters per token for english.",
+                TokenRatioFigures(side_by_side=counts, pieces=pieces),
+            ),
+            ans(
+                "determinism",
+                provider,
+                "1 of 2 settings gave identical replies.",
+                DeterminismFigures(variants=variants, tokenizer="m"),
+            ),
+            ans(
+                "prefill_decode",
+                provider,
+                "0.200 ms per prompt token.",
+                PrefillDecodeFigures(
+                    points=points,
+                    fit=LinearFit(ms_per_token=0.2, intercept_ms=20.0, r2=1.0, n=8),
+                    cache=CacheEffect(
+                        prefix_tokens=256,
+                        prime_ttft_ms=71.2,
+                        hit_ttft_ms=25.0,
+                        hit_input_tokens=270,
+                        n_hits=2,
+                    ),
+                ),
+            ),
+            ans(
+                "attribution",
+                provider,
+                "68% of the wait for the first token was the server's.",
+                _attribution(prefill, 5.0 if prefill else None),
+            ),
+        ]
+    return LabResults(run_id=run_id, answers=answers)

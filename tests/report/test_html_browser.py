@@ -1,4 +1,6 @@
-"""The HTML report in a real headless Chromium: no console errors, no network, not blank.
+"""The HTML report in a real headless Chromium at 1280 px: no console errors, no network,
+not blank, every chart drawn with marks, nothing wider than the viewport; a screenshot of
+every section is saved under the test's tmp dir (paths printed: run with -s to see them).
 
 Chromium is driven with the Chrome DevTools Protocol over ``--remote-debugging-pipe``
 (NUL-terminated JSON on file descriptors 3 and 4), so no websocket client is needed. The
@@ -24,7 +26,7 @@ import pytest
 from PIL import Image
 
 from labkit.report import write_report
-from tests.report.report_builders import full_lab, mixed_records, write_run
+from tests.report.report_builders import mixed_records, picture_lab, write_run
 
 CHROMIUM = Path("/usr/bin/chromium")
 
@@ -141,8 +143,80 @@ def browser(tmp_path: Path) -> Iterator[Cdp]:
         os.close(ev_r)
 
 
+# Elements wider than the viewport, unless a scrolling or clipping box that itself fits holds
+# them (a wide table scrolls inside its box: allowed).
+_OVERFLOWING = """
+(() => {
+  const width = document.documentElement.clientWidth;
+  const out = [];
+  for (const el of document.body.querySelectorAll('*')) {
+    const r = el.getBoundingClientRect();
+    if (r.width === 0 || r.right <= width + 0.5) continue;
+    let held = false;
+    for (let a = el.parentElement; a && a !== document.body; a = a.parentElement) {
+      const ox = getComputedStyle(a).overflowX;
+      if (ox !== 'visible' && a.getBoundingClientRect().right <= width + 0.5) {
+        held = true;
+        break;
+      }
+    }
+    if (!held) out.push(el.tagName + '.' + el.className + ' right=' + Math.round(r.right));
+  }
+  return JSON.stringify({
+    viewport: innerWidth, width, scrollWidth: document.documentElement.scrollWidth, out,
+  });
+})()
+"""
+
+# Per chart: how many drawn marks its SVG holds (0: empty or not drawn).
+_CHART_MARKS = """
+JSON.stringify([...document.querySelectorAll('div.chart')].map(el => [
+  el.dataset.chart,
+  el.querySelectorAll('svg .mark-rect path, svg .mark-symbol path, svg .mark-rule line, '
+    + 'svg .mark-line path, svg .mark-text text').length,
+]))
+"""
+
+# Each h2 section's box in page coordinates.
+_SECTIONS = """
+JSON.stringify((() => {
+  const hs = [...document.querySelectorAll('h2')];
+  const end = document.documentElement.scrollHeight;
+  return hs.map((h, i) => {
+    const top = h.getBoundingClientRect().top + scrollY;
+    const next = i + 1 < hs.length ? hs[i + 1].getBoundingClientRect().top + scrollY : end;
+    return [h.textContent, top, next - top];
+  });
+})())
+"""
+
+
+# Pick `local` in the anatomy chart's provider menu; count its marks by opacity.
+_PICK_LOCAL_IN_ANATOMY = """
+(async () => {
+  const menu = document.querySelector('div.chart[data-chart="q1_anatomy"] select');
+  menu.value = [...menu.options].find(o => o.text === 'local').value;
+  menu.dispatchEvent(new Event('change'));
+  menu.dispatchEvent(new Event('input'));
+  await new Promise(done => setTimeout(done, 500));
+  const marks = document.querySelectorAll('div.chart[data-chart="q1_anatomy"] svg path');
+  const counts = {};
+  for (const m of marks) {
+    const o = m.getAttribute('opacity') || '1';
+    counts[o] = (counts[o] || 0) + 1;
+  }
+  return JSON.stringify(counts);
+})()
+"""
+
+
+def _evaluate(browser: Cdp, session: str, expression: str) -> Any:
+    reply = browser.send("Runtime.evaluate", session, expression=expression)
+    return json.loads(reply["result"]["value"])
+
+
 def test_html_report_in_headless_chromium(tmp_path: Path, browser: Cdp) -> None:
-    paths = write_report(write_run(tmp_path / "run", mixed_records(), lab=full_lab()))
+    paths = write_report(write_run(tmp_path / "run", mixed_records(), lab=picture_lab()))
     url = paths.html.resolve().as_uri()
 
     target = browser.send("Target.createTarget", url="about:blank")["targetId"]
@@ -159,10 +233,58 @@ def test_html_report_in_headless_chromium(tmp_path: Path, browser: Cdp) -> None:
     )
     browser.send("Page.navigate", session, url=url)
     browser.wait_for("Page.loadEventFired")
-    # Let late events (a lazily fetched resource, a console message) arrive.
-    browser.send("Runtime.evaluate", session, expression="document.readyState")
+    # vega-embed draws asynchronously: wait until every chart has its marks (or time out).
+    deadline = time.monotonic() + 30
+    marks = _evaluate(browser, session, _CHART_MARKS)
+    while not all(n > 0 for _, n in marks) and time.monotonic() < deadline:
+        time.sleep(0.2)
+        marks = _evaluate(browser, session, _CHART_MARKS)
+    assert [name for name, _ in marks] == [
+        "q1_anatomy",
+        "q2_chars_per_token",
+        "q3_determinism",
+        "q4_prefill_decode",
+        "q5_whose_time",
+    ]
+    assert all(n >= 5 for _, n in marks), f"an empty chart: {marks}"
     shot = browser.send("Page.captureScreenshot", session, format="png")
-    browser.send("Runtime.evaluate", session, expression="1")
+
+    # Toggle providers: picking one in a chart's menu fades the other's marks.
+    menus = _evaluate(
+        browser,
+        session,
+        "JSON.stringify([...document.querySelectorAll('div.chart select')]"
+        ".map(s => [...s.options].map(o => o.text)))",
+    )
+    assert menus == [["every provider", "hosted", "local"]] * 3
+    faded = browser.send(
+        "Runtime.evaluate",
+        session,
+        expression=_PICK_LOCAL_IN_ANATOMY,
+        awaitPromise=True,
+    )
+    counts = json.loads(faded["result"]["value"])
+    assert counts.get("0.12", 0) > 0 and counts.get("1", 0) > 0, counts
+
+    overflow = _evaluate(browser, session, _OVERFLOWING)
+    assert overflow["viewport"] == 1280
+    assert overflow["out"] == [], f"wider than the 1280 px viewport: {overflow['out'][:10]}"
+    assert overflow["scrollWidth"] <= overflow["width"]
+
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    sections = _evaluate(browser, session, _SECTIONS)
+    assert [s[0] for s in sections][:2] == ["Lab answers", "What is missing"]
+    for i, (heading, top, height) in enumerate(sections):
+        clip = {"x": 0, "y": top, "width": 1280, "height": min(height, 6000), "scale": 1}
+        section = browser.send(
+            "Page.captureScreenshot", session, format="png", clip=clip, captureBeyondViewport=True
+        )
+        slug = "".join(c if c.isalnum() else "-" for c in heading.lower())[:40]
+        path = shots / f"{i:02d}-{slug}.png"
+        path.write_bytes(base64.b64decode(section["data"]))
+        print(f"screenshot: {path}")
+    assert len(list(shots.glob("*.png"))) == len(sections) >= 6
 
     events = [e for e in browser.events if e.get("sessionId") == session]
     console_errors = [
@@ -187,6 +309,10 @@ def test_html_report_in_headless_chromium(tmp_path: Path, browser: Cdp) -> None:
         expression="[...document.images].filter(i => i.complete && i.naturalWidth > 0).length",
     )
     assert images["result"]["value"] == 6
+    spans = browser.send(
+        "Runtime.evaluate", session, expression="document.querySelectorAll('.spans').length"
+    )
+    assert spans["result"]["value"] == 3
 
     png = base64.b64decode(shot["data"])
     artifact = tmp_path / "report_screenshot.png"

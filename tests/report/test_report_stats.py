@@ -132,16 +132,28 @@ def test_split_says_not_reported_for_a_provider_that_reports_nothing(tmp_path: P
     assert not any(isinstance(v, float) and math.isnan(v) for v in row.to_numpy())
 
 
-def test_split_sdk_minus_wire() -> None:
+def test_split_sdk_minus_wire_is_paired_within_one_experiment() -> None:
     df = _frame(
-        4,
+        6,
         provider="p",
         **{
+            "experiment": ["attribution"] * 4 + ["single"] * 2,
+            "plan_key": ["a/0", "a/1", "a/0/sdk", "a/1/sdk", "s/0", "s/0/sdk"],
             "client.ttft_ms": 10.0,
-            "client.e2e_ms": [100.0, 110.0, 130.0, 150.0],
-            "app.client_path": ["wire", "wire", "sdk", "sdk"],
+            # pairs: 130 − 100 and 150 − 110; the single pair (−900) is another experiment's
+            "client.e2e_ms": [100.0, 110.0, 130.0, 150.0, 1000.0, 100.0],
+            "app.client_path": ["wire", "wire", "sdk", "sdk", "wire", "sdk"],
         },
     )
-    row = provider_client_split(df).iloc[0]
-    assert row["app.sdk_minus_wire_e2e_ms"] == pytest.approx(140.0 - 105.0)
-    assert row["app.client_path"] == "sdk, wire"
+    split = provider_client_split(df)
+    rows = {(r["experiment"], r["app.client_path"]): r for _, r in split.iterrows()}
+    assert set(rows) == {
+        ("attribution", "wire"),
+        ("attribution", "sdk"),
+        ("single", "wire"),
+        ("single", "sdk"),
+    }
+    assert rows[("attribution", "sdk")]["app.sdk_minus_wire_e2e_ms"] == pytest.approx(35.0)
+    assert rows[("single", "sdk")]["app.sdk_minus_wire_e2e_ms"] == pytest.approx(-900.0)
+    assert rows[("attribution", "wire")]["app.sdk_minus_wire_e2e_ms"] == NOT_OBSERVED
+    assert rows[("attribution", "wire")]["n"] == 2
