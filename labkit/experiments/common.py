@@ -17,6 +17,7 @@ from labkit.timing import percentile
 __all__ = [
     "Prompt",
     "fmt_ms",
+    "latest_pass",
     "measured",
     "median_of",
     "p_of",
@@ -59,6 +60,21 @@ def median_of(
 ) -> float | None:
     """Median of a field over records, nulls skipped."""
     return p_of(records, get, 50)
+
+
+def latest_pass(records: list[RequestRecord], tag: str = "level_run") -> list[RequestRecord]:
+    """The records of the latest pass, told apart by `tag` (a resumed run may have run a
+    level, a replay or a session again under a new tag value); the latest pass is the one
+    that started last."""
+    if not records:
+        return []
+    first_seen: dict[str, Any] = {}
+    for r in records:
+        run = str(r.tags.get(tag, ""))
+        if run not in first_seen or r.started_at < first_seen[run]:
+            first_seen[run] = r.started_at
+    latest = max(first_seen, key=lambda k: first_seen[k])
+    return [r for r in records if str(r.tags.get(tag, "")) == latest]
 
 
 def stop_counts(records: Iterable[RequestRecord]) -> dict[str, int]:

@@ -36,7 +36,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, NonNegativeFloat, PositiveInt, field_validator, model_validator
 
 from labkit.experiments.base import ExperimentSettings, PlannedRequest, register_experiment
-from labkit.experiments.common import fmt_ms, p_of
+from labkit.experiments.common import fmt_ms, latest_pass, p_of
 from labkit.experiments.paced import PacedExperiment, RequestDriver, SendFn
 from labkit.experiments.prefill_decode import filler_text
 from labkit.figures import ConversationFigures, ConversationTurn, ConversationVariant, LinearFit
@@ -215,7 +215,7 @@ class ConversationExperiment(PacedExperiment):
         output text was stored, else from turn 0 as a new pass."""
         cache_index = self._s.cache.index(cache)
         fresh = _Session(cache, index, secrets.token_hex(4), secrets.token_hex(3))
-        mine = _latest_pass(
+        mine = _session_pass(
             [
                 r
                 for r in previous
@@ -331,7 +331,7 @@ class ConversationExperiment(PacedExperiment):
         turns: dict[tuple[str, int], list[RequestRecord]] = defaultdict(list)
         reusable: dict[str, float] = {}
         for recs in by_session.values():
-            kept = _one_per_turn(_latest_pass(recs))
+            kept = _one_per_turn(_session_pass(recs))
             reusable.update(_reusable_shares(kept))
             for r in kept:
                 turns[(str(r.tags["cache"]), int(r.tags["turn"]))].append(r)
@@ -368,17 +368,9 @@ class ConversationExperiment(PacedExperiment):
         return self.answer(provider_id, model, text, figures, "ok" if complete else "partial")
 
 
-def _latest_pass(records: list[RequestRecord]) -> list[RequestRecord]:
+def _session_pass(records: list[RequestRecord]) -> list[RequestRecord]:
     """One session's records of its latest pass (a resume from turn 0 starts a new one)."""
-    if not records:
-        return []
-    first_seen: dict[str, Any] = {}
-    for r in records:
-        run = str(r.tags.get("session_run", ""))
-        if run not in first_seen or r.started_at < first_seen[run]:
-            first_seen[run] = r.started_at
-    latest = max(first_seen, key=lambda k: first_seen[k])
-    return [r for r in records if str(r.tags.get("session_run", "")) == latest]
+    return latest_pass(records, "session_run")
 
 
 def _one_per_turn(records: list[RequestRecord]) -> list[RequestRecord]:
@@ -448,7 +440,7 @@ def _variant_row(
     for (c, _), recs in by_session.items():
         if c != cache:
             continue
-        ok = [r for r in _one_per_turn(_latest_pass(recs)) if r.error is None]
+        ok = [r for r in _one_per_turn(_session_pass(recs)) if r.error is None]
         sessions += bool(ok)
         complete += len(ok) == turns
         for r in ok:

@@ -41,7 +41,7 @@ from pydantic import (
 
 from labkit.errors import ConfigError
 from labkit.experiments.base import ExperimentSettings, PlannedRequest, register_experiment
-from labkit.experiments.common import Prompt, fmt_ms, p_of, prompt_list
+from labkit.experiments.common import Prompt, fmt_ms, latest_pass, p_of, prompt_list
 from labkit.experiments.paced import PacedExperiment, RequestDriver, SendFn
 from labkit.experiments.prefill_decode import filler_text
 from labkit.figures import LoadFigures, LoadLevel, LoadLevelCache
@@ -443,7 +443,7 @@ class LoadExperiment(PacedExperiment):
         rows = []
         scraped = self.server_metrics.get(provider_id, [])
         for level in self.levels():
-            recs = _latest_pass([r for r in records if r.tags.get("level") == level.label])
+            recs = latest_pass([r for r in records if r.tags.get("level") == level.label])
             rows.append(
                 level_figures(level, recs, self._s.arrival, scraped, slos=self.settings.slos())
             )
@@ -490,23 +490,10 @@ async def _settled(provider: Provider, streams: int, t0_ns: int) -> int:
 
 def _complete(level: Level, previous: list[RequestRecord], n: int | None) -> bool:
     """Whether a pass of this level finished in an earlier (resumed) run."""
-    recs = _latest_pass([r for r in previous if r.tags.get("level") == level.label])
+    recs = latest_pass([r for r in previous if r.tags.get("level") == level.label])
     if not recs or any(r.stop_reason == "cancelled" for r in recs):
         return False
     return n is None or len(recs) >= n
-
-
-def _latest_pass(records: list[RequestRecord]) -> list[RequestRecord]:
-    """The records of a level's last pass (a resumed run may have run a level twice)."""
-    if not records:
-        return []
-    first_seen: dict[str, Any] = {}
-    for r in records:
-        run = str(r.tags.get("level_run", ""))
-        if run not in first_seen or r.started_at < first_seen[run]:
-            first_seen[run] = r.started_at
-    latest = max(first_seen, key=lambda k: first_seen[k])
-    return [r for r in records if str(r.tags.get("level_run", "")) == latest]
 
 
 def level_figures(

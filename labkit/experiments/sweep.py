@@ -39,11 +39,11 @@ from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
 from labkit.errors import ConfigError
 from labkit.experiments.base import ExperimentSettings, register_experiment
+from labkit.experiments.common import latest_pass
 from labkit.experiments.load import (
     Level,
     LoadExperiment,
     LoadSettings,
-    _latest_pass,
     level_figures,
 )
 from labkit.experiments.paced import RequestDriver
@@ -226,7 +226,7 @@ class SweepExperiment(LoadExperiment):
 
     def _pass_of(self, level: Level, records: list[RequestRecord]) -> list[RequestRecord] | None:
         """The records of the latest complete pass of `level` (None: none finished)."""
-        recs = _latest_pass(
+        recs = latest_pass(
             [r for r in records if r.tags.get("level") == level.label and not r.warmup]
         )
         n = self._s.max_requests()

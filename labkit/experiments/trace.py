@@ -34,7 +34,7 @@ from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
 
 from labkit.errors import ConfigError
 from labkit.experiments.base import ExperimentSettings, PlannedRequest, register_experiment
-from labkit.experiments.common import fmt_ms
+from labkit.experiments.common import fmt_ms, latest_pass
 from labkit.experiments.load import Level, level_figures
 from labkit.experiments.paced import PacedExperiment, RequestDriver, SendFn
 from labkit.experiments.prefill_decode import filler_text
@@ -302,7 +302,7 @@ class TraceExperiment(PacedExperiment):
     async def drive(self, provider: Provider, driver: RequestDriver) -> None:
         """Replay the trace once; on resume, again only if no pass completed."""
         self.learn_framing(driver.previous())
-        previous = _latest_pass([r for r in driver.previous() if not r.warmup])
+        previous = latest_pass([r for r in driver.previous() if not r.warmup])
         cut = any(r.error is not None and r.error.kind == ErrorKind.CANCELLED for r in previous)
         if previous and not cut:
             driver.message(f"{self.name}: the trace was already replayed, skipped")
@@ -341,7 +341,7 @@ class TraceExperiment(PacedExperiment):
 
     def analyze(self, provider_id: str, model: str, records: list[RequestRecord]) -> LabAnswer:
         """The replay's latest pass as one load level, with the provider's cache hits."""
-        recs = _latest_pass([r for r in records if not r.warmup])
+        recs = latest_pass([r for r in records if not r.warmup])
         row = level_figures(self.level(), recs, "trace")
         figures = TraceFigures(trace=self._s.path.name, speedup=self._s.speedup, replay=row)
         if not row.ok:
@@ -367,16 +367,3 @@ class TraceExperiment(PacedExperiment):
                 f"cache ({cache.hits} of {cache.counted} requests had at least half cached)."
             )
         return text
-
-
-def _latest_pass(records: list[RequestRecord]) -> list[RequestRecord]:
-    """The records of the replay's last pass (a resumed run may replay it twice)."""
-    if not records:
-        return []
-    first: dict[str, Any] = {}
-    for r in records:
-        run = str(r.tags.get("level_run", ""))
-        if run not in first or r.started_at < first[run]:
-            first[run] = r.started_at
-    latest = max(first, key=lambda k: first[k])
-    return [r for r in records if str(r.tags.get("level_run", "")) == latest]
