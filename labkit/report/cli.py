@@ -94,6 +94,8 @@ def compare_command(
     """
     to_stdout = markdown is not None and str(markdown) == "-"
     console = SafeConsole(highlight=False)
+    if not console.is_terminal:  # logs and CI job output: wide enough for the table
+        console.width = max(console.width, 160)
     try:
         thresholds = [
             parse_threshold(part)
