@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from labkit.providers.sdk import SDKAdapter
+from labkit.providers.openai_sdk import OpenAISDK
 
 if TYPE_CHECKING:
     from labkit.providers.base import ChatRequest, Provider
@@ -12,21 +12,9 @@ if TYPE_CHECKING:
 __all__ = ["OpenAIResponsesSDK"]
 
 
-class OpenAIResponsesSDK(SDKAdapter):
-    """`AsyncOpenAI.responses.create(stream=True)`; each event is named by its `type`."""
-
-    package = "openai"
-
-    def client(self, provider: Provider, *, api_key: str | None, http_client: Any) -> Any:
-        """An `AsyncOpenAI` at the provider's `/v1` root."""
-        import openai
-
-        return openai.AsyncOpenAI(
-            api_key=api_key or "none",
-            base_url=provider.api_root(),
-            max_retries=0,
-            http_client=http_client,
-        )
+class OpenAIResponsesSDK(OpenAISDK):
+    """`AsyncOpenAI.responses.create(stream=True)` on the same client as Chat Completions;
+    each event is named by its `type`."""
 
     async def open_stream(
         self, client: Any, provider: Provider, request: ChatRequest, params: dict[str, Any]
