@@ -46,8 +46,8 @@ from labkit.report.render import (
     Image,
     Para,
     Table,
-    _md_table,
     fmt_num,
+    markdown_text,
     render_html,
 )
 from labkit.report.render import render_markdown as _render_md
@@ -694,16 +694,8 @@ def comparison_markdown(
     how: Comparison | None = None,
 ) -> str:
     """The comparison as GitHub-flavoured Markdown, fit for a CI job summary (no images)."""
-    out: list[str] = []
-    for block in _summary_blocks(table, labels, gate, thresholds, how or Comparison()):
-        if isinstance(block, Heading):
-            out.append("#" * block.level + " " + block.text)
-        elif isinstance(block, Para):
-            out.append(f"> {block.text}" if block.style == "warn" else block.text)
-        elif isinstance(block, Bullets):
-            out.append("\n".join(f"- {item}" for item in block.items))
-        elif isinstance(block, Table):
-            out.append(_md_table(block))
+    blocks = _summary_blocks(table, labels, gate, thresholds, how or Comparison())
+    out = [text for text in map(markdown_text, blocks) if text is not None]
     return for_people("\n\n".join(out)) + "\n"
 
 

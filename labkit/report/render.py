@@ -31,6 +31,7 @@ __all__ = [
     "Table",
     "TokenSpansBlock",
     "fmt_num",
+    "markdown_text",
     "render_html",
     "render_markdown",
 ]
@@ -142,6 +143,19 @@ def _md_table(table: Table) -> str:
     return "\n".join([line(header), "| " + " | ".join(rule) + " |", *(line(r) for r in rows)])
 
 
+def markdown_text(block: Block) -> str | None:
+    """A text block (heading, paragraph, bullets, table) as Markdown; None for a figure."""
+    if isinstance(block, Heading):
+        return "#" * block.level + " " + block.text
+    if isinstance(block, Para):
+        return f"> {block.text}" if block.style == "warn" else block.text
+    if isinstance(block, Bullets):
+        return "\n".join(f"- {item}" for item in block.items)
+    if isinstance(block, Table):
+        return _md_table(block)
+    return None
+
+
 def render_markdown(blocks: list[Block], run_dir: Path, files_dir: str = "report_files") -> str:
     """Render to Markdown; figures are written as PNG files under ``run_dir/files_dir``."""
     out: list[str] = []
@@ -153,14 +167,9 @@ def render_markdown(blocks: list[Block], run_dir: Path, files_dir: str = "report
     if images:
         folder.mkdir(parents=True, exist_ok=True)
     for block in blocks:
-        if isinstance(block, Heading):
-            out.append("#" * block.level + " " + block.text)
-        elif isinstance(block, Para):
-            out.append(f"> {block.text}" if block.style == "warn" else block.text)
-        elif isinstance(block, Bullets):
-            out.append("\n".join(f"- {item}" for item in block.items))
-        elif isinstance(block, Table):
-            out.append(_md_table(block))
+        text = markdown_text(block)
+        if text is not None:
+            out.append(text)
         elif isinstance(block, ChartBlock):
             chart = block.chart
             (folder / f"{chart.name}.png").write_bytes(chart.png)
@@ -174,7 +183,7 @@ def render_markdown(blocks: list[Block], run_dir: Path, files_dir: str = "report
                     for tokenizer, text_id, pieces, counts in block.spans.rows
                 )
             )
-        else:
+        elif isinstance(block, Image):
             path = folder / f"{block.plot.name}.png"
             path.write_bytes(block.plot.png)
             out.append(
