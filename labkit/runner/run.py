@@ -508,11 +508,10 @@ class _Driver:
 
 
 def _provider_failure(exc: Exception, settings: ProviderSettings) -> str:
-    """One line for an exception that ended a provider outside any request: its client
-    could not be built (an impossible URL, a proxy whose package is missing), or a bug."""
-    if isinstance(exc, ImportError | ValueError | TypeError) and "proxy" in str(exc).lower():
-        what = "its HTTP client could not be built"
-    elif type(exc).__module__.partition(".")[0] in ("httpx", "httpcore"):
+    """One line for an exception that ended a provider outside any request: its HTTP
+    client refused what it was given, or a bug. (An unusable proxy or base URL is caught
+    earlier, as ProviderUnavailable or a config error.)"""
+    if type(exc).__module__.partition(".")[0] in ("httpx", "httpcore"):
         what = f"its requests cannot be sent to {settings.base_url or 'its base_url'}"
     else:
         what = "internal error (a labkit bug)"
