@@ -33,6 +33,7 @@ from typing import Any, ClassVar, Literal
 import httpx
 
 from labkit.errors import MalformedStream
+from labkit.loopclock import LatenessTracker, loop_clock, socket_fd
 from labkit.providers.base import (
     ChatRequest,
     EventClass,
@@ -49,6 +50,7 @@ from labkit.records import (
     RequestRecord,
     StopReason,
 )
+from labkit.selfcheck import stamp_self_check
 from labkit.sse import SSEParser
 from labkit.timing import derive_client_timings
 
@@ -297,6 +299,12 @@ class Measurement:
     error: RecordError | None = None
     cancelled: bool = False
     on_arrival: bool = False
+    #: Where the stamps come from (`ClientTimings.stamp_source`) and, for user stamps, what
+    #: each read is late by (`labkit.loopclock`); for kernel stamps, each read's
+    #: (stamp, seen - stamp).
+    stamp_source: Literal["kernel", "user"] | None = None
+    lateness: LatenessTracker | None = None
+    kernel_reads: list[tuple[int, int]] | None = None
     cpu_start_ns: int = 0
     #: CPU time inside the measured span that is labkit's, not the path's (SDK path re-reads).
     cpu_excluded_ns: int = 0
@@ -483,7 +491,7 @@ class BaseRecorder:
     ) -> ClientTimings:
         end = m.end_ns or self._clock()
         lag = self._lag.lag_ms(m.t_start, end, on_arrival=m.on_arrival) if self._lag else None
-        return derive_client_timings(
+        timings = derive_client_timings(
             t_start_ns=m.t_start,
             phases_ns=m.phases,
             first_event_ns=m.first_event_ns,
@@ -494,6 +502,9 @@ class BaseRecorder:
             queue_ms=ctx.queue_ms,
             loop_lag_ms=lag,
         )
+        if m.output_ns and m.stamp_source is not None:
+            stamp_self_check(timings, m.stamp_source, m.output_ns, m.lateness, m.kernel_reads)
+        return timings
 
     def _bare_record(
         self,
@@ -643,6 +654,21 @@ class StreamRecorder(BaseRecorder):
         # stamp is when the read reaches this loop.
         arrival = response.extensions.get("labkit.arrival")
         m.on_arrival = arrival is not None
+        # Kernel receive stamps carry when labkit saw the read beside them (labkit.lean);
+        # a user-space stamp's lateness is estimated from the loop's select() times.
+        kernel = arrival is not None and hasattr(arrival, "seen_ns")
+        kernel_reads: list[tuple[int, int]] | None = None
+        late: Callable[[int], int | None] | None = None
+        if kernel:
+            m.stamp_source = "kernel"
+            kernel_reads = m.kernel_reads = []
+        else:
+            m.stamp_source = "user"
+            selector = loop_clock() if arrival is None else None
+            fd = socket_fd(response.extensions) if selector is not None else None
+            if selector is not None and fd is not None:
+                m.lateness = LatenessTracker(selector, fd)
+                late = m.lateness.note
         content_type = response.headers.get("content-type", "")
         parse_ns = 0
         first = True
@@ -658,7 +684,14 @@ class StreamRecorder(BaseRecorder):
                     m.end_ns = clock()
                     m.error = _not_a_stream(response.status_code, response.headers, body, redact)
                     return
-            t = t_read if arrival is None else arrival.t_ns
+            if arrival is None:
+                t = t_read
+                if late is not None:
+                    late(t)
+            else:
+                t = arrival.t_ns
+                if kernel_reads is not None:
+                    kernel_reads.append((t, arrival.seen_ns - t))
             for ev in feed(chunk, t):
                 stamp(on_event(ev), ev.t_ns)
             parse_ns += clock() - t_read

@@ -145,6 +145,38 @@ class ClientTimings(_Model):
         "(self-check): the 99th percentile of the loop-lag probe's samples over the stream, "
         "the largest under 100 samples.",
     )
+    stamp_source: Literal["kernel", "user"] | None = Field(
+        default=None,
+        description="Where the output events' stamps come from: `kernel` (the kernel's "
+        "receive time of the read, labkit.lean) or `user` (when the read reached labkit's "
+        "code: httpx, the SDK path); null when no event was stamped.",
+    )
+    stamp_lateness_ms_p50: float | None = Field(
+        default=None,
+        description="Median over the output events of how late their stamps are (self-check): "
+        "0 for kernel stamps; for user stamps labkit's estimate from its event loop's "
+        "select() times (labkit.loopclock). Null where no estimate was possible.",
+    )
+    stamp_lateness_ms_p99: float | None = Field(
+        default=None,
+        description="99th percentile over the output events of the same estimate.",
+    )
+    stamp_lateness_ms_max: float | None = Field(
+        default=None, description="The largest over the output events of the same estimate."
+    )
+    ttft_lateness_ms: float | None = Field(
+        default=None,
+        description="The same estimate for the first output event's stamp (ttft_ms).",
+    )
+    read_lag_ms_p50: float | None = Field(
+        default=None,
+        description="Median over the output events of how long labkit took to read them "
+        "after their kernel stamp (kernel stamps only): what the stamps would have been "
+        "late by in user space.",
+    )
+    read_lag_ms_p99: float | None = Field(
+        default=None, description="99th percentile over the output events of the same."
+    )
 
 
 class ProviderTimings(_Model):

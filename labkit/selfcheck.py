@@ -1,22 +1,33 @@
-"""labkit's check on itself: was the event loop free to read the streams on time?
+"""labkit's check on itself: are the stamps late, by labkit's own doing?
 
-Every record carries ``client.loop_lag_ms``: how late labkit's event loop ran while that
-stream was read (`labkit.recorder.LoopLagMonitor`; the 99th percentile of the probe's samples
-over the stream). A stream's bytes wait in the socket for as long as the loop is busy
-elsewhere, so a late loop means late stamps: TTFT and inter-token times that measure labkit
-rather than the provider. A group of records whose median stream saw the loop more than
-`CLIENT_BOUND_LAG_MS` late is flagged client-bound.
+A stamp is late when the bytes it stamps waited for labkit: in the socket while the event
+loop was busy elsewhere, or in a queue behind other streams' work. Every record says what
+its output events' stamps are late by (``client.stamp_lateness_ms_p50/_p99``, the first
+token's ``client.ttft_lateness_ms``): 0 for kernel receive stamps (`labkit.lean`, which
+also reports how long labkit took to read them, ``client.read_lag_ms_*``); for stamps taken
+in user space (httpx, the SDK path) labkit's estimate from its event loop's ``select()``
+times (`labkit.loopclock`).
 
-The flag errs on the side of raising: under 100 samples a stream's figure is its worst
-sample, and with many streams in flight every stream overlaps the same worst pause.
+A group of records (a load level) is flagged client-bound when its stamps are late enough
+to matter for what it measures: the 99th percentile over its output events above
+`late_stamp_limit_ms` (`LATE_STAMP_MS`, or `LATE_STAMP_ITL_SHARE` of the level's median
+inter-token gap if larger), or the 99th percentile of its first-token
+lateness above `late_ttft_limit_ms` (`LATE_TTFT_MS`, or `LATE_TTFT_SHARE` of its median
+TTFT if larger). A loop that was merely busy while the kernel stamped is no flag.
+
+Records without the estimate (older runs, a loop without `labkit.loopclock`) are judged by
+the older rule: the median stream's ``client.loop_lag_ms`` (timer lateness while the stream
+was read) above `CLIENT_BOUND_LAG_MS`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
-from labkit.records import RequestRecord
+from labkit.loopclock import LatenessTracker
+from labkit.records import ClientTimings, RequestRecord
 from labkit.timing import percentile
 
 __all__ = [
@@ -24,16 +35,34 @@ __all__ = [
     "CLIENT_BOUND_FIX",
     "CLIENT_BOUND_LAG_MS",
     "CPU_STARVED_FIX",
+    "LATE_STAMP_ITL_SHARE",
+    "LATE_STAMP_MS",
+    "LATE_TTFT_MS",
+    "LATE_TTFT_SHARE",
     "SATURATED_CPU_SHARE",
     "LagSummary",
+    "RecordLateness",
     "client_bound_note",
     "client_bound_notes",
+    "late_stamp_limit_ms",
+    "late_ttft_limit_ms",
     "level_lag",
+    "pooled_p99",
+    "record_lateness",
+    "stamp_self_check",
     "summarize_lag",
 ]
 
-#: Median per-stream loop lag above which timings are flagged as labkit's own delay.
+#: Median per-stream loop lag above which timings are flagged as labkit's own delay
+#: (records without a stamp-lateness estimate only).
 CLIENT_BOUND_LAG_MS = 3.0
+#: Event stamps late by more than this (99th percentile) are late whatever the stream ...
+LATE_STAMP_MS = 2.0
+#: ... and on slow streams, by more than this share of the level's median inter-token gap.
+LATE_STAMP_ITL_SHARE = 0.1
+#: A first-token stamp later than this (or `LATE_TTFT_SHARE` of the median TTFT) is late.
+LATE_TTFT_MS = 1.0
+LATE_TTFT_SHARE = 0.02
 #: Below this share of one CPU, a late loop was waiting for a CPU, not doing labkit's work.
 SATURATED_CPU_SHARE = 0.6
 CLIENT_BOUND = "client-bound: timings include labkit's own delay"
@@ -48,15 +77,140 @@ CPU_STARVED_FIX = (
 )
 
 
+def _ms(values_ns: Sequence[int]) -> list[float]:
+    return sorted(v / 1e6 for v in values_ns)
+
+
+def stamp_self_check(
+    timings: ClientTimings,
+    source: Literal["kernel", "user"],
+    output_ns: Sequence[int],
+    lateness: LatenessTracker | None,
+    kernel_reads: Sequence[tuple[int, int]] | None,
+) -> None:
+    """Fill a record's stamp self-check fields from what its recorder saw per read.
+
+    `output_ns` are the output events' stamps, each the stamp of the read that brought the
+    event's first byte; `lateness` (user stamps) has each read's estimated lateness,
+    `kernel_reads` (kernel stamps) each read's (stamp, seen - stamp).
+    """
+    timings.stamp_source = source
+    if source == "kernel":
+        lag: dict[int, int] = {}
+        for t, seen_after in kernel_reads or ():
+            lag.setdefault(t, seen_after)
+        per_event = _ms([lag[t] for t in output_ns if t in lag])
+        timings.stamp_lateness_ms_p50 = timings.stamp_lateness_ms_p99 = 0.0
+        timings.stamp_lateness_ms_max = 0.0
+        timings.ttft_lateness_ms = 0.0
+        if per_event:
+            timings.read_lag_ms_p50 = percentile(per_event, 50)
+            timings.read_lag_ms_p99 = percentile(per_event, 99)
+        return
+    if lateness is None or not lateness.stamps_ns:
+        return
+    in_order = lateness.lateness_ns(output_ns)
+    if in_order:
+        per_event = _ms(in_order)
+        timings.stamp_lateness_ms_p50 = percentile(per_event, 50)
+        timings.stamp_lateness_ms_p99 = percentile(per_event, 99)
+        timings.stamp_lateness_ms_max = per_event[-1]
+        if output_ns[0] in lateness.stamps_ns:
+            timings.ttft_lateness_ms = in_order[0] / 1e6
+
+
+@dataclass(frozen=True, slots=True)
+class RecordLateness:
+    """One record's stamp lateness, as the level's flag reads it."""
+
+    events: int
+    p50: float
+    p99: float
+    ttft: float | None = None
+    max: float | None = None
+
+    def share_above(self, value: float) -> float:
+        """The share of the record's events estimated later than `value` (linear between
+        its median, 99th percentile and maximum)."""
+        top = self.max if self.max is not None else self.p99
+        if value >= top:
+            return 0.0
+        if value >= self.p99:
+            return 0.01 * (top - value) / (top - self.p99)
+        if value >= self.p50:
+            return 0.01 + 0.49 * (self.p99 - value) / (self.p99 - self.p50)
+        return min(1.0, 0.5 + 0.5 * (self.p50 - value) / max(abs(self.p50), 1e-3))
+
+
+def record_lateness(record: RequestRecord) -> RecordLateness | None:
+    """The record's stamp lateness; None when it has no estimate."""
+    c = record.client
+    if c.stamp_lateness_ms_p50 is None or c.stamp_lateness_ms_p99 is None:
+        return None
+    return RecordLateness(
+        len(c.event_offsets_ms),
+        c.stamp_lateness_ms_p50,
+        c.stamp_lateness_ms_p99,
+        c.ttft_lateness_ms,
+        c.stamp_lateness_ms_max,
+    )
+
+
+def late_stamp_limit_ms(itl_ms_p50: float | None) -> float:
+    """The event-stamp lateness (p99) that distorts a level whose median gap is given."""
+    return max(LATE_STAMP_MS, LATE_STAMP_ITL_SHARE * (itl_ms_p50 or 0.0))
+
+
+def late_ttft_limit_ms(ttft_ms_p50: float | None) -> float:
+    """The first-token stamp lateness (p99) that distorts a level whose median TTFT is given."""
+    return max(LATE_TTFT_MS, LATE_TTFT_SHARE * (ttft_ms_p50 or 0.0))
+
+
+def pooled_p99(records: Sequence[RecordLateness]) -> float:
+    """The 99th percentile over all the records' events, from each record's median, 99th
+    percentile and maximum: the value that 1% of the events are estimated to exceed."""
+    total = sum(r.events for r in records)
+    lo = min(r.p50 for r in records)
+    hi = max(r.max if r.max is not None else r.p99 for r in records)
+    for _ in range(40):
+        mid = (lo + hi) / 2.0
+        if sum(r.events * r.share_above(mid) for r in records) > 0.01 * total:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def _weighted_median(pairs: list[tuple[float, int]]) -> float:
+    pairs.sort()
+    half = sum(w for _, w in pairs) / 2.0
+    seen = 0
+    for value, weight in pairs:
+        seen += weight
+        if seen >= half:
+            return value
+    return pairs[-1][0]
+
+
 @dataclass(frozen=True, slots=True)
 class LagSummary:
-    """Loop lag over a group of records, and how busy labkit's own thread was."""
+    """A group's stamp lateness and loop lag, the flag, and how busy labkit's thread was.
+
+    `late_p50`/`late_p99`: over the group's output events (the records' medians weighted by
+    their events; `pooled_p99`); `ttft_late_p99` over its first tokens. `n`, `p50`, `max`: the
+    records' ``loop_lag_ms``.
+    """
 
     n: int
     p50: float | None
     max: float | None
     client_bound: bool
     cpu_share: float | None = None
+    late_p50: float | None = None
+    late_p99: float | None = None
+    ttft_late_p99: float | None = None
+    late_limit_ms: float | None = None
+    ttft_limit_ms: float | None = None
 
     @property
     def fix(self) -> str:
@@ -66,25 +220,48 @@ class LagSummary:
         return CLIENT_BOUND_FIX
 
 
-def summarize_lag(lags: Iterable[float], cpu_shares: Iterable[float] = ()) -> LagSummary:
-    """The flag from a group's per-record ``loop_lag_ms`` and labkit's CPU shares."""
+def summarize_lag(
+    lags: Iterable[float],
+    cpu_shares: Iterable[float] = (),
+    lateness: Iterable[RecordLateness] = (),
+    *,
+    itl_ms_p50: float | None = None,
+    ttft_ms_p50: float | None = None,
+) -> LagSummary:
+    """The flag from a group's per-record stamp lateness (else its ``loop_lag_ms``), with
+    labkit's CPU shares; `itl_ms_p50` and `ttft_ms_p50` set the limits (see the module)."""
     ordered = sorted(lags)
-    if not ordered:
-        return LagSummary(0, None, None, False)
-    p50 = percentile(ordered, 50)
     shares = sorted(cpu_shares)
     share = percentile(shares, 50) if shares else None
-    return LagSummary(len(ordered), p50, ordered[-1], p50 > CLIENT_BOUND_LAG_MS, share)
+    lag_p50 = percentile(ordered, 50) if ordered else None
+    lag_max = ordered[-1] if ordered else None
+    late = [r for r in lateness if r.events]
+    if late:
+        p50 = _weighted_median([(r.p50, r.events) for r in late])
+        p99 = pooled_p99(late)
+        firsts = sorted(r.ttft for r in late if r.ttft is not None)
+        ttft_p99 = percentile(firsts, 99) if firsts else None
+        limit, ttft_limit = late_stamp_limit_ms(itl_ms_p50), late_ttft_limit_ms(ttft_ms_p50)
+        bound = p99 > limit or (ttft_p99 is not None and ttft_p99 > ttft_limit)
+        return LagSummary(
+            len(ordered), lag_p50, lag_max, bound, share, p50, p99, ttft_p99, limit, ttft_limit
+        )
+    if not ordered:
+        return LagSummary(0, None, None, False, share)
+    assert lag_p50 is not None
+    return LagSummary(len(ordered), lag_p50, lag_max, lag_p50 > CLIENT_BOUND_LAG_MS, share)
 
 
 def level_lag(records: Iterable[RequestRecord]) -> LagSummary:
-    """The loop lag of a group of records.
+    """The stamp lateness and loop lag of a group of records.
 
     `cpu_share` is the median over streams of labkit's thread CPU time during the stream
     (`app.cpu_ms`, which covers every stream the thread read meanwhile) over the stream's
     wall time: near 1, labkit itself was the bottleneck.
     """
     recs = list(records)
+    itl = sorted(r.client.itl_ms_p50 for r in recs if r.client.itl_ms_p50 is not None)
+    ttft = sorted(r.client.ttft_ms for r in recs if r.client.ttft_ms is not None)
     return summarize_lag(
         (r.client.loop_lag_ms for r in recs if r.client.loop_lag_ms is not None),
         (
@@ -92,16 +269,30 @@ def level_lag(records: Iterable[RequestRecord]) -> LagSummary:
             for r in recs
             if r.app.cpu_ms is not None and r.client.e2e_ms
         ),
+        (late for r in recs if (late := record_lateness(r)) is not None),
+        itl_ms_p50=percentile(itl, 50) if itl else None,
+        ttft_ms_p50=percentile(ttft, 50) if ttft else None,
     )
 
 
 def client_bound_note(where: str, lag: LagSummary) -> str:
     """The sentence that flags a client-bound group, with its fix."""
     busy = f", labkit busy {lag.cpu_share:.0%} of one CPU" if lag.cpu_share is not None else ""
-    return (
-        f"{where}: {CLIENT_BOUND} (median stream saw the event loop {lag.p50:.1f} ms late, "
-        f"worst {lag.max:.1f} ms{busy}); {lag.fix}."
-    )
+    if lag.late_p99 is not None:
+        ttft = (
+            f", first tokens p99 {lag.ttft_late_p99:.1f} ms (limit {lag.ttft_limit_ms:.1f})"
+            if lag.ttft_late_p99 is not None
+            else ""
+        )
+        why = (
+            f"stamps late by p50 {lag.late_p50:.2f} / p99 {lag.late_p99:.1f} ms (limit "
+            f"{lag.late_limit_ms:.1f}){ttft}{busy}"
+        )
+    else:
+        why = (
+            f"median stream saw the event loop {lag.p50:.1f} ms late, worst {lag.max:.1f} ms{busy}"
+        )
+    return f"{where}: {CLIENT_BOUND} ({why}); {lag.fix}."
 
 
 def client_bound_notes(records: Iterable[RequestRecord]) -> list[str]:
