@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 
+from labkit import loopclock
 from labkit.config import load_config
 from labkit.errors import LabkitError
 from labkit.experiments import experiment_kinds
@@ -155,7 +156,7 @@ def _execute(runner: Runner) -> RunResult:
     runner.on_message = lambda m: progress.console.print(escape(m))
     try:
         with progress:
-            return asyncio.run(_supervised(runner))
+            return loopclock.run(_supervised(runner))
     finally:
         sys.setswitchinterval(previous_interval)
 

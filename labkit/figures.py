@@ -518,6 +518,14 @@ class LoadLevel(_Figures):
     )
     loop_lag_ms_p50: float | None = None
     loop_lag_ms_max: float | None = None
+    stamp_lateness_ms_p50: float | None = Field(
+        default=None,
+        description="What the level's output-event stamps are late by (labkit's self-check, "
+        "client.stamp_lateness_ms_*): median over the events.",
+    )
+    stamp_lateness_ms_p99: float | None = Field(
+        default=None, description="The same, 99th percentile over the level's events."
+    )
     labkit_cpu_share: float | None = None
     client_bound: bool = False
     client_bound_fix: str | None = None

@@ -468,8 +468,8 @@ class LoadExperiment(PacedExperiment):
         bound = [r for r in rows if r.client_bound]
         if bound:
             text += (
-                f" {CLIENT_BOUND} at {', '.join(r.title for r in bound)}: the event loop "
-                f"ran late while reading; {bound[-1].client_bound_fix}."
+                f" {CLIENT_BOUND} at {', '.join(r.title for r in bound)}: labkit read the "
+                f"streams late; {bound[-1].client_bound_fix}."
             )
         status: Literal["ok", "partial", "failed"] = "ok" if len(done) == len(rows) else "partial"
         return self.answer(provider_id, model, text, figures, status)
@@ -577,6 +577,8 @@ def level_figures(
         ttft_beyond_prefill_ms_p50=p_of(ok, beyond_prefill, 50),
         loop_lag_ms_p50=lag.p50,
         loop_lag_ms_max=lag.max,
+        stamp_lateness_ms_p50=lag.late_p50,
+        stamp_lateness_ms_p99=lag.late_p99,
         labkit_cpu_share=lag.cpu_share,
         client_bound=lag.client_bound,
         client_bound_fix=lag.fix if lag.client_bound else None,

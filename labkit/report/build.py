@@ -41,7 +41,7 @@ from labkit.report.stats import summarize
 from labkit.report.sweep import goodput_curves, sweep_section
 from labkit.report.workloads import conversation_section, workload_plots
 from labkit.scrub import for_people, scrub_frame
-from labkit.selfcheck import client_bound_note, summarize_lag
+from labkit.selfcheck import RecordLateness, client_bound_note, summarize_lag
 from labkit.server_metrics import ServerMetricsSample, read_server_metrics
 
 __all__ = ["LAB_EXPERIMENTS", "ReportPaths", "build_blocks", "missing_notes", "write_report"]
@@ -168,6 +168,46 @@ def missing_notes(run: RunData, summary: pd.DataFrame) -> list[str]:
     return notes
 
 
+def _median(group: pd.DataFrame, column: str) -> float | None:
+    if column not in group.columns:
+        return None
+    values = group[column].dropna()
+    return float(values.median()) if len(values) else None
+
+
+def _lateness(group: pd.DataFrame) -> list[RecordLateness]:
+    """Each record's stamp lateness (`labkit.selfcheck.record_lateness`), from the frame."""
+    p50, p99 = "client.stamp_lateness_ms_p50", "client.stamp_lateness_ms_p99"
+    if p50 not in group.columns or p99 not in group.columns:
+        return []
+    out = []
+    cols = list(group.columns)
+
+    def get(rec: tuple[object, ...], name: str) -> float | None:
+        if name not in cols:
+            return None
+        v = rec[cols.index(name)]
+        return float(v) if isinstance(v, int | float) and v == v else None
+
+    offsets = "client.event_offsets_ms"
+    for rec in group.itertuples(index=False, name=None):
+        lo, hi = get(rec, p50), get(rec, p99)
+        if lo is None or hi is None:
+            continue
+        events = rec[cols.index(offsets)] if offsets in cols else None
+        n = len(events) if isinstance(events, list) else 1
+        out.append(
+            RecordLateness(
+                n,
+                lo,
+                hi,
+                get(rec, "client.ttft_lateness_ms"),
+                get(rec, "client.stamp_lateness_ms_max"),
+            )
+        )
+    return out
+
+
 def _client_bound_notes(df: pd.DataFrame) -> list[str]:
     """`labkit.selfcheck.client_bound_notes`, from the records frame."""
     if "client.loop_lag_ms" not in df.columns or df.empty:
@@ -182,7 +222,13 @@ def _client_bound_notes(df: pd.DataFrame) -> list[str]:
         if has_cpu:
             e2e = group["client.e2e_ms"]
             shares = (group["app.cpu_ms"] / e2e[e2e > 0]).dropna().tolist()
-        lag = summarize_lag(group["client.loop_lag_ms"].dropna(), shares)
+        lag = summarize_lag(
+            group["client.loop_lag_ms"].dropna(),
+            shares,
+            _lateness(group),
+            itl_ms_p50=_median(group, "client.itl_ms_p50"),
+            ttft_ms_p50=_median(group, "client.ttft_ms"),
+        )
         if lag.client_bound:
             notes.append(client_bound_note(" · ".join(str(k) for k in key if str(k)), lag))
     return notes
@@ -248,6 +294,7 @@ _LOAD_VIEW: list[tuple[Callable[[LoadLevel], float | None], str, int | None]] = 
     (lambda r: r.decode_ms_per_token_p99, "decode ms/tok p99", None),
     (lambda r: r.queue_ms_p99, "queue p99", None),
     (lambda r: r.loop_lag_ms_p50, "loop lag p50", None),
+    (lambda r: r.stamp_lateness_ms_p99, "stamps late p99", None),
 ]
 
 

@@ -15,6 +15,7 @@ import signal
 import sys
 from typing import Any
 
+from labkit import loopclock
 from labkit.experiments import PacedExperiment, PlannedRequest, experiment_class
 from labkit.providers import Provider, provider_class
 from labkit.recorder import LoopLagMonitor, RecordContext, StreamRecorder
@@ -122,7 +123,7 @@ def main() -> None:
     # simply ends a worker that has measured nothing yet).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     guard_std_streams(stdout=False, controls=True)  # stderr is the worker's log
-    sys.exit(asyncio.run(_worker_main()))
+    sys.exit(loopclock.run(_worker_main()))
 
 
 if __name__ == "__main__":
