@@ -53,8 +53,10 @@ BLOCKED_NS = 50_000
 #: Reports kept per socket for a reader that has not consumed them yet.
 REPORTS_KEPT = 32
 
-#: One report of waiting bytes: the window (earliest, latest) in which they arrived, in ns.
-Arrival = tuple[int, int]
+#: One report of waiting bytes: the window (earliest, latest) in which they arrived, in ns,
+#: and whether the latest is the arrival of the last of them (a select() they woke) rather
+#: than only a bound.
+Arrival = tuple[int, int, bool]
 
 
 class TimedSelector(selectors.DefaultSelector):
@@ -85,12 +87,28 @@ class TimedSelector(selectors.DefaultSelector):
         return key
 
     def modify(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
-        """Modify as the default selector does; a socket newly watched for reading is noted."""
+        """Modify as the default selector does; a socket newly watched for reading, or no
+        longer, is noted."""
         before = self.get_key(fileobj).events
         key = super().modify(fileobj, events, data)
         if events & selectors.EVENT_READ and not before & selectors.EVENT_READ:
             self._watch(key.fd)
+        elif before & selectors.EVENT_READ and not events & selectors.EVENT_READ:
+            self._unwatch(key.fd)
         return key
+
+    def unregister(self, fileobj: Any) -> selectors.SelectorKey:
+        """Unregister as the default selector does; the socket's history stays (a paused
+        reader unregisters between reads)."""
+        key = super().unregister(fileobj)
+        if key.events & selectors.EVENT_READ:
+            self._unwatch(key.fd)
+        return key
+
+    def _unwatch(self, fd: int) -> None:
+        # The last select() watched it: empty then, or drained since (it was reported).
+        if self._watched_from.get(fd, self.selects) < self.selects:
+            self._seen_empty_ns[fd] = max(self._seen_empty_ns.get(fd, 0), self.returned_ns)
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         """``select()``, noting when it was entered and returned and what each readable
@@ -114,22 +132,20 @@ class TimedSelector(selectors.DefaultSelector):
                 continue
             fd = key.fd
             if blocked:
-                window = (returned, returned)
+                window = (returned, returned, True)
             else:
                 # Watched by the previous select(), which saw it empty: the bytes came since.
-                floor = previous_return if watched_from.get(fd, n) < n - 1 else seen_empty[fd]
-                window = (floor, entered)
+                if watched_from.get(fd, n) < n - 1:
+                    floor = previous_return
+                else:
+                    floor = seen_empty.get(fd, previous_return)
+                window = (floor, entered, False)
             seen_empty[fd] = returned
             queue = reports.get(fd)
             if queue is None:
                 queue = reports[fd] = deque(maxlen=REPORTS_KEPT)
             queue.append(window)
         return ready
-
-    def unregister(self, fileobj: Any) -> selectors.SelectorKey:
-        """Unregister as the default selector does (the socket's history stays: a paused
-        reader unregisters between reads)."""
-        return super().unregister(fileobj)
 
     def forget(self, fd: int) -> None:
         """Drop a socket's history (its file descriptor is about to be reused)."""
@@ -212,7 +228,12 @@ class LatenessTracker:
             self._selects = clock.selects
             # The loop ran while this reader waited: for the next report's bytes, or for
             # something else (a lock, a checkpoint) with no report to tell when bytes came.
-            self._current = self._queue.popleft() if self._queue else None
+            # The oldest report's window holds the first of the bytes read; later reports
+            # may be of the same bytes (a read cancelled when its reader paused), so they
+            # are dropped rather than left to stand for later reads.
+            queue = self._queue
+            self._current = queue.popleft() if queue else None
+            queue.clear()
         if self._current is not None:
             self.stamps_ns.append(t_ns)
             self.windows.append(self._current)
@@ -224,7 +245,8 @@ class LatenessTracker:
         The k events that one report's bytes brought arrived in its window ``[lo, hi]``:
         the j-th is taken to have arrived at ``lo + j (hi - lo) / (k + 1)`` (the expected
         j-th of k uniform arrivals), so a read that gathered many events is judged by its
-        first, which came early in the window.
+        first, which came early in the window; where ``hi`` is the last one's arrival
+        (a select() they woke), at ``lo + j (hi - lo) / k``.
         """
         window_of = dict(zip(self.stamps_ns, self.windows, strict=True))
         out: list[int] = []
@@ -234,9 +256,9 @@ class LatenessTracker:
         def flush() -> None:
             if group_window is None:
                 return
-            lo, hi = group_window
-            k1 = len(group) + 1
-            out.extend(t - (lo + (j * (hi - lo)) // k1) for j, t in enumerate(group, 1))
+            lo, hi, closed = group_window
+            parts = len(group) + (0 if closed else 1)
+            out.extend(t - (lo + (j * (hi - lo)) // parts) for j, t in enumerate(group, 1))
 
         for t in event_stamps_ns:
             window = window_of.get(t)

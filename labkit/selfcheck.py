@@ -166,15 +166,16 @@ def late_ttft_limit_ms(ttft_ms_p50: float | None) -> float:
     return max(LATE_TTFT_MS, LATE_TTFT_SHARE * (ttft_ms_p50 or 0.0))
 
 
-def pooled_p99(records: Sequence[RecordLateness]) -> float:
+def pooled_p99(records: Sequence[RecordLateness], share: float = 0.01) -> float:
     """The 99th percentile over all the records' events, from each record's median, 99th
-    percentile and maximum: the value that 1% of the events are estimated to exceed."""
+    percentile and maximum: the value that 1% (`share`) of the events are estimated to
+    exceed."""
     total = sum(r.events for r in records)
     lo = min(r.p50 for r in records)
     hi = max(r.max if r.max is not None else r.p99 for r in records)
     for _ in range(40):
         mid = (lo + hi) / 2.0
-        if sum(r.events * r.share_above(mid) for r in records) > 0.01 * total:
+        if sum(r.events * r.share_above(mid) for r in records) > share * total:
             lo = mid
         else:
             hi = mid
