@@ -1,0 +1,125 @@
+"""The self-check's flag: late stamps flag a level; a busy loop under kernel stamps does not."""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import pytest
+
+from labkit.loopclock import LatenessTracker, TimedSelector
+from labkit.records import ClientTimings
+from labkit.selfcheck import (
+    CLIENT_BOUND,
+    RecordLateness,
+    client_bound_notes,
+    late_stamp_limit_ms,
+    level_lag,
+    pooled_p99,
+    stamp_self_check,
+    summarize_lag,
+)
+from tests.experiments.records import make_record
+
+pytestmark = pytest.mark.unit
+
+
+def _level(n: int, **client: Any) -> list[Any]:
+    offsets = [50.0 + 2.0 * i for i in range(100)]
+    return [
+        make_record(
+            experiment="load",
+            tags={"level": "c32"},
+            ttft=50.0,
+            event_offsets_ms=offsets,
+            itl_ms_p50=2.0,
+            **client,
+        )
+        for _ in range(n)
+    ]
+
+
+def test_late_user_stamps_flag_the_level() -> None:
+    recs = _level(
+        8,
+        stamp_source="user",
+        stamp_lateness_ms_p50=1.0,
+        stamp_lateness_ms_p99=4.0,
+        stamp_lateness_ms_max=5.0,
+        ttft_lateness_ms=0.2,
+        loop_lag_ms=0.5,
+    )
+    lag = level_lag(recs)
+    assert lag.client_bound and lag.late_p50 == 1.0
+    assert lag.late_p99 is not None and 3.5 < lag.late_p99 <= 5.0
+    (note,) = client_bound_notes(recs)
+    assert CLIENT_BOUND in note and "p99 4." in note and "c32" in note
+
+
+def test_a_busy_loop_while_the_kernel_stamped_is_no_flag() -> None:
+    recs = _level(
+        8,
+        stamp_source="kernel",
+        stamp_lateness_ms_p50=0.0,
+        stamp_lateness_ms_p99=0.0,
+        stamp_lateness_ms_max=0.0,
+        ttft_lateness_ms=0.0,
+        read_lag_ms_p50=6.0,
+        read_lag_ms_p99=12.0,
+        loop_lag_ms=9.0,  # the old rule would have flagged this
+    )
+    lag = level_lag(recs)
+    assert not lag.client_bound and lag.late_p99 == 0.0 and lag.p50 == 9.0
+    assert client_bound_notes(recs) == []
+
+
+def test_one_late_first_token_flags_a_single_stream_level() -> None:
+    recs = _level(
+        10, stamp_lateness_ms_p50=0.05, stamp_lateness_ms_p99=0.2, ttft_lateness_ms=0.1
+    )
+    assert not level_lag(recs).client_bound
+    recs[3].client.ttft_lateness_ms = 1.7
+    lag = level_lag(recs)
+    assert lag.client_bound and lag.ttft_late_p99 is not None and lag.ttft_late_p99 > 1.0
+
+
+def test_records_without_an_estimate_keep_the_loop_lag_rule() -> None:
+    assert level_lag(_level(4, loop_lag_ms=5.0)).client_bound
+    assert not level_lag(_level(4, loop_lag_ms=1.0)).client_bound
+
+
+def test_the_limit_follows_the_inter_token_gap_on_slow_streams() -> None:
+    assert late_stamp_limit_ms(2.0) == 2.0
+    assert late_stamp_limit_ms(50.0) == 5.0
+    slow = [RecordLateness(100, 1.0, 3.0, None, 3.5)] * 4
+    assert summarize_lag([], [], slow, itl_ms_p50=2.0).client_bound
+    assert not summarize_lag([], [], slow, itl_ms_p50=50.0).client_bound
+
+
+def test_the_pooled_p99_is_driven_by_the_worst_records() -> None:
+    calm = [RecordLateness(100, 0.1, 0.3, None, 0.4)] * 9
+    bad = [RecordLateness(100, 5.0, 20.0, None, 30.0)]
+    assert 0.3 <= pooled_p99(calm) <= 0.4
+    # A tenth of the events sit around 5-30 ms: more than 1% of all events is above 5 ms.
+    assert pooled_p99(calm + bad) > 5.0
+
+
+def test_kernel_stamps_report_the_read_lag_and_no_lateness() -> None:
+    timings = ClientTimings()
+    reads = [(10, 2_000_000), (20, 4_000_000), (30, 0)]
+    stamp_self_check(timings, "kernel", [10, 10, 20, 30], None, reads)
+    assert timings.stamp_source == "kernel"
+    assert timings.stamp_lateness_ms_p99 == 0.0 and timings.ttft_lateness_ms == 0.0
+    assert timings.read_lag_ms_p50 == 2.0 and timings.read_lag_ms_p99 == pytest.approx(3.94)
+
+
+def test_user_stamps_report_the_estimate_per_event() -> None:
+    sel = TimedSelector(clock=lambda: 0)
+    sel.reports[3] = deque([(0, 0, True)])
+    tracker = LatenessTracker(sel, 3)
+    tracker.note(1_000_000)
+    timings = ClientTimings()
+    stamp_self_check(timings, "user", [1_000_000, 1_000_000], tracker, None)
+    assert timings.stamp_source == "user"
+    assert timings.stamp_lateness_ms_p50 == 1.0 == timings.ttft_lateness_ms
+    assert timings.read_lag_ms_p50 is None
