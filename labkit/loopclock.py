@@ -74,6 +74,8 @@ class TimedSelector(selectors.DefaultSelector):
         self.reports: dict[int, deque[Arrival]] = {}
         self._watched_from: dict[int, int] = {}  # fd -> `selects` when it was (re)watched
         self._seen_empty_ns: dict[int, int] = {}  # fd -> when its bytes were last drained
+        self._reported_by: dict[int, int] = {}  # fd -> the select() that last reported it
+        self._unread: dict[int, Arrival] = {}  # fd -> window of bytes reported, never read
 
     def _watch(self, fd: int) -> None:
         self._watched_from[fd] = self.selects
@@ -106,6 +108,13 @@ class TimedSelector(selectors.DefaultSelector):
         return key
 
     def _unwatch(self, fd: int) -> None:
+        if self._reported_by.get(fd) == self.selects:
+            # Reported by this turn's select(), whose read the pause now cancels (the
+            # reader's task runs before this turn's I/O callbacks): the bytes stay unread
+            # and will be reported again, with the window they really arrived in.
+            queue = self.reports.get(fd)
+            if queue:
+                self._unread[fd] = queue.pop()
         # The last select() watched it: empty then, or drained since (it was reported).
         if self._watched_from.get(fd, self.selects) < self.selects:
             self._seen_empty_ns[fd] = max(self._seen_empty_ns.get(fd, 0), self.returned_ns)
@@ -141,6 +150,9 @@ class TimedSelector(selectors.DefaultSelector):
                     floor = seen_empty.get(fd, previous_return)
                 window = (floor, entered, False)
             seen_empty[fd] = returned
+            self._reported_by[fd] = n
+            if self._unread:
+                window = self._unread.pop(fd, window)
             queue = reports.get(fd)
             if queue is None:
                 queue = reports[fd] = deque(maxlen=REPORTS_KEPT)
@@ -152,6 +164,8 @@ class TimedSelector(selectors.DefaultSelector):
         self.reports.pop(fd, None)
         self._watched_from.pop(fd, None)
         self._seen_empty_ns.pop(fd, None)
+        self._reported_by.pop(fd, None)
+        self._unread.pop(fd, None)
 
 
 _CLOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, TimedSelector] = (
@@ -228,12 +242,7 @@ class LatenessTracker:
             self._selects = clock.selects
             # The loop ran while this reader waited: for the next report's bytes, or for
             # something else (a lock, a checkpoint) with no report to tell when bytes came.
-            # The oldest report's window holds the first of the bytes read; later reports
-            # may be of the same bytes (a read cancelled when its reader paused), so they
-            # are dropped rather than left to stand for later reads.
-            queue = self._queue
-            self._current = queue.popleft() if queue else None
-            queue.clear()
+            self._current = self._queue.popleft() if self._queue else None
         if self._current is not None:
             self.stamps_ns.append(t_ns)
             self.windows.append(self._current)

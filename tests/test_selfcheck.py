@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import pytest
+import respx
 
 from labkit.loopclock import LatenessTracker, TimedSelector
 from labkit.records import ClientTimings
@@ -20,6 +23,7 @@ from labkit.selfcheck import (
     summarize_lag,
 )
 from tests.experiments.records import make_record
+from tests.streams import make_provider, oa_usage, openai_events, record_one
 
 pytestmark = pytest.mark.unit
 
@@ -74,9 +78,7 @@ def test_a_busy_loop_while_the_kernel_stamped_is_no_flag() -> None:
 
 
 def test_one_late_first_token_flags_a_single_stream_level() -> None:
-    recs = _level(
-        10, stamp_lateness_ms_p50=0.05, stamp_lateness_ms_p99=0.2, ttft_lateness_ms=0.1
-    )
+    recs = _level(10, stamp_lateness_ms_p50=0.05, stamp_lateness_ms_p99=0.2, ttft_lateness_ms=0.1)
     assert not level_lag(recs).client_bound
     recs[3].client.ttft_lateness_ms = 1.7
     lag = level_lag(recs)
@@ -123,3 +125,40 @@ def test_user_stamps_report_the_estimate_per_event() -> None:
     assert timings.stamp_source == "user"
     assert timings.stamp_lateness_ms_p50 == 1.0 == timings.ttft_lateness_ms
     assert timings.read_lag_ms_p50 is None
+
+
+class _KernelStamped(httpx.AsyncByteStream):
+    """A body whose every read carries a kernel stamp and, 5 ms later, labkit's seeing it
+    (the `labkit.arrival` contract of the lean transport)."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = chunks
+        self.t_ns = 0
+        self.seen_ns = 0
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for i, chunk in enumerate(self.chunks):
+            self.t_ns = 1_000_000_000 + i * 2_000_000
+            self.seen_ns = self.t_ns + 5_000_000
+            yield chunk
+
+
+@respx.mock
+def test_kernel_stamps_are_not_late_however_late_labkit_read_them() -> None:
+    provider = make_provider("openai", api_key="sk-test")
+    body = _KernelStamped(list(openai_events(["a", "b", "c"], usage=oa_usage(3, 3))))
+    respx.post("https://api.openai.com/v1/chat/completions").mock(
+        return_value=httpx.Response(
+            200,
+            headers={"content-type": "text/event-stream"},
+            stream=body,
+            extensions={"labkit.arrival": body},
+        )
+    )
+    c = record_one(provider).client
+    assert c.stamp_source == "kernel" and c.stamp_lateness_ms_p99 == 0.0
+    assert c.read_lag_ms_p50 == pytest.approx(5.0) and c.read_lag_ms_p99 == pytest.approx(5.0)
+    # However busy the loop was meanwhile (the old rule flagged 8 ms of loop lag).
+    busy = c.model_copy(update={"loop_lag_ms": 8.0})
+    rec = make_record(experiment="load")
+    assert not level_lag([rec.model_copy(update={"client": busy})]).client_bound
