@@ -7,6 +7,9 @@
 2. The whole recorder: a 2,000-token stream from the in-process fake transport with no
    delays, so every microsecond is labkit's own: ns/event of `app.parse_cpu_ms` and of the
    end-to-end read.
+3. The self-check's stamp-lateness estimate (`labkit.loopclock`): what `TimedSelector` adds
+   to a ``select()`` that reports one readable pipe (over the default selector's), and the
+   per-read `LatenessTracker.note` plus the per-event share of `lateness_ns` at the end.
 
 Run: `make bench` (or `.venv/bin/python benchmarks/bench_recorder.py`). Not a test.
 """
@@ -15,9 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import selectors
 import statistics
 import time
 
+from labkit.loopclock import LatenessTracker, TimedSelector
 from labkit.providers.base import ChatRequest
 from labkit.providers.fake import FakeProvider, FakeSettings
 from labkit.providers.openai import OpenAIChatParser
@@ -80,6 +86,37 @@ async def bench_recorder() -> tuple[float, float]:
     return statistics.median(parse), statistics.median(total)
 
 
+def bench_select(selector: selectors.BaseSelector, n: int = 50_000) -> float:
+    """ns per select() that reports one readable pipe."""
+    r, w = os.pipe()
+    os.write(w, b"x")
+    selector.register(r, selectors.EVENT_READ)
+    try:
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            selector.select(0)
+        return (time.perf_counter_ns() - t0) / n
+    finally:
+        selector.unregister(r)
+        os.close(r)
+        os.close(w)
+
+
+def bench_tracker(n: int = 100_000) -> float:
+    """ns per read of `note` (a new report each read) plus `lateness_ns` per event."""
+    sel = TimedSelector()
+    tracker = LatenessTracker(sel, 5)
+    queue = sel.reports[5]
+    stamps = list(range(1_000_000, 1_000_000 + n))
+    t0 = time.perf_counter_ns()
+    for t in stamps:
+        queue.append((t - 500, t - 100, False))
+        sel.selects += 1
+        tracker.note(t)
+    tracker.lateness_ns(stamps)
+    return (time.perf_counter_ns() - t0) / n
+
+
 def main() -> None:
     chunks = _stream()
     bench_labkit(chunks), bench_openai_sdk(chunks)  # warm up
@@ -93,6 +130,13 @@ def main() -> None:
     print("recorder, 2,000-token in-process stream with no delays (median of 5):")
     print(f"  app.parse_cpu_ms per event        : {parse:8.0f} ns/event")
     print(f"  whole read (e2e) per event        : {total:8.0f} ns/event")
+    plain = statistics.median(bench_select(selectors.DefaultSelector()) for _ in range(5))
+    timed = statistics.median(bench_select(TimedSelector()) for _ in range(5))
+    tracker = statistics.median(bench_tracker() for _ in range(5))
+    print("self-check (labkit.loopclock), median of 5:")
+    print(f"  select() reporting one socket     : {plain:8.0f} ns default, {timed:.0f} ns timed")
+    print(f"  added per select()                : {timed - plain:8.0f} ns")
+    print(f"  tracker per read (note + estimate): {tracker:8.0f} ns")
 
 
 if __name__ == "__main__":

@@ -7,21 +7,27 @@ bytes are waiting only from its selector, so the selector's own times bound the 
 - a ``select()`` that blocked and returned at ``R`` was woken by the bytes: they arrived at
   about ``R``, and a read stamped at ``t`` is late by about ``t - R``;
 - a ``select()`` that returned at once (entered at ``E``) found bytes that came while the
-  loop was busy, after the socket was last seen empty at ``L`` (the previous ``select()``,
-  if the socket was being watched then, else the read that last drained it): they arrived
-  in ``[L, E]``, so the read is late by ``t - E`` plus up to ``E - L``. The estimate takes
-  the middle of that window (``(L + E) / 2``); the bound, its start.
+  loop was busy, after the socket was last seen empty at ``L`` (the previous ``select()``
+  if it watched the socket, else the last one that did: a paused reader is not watched):
+  they arrived in ``[L, E]``, so the read is late by ``t - E`` plus up to ``E - L``.
 
-`TimedSelector` wraps the default selector and keeps, per socket, the arrival window of each
-report (a short queue: a reader that falls behind consumes them in order). `new_event_loop`
-builds an asyncio loop on it, and `run` runs a coroutine on such a loop (`asyncio.run`'s
-equivalent); `loop_clock` finds the selector of the running loop (None on any other loop,
-uvloop included: there is no estimate there). What the estimate cannot see: the time the
-kernel took to wake the process (a CPU held by another process). Kernel receive stamps
-(`labkit.lean`) are exact; this is for the stamps taken in user space (httpx, the SDKs).
+A read that gathered k output events from one such window puts them where k arrivals spread
+over it are expected (`LatenessTracker.lateness_ns`): the first early in a long window, a
+lone one in its middle. Bytes reported by a ``select()`` whose read was then cancelled (the
+reader paused in the same turn) keep their window when they are reported again.
 
-Cost: two clock reads per ``select()`` and, per socket reported, a few dictionary
-operations (benchmarks/bench_recorder.py measures it).
+`TimedSelector` wraps the default selector and keeps, per socket, the arrival window of
+each report (a short queue: a reader that falls behind consumes them in order, one per
+wait). `new_event_loop` builds an asyncio loop on it, and `run` runs a coroutine on such a
+loop (`asyncio.run`'s equivalent); `loop_clock` finds the selector of the running loop (None
+on any other loop, uvloop included: there is no estimate there). What the estimate cannot
+see: the time the kernel took to wake the process (a CPU held by another process). Kernel
+receive stamps (`labkit.lean`) are exact; this is for the stamps taken in user space (httpx,
+the SDKs).
+
+Cost: two clock reads per ``select()`` and, per socket reported, a dictionary look-up and a
+queued tuple; per read, a few list appends; per event, its share of one pass at the end of
+the stream (benchmarks/bench_recorder.py measures them).
 """
 
 from __future__ import annotations
@@ -59,6 +65,19 @@ REPORTS_KEPT = 32
 Arrival = tuple[int, int, bool]
 
 
+class _Socket:
+    """What the selector knows of one file descriptor watched for reading."""
+
+    __slots__ = ("reported_by", "reports", "seen_empty_ns", "unread", "watched_from")
+
+    def __init__(self, reports: deque[Arrival], seen_empty_ns: int) -> None:
+        self.reports = reports  # windows of the reports not yet consumed, oldest first
+        self.watched_from = -1  # `selects` when it was (re)watched; -1: not watched
+        self.seen_empty_ns = seen_empty_ns  # when it was last seen empty (or drained)
+        self.reported_by = 0  # the select() that last reported it
+        self.unread: Arrival | None = None  # window of bytes reported but never read
+
+
 class TimedSelector(selectors.DefaultSelector):
     """The default selector, timing every ``select()`` and keeping per socket the arrival
     window of the bytes each report found (module docstring)."""
@@ -72,14 +91,19 @@ class TimedSelector(selectors.DefaultSelector):
         self.returned_ns = 0
         #: Per socket: the windows of the reports not yet consumed, oldest first.
         self.reports: dict[int, deque[Arrival]] = {}
-        self._watched_from: dict[int, int] = {}  # fd -> `selects` when it was (re)watched
-        self._seen_empty_ns: dict[int, int] = {}  # fd -> when its bytes were last drained
-        self._reported_by: dict[int, int] = {}  # fd -> the select() that last reported it
-        self._unread: dict[int, Arrival] = {}  # fd -> window of bytes reported, never read
+        self._sockets: dict[int, _Socket] = {}
+
+    def _socket(self, fd: int) -> _Socket:
+        state = self._sockets.get(fd)
+        if state is None:
+            queue = self.reports.get(fd)
+            if queue is None:
+                queue = self.reports[fd] = deque(maxlen=REPORTS_KEPT)
+            state = self._sockets[fd] = _Socket(queue, self.returned_ns)
+        return state
 
     def _watch(self, fd: int) -> None:
-        self._watched_from[fd] = self.selects
-        self._seen_empty_ns.setdefault(fd, self.returned_ns)
+        self._socket(fd).watched_from = self.selects
 
     def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
         """Register as the default selector does; a socket watched for reading is noted."""
@@ -108,16 +132,18 @@ class TimedSelector(selectors.DefaultSelector):
         return key
 
     def _unwatch(self, fd: int) -> None:
-        if self._reported_by.get(fd) == self.selects:
+        state = self._sockets.get(fd)
+        if state is None:
+            return
+        if state.reported_by == self.selects and state.reports:
             # Reported by this turn's select(), whose read the pause now cancels (the
             # reader's task runs before this turn's I/O callbacks): the bytes stay unread
             # and will be reported again, with the window they really arrived in.
-            queue = self.reports.get(fd)
-            if queue:
-                self._unread[fd] = queue.pop()
-        # The last select() watched it: empty then, or drained since (it was reported).
-        if self._watched_from.get(fd, self.selects) < self.selects:
-            self._seen_empty_ns[fd] = max(self._seen_empty_ns.get(fd, 0), self.returned_ns)
+            state.unread = state.reports.pop()
+        if 0 <= state.watched_from < self.selects:
+            # The last select() watched it: empty then, or drained since (it was reported).
+            state.seen_empty_ns = max(state.seen_empty_ns, self.returned_ns)
+        state.watched_from = -1
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         """``select()``, noting when it was entered and returned and what each readable
@@ -126,46 +152,42 @@ class TimedSelector(selectors.DefaultSelector):
         previous_return = self.returned_ns
         self.selects = n = self.selects + 1
         entered = clock()
-        ready = super().select(timeout)
-        returned = clock()
+        ready = _POLL(self, timeout)
+        self.returned_ns = returned = clock()
         self.entered_ns = entered
-        self.returned_ns = returned
         if not ready:
             return ready
         blocked = timeout != 0 and returned - entered > BLOCKED_NS
-        reports = self.reports
-        watched_from = self._watched_from
-        seen_empty = self._seen_empty_ns
+        sockets = self._sockets
         for key, mask in ready:
-            if not mask & selectors.EVENT_READ:
+            if not mask & _READ:
                 continue
-            fd = key.fd
-            if blocked:
+            state = sockets.get(key.fd)
+            if state is None:
+                state = self._socket(key.fd)
+            if state.unread is not None:
+                window = state.unread
+                state.unread = None
+            elif blocked:
                 window = (returned, returned, True)
-            else:
+            elif 0 <= state.watched_from < n - 1:
                 # Watched by the previous select(), which saw it empty: the bytes came since.
-                if watched_from.get(fd, n) < n - 1:
-                    floor = previous_return
-                else:
-                    floor = seen_empty.get(fd, previous_return)
-                window = (floor, entered, False)
-            seen_empty[fd] = returned
-            self._reported_by[fd] = n
-            if self._unread:
-                window = self._unread.pop(fd, window)
-            queue = reports.get(fd)
-            if queue is None:
-                queue = reports[fd] = deque(maxlen=REPORTS_KEPT)
-            queue.append(window)
+                window = (previous_return, entered, False)
+            else:
+                window = (state.seen_empty_ns, entered, False)
+            state.seen_empty_ns = returned
+            state.reported_by = n
+            state.reports.append(window)
         return ready
 
     def forget(self, fd: int) -> None:
         """Drop a socket's history (its file descriptor is about to be reused)."""
         self.reports.pop(fd, None)
-        self._watched_from.pop(fd, None)
-        self._seen_empty_ns.pop(fd, None)
-        self._reported_by.pop(fd, None)
-        self._unread.pop(fd, None)
+        self._sockets.pop(fd, None)
+
+
+_POLL = selectors.DefaultSelector.select
+_READ = selectors.EVENT_READ
 
 
 _CLOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, TimedSelector] = (
@@ -258,24 +280,24 @@ class LatenessTracker:
         (a select() they woke), at ``lo + j (hi - lo) / k``.
         """
         window_of = dict(zip(self.stamps_ns, self.windows, strict=True))
+        windows = [window_of.get(t) for t in event_stamps_ns]
         out: list[int] = []
-        group: list[int] = []
-        group_window: Arrival | None = None
-
-        def flush() -> None:
-            if group_window is None:
-                return
-            lo, hi, closed = group_window
-            parts = len(group) + (0 if closed else 1)
-            out.extend(t - (lo + (j * (hi - lo)) // parts) for j, t in enumerate(group, 1))
-
-        for t in event_stamps_ns:
-            window = window_of.get(t)
-            if window is None:
-                continue
-            if window is not group_window:
-                flush()
-                group, group_window = [], window
-            group.append(t)
-        flush()
+        append = out.append
+        n = len(windows)
+        i = 0
+        while i < n:
+            window = windows[i]
+            end = i + 1
+            while end < n and windows[end] is window:
+                end += 1
+            if window is not None:
+                lo, hi, closed = window
+                if end - i == 1 and not closed:
+                    append(event_stamps_ns[i] - (lo + hi) // 2)
+                else:
+                    parts = end - i + (0 if closed else 1)
+                    span = hi - lo
+                    for j in range(i, end):
+                        append(event_stamps_ns[j] - lo - (j - i + 1) * span // parts)
+            i = end
         return out
