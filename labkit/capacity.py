@@ -30,7 +30,6 @@ import json
 import math
 import os
 import platform
-import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -290,11 +289,3 @@ async def calibrate() -> Capacity:
         raise RuntimeError("capacity calibration read no events")
     return Capacity(cpu_ns / 1000.0 / events, events)
 
-
-def describe_host_capacity(capacity: Capacity) -> str:
-    """One line: ``one process reads 10,400 events/s within half a core (48 µs/event)``."""
-    return (
-        f"one process reads {capacity.events_per_s:,.0f} events/s within "
-        f"{BUDGET_SHARE:.0%} of a core ({capacity.cpu_us_per_event:.0f} µs/event; "
-        f"Python {sys.version.split()[0]})"
-    )
