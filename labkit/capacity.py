@@ -288,4 +288,3 @@ async def calibrate() -> Capacity:
     if events == 0:
         raise RuntimeError("capacity calibration read no events")
     return Capacity(cpu_ns / 1000.0 / events, events)
-
