@@ -244,6 +244,35 @@ class LeanTransport(httpx.AsyncBaseTransport):
         """Keep a connection whose response was read to the end, for the next request."""
         self._idle.setdefault(conn.key, []).append(conn)
 
+    async def preconnect(
+        self, url: httpx.URL | str, count: int, *, timeout: float | None = None
+    ) -> int:
+        """Open connections to `url`'s origin until `count` idle usable ones exist.
+
+        Returns how many it opened. A request that later takes one of them did not open its
+        own connection: it fires no ``connection.connect_tcp.complete`` trace event.
+        """
+        url = httpx.URL(url)
+        key = (url.host, url.port or 80)
+        idle = self._idle.setdefault(key, [])
+        idle[:] = [conn for conn in idle if conn.usable]
+        missing = max(0, count - len(idle))
+        loop = asyncio.get_running_loop()
+        opened = 0
+        for _ in range(missing):
+            try:
+                async with asyncio.timeout(timeout):
+                    _, reader = await loop.create_connection(_Reader, key[0], key[1])
+            except TimeoutError:
+                raise httpx.ConnectTimeout("timed out connecting") from None
+            except OSError as exc:
+                raise httpx.ConnectError(str(exc) or type(exc).__name__) from exc
+            conn = _Connection(key, reader)
+            self._all.add(conn)
+            idle.append(conn)
+            opened += 1
+        return opened
+
     async def aclose(self) -> None:
         for conn in self._all:
             conn.reader.close()
