@@ -11,7 +11,7 @@ A provider is three things:
 Experiments and the runner ask a provider's capabilities, never its kind or class:
 `tokenize`/`tokenizer_name`, `count_tokens`, `count_locally`, `prompt_cache_params`,
 `exact_length_params`, `reports_server_timings`, `exclusive_slots`, `sdk`, `metrics_url`,
-`fetches_stats_later`/`stats_later`; each defaults to "cannot".
+`fetches_stats_later`/`stats_later`, `warm_up_request`; each defaults to "cannot".
 
 The stream recorder (`labkit.recorder`) owns the clock and the HTTP; providers never time
 anything themselves. Adding a provider means adding one module and decorating its class
@@ -20,6 +20,8 @@ with `@register`.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import re
 from abc import ABC, abstractmethod
@@ -294,6 +296,9 @@ class ChatRequest:
     prompt_id: str = "prompt"
     #: Close the connection after this request, so the next one measures a fresh connect.
     fresh_connection: bool = False
+    #: Open a connection before `t_start` when none is ready, so the connect stays out of
+    #: TTFT (`Provider.connect_ahead`; load levels with `connections: warm`).
+    warm_connection: bool = False
     #: `wire` (labkit's own HTTP) or `sdk` (the provider's official SDK, see labkit.sdkpath).
     client_path: str = "wire"
 
@@ -426,6 +431,7 @@ class Provider(ABC):
         #: A smaller pool would make requests wait for a connection after t_start.
         self.pool_size = max(settings.concurrency, pool_size or 0)
         self.lean = self._wants_lean(settings, pool_size)
+        self._lean_transport: LeanTransport | None = None
         # One TLS context for every client: building one loads the CA bundle (tens of ms).
         self._tls = httpx.create_ssl_context()
         self.client = self._make_client()
@@ -472,6 +478,55 @@ class Provider(ABC):
             self._shards.append(shard)
             self._idle_shards.append(shard)
 
+    async def preconnect(self, streams: int) -> None:
+        """Open a connection for each of `streams` requests about to go in flight, before
+        the level's clock starts, so none opens inside a measured request.
+
+        The lean transport opens bare connections. On httpx each stream's one-connection
+        client (`reserve`) opens its connection with the provider's `warm_up_request`; a
+        provider without one leaves them to connect on their first request, which records
+        `client.new_connection`. A failure opens nothing: the requests report it themselves.
+        """
+        connect_s = self.settings.timeouts.connect
+        lean = self._lean_transport
+        try:
+            if lean is not None:
+                await lean.preconnect(self.settings.resolved_base_url(), streams, timeout=connect_s)
+                return
+            self.reserve(streams)
+            if self.warm_up_request() is None:
+                return
+            clients = self._idle_shards[-streams:] if self._idle_shards else [self.client]
+            await asyncio.gather(*(self._warm_up(c) for c in clients))
+        except httpx.HTTPError:
+            return
+
+    async def _warm_up(self, client: httpx.AsyncClient) -> None:
+        request = self.warm_up_request()
+        if request is not None:
+            with contextlib.suppress(httpx.HTTPError):
+                response = await client.send(request)
+                await response.aclose()
+
+    async def connect_ahead(self, client: httpx.AsyncClient) -> bool:
+        """Open a connection for the next request on `client` when it has none ready,
+        before the request's clock starts; True when one was opened.
+
+        Only the lean transport can open a bare connection; on httpx the request connects
+        inside its own measurement (False), as it always has.
+        """
+        lean = self._lean_transport
+        if lean is None or client is not self.client:
+            return False
+        url = self.settings.resolved_base_url()
+        return await lean.preconnect(url, 1, timeout=self.settings.timeouts.connect) > 0
+
+    def warm_up_request(self) -> httpx.Request | None:
+        """A cheap request whose reply opens and keeps a connection (llama.cpp `GET
+        /health`), sent before a level to pre-open httpx connections; None: this provider
+        knows no endpoint cheap enough."""
+        return None
+
     def checkin(self, client: httpx.AsyncClient) -> None:
         """Return a client from `checkout`."""
         if client is not self.client:
@@ -487,7 +542,11 @@ class Provider(ABC):
         size = connections or self.pool_size
         t = self.settings.timeouts
         limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
-        transport = LeanTransport() if self.lean else self._http_transport(limits)
+        transport: httpx.AsyncBaseTransport
+        if self.lean:
+            transport = self._lean_transport = LeanTransport()
+        else:
+            transport = self._http_transport(limits)
         return httpx.AsyncClient(
             base_url=self.settings.resolved_base_url(),
             timeout=httpx.Timeout(connect=t.connect, read=t.read, write=t.read, pool=t.total),
