@@ -491,7 +491,7 @@ class Provider(ABC):
         lean = self._lean_transport
         try:
             if lean is not None:
-                await lean.preconnect(self.settings.resolved_base_url(), streams, timeout=connect_s)
+                await lean.preconnect(self.client.base_url, streams, timeout=connect_s)
                 return
             self.reserve(streams)
             if self.warm_up_request() is None:
@@ -518,7 +518,8 @@ class Provider(ABC):
         lean = self._lean_transport
         if lean is None or client is not self.client:
             return False
-        url = self.settings.resolved_base_url()
+        # The client's parsed URL: parsing the string again costs 10 µs on every request.
+        url = client.base_url
         return await lean.preconnect(url, 1, timeout=self.settings.timeouts.connect) > 0
 
     def warm_up_request(self) -> httpx.Request | None:

@@ -12,9 +12,11 @@ from typing import Any
 import pytest
 
 from labkit.config import parse_config
+from labkit.providers import provider_class
+from labkit.recorder import RecordContext, StreamRecorder
 from labkit.records import RequestRecord
 from labkit.runner import RunOptions, prepare_run
-from tests.streams import oa_usage, openai_events
+from tests.streams import chat, oa_usage, openai_events
 
 pytestmark = pytest.mark.integration
 
@@ -32,6 +34,7 @@ class CountingServer:
         self.closes = closes
         self.connects: list[int] = []
         self.requests: list[int] = []
+        self.paths: list[bytes] = []
         self._server: asyncio.Server | None = None
 
     async def __aenter__(self) -> CountingServer:
@@ -59,6 +62,7 @@ class CountingServer:
                         length = int(value)
                 await reader.readexactly(length)
                 self.requests.append(time.perf_counter_ns())
+                self.paths.append(head.split(b" ", 2)[1])
                 await self._stream(writer)
                 if self.closes:
                     break
@@ -179,3 +183,37 @@ def test_worker_processes_open_their_streams_connections_before_the_clock(
     # The runner's warm-up, each worker's, and each worker's four streams less the one its
     # warm-up left open.
     assert len(server.connects) == 1 + 2 + 2 * 3
+
+
+def test_httpx_clients_are_warmed_with_the_providers_cheap_request() -> None:
+    async def main() -> tuple[list[RequestRecord], CountingServer]:
+        async with CountingServer() as server:
+            cls = provider_class("llamacpp")
+            settings = cls.settings_model.model_validate(
+                {
+                    "id": "l",
+                    "kind": "llamacpp",
+                    "model": "m",
+                    "base_url": server.base_url.removesuffix("/v1"),
+                    "transport": "httpx",
+                }
+            )
+            provider = cls(settings, pool_size=4)
+            recorder = StreamRecorder()
+            ctx = RecordContext(run_id="r", experiment="e")
+            try:
+                await provider.preconnect(4)
+                opened = len(server.connects)
+                records = await asyncio.gather(
+                    *(recorder.record(provider, chat(), ctx) for _ in range(4))
+                )
+            finally:
+                await provider.aclose()
+            assert opened == 4
+            return list(records), server
+
+    records, server = asyncio.run(main())
+    assert server.paths[:4] == [b"/health"] * 4
+    assert len(server.connects) == 4  # the four requests went out on the warmed clients
+    assert all(r.error is None for r in records)
+    assert [r.client.new_connection for r in records] == [False] * 4
