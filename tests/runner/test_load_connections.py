@@ -217,3 +217,16 @@ def test_httpx_clients_are_warmed_with_the_providers_cheap_request() -> None:
     assert len(server.connects) == 4  # the four requests went out on the warmed clients
     assert all(r.error is None for r in records)
     assert [r.client.new_connection for r in records] == [False] * 4
+
+
+def test_an_open_loop_pre_opens_what_its_first_second_of_arrivals_takes(
+    tmp_path: Path,
+) -> None:
+    # 16 arrivals at 20 req/s: 16 in the first second, up to 8 in flight at once.
+    records, server = _run(
+        tmp_path, concurrency=None, rate=[20], arrival="constant", max_concurrency=8
+    )
+    assert len(records) == 16 and all(r.error is None for r in records)
+    first_start = min(r.t_start_mono_ns or 0 for r in records)
+    assert sum(1 for t in server.connects if t < first_start) == 8  # capped at 8 in flight
+    assert [r.client.new_connection for r in records] == [False] * 16
