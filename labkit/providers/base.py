@@ -488,7 +488,11 @@ class Provider(ABC):
         size = connections or self.pool_size
         t = self.settings.timeouts
         limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
-        transport = LeanTransport(ssl_context=self._tls) if self.lean else self._http_transport(limits)
+        transport: httpx.AsyncBaseTransport
+        if self.lean:
+            transport = LeanTransport(ssl_context=self._tls)
+        else:
+            transport = self._http_transport(limits)
         return httpx.AsyncClient(
             base_url=self.settings.resolved_base_url(),
             timeout=httpx.Timeout(connect=t.connect, read=t.read, write=t.read, pool=t.total),
