@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -76,17 +77,17 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 async def _leg(
-    url: str, lean: bool, context: object, streams: int, busy_ms: float
+    url: str, lean: bool, context: ssl.SSLContext, streams: int, busy_ms: float
 ) -> tuple[float, list[float], int]:
     transport: httpx.AsyncBaseTransport
     if lean:
         # Plain http without the argument, so the leg runs on an older labkit.lean too.
         transport = (
             LeanTransport(ssl_context=context) if url.startswith("https") else LeanTransport()
-        )  # type: ignore[arg-type]
+        )
     else:
         limits = httpx.Limits(max_connections=streams, max_keepalive_connections=streams)
-        transport = httpx.AsyncHTTPTransport(verify=context, limits=limits)  # type: ignore[arg-type]
+        transport = httpx.AsyncHTTPTransport(verify=context, limits=limits)
     errors: list[float] = []
     events = 0
     async with httpx.AsyncClient(base_url=url, transport=transport, timeout=30) as client:
