@@ -399,3 +399,31 @@ def test_preconnect_to_nothing_raises_a_connect_error() -> None:
         await transport.aclose()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["tcp", "tls"])
+def test_a_large_request_body_is_sent_whole_and_a_stalled_stream_times_out(
+    ca: trustme.CA, tls: bool
+) -> None:
+    big = bytes(range(256)) * 16384  # 4 MiB: more than a socket takes in one send
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            request = await read_request(reader)
+            if b"/stall" in request:
+                writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n")
+                await writer.drain()
+                await asyncio.sleep(30)
+            echoed = b"%d" % request.endswith(big)
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\n" + echoed)
+            await writer.drain()
+
+    async def main() -> None:
+        context = server_context(ca) if tls else None
+        async with serve(handler, context) as url, lean_client(url, ca) as client:
+            response = await client.post("/echo", content=big)
+            assert response.text == "1"
+            with pytest.raises(httpx.ReadTimeout):
+                await client.get("/stall", timeout=httpx.Timeout(5.0, read=0.2))
+
+    asyncio.run(main())
