@@ -512,14 +512,13 @@ class LeanTransport(httpx.AsyncBaseTransport):
         fails, the ones that opened stay in the pool and the first failure is raised
         (httpx.ConnectError or httpx.ConnectTimeout).
         """
-        url = httpx.URL(url)
-        key = _origin(url)
+        key = _origin(url if isinstance(url, httpx.URL) else httpx.URL(url))
         idle = self._idle.setdefault(key, [])
         for conn in [conn for conn in idle if not conn.usable]:
             idle.remove(conn)
             self.discard(conn)
-        missing = max(0, count - len(idle))
-        if not missing:
+        missing = count - len(idle)
+        if missing <= 0:
             return 0
         results = await asyncio.gather(
             *(self._open(key, timeout, None) for _ in range(missing)), return_exceptions=True
