@@ -90,8 +90,8 @@ class ClientTimings(_Model):
     connect_ms: float | None = Field(
         default=None,
         description="TCP connect done (DNS included), ms from t_start; a connection opened "
-        "just before t_start (warm load levels) gives its connect's duration instead, outside "
-        "TTFT. Null on a reused or pre-opened connection.",
+        "just before t_start (warm load levels) gives its connect's duration instead (TLS "
+        "included), outside TTFT. Null on a reused or pre-opened connection.",
     )
     new_connection: bool | None = Field(
         default=None,

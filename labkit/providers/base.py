@@ -170,9 +170,10 @@ class ProviderSettings(BaseModel):
     )
     transport: Literal["auto", "httpx", "lean"] = Field(
         default="auto",
-        description="How the wire path reads HTTP: `httpx`, or `lean` (labkit.lean: plain "
-        "HTTP/1.1, every read stamped on arrival, a tenth of httpx's CPU per chunk); `auto` "
-        "uses lean for load levels on a plain-HTTP URL without a proxy, httpx otherwise.",
+        description="How the wire path reads HTTP: `httpx`, or `lean` (labkit.lean: "
+        "HTTP/1.1 over TCP or TLS, every read stamped by the kernel on arrival, a tenth of "
+        "httpx's CPU per chunk); `auto` uses lean for load levels on an http or https URL "
+        "without a proxy, httpx otherwise.",
     )
     params: dict[str, Any] = Field(
         default_factory=dict, description="Default sampling parameters, under the experiment's."
@@ -446,8 +447,8 @@ class Provider(ABC):
         if settings.transport == "lean":
             if not lean_applies(url):
                 raise ProviderUnavailable(
-                    f"provider {settings.id!r}: transport: lean reads plain http:// only, "
-                    f"without a proxy (base_url {url}); use transport: httpx"
+                    f"provider {settings.id!r}: transport: lean reads http:// and https:// "
+                    f"only, without a proxy (base_url {url}); use transport: httpx"
                 )
             return True
         return bool(pool_size) and lean_applies(url)
@@ -545,7 +546,7 @@ class Provider(ABC):
         limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
         transport: httpx.AsyncBaseTransport
         if self.lean:
-            transport = self._lean_transport = LeanTransport()
+            transport = self._lean_transport = LeanTransport(ssl_context=self._tls)
         else:
             transport = self._http_transport(limits)
         return httpx.AsyncClient(
