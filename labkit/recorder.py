@@ -299,12 +299,12 @@ class Measurement:
     error: RecordError | None = None
     cancelled: bool = False
     on_arrival: bool = False
-    #: Where the stamps come from (`ClientTimings.stamp_source`) and, for user stamps, what
-    #: each read is late by (`labkit.loopclock`); for kernel stamps, each read's
-    #: (stamp, seen - stamp).
+    #: Where the stamps come from (`ClientTimings.stamp_source`) and, for user stamps, which
+    #: report each read came from (`labkit.loopclock`); on the lean transport each read's
+    #: (stamp, seen, kernel-stamped).
     stamp_source: Literal["kernel", "user"] | None = None
     lateness: LatenessTracker | None = None
-    kernel_reads: list[tuple[int, int]] | None = None
+    kernel_reads: list[tuple[int, int, bool]] | None = None
     cpu_start_ns: int = 0
     #: CPU time inside the measured span that is labkit's, not the path's (SDK path re-reads).
     cpu_excluded_ns: int = 0
@@ -665,12 +665,11 @@ class StreamRecorder(BaseRecorder):
         # stamp is when the read reaches this loop.
         arrival = response.extensions.get("labkit.arrival")
         m.on_arrival = arrival is not None
-        # Kernel receive stamps carry when labkit saw the read beside them (labkit.lean);
-        # a user-space stamp's lateness is estimated from the loop's select() times.
-        kernel = arrival is not None and hasattr(arrival, "seen_ns")
-        kernel_reads: list[tuple[int, int]] | None = None
-        late: Callable[[int], int | None] | None = None
-        if kernel:
+        # The lean transport says per read whether its stamp is the kernel's and when labkit
+        # saw it; a user-space stamp's lateness is estimated from the loop's select() times.
+        kernel_reads: list[tuple[int, int, bool]] | None = None
+        late: Callable[[int], None] | None = None
+        if arrival is not None and hasattr(arrival, "kernel_stamped"):
             m.stamp_source = "kernel"
             kernel_reads = m.kernel_reads = []
         else:
@@ -702,7 +701,7 @@ class StreamRecorder(BaseRecorder):
             else:
                 t = arrival.t_ns
                 if kernel_reads is not None:
-                    kernel_reads.append((t, arrival.seen_ns - t))
+                    kernel_reads.append((t, arrival.seen_ns, arrival.kernel_stamped))
             for ev in feed(chunk, t):
                 stamp(on_event(ev), ev.t_ns)
             parse_ns += clock() - t_read

@@ -81,41 +81,78 @@ def _ms(values_ns: Sequence[int]) -> list[float]:
     return sorted(v / 1e6 for v in values_ns)
 
 
+def _kernel_lateness(
+    output_ns: Sequence[int], reads: Sequence[tuple[int, int, bool]]
+) -> list[int] | None:
+    """Each output event's lateness under kernel stamps; None if a read had none.
+
+    A read's kernel stamp is the arrival of its last segment, so of the k events one read
+    brought only the last is stamped on time: they arrived after the previous read
+    (``seen``) and by the stamp, and the j-th is put at ``lo + j (stamp - lo) / k``.
+    """
+    window: dict[int, int] = {}
+    previous_seen: int | None = None
+    for t, seen, kernel in reads:
+        if not kernel:
+            return None
+        if t not in window:
+            window[t] = t if previous_seen is None else min(previous_seen, t)
+        previous_seen = seen
+    out: list[int] = []
+    n = len(output_ns)
+    i = 0
+    while i < n:
+        t = output_ns[i]
+        end = i + 1
+        while end < n and output_ns[end] == t:
+            end += 1
+        lo = window.get(t)
+        if lo is not None:
+            k = end - i
+            out.extend((t - lo) - (j * (t - lo)) // k for j in range(1, k + 1))
+        i = end
+    return out
+
+
 def stamp_self_check(
     timings: ClientTimings,
     source: Literal["kernel", "user"],
     output_ns: Sequence[int],
     lateness: LatenessTracker | None,
-    kernel_reads: Sequence[tuple[int, int]] | None,
+    kernel_reads: Sequence[tuple[int, int, bool]] | None,
 ) -> None:
     """Fill a record's stamp self-check fields from what its recorder saw per read.
 
     `output_ns` are the output events' stamps, each the stamp of the read that brought the
-    event's first byte; `lateness` (user stamps) has each read's estimated lateness,
-    `kernel_reads` (kernel stamps) each read's (stamp, seen - stamp).
+    event's first byte; `lateness` (user stamps) knows which select() report each read came
+    from; `kernel_reads` (lean transport) has each read's (stamp, seen, kernel-stamped).
     """
-    timings.stamp_source = source
     if source == "kernel":
-        lag: dict[int, int] = {}
-        for t, seen_after in kernel_reads or ():
-            lag.setdefault(t, seen_after)
-        per_event = _ms([lag[t] for t in output_ns if t in lag])
-        timings.stamp_lateness_ms_p50 = timings.stamp_lateness_ms_p99 = 0.0
-        timings.stamp_lateness_ms_max = 0.0
-        timings.ttft_lateness_ms = 0.0
-        if per_event:
-            timings.read_lag_ms_p50 = percentile(per_event, 50)
-            timings.read_lag_ms_p99 = percentile(per_event, 99)
-        return
-    if lateness is None or not lateness.stamps_ns:
-        return
-    in_order = lateness.lateness_ns(output_ns)
+        reads = kernel_reads or ()
+        seen_of: dict[int, int] = {}
+        for t, seen, _ in reads:
+            seen_of.setdefault(t, seen)
+        lags = _ms([seen_of[t] - t for t in output_ns if t in seen_of])
+        if lags:
+            timings.read_lag_ms_p50 = percentile(lags, 50)
+            timings.read_lag_ms_p99 = percentile(lags, 99)
+        in_order = _kernel_lateness(output_ns, reads)
+        if in_order is None:  # the kernel gave no stamp: stamped when read, no estimate
+            timings.stamp_source = "user"
+            return
+        timings.stamp_source = "kernel"
+    else:
+        timings.stamp_source = "user"
+        if lateness is None or not lateness.stamps_ns:
+            return
+        in_order = lateness.lateness_ns(output_ns)
     if in_order:
         per_event = _ms(in_order)
         timings.stamp_lateness_ms_p50 = percentile(per_event, 50)
         timings.stamp_lateness_ms_p99 = percentile(per_event, 99)
         timings.stamp_lateness_ms_max = per_event[-1]
-        if output_ns[0] in lateness.stamps_ns:
+        first_known = lateness is None or output_ns[0] in lateness.stamps_ns
+        if first_known:
             timings.ttft_lateness_ms = in_order[0] / 1e6
 
 

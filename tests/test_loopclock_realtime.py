@@ -127,3 +127,31 @@ def test_a_user_stamp_held_back_by_the_loop_is_estimated_late() -> None:
     assert c.ttft_lateness_ms <= true_lateness_ms + 5.0
     # The second event was read on time.
     assert c.stamp_lateness_ms_p50 is not None and c.stamp_lateness_ms_p50 < c.ttft_lateness_ms
+
+
+def test_kernel_stamps_are_not_late_and_the_read_lag_is_reported() -> None:
+    script = _Script()
+    with MisbehavingServer(script.reply) as server:
+
+        async def hold_while_hello_arrives() -> None:
+            await asyncio.sleep(0.05)  # headers and the role chunk read
+            script.armed.set()
+            time.sleep(HOLD_S)  # the loop is held: "Hello" waits in the socket
+
+        async def main() -> RequestRecord:
+            provider = _provider(server.base_url + "/v1", "lean")
+            holder = asyncio.create_task(hold_while_hello_arrives())
+            try:
+                return await StreamRecorder().record(provider, chat(), RecordContext("r", "t"))
+            finally:
+                await holder
+                await provider.aclose()
+
+        record = loopclock.run(main())
+    c = record.client
+    assert record.error is None and c.ttft_ms is not None and script.sent_ns is not None
+    true_lateness_ms = (record.t_start_mono_ns + c.ttft_ms * 1e6 - script.sent_ns) / 1e6
+    assert true_lateness_ms < 5.0  # the kernel's stamp: on time though read late
+    assert c.stamp_source == "kernel"
+    assert c.ttft_lateness_ms == 0.0 and c.stamp_lateness_ms_p99 == 0.0
+    assert c.read_lag_ms_p99 is not None and c.read_lag_ms_p99 >= 20.0

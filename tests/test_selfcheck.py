@@ -108,11 +108,26 @@ def test_the_pooled_p99_is_driven_by_the_worst_records() -> None:
 
 def test_kernel_stamps_report_the_read_lag_and_no_lateness() -> None:
     timings = ClientTimings()
-    reads = [(10, 2_000_000), (20, 4_000_000), (30, 0)]
-    stamp_self_check(timings, "kernel", [10, 10, 20, 30], None, reads)
+    reads = [(10, 2_000_010, True), (3_000_000, 7_000_000, True), (8_000_000, 8_000_000, True)]
+    stamp_self_check(timings, "kernel", [10, 3_000_000, 8_000_000], None, reads)
     assert timings.stamp_source == "kernel"
     assert timings.stamp_lateness_ms_p99 == 0.0 and timings.ttft_lateness_ms == 0.0
-    assert timings.read_lag_ms_p50 == 2.0 and timings.read_lag_ms_p99 == pytest.approx(3.94)
+    assert timings.read_lag_ms_p50 == 2.0 and timings.read_lag_ms_p99 == pytest.approx(3.96)
+
+
+def test_events_gathered_in_one_kernel_stamped_read_are_late_but_its_last() -> None:
+    timings = ClientTimings()
+    # The second read came 8 ms after the first was seen and brought four events: stamped
+    # at its last segment, the first three arrived earlier.
+    reads = [(0, 1_000_000, True), (9_000_000, 12_000_000, True)]
+    stamp_self_check(timings, "kernel", [0] + [9_000_000] * 4, None, reads)
+    assert timings.stamp_lateness_ms_max == 6.0 and timings.stamp_lateness_ms_p50 == 2.0
+
+
+def test_reads_without_a_kernel_stamp_are_user_stamps() -> None:
+    timings = ClientTimings()
+    stamp_self_check(timings, "kernel", [5], None, [(5, 5, False)])
+    assert timings.stamp_source == "user" and timings.stamp_lateness_ms_p99 is None
 
 
 def test_user_stamps_report_the_estimate_per_event() -> None:
@@ -135,6 +150,7 @@ class _KernelStamped(httpx.AsyncByteStream):
         self.chunks = chunks
         self.t_ns = 0
         self.seen_ns = 0
+        self.kernel_stamped = True
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         for i, chunk in enumerate(self.chunks):
