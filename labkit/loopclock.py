@@ -56,6 +56,8 @@ T = TypeVar("T")
 
 #: A ``select()`` that took longer than this blocked, so the bytes it reported woke it.
 BLOCKED_NS = 50_000
+#: Reporting select() calls kept for `TimedSelector.window_before`.
+HISTORY_KEPT = 256
 #: Reports kept per socket for a reader that has not consumed them yet.
 REPORTS_KEPT = 32
 
@@ -92,6 +94,8 @@ class TimedSelector(selectors.DefaultSelector):
         #: Per socket: the windows of the reports not yet consumed, oldest first.
         self.reports: dict[int, deque[Arrival]] = {}
         self._sockets: dict[int, _Socket] = {}
+        #: The latest select() calls that reported something: (returned, entered, blocked).
+        self.history: deque[tuple[int, int, bool]] = deque(maxlen=HISTORY_KEPT)
 
     def _socket(self, fd: int) -> _Socket:
         state = self._sockets.get(fd)
@@ -158,6 +162,8 @@ class TimedSelector(selectors.DefaultSelector):
         if not ready:
             return ready
         blocked = timeout != 0 and returned - entered > BLOCKED_NS
+        history = self.history
+        history.append((returned, entered, blocked))
         sockets = self._sockets
         for key, mask in ready:
             if not mask & _READ:
@@ -179,6 +185,20 @@ class TimedSelector(selectors.DefaultSelector):
             state.reported_by = n
             state.reports.append(window)
         return ready
+
+    def window_before(self, seen_ns: int) -> Arrival | None:
+        """The arrival window of bytes read (by an I/O callback) at `seen_ns`: read after
+        the latest select() that returned before then, they woke it if it blocked, else
+        came since the one before it (for a socket watched all along). None if that
+        select() is no longer in `history`."""
+        history = self.history
+        for i in range(len(history) - 1, 0, -1):
+            returned, entered, blocked = history[i]
+            if returned <= seen_ns:
+                if blocked:
+                    return (returned, returned, True)
+                return (history[i - 1][0], entered, False)
+        return None
 
     def forget(self, fd: int) -> None:
         """Drop a socket's history (its file descriptor is about to be reused)."""

@@ -305,6 +305,7 @@ class Measurement:
     stamp_source: Literal["kernel", "user"] | None = None
     lateness: LatenessTracker | None = None
     kernel_reads: list[tuple[int, int, bool]] | None = None
+    read_windows: dict[int, tuple[int, int, bool]] | None = None
     cpu_start_ns: int = 0
     #: CPU time inside the measured span that is labkit's, not the path's (SDK path re-reads).
     cpu_excluded_ns: int = 0
@@ -506,7 +507,9 @@ class BaseRecorder:
             connect_ahead_ns=m.connect_ahead_ns,
         )
         if m.output_ns and m.stamp_source is not None:
-            stamp_self_check(timings, m.stamp_source, m.output_ns, m.lateness, m.kernel_reads)
+            stamp_self_check(
+                timings, m.stamp_source, m.output_ns, m.lateness, m.kernel_reads, m.read_windows
+            )
         return timings
 
     def _bare_record(
@@ -669,12 +672,18 @@ class StreamRecorder(BaseRecorder):
         # saw it; a user-space stamp's lateness is estimated from the loop's select() times.
         kernel_reads: list[tuple[int, int, bool]] | None = None
         late: Callable[[int], None] | None = None
+        selector = loop_clock()
+        read_windows: dict[int, tuple[int, int, bool]] | None = None
+        seen = 0
         if arrival is not None and hasattr(arrival, "kernel_stamped"):
             m.stamp_source = "kernel"
             kernel_reads = m.kernel_reads = []
+            if selector is not None:
+                read_windows = m.read_windows = {}
+                window_before = selector.window_before
         else:
             m.stamp_source = "user"
-            selector = loop_clock() if arrival is None else None
+            selector = selector if arrival is None else None
             fd = socket_fd(response.extensions) if selector is not None else None
             if selector is not None and fd is not None:
                 m.lateness = LatenessTracker(selector, fd)
@@ -701,9 +710,17 @@ class StreamRecorder(BaseRecorder):
             else:
                 t = arrival.t_ns
                 if kernel_reads is not None:
-                    kernel_reads.append((t, arrival.seen_ns, arrival.kernel_stamped))
+                    seen = arrival.seen_ns
+                    kernel_reads.append((t, seen, arrival.kernel_stamped))
+            before = len(m.output_ns)
             for ev in feed(chunk, t):
                 stamp(on_event(ev), ev.t_ns)
+            if read_windows is not None and len(m.output_ns) - before > 1:
+                # Several events under one kernel stamp (its last segment's): when the
+                # loop saw them arrive tells how much earlier the first ones came.
+                window = window_before(seen)
+                if window is not None:
+                    read_windows[t] = window
             parse_ns += clock() - t_read
         for ev in sse.close():
             try:

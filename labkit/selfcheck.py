@@ -22,7 +22,7 @@ was read) above `CLIENT_BOUND_LAG_MS`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -82,22 +82,26 @@ def _ms(values_ns: Sequence[int]) -> list[float]:
 
 
 def _kernel_lateness(
-    output_ns: Sequence[int], reads: Sequence[tuple[int, int, bool]]
+    output_ns: Sequence[int],
+    reads: Sequence[tuple[int, int, bool]],
+    windows: Mapping[int, tuple[int, int, bool]],
 ) -> list[int] | None:
     """Each output event's lateness under kernel stamps; None if a read had none.
 
     A read's kernel stamp is the arrival of its last segment, so of the k events one read
-    brought only the last is stamped on time: they arrived after the previous read
-    (``seen``) and by the stamp, and the j-th is put at ``lo + j (stamp - lo) / k``.
+    brought only the last is stamped on time. The others arrived after the previous read
+    was seen and within the loop's window for the read (`windows`, from
+    `TimedSelector.window_before`; none known: they came with the last): the j-th at
+    ``lo + j (stamp - lo) / k``.
     """
-    window: dict[int, int] = {}
-    previous_seen: int | None = None
+    previous_seen: dict[int, int] = {}
+    last_seen: int | None = None
     for t, seen, kernel in reads:
         if not kernel:
             return None
-        if t not in window:
-            window[t] = t if previous_seen is None else min(previous_seen, t)
-        previous_seen = seen
+        if last_seen is not None:
+            previous_seen.setdefault(t, last_seen)
+        last_seen = seen
     out: list[int] = []
     n = len(output_ns)
     i = 0
@@ -106,9 +110,13 @@ def _kernel_lateness(
         end = i + 1
         while end < n and output_ns[end] == t:
             end += 1
-        lo = window.get(t)
-        if lo is not None:
-            k = end - i
+        k = end - i
+        window = windows.get(t) if k > 1 else None
+        if window is None:
+            out.extend([0] * k)
+        else:
+            lo = window[0] if window[2] else max(window[0], previous_seen.get(t, window[0]))
+            lo = min(lo, t)
             out.extend((t - lo) - (j * (t - lo)) // k for j in range(1, k + 1))
         i = end
     return out
@@ -120,6 +128,7 @@ def stamp_self_check(
     output_ns: Sequence[int],
     lateness: LatenessTracker | None,
     kernel_reads: Sequence[tuple[int, int, bool]] | None,
+    read_windows: Mapping[int, tuple[int, int, bool]] | None = None,
 ) -> None:
     """Fill a record's stamp self-check fields from what its recorder saw per read.
 
@@ -136,7 +145,7 @@ def stamp_self_check(
         if lags:
             timings.read_lag_ms_p50 = percentile(lags, 50)
             timings.read_lag_ms_p99 = percentile(lags, 99)
-        in_order = _kernel_lateness(output_ns, reads)
+        in_order = _kernel_lateness(output_ns, reads, read_windows or {})
         if in_order is None:  # the kernel gave no stamp: stamped when read, no estimate
             timings.stamp_source = "user"
             return

@@ -137,3 +137,16 @@ def test_run_uses_a_timed_loop_and_other_loops_have_none() -> None:
     finally:
         loop.close()
     assert loop_clock() is None  # no running loop
+
+
+def test_a_callback_read_is_placed_after_the_select_before_it(pipe: tuple[int, int]) -> None:
+    r, w = pipe
+    sel = TimedSelector(clock=ScriptedClock(0, 1 * MS, 3 * MS, 3 * MS + 1, 5 * MS, 7 * MS))
+    sel.register(r, selectors.EVENT_READ)
+    os.write(w, b"x")
+    sel.select(timeout=0)  # 0 -> 1 ms
+    sel.select(timeout=0)  # 3 ms, at once
+    sel.select(timeout=1.0)  # blocked 5 -> 7 ms
+    assert sel.window_before(3 * MS + 500) == (1 * MS, 3 * MS, False)
+    assert sel.window_before(7 * MS + 10) == (7 * MS, 7 * MS, True)
+    assert sel.window_before(0) is None

@@ -117,11 +117,22 @@ def test_kernel_stamps_report_the_read_lag_and_no_lateness() -> None:
 
 def test_events_gathered_in_one_kernel_stamped_read_are_late_but_its_last() -> None:
     timings = ClientTimings()
-    # The second read came 8 ms after the first was seen and brought four events: stamped
-    # at its last segment, the first three arrived earlier.
+    # The second read brought four events, stamped at its last segment; the loop was busy
+    # from 1 ms (its previous select returned) to 10 ms, and the first read was seen at 1 ms:
+    # the first three arrived earlier than the stamp.
     reads = [(0, 1_000_000, True), (9_000_000, 12_000_000, True)]
-    stamp_self_check(timings, "kernel", [0] + [9_000_000] * 4, None, reads)
+    busy = {9_000_000: (1_000_000, 10_000_000, False)}
+    output = [0] + [9_000_000] * 4
+    stamp_self_check(timings, "kernel", output, None, reads, busy)
     assert timings.stamp_lateness_ms_max == 6.0 and timings.stamp_lateness_ms_p50 == 2.0
+    # Woken by them (a blocked select at 8.9 ms): they came together, nearly on time.
+    woken = ClientTimings()
+    stamp_self_check(woken, "kernel", output, None, reads, {9_000_000: (8_900_000, 0, True)})
+    assert woken.stamp_lateness_ms_max is not None and woken.stamp_lateness_ms_max <= 0.1
+    # Nothing known of the loop: they count as on time.
+    bare = ClientTimings()
+    stamp_self_check(bare, "kernel", output, None, reads)
+    assert bare.stamp_lateness_ms_max == 0.0
 
 
 def test_reads_without_a_kernel_stamp_are_user_stamps() -> None:
