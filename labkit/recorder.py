@@ -25,7 +25,7 @@ import re
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Literal
@@ -322,6 +322,18 @@ class Measurement:
         self.t_start = clock()
         self.started_at = datetime.now(UTC)
         self.started = True
+
+    def stamped_in_user_space(self, extensions: Mapping[str, Any]) -> Callable[[int], None] | None:
+        """Note that this stream is stamped when its reads reach labkit's code; returns the
+        per-read step of the lateness estimate (`labkit.loopclock`) for the response with
+        these `extensions`, or None where there is none (another loop, no socket)."""
+        self.stamp_source = "user"
+        selector = loop_clock()
+        fd = socket_fd(extensions) if selector is not None else None
+        if selector is None or fd is None:
+            return None
+        self.lateness = LatenessTracker(selector, fd)
+        return self.lateness.note
 
     def event(self, cls: int, t_ns: int) -> None:
         """Stamp one classified event: the per-event step both recorders share."""
@@ -681,13 +693,10 @@ class StreamRecorder(BaseRecorder):
             if selector is not None:
                 read_windows = m.read_windows = {}
                 window_before = selector.window_before
+        elif arrival is None:
+            late = m.stamped_in_user_space(response.extensions)
         else:
             m.stamp_source = "user"
-            selector = selector if arrival is None else None
-            fd = socket_fd(response.extensions) if selector is not None else None
-            if selector is not None and fd is not None:
-                m.lateness = LatenessTracker(selector, fd)
-                late = m.lateness.note
         content_type = response.headers.get("content-type", "")
         parse_ns = 0
         first = True

@@ -170,6 +170,7 @@ class SDKRecorder(BaseRecorder):
                 m.phases.setdefault(_HEADERS_DONE, clock())
                 try:
                     parser.on_headers(stream.response.headers)
+                    late = m.stamped_in_user_space(getattr(stream.response, "extensions", {}))
                     on_event = parser.on_event
                     name_of = adapter.event_name
                     stamp = m.event
@@ -177,6 +178,8 @@ class SDKRecorder(BaseRecorder):
                     cpu = time.thread_time_ns
                     async for item in stream:
                         t = clock()
+                        if late is not None:
+                            late(t)
                         c0 = cpu()
                         cls = on_event(SSEEvent(name_of(item), _as_json(item), t))
                         # CPU time, not the clock: a wall-clock gap would include preemption.
