@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from labkit import loopclock
 from labkit.config import parse_config
 from labkit.errors import ConfigError
 from labkit.experiments.load import Level, LoadExperiment, LoadSettings, level_figures
@@ -140,12 +141,20 @@ def test_closed_loop_keeps_each_stream_busy_and_stops_at_the_deadline() -> None:
 # --- Settings ----------------------------------------------------------------------------
 
 
-def _config(experiment: dict[str, Any], base_url: str = "http://127.0.0.1:9/v1") -> Any:
+def _config(
+    experiment: dict[str, Any], base_url: str = "http://127.0.0.1:9/v1", **provider: Any
+) -> Any:
     return parse_config(
         {
             "name": "load",
             "providers": [
-                {"id": "s", "kind": "openai_compatible", "model": "m", "base_url": base_url}
+                {
+                    "id": "s",
+                    "kind": "openai_compatible",
+                    "model": "m",
+                    "base_url": base_url,
+                    **provider,
+                }
             ],
             "experiments": [{"kind": "load", **experiment}],
         }
@@ -246,10 +255,12 @@ def _run(
     *,
     during: Callable[[], Any] | None = None,
     schedule: FakeSchedule = SCHEDULE,
+    transport: str = "auto",
 ) -> RunResult:
     async def main() -> RunResult:
         async with FakeServer(schedule) as server:
-            runner = prepare_run(_config(experiment, server.base_url), RunOptions(out_dir=tmp_path))
+            config = _config(experiment, server.base_url, transport=transport)
+            runner = prepare_run(config, RunOptions(out_dir=tmp_path))
             extra = asyncio.create_task(during()) if during else None
             try:
                 return await runner.run()
@@ -257,7 +268,7 @@ def _run(
                 if extra:
                     extra.cancel()
 
-    return asyncio.run(main())
+    return loopclock.run(main())  # as `labkit run` does
 
 
 def _levels(result: RunResult) -> list[dict[str, Any]]:
@@ -300,22 +311,26 @@ def test_open_loop_reports_target_and_achieved_rate(tmp_path: Path) -> None:
     assert "target 25 req/s, achieved" in answer.answer
 
 
+async def _hog(busy_s: float = 0.008) -> None:
+    while True:  # labkit's own thread busy 8 ms (`busy_s`) out of every 10
+        t = time.perf_counter()
+        while time.perf_counter() - t < busy_s:
+            pass
+        await asyncio.sleep(0.01 - busy_s)
+
+
 @pytest.mark.integration
 def test_a_blocked_event_loop_is_flagged_client_bound(tmp_path: Path) -> None:
-    async def hog() -> None:
-        while True:  # labkit's own thread busy 8 ms out of every 10: stamps come late
-            t = time.perf_counter()
-            while time.perf_counter() - t < 0.008:
-                pass
-            await asyncio.sleep(0.002)
-
     slow = FakeSchedule(first_token_ms=20, token_interval_ms=10, tokens=20)
     result = _run(
-        {"concurrency": [2], "requests": 4, "warmup": 1}, tmp_path, during=hog, schedule=slow
+        {"concurrency": [2], "requests": 4, "warmup": 1},
+        tmp_path,
+        during=_hog,
+        schedule=slow,
+        transport="httpx",  # stamped in user space: late by the hog
     )
     (row,) = _levels(result)
-    # The hog blocks 8 ms of every 10: a median lag over 3 ms only needs it to have run at all.
-    assert row.client_bound and row.loop_lag_ms_p50 > 3.0
+    assert row.client_bound and row.stamp_lateness_ms_p99 > 2.0
     (answer,) = result.lab.answers
     assert CLIENT_BOUND in answer.answer
     # labkit's own thread was the busy one, so the fix is more processes — unless the whole
@@ -341,6 +356,31 @@ def fake_server_process(*args: str) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.communicate(timeout=10)
+
+
+@pytest.mark.integration
+def test_a_busy_loop_is_no_flag_while_the_kernel_stamps(tmp_path: Path) -> None:
+    # labkit's loop busy 5 ms of every 10, tokens 20 ms apart from a server of its own: each
+    # read comes late but still brings one event, whose kernel stamp is its arrival.
+    schedule = ("--first-token-ms", "20", "--token-interval-ms", "20", "--tokens", "10")
+    with fake_server_process(*schedule) as url:
+        config = _config({"concurrency": [2], "requests": 4, "warmup": 1}, url)
+
+        async def main() -> RunResult:
+            hog = asyncio.create_task(_hog(0.005))
+            try:
+                return await prepare_run(config, RunOptions(out_dir=tmp_path)).run()
+            finally:
+                hog.cancel()
+
+        result = loopclock.run(main())
+    (row,) = _levels(result)
+    records = [r for r in result.records if not r.warmup]
+    assert {r.client.stamp_source for r in records} == {"kernel"}
+    # labkit read the streams late (the kernel's stamp to labkit's read); the stamps were
+    # not late: no flag.
+    assert max(r.client.read_lag_ms_p99 or 0.0 for r in records) > 1.0
+    assert not row.client_bound, [r.client.stamp_lateness_ms_p99 for r in records]
 
 
 @pytest.mark.integration
