@@ -16,13 +16,15 @@ Stamps. Each socket asks the kernel for receive timestamps (``SO_TIMESTAMPNS`` o
 read then carries the kernel's CLOCK_REALTIME stamp of the *last* TCP segment it returned
 (Linux gives the stamp of the last skb a recvmsg consumed; one read of up to 64 KiB may hold
 several segments, so an SSE event is rarely split, and a read that holds several events
-stamps them all at the arrival of the last). It is put on labkit's clock
-(`time.perf_counter_ns`, CLOCK_MONOTONIC) with the offset ``time.time_ns() -
-perf_counter_ns()`` read at that read: a realtime clock step between the segment's arrival
-and the read shifts that one read's stamp by the step, never later ones; a stamp is never
-after the read itself (``seen_ns``) nor before the connection's previous stamp. A read
-without a kernel stamp (the option unavailable) is stamped when the callback reads it, as
-``seen_ns``: late by however long the loop was busy elsewhere, which the kernel stamp is not.
+stamps them all at the arrival of the last: no smaller read could do better, as the kernel
+merges segments that queue while the reader is away and keeps the newest stamp). It is put
+on labkit's clock (`time.perf_counter_ns`, CLOCK_MONOTONIC) with the offset
+``time.time_ns() - perf_counter_ns()`` read at that read (two clock reads, tens of ns
+apart): a realtime clock step between the segment's arrival and the read shifts that one
+read's stamp by the step, never later ones; a stamp is never after the read itself
+(``seen_ns``) nor before the connection's previous stamp. A read without a kernel stamp (the
+option unavailable) is stamped when the callback reads it, as ``seen_ns``: late by however
+long the loop was busy elsewhere, which the kernel stamp is not.
 
 TLS (https) runs on the same reader: an `ssl.SSLObject` over a pair of `ssl.MemoryBIO`, with
 the provider's `ssl.SSLContext` (hostname checked, SNI sent). Decrypted bytes carry the
@@ -375,7 +377,12 @@ class _Body(httpx.AsyncByteStream):
                 data = bytes(buf)
                 buf.clear()
             else:
-                got = await self._read()
+                try:
+                    got = await conn.read(self._read_timeout)
+                except TimeoutError:
+                    raise httpx.ReadTimeout(
+                        "timed out reading the response", request=self._request
+                    ) from None
                 if got is None:
                     if self._framing == "close":
                         self._complete = True
@@ -405,14 +412,6 @@ class _Body(httpx.AsyncByteStream):
                 yield payload
         conn.buffer_stamp = (t, seen, kernel)
         await self.aclose()
-
-    async def _read(self) -> Read | None:
-        try:
-            return await self._conn.read(self._read_timeout)
-        except TimeoutError:
-            raise httpx.ReadTimeout(
-                "timed out reading the response", request=self._request
-            ) from None
 
     async def aclose(self) -> None:
         if self._released:
