@@ -62,6 +62,7 @@ class AnthropicSDK(SDKAdapter):
         on_object = parser.on_object
 
         def read(event: Any) -> int:
-            return on_object(event.type, model_view(event))
+            view = model_view(event)
+            return on_object(str(view.get("type")), view)
 
         return read

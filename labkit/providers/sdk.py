@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from labkit.errors import MalformedStream
+
 if TYPE_CHECKING:
     from labkit.providers.base import ChatRequest, Provider, StreamParser
 
@@ -64,9 +66,17 @@ def model_view(model: Any) -> dict[str, Any]:
     `x_groq`, llama.cpp's `timings`, as received) and nested models as views of their own,
     in plain dicts and lists. Values are the SDK's, by reference: nothing is copied or
     serialised, and what the SDK coerced while building the model (lax mode) stays coerced.
+
+    An event whose JSON is no object (a string, a number, an array) reaches user code as it
+    is, not as a model: `MalformedStream`, worded as the wire parsers word it.
     """
-    values = model.__dict__
-    names = model.__pydantic_fields_set__
+    try:
+        values = model.__dict__
+        names = model.__pydantic_fields_set__
+    except AttributeError:
+        raise MalformedStream(
+            f"event data is a JSON {type(model).__name__}, not an object"
+        ) from None
     extra = model.__pydantic_extra__
     if extra:
         names = names - extra.keys()  # a validated model counts its extra keys as set
