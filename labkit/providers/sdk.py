@@ -32,6 +32,8 @@ __all__ = ["SDKAdapter", "model_view"]
 
 #: The types of JSON's scalars: a value of one of these is taken as it is.
 _SCALARS = frozenset({str, int, float, bool, type(None)})
+#: The SDK model classes met so far, so that a nested model is known by a set lookup.
+_MODEL_TYPES: set[type] = set()
 
 
 class SDKAdapter(ABC):
@@ -83,18 +85,29 @@ def model_view(model: Any) -> dict[str, Any]:
     view = {}
     for name in names:
         value = values[name]
-        view[name] = value if type(value) in _SCALARS else _plain(value)
+        kind = type(value)
+        if kind in _SCALARS:
+            view[name] = value
+        elif kind in _MODEL_TYPES:
+            view[name] = model_view(value)
+        elif kind is list:  # `choices`: a list of models, on every chunk
+            view[name] = [model_view(v) if type(v) in _MODEL_TYPES else _plain(v) for v in value]
+        else:
+            view[name] = _plain(value)
     if extra:
         view.update(extra)  # as received: the SDKs' extra keys are untyped
     return view
 
 
 def _plain(value: Any) -> Any:
-    """A field's value with the models inside it as views (lists and dicts walked)."""
+    """A value with the models inside it as views (lists and dicts walked)."""
     kind = type(value)
+    if kind in _SCALARS:
+        return value
     if kind is list:
         return [v if type(v) in _SCALARS else _plain(v) for v in value]
     if isinstance(value, BaseModel):
+        _MODEL_TYPES.add(kind)
         return model_view(value)
     if kind is dict:
         return {k: v if type(v) in _SCALARS else _plain(v) for k, v in value.items()}
