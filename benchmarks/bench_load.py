@@ -69,10 +69,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
+import os
 import re
+import ssl
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -81,24 +86,65 @@ from typing import Any
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+_HERE = Path(__file__).resolve().parent
+_REPO = _HERE.parent
 
-from scripted_server import ScriptedServer
 
-from labkit.providers import provider_class
-from labkit.providers.base import ChatRequest, Provider
-from labkit.recorder import LoopLagMonitor, RecordContext, StreamRecorder
+def _labkit_src_from_argv(argv: list[str]) -> Path:
+    """The tree whose `labkit` the labkit legs run: ``--labkit-src PATH``, else this one.
+
+    Read before labkit is imported. Worker processes (`python -m labkit.runner...`) import
+    from their working directory first, so the runner legs run with it as their cwd, and
+    with it first on PYTHONPATH.
+    """
+    src = _REPO
+    for k, arg in enumerate(argv):
+        if arg == "--labkit-src" and k + 1 < len(argv):
+            src = Path(argv[k + 1])
+        elif arg.startswith("--labkit-src="):
+            src = Path(arg.split("=", 1)[1])
+    src = src.resolve()
+    if not (src / "labkit" / "__init__.py").is_file():
+        raise SystemExit(f"--labkit-src {src}: no labkit/ package there")
+    return src
+
+
+LABKIT_SRC = _labkit_src_from_argv(sys.argv)
+sys.path[:0] = [str(_HERE), str(LABKIT_SRC)]
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(LABKIT_SRC), *filter(None, [os.environ.get("PYTHONPATH")])]
+)
+
+from scripted_server import ScriptedServer, raise_open_files_limit  # noqa: E402
+
+import labkit  # noqa: E402  (after choosing the tree it comes from)
+from labkit.providers import provider_class  # noqa: E402
+from labkit.providers.base import ChatRequest, Provider  # noqa: E402
+from labkit.recorder import LoopLagMonitor, RecordContext, StreamRecorder  # noqa: E402
 
 try:  # labkit's own client-bound rule, where this labkit has it
     from labkit.selfcheck import CLIENT_BOUND_LAG_MS
 except ImportError:
     CLIENT_BOUND_LAG_MS = 3.0
 
-PROMPT = "Explain what a token is in one sentence."
+SHORT_PROMPT = "Explain what a token is in one sentence."
+PROMPT = SHORT_PROMPT  # --prompt-bytes: repeated to that size
 MESSAGES = [{"role": "user", "content": PROMPT}]
+# Issue 6's targets.
 STAMP_P99_TARGET_MS = 3.0  # 32 streams: event stamp p99 error
 TTFT_LOAD_TARGET_MS = 1.0  # 32 streams: TTFT p50 error
 CPU_RATIO_TARGET = 1.5  # labkit CPU per event over bare httpx's
+# Issue 17's targets.
+TTFT_P99_LOAD_TARGET_MS = 2.0  # 32 streams: TTFT error p99, first wave included
+TTFT_P99_ONE_TARGET_MS = 0.6  # 1 stream: TTFT error p99
+HTTPS_RATIO_TARGET = 1.2  # HTTPS stamp error p99 over HTTP's
+MANY_STREAMS_STAMP_P99_TARGET_MS = 5.0  # 256 and 1,000 streams: stamp error p99 (or flagged)
+SELF_ESTIMATE_TOLERANCE = 0.5  # self-estimate p99 within ±50% of the true stamp error p99
+#: The labkit legs (the wire path, one process or the runner) the issue-17 targets read.
+WIRE_LEGS = ("labkit", "labkit-run", "labkit-procs")
+#: Per-record self-estimates of stamp lateness, newest first; `client.loop_lag_ms` is the
+#: fallback every labkit since issue 6 has. A list field is per event, a number per record.
+SELF_ESTIMATE_FIELDS = ("stamp_lateness_ms", "event_lateness_ms", "loop_lag_ms")
 
 _CONTENT = re.compile(rb'"content":"(?!")')
 _ID = re.compile(rb'"id":"([^"]+)"')
@@ -114,6 +160,7 @@ class StreamResult:
     stamps_ns: list[int]
     loop_lag_ms: float | None = None
     request_sent_ms: float | None = None  # labkit legs: client.request_sent_ms (trace hook)
+    self_estimate_ms: list[float] = field(default_factory=list)  # labkit legs: see _estimate
 
 
 @dataclass(slots=True)
@@ -172,10 +219,26 @@ def _provider(base_url: str, concurrency: int, transport: str = "auto") -> Provi
     return cls(settings, pool_size=concurrency)
 
 
+def _self_estimate(client: Any) -> tuple[str | None, list[float]]:
+    """The record's own estimate of how late its stamps are: the first of
+    `SELF_ESTIMATE_FIELDS` this labkit's records have (its name, its values)."""
+    for name in SELF_ESTIMATE_FIELDS:
+        value = getattr(client, name, None)
+        if value is None:
+            continue
+        if isinstance(value, int | float):
+            return name, [float(value)]
+        return name, [float(v) for v in value if v is not None]
+    return None, []
+
+
 def _from_record(rec: Any, errors: list[str]) -> StreamResult:
     if rec.error is not None:
         errors.append(f"{rec.error.kind}: {rec.error.message}")
     t0 = rec.t_start_mono_ns
+    source, estimate = _self_estimate(rec.client)
+    if source is not None:
+        ESTIMATE_SOURCES.add(source)
     return StreamResult(
         response_id=rec.response_id or "",
         t_start_ns=t0,
@@ -183,7 +246,11 @@ def _from_record(rec: Any, errors: list[str]) -> StreamResult:
         stamps_ns=[t0 + round(o * 1e6) for o in rec.client.event_offsets_ms],
         loop_lag_ms=rec.client.loop_lag_ms,
         request_sent_ms=rec.client.request_sent_ms,
+        self_estimate_ms=estimate,
     )
+
+
+ESTIMATE_SOURCES: set[str] = set()  # which field the self-estimate column came from
 
 
 def labkit_leg(
@@ -250,8 +317,6 @@ def _runner_leg(workers: int | str) -> Leg:
     spread over `workers` processes (`auto`: one per 16 streams, at most one per CPU)."""
 
     def leg(base_url: str, concurrency: int, n_requests: int) -> LegResult:
-        import tempfile
-
         from labkit.config import parse_config
         from labkit.runner import RunOptions, prepare_run
 
@@ -274,7 +339,8 @@ def _runner_leg(workers: int | str) -> Leg:
                 ],
             }
         )
-        with tempfile.TemporaryDirectory() as out:
+        # Workers import labkit from their working directory first: the chosen tree's.
+        with tempfile.TemporaryDirectory() as out, contextlib.chdir(LABKIT_SRC):
             runner = prepare_run(config, RunOptions(out_dir=Path(out)))
             result = asyncio.run(runner.run())
         errors: list[str] = []
@@ -430,10 +496,17 @@ class _RawProtocol(asyncio.Protocol):
 
 
 def raw_leg(base_url: str, concurrency: int, n_requests: int) -> LegResult:
-    """The floor for one Python process: asyncio protocol, no HTTP library, no pool."""
-    host_port = base_url.split("//", 1)[1].split("/", 1)[0]
-    host, port = host_port.split(":")
-    path = "/" + base_url.split("//", 1)[1].split("/", 1)[1] + "/chat/completions"
+    """The floor for one Python process: asyncio protocol, no HTTP library, no pool
+    (on https: asyncio's own TLS, trusting ``SSL_CERT_FILE``)."""
+    url = httpx.URL(base_url)
+    host, port = url.host, url.port or (443 if url.scheme == "https" else 80)
+    host_port = f"{host}:{port}"
+    path = url.raw_path.decode().rstrip("/") + "/chat/completions"
+    tls = (
+        ssl.create_default_context(cafile=os.environ.get("SSL_CERT_FILE"))
+        if url.scheme == "https"
+        else None
+    )
 
     def request_bytes(i: int) -> bytes:
         data = json.dumps(_chat_body(i)).encode()
@@ -446,7 +519,9 @@ def raw_leg(base_url: str, concurrency: int, n_requests: int) -> LegResult:
         loop = asyncio.get_running_loop()
         free: asyncio.Queue[_RawProtocol] = asyncio.Queue()
         for _ in range(concurrency):
-            _, proto = await loop.create_connection(_RawProtocol, host, int(port))
+            _, proto = await loop.create_connection(
+                _RawProtocol, host, port, ssl=tls, server_hostname=host if tls else None
+            )
             free.put_nowait(proto)
 
         async def one(i: int) -> StreamResult:
@@ -521,12 +596,27 @@ def _dist(values: list[float]) -> dict[str, float | None]:
     }
 
 
+def _peak_in_flight(streams: list[StreamResult]) -> int:
+    """The most streams open at once: each from its t_start to its last stamp."""
+    edges = sorted(
+        [(s.t_start_ns, 1) for s in streams if s.stamps_ns]
+        + [(s.stamps_ns[-1], -1) for s in streams if s.stamps_ns]
+    )
+    peak = now = 0
+    for _, step in edges:
+        now += step
+        peak = max(peak, now)
+    return peak
+
+
 @dataclass
 class Accum:
     """One client's streams at one level, pooled over rounds, matched to the server."""
 
     event_err_ms: list[float] = field(default_factory=list)
     ttft_err_ms: list[float] = field(default_factory=list)
+    ttft_err_wave_ms: list[float] = field(default_factory=list)  # each run's first wave
+    ttft_err_rest_ms: list[float] = field(default_factory=list)  # the requests after it
     ttft_ms: list[float] = field(default_factory=list)
     true_ttft_ms: list[float] = field(default_factory=list)
     server_ttft_ms: list[float] = field(default_factory=list)
@@ -534,18 +624,26 @@ class Accum:
     over_server_ms: list[float] = field(default_factory=list)
     request_sent_ms: list[float] = field(default_factory=list)
     loop_lag_ms: list[float] = field(default_factory=list)
+    self_estimate_ms: list[float] = field(default_factory=list)
+    record_estimate_ratio: list[float] = field(default_factory=list)
     record_worst_ms: list[tuple[float, float | None]] = field(default_factory=list)
     events: int = 0
     cpu_s: float = 0.0
     wall_s: float = 0.0
     unmatched: int = 0
+    peak_in_flight: int = 0
     errors: list[str] = field(default_factory=list)
 
-    def add(self, leg: LegResult, server: dict[str, Any]) -> None:
+    def add(self, leg: LegResult, server: dict[str, Any], concurrency: int) -> None:
+        """Pool one run of the leg; its first `concurrency` requests (by t_start) are its
+        first wave: started together, on a pool that had just been opened or warmed."""
         self.cpu_s += leg.cpu_s
         self.wall_s += leg.wall_s
         self.errors += leg.errors
-        for s in leg.streams:
+        self.peak_in_flight = max(self.peak_in_flight, _peak_in_flight(leg.streams))
+        by_start = sorted(range(len(leg.streams)), key=lambda k: leg.streams[k].t_start_ns)
+        first_wave = set(by_start[:concurrency])
+        for k, s in enumerate(leg.streams):
             truth = server.get(s.response_id)
             if truth is None or len(truth["sends"]) != len(s.stamps_ns) or not s.stamps_ns:
                 self.unmatched += 1
@@ -562,22 +660,34 @@ class Accum:
             if s.ttft_ms is not None:
                 self.ttft_ms.append(s.ttft_ms)
                 self.ttft_err_ms.append(s.ttft_ms - true_ttft)
+                wave = self.ttft_err_wave_ms if k in first_wave else self.ttft_err_rest_ms
+                wave.append(s.ttft_ms - true_ttft)
                 self.over_server_ms.append(s.ttft_ms - server_ttft)
             if s.loop_lag_ms is not None:
                 self.loop_lag_ms.append(s.loop_lag_ms)
             if s.request_sent_ms is not None:
                 self.request_sent_ms.append(s.request_sent_ms)
+            if s.self_estimate_ms:
+                self.self_estimate_ms += s.self_estimate_ms
+                own = _pct(errs, 99)
+                if own:
+                    self.record_estimate_ratio.append(_pct(s.self_estimate_ms, 99) / own)
             self.record_worst_ms.append((max(errs), s.loop_lag_ms))
 
     def figures(self) -> dict[str, Any]:
+        """Every figure of this client at this level (the JSON dump's per-client entry)."""
         unflagged = sum(
             1
             for worst, lag in self.record_worst_ms
             if worst > STAMP_P99_TARGET_MS and (lag is None or lag < STAMP_P99_TARGET_MS)
         )
+        ratios = self.record_estimate_ratio
+        within = sum(1 for r in ratios if abs(r - 1) <= SELF_ESTIMATE_TOLERANCE)
         return {
             "event_err_ms": _dist(self.event_err_ms),
             "ttft_err_ms": _dist(self.ttft_err_ms),
+            "ttft_err_first_wave_ms": _dist(self.ttft_err_wave_ms),
+            "ttft_err_after_wave_ms": _dist(self.ttft_err_rest_ms),
             "ttft_ms": _dist(self.ttft_ms),
             "true_ttft_ms": _dist(self.true_ttft_ms),
             "server_ttft_ms": _dist(self.server_ttft_ms),
@@ -585,11 +695,16 @@ class Accum:
             "ttft_over_server_ms": _dist(self.over_server_ms),
             "request_sent_ms": _dist(self.request_sent_ms),
             "loop_lag_ms": _dist(self.loop_lag_ms) if self.loop_lag_ms else None,
+            "self_estimate_ms": _dist(self.self_estimate_ms) if self.self_estimate_ms else None,
+            "self_estimate_over_own_p99": (
+                {**_dist(ratios), "within_tolerance": within} if ratios else None
+            ),
             "events": self.events,
             "events_per_s": self.events / self.wall_s if self.wall_s else None,
             "cpu_ms_per_1k_events": 1e6 * self.cpu_s / self.events if self.events else None,
             "cpu_share_of_one_core": self.cpu_s / self.wall_s if self.wall_s else None,
             "streams": len(self.record_worst_ms),
+            "peak_in_flight": self.peak_in_flight,
             "unmatched_streams": self.unmatched,
             "records_over_3ms_unflagged": unflagged if self.loop_lag_ms else None,
             "errors": self.errors[:5],
@@ -600,73 +715,211 @@ def _f(x: float | None, spec: str = "7.2f") -> str:
     return format(x, spec) if x is not None else "    -".rjust(int(spec.split(".")[0]))
 
 
+_W = 18  # client column: "labkit-procs/https"
+
+
 def print_level(level: int, figs: dict[str, dict[str, Any]], server_info: dict[str, Any]) -> None:
-    """The two tables of one level: errors, then cost; one row per client."""
+    """The three tables of one level: errors, the self-check, cost; one row per client."""
     print(
-        f"\n== {level} stream(s) in flight  (server: wake-up late p50/p99 "
-        f"{_f(server_info['late_p50'], '.3f')}/{_f(server_info['late_p99'], '.3f')} ms, "
-        f"stalled writes {server_info['stalls']})"
+        f"\n== {level} stream(s) in flight, a token every {server_info['interval_ms']:g} ms "
+        f"({server_info['requests_per_round']} requests per client and round)  "
+        f"(server: wake-up late p50/p99 {_f(server_info['late_p50'], '.3f')}/"
+        f"{_f(server_info['late_p99'], '.3f')} ms, stalled writes {server_info['stalls']})"
+    )
+    pad = " " * _W
+    print(
+        f"  {'client':<{_W}} |  stamp error ms       |  TTFT error ms        | TTFT err p99  |"
+        "  TTFT ms p50          | req path | TTFT - srv TTFT"
     )
     print(
-        "  client      |  stamp error ms          |  TTFT error ms           |"
-        "  TTFT ms p50           | req path | TTFT - srv TTFT"
-    )
-    print(
-        "              |    p50     p99     max   |    p50     p99     max   |"
-        "  client   true    srv  |   p50    |   p50     p99"
+        f"  {pad} |   p50     p99    max  |   p50     p99    max  |  wave   rest  |"
+        "  client   true   srv  |   p50    |   p50     p99"
     )
     for name, f in figs.items():
         ev, tt, over = f["event_err_ms"], f["ttft_err_ms"], f["ttft_over_server_ms"]
+        wave, rest = f["ttft_err_first_wave_ms"], f["ttft_err_after_wave_ms"]
         print(
-            f"  {name:<11} | {_f(ev['p50'], '7.3f')} {_f(ev['p99'], '7.3f')}"
-            f" {_f(ev['max'], '7.2f')}"
-            f"   | {_f(tt['p50'], '7.3f')} {_f(tt['p99'], '7.3f')} {_f(tt['max'], '7.2f')}   |"
+            f"  {name:<{_W}} | {_f(ev['p50'], '6.3f')} {_f(ev['p99'], '7.3f')}"
+            f" {_f(ev['max'], '6.2f')}"
+            f" | {_f(tt['p50'], '6.3f')} {_f(tt['p99'], '7.3f')} {_f(tt['max'], '6.2f')} |"
+            f" {_f(wave['p99'], '6.2f')} {_f(rest['p99'], '6.2f')} |"
             f" {_f(f['ttft_ms']['p50'], '7.2f')} {_f(f['true_ttft_ms']['p50'], '6.2f')}"
-            f" {_f(f['server_ttft_ms']['p50'], '6.2f')}  |"
+            f" {_f(f['server_ttft_ms']['p50'], '6.2f')} |"
             f" {_f(f['request_path_ms']['p50'], '7.2f')}"
             f"  | {_f(over['p50'], '6.2f')} {_f(over['p99'], '7.2f')}"
         )
     print(
-        "  client      | events   ev/s | CPU ms/1k ev  x bare | CPU/wall |"
-        " loop_lag ms p50   p99 | req sent ms p50 | rec >3 ms, own lag <3"
+        f"  {'client':<{_W}} | true stamp | self-estimate        | per record:  est / own p99"
+        " | loop_lag ms | peak in | rec >3 ms,"
     )
-    bare = figs.get("bare")
-    bare_cpu = bare["cpu_ms_per_1k_events"] if bare else None
+    print(
+        f"  {pad} | p99 ms     |    p99 ms  x true    |    p50   within ±50%      "
+        " |  p50    p99 | flight  | own lag <3"
+    )
     for name, f in figs.items():
-        cpu = f["cpu_ms_per_1k_events"]
+        est = f["self_estimate_ms"] or {}
         lag = f["loop_lag_ms"] or {}
+        per = f["self_estimate_over_own_p99"] or {}
+        true_p99 = f["event_err_ms"]["p99"]
+        within = f"{per['within_tolerance']}/{per['n']}" if per else "-"
         unflagged = f["records_over_3ms_unflagged"]
         print(
-            f"  {name:<11} | {f['events']:6d} {_f(f['events_per_s'], '6.0f')} |"
+            f"  {name:<{_W}} | {_f(true_p99, '8.3f')}   |"
+            f" {_f(est.get('p99'), '8.3f')} {_f(_ratio(est.get('p99'), true_p99), '7.2f')}x"
+            f"    | {_f(per.get('p50'), '6.2f')}x  {within:>9}        |"
+            f" {_f(lag.get('p50'), '5.2f')} {_f(lag.get('p99'), '6.2f')} |"
+            f" {f['peak_in_flight']:6d}  |"
+            + (f" {unflagged}/{f['streams']}" if unflagged is not None else "  -")
+        )
+    print(f"  {'client':<{_W}} | events   ev/s | CPU ms/1k ev  x bare | CPU/wall | req sent ms p50")
+    for name, f in figs.items():
+        cpu = f["cpu_ms_per_1k_events"]
+        bare = figs.get(_twin("bare", name))
+        bare_cpu = bare["cpu_ms_per_1k_events"] if bare else None
+        print(
+            f"  {name:<{_W}} | {f['events']:6d} {_f(f['events_per_s'], '6.0f')} |"
             f"      {_f(cpu, '7.1f')} {_f(_ratio(cpu, bare_cpu), '6.2f')} |"
             f"  {_f(f['cpu_share_of_one_core'], '6.2f')}  |"
-            f"         {_f(lag.get('p50'), '6.2f')} {_f(lag.get('p99'), '6.2f')} |"
-            f"         {_f(f['request_sent_ms']['p50'], '6.2f')} |"
-            + (f" {unflagged}/{f['streams']}" if unflagged is not None else "  -")
+            f"         {_f(f['request_sent_ms']['p50'], '6.2f')}"
         )
         if f["unmatched_streams"] or f["errors"]:
             print(f"    ! {f['unmatched_streams']} unmatched streams; errors: {f['errors']}")
-    if bare:
-        for name, f in figs.items():
-            if name == "bare":
-                continue
-            ratios = {
-                "stamp p50": _ratio(f["event_err_ms"]["p50"], bare["event_err_ms"]["p50"]),
-                "stamp p99": _ratio(f["event_err_ms"]["p99"], bare["event_err_ms"]["p99"]),
-                "TTFT err p50": _ratio(f["ttft_err_ms"]["p50"], bare["ttft_err_ms"]["p50"]),
-                "CPU/event": _ratio(f["cpu_ms_per_1k_events"], bare["cpu_ms_per_1k_events"]),
-            }
-            text = "  ".join(f"{k} {_f(v, '.2f')}x" for k, v in ratios.items())
-            print(f"  {name + '/bare:':<17} {text}")
+    for name, f in figs.items():  # each client over bare httpx on the same scheme
+        base_name = _twin("bare", name)
+        if base_name in figs and base_name != name:
+            print(f"  {name + ' / ' + base_name + ':':<32} {_ratios(f, figs[base_name])}")
+    for name, f in figs.items():  # each https twin over its plain-HTTP leg
+        plain = name.removesuffix("/https")
+        if plain != name and plain in figs:
+            print(f"  {name + ' / http:':<32} {_ratios(f, figs[plain])}")
+
+
+def _twin(base: str, name: str) -> str:
+    """`base` on the same scheme as the shown client `name` (``bare/https`` for an https
+    twin)."""
+    return base + "/https" if name.endswith("/https") else base
+
+
+def _ratios(f: dict[str, Any], base: dict[str, Any]) -> str:
+    ratios = {
+        "stamp p50": _ratio(f["event_err_ms"]["p50"], base["event_err_ms"]["p50"]),
+        "stamp p99": _ratio(f["event_err_ms"]["p99"], base["event_err_ms"]["p99"]),
+        "TTFT err p50": _ratio(f["ttft_err_ms"]["p50"], base["ttft_err_ms"]["p50"]),
+        "TTFT err p99": _ratio(f["ttft_err_ms"]["p99"], base["ttft_err_ms"]["p99"]),
+        "CPU/event": _ratio(f["cpu_ms_per_1k_events"], base["cpu_ms_per_1k_events"]),
+    }
+    return "  ".join(f"{k} {_f(v, '.2f')}x" for k, v in ratios.items())
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-def verdicts(results: dict[int, dict[str, Any]]) -> list[tuple[str, bool | None, str]]:
-    """(target, passed, detail) for each of the issue's figures that this run covers."""
-    out: list[tuple[str, bool | None, str]] = []
+Verdict = tuple[str, bool | None, str]
+
+
+def _flagged(f: dict[str, Any]) -> tuple[bool, float | None]:
+    """labkit's own client-bound flag for a level: the median record's loop lag over
+    `CLIENT_BOUND_LAG_MS` (`labkit.selfcheck`'s rule)."""
+    lag = (f["loop_lag_ms"] or {}).get("p50")
+    return lag is not None and lag > CLIENT_BOUND_LAG_MS, lag
+
+
+def verdicts_17(results: dict[int, dict[str, Any]]) -> list[Verdict]:
+    """(target, passed, detail) for issue 17's five targets, where this run covers them."""
+    out: list[Verdict] = []
+
+    def leg(level: int, name: str) -> dict[str, Any] | None:
+        got: dict[str, Any] | None = results.get(level, {}).get("clients", {}).get(name)
+        return got
+
+    for name in WIRE_LEGS:
+        f = leg(32, name)
+        if f is None:
+            continue
+        tt, wave, rest = f["ttft_err_ms"], f["ttft_err_first_wave_ms"], f["ttft_err_after_wave_ms"]
+        out.append(
+            (
+                f"32 streams, {name}: TTFT error p99 <= {TTFT_P99_LOAD_TARGET_MS:g} ms, "
+                "first wave included",
+                _le(tt["p99"], TTFT_P99_LOAD_TARGET_MS),
+                f"p99 {_f(tt['p99'], '.3f')} over {tt['n']} requests (first wave p99 "
+                f"{_f(wave['p99'], '.3f')} over {wave['n']}, after it {_f(rest['p99'], '.3f')})",
+            )
+        )
+    one = leg(1, "labkit")
+    if one:
+        tt = one["ttft_err_ms"]
+        out.append(
+            (
+                f"1 stream, labkit: TTFT error p99 <= {TTFT_P99_ONE_TARGET_MS:g} ms",
+                _le(tt["p99"], TTFT_P99_ONE_TARGET_MS),
+                f"p50 {_f(tt['p50'], '.3f')}, p99 {_f(tt['p99'], '.3f')} over {tt['n']} requests",
+            )
+        )
+    for level in sorted(results):
+        plain, tls = leg(level, "labkit"), leg(level, "labkit/https")
+        if plain is None or tls is None:
+            continue
+        p99, tls_p99 = plain["event_err_ms"]["p99"], tls["event_err_ms"]["p99"]
+        r = _ratio(tls_p99, p99)
+        tt = _ratio(tls["ttft_err_ms"]["p99"], plain["ttft_err_ms"]["p99"])
+        out.append(
+            (
+                f"{level} stream(s), labkit: HTTPS stamp error p99 within "
+                f"{HTTPS_RATIO_TARGET:g}x HTTP's",
+                _le(r, HTTPS_RATIO_TARGET),
+                f"{_f(tls_p99, '.3f')} vs {_f(p99, '.3f')} ms = {_f(r, '.2f')}x "
+                f"(TTFT error p99 {_f(tt, '.2f')}x)",
+            )
+        )
+    for level in sorted(results):
+        if level < 256:
+            continue
+        for name in ("labkit-procs", "labkit"):
+            f = leg(level, name)
+            if f is None:
+                continue
+            p99 = f["event_err_ms"]["p99"]
+            flagged, lag = _flagged(f)
+            in_flight = f["peak_in_flight"] >= level
+            met = _le(p99, MANY_STREAMS_STAMP_P99_TARGET_MS)
+            ok = None if met is None else in_flight and (met or flagged)
+            out.append(
+                (
+                    f"{level} streams, {name}: all in flight, stamp error p99 <= "
+                    f"{MANY_STREAMS_STAMP_P99_TARGET_MS:g} ms or flagged client-bound",
+                    ok,
+                    f"peak in flight {f['peak_in_flight']}/{level}; stamp p99 {_f(p99, '.3f')} "
+                    f"ms; loop_lag p50 {_f(lag, '.2f')} ms -> "
+                    f"{'flagged client-bound' if flagged else 'not flagged'}",
+                )
+            )
+    for level in sorted(results):
+        for name in ("labkit", "labkit-procs") if level >= 256 else ("labkit",):
+            f = leg(level, name)
+            if f is None:
+                continue
+            est = (f["self_estimate_ms"] or {}).get("p99")
+            true_p99 = f["event_err_ms"]["p99"]
+            r = _ratio(est, true_p99)
+            ok = None if r is None else abs(r - 1) <= SELF_ESTIMATE_TOLERANCE
+            source = "/".join(sorted(ESTIMATE_SOURCES)) or "none"
+            out.append(
+                (
+                    f"{level} stream(s), {name}: self-estimate p99 within "
+                    f"±{SELF_ESTIMATE_TOLERANCE:.0%} of the true stamp error p99",
+                    ok,
+                    f"{source} p99 {_f(est, '.3f')} vs true {_f(true_p99, '.3f')} ms "
+                    f"= {_f(r, '.2f')}x",
+                )
+            )
+    return out
+
+
+def verdicts(results: dict[int, dict[str, Any]]) -> list[Verdict]:
+    """(target, passed, detail) for each of issue 6's figures that this run covers."""
+    out: list[Verdict] = []
 
     def lab(level: int) -> dict[str, Any] | None:
         r = results.get(level, {}).get("clients", {})
@@ -704,8 +957,7 @@ def verdicts(results: dict[int, dict[str, Any]]) -> list[tuple[str, bool | None,
             continue
         tt, ev = f["ttft_err_ms"]["p50"], f["event_err_ms"]["p99"]
         met = _le(tt, TTFT_LOAD_TARGET_MS) and _le(ev, STAMP_P99_TARGET_MS)
-        lag = (f["loop_lag_ms"] or {}).get("p50")
-        flagged = lag is not None and lag > CLIENT_BOUND_LAG_MS
+        flagged, lag = _flagged(f)
         unflagged = f["records_over_3ms_unflagged"]
         detail = (
             f"TTFT err p50 {_f(tt, '.3f')} ms, stamp p99 {_f(ev, '.3f')} ms; loop_lag p50 "
@@ -738,8 +990,11 @@ def _le(x: float | None, limit: float) -> bool | None:
     return None if x is None else x <= limit
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+HTTPS_CLIENTS = ["labkit", "labkit-httpx", "bare", "raw", "labkit-run", "labkit-procs"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--levels", default="1,8,32", help="concurrency levels, comma-separated")
     parser.add_argument(
         "--requests-per-level",
@@ -753,74 +1008,266 @@ def main() -> None:
         default=",".join(DEFAULT_CLIENTS),
         help="comma-separated, from " + ",".join(LEGS),
     )
+    parser.add_argument(
+        "--https",
+        action="store_true",
+        help="also run each of --https-clients against the server's TLS port (NAME/https)",
+    )
+    parser.add_argument("--https-clients", default=",".join(HTTPS_CLIENTS))
     parser.add_argument("--tokens", type=int, default=100)
     parser.add_argument("--interval-ms", type=float, default=2.0)
+    parser.add_argument(
+        "--max-event-rate",
+        type=float,
+        default=16000.0,
+        help="stretch a level's token interval so streams x rate stays under this many "
+        "events/s (default 16,000: the 32-stream level at 2 ms); 0: never",
+    )
     parser.add_argument("--ttft-ms", type=float, default=50.0)
+    parser.add_argument(
+        "--prompt-bytes", type=int, default=0, help="send a prompt of this size (200000: 200 KB)"
+    )
+    parser.add_argument(
+        "--event-bytes", type=int, default=0, help="pad each token event to this size (1000000)"
+    )
     parser.add_argument("--json", type=Path, default=None, help="write every figure as JSON")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--labkit-src",
+        type=Path,
+        default=None,
+        help="the tree whose labkit/ the labkit legs run (default: this bench's own tree)",
+    )
+    parser.add_argument(
+        "--before",
+        default=None,
+        metavar="REV",
+        help="run the bench twice, labkit from git REV (git archive) and from --labkit-src, "
+        "and print the before/after table",
+    )
+    parser.add_argument(
+        "--compare",
+        nargs=2,
+        type=Path,
+        default=None,
+        metavar=("BEFORE_JSON", "AFTER_JSON"),
+        help="print the before/after table of two --json dumps, run nothing",
+    )
+    return parser
+
+
+def _level_interval_ms(level: int, args: argparse.Namespace) -> float:
+    if args.max_event_rate <= 0:
+        return float(args.interval_ms)
+    return max(float(args.interval_ms), 1000.0 * level / args.max_event_rate)
+
+
+def _tree_revision(tree: Path) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(tree), "describe", "--always", "--dirty"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def _use_prompt(prompt_bytes: int) -> None:
+    global PROMPT, MESSAGES
+    if prompt_bytes > 0:
+        unit = SHORT_PROMPT + " "
+        PROMPT = (unit * (prompt_bytes // len(unit) + 1))[:prompt_bytes]
+    MESSAGES = [{"role": "user", "content": PROMPT}]
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """The whole bench: every level, every client, interleaved; returns the JSON payload."""
     levels = [int(x) for x in args.levels.split(",") if x.strip()]
     clients = [c.strip() for c in args.clients.split(",") if c.strip()]
-    unknown = set(clients) - set(LEGS)
+    https = [c.strip() for c in args.https_clients.split(",") if c.strip()] if args.https else []
+    unknown = (set(clients) | set(https)) - set(LEGS)
     if unknown:
-        parser.error(f"unknown clients: {sorted(unknown)}")
-
+        raise SystemExit(f"unknown clients: {sorted(unknown)}; known: {', '.join(LEGS)}")
+    # (shown name, leg, over TLS): each https twin right after its plain leg
+    legs = [(n, n, False) for n in clients]
+    for name in https:
+        if name in clients:
+            at = next(k for k, leg in enumerate(legs) if leg[0] == name) + 1
+            legs.insert(at, (f"{name}/https", name, True))
+    _use_prompt(args.prompt_bytes)
+    nofile = raise_open_files_limit(4 * max(levels, default=1) + 1024)
+    rev = _tree_revision(LABKIT_SRC)
     print(
         f"scripted server (own process) on 127.0.0.1: first token {args.ttft_ms:g} ms, "
-        f"{args.tokens} tokens at {args.interval_ms:g} ms; clients {', '.join(clients)}; "
-        f"{args.rounds} round(s) per level, order alternating"
+        f"{args.tokens} tokens at {args.interval_ms:g} ms (stretched to keep under "
+        f"{args.max_event_rate:g} events/s), events {args.event_bytes or 'small'} bytes, "
+        f"prompt {len(PROMPT.encode())} bytes; clients {', '.join(n for n, _, _ in legs)}; "
+        f"{args.rounds} round(s) per level, order alternating; labkit from {LABKIT_SRC}"
+        f" ({rev or 'no git revision'}); open files limit {nofile}"
     )
     results: dict[int, dict[str, Any]] = {}
     with ScriptedServer(
-        ttft_ms=args.ttft_ms, interval_ms=args.interval_ms, tokens=args.tokens
+        ttft_ms=args.ttft_ms,
+        interval_ms=args.interval_ms,
+        tokens=args.tokens,
+        event_bytes=args.event_bytes,
+        tls=bool(https),
     ) as srv:
-        for name in clients:  # warm-up: imports, first connections, lazy initialisation
-            LEGS[name](srv.base_url, 1, 1)
+        if srv.ca_file is not None:  # labkit's providers, httpx and the SDKs read it
+            os.environ["SSL_CERT_FILE"] = str(srv.ca_file)
+        for _, leg_name, tls in legs:  # warm-up: imports, first connections, lazy set-up
+            LEGS[leg_name](srv.url(tls=tls), 1, 1)
         srv.stamps()
         for level in levels:
             n = args.requests_per_level or max(16, 2 * level)
-            acc = {name: Accum() for name in clients}
+            interval = _level_interval_ms(level, args)
+            script = {"interval_ms": interval} if interval != args.interval_ms else {}
+            acc = {shown: Accum() for shown, _, _ in legs}
             late50: list[float] = []
             late99: list[float] = []
             stalls = 0
             for rnd in range(args.rounds):
-                order = clients if rnd % 2 == 0 else clients[::-1]
-                for name in order:
-                    leg = LEGS[name](srv.base_url, level, n)
+                order = legs if rnd % 2 == 0 else legs[::-1]
+                for shown, leg_name, tls in order:
+                    leg = LEGS[leg_name](srv.url(tls=tls, **script), level, n)
                     server = srv.stamps()
-                    acc[name].add(leg, server["streams"])
+                    acc[shown].add(leg, server["streams"], level)
                     stalls += server["stalls"]
                     late = server["late_wakeups_ms"]
                     if late["p50"] is not None:
                         late50.append(late["p50"])
                         late99.append(late["p99"])
-            figs = {name: acc[name].figures() for name in clients}
+            figs = {shown: acc[shown].figures() for shown, _, _ in legs}
             info = {
                 "late_p50": max(late50) if late50 else None,
                 "late_p99": max(late99) if late99 else None,
                 "stalls": stalls,
+                "interval_ms": interval,
+                "requests_per_round": n,
             }
             results[level] = {"requests_per_round": n, "server": info, "clients": figs}
             print_level(level, figs, info)
 
     print(
         f"\nscripted TTFT {args.ttft_ms:g} ms. TTFT error = client TTFT - true TTFT (first send "
-        "- client t_start). srv = the server's own first send - t_recv. req path = t_recv - "
-        "client t_start (request build, pool, write, loopback, server read). TTFT - srv TTFT = "
-        "what the client reports over the server's own TTFT (TTFT error + req path). CPU/wall = "
-        "share of one core this process used (near 1: client-bound). req sent = labkit's own "
-        "client.request_sent_ms (request written, from httpcore's trace)."
+        "- client t_start); wave = each run's first `streams` requests (started together), "
+        "rest = the requests after them. srv = the server's own first send - t_recv. req path "
+        "= t_recv - client t_start (request build, pool, write, loopback, server read). TTFT - "
+        "srv TTFT = what the client reports over the server's own TTFT (TTFT error + req path)."
+        " self-estimate = the records' own estimate of their stamps' lateness, its p99 over "
+        "records beside the true stamp error p99 over events; per record: the estimate over "
+        "that record's own stamp error p99. peak in flight = most streams open at once (t_start"
+        " to last stamp). CPU/wall = share of one core this process used (near 1: "
+        "client-bound). req sent = labkit's own client.request_sent_ms (request written)."
     )
-    print("\ntargets (labkit's wire path):")
-    checks = verdicts(results)
-    for label, ok, detail in checks:
-        word = "PASS" if ok else ("MISS" if ok is not None else "N/A ")
-        print(f"  {word}  {label}: {detail}")
+    checks6, checks17 = verdicts(results), verdicts_17(results)
+    for title, checks in (("issue 6", checks6), ("issue 17", checks17)):
+        print(f"\ntargets, {title} (labkit's wire path):")
+        for label, ok, detail in checks:
+            word = "PASS" if ok else ("MISS" if ok is not None else "N/A ")
+            print(f"  {word}  {label}: {detail}")
+    return {
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "labkit_src": str(LABKIT_SRC),
+        "labkit_file": labkit.__file__,
+        "labkit_revision": rev,
+        "self_estimate_source": sorted(ESTIMATE_SOURCES),
+        "open_files_limit": nofile,
+        "levels": results,
+        "targets": [{"target": t, "pass": ok, "detail": d} for t, ok, d in checks6 + checks17],
+    }
+
+
+def _without(argv: list[str], options: tuple[str, ...]) -> list[str]:
+    """`argv` less each of `options` and its value (``--x V`` or ``--x=V``)."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in options:
+            skip = True
+        elif not arg.startswith(tuple(o + "=" for o in options)):
+            out.append(arg)
+    return out
+
+
+def before_after(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
+    """The same bench twice, in two processes: labkit from git `args.before`, then from
+    `LABKIT_SRC`; the bench, the server and the method are this tree's both times."""
+    rev = args.before
+    with tempfile.TemporaryDirectory(prefix="bench-load-before-") as tmp:
+        tree = Path(tmp) / "tree"
+        tree.mkdir()
+        archive = subprocess.run(
+            ["git", "-C", str(_REPO), "archive", rev, "labkit"], capture_output=True, check=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+        passthrough = _without(argv, ("--before", "--json", "--labkit-src", "--compare"))
+        payloads: dict[str, Any] = {}
+        for label, src in (("before", tree), ("after", LABKIT_SRC)):
+            out = Path(tmp) / f"{label}.json"
+            print(f"\n##### {label}: labkit from {rev if label == 'before' else src}", flush=True)
+            command = [sys.executable, __file__, *passthrough, "--labkit-src", str(src)]
+            subprocess.run([*command, "--json", str(out)], check=True)
+            payloads[label] = json.loads(out.read_text())
+    payloads["before"]["labkit_revision"] = rev
+    print_compare(payloads["before"], payloads["after"])
+    return payloads
+
+
+def _cell(b: float | None, a: float | None, spec: str = ".2f") -> str:
+    return f"{_f(b, spec).strip()} → {_f(a, spec).strip()}"
+
+
+def print_compare(before: dict[str, Any], after: dict[str, Any]) -> None:
+    """The before/after table (Markdown) of two runs' JSON payloads."""
+    names = (before.get("labkit_revision") or "before", after.get("labkit_revision") or "after")
+    print(f"\n### before ({names[0]}) → after ({names[1]})\n")
+    print(
+        "| streams | client | stamp error p50 / p99 ms | TTFT error p99 ms (first wave) |"
+        " self-estimate p99 ms | CPU ms/1k events |"
+    )
+    print("|---|---|---|---|---|---|")
+    for level, b_level in before["levels"].items():
+        a_level = after["levels"].get(level)
+        if a_level is None:
+            continue
+        for client, b in b_level["clients"].items():
+            a = a_level["clients"].get(client)
+            if a is None:
+                continue
+            be, ae = b["event_err_ms"], a["event_err_ms"]
+            bw, aw = b["ttft_err_first_wave_ms"], a["ttft_err_first_wave_ms"]
+            bt, at = b["ttft_err_ms"], a["ttft_err_ms"]
+            b_est = (b["self_estimate_ms"] or {}).get("p99")
+            a_est = (a["self_estimate_ms"] or {}).get("p99")
+            print(
+                f"| {level} | {client} | {_cell(be['p50'], ae['p50'])} / "
+                f"{_cell(be['p99'], ae['p99'])} | {_cell(bt['p99'], at['p99'])}"
+                f" ({_cell(bw['p99'], aw['p99'])}) | {_cell(b_est, a_est)} |"
+                f" {_cell(b['cpu_ms_per_1k_events'], a['cpu_ms_per_1k_events'], '.1f')} |"
+            )
+    word = {True: "PASS", False: "MISS", None: "N/A"}
+    b_targets = {t["target"]: t for t in before["targets"]}
+    print("\n| target | before | after |\n|---|---|---|")
+    for t in after["targets"]:
+        b_t = b_targets.get(t["target"])
+        b_text = f"{word[b_t['pass']]} ({b_t['detail']})" if b_t else "-"
+        print(f"| {t['target']} | {b_text} | {word[t['pass']]} ({t['detail']}) |")
+
+
+def main() -> None:
+    """Parse the arguments; run the bench, the before/after pair, or the comparison."""
+    args = _parser().parse_args()
+    if args.compare:
+        before, after = (json.loads(p.read_text()) for p in args.compare)
+        print_compare(before, after)
+        return
+    payload = before_after(args, sys.argv[1:]) if args.before else run(args)
     if args.json:
-        payload = {
-            "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-            "levels": results,
-            "targets": [{"target": t, "pass": ok, "detail": d} for t, ok, d in checks],
-        }
         args.json.write_text(json.dumps(payload, indent=2))
         print(f"\nfigures written to {args.json}")
 
