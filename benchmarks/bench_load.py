@@ -79,7 +79,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -93,9 +93,8 @@ _REPO = _HERE.parent
 def _labkit_src_from_argv(argv: list[str]) -> Path:
     """The tree whose `labkit` the labkit legs run: ``--labkit-src PATH``, else this one.
 
-    Read before labkit is imported. Worker processes (`python -m labkit.runner...`) import
-    from their working directory first, so the runner legs run with it as their cwd, and
-    with it first on PYTHONPATH.
+    Read before labkit is imported; the runner legs' worker processes get it too
+    (`_in_labkit_tree`).
     """
     src = _REPO
     for k, arg in enumerate(argv):
@@ -111,9 +110,23 @@ def _labkit_src_from_argv(argv: list[str]) -> Path:
 
 LABKIT_SRC = _labkit_src_from_argv(sys.argv)
 sys.path[:0] = [str(_HERE), str(LABKIT_SRC)]
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    [str(LABKIT_SRC), *filter(None, [os.environ.get("PYTHONPATH")])]
-)
+
+
+@contextlib.contextmanager
+def _in_labkit_tree() -> Iterator[None]:
+    """Worker processes started in here import `LABKIT_SRC`'s labkit: it is their working
+    directory (first on a ``-m`` child's sys.path) and first on their PYTHONPATH."""
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(LABKIT_SRC), *filter(None, [old])])
+    try:
+        with contextlib.chdir(LABKIT_SRC):
+            yield
+    finally:
+        if old is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old
+
 
 from scripted_server import ScriptedServer, raise_open_files_limit  # noqa: E402
 
@@ -339,8 +352,7 @@ def _runner_leg(workers: int | str) -> Leg:
                 ],
             }
         )
-        # Workers import labkit from their working directory first: the chosen tree's.
-        with tempfile.TemporaryDirectory() as out, contextlib.chdir(LABKIT_SRC):
+        with tempfile.TemporaryDirectory() as out, _in_labkit_tree():
             runner = prepare_run(config, RunOptions(out_dir=Path(out)))
             result = asyncio.run(runner.run())
         errors: list[str] = []

@@ -628,6 +628,8 @@ class ScriptedServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+            if self.proc.stdout is not None:
+                self.proc.stdout.close()
             self.proc = None
         if self._certs is not None:
             self._certs.cleanup()
