@@ -35,6 +35,32 @@ in flight in one asyncio loop of this process:
   `Protocol` (no HTTP library, no pool), stamping in `data_received`. It shows how much of
   the error and CPU is the HTTP stack (httpx/httpcore/anyio) rather than Python or the host.
 
+``NAME/https`` (``--https``, for ``--https-clients``): the same leg against the server's
+TLS port, beside its plain-HTTP run. The server's certificate comes from a throw-away
+`trustme` CA, trusted through ``SSL_CERT_FILE`` (labkit's providers build their context with
+`httpx.create_ssl_context()`, which reads it; so do httpx and the SDKs; the worker processes
+inherit it). labkit's ``transport: auto`` reads https through httpx until `labkit.lean`
+speaks TLS, so ``labkit/https`` is then labkit's httpx path on TLS.
+
+Levels above 32 (``--levels 1,32,256,1000``): in one process every in-process leg reads all
+the level's streams; ``labkit-run`` is labkit's runner in one worker process and
+``labkit-procs`` the runner as it chooses (``workers: auto``), which is what labkit does
+at 256 and 1,000 streams, so the many-streams targets read ``labkit-procs``. The token
+interval of a level is stretched so that streams × rate stays under ``--max-event-rate``
+(default 16,000 events/s, the 32-stream level at 2 ms): 1,000 streams at 2 ms would be
+500,000 events/s, more than one 2-core host can send and read; at 1,000 streams a token
+comes every 62.5 ms. Each level's rate is set per request through the URL
+(`ScriptedServer.url`), so one server process serves all levels. When that one process
+cannot send 1,000 streams on time (``wake-up late`` in the level's header), its stamps still
+say when each event was written, so the client's error stays measured; only the rate drops.
+The bench raises its soft open-files limit to the hard one where it needs more.
+
+``--prompt-bytes 200000`` sends a 200 KB prompt (the server reads it without a JSON parse,
+so it does not slow the send schedule; the client's request build and write are in the
+request path and TTFT); ``--event-bytes 1000000`` pads each token event to 1 MB (each event
+takes many reads; every client stamps an event at the read that brought its first byte);
+use it with a slow rate (``--tokens 10 --interval-ms 50 --levels 1,8``).
+
 Every client first opens its pool with `concurrency` one-token requests (not measured; the
 runner legs send their warm-up instead).
 Events are matched to the server's stamps by response id and position. Per level and client:
@@ -42,11 +68,20 @@ Events are matched to the server's stamps by response id and position. Per level
 - stamp error = client stamp − server send stamp, over every output event (p50/p99/max);
 - TTFT error = client TTFT − true TTFT, true TTFT = first output send stamp − client t_start
   (the scripted TTFT, the server's achieved first-send − t_recv and the client's TTFT are
-  printed too: TTFT − scripted is what a user would read as "TTFT over-reported");
+  printed too: TTFT − scripted is what a user would read as "TTFT over-reported"); over
+  every request (first wave included), over each run's first wave (its first `concurrency`
+  requests by t_start, started together) and over the requests after it;
 - events/s achieved; CPU ms per 1,000 events (`time.process_time` of this process around
-  the measured requests; the server is another process and not counted); ratios to ``bare``;
-- for the labkit legs, ``client.loop_lag_ms`` (labkit's self-check) p50/p99 over records,
-  and ``client.request_sent_ms`` (when labkit's request was written);
+  the measured requests; the server is another process and not counted); ratios to ``bare``
+  on the same scheme, and of each ``/https`` leg to its plain-HTTP run;
+- for the labkit legs, the self-estimate: each record's own estimate of how late its stamps
+  are (the first of `SELF_ESTIMATE_FIELDS` the records have; ``client.loop_lag_ms`` until
+  labkit's self-check gives a per-record lateness estimate), its p99 over records beside the
+  true stamp error p99, and per record the estimate over that record's own stamp-error p99;
+  ``client.loop_lag_ms`` p50/p99, and ``client.request_sent_ms`` (when labkit's request was
+  written);
+- streams in flight at once (from each stream's t_start to its last stamp; the many-streams
+  target asks for the whole level in flight);
 - the request path, server t_recv − client t_start, and the TTFT the client reports over the
   server's own TTFT (first send − t_recv): TTFT error plus the request path.
 
@@ -56,13 +91,31 @@ own rule (`labkit.selfcheck`, where present): the median record's ``loop_lag_ms`
 ``loop_lag_ms`` stays under 3 ms are counted as *unflagged* (per-record error the per-record
 self-check did not show), as a check on the self-check itself.
 
-Targets (issue 6) are checked on the ``labkit`` leg and printed as PASS/MISS lines; the
-load target (32 streams) is applied to every level of 8 streams or more.
+Targets, printed as PASS/MISS lines at the end. Issue 6 (the ``labkit`` leg; the load target
+applied to every level of 8 streams or more). Issue 17: TTFT error p99 <= 2 ms at 32 streams
+with the first wave included (``labkit``, ``labkit-run``, ``labkit-procs``); <= 0.6 ms at 1
+stream; ``labkit/https`` stamp error p99 within 1.2x ``labkit``'s at each level; at 256 and
+1,000 streams (``labkit-procs``, and ``labkit``) the whole level in flight with stamp error
+p99 <= 5 ms or flagged client-bound; the self-estimate p99 within ±50% of the true stamp
+error p99 at every level (``labkit``; ``labkit-procs`` too at 256 and more).
 
-Run: `make bench-load` or `.venv/bin/python benchmarks/bench_load.py [--levels 1,8,32]
-[--requests-per-level N] [--rounds 2] [--clients labkit,bare,sdk,...] [--tokens 100]
-[--interval-ms 2] [--ttft-ms 50] [--json OUT]`. A benchmark, not a test: figures depend on
-the machine; on 2 cores the client and the server share the CPU.
+Run:
+
+- quick (`make bench-load`, a few minutes on 2 cores): ``.venv/bin/python
+  benchmarks/bench_load.py --https`` (levels 1, 8, 32; every client; 2 rounds);
+- long (`make bench-load-long`): ``... bench_load.py --levels 1,32,256,1000 --https
+  --clients labkit,labkit-httpx,bare,raw,labkit-run,labkit-procs --json load.json``;
+- large bodies: ``... --prompt-bytes 200000 --levels 1,32 --https``; large events:
+  ``... --event-bytes 1000000 --tokens 10 --interval-ms 50 --levels 1,8 --https``;
+- before/after: ``... bench_load.py --before 5efaeaa [same options]`` runs the bench twice,
+  labkit from git ``5efaeaa`` (`git archive` into a temp dir) and from this tree (the bench,
+  the server and the method are this tree's both times), and prints a Markdown table;
+  ``--labkit-src PATH`` runs another checkout's labkit by hand, and ``--compare A.json
+  B.json`` tabulates two ``--json`` dumps.
+
+Other options: ``[--requests-per-level N] [--rounds 2] [--clients labkit,bare,sdk,...]
+[--tokens 100] [--interval-ms 2] [--ttft-ms 50] [--json OUT]``. A benchmark, not a test:
+figures depend on the machine; on 2 cores the client and the server share the CPU.
 """
 
 from __future__ import annotations
