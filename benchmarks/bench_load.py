@@ -734,9 +734,9 @@ class Accum:
                 self.request_sent_ms.append(s.request_sent_ms)
             if s.self_estimate_ms:
                 self.self_estimate_ms += s.self_estimate_ms
-                own = _pct(errs, 99)
-                if own:
-                    self.record_estimate_ratio.append(_pct(s.self_estimate_ms, 99) / own)
+                own, estimate = _pct(errs, 99), _pct(s.self_estimate_ms, 99)
+                if own is not None and own > 0 and estimate is not None:
+                    self.record_estimate_ratio.append(estimate / own)
             self.record_worst_ms.append((max(errs), s.loop_lag_ms))
 
     def figures(self) -> dict[str, Any]:
@@ -1123,7 +1123,7 @@ def _parser() -> argparse.ArgumentParser:
 def _level_interval_ms(level: int, args: argparse.Namespace) -> float:
     if args.max_event_rate <= 0:
         return float(args.interval_ms)
-    return max(float(args.interval_ms), 1000.0 * level / args.max_event_rate)
+    return max(float(args.interval_ms), 1000.0 * level / float(args.max_event_rate))
 
 
 def _tree_revision(tree: Path) -> str | None:
