@@ -192,6 +192,10 @@ try:  # labkit's own client-bound rule, where this labkit has it
     from labkit.selfcheck import CLIENT_BOUND_LAG_MS
 except ImportError:
     CLIENT_BOUND_LAG_MS = 3.0
+try:  # labkit's own judgement of a group of records (its flag and, newer, its lateness p99)
+    from labkit.selfcheck import level_lag
+except ImportError:
+    level_lag = None
 
 SHORT_PROMPT = "Explain what a token is in one sentence."
 PROMPT = SHORT_PROMPT  # --prompt-bytes: repeated to that size
@@ -208,9 +212,10 @@ MANY_STREAMS_STAMP_P99_TARGET_MS = 5.0  # 256 and 1,000 streams: stamp error p99
 SELF_ESTIMATE_TOLERANCE = 0.5  # self-estimate p99 within ±50% of the true stamp error p99
 #: The labkit legs (the wire path, one process or the runner) the issue-17 targets read.
 WIRE_LEGS = ("labkit", "labkit-run", "labkit-procs")
-#: Per-record self-estimates of stamp lateness, newest first; `client.loop_lag_ms` is the
-#: fallback every labkit since issue 6 has. A list field is per event, a number per record.
-SELF_ESTIMATE_FIELDS = ("stamp_lateness_ms", "event_lateness_ms", "loop_lag_ms")
+#: Per-record self-estimates of stamp lateness, newest first: the p99 over the record's
+#: events of labkit's estimate (issue 17), else `client.loop_lag_ms` (issue 6). A list
+#: field would be per event, a number is per record.
+SELF_ESTIMATE_FIELDS = ("stamp_lateness_ms_p99", "loop_lag_ms")
 
 _CONTENT = re.compile(rb'"content":"(?!")')
 _ID = re.compile(rb'"id":"([^"]+)"')
@@ -226,7 +231,8 @@ class StreamResult:
     stamps_ns: list[int]
     loop_lag_ms: float | None = None
     request_sent_ms: float | None = None  # labkit legs: client.request_sent_ms (trace hook)
-    self_estimate_ms: list[float] = field(default_factory=list)  # labkit legs: see _estimate
+    self_estimate_ms: list[float] = field(default_factory=list)  # labkit legs: _self_estimate
+    ttft_estimate_ms: float | None = None  # labkit legs: client.ttft_lateness_ms, where present
 
 
 @dataclass(slots=True)
@@ -237,6 +243,7 @@ class LegResult:
     cpu_s: float
     wall_s: float
     errors: list[str] = field(default_factory=list)
+    records: list[Any] = field(default_factory=list)  # labkit legs: the measured records
 
 
 Leg = Callable[[str, int, int], LegResult]
@@ -313,6 +320,7 @@ def _from_record(rec: Any, errors: list[str]) -> StreamResult:
         loop_lag_ms=rec.client.loop_lag_ms,
         request_sent_ms=rec.client.request_sent_ms,
         self_estimate_ms=estimate,
+        ttft_estimate_ms=getattr(rec.client, "ttft_lateness_ms", None),
     )
 
 
@@ -345,7 +353,8 @@ def labkit_leg(
             await lag.stop()
             await provider.aclose()
         errors: list[str] = []
-        return LegResult([_from_record(r, errors) for r in records], cpu, wall, errors)
+        streams = [_from_record(r, errors) for r in records]
+        return LegResult(streams, cpu, wall, errors, records)
 
     return asyncio.run(run())
 
@@ -373,7 +382,8 @@ def labkit_sdk_leg(base_url: str, concurrency: int, n_requests: int) -> LegResul
             await recorder.aclose()
             await provider.aclose()
         errors: list[str] = []
-        return LegResult([_from_record(r, errors) for r in records], cpu, wall, errors)
+        streams = [_from_record(r, errors) for r in records]
+        return LegResult(streams, cpu, wall, errors, records)
 
     return asyncio.run(run())
 
@@ -417,7 +427,7 @@ def _runner_leg(workers: int | str) -> Leg:
         starts = [r.t_start_mono_ns or 0 for r in measured]
         ends = [(r.t_start_mono_ns or 0) + (r.client.e2e_ms or 0.0) * 1e6 for r in measured]
         wall = (max(ends) - min(starts)) / 1e9 if measured else 0.0
-        return LegResult(streams, math.nan, wall, errors)
+        return LegResult(streams, math.nan, wall, errors, measured)
 
     return leg
 
@@ -674,6 +684,34 @@ def _peak_in_flight(streams: list[StreamResult]) -> int:
     return peak
 
 
+def _self_check(records: list[Any]) -> dict[str, Any] | None:
+    """labkit's own verdict on a level's records (`labkit.selfcheck.level_lag`): its
+    client-bound flag and, where this labkit estimates it, its stamp lateness p99 over the
+    level's events."""
+    if level_lag is None or not records:
+        return None
+    lag = level_lag(records)
+    return {
+        "client_bound": lag.client_bound,
+        "late_p50_ms": getattr(lag, "late_p50", None),
+        "late_p99_ms": getattr(lag, "late_p99", None),
+        "ttft_late_p99_ms": getattr(lag, "ttft_late_p99", None),
+        "loop_lag_p50_ms": lag.p50,
+        "cpu_share": lag.cpu_share,
+    }
+
+
+def level_estimate(f: dict[str, Any]) -> tuple[float | None, str]:
+    """A level's self-estimate p99 beside its true stamp error p99, and what it is: labkit's
+    pooled lateness p99 over the level's events where it has one, else the p99 over records
+    of the per-record field."""
+    check = f.get("self_check") or {}
+    if check.get("late_p99_ms") is not None:
+        return check["late_p99_ms"], "stamp lateness p99 (level)"
+    est = f.get("self_estimate_ms") or {}
+    return est.get("p99"), "/".join(sorted(ESTIMATE_SOURCES)) or "none"
+
+
 @dataclass
 class Accum:
     """One client's streams at one level, pooled over rounds, matched to the server."""
@@ -690,7 +728,9 @@ class Accum:
     request_sent_ms: list[float] = field(default_factory=list)
     loop_lag_ms: list[float] = field(default_factory=list)
     self_estimate_ms: list[float] = field(default_factory=list)
+    ttft_estimate_ms: list[float] = field(default_factory=list)
     record_estimate_ratio: list[float] = field(default_factory=list)
+    records: list[Any] = field(default_factory=list)
     record_worst_ms: list[tuple[float, float | None]] = field(default_factory=list)
     events: int = 0
     cpu_s: float = 0.0
@@ -705,6 +745,7 @@ class Accum:
         self.cpu_s += leg.cpu_s
         self.wall_s += leg.wall_s
         self.errors += leg.errors
+        self.records += leg.records
         self.peak_in_flight = max(self.peak_in_flight, _peak_in_flight(leg.streams))
         by_start = sorted(range(len(leg.streams)), key=lambda k: leg.streams[k].t_start_ns)
         first_wave = set(by_start[:concurrency])
@@ -732,6 +773,8 @@ class Accum:
                 self.loop_lag_ms.append(s.loop_lag_ms)
             if s.request_sent_ms is not None:
                 self.request_sent_ms.append(s.request_sent_ms)
+            if s.ttft_estimate_ms is not None:
+                self.ttft_estimate_ms.append(s.ttft_estimate_ms)
             if s.self_estimate_ms:
                 self.self_estimate_ms += s.self_estimate_ms
                 own, estimate = _pct(errs, 99), _pct(s.self_estimate_ms, 99)
@@ -761,6 +804,10 @@ class Accum:
             "request_sent_ms": _dist(self.request_sent_ms),
             "loop_lag_ms": _dist(self.loop_lag_ms) if self.loop_lag_ms else None,
             "self_estimate_ms": _dist(self.self_estimate_ms) if self.self_estimate_ms else None,
+            "ttft_self_estimate_ms": (
+                _dist(self.ttft_estimate_ms) if self.ttft_estimate_ms else None
+            ),
+            "self_check": _self_check(self.records),
             "self_estimate_over_own_p99": (
                 {**_dist(ratios), "within_tolerance": within} if ratios else None
             ),
@@ -814,26 +861,30 @@ def print_level(level: int, figs: dict[str, dict[str, Any]], server_info: dict[s
             f"  | {_f(over['p50'], '6.2f')} {_f(over['p99'], '7.2f')}"
         )
     print(
-        f"  {'client':<{_W}} | true stamp | self-estimate        | per record:  est / own p99"
-        " | loop_lag ms | peak in | rec >3 ms,"
+        f"  {'client':<{_W}} | stamp error p99 ms  | per record: est/own p99 |"
+        " TTFT error p99 ms   | loop_lag ms  | peak in | labkit's flag | rec >3 ms,"
     )
     print(
-        f"  {pad} | p99 ms     |    p99 ms  x true    |    p50   within ±50%      "
-        " |  p50    p99 | flight  | own lag <3"
+        f"  {pad} |  true   self-est  x |   p50    within ±50%    |  true  self-est     |"
+        "  p50    p99  | flight  |               | own lag <3"
     )
     for name, f in figs.items():
-        est = f["self_estimate_ms"] or {}
+        est, _ = level_estimate(f)
+        ttft_est = (f["ttft_self_estimate_ms"] or {}).get("p99")
         lag = f["loop_lag_ms"] or {}
         per = f["self_estimate_over_own_p99"] or {}
         true_p99 = f["event_err_ms"]["p99"]
         within = f"{per['within_tolerance']}/{per['n']}" if per else "-"
+        flag = "-"
+        if f["streams"] and (f["loop_lag_ms"] is not None or f.get("self_check")):
+            flag = "client-bound" if _flagged(f)[0] else "no"
         unflagged = f["records_over_3ms_unflagged"]
         print(
-            f"  {name:<{_W}} | {_f(true_p99, '8.3f')}   |"
-            f" {_f(est.get('p99'), '8.3f')} {_f(_ratio(est.get('p99'), true_p99), '7.2f')}x"
-            f"    | {_f(per.get('p50'), '6.2f')}x  {within:>9}        |"
+            f"  {name:<{_W}} | {_f(true_p99, '6.2f')} {_f(est, '7.2f')}"
+            f" {_f(_ratio(est, true_p99), '5.2f')} | {_f(per.get('p50'), '6.2f')}x {within:>11}"
+            f"    | {_f(f['ttft_err_ms']['p99'], '6.2f')} {_f(ttft_est, '7.2f')}     |"
             f" {_f(lag.get('p50'), '5.2f')} {_f(lag.get('p99'), '6.2f')} |"
-            f" {f['peak_in_flight']:6d}  |"
+            f" {f['peak_in_flight']:6d}  | {flag:<13} |"
             + (f" {unflagged}/{f['streams']}" if unflagged is not None else "  -")
         )
     print(f"  {'client':<{_W}} | events   ev/s | CPU ms/1k ev  x bare | CPU/wall | req sent ms p50")
@@ -883,11 +934,21 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 Verdict = tuple[str, bool | None, str]
 
 
-def _flagged(f: dict[str, Any]) -> tuple[bool, float | None]:
-    """labkit's own client-bound flag for a level: the median record's loop lag over
-    `CLIENT_BOUND_LAG_MS` (`labkit.selfcheck`'s rule)."""
-    lag = (f["loop_lag_ms"] or {}).get("p50")
-    return lag is not None and lag > CLIENT_BOUND_LAG_MS, lag
+def _flagged(f: dict[str, Any]) -> tuple[bool, str]:
+    """labkit's own client-bound flag for a level (`labkit.selfcheck.level_lag` on its
+    records; without it, the median record's loop lag over `CLIENT_BOUND_LAG_MS`), and why."""
+    check = f.get("self_check")
+    if check is not None:
+        if check["late_p99_ms"] is not None:
+            why = f"labkit's stamp lateness p99 {_f(check['late_p99_ms'], '.2f')} ms"
+        else:
+            why = f"loop_lag p50 {_f(check['loop_lag_p50_ms'], '.2f')} ms"
+        flagged = bool(check["client_bound"])
+    else:
+        lag = (f["loop_lag_ms"] or {}).get("p50")
+        why = f"loop_lag p50 {_f(lag, '.2f')} ms"
+        flagged = lag is not None and lag > CLIENT_BOUND_LAG_MS
+    return flagged, f"{why} -> {'flagged client-bound' if flagged else 'not flagged'}"
 
 
 def verdicts_17(results: dict[int, dict[str, Any]]) -> list[Verdict]:
@@ -946,7 +1007,7 @@ def verdicts_17(results: dict[int, dict[str, Any]]) -> list[Verdict]:
             if f is None:
                 continue
             p99 = f["event_err_ms"]["p99"]
-            flagged, lag = _flagged(f)
+            flagged, why = _flagged(f)
             in_flight = f["peak_in_flight"] >= level
             met = _le(p99, MANY_STREAMS_STAMP_P99_TARGET_MS)
             ok = None if met is None else in_flight and (met or flagged)
@@ -956,8 +1017,7 @@ def verdicts_17(results: dict[int, dict[str, Any]]) -> list[Verdict]:
                     f"{MANY_STREAMS_STAMP_P99_TARGET_MS:g} ms or flagged client-bound",
                     ok,
                     f"peak in flight {f['peak_in_flight']}/{level}; stamp p99 {_f(p99, '.3f')} "
-                    f"ms; loop_lag p50 {_f(lag, '.2f')} ms -> "
-                    f"{'flagged client-bound' if flagged else 'not flagged'}",
+                    f"ms; {why}",
                 )
             )
     for level in sorted(results):
@@ -965,18 +1025,18 @@ def verdicts_17(results: dict[int, dict[str, Any]]) -> list[Verdict]:
             f = leg(level, name)
             if f is None:
                 continue
-            est = (f["self_estimate_ms"] or {}).get("p99")
+            est, source = level_estimate(f)
             true_p99 = f["event_err_ms"]["p99"]
             r = _ratio(est, true_p99)
             ok = None if r is None else abs(r - 1) <= SELF_ESTIMATE_TOLERANCE
-            source = "/".join(sorted(ESTIMATE_SOURCES)) or "none"
+            diff = est - true_p99 if est is not None and true_p99 is not None else None
             out.append(
                 (
                     f"{level} stream(s), {name}: self-estimate p99 within "
                     f"±{SELF_ESTIMATE_TOLERANCE:.0%} of the true stamp error p99",
                     ok,
-                    f"{source} p99 {_f(est, '.3f')} vs true {_f(true_p99, '.3f')} ms "
-                    f"= {_f(r, '.2f')}x",
+                    f"{source}: {_f(est, '.3f')} vs true {_f(true_p99, '.3f')} ms "
+                    f"= {_f(r, '.2f')}x ({_f(diff, '+.3f')} ms)",
                 )
             )
     return out
@@ -1022,11 +1082,10 @@ def verdicts(results: dict[int, dict[str, Any]]) -> list[Verdict]:
             continue
         tt, ev = f["ttft_err_ms"]["p50"], f["event_err_ms"]["p99"]
         met = _le(tt, TTFT_LOAD_TARGET_MS) and _le(ev, STAMP_P99_TARGET_MS)
-        flagged, lag = _flagged(f)
+        flagged, why = _flagged(f)
         unflagged = f["records_over_3ms_unflagged"]
         detail = (
-            f"TTFT err p50 {_f(tt, '.3f')} ms, stamp p99 {_f(ev, '.3f')} ms; loop_lag p50 "
-            f"{_f(lag, '.2f')} ms -> {'flagged client-bound' if flagged else 'not flagged'}; "
+            f"TTFT err p50 {_f(tt, '.3f')} ms, stamp p99 {_f(ev, '.3f')} ms; {why}; "
             f"records > 3 ms with own loop_lag < 3 ms: {unflagged}/{f['streams']}"
         )
         ok = met or flagged

@@ -70,8 +70,10 @@ def test_a_stream_the_server_did_not_stamp_is_unmatched_not_counted() -> None:
 def test_self_estimate_takes_the_newest_field_a_record_has() -> None:
     old = SimpleNamespace(loop_lag_ms=2.5)
     assert bench_load._self_estimate(old) == ("loop_lag_ms", [2.5])
-    new = SimpleNamespace(stamp_lateness_ms=[0.1, None, 0.3], loop_lag_ms=9.0)
-    assert bench_load._self_estimate(new) == ("stamp_lateness_ms", [0.1, 0.3])
+    new = SimpleNamespace(stamp_lateness_ms_p99=0.3, loop_lag_ms=9.0)
+    assert bench_load._self_estimate(new) == ("stamp_lateness_ms_p99", [0.3])
+    per_event = SimpleNamespace(loop_lag_ms=[0.1, None, 0.3])
+    assert bench_load._self_estimate(per_event) == ("loop_lag_ms", [0.1, 0.3])
     assert bench_load._self_estimate(SimpleNamespace(loop_lag_ms=None)) == (None, [])
 
 
@@ -144,3 +146,20 @@ def test_self_estimate_target_is_within_half_of_the_true_p99() -> None:
     assert check(0.6) is True
     assert check(1.6) is False
     assert check(0.4) is False
+
+
+def test_labkits_own_level_verdict_is_the_flag_and_its_lateness_the_estimate() -> None:
+    own = {
+        "client_bound": True,
+        "late_p50_ms": 0.2,
+        "late_p99_ms": 1.1,
+        "ttft_late_p99_ms": None,
+        "loop_lag_p50_ms": 0.5,  # under the old loop-lag rule this level would not be flagged
+        "cpu_share": None,
+    }
+    figs = _figs(self_check=own)
+    assert bench_load._flagged(figs)[0] is True
+    assert bench_load.level_estimate(figs) == (1.1, "stamp lateness p99 (level)")
+    # without labkit's verdict: the per-record field's p99 and the loop-lag rule
+    assert bench_load.level_estimate(_figs())[0] == 1.2
+    assert bench_load._flagged(_figs())[0] is False
