@@ -14,7 +14,8 @@ in flight in one asyncio loop of this process:
 - ``labkit``: labkit's own wire path, the real `StreamRecorder` with an
   ``openai_compatible`` provider built as a load level builds it (``transport: auto``, so
   this plain-HTTP server is read by `labkit.lean`, each read stamped on arrival) and a
-  `LoopLagMonitor` started as the Runner starts it.
+  `LoopLagMonitor` started as the Runner starts it, on the event loop the Runner runs on
+  (`labkit.loopclock.run`, where this labkit has it: its stamp self-check needs it).
 - ``labkit-httpx``: the same through httpx (``transport: httpx``): what labkit does on
   https and behind proxies.
   Output event i is stamped at ``t_start_mono_ns + client.event_offsets_ms[i] * 1e6``;
@@ -192,6 +193,10 @@ try:  # labkit's own client-bound rule, where this labkit has it
     from labkit.selfcheck import CLIENT_BOUND_LAG_MS
 except ImportError:
     CLIENT_BOUND_LAG_MS = 3.0
+try:  # the event loop labkit's runner and workers run on, where this labkit has one
+    from labkit.loopclock import run as run_like_labkit
+except ImportError:
+    run_like_labkit = asyncio.run
 try:  # labkit's own judgement of a group of records (its flag and, newer, its lateness p99)
     from labkit.selfcheck import level_lag
 except ImportError:
@@ -233,6 +238,7 @@ class StreamResult:
     request_sent_ms: float | None = None  # labkit legs: client.request_sent_ms (trace hook)
     self_estimate_ms: list[float] = field(default_factory=list)  # labkit legs: _self_estimate
     ttft_estimate_ms: float | None = None  # labkit legs: client.ttft_lateness_ms, where present
+    estimate_source: str | None = None  # the field `self_estimate_ms` came from
 
 
 @dataclass(slots=True)
@@ -310,8 +316,6 @@ def _from_record(rec: Any, errors: list[str]) -> StreamResult:
         errors.append(f"{rec.error.kind}: {rec.error.message}")
     t0 = rec.t_start_mono_ns
     source, estimate = _self_estimate(rec.client)
-    if source is not None:
-        ESTIMATE_SOURCES.add(source)
     return StreamResult(
         response_id=rec.response_id or "",
         t_start_ns=t0,
@@ -320,11 +324,9 @@ def _from_record(rec: Any, errors: list[str]) -> StreamResult:
         loop_lag_ms=rec.client.loop_lag_ms,
         request_sent_ms=rec.client.request_sent_ms,
         self_estimate_ms=estimate,
+        estimate_source=source,
         ttft_estimate_ms=getattr(rec.client, "ttft_lateness_ms", None),
     )
-
-
-ESTIMATE_SOURCES: set[str] = set()  # which field the self-estimate column came from
 
 
 def labkit_leg(
@@ -356,7 +358,7 @@ def labkit_leg(
         streams = [_from_record(r, errors) for r in records]
         return LegResult(streams, cpu, wall, errors, records)
 
-    return asyncio.run(run())
+    return run_like_labkit(run())
 
 
 def labkit_sdk_leg(base_url: str, concurrency: int, n_requests: int) -> LegResult:
@@ -385,7 +387,7 @@ def labkit_sdk_leg(base_url: str, concurrency: int, n_requests: int) -> LegResul
         streams = [_from_record(r, errors) for r in records]
         return LegResult(streams, cpu, wall, errors, records)
 
-    return asyncio.run(run())
+    return run_like_labkit(run())
 
 
 def _runner_leg(workers: int | str) -> Leg:
@@ -417,7 +419,7 @@ def _runner_leg(workers: int | str) -> Leg:
         )
         with tempfile.TemporaryDirectory() as out, _in_labkit_tree():
             runner = prepare_run(config, RunOptions(out_dir=Path(out)))
-            result = asyncio.run(runner.run())
+            result = run_like_labkit(runner.run())
         errors: list[str] = []
         measured = [r for r in result.records if not r.warmup]
         streams = [_from_record(r, errors) for r in measured]
@@ -709,7 +711,7 @@ def level_estimate(f: dict[str, Any]) -> tuple[float | None, str]:
     if check.get("late_p99_ms") is not None:
         return check["late_p99_ms"], "stamp lateness p99 (level)"
     est = f.get("self_estimate_ms") or {}
-    return est.get("p99"), "/".join(sorted(ESTIMATE_SOURCES)) or "none"
+    return est.get("p99"), "/".join(f.get("self_estimate_source") or []) or "none"
 
 
 @dataclass
@@ -731,6 +733,7 @@ class Accum:
     ttft_estimate_ms: list[float] = field(default_factory=list)
     record_estimate_ratio: list[float] = field(default_factory=list)
     records: list[Any] = field(default_factory=list)
+    estimate_sources: set[str] = field(default_factory=set)
     record_worst_ms: list[tuple[float, float | None]] = field(default_factory=list)
     events: int = 0
     cpu_s: float = 0.0
@@ -776,6 +779,7 @@ class Accum:
             if s.ttft_estimate_ms is not None:
                 self.ttft_estimate_ms.append(s.ttft_estimate_ms)
             if s.self_estimate_ms:
+                self.estimate_sources.add(s.estimate_source or "?")
                 self.self_estimate_ms += s.self_estimate_ms
                 own, estimate = _pct(errs, 99), _pct(s.self_estimate_ms, 99)
                 if own is not None and own > 0 and estimate is not None:
@@ -804,6 +808,7 @@ class Accum:
             "request_sent_ms": _dist(self.request_sent_ms),
             "loop_lag_ms": _dist(self.loop_lag_ms) if self.loop_lag_ms else None,
             "self_estimate_ms": _dist(self.self_estimate_ms) if self.self_estimate_ms else None,
+            "self_estimate_source": sorted(self.estimate_sources),
             "ttft_self_estimate_ms": (
                 _dist(self.ttft_estimate_ms) if self.ttft_estimate_ms else None
             ),
@@ -1280,9 +1285,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "rest = the requests after them. srv = the server's own first send - t_recv. req path "
         "= t_recv - client t_start (request build, pool, write, loopback, server read). TTFT - "
         "srv TTFT = what the client reports over the server's own TTFT (TTFT error + req path)."
-        " self-estimate = the records' own estimate of their stamps' lateness, its p99 over "
-        "records beside the true stamp error p99 over events; per record: the estimate over "
-        "that record's own stamp error p99. peak in flight = most streams open at once (t_start"
+        " self-est = labkit's own estimate of its stamps' lateness: its pooled p99 over the "
+        "level's events (labkit.selfcheck.level_lag) where labkit has one, else the p99 over "
+        "records of client.loop_lag_ms; per record: the record's estimate over its own stamp "
+        "error p99; TTFT self-est = client.ttft_lateness_ms. labkit's flag = level_lag's "
+        "client-bound verdict. peak in flight = most streams open at once (t_start"
         " to last stamp). CPU/wall = share of one core this process used (near 1: "
         "client-bound). req sent = labkit's own client.request_sent_ms (request written)."
     )
@@ -1297,7 +1304,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "labkit_src": str(LABKIT_SRC),
         "labkit_file": labkit.__file__,
         "labkit_revision": rev,
-        "self_estimate_source": sorted(ESTIMATE_SOURCES),
         "open_files_limit": nofile,
         "levels": results,
         "targets": [{"target": t, "pass": ok, "detail": d} for t, ok, d in checks6 + checks17],
