@@ -437,6 +437,23 @@ def _runner_leg(workers: int | str) -> Leg:
 # -- leg (b): bare httpx --------------------------------------------------------------------
 
 
+def _split_events(buf: bytearray, new: int) -> list[bytes]:
+    """Cut the complete SSE events (each ending in a blank line) off the front of `buf`.
+
+    Only the `new` bytes just added (and the one before them) are searched, so reading a
+    1 MB event in many reads stays linear.
+    """
+    events: list[bytes] = []
+    start = max(0, len(buf) - new - 1)
+    cut = 0
+    while (end := buf.find(b"\n\n", start)) >= 0:
+        events.append(bytes(buf[cut:end]))
+        cut = start = end + 2
+    if cut:
+        del buf[:cut]
+    return events
+
+
 def _chat_body(i: int) -> dict[str, Any]:
     """The streaming request the hand-written clients send (i < 0: a one-token warm-up)."""
     body: dict[str, Any] = {
@@ -463,7 +480,7 @@ def bare_leg(base_url: str, concurrency: int, n_requests: int) -> LegResult:
                 clock = time.perf_counter_ns
                 stamps: list[int] = []
                 rid = b""
-                buf = b""
+                buf = bytearray()
                 t_buf = 0  # stamp of the read that brought the buffered bytes' first byte
                 t_start = clock()
                 async with client.stream("POST", url, json=body) as resp:
@@ -472,14 +489,14 @@ def bare_leg(base_url: str, concurrency: int, n_requests: int) -> LegResult:
                         if not buf:
                             t_buf = t
                         buf += chunk
-                        *events, buf = buf.split(b"\n\n")
+                        events = _split_events(buf, len(chunk))
                         for k, ev in enumerate(events):
                             if _CONTENT.search(ev):
                                 stamps.append(t_buf if k == 0 else t)
                             elif not rid and (m := _ID.search(ev)):
                                 rid = m[1]
-                        if buf:
-                            t_buf = t if events else t_buf
+                        if buf and events:
+                            t_buf = t
                 if not rid and stamps:
                     rid = b"?"
                 ttft = (stamps[0] - t_start) / 1e6 if stamps else None
@@ -541,7 +558,7 @@ class _RawProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.result: StreamResult | None = None
         self.done: asyncio.Future[StreamResult] | None = None
-        self.buf = b""
+        self.buf = bytearray()
         self.t_buf = 0
         self.saw_done = False
 
@@ -557,7 +574,7 @@ class _RawProtocol(asyncio.Protocol):
         if b"data:" not in self.buf:  # only chunk framing carried over: the event starts here
             self.t_buf = t
         self.buf += data
-        *events, self.buf = self.buf.split(b"\n\n")
+        events = _split_events(self.buf, len(data))
         for k, ev in enumerate(events):
             if _CONTENT.search(ev):
                 res.stamps_ns.append(self.t_buf if k == 0 else t)
@@ -565,10 +582,10 @@ class _RawProtocol(asyncio.Protocol):
                 self.saw_done = True
             elif not res.response_id and (m := _ID.search(ev)):
                 res.response_id = m[1].decode()
-        if self.buf:
-            self.t_buf = t if events else self.t_buf
+        if self.buf and events:
+            self.t_buf = t
         if self.saw_done and self.buf.endswith(b"0\r\n\r\n"):  # end of the chunked body
-            self.buf, self.saw_done, self.result = b"", False, None
+            self.buf, self.saw_done, self.result = bytearray(), False, None
             self.done.set_result(res)
 
 

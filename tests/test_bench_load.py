@@ -163,3 +163,14 @@ def test_labkits_own_level_verdict_is_the_flag_and_its_lateness_the_estimate() -
     # without labkit's verdict: the per-record field's p99 and the loop-lag rule
     assert bench_load.level_estimate(_figs())[0] == 1.2
     assert bench_load._flagged(_figs())[0] is False
+
+
+def test_events_are_cut_at_blank_lines_across_reads() -> None:
+    buf = bytearray()
+    reads = [b"data: a", b"aa\n", b"\ndata: b\n\ndata: ", b"c\n\n"]
+    got = []
+    for read in reads:
+        buf += read
+        got.append(bench_load._split_events(buf, len(read)))
+    assert got == [[], [], [b"data: aaa", b"data: b"], [b"data: c"]]
+    assert buf == b""
