@@ -847,7 +847,10 @@ class Accum:
 
 
 def _f(x: float | None, spec: str = "7.2f") -> str:
-    return format(x, spec) if x is not None else "    -".rjust(int(spec.split(".")[0]))
+    if x is not None:
+        return format(x, spec)
+    width = re.match(r"[^\d.]*(\d*)", spec)
+    return "-".rjust(int(width[1]) if width and width[1] else 1)
 
 
 _W = 18  # client column: "labkit-procs/https"

@@ -174,3 +174,10 @@ def test_events_are_cut_at_blank_lines_across_reads() -> None:
         got.append(bench_load._split_events(buf, len(read)))
     assert got == [[], [], [b"data: aaa", b"data: b"], [b"data: c"]]
     assert buf == b""
+
+
+def test_a_missing_figure_prints_as_a_dash_in_any_format() -> None:
+    assert bench_load._f(None, ".3f") == "-"
+    assert bench_load._f(None, "7.2f") == "      -"
+    assert bench_load._f(None, "+.3f") == "-"
+    assert bench_load._f(1.5, "6.2f") == "  1.50"
