@@ -74,11 +74,13 @@ bench: $(STAMP)
 bench-load: $(STAMP)
 	$(BIN)/python benchmarks/bench_load.py --https
 
-## The same up to 1,000 streams (the runner's worker processes at 256 and 1,000), every
-## figure in bench-load.json. Before/after: add BEFORE=REV (labkit from git REV, then this tree).
+## The same up to 1,000 streams (the runner's worker processes at 256 and 1,000; about 20
+## minutes), every figure in bench-load.json. Before/after: add BEFORE=REV (labkit from git
+## REV, then this tree, one after the other: twice as long).
 bench-load-long: $(STAMP)
-	$(BIN)/python benchmarks/bench_load.py --levels 1,32,256,1000 --https \
-		--clients labkit,labkit-httpx,bare,raw,labkit-run,labkit-procs --json bench-load.json \
+	$(BIN)/python benchmarks/bench_load.py --levels 1,32,256,1000 \
+		--clients labkit,bare,raw,labkit-run,labkit-procs \
+		--https --https-clients labkit,bare,labkit-procs --json bench-load.json \
 		$(if $(BEFORE),--before $(BEFORE))
 
 clean:

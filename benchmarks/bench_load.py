@@ -105,13 +105,15 @@ Run:
 
 - quick (`make bench-load`, a few minutes on 2 cores): ``.venv/bin/python
   benchmarks/bench_load.py --https`` (levels 1, 8, 32; every client; 2 rounds);
-- long (`make bench-load-long`): ``... bench_load.py --levels 1,32,256,1000 --https
-  --clients labkit,labkit-httpx,bare,raw,labkit-run,labkit-procs --json load.json``;
+- long (`make bench-load-long`, about 20 minutes): ``... bench_load.py --levels
+  1,32,256,1000 --clients labkit,bare,raw,labkit-run,labkit-procs --https --https-clients
+  labkit,bare,labkit-procs --json bench-load.json``;
 - large bodies: ``... --prompt-bytes 200000 --levels 1,32 --https``; large events:
   ``... --event-bytes 1000000 --tokens 10 --interval-ms 50 --levels 1,8 --https``;
 - before/after: ``... bench_load.py --before 5efaeaa [same options]`` runs the bench twice,
-  labkit from git ``5efaeaa`` (`git archive` into a temp dir) and from this tree (the bench,
-  the server and the method are this tree's both times), and prints a Markdown table;
+  one after the other (so: on a quiet machine), labkit from git ``5efaeaa`` (`git archive`
+  into a temp dir) and from this tree (the bench, the server and the method are this
+  tree's both times), and prints a Markdown table (``make bench-load-long BEFORE=5efaeaa``);
   ``--labkit-src PATH`` runs another checkout's labkit by hand, and ``--compare A.json
   B.json`` tabulates two ``--json`` dumps.
 
