@@ -1412,6 +1412,17 @@ def print_compare(before: dict[str, Any], after: dict[str, Any]) -> None:
         print(f"| {t['target']} | {b_text} | {word[t['pass']]} ({t['detail']}) |")
 
 
+def _strict_json(value: Any) -> Any:
+    """`value` with NaN (the runner legs' CPU) as null, so the dump is strict JSON."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _strict_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_strict_json(v) for v in value]
+    return value
+
+
 def main() -> None:
     """Parse the arguments; run the bench, the before/after pair, or the comparison."""
     args = _parser().parse_args()
@@ -1421,7 +1432,7 @@ def main() -> None:
         return
     payload = before_after(args, sys.argv[1:]) if args.before else run(args)
     if args.json:
-        args.json.write_text(json.dumps(payload, indent=2))
+        args.json.write_text(json.dumps(_strict_json(payload), indent=2))
         print(f"\nfigures written to {args.json}")
 
 

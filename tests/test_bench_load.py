@@ -181,3 +181,25 @@ def test_a_missing_figure_prints_as_a_dash_in_any_format() -> None:
     assert bench_load._f(None, "7.2f") == "      -"
     assert bench_load._f(None, "+.3f") == "-"
     assert bench_load._f(1.5, "6.2f") == "  1.50"
+
+
+def test_before_after_table_pairs_levels_clients_and_targets(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    def payload(p99: float, verdict: bool, rev: str) -> dict[str, Any]:
+        figs = _figs(
+            event_err_ms={"p50": 0.1, "p99": p99, "max": 9.0, "n": 10},
+            cpu_ms_per_1k_events=float("nan"),
+        )
+        return {
+            "labkit_revision": rev,
+            "levels": {"32": {"clients": {"labkit": figs}}},
+            "targets": [{"target": "a target", "pass": verdict, "detail": f"{p99}"}],
+        }
+
+    bench_load.print_compare(payload(4.0, False, "old"), payload(1.0, True, "new"))
+    out = capsys.readouterr().out
+    assert "before (old) → after (new)" in out
+    assert "| 32 | labkit | 0.10 → 0.10 / 4.00 → 1.00 |" in out
+    assert "| a target | MISS (4.0) | PASS (1.0) |" in out
+    assert bench_load._strict_json({"x": [float("nan"), 1.0]}) == {"x": [None, 1.0]}
