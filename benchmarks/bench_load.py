@@ -68,6 +68,9 @@ runner legs send their warm-up instead).
 Events are matched to the server's stamps by response id and position. Per level and client:
 
 - stamp error = client stamp − server send stamp, over every output event (p50/p99/max);
+  errors in whole multiples of the level's token interval say that one read carried several
+  events and all got one stamp (with kernel receive stamps, the read's last segment's: a
+  loop that came late to a socket stamps its older events late by the gap);
 - TTFT error = client TTFT − true TTFT, true TTFT = first output send stamp − client t_start
   (the scripted TTFT, the server's achieved first-send − t_recv and the client's TTFT are
   printed too: TTFT − scripted is what a user would read as "TTFT over-reported"); over
