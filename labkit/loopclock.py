@@ -187,16 +187,17 @@ class TimedSelector(selectors.DefaultSelector):
         return ready
 
     def window_before(self, seen_ns: int) -> Arrival | None:
-        """The arrival window of bytes read (by an I/O callback) at `seen_ns`: read after
-        the latest select() that returned before then, they woke it if it blocked, else
-        came since the one before it (for a socket watched all along). None if that
+        """The window of bytes read (by an I/O callback) at `seen_ns`: read after the
+        latest select() that returned before then, they came while it blocked (``(entered,
+        returned, True)``: the first of them woke it) or since the one before it returned
+        (``(that return, entered, False)``, for a socket watched all along). None if that
         select() is no longer in `history`."""
         history = self.history
         for i in range(len(history) - 1, 0, -1):
             returned, entered, blocked = history[i]
             if returned <= seen_ns:
                 if blocked:
-                    return (returned, returned, True)
+                    return (entered, returned, True)
                 return (history[i - 1][0], entered, False)
         return None
 

@@ -40,6 +40,7 @@ __all__ = [
     "LATE_TTFT_MS",
     "LATE_TTFT_SHARE",
     "SATURATED_CPU_SHARE",
+    "WAKE_SLACK_NS",
     "LagSummary",
     "RecordLateness",
     "client_bound_note",
@@ -63,6 +64,8 @@ LATE_STAMP_ITL_SHARE = 0.1
 #: A first-token stamp later than this (or `LATE_TTFT_SHARE` of the median TTFT) is late.
 LATE_TTFT_MS = 1.0
 LATE_TTFT_SHARE = 0.02
+#: A select() woken by bytes returns within this of their arrival unless labkit was late.
+WAKE_SLACK_NS = 500_000
 #: Below this share of one CPU, a late loop was waiting for a CPU, not doing labkit's work.
 SATURATED_CPU_SHARE = 0.6
 CLIENT_BOUND = "client-bound: timings include labkit's own delay"
@@ -115,7 +118,15 @@ def _kernel_lateness(
         if window is None:
             out.extend([0] * k)
         else:
-            lo = window[0] if window[2] else max(window[0], previous_seen.get(t, window[0]))
+            entered_or_floor, latest, woke = window
+            if not woke:
+                lo = max(entered_or_floor, previous_seen.get(t, entered_or_floor))
+            elif t < latest - WAKE_SLACK_NS:
+                # The last segment came well before the select() it should have woken
+                # returned: labkit woke late (no CPU), the bytes came since it was entered.
+                lo = entered_or_floor
+            else:
+                lo = latest  # the first of them woke it: they came together
             lo = min(lo, t)
             out.extend((t - lo) - (j * (t - lo)) // k for j in range(1, k + 1))
         i = end
