@@ -695,6 +695,7 @@ class StreamRecorder(BaseRecorder):
             late = m.stamped_in_user_space(response.extensions)
         else:
             m.stamp_source = "user"
+        output_ns = m.output_ns
         content_type = response.headers.get("content-type", "")
         parse_ns = 0
         first = True
@@ -719,15 +720,19 @@ class StreamRecorder(BaseRecorder):
                 if kernel_reads is not None:
                     seen = arrival.seen_ns
                     kernel_reads.append((t, seen, arrival.kernel_stamped))
-            before = len(m.output_ns)
-            for ev in feed(chunk, t):
-                stamp(on_event(ev), ev.t_ns)
-            if read_windows is not None and len(m.output_ns) - before > 1:
-                # Several events under one kernel stamp (its last segment's): when the
-                # loop saw them arrive tells how much earlier the first ones came.
-                window = window_before(seen)
-                if window is not None:
-                    read_windows[t] = window
+            if read_windows is None:
+                for ev in feed(chunk, t):
+                    stamp(on_event(ev), ev.t_ns)
+            else:
+                before = len(output_ns)
+                for ev in feed(chunk, t):
+                    stamp(on_event(ev), ev.t_ns)
+                if len(output_ns) - before > 1:
+                    # Several events under one kernel stamp (its last segment's): when the
+                    # loop saw them arrive tells how much earlier the first ones came.
+                    window = window_before(seen)
+                    if window is not None:
+                        read_windows[t] = window
             parse_ns += clock() - t_read
         for ev in sse.close():
             try:
