@@ -39,6 +39,7 @@ from pydantic import (
     model_validator,
 )
 
+from labkit.clocksync import clock_note, driver_start_ns, level_clock
 from labkit.errors import ConfigError
 from labkit.experiments.base import ExperimentSettings, PlannedRequest, register_experiment
 from labkit.experiments.common import Prompt, fmt_ms, latest_pass, p_of, prompt_list
@@ -465,6 +466,7 @@ class LoadExperiment(PacedExperiment):
         text += server_queue_sentence(done)
         text += _server_sentence(done)
         text += _goodput_sentence(done)
+        text += "".join(clock_note(r.title, r.clock_uncertainty_ms, r.ttft_ms_p50) for r in rows)
         bound = [r for r in rows if r.client_bound]
         if bound:
             text += (
@@ -508,11 +510,11 @@ def level_figures(
     last stream's end."""
     recs = [r for r in records if not r.warmup]
     ok = [r for r in recs if r.error is None]
-    starts = sorted(r.t_start_mono_ns for r in recs if r.t_start_mono_ns is not None)
+    starts = sorted(t for r in recs if (t := driver_start_ns(r)) is not None)
     ends = [
-        r.t_start_mono_ns + r.client.e2e_ms * 1e6
+        t + r.client.e2e_ms * 1e6
         for r in ok
-        if r.t_start_mono_ns is not None and r.client.e2e_ms is not None
+        if (t := driver_start_ns(r)) is not None and r.client.e2e_ms is not None
     ]
     span_s = (max(ends) - starts[0]) / _NS if starts and ends else None
     server = (
@@ -546,6 +548,7 @@ def level_figures(
         return None if ttft is None or prefill is None else ttft - prefill
 
     lag = level_lag(recs)
+    hosts, clock_ns = level_clock(recs)
     workers = {str(r.tags.get("workers")) for r in recs if r.tags.get("workers")}
     return LoadLevel(
         level=level.label,
@@ -583,6 +586,8 @@ def level_figures(
         slo=judge(slos, recs, span_s),
         server=server,
         cache=level_cache(ok),
+        hosts=hosts,
+        clock_uncertainty_ms=clock_ns / 1e6 if clock_ns is not None else None,
     )
 
 

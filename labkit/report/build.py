@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from labkit.clocksync import clock_note
 from labkit.errors import RunError
 from labkit.figures import LoadLevel, ServerLevelMetrics
 from labkit.records import LabAnswer
@@ -333,6 +334,9 @@ def _load_section(run: RunData) -> list[Block]:
         ]
         numeric = set(range(1, len(view) + 1))
         blocks.append(Table(["level"] + [label for _, label, _ in view], cells, numeric))
+        clock = "".join(clock_note(r.title, r.clock_uncertainty_ms, r.ttft_ms_p50) for r in rows)
+        if clock:
+            blocks.append(Para(clock.strip(), "note"))
         blocks += _server_table(rows)
     return blocks
 
