@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 CONFIG ?= configs/quickstart.yaml
 
-.PHONY: lab test test-unit test-integration test-e2e lint typecheck check setup browser format bench bench-load clean
+.PHONY: lab test test-unit test-integration test-e2e lint typecheck check setup browser format bench bench-load bench-ray clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -72,6 +72,11 @@ bench: $(STAMP)
 ## at 1, 8 and 32 streams, beside bare httpx, the openai SDK and a raw asyncio client.
 bench-load: $(STAMP)
 	$(BIN)/python benchmarks/bench_load.py
+
+## Streams held in flight and stamp error: one process, worker processes and Ray actors, at
+## 32, 256 and 1,000 streams (the Ray leg inside unshare -n; unavailable without Ray).
+bench-ray: $(STAMP)
+	$(BIN)/python benchmarks/bench_ray.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
