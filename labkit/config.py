@@ -254,8 +254,7 @@ def parse_config(data: Any, source: str = "<config>") -> LabConfig:
                 errors.append(line)
     if config is not None and config.executor is not None and not _ray_installed():
         errors.append(
-            "executor: kind ray needs Ray, which is not installed here; "
-            "pip install 'labkit[ray]'"
+            "executor: kind ray needs Ray, which is not installed here; pip install 'labkit[ray]'"
         )
     if errors or config is None:
         listing = "\n".join(f"  - {e}" for e in errors)
