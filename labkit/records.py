@@ -58,6 +58,7 @@ class ErrorKind(StrEnum):
     STREAM_ERROR = "stream_error"
     PROTOCOL = "protocol"
     CANCELLED = "cancelled"
+    LOST = "lost"
     CONFIG = "config"
     INTERNAL = "internal"
 

@@ -48,7 +48,7 @@ from labkit.experiments.prefill_decode import filler_text
 from labkit.figures import LoadFigures, LoadLevel, LoadLevelCache
 from labkit.pacing import arrival_offsets_ns, closed_loop, open_loop
 from labkit.providers.base import ChatRequest, Provider, ProviderSettings
-from labkit.records import LabAnswer, RequestRecord
+from labkit.records import ErrorKind, LabAnswer, RequestRecord
 from labkit.selfcheck import CLIENT_BOUND, level_lag
 from labkit.server_metrics import ServerMetricsSample, server_level_metrics
 from labkit.slo import SLO, judge, slo_sentence
@@ -379,7 +379,12 @@ class LoadExperiment(PacedExperiment):
             "paths": self._paths,
             "cache_on": self._cache_on,
         }
-        if workers > 1:
+        if driver.has_executor():
+            # A closed loop cannot use more workers than it has streams, nor a capped open
+            # loop more than its cap.
+            most = int(level.target) if level.mode == "concurrency" else self._s.max_concurrency
+            await driver.in_executor(job, most)
+        elif workers > 1:
             await driver.in_processes(job, workers)
         else:
             await self.run_share(provider, job, (0, 1), time.perf_counter_ns(), driver.send)
@@ -495,6 +500,8 @@ def _complete(level: Level, previous: list[RequestRecord], n: int | None) -> boo
     recs = latest_pass([r for r in previous if r.tags.get("level") == level.label])
     if not recs or any(r.stop_reason == "cancelled" for r in recs):
         return False
+    if any(r.error is not None and r.error.kind == ErrorKind.LOST for r in recs):
+        return False  # a Ray actor died mid-level: the level is partial
     return n is None or len(recs) >= n
 
 
