@@ -44,6 +44,7 @@ __all__ = [
     "clock_note",
     "clock_uncertainty_ns",
     "driver_start_ns",
+    "host_clock_uncertainty_ns",
     "level_clock",
     "measure_offset",
     "offset_from_exchanges",
@@ -166,20 +167,33 @@ def clock_uncertainty_ns(record: RequestRecord) -> int | None:
     return max(clock.uncertainty_ns, after) + (drift + 1) // 2
 
 
-def level_clock(records: Iterable[RequestRecord]) -> tuple[int | None, int | None]:
-    """How many hosts measured `records` and how far their clocks may be off the driver's
-    (the largest `clock_uncertainty_ns`); `(None, None)` when every record was measured on
-    the driver's host."""
+def host_clock_uncertainty_ns(entry: HostClock) -> int:
+    """How far a host's clock may be off the driver's anywhere in the level: the larger
+    estimate's uncertainty plus half the drift from before to after (as
+    `clock_uncertainty_ns`); the before estimate's alone when there is no after."""
+    if entry.after is None:
+        return entry.before.uncertainty_ns
+    drift = abs(entry.after.offset_ns - entry.before.offset_ns)
+    return max(entry.before.uncertainty_ns, entry.after.uncertainty_ns) + (drift + 1) // 2
+
+
+def level_clock(
+    records: Iterable[RequestRecord], clocks: Iterable[HostClock] = ()
+) -> tuple[int | None, int | None]:
+    """How many hosts measured `records` and how far their clocks may be off the driver's:
+    the largest `clock_uncertainty_ns` of a record, or of the level's entries of the clock
+    log (`clocks`: they hold the drift of records written before the closing exchange);
+    `(None, None)` when every record was measured on the driver's host."""
     hosts: set[str | None] = set()
-    worst: int | None = None
+    bounds = [host_clock_uncertainty_ns(c) for c in clocks]
     for record in records:
         hosts.add(record.host)
         bound = clock_uncertainty_ns(record)
-        if bound is not None and (worst is None or bound > worst):
-            worst = bound
+        if bound is not None:
+            bounds.append(bound)
     if hosts <= {None}:
         return None, None
-    return len(hosts), worst
+    return len(hosts), max(bounds, default=None)
 
 
 def clock_note(title: str, uncertainty_ms: float | None, ttft_ms_p50: float | None) -> str:

@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from labkit.clocksync import ClockOffset, clock_note, record_clock
+from labkit.clocksync import (
+    ClockOffset,
+    HostClock,
+    clock_note,
+    host_clock_uncertainty_ns,
+    record_clock,
+)
 from labkit.experiments.load import Level, LoadExperiment, LoadSettings, level_figures
 from labkit.figures import LoadFigures
 from labkit.records import LabResults, RecordClock, RequestRecord
@@ -103,3 +109,24 @@ def test_the_clock_note_threshold(
     uncertainty_ms: float | None, ttft_ms: float | None, said: bool
 ) -> None:
     assert bool(clock_note("2 req/s", uncertainty_ms, ttft_ms)) is said
+
+
+def test_the_drift_in_the_clock_log_reaches_a_level_whose_records_have_only_before() -> None:
+    # The Ray executor writes records as they arrive, before the closing exchange: their
+    # `clock` has no after estimate; the clock log has it.
+    before = ClockOffset(offset_ns=-SKEW_NS, uncertainty_ns=150_000, rtt_ns=300_000, samples=16)
+    after = ClockOffset(
+        offset_ns=-SKEW_NS + 12 * MS, uncertainty_ns=100_000, rtt_ns=200_000, samples=16
+    )
+    records = _level(record_clock(before))
+    entry = HostClock(host="b", level="r2", before=before, after=after, experiment="load")
+    assert host_clock_uncertainty_ns(entry) == 150_000 + 6 * MS
+    assert host_clock_uncertainty_ns(HostClock("b", "r2", before)) == 150_000
+    exp = LoadExperiment(LoadSettings(rate=[2.0], requests=10))
+    quiet = exp.analyze("p", "m", records)
+    assert "clocks line up" not in quiet.answer
+    exp.host_clocks = [entry, HostClock("b", "r9", before, after)]  # r9: another level's
+    told = exp.analyze("p", "m", records)
+    assert isinstance(told.figures, LoadFigures)
+    assert told.figures.levels[0].clock_uncertainty_ms == pytest.approx(6.15)
+    assert "the hosts' clocks line up only within ±6.15 ms" in told.answer

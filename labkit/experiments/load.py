@@ -39,7 +39,7 @@ from pydantic import (
     model_validator,
 )
 
-from labkit.clocksync import clock_note, driver_start_ns, level_clock
+from labkit.clocksync import HostClock, clock_note, driver_start_ns, level_clock
 from labkit.errors import ConfigError
 from labkit.experiments.base import ExperimentSettings, PlannedRequest, register_experiment
 from labkit.experiments.common import Prompt, fmt_ms, latest_pass, p_of, prompt_list
@@ -450,8 +450,11 @@ class LoadExperiment(PacedExperiment):
         scraped = self.server_metrics.get(provider_id, [])
         for level in self.levels():
             recs = latest_pass([r for r in records if r.tags.get("level") == level.label])
+            clocks = [c for c in self.host_clocks if c.level == level.label]
             rows.append(
-                level_figures(level, recs, self._s.arrival, scraped, slos=self.settings.slos())
+                level_figures(
+                    level, recs, self._s.arrival, scraped, slos=self.settings.slos(), clocks=clocks
+                )
             )
         figures = LoadFigures(levels=rows, mode=self.levels()[0].mode)
         done = [r for r in rows if r.ok]
@@ -511,10 +514,12 @@ def level_figures(
     arrival: str = "poisson",
     server_samples: Sequence[ServerMetricsSample] = (),
     slos: Sequence[SLO] = (),
+    clocks: Sequence[HostClock] = (),
 ) -> LoadLevel:
     """One row of the load table from one pass of a level, judged against `slos`; with the
     server's scraped metrics, what they said from the level's first request sent to its
-    last stream's end."""
+    last stream's end; with the hosts' clock estimates around it (`clocks`), how far its
+    times across hosts may be off."""
     recs = [r for r in records if not r.warmup]
     ok = [r for r in recs if r.error is None]
     starts = sorted(t for r in recs if (t := driver_start_ns(r)) is not None)
@@ -555,7 +560,7 @@ def level_figures(
         return None if ttft is None or prefill is None else ttft - prefill
 
     lag = level_lag(recs)
-    hosts, clock_ns = level_clock(recs)
+    hosts, clock_ns = level_clock(recs, clocks)
     workers = {str(r.tags.get("workers")) for r in recs if r.tags.get("workers")}
     return LoadLevel(
         level=level.label,
