@@ -259,7 +259,12 @@ class RayExecutor:
 
     def _options(self, k: int) -> dict[str, Any]:
         s = self.settings
-        options: dict[str, Any] = {"num_cpus": s.cpus_per_worker, "max_restarts": 0}
+        options: dict[str, Any] = {
+            "num_cpus": s.cpus_per_worker,
+            "max_restarts": 0,
+            # The event loop a worker process runs (asyncio's own), not Ray's uvloop default.
+            "runtime_env": {"env_vars": {"RAY_USE_UVLOOP": "0"}},
+        }
         if isinstance(s.placement, list):
             options["resources"] = {s.placement[k % len(s.placement)]: 0.001}
         elif s.placement == "spread":
