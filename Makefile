@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 CONFIG ?= configs/quickstart.yaml
 
-.PHONY: lab test test-unit test-integration test-e2e lint typecheck check setup browser format bench bench-load bench-ray clean
+.PHONY: lab test test-unit test-integration test-e2e test-ray lint typecheck check setup browser format bench bench-load bench-ray clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,6 +46,11 @@ test-integration: $(STAMP)
 test-e2e: $(STAMP) browser
 	$(BIN)/labkit setup
 	$(BIN)/python -m pytest -q -m e2e
+
+## `executor: ray` on real Ray clusters, each in a loopback-only network namespace
+## (`unshare -n`: run as root); the dev extra installs Ray.
+test-ray: $(STAMP)
+	$(BIN)/python -m pytest -q tests/ray
 
 lint: $(STAMP)
 	$(BIN)/ruff check labkit tests benchmarks

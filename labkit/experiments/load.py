@@ -448,9 +448,11 @@ class LoadExperiment(PacedExperiment):
         """Per level: achieved rate, ok/failed, TTFT and decode percentiles, throughput."""
         rows = []
         scraped = self.server_metrics.get(provider_id, [])
+        by_level: dict[Level, list[RequestRecord]] = {}
         for level in self.levels():
             recs = latest_pass([r for r in records if r.tags.get("level") == level.label])
             clocks = [c for c in self.host_clocks if c.level == level.label]
+            by_level[level] = recs
             rows.append(
                 level_figures(
                     level, recs, self._s.arrival, scraped, slos=self.settings.slos(), clocks=clocks
@@ -481,7 +483,18 @@ class LoadExperiment(PacedExperiment):
                 f" {CLIENT_BOUND} at {', '.join(r.title for r in bound)}: the event loop "
                 f"ran late while reading; {bound[-1].client_bound_fix}."
             )
-        status: Literal["ok", "partial", "failed"] = "ok" if len(done) == len(rows) else "partial"
+        lost = [
+            level.title
+            for level in self.levels()
+            if any(r.error is not None and r.error.kind == ErrorKind.LOST for r in by_level[level])
+        ]
+        if lost:
+            text += (
+                f" Partial: {', '.join(lost)} lost requests with a Ray node that died "
+                "mid-level; labkit run --resume runs them again."
+            )
+        whole = len(done) == len(rows) and not lost
+        status: Literal["ok", "partial", "failed"] = "ok" if whole else "partial"
         return self.answer(provider_id, model, text, figures, status)
 
 

@@ -36,11 +36,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import json
 import socket
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -61,7 +62,10 @@ from labkit.records import ErrorKind, RecordError, RequestRecord, StopReason
 from labkit.runner.worker_body import build_worker, run_worker
 from labkit.selfcheck import level_lag
 
-__all__ = ["LevelActor", "RayExecutor", "RayLevel", "ray_module"]
+__all__ = ["RAY_LEVELS_FILE", "LevelActor", "RayExecutor", "RayLevel", "ray_module"]
+
+#: The run folder's log of levels run on Ray: one JSON line per level (`RayLevel`).
+RAY_LEVELS_FILE = "ray-levels.jsonl"
 
 _PLACE_TIMEOUT_S = 120.0
 _READY_TIMEOUT_S = 180.0
@@ -208,11 +212,15 @@ class _Actor:
 
 @dataclass
 class RayLevel:
-    """How one level went on the cluster."""
+    """How one level went on the cluster: a line of the run folder's ``ray-levels.jsonl``."""
 
+    #: Every node that ran an actor (as records name it in `RequestRecord.host`).
     hosts: list[str]
+    #: Requests recorded as lost (error kind ``lost``) with the actors that died.
     lost: int = 0
+    #: The nodes whose actor died mid-level.
     died: list[str] = field(default_factory=list)
+    #: The nodes whose actor's event loop ran late while reading (`labkit.selfcheck`).
     client_bound_hosts: list[str] = field(default_factory=list)
 
     @property
@@ -235,7 +243,8 @@ class RayExecutor:
             return self._ray
         ray = ray_module()
         if not ray.is_initialized():
-            address = None if self.settings.address == "local" else self.settings.address
+            # "local" is Ray's own word for a new cluster on this host, whatever RAY_ADDRESS says.
+            address = self.settings.address
             await asyncio.to_thread(
                 ray.init,
                 address=address,
@@ -259,7 +268,12 @@ class RayExecutor:
 
     def _options(self, k: int) -> dict[str, Any]:
         s = self.settings
-        options: dict[str, Any] = {"num_cpus": s.cpus_per_worker, "max_restarts": 0}
+        options: dict[str, Any] = {
+            "num_cpus": s.cpus_per_worker,
+            "max_restarts": 0,
+            # The event loop a worker process runs (asyncio's own), not Ray's uvloop default.
+            "runtime_env": {"env_vars": {"RAY_USE_UVLOOP": "0"}},
+        }
         if isinstance(s.placement, list):
             options["resources"] = {s.placement[k % len(s.placement)]: 0.001}
         elif s.placement == "spread":
@@ -318,7 +332,14 @@ class RayExecutor:
                     if a.before is not None
                 ],
             )
-            return self._summary(actors, experiment, label, on_message)
+            level = self._summary(actors, experiment, label, on_message)
+            _append_line(
+                self._run_dir / RAY_LEVELS_FILE,
+                {"experiment": experiment.name, "provider": provider.id, "level": label}
+                | asdict(level)
+                | {"partial": level.partial},
+            )
+            return level
         except BaseException:
             await self._stop(actors, streams, lose, on_record)
             raise
@@ -484,6 +505,11 @@ def _missing_key_line(host: str, provider: Provider, problem: str) -> str:
 def _death_reason(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return (text[0] if text else type(exc).__name__)[:200]
+
+
+def _append_line(path: Path, data: dict[str, Any]) -> None:
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(data, separators=(",", ":")) + "\n")
 
 
 def _level_label(actors: list[_Actor], document: dict[str, Any]) -> str:
