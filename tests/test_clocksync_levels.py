@@ -95,6 +95,10 @@ def test_a_coarse_clock_is_said_in_the_answer_and_the_report(tmp_path: Path) -> 
     run = write_run(tmp_path / "run", records, lab=LabResults(run_id="run", answers=[answer]))
     md = write_report(run).md.read_text(encoding="utf-8")
     assert md.count(sentence) == 2  # in the level's answer and under the load table
+    head = next(line for line in md.splitlines() if line.startswith("| level"))
+    row = next(line for line in md.splitlines() if line.startswith("| 2 req/s"))
+    cells = [[c.strip() for c in line.strip(" |").split("|")] for line in (head, row)]
+    assert cells[0][-2:] == ["hosts", "clock ± ms"] and cells[1][-2:] == ["2", "4.650"]
     fine = LoadExperiment(LoadSettings(rate=[2.0], requests=10)).analyze(
         "p", "m", _level(_corrected())
     )
