@@ -90,7 +90,16 @@ class ClientTimings(_Model):
         "never part of TTFT.",
     )
     connect_ms: float | None = Field(
-        default=None, description="TCP connect done (DNS included); null on a reused connection."
+        default=None,
+        description="TCP connect done (DNS included), ms from t_start; a connection opened "
+        "just before t_start (warm load levels) gives its connect's duration instead (TLS "
+        "included), outside TTFT. Null on a reused or pre-opened connection.",
+    )
+    new_connection: bool | None = Field(
+        default=None,
+        description="Whether this request opened a connection of its own (connect_ms says "
+        "how long); false: it reused one opened earlier (kept alive, or pre-opened before the "
+        "level's clock); null: the transport reported no connection events.",
     )
     tls_ms: float | None = Field(
         default=None, description="TLS handshake done; null for plain HTTP or reuse."

@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+import httpx
 from pydantic import Field, PositiveInt, model_validator
 
 from labkit.filenames import safe_filename
@@ -89,6 +90,18 @@ class LlamaCppSettings(ProviderSettings):
     def context_size(self) -> int | None:
         """`ctx_size`: the context of each slot."""
         return self.ctx_size
+
+    def host_cpus_used(self) -> int:
+        """A managed server: on CPU its threads (default every core but one), on CUDA the
+        one core that feeds the GPU; one already running: as any server
+        (`ProviderSettings.host_cpus_used`)."""
+        if not self.managed:
+            return super().host_cpus_used()
+        if self.backend == "cuda":
+            return 1
+        from labkit.local.server import default_threads
+
+        return self.threads or default_threads()
 
     def managed_server(self, log_dir: Path) -> ManagedServerHandle | None:
         """A local llama-server for the run when `managed`, logging into `log_dir`."""
@@ -183,6 +196,10 @@ class LlamaCppProvider(OpenAICompatibleProvider):
     # `connection: close` matches what the server does anyway (so `connect_ms` is measured
     # on every request) and removes the race.
     closes_after_each_stream: ClassVar[bool] = True
+
+    def warm_up_request(self) -> httpx.Request:
+        """`GET /health`: a few bytes, answered without touching a slot."""
+        return self.client.build_request("GET", "/health")
 
     def api_root(self) -> str:
         """The server's OpenAI-compatible `/v1` root, for the SDK."""
