@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import importlib
 import json
+import logging
 import socket
 import time
 import uuid
@@ -174,8 +175,14 @@ class LevelActor:
             self._task.cancel()
 
     async def stream(self) -> Any:
-        """The share's items as they happen (a streaming generator): ``("record", line)``,
-        ``("sent", notice)`` before each request, ``("ready", None)`` after the warm-ups."""
+        """The share's items as they happen (a streaming generator), each yield a list of
+        every item queued since the last: ``("record", line)``, ``("sent", notice)`` before
+        each request, ``("ready", None)`` after the warm-ups.
+
+        One yield costs the driver about a millisecond whatever it carries, so under load the
+        items go in batches (one alone when the stream is quiet): fast streams would
+        otherwise queue up behind each other's yields.
+        """
         assert self._built is not None, "prepare() first"
         provider, experiment = self._built
         loop = asyncio.get_running_loop()
@@ -186,8 +193,16 @@ class LevelActor:
             run_worker(provider, experiment, self._document, link, clock_skew_ns=self._skew_ns)
         )
         self._task.add_done_callback(lambda _: queue.put_nowait(_END))
-        while (item := await queue.get()) is not _END:
-            yield item
+        ended = False
+        while not ended:
+            batch = [await queue.get()]
+            while not queue.empty():
+                batch.append(queue.get_nowait())
+            if batch[-1] is _END:
+                batch.pop()
+                ended = True
+            if batch:
+                yield batch
         if not self._task.cancelled() and self._task.exception() is not None:
             raise RunError(f"the actor's share failed: {self._task.exception()!r}")
 
@@ -245,6 +260,9 @@ class RayExecutor:
         if not ray.is_initialized():
             # "local" is Ray's own word for a new cluster on this host, whatever RAY_ADDRESS says.
             address = self.settings.address
+            # Off the main thread, so that Ray does not take SIGTERM from labkit's own handler
+            # (it would exit without the manifest); it says so in a warning, hidden here.
+            logging.getLogger("ray._private.worker").addFilter(_no_sigterm_note)
             await asyncio.to_thread(
                 ray.init,
                 address=address,
@@ -375,11 +393,14 @@ class RayExecutor:
             warmups: list[RequestRecord] = []
             async with asyncio.timeout(_READY_TIMEOUT_S):
                 async for ref in stream:
-                    kind, value = await ref
-                    if kind == "ready":
+                    batch = await ref
+                    warmups.extend(
+                        RequestRecord.from_json_line(value)
+                        for kind, value in batch
+                        if kind == "record"
+                    )
+                    if batch[-1][0] == "ready":  # the worker now waits for its start
                         break
-                    if kind == "record":
-                        warmups.append(RequestRecord.from_json_line(value))
                 else:
                     raise RunError(f"the actor on {actor.host} ended before its level started")
             actor.before = await _offset_of(actor)
@@ -409,11 +430,11 @@ class RayExecutor:
         ray = self._ray
         try:
             async for ref in stream:
-                kind, value = await ref
-                if kind == "record":
-                    self._arrived(actor, RequestRecord.from_json_line(value), on_record)
-                elif kind == "sent":
-                    actor.in_flight[value["key"]] = value
+                for kind, value in await ref:
+                    if kind == "record":
+                        self._arrived(actor, RequestRecord.from_json_line(value), on_record)
+                    elif kind == "sent":
+                        actor.in_flight[value["key"]] = value
         except ray.exceptions.RayActorError as exc:
             actor.died = _death_reason(exc)
             for notice in list(actor.in_flight.values()):
@@ -505,6 +526,10 @@ def _missing_key_line(host: str, provider: Provider, problem: str) -> str:
 def _death_reason(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return (text[0] if text else type(exc).__name__)[:200]
+
+
+def _no_sigterm_note(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("SIGTERM handler is not set")
 
 
 def _append_line(path: Path, data: dict[str, Any]) -> None:
