@@ -28,9 +28,10 @@ in flight in one asyncio loop of this process:
   stamps from its records like ``labkit``, with a `LoopLagMonitor` where it takes one.
 - ``labkit-run`` and ``labkit-procs``: labkit's whole load runner (`labkit run` without
   the CLI), a ``load`` experiment at the level's concurrency, read by one process
-  (``workers: 1``) or by ``workers: auto`` (one process per 16 streams, at most one per
-  CPU); stamps from the run's records. Their CPU is not given (the run's set-up and the
-  workers' start-up cannot be told apart from the level), their events/s is over the level.
+  (``workers: 1``) or by ``workers: auto`` (`labkit.capacity`: as many as the measured
+  capacity needs, within the CPUs the server leaves free); stamps from the run's records.
+  Their CPU is not given (the run's set-up and the workers' start-up cannot be told apart
+  from the level), their events/s is over the level.
 - ``raw``: the floor for one Python process: a keep-alive HTTP/1.1 client on a bare asyncio
   `Protocol` (no HTTP library, no pool), stamping in `data_received`. It shows how much of
   the error and CPU is the HTTP stack (httpx/httpcore/anyio) rather than Python or the host.
@@ -247,7 +248,7 @@ def labkit_sdk_leg(base_url: str, concurrency: int, n_requests: int) -> LegResul
 
 def _runner_leg(workers: int | str) -> Leg:
     """labkit's own load runner: a `load` experiment at one concurrency level, its streams
-    spread over `workers` processes (`auto`: one per 16 streams, at most one per CPU)."""
+    spread over `workers` processes (`auto`: chosen from measured capacity)."""
 
     def leg(base_url: str, concurrency: int, n_requests: int) -> LegResult:
         import tempfile

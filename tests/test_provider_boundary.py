@@ -37,6 +37,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     # The fake server streams the fake provider's schedule: that module is its source.
     ("fakeserver.py", "labkit.providers.fake"): "the fake server serves FakeSchedule",
     ("cli.py", "labkit.providers.fake"): "`labkit fake-server` takes a FakeSchedule",
+    ("capacity.py", "labkit.providers.fake"): "calibration reads a fake server on loopback",
 }
 
 

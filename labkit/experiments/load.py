@@ -21,7 +21,6 @@ import asyncio
 import gc
 import itertools
 import math
-import os
 import random
 import secrets
 import time
@@ -39,6 +38,14 @@ from pydantic import (
     model_validator,
 )
 
+from labkit.capacity import (
+    WorkersChoice,
+    choose_workers,
+    free_cpus,
+    needs_calibration,
+    process_capacity,
+)
+from labkit.capacity import stream_events_per_s as warmup_events_per_s
 from labkit.errors import ConfigError
 from labkit.experiments.base import ExperimentSettings, PlannedRequest, register_experiment
 from labkit.experiments.common import Prompt, fmt_ms, latest_pass, p_of, prompt_list
@@ -140,11 +147,14 @@ class LoadSettings(ExperimentSettings):
     seed: int = Field(default=0, description="Seeds arrivals and synthetic prompts.")
     workers: PositiveInt | Literal["auto"] = Field(
         default="auto",
-        description="Processes reading the streams; auto: one per `streams_per_worker` "
-        "streams, at most one per CPU.",
+        description="Processes reading the streams; auto: the fewest whose measured capacity "
+        "(events/s one process reads on this host, `labkit.capacity`) covers the level's "
+        "expected events/s (streams × the warm-up's rate), never more than the CPUs the "
+        "provider's server leaves free; 1 whenever one process holds the level.",
     )
     streams_per_worker: PositiveInt = Field(
-        default=16, description="Streams one process reads before `auto` adds another."
+        default=16,
+        description="`auto` without a measured rate (no warm-up): streams per process.",
     )
     params: dict[str, Any] = Field(default_factory=lambda: {"max_tokens": 64})
 
@@ -213,6 +223,11 @@ class LoadExperiment(PacedExperiment):
         self._exact_length: dict[str, Any] = {}
         self._paths: list[str] = ["wire"]
         self._cache_on: dict[str, Any] = {}
+        # What `workers: auto` weighs (`labkit.capacity`), measured in `drive`.
+        self._free_cpus = free_cpus(0)
+        self._stream_eps: float | None = None
+        self._request_events: float | None = None
+        self._capacity_eps: float | None = None
 
     @property
     def _s(self) -> LoadSettings:
@@ -232,20 +247,56 @@ class LoadExperiment(PacedExperiment):
         if self._s.workers != "auto":
             # A closed loop cannot use more processes than it has streams.
             return min(self._s.workers, int(level.target)) if closed else self._s.workers
-        streams = level.target if closed else self._s.max_concurrency
-        if streams is None:
-            return 1
-        return max(1, min(os.cpu_count() or 1, math.ceil(streams / self._s.streams_per_worker)))
+        return self.workers_choice(level).processes
+
+    def workers_choice(self, level: Level) -> WorkersChoice:
+        """What `workers: auto` chooses for `level` from what `drive` measured (before it:
+        one process per `streams_per_worker` streams within the free CPUs)."""
+        closed = level.mode == "concurrency"
+        streams = int(level.target) if closed else self._s.max_concurrency
+        load: float | None = None
+        if self._stream_eps is not None:
+            if closed:
+                load = level.target * self._stream_eps
+            elif self._request_events is not None:
+                load = level.target * self._request_events
+                if streams is not None:
+                    load = min(load, streams * self._stream_eps)
+        return choose_workers(
+            streams,
+            load,
+            self._capacity_eps,
+            self._free_cpus,
+            streams_per_worker=self._s.streams_per_worker,
+        )
+
+    async def _measure_for_workers(self, provider: Provider, driver: RequestDriver) -> None:
+        """`workers: auto`: the CPUs the provider's server leaves free, the warm-up's events
+        per second, and (where more than one process could help) this host's capacity."""
+        self._free_cpus = free_cpus(provider.settings.host_cpus_used())
+        warmups = [r for r in driver.previous() if r.warmup]
+        self._stream_eps = warmup_events_per_s(warmups)
+        events = [len(r.client.event_offsets_ms) for r in warmups if r.error is None]
+        self._request_events = float(max(events)) if events else None
+        most = self._s.output_tokens
+        if most is not None:
+            self._request_events = float(most if isinstance(most, int) else most[1])
+        if self._free_cpus > 1 and self._stream_eps is not None:
+            peak = max((self.workers_choice(lv).load_eps or 0.0) for lv in self.levels())
+            if needs_calibration(peak):
+                self._capacity_eps = (await process_capacity()).events_per_s
 
     def connections_needed(self) -> int:
-        """The most streams one process reads at once (an uncapped open loop: many)."""
+        """The most streams one process reads at once (an uncapped open loop: many); under
+        `workers: auto`, all of a level's, as auto may choose one process."""
         most = 0
         for level in self.levels():
             if level.mode == "concurrency":
                 streams = int(level.target)
             else:
                 streams = self._s.max_concurrency or _UNCAPPED_CONNECTIONS
-            most = max(most, math.ceil(streams / self.workers_for(level)))
+            workers = 1 if self._s.workers == "auto" else self.workers_for(level)
+            most = max(most, math.ceil(streams / workers))
         return most
 
     def validate_for(self, settings: ProviderSettings) -> None:
@@ -352,6 +403,8 @@ class LoadExperiment(PacedExperiment):
     async def drive(self, provider: Provider, driver: RequestDriver) -> None:
         """Run the levels one after another; on resume, skip the levels already complete."""
         previous = driver.previous()
+        if self._s.workers == "auto":
+            await self._measure_for_workers(provider, driver)
         for level in self.levels():
             if _complete(level, previous, self._s.max_requests()):
                 driver.message(f"{self.name}: {level.title} already measured, skipped")
@@ -367,8 +420,7 @@ class LoadExperiment(PacedExperiment):
         # pauses the loop, and every stream's stamps with it.
         gc.collect()
         gc.freeze()
-        workers = self.workers_for(level)
-        job = {
+        job: dict[str, Any] = {
             "level": level.index,
             "mode": level.mode,
             "target": level.target,
@@ -383,7 +435,16 @@ class LoadExperiment(PacedExperiment):
             # loop more than its cap.
             most = int(level.target) if level.mode == "concurrency" else self._s.max_concurrency
             await driver.in_executor(job, most)
-        elif workers > 1:
+            return
+        workers = self.workers_for(level)
+        if self._s.workers == "auto":
+            choice = self.workers_choice(level)
+            job["workers_tags"] = choice.tags()
+            driver.message(
+                f"{self.name}: {level.title} read by {workers} process"
+                f"{'es' if workers > 1 else ''} ({choice.reason})"
+            )
+        if workers > 1:
             await driver.in_processes(job, workers)
         else:
             await self.run_share(provider, job, (0, 1), time.perf_counter_ns(), driver.send)
@@ -415,6 +476,7 @@ class LoadExperiment(PacedExperiment):
         def make(i: int) -> PlannedRequest:
             planned = self.request(level, i, level_run)
             planned.tags["workers"] = workers
+            planned.tags.update(job.get("workers_tags", {}))
             return planned
 
         if level.mode == "concurrency":
@@ -448,12 +510,14 @@ class LoadExperiment(PacedExperiment):
         rows = []
         scraped = self.server_metrics.get(provider_id, [])
         by_level: dict[Level, list[RequestRecord]] = {}
+        chosen: list[str] = []
         for level in self.levels():
             recs = latest_pass([r for r in records if r.tags.get("level") == level.label])
             by_level[level] = recs
             rows.append(
                 level_figures(level, recs, self._s.arrival, scraped, slos=self.settings.slos())
             )
+            chosen += _workers_choice_words(level, recs)
         figures = LoadFigures(levels=rows, mode=self.levels()[0].mode)
         done = [r for r in rows if r.ok]
         if not done:
@@ -472,6 +536,8 @@ class LoadExperiment(PacedExperiment):
         text += server_queue_sentence(done)
         text += _server_sentence(done)
         text += _goodput_sentence(done)
+        if chosen:
+            text += f" workers: auto read {'; '.join(chosen)}."
         bound = [r for r in rows if r.client_bound]
         if bound:
             text += (
@@ -504,6 +570,23 @@ async def _settled(provider: Provider, streams: int, t0_ns: int) -> int:
     provider.reserve(streams)
     await asyncio.sleep(_SETTLE_S)
     return max(t0_ns, time.perf_counter_ns())
+
+
+def _workers_choice_words(level: Level, records: list[RequestRecord]) -> list[str]:
+    """`c32 with 1 process (14,200 events/s expected, 18,000 per process, 1 CPU free)`, from
+    the tags `workers: auto` left on the level's records (empty: a fixed `workers`)."""
+    tags = next((r.tags for r in records if "workers_free_cpus" in r.tags), None)
+    if tags is None:
+        return []
+    load, capacity = tags.get("workers_load_eps"), tags.get("workers_capacity_eps")
+    choice = WorkersChoice(
+        processes=int(tags.get("workers", 1)),
+        load_eps=float(load) if load is not None else None,
+        capacity_eps=float(capacity) if capacity is not None else None,
+        free_cpus=int(tags["workers_free_cpus"]),
+    )
+    plural = "es" if choice.processes > 1 else ""
+    return [f"{level.label} with {choice.processes} process{plural} ({choice.reason})"]
 
 
 def _complete(level: Level, previous: list[RequestRecord], n: int | None) -> bool:

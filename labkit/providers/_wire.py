@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from labkit import fastjson
 from labkit.errors import MalformedStream
 
 __all__ = [
@@ -31,7 +32,7 @@ def load_event_object(data: str) -> dict[str, Any]:
     is not an object are malformed streams, each named with what arrived.
     """
     try:
-        obj = json.loads(data)
+        obj = fastjson.loads(data)
     except ValueError as exc:
         msg = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
         raise MalformedStream(f"event data is not JSON: {msg} ({describe(data)})") from None

@@ -44,7 +44,7 @@ from labkit.errors import ProviderUnavailable
 from labkit.lean import LeanTransport, lean_applies
 from labkit.provider_stats import LaterStats
 from labkit.providers.sdk import SDKAdapter
-from labkit.proxies import ProxyChoice, proxy_for, unusable_because
+from labkit.proxies import ProxyChoice, is_loopback, proxy_for, unusable_because
 from labkit.records import ProviderTimings, RecordError, StopReason, Usage
 from labkit.scrub import register_secret
 from labkit.sse import SSEEvent, SSEParser
@@ -198,6 +198,16 @@ class ProviderSettings(BaseModel):
         """The local server this entry wants started for the run (None: it uses one that
         already runs). `log_dir` is where its log may go."""
         return None
+
+    def host_cpus_used(self) -> int:
+        """CPU cores this entry's server takes from the measuring host while it streams: 0
+        for a remote server, 1 for one on loopback (at least its own process); a managed
+        server knows its threads. `workers: auto` leaves them to the server."""
+        try:
+            host = httpx.URL(self.resolved_base_url()).host
+        except (ProviderUnavailable, httpx.InvalidURL):
+            return 0
+        return 1 if is_loopback(host) else 0
 
     @field_validator("base_url")
     @classmethod

@@ -31,8 +31,11 @@ from pydantic import (
     PositiveInt,
 )
 
-from labkit.providers.base import ProviderSettings, TokenCount, register
-from labkit.providers.openai_compatible import OpenAICompatibleProvider
+from labkit.providers.base import Provider, ProviderSettings, TokenCount, register
+from labkit.providers.openai_compatible import (
+    OpenAICompatibleProvider,
+    OpenAICompatibleSettings,
+)
 from labkit.providers.sdk import SDKAdapter
 from labkit.tokenizers import Tokenized
 
@@ -44,6 +47,7 @@ __all__ = [
     "FakeSettings",
     "FakeTransport",
     "fake_stream",
+    "loopback_reader",
     "queue_before_headers",
     "timing_headers",
 ]
@@ -382,3 +386,13 @@ class FakeProvider(OpenAICompatibleProvider):
             base_url=self.settings.resolved_base_url(),
             transport=FakeTransport(self.settings.schedule),
         )
+
+
+def loopback_reader(base_url: str, streams: int) -> Provider:
+    """A provider that reads a `labkit.fakeserver` at `base_url` as a load level reads a
+    plain-HTTP server (`transport: auto`, a pool of `streams`): how `labkit.capacity`
+    measures what one process can read on this host."""
+    settings = OpenAICompatibleSettings(
+        id="capacity", kind=OpenAICompatibleProvider.kind, model="fake-model", base_url=base_url
+    )
+    return OpenAICompatibleProvider(settings, pool_size=streams)

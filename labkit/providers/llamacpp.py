@@ -90,6 +90,18 @@ class LlamaCppSettings(ProviderSettings):
         """`ctx_size`: the context of each slot."""
         return self.ctx_size
 
+    def host_cpus_used(self) -> int:
+        """A managed server: on CPU its threads (default every core but one), on CUDA the
+        one core that feeds the GPU; one already running: as any server
+        (`ProviderSettings.host_cpus_used`)."""
+        if not self.managed:
+            return super().host_cpus_used()
+        if self.backend == "cuda":
+            return 1
+        from labkit.local.server import default_threads
+
+        return self.threads or default_threads()
+
     def managed_server(self, log_dir: Path) -> ManagedServerHandle | None:
         """A local llama-server for the run when `managed`, logging into `log_dir`."""
         if not self.managed:

@@ -206,8 +206,10 @@ def test_more_streams_than_requests_is_refused_before_the_run(tmp_path: Path) ->
 
 
 @pytest.mark.unit
-def test_auto_workers_follow_streams_and_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("labkit.experiments.load.os.cpu_count", lambda: 4)
+def test_auto_workers_without_a_measured_rate_follow_streams_and_cpus(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("labkit.capacity.os.sched_getaffinity", lambda _: {0, 1, 2, 3})
     exp = LoadExperiment(LoadSettings(concurrency=[1, 16, 17, 64, 200], requests=200))
     assert [exp.workers_for(lv) for lv in exp.levels()] == [1, 1, 2, 4, 4]
     fixed = LoadExperiment(LoadSettings(concurrency=[1, 8], requests=8, workers=3))

@@ -1,0 +1,290 @@
+"""How many processes a load level's streams need: measured capacity against expected load.
+
+`workers: auto` asks three questions of this host before each level:
+
+1. *Capacity* — how many events per second one labkit process reads while its event loop
+   stays busy at most `BUDGET_SHARE` of the time (so an event waits for the loop about its
+   own service time, tens of µs, far inside the error budget). Measured once per host,
+   Python and labkit version (`process_capacity`, cached in labkit's cache folder,
+   ``~/.cache/labkit`` or ``$LABKIT_CACHE_DIR``), when the level could need it: streams of
+   a `labkit.fakeserver` served from a thread on loopback, read by the real recorder and
+   transport on the calling thread; its CPU (`time.thread_time_ns`, the server thread's own
+   left out) per event read.
+2. *Load* — the level's events per second: its streams × one stream's events/s, as the
+   warm-up measured it (`stream_events_per_s`); a server gives no stream more under load.
+3. *Room* — the CPUs left free: this process's CPUs minus what the provider's server takes
+   from the host (`ProviderSettings.host_cpus_used`: a loopback server at least one core, a
+   managed llama-server its threads). A process beyond the free cores competes with the
+   server and with the others, and measures worse than one (issue 17: 2 processes on 2
+   cores, stamp p50 +0.28 against +0.04 ms).
+
+`choose_workers` takes the fewest processes whose capacity covers the load × `HEADROOM`,
+never more than the free CPUs nor the streams: 1 whenever one process holds the level.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import os
+import platform
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from labkit import fastjson
+from labkit.records import RequestRecord
+
+__all__ = [
+    "BUDGET_SHARE",
+    "HEADROOM",
+    "SURELY_HELD_EPS",
+    "Capacity",
+    "WorkersChoice",
+    "calibrate",
+    "choose_workers",
+    "free_cpus",
+    "needs_calibration",
+    "process_capacity",
+    "stream_events_per_s",
+]
+
+#: The share of one core a process's event loop may be busy reading streams.
+BUDGET_SHARE = 0.5
+#: Expected load is multiplied by this before it is compared with capacity.
+HEADROOM = 1.2
+#: Events/s one process reads on any host labkit runs on (at 100 µs an event, a fifth of a
+#: core): a level below it needs no calibration to be read by one process.
+SURELY_HELD_EPS = 2_000.0
+
+_CALIBRATION_STREAMS = 8
+_CALIBRATION_TOKENS = 200
+_CALIBRATION_INTERVAL_MS = 1.0
+_CALIBRATION_ROUNDS = 2
+_CACHE_FILE = "capacity.json"
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """What one labkit process costs per event read on this host."""
+
+    cpu_us_per_event: float
+    events_measured: int
+
+    @property
+    def events_per_s(self) -> float:
+        """Events per second one process reads within `BUDGET_SHARE` of a core."""
+        return BUDGET_SHARE * 1e6 / self.cpu_us_per_event
+
+
+@dataclass(frozen=True, slots=True)
+class WorkersChoice:
+    """The processes `workers: auto` chose for one level, and the figures behind it."""
+
+    processes: int
+    load_eps: float | None
+    capacity_eps: float | None
+    free_cpus: int
+
+    @property
+    def reason(self) -> str:
+        """Why, in a few words: ``14,200 events/s expected, 10,400 per process, 1 CPU
+        free``."""
+        load = "load unknown" if self.load_eps is None else f"{self.load_eps:,.0f} events/s"
+        cap = "" if self.capacity_eps is None else f", {self.capacity_eps:,.0f} per process"
+        cpus = "CPU" if self.free_cpus == 1 else "CPUs"
+        return f"{load} expected{cap}, {self.free_cpus} {cpus} free"
+
+    def tags(self) -> dict[str, str | int | float | bool]:
+        """The choice as record tags (`workers_load_eps`, `workers_capacity_eps`,
+        `workers_free_cpus`), so a report can say why without the run."""
+        out: dict[str, str | int | float | bool] = {"workers_free_cpus": self.free_cpus}
+        if self.load_eps is not None:
+            out["workers_load_eps"] = round(self.load_eps, 1)
+        if self.capacity_eps is not None:
+            out["workers_capacity_eps"] = round(self.capacity_eps, 1)
+        return out
+
+
+def choose_workers(
+    streams: int | None,
+    load_eps: float | None,
+    capacity_eps: float | None,
+    free: int,
+    *,
+    streams_per_worker: int = 16,
+) -> WorkersChoice:
+    """The fewest processes whose capacity covers `load_eps` × `HEADROOM`, at most `free`
+    and at most `streams` (None: unbounded); 1 for a load any process holds
+    (`needs_calibration`). Without a load or a capacity figure, one per
+    `streams_per_worker` streams, still within `free`."""
+    limit = max(1, free if streams is None else min(free, streams))
+    if load_eps is not None and not needs_calibration(load_eps):
+        wanted = 1
+    elif load_eps is not None and capacity_eps is not None and capacity_eps > 0:
+        wanted = math.ceil(load_eps * HEADROOM / capacity_eps)
+    elif streams is not None:
+        wanted = math.ceil(streams / streams_per_worker)
+    else:
+        wanted = 1
+    return WorkersChoice(max(1, min(limit, wanted)), load_eps, capacity_eps, free)
+
+
+def needs_calibration(load_eps: float) -> bool:
+    """Whether a level of `load_eps` events/s could need more than one process (below
+    `SURELY_HELD_EPS` × `HEADROOM`'s share it cannot)."""
+    return load_eps * HEADROOM > SURELY_HELD_EPS
+
+
+def free_cpus(server_cpus: int) -> int:
+    """CPUs this process may use, less what the provider's server takes (at least 1)."""
+    try:
+        mine = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        mine = os.cpu_count() or 1
+    return max(1, mine - server_cpus)
+
+
+def stream_events_per_s(records: Iterable[RequestRecord]) -> float | None:
+    """One stream's output events per second while decoding: the fastest of the warm-ups
+    with at least two output events (None: none had)."""
+    rates = []
+    for r in records:
+        offsets = r.client.event_offsets_ms
+        if r.warmup and r.error is None and len(offsets) >= 2 and offsets[-1] > offsets[0]:
+            rates.append((len(offsets) - 1) * 1000.0 / (offsets[-1] - offsets[0]))
+    return max(rates, default=None)
+
+
+def _cache_key() -> str:
+    try:
+        version = metadata.version("labkit")
+    except metadata.PackageNotFoundError:
+        version = "unknown"
+    return "|".join(
+        (
+            platform.node(),
+            platform.machine(),
+            platform.python_version(),
+            f"labkit {version}",
+            f"json {fastjson.DECODER}",
+            f"budget {BUDGET_SHARE}",
+        )
+    )
+
+
+def _cache_path() -> Path:
+    from labkit.local import cache_dir
+
+    return cache_dir() / _CACHE_FILE
+
+
+def _read_cache(path: Path, key: str) -> Capacity | None:
+    try:
+        entry = json.loads(path.read_text(encoding="utf-8")).get(key)
+        return Capacity(float(entry["cpu_us_per_event"]), int(entry["events_measured"]))
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
+def _write_cache(path: Path, key: str, capacity: Capacity) -> None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            data = {}
+    except (OSError, ValueError):
+        data = {}
+    data[key] = {
+        "cpu_us_per_event": capacity.cpu_us_per_event,
+        "events_measured": capacity.events_measured,
+    }
+    with contextlib.suppress(OSError):  # an unwritable cache only costs a recalibration
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
+        tmp.replace(path)
+
+
+async def process_capacity(cache: Path | None = None) -> Capacity:
+    """This host's `Capacity`: cached, or measured now (about a second) and cached."""
+    path = _cache_path() if cache is None else cache
+    key = _cache_key()
+    found = _read_cache(path, key)
+    if found is not None:
+        return found
+    measured = await calibrate()
+    _write_cache(path, key, measured)
+    return measured
+
+
+@contextlib.contextmanager
+def _server_thread(schedule: Any) -> Iterator[str]:
+    """A `labkit.fakeserver` on its own event loop in a thread; yields its base URL."""
+    from labkit.fakeserver import FakeServer
+
+    loop = asyncio.new_event_loop()
+    server = FakeServer(schedule)
+    started = threading.Event()
+
+    def serve() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(server.start())
+        started.set()
+        loop.run_forever()
+
+    thread = threading.Thread(target=serve, name="labkit-capacity", daemon=True)
+    thread.start()
+    started.wait(timeout=10)
+    try:
+        yield server.base_url
+    finally:
+        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(timeout=10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        loop.close()
+
+
+async def calibrate() -> Capacity:
+    """Measure what one process pays per event: `_CALIBRATION_STREAMS` streams at a time of
+    `_CALIBRATION_TOKENS` tokens each, every `_CALIBRATION_INTERVAL_MS`, read on loopback by
+    the real recorder and transport; CPU of this thread per output event."""
+    from labkit.providers.base import ChatRequest
+    from labkit.providers.fake import FakeSchedule, loopback_reader
+    from labkit.recorder import RecordContext, StreamRecorder
+
+    schedule = FakeSchedule(
+        first_token_ms=1.0,
+        token_interval_ms=_CALIBRATION_INTERVAL_MS,
+        tokens=_CALIBRATION_TOKENS,
+    )
+    with _server_thread(schedule) as base_url:
+        provider = loopback_reader(base_url, _CALIBRATION_STREAMS)
+        recorder = StreamRecorder()
+        request = ChatRequest(
+            [{"role": "user", "content": "calibration"}], {"max_tokens": _CALIBRATION_TOKENS}
+        )
+        ctx = RecordContext("capacity", "capacity", store_text=False)
+        try:
+            # The first round opens the connections and warms the code paths: not counted.
+            await asyncio.gather(
+                *(recorder.record(provider, request, ctx) for _ in range(_CALIBRATION_STREAMS))
+            )
+            events = 0
+            cpu0 = time.thread_time_ns()
+            for _ in range(_CALIBRATION_ROUNDS):
+                records = await asyncio.gather(
+                    *(recorder.record(provider, request, ctx) for _ in range(_CALIBRATION_STREAMS))
+                )
+                events += sum(len(r.client.event_offsets_ms) for r in records)
+            cpu_ns = time.thread_time_ns() - cpu0
+        finally:
+            await provider.aclose()
+    if events == 0:
+        raise RuntimeError("capacity calibration read no events")
+    return Capacity(cpu_ns / 1000.0 / events, events)
