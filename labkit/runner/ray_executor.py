@@ -16,7 +16,7 @@ Per level:
 3. the driver measures each actor's clock offset (`labkit.clocksync.measure_offset` over
    `LevelActor.now`), picks the level's start t0 on its own clock and gives each actor
    ``t0 - offset``, the same instant on that actor's clock;
-4. each actor streams its records back as each completes (a streaming generator); the
+4. each actor streams its records back as each completes (a long poll, `next_items`); the
    driver validates each, stamps it with its host and clock offset and appends it to the
    run folder at once;
 5. after the level the driver measures the offsets again (the clock log,
@@ -92,7 +92,7 @@ def ray_module() -> Any:
 
 
 class _QueueLink:
-    """The worker body's link inside an actor: every item goes to the actor's stream."""
+    """The worker body's link inside an actor: every item goes to the actor's queue."""
 
     def __init__(self, queue: asyncio.Queue[Any], go: asyncio.Future[int], skew_ns: int) -> None:
         self._queue = queue
@@ -141,6 +141,8 @@ class LevelActor:
         self._built: tuple[Provider, PacedExperiment] | None = None
         self._go: asyncio.Future[int] | None = None
         self._task: asyncio.Task[None] | None = None
+        self._queue: asyncio.Queue[Any] | None = None
+        self._ended = False
 
     async def where(self) -> dict[str, str]:
         """This actor's node: its id, address and host name."""
@@ -174,37 +176,42 @@ class LevelActor:
         if self._task is not None:
             self._task.cancel()
 
-    async def stream(self) -> Any:
-        """The share's items as they happen (a streaming generator), each yield a list of
-        every item queued since the last: ``("record", line)``, ``("sent", notice)`` before
-        each request, ``("ready", None)`` after the warm-ups.
-
-        One yield costs the driver about a millisecond whatever it carries, so under load the
-        items go in batches (one alone when the stream is quiet): fast streams would
-        otherwise queue up behind each other's yields.
-        """
+    async def start(self) -> None:
+        """Start the share: warm-ups now, the level at the time `go` gives."""
         assert self._built is not None, "prepare() first"
         provider, experiment = self._built
         loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._queue = queue = asyncio.Queue[Any]()
         self._go = loop.create_future()
         link = _QueueLink(queue, self._go, self._skew_ns)
         self._task = loop.create_task(
             run_worker(provider, experiment, self._document, link, clock_skew_ns=self._skew_ns)
         )
         self._task.add_done_callback(lambda _: queue.put_nowait(_END))
-        ended = False
-        while not ended:
-            batch = [await queue.get()]
-            while not queue.empty():
-                batch.append(queue.get_nowait())
-            if batch[-1] is _END:
-                batch.pop()
-                ended = True
-            if batch:
-                yield batch
-        if not self._task.cancelled() and self._task.exception() is not None:
-            raise RunError(f"the actor's share failed: {self._task.exception()!r}")
+
+    async def next_items(self) -> list[tuple[str, Any]] | None:
+        """Every item queued since the last call, waiting for one (None: the share has
+        ended): ``("record", line)``, ``("sent", notice)`` before each request, and
+        ``("ready", None)`` after the warm-ups.
+
+        The driver asks again as soon as it has an answer (a long poll: the one way to
+        stream that Ray Client supports too). Under load the items come in batches, one
+        round trip each; a quiet stream's record comes alone, at once.
+        """
+        queue = self._queue
+        if queue is None or self._ended:
+            if self._task is not None and not self._task.cancelled():
+                failure = self._task.exception()
+                if failure is not None:
+                    raise RunError(f"the actor's share failed: {failure!r}")
+            return None
+        batch = [await queue.get()]
+        while not queue.empty():
+            batch.append(queue.get_nowait())
+        if batch[-1] is _END:
+            batch.pop()
+            self._ended = True
+        return batch
 
 
 # --- The driver ---------------------------------------------------------------------------
@@ -221,6 +228,9 @@ class _Actor:
     before: ClockOffset | None = None
     after: ClockOffset | None = None
     in_flight: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: The `next_items` call awaited now: a reader cancelled mid-wait leaves it for the
+    #: next reader, so no batch it brings is dropped.
+    pending: Any = None
     records: list[RequestRecord] = field(default_factory=list)
     died: str | None = None
 
@@ -317,7 +327,7 @@ class RayExecutor:
             return _lost_record(notice, provider, experiment.name, document["run_id"], actor)
 
         actors: list[_Actor] = []
-        streams: list[Any] = []
+        started = False
         try:
             for k in range(n):
                 doc = {**document, "worker": k, "processes": n}
@@ -329,15 +339,14 @@ class RayExecutor:
             for actor, problem in zip(actors, problems, strict=True):
                 if problem is not None:
                     raise RunError(_missing_key_line(actor.host, provider, problem))
-            streams = [a.handle.stream.options(num_returns="streaming").remote() for a in actors]
-            await self._warm_up(actors, streams, on_record)
+            await asyncio.gather(*(a.handle.start.remote() for a in actors))
+            started = True
+            await self._warm_up(actors, on_record)
             t0 = time.perf_counter_ns() + _START_MARGIN_NS
             for actor in actors:
                 assert actor.before is not None
                 actor.handle.go.remote(t0 - actor.before.offset_ns)
-            await asyncio.gather(
-                *(self._pump(a, s, lose, on_record) for a, s in zip(actors, streams, strict=True))
-            )
+            await asyncio.gather(*(self._pump(a, lose, on_record) for a in actors))
             label = _level_label(actors, document)
             for actor in actors:
                 if actor.died is None:
@@ -359,7 +368,7 @@ class RayExecutor:
             )
             return level
         except BaseException:
-            await self._stop(actors, streams, lose, on_record)
+            await self._stop(actors if started else [], lose, on_record)
             raise
         finally:
             for actor in actors:
@@ -384,22 +393,20 @@ class RayExecutor:
     async def _warm_up(
         self,
         actors: list[_Actor],
-        streams: list[Any],
         on_record: Callable[[RequestRecord], None],
     ) -> None:
         """Read each actor's warm-up records up to its ready item; then measure its clock
         and keep the warm-ups, stamped with it."""
-        for actor, stream in zip(actors, streams, strict=True):
+        for actor in actors:
             warmups: list[RequestRecord] = []
             async with asyncio.timeout(_READY_TIMEOUT_S):
-                async for ref in stream:
-                    batch = await ref
+                while (batch := await _next_items(actor)) is not None:
                     warmups.extend(
                         RequestRecord.from_json_line(value)
                         for kind, value in batch
                         if kind == "record"
                     )
-                    if batch[-1][0] == "ready":  # the worker now waits for its start
+                    if batch and batch[-1][0] == "ready":  # the worker now waits for its start
                         break
                 else:
                     raise RunError(f"the actor on {actor.host} ended before its level started")
@@ -421,7 +428,6 @@ class RayExecutor:
     async def _pump(
         self,
         actor: _Actor,
-        stream: Any,
         lose: _LoseFn,
         on_record: Callable[[RequestRecord], None],
     ) -> None:
@@ -429,8 +435,8 @@ class RayExecutor:
         requests as lost."""
         ray = self._ray
         try:
-            async for ref in stream:
-                for kind, value in await ref:
+            while (batch := await _next_items(actor)) is not None:
+                for kind, value in batch:
                     if kind == "record":
                         self._arrived(actor, RequestRecord.from_json_line(value), on_record)
                     elif kind == "sent":
@@ -444,7 +450,6 @@ class RayExecutor:
     async def _stop(
         self,
         actors: list[_Actor],
-        streams: list[Any],
         lose: _LoseFn,
         on_record: Callable[[RequestRecord], None],
     ) -> None:
@@ -453,12 +458,9 @@ class RayExecutor:
         for actor in actors:
             with contextlib.suppress(Exception):
                 actor.handle.stop.remote()
-        if not streams:
+        if not actors:
             return
-        drains = [
-            asyncio.create_task(self._pump(a, s, lose, on_record))
-            for a, s in zip(actors, streams, strict=True)
-        ]
+        drains = [asyncio.create_task(self._pump(a, lose, on_record)) for a in actors]
         with contextlib.suppress(Exception, asyncio.CancelledError):
             await asyncio.wait_for(
                 asyncio.gather(*drains, return_exceptions=True), _DRAIN_AFTER_CANCEL_S
@@ -503,6 +505,14 @@ class RayExecutor:
         if self._ray is not None:
             ray, self._ray = self._ray, None
             await asyncio.to_thread(ray.shutdown)
+
+
+async def _next_items(actor: _Actor) -> list[tuple[str, Any]] | None:
+    if actor.pending is None:
+        actor.pending = actor.handle.next_items.remote()
+    batch: list[tuple[str, Any]] | None = await actor.pending
+    actor.pending = None
+    return batch
 
 
 async def _offset_of(actor: _Actor) -> ClockOffset:
