@@ -398,21 +398,29 @@ class RayExecutor:
         """Read each actor's warm-up records up to its ready item; then measure its clock
         and keep the warm-ups, stamped with it."""
         for actor in actors:
-            warmups: list[RequestRecord] = []
-            async with asyncio.timeout(_READY_TIMEOUT_S):
-                while (batch := await _next_items(actor)) is not None:
-                    warmups.extend(
-                        RequestRecord.from_json_line(value)
-                        for kind, value in batch
-                        if kind == "record"
-                    )
-                    if batch and batch[-1][0] == "ready":  # the worker now waits for its start
-                        break
-                else:
-                    raise RunError(f"the actor on {actor.host} ended before its level started")
-            actor.before = await _offset_of(actor)
-            for record in warmups:
-                self._arrived(actor, record, on_record)
+            try:
+                await self._warm_up_one(actor, on_record)
+            except self._ray.exceptions.RayActorError as exc:
+                raise RunError(
+                    f"the Ray actor on node {actor.host} died before the level started "
+                    f"({_death_reason(exc)})"
+                ) from None
+
+    async def _warm_up_one(self, actor: _Actor, on_record: Callable[[RequestRecord], None]) -> None:
+        """One actor's warm-ups, up to its ready item; then its clock offset."""
+        warmups: list[RequestRecord] = []
+        async with asyncio.timeout(_READY_TIMEOUT_S):
+            while (batch := await _next_items(actor)) is not None:
+                warmups.extend(
+                    RequestRecord.from_json_line(value) for kind, value in batch if kind == "record"
+                )
+                if batch and batch[-1][0] == "ready":  # the worker now waits for its start
+                    break
+            else:
+                raise RunError(f"the actor on {actor.host} ended before its level started")
+        actor.before = await _offset_of(actor)
+        for record in warmups:
+            self._arrived(actor, record, on_record)
 
     def _arrived(
         self, actor: _Actor, record: RequestRecord, on_record: Callable[[RequestRecord], None]
