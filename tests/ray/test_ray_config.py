@@ -162,3 +162,12 @@ def test_the_level_names_the_hosts_whose_actor_was_client_bound(tmp_path: Path) 
     assert level.died == ["gone/10.0.0.3/cccc"] and level.partial
     assert any("client-bound on busy/10.0.0.1/aaaa" in m for m in messages)
     assert any("gone/10.0.0.3/cccc died" in m and "partial" in m for m in messages)
+
+
+def test_the_shipped_ray_config_validates() -> None:
+    from labkit.config import load_config
+    from labkit.runner.run import validate_experiments
+
+    config = load_config(Path(__file__).parents[2] / "configs" / "load_ray.yaml")
+    assert config.executor is not None and config.executor.address == "auto"
+    validate_experiments(config)
