@@ -1,23 +1,52 @@
-"""A lean HTTP/1.1 transport for reading many streams at once (load levels on plain HTTP).
+"""A lean HTTP/1.1 transport for reading many streams at once (load levels, HTTP and HTTPS).
 
 Why it exists: through httpx/httpcore/anyio each received chunk costs about 100 µs of CPU,
 and a chunk is stamped only when the reading task resumes, behind every other ready task.
 At 32 streams × 500 events/s one process falls 10–20 ms behind the streams it measures
-(`benchmarks/bench_load.py`). Here each read is stamped in `data_received` — the first
-moment user code sees the bytes — and queued with its stamp; the HTTP framing is parsed by
-the reader, off the callback. It plugs into httpx as a transport, so providers, the
-recorder, its error handling and the connection-phase trace stay as they are; the recorder
-takes a chunk's arrival stamp from ``response.extensions["labkit.arrival"]``.
+(`benchmarks/bench_load.py`). Here each connection's socket is read by a loop reader
+callback (`loop.add_reader`, `sock.recvmsg`), and each read is queued with its stamps; the
+HTTP framing (and TLS decryption) is done by the reading task, off the callback. It plugs
+into httpx as a transport, so providers, the recorder, its error handling and the
+connection-phase trace stay as they are; the recorder takes a chunk's arrival stamp from
+``response.extensions["labkit.arrival"]`` (the `_Body`: ``t_ns``, ``seen_ns``,
+``kernel_stamped``).
 
-Scope, deliberately small: plain HTTP/1.1 (no TLS, no proxies, no HTTP/2, no compression —
+Stamps. Each socket asks the kernel for receive timestamps (``SO_TIMESTAMPNS`` on Linux;
+``SO_TIMESTAMP``, µs, where the platform's `socket` module has it and not the former). A
+read then carries the kernel's CLOCK_REALTIME stamp of the *last* TCP segment it returned
+(Linux gives the stamp of the last skb a recvmsg consumed; one read of up to 64 KiB may hold
+several segments, so an SSE event is rarely split, and a read that holds several events
+stamps them all at the arrival of the last). It is put on labkit's clock
+(`time.perf_counter_ns`, CLOCK_MONOTONIC) with the offset ``time.time_ns() -
+perf_counter_ns()`` read at that read: a realtime clock step between the segment's arrival
+and the read shifts that one read's stamp by the step, never later ones; a stamp is never
+after the read itself (``seen_ns``) nor before the connection's previous stamp. A read
+without a kernel stamp (the option unavailable) is stamped when the callback reads it, as
+``seen_ns``: late by however long the loop was busy elsewhere, which the kernel stamp is not.
+
+TLS (https) runs on the same reader: an `ssl.SSLObject` over a pair of `ssl.MemoryBIO`, with
+the provider's `ssl.SSLContext` (hostname checked, SNI sent). Decrypted bytes carry the
+stamps of the raw read that completed them. Like httpcore, a connection the server closes
+without close_notify ends the stream as a close would, and none is sent on close.
+
+Scope, deliberately small: HTTP/1.1 over TCP or TLS (no proxies, no HTTP/2, no compression —
 labkit asks for identity), keep-alive, Content-Length, chunked and read-until-close bodies,
 the httpcore trace events labkit reads, and httpx's own exceptions. Everything else goes
-through httpx (`transport: httpx`).
+through httpx (`transport: httpx`). `LeanTransport.preconnect` opens connections ahead of
+the requests that will use them; ``response.extensions["labkit.connection"]`` says whether a
+request opened its own connection (``"opened"``), took one `preconnect` opened
+(``"preconnected"``) or reused one a previous response left open (``"reused"``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import platform
+import socket
+import ssl
+import struct
+import sys
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -27,81 +56,289 @@ import httpx
 
 from labkit.proxies import proxy_for
 
-__all__ = ["LeanTransport", "lean_applies"]
+__all__ = ["LeanTransport", "kernel_stamps_available", "lean_applies"]
 
 Trace = Callable[[str, dict[str, Any]], Awaitable[None]]
+#: One read: (bytes, arrival stamp t_ns, seen_ns, kernel_stamped).
+Read = tuple[bytes, int, int, bool]
+#: A pool key: (scheme, host, port).
+Origin = tuple[str, str, int]
 
 _MAX_HEAD = 64 * 1024
+_READ_SIZE = 64 * 1024
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _kernel_stamp_option() -> tuple[int, int, struct.Struct, int] | None:
+    """(socket option, cmsg type, struct of its data, ns per fraction unit), or None here."""
+    nanos = getattr(socket, "SO_TIMESTAMPNS", None)
+    if nanos is None and sys.platform.startswith("linux") and struct.calcsize("l") == 8:
+        # Python does not export it; SO_TIMESTAMPNS_OLD (= SCM_TIMESTAMPNS) on the generic
+        # 64-bit Linux ABIs, where its cmsg is a struct timespec of two longs.
+        generic = {"x86_64", "amd64", "aarch64", "arm64", "riscv64", "ppc64le", "ppc64", "s390x"}
+        if platform.machine().lower() in generic:
+            nanos = 35
+    if nanos is not None:
+        return nanos, nanos, struct.Struct("@ll"), 1
+    micros = getattr(socket, "SO_TIMESTAMP", None)
+    if micros is not None:  # struct timeval; tv_usec is an int on macOS, a long elsewhere
+        layout = "@li" if sys.platform == "darwin" else "@ll"
+        return micros, getattr(socket, "SCM_TIMESTAMP", micros), struct.Struct(layout), 1000
+    return None
+
+
+_KERNEL_STAMPS = _kernel_stamp_option()
+_ANC_SIZE = socket.CMSG_SPACE(16) if _KERNEL_STAMPS is not None else 0
+
+
+def kernel_stamps_available() -> bool:
+    """Whether this platform gives the lean transport kernel receive stamps."""
+    return _KERNEL_STAMPS is not None
+
+
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())
 
 
 def lean_applies(url: str) -> bool:
-    """Whether `url` can be read by the lean transport: plain HTTP and no proxy for it."""
-    return httpx.URL(url).scheme == "http" and proxy_for(url) is None
-
-
-class _Reader(asyncio.Protocol):
-    """One connection's bytes, each read stamped on arrival. The callbacks only queue."""
-
-    def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
-        self.inbox: deque[tuple[bytes, int]] = deque()
-        self.closed = False
-        self._waiter: asyncio.Future[None] | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        self.inbox.append((data, time.perf_counter_ns()))
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    def eof_received(self) -> bool:
-        return False  # close our side too
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def read(self, timeout: float | None) -> tuple[bytes, int] | None:
-        """The next read and its arrival stamp; None once the peer has closed."""
-        while not self.inbox:
-            if self.closed:
-                return None
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                async with asyncio.timeout(timeout):
-                    await self._waiter
-            finally:
-                self._waiter = None
-        return self.inbox.popleft()
-
-    def close(self) -> None:
-        if self.transport is not None and not self.closed:
-            self.transport.close()
-        self.closed = True
+    """Whether `url` can be read by the lean transport: http or https, and no proxy for it."""
+    return httpx.URL(url).scheme in _DEFAULT_PORTS and proxy_for(url) is None
 
 
 class _Connection:
-    """A connection to one host and port, reused while the server keeps it open."""
+    """One connection's socket, read by a loop reader callback that only stamps and queues.
 
-    def __init__(self, key: tuple[str, int], reader: _Reader) -> None:
+    The connection to one origin, reused while the server keeps it open. `read` gives the
+    reads in order; `buffer` holds bytes read past the last response.
+    """
+
+    def __init__(self, key: Origin, sock: socket.socket, loop: asyncio.AbstractEventLoop) -> None:
         self.key = key
-        self.reader = reader
-        self.buffer = bytearray()  # bytes read past the last response
-        self.buffer_t_ns = 0
+        self.sock = sock
+        self.inbox: deque[Read] = deque()
+        self.closed = False  # no more bytes will arrive (peer closed, error, or closed here)
+        self.buffer = bytearray()
+        self.buffer_stamp: tuple[int, int, bool] = (0, 0, False)
+        self.preconnected = False  # opened by preconnect and not yet used by a request
+        self.t_tcp_ns = 0  # when the TCP connect completed
+        self.t_tls_ns: int | None = None  # when the TLS handshake completed
+        self._loop = loop
+        self._fd = sock.fileno()
+        self._waiter: asyncio.Future[None] | None = None
+        self._unsent = bytearray()
+        self._last_t = 0
+        self._kernel = False
+        if _KERNEL_STAMPS is not None:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, _KERNEL_STAMPS[0], 1)
+                self._kernel = True
+            except OSError:
+                pass
+        loop.add_reader(self._fd, self._on_readable)
+
+    def _on_readable(self) -> None:
+        try:
+            data, ancillary, _, _ = self.sock.recvmsg(_READ_SIZE, _ANC_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self.close()
+            return
+        seen = time.perf_counter_ns()
+        if not data:
+            self.close()
+            return
+        t = seen
+        kernel = False
+        if ancillary:
+            wall = time.time_ns()
+            _, _, stamp, unit = _KERNEL_STAMPS  # type: ignore[misc]
+            sec, frac = stamp.unpack_from(ancillary[0][2])
+            t = sec * 1_000_000_000 + frac * unit - (wall - seen)
+            if t > seen:
+                t = seen
+            elif t < self._last_t:
+                t = self._last_t
+            kernel = True
+        self._last_t = t
+        self.inbox.append((data, t, seen, kernel))
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def read_raw(self, timeout: float | None) -> Read | None:
+        """The next read off the socket and its stamps; None once the peer has closed."""
+        while not self.inbox:
+            if self.closed:
+                return None
+            waiter = self._waiter = self._loop.create_future()
+            # A bare timer, not asyncio.timeout: a third of the cost of a read's wait.
+            timer = None if timeout is None else self._loop.call_later(timeout, _expire, waiter)
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+                if timer is not None:
+                    timer.cancel()
+        return self.inbox.popleft()
+
+    read = read_raw
+
+    def write(self, data: bytes) -> None:
+        """Send `data`; what the socket does not take now goes when it is writable.
+
+        A failed write closes the connection: the reader then sees the close.
+        """
+        if self.closed:
+            return
+        if self._unsent:
+            self._unsent += data
+            return
+        try:
+            sent = self.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
+            self.close()
+            return
+        if sent < len(data):
+            self._unsent += data[sent:]
+            self._loop.add_writer(self._fd, self._on_writable)
+
+    def _on_writable(self) -> None:
+        try:
+            sent = self.sock.send(self._unsent)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self.close()
+            return
+        del self._unsent[:sent]
+        if not self._unsent:
+            self._loop.remove_writer(self._fd)
 
     @property
     def usable(self) -> bool:
-        return not self.reader.closed and not self.buffer and not self.reader.inbox
+        """Whether a new request can go on this connection (open, nothing unread)."""
+        return not self.closed and not self.buffer and not self.inbox
+
+    def close(self) -> None:
+        """Close the socket and wake its reader."""
+        if self._fd >= 0:
+            self._loop.remove_reader(self._fd)
+            if self._unsent:
+                self._loop.remove_writer(self._fd)
+                self._unsent.clear()
+            self.sock.close()
+            self._fd = -1
+        self.closed = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+class _TLSConnection(_Connection):
+    """A connection over TLS: the raw reads are decrypted by the reading task, each
+    decrypted run carrying the stamps of the raw read that completed it."""
+
+    def __init__(
+        self,
+        key: Origin,
+        sock: socket.socket,
+        loop: asyncio.AbstractEventLoop,
+        context: ssl.SSLContext,
+        server_hostname: str,
+    ) -> None:
+        super().__init__(key, sock, loop)
+        self._incoming = ssl.MemoryBIO()
+        self._outgoing = ssl.MemoryBIO()
+        self._tls = context.wrap_bio(
+            self._incoming, self._outgoing, server_side=False, server_hostname=server_hostname
+        )
+        self._tls_closed = False  # close_notify received
+
+    async def handshake(self, timeout: float | None) -> None:
+        """Run the TLS handshake; ssl.SSLError or OSError when it fails."""
+        while True:
+            try:
+                self._tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                pass
+            self._flush()
+            got = await self.read_raw(timeout)
+            if got is None:
+                raise ConnectionResetError("connection closed during the TLS handshake")
+            self._incoming.write(got[0])
+        self._flush()
+
+    def _flush(self) -> None:
+        if self._outgoing.pending:
+            super().write(self._outgoing.read())
+
+    def _decrypt(self, raw: bytes) -> bytes:
+        """Application bytes that `raw` completes (none for a session ticket or a partial
+        record); a close_notify marks the stream closed."""
+        self._incoming.write(raw)
+        tls = self._tls
+        out = b""
+        try:
+            while True:
+                chunk = tls.read(_READ_SIZE)
+                if not chunk:  # close_notify
+                    self._tls_closed = True
+                    break
+                out = out + chunk if out else chunk
+        except ssl.SSLWantReadError:
+            pass
+        if self._outgoing.pending:  # e.g. the reply to a key update
+            self._flush()
+        return out
+
+    async def read(self, timeout: float | None) -> Read | None:
+        """The next decrypted bytes and the stamps of the read that completed them."""
+        while not self._tls_closed:
+            got = await self.read_raw(timeout)
+            if got is None:
+                return None  # closed without close_notify: an end, as httpcore takes it
+            try:
+                data = self._decrypt(got[0])
+            except ssl.SSLError as exc:
+                self.close()
+                raise httpx.ReadError(f"TLS: {exc}") from exc
+            if data:
+                return data, got[1], got[2], got[3]
+        return None
+
+    def write(self, data: bytes) -> None:
+        """Encrypt and send `data`."""
+        if self.closed:
+            return
+        try:
+            self._tls.write(data)
+        except ssl.SSLError:
+            self.close()
+            return
+        self._flush()
+
+    @property
+    def usable(self) -> bool:
+        """Open and nothing unread; reads that carry no application data (TLS 1.3 session
+        tickets) are consumed here, before the connection is taken."""
+        while self.inbox and not self.closed:
+            raw = self.inbox.popleft()[0]
+            try:
+                if self._decrypt(raw):
+                    return False
+            except ssl.SSLError:
+                return False
+        return not self.closed and not self._tls_closed and not self.buffer and not self.inbox
 
 
 class _Body(httpx.AsyncByteStream):
-    """A response body as it arrives; `t_ns` is the arrival stamp of the last chunk given."""
+    """A response body as it arrives, and the stamps of the last chunk given: `t_ns` its
+    arrival (the kernel's when `kernel_stamped`), `seen_ns` when labkit's code read it."""
 
     def __init__(
         self,
@@ -113,7 +350,7 @@ class _Body(httpx.AsyncByteStream):
         keep_alive: bool,
         read_timeout: float | None,
     ) -> None:
-        self.t_ns = 0
+        self.t_ns, self.seen_ns, self.kernel_stamped = conn.buffer_stamp
         self._transport = transport
         self._conn = conn
         self._request = request
@@ -127,7 +364,7 @@ class _Body(httpx.AsyncByteStream):
     async def __aiter__(self) -> AsyncIterator[bytes]:
         conn = self._conn
         buf = conn.buffer
-        t = conn.buffer_t_ns
+        t, seen, kernel = conn.buffer_stamp
         chunked = _Chunked() if self._framing == "chunked" else None
         while not self._complete:
             if buf:
@@ -143,7 +380,7 @@ class _Body(httpx.AsyncByteStream):
                         "peer closed connection without sending complete message body",
                         request=self._request,
                     )
-                data, t = got
+                data, t, seen, kernel = got
             if chunked is not None:
                 payload, rest, done = chunked.feed(data)
                 if done:
@@ -159,13 +396,15 @@ class _Body(httpx.AsyncByteStream):
                 payload = data
             if payload:
                 self.t_ns = t
+                self.seen_ns = seen
+                self.kernel_stamped = kernel
                 yield payload
-        conn.buffer_t_ns = t
+        conn.buffer_stamp = (t, seen, kernel)
         await self.aclose()
 
-    async def _read(self) -> tuple[bytes, int] | None:
+    async def _read(self) -> Read | None:
         try:
-            return await self._conn.reader.read(self._read_timeout)
+            return await self._conn.read(self._read_timeout)
         except TimeoutError:
             raise httpx.ReadTimeout(
                 "timed out reading the response", request=self._request
@@ -178,7 +417,7 @@ class _Body(httpx.AsyncByteStream):
         if self._complete and self._keep_alive and self._conn.usable:
             self._transport.release(self._conn)
         else:
-            self._conn.reader.close()
+            self._transport.discard(self._conn)
 
 
 class _Chunked:
@@ -234,57 +473,134 @@ class _Chunked:
 
 
 class LeanTransport(httpx.AsyncBaseTransport):
-    """httpx transport for plain-HTTP streaming, stamping every read on arrival."""
+    """httpx transport for HTTP/1.1 streaming over TCP or TLS, stamping every read on arrival.
 
-    def __init__(self) -> None:
-        self._idle: dict[tuple[str, int], list[_Connection]] = {}
+    `ssl_context` verifies https servers (the provider's; by default httpx's, built on the
+    first https connection).
+    """
+
+    def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
+        self._ssl_context = ssl_context
+        self._idle: dict[Origin, list[_Connection]] = {}
         self._all: set[_Connection] = set()
 
     def release(self, conn: _Connection) -> None:
         """Keep a connection whose response was read to the end, for the next request."""
         self._idle.setdefault(conn.key, []).append(conn)
 
+    def discard(self, conn: _Connection) -> None:
+        """Close a connection that cannot carry another request."""
+        conn.close()
+        self._all.discard(conn)
+
     async def aclose(self) -> None:
         for conn in self._all:
-            conn.reader.close()
+            conn.close()
         self._all.clear()
         self._idle.clear()
 
-    async def _connect(
-        self, request: httpx.Request, key: tuple[str, int], trace: Trace | None
+    async def preconnect(
+        self, url: httpx.URL | str, count: int, *, timeout: float | None = None
+    ) -> int:
+        """Open connections (TCP, and TLS for https) to `url`'s origin, concurrently, until
+        `count` idle usable ones exist; returns how many it opened.
+
+        A request that takes one of them did not open its own connection: it fires no
+        ``connection.connect_tcp.complete`` (nor ``start_tls``) trace event, and its
+        response's ``extensions["labkit.connection"]`` is ``"preconnected"``. `timeout`
+        bounds each connection's TCP connect and TLS handshake together. When a connection
+        fails, the ones that opened stay in the pool and the first failure is raised
+        (httpx.ConnectError or httpx.ConnectTimeout).
+        """
+        key = _origin(url if isinstance(url, httpx.URL) else httpx.URL(url))
+        idle = self._idle.setdefault(key, [])
+        for conn in [conn for conn in idle if not conn.usable]:
+            idle.remove(conn)
+            self.discard(conn)
+        missing = count - len(idle)
+        if missing <= 0:
+            return 0
+        results = await asyncio.gather(
+            *(self._open(key, timeout, None) for _ in range(missing)), return_exceptions=True
+        )
+        opened = 0
+        failure: BaseException | None = None
+        for result in results:
+            if isinstance(result, BaseException):
+                failure = failure or result
+                continue
+            result.preconnected = True
+            idle.append(result)
+            opened += 1
+        if failure is not None:
+            raise failure
+        return opened
+
+    async def _open(
+        self, key: Origin, timeout: float | None, request: httpx.Request | None
     ) -> _Connection:
+        """A new connection to `key` (TCP, then TLS for https), in the pool's set."""
+        scheme, host, port = key
+        loop = asyncio.get_running_loop()
+        conn: _Connection | None = None
+        try:
+            async with asyncio.timeout(timeout):
+                sock = await _tcp_connect(loop, host, port)
+                t_tcp = time.perf_counter_ns()
+                if scheme == "https":
+                    if self._ssl_context is None:
+                        self._ssl_context = httpx.create_ssl_context()
+                    tls = _TLSConnection(key, sock, loop, self._ssl_context, host)
+                    conn = tls
+                    await tls.handshake(None)
+                else:
+                    conn = _Connection(key, sock, loop)
+        except TimeoutError:
+            if conn is not None:
+                conn.close()
+            raise httpx.ConnectTimeout("timed out connecting", request=request) from None
+        except (OSError, ssl.SSLError) as exc:
+            if conn is not None:
+                conn.close()
+            raise httpx.ConnectError(str(exc) or type(exc).__name__, request=request) from exc
+        except BaseException:
+            if conn is not None:
+                conn.close()
+            raise
+        conn.t_tcp_ns = t_tcp
+        conn.t_tls_ns = time.perf_counter_ns() if scheme == "https" else None
+        self._all.add(conn)
+        return conn
+
+    async def _connect(
+        self, request: httpx.Request, key: Origin, trace: Trace | None
+    ) -> tuple[_Connection, str]:
         idle = self._idle.get(key)
         while idle:
             conn = idle.pop()
             if conn.usable:
-                return conn
-            conn.reader.close()
-            self._all.discard(conn)
+                how = "preconnected" if conn.preconnected else "reused"
+                conn.preconnected = False
+                return conn, how
+            self.discard(conn)
         timeouts = request.extensions.get("timeout", {})
-        loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout(timeouts.get("connect")):
-                _, reader = await loop.create_connection(_Reader, key[0], key[1])
-        except TimeoutError:
-            raise httpx.ConnectTimeout("timed out connecting", request=request) from None
-        except OSError as exc:
-            raise httpx.ConnectError(str(exc) or type(exc).__name__, request=request) from exc
+        conn = await self._open(key, timeouts.get("connect"), request)
         if trace is not None:
-            await trace("connection.connect_tcp.complete", {"labkit_t_ns": time.perf_counter_ns()})
-        conn = _Connection(key, reader)
-        self._all.add(conn)
-        return conn
+            await trace("connection.connect_tcp.complete", {"labkit_t_ns": conn.t_tcp_ns})
+            if conn.t_tls_ns is not None:
+                await trace("connection.start_tls.complete", {"labkit_t_ns": conn.t_tls_ns})
+        return conn, "opened"
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Send `request` and return once the response headers are in; the body streams."""
         url = request.url
-        if url.scheme != "http":
+        if url.scheme not in _DEFAULT_PORTS:
             raise httpx.UnsupportedProtocol(
-                f"the lean transport reads plain HTTP only, not {url.scheme}", request=request
+                f"the lean transport reads http and https only, not {url.scheme}",
+                request=request,
             )
         trace: Trace | None = request.extensions.get("trace")
-        key = (url.host, url.port or 80)
-        conn = await self._connect(request, key, trace)
+        conn, how = await self._connect(request, _origin(url), trace)
         try:
             body = request.content
         except httpx.RequestNotRead:
@@ -294,8 +610,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
         for name, value in request.headers.raw:
             head += name + b": " + value + b"\r\n"
         head += b"\r\n"
-        assert conn.reader.transport is not None
-        conn.reader.transport.write(bytes(head) + body)
+        conn.write(bytes(head) + body)
         if trace is not None:
             now = time.perf_counter_ns()
             await trace("http11.send_request_headers.complete", {"labkit_t_ns": now})
@@ -304,8 +619,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
         try:
             status, headers, t_head = await self._read_head(conn, request, read_timeout)
         except BaseException:
-            conn.reader.close()
-            self._all.discard(conn)
+            self.discard(conn)
             raise
         if trace is not None:
             await trace("http11.receive_response_headers.complete", {"labkit_t_ns": t_head})
@@ -319,7 +633,11 @@ class LeanTransport(httpx.AsyncBaseTransport):
             status,
             headers=headers,
             stream=stream,
-            extensions={"http_version": b"HTTP/1.1", "labkit.arrival": stream},
+            extensions={
+                "http_version": b"HTTP/1.1",
+                "labkit.arrival": stream,
+                "labkit.connection": how,
+            },
             request=request,
         )
 
@@ -328,7 +646,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
         conn: _Connection, request: httpx.Request, read_timeout: float | None
     ) -> tuple[int, list[tuple[bytes, bytes]], int]:
         buf = conn.buffer
-        t = conn.buffer_t_ns
+        stamp = conn.buffer_stamp
         while True:
             end = buf.find(b"\r\n\r\n")
             if end >= 0:
@@ -347,12 +665,12 @@ class LeanTransport(httpx.AsyncBaseTransport):
                 for line in lines[1:]:
                     name, _, value = line.partition(b":")
                     headers.append((name.strip().lower(), value.strip()))
-                conn.buffer_t_ns = t
-                return status, headers, t
+                conn.buffer_stamp = stamp
+                return status, headers, stamp[0]
             if len(buf) > _MAX_HEAD:
                 raise httpx.RemoteProtocolError("response headers too large", request=request)
             try:
-                got = await conn.reader.read(read_timeout)
+                got = await conn.read(read_timeout)
             except TimeoutError:
                 raise httpx.ReadTimeout(
                     "timed out waiting for the response headers", request=request
@@ -361,8 +679,39 @@ class LeanTransport(httpx.AsyncBaseTransport):
                 raise httpx.RemoteProtocolError(
                     "Server disconnected without sending a response.", request=request
                 )
-            data, t = got
-            buf += data
+            buf += got[0]
+            stamp = got[1:]
+
+
+def _origin(url: httpx.URL) -> Origin:
+    return url.scheme, url.host, url.port or _DEFAULT_PORTS.get(url.scheme, 80)
+
+
+async def _tcp_connect(loop: asyncio.AbstractEventLoop, host: str, port: int) -> socket.socket:
+    """A connected non-blocking TCP socket with TCP_NODELAY; OSError when none connects."""
+    try:
+        literal = ipaddress.ip_address(host)
+    except ValueError:
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        targets: list[tuple[int, Any]] = [(fam, addr) for fam, _, _, _, addr in infos]
+    else:
+        targets = [(socket.AF_INET6 if literal.version == 6 else socket.AF_INET, (host, port))]
+    failure: OSError | None = None
+    for family, address in targets:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            await loop.sock_connect(sock, address)
+        except OSError as exc:
+            sock.close()
+            failure = exc
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+    raise failure or OSError(f"no address for {host}")
 
 
 def _framing(method: str, status: int, headers: list[tuple[bytes, bytes]]) -> tuple[str, int]:

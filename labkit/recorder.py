@@ -298,9 +298,9 @@ class Measurement:
     cancelled: bool = False
     on_arrival: bool = False
     cpu_start_ns: int = 0
-    #: CPU time inside the measured span that is labkit's, not the path's (SDK path re-reads).
-    cpu_excluded_ns: int = 0
     parse_ns: int | None = None
+    #: How long the connection opened for this request before `t_start` took (warm levels).
+    connect_ahead_ns: int | None = None
     #: The proxy the request went through, for connection errors (`proxy host:port (from VAR)`).
     via_proxy: str | None = None
     tags: dict[str, str | int | float | bool] = field(default_factory=dict)
@@ -392,7 +392,7 @@ class BaseRecorder:
             m.error = self._transport_error(exc, m, parser, redact) or _error_for(exc, m, redact)
         if not m.started:
             m.begin(self._clock)  # failed before sending: a zero-length measurement
-        cpu_ns = time.thread_time_ns() - m.cpu_start_ns - m.cpu_excluded_ns
+        cpu_ns = time.thread_time_ns() - m.cpu_start_ns
         app = AppTimings(
             parse_cpu_ms=None if m.parse_ns is None else m.parse_ns / 1e6,
             cpu_ms=cpu_ns / 1e6,
@@ -465,7 +465,7 @@ class BaseRecorder:
             usage.input_tokens_local_diff = m.local_count.unexplained(usage.input_tokens)
         stop = settle_counts_and_stop(provider, parser, len(m.output_ns), error)
         usage.streamed_output_tokens = parser.streamed_output_tokens(len(m.output_ns))
-        app.prepare_ms = (m.t_start - m.t_prepare) / 1e6
+        app.prepare_ms = (m.t_start - m.t_prepare - (m.connect_ahead_ns or 0)) / 1e6
         return assemble_record(
             provider=provider,
             request=request,
@@ -493,6 +493,7 @@ class BaseRecorder:
             output_tokens=decode_tokens,
             queue_ms=ctx.queue_ms,
             loop_lag_ms=lag,
+            connect_ahead_ns=m.connect_ahead_ns,
         )
 
     def _bare_record(
@@ -591,6 +592,12 @@ class StreamRecorder(BaseRecorder):
         http_request.extensions["trace"] = trace
         client = provider.checkout()
         try:
+            if request.warm_connection:
+                # Nothing may yield between a connection opened here and the send taking it.
+                t_connect = clock()
+                if await provider.connect_ahead(client):
+                    m.connect_ahead_ns = clock() - t_connect
+                    m.tags["connected_before_start"] = True
             m.begin(clock)
             async with asyncio.timeout(provider.settings.timeouts.total):
                 try:
@@ -603,6 +610,8 @@ class StreamRecorder(BaseRecorder):
                     # measured yet, so measure again from a fresh clock on a new connection.
                     phases.clear()
                     m.tags["stale_connection_resent"] = True
+                    m.connect_ahead_ns = None  # the new connection is inside the clock
+                    m.tags.pop("connected_before_start", None)
                     m.begin(clock)
                     response = await client.send(http_request, stream=True)
                 # Mock transports emit no trace events: fall back to when send() returned.

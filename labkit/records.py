@@ -90,7 +90,16 @@ class ClientTimings(_Model):
         "never part of TTFT.",
     )
     connect_ms: float | None = Field(
-        default=None, description="TCP connect done (DNS included); null on a reused connection."
+        default=None,
+        description="TCP connect done (DNS included), ms from t_start; a connection opened "
+        "just before t_start (warm load levels) gives its connect's duration instead (TLS "
+        "included), outside TTFT. Null on a reused or pre-opened connection.",
+    )
+    new_connection: bool | None = Field(
+        default=None,
+        description="Whether this request opened a connection of its own (connect_ms says "
+        "how long); false: it reused one opened earlier (kept alive, or pre-opened before the "
+        "level's clock); null: the transport reported no connection events.",
     )
     tls_ms: float | None = Field(
         default=None, description="TLS handshake done; null for plain HTTP or reuse."
@@ -252,8 +261,8 @@ class AppTimings(_Model):
         description="CPU time of labkit's thread (`time.thread_time_ns`) from t_start to the "
         "end of the stream: HTTP, TLS, decoding and the event loop, on either path. Under "
         "concurrency it includes the work of the other requests in flight on that thread. On "
-        "the SDK path labkit's own re-reading of each object the SDK yields is left out, so "
-        "it is what the SDK costs an application.",
+        "the SDK path it includes labkit reading each object the SDK yields (off its "
+        "attributes, no serialisation), as the wire path's includes its classification.",
     )
     client_path: Literal["wire", "sdk"] = Field(
         default="wire", description="`wire` (labkit's own HTTP) or `sdk` (the official SDK)."

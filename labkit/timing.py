@@ -13,6 +13,9 @@ from labkit.records import ClientTimings
 __all__ = ["derive_client_timings", "percentile"]
 
 _NS_PER_MS = 1_000_000.0
+_CONNECTED = "connection.connect_tcp.complete"
+#: Trace events of every traced request, on a new connection or a reused one.
+_SENT = ("http11.send_request_headers.complete", "http2.send_request_headers.complete")
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -38,6 +41,7 @@ def derive_client_timings(
     event_tokens: list[int] | None = None,
     queue_ms: float | None = None,
     loop_lag_ms: float | None = None,
+    connect_ahead_ns: int | None = None,
 ) -> ClientTimings:
     """Build `ClientTimings` from stamps taken with one clock.
 
@@ -45,7 +49,9 @@ def derive_client_timings(
     stamp at which they fired. Offsets are relative to `t_start_ns`; a missing stamp gives
     ``None``. ``decode_ms_per_token`` uses `output_tokens`, the tokens the stream delivered
     (`usage.streamed_output_tokens`), so an event that carries several tokens is accounted
-    for and hidden reasoning tokens are not.
+    for and hidden reasoning tokens are not. `connect_ahead_ns`: how long the connection
+    opened for this request just before `t_start_ns` took (warm load levels): its
+    ``connect_ms``, outside every offset.
     """
 
     def off(t: int | None) -> float | None:
@@ -65,9 +71,17 @@ def derive_client_timings(
     if ttft is not None and last is not None and output_tokens is not None and output_tokens >= 2:
         decode = (last - ttft) / (output_tokens - 1)
     gaps = sorted(b - a for a, b in pairwise(offsets))
+    connect_ms = phase(_CONNECTED)
+    new_connection: bool | None = True
+    if connect_ahead_ns is not None:
+        connect_ms = connect_ahead_ns / _NS_PER_MS
+    elif connect_ms is None:
+        # No request-sent event either: the transport traces nothing (a mock), so unknown.
+        new_connection = False if any(name in phases_ns for name in _SENT) else None
     return ClientTimings(
         queue_ms=queue_ms,
-        connect_ms=phase("connection.connect_tcp.complete"),
+        connect_ms=connect_ms,
+        new_connection=new_connection,
         tls_ms=phase("connection.start_tls.complete"),
         request_sent_ms=phase(
             "http11.send_request_body.complete", "http2.send_request_body.complete"

@@ -74,10 +74,14 @@ def test_chunked_decoding_survives_any_split() -> None:
 
 
 @pytest.mark.unit
-def test_lean_applies_only_to_plain_http_without_a_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY"):
+def test_lean_applies_to_http_and_https_without_a_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy",
+                "ALL_PROXY", "no_proxy", "NO_PROXY"):  # fmt: skip
         monkeypatch.delenv(var, raising=False)
     assert lean_applies("http://127.0.0.1:8080/v1")
+    assert lean_applies("https://api.openai.com/v1")
+    assert not lean_applies("ws://127.0.0.1:8080/v1")
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy:3128")
     assert not lean_applies("https://api.openai.com/v1")
     monkeypatch.setenv("HTTP_PROXY", "http://proxy:3128")
     assert not lean_applies("http://10.0.0.5:8000/v1")
@@ -145,9 +149,8 @@ def test_errors_are_httpx_errors() -> None:
         async with _get(dead) as client:
             with pytest.raises(httpx.ConnectError):
                 await client.get("/")
-        async with _get("https://127.0.0.1:1") as client:
-            with pytest.raises(httpx.UnsupportedProtocol):
-                await client.get("/")
+        with pytest.raises(httpx.UnsupportedProtocol):
+            await LeanTransport().handle_async_request(httpx.Request("GET", "ws://127.0.0.1:1/"))
 
     asyncio.run(main())
 
@@ -226,9 +229,15 @@ def test_a_failure_mid_stream_is_recorded_through_the_lean_transport() -> None:
 
 
 @pytest.mark.unit
-def test_transport_lean_on_https_is_refused_with_one_message() -> None:
+def test_transport_lean_behind_a_proxy_is_refused_with_one_message(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from labkit.errors import ProviderUnavailable
 
-    with pytest.raises(ProviderUnavailable, match="plain http:// only"):
+    for var in ("no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY", "https_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    assert _provider("https://example.invalid/v1", "lean").lean
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
+    with pytest.raises(ProviderUnavailable, match="http:// and https:// only, without a proxy"):
         _provider("https://example.invalid/v1", "lean")
     assert not _provider("https://example.invalid/v1", "auto").lean

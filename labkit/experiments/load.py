@@ -156,6 +156,14 @@ class LoadSettings(ExperimentSettings):
         default=16,
         description="`auto` without a measured rate (no warm-up): streams per process.",
     )
+    connections: Literal["warm", "cold"] = Field(
+        default="warm",
+        description="`warm`: a connection per stream is opened before each level's clock "
+        "starts, and one a request needs mid-level is opened before its own t_start (both "
+        "outside TTFT, `client.connect_ms` and `client.new_connection` say so); `cold`: "
+        "every request opens a fresh connection inside its measurement, as a client that "
+        "keeps none alive sees it.",
+    )
     params: dict[str, Any] = Field(default_factory=lambda: {"max_tokens": 64})
 
     @model_validator(mode="after")
@@ -360,6 +368,8 @@ class LoadExperiment(PacedExperiment):
             for name, value in self._cache_on.items():
                 params.setdefault(name, value)
         req = ChatRequest(messages, params, prompt_id)
+        req.warm_connection = s.connections == "warm"
+        req.fresh_connection = s.connections == "cold"
         # With `paths: [wire, sdk]` the requests alternate, so both paths meet the same load.
         req.client_path = self._paths[i % len(self._paths)]
         tags["path"] = req.client_path
@@ -483,7 +493,8 @@ class LoadExperiment(PacedExperiment):
             # Stream j sends requests j, j + c, j + 2c, ...; this process reads every
             # `of`-th stream.
             c = int(level.target)
-            t0_ns = await _settled(provider, len(range(k, c, of)), t0_ns)
+            mine_streams = len(range(k, c, of))
+            t0_ns = await _settled(provider, mine_streams, mine_streams, t0_ns, s.connections)
             streams = [
                 range(j, n, c) if n is not None else itertools.count(j, c) for j in range(k, c, of)
             ]
@@ -501,7 +512,11 @@ class LoadExperiment(PacedExperiment):
         share_cap = None if cap is None else max(1, cap // of + (1 if k < cap % of else 0))
         mine = ((i, off) for i, off in enumerate(offsets) if i % of == k)
         clients = share_cap or min(len(offsets), _UNCAPPED_CONNECTIONS) // of
-        t0_ns = await _settled(provider, clients, t0_ns)
+        # Pre-open only what the first second's arrivals will take: an idle connection can
+        # hold one of the server's threads (llama-server) until a request comes on it.
+        soon = sum(1 for i, off in enumerate(offsets) if i % of == k and off < _NS)
+        early = max(1, min(clients, soon))
+        t0_ns = await _settled(provider, clients, early, t0_ns, s.connections)
         deadline = None if s.duration_s is None else t0_ns + int(s.duration_s * _NS)
         await open_loop(mine, t0_ns, make, send, max_in_flight=share_cap, deadline_ns=deadline)
 
@@ -559,15 +574,26 @@ class LoadExperiment(PacedExperiment):
         return self.answer(provider_id, model, text, figures, status)
 
 
-async def _settled(provider: Provider, streams: int, t0_ns: int) -> int:
-    """Build the level's clients and let the loop catch up; returns the level's start
-    (`t0_ns`, or now if that has passed).
+async def _settled(
+    provider: Provider,
+    streams: int,
+    connect: int,
+    t0_ns: int,
+    connections: Literal["warm", "cold"] = "warm",
+) -> int:
+    """Build the level's clients for `streams`, open `connect` connections when they are
+    `warm`, and let the loop catch up; returns the level's start (`t0_ns`, or now if that
+    has passed).
 
+    Connections opened here are ready before any request's clock starts (a first wave that
+    opened its own would count the connects, and the other streams' set-up, in TTFT).
     Set-up work (a full garbage collection, new HTTP clients) holds the loop; the loop-lag
     monitor notices only at its next wake-up, and a sample taken after the first request
     started would count the set-up against that request's stamps.
     """
     provider.reserve(streams)
+    if connections == "warm":
+        await provider.preconnect(connect)
     await asyncio.sleep(_SETTLE_S)
     return max(t0_ns, time.perf_counter_ns())
 

@@ -11,7 +11,7 @@ A provider is three things:
 Experiments and the runner ask a provider's capabilities, never its kind or class:
 `tokenize`/`tokenizer_name`, `count_tokens`, `count_locally`, `prompt_cache_params`,
 `exact_length_params`, `reports_server_timings`, `exclusive_slots`, `sdk`, `metrics_url`,
-`fetches_stats_later`/`stats_later`; each defaults to "cannot".
+`fetches_stats_later`/`stats_later`, `warm_up_request`; each defaults to "cannot".
 
 The stream recorder (`labkit.recorder`) owns the clock and the HTTP; providers never time
 anything themselves. Adding a provider means adding one module and decorating its class
@@ -20,6 +20,8 @@ with `@register`.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import re
 from abc import ABC, abstractmethod
@@ -168,9 +170,10 @@ class ProviderSettings(BaseModel):
     )
     transport: Literal["auto", "httpx", "lean"] = Field(
         default="auto",
-        description="How the wire path reads HTTP: `httpx`, or `lean` (labkit.lean: plain "
-        "HTTP/1.1, every read stamped on arrival, a tenth of httpx's CPU per chunk); `auto` "
-        "uses lean for load levels on a plain-HTTP URL without a proxy, httpx otherwise.",
+        description="How the wire path reads HTTP: `httpx`, or `lean` (labkit.lean: "
+        "HTTP/1.1 over TCP or TLS, every read stamped by the kernel on arrival, a tenth of "
+        "httpx's CPU per chunk); `auto` uses lean for load levels on an http or https URL "
+        "without a proxy, httpx otherwise.",
     )
     params: dict[str, Any] = Field(
         default_factory=dict, description="Default sampling parameters, under the experiment's."
@@ -304,6 +307,9 @@ class ChatRequest:
     prompt_id: str = "prompt"
     #: Close the connection after this request, so the next one measures a fresh connect.
     fresh_connection: bool = False
+    #: Open a connection before `t_start` when none is ready, so the connect stays out of
+    #: TTFT (`Provider.connect_ahead`; load levels with `connections: warm`).
+    warm_connection: bool = False
     #: `wire` (labkit's own HTTP) or `sdk` (the provider's official SDK, see labkit.sdkpath).
     client_path: str = "wire"
 
@@ -436,6 +442,7 @@ class Provider(ABC):
         #: A smaller pool would make requests wait for a connection after t_start.
         self.pool_size = max(settings.concurrency, pool_size or 0)
         self.lean = self._wants_lean(settings, pool_size)
+        self._lean_transport: LeanTransport | None = None
         # One TLS context for every client: building one loads the CA bundle (tens of ms).
         self._tls = httpx.create_ssl_context()
         self.client = self._make_client()
@@ -450,8 +457,8 @@ class Provider(ABC):
         if settings.transport == "lean":
             if not lean_applies(url):
                 raise ProviderUnavailable(
-                    f"provider {settings.id!r}: transport: lean reads plain http:// only, "
-                    f"without a proxy (base_url {url}); use transport: httpx"
+                    f"provider {settings.id!r}: transport: lean reads http:// and https:// "
+                    f"only, without a proxy (base_url {url}); use transport: httpx"
                 )
             return True
         return bool(pool_size) and lean_applies(url)
@@ -482,6 +489,56 @@ class Provider(ABC):
             self._shards.append(shard)
             self._idle_shards.append(shard)
 
+    async def preconnect(self, streams: int) -> None:
+        """Open a connection for each of `streams` requests about to go in flight, before
+        the level's clock starts, so none opens inside a measured request.
+
+        The lean transport opens bare connections. On httpx each stream's one-connection
+        client (`reserve`) opens its connection with the provider's `warm_up_request`; a
+        provider without one leaves them to connect on their first request, which records
+        `client.new_connection`. A failure opens nothing: the requests report it themselves.
+        """
+        connect_s = self.settings.timeouts.connect
+        lean = self._lean_transport
+        try:
+            if lean is not None:
+                await lean.preconnect(self.client.base_url, streams, timeout=connect_s)
+                return
+            self.reserve(streams)
+            if self.warm_up_request() is None:
+                return
+            clients = self._idle_shards[-streams:] if self._idle_shards else [self.client]
+            await asyncio.gather(*(self._warm_up(c) for c in clients))
+        except httpx.HTTPError:
+            return
+
+    async def _warm_up(self, client: httpx.AsyncClient) -> None:
+        request = self.warm_up_request()
+        if request is not None:
+            with contextlib.suppress(httpx.HTTPError):
+                response = await client.send(request)
+                await response.aclose()
+
+    async def connect_ahead(self, client: httpx.AsyncClient) -> bool:
+        """Open a connection for the next request on `client` when it has none ready,
+        before the request's clock starts; True when one was opened.
+
+        Only the lean transport can open a bare connection; on httpx the request connects
+        inside its own measurement (False), as it always has.
+        """
+        lean = self._lean_transport
+        if lean is None or client is not self.client:
+            return False
+        # The client's parsed URL: parsing the string again costs 10 µs on every request.
+        url = client.base_url
+        return await lean.preconnect(url, 1, timeout=self.settings.timeouts.connect) > 0
+
+    def warm_up_request(self) -> httpx.Request | None:
+        """A cheap request whose reply opens and keeps a connection (llama.cpp `GET
+        /health`), sent before a level to pre-open httpx connections; None: this provider
+        knows no endpoint cheap enough."""
+        return None
+
     def checkin(self, client: httpx.AsyncClient) -> None:
         """Return a client from `checkout`."""
         if client is not self.client:
@@ -497,7 +554,11 @@ class Provider(ABC):
         size = connections or self.pool_size
         t = self.settings.timeouts
         limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
-        transport = LeanTransport() if self.lean else self._http_transport(limits)
+        transport: httpx.AsyncBaseTransport
+        if self.lean:
+            transport = self._lean_transport = LeanTransport(ssl_context=self._tls)
+        else:
+            transport = self._http_transport(limits)
         return httpx.AsyncClient(
             base_url=self.settings.resolved_base_url(),
             timeout=httpx.Timeout(connect=t.connect, read=t.read, write=t.read, pool=t.total),

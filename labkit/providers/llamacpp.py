@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+import httpx
 from pydantic import Field, PositiveInt, model_validator
 
 from labkit.filenames import safe_filename
@@ -195,6 +196,10 @@ class LlamaCppProvider(OpenAICompatibleProvider):
     # `connection: close` matches what the server does anyway (so `connect_ms` is measured
     # on every request) and removes the race.
     closes_after_each_stream: ClassVar[bool] = True
+
+    def warm_up_request(self) -> httpx.Request:
+        """`GET /health`: a few bytes, answered without touching a slot."""
+        return self.client.build_request("GET", "/health")
 
     def api_root(self) -> str:
         """The server's OpenAI-compatible `/v1` root, for the SDK."""
