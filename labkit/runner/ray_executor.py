@@ -227,7 +227,9 @@ class _Actor:
     node_id: str = ""
     before: ClockOffset | None = None
     after: ClockOffset | None = None
-    in_flight: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: The notices of requests sent and not yet recorded, by (trial, warmup): what a
+    #: cancelled request's record (which has no plan key yet) is matched by too.
+    in_flight: dict[tuple[int, bool], dict[str, Any]] = field(default_factory=dict)
     #: The `next_items` call awaited now: a reader cancelled mid-wait leaves it for the
     #: next reader, so no batch it brings is dropped.
     pending: Any = None
@@ -425,8 +427,7 @@ class RayExecutor:
     def _arrived(
         self, actor: _Actor, record: RequestRecord, on_record: Callable[[RequestRecord], None]
     ) -> None:
-        if record.plan_key is not None:
-            actor.in_flight.pop(record.plan_key, None)
+        actor.in_flight.pop((record.trial, record.warmup), None)
         record.host = actor.host
         if actor.before is not None:
             record.clock = record_clock(actor.before)
@@ -448,7 +449,7 @@ class RayExecutor:
                     if kind == "record":
                         self._arrived(actor, RequestRecord.from_json_line(value), on_record)
                     elif kind == "sent":
-                        actor.in_flight[value["key"]] = value
+                        actor.in_flight[(int(value["trial"]), bool(value["warmup"]))] = value
         except ray.exceptions.RayActorError as exc:
             actor.died = _death_reason(exc)
             for notice in list(actor.in_flight.values()):
