@@ -298,8 +298,6 @@ class Measurement:
     cancelled: bool = False
     on_arrival: bool = False
     cpu_start_ns: int = 0
-    #: CPU time inside the measured span that is labkit's, not the path's (SDK path re-reads).
-    cpu_excluded_ns: int = 0
     parse_ns: int | None = None
     #: How long the connection opened for this request before `t_start` took (warm levels).
     connect_ahead_ns: int | None = None
@@ -394,7 +392,7 @@ class BaseRecorder:
             m.error = self._transport_error(exc, m, parser, redact) or _error_for(exc, m, redact)
         if not m.started:
             m.begin(self._clock)  # failed before sending: a zero-length measurement
-        cpu_ns = time.thread_time_ns() - m.cpu_start_ns - m.cpu_excluded_ns
+        cpu_ns = time.thread_time_ns() - m.cpu_start_ns
         app = AppTimings(
             parse_cpu_ms=None if m.parse_ns is None else m.parse_ns / 1e6,
             cpu_ms=cpu_ns / 1e6,

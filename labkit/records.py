@@ -261,8 +261,8 @@ class AppTimings(_Model):
         description="CPU time of labkit's thread (`time.thread_time_ns`) from t_start to the "
         "end of the stream: HTTP, TLS, decoding and the event loop, on either path. Under "
         "concurrency it includes the work of the other requests in flight on that thread. On "
-        "the SDK path labkit's own re-reading of each object the SDK yields is left out, so "
-        "it is what the SDK costs an application.",
+        "the SDK path it includes labkit reading each object the SDK yields (off its "
+        "attributes, no serialisation), as the wire path's includes its classification.",
     )
     client_path: Literal["wire", "sdk"] = Field(
         default="wire", description="`wire` (labkit's own HTTP) or `sdk` (the official SDK)."

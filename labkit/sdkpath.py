@@ -20,17 +20,19 @@ Mock transports emit no trace events; there ``headers_ms`` falls back to when th
 opened. The raw response headers (request id, ``openai-processing-ms``, rate limits) go to
 the same parser as on the wire.
 
-Each object the SDK yields is turned back into its JSON and classified by the wire path's
-parser, so both paths count and classify alike; that re-reading is labkit's, not the SDK's,
-and is kept out of ``app.cpu_ms``. ``app.parse_cpu_ms`` stays null here: the SDK decodes
-inside its iterator, interleaved with the wait for the socket. This is the only module that
-imports `httpx2`.
+Each object the SDK yields is read where it lies, off the model's attributes
+(`labkit.providers.sdk.model_view`, no serialisation), by the wire path's own parser core
+(the adapter's `reader`), so both paths count and classify alike. ``app.cpu_ms`` is the
+thread's CPU as on the wire path: the SDK's HTTP stack, SSE decoder and models, and labkit's
+classifying and stamping of each object, which is the per-event work the wire path's
+``cpu_ms`` includes too. ``app.parse_cpu_ms`` stays null here: the SDK decodes inside its
+iterator, interleaved with the wait for the socket. This is the only module that imports
+`httpx2`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable
 from contextvars import ContextVar
@@ -48,7 +50,6 @@ from labkit.recorder import (
     http_error,
 )
 from labkit.records import ErrorKind, RecordError, RequestRecord
-from labkit.sse import SSEEvent
 
 __all__ = ["SDKRecorder", "sdk_supported"]
 
@@ -170,20 +171,12 @@ class SDKRecorder(BaseRecorder):
                 m.phases.setdefault(_HEADERS_DONE, clock())
                 try:
                     parser.on_headers(stream.response.headers)
-                    on_event = parser.on_event
-                    name_of = adapter.event_name
+                    read = adapter.reader(parser)
                     stamp = m.event
-                    reread_ns = 0
-                    cpu = time.thread_time_ns
                     async for item in stream:
                         t = clock()
-                        c0 = cpu()
-                        cls = on_event(SSEEvent(name_of(item), _as_json(item), t))
-                        # CPU time, not the clock: a wall-clock gap would include preemption.
-                        reread_ns += cpu() - c0
-                        stamp(cls, t)
+                        stamp(read(item), t)
                     m.end_ns = clock()
-                    m.cpu_excluded_ns = reread_ns
                 finally:
                     await stream.close()
         finally:
@@ -250,11 +243,3 @@ def _event_error_text(exc: Exception, body: Any) -> str:
 
 class _NoSDK(Exception):
     """A request routed to the SDK path on a provider that has none."""
-
-
-def _as_json(item: Any) -> str:
-    """The JSON an SDK event object came from (fields as received, extras such as llama.cpp's
-    `timings` included), for the wire parser. Runs after the object's stamp was taken."""
-    # warnings=False: the SDKs build unvalidated models (`construct`), so a field of a shape
-    # their types do not know (list content, a numeric id) would warn on every event.
-    return json.dumps(item.model_dump(mode="json", exclude_unset=True, warnings=False))

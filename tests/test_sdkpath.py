@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import statistics
+import time
 from typing import Any
 
 import httpx2
@@ -22,6 +23,7 @@ from labkit.figures import AttributionKey
 from labkit.providers import provider_class
 from labkit.providers.base import ChatRequest, Provider
 from labkit.providers.fake import FakeSchedule
+from labkit.providers.sdk import model_view
 from labkit.recorder import RecordContext, StreamRecorder
 from labkit.records import ErrorKind, RequestRecord, StopReason
 from labkit.sdkpath import SDKRecorder, sdk_supported
@@ -457,3 +459,125 @@ def test_sdk_path_flags_a_stream_cut_before_its_end(
     assert "truncated" in rec.error.message
     assert rec.output_text and rec.client.ttft_ms is not None  # what arrived is kept
     assert rec.stop_reason == StopReason.ERROR
+
+
+# --- reading what the SDK yields, where it lies ---------------------------------------------
+
+
+def _record_stream(kind: str, body: bytes, **settings: Any) -> RequestRecord:
+    """One SDK-path record of `body`, served by a mock transport."""
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, headers=SSE_HEADERS, content=body)
+
+    async def main() -> RequestRecord:
+        provider = make_provider(kind, api_key="sk-test-key", **settings)
+        sdk = _mock_sdk(handler)
+        try:
+            return await sdk.record(provider, chat(), RecordContext(run_id="r", experiment="t"))
+        finally:
+            await sdk.aclose()
+            await provider.aclose()
+
+    return asyncio.run(main())
+
+
+@pytest.mark.unit
+def test_model_view_is_the_json_that_arrived_by_reference() -> None:
+    from openai._models import construct_type
+    from openai.types.chat import ChatCompletionChunk
+
+    received = {
+        "id": "c-1",
+        "model": "m",
+        "choices": [{"index": 0, "delta": {"content": "Hi", "reasoning": "r"}, "logprobs": None}],
+        "usage": {"prompt_tokens": "3", "completion_tokens": 1, "total_tokens": 4, "x": [1]},
+        "x_groq": {"id": "req_1", "usage": {"queue_time": 0.01}},
+        "timings": {"prompt_ms": 1.5},
+    }
+    chunk = construct_type(type_=ChatCompletionChunk, value=json.loads(json.dumps(received)))
+    view = model_view(chunk)
+    # Fields that were not sent (object, created, finish_reason) stay absent; a null stays.
+    assert set(view) == set(received)
+    assert view["choices"] == [
+        {"index": 0, "delta": {"content": "Hi", "reasoning": "r"}, "logprobs": None}
+    ]
+    # What the SDK coerced while validating (lax mode: "3" became 3) is read as coerced.
+    assert view["usage"] == {
+        "prompt_tokens": 3,
+        "completion_tokens": 1,
+        "total_tokens": 4,
+        "x": [1],
+    }
+    assert view["x_groq"] == received["x_groq"] and view["timings"] == {"prompt_ms": 1.5}
+    assert type(view["choices"][0]) is dict and type(view["choices"][0]["delta"]) is dict
+    # By reference: the SDK's own values, not copies.
+    assert view["choices"][0]["delta"]["content"] is chunk.choices[0].delta.content
+    assert view["x_groq"] is chunk.model_extra["x_groq"]  # type: ignore[index]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("data", ['"just a string"', "[1, 2]", "7"])
+def test_an_event_that_is_no_object_is_a_malformed_stream_on_the_sdk_path(data: str) -> None:
+    body = f"data: {data}\n\ndata: [DONE]\n\n".encode()
+    rec = _record_stream("openai", body, model="gpt-4.1-mini")
+    kind = type(json.loads(data)).__name__
+    assert rec.error is not None and rec.error.kind == ErrorKind.PROTOCOL
+    assert rec.error.message == f"malformed stream: event data is a JSON {kind}, not an object"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("kind", "fixture", "settings"),
+    [
+        ("openai", "openai_chat.sse", {"model": "gpt-4.1-mini"}),
+        ("anthropic", "anthropic_messages.sse", {"model": "claude-haiku-4-5"}),
+        ("openai_responses", "corpus/openai_responses_text.sse", {"model": "gpt-5-mini"}),
+    ],
+)
+def test_sdk_path_never_serialises_what_the_sdk_yields(
+    kind: str, fixture: str, settings: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import anthropic._models
+    import openai._models
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("an SDK object was serialised")
+
+    for base in (openai._models.BaseModel, anthropic._models.BaseModel):
+        monkeypatch.setattr(base, "model_dump", refuse)
+        monkeypatch.setattr(base, "model_dump_json", refuse)
+    rec = _record_stream(kind, load_sse(fixture), **settings)
+    assert rec.error is None, rec.error
+    assert rec.output_text and rec.usage.output_tokens is not None
+
+
+@pytest.mark.unit
+def test_sdk_path_cpu_ms_includes_labkits_reading_of_each_object(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`app.cpu_ms` is the thread's CPU over the stream, labkit's per-object reading
+    included, as on the wire path: a reader that burns 2 ms of CPU per object shows up."""
+    from labkit.providers.openai_sdk import OpenAISDK
+
+    burn_ns = 2_000_000
+    reads: list[int] = []
+    plain_reader = OpenAISDK.reader
+
+    def burning_reader(self: OpenAISDK, parser: Any) -> Any:
+        read = plain_reader(self, parser)
+
+        def burn(item: Any) -> int:
+            until = time.thread_time_ns() + burn_ns
+            while time.thread_time_ns() < until:
+                pass
+            reads.append(1)
+            return read(item)
+
+        return burn
+
+    monkeypatch.setattr(OpenAISDK, "reader", burning_reader)
+    rec = _record_stream("openai", load_sse("openai_chat.sse"), model="gpt-4.1-mini")
+    assert rec.error is None, rec.error
+    assert len(reads) >= 5
+    assert rec.app.cpu_ms is not None and rec.app.cpu_ms >= len(reads) * burn_ns / 1e6

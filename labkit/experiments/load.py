@@ -431,7 +431,6 @@ class LoadExperiment(PacedExperiment):
         # pauses the loop, and every stream's stamps with it.
         gc.collect()
         gc.freeze()
-        workers = self.workers_for(level)
         job: dict[str, Any] = {
             "level": level.index,
             "mode": level.mode,
@@ -448,6 +447,7 @@ class LoadExperiment(PacedExperiment):
             most = int(level.target) if level.mode == "concurrency" else self._s.max_concurrency
             await driver.in_executor(job, most)
             return
+        workers = self.workers_for(level)
         if self._s.workers == "auto":
             choice = self.workers_choice(level)
             job["workers_tags"] = choice.tags()

@@ -108,6 +108,11 @@ class AnthropicParser(StreamParser):
         obj = load_event_object(event.data)
         if name is None:
             name = obj.get("type")
+        return self.on_object(name, obj)
+
+    def on_object(self, name: str | None, obj: dict[str, Any]) -> int:
+        """Classify one event's JSON object by its name (`ping` never gets here); the SDK
+        path calls this with the view of the SDK's event object and its `type`."""
         if name == "content_block_delta":
             delta = obj.get("delta")
             if type(delta) is not dict:

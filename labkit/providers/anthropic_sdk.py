@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from labkit.providers.sdk import SDKAdapter
+from labkit.providers.sdk import SDKAdapter, model_view
 
 if TYPE_CHECKING:
-    from labkit.providers.base import ChatRequest, Provider
+    from labkit.providers.base import ChatRequest, Provider, StreamParser
 
 __all__ = ["AnthropicSDK"]
 
 
 class AnthropicSDK(SDKAdapter):
-    """`AsyncAnthropic.messages.create(stream=True)`; events keep their `type` as SSE name."""
+    """`AsyncAnthropic.messages.create(stream=True)`; events are named by their `type`."""
 
     package = "anthropic"
 
@@ -51,6 +52,17 @@ class AnthropicSDK(SDKAdapter):
             **kwargs,
         )
 
-    def event_name(self, item: Any) -> str | None:
-        """Messages events are named by their `type`."""
-        return str(item.type)
+    def reader(self, parser: StreamParser) -> Callable[[Any], int]:
+        """Each event into the Messages parser's `on_object`, named by its `type` (the SSE
+        event name the wire carries; the SDK drops `ping` itself)."""
+        from labkit.providers.anthropic import AnthropicParser
+
+        if not isinstance(parser, AnthropicParser):
+            raise TypeError(f"Messages events need an AnthropicParser, not {parser!r}")
+        on_object = parser.on_object
+
+        def read(event: Any) -> int:
+            view = model_view(event)
+            return on_object(str(view.get("type")), view)
+
+        return read

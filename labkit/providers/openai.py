@@ -125,11 +125,15 @@ class OpenAIChatParser(StreamParser):
         self.read_rate_limits(headers, "x-ratelimit-")
 
     def on_event(self, event: SSEEvent) -> int:
-        """Classify one chunk; collect text, finish reason, usage and identifiers."""
+        """Classify one event: `[DONE]`, or a chunk (`on_chunk`)."""
         data = event.data
         if data == "[DONE]":
             return EventClass.DONE
-        obj = load_event_object(data)
+        return self.on_chunk(load_event_object(data))
+
+    def on_chunk(self, obj: dict[str, Any]) -> int:
+        """Classify one chunk's JSON object; collect text, finish reason, usage and
+        identifiers. The SDK path calls this with the view of the SDK's chunk object."""
         cls = EventClass.IGNORE
         err = obj.get("error")
         if err:

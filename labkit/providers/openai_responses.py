@@ -124,7 +124,11 @@ class OpenAIResponsesParser(StreamParser):
     def on_event(self, event: SSEEvent) -> int:
         """Classify one event and collect what it carries."""
         obj = load_event_object(event.data)
-        name = event.event or obj.get("type")
+        return self.on_object(event.event or obj.get("type"), obj)
+
+    def on_object(self, name: str | None, obj: dict[str, Any]) -> int:
+        """Classify one event's JSON object by its name; the SDK path calls this with the
+        view of the SDK's event object and its `type`."""
         if name == "response.output_text.delta":
             delta = _delta(obj, name)
             if not delta:

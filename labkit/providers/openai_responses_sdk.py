@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from labkit.providers.openai_sdk import OpenAISDK
+from labkit.providers.sdk import model_view
 
 if TYPE_CHECKING:
-    from labkit.providers.base import ChatRequest, Provider
+    from labkit.providers.base import ChatRequest, Provider, StreamParser
 
 __all__ = ["OpenAIResponsesSDK"]
 
@@ -37,6 +39,17 @@ class OpenAIResponsesSDK(OpenAISDK):
             **kwargs,
         )
 
-    def event_name(self, item: Any) -> str | None:
-        """Responses events are named by their `type`."""
-        return str(item.type)
+    def reader(self, parser: StreamParser) -> Callable[[Any], int]:
+        """Each event into the Responses parser's `on_object`, named by its `type` (the
+        SSE event name the wire carries)."""
+        from labkit.providers.openai_responses import OpenAIResponsesParser
+
+        if not isinstance(parser, OpenAIResponsesParser):
+            raise TypeError(f"Responses events need an OpenAIResponsesParser, not {parser!r}")
+        on_object = parser.on_object
+
+        def read(event: Any) -> int:
+            view = model_view(event)
+            return on_object(str(view.get("type")), view)
+
+        return read

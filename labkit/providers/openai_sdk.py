@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from labkit.providers.sdk import SDKAdapter
+from labkit.providers.sdk import SDKAdapter, model_view
 
 if TYPE_CHECKING:
-    from labkit.providers.base import ChatRequest, Provider
+    from labkit.providers.base import ChatRequest, Provider, StreamParser
 
 __all__ = ["OpenAISDK"]
 
@@ -41,3 +42,17 @@ class OpenAISDK(SDKAdapter):
             extra_body={**provider.settings.extra_body, **params} or None,
             extra_headers={"connection": "close"} if close else None,
         )
+
+    def reader(self, parser: StreamParser) -> Callable[[Any], int]:
+        """Each `ChatCompletionChunk` into the Chat Completions parser's `on_chunk` (the SDK
+        swallows `[DONE]` and raises on an error chunk before yielding it)."""
+        from labkit.providers.openai import OpenAIChatParser
+
+        if not isinstance(parser, OpenAIChatParser):
+            raise TypeError(f"the openai SDK's chunks need an OpenAIChatParser, not {parser!r}")
+        on_chunk = parser.on_chunk
+
+        def read(chunk: Any) -> int:
+            return on_chunk(model_view(chunk))
+
+        return read

@@ -3,8 +3,13 @@
 A provider with an official SDK names an `SDKAdapter` (`Provider.sdk`); `labkit.sdkpath`
 owns the HTTP client (httpx2, with the trace hook that stamps connection phases), the clock
 and the record, and asks the adapter only what is the provider's own: how to build the SDK
-client and how to open one streaming request through it. A provider without an SDK leaves
-`Provider.sdk` at None, and `paths: [sdk]` on it is a config error.
+client, how to open one streaming request through it, and how to read what it yields.
+
+Reading: the SDKs hand over pydantic models they built from each event's JSON. An adapter
+feeds them to the same parser state the wire path fills, through the parser's own core (the
+method the wire path calls after `json.loads`), with `model_view` of each object: the JSON
+object it was built from, as the SDK kept it, read off the model's attributes without
+serialising anything. One parser, so both paths count and classify alike.
 
 The SDK packages are imported inside the adapters' methods, so importing a provider never
 imports its SDK.
@@ -13,12 +18,22 @@ imports its SDK.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from labkit.providers.base import ChatRequest, Provider
+from pydantic import BaseModel
 
-__all__ = ["SDKAdapter"]
+from labkit.errors import MalformedStream
+
+if TYPE_CHECKING:
+    from labkit.providers.base import ChatRequest, Provider, StreamParser
+
+__all__ = ["SDKAdapter", "model_view"]
+
+#: The types of JSON's scalars: a value of one of these is taken as it is.
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+#: The SDK model classes met so far, so that a nested model is known by a set lookup.
+_MODEL_TYPES: set[type] = set()
 
 
 class SDKAdapter(ABC):
@@ -38,7 +53,62 @@ class SDKAdapter(ABC):
         """Send one streaming request; return the SDK's stream object, which iterates the
         events, has ``.response.headers`` and an async ``close()``."""
 
-    def event_name(self, item: Any) -> str | None:
-        """The SSE event name the wire parser expects for one yielded object (None: the
-        protocol's events are unnamed)."""
-        return None
+    @abstractmethod
+    def reader(self, parser: StreamParser) -> Callable[[Any], int]:
+        """The per-event step for one stream: a function that reads one object the SDK
+        yields into `parser` (the provider's wire parser, from `Provider.new_parser`) and
+        returns its `EventClass`, as the parser's `on_event` does for the wire's event."""
+
+
+def model_view(model: Any) -> dict[str, Any]:
+    """The JSON object an SDK model was built from, as the wire parsers read it.
+
+    The fields that arrived (`model_fields_set`, by field name, as `model_dump` names them),
+    the keys the SDK's types do not declare (`model_extra`: reasoning fields, Groq's
+    `x_groq`, llama.cpp's `timings`, as received) and nested models as views of their own,
+    in plain dicts and lists. Values are the SDK's, by reference: nothing is copied or
+    serialised, and what the SDK coerced while building the model (lax mode) stays coerced.
+
+    An event whose JSON is no object (a string, a number, an array) reaches user code as it
+    is, not as a model: `MalformedStream`, worded as the wire parsers word it.
+    """
+    try:
+        values = model.__dict__
+        names = model.__pydantic_fields_set__
+    except AttributeError:
+        raise MalformedStream(
+            f"event data is a JSON {type(model).__name__}, not an object"
+        ) from None
+    extra = model.__pydantic_extra__
+    if extra:
+        names = names - extra.keys()  # a validated model counts its extra keys as set
+    view = {}
+    for name in names:
+        value = values[name]
+        kind = type(value)
+        if kind in _SCALARS:
+            view[name] = value
+        elif kind in _MODEL_TYPES:
+            view[name] = model_view(value)
+        elif kind is list:  # `choices`: a list of models, on every chunk
+            view[name] = [model_view(v) if type(v) in _MODEL_TYPES else _plain(v) for v in value]
+        else:
+            view[name] = _plain(value)
+    if extra:
+        view.update(extra)  # as received: the SDKs' extra keys are untyped
+    return view
+
+
+def _plain(value: Any) -> Any:
+    """A value with the models inside it as views (lists and dicts walked)."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is list:
+        return [v if type(v) in _SCALARS else _plain(v) for v in value]
+    if isinstance(value, BaseModel):
+        _MODEL_TYPES.add(kind)
+        return model_view(value)
+    if kind is dict:
+        return {k: v if type(v) in _SCALARS else _plain(v) for k, v in value.items()}
+    return value

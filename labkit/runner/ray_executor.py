@@ -16,7 +16,7 @@ Per level:
 3. the driver measures each actor's clock offset (`labkit.clocksync.measure_offset` over
    `LevelActor.now`), picks the level's start t0 on its own clock and gives each actor
    ``t0 - offset``, the same instant on that actor's clock;
-4. each actor streams its records back as each completes (a streaming generator); the
+4. each actor streams its records back as each completes (a long poll, `next_items`); the
    driver validates each, stamps it with its host and clock offset and appends it to the
    run folder at once;
 5. after the level the driver measures the offsets again (the clock log,
@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import importlib
 import json
+import logging
 import socket
 import time
 import uuid
@@ -91,7 +92,7 @@ def ray_module() -> Any:
 
 
 class _QueueLink:
-    """The worker body's link inside an actor: every item goes to the actor's stream."""
+    """The worker body's link inside an actor: every item goes to the actor's queue."""
 
     def __init__(self, queue: asyncio.Queue[Any], go: asyncio.Future[int], skew_ns: int) -> None:
         self._queue = queue
@@ -140,6 +141,8 @@ class LevelActor:
         self._built: tuple[Provider, PacedExperiment] | None = None
         self._go: asyncio.Future[int] | None = None
         self._task: asyncio.Task[None] | None = None
+        self._queue: asyncio.Queue[Any] | None = None
+        self._ended = False
 
     async def where(self) -> dict[str, str]:
         """This actor's node: its id, address and host name."""
@@ -173,23 +176,42 @@ class LevelActor:
         if self._task is not None:
             self._task.cancel()
 
-    async def stream(self) -> Any:
-        """The share's items as they happen (a streaming generator): ``("record", line)``,
-        ``("sent", notice)`` before each request, ``("ready", None)`` after the warm-ups."""
+    async def start(self) -> None:
+        """Start the share: warm-ups now, the level at the time `go` gives."""
         assert self._built is not None, "prepare() first"
         provider, experiment = self._built
         loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._queue = queue = asyncio.Queue[Any]()
         self._go = loop.create_future()
         link = _QueueLink(queue, self._go, self._skew_ns)
         self._task = loop.create_task(
             run_worker(provider, experiment, self._document, link, clock_skew_ns=self._skew_ns)
         )
         self._task.add_done_callback(lambda _: queue.put_nowait(_END))
-        while (item := await queue.get()) is not _END:
-            yield item
-        if not self._task.cancelled() and self._task.exception() is not None:
-            raise RunError(f"the actor's share failed: {self._task.exception()!r}")
+
+    async def next_items(self) -> list[tuple[str, Any]] | None:
+        """Every item queued since the last call, waiting for one (None: the share has
+        ended): ``("record", line)``, ``("sent", notice)`` before each request, and
+        ``("ready", None)`` after the warm-ups.
+
+        The driver asks again as soon as it has an answer (a long poll: the one way to
+        stream that Ray Client supports too). Under load the items come in batches, one
+        round trip each; a quiet stream's record comes alone, at once.
+        """
+        queue = self._queue
+        if queue is None or self._ended:
+            if self._task is not None and not self._task.cancelled():
+                failure = self._task.exception()
+                if failure is not None:
+                    raise RunError(f"the actor's share failed: {failure!r}")
+            return None
+        batch = [await queue.get()]
+        while not queue.empty():
+            batch.append(queue.get_nowait())
+        if batch[-1] is _END:
+            batch.pop()
+            self._ended = True
+        return batch
 
 
 # --- The driver ---------------------------------------------------------------------------
@@ -205,7 +227,12 @@ class _Actor:
     node_id: str = ""
     before: ClockOffset | None = None
     after: ClockOffset | None = None
-    in_flight: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: The notices of requests sent and not yet recorded, by (trial, warmup): what a
+    #: cancelled request's record (which has no plan key yet) is matched by too.
+    in_flight: dict[tuple[int, bool], dict[str, Any]] = field(default_factory=dict)
+    #: The `next_items` call awaited now: a reader cancelled mid-wait leaves it for the
+    #: next reader, so no batch it brings is dropped.
+    pending: Any = None
     records: list[RequestRecord] = field(default_factory=list)
     died: str | None = None
 
@@ -245,6 +272,9 @@ class RayExecutor:
         if not ray.is_initialized():
             # "local" is Ray's own word for a new cluster on this host, whatever RAY_ADDRESS says.
             address = self.settings.address
+            # Off the main thread, so that Ray does not take SIGTERM from labkit's own handler
+            # (it would exit without the manifest); it says so in a warning, hidden here.
+            logging.getLogger("ray._private.worker").addFilter(_no_sigterm_note)
             await asyncio.to_thread(
                 ray.init,
                 address=address,
@@ -299,7 +329,7 @@ class RayExecutor:
             return _lost_record(notice, provider, experiment.name, document["run_id"], actor)
 
         actors: list[_Actor] = []
-        streams: list[Any] = []
+        started = False
         try:
             for k in range(n):
                 doc = {**document, "worker": k, "processes": n}
@@ -311,15 +341,14 @@ class RayExecutor:
             for actor, problem in zip(actors, problems, strict=True):
                 if problem is not None:
                     raise RunError(_missing_key_line(actor.host, provider, problem))
-            streams = [a.handle.stream.options(num_returns="streaming").remote() for a in actors]
-            await self._warm_up(actors, streams, on_record)
+            await asyncio.gather(*(a.handle.start.remote() for a in actors))
+            started = True
+            await self._warm_up(actors, on_record)
             t0 = time.perf_counter_ns() + _START_MARGIN_NS
             for actor in actors:
                 assert actor.before is not None
                 actor.handle.go.remote(t0 - actor.before.offset_ns)
-            await asyncio.gather(
-                *(self._pump(a, s, lose, on_record) for a, s in zip(actors, streams, strict=True))
-            )
+            await asyncio.gather(*(self._pump(a, lose, on_record) for a in actors))
             label = _level_label(actors, document)
             for actor in actors:
                 if actor.died is None:
@@ -341,7 +370,7 @@ class RayExecutor:
             )
             return level
         except BaseException:
-            await self._stop(actors, streams, lose, on_record)
+            await self._stop(actors if started else [], lose, on_record)
             raise
         finally:
             for actor in actors:
@@ -366,31 +395,39 @@ class RayExecutor:
     async def _warm_up(
         self,
         actors: list[_Actor],
-        streams: list[Any],
         on_record: Callable[[RequestRecord], None],
     ) -> None:
         """Read each actor's warm-up records up to its ready item; then measure its clock
         and keep the warm-ups, stamped with it."""
-        for actor, stream in zip(actors, streams, strict=True):
-            warmups: list[RequestRecord] = []
-            async with asyncio.timeout(_READY_TIMEOUT_S):
-                async for ref in stream:
-                    kind, value = await ref
-                    if kind == "ready":
-                        break
-                    if kind == "record":
-                        warmups.append(RequestRecord.from_json_line(value))
-                else:
-                    raise RunError(f"the actor on {actor.host} ended before its level started")
-            actor.before = await _offset_of(actor)
-            for record in warmups:
-                self._arrived(actor, record, on_record)
+        for actor in actors:
+            try:
+                await self._warm_up_one(actor, on_record)
+            except self._ray.exceptions.RayActorError as exc:
+                raise RunError(
+                    f"the Ray actor on node {actor.host} died before the level started "
+                    f"({_death_reason(exc)})"
+                ) from None
+
+    async def _warm_up_one(self, actor: _Actor, on_record: Callable[[RequestRecord], None]) -> None:
+        """One actor's warm-ups, up to its ready item; then its clock offset."""
+        warmups: list[RequestRecord] = []
+        async with asyncio.timeout(_READY_TIMEOUT_S):
+            while (batch := await _next_items(actor)) is not None:
+                warmups.extend(
+                    RequestRecord.from_json_line(value) for kind, value in batch if kind == "record"
+                )
+                if batch and batch[-1][0] == "ready":  # the worker now waits for its start
+                    break
+            else:
+                raise RunError(f"the actor on {actor.host} ended before its level started")
+        actor.before = await _offset_of(actor)
+        for record in warmups:
+            self._arrived(actor, record, on_record)
 
     def _arrived(
         self, actor: _Actor, record: RequestRecord, on_record: Callable[[RequestRecord], None]
     ) -> None:
-        if record.plan_key is not None:
-            actor.in_flight.pop(record.plan_key, None)
+        actor.in_flight.pop((record.trial, record.warmup), None)
         record.host = actor.host
         if actor.before is not None:
             record.clock = record_clock(actor.before)
@@ -400,7 +437,6 @@ class RayExecutor:
     async def _pump(
         self,
         actor: _Actor,
-        stream: Any,
         lose: _LoseFn,
         on_record: Callable[[RequestRecord], None],
     ) -> None:
@@ -408,12 +444,12 @@ class RayExecutor:
         requests as lost."""
         ray = self._ray
         try:
-            async for ref in stream:
-                kind, value = await ref
-                if kind == "record":
-                    self._arrived(actor, RequestRecord.from_json_line(value), on_record)
-                elif kind == "sent":
-                    actor.in_flight[value["key"]] = value
+            while (batch := await _next_items(actor)) is not None:
+                for kind, value in batch:
+                    if kind == "record":
+                        self._arrived(actor, RequestRecord.from_json_line(value), on_record)
+                    elif kind == "sent":
+                        actor.in_flight[(int(value["trial"]), bool(value["warmup"]))] = value
         except ray.exceptions.RayActorError as exc:
             actor.died = _death_reason(exc)
             for notice in list(actor.in_flight.values()):
@@ -423,7 +459,6 @@ class RayExecutor:
     async def _stop(
         self,
         actors: list[_Actor],
-        streams: list[Any],
         lose: _LoseFn,
         on_record: Callable[[RequestRecord], None],
     ) -> None:
@@ -432,12 +467,9 @@ class RayExecutor:
         for actor in actors:
             with contextlib.suppress(Exception):
                 actor.handle.stop.remote()
-        if not streams:
+        if not actors:
             return
-        drains = [
-            asyncio.create_task(self._pump(a, s, lose, on_record))
-            for a, s in zip(actors, streams, strict=True)
-        ]
+        drains = [asyncio.create_task(self._pump(a, lose, on_record)) for a in actors]
         with contextlib.suppress(Exception, asyncio.CancelledError):
             await asyncio.wait_for(
                 asyncio.gather(*drains, return_exceptions=True), _DRAIN_AFTER_CANCEL_S
@@ -484,6 +516,14 @@ class RayExecutor:
             await asyncio.to_thread(ray.shutdown)
 
 
+async def _next_items(actor: _Actor) -> list[tuple[str, Any]] | None:
+    if actor.pending is None:
+        actor.pending = actor.handle.next_items.remote()
+    batch: list[tuple[str, Any]] | None = await actor.pending
+    actor.pending = None
+    return batch
+
+
 async def _offset_of(actor: _Actor) -> ClockOffset:
     async def remote_now() -> int:
         return int(await actor.handle.now.remote())
@@ -505,6 +545,10 @@ def _missing_key_line(host: str, provider: Provider, problem: str) -> str:
 def _death_reason(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return (text[0] if text else type(exc).__name__)[:200]
+
+
+def _no_sigterm_note(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("SIGTERM handler is not set")
 
 
 def _append_line(path: Path, data: dict[str, Any]) -> None:

@@ -140,10 +140,10 @@ def test_wire_path_reads_the_shape(fixture: Fixture) -> None:
     check_record(record, fixture.expect)
 
 
-# The SDKs build their chunk models without validation; dumping one whose field has another
-# type than declared (Mistral's content parts, a numeric id) warns. labkit.sdkpath's
-# re-reading of each object triggers it; the facts are the wire path's all the same.
-@pytest.mark.filterwarnings("ignore:Pydantic serializer warnings:UserWarning")
+# The SDKs build their chunk models without validation, so a field can hold another type
+# than declared (Mistral's content parts, a numeric id); labkit reads the objects as they are
+# (`model_view`), never dumping them, so pydantic's serializer warnings must not appear.
+@pytest.mark.filterwarnings("error:Pydantic serializer warnings:UserWarning")
 @pytest.mark.parametrize("fixture", SDK_CORPUS, ids=[f.name for f in SDK_CORPUS])
 def test_sdk_path_reads_the_shape_or_fails_as_documented(fixture: Fixture) -> None:
     record = replay(fixture, "sdk")

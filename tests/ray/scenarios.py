@@ -208,9 +208,15 @@ async def on_cluster(out: Path, base_url: str) -> dict[str, Any]:
     from ray.cluster_utils import Cluster
 
     results: dict[str, Any] = {}
+    client_port = _free_port()
     cluster = Cluster(
         initialize_head=True,
-        head_node_args={"num_cpus": 2, "resources": {"node_a": 1}, "include_dashboard": False},
+        head_node_args={
+            "num_cpus": 2,
+            "resources": {"node_a": 1},
+            "include_dashboard": False,
+            "ray_client_server_port": client_port,
+        },
     )
     cluster.add_node(num_cpus=2, resources={"node_b": 1})
     node_c = cluster.add_node(num_cpus=2, resources={"node_c": 1})
@@ -243,12 +249,44 @@ async def on_cluster(out: Path, base_url: str) -> dict[str, Any]:
             _config("nokey", out / "nokey", base_url, executor=nokey_exec), messages
         )
         results["nokey_messages"] = messages
+        results["client"] = _through_ray_client(client_port, out, base_url, ray_exec)
         results["kill"] = await _kill_and_resume(cluster, node_c, out, base_url, ray_exec)
         results["actors_left"] = _actor_processes()
     finally:
         ray.shutdown()
         cluster.shutdown()
     return results
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _through_ray_client(
+    port: int, out: Path, base_url: str, ray_exec: dict[str, Any]
+) -> dict[str, Any]:
+    """`labkit run` in a process of its own, on the cluster through Ray Client (ray://)."""
+    executor = {**ray_exec, "address": f"ray://127.0.0.1:{port}", "clock_skew_ns": {}}
+    config = _config("client", out / "client", base_url, executor=executor)
+    path = out / "client.json"
+    path.write_text(json.dumps(config))
+    done = subprocess.run(
+        [sys.executable, "-m", "labkit", "run", str(path), "--no-report"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    dirs = [p for p in (out / "client").glob("*") if p.is_dir()]
+    return {
+        "returncode": done.returncode,
+        "output": (done.stdout + done.stderr)[-3000:],
+        "run_dir": str(dirs[0]) if dirs else None,
+    }
 
 
 def _actor_processes() -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -14,8 +15,9 @@ import pytest
 import labkit.config
 from labkit.config import RayExecutorSettings, parse_config
 from labkit.errors import ConfigError, RunError
+from labkit.experiments.load import LoadExperiment, LoadSettings
 from labkit.providers import provider_class
-from labkit.records import ErrorKind, StopReason
+from labkit.records import ClientTimings, ErrorKind, RequestRecord, StopReason
 from labkit.runner import ray_executor
 from labkit.runner.ray_executor import RayExecutor, _Actor, _lost_record
 
@@ -126,3 +128,46 @@ def test_a_lost_request_is_one_record_naming_its_node() -> None:
     assert record.stop_reason == StopReason.ERROR and record.t_start_mono_ns == 123
     assert record.started_at == datetime(2026, 1, 2, tzinfo=UTC)
     assert record.client.ttft_ms is None  # nothing of it came back
+
+
+def _measured_record(lag_ms: float) -> RequestRecord:
+    return RequestRecord(
+        run_id="r",
+        record_id=uuid.uuid4().hex,
+        experiment="load",
+        provider="fake",
+        provider_kind="fake",
+        model="m",
+        prompt_id="p",
+        prompt_chars=1,
+        prompt_bytes=1,
+        started_at=datetime(2026, 1, 2, tzinfo=UTC),
+        client=ClientTimings(loop_lag_ms=lag_ms, e2e_ms=100.0),
+        tags={"level": "c4"},
+    )
+
+
+def test_the_level_names_the_hosts_whose_actor_was_client_bound(tmp_path: Path) -> None:
+    busy = _Actor(0, handle=None, host="busy/10.0.0.1/aaaa")
+    idle = _Actor(1, handle=None, host="idle/10.0.0.2/bbbb")
+    busy.records = [_measured_record(25.0) for _ in range(4)]
+    idle.records = [_measured_record(0.2) for _ in range(4)]
+    dead = _Actor(2, handle=None, host="gone/10.0.0.3/cccc", died="its node died")
+    dead.records = [_measured_record(0.2)]
+    messages: list[str] = []
+    executor = RayExecutor(RayExecutorSettings(), tmp_path)
+    experiment = LoadExperiment(LoadSettings(concurrency=[4], requests=8))
+    level = executor._summary([busy, idle, dead], experiment, "c4", messages.append)
+    assert level.client_bound_hosts == ["busy/10.0.0.1/aaaa"]
+    assert level.died == ["gone/10.0.0.3/cccc"] and level.partial
+    assert any("client-bound on busy/10.0.0.1/aaaa" in m for m in messages)
+    assert any("gone/10.0.0.3/cccc died" in m and "partial" in m for m in messages)
+
+
+def test_the_shipped_ray_config_validates() -> None:
+    from labkit.config import load_config
+    from labkit.runner.run import validate_experiments
+
+    config = load_config(Path(__file__).parents[2] / "configs" / "load_ray.yaml")
+    assert config.executor is not None and config.executor.address == "auto"
+    validate_experiments(config)

@@ -172,3 +172,12 @@ def test_ctrl_c_stops_every_actor_and_keeps_what_arrived(scenarios: dict[str, An
 
 def test_no_actor_outlives_its_run(scenarios: dict[str, Any]) -> None:
     assert scenarios["actors_left"] == []
+
+
+def test_a_level_runs_through_ray_client_too(scenarios: dict[str, Any]) -> None:
+    client = scenarios["client"]
+    assert client["returncode"] == 0, client["output"]
+    records = _measured(_records(client["run_dir"]))
+    assert sorted(str(r.plan_key) for r in records) == sorted(f"load/c4/{i}" for i in range(12))
+    assert all(r.error is None and r.host is not None for r in records)
+    assert len({r.host for r in records}) == 2
