@@ -198,10 +198,10 @@ def _reexec_in_netns() -> None:
 def _figures(outcome: LegOutcome, streams: int, truth: dict[str, Any]) -> dict[str, Any]:
     """The row of one executor at one level, its stamps matched to the server's `truth`."""
     acc = Accum()
-    acc.add(outcome.result, truth)
+    acc.add(outcome.result, truth, streams)
     f = acc.figures()
     raw = Accum()
-    raw.add(LegResult(outcome.raw, 0.0, 0.0), truth)
+    raw.add(LegResult(outcome.raw, 0.0, 0.0), truth, streams)
     lvl = outcome.level
     held = (
         lvl is not None
