@@ -7,19 +7,29 @@ and its experiments (likewise). Keys are never in a config: a provider names the
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    SerializeAsAny,
+    ValidationError,
+    field_validator,
+)
 
 from labkit.errors import ConfigError
 from labkit.experiments import ExperimentSettings, experiment_class, experiment_kinds
 from labkit.providers import ProviderSettings, provider_class, provider_kinds, sdk_available
 
-__all__ = ["LabConfig", "load_config", "looks_like_key", "parse_config"]
+__all__ = ["LabConfig", "RayExecutorSettings", "load_config", "looks_like_key", "parse_config"]
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: How keys (not variable names) begin: OpenAI/Anthropic/Stripe `sk-`/`sk_`, Groq `gsk_`,
@@ -51,6 +61,56 @@ def looks_like_key(name: str) -> bool:
     return len(name) >= 20 and digit_count >= 4 and lower and name not in os.environ
 
 
+class RayExecutorSettings(BaseModel):
+    """`executor: {kind: ray, ...}`: load levels run by Ray actors across a cluster's nodes
+    (`labkit.runner.ray_executor`; `pip install labkit[ray]`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["ray"] = "ray"
+    address: str = Field(
+        default="local",
+        description="`local`: a Ray cluster started on this host for the run (and stopped at "
+        "its end); `auto`: the running cluster (RAY_ADDRESS, or the one started here with "
+        "`ray start`); `ray://host:port`: a remote cluster through Ray Client; `host:port`: a "
+        "cluster's GCS address.",
+    )
+    workers: PositiveInt | Literal["auto"] = Field(
+        default="auto",
+        description="Actors reading a level's streams; auto: one per CPU the cluster offers "
+        "(a closed loop never gets more actors than streams).",
+    )
+    cpus_per_worker: PositiveFloat = Field(
+        default=1.0, description="CPUs each actor reserves on its node (Ray's num_cpus)."
+    )
+    placement: Literal["spread", "pack"] | list[str] = Field(
+        default="spread",
+        description="`spread`: actors over as many nodes as possible; `pack`: as few as "
+        "possible; a list of custom resource names: actor k on a node that offers resource "
+        "`placement[k % len]` (give each node its own resource to pin actors to nodes).",
+    )
+    clock_skew_ns: dict[int, int] = Field(
+        default_factory=dict,
+        description="Test hook: actor index → nanoseconds added to that actor's clock (its "
+        "records' t_start_mono_ns, its offset probe, its view of the start), to check that "
+        "the measured offsets correct it.",
+    )
+
+    @field_validator("address")
+    @classmethod
+    def _known_address(cls, value: str) -> str:
+        if value in ("local", "auto") or value.startswith("ray://") or ":" in value:
+            return value
+        raise ValueError("expected local, auto, ray://host:port or host:port")
+
+    @field_validator("placement")
+    @classmethod
+    def _some_resources(cls, value: str | list[str]) -> str | list[str]:
+        if isinstance(value, list) and not value:
+            raise ValueError("give at least one resource name, or spread / pack")
+        return value
+
+
 class LabConfig(BaseModel):
     """A whole run: providers × experiments."""
 
@@ -62,6 +122,11 @@ class LabConfig(BaseModel):
     store_text: bool = Field(default=True, description="Keep generated text in records.")
     providers: list[SerializeAsAny[ProviderSettings]] = Field(min_length=1)
     experiments: list[SerializeAsAny[ExperimentSettings]] = Field(min_length=1)
+    executor: RayExecutorSettings | None = Field(
+        default=None,
+        description="Where paced experiments' levels run: absent, in this process or its "
+        "worker processes (`workers`); `{kind: ray, ...}`, on Ray actors.",
+    )
 
     def redacted(self) -> dict[str, Any]:
         """The config as JSON data for the manifest (it holds variable names, never keys)."""
@@ -187,10 +252,18 @@ def parse_config(data: Any, source: str = "<config>") -> LabConfig:
         for line in _validation_lines(exc, ""):
             if not (line.startswith(("providers", "experiments")) and errors):
                 errors.append(line)
+    if config is not None and config.executor is not None and not _ray_installed():
+        errors.append(
+            "executor: kind ray needs Ray, which is not installed here; pip install 'labkit[ray]'"
+        )
     if errors or config is None:
         listing = "\n".join(f"  - {e}" for e in errors)
         raise ConfigError(f"{source}: invalid config\n{listing}")
     return config
+
+
+def _ray_installed() -> bool:
+    return importlib.util.find_spec("ray") is not None
 
 
 def load_config(path: str | Path) -> LabConfig:

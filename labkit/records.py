@@ -27,6 +27,7 @@ __all__ = [
     "LabAnswer",
     "LabResults",
     "ProviderTimings",
+    "RecordClock",
     "RecordError",
     "RequestRecord",
     "StopReason",
@@ -57,6 +58,7 @@ class ErrorKind(StrEnum):
     STREAM_ERROR = "stream_error"
     PROTOCOL = "protocol"
     CANCELLED = "cancelled"
+    LOST = "lost"
     CONFIG = "config"
     INTERNAL = "internal"
 
@@ -344,6 +346,27 @@ class Usage(_Model):
     )
 
 
+class RecordClock(_Model):
+    """How a record measured on another host maps onto the driver's clock (labkit extension;
+    `labkit.clocksync`): add an offset to a time read on that host's `perf_counter_ns`."""
+
+    offset_ns: int = Field(
+        description="The host's clock offset to the driver's, estimated before the level "
+        "(the shortest of repeated round trips, as NTP does)."
+    )
+    uncertainty_ns: int = Field(
+        description="Half that round trip: the true offset is within ± this."
+    )
+    offset_after_ns: int | None = Field(
+        default=None,
+        description="The offset estimated again after the level; null when the record was "
+        "written before that closing exchange.",
+    )
+    uncertainty_after_ns: int | None = Field(
+        default=None, description="The after estimate's uncertainty; null with it."
+    )
+
+
 class RequestRecord(_Model):
     """One request, as measured. Serialised as one JSON line in `records.jsonl`."""
 
@@ -368,6 +391,16 @@ class RequestRecord(_Model):
         description="`time.perf_counter_ns()` at t_start: this host's monotonic clock, so the "
         "records of one run (worker processes included) line up on one time axis; "
         "meaningless across hosts or reboots (labkit extension).",
+    )
+    host: str | None = Field(
+        default=None,
+        description="The host that measured this record; null: the driver's own host "
+        "(labkit extension).",
+    )
+    clock: RecordClock | None = Field(
+        default=None,
+        description="Its host's clock offset to the driver's; null on the driver's host "
+        "(labkit extension).",
     )
     client: ClientTimings = Field(default_factory=ClientTimings)
     provider_timings: ProviderTimings = Field(default_factory=ProviderTimings)

@@ -46,6 +46,7 @@ from labkit.capacity import (
     process_capacity,
 )
 from labkit.capacity import stream_events_per_s as warmup_events_per_s
+from labkit.clocksync import HostClock, clock_note, driver_start_ns, level_clock
 from labkit.errors import ConfigError
 from labkit.experiments.base import ExperimentSettings, PlannedRequest, register_experiment
 from labkit.experiments.common import Prompt, fmt_ms, latest_pass, p_of, prompt_list
@@ -54,7 +55,7 @@ from labkit.experiments.prefill_decode import filler_text
 from labkit.figures import LoadFigures, LoadLevel, LoadLevelCache
 from labkit.pacing import arrival_offsets_ns, closed_loop, open_loop
 from labkit.providers.base import ChatRequest, Provider, ProviderSettings
-from labkit.records import LabAnswer, RequestRecord
+from labkit.records import ErrorKind, LabAnswer, RequestRecord
 from labkit.selfcheck import CLIENT_BOUND, level_lag
 from labkit.server_metrics import ServerMetricsSample, server_level_metrics
 from labkit.slo import SLO, judge, slo_sentence
@@ -430,7 +431,6 @@ class LoadExperiment(PacedExperiment):
         # pauses the loop, and every stream's stamps with it.
         gc.collect()
         gc.freeze()
-        workers = self.workers_for(level)
         job: dict[str, Any] = {
             "level": level.index,
             "mode": level.mode,
@@ -441,6 +441,13 @@ class LoadExperiment(PacedExperiment):
             "paths": self._paths,
             "cache_on": self._cache_on,
         }
+        if driver.has_executor():
+            # A closed loop cannot use more workers than it has streams, nor a capped open
+            # loop more than its cap.
+            most = int(level.target) if level.mode == "concurrency" else self._s.max_concurrency
+            await driver.in_executor(job, most)
+            return
+        workers = self.workers_for(level)
         if self._s.workers == "auto":
             choice = self.workers_choice(level)
             job["workers_tags"] = choice.tags()
@@ -518,11 +525,16 @@ class LoadExperiment(PacedExperiment):
         """Per level: achieved rate, ok/failed, TTFT and decode percentiles, throughput."""
         rows = []
         scraped = self.server_metrics.get(provider_id, [])
+        by_level: dict[Level, list[RequestRecord]] = {}
         chosen: list[str] = []
         for level in self.levels():
             recs = latest_pass([r for r in records if r.tags.get("level") == level.label])
+            clocks = [c for c in self.host_clocks if c.level == level.label]
+            by_level[level] = recs
             rows.append(
-                level_figures(level, recs, self._s.arrival, scraped, slos=self.settings.slos())
+                level_figures(
+                    level, recs, self._s.arrival, scraped, slos=self.settings.slos(), clocks=clocks
+                )
             )
             chosen += _workers_choice_words(level, recs)
         figures = LoadFigures(levels=rows, mode=self.levels()[0].mode)
@@ -545,13 +557,25 @@ class LoadExperiment(PacedExperiment):
         text += _goodput_sentence(done)
         if chosen:
             text += f" workers: auto read {'; '.join(chosen)}."
+        text += "".join(clock_note(r.title, r.clock_uncertainty_ms, r.ttft_ms_p50) for r in rows)
         bound = [r for r in rows if r.client_bound]
         if bound:
             text += (
                 f" {CLIENT_BOUND} at {', '.join(r.title for r in bound)}: labkit read the "
                 f"streams late; {bound[-1].client_bound_fix}."
             )
-        status: Literal["ok", "partial", "failed"] = "ok" if len(done) == len(rows) else "partial"
+        lost = [
+            level.title
+            for level in self.levels()
+            if any(r.error is not None and r.error.kind == ErrorKind.LOST for r in by_level[level])
+        ]
+        if lost:
+            text += (
+                f" Partial: {', '.join(lost)} lost requests with a Ray node that died "
+                "mid-level; labkit run --resume runs them again."
+            )
+        whole = len(done) == len(rows) and not lost
+        status: Literal["ok", "partial", "failed"] = "ok" if whole else "partial"
         return self.answer(provider_id, model, text, figures, status)
 
 
@@ -601,6 +625,8 @@ def _complete(level: Level, previous: list[RequestRecord], n: int | None) -> boo
     recs = latest_pass([r for r in previous if r.tags.get("level") == level.label])
     if not recs or any(r.stop_reason == "cancelled" for r in recs):
         return False
+    if any(r.error is not None and r.error.kind == ErrorKind.LOST for r in recs):
+        return False  # a Ray actor died mid-level: the level is partial
     return n is None or len(recs) >= n
 
 
@@ -610,17 +636,19 @@ def level_figures(
     arrival: str = "poisson",
     server_samples: Sequence[ServerMetricsSample] = (),
     slos: Sequence[SLO] = (),
+    clocks: Sequence[HostClock] = (),
 ) -> LoadLevel:
     """One row of the load table from one pass of a level, judged against `slos`; with the
     server's scraped metrics, what they said from the level's first request sent to its
-    last stream's end."""
+    last stream's end; with the hosts' clock estimates around it (`clocks`), how far its
+    times across hosts may be off."""
     recs = [r for r in records if not r.warmup]
     ok = [r for r in recs if r.error is None]
-    starts = sorted(r.t_start_mono_ns for r in recs if r.t_start_mono_ns is not None)
+    starts = sorted(t for r in recs if (t := driver_start_ns(r)) is not None)
     ends = [
-        r.t_start_mono_ns + r.client.e2e_ms * 1e6
+        t + r.client.e2e_ms * 1e6
         for r in ok
-        if r.t_start_mono_ns is not None and r.client.e2e_ms is not None
+        if (t := driver_start_ns(r)) is not None and r.client.e2e_ms is not None
     ]
     span_s = (max(ends) - starts[0]) / _NS if starts and ends else None
     server = (
@@ -654,6 +682,7 @@ def level_figures(
         return None if ttft is None or prefill is None else ttft - prefill
 
     lag = level_lag(recs)
+    hosts, clock_ns = level_clock(recs, clocks)
     workers = {str(r.tags.get("workers")) for r in recs if r.tags.get("workers")}
     return LoadLevel(
         level=level.label,
@@ -693,6 +722,8 @@ def level_figures(
         slo=judge(slos, recs, span_s),
         server=server,
         cache=level_cache(ok),
+        hosts=hosts,
+        clock_uncertainty_ms=clock_ns / 1e6 if clock_ns is not None else None,
     )
 
 

@@ -40,6 +40,16 @@ class RequestDriver(Protocol):
         keeping every record they measure."""
         ...
 
+    def has_executor(self) -> bool:
+        """Whether the run sends levels to an executor elsewhere (`executor:` in the config:
+        Ray actors across a cluster) rather than to local worker processes."""
+        ...
+
+    async def in_executor(self, job: dict[str, Any], most: int | None) -> None:
+        """Run `job` split over the executor's workers (at most `most`; `run_share` in
+        each), keeping every record they measure."""
+        ...
+
     def expect(self, requests: int) -> None:
         """Add `requests` to the provider's planned count (progress display)."""
         ...

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from labkit.clocksync import clock_log_name, read_clock_log
 from labkit.config import LabConfig, parse_config
 from labkit.errors import LabkitError, ProviderUnavailable, RunError
 from labkit.experiments import Experiment, PacedExperiment, PlannedRequest, experiment_class
@@ -24,9 +25,10 @@ from labkit.providers import ManagedServerHandle, Provider, ProviderSettings, pr
 from labkit.recorder import LoopLagMonitor, RecordContext, StreamRecorder
 from labkit.records import ErrorKind, LabAnswer, LabResults, RecordError, RequestRecord
 from labkit.runner.later import LaterReport, fetch_later_stats
+from labkit.runner.ray_executor import RayExecutor
 from labkit.runner.results import RunFolder, host_info, new_run_id, package_versions
 from labkit.runner.scrape import MetricsScraper, ScrapeReport
-from labkit.runner.workers import run_in_workers
+from labkit.runner.workers import job_document, run_in_workers
 from labkit.sdkpath import SDKRecorder
 from labkit.server_metrics import metrics_file_name, read_server_metrics
 from labkit.timing import percentile
@@ -142,6 +144,9 @@ class Runner:
         self._lag = LoopLagMonitor()
         self._recorder = StreamRecorder(lag_monitor=self._lag, on_cancelled=self._keep)
         self._sdk = SDKRecorder(lag_monitor=self._lag, on_cancelled=self._keep)
+        self.executor = (
+            RayExecutor(config.executor, folder.path) if config.executor is not None else None
+        )
 
     def _keep(self, record: RequestRecord) -> None:
         if not self.config.store_text and record.output_text is not None:
@@ -170,6 +175,8 @@ class Runner:
             status = "completed"
         finally:
             await self._lag.stop()
+            if self.executor is not None:
+                await self.executor.close()
             self.folder.close()
             self.folder.write_manifest(
                 ended_at=datetime.now(UTC).isoformat(),
@@ -195,6 +202,7 @@ class Runner:
             scraped = read_server_metrics(self.folder.path, outcome.id)
             for exp in self.experiments:
                 exp.server_metrics[outcome.id] = scraped
+                exp.host_clocks = read_clock_log(self.folder.path / clock_log_name(exp.name))
                 recs = [r for r in mine if r.experiment == exp.name]
                 try:
                     answers.append(exp.judged(outcome.id, outcome.model, recs))
@@ -492,8 +500,40 @@ class _Driver:
             log_dir=runner.folder.path / "worker-logs",
             on_record=on_record,
         )
+        self._check_server()
+
+    def has_executor(self) -> bool:
+        return self._runner.executor is not None
+
+    async def in_executor(self, job: dict[str, Any], most: int | None) -> None:
+        runner = self._runner
+        executor = runner.executor
+        assert executor is not None
+        outcome = self._outcome
+
+        def on_record(record: RequestRecord) -> None:
+            runner._account(record, outcome)
+
+        document = job_document(
+            self._provider,
+            self._exp,
+            job,
+            run_id=runner.folder.run_id,
+            store_text=runner.config.store_text,
+        )
+        await executor.run_level(
+            provider=self._provider,
+            experiment=self._exp,
+            document=document,
+            most=most,
+            on_record=on_record,
+            on_message=runner.on_message,
+        )
+        self._check_server()
+
+    def _check_server(self) -> None:
         if self._server is not None and not self._server.is_running():
-            outcome.status = "dead"
+            self._outcome.status = "dead"
             raise ProviderDied(
                 f"{self._server.name} exited during the run (see {self._server.log_path}); "
                 "the records finished before it died are kept"

@@ -39,7 +39,7 @@ from labkit.filenames import safe_filename
 from labkit.providers import Provider
 from labkit.records import RequestRecord
 
-__all__ = ["run_in_workers"]
+__all__ = ["job_document", "run_in_workers"]
 
 _READY_TIMEOUT_S = 120.0
 _START_MARGIN_NS = 100_000_000  # the go line must reach every worker before t0
@@ -52,6 +52,30 @@ def _provider_document(provider: Provider) -> dict[str, Any]:
     if "managed" in data:
         data["managed"] = False  # the parent runs the server; base_url already points at it
     return data
+
+
+def job_document(
+    provider: Provider,
+    experiment: PacedExperiment,
+    job: dict[str, Any],
+    *,
+    run_id: str,
+    store_text: bool,
+) -> dict[str, Any]:
+    """What a worker (process or Ray actor) builds its provider and share from: settings
+    and names only, never a key (`labkit.runner.worker_body.build_worker`)."""
+    return {
+        "provider": _provider_document(provider),
+        "pool_size": provider.pool_size,
+        "server_build": provider.server_build,
+        "experiment": {
+            "settings": experiment.settings.model_dump(mode="json"),
+            "index": experiment.index,
+        },
+        "job": job,
+        "run_id": run_id,
+        "store_text": store_text,
+    }
 
 
 async def _read_records(
@@ -81,16 +105,7 @@ async def run_in_workers(
     """Run `job` in `processes` workers; every record they send goes to `on_record`."""
     log_dir.mkdir(parents=True, exist_ok=True)
     document = {
-        "provider": _provider_document(provider),
-        "pool_size": provider.pool_size,
-        "server_build": provider.server_build,
-        "experiment": {
-            "settings": experiment.settings.model_dump(mode="json"),
-            "index": experiment.index,
-        },
-        "job": job,
-        "run_id": run_id,
-        "store_text": store_text,
+        **job_document(provider, experiment, job, run_id=run_id, store_text=store_text),
         "processes": processes,
     }
     name = safe_filename(f"{provider.id}-{experiment.name}-{job.get('level', 0)}")

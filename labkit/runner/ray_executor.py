@@ -1,0 +1,596 @@
+"""Load levels on a Ray cluster: one actor per share of the level, across its nodes.
+
+`executor: {kind: ray, ...}` in a config (`labkit.config.RayExecutorSettings`) sends every
+paced level here instead of to worker processes. The plan is the same as in one process or
+in worker processes: actor k of n runs share ``(k, n)`` of the level
+(`PacedExperiment.run_share`; in a closed loop stream j sends requests j, j + c, ...).
+
+Per level:
+
+1. the driver starts ``n`` actors (`LevelActor`), placed by `placement`; each builds its
+   provider from the job document, reading the API key from the named variable **on its
+   own node** — no key is ever in an actor's arguments, a method's arguments, the object
+   store or a `runtime_env`; a node without the variable is one error naming both;
+2. each actor runs labkit's worker body (`labkit.runner.worker_body`, the one worker
+   processes run): the warm-ups, then "ready";
+3. the driver measures each actor's clock offset (`labkit.clocksync.measure_offset` over
+   `LevelActor.now`), picks the level's start t0 on its own clock and gives each actor
+   ``t0 - offset``, the same instant on that actor's clock;
+4. each actor streams its records back as each completes (a long poll, `next_items`); the
+   driver validates each, stamps it with its host and clock offset and appends it to the
+   run folder at once;
+5. after the level the driver measures the offsets again (the clock log,
+   ``clock-<experiment>.jsonl``), says which hosts were client-bound, and kills the actors.
+
+An actor (or node) that dies mid-level leaves its records in place; each request it had in
+flight becomes one record with error kind ``lost`` naming the node, and the level is
+partial (`--resume` runs it again). Ctrl-C stops every actor, keeps the partial records
+they send back in the next seconds, and kills them. No actor outlives the level, and a
+cluster started for the run (`address: local`) stops with it.
+
+Ray is imported only here, and only when a config asks for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import json
+import logging
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from labkit.clocksync import (
+    ClockOffset,
+    HostClock,
+    clock_log_name,
+    measure_offset,
+    record_clock,
+    write_clock_log,
+)
+from labkit.config import RayExecutorSettings
+from labkit.errors import ProviderUnavailable, RunError
+from labkit.experiments import PacedExperiment, PlannedRequest
+from labkit.providers import Provider
+from labkit.records import ErrorKind, RecordError, RequestRecord, StopReason
+from labkit.runner.worker_body import build_worker, run_worker
+from labkit.selfcheck import level_lag
+
+__all__ = ["RAY_LEVELS_FILE", "LevelActor", "RayExecutor", "RayLevel", "ray_module"]
+
+#: The run folder's log of levels run on Ray: one JSON line per level (`RayLevel`).
+RAY_LEVELS_FILE = "ray-levels.jsonl"
+
+_PLACE_TIMEOUT_S = 120.0
+_READY_TIMEOUT_S = 180.0
+_START_MARGIN_NS = 200_000_000  # the go call must reach every actor before t0
+_DRAIN_AFTER_CANCEL_S = 15.0
+_OFFSET_SAMPLES = 16
+_END = object()
+
+_LoseFn = Callable[[dict[str, Any], "_Actor"], RequestRecord]
+
+
+def ray_module() -> Any:
+    """The `ray` package; one clear error where it is not installed."""
+    try:
+        return importlib.import_module("ray")
+    except ImportError:
+        raise RunError(
+            "executor: kind ray needs Ray, which is not installed here; pip install 'labkit[ray]'"
+        ) from None
+
+
+# --- The actor (runs on a cluster node) ---------------------------------------------------
+
+
+class _QueueLink:
+    """The worker body's link inside an actor: every item goes to the actor's queue."""
+
+    def __init__(self, queue: asyncio.Queue[Any], go: asyncio.Future[int], skew_ns: int) -> None:
+        self._queue = queue
+        self._go = go
+        self._skew_ns = skew_ns
+
+    def sending(self, planned: PlannedRequest) -> None:
+        request = planned.request
+        prompt = request.prompt_text
+        self._queue.put_nowait(
+            (
+                "sent",
+                {
+                    "key": planned.key,
+                    "trial": planned.trial,
+                    "warmup": planned.warmup,
+                    "tags": planned.tags,
+                    "prompt_id": request.prompt_id,
+                    "prompt_chars": len(prompt),
+                    "prompt_bytes": len(prompt.encode("utf-8", errors="replace")),
+                    "params": request.params,
+                    "started_at": time.time(),
+                    "t_mono_ns": time.perf_counter_ns() + self._skew_ns,
+                },
+            )
+        )
+
+    def emit(self, record: RequestRecord) -> None:
+        self._queue.put_nowait(("record", record.to_json_line()))
+
+    async def ready(self) -> int:
+        self._queue.put_nowait(("ready", None))
+        return await self._go
+
+
+class LevelActor:
+    """One share of one level, on one node (wrapped by `ray.remote` when used).
+
+    Holds no key: `prepare` builds the provider on the node, from the variable its
+    settings name. `clock_skew_ns` is a test hook (`RayExecutorSettings.clock_skew_ns`).
+    """
+
+    def __init__(self, document: dict[str, Any], clock_skew_ns: int = 0) -> None:
+        self._document = document
+        self._skew_ns = clock_skew_ns
+        self._built: tuple[Provider, PacedExperiment] | None = None
+        self._go: asyncio.Future[int] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._queue: asyncio.Queue[Any] | None = None
+        self._ended = False
+
+    async def where(self) -> dict[str, str]:
+        """This actor's node: its id, address and host name."""
+        ray = ray_module()
+        return {
+            "node_id": str(ray.get_runtime_context().get_node_id()),
+            "node_ip": str(ray.util.get_node_ip_address()),
+            "hostname": socket.gethostname(),
+        }
+
+    async def prepare(self) -> str | None:
+        """Build the provider and experiment; the problem in one line where the provider
+        cannot run on this node (its key variable unset), else None."""
+        try:
+            self._built = build_worker(self._document)
+        except ProviderUnavailable as exc:
+            return str(exc)
+        return None
+
+    async def now(self) -> int:
+        """This actor's clock (`perf_counter_ns`, skewed by the test hook)."""
+        return time.perf_counter_ns() + self._skew_ns
+
+    async def go(self, t0_ns: int) -> None:
+        """Start the level at `t0_ns` on this actor's clock."""
+        if self._go is not None and not self._go.done():
+            self._go.set_result(int(t0_ns))
+
+    async def stop(self) -> None:
+        """Cancel the share: requests in flight end as cancelled records, streamed back."""
+        if self._task is not None:
+            self._task.cancel()
+
+    async def start(self) -> None:
+        """Start the share: warm-ups now, the level at the time `go` gives."""
+        assert self._built is not None, "prepare() first"
+        provider, experiment = self._built
+        loop = asyncio.get_running_loop()
+        self._queue = queue = asyncio.Queue[Any]()
+        self._go = loop.create_future()
+        link = _QueueLink(queue, self._go, self._skew_ns)
+        self._task = loop.create_task(
+            run_worker(provider, experiment, self._document, link, clock_skew_ns=self._skew_ns)
+        )
+        self._task.add_done_callback(lambda _: queue.put_nowait(_END))
+
+    async def next_items(self) -> list[tuple[str, Any]] | None:
+        """Every item queued since the last call, waiting for one (None: the share has
+        ended): ``("record", line)``, ``("sent", notice)`` before each request, and
+        ``("ready", None)`` after the warm-ups.
+
+        The driver asks again as soon as it has an answer (a long poll: the one way to
+        stream that Ray Client supports too). Under load the items come in batches, one
+        round trip each; a quiet stream's record comes alone, at once.
+        """
+        queue = self._queue
+        if queue is None or self._ended:
+            if self._task is not None and not self._task.cancelled():
+                failure = self._task.exception()
+                if failure is not None:
+                    raise RunError(f"the actor's share failed: {failure!r}")
+            return None
+        batch = [await queue.get()]
+        while not queue.empty():
+            batch.append(queue.get_nowait())
+        if batch[-1] is _END:
+            batch.pop()
+            self._ended = True
+        return batch
+
+
+# --- The driver ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Actor:
+    """The driver's view of one actor during a level."""
+
+    index: int
+    handle: Any
+    host: str = "?"
+    node_id: str = ""
+    before: ClockOffset | None = None
+    after: ClockOffset | None = None
+    #: The notices of requests sent and not yet recorded, by (trial, warmup): what a
+    #: cancelled request's record (which has no plan key yet) is matched by too.
+    in_flight: dict[tuple[int, bool], dict[str, Any]] = field(default_factory=dict)
+    #: The `next_items` call awaited now: a reader cancelled mid-wait leaves it for the
+    #: next reader, so no batch it brings is dropped.
+    pending: Any = None
+    records: list[RequestRecord] = field(default_factory=list)
+    died: str | None = None
+
+
+@dataclass
+class RayLevel:
+    """How one level went on the cluster: a line of the run folder's ``ray-levels.jsonl``."""
+
+    #: Every node that ran an actor (as records name it in `RequestRecord.host`).
+    hosts: list[str]
+    #: Requests recorded as lost (error kind ``lost``) with the actors that died.
+    lost: int = 0
+    #: The nodes whose actor died mid-level.
+    died: list[str] = field(default_factory=list)
+    #: The nodes whose actor's event loop ran late while reading (`labkit.selfcheck`).
+    client_bound_hosts: list[str] = field(default_factory=list)
+
+    @property
+    def partial(self) -> bool:
+        """Whether an actor died: some of the level's requests were lost."""
+        return bool(self.died)
+
+
+class RayExecutor:
+    """Runs paced levels on Ray actors; one per run, connected at its first level."""
+
+    def __init__(self, settings: RayExecutorSettings, run_dir: Path) -> None:
+        self.settings = settings
+        self._run_dir = run_dir
+        self._ray: Any = None
+        self._remote_class: Any = None
+
+    async def _connect(self) -> Any:
+        if self._ray is not None:
+            return self._ray
+        ray = ray_module()
+        if not ray.is_initialized():
+            # "local" is Ray's own word for a new cluster on this host, whatever RAY_ADDRESS says.
+            address = self.settings.address
+            # Off the main thread, so that Ray does not take SIGTERM from labkit's own handler
+            # (it would exit without the manifest); it says so in a warning, hidden here.
+            logging.getLogger("ray._private.worker").addFilter(_no_sigterm_note)
+            await asyncio.to_thread(
+                ray.init,
+                address=address,
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+            )
+        self._ray = ray
+        self._remote_class = ray.remote(LevelActor)
+        return ray
+
+    def actor_count(self, most: int | None) -> int:
+        """Actors for a level: `workers`, or one per CPU the cluster offers, at most `most`."""
+        assert self._ray is not None
+        if self.settings.workers == "auto":
+            cpus = float(self._ray.cluster_resources().get("CPU", 1))
+            count = max(1, int(cpus // self.settings.cpus_per_worker))
+        else:
+            count = self.settings.workers
+        return min(count, most) if most is not None else count
+
+    def _options(self, k: int) -> dict[str, Any]:
+        s = self.settings
+        options: dict[str, Any] = {
+            "num_cpus": s.cpus_per_worker,
+            "max_restarts": 0,
+            # The event loop a worker process runs (asyncio's own), not Ray's uvloop default.
+            "runtime_env": {"env_vars": {"RAY_USE_UVLOOP": "0"}},
+        }
+        if isinstance(s.placement, list):
+            options["resources"] = {s.placement[k % len(s.placement)]: 0.001}
+        elif s.placement == "spread":
+            options["scheduling_strategy"] = "SPREAD"
+        return options
+
+    async def run_level(
+        self,
+        *,
+        provider: Provider,
+        experiment: PacedExperiment,
+        document: dict[str, Any],
+        most: int | None,
+        on_record: Callable[[RequestRecord], None],
+        on_message: Callable[[str], None],
+    ) -> RayLevel:
+        """Run one level's `document` (the worker-process job document, without `worker`
+        and `processes`) on actors; every record goes to `on_record` as it arrives."""
+        ray = await self._connect()
+        n = self.actor_count(most)
+
+        def lose(notice: dict[str, Any], actor: _Actor) -> RequestRecord:
+            return _lost_record(notice, provider, experiment.name, document["run_id"], actor)
+
+        actors: list[_Actor] = []
+        started = False
+        try:
+            for k in range(n):
+                doc = {**document, "worker": k, "processes": n}
+                skew = int(self.settings.clock_skew_ns.get(k, 0))
+                handle = self._remote_class.options(**self._options(k)).remote(doc, skew)
+                actors.append(_Actor(k, handle))
+            await self._place(actors)
+            problems = await asyncio.gather(*(a.handle.prepare.remote() for a in actors))
+            for actor, problem in zip(actors, problems, strict=True):
+                if problem is not None:
+                    raise RunError(_missing_key_line(actor.host, provider, problem))
+            await asyncio.gather(*(a.handle.start.remote() for a in actors))
+            started = True
+            await self._warm_up(actors, on_record)
+            t0 = time.perf_counter_ns() + _START_MARGIN_NS
+            for actor in actors:
+                assert actor.before is not None
+                actor.handle.go.remote(t0 - actor.before.offset_ns)
+            await asyncio.gather(*(self._pump(a, lose, on_record) for a in actors))
+            label = _level_label(actors, document)
+            for actor in actors:
+                if actor.died is None:
+                    actor.after = await _offset_of(actor)
+            write_clock_log(
+                self._run_dir / clock_log_name(experiment.name),
+                [
+                    HostClock(a.host, label, a.before, a.after, experiment.name)
+                    for a in actors
+                    if a.before is not None
+                ],
+            )
+            level = self._summary(actors, experiment, label, on_message)
+            _append_line(
+                self._run_dir / RAY_LEVELS_FILE,
+                {"experiment": experiment.name, "provider": provider.id, "level": label}
+                | asdict(level)
+                | {"partial": level.partial},
+            )
+            return level
+        except BaseException:
+            await self._stop(actors if started else [], lose, on_record)
+            raise
+        finally:
+            for actor in actors:
+                with contextlib.suppress(Exception):
+                    ray.kill(actor.handle, no_restart=True)
+
+    async def _place(self, actors: list[_Actor]) -> None:
+        """Wait for every actor to start somewhere; name the ones no node can take."""
+        try:
+            async with asyncio.timeout(_PLACE_TIMEOUT_S):
+                wheres = await asyncio.gather(*(a.handle.where.remote() for a in actors))
+        except TimeoutError:
+            raise RunError(
+                f"Ray could not place the level's {len(actors)} actors within "
+                f"{_PLACE_TIMEOUT_S:g} s: no node offers what they ask "
+                f"({self._options(0)}); check placement and cpus_per_worker"
+            ) from None
+        for actor, where in zip(actors, wheres, strict=True):
+            actor.node_id = where["node_id"]
+            actor.host = f"{where['hostname']}/{where['node_ip']}/{where['node_id'][:8]}"
+
+    async def _warm_up(
+        self,
+        actors: list[_Actor],
+        on_record: Callable[[RequestRecord], None],
+    ) -> None:
+        """Read each actor's warm-up records up to its ready item; then measure its clock
+        and keep the warm-ups, stamped with it."""
+        for actor in actors:
+            try:
+                await self._warm_up_one(actor, on_record)
+            except self._ray.exceptions.RayActorError as exc:
+                raise RunError(
+                    f"the Ray actor on node {actor.host} died before the level started "
+                    f"({_death_reason(exc)})"
+                ) from None
+
+    async def _warm_up_one(self, actor: _Actor, on_record: Callable[[RequestRecord], None]) -> None:
+        """One actor's warm-ups, up to its ready item; then its clock offset."""
+        warmups: list[RequestRecord] = []
+        async with asyncio.timeout(_READY_TIMEOUT_S):
+            while (batch := await _next_items(actor)) is not None:
+                warmups.extend(
+                    RequestRecord.from_json_line(value) for kind, value in batch if kind == "record"
+                )
+                if batch and batch[-1][0] == "ready":  # the worker now waits for its start
+                    break
+            else:
+                raise RunError(f"the actor on {actor.host} ended before its level started")
+        actor.before = await _offset_of(actor)
+        for record in warmups:
+            self._arrived(actor, record, on_record)
+
+    def _arrived(
+        self, actor: _Actor, record: RequestRecord, on_record: Callable[[RequestRecord], None]
+    ) -> None:
+        actor.in_flight.pop((record.trial, record.warmup), None)
+        record.host = actor.host
+        if actor.before is not None:
+            record.clock = record_clock(actor.before)
+        actor.records.append(record)
+        on_record(record)
+
+    async def _pump(
+        self,
+        actor: _Actor,
+        lose: _LoseFn,
+        on_record: Callable[[RequestRecord], None],
+    ) -> None:
+        """Pass an actor's records on as they come; if it dies, record its in-flight
+        requests as lost."""
+        ray = self._ray
+        try:
+            while (batch := await _next_items(actor)) is not None:
+                for kind, value in batch:
+                    if kind == "record":
+                        self._arrived(actor, RequestRecord.from_json_line(value), on_record)
+                    elif kind == "sent":
+                        actor.in_flight[(int(value["trial"]), bool(value["warmup"]))] = value
+        except ray.exceptions.RayActorError as exc:
+            actor.died = _death_reason(exc)
+            for notice in list(actor.in_flight.values()):
+                self._arrived(actor, lose(notice, actor), on_record)
+            actor.in_flight.clear()
+
+    async def _stop(
+        self,
+        actors: list[_Actor],
+        lose: _LoseFn,
+        on_record: Callable[[RequestRecord], None],
+    ) -> None:
+        """Interrupted: cancel every actor's share and keep the partial records they send
+        back within a few seconds."""
+        for actor in actors:
+            with contextlib.suppress(Exception):
+                actor.handle.stop.remote()
+        if not actors:
+            return
+        drains = [asyncio.create_task(self._pump(a, lose, on_record)) for a in actors]
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await asyncio.wait_for(
+                asyncio.gather(*drains, return_exceptions=True), _DRAIN_AFTER_CANCEL_S
+            )
+        for task in drains:
+            task.cancel()
+
+    def _summary(
+        self,
+        actors: list[_Actor],
+        experiment: PacedExperiment,
+        label: str,
+        on_message: Callable[[str], None],
+    ) -> RayLevel:
+        hosts = sorted({a.host for a in actors})
+        level = RayLevel(hosts=hosts)
+        for actor in actors:
+            if actor.died is not None:
+                lost = sum(1 for r in actor.records if r.error and r.error.kind == ErrorKind.LOST)
+                level.lost += lost
+                level.died.append(actor.host)
+                on_message(
+                    f"{experiment.name}: level {label}: the Ray actor on node {actor.host} "
+                    f"died ({actor.died}); its finished records are kept, {lost} request(s) "
+                    "in flight recorded as lost; the level is partial (labkit run --resume "
+                    "runs it again)"
+                )
+        for host in hosts:
+            measured = [r for a in actors if a.host == host for r in a.records if not r.warmup]
+            if level_lag(measured).client_bound:
+                level.client_bound_hosts.append(host)
+        if level.client_bound_hosts:
+            on_message(
+                f"{experiment.name}: level {label}: client-bound on "
+                f"{', '.join(level.client_bound_hosts)} (the actor's event loop ran late "
+                "while reading); add workers or nodes"
+            )
+        return level
+
+    async def close(self) -> None:
+        """Disconnect from the cluster (a cluster started for the run stops with it)."""
+        if self._ray is not None:
+            ray, self._ray = self._ray, None
+            await asyncio.to_thread(ray.shutdown)
+
+
+async def _next_items(actor: _Actor) -> list[tuple[str, Any]] | None:
+    if actor.pending is None:
+        actor.pending = actor.handle.next_items.remote()
+    batch: list[tuple[str, Any]] | None = await actor.pending
+    actor.pending = None
+    return batch
+
+
+async def _offset_of(actor: _Actor) -> ClockOffset:
+    async def remote_now() -> int:
+        return int(await actor.handle.now.remote())
+
+    return await measure_offset(remote_now, samples=_OFFSET_SAMPLES)
+
+
+def _missing_key_line(host: str, provider: Provider, problem: str) -> str:
+    variable = provider.settings.api_key_env
+    if variable and variable in problem:
+        return (
+            f"Ray node {host}: {variable} is not set there; each node reads provider "
+            f"{provider.id!r}'s key from its own environment (keys never travel through "
+            f"Ray): export {variable} where that node's `ray start` runs"
+        )
+    return f"Ray node {host}: {problem}"
+
+
+def _death_reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:200]
+
+
+def _no_sigterm_note(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("SIGTERM handler is not set")
+
+
+def _append_line(path: Path, data: dict[str, Any]) -> None:
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(data, separators=(",", ":")) + "\n")
+
+
+def _level_label(actors: list[_Actor], document: dict[str, Any]) -> str:
+    """The level's label as its records carry it (`tags["level"]`)."""
+    for actor in actors:
+        for record in actor.records:
+            if not record.warmup and "level" in record.tags:
+                return str(record.tags["level"])
+    return str(document["job"].get("level", 0))
+
+
+def _lost_record(
+    notice: dict[str, Any], provider: Provider, experiment: str, run_id: str, actor: _Actor
+) -> RequestRecord:
+    """The record of a request that was in flight on a dead actor: what was known when it
+    was sent, and who lost it."""
+    return RequestRecord(
+        run_id=run_id,
+        record_id=uuid.uuid4().hex,
+        experiment=experiment,
+        trial=int(notice["trial"]),
+        warmup=bool(notice["warmup"]),
+        provider=provider.id,
+        provider_kind=provider.kind,
+        model=provider.model,
+        params=dict(notice["params"]),
+        prompt_id=str(notice["prompt_id"]),
+        prompt_chars=int(notice["prompt_chars"]),
+        prompt_bytes=int(notice["prompt_bytes"]),
+        started_at=datetime.fromtimestamp(float(notice["started_at"]), UTC),
+        t_start_mono_ns=int(notice["t_mono_ns"]),
+        stop_reason=StopReason.ERROR,
+        plan_key=str(notice["key"]),
+        tags=dict(notice["tags"]),
+        error=RecordError(
+            kind=ErrorKind.LOST,
+            message=f"lost: the Ray actor on node {actor.host} died with this request in "
+            f"flight ({actor.died})",
+        ),
+    )
