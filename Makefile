@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 CONFIG ?= configs/quickstart.yaml
 
-.PHONY: lab test test-unit test-integration test-e2e test-ray lint typecheck check setup browser format bench bench-load clean
+.PHONY: lab test test-unit test-integration test-e2e test-ray lint typecheck check setup browser format bench bench-load bench-load-long bench-ray clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -74,9 +74,24 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_fidelity.py --llama
 
 ## labkit's stamp and TTFT error against a scripted server that stamps its own send times,
-## at 1, 8 and 32 streams, beside bare httpx, the openai SDK and a raw asyncio client.
+## at 1, 8 and 32 streams, over HTTP and HTTPS, beside bare httpx, the openai SDK and a raw
+## asyncio client (a few minutes on 2 cores).
 bench-load: $(STAMP)
-	$(BIN)/python benchmarks/bench_load.py
+	$(BIN)/python benchmarks/bench_load.py --https
+
+## The same up to 1,000 streams (the runner's worker processes at 256 and 1,000; about 20
+## minutes), every figure in bench-load.json. Before/after: add BEFORE=REV (labkit from git
+## REV, then this tree, one after the other: twice as long).
+bench-load-long: $(STAMP)
+	$(BIN)/python benchmarks/bench_load.py --levels 1,32,256,1000 \
+		--clients labkit,bare,raw,labkit-run,labkit-procs \
+		--https --https-clients labkit,bare,labkit-procs --json bench-load.json \
+		$(if $(BEFORE),--before $(BEFORE))
+
+## Streams held in flight and stamp error: one process, worker processes and Ray actors, at
+## 32, 256 and 1,000 streams (the Ray leg inside unshare -n; unavailable without Ray).
+bench-ray: $(STAMP)
+	$(BIN)/python benchmarks/bench_ray.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -14,7 +14,8 @@ in flight in one asyncio loop of this process:
 - ``labkit``: labkit's own wire path, the real `StreamRecorder` with an
   ``openai_compatible`` provider built as a load level builds it (``transport: auto``, so
   this plain-HTTP server is read by `labkit.lean`, each read stamped on arrival) and a
-  `LoopLagMonitor` started as the Runner starts it.
+  `LoopLagMonitor` started as the Runner starts it, on the event loop the Runner runs on
+  (`labkit.loopclock.run`, where this labkit has it: its stamp self-check needs it).
 - ``labkit-httpx``: the same through httpx (``transport: httpx``): what labkit does on
   https and behind proxies.
   Output event i is stamped at ``t_start_mono_ns + client.event_offsets_ms[i] * 1e6``;
@@ -36,18 +37,56 @@ in flight in one asyncio loop of this process:
   `Protocol` (no HTTP library, no pool), stamping in `data_received`. It shows how much of
   the error and CPU is the HTTP stack (httpx/httpcore/anyio) rather than Python or the host.
 
+``NAME/https`` (``--https``, for ``--https-clients``): the same leg against the server's
+TLS port, beside its plain-HTTP run. The server's certificate comes from a throw-away
+`trustme` CA, trusted through ``SSL_CERT_FILE`` (labkit's providers build their context with
+`httpx.create_ssl_context()`, which reads it; so do httpx and the SDKs; the worker processes
+inherit it). labkit's ``transport: auto`` reads https through httpx until `labkit.lean`
+speaks TLS, so ``labkit/https`` is then labkit's httpx path on TLS.
+
+Levels above 32 (``--levels 1,32,256,1000``): in one process every in-process leg reads all
+the level's streams; ``labkit-run`` is labkit's runner in one worker process and
+``labkit-procs`` the runner as it chooses (``workers: auto``), which is what labkit does
+at 256 and 1,000 streams, so the many-streams targets read ``labkit-procs``. The token
+interval of a level is stretched so that streams × rate stays under ``--max-event-rate``
+(default 16,000 events/s, the 32-stream level at 2 ms): 1,000 streams at 2 ms would be
+500,000 events/s, more than one 2-core host can send and read; at 1,000 streams a token
+comes every 62.5 ms. Each level's rate is set per request through the URL
+(`ScriptedServer.url`), so one server process serves all levels. When that one process
+cannot send 1,000 streams on time (``wake-up late`` in the level's header), its stamps still
+say when each event was written, so the client's error stays measured; only the rate drops.
+The bench raises its soft open-files limit to the hard one where it needs more.
+
+``--prompt-bytes 200000`` sends a 200 KB prompt (the server reads it without a JSON parse,
+so it does not slow the send schedule; the client's request build and write are in the
+request path and TTFT); ``--event-bytes 1000000`` pads each token event to 1 MB (each event
+takes many reads; every client stamps an event at the read that brought its first byte);
+use it with a slow rate (``--tokens 10 --interval-ms 50 --levels 1,8``).
+
 Every client first opens its pool with `concurrency` one-token requests (not measured; the
 runner legs send their warm-up instead).
 Events are matched to the server's stamps by response id and position. Per level and client:
 
 - stamp error = client stamp − server send stamp, over every output event (p50/p99/max);
+  errors in whole multiples of the level's token interval say that one read carried several
+  events and all got one stamp (with kernel receive stamps, the read's last segment's: a
+  loop that came late to a socket stamps its older events late by the gap);
 - TTFT error = client TTFT − true TTFT, true TTFT = first output send stamp − client t_start
   (the scripted TTFT, the server's achieved first-send − t_recv and the client's TTFT are
-  printed too: TTFT − scripted is what a user would read as "TTFT over-reported");
+  printed too: TTFT − scripted is what a user would read as "TTFT over-reported"); over
+  every request (first wave included), over each run's first wave (its first `concurrency`
+  requests by t_start, started together) and over the requests after it;
 - events/s achieved; CPU ms per 1,000 events (`time.process_time` of this process around
-  the measured requests; the server is another process and not counted); ratios to ``bare``;
-- for the labkit legs, ``client.loop_lag_ms`` (labkit's self-check) p50/p99 over records,
-  and ``client.request_sent_ms`` (when labkit's request was written);
+  the measured requests; the server is another process and not counted); ratios to ``bare``
+  on the same scheme, and of each ``/https`` leg to its plain-HTTP run;
+- for the labkit legs, the self-estimate: each record's own estimate of how late its stamps
+  are (the first of `SELF_ESTIMATE_FIELDS` the records have; ``client.loop_lag_ms`` until
+  labkit's self-check gives a per-record lateness estimate), its p99 over records beside the
+  true stamp error p99, and per record the estimate over that record's own stamp-error p99;
+  ``client.loop_lag_ms`` p50/p99, and ``client.request_sent_ms`` (when labkit's request was
+  written);
+- streams in flight at once (from each stream's t_start to its last stamp; the many-streams
+  target asks for the whole level in flight);
 - the request path, server t_recv − client t_start, and the TTFT the client reports over the
   server's own TTFT (first send − t_recv): TTFT error plus the request path.
 
@@ -57,49 +96,137 @@ own rule (`labkit.selfcheck`, where present): the median record's ``loop_lag_ms`
 ``loop_lag_ms`` stays under 3 ms are counted as *unflagged* (per-record error the per-record
 self-check did not show), as a check on the self-check itself.
 
-Targets (issue 6) are checked on the ``labkit`` leg and printed as PASS/MISS lines; the
-load target (32 streams) is applied to every level of 8 streams or more.
+Targets, printed as PASS/MISS lines at the end. Issue 6 (the ``labkit`` leg; the load target
+applied to every level of 8 streams or more). Issue 17: TTFT error p99 <= 2 ms at 32 streams
+with the first wave included (``labkit``, ``labkit-run``, ``labkit-procs``); <= 0.6 ms at 1
+stream; ``labkit/https`` stamp error p99 within 1.2x ``labkit``'s at each level; at 256 and
+1,000 streams (``labkit-procs``, and ``labkit``) the whole level in flight with stamp error
+p99 <= 5 ms or flagged client-bound; the self-estimate p99 within ±50% of the true stamp
+error p99 at every level (``labkit``; ``labkit-procs`` too at 256 and more).
 
-Run: `make bench-load` or `.venv/bin/python benchmarks/bench_load.py [--levels 1,8,32]
-[--requests-per-level N] [--rounds 2] [--clients labkit,bare,sdk,...] [--tokens 100]
-[--interval-ms 2] [--ttft-ms 50] [--json OUT]`. A benchmark, not a test: figures depend on
-the machine; on 2 cores the client and the server share the CPU.
+Run:
+
+- quick (`make bench-load`, a few minutes on 2 cores): ``.venv/bin/python
+  benchmarks/bench_load.py --https`` (levels 1, 8, 32; every client; 2 rounds);
+- long (`make bench-load-long`, about 20 minutes): ``... bench_load.py --levels
+  1,32,256,1000 --clients labkit,bare,raw,labkit-run,labkit-procs --https --https-clients
+  labkit,bare,labkit-procs --json bench-load.json``;
+- large bodies: ``... --prompt-bytes 200000 --levels 1,32 --https``; large events:
+  ``... --event-bytes 1000000 --tokens 10 --interval-ms 50 --levels 1,8 --https``;
+- before/after: ``... bench_load.py --before 5efaeaa [same options]`` runs the bench twice,
+  one after the other (so: on a quiet machine), labkit from git ``5efaeaa`` (`git archive`
+  into a temp dir) and from this tree (the bench, the server and the method are this
+  tree's both times), and prints a Markdown table (``make bench-load-long BEFORE=5efaeaa``);
+  ``--labkit-src PATH`` runs another checkout's labkit by hand, and ``--compare A.json
+  B.json`` tabulates two ``--json`` dumps.
+
+Other options: ``[--requests-per-level N] [--rounds 2] [--clients labkit,bare,sdk,...]
+[--tokens 100] [--interval-ms 2] [--ttft-ms 50] [--json OUT]``. A benchmark, not a test:
+figures depend on the machine; on 2 cores the client and the server share the CPU.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
+import os
 import re
+import ssl
+import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+_HERE = Path(__file__).resolve().parent
+_REPO = _HERE.parent
 
-from scripted_server import ScriptedServer
 
-from labkit.providers import provider_class
-from labkit.providers.base import ChatRequest, Provider
-from labkit.recorder import LoopLagMonitor, RecordContext, StreamRecorder
+def _labkit_src_from_argv(argv: list[str]) -> Path:
+    """The tree whose `labkit` the labkit legs run: ``--labkit-src PATH``, else this one.
+
+    Read before labkit is imported; the runner legs' worker processes get it too
+    (`_in_labkit_tree`).
+    """
+    src = _REPO
+    for k, arg in enumerate(argv):
+        if arg == "--labkit-src" and k + 1 < len(argv):
+            src = Path(argv[k + 1])
+        elif arg.startswith("--labkit-src="):
+            src = Path(arg.split("=", 1)[1])
+    src = src.resolve()
+    if not (src / "labkit" / "__init__.py").is_file():
+        raise SystemExit(f"--labkit-src {src}: no labkit/ package there")
+    return src
+
+
+LABKIT_SRC = _labkit_src_from_argv(sys.argv)
+sys.path[:0] = [str(_HERE), str(LABKIT_SRC)]
+
+
+@contextlib.contextmanager
+def _in_labkit_tree() -> Iterator[None]:
+    """Worker processes started in here import `LABKIT_SRC`'s labkit: it is their working
+    directory (first on a ``-m`` child's sys.path) and first on their PYTHONPATH."""
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(LABKIT_SRC), *filter(None, [old])])
+    try:
+        with contextlib.chdir(LABKIT_SRC):
+            yield
+    finally:
+        if old is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old
+
+
+from scripted_server import ScriptedServer, raise_open_files_limit  # noqa: E402
+
+import labkit  # noqa: E402  (after choosing the tree it comes from)
+from labkit.providers import provider_class  # noqa: E402
+from labkit.providers.base import ChatRequest, Provider  # noqa: E402
+from labkit.recorder import LoopLagMonitor, RecordContext, StreamRecorder  # noqa: E402
 
 try:  # labkit's own client-bound rule, where this labkit has it
     from labkit.selfcheck import CLIENT_BOUND_LAG_MS
 except ImportError:
     CLIENT_BOUND_LAG_MS = 3.0
+try:  # the event loop labkit's runner and workers run on, where this labkit has one
+    from labkit.loopclock import run as run_like_labkit
+except ImportError:
+    run_like_labkit = asyncio.run
+try:  # labkit's own judgement of a group of records (its flag and, newer, its lateness p99)
+    from labkit.selfcheck import level_lag
+except ImportError:
+    level_lag = None
 
-PROMPT = "Explain what a token is in one sentence."
+SHORT_PROMPT = "Explain what a token is in one sentence."
+PROMPT = SHORT_PROMPT  # --prompt-bytes: repeated to that size
 MESSAGES = [{"role": "user", "content": PROMPT}]
+# Issue 6's targets.
 STAMP_P99_TARGET_MS = 3.0  # 32 streams: event stamp p99 error
 TTFT_LOAD_TARGET_MS = 1.0  # 32 streams: TTFT p50 error
 CPU_RATIO_TARGET = 1.5  # labkit CPU per event over bare httpx's
+# Issue 17's targets.
+TTFT_P99_LOAD_TARGET_MS = 2.0  # 32 streams: TTFT error p99, first wave included
+TTFT_P99_ONE_TARGET_MS = 0.6  # 1 stream: TTFT error p99
+HTTPS_RATIO_TARGET = 1.2  # HTTPS stamp error p99 over HTTP's
+MANY_STREAMS_STAMP_P99_TARGET_MS = 5.0  # 256 and 1,000 streams: stamp error p99 (or flagged)
+SELF_ESTIMATE_TOLERANCE = 0.5  # self-estimate p99 within ±50% of the true stamp error p99
+#: The labkit legs (the wire path, one process or the runner) the issue-17 targets read.
+WIRE_LEGS = ("labkit", "labkit-run", "labkit-procs")
+#: Per-record self-estimates of stamp lateness, newest first: the p99 over the record's
+#: events of labkit's estimate (issue 17), else `client.loop_lag_ms` (issue 6). A list
+#: field would be per event, a number is per record.
+SELF_ESTIMATE_FIELDS = ("stamp_lateness_ms_p99", "loop_lag_ms")
 
 _CONTENT = re.compile(rb'"content":"(?!")')
 _ID = re.compile(rb'"id":"([^"]+)"')
@@ -115,6 +242,9 @@ class StreamResult:
     stamps_ns: list[int]
     loop_lag_ms: float | None = None
     request_sent_ms: float | None = None  # labkit legs: client.request_sent_ms (trace hook)
+    self_estimate_ms: list[float] = field(default_factory=list)  # labkit legs: _self_estimate
+    ttft_estimate_ms: float | None = None  # labkit legs: client.ttft_lateness_ms, where present
+    estimate_source: str | None = None  # the field `self_estimate_ms` came from
 
 
 @dataclass(slots=True)
@@ -125,6 +255,7 @@ class LegResult:
     cpu_s: float
     wall_s: float
     errors: list[str] = field(default_factory=list)
+    records: list[Any] = field(default_factory=list)  # labkit legs: the measured records
 
 
 Leg = Callable[[str, int, int], LegResult]
@@ -173,10 +304,24 @@ def _provider(base_url: str, concurrency: int, transport: str = "auto") -> Provi
     return cls(settings, pool_size=concurrency)
 
 
+def _self_estimate(client: Any) -> tuple[str | None, list[float]]:
+    """The record's own estimate of how late its stamps are: the first of
+    `SELF_ESTIMATE_FIELDS` this labkit's records have (its name, its values)."""
+    for name in SELF_ESTIMATE_FIELDS:
+        value = getattr(client, name, None)
+        if value is None:
+            continue
+        if isinstance(value, int | float):
+            return name, [float(value)]
+        return name, [float(v) for v in value if v is not None]
+    return None, []
+
+
 def _from_record(rec: Any, errors: list[str]) -> StreamResult:
     if rec.error is not None:
         errors.append(f"{rec.error.kind}: {rec.error.message}")
     t0 = rec.t_start_mono_ns
+    source, estimate = _self_estimate(rec.client)
     return StreamResult(
         response_id=rec.response_id or "",
         t_start_ns=t0,
@@ -184,6 +329,9 @@ def _from_record(rec: Any, errors: list[str]) -> StreamResult:
         stamps_ns=[t0 + round(o * 1e6) for o in rec.client.event_offsets_ms],
         loop_lag_ms=rec.client.loop_lag_ms,
         request_sent_ms=rec.client.request_sent_ms,
+        self_estimate_ms=estimate,
+        estimate_source=source,
+        ttft_estimate_ms=getattr(rec.client, "ttft_lateness_ms", None),
     )
 
 
@@ -213,9 +361,10 @@ def labkit_leg(
             await lag.stop()
             await provider.aclose()
         errors: list[str] = []
-        return LegResult([_from_record(r, errors) for r in records], cpu, wall, errors)
+        streams = [_from_record(r, errors) for r in records]
+        return LegResult(streams, cpu, wall, errors, records)
 
-    return asyncio.run(run())
+    return run_like_labkit(run())
 
 
 def labkit_sdk_leg(base_url: str, concurrency: int, n_requests: int) -> LegResult:
@@ -241,9 +390,10 @@ def labkit_sdk_leg(base_url: str, concurrency: int, n_requests: int) -> LegResul
             await recorder.aclose()
             await provider.aclose()
         errors: list[str] = []
-        return LegResult([_from_record(r, errors) for r in records], cpu, wall, errors)
+        streams = [_from_record(r, errors) for r in records]
+        return LegResult(streams, cpu, wall, errors, records)
 
-    return asyncio.run(run())
+    return run_like_labkit(run())
 
 
 def _runner_leg(workers: int | str) -> Leg:
@@ -251,8 +401,6 @@ def _runner_leg(workers: int | str) -> Leg:
     spread over `workers` processes (`auto`: chosen from measured capacity)."""
 
     def leg(base_url: str, concurrency: int, n_requests: int) -> LegResult:
-        import tempfile
-
         from labkit.config import parse_config
         from labkit.runner import RunOptions, prepare_run
 
@@ -275,9 +423,9 @@ def _runner_leg(workers: int | str) -> Leg:
                 ],
             }
         )
-        with tempfile.TemporaryDirectory() as out:
+        with tempfile.TemporaryDirectory() as out, _in_labkit_tree():
             runner = prepare_run(config, RunOptions(out_dir=Path(out)))
-            result = asyncio.run(runner.run())
+            result = run_like_labkit(runner.run())
         errors: list[str] = []
         measured = [r for r in result.records if not r.warmup]
         streams = [_from_record(r, errors) for r in measured]
@@ -287,12 +435,29 @@ def _runner_leg(workers: int | str) -> Leg:
         starts = [r.t_start_mono_ns or 0 for r in measured]
         ends = [(r.t_start_mono_ns or 0) + (r.client.e2e_ms or 0.0) * 1e6 for r in measured]
         wall = (max(ends) - min(starts)) / 1e9 if measured else 0.0
-        return LegResult(streams, math.nan, wall, errors)
+        return LegResult(streams, math.nan, wall, errors, measured)
 
     return leg
 
 
 # -- leg (b): bare httpx --------------------------------------------------------------------
+
+
+def _split_events(buf: bytearray, new: int) -> list[bytes]:
+    """Cut the complete SSE events (each ending in a blank line) off the front of `buf`.
+
+    Only the `new` bytes just added (and the one before them) are searched, so reading a
+    1 MB event in many reads stays linear.
+    """
+    events: list[bytes] = []
+    start = max(0, len(buf) - new - 1)
+    cut = 0
+    while (end := buf.find(b"\n\n", start)) >= 0:
+        events.append(bytes(buf[cut:end]))
+        cut = start = end + 2
+    if cut:
+        del buf[:cut]
+    return events
 
 
 def _chat_body(i: int) -> dict[str, Any]:
@@ -321,7 +486,7 @@ def bare_leg(base_url: str, concurrency: int, n_requests: int) -> LegResult:
                 clock = time.perf_counter_ns
                 stamps: list[int] = []
                 rid = b""
-                buf = b""
+                buf = bytearray()
                 t_buf = 0  # stamp of the read that brought the buffered bytes' first byte
                 t_start = clock()
                 async with client.stream("POST", url, json=body) as resp:
@@ -330,14 +495,14 @@ def bare_leg(base_url: str, concurrency: int, n_requests: int) -> LegResult:
                         if not buf:
                             t_buf = t
                         buf += chunk
-                        *events, buf = buf.split(b"\n\n")
+                        events = _split_events(buf, len(chunk))
                         for k, ev in enumerate(events):
                             if _CONTENT.search(ev):
                                 stamps.append(t_buf if k == 0 else t)
                             elif not rid and (m := _ID.search(ev)):
                                 rid = m[1]
-                        if buf:
-                            t_buf = t if events else t_buf
+                        if buf and events:
+                            t_buf = t
                 if not rid and stamps:
                     rid = b"?"
                 ttft = (stamps[0] - t_start) / 1e6 if stamps else None
@@ -399,7 +564,7 @@ class _RawProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.result: StreamResult | None = None
         self.done: asyncio.Future[StreamResult] | None = None
-        self.buf = b""
+        self.buf = bytearray()
         self.t_buf = 0
         self.saw_done = False
 
@@ -415,7 +580,7 @@ class _RawProtocol(asyncio.Protocol):
         if b"data:" not in self.buf:  # only chunk framing carried over: the event starts here
             self.t_buf = t
         self.buf += data
-        *events, self.buf = self.buf.split(b"\n\n")
+        events = _split_events(self.buf, len(data))
         for k, ev in enumerate(events):
             if _CONTENT.search(ev):
                 res.stamps_ns.append(self.t_buf if k == 0 else t)
@@ -423,18 +588,25 @@ class _RawProtocol(asyncio.Protocol):
                 self.saw_done = True
             elif not res.response_id and (m := _ID.search(ev)):
                 res.response_id = m[1].decode()
-        if self.buf:
-            self.t_buf = t if events else self.t_buf
+        if self.buf and events:
+            self.t_buf = t
         if self.saw_done and self.buf.endswith(b"0\r\n\r\n"):  # end of the chunked body
-            self.buf, self.saw_done, self.result = b"", False, None
+            self.buf, self.saw_done, self.result = bytearray(), False, None
             self.done.set_result(res)
 
 
 def raw_leg(base_url: str, concurrency: int, n_requests: int) -> LegResult:
-    """The floor for one Python process: asyncio protocol, no HTTP library, no pool."""
-    host_port = base_url.split("//", 1)[1].split("/", 1)[0]
-    host, port = host_port.split(":")
-    path = "/" + base_url.split("//", 1)[1].split("/", 1)[1] + "/chat/completions"
+    """The floor for one Python process: asyncio protocol, no HTTP library, no pool
+    (on https: asyncio's own TLS, trusting ``SSL_CERT_FILE``)."""
+    url = httpx.URL(base_url)
+    host, port = url.host, url.port or (443 if url.scheme == "https" else 80)
+    host_port = f"{host}:{port}"
+    path = url.raw_path.decode().rstrip("/") + "/chat/completions"
+    tls = (
+        ssl.create_default_context(cafile=os.environ.get("SSL_CERT_FILE"))
+        if url.scheme == "https"
+        else None
+    )
 
     def request_bytes(i: int) -> bytes:
         data = json.dumps(_chat_body(i)).encode()
@@ -447,7 +619,9 @@ def raw_leg(base_url: str, concurrency: int, n_requests: int) -> LegResult:
         loop = asyncio.get_running_loop()
         free: asyncio.Queue[_RawProtocol] = asyncio.Queue()
         for _ in range(concurrency):
-            _, proto = await loop.create_connection(_RawProtocol, host, int(port))
+            _, proto = await loop.create_connection(
+                _RawProtocol, host, port, ssl=tls, server_hostname=host if tls else None
+            )
             free.put_nowait(proto)
 
         async def one(i: int) -> StreamResult:
@@ -522,12 +696,55 @@ def _dist(values: list[float]) -> dict[str, float | None]:
     }
 
 
+def _peak_in_flight(streams: list[StreamResult]) -> int:
+    """The most streams open at once: each from its t_start to its last stamp."""
+    edges = sorted(
+        [(s.t_start_ns, 1) for s in streams if s.stamps_ns]
+        + [(s.stamps_ns[-1], -1) for s in streams if s.stamps_ns]
+    )
+    peak = now = 0
+    for _, step in edges:
+        now += step
+        peak = max(peak, now)
+    return peak
+
+
+def _self_check(records: list[Any]) -> dict[str, Any] | None:
+    """labkit's own verdict on a level's records (`labkit.selfcheck.level_lag`): its
+    client-bound flag and, where this labkit estimates it, its stamp lateness p99 over the
+    level's events."""
+    if level_lag is None or not records:
+        return None
+    lag = level_lag(records)
+    return {
+        "client_bound": lag.client_bound,
+        "late_p50_ms": getattr(lag, "late_p50", None),
+        "late_p99_ms": getattr(lag, "late_p99", None),
+        "ttft_late_p99_ms": getattr(lag, "ttft_late_p99", None),
+        "loop_lag_p50_ms": lag.p50,
+        "cpu_share": lag.cpu_share,
+    }
+
+
+def level_estimate(f: dict[str, Any]) -> tuple[float | None, str]:
+    """A level's self-estimate p99 beside its true stamp error p99, and what it is: labkit's
+    pooled lateness p99 over the level's events where it has one, else the p99 over records
+    of the per-record field."""
+    check = f.get("self_check") or {}
+    if check.get("late_p99_ms") is not None:
+        return check["late_p99_ms"], "stamp lateness p99 (level)"
+    est = f.get("self_estimate_ms") or {}
+    return est.get("p99"), "/".join(f.get("self_estimate_source") or []) or "none"
+
+
 @dataclass
 class Accum:
     """One client's streams at one level, pooled over rounds, matched to the server."""
 
     event_err_ms: list[float] = field(default_factory=list)
     ttft_err_ms: list[float] = field(default_factory=list)
+    ttft_err_wave_ms: list[float] = field(default_factory=list)  # each run's first wave
+    ttft_err_rest_ms: list[float] = field(default_factory=list)  # the requests after it
     ttft_ms: list[float] = field(default_factory=list)
     true_ttft_ms: list[float] = field(default_factory=list)
     server_ttft_ms: list[float] = field(default_factory=list)
@@ -535,18 +752,30 @@ class Accum:
     over_server_ms: list[float] = field(default_factory=list)
     request_sent_ms: list[float] = field(default_factory=list)
     loop_lag_ms: list[float] = field(default_factory=list)
+    self_estimate_ms: list[float] = field(default_factory=list)
+    ttft_estimate_ms: list[float] = field(default_factory=list)
+    record_estimate_ratio: list[float] = field(default_factory=list)
+    records: list[Any] = field(default_factory=list)
+    estimate_sources: set[str] = field(default_factory=set)
     record_worst_ms: list[tuple[float, float | None]] = field(default_factory=list)
     events: int = 0
     cpu_s: float = 0.0
     wall_s: float = 0.0
     unmatched: int = 0
+    peak_in_flight: int = 0
     errors: list[str] = field(default_factory=list)
 
-    def add(self, leg: LegResult, server: dict[str, Any]) -> None:
+    def add(self, leg: LegResult, server: dict[str, Any], concurrency: int) -> None:
+        """Pool one run of the leg; its first `concurrency` requests (by t_start) are its
+        first wave: started together, on a pool that had just been opened or warmed."""
         self.cpu_s += leg.cpu_s
         self.wall_s += leg.wall_s
         self.errors += leg.errors
-        for s in leg.streams:
+        self.records += leg.records
+        self.peak_in_flight = max(self.peak_in_flight, _peak_in_flight(leg.streams))
+        by_start = sorted(range(len(leg.streams)), key=lambda k: leg.streams[k].t_start_ns)
+        first_wave = set(by_start[:concurrency])
+        for k, s in enumerate(leg.streams):
             truth = server.get(s.response_id)
             if truth is None or len(truth["sends"]) != len(s.stamps_ns) or not s.stamps_ns:
                 self.unmatched += 1
@@ -563,22 +792,37 @@ class Accum:
             if s.ttft_ms is not None:
                 self.ttft_ms.append(s.ttft_ms)
                 self.ttft_err_ms.append(s.ttft_ms - true_ttft)
+                wave = self.ttft_err_wave_ms if k in first_wave else self.ttft_err_rest_ms
+                wave.append(s.ttft_ms - true_ttft)
                 self.over_server_ms.append(s.ttft_ms - server_ttft)
             if s.loop_lag_ms is not None:
                 self.loop_lag_ms.append(s.loop_lag_ms)
             if s.request_sent_ms is not None:
                 self.request_sent_ms.append(s.request_sent_ms)
+            if s.ttft_estimate_ms is not None:
+                self.ttft_estimate_ms.append(s.ttft_estimate_ms)
+            if s.self_estimate_ms:
+                self.estimate_sources.add(s.estimate_source or "?")
+                self.self_estimate_ms += s.self_estimate_ms
+                own, estimate = _pct(errs, 99), _pct(s.self_estimate_ms, 99)
+                if own is not None and own > 0 and estimate is not None:
+                    self.record_estimate_ratio.append(estimate / own)
             self.record_worst_ms.append((max(errs), s.loop_lag_ms))
 
     def figures(self) -> dict[str, Any]:
+        """Every figure of this client at this level (the JSON dump's per-client entry)."""
         unflagged = sum(
             1
             for worst, lag in self.record_worst_ms
             if worst > STAMP_P99_TARGET_MS and (lag is None or lag < STAMP_P99_TARGET_MS)
         )
+        ratios = self.record_estimate_ratio
+        within = sum(1 for r in ratios if abs(r - 1) <= SELF_ESTIMATE_TOLERANCE)
         return {
             "event_err_ms": _dist(self.event_err_ms),
             "ttft_err_ms": _dist(self.ttft_err_ms),
+            "ttft_err_first_wave_ms": _dist(self.ttft_err_wave_ms),
+            "ttft_err_after_wave_ms": _dist(self.ttft_err_rest_ms),
             "ttft_ms": _dist(self.ttft_ms),
             "true_ttft_ms": _dist(self.true_ttft_ms),
             "server_ttft_ms": _dist(self.server_ttft_ms),
@@ -586,11 +830,21 @@ class Accum:
             "ttft_over_server_ms": _dist(self.over_server_ms),
             "request_sent_ms": _dist(self.request_sent_ms),
             "loop_lag_ms": _dist(self.loop_lag_ms) if self.loop_lag_ms else None,
+            "self_estimate_ms": _dist(self.self_estimate_ms) if self.self_estimate_ms else None,
+            "self_estimate_source": sorted(self.estimate_sources),
+            "ttft_self_estimate_ms": (
+                _dist(self.ttft_estimate_ms) if self.ttft_estimate_ms else None
+            ),
+            "self_check": _self_check(self.records),
+            "self_estimate_over_own_p99": (
+                {**_dist(ratios), "within_tolerance": within} if ratios else None
+            ),
             "events": self.events,
             "events_per_s": self.events / self.wall_s if self.wall_s else None,
             "cpu_ms_per_1k_events": 1e6 * self.cpu_s / self.events if self.events else None,
             "cpu_share_of_one_core": self.cpu_s / self.wall_s if self.wall_s else None,
             "streams": len(self.record_worst_ms),
+            "peak_in_flight": self.peak_in_flight,
             "unmatched_streams": self.unmatched,
             "records_over_3ms_unflagged": unflagged if self.loop_lag_ms else None,
             "errors": self.errors[:5],
@@ -598,76 +852,230 @@ class Accum:
 
 
 def _f(x: float | None, spec: str = "7.2f") -> str:
-    return format(x, spec) if x is not None else "    -".rjust(int(spec.split(".")[0]))
+    if x is not None:
+        return format(x, spec)
+    width = re.match(r"[^\d.]*(\d*)", spec)
+    return "-".rjust(int(width[1]) if width and width[1] else 1)
+
+
+_W = 18  # client column: "labkit-procs/https"
 
 
 def print_level(level: int, figs: dict[str, dict[str, Any]], server_info: dict[str, Any]) -> None:
-    """The two tables of one level: errors, then cost; one row per client."""
+    """The three tables of one level: errors, the self-check, cost; one row per client."""
     print(
-        f"\n== {level} stream(s) in flight  (server: wake-up late p50/p99 "
-        f"{_f(server_info['late_p50'], '.3f')}/{_f(server_info['late_p99'], '.3f')} ms, "
-        f"stalled writes {server_info['stalls']})"
+        f"\n== {level} stream(s) in flight, a token every {server_info['interval_ms']:g} ms "
+        f"({server_info['requests_per_round']} requests per client and round)  "
+        f"(server: wake-up late p50/p99 {_f(server_info['late_p50'], '.3f')}/"
+        f"{_f(server_info['late_p99'], '.3f')} ms, stalled writes {server_info['stalls']})"
+    )
+    pad = " " * _W
+    print(
+        f"  {'client':<{_W}} |  stamp error ms       |  TTFT error ms        | TTFT err p99  |"
+        "  TTFT ms p50          | req path | TTFT - srv TTFT"
     )
     print(
-        "  client      |  stamp error ms          |  TTFT error ms           |"
-        "  TTFT ms p50           | req path | TTFT - srv TTFT"
-    )
-    print(
-        "              |    p50     p99     max   |    p50     p99     max   |"
-        "  client   true    srv  |   p50    |   p50     p99"
+        f"  {pad} |   p50     p99    max  |   p50     p99    max  |  wave   rest  |"
+        "  client   true   srv  |   p50    |   p50     p99"
     )
     for name, f in figs.items():
         ev, tt, over = f["event_err_ms"], f["ttft_err_ms"], f["ttft_over_server_ms"]
+        wave, rest = f["ttft_err_first_wave_ms"], f["ttft_err_after_wave_ms"]
         print(
-            f"  {name:<11} | {_f(ev['p50'], '7.3f')} {_f(ev['p99'], '7.3f')}"
-            f" {_f(ev['max'], '7.2f')}"
-            f"   | {_f(tt['p50'], '7.3f')} {_f(tt['p99'], '7.3f')} {_f(tt['max'], '7.2f')}   |"
+            f"  {name:<{_W}} | {_f(ev['p50'], '6.3f')} {_f(ev['p99'], '7.3f')}"
+            f" {_f(ev['max'], '6.2f')}"
+            f" | {_f(tt['p50'], '6.3f')} {_f(tt['p99'], '7.3f')} {_f(tt['max'], '6.2f')} |"
+            f" {_f(wave['p99'], '6.2f')} {_f(rest['p99'], '6.2f')} |"
             f" {_f(f['ttft_ms']['p50'], '7.2f')} {_f(f['true_ttft_ms']['p50'], '6.2f')}"
-            f" {_f(f['server_ttft_ms']['p50'], '6.2f')}  |"
+            f" {_f(f['server_ttft_ms']['p50'], '6.2f')} |"
             f" {_f(f['request_path_ms']['p50'], '7.2f')}"
             f"  | {_f(over['p50'], '6.2f')} {_f(over['p99'], '7.2f')}"
         )
     print(
-        "  client      | events   ev/s | CPU ms/1k ev  x bare | CPU/wall |"
-        " loop_lag ms p50   p99 | req sent ms p50 | rec >3 ms, own lag <3"
+        f"  {'client':<{_W}} | stamp error p99 ms  | per record: est/own p99 |"
+        " TTFT error p99 ms   | loop_lag ms  | peak in | labkit's flag | rec >3 ms,"
     )
-    bare = figs.get("bare")
-    bare_cpu = bare["cpu_ms_per_1k_events"] if bare else None
+    print(
+        f"  {pad} |  true   self-est  x |   p50    within ±50%    |  true  self-est     |"
+        "  p50    p99  | flight  |               | own lag <3"
+    )
     for name, f in figs.items():
-        cpu = f["cpu_ms_per_1k_events"]
+        est, _ = level_estimate(f)
+        ttft_est = (f["ttft_self_estimate_ms"] or {}).get("p99")
         lag = f["loop_lag_ms"] or {}
+        per = f["self_estimate_over_own_p99"] or {}
+        true_p99 = f["event_err_ms"]["p99"]
+        within = f"{per['within_tolerance']}/{per['n']}" if per else "-"
+        flag = "-"
+        if f["streams"] and (f["loop_lag_ms"] is not None or f.get("self_check")):
+            flag = "client-bound" if _flagged(f)[0] else "no"
         unflagged = f["records_over_3ms_unflagged"]
         print(
-            f"  {name:<11} | {f['events']:6d} {_f(f['events_per_s'], '6.0f')} |"
+            f"  {name:<{_W}} | {_f(true_p99, '6.2f')} {_f(est, '7.2f')}"
+            f" {_f(_ratio(est, true_p99), '5.2f')} | {_f(per.get('p50'), '6.2f')}x {within:>11}"
+            f"    | {_f(f['ttft_err_ms']['p99'], '6.2f')} {_f(ttft_est, '7.2f')}     |"
+            f" {_f(lag.get('p50'), '5.2f')} {_f(lag.get('p99'), '6.2f')} |"
+            f" {f['peak_in_flight']:6d}  | {flag:<13} |"
+            + (f" {unflagged}/{f['streams']}" if unflagged is not None else "  -")
+        )
+    print(f"  {'client':<{_W}} | events   ev/s | CPU ms/1k ev  x bare | CPU/wall | req sent ms p50")
+    for name, f in figs.items():
+        cpu = f["cpu_ms_per_1k_events"]
+        bare = figs.get(_twin("bare", name))
+        bare_cpu = bare["cpu_ms_per_1k_events"] if bare else None
+        print(
+            f"  {name:<{_W}} | {f['events']:6d} {_f(f['events_per_s'], '6.0f')} |"
             f"      {_f(cpu, '7.1f')} {_f(_ratio(cpu, bare_cpu), '6.2f')} |"
             f"  {_f(f['cpu_share_of_one_core'], '6.2f')}  |"
-            f"         {_f(lag.get('p50'), '6.2f')} {_f(lag.get('p99'), '6.2f')} |"
-            f"         {_f(f['request_sent_ms']['p50'], '6.2f')} |"
-            + (f" {unflagged}/{f['streams']}" if unflagged is not None else "  -")
+            f"         {_f(f['request_sent_ms']['p50'], '6.2f')}"
         )
         if f["unmatched_streams"] or f["errors"]:
             print(f"    ! {f['unmatched_streams']} unmatched streams; errors: {f['errors']}")
-    if bare:
-        for name, f in figs.items():
-            if name == "bare":
-                continue
-            ratios = {
-                "stamp p50": _ratio(f["event_err_ms"]["p50"], bare["event_err_ms"]["p50"]),
-                "stamp p99": _ratio(f["event_err_ms"]["p99"], bare["event_err_ms"]["p99"]),
-                "TTFT err p50": _ratio(f["ttft_err_ms"]["p50"], bare["ttft_err_ms"]["p50"]),
-                "CPU/event": _ratio(f["cpu_ms_per_1k_events"], bare["cpu_ms_per_1k_events"]),
-            }
-            text = "  ".join(f"{k} {_f(v, '.2f')}x" for k, v in ratios.items())
-            print(f"  {name + '/bare:':<17} {text}")
+    for name, f in figs.items():  # each client over bare httpx on the same scheme
+        base_name = _twin("bare", name)
+        if base_name in figs and base_name != name:
+            print(f"  {name + ' / ' + base_name + ':':<32} {_ratios(f, figs[base_name])}")
+    for name, f in figs.items():  # each https twin over its plain-HTTP leg
+        plain = name.removesuffix("/https")
+        if plain != name and plain in figs:
+            print(f"  {name + ' / http:':<32} {_ratios(f, figs[plain])}")
+
+
+def _twin(base: str, name: str) -> str:
+    """`base` on the same scheme as the shown client `name` (``bare/https`` for an https
+    twin)."""
+    return base + "/https" if name.endswith("/https") else base
+
+
+def _ratios(f: dict[str, Any], base: dict[str, Any]) -> str:
+    ratios = {
+        "stamp p50": _ratio(f["event_err_ms"]["p50"], base["event_err_ms"]["p50"]),
+        "stamp p99": _ratio(f["event_err_ms"]["p99"], base["event_err_ms"]["p99"]),
+        "TTFT err p50": _ratio(f["ttft_err_ms"]["p50"], base["ttft_err_ms"]["p50"]),
+        "TTFT err p99": _ratio(f["ttft_err_ms"]["p99"], base["ttft_err_ms"]["p99"]),
+        "CPU/event": _ratio(f["cpu_ms_per_1k_events"], base["cpu_ms_per_1k_events"]),
+    }
+    return "  ".join(f"{k} {_f(v, '.2f')}x" for k, v in ratios.items())
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-def verdicts(results: dict[int, dict[str, Any]]) -> list[tuple[str, bool | None, str]]:
-    """(target, passed, detail) for each of the issue's figures that this run covers."""
-    out: list[tuple[str, bool | None, str]] = []
+Verdict = tuple[str, bool | None, str]
+
+
+def _flagged(f: dict[str, Any]) -> tuple[bool, str]:
+    """labkit's own client-bound flag for a level (`labkit.selfcheck.level_lag` on its
+    records; without it, the median record's loop lag over `CLIENT_BOUND_LAG_MS`), and why."""
+    check = f.get("self_check")
+    if check is not None:
+        if check["late_p99_ms"] is not None:
+            why = f"labkit's stamp lateness p99 {_f(check['late_p99_ms'], '.2f')} ms"
+        else:
+            why = f"loop_lag p50 {_f(check['loop_lag_p50_ms'], '.2f')} ms"
+        flagged = bool(check["client_bound"])
+    else:
+        lag = (f["loop_lag_ms"] or {}).get("p50")
+        why = f"loop_lag p50 {_f(lag, '.2f')} ms"
+        flagged = lag is not None and lag > CLIENT_BOUND_LAG_MS
+    return flagged, f"{why} -> {'flagged client-bound' if flagged else 'not flagged'}"
+
+
+def verdicts_17(results: dict[int, dict[str, Any]]) -> list[Verdict]:
+    """(target, passed, detail) for issue 17's five targets, where this run covers them."""
+    out: list[Verdict] = []
+
+    def leg(level: int, name: str) -> dict[str, Any] | None:
+        got: dict[str, Any] | None = results.get(level, {}).get("clients", {}).get(name)
+        return got
+
+    for name in WIRE_LEGS:
+        f = leg(32, name)
+        if f is None:
+            continue
+        tt, wave, rest = f["ttft_err_ms"], f["ttft_err_first_wave_ms"], f["ttft_err_after_wave_ms"]
+        out.append(
+            (
+                f"32 streams, {name}: TTFT error p99 <= {TTFT_P99_LOAD_TARGET_MS:g} ms, "
+                "first wave included",
+                _le(tt["p99"], TTFT_P99_LOAD_TARGET_MS),
+                f"p99 {_f(tt['p99'], '.3f')} over {tt['n']} requests (first wave p99 "
+                f"{_f(wave['p99'], '.3f')} over {wave['n']}, after it {_f(rest['p99'], '.3f')})",
+            )
+        )
+    one = leg(1, "labkit")
+    if one:
+        tt = one["ttft_err_ms"]
+        out.append(
+            (
+                f"1 stream, labkit: TTFT error p99 <= {TTFT_P99_ONE_TARGET_MS:g} ms",
+                _le(tt["p99"], TTFT_P99_ONE_TARGET_MS),
+                f"p50 {_f(tt['p50'], '.3f')}, p99 {_f(tt['p99'], '.3f')} over {tt['n']} requests",
+            )
+        )
+    for level in sorted(results):
+        plain, tls = leg(level, "labkit"), leg(level, "labkit/https")
+        if plain is None or tls is None:
+            continue
+        p99, tls_p99 = plain["event_err_ms"]["p99"], tls["event_err_ms"]["p99"]
+        r = _ratio(tls_p99, p99)
+        tt = _ratio(tls["ttft_err_ms"]["p99"], plain["ttft_err_ms"]["p99"])
+        out.append(
+            (
+                f"{level} stream(s), labkit: HTTPS stamp error p99 within "
+                f"{HTTPS_RATIO_TARGET:g}x HTTP's",
+                _le(r, HTTPS_RATIO_TARGET),
+                f"{_f(tls_p99, '.3f')} vs {_f(p99, '.3f')} ms = {_f(r, '.2f')}x "
+                f"(TTFT error p99 {_f(tt, '.2f')}x)",
+            )
+        )
+    for level in sorted(results):
+        if level < 256:
+            continue
+        for name in ("labkit-procs", "labkit"):
+            f = leg(level, name)
+            if f is None:
+                continue
+            p99 = f["event_err_ms"]["p99"]
+            flagged, why = _flagged(f)
+            in_flight = f["peak_in_flight"] >= level
+            met = _le(p99, MANY_STREAMS_STAMP_P99_TARGET_MS)
+            ok = None if met is None else in_flight and (met or flagged)
+            out.append(
+                (
+                    f"{level} streams, {name}: all in flight, stamp error p99 <= "
+                    f"{MANY_STREAMS_STAMP_P99_TARGET_MS:g} ms or flagged client-bound",
+                    ok,
+                    f"peak in flight {f['peak_in_flight']}/{level}; stamp p99 {_f(p99, '.3f')} "
+                    f"ms; {why}",
+                )
+            )
+    for level in sorted(results):
+        for name in ("labkit", "labkit-procs") if level >= 256 else ("labkit",):
+            f = leg(level, name)
+            if f is None:
+                continue
+            est, source = level_estimate(f)
+            true_p99 = f["event_err_ms"]["p99"]
+            r = _ratio(est, true_p99)
+            ok = None if r is None else abs(r - 1) <= SELF_ESTIMATE_TOLERANCE
+            diff = est - true_p99 if est is not None and true_p99 is not None else None
+            out.append(
+                (
+                    f"{level} stream(s), {name}: self-estimate p99 within "
+                    f"±{SELF_ESTIMATE_TOLERANCE:.0%} of the true stamp error p99",
+                    ok,
+                    f"{source}: {_f(est, '.3f')} vs true {_f(true_p99, '.3f')} ms "
+                    f"= {_f(r, '.2f')}x ({_f(diff, '+.3f')} ms)",
+                )
+            )
+    return out
+
+
+def verdicts(results: dict[int, dict[str, Any]]) -> list[Verdict]:
+    """(target, passed, detail) for each of issue 6's figures that this run covers."""
+    out: list[Verdict] = []
 
     def lab(level: int) -> dict[str, Any] | None:
         r = results.get(level, {}).get("clients", {})
@@ -705,12 +1113,10 @@ def verdicts(results: dict[int, dict[str, Any]]) -> list[tuple[str, bool | None,
             continue
         tt, ev = f["ttft_err_ms"]["p50"], f["event_err_ms"]["p99"]
         met = _le(tt, TTFT_LOAD_TARGET_MS) and _le(ev, STAMP_P99_TARGET_MS)
-        lag = (f["loop_lag_ms"] or {}).get("p50")
-        flagged = lag is not None and lag > CLIENT_BOUND_LAG_MS
+        flagged, why = _flagged(f)
         unflagged = f["records_over_3ms_unflagged"]
         detail = (
-            f"TTFT err p50 {_f(tt, '.3f')} ms, stamp p99 {_f(ev, '.3f')} ms; loop_lag p50 "
-            f"{_f(lag, '.2f')} ms -> {'flagged client-bound' if flagged else 'not flagged'}; "
+            f"TTFT err p50 {_f(tt, '.3f')} ms, stamp p99 {_f(ev, '.3f')} ms; {why}; "
             f"records > 3 ms with own loop_lag < 3 ms: {unflagged}/{f['streams']}"
         )
         ok = met or flagged
@@ -739,8 +1145,11 @@ def _le(x: float | None, limit: float) -> bool | None:
     return None if x is None else x <= limit
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+HTTPS_CLIENTS = ["labkit", "labkit-httpx", "bare", "raw", "labkit-run", "labkit-procs"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--levels", default="1,8,32", help="concurrency levels, comma-separated")
     parser.add_argument(
         "--requests-per-level",
@@ -754,75 +1163,279 @@ def main() -> None:
         default=",".join(DEFAULT_CLIENTS),
         help="comma-separated, from " + ",".join(LEGS),
     )
+    parser.add_argument(
+        "--https",
+        action="store_true",
+        help="also run each of --https-clients against the server's TLS port (NAME/https)",
+    )
+    parser.add_argument("--https-clients", default=",".join(HTTPS_CLIENTS))
     parser.add_argument("--tokens", type=int, default=100)
     parser.add_argument("--interval-ms", type=float, default=2.0)
+    parser.add_argument(
+        "--max-event-rate",
+        type=float,
+        default=16000.0,
+        help="stretch a level's token interval so streams x rate stays under this many "
+        "events/s (default 16,000: the 32-stream level at 2 ms); 0: never",
+    )
     parser.add_argument("--ttft-ms", type=float, default=50.0)
+    parser.add_argument(
+        "--prompt-bytes", type=int, default=0, help="send a prompt of this size (200000: 200 KB)"
+    )
+    parser.add_argument(
+        "--event-bytes", type=int, default=0, help="pad each token event to this size (1000000)"
+    )
     parser.add_argument("--json", type=Path, default=None, help="write every figure as JSON")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--labkit-src",
+        type=Path,
+        default=None,
+        help="the tree whose labkit/ the labkit legs run (default: this bench's own tree)",
+    )
+    parser.add_argument(
+        "--before",
+        default=None,
+        metavar="REV",
+        help="run the bench twice, labkit from git REV (git archive) and from --labkit-src, "
+        "and print the before/after table",
+    )
+    parser.add_argument(
+        "--compare",
+        nargs=2,
+        type=Path,
+        default=None,
+        metavar=("BEFORE_JSON", "AFTER_JSON"),
+        help="print the before/after table of two --json dumps, run nothing",
+    )
+    return parser
+
+
+def _level_interval_ms(level: int, args: argparse.Namespace) -> float:
+    if args.max_event_rate <= 0:
+        return float(args.interval_ms)
+    return max(float(args.interval_ms), 1000.0 * level / float(args.max_event_rate))
+
+
+def _tree_revision(tree: Path) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(tree), "describe", "--always", "--dirty"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def _use_prompt(prompt_bytes: int) -> None:
+    global PROMPT, MESSAGES
+    if prompt_bytes > 0:
+        unit = SHORT_PROMPT + " "
+        PROMPT = (unit * (prompt_bytes // len(unit) + 1))[:prompt_bytes]
+    MESSAGES = [{"role": "user", "content": PROMPT}]
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """The whole bench: every level, every client, interleaved; returns the JSON payload."""
     levels = [int(x) for x in args.levels.split(",") if x.strip()]
     clients = [c.strip() for c in args.clients.split(",") if c.strip()]
-    unknown = set(clients) - set(LEGS)
+    https = [c.strip() for c in args.https_clients.split(",") if c.strip()] if args.https else []
+    unknown = (set(clients) | set(https)) - set(LEGS)
     if unknown:
-        parser.error(f"unknown clients: {sorted(unknown)}")
-
+        raise SystemExit(f"unknown clients: {sorted(unknown)}; known: {', '.join(LEGS)}")
+    # (shown name, leg, over TLS): each https twin right after its plain leg
+    legs = [(n, n, False) for n in clients]
+    for name in https:
+        if name in clients:
+            at = next(k for k, leg in enumerate(legs) if leg[0] == name) + 1
+            legs.insert(at, (f"{name}/https", name, True))
+    _use_prompt(args.prompt_bytes)
+    nofile = raise_open_files_limit(4 * max(levels, default=1) + 1024)
+    rev = _tree_revision(LABKIT_SRC)
     print(
         f"scripted server (own process) on 127.0.0.1: first token {args.ttft_ms:g} ms, "
-        f"{args.tokens} tokens at {args.interval_ms:g} ms; clients {', '.join(clients)}; "
-        f"{args.rounds} round(s) per level, order alternating"
+        f"{args.tokens} tokens at {args.interval_ms:g} ms (stretched to keep under "
+        f"{args.max_event_rate:g} events/s), events {args.event_bytes or 'small'} bytes, "
+        f"prompt {len(PROMPT.encode())} bytes; clients {', '.join(n for n, _, _ in legs)}; "
+        f"{args.rounds} round(s) per level, order alternating; labkit from {LABKIT_SRC}"
+        f" ({rev or 'no git revision'}); open files limit {nofile}"
     )
     results: dict[int, dict[str, Any]] = {}
     with ScriptedServer(
-        ttft_ms=args.ttft_ms, interval_ms=args.interval_ms, tokens=args.tokens
+        ttft_ms=args.ttft_ms,
+        interval_ms=args.interval_ms,
+        tokens=args.tokens,
+        event_bytes=args.event_bytes,
+        tls=bool(https),
     ) as srv:
-        for name in clients:  # warm-up: imports, first connections, lazy initialisation
-            LEGS[name](srv.base_url, 1, 1)
+        if srv.ca_file is not None:  # labkit's providers, httpx and the SDKs read it
+            os.environ["SSL_CERT_FILE"] = str(srv.ca_file)
+        for _, leg_name, tls in legs:  # warm-up: imports, first connections, lazy set-up
+            LEGS[leg_name](srv.url(tls=tls), 1, 1)
         srv.stamps()
         for level in levels:
             n = args.requests_per_level or max(16, 2 * level)
-            acc = {name: Accum() for name in clients}
+            interval = _level_interval_ms(level, args)
+            script = {"interval_ms": interval} if interval != args.interval_ms else {}
+            acc = {shown: Accum() for shown, _, _ in legs}
             late50: list[float] = []
             late99: list[float] = []
             stalls = 0
             for rnd in range(args.rounds):
-                order = clients if rnd % 2 == 0 else clients[::-1]
-                for name in order:
-                    leg = LEGS[name](srv.base_url, level, n)
+                order = legs if rnd % 2 == 0 else legs[::-1]
+                for shown, leg_name, tls in order:
+                    leg = LEGS[leg_name](srv.url(tls=tls, **script), level, n)
                     server = srv.stamps()
-                    acc[name].add(leg, server["streams"])
+                    acc[shown].add(leg, server["streams"], level)
                     stalls += server["stalls"]
                     late = server["late_wakeups_ms"]
                     if late["p50"] is not None:
                         late50.append(late["p50"])
                         late99.append(late["p99"])
-            figs = {name: acc[name].figures() for name in clients}
+            figs = {shown: acc[shown].figures() for shown, _, _ in legs}
             info = {
                 "late_p50": max(late50) if late50 else None,
                 "late_p99": max(late99) if late99 else None,
                 "stalls": stalls,
+                "interval_ms": interval,
+                "requests_per_round": n,
             }
             results[level] = {"requests_per_round": n, "server": info, "clients": figs}
             print_level(level, figs, info)
 
     print(
         f"\nscripted TTFT {args.ttft_ms:g} ms. TTFT error = client TTFT - true TTFT (first send "
-        "- client t_start). srv = the server's own first send - t_recv. req path = t_recv - "
-        "client t_start (request build, pool, write, loopback, server read). TTFT - srv TTFT = "
-        "what the client reports over the server's own TTFT (TTFT error + req path). CPU/wall = "
-        "share of one core this process used (near 1: client-bound). req sent = labkit's own "
-        "client.request_sent_ms (request written, from httpcore's trace)."
+        "- client t_start); wave = each run's first `streams` requests (started together), "
+        "rest = the requests after them. srv = the server's own first send - t_recv. req path "
+        "= t_recv - client t_start (request build, pool, write, loopback, server read). TTFT - "
+        "srv TTFT = what the client reports over the server's own TTFT (TTFT error + req path)."
+        " self-est = labkit's own estimate of its stamps' lateness: its pooled p99 over the "
+        "level's events (labkit.selfcheck.level_lag) where labkit has one, else the p99 over "
+        "records of client.loop_lag_ms; per record: the record's estimate over its own stamp "
+        "error p99; TTFT self-est = client.ttft_lateness_ms. labkit's flag = level_lag's "
+        "client-bound verdict. peak in flight = most streams open at once (t_start"
+        " to last stamp). CPU/wall = share of one core this process used (near 1: "
+        "client-bound). req sent = labkit's own client.request_sent_ms (request written)."
     )
-    print("\ntargets (labkit's wire path):")
-    checks = verdicts(results)
-    for label, ok, detail in checks:
-        word = "PASS" if ok else ("MISS" if ok is not None else "N/A ")
-        print(f"  {word}  {label}: {detail}")
+    checks6, checks17 = verdicts(results), verdicts_17(results)
+    for title, checks in (("issue 6", checks6), ("issue 17", checks17)):
+        print(f"\ntargets, {title} (labkit's wire path):")
+        for label, ok, detail in checks:
+            word = "PASS" if ok else ("MISS" if ok is not None else "N/A ")
+            print(f"  {word}  {label}: {detail}")
+    return {
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "labkit_src": str(LABKIT_SRC),
+        "labkit_file": labkit.__file__,
+        "labkit_revision": rev,
+        "open_files_limit": nofile,
+        "levels": results,
+        "targets": [{"target": t, "pass": ok, "detail": d} for t, ok, d in checks6 + checks17],
+    }
+
+
+def _without(argv: list[str], options: tuple[str, ...]) -> list[str]:
+    """`argv` less each of `options` and its value (``--x V`` or ``--x=V``)."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in options:
+            skip = True
+        elif not arg.startswith(tuple(o + "=" for o in options)):
+            out.append(arg)
+    return out
+
+
+def before_after(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
+    """The same bench twice, in two processes: labkit from git `args.before`, then from
+    `LABKIT_SRC`; the bench, the server and the method are this tree's both times."""
+    rev = args.before
+    with tempfile.TemporaryDirectory(prefix="bench-load-before-") as tmp:
+        tree = Path(tmp) / "tree"
+        tree.mkdir()
+        archive = subprocess.run(
+            ["git", "-C", str(_REPO), "archive", rev, "labkit"], capture_output=True, check=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+        passthrough = _without(argv, ("--before", "--json", "--labkit-src", "--compare"))
+        payloads: dict[str, Any] = {}
+        for label, src in (("before", tree), ("after", LABKIT_SRC)):
+            out = Path(tmp) / f"{label}.json"
+            print(f"\n##### {label}: labkit from {rev if label == 'before' else src}", flush=True)
+            command = [sys.executable, __file__, *passthrough, "--labkit-src", str(src)]
+            subprocess.run([*command, "--json", str(out)], check=True)
+            payloads[label] = json.loads(out.read_text())
+    payloads["before"]["labkit_revision"] = rev
+    print_compare(payloads["before"], payloads["after"])
+    return payloads
+
+
+def _cell(b: float | None, a: float | None, spec: str = ".2f") -> str:
+    return f"{_f(b, spec).strip()} → {_f(a, spec).strip()}"
+
+
+def print_compare(before: dict[str, Any], after: dict[str, Any]) -> None:
+    """The before/after table (Markdown) of two runs' JSON payloads."""
+    names = (before.get("labkit_revision") or "before", after.get("labkit_revision") or "after")
+    print(f"\n### before ({names[0]}) → after ({names[1]})\n")
+    print(
+        "| streams | client | stamp error p50 / p99 ms | TTFT error p99 ms (first wave) |"
+        " self-estimate p99 ms | CPU ms/1k events |"
+    )
+    print("|---|---|---|---|---|---|")
+    for level, b_level in before["levels"].items():
+        a_level = after["levels"].get(level)
+        if a_level is None:
+            continue
+        for client, b in b_level["clients"].items():
+            a = a_level["clients"].get(client)
+            if a is None:
+                continue
+            be, ae = b["event_err_ms"], a["event_err_ms"]
+            bw, aw = b["ttft_err_first_wave_ms"], a["ttft_err_first_wave_ms"]
+            bt, at = b["ttft_err_ms"], a["ttft_err_ms"]
+            b_est = (b["self_estimate_ms"] or {}).get("p99")
+            a_est = (a["self_estimate_ms"] or {}).get("p99")
+            print(
+                f"| {level} | {client} | {_cell(be['p50'], ae['p50'])} / "
+                f"{_cell(be['p99'], ae['p99'])} | {_cell(bt['p99'], at['p99'])}"
+                f" ({_cell(bw['p99'], aw['p99'])}) | {_cell(b_est, a_est)} |"
+                f" {_cell(b['cpu_ms_per_1k_events'], a['cpu_ms_per_1k_events'], '.1f')} |"
+            )
+    word = {True: "PASS", False: "MISS", None: "N/A"}
+    b_targets = {t["target"]: t for t in before["targets"]}
+    print("\n| target | before | after |\n|---|---|---|")
+    for t in after["targets"]:
+        b_t = b_targets.get(t["target"])
+        b_text = f"{word[b_t['pass']]} ({b_t['detail']})" if b_t else "-"
+        print(f"| {t['target']} | {b_text} | {word[t['pass']]} ({t['detail']}) |")
+
+
+def _strict_json(value: Any) -> Any:
+    """`value` with NaN (the runner legs' CPU) as null, so the dump is strict JSON."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _strict_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_strict_json(v) for v in value]
+    return value
+
+
+def main() -> None:
+    """Parse the arguments; run the bench, the before/after pair, or the comparison."""
+    args = _parser().parse_args()
+    if args.compare:
+        before, after = (json.loads(p.read_text()) for p in args.compare)
+        print_compare(before, after)
+        return
+    payload = before_after(args, sys.argv[1:]) if args.before else run(args)
     if args.json:
-        payload = {
-            "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-            "levels": results,
-            "targets": [{"target": t, "pass": ok, "detail": d} for t, ok, d in checks],
-        }
-        args.json.write_text(json.dumps(payload, indent=2))
+        args.json.write_text(json.dumps(_strict_json(payload), indent=2))
         print(f"\nfigures written to {args.json}")
 
 

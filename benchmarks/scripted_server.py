@@ -10,9 +10,20 @@ The script, per request (``POST .../chat/completions``):
   (``t_recv``, the clock read right after the `recv` that completed the body);
 - output token ``i`` (``i = 0 .. n-1``) due at ``t_recv + ttft_ms + i * interval_ms``, on
   ABSOLUTE times, so a late wake-up never shifts the later tokens; ``n = tokens`` capped by
-  the request's ``max_tokens`` / ``max_completion_tokens``;
+  the request's ``max_tokens`` / ``max_completion_tokens``; with ``event_bytes`` each token's
+  event is padded (its content) to about that many bytes (``--event-bytes 1000000``: 1 MB
+  events, which take many reads on the client);
 - right after the last token: a finish chunk, a usage chunk (``usage.prompt_tokens`` /
   ``completion_tokens``), ``data: [DONE]`` and the end of the chunked body.
+
+Per-request script: a path segment ``KEY=VALUE`` before ``/chat/completions`` overrides the
+server's ``ttft_ms``, ``interval_ms``, ``tokens`` or ``event_bytes`` for that request
+(``http://127.0.0.1:PORT/interval_ms=62.5/v1``; `ScriptedServer.url` builds such roots), so
+one server serves every level of a benchmark, each at its own rate.
+
+Request bodies are not parsed as JSON: ``max_tokens`` is found with a regular expression and
+``usage.prompt_tokens`` is the body's count of spaces, so a 200 KB prompt costs the schedule
+one `recv` and a scan, not a parse (the server has one thread for every stream).
 
 Scheduling: one thread, one loop. It waits in `epoll` only while the next due event is more
 than ~1.5 ms away (epoll's timeout has 1 ms granularity and rounds up), and sleeps the last
@@ -23,16 +34,32 @@ are handed to `send`, and kept per response id (the chunk ``"id"``, unique per s
 Sockets are non-blocking with TCP_NODELAY; a send the kernel could not take whole is
 buffered and counted as a stall (its stamp is then "queued", not "written").
 
+A wake-up that is late (``late_wakeups_ms``: many streams due at once, a 2-core host shared
+with the client) sends late, and the stamp says so: the stamps are when the bytes were
+handed to the kernel, not when they were due, so a client's stamp error stays measurable
+when one Python process cannot keep 1,000 streams on schedule; only the achieved rate drops.
+
+TLS (``--tls-cert``/``--tls-key``, or ``ScriptedServer(tls=True)``, which issues a server
+certificate for 127.0.0.1 from a throw-away `trustme` CA written to a temp dir, CA file at
+`ScriptedServer.ca_file`): a second listener serves the same script over HTTPS, on the same
+loop and schedule. Handshakes are driven non-blocking in the loop; on TLS the stamp is read
+before the event is encrypted (one TLS record per small event, a few µs; a 1 MB event's
+first record goes out after its own encryption only). Clients trust the CA through
+``SSL_CERT_FILE`` (`httpx.create_ssl_context()`, which labkit's providers use, reads it).
+
 Other endpoints: ``GET /stamps`` returns and clears the stamps as JSON::
 
     {"streams": {"<id>": {"t_recv": ns, "sends": [ns, ...], "tokens": n}},
      "stalls": n, "late_wakeups_ms": {"p50": ..., "p99": ..., "max": ...}}
 
 ``GET /health`` answers ``ok``. HTTP/1.1 keep-alive, chunked transfer encoding;
-``connection: close`` is honoured.
+``connection: close`` is honoured. The listen backlog is 4096 (the kernel caps it at
+``net.core.somaxconn``), so a 1,000-stream wave of connects is not refused; the process
+raises its soft open-files limit to the hard one.
 
 Run alone: ``.venv/bin/python benchmarks/scripted_server.py [--port 0] [--ttft-ms 50]
-[--interval-ms 2] [--tokens 100]``; it prints ``PORT <n>`` on its first line.
+[--interval-ms 2] [--tokens 100] [--event-bytes 0] [--tls-cert PEM --tls-key PEM]``; it
+prints ``PORT <n>`` on its first line, and ``TLS_PORT <n>`` on its second with TLS.
 """
 
 from __future__ import annotations
@@ -44,15 +71,19 @@ import heapq
 import itertools
 import json
 import os
+import re
+import resource
 import selectors
 import socket
+import ssl
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ScriptedServer", "Server", "main"]
+__all__ = ["ScriptedServer", "Server", "main", "raise_open_files_limit"]
 
 _WORDS = [
     b" tokens",
@@ -71,6 +102,21 @@ _WORDS = [
 ]
 _EPOLL_MARGIN_NS = 1_500_000  # wait in epoll only while the next event is further than this
 _SLEEP_MIN_NS = 30_000  # below this, spin instead of sleeping
+_BACKLOG = 4096
+_MAX_TOKENS = re.compile(rb'"max(?:_completion)?_tokens"\s*:\s*(\d+)')
+_SCRIPT_KEYS = {"ttft_ms": float, "interval_ms": float, "tokens": int, "event_bytes": int}
+_WOULD_BLOCK = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
+
+
+def raise_open_files_limit(wanted: int) -> int:
+    """Raise this process's soft open-files limit towards `wanted` (at most the hard limit);
+    return the soft limit now in force. Children inherit it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = target
+    return int(soft)
 
 
 def _frame(payload: bytes) -> bytes:
@@ -79,15 +125,37 @@ def _frame(payload: bytes) -> bytes:
 
 
 class _Stream:
-    __slots__ = ("conn", "head", "i", "n", "prompt_tokens", "rid", "sends", "t_recv", "tail")
+    __slots__ = (
+        "conn",
+        "head",
+        "i",
+        "interval_ns",
+        "n",
+        "pad",
+        "prompt_tokens",
+        "rid",
+        "sends",
+        "t_recv",
+        "tail",
+    )
 
-    def __init__(self, conn: _Conn, rid: str, n: int, prompt_tokens: int, t_recv: int) -> None:
+    def __init__(
+        self,
+        conn: _Conn,
+        rid: str,
+        n: int,
+        prompt_tokens: int,
+        t_recv: int,
+        interval_ns: int,
+        event_bytes: int,
+    ) -> None:
         self.conn = conn
         self.rid = rid
         self.n = n
         self.i = 0
         self.prompt_tokens = prompt_tokens
         self.t_recv = t_recv
+        self.interval_ns = interval_ns
         self.sends: list[int] = []
         base = (
             b'data: {"id":"' + rid.encode() + b'","object":"chat.completion.chunk",'
@@ -96,9 +164,15 @@ class _Stream:
         )
         self.head = base
         self.tail = b'"},"logprobs":null,"finish_reason":null}]}\n\n'
+        self.pad = b"x" * max(0, event_bytes - len(base) - len(self.tail) - 8)
 
     def token_frame(self) -> bytes:
-        return _frame(self.head + _WORDS[self.i % len(_WORDS)] + self.tail)
+        word = _WORDS[self.i % len(_WORDS)]
+        if not self.pad:
+            return _frame(self.head + word + self.tail)
+        # One copy of a large event (bytes `%` formatting of 1 MB takes milliseconds).
+        size = len(self.head) + len(word) + len(self.pad) + len(self.tail)
+        return b"".join((b"%x\r\n" % size, self.head, word, self.pad, self.tail, b"\r\n"))
 
     def end_frames(self) -> bytes:
         prefix = (
@@ -115,29 +189,64 @@ class _Stream:
 
 
 class _Conn:
-    __slots__ = ("busy", "close_after", "inbuf", "outbuf", "sock", "want_write")
+    __slots__ = ("busy", "close_after", "handshaking", "inbuf", "outbuf", "sock", "want_write")
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, *, handshaking: bool = False) -> None:
         self.sock = sock
         self.inbuf = b""
         self.outbuf = b""
         self.busy = False  # a stream is being served on this connection
         self.close_after = False
         self.want_write = False
+        self.handshaking = handshaking  # a TLS connection whose handshake is not done
+
+
+class _Listener:
+    """A listening socket in the selector; `tls`: wrap what it accepts."""
+
+    __slots__ = ("sock", "tls")
+
+    def __init__(self, sock: socket.socket, tls: ssl.SSLContext | None) -> None:
+        self.sock = sock
+        self.tls = tls
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    sock = socket.create_server((host, port), backlog=_BACKLOG)
+    sock.setblocking(False)
+    return sock
 
 
 class Server:
     """The single-threaded scheduler loop (see the module docstring)."""
 
-    def __init__(self, host: str, port: int, ttft_ms: float, interval_ms: float, tokens: int):
-        self.ttft_ns = int(ttft_ms * 1e6)
-        self.interval_ns = int(interval_ms * 1e6)
-        self.tokens = tokens
-        self.listener = socket.create_server((host, port), backlog=1024)
-        self.listener.setblocking(False)
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        ttft_ms: float,
+        interval_ms: float,
+        tokens: int,
+        *,
+        event_bytes: int = 0,
+        tls: ssl.SSLContext | None = None,
+        tls_port: int = 0,
+    ):
+        self.script: dict[str, float] = {
+            "ttft_ms": ttft_ms,
+            "interval_ms": interval_ms,
+            "tokens": tokens,
+            "event_bytes": event_bytes,
+        }
+        self.listener = _listen(host, port)
         self.port = self.listener.getsockname()[1]
         self.sel = selectors.DefaultSelector()
-        self.sel.register(self.listener, selectors.EVENT_READ, None)
+        self.sel.register(self.listener, selectors.EVENT_READ, _Listener(self.listener, None))
+        self.tls_port: int | None = None
+        if tls is not None:
+            tls_listener = _listen(host, tls_port)
+            self.tls_port = tls_listener.getsockname()[1]
+            self.sel.register(tls_listener, selectors.EVENT_READ, _Listener(tls_listener, tls))
         self.heap: list[tuple[int, int, _Stream]] = []
         self.seq = itertools.count()
         self.ids = itertools.count()
@@ -148,14 +257,20 @@ class Server:
 
     # -- I/O ----------------------------------------------------------------------------------
 
+    def _watch(self, conn: _Conn, write: bool) -> None:
+        if conn.want_write != write:
+            conn.want_write = write
+            mask = selectors.EVENT_READ | (selectors.EVENT_WRITE if write else 0)
+            self.sel.modify(conn.sock, mask, conn)
+
     def _send(self, conn: _Conn, data: bytes) -> None:
-        if conn.outbuf:
+        if conn.outbuf or conn.handshaking:
             conn.outbuf += data
             self.stalls += 1
             return
         try:
             n = conn.sock.send(data)
-        except BlockingIOError:
+        except _WOULD_BLOCK:  # TLS: nothing of it was written; it is retried whole
             n = 0
         except OSError:
             self._drop(conn)
@@ -163,22 +278,19 @@ class Server:
         if n < len(data):
             self.stalls += 1
             conn.outbuf = data[n:]
-            if not conn.want_write:
-                conn.want_write = True
-                self.sel.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
+            self._watch(conn, True)
 
     def _flush(self, conn: _Conn) -> None:
         try:
             n = conn.sock.send(conn.outbuf)
-        except BlockingIOError:
+        except _WOULD_BLOCK:
             return
         except OSError:
             self._drop(conn)
             return
         conn.outbuf = conn.outbuf[n:]
         if not conn.outbuf:
-            conn.want_write = False
-            self.sel.modify(conn.sock, selectors.EVENT_READ, conn)
+            self._watch(conn, False)
             if conn.close_after and not conn.busy:
                 self._drop(conn)
 
@@ -188,40 +300,92 @@ class Server:
         conn.sock.close()
         conn.busy = False
 
-    def _accept(self) -> None:
+    def _accept(self, listener: _Listener) -> None:
         while True:
             try:
-                sock, _ = self.listener.accept()
+                sock, _ = listener.sock.accept()
             except BlockingIOError:
                 return
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self.sel.register(sock, selectors.EVENT_READ, _Conn(sock))
+            if listener.tls is None:
+                self.sel.register(sock, selectors.EVENT_READ, _Conn(sock))
+                continue
+            tls_sock = listener.tls.wrap_socket(
+                sock, server_side=True, do_handshake_on_connect=False
+            )
+            conn = _Conn(tls_sock, handshaking=True)
+            self.sel.register(tls_sock, selectors.EVENT_READ, conn)
+            self._handshake(conn)
 
-    def _read(self, conn: _Conn) -> None:
+    def _handshake(self, conn: _Conn) -> None:
+        sock = conn.sock
+        assert isinstance(sock, ssl.SSLSocket)
         try:
-            data = conn.sock.recv(262144)
-        except BlockingIOError:
+            sock.do_handshake()
+        except ssl.SSLWantReadError:
+            self._watch(conn, False)
             return
-        except OSError:
-            data = b""
-        t = time.perf_counter_ns()
-        if not data:
+        except ssl.SSLWantWriteError:
+            self._watch(conn, True)
+            return
+        except OSError:  # ssl.SSLError included: a client that gave up or distrusts the CA
             self._drop(conn)
             return
+        conn.handshaking = False
+        self._watch(conn, bool(conn.outbuf))
+        self._read(conn)  # the request may have come with the handshake's last flight
+
+    def _read(self, conn: _Conn) -> None:
+        # A TLS socket hands out one record (16 KB) per recv and keeps the rest decrypted
+        # where epoll cannot see it: read until it would block.
+        data = b""
+        while True:
+            try:
+                chunk = conn.sock.recv(262144)
+            except _WOULD_BLOCK:
+                break
+            except OSError:
+                chunk = b""
+            if not chunk:
+                if not data:
+                    self._drop(conn)
+                    return
+                break
+            data += chunk
+            if not isinstance(conn.sock, ssl.SSLSocket):
+                break  # plain TCP: one recv per readiness; epoll reports what is left
+        if not data:
+            return
+        t = time.perf_counter_ns()
         conn.inbuf += data
         self._parse(conn, t)
 
+    def _script(self, path: str) -> dict[str, float]:
+        script = dict(self.script)
+        for segment in path.split("/"):
+            key, eq, value = segment.partition("=")
+            if eq and key in _SCRIPT_KEYS:
+                script[key] = _SCRIPT_KEYS[key](value)
+        return script
+
     def _route(self, conn: _Conn, method: str, path: str, body: bytes, t_recv: int) -> None:
         if method == "POST" and path.endswith("/chat/completions"):
-            payload = json.loads(body or b"{}")
-            n = self.tokens
-            cap = payload.get("max_tokens") or payload.get("max_completion_tokens")
-            if cap:
-                n = min(n, int(cap))
-            prompt = " ".join(str(m.get("content", "")) for m in payload.get("messages", []))
+            script = self._script(path)
+            n = int(script["tokens"])
+            cap = _MAX_TOKENS.search(body)
+            if cap and int(cap[1]):
+                n = min(n, int(cap[1]))
             rid = f"chatcmpl-{self.prefix}-{next(self.ids)}"
-            stream = _Stream(conn, rid, n, len(prompt.split()), t_recv)
+            stream = _Stream(
+                conn,
+                rid,
+                n,
+                body.count(b" "),
+                t_recv,
+                int(script["interval_ms"] * 1e6),
+                int(script["event_bytes"]),
+            )
             conn.busy = True
             role = (
                 b'data: {"id":"' + rid.encode() + b'","object":"chat.completion.chunk",'
@@ -238,7 +402,8 @@ class Server:
             if n == 0:
                 self._finish(stream)
             else:
-                heapq.heappush(self.heap, (t_recv + self.ttft_ns, next(self.seq), stream))
+                due = t_recv + int(script["ttft_ms"] * 1e6)
+                heapq.heappush(self.heap, (due, next(self.seq), stream))
         elif method == "GET" and path.startswith("/stamps"):
             late = sorted(self.late_ns)
 
@@ -284,7 +449,7 @@ class Server:
         """Serve every complete request in the connection's buffer, one stream at a time."""
         while not conn.busy:
             buf = conn.inbuf
-            end = buf.find(b"\r\n\r\n")
+            end = buf.find(b"\r\n\r\n", 0, 65536)
             if end < 0:
                 return
             request_line, *lines = buf[:end].decode("latin-1").split("\r\n")
@@ -306,7 +471,6 @@ class Server:
     def _send_due(self) -> None:
         heap = self.heap
         clock = time.perf_counter_ns
-        interval = self.interval_ns
         first = True
         while heap:
             due, _, stream = heap[0]
@@ -325,7 +489,7 @@ class Server:
             self._send(conn, frame)
             stream.i += 1
             if stream.i < stream.n:
-                heapq.heapreplace(heap, (due + interval, next(self.seq), stream))
+                heapq.heapreplace(heap, (due + stream.interval_ns, next(self.seq), stream))
             else:
                 heapq.heappop(heap)
                 self._finish(stream)
@@ -333,8 +497,11 @@ class Server:
     def _handle(self, events: list[tuple[selectors.SelectorKey, int]]) -> None:
         for key, mask in events:
             conn = key.data
-            if conn is None:
-                self._accept()
+            if isinstance(conn, _Listener):
+                self._accept(conn)
+                continue
+            if conn.handshaking:
+                self._handshake(conn)
                 continue
             if mask & selectors.EVENT_WRITE and conn.outbuf:
                 self._flush(conn)
@@ -362,10 +529,20 @@ class Server:
 
 
 class ScriptedServer:
-    """The server in its own process: ``with ScriptedServer(...) as srv: srv.base_url``."""
+    """The server in its own process: ``with ScriptedServer(...) as srv: srv.base_url``.
+
+    `tls`: also serve HTTPS (`tls_base_url`) with a certificate from a throw-away `trustme`
+    CA; the CA's PEM is `ca_file` (point ``SSL_CERT_FILE`` at it to trust it).
+    """
 
     def __init__(
-        self, *, ttft_ms: float = 50.0, interval_ms: float = 2.0, tokens: int = 100
+        self,
+        *,
+        ttft_ms: float = 50.0,
+        interval_ms: float = 2.0,
+        tokens: int = 100,
+        event_bytes: int = 0,
+        tls: bool = False,
     ) -> None:
         self.args = [
             "--ttft-ms",
@@ -374,19 +551,59 @@ class ScriptedServer:
             str(interval_ms),
             "--tokens",
             str(tokens),
+            "--event-bytes",
+            str(event_bytes),
         ]
+        self.tls = tls
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
+        self.tls_port = 0
+        self._certs: tempfile.TemporaryDirectory[str] | None = None
+        self.ca_file: Path | None = None
 
     @property
     def base_url(self) -> str:
         """The OpenAI-style API root, ``http://127.0.0.1:PORT/v1``."""
-        return f"http://127.0.0.1:{self.port}/v1"
+        return self.url()
+
+    @property
+    def tls_base_url(self) -> str:
+        """The same over HTTPS, ``https://127.0.0.1:TLS_PORT/v1``."""
+        return self.url(tls=True)
+
+    def url(self, *, tls: bool = False, **script: float) -> str:
+        """An API root whose requests follow `script` (``interval_ms=62.5`` ...) instead of
+        the server's own settings, over HTTPS when `tls`."""
+        if tls and not self.tls_port:
+            raise RuntimeError("this ScriptedServer was started without tls=True")
+        unknown = set(script) - set(_SCRIPT_KEYS)
+        if unknown:
+            raise ValueError(f"unknown script keys {sorted(unknown)}; known: {list(_SCRIPT_KEYS)}")
+        scheme, port = ("https", self.tls_port) if tls else ("http", self.port)
+        prefix = "".join(f"/{k}={_SCRIPT_KEYS[k](v)}" for k, v in sorted(script.items()))
+        return f"{scheme}://127.0.0.1:{port}{prefix}/v1"
+
+    def _write_certs(self) -> list[str]:
+        import trustme  # only the TLS leg needs it (dev dependency)
+
+        self._certs = tempfile.TemporaryDirectory(prefix="scripted-tls-")
+        folder = Path(self._certs.name)
+        ca = trustme.CA()
+        leaf = ca.issue_cert("127.0.0.1", "localhost")
+        self.ca_file = folder / "ca.pem"
+        ca.cert_pem.write_to_path(str(self.ca_file))
+        cert, key = folder / "server.pem", folder / "server.key"
+        leaf.cert_chain_pems[0].write_to_path(str(cert))
+        for extra in leaf.cert_chain_pems[1:]:
+            extra.write_to_path(str(cert), append=True)
+        leaf.private_key_pem.write_to_path(str(key))
+        return ["--tls-cert", str(cert), "--tls-key", str(key)]
 
     def start(self) -> None:
-        """Start the process and wait for its port."""
+        """Start the process and wait for its port(s)."""
+        tls_args = self._write_certs() if self.tls else []
         self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--port", "0", *self.args],
+            [sys.executable, str(Path(__file__).resolve()), "--port", "0", *self.args, *tls_args],
             stdout=subprocess.PIPE,
         )
         assert self.proc.stdout is not None
@@ -395,9 +612,15 @@ class ScriptedServer:
             self.stop()
             raise RuntimeError(f"scripted server did not start: {line!r}")
         self.port = int(line[1])
+        if self.tls:
+            line = self.proc.stdout.readline().decode().split()
+            if len(line) != 2 or line[0] != "TLS_PORT":
+                self.stop()
+                raise RuntimeError(f"scripted server did not start TLS: {line!r}")
+            self.tls_port = int(line[1])
 
     def stop(self) -> None:
-        """Terminate the process."""
+        """Terminate the process (and remove the certificates)."""
         if self.proc is not None:
             self.proc.terminate()
             try:
@@ -405,7 +628,12 @@ class ScriptedServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+            if self.proc.stdout is not None:
+                self.proc.stdout.close()
             self.proc = None
+        if self._certs is not None:
+            self._certs.cleanup()
+            self._certs = None
 
     def stamps(self) -> dict[str, Any]:
         """The send stamps collected since the last call (the server forgets them)."""
@@ -433,10 +661,30 @@ def main() -> None:
     parser.add_argument("--ttft-ms", type=float, default=50.0)
     parser.add_argument("--interval-ms", type=float, default=2.0)
     parser.add_argument("--tokens", type=int, default=100)
+    parser.add_argument("--event-bytes", type=int, default=0, help="pad each token event to this")
+    parser.add_argument("--tls-cert", default=None, help="PEM chain: also serve HTTPS")
+    parser.add_argument("--tls-key", default=None)
+    parser.add_argument("--tls-port", type=int, default=0)
     args = parser.parse_args()
-    server = Server(args.host, args.port, args.ttft_ms, args.interval_ms, args.tokens)
+    tls = None
+    if args.tls_cert:
+        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        tls.load_cert_chain(args.tls_cert, args.tls_key)
+    raise_open_files_limit(65536)
+    server = Server(
+        args.host,
+        args.port,
+        args.ttft_ms,
+        args.interval_ms,
+        args.tokens,
+        event_bytes=args.event_bytes,
+        tls=tls,
+        tls_port=args.tls_port,
+    )
     gc.disable()  # the loop allocates no cycles; no collector pauses in the schedule
     print(f"PORT {server.port}", flush=True)
+    if server.tls_port is not None:
+        print(f"TLS_PORT {server.tls_port}", flush=True)
     with contextlib.suppress(KeyboardInterrupt):
         server.serve_forever()
 

@@ -37,17 +37,26 @@ from labkit.filenames import safe_filename
 from labkit.records import RecordClock, RequestRecord
 
 __all__ = [
+    "COARSE_CLOCK_SHARE",
     "ClockOffset",
     "HostClock",
     "clock_log_name",
+    "clock_note",
     "clock_uncertainty_ns",
     "driver_start_ns",
+    "host_clock_uncertainty_ns",
+    "level_clock",
     "measure_offset",
     "offset_from_exchanges",
     "read_clock_log",
     "record_clock",
     "write_clock_log",
 ]
+
+
+#: A level says its clock is coarse when its hosts' offset uncertainty is above this share of
+#: its median TTFT (the finest thing a level measures across hosts).
+COARSE_CLOCK_SHARE = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +165,49 @@ def clock_uncertainty_ns(record: RequestRecord) -> int | None:
     after = clock.uncertainty_after_ns if clock.uncertainty_after_ns is not None else 0
     drift = abs(clock.offset_after_ns - clock.offset_ns)
     return max(clock.uncertainty_ns, after) + (drift + 1) // 2
+
+
+def host_clock_uncertainty_ns(entry: HostClock) -> int:
+    """How far a host's clock may be off the driver's anywhere in the level: the larger
+    estimate's uncertainty plus half the drift from before to after (as
+    `clock_uncertainty_ns`); the before estimate's alone when there is no after."""
+    if entry.after is None:
+        return entry.before.uncertainty_ns
+    drift = abs(entry.after.offset_ns - entry.before.offset_ns)
+    return max(entry.before.uncertainty_ns, entry.after.uncertainty_ns) + (drift + 1) // 2
+
+
+def level_clock(
+    records: Iterable[RequestRecord], clocks: Iterable[HostClock] = ()
+) -> tuple[int | None, int | None]:
+    """How many hosts measured `records` and how far their clocks may be off the driver's:
+    the largest `clock_uncertainty_ns` of a record, or of the level's entries of the clock
+    log (`clocks`: they hold the drift of records written before the closing exchange);
+    `(None, None)` when every record was measured on the driver's host."""
+    hosts: set[str | None] = set()
+    bounds = [host_clock_uncertainty_ns(c) for c in clocks]
+    for record in records:
+        hosts.add(record.host)
+        bound = clock_uncertainty_ns(record)
+        if bound is not None:
+            bounds.append(bound)
+    if hosts <= {None}:
+        return None, None
+    return len(hosts), max(bounds, default=None)
+
+
+def clock_note(title: str, uncertainty_ms: float | None, ttft_ms_p50: float | None) -> str:
+    """One sentence when a level's clock uncertainty is above `COARSE_CLOCK_SHARE` of its
+    median TTFT (empty: it is not, or nothing to compare)."""
+    if uncertainty_ms is None or not ttft_ms_p50 or ttft_ms_p50 <= 0:
+        return ""
+    if uncertainty_ms <= COARSE_CLOCK_SHARE * ttft_ms_p50:
+        return ""
+    return (
+        f" At {title} the hosts' clocks line up only within ±{uncertainty_ms:.3g} ms (clock "
+        f"offset uncertainty, drift included), more than a tenth of its median TTFT "
+        f"({ttft_ms_p50:.3g} ms): its timeline, span and rates across hosts are no finer."
+    )
 
 
 @dataclass(frozen=True, slots=True)

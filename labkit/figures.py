@@ -529,6 +529,16 @@ class LoadLevel(_Figures):
     cache: LoadLevelCache | None = Field(
         default=None, description="Prompt-cache hits, where the provider counts them."
     )
+    hosts: int | None = Field(
+        default=None,
+        description="Hosts that measured the level's records, where any was not the "
+        "driver's (a level across machines); None: all on the driver's host.",
+    )
+    clock_uncertainty_ms: float | None = Field(
+        default=None,
+        description="How far those hosts' clocks may be off the driver's (the largest "
+        "record's offset uncertainty plus half its drift; `labkit.clocksync`).",
+    )
 
     @property
     def display_title(self) -> str:

@@ -16,13 +16,15 @@ Stamps. Each socket asks the kernel for receive timestamps (``SO_TIMESTAMPNS`` o
 read then carries the kernel's CLOCK_REALTIME stamp of the *last* TCP segment it returned
 (Linux gives the stamp of the last skb a recvmsg consumed; one read of up to 64 KiB may hold
 several segments, so an SSE event is rarely split, and a read that holds several events
-stamps them all at the arrival of the last). It is put on labkit's clock
-(`time.perf_counter_ns`, CLOCK_MONOTONIC) with the offset ``time.time_ns() -
-perf_counter_ns()`` read at that read: a realtime clock step between the segment's arrival
-and the read shifts that one read's stamp by the step, never later ones; a stamp is never
-after the read itself (``seen_ns``) nor before the connection's previous stamp. A read
-without a kernel stamp (the option unavailable) is stamped when the callback reads it, as
-``seen_ns``: late by however long the loop was busy elsewhere, which the kernel stamp is not.
+stamps them all at the arrival of the last: no smaller read could do better, as the kernel
+merges segments that queue while the reader is away and keeps the newest stamp). It is put
+on labkit's clock (`time.perf_counter_ns`, CLOCK_MONOTONIC) with the offset
+``time.time_ns() - perf_counter_ns()`` read at that read (two clock reads, tens of ns
+apart): a realtime clock step between the segment's arrival and the read shifts that one
+read's stamp by the step, never later ones; a stamp is never after the read itself
+(``seen_ns``) nor before the connection's previous stamp. A read without a kernel stamp (the
+option unavailable) is stamped when the callback reads it, as ``seen_ns``: late by however
+long the loop was busy elsewhere, which the kernel stamp is not.
 
 TLS (https) runs on the same reader: an `ssl.SSLObject` over a pair of `ssl.MemoryBIO`, with
 the provider's `ssl.SSLContext` (hostname checked, SNI sent). Decrypted bytes carry the
@@ -89,6 +91,9 @@ def _kernel_stamp_option() -> tuple[int, int, struct.Struct, int] | None:
 
 _KERNEL_STAMPS = _kernel_stamp_option()
 _ANC_SIZE = socket.CMSG_SPACE(16) if _KERNEL_STAMPS is not None else 0
+_STAMP_TYPE, _STAMP, _STAMP_UNIT = (
+    _KERNEL_STAMPS[1:] if _KERNEL_STAMPS is not None else (-1, struct.Struct("@ll"), 1)
+)
 
 
 def kernel_stamps_available() -> bool:
@@ -123,23 +128,23 @@ class _Connection:
         self.preconnected = False  # opened by preconnect and not yet used by a request
         self.t_tcp_ns = 0  # when the TCP connect completed
         self.t_tls_ns: int | None = None  # when the TLS handshake completed
-        self._loop = loop
+        self.loop = loop
         self._fd = sock.fileno()
         self._waiter: asyncio.Future[None] | None = None
         self._unsent = bytearray()
         self._last_t = 0
-        self._kernel = False
+        self._ancillary_size = 0  # room for the timestamp cmsg, once the kernel sends one
         if _KERNEL_STAMPS is not None:
             try:
                 sock.setsockopt(socket.SOL_SOCKET, _KERNEL_STAMPS[0], 1)
-                self._kernel = True
+                self._ancillary_size = _ANC_SIZE
             except OSError:
                 pass
         loop.add_reader(self._fd, self._on_readable)
 
     def _on_readable(self) -> None:
         try:
-            data, ancillary, _, _ = self.sock.recvmsg(_READ_SIZE, _ANC_SIZE)
+            data, ancillary, _, _ = self.sock.recvmsg(_READ_SIZE, self._ancillary_size)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
@@ -152,15 +157,16 @@ class _Connection:
         t = seen
         kernel = False
         if ancillary:
-            wall = time.time_ns()
-            _, _, stamp, unit = _KERNEL_STAMPS  # type: ignore[misc]
-            sec, frac = stamp.unpack_from(ancillary[0][2])
-            t = sec * 1_000_000_000 + frac * unit - (wall - seen)
-            if t > seen:
-                t = seen
-            elif t < self._last_t:
-                t = self._last_t
-            kernel = True
+            _, kind, cdata = ancillary[0]
+            if kind == _STAMP_TYPE and len(cdata) >= _STAMP.size:
+                wall = time.time_ns()
+                sec, frac = _STAMP.unpack_from(cdata)
+                t = sec * 1_000_000_000 + frac * _STAMP_UNIT - (wall - seen)
+                if t > seen:
+                    t = seen
+                elif t < self._last_t:
+                    t = self._last_t
+                kernel = True
         self._last_t = t
         self.inbox.append((data, t, seen, kernel))
         waiter = self._waiter
@@ -172,9 +178,9 @@ class _Connection:
         while not self.inbox:
             if self.closed:
                 return None
-            waiter = self._waiter = self._loop.create_future()
+            waiter = self._waiter = self.loop.create_future()
             # A bare timer, not asyncio.timeout: a third of the cost of a read's wait.
-            timer = None if timeout is None else self._loop.call_later(timeout, _expire, waiter)
+            timer = None if timeout is None else self.loop.call_later(timeout, _expire, waiter)
             try:
                 await waiter
             finally:
@@ -204,7 +210,7 @@ class _Connection:
             return
         if sent < len(data):
             self._unsent += data[sent:]
-            self._loop.add_writer(self._fd, self._on_writable)
+            self.loop.add_writer(self._fd, self._on_writable)
 
     def _on_writable(self) -> None:
         try:
@@ -216,7 +222,7 @@ class _Connection:
             return
         del self._unsent[:sent]
         if not self._unsent:
-            self._loop.remove_writer(self._fd)
+            self.loop.remove_writer(self._fd)
 
     @property
     def usable(self) -> bool:
@@ -226,9 +232,9 @@ class _Connection:
     def close(self) -> None:
         """Close the socket and wake its reader."""
         if self._fd >= 0:
-            self._loop.remove_reader(self._fd)
+            self.loop.remove_reader(self._fd)
             if self._unsent:
-                self._loop.remove_writer(self._fd)
+                self.loop.remove_writer(self._fd)
                 self._unsent.clear()
             self.sock.close()
             self._fd = -1
@@ -371,7 +377,12 @@ class _Body(httpx.AsyncByteStream):
                 data = bytes(buf)
                 buf.clear()
             else:
-                got = await self._read()
+                try:
+                    got = await conn.read(self._read_timeout)
+                except TimeoutError:
+                    raise httpx.ReadTimeout(
+                        "timed out reading the response", request=self._request
+                    ) from None
                 if got is None:
                     if self._framing == "close":
                         self._complete = True
@@ -401,14 +412,6 @@ class _Body(httpx.AsyncByteStream):
                 yield payload
         conn.buffer_stamp = (t, seen, kernel)
         await self.aclose()
-
-    async def _read(self) -> Read | None:
-        try:
-            return await self._conn.read(self._read_timeout)
-        except TimeoutError:
-            raise httpx.ReadTimeout(
-                "timed out reading the response", request=self._request
-            ) from None
 
     async def aclose(self) -> None:
         if self._released:
@@ -514,7 +517,8 @@ class LeanTransport(httpx.AsyncBaseTransport):
         """
         key = _origin(url if isinstance(url, httpx.URL) else httpx.URL(url))
         idle = self._idle.setdefault(key, [])
-        for conn in [conn for conn in idle if not conn.usable]:
+        loop = asyncio.get_running_loop()
+        for conn in [conn for conn in idle if not (conn.usable and conn.loop is loop)]:
             idle.remove(conn)
             self.discard(conn)
         missing = count - len(idle)
@@ -578,7 +582,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
         idle = self._idle.get(key)
         while idle:
             conn = idle.pop()
-            if conn.usable:
+            if conn.usable and conn.loop is asyncio.get_running_loop():
                 how = "preconnected" if conn.preconnected else "reused"
                 conn.preconnected = False
                 return conn, how

@@ -26,6 +26,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from labkit.clocksync import driver_start_ns
 from labkit.figures import SLOCheck, SLOReport
 from labkit.records import RequestRecord
 from labkit.timing import percentile
@@ -99,11 +100,11 @@ def parse_slos(raw: Mapping[str, float]) -> list[SLO]:
 
 def request_span_s(records: Sequence[RequestRecord]) -> float | None:
     """Seconds from the first request's start to the last successful one's end."""
-    starts = [r.t_start_mono_ns for r in records if r.t_start_mono_ns is not None]
+    starts = [t for r in records if (t := driver_start_ns(r)) is not None]
     ends = [
-        r.t_start_mono_ns + r.client.e2e_ms * 1e6
+        t + r.client.e2e_ms * 1e6
         for r in records
-        if r.error is None and r.t_start_mono_ns is not None and r.client.e2e_ms is not None
+        if r.error is None and (t := driver_start_ns(r)) is not None and r.client.e2e_ms is not None
     ]
     if not starts or not ends:
         return None

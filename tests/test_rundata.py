@@ -41,6 +41,7 @@ def test_read_run_flattens_the_contract(tmp_path: Path) -> None:
         "app.client_path",
         "error.kind",
         "plan_key",
+        "host",
         "ok",
         "warmup",
     ):

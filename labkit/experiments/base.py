@@ -30,6 +30,7 @@ from pydantic import (
     field_validator,
 )
 
+from labkit.clocksync import HostClock
 from labkit.figures import Figures
 from labkit.providers.base import ChatRequest, ClientPath, Provider, ProviderSettings
 from labkit.records import LabAnswer, RequestRecord
@@ -128,6 +129,9 @@ class Experiment(ABC):
         #: Each provider's scrapes of its server's /metrics (`labkit.server_metrics`), set
         #: by the runner before `analyze`; empty where the server exposes none.
         self.server_metrics: dict[str, list[ServerMetricsSample]] = {}
+        #: The hosts' clock estimates around each level run across machines (the run
+        #: folder's clock log, `labkit.clocksync`), set by the runner before `analyze`.
+        self.host_clocks: list[HostClock] = []
 
     @property
     def name(self) -> str:

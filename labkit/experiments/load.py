@@ -46,6 +46,7 @@ from labkit.capacity import (
     process_capacity,
 )
 from labkit.capacity import stream_events_per_s as warmup_events_per_s
+from labkit.clocksync import HostClock, clock_note, driver_start_ns, level_clock
 from labkit.errors import ConfigError
 from labkit.experiments.base import ExperimentSettings, PlannedRequest, register_experiment
 from labkit.experiments.common import Prompt, fmt_ms, latest_pass, p_of, prompt_list
@@ -528,9 +529,12 @@ class LoadExperiment(PacedExperiment):
         chosen: list[str] = []
         for level in self.levels():
             recs = latest_pass([r for r in records if r.tags.get("level") == level.label])
+            clocks = [c for c in self.host_clocks if c.level == level.label]
             by_level[level] = recs
             rows.append(
-                level_figures(level, recs, self._s.arrival, scraped, slos=self.settings.slos())
+                level_figures(
+                    level, recs, self._s.arrival, scraped, slos=self.settings.slos(), clocks=clocks
+                )
             )
             chosen += _workers_choice_words(level, recs)
         figures = LoadFigures(levels=rows, mode=self.levels()[0].mode)
@@ -553,6 +557,7 @@ class LoadExperiment(PacedExperiment):
         text += _goodput_sentence(done)
         if chosen:
             text += f" workers: auto read {'; '.join(chosen)}."
+        text += "".join(clock_note(r.title, r.clock_uncertainty_ms, r.ttft_ms_p50) for r in rows)
         bound = [r for r in rows if r.client_bound]
         if bound:
             text += (
@@ -631,17 +636,19 @@ def level_figures(
     arrival: str = "poisson",
     server_samples: Sequence[ServerMetricsSample] = (),
     slos: Sequence[SLO] = (),
+    clocks: Sequence[HostClock] = (),
 ) -> LoadLevel:
     """One row of the load table from one pass of a level, judged against `slos`; with the
     server's scraped metrics, what they said from the level's first request sent to its
-    last stream's end."""
+    last stream's end; with the hosts' clock estimates around it (`clocks`), how far its
+    times across hosts may be off."""
     recs = [r for r in records if not r.warmup]
     ok = [r for r in recs if r.error is None]
-    starts = sorted(r.t_start_mono_ns for r in recs if r.t_start_mono_ns is not None)
+    starts = sorted(t for r in recs if (t := driver_start_ns(r)) is not None)
     ends = [
-        r.t_start_mono_ns + r.client.e2e_ms * 1e6
+        t + r.client.e2e_ms * 1e6
         for r in ok
-        if r.t_start_mono_ns is not None and r.client.e2e_ms is not None
+        if (t := driver_start_ns(r)) is not None and r.client.e2e_ms is not None
     ]
     span_s = (max(ends) - starts[0]) / _NS if starts and ends else None
     server = (
@@ -675,6 +682,7 @@ def level_figures(
         return None if ttft is None or prefill is None else ttft - prefill
 
     lag = level_lag(recs)
+    hosts, clock_ns = level_clock(recs, clocks)
     workers = {str(r.tags.get("workers")) for r in recs if r.tags.get("workers")}
     return LoadLevel(
         level=level.label,
@@ -712,6 +720,8 @@ def level_figures(
         slo=judge(slos, recs, span_s),
         server=server,
         cache=level_cache(ok),
+        hosts=hosts,
+        clock_uncertainty_ms=clock_ns / 1e6 if clock_ns is not None else None,
     )
 
 

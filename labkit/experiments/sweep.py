@@ -37,6 +37,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
+from labkit.clocksync import driver_start_ns
 from labkit.errors import ConfigError
 from labkit.experiments.base import ExperimentSettings, register_experiment
 from labkit.experiments.common import latest_pass
@@ -336,10 +337,10 @@ def _saturation(level: Level, row: LoadLevel, records: list[RequestRecord]) -> s
         return f"labkit sent only {sent:.2f} of {level.target:g} req/s"
     ok = sorted(
         (r for r in records if r.error is None and r.t_start_mono_ns is not None),
-        key=lambda r: r.t_start_mono_ns or 0,
+        key=lambda r: driver_start_ns(r) or 0,
     )
     ends = sorted(
-        (r.t_start_mono_ns or 0) + (r.client.e2e_ms or 0.0) * 1e6
+        (driver_start_ns(r) or 0) + (r.client.e2e_ms or 0.0) * 1e6
         for r in ok
         if r.client.e2e_ms is not None
     )

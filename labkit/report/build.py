@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from labkit.clocksync import clock_note
 from labkit.errors import RunError
 from labkit.figures import LoadLevel, ServerLevelMetrics
 from labkit.records import LabAnswer
@@ -263,6 +264,13 @@ _SLO_VIEW: list[tuple[Callable[[LoadLevel], float | None], str, int | None]] = [
 ]
 
 
+# Where a level ran across hosts (Ray): how many, and how far their clocks may be off.
+_HOSTS_VIEW: list[tuple[Callable[[LoadLevel], float | None], str, int | None]] = [
+    (lambda r: r.hosts, "hosts", 0),
+    (lambda r: r.clock_uncertainty_ms, "clock ± ms", 3),
+]
+
+
 _SERVER_VIEW: list[tuple[Callable[[ServerLevelMetrics], float | None], str, int | None]] = [
     (lambda m: m.scrapes, "scrapes", 0),
     (lambda m: m.running_p50, "running p50", 1),
@@ -326,6 +334,7 @@ def _load_section(run: RunData) -> list[Block]:
     for provider, experiment, rows in found:
         blocks.append(Heading(f"{provider} · {experiment}", 3))
         view = _LOAD_VIEW + (_SLO_VIEW if any(row.slo for row in rows) else [])
+        view = view + (_HOSTS_VIEW if any(row.hosts for row in rows) else [])
         cells = [
             [row.display_title + (" — client-bound" if row.client_bound else "")]
             + [fmt_num(get(row), digits) for get, _label, digits in view]
@@ -333,6 +342,9 @@ def _load_section(run: RunData) -> list[Block]:
         ]
         numeric = set(range(1, len(view) + 1))
         blocks.append(Table(["level"] + [label for _, label, _ in view], cells, numeric))
+        clock = "".join(clock_note(r.title, r.clock_uncertainty_ms, r.ttft_ms_p50) for r in rows)
+        if clock:
+            blocks.append(Para(clock.strip(), "note"))
         blocks += _server_table(rows)
     return blocks
 

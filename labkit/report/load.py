@@ -67,6 +67,7 @@ _TOP_STR = [
     "stop_reason_raw",
     "server_build",
     "plan_key",
+    "host",
 ]
 _TOP_NUM = ["trial", "attempt", "prompt_chars", "prompt_bytes"]
 _ERROR_STR = ["kind", "message"]

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from labkit.clocksync import clock_log_name, read_clock_log
 from labkit.config import LabConfig, parse_config
 from labkit.errors import LabkitError, ProviderUnavailable, RunError
 from labkit.experiments import Experiment, PacedExperiment, PlannedRequest, experiment_class
@@ -201,6 +202,7 @@ class Runner:
             scraped = read_server_metrics(self.folder.path, outcome.id)
             for exp in self.experiments:
                 exp.server_metrics[outcome.id] = scraped
+                exp.host_clocks = read_clock_log(self.folder.path / clock_log_name(exp.name))
                 recs = [r for r in mine if r.experiment == exp.name]
                 try:
                     answers.append(exp.judged(outcome.id, outcome.model, recs))
