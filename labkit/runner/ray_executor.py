@@ -73,6 +73,7 @@ _READY_TIMEOUT_S = 180.0
 _START_MARGIN_NS = 200_000_000  # the go call must reach every actor before t0
 _DRAIN_AFTER_CANCEL_S = 15.0
 _OFFSET_SAMPLES = 16
+_CLIENT_ATTEMPTS = 3
 _END = object()
 
 _LoseFn = Callable[[dict[str, Any], "_Actor"], RequestRecord]
@@ -275,13 +276,24 @@ class RayExecutor:
             # Off the main thread, so that Ray does not take SIGTERM from labkit's own handler
             # (it would exit without the manifest); it says so in a warning, hidden here.
             logging.getLogger("ray._private.worker").addFilter(_no_sigterm_note)
-            await asyncio.to_thread(
-                ray.init,
-                address=address,
-                include_dashboard=False,
-                log_to_driver=False,
-                configure_logging=False,
-            )
+            # Ray Client's proxy starts a server per client, and under load sometimes takes
+            # its start for a failure: the connection is refused once, the next one works.
+            attempts = _CLIENT_ATTEMPTS if address.startswith("ray://") else 1
+            for attempt in range(1, attempts + 1):
+                try:
+                    await asyncio.to_thread(
+                        ray.init,
+                        address=address,
+                        include_dashboard=False,
+                        log_to_driver=False,
+                        configure_logging=False,
+                    )
+                    break
+                except ConnectionError:
+                    with contextlib.suppress(Exception):
+                        await asyncio.to_thread(ray.shutdown)
+                    if attempt == attempts:
+                        raise
         self._ray = ray
         self._remote_class = ray.remote(LevelActor)
         return ray
