@@ -34,11 +34,13 @@ Ray is imported only here, and only when a config asks for it.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import importlib
 import json
 import logging
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -47,6 +49,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from labkit import loopclock
 from labkit.clocksync import (
     ClockOffset,
     HostClock,
@@ -93,17 +96,28 @@ def ray_module() -> Any:
 
 
 class _QueueLink:
-    """The worker body's link inside an actor: every item goes to the actor's queue."""
+    """The worker body's link inside an actor. The share runs on its own thread and event
+    loop (`LevelActor.start`); every item goes to the actor's queue on the actor's loop."""
 
-    def __init__(self, queue: asyncio.Queue[Any], go: asyncio.Future[int], skew_ns: int) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        queue: asyncio.Queue[Any],
+        go: concurrent.futures.Future[int],
+        skew_ns: int,
+    ) -> None:
+        self._loop = loop
         self._queue = queue
         self._go = go
         self._skew_ns = skew_ns
 
+    def _put(self, item: Any) -> None:
+        self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+
     def sending(self, planned: PlannedRequest) -> None:
         request = planned.request
         prompt = request.prompt_text
-        self._queue.put_nowait(
+        self._put(
             (
                 "sent",
                 {
@@ -122,11 +136,11 @@ class _QueueLink:
         )
 
     def emit(self, record: RequestRecord) -> None:
-        self._queue.put_nowait(("record", record.to_json_line()))
+        self._put(("record", record.to_json_line()))
 
     async def ready(self) -> int:
-        self._queue.put_nowait(("ready", None))
-        return await self._go
+        self._put(("ready", None))
+        return await asyncio.wrap_future(self._go)
 
 
 class LevelActor:
@@ -140,8 +154,11 @@ class LevelActor:
         self._document = document
         self._skew_ns = clock_skew_ns
         self._built: tuple[Provider, PacedExperiment] | None = None
-        self._go: asyncio.Future[int] | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._go: concurrent.futures.Future[int] | None = None
+        self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="labkit-share")
+        self._share: asyncio.Future[None] | None = None
+        self._share_loop: asyncio.AbstractEventLoop | None = None
+        self._share_task: asyncio.Task[None] | None = None
         self._queue: asyncio.Queue[Any] | None = None
         self._ended = False
 
@@ -174,21 +191,45 @@ class LevelActor:
 
     async def stop(self) -> None:
         """Cancel the share: requests in flight end as cancelled records, streamed back."""
-        if self._task is not None:
-            self._task.cancel()
+        share = self._share
+        if share is not None and not share.done():
+            share_loop, task = self._share_loop, self._share_task
+            if share_loop is not None and task is not None:
+                share_loop.call_soon_threadsafe(task.cancel)
 
     async def start(self) -> None:
-        """Start the share: warm-ups now, the level at the time `go` gives."""
+        """Start the share: warm-ups now, the level at the time `go` gives.
+
+        The share runs on a thread of its own with labkit's timed event loop
+        (`labkit.loopclock`), as in a worker process: its stamps get the self-check's lateness
+        estimate, and this actor's own loop stays free to answer `now` and `next_items`
+        while the share reads its streams.
+        """
         assert self._built is not None, "prepare() first"
         provider, experiment = self._built
         loop = asyncio.get_running_loop()
         self._queue = queue = asyncio.Queue[Any]()
-        self._go = loop.create_future()
-        link = _QueueLink(queue, self._go, self._skew_ns)
-        self._task = loop.create_task(
-            run_worker(provider, experiment, self._document, link, clock_skew_ns=self._skew_ns)
-        )
-        self._task.add_done_callback(lambda _: queue.put_nowait(_END))
+        self._go = go = concurrent.futures.Future[int]()
+        link = _QueueLink(loop, queue, go, self._skew_ns)
+        started = threading.Event()
+
+        async def share() -> None:
+            self._share_loop = asyncio.get_running_loop()
+            self._share_task = asyncio.current_task()
+            started.set()
+            await run_worker(
+                provider, experiment, self._document, link, clock_skew_ns=self._skew_ns
+            )
+
+        def run_share() -> None:
+            try:
+                loopclock.run(share())
+            finally:
+                started.set()
+                loop.call_soon_threadsafe(queue.put_nowait, _END)
+
+        self._share = loop.run_in_executor(self._thread, run_share)
+        await asyncio.to_thread(started.wait)
 
     async def next_items(self) -> list[tuple[str, Any]] | None:
         """Every item queued since the last call, waiting for one (None: the share has
@@ -201,9 +242,10 @@ class LevelActor:
         """
         queue = self._queue
         if queue is None or self._ended:
-            if self._task is not None and not self._task.cancelled():
-                failure = self._task.exception()
-                if failure is not None:
+            share = self._share
+            if share is not None and share.done() and not share.cancelled():
+                failure = share.exception()
+                if failure is not None and not isinstance(failure, asyncio.CancelledError):
                     raise RunError(f"the actor's share failed: {failure!r}")
             return None
         batch = [await queue.get()]

@@ -52,7 +52,13 @@ def _serve(schedule: dict[str, Any]) -> str:
 
 
 def _config(
-    name: str, out: Path, base_url: str, *, executor: dict[str, Any] | None, **load: Any
+    name: str,
+    out: Path,
+    base_url: str,
+    *,
+    executor: dict[str, Any] | None,
+    transport: str = "auto",
+    **load: Any,
 ) -> dict[str, Any]:
     experiment = {"kind": "load", "concurrency": [4], "requests": 12, "warmup": 1, **load}
     config: dict[str, Any] = {
@@ -65,6 +71,7 @@ def _config(
                 "model": "fake-model",
                 "base_url": base_url,
                 "api_key_env": KEY_ENV,
+                "transport": transport,
             }
         ],
         "experiments": [experiment],
@@ -237,6 +244,16 @@ async def on_cluster(out: Path, base_url: str) -> dict[str, Any]:
         }
         results["ray"] = await _run(_config("ray", out / "ray", base_url, executor=ray_exec))
         results["spy"] = spy.report()
+        # User-space stamps (httpx): their lateness estimate needs labkit's timed loop.
+        results["ray_httpx"] = await _run(
+            _config(
+                "ray_httpx",
+                out / "ray_httpx",
+                base_url,
+                executor={**ray_exec, "clock_skew_ns": {}},
+                transport="httpx",
+            )
+        )
         results["single"] = await _run(
             _config("single", out / "single", base_url, executor=None, workers=1)
         )

@@ -69,6 +69,16 @@ def test_a_ray_run_sends_the_plan_of_a_single_and_a_multi_process_run(
     assert all(r.error is None for r in ray_records)
     assert {r.tags["workers"] for r in ray_records} == {"2"}
     assert _manifest(scenarios["ray"])["status"] == "completed"
+    assert all(r.client.stamp_lateness_ms_p99 is not None for r in ray_records)
+
+
+def test_actors_estimate_the_lateness_of_user_space_stamps(scenarios: dict[str, Any]) -> None:
+    # Each actor's share runs on labkit's timed loop (labkit.loopclock), as a worker process
+    # does, so stamps taken through httpx get the self-check's estimate too.
+    records = _measured(_records(scenarios["ray_httpx"]))
+    assert len(records) == 12 and all(r.error is None for r in records)
+    assert {r.client.stamp_source for r in records} == {"user"}
+    assert all(r.client.stamp_lateness_ms_p99 is not None for r in records)
 
 
 def test_each_record_carries_its_node_and_that_nodes_clock_offset(
