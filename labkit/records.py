@@ -175,6 +175,11 @@ class ClientTimings(_Model):
     stamp_lateness_ms_max: float | None = Field(
         default=None, description="The largest over the output events of the same estimate."
     )
+    stamp_lateness_ms: list[float] | None = Field(
+        default=None,
+        description="The same estimate per output event, aligned with event_offsets_ms "
+        "(what a level's p99 is pooled from).",
+    )
     ttft_lateness_ms: float | None = Field(
         default=None,
         description="The same estimate for the first output event's stamp (ttft_ms).",

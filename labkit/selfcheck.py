@@ -22,6 +22,7 @@ was read) above `CLIENT_BOUND_LAG_MS`.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -171,6 +172,7 @@ def stamp_self_check(
         timings.stamp_lateness_ms_p50 = percentile(per_event, 50)
         timings.stamp_lateness_ms_p99 = percentile(per_event, 99)
         timings.stamp_lateness_ms_max = per_event[-1]
+        timings.stamp_lateness_ms = [round(v / 1e6, 3) for v in in_order]
         first_known = lateness is None or output_ns[0] in lateness.stamps_ns
         if first_known:
             timings.ttft_lateness_ms = in_order[0] / 1e6
@@ -185,10 +187,15 @@ class RecordLateness:
     p99: float
     ttft: float | None = None
     max: float | None = None
+    #: Every event's estimate, ascending, where the record keeps them (exact pooling).
+    values: tuple[float, ...] | None = None
 
     def share_above(self, value: float) -> float:
-        """The share of the record's events estimated later than `value` (linear between
-        its median, 99th percentile and maximum)."""
+        """The share of the record's events estimated later than `value`: counted where the
+        record keeps every event's estimate, else linear between its median, 99th percentile
+        and maximum (which overstates it when a few gathered reads carry all the lateness)."""
+        if self.values:
+            return (len(self.values) - bisect.bisect_right(self.values, value)) / len(self.values)
         top = self.max if self.max is not None else self.p99
         if value >= top:
             return 0.0
@@ -204,12 +211,14 @@ def record_lateness(record: RequestRecord) -> RecordLateness | None:
     c = record.client
     if c.stamp_lateness_ms_p50 is None or c.stamp_lateness_ms_p99 is None:
         return None
+    values = tuple(sorted(c.stamp_lateness_ms)) if c.stamp_lateness_ms else None
     return RecordLateness(
-        len(c.event_offsets_ms),
+        len(values) if values else len(c.event_offsets_ms),
         c.stamp_lateness_ms_p50,
         c.stamp_lateness_ms_p99,
         c.ttft_lateness_ms,
         c.stamp_lateness_ms_max,
+        values,
     )
 
 
@@ -224,9 +233,12 @@ def late_ttft_limit_ms(ttft_ms_p50: float | None) -> float:
 
 
 def pooled_p99(records: Sequence[RecordLateness], share: float = 0.01) -> float:
-    """The 99th percentile over all the records' events, from each record's median, 99th
-    percentile and maximum: the value that 1% (`share`) of the events are estimated to
-    exceed."""
+    """The 99th percentile over all the records' events: exact where every record keeps its
+    events' estimates (`RecordLateness.values`), else the value that 1% (`share`) of the
+    events are estimated to exceed, from each record's median, 99th percentile and maximum."""
+    if all(r.values for r in records):
+        pooled = sorted(v for r in records for v in r.values or ())
+        return percentile(pooled, 100.0 * (1.0 - share))
     total = sum(r.events for r in records)
     lo = min(r.p50 for r in records)
     hi = max(r.max if r.max is not None else r.p99 for r in records)

@@ -106,6 +106,32 @@ def test_the_pooled_p99_is_driven_by_the_worst_records() -> None:
     assert pooled_p99(calm + bad) > 5.0
 
 
+def test_a_level_pools_every_events_estimate_where_records_keep_them() -> None:
+    # What kernel stamps give at 32 streams: in each 100-event record two events came in a
+    # gathered read and are estimated 1.2 ms late, the rest 0. Pooled from p50/p99/max alone
+    # (linear between them), a quarter of the events would look later than 0.6 ms.
+    values = tuple(sorted([0.0] * 98 + [1.2, 1.2]))
+    summary_only = [RecordLateness(100, 0.0, 1.2, None, 1.2)] * 32
+    kept = [RecordLateness(100, 0.0, 1.2, None, 1.2, values)] * 32
+    assert pooled_p99(summary_only) > 1.0
+    # 2% of all events are 1.2 ms late: exactly, the 99th percentile is theirs.
+    assert pooled_p99(kept) == pytest.approx(1.2)
+    one_late = tuple(sorted([0.0] * 99 + [1.2]))
+    # Half of the records with a single late event: 0.5% above 0, the p99 is on time.
+    mixed = [RecordLateness(100, 0.0, 1.2, None, 1.2, one_late)] * 16 + [
+        RecordLateness(100, 0.0, 0.0, None, 0.0, (0.0,) * 100)
+    ] * 16
+    assert pooled_p99(mixed) == 0.0
+
+
+def test_records_keep_each_events_estimate_in_stream_order() -> None:
+    timings = ClientTimings()
+    reads = [(10, 10, True), (5_000_000, 5_000_000, True)]
+    stamp_self_check(timings, "kernel", [10, 5_000_000], None, reads)
+    assert timings.stamp_lateness_ms == [0.0, 0.0]
+    assert len(timings.stamp_lateness_ms) == 2
+
+
 def test_kernel_stamps_report_the_read_lag_and_no_lateness() -> None:
     timings = ClientTimings()
     reads = [(10, 2_000_010, True), (3_000_000, 7_000_000, True), (8_000_000, 8_000_000, True)]

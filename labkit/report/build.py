@@ -21,7 +21,7 @@ from labkit.figures import LoadLevel, ServerLevelMetrics
 from labkit.records import LabAnswer
 from labkit.report.charts import Chart, TokenSpans, javascript_bundle, question_charts
 from labkit.report.later import later_stats_section
-from labkit.report.load import RunData, ensure_columns, load_run
+from labkit.report.load import RunData, ensure_columns, load_client_array, load_run
 from labkit.report.plots import all_plots, load_rows, server_queue_timeline
 from labkit.report.render import (
     VEGA_BUNDLE_MARK,
@@ -177,12 +177,16 @@ def _median(group: pd.DataFrame, column: str) -> float | None:
 
 
 def _lateness(group: pd.DataFrame) -> list[RecordLateness]:
-    """Each record's stamp lateness (`labkit.selfcheck.record_lateness`), from the frame."""
+    """Each record's stamp lateness (`labkit.selfcheck.record_lateness`), from the frame;
+    each event's estimate (``client.stamp_lateness_ms``, not a frame column) is read back
+    from records.jsonl, so the group's p99 is pooled as the run's own figures pool it."""
     p50, p99 = "client.stamp_lateness_ms_p50", "client.stamp_lateness_ms_p99"
     if p50 not in group.columns or p99 not in group.columns:
         return []
     out = []
     cols = list(group.columns)
+    located = {"run_dir", "file_offset", "record_id"} <= set(cols)
+    per_event = load_client_array(group, "stamp_lateness_ms") if located else {}
 
     def get(rec: tuple[object, ...], name: str) -> float | None:
         if name not in cols:
@@ -190,20 +194,21 @@ def _lateness(group: pd.DataFrame) -> list[RecordLateness]:
         v = rec[cols.index(name)]
         return float(v) if isinstance(v, int | float) and v == v else None
 
-    offsets = "client.event_offsets_ms"
     for rec in group.itertuples(index=False, name=None):
         lo, hi = get(rec, p50), get(rec, p99)
         if lo is None or hi is None:
             continue
-        events = rec[cols.index(offsets)] if offsets in cols else None
-        n = len(events) if isinstance(events, list) else 1
+        n = get(rec, "client.n_events")
+        each = per_event.get(str(rec[cols.index("record_id")])) if located else None
+        values = tuple(sorted(each)) if each else None
         out.append(
             RecordLateness(
-                n,
+                len(values) if values else max(1, int(n or 1)),
                 lo,
                 hi,
                 get(rec, "client.ttft_lateness_ms"),
                 get(rec, "client.stamp_lateness_ms_max"),
+                values,
             )
         )
     return out

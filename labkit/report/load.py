@@ -52,7 +52,7 @@ MANIFEST_FILE = "manifest.json"
 LAB_FILE = "lab.json"
 
 # Fields of the contract that are arrays or free-form objects: never in the main frame.
-_ARRAY_FIELDS = {"event_offsets_ms", "event_tokens", "raw"}
+_ARRAY_FIELDS = {"event_offsets_ms", "event_tokens", "stamp_lateness_ms", "raw"}
 
 _TOP_STR = [
     "run_id",
@@ -377,6 +377,12 @@ def load_event_offsets(df: pd.DataFrame) -> dict[str, list[float]]:
     Only the lines of those rows are read (by their byte offset), so this stays cheap for a
     handful of records whatever the size of the run.
     """
+    return load_client_array(df, "event_offsets_ms")
+
+
+def load_client_array(df: pd.DataFrame, name: str) -> dict[str, list[float]]:
+    """Read the per-event array ``client.<name>`` back for the rows of `df` (keyed by
+    `record_id`; rows without it are left out), from their lines in records.jsonl."""
     out: dict[str, list[float]] = {}
     for run_dir, rows in df.groupby("run_dir", sort=False):
         path = Path(str(run_dir)) / RECORDS_FILE
@@ -385,11 +391,11 @@ def load_event_offsets(df: pd.DataFrame) -> dict[str, list[float]]:
                 fh.seek(int(off))
                 try:
                     rec = json.loads(fh.readline())
-                    offsets = rec["client"]["event_offsets_ms"]
+                    values = rec["client"][name]
                 except (ValueError, KeyError, TypeError):
                     continue
-                if isinstance(offsets, list):
-                    out[str(rid)] = [float(x) for x in offsets if isinstance(x, int | float)]
+                if isinstance(values, list):
+                    out[str(rid)] = [float(x) for x in values if isinstance(x, int | float)]
     return out
 
 
