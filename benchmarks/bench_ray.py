@@ -41,7 +41,6 @@ legs, the server and Ray's own processes compete for the CPU.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib.util
 import json
 import os
@@ -139,6 +138,7 @@ def _in_flight_max(records: list[RequestRecord]) -> int:
 
 def run_leg(base_url: str, leg: str, streams: int, requests: int, skew_ns: int) -> LegOutcome:
     """One executor at one level, through labkit's runner."""
+    from labkit import loopclock
     from labkit.config import parse_config
     from labkit.runner import RunOptions, prepare_run
 
@@ -146,7 +146,8 @@ def run_leg(base_url: str, leg: str, streams: int, requests: int, skew_ns: int) 
     cpu0, wall0 = time.process_time(), time.perf_counter()
     with tempfile.TemporaryDirectory() as out:
         runner = prepare_run(config, RunOptions(out_dir=Path(out)))
-        run = asyncio.run(runner.run())
+        # The loop `labkit run` runs on: its self-check times each select() (labkit.loopclock).
+        run = loopclock.run(runner.run())
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
     measured = [r for r in run.records if not r.warmup]
     errors: list[str] = []
