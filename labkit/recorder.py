@@ -306,8 +306,6 @@ class Measurement:
     lateness: LatenessTracker | None = None
     kernel_reads: list[tuple[int, int, bool]] | None = None
     read_windows: dict[int, tuple[int, int, bool]] | None = None
-    #: Per gathered kernel read: its output events' positions among its events, and how many.
-    read_shapes: dict[int, tuple[tuple[int, ...], int]] | None = None
     cpu_start_ns: int = 0
     parse_ns: int | None = None
     #: How long the connection opened for this request before `t_start` took (warm levels).
@@ -520,13 +518,7 @@ class BaseRecorder:
         )
         if m.output_ns and m.stamp_source is not None:
             stamp_self_check(
-                timings,
-                m.stamp_source,
-                m.output_ns,
-                m.lateness,
-                m.kernel_reads,
-                m.read_windows,
-                m.read_shapes,
+                timings, m.stamp_source, m.output_ns, m.lateness, m.kernel_reads, m.read_windows
             )
         return timings
 
@@ -692,14 +684,12 @@ class StreamRecorder(BaseRecorder):
         late: Callable[[int], None] | None = None
         selector = loop_clock()
         read_windows: dict[int, tuple[int, int, bool]] | None = None
-        read_shapes: dict[int, tuple[tuple[int, ...], int]] | None = None
         seen = 0
         if arrival is not None and hasattr(arrival, "kernel_stamped"):
             m.stamp_source = "kernel"
             kernel_reads = m.kernel_reads = []
             if selector is not None:
                 read_windows = m.read_windows = {}
-                read_shapes = m.read_shapes = {}
                 window_before = selector.window_before
         elif arrival is None:
             late = m.stamped_in_user_space(response.extensions)
@@ -734,26 +724,15 @@ class StreamRecorder(BaseRecorder):
                 for ev in feed(chunk, t):
                     stamp(on_event(ev), ev.t_ns)
             else:
-                # Which of this read's events carry output (1-based), of how many: an
-                # output event followed in the same read by any other event (the next
-                # token, the finish chunk, [DONE]) arrived before the read's kernel stamp.
-                positions: list[int] = []
-                count = 0
+                before = len(output_ns)
                 for ev in feed(chunk, t):
-                    outputs = len(output_ns)
                     stamp(on_event(ev), ev.t_ns)
-                    if ev.t_ns == t:
-                        count += 1
-                        if len(output_ns) != outputs:
-                            positions.append(count)
-                if (positions and positions[-1] != count) or len(positions) > 1:
-                    # When the loop saw these bytes arrive tells how much earlier the first
-                    # ones came.
+                if len(output_ns) - before > 1:
+                    # Several events under one kernel stamp (its last segment's): when the
+                    # loop saw them arrive tells how much earlier the first ones came.
                     window = window_before(seen)
                     if window is not None:
                         read_windows[t] = window
-                        assert read_shapes is not None
-                        read_shapes[t] = (tuple(positions), count)
             parse_ns += clock() - t_read
         for ev in sse.close():
             try:

@@ -89,7 +89,6 @@ def _kernel_lateness(
     output_ns: Sequence[int],
     reads: Sequence[tuple[int, int, bool]],
     windows: Mapping[int, tuple[int, int, bool]],
-    shapes: Mapping[int, tuple[tuple[int, ...], int]] | None = None,
 ) -> list[int] | None:
     """Each output event's lateness under kernel stamps; None if a read had none.
 
@@ -97,9 +96,7 @@ def _kernel_lateness(
     brought only the last is stamped on time. The others arrived after the previous read
     was seen and within the loop's window for the read (`windows`, from
     `TimedSelector.window_before`; none known: they came with the last): the j-th at
-    ``lo + j (stamp - lo) / k``. Where the read's shape is known (`shapes`: the output
-    events' positions among all its n events — a finish chunk or ``[DONE]`` after the last
-    token counts), the event at position p is placed at ``lo + p (stamp - lo) / n``.
+    ``lo + j (stamp - lo) / k``.
     """
     previous_seen: dict[int, int] = {}
     last_seen: int | None = None
@@ -118,8 +115,7 @@ def _kernel_lateness(
         while end < n and output_ns[end] == t:
             end += 1
         k = end - i
-        shape = shapes.get(t) if shapes else None
-        window = windows.get(t) if k > 1 or shape is not None else None
+        window = windows.get(t) if k > 1 else None
         if window is None:
             out.extend([0] * k)
         else:
@@ -133,11 +129,7 @@ def _kernel_lateness(
             else:
                 lo = latest  # the first of them woke it: they came together
             lo = min(lo, t)
-            if shape is not None and len(shape[0]) == k:
-                positions, n_read = shape
-                out.extend((t - lo) - (p * (t - lo)) // n_read for p in positions)
-            else:
-                out.extend((t - lo) - (j * (t - lo)) // k for j in range(1, k + 1))
+            out.extend((t - lo) - (j * (t - lo)) // k for j in range(1, k + 1))
         i = end
     return out
 
@@ -149,7 +141,6 @@ def stamp_self_check(
     lateness: LatenessTracker | None,
     kernel_reads: Sequence[tuple[int, int, bool]] | None,
     read_windows: Mapping[int, tuple[int, int, bool]] | None = None,
-    read_shapes: Mapping[int, tuple[tuple[int, ...], int]] | None = None,
 ) -> None:
     """Fill a record's stamp self-check fields from what its recorder saw per read.
 
@@ -166,7 +157,7 @@ def stamp_self_check(
         if lags:
             timings.read_lag_ms_p50 = percentile(lags, 50)
             timings.read_lag_ms_p99 = percentile(lags, 99)
-        in_order = _kernel_lateness(output_ns, reads, read_windows or {}, read_shapes or {})
+        in_order = _kernel_lateness(output_ns, reads, read_windows or {})
         if in_order is None:  # the kernel gave no stamp: stamped when read, no estimate
             timings.stamp_source = "user"
             return
