@@ -116,6 +116,10 @@ def _tagged_ray_processes(tag: str) -> list[str]:
     return found
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def interrupt(out: Path, base_url: str) -> dict[str, Any]:
     """SIGINT to a `labkit run` child on its own local cluster, mid-level."""
     config = _config(
@@ -132,6 +136,9 @@ def interrupt(out: Path, base_url: str) -> dict[str, Any]:
     child = subprocess.Popen(
         [sys.executable, "-m", "labkit", "run", str(path), "--no-report"],
         env={**os.environ, TAG_ENV: tag},
+        # As tests/signals.py: a background job (CI) starts us with SIGINT ignored, which the
+        # child would inherit and never see the test's Ctrl-C.
+        preexec_fn=_default_sigint,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
