@@ -72,10 +72,6 @@ class ClockOffset:
     #: How many exchanges the estimate was chosen from.
     samples: int
 
-    def to_driver(self, remote_ns: int) -> int:
-        """A time read on the remote clock, on the driver's clock."""
-        return remote_ns + self.offset_ns
-
 
 def offset_from_exchanges(exchanges: Sequence[tuple[int, int, int]]) -> ClockOffset:
     """The offset from `(t_send_driver, t_remote, t_recv_driver)` exchanges: the sample with
@@ -163,18 +159,21 @@ def clock_uncertainty_ns(record: RequestRecord) -> int | None:
     if clock.offset_after_ns is None:
         return clock.uncertainty_ns
     after = clock.uncertainty_after_ns if clock.uncertainty_after_ns is not None else 0
-    drift = abs(clock.offset_after_ns - clock.offset_ns)
-    return max(clock.uncertainty_ns, after) + (drift + 1) // 2
+    return _bound(clock.uncertainty_ns, after, clock.offset_after_ns - clock.offset_ns)
+
+
+def _bound(uncertainty_ns: int, uncertainty_after_ns: int, drift_ns: int) -> int:
+    """The larger of two estimates' uncertainties plus half the drift between them."""
+    return max(uncertainty_ns, uncertainty_after_ns) + (abs(drift_ns) + 1) // 2
 
 
 def host_clock_uncertainty_ns(entry: HostClock) -> int:
     """How far a host's clock may be off the driver's anywhere in the level: the larger
     estimate's uncertainty plus half the drift from before to after (as
     `clock_uncertainty_ns`); the before estimate's alone when there is no after."""
-    if entry.after is None:
+    if entry.after is None or entry.drift_ns is None:
         return entry.before.uncertainty_ns
-    drift = abs(entry.after.offset_ns - entry.before.offset_ns)
-    return max(entry.before.uncertainty_ns, entry.after.uncertainty_ns) + (drift + 1) // 2
+    return _bound(entry.before.uncertainty_ns, entry.after.uncertainty_ns, entry.drift_ns)
 
 
 def level_clock(

@@ -48,6 +48,7 @@ __all__ = [
     "client_bound_notes",
     "late_stamp_limit_ms",
     "late_ttft_limit_ms",
+    "lateness_of",
     "level_lag",
     "pooled_p99",
     "record_lateness",
@@ -172,7 +173,7 @@ def stamp_self_check(
         timings.stamp_lateness_ms_p50 = percentile(per_event, 50)
         timings.stamp_lateness_ms_p99 = percentile(per_event, 99)
         timings.stamp_lateness_ms_max = per_event[-1]
-        timings.stamp_lateness_ms = [round(v / 1e6, 3) for v in in_order]
+        timings.stamp_lateness_ms = [round(v / 1e6, 3) for v in in_order]  # stream order
         first_known = lateness is None or output_ns[0] in lateness.stamps_ns
         if first_known:
             timings.ttft_lateness_ms = in_order[0] / 1e6
@@ -211,15 +212,28 @@ def record_lateness(record: RequestRecord) -> RecordLateness | None:
     c = record.client
     if c.stamp_lateness_ms_p50 is None or c.stamp_lateness_ms_p99 is None:
         return None
-    values = tuple(sorted(c.stamp_lateness_ms)) if c.stamp_lateness_ms else None
-    return RecordLateness(
-        len(values) if values else len(c.event_offsets_ms),
+    return lateness_of(
+        len(c.event_offsets_ms),
         c.stamp_lateness_ms_p50,
         c.stamp_lateness_ms_p99,
         c.ttft_lateness_ms,
         c.stamp_lateness_ms_max,
-        values,
+        c.stamp_lateness_ms,
     )
+
+
+def lateness_of(
+    events: int,
+    p50: float,
+    p99: float,
+    ttft: float | None,
+    most: float | None,
+    per_event: Sequence[float] | None,
+) -> RecordLateness:
+    """A `RecordLateness` from a record's fields (from a record, or a row of the records
+    frame): each event's estimate kept sorted where the record has them."""
+    values = tuple(sorted(per_event)) if per_event else None
+    return RecordLateness(len(values) if values else events, p50, p99, ttft, most, values)
 
 
 def late_stamp_limit_ms(itl_ms_p50: float | None) -> float:

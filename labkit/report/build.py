@@ -42,7 +42,7 @@ from labkit.report.stats import summarize
 from labkit.report.sweep import goodput_curves, sweep_section
 from labkit.report.workloads import conversation_section, workload_plots
 from labkit.scrub import for_people, scrub_frame
-from labkit.selfcheck import RecordLateness, client_bound_note, summarize_lag
+from labkit.selfcheck import RecordLateness, client_bound_note, lateness_of, summarize_lag
 from labkit.server_metrics import ServerMetricsSample, read_server_metrics
 
 __all__ = ["LAB_EXPERIMENTS", "ReportPaths", "build_blocks", "missing_notes", "write_report"]
@@ -200,15 +200,14 @@ def _lateness(group: pd.DataFrame) -> list[RecordLateness]:
             continue
         n = get(rec, "client.n_events")
         each = per_event.get(str(rec[cols.index("record_id")])) if located else None
-        values = tuple(sorted(each)) if each else None
         out.append(
-            RecordLateness(
-                len(values) if values else max(1, int(n or 1)),
+            lateness_of(
+                max(1, int(n or 1)),
                 lo,
                 hi,
                 get(rec, "client.ttft_lateness_ms"),
                 get(rec, "client.stamp_lateness_ms_max"),
-                values,
+                each,
             )
         )
     return out
