@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 
+from labkit.lean import kernel_stamps_available
 from labkit.providers import Provider, sdk_available
 from labkit.recorder import RecordContext, StreamRecorder
 from labkit.records import RequestRecord
@@ -90,19 +91,22 @@ async def serve(fixture: Fixture, pause_s: float = 0.001) -> AsyncIterator[str]:
         await server.wait_closed()
 
 
-def provider_for(fixture: Fixture, root: str) -> Provider:
+def provider_for(fixture: Fixture, root: str, transport: str = "auto") -> Provider:
     """A provider of the fixture's kind pointed at the local server."""
     base = root if fixture.kind in ("llamacpp", "ollama") else root + "/v1"
     key = None if fixture.kind in ("openai_compatible", "llamacpp", "ollama") else "sk-corpus"
-    return make_provider(fixture.kind, api_key=key, base_url=base, model="corpus-model")
+    return make_provider(
+        fixture.kind, api_key=key, base_url=base, model="corpus-model", transport=transport
+    )
 
 
-def replay(fixture: Fixture, path: str) -> RequestRecord:
-    """Record the fixture once through the `wire` or `sdk` path."""
+def replay(fixture: Fixture, path: str, transport: str = "auto") -> RequestRecord:
+    """Record the fixture once through the `wire` or `sdk` path (the wire path through
+    `transport`)."""
 
     async def go() -> RequestRecord:
         async with serve(fixture) as root:
-            provider = provider_for(fixture, root)
+            provider = provider_for(fixture, root, transport)
             ctx = RecordContext(run_id="corpus", experiment=fixture.name)
             request = chat(max_tokens=64)
             try:
@@ -137,6 +141,16 @@ def test_corpus_has_the_shapes_asked_for() -> None:
 def test_wire_path_reads_the_shape(fixture: Fixture) -> None:
     record = replay(fixture, "wire")
     assert record.app.client_path == "wire"
+    check_record(record, fixture.expect)
+
+
+@pytest.mark.parametrize("fixture", CORPUS, ids=IDS)
+def test_the_lean_transport_reads_the_shape(fixture: Fixture) -> None:
+    # Load levels read through labkit's own socket reader (kernel stamps): every documented
+    # shape, each event split mid-byte over two writes, must come out as on httpx.
+    record = replay(fixture, "wire", transport="lean")
+    if record.client.event_offsets_ms:  # read through lean: stamped by the kernel where it can
+        assert record.client.stamp_source == ("kernel" if kernel_stamps_available() else "user")
     check_record(record, fixture.expect)
 
 
