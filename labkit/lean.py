@@ -58,7 +58,7 @@ import httpx
 
 from labkit.proxies import proxy_for
 
-__all__ = ["LeanTransport", "kernel_stamps_available", "lean_applies"]
+__all__ = ["LeanTransport", "hold_kernel_stamps", "kernel_stamps_available", "lean_applies"]
 
 Trace = Callable[[str, dict[str, Any]], Awaitable[None]]
 #: One read: (bytes, arrival stamp t_ns, seen_ns, kernel_stamped).
@@ -99,6 +99,59 @@ _STAMP_TYPE, _STAMP, _STAMP_UNIT = (
 def kernel_stamps_available() -> bool:
     """Whether this platform gives the lean transport kernel receive stamps."""
     return _KERNEL_STAMPS is not None
+
+
+#: The socket that keeps the kernel's receive timestamping on for this process (see
+#: `hold_kernel_stamps`); None until the first lean transport, or where there are no stamps.
+_stamp_holder: socket.socket | None = None
+
+
+def hold_kernel_stamps(wait_s: float = 0.2) -> bool:
+    """Keep kernel receive stamps on for this process; whether a probe saw them arrive.
+
+    Linux stamps received packets only while some socket asks for stamps (a stack-wide
+    switch), and turns that on when the first socket asks and off when the last one closes,
+    each change applied a moment later by a kernel work queue: packets that arrive meanwhile
+    carry no stamp, so on a busy host the first reads of a run (or of each test, as one
+    level's connections close before the next opens) were stamped in user space. One
+    socket that asks and stays open for the process keeps the switch on between
+    connections; a loopback TCP probe (up to `wait_s`) waits until a stamp really arrives,
+    so connections opened after this call are stamped from their first byte. Idempotent.
+    """
+    global _stamp_holder
+    if _KERNEL_STAMPS is None:
+        return False
+    if _stamp_holder is not None:
+        return True
+    try:
+        holder = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        holder.setsockopt(socket.SOL_SOCKET, _KERNEL_STAMPS[0], 1)
+    except OSError:
+        return False
+    _stamp_holder = holder
+    try:
+        return _probe_kernel_stamps(wait_s)
+    except OSError:  # no loopback to probe on (an unconfigured namespace): stamps as they come
+        return False
+
+
+def _probe_kernel_stamps(wait_s: float) -> bool:
+    assert _KERNEL_STAMPS is not None
+    deadline = time.monotonic() + wait_s
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        with socket.create_connection(listener.getsockname(), timeout=1.0) as sender:
+            receiver, _ = listener.accept()
+            with receiver:
+                receiver.settimeout(1.0)
+                receiver.setsockopt(socket.SOL_SOCKET, _KERNEL_STAMPS[0], 1)
+                while True:
+                    sender.sendall(b"x")
+                    _, ancillary, _, _ = receiver.recvmsg(16, _ANC_SIZE)
+                    if ancillary or time.monotonic() > deadline:
+                        return bool(ancillary)
+                    time.sleep(0.002)
 
 
 def _expire(waiter: asyncio.Future[None]) -> None:
@@ -483,6 +536,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
     """
 
     def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
+        hold_kernel_stamps()
         self._ssl_context = ssl_context
         self._idle: dict[Origin, list[_Connection]] = {}
         self._all: set[_Connection] = set()

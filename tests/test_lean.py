@@ -241,3 +241,33 @@ def test_transport_lean_behind_a_proxy_is_refused_with_one_message(
     with pytest.raises(ProviderUnavailable, match="http:// and https:// only, without a proxy"):
         _provider("https://example.invalid/v1", "lean")
     assert not _provider("https://example.invalid/v1", "auto").lean
+
+
+@pytest.mark.integration
+def test_kernel_stamps_are_held_on_for_connections_opened_one_after_another() -> None:
+    # Linux switches receive timestamping on for the whole stack only a moment after the
+    # first socket asks, and off when the last closes: without a socket holding it on, about
+    # one fresh connection in five on this host got its first bytes with no kernel stamp
+    # (CI saw two corpus replays stamped in user space). After hold_kernel_stamps, none may.
+    import socket
+
+    from labkit.lean import _ANC_SIZE, _KERNEL_STAMPS, hold_kernel_stamps
+
+    if _KERNEL_STAMPS is None:
+        assert hold_kernel_stamps() is False
+        return
+    assert hold_kernel_stamps() is True
+    unstamped = 0
+    for _ in range(200):
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(1)
+            with socket.create_connection(listener.getsockname(), timeout=5) as sender:
+                receiver, _ = listener.accept()
+                with receiver:
+                    receiver.settimeout(5)
+                    receiver.setsockopt(socket.SOL_SOCKET, _KERNEL_STAMPS[0], 1)
+                    sender.sendall(b"first byte")
+                    _, ancillary, _, _ = receiver.recvmsg(64, _ANC_SIZE)
+                    unstamped += not ancillary
+    assert unstamped == 0
