@@ -102,7 +102,13 @@ with the first wave included (``labkit``, ``labkit-run``, ``labkit-procs``); <= 
 stream; ``labkit/https`` stamp error p99 within 1.2x ``labkit``'s at each level; at 256 and
 1,000 streams (``labkit-procs``, and ``labkit``) the whole level in flight with stamp error
 p99 <= 5 ms or flagged client-bound; the self-estimate p99 within ±50% of the true stamp
-error p99 at every level (``labkit``; ``labkit-procs`` too at 256 and more).
+error p99 at every level (``labkit``; ``labkit-procs`` too at 256 and more). The true p99 is
+known only to within the server's ``send`` call (the scripted server reports its clock
+before and after each; on loopback the client's kernel receives the bytes inside the call):
+the estimate passes when it lies between half the p99 measured from after the call
+(``event_err_floor_ms``) and 1.5x the p99 measured from before it (``event_err_ms``, the
+stamp error every table reports). TLS events are stamped by the server after their
+encryption, so HTTPS and HTTP are compared on the same instant.
 
 Run:
 
@@ -742,6 +748,10 @@ class Accum:
     """One client's streams at one level, pooled over rounds, matched to the server."""
 
     event_err_ms: list[float] = field(default_factory=list)
+    #: The least each event's stamp can be late: its stamp after the server's `send` returned
+    #: (on loopback the kernel stamps the bytes inside that call), never below 0.
+    event_err_floor_ms: list[float] = field(default_factory=list)
+    send_call_ms: list[float] = field(default_factory=list)  # the server's send, per event
     ttft_err_ms: list[float] = field(default_factory=list)
     ttft_err_wave_ms: list[float] = field(default_factory=list)  # each run's first wave
     ttft_err_rest_ms: list[float] = field(default_factory=list)  # the requests after it
@@ -783,6 +793,12 @@ class Accum:
             sends = truth["sends"]
             errs = [(c - t) / 1e6 for c, t in zip(s.stamps_ns, sends, strict=True)]
             self.event_err_ms += errs
+            sent = truth.get("sent") or []
+            if len(sent) == len(sends):
+                self.event_err_floor_ms += [
+                    max(0, c - t) / 1e6 for c, t in zip(s.stamps_ns, sent, strict=True)
+                ]
+                self.send_call_ms += [(a - b) / 1e6 for a, b in zip(sent, sends, strict=True)]
             self.events += len(errs)
             true_ttft = (sends[0] - s.t_start_ns) / 1e6
             self.true_ttft_ms.append(true_ttft)
@@ -820,6 +836,10 @@ class Accum:
         within = sum(1 for r in ratios if abs(r - 1) <= SELF_ESTIMATE_TOLERANCE)
         return {
             "event_err_ms": _dist(self.event_err_ms),
+            "event_err_floor_ms": (
+                _dist(self.event_err_floor_ms) if self.event_err_floor_ms else None
+            ),
+            "server_send_call_ms": _dist(self.send_call_ms) if self.send_call_ms else None,
             "ttft_err_ms": _dist(self.ttft_err_ms),
             "ttft_err_first_wave_ms": _dist(self.ttft_err_wave_ms),
             "ttft_err_after_wave_ms": _dist(self.ttft_err_rest_ms),
@@ -982,6 +1002,24 @@ def _flagged(f: dict[str, Any]) -> tuple[bool, str]:
     return flagged, f"{why} -> {'flagged client-bound' if flagged else 'not flagged'}"
 
 
+def estimate_within(
+    estimate: float | None, floor: float | None, truth: float | None
+) -> bool | None:
+    """Whether a self-estimate p99 is within ±SELF_ESTIMATE_TOLERANCE of the true p99.
+
+    The truth is known only to within the server's `send` call: each event's true lateness
+    lies between its stamp minus the server's clock after `send` returned (`floor`, the
+    kernel stamps it inside the call on loopback) and minus the clock before (`truth`). At
+    one stream that call (0.01–0.04 ms p99 here) is all of the measured "error" of a
+    kernel-stamped read, and no client-side estimate can see it. Without the floor (a
+    server that did not report it) the interval is the single value `truth`.
+    """
+    if estimate is None or truth is None:
+        return None
+    low = truth if floor is None else min(floor, truth)
+    return (1 - SELF_ESTIMATE_TOLERANCE) * low <= estimate <= (1 + SELF_ESTIMATE_TOLERANCE) * truth
+
+
 def verdicts_17(results: dict[int, dict[str, Any]]) -> list[Verdict]:
     """(target, passed, detail) for issue 17's five targets, where this run covers them."""
     out: list[Verdict] = []
@@ -1058,16 +1096,18 @@ def verdicts_17(results: dict[int, dict[str, Any]]) -> list[Verdict]:
                 continue
             est, source = level_estimate(f)
             true_p99 = f["event_err_ms"]["p99"]
+            floor_p99 = (f.get("event_err_floor_ms") or {}).get("p99")
             r = _ratio(est, true_p99)
-            ok = None if r is None else abs(r - 1) <= SELF_ESTIMATE_TOLERANCE
+            ok = estimate_within(est, floor_p99, true_p99)
             diff = est - true_p99 if est is not None and true_p99 is not None else None
             out.append(
                 (
                     f"{level} stream(s), {name}: self-estimate p99 within "
                     f"±{SELF_ESTIMATE_TOLERANCE:.0%} of the true stamp error p99",
                     ok,
-                    f"{source}: {_f(est, '.3f')} vs true {_f(true_p99, '.3f')} ms "
-                    f"= {_f(r, '.2f')}x ({_f(diff, '+.3f')} ms)",
+                    f"{source}: {_f(est, '.3f')} vs true {_f(floor_p99, '.3f')}.."
+                    f"{_f(true_p99, '.3f')} ms (after/before the server's send) "
+                    f"= {_f(r, '.2f')}x the upper ({_f(diff, '+.3f')} ms)",
                 )
             )
     return out

@@ -148,6 +148,24 @@ def test_self_estimate_target_is_within_half_of_the_true_p99() -> None:
     assert check(0.4) is False
 
 
+def test_the_true_p99_is_an_interval_when_the_server_reports_its_send_call() -> None:
+    # Truth between the stamp minus the server's clock after send (floor) and before it: an
+    # estimate of 0 at one stream, where all the measured error is the server's send call,
+    # is right; under load the estimate must still reach half the floor.
+    def check(estimate_p99: float, floor_p99: float, true_p99: float = 0.036) -> bool | None:
+        est = {"p50": 0.0, "p99": estimate_p99, "max": 0.0, "n": 10}
+        floor = {"p50": 0.0, "p99": floor_p99, "max": 0.0, "n": 10}
+        true = {"p50": 0.01, "p99": true_p99, "max": 0.1, "n": 10}
+        figs = _figs(self_estimate_ms=est, event_err_floor_ms=floor, event_err_ms=true)
+        results = {1: {"clients": {"labkit": figs}}}
+        return _verdict(bench_load.verdicts_17(results), "1 stream(s), labkit: self-estimate")
+
+    assert check(0.0, floor_p99=0.0) is True
+    assert check(0.0, floor_p99=0.02) is False
+    assert check(0.01, floor_p99=0.02) is True
+    assert check(0.06, floor_p99=0.0) is False  # over 1.5x the upper end
+
+
 def test_labkits_own_level_verdict_is_the_flag_and_its_lateness_the_estimate() -> None:
     own = {
         "client_bound": True,
