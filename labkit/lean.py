@@ -43,6 +43,7 @@ request opened its own connection (``"opened"``), took one `preconnect` opened
 from __future__ import annotations
 
 import asyncio
+import atexit
 import ipaddress
 import platform
 import socket
@@ -129,6 +130,7 @@ def hold_kernel_stamps(wait_s: float = 0.2) -> bool:
     except OSError:
         return False
     _stamp_holder = holder
+    atexit.register(holder.close)
     try:
         return _probe_kernel_stamps(wait_s)
     except OSError:  # no loopback to probe on (an unconfigured namespace): stamps as they come
