@@ -156,11 +156,6 @@ def _probe_kernel_stamps(wait_s: float) -> bool:
                     time.sleep(0.002)
 
 
-def _expire(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_exception(TimeoutError())
-
-
 def lean_applies(url: str) -> bool:
     """Whether `url` can be read by the lean transport: http or https, and no proxy for it."""
     return httpx.URL(url).scheme in _DEFAULT_PORTS and proxy_for(url) is None
@@ -188,6 +183,8 @@ class _Connection:
         self._waiter: asyncio.Future[None] | None = None
         self._unsent = bytearray()
         self._last_t = 0
+        self._deadline = 0.0  # loop.time() by which the read being awaited must come
+        self._timer: asyncio.TimerHandle | None = None
         self._ancillary_size = 0  # room for the timestamp cmsg, once the kernel sends one
         if _KERNEL_STAMPS is not None:
             try:
@@ -233,16 +230,30 @@ class _Connection:
         while not self.inbox:
             if self.closed:
                 return None
-            waiter = self._waiter = self.loop.create_future()
-            # A bare timer, not asyncio.timeout: a third of the cost of a read's wait.
-            timer = None if timeout is None else self.loop.call_later(timeout, _expire, waiter)
+            loop = self.loop
+            waiter = self._waiter = loop.create_future()
+            if timeout is not None:
+                # One lazy timer per connection, not one per wait: a wait only moves the
+                # deadline, and the timer, when it fires early, re-arms for the latest one.
+                # A timer made and cancelled on every read cost about 8% of a read's CPU.
+                self._deadline = deadline = loop.time() + timeout
+                if self._timer is None:
+                    self._timer = loop.call_at(deadline, self._check_deadline)
             try:
                 await waiter
             finally:
                 self._waiter = None
-                if timer is not None:
-                    timer.cancel()
         return self.inbox.popleft()
+
+    def _check_deadline(self) -> None:
+        self._timer = None
+        waiter = self._waiter
+        if waiter is None or waiter.done() or self.closed:
+            return  # no wait in progress: the next one arms a timer of its own
+        if self.loop.time() >= self._deadline:
+            waiter.set_exception(TimeoutError())
+        else:
+            self._timer = self.loop.call_at(self._deadline, self._check_deadline)
 
     read = read_raw
 
@@ -286,6 +297,9 @@ class _Connection:
 
     def close(self) -> None:
         """Close the socket and wake its reader."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._fd >= 0:
             self.loop.remove_reader(self._fd)
             if self._unsent:
@@ -341,16 +355,22 @@ class _TLSConnection(_Connection):
     def _decrypt(self, raw: bytes) -> bytes:
         """Application bytes that `raw` completes (none for a session ticket or a partial
         record); a close_notify marks the stream closed."""
-        self._incoming.write(raw)
+        incoming = self._incoming
+        incoming.write(raw)
         tls = self._tls
         out = b""
         try:
+            # A read of the SSL object gives one record's bytes and takes from the BIO no
+            # more than that record: once the BIO is empty, no further read can give any
+            # (skipping the call saves raising SSLWantReadError, half the cost of a read).
             while True:
                 chunk = tls.read(_READ_SIZE)
                 if not chunk:  # close_notify
                     self._tls_closed = True
                     break
                 out = out + chunk if out else chunk
+                if not incoming.pending and not tls.pending():
+                    break
         except ssl.SSLWantReadError:
             pass
         if self._outgoing.pending:  # e.g. the reply to a key update

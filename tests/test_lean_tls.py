@@ -463,3 +463,36 @@ def test_a_connection_left_idle_by_another_event_loop_is_not_reused() -> None:
         assert len(accepted) == 2
     finally:
         listener.close()
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["tcp", "tls"])
+def test_the_read_timeout_counts_from_the_last_read_not_the_first(
+    ca: trustme.CA, tls: bool
+) -> None:
+    # One lazy timer per connection: reads that keep coming move the deadline on, and the
+    # timeout fires once a read has been awaited for `read` seconds.
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        for _ in range(6):  # 0.6 s of chunks 0.1 s apart, each within the 0.25 s timeout
+            writer.write(b"1\r\nx\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(30)  # then a stall
+
+    async def main() -> tuple[int, float]:
+        context = server_context(ca) if tls else None
+        got = 0
+        async with serve(handler, context) as url, lean_client(url, ca) as client:
+            timeout = httpx.Timeout(5.0, read=0.25)
+            async with client.stream("GET", "/drip", timeout=timeout) as response:
+                last = time.monotonic()
+                with pytest.raises(httpx.ReadTimeout):
+                    async for chunk in response.aiter_bytes():
+                        got += len(chunk)
+                        last = time.monotonic()
+                return got, time.monotonic() - last
+
+    got, waited = asyncio.run(main())
+    assert got == 6
+    assert 0.2 <= waited < 1.0
