@@ -468,7 +468,13 @@ class _Body(httpx.AsyncByteStream):
                     )
                 data, t, seen, kernel = got
             if chunked is not None:
-                payload, rest, done = chunked.feed(data)
+                try:
+                    payload, rest, done = chunked.feed(data)
+                except ValueError as exc:
+                    self._conn.close()
+                    raise httpx.RemoteProtocolError(
+                        f"broken chunked framing: {exc}", request=self._request
+                    ) from None
                 if done:
                     buf += rest
                     self._complete = True
@@ -498,6 +504,9 @@ class _Body(httpx.AsyncByteStream):
             self._transport.discard(self._conn)
 
 
+_HEX_DIGITS = frozenset(b"0123456789abcdefABCDEF")
+
+
 class _Chunked:
     """Decodes ``Transfer-Encoding: chunked`` incrementally."""
 
@@ -507,8 +516,19 @@ class _Chunked:
         self._state = "size"  # size | data | crlf | trailer
 
     def feed(self, data: bytes) -> tuple[bytes, bytes, bool]:
-        """(payload, bytes past the body, whether the body ended)."""
+        """(payload, bytes past the body, whether the body ended); ValueError when the
+        framing is broken (a chunk size that is not hex, no CRLF after a chunk)."""
         buf = self._buf
+        if not buf and self._state == "size":
+            # The common read: exactly one whole chunk (a server writes each event as one).
+            end = data.find(b"\r\n", 0, 18)
+            if end > 0:
+                head = data[:end]
+                if head.isalnum() and head.isascii():
+                    size = int(head, 16)  # alnum and ascii: hex digits or a ValueError
+                    stop = end + 2 + size
+                    if size and len(data) == stop + 2 and data.endswith(b"\r\n"):
+                        return data[end + 2 : stop], b"", False
         buf += data
         out = bytearray()
         while True:
@@ -523,13 +543,18 @@ class _Chunked:
             if self._state == "crlf":
                 if len(buf) < 2:
                     return bytes(out), b"", False
+                if buf[:2] != b"\r\n":
+                    raise ValueError(f"no CRLF after a chunk's data but {bytes(buf[:2])!r}")
                 del buf[:2]
                 self._state = "size"
             if self._state == "size":
                 end = buf.find(b"\r\n")
                 if end < 0:
                     return bytes(out), b"", False
-                size = int(bytes(buf[:end]).split(b";", 1)[0].strip() or b"0", 16)
+                field = bytes(buf[:end]).split(b";", 1)[0].strip()
+                if not field or not all(c in _HEX_DIGITS for c in field):
+                    raise ValueError(f"malformed chunk size {field[:20]!r}")
+                size = int(field, 16)
                 del buf[: end + 2]
                 if size == 0:
                     self._state = "trailer"
@@ -703,7 +728,11 @@ class LeanTransport(httpx.AsyncBaseTransport):
             raise
         if trace is not None:
             await trace("http11.receive_response_headers.complete", {"labkit_t_ns": t_head})
-        framing, length = _framing(request.method, status, headers)
+        try:
+            framing, length = _framing(request.method, status, headers, request)
+        except httpx.RemoteProtocolError:
+            self.discard(conn)
+            raise
         connection = b",".join(v for k, v in headers if k == b"connection").lower()
         keep_alive = framing != "close" and b"close" not in connection
         if b"close" in request.headers.get("connection", "").lower().encode():
@@ -734,7 +763,12 @@ class LeanTransport(httpx.AsyncBaseTransport):
                 del buf[: end + 4]
                 lines = head.split(b"\r\n")
                 parts = lines[0].split(b" ", 2)
-                if len(parts) < 2 or not parts[0].startswith(b"HTTP/1."):
+                if (
+                    len(parts) < 2
+                    or not parts[0].startswith(b"HTTP/1.")
+                    or len(parts[1]) != 3
+                    or not parts[1].isdigit()
+                ):
                     raise httpx.RemoteProtocolError(
                         f"malformed status line {lines[0][:80]!r}", request=request
                     )
@@ -794,7 +828,9 @@ async def _tcp_connect(loop: asyncio.AbstractEventLoop, host: str, port: int) ->
     raise failure or OSError(f"no address for {host}")
 
 
-def _framing(method: str, status: int, headers: list[tuple[bytes, bytes]]) -> tuple[str, int]:
+def _framing(
+    method: str, status: int, headers: list[tuple[bytes, bytes]], request: httpx.Request
+) -> tuple[str, int]:
     """How the body ends: ("none"|"chunked"|"length"|"close", content length)."""
     if method == "HEAD" or status in (204, 304):
         return "none", 0
@@ -803,5 +839,9 @@ def _framing(method: str, status: int, headers: list[tuple[bytes, bytes]]) -> tu
             return "chunked", 0
     for name, value in headers:
         if name == b"content-length":
+            if not value.isdigit():
+                raise httpx.RemoteProtocolError(
+                    f"malformed content-length {value[:40]!r}", request=request
+                )
             return "length", int(value)
     return "close", 0

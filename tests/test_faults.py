@@ -27,17 +27,27 @@ from tests.streams import chat, oa_chunk, oa_usage, sse
 pytestmark = pytest.mark.integration
 
 
-def _provider(base_url: str, kind: str = "openai_compatible") -> Provider:
+def _provider(base_url: str, kind: str = "openai_compatible", transport: str = "httpx") -> Provider:
     cls = provider_class(kind)
     settings = cls.settings_model.model_validate(
-        {"id": "p", "kind": kind, "model": "m", "base_url": base_url}
+        {"id": "p", "kind": kind, "model": "m", "base_url": base_url, "transport": transport}
     )
     return cls(settings)
 
 
-def _record(server: MisbehavingServer, kind: str = "openai_compatible") -> RequestRecord:
+@pytest.fixture(params=["httpx", "lean"])
+def transport(request: pytest.FixtureRequest) -> str:
+    """Each reply read through httpx and through labkit's own HTTP/1.1 reader (`labkit.lean`,
+    which load levels use), whose framing code is labkit's to get right."""
+    return str(request.param)
+
+
+def _record(
+    server: MisbehavingServer, kind: str = "openai_compatible", transport: str = "httpx"
+) -> RequestRecord:
     async def main() -> RequestRecord:
-        provider = _provider(server.base_url + ("/v1" if kind != "anthropic" else ""), kind)
+        base_url = server.base_url + ("/v1" if kind != "anthropic" else "")
+        provider = _provider(base_url, kind, transport)
         try:
             return await StreamRecorder().record(provider, chat(), RecordContext("r", "t"))
         finally:
@@ -56,10 +66,10 @@ def _valid_events() -> list[bytes]:
     ]
 
 
-def test_an_html_page_is_named() -> None:
+def test_an_html_page_is_named(transport: str) -> None:
     page = b"<!doctype html><html><head><title>Sign in</title></head><body>x</body></html>"
     with MisbehavingServer(lambda _: body_reply(200, page, "text/html")) as server:
-        rec = _record(server)
+        rec = _record(server, transport=transport)
     assert rec.error is not None and rec.error.kind == ErrorKind.PROTOCOL
     assert "HTML page ('Sign in')" in rec.error.message and "text/html" in rec.error.message
     assert (
@@ -68,34 +78,34 @@ def test_an_html_page_is_named() -> None:
     assert rec.client.headers_ms is not None and rec.client.e2e_ms is not None
 
 
-def test_a_json_completion_is_named() -> None:
+def test_a_json_completion_is_named(transport: str) -> None:
     body = json.dumps(
         {"id": "c1", "object": "chat.completion", "choices": [{"message": {"content": "hi"}}]}
     ).encode()
     with MisbehavingServer(lambda _: body_reply(200, body, "application/json")) as server:
-        rec = _record(server)
+        rec = _record(server, transport=transport)
     assert rec.error is not None and rec.error.kind == ErrorKind.PROTOCOL
     assert "JSON completion (not streamed)" in rec.error.message
     assert "ignored `stream: true`" in rec.error.message
 
 
-def test_a_redirect_is_named_not_followed() -> None:
+def test_a_redirect_is_named_not_followed(transport: str) -> None:
     reply = [http_head(307, {"location": "http://127.0.0.1:1/v2/chat", "content-length": "0"})]
     with MisbehavingServer(lambda _: reply) as server:
-        rec = _record(server)
+        rec = _record(server, transport=transport)
         assert len(server.requests) == 1  # not followed
     assert rec.error is not None and rec.error.kind == ErrorKind.PROTOCOL
     assert rec.error.status == 307
     assert "redirect to http://127.0.0.1:1/v2/chat, not followed" in rec.error.message
 
 
-def test_a_huge_error_body_is_read_only_up_to_the_cap() -> None:
+def test_a_huge_error_body_is_read_only_up_to_the_cap(transport: str) -> None:
     megabytes = 64
     head = http_head(
         500, {"content-type": "text/plain", "content-length": str(megabytes * 1024 * 1024)}
     )
     with MisbehavingServer(lambda _: [head, *repeat(b"e" * 1024 * 1024, megabytes)]) as server:
-        rec = _record(server)
+        rec = _record(server, transport=transport)
         time.sleep(0.2)
         sent = server.bytes_sent
     assert rec.error is not None and rec.error.kind == ErrorKind.HTTP_STATUS
@@ -104,11 +114,11 @@ def test_a_huge_error_body_is_read_only_up_to_the_cap() -> None:
     assert ERROR_BODY_CAP <= sent < 24 * 1024 * 1024, sent
 
 
-def test_an_event_over_the_size_limit_is_a_protocol_error() -> None:
+def test_an_event_over_the_size_limit_is_a_protocol_error(transport: str) -> None:
     huge = b'data: {"choices":[{"delta":{"content":"' + b"a" * (9 * 1024 * 1024) + b'"}}]}\n\n'
     events = [sse(oa_chunk(role="assistant")), sse(oa_chunk("Hi")), huge]
     with MisbehavingServer(lambda _: sse_reply(events)) as server:
-        rec = _record(server)
+        rec = _record(server, transport=transport)
     assert rec.error is not None and rec.error.kind == ErrorKind.PROTOCOL
     assert "over the limit" in rec.error.message and "8,388,608" in rec.error.message
     assert rec.client.ttft_ms is not None and rec.output_text == "Hi"  # what came first is kept
@@ -123,16 +133,16 @@ def test_an_event_over_the_size_limit_is_a_protocol_error() -> None:
     ],
     ids=["deep-nesting", "invalid-utf8", "bad-json"],
 )
-def test_undecodable_events_are_protocol_errors(line: bytes, expected: str) -> None:
+def test_undecodable_events_are_protocol_errors(line: bytes, expected: str, transport: str) -> None:
     events = [sse(oa_chunk(role="assistant")), sse(oa_chunk("Hi")), line, *_valid_events()[2:]]
     with MisbehavingServer(lambda _: sse_reply(events)) as server:
-        rec = _record(server)
+        rec = _record(server, transport=transport)
     assert rec.error is not None and rec.error.kind == ErrorKind.PROTOCOL
     assert expected in rec.error.message
     assert rec.client.ttft_ms is not None
 
 
-def test_a_slow_drip_one_byte_at_a_time_is_read_right() -> None:
+def test_a_slow_drip_one_byte_at_a_time_is_read_right(transport: str) -> None:
     stream = b"".join(_valid_events())
     steps: list[bytes | float] = []
     for i in range(len(stream)):
@@ -140,17 +150,17 @@ def test_a_slow_drip_one_byte_at_a_time_is_read_right() -> None:
         if i % 25 == 0:
             steps.append(0.002)
     with MisbehavingServer(lambda _: [sse_reply([])[0], *steps]) as server:
-        rec = _record(server)
+        rec = _record(server, transport=transport)
     assert rec.error is None and rec.output_text == "Hello world"
     assert rec.usage.output_tokens == 2 and len(rec.client.event_offsets_ms) == 2
 
 
-def test_truncation_anywhere_costs_one_record_never_an_exception() -> None:
+def test_truncation_anywhere_costs_one_record_never_an_exception(transport: str) -> None:
     stream = b"".join(_valid_events())
     cuts = sorted({*range(0, len(stream), max(1, len(stream) // 40)), len(stream) - 1})
     for cut in cuts:
         with MisbehavingServer(lambda _, c=cut: sse_reply([stream[:c]])) as server:
-            rec = _record(server)
+            rec = _record(server, transport=transport)
         if rec.error is None:  # cut inside or after the terminator: the answer was complete
             assert rec.output_text == "Hello world", cut
         else:
@@ -269,3 +279,44 @@ def test_a_dead_proxy_is_named_on_the_sdk_path_too(monkeypatch: pytest.MonkeyPat
     assert rec.error is not None and rec.error.kind == ErrorKind.CONNECTION
     assert f"through proxy http://127.0.0.1:{port} (from HTTP_PROXY)" in rec.error.message
     assert "hunter2pass" not in rec.to_json_line()
+
+
+_CHUNKED_HEAD = http_head(
+    200, {"content-type": "text/event-stream", "transfer-encoding": "chunked"}
+)
+_HELLO = sse(oa_chunk(role="assistant")) + sse(oa_chunk("Hello"))
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        [_CHUNKED_HEAD, b"%x\r\n%s\r\n" % (len(_HELLO), _HELLO), b"zz\r\nabc\r\n"],
+        [_CHUNKED_HEAD, b"%x\r\n%s\r\n" % (len(_HELLO), _HELLO), b"-5\r\nabcde\r\n"],
+        [_CHUNKED_HEAD, b"%x\r\n%s\r\n" % (len(_HELLO), _HELLO), b"ff\r\ndata: {"],
+        [_CHUNKED_HEAD, b"%x\r\n%s" % (len(_HELLO), _HELLO), b"XX"],
+        [b"HTTP/1.1 abc OK\r\ncontent-length: 0\r\n\r\n"],
+        [b"hello, not http\r\n\r\n"],
+        [b"HTTP/1.1 200 OK\r\nx-big: " + b"a" * 200_000 + b"\r\n\r\n"],
+        [http_head(200, {"content-type": "text/event-stream", "content-length": "5000"}), _HELLO],
+        [],
+    ],
+    ids=[
+        "bad-chunk-size",
+        "negative-chunk-size",
+        "truncated-chunk",
+        "chunk-without-crlf",
+        "bad-status-line",
+        "not-http",
+        "huge-header",
+        "short-content-length",
+        "closed-at-once",
+    ],
+)
+def test_broken_http_framing_costs_one_record(reply: list[bytes], transport: str) -> None:
+    # Framing no well-behaved server sends: each ends as one record with a protocol or
+    # connection error naming it (what was read before the break kept), never an exception.
+    with MisbehavingServer(lambda _: reply) as server:
+        rec = _record(server, transport=transport)
+    assert rec.error is not None, rec
+    assert rec.error.kind in (ErrorKind.PROTOCOL, ErrorKind.CONNECTION), rec.error
+    assert rec.error.message
