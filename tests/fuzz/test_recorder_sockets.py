@@ -1,7 +1,8 @@
 """The wire recorder against a real HTTP server on 127.0.0.1 that sends mutated streams, one
 write per read boundary, in chunked transfer encoding (a dropped connection is a body cut
 before its last chunk): the same properties as over the mock transport, through httpx's real
-connection handling. Few examples: each one starts a server and a provider."""
+connection handling and through labkit's own reader (`labkit.lean`). Few examples: each one
+starts a server and a provider."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def _settings_for(kind: str, root: str) -> dict[str, Any]:
 
 
 async def _record_over_a_socket(
-    kind: str, stream: MutatedStream
+    kind: str, stream: MutatedStream, transport: str
 ) -> tuple[RequestRecord, list[RequestRecord]]:
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -56,9 +57,8 @@ async def _record_over_a_socket(
 
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    provider = make_provider(
-        kind, api_key=PLANTED_KEY, **_settings_for(kind, f"http://127.0.0.1:{port}")
-    )
+    settings = _settings_for(kind, f"http://127.0.0.1:{port}")
+    provider = make_provider(kind, api_key=PLANTED_KEY, **settings, transport=transport)
     cancelled: list[RequestRecord] = []
     try:
         recorder = StreamRecorder(on_cancelled=cancelled.append)
@@ -70,12 +70,14 @@ async def _record_over_a_socket(
     return rec, cancelled
 
 
+@pytest.mark.parametrize("transport", ["httpx", "lean"])
 @pytest.mark.parametrize("kind", KINDS)
 @settings(max_examples=5)
 @given(data=st.data())
 def test_every_mutated_stream_over_a_socket_is_one_valid_record_without_the_key(
-    kind: str, data: st.DataObject
+    kind: str, transport: str, data: st.DataObject
 ) -> None:
+    # Through httpx and through labkit's own HTTP/1.1 reader, which load levels use.
     stream = data.draw(mutated_streams(kind), label="stream")
-    rec, cancelled = asyncio.run(_record_over_a_socket(kind, stream))
+    rec, cancelled = asyncio.run(_record_over_a_socket(kind, stream, transport))
     assert_one_valid_record(rec, cancelled, stream)
