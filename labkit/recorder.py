@@ -53,6 +53,7 @@ from labkit.records import (
 from labkit.selfcheck import stamp_self_check
 from labkit.sse import SSEParser
 from labkit.timing import derive_client_timings
+from labkit.turns import take_turn
 
 __all__ = [
     "ERROR_BODY_CAP",
@@ -419,11 +420,17 @@ class BaseRecorder:
             cpu_ms=cpu_ns / 1e6,
             client_path=self.client_path,
         )
+        interrupted = False  # cancelled after the stream was read: a whole record all the same
+        if not m.cancelled:
+            try:
+                await take_turn()  # assemble records one per loop iteration (labkit.turns)
+            except asyncio.CancelledError:
+                interrupted = True
         try:
             record = self._finish(provider, request, ctx, parser, m, redact, app)
         except Exception as exc:  # labkit's own bug in record assembly: still one record
             record = self._bare_record(provider, request, ctx, m, _internal(exc, redact), app)
-        if m.cancelled:
+        if m.cancelled or interrupted:
             if self._on_cancelled is not None:
                 # A failing write is the run folder's to report; the cancellation must go on.
                 with contextlib.suppress(Exception):

@@ -99,16 +99,16 @@ def _kernel_lateness(
     `TimedSelector.window_before`; none known: they came with the last): the j-th at
     ``lo + j (stamp - lo) / k``.
     """
-    previous_seen: dict[int, int] = {}
-    last_seen: int | None = None
-    for t, seen, kernel in reads:
-        if not kernel:
-            return None
-        if last_seen is not None:
-            previous_seen.setdefault(t, last_seen)
-        last_seen = seen
-    out: list[int] = []
+    if not all(kernel for _, _, kernel in reads):
+        return None
     n = len(output_ns)
+    if len(set(output_ns)) == n:  # each event came in a read of its own: all on time
+        return [0] * n
+    # The seen time of the read before each read (the first read of a stamp, as below).
+    previous_seen = {
+        t: seen for (t, _, _), (_, seen, _) in zip(reads[:0:-1], reads[-2::-1], strict=True)
+    }
+    out: list[int] = []
     i = 0
     while i < n:
         t = output_ns[i]
@@ -151,9 +151,7 @@ def stamp_self_check(
     """
     if source == "kernel":
         reads = kernel_reads or ()
-        seen_of: dict[int, int] = {}
-        for t, seen, _ in reads:
-            seen_of.setdefault(t, seen)
+        seen_of = {t: seen for t, seen, _ in reversed(reads)}  # a stamp's first read wins
         lags = _ms([seen_of[t] - t for t in output_ns if t in seen_of])
         if lags:
             timings.read_lag_ms_p50 = percentile(lags, 50)
@@ -168,15 +166,20 @@ def stamp_self_check(
         if lateness is None or not lateness.stamps_ns:
             return
         in_order = lateness.lateness_ns(output_ns)
-    if in_order:
+    if not in_order:
+        return
+    if not any(in_order):  # the common case, without sorting and rounding n zeros
+        timings.stamp_lateness_ms_p50 = timings.stamp_lateness_ms_p99 = 0.0
+        timings.stamp_lateness_ms_max = 0.0
+        timings.stamp_lateness_ms = [0.0] * len(in_order)
+    else:
         per_event = _ms(in_order)
         timings.stamp_lateness_ms_p50 = percentile(per_event, 50)
         timings.stamp_lateness_ms_p99 = percentile(per_event, 99)
         timings.stamp_lateness_ms_max = per_event[-1]
         timings.stamp_lateness_ms = [round(v / 1e6, 3) for v in in_order]  # stream order
-        first_known = lateness is None or output_ns[0] in lateness.stamps_ns
-        if first_known:
-            timings.ttft_lateness_ms = in_order[0] / 1e6
+    if lateness is None or output_ns[0] in lateness.stamps_ns:  # the first token's is known
+        timings.ttft_lateness_ms = in_order[0] / 1e6
 
 
 @dataclass(frozen=True, slots=True)
