@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import ipaddress
 import platform
 import socket
@@ -52,7 +53,7 @@ import struct
 import sys
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import httpx
@@ -137,23 +138,37 @@ def hold_kernel_stamps(wait_s: float = 0.2) -> bool:
         return False
 
 
-def _probe_kernel_stamps(wait_s: float) -> bool:
+@contextlib.contextmanager
+def loopback_pair(timeout: float = 1.0) -> Iterator[tuple[socket.socket, socket.socket]]:
+    """A connected TCP pair on 127.0.0.1, (sender, receiver), the receiver asking for
+    kernel receive stamps (the platform must have them)."""
     assert _KERNEL_STAMPS is not None
-    deadline = time.monotonic() + wait_s
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen(1)
-        with socket.create_connection(listener.getsockname(), timeout=1.0) as sender:
+        with socket.create_connection(listener.getsockname(), timeout=timeout) as sender:
             receiver, _ = listener.accept()
             with receiver:
-                receiver.settimeout(1.0)
+                receiver.settimeout(timeout)
                 receiver.setsockopt(socket.SOL_SOCKET, _KERNEL_STAMPS[0], 1)
-                while True:
-                    sender.sendall(b"x")
-                    _, ancillary, _, _ = receiver.recvmsg(16, _ANC_SIZE)
-                    if ancillary or time.monotonic() > deadline:
-                        return bool(ancillary)
-                    time.sleep(0.002)
+                yield sender, receiver
+
+
+def read_is_stamped(sender: socket.socket, receiver: socket.socket, data: bytes) -> bool:
+    """Send `data` over a `loopback_pair` and say whether its read came with a kernel stamp."""
+    sender.sendall(data)
+    _, ancillary, _, _ = receiver.recvmsg(len(data), _ANC_SIZE)
+    return bool(ancillary)
+
+
+def _probe_kernel_stamps(wait_s: float) -> bool:
+    deadline = time.monotonic() + wait_s
+    with loopback_pair() as (sender, receiver):
+        while not read_is_stamped(sender, receiver, b"x"):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.002)
+        return True
 
 
 def lean_applies(url: str) -> bool:

@@ -249,25 +249,19 @@ def test_kernel_stamps_are_held_on_for_connections_opened_one_after_another() ->
     # first socket asks, and off when the last closes: without a socket holding it on, about
     # one fresh connection in five on this host got its first bytes with no kernel stamp
     # (CI saw two corpus replays stamped in user space). After hold_kernel_stamps, none may.
-    import socket
+    from labkit.lean import (
+        hold_kernel_stamps,
+        kernel_stamps_available,
+        loopback_pair,
+        read_is_stamped,
+    )
 
-    from labkit.lean import _ANC_SIZE, _KERNEL_STAMPS, hold_kernel_stamps
-
-    if _KERNEL_STAMPS is None:
+    if not kernel_stamps_available():
         assert hold_kernel_stamps() is False
         return
     assert hold_kernel_stamps() is True
     unstamped = 0
     for _ in range(200):
-        with socket.socket() as listener:
-            listener.bind(("127.0.0.1", 0))
-            listener.listen(1)
-            with socket.create_connection(listener.getsockname(), timeout=5) as sender:
-                receiver, _ = listener.accept()
-                with receiver:
-                    receiver.settimeout(5)
-                    receiver.setsockopt(socket.SOL_SOCKET, _KERNEL_STAMPS[0], 1)
-                    sender.sendall(b"first byte")
-                    _, ancillary, _, _ = receiver.recvmsg(64, _ANC_SIZE)
-                    unstamped += not ancillary
+        with loopback_pair(timeout=5) as (sender, receiver):
+            unstamped += not read_is_stamped(sender, receiver, b"first byte")
     assert unstamped == 0
