@@ -60,7 +60,14 @@ import httpx
 
 from labkit.proxies import proxy_for
 
-__all__ = ["LeanTransport", "hold_kernel_stamps", "kernel_stamps_available", "lean_applies"]
+__all__ = [
+    "LeanTransport",
+    "hold_kernel_stamps",
+    "kernel_stamps_available",
+    "lean_applies",
+    "loopback_pair",
+    "read_is_stamped",
+]
 
 Trace = Callable[[str, dict[str, Any]], Awaitable[None]]
 #: One read: (bytes, arrival stamp t_ns, seen_ns, kernel_stamped).

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import httpx
@@ -27,17 +28,20 @@ Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]
 
 
 @contextlib.asynccontextmanager
-async def serve(handler: Handler) -> AsyncIterator[str]:
+async def serve(handler: Handler, context: ssl.SSLContext | None = None) -> AsyncIterator[str]:
+    """A server on 127.0.0.1 (TLS with `context`) running `handler` per connection; its
+    root URL. Connections still open are aborted on exit."""
     writers: list[asyncio.StreamWriter] = []
 
     async def tracked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writers.append(writer)
-        await handler(reader, writer)
+        with contextlib.suppress(ConnectionError, ssl.SSLError, asyncio.IncompleteReadError):
+            await handler(reader, writer)
 
-    server = await asyncio.start_server(tracked, "127.0.0.1", 0)
+    server = await asyncio.start_server(tracked, "127.0.0.1", 0, ssl=context)
     port = server.sockets[0].getsockname()[1]
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"{'https' if context else 'http'}://127.0.0.1:{port}"
     finally:
         server.close()
         for writer in writers:

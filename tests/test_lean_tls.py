@@ -13,7 +13,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -28,10 +28,9 @@ from labkit.providers.fake import FakeSchedule
 from labkit.recorder import RecordContext, StreamRecorder
 from labkit.records import ErrorKind, RequestRecord
 from tests.streams import chat
+from tests.test_lean import read_request, serve
 
 pytestmark = pytest.mark.integration
-
-Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
 @pytest.fixture(scope="module")
@@ -49,37 +48,6 @@ def client_context(ca: trustme.CA) -> ssl.SSLContext:
     context = httpx.create_ssl_context(trust_env=False)
     ca.configure_trust(context)
     return context
-
-
-@contextlib.asynccontextmanager
-async def serve(handler: Handler, context: ssl.SSLContext | None) -> AsyncIterator[str]:
-    writers: list[asyncio.StreamWriter] = []
-
-    async def tracked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writers.append(writer)
-        with contextlib.suppress(ConnectionError, ssl.SSLError, asyncio.IncompleteReadError):
-            await handler(reader, writer)
-
-    server = await asyncio.start_server(tracked, "127.0.0.1", 0, ssl=context)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        yield f"{'https' if context else 'http'}://127.0.0.1:{port}"
-    finally:
-        server.close()
-        for writer in writers:
-            writer.transport.abort()
-        with contextlib.suppress(Exception):
-            await server.wait_closed()
-        await asyncio.sleep(0.01)
-
-
-async def read_request(reader: asyncio.StreamReader) -> bytes:
-    head = await reader.readuntil(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n"):
-        if line.lower().startswith(b"content-length:"):
-            length = int(line.split(b":")[1])
-    return head + (await reader.readexactly(length) if length else b"")
 
 
 def lean_client(url: str, ca: trustme.CA) -> httpx.AsyncClient:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from labkit.providers.sdk import SDKAdapter, model_view
+from labkit.providers.sdk import SDKAdapter, read_by_type
 
 if TYPE_CHECKING:
     from labkit.providers.base import ChatRequest, Provider, StreamParser
@@ -59,10 +59,4 @@ class AnthropicSDK(SDKAdapter):
 
         if not isinstance(parser, AnthropicParser):
             raise TypeError(f"Messages events need an AnthropicParser, not {parser!r}")
-        on_object = parser.on_object
-
-        def read(event: Any) -> int:
-            view = model_view(event)
-            return on_object(str(view.get("type")), view)
-
-        return read
+        return read_by_type(parser.on_object)

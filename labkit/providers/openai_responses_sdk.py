@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from labkit.providers.openai_sdk import OpenAISDK
-from labkit.providers.sdk import model_view
+from labkit.providers.sdk import read_by_type
 
 if TYPE_CHECKING:
     from labkit.providers.base import ChatRequest, Provider, StreamParser
@@ -46,10 +46,4 @@ class OpenAIResponsesSDK(OpenAISDK):
 
         if not isinstance(parser, OpenAIResponsesParser):
             raise TypeError(f"Responses events need an OpenAIResponsesParser, not {parser!r}")
-        on_object = parser.on_object
-
-        def read(event: Any) -> int:
-            view = model_view(event)
-            return on_object(str(view.get("type")), view)
-
-        return read
+        return read_by_type(parser.on_object)

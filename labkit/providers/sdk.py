@@ -28,7 +28,7 @@ from labkit.errors import MalformedStream
 if TYPE_CHECKING:
     from labkit.providers.base import ChatRequest, Provider, StreamParser
 
-__all__ = ["SDKAdapter", "model_view"]
+__all__ = ["SDKAdapter", "model_view", "read_by_type"]
 
 #: The types of JSON's scalars: a value of one of these is taken as it is.
 _SCALARS = frozenset({str, int, float, bool, type(None)})
@@ -112,3 +112,14 @@ def _plain(value: Any) -> Any:
     if kind is dict:
         return {k: v if type(v) in _SCALARS else _plain(v) for k, v in value.items()}
     return value
+
+
+def read_by_type(on_object: Callable[[str, dict[str, Any]], int]) -> Callable[[Any], int]:
+    """A `SDKAdapter.reader` step for SDKs whose events carry the SSE event name as their
+    `type` (Anthropic Messages, OpenAI Responses): each event's view into `on_object`."""
+
+    def read(event: Any) -> int:
+        view = model_view(event)
+        return on_object(str(view.get("type")), view)
+
+    return read
