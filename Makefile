@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 CONFIG ?= configs/quickstart.yaml
 
-.PHONY: lab test test-unit test-integration test-e2e test-ray lint typecheck check setup browser format bench bench-load bench-load-long bench-ray clean
+.PHONY: lab test test-unit test-integration test-e2e test-ray lint typecheck docs check setup browser format bench bench-load bench-load-long bench-ray clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -59,7 +59,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-check: lint typecheck test
+## The reference pages under docs/ built into site/ (git-ignored); --strict: a broken link or
+## anchor, or a page missing from mkdocs.yml's nav, fails.
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --quiet
+
+check: lint typecheck docs test
 
 format: $(STAMP)
 	$(BIN)/ruff format labkit
@@ -94,4 +99,4 @@ bench-ray: $(STAMP)
 	$(BIN)/python benchmarks/bench_ray.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache site

@@ -1,4 +1,4 @@
-"""Runs as data: `labkit.read_run` / `read_runs`, and the README's DuckDB example."""
+"""Runs as data: `labkit.read_run` / `read_runs`, and the DuckDB example in docs/runs.md."""
 
 from __future__ import annotations
 
@@ -79,19 +79,19 @@ def test_import_labkit_stays_cheap() -> None:
         _ = labkit.no_such_thing  # type: ignore[attr-defined]
 
 
-def _readme_duckdb_example() -> str:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    match = re.search(r"<!-- duckdb-example:[^>]*-->\n```python\n(.*?)```", readme, re.S)
-    assert match is not None, "the README's DuckDB example is missing"
+def _docs_duckdb_example() -> str:
+    page = (ROOT / "docs" / "runs.md").read_text(encoding="utf-8")
+    match = re.search(r"<!-- duckdb-example:[^>]*-->\n```python\n(.*?)```", page, re.S)
+    assert match is not None, "the DuckDB example in docs/runs.md is missing"
     return match.group(1)
 
 
-def test_the_readme_duckdb_example_runs(
+def test_the_docs_duckdb_example_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _two_runs(tmp_path)
     monkeypatch.chdir(tmp_path)
-    exec(compile(_readme_duckdb_example(), "README.md", "exec"), {})
+    exec(compile(_docs_duckdb_example(), "docs/runs.md", "exec"), {})
     out = capsys.readouterr().out
     rows = {line.split("│")[1].strip(): line for line in out.splitlines() if "│ local" in line}
     assert set(rows) == {"before", "after"}
