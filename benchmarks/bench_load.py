@@ -197,16 +197,16 @@ def _in_labkit_tree() -> Iterator[None]:
 from scripted_server import ScriptedServer, raise_open_files_limit  # noqa: E402
 
 import labkit  # noqa: E402  (after choosing the tree it comes from)
+from labkit.measurement.recorder import LoopLagMonitor, RecordContext, StreamRecorder  # noqa: E402
 from labkit.providers import provider_class  # noqa: E402
 from labkit.providers.base import ChatRequest, Provider  # noqa: E402
-from labkit.recorder import LoopLagMonitor, RecordContext, StreamRecorder  # noqa: E402
 
 try:  # labkit's own client-bound rule, where this labkit has it
     from labkit.selfcheck import CLIENT_BOUND_LAG_MS
 except ImportError:
     CLIENT_BOUND_LAG_MS = 3.0
 try:  # the event loop labkit's runner and workers run on, where this labkit has one
-    from labkit.loopclock import run as run_like_labkit
+    from labkit.measurement.loopclock import run as run_like_labkit
 except ImportError:
     run_like_labkit = asyncio.run
 try:  # labkit's own judgement of a group of records (its flag and, newer, its lateness p99)
@@ -375,7 +375,7 @@ def labkit_leg(
 
 def labkit_sdk_leg(base_url: str, concurrency: int, n_requests: int) -> LegResult:
     """labkit's SDK path (`SDKRecorder`): the openai SDK, stamped and recorded by labkit."""
-    from labkit.sdkpath import SDKRecorder
+    from labkit.measurement.sdkpath import SDKRecorder
 
     async def run() -> LegResult:
         provider = _provider(base_url, concurrency)

@@ -16,11 +16,12 @@ import httpx
 import pytest
 
 from labkit.fakeserver import FakeServer
-from labkit.lean import LeanTransport, _Chunked, lean_applies
+from labkit.measurement.lean import LeanTransport, lean_applies
+from labkit.measurement.lean.http11 import _Chunked
+from labkit.measurement.recorder import LoopLagMonitor, RecordContext, StreamRecorder
 from labkit.providers import provider_class
 from labkit.providers.base import Provider
 from labkit.providers.fake import FakeSchedule
-from labkit.recorder import LoopLagMonitor, RecordContext, StreamRecorder
 from labkit.records import ErrorKind, RequestRecord
 from tests.streams import chat
 
@@ -182,7 +183,7 @@ def test_the_recorder_reads_the_same_stream_through_both_transports() -> None:
             out: dict[str, list[RequestRecord]] = {}
             for transport in ("lean", "httpx"):
                 provider = _provider(server.base_url, transport)
-                assert provider.lean is (transport == "lean")
+                assert provider.connections.lean is (transport == "lean")
                 lag = LoopLagMonitor()
                 lag.start()
                 recorder = StreamRecorder(lag_monitor=lag)
@@ -240,11 +241,11 @@ def test_transport_lean_behind_a_proxy_is_refused_with_one_message(
 
     for var in ("no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY", "https_proxy"):
         monkeypatch.delenv(var, raising=False)
-    assert _provider("https://example.invalid/v1", "lean").lean
+    assert _provider("https://example.invalid/v1", "lean").connections.lean
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
     with pytest.raises(ProviderUnavailable, match="http:// and https:// only, without a proxy"):
         _provider("https://example.invalid/v1", "lean")
-    assert not _provider("https://example.invalid/v1", "auto").lean
+    assert not _provider("https://example.invalid/v1", "auto").connections.lean
 
 
 @pytest.mark.integration
@@ -253,7 +254,7 @@ def test_kernel_stamps_are_held_on_for_connections_opened_one_after_another() ->
     # first socket asks, and off when the last closes: without a socket holding it on, about
     # one fresh connection in five on this host got its first bytes with no kernel stamp
     # (CI saw two corpus replays stamped in user space). After hold_kernel_stamps, none may.
-    from labkit.lean import (
+    from labkit.measurement.lean import (
         hold_kernel_stamps,
         kernel_stamps_available,
         loopback_pair,

@@ -16,8 +16,9 @@ import httpx
 import pytest
 import respx
 
+from labkit.measurement.failures import http_error
+from labkit.measurement.recorder import LoopLagMonitor, RecordContext, StreamRecorder
 from labkit.providers import Provider
-from labkit.recorder import LoopLagMonitor, RecordContext, StreamRecorder, http_error
 from labkit.records import ErrorKind, StopReason
 from tests.streams import (
     ScriptedClock,

@@ -9,7 +9,7 @@ import time
 import pytest
 import respx
 
-from labkit.recorder import LoopLagMonitor
+from labkit.measurement.recorder import LoopLagMonitor
 from labkit.records import ErrorKind, StopReason
 from tests.streams import make_provider, oa_usage, openai_events, record_one, sse_response
 

@@ -19,9 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import email.utils
-import json
-import re
 import time
 import uuid
 from collections import deque
@@ -33,12 +30,28 @@ from typing import Any, ClassVar, Literal
 import httpx
 
 from labkit.errors import MalformedStream
-from labkit.loopclock import LatenessTracker, loop_clock, socket_fd
+from labkit.measurement.failures import (
+    REQUEST_INVALID,
+    error_for,
+    exception_message,
+    http_error,
+    internal_error,
+    looks_like_a_document,
+    no_parser_no_error,
+    not_a_stream,
+    redactor,
+    redirect_error,
+    sole_cause,
+    stream_error,
+)
+from labkit.measurement.lateness import stamp_self_check
+from labkit.measurement.loopclock import LatenessTracker, loop_clock, socket_fd
+from labkit.measurement.sse import SSEParser
+from labkit.measurement.turns import take_turn
 from labkit.providers.base import (
     ChatRequest,
     EventClass,
     Provider,
-    ResponseHeaders,
     StreamParser,
     TokenCount,
 )
@@ -50,10 +63,7 @@ from labkit.records import (
     RequestRecord,
     StopReason,
 )
-from labkit.selfcheck import stamp_self_check
-from labkit.sse import SSEParser
 from labkit.timing import derive_client_timings
-from labkit.turns import take_turn
 
 __all__ = [
     "ERROR_BODY_CAP",
@@ -63,16 +73,11 @@ __all__ = [
     "RecordContext",
     "StreamRecorder",
     "assemble_record",
-    "exception_message",
-    "http_error",
-    "redactor",
     "settle_counts_and_stop",
-    "stream_error",
 ]
 
 Clock = Callable[[], int]
 
-_BODY_EXCERPT_CHARS = 500
 #: At most this much of an error body (or of a reply that is no stream) is read: enough for
 #: the provider's message, never a whole 300 MB page held in memory.
 ERROR_BODY_CAP = 64 * 1024
@@ -171,102 +176,6 @@ class LoopLagMonitor:
         return lags[min(len(lags) - 1, int(0.99 * len(lags)))]
 
 
-def _retry_after_s(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
-
-
-def _error_message_from_body(body: str) -> str | None:
-    try:
-        obj = json.loads(body)
-    except (ValueError, RecursionError):
-        return None
-    if isinstance(obj, dict):
-        err = obj.get("error", obj)
-        if isinstance(err, dict):
-            msg = err.get("message")
-            etype = err.get("type")
-            if isinstance(msg, str):
-                return f"{etype}: {msg}" if isinstance(etype, str) else msg
-        elif isinstance(err, str):
-            return err
-    return None
-
-
-def http_error(
-    status: int, headers: ResponseHeaders, body: bytes, redact: Callable[[str], str]
-) -> RecordError:
-    """A `RecordError` for an HTTP error response (status >= 400)."""
-    text = redact(body.decode("utf-8", errors="replace"))
-    detail = _error_message_from_body(text)
-    message = f"HTTP {status}" + (f": {detail}" if detail else "")
-    return RecordError(
-        kind=ErrorKind.HTTP_STATUS,
-        message=message[:300],
-        status=status,
-        retry_after_s=_retry_after_s(headers.get("retry-after")),
-        body_excerpt=text[:_BODY_EXCERPT_CHARS] or None,
-    )
-
-
-def _not_a_stream(
-    status: int, headers: ResponseHeaders, body: bytes, redact: Callable[[str], str]
-) -> RecordError:
-    """A `RecordError` naming what arrived instead of an event stream."""
-    content_type = headers.get("content-type") or "no content-type"
-    text = redact(body.decode("utf-8", errors="replace"))
-    head = text.lstrip()[:1]
-    if head == "<":
-        title = re.search(r"<title[^>]*>([^<]{0,120})", text, re.IGNORECASE)
-        what = "an HTML page" + (f" ({title.group(1).strip()!r})" if title else "")
-        hint = "is base_url the API root?"
-    elif head in ("{", "["):
-        try:
-            obj = json.loads(text)
-        except (ValueError, RecursionError):
-            obj = None
-        completion = isinstance(obj, dict) and ("choices" in obj or obj.get("type") == "message")
-        what = "a JSON completion (not streamed)" if completion else "a JSON body"
-        hint = "the server ignored `stream: true`" if completion else "not a chat stream"
-    else:
-        what, hint = "a body that is not an event stream", "not a chat stream"
-    return RecordError(
-        kind=ErrorKind.PROTOCOL,
-        message=f"HTTP {status} with {what} instead of an event stream ({content_type}): {hint}"[
-            :300
-        ],
-        status=status,
-        body_excerpt=text[:_BODY_EXCERPT_CHARS] or None,
-    )
-
-
-def _redirect(status: int, headers: ResponseHeaders, redact: Callable[[str], str]) -> RecordError:
-    location = redact(headers.get("location") or "no location")
-    return RecordError(
-        kind=ErrorKind.PROTOCOL,
-        message=f"HTTP {status} redirect to {location}, not followed: labkit measures the URL it "
-        "is given; set base_url to the final one"[:300],
-        status=status,
-    )
-
-
-def _looks_like_a_document(content_type: str, first_chunk: bytes) -> bool:
-    """True when a 2xx reply is plainly no event stream: not labelled as one and starting
-    like HTML or JSON (an SSE body starts with a field name or a comment)."""
-    if content_type.startswith("text/event-stream"):
-        return False
-    return first_chunk.lstrip()[:1] in (b"<", b"{", b"[")
-
-
 async def _read_capped(chunks: AsyncIterator[bytes], cap: int, start: bytes = b"") -> bytes:
     """Up to `cap` bytes from `chunks`; the rest is left unread (the connection is closed)."""
     parts = [start]
@@ -350,19 +259,6 @@ class Measurement:
             self.done = True
 
 
-#: Exceptions raised while a request is built or written that mean the request itself is not
-#: valid (an impossible URL or port, a header value that is no header value, a proxy whose
-#: package is missing): `error.kind = config`.
-_REQUEST_INVALID: tuple[type[BaseException], ...] = (
-    httpx.InvalidURL,
-    OverflowError,  # a port above 65535 reaches the socket layer
-    httpx.UnsupportedProtocol,
-    httpx.LocalProtocolError,
-    UnicodeEncodeError,
-    ImportError,
-)
-
-
 class BaseRecorder:
     """What the wire and SDK recorders share: the clock, the loop-lag self-check, the
     cancellation hook, failure isolation (`record`) and turning a `Measurement` into its
@@ -410,8 +306,8 @@ class BaseRecorder:
                 kind=ErrorKind.TIMEOUT, message=f"total timeout of {total:g} s exceeded"
             )
         except Exception as exc:
-            exc = _sole_cause(exc)
-            m.error = self._transport_error(exc, m, parser, redact) or _error_for(exc, m, redact)
+            exc = sole_cause(exc)
+            m.error = self._transport_error(exc, m, parser, redact) or error_for(exc, redact)
         if not m.started:
             m.begin(self._clock)  # failed before sending: a zero-length measurement
         cpu_ns = time.thread_time_ns() - m.cpu_start_ns
@@ -429,7 +325,7 @@ class BaseRecorder:
         try:
             record = self._finish(provider, request, ctx, parser, m, redact, app)
         except Exception as exc:  # labkit's own bug in record assembly: still one record
-            record = self._bare_record(provider, request, ctx, m, _internal(exc, redact), app)
+            record = self._bare_record(provider, request, ctx, m, internal_error(exc, redact), app)
         if m.cancelled or interrupted:
             if self._on_cancelled is not None:
                 # A failing write is the run folder's to report; the cancellation must go on.
@@ -476,7 +372,9 @@ class BaseRecorder:
         stream is recorded as truncated, or as empty if no event came.
         """
         if parser is None:  # new_parser itself failed: m.error says how
-            return self._bare_record(provider, request, ctx, m, m.error or _nothing(), app)
+            return self._bare_record(
+                provider, request, ctx, m, m.error or no_parser_no_error(), app
+            )
         parser.settle()
         error = m.error or stream_error(parser, redact)
         if error is None and not (m.done or parser.finished):
@@ -552,55 +450,6 @@ class BaseRecorder:
         )
 
 
-def _sole_cause(exc: Exception) -> Exception:
-    """The one exception inside a group of one (anyio's connect wraps what failed in a
-    TaskGroup), so it is classified for what it is."""
-    while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
-
-
-def _nothing() -> RecordError:
-    return RecordError(kind=ErrorKind.INTERNAL, message="internal error: no parser and no error")
-
-
-def _internal(exc: BaseException, redact: Callable[[str], str]) -> RecordError:
-    return RecordError(
-        kind=ErrorKind.INTERNAL,
-        message=f"internal error (a labkit bug): {exception_message(exc, redact)}"[:300],
-    )
-
-
-def _error_for(exc: Exception, m: Measurement, redact: Callable[[str], str]) -> RecordError:
-    """The record error for an exception that is no transport's own: a malformed stream,
-    a request that could not be built, or labkit's own bug."""
-    if isinstance(exc, MalformedStream):
-        return RecordError(
-            kind=ErrorKind.PROTOCOL, message=f"malformed stream: {redact(str(exc))}"[:300]
-        )
-    if isinstance(exc, RecursionError):
-        return RecordError(
-            kind=ErrorKind.PROTOCOL, message="malformed stream: JSON nested too deeply to read"
-        )
-    if isinstance(exc, UnicodeDecodeError):
-        return RecordError(
-            kind=ErrorKind.PROTOCOL,
-            message=f"malformed stream: not valid UTF-8 ({redact(exc.reason)} at byte {exc.start})",
-        )
-    if isinstance(exc, json.JSONDecodeError):
-        return RecordError(
-            kind=ErrorKind.PROTOCOL,
-            message=f"malformed stream: an event is not valid JSON ({redact(exc.msg)} at "
-            f"position {exc.pos})"[:300],
-        )
-    if isinstance(exc, _REQUEST_INVALID):
-        return RecordError(
-            kind=ErrorKind.CONFIG,
-            message=f"request not sendable as configured: {exception_message(exc, redact)}"[:300],
-        )
-    return _internal(exc, redact)
-
-
 class StreamRecorder(BaseRecorder):
     """Measures streaming chat requests on labkit's own HTTP. One recorder serves a run."""
 
@@ -623,12 +472,12 @@ class StreamRecorder(BaseRecorder):
             phases[name] = info.get("labkit_t_ns") or clock()
 
         http_request.extensions["trace"] = trace
-        client = provider.checkout()
+        client = provider.connections.checkout()
         try:
             if request.warm_connection:
                 # Nothing may yield between a connection opened here and the send taking it.
                 t_connect = clock()
-                if await provider.connect_ahead(client):
+                if await provider.connections.connect_ahead(client):
                     m.connect_ahead_ns = clock() - t_connect
                     m.tags["connected_before_start"] = True
             m.begin(clock)
@@ -658,14 +507,14 @@ class StreamRecorder(BaseRecorder):
                         m.error = http_error(status, response.headers, body, redact)
                     elif status >= 300:
                         m.end_ns = clock()
-                        m.error = _redirect(status, response.headers, redact)
+                        m.error = redirect_error(status, response.headers, redact)
                     else:
                         framer = provider.new_framer()
                         await self._read_events(response, framer, parser, m, redact)
                 finally:
                     await response.aclose()
         finally:
-            provider.checkin(client)
+            provider.connections.checkin(client)
 
     async def _read_events(
         self,
@@ -711,12 +560,10 @@ class StreamRecorder(BaseRecorder):
             t_read = clock()
             if first:
                 first = False
-                if sse.json_first_byte_is_a_document and _looks_like_a_document(
-                    content_type, chunk
-                ):
+                if sse.json_first_byte_is_a_document and looks_like_a_document(content_type, chunk):
                     body = await _read_capped(chunks, ERROR_BODY_CAP, chunk)
                     m.end_ns = clock()
-                    m.error = _not_a_stream(response.status_code, response.headers, body, redact)
+                    m.error = not_a_stream(response.status_code, response.headers, body, redact)
                     return
             if arrival is None:
                 t = t_read
@@ -774,19 +621,9 @@ class StreamRecorder(BaseRecorder):
                 kind=ErrorKind.CONNECTION,
                 message=f"connection lost {where}: {exception_message(exc, redact)}"[:300],
             )
-        if isinstance(exc, httpx.HTTPError) and not isinstance(exc, _REQUEST_INVALID):
+        if isinstance(exc, httpx.HTTPError) and not isinstance(exc, REQUEST_INVALID):
             return RecordError(kind=ErrorKind.CONNECTION, message=exception_message(exc, redact))
         return None
-
-
-def stream_error(parser: StreamParser, redact: Callable[[str], str]) -> RecordError | None:
-    """The error event the parser saw, if any, with secrets scrubbed from its text.
-
-    An error event's message comes from the provider and may echo the key.
-    """
-    if parser.error is None:
-        return None
-    return parser.error.model_copy(update={"message": redact(parser.error.message)})
 
 
 def settle_counts_and_stop(
@@ -861,22 +698,3 @@ def assemble_record(
 def _stale_pooled_connection(phases: dict[str, int]) -> bool:
     """True when a send failed on a reused connection before any response byte."""
     return "connection.connect_tcp.complete" not in phases and _HEADERS_DONE not in phases
-
-
-def exception_message(exc: BaseException, redact: Callable[[str], str]) -> str:
-    """`Type: message` of an exception, secrets scrubbed, at most 300 characters."""
-    text = str(exc) or type(exc).__name__
-    return redact(f"{type(exc).__name__}: {text}")[:300]
-
-
-def redactor(provider: Provider) -> Callable[[str], str]:
-    """A function that replaces the provider's secrets in a text (early, per record; the
-    output sinks scrub again, in every encoding)."""
-    secrets = provider.secrets()
-
-    def redact(text: str) -> str:
-        for s in secrets:
-            text = text.replace(s, "***")
-        return text
-
-    return redact

@@ -21,15 +21,15 @@ from labkit.config import LabConfig, parse_config
 from labkit.errors import LabkitError, ProviderUnavailable, RunError
 from labkit.experiments import Experiment, PacedExperiment, PlannedRequest, experiment_class
 from labkit.experiments.paced import connections_needed
+from labkit.measurement.recorder import LoopLagMonitor, RecordContext, StreamRecorder
+from labkit.measurement.sdkpath import SDKRecorder
 from labkit.providers import ManagedServerHandle, Provider, ProviderSettings, provider_class
-from labkit.recorder import LoopLagMonitor, RecordContext, StreamRecorder
 from labkit.records import ErrorKind, LabAnswer, LabResults, RecordError, RequestRecord
 from labkit.runner.later import LaterReport, fetch_later_stats
 from labkit.runner.ray_executor import RayExecutor
 from labkit.runner.results import RunFolder, host_info, new_run_id, package_versions
 from labkit.runner.scrape import MetricsScraper, ScrapeReport
 from labkit.runner.workers import job_document, run_in_workers
-from labkit.sdkpath import SDKRecorder
 from labkit.server_metrics import metrics_file_name, read_server_metrics
 from labkit.timing import percentile
 

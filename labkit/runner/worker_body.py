@@ -13,8 +13,8 @@ import gc
 from typing import Any, Protocol
 
 from labkit.experiments import PacedExperiment, PlannedRequest, experiment_class
+from labkit.measurement.recorder import LoopLagMonitor, RecordContext, StreamRecorder
 from labkit.providers import Provider, provider_class
-from labkit.recorder import LoopLagMonitor, RecordContext, StreamRecorder
 from labkit.records import RequestRecord
 
 __all__ = ["WorkerLink", "build_worker", "run_worker"]
@@ -97,7 +97,7 @@ async def run_worker(
         )
         if planned.request.client_path == "sdk":
             if sdk is None:
-                from labkit.sdkpath import SDKRecorder
+                from labkit.measurement.sdkpath import SDKRecorder
 
                 sdk = SDKRecorder(lag_monitor=lag, on_cancelled=emit)
             record = await sdk.record(provider, planned.request, ctx)
