@@ -152,9 +152,9 @@ class ClientTimings(_Model):
     )
     loop_lag_ms: float | None = Field(
         default=None,
-        description="How late labkit's event loop ran while this stream was read "
-        "(self-check): the 99th percentile of the loop-lag probe's samples over the stream, "
-        "the largest under 100 samples.",
+        description="Retired (null in new records; see `stamp_lateness_ms_*`). In records "
+        "written before: how late labkit's event loop ran while this stream was read "
+        "(self-check), the 99th percentile of the 5 ms loop-lag probe's samples over it.",
     )
     stamp_source: Literal["kernel", "user"] | None = Field(
         default=None,

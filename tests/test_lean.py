@@ -18,7 +18,7 @@ import pytest
 from labkit.fakeserver import FakeServer
 from labkit.measurement.lean import LeanTransport, lean_applies
 from labkit.measurement.lean.http11 import _Chunked
-from labkit.measurement.recorder import LoopLagMonitor, RecordContext, StreamRecorder
+from labkit.measurement.recorder import RecordContext, StreamRecorder
 from labkit.providers import provider_class
 from labkit.providers.base import Provider
 from labkit.providers.fake import FakeSchedule
@@ -184,12 +184,9 @@ def test_the_recorder_reads_the_same_stream_through_both_transports() -> None:
             for transport in ("lean", "httpx"):
                 provider = _provider(server.base_url, transport)
                 assert provider.connections.lean is (transport == "lean")
-                lag = LoopLagMonitor()
-                lag.start()
-                recorder = StreamRecorder(lag_monitor=lag)
+                recorder = StreamRecorder()
                 ctx = RecordContext("t", "t")
                 out[transport] = [await recorder.record(provider, chat(), ctx) for _ in range(3)]
-                await lag.stop()
                 await provider.aclose()
             return out["lean"], out["httpx"]
 
@@ -199,7 +196,7 @@ def test_the_recorder_reads_the_same_stream_through_both_transports() -> None:
         assert a.usage == b.usage and a.stop_reason == b.stop_reason
         assert a.output_text == b.output_text
         assert len(a.client.event_offsets_ms) == len(b.client.event_offsets_ms) == 12
-        assert a.client.loop_lag_ms is not None
+        assert a.client.loop_lag_ms is None  # the 5 ms loop probe is retired
     first = lean[0].client
     # A fresh connection: every phase observed, in order, then the schedule's 20 ms.
     assert first.connect_ms is not None and first.request_sent_ms is not None

@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -68,7 +67,6 @@ from labkit.timing import derive_client_timings
 __all__ = [
     "ERROR_BODY_CAP",
     "BaseRecorder",
-    "LoopLagMonitor",
     "Measurement",
     "RecordContext",
     "StreamRecorder",
@@ -97,83 +95,6 @@ class RecordContext:
     queue_ms: float | None = None
     store_text: bool = True
     record_id: str | None = None
-
-
-class LoopLagMonitor:
-    """Samples how late the event loop runs, so each record can state labkit's own lag.
-
-    Two probes, every `interval_s`, matching the two places a chunk can be stamped:
-
-    - a plain timer callback (`loop.call_at`): its lateness is what delays an I/O callback,
-      where the lean transport stamps each read (`labkit.lean`);
-    - a task that sleeps: its oversleep adds the turn a woken task waits before it runs,
-      which is where chunks read through httpx are stamped.
-
-    A sample taken at `t` with lag `L` means the loop was held up over [t − L, t]. Both
-    include asyncio's 1 ms timer granularity (epoll), so an idle loop shows up to ~1 ms.
-    """
-
-    def __init__(self, interval_s: float = 0.005, clock: Clock = time.perf_counter_ns) -> None:
-        self.interval_s = interval_s
-        self._clock = clock
-        self._samples: deque[tuple[int, float]] = deque(maxlen=200_000)
-        self._callback_samples: deque[tuple[int, float]] = deque(maxlen=200_000)
-        self._task: asyncio.Task[None] | None = None
-        self._timer: asyncio.TimerHandle | None = None
-
-    async def _run(self) -> None:
-        interval_ms = self.interval_s * 1000.0
-        while True:
-            t0 = self._clock()
-            await asyncio.sleep(self.interval_s)
-            t1 = self._clock()
-            self._samples.append((t1, max(0.0, (t1 - t0) / 1e6 - interval_ms)))
-
-    def _tick(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
-        now = loop.time()
-        self._callback_samples.append((self._clock(), max(0.0, (now - when) * 1000.0)))
-        self._timer = loop.call_at(now + self.interval_s, self._tick, loop, now + self.interval_s)
-
-    def start(self) -> None:
-        """Start sampling on the running loop."""
-        if self._task is None:
-            loop = asyncio.get_running_loop()
-            self._task = loop.create_task(self._run())
-            when = loop.time() + self.interval_s
-            self._timer = loop.call_at(when, self._tick, loop, when)
-
-    async def stop(self) -> None:
-        """Stop sampling."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-
-    def lag_ms(self, t0_ns: int, t1_ns: int, *, on_arrival: bool = False) -> float | None:
-        """The 99th percentile of the lags whose late stretch overlaps [t0_ns, t1_ns] (the
-        largest, under 100 samples); None without one.
-
-        A percentile, not the maximum, so a long stream is not judged by its single worst
-        scheduling hiccup. `on_arrival`: the stream was stamped in I/O callbacks (the lean
-        transport), so the timer-callback probe applies. A hold-up that began after the
-        stream ended (other streams' records being written, say) did not delay its stamps
-        and is not counted.
-        """
-        lags: list[float] = []
-        samples = self._callback_samples if on_arrival else self._samples
-        for t, lag in reversed(samples):
-            if t < t0_ns:
-                break
-            if t - lag * 1e6 <= t1_ns:
-                lags.append(lag)
-        if not lags:
-            return None
-        lags.sort()
-        return lags[min(len(lags) - 1, int(0.99 * len(lags)))]
 
 
 async def _read_capped(chunks: AsyncIterator[bytes], cap: int, start: bytes = b"") -> bytes:
@@ -208,7 +129,6 @@ class Measurement:
     done: bool = False
     error: RecordError | None = None
     cancelled: bool = False
-    on_arrival: bool = False
     #: Where the stamps come from (`ClientTimings.stamp_source`) and, for user stamps, which
     #: report each read came from (`labkit.loopclock`); on the lean transport each read's
     #: (stamp, seen, kernel-stamped).
@@ -260,7 +180,7 @@ class Measurement:
 
 
 class BaseRecorder:
-    """What the wire and SDK recorders share: the clock, the loop-lag self-check, the
+    """What the wire and SDK recorders share: the clock, the stamp self-check, the
     cancellation hook, failure isolation (`record`) and turning a `Measurement` into its
     record (`_finish`). A subclass implements `_exchange` (send, read, stamp) and maps its
     own transport's exceptions in `_transport_error`."""
@@ -273,11 +193,9 @@ class BaseRecorder:
         self,
         *,
         clock: Clock = time.perf_counter_ns,
-        lag_monitor: LoopLagMonitor | None = None,
         on_cancelled: Callable[[RequestRecord], None] | None = None,
     ) -> None:
         self._clock = clock
-        self._lag = lag_monitor
         self._on_cancelled = on_cancelled
 
     async def record(
@@ -407,8 +325,6 @@ class BaseRecorder:
     def _client_timings(
         self, m: Measurement, ctx: RecordContext, decode_tokens: int | None
     ) -> ClientTimings:
-        end = m.end_ns or self._clock()
-        lag = self._lag.lag_ms(m.t_start, end, on_arrival=m.on_arrival) if self._lag else None
         timings = derive_client_timings(
             t_start_ns=m.t_start,
             phases_ns=m.phases,
@@ -418,7 +334,6 @@ class BaseRecorder:
             end_ns=m.end_ns,
             output_tokens=decode_tokens,
             queue_ms=ctx.queue_ms,
-            loop_lag_ms=lag,
             connect_ahead_ns=m.connect_ahead_ns,
         )
         if m.output_ns and m.stamp_source is not None:
@@ -533,7 +448,6 @@ class StreamRecorder(BaseRecorder):
         # The lean transport stamps each read on arrival (labkit.lean); through httpx the
         # stamp is when the read reaches this loop.
         arrival = response.extensions.get("labkit.arrival")
-        m.on_arrival = arrival is not None
         # The lean transport says per read whether its stamp is the kernel's and when labkit
         # saw it; a user-space stamp's lateness is estimated from the loop's select() times.
         kernel_reads: list[tuple[int, int, bool]] | None = None

@@ -44,7 +44,6 @@ from labkit.measurement.proxies import proxy_for
 from labkit.measurement.recorder import (
     BaseRecorder,
     Clock,
-    LoopLagMonitor,
     Measurement,
 )
 from labkit.providers.base import ChatRequest, Provider, SDKAdapter, StreamParser
@@ -97,10 +96,9 @@ class SDKRecorder(BaseRecorder):
         *,
         clock: Clock = time.perf_counter_ns,
         http_client_factory: HttpClientFactory | None = None,
-        lag_monitor: LoopLagMonitor | None = None,
         on_cancelled: Callable[[RequestRecord], None] | None = None,
     ) -> None:
-        super().__init__(clock=clock, lag_monitor=lag_monitor, on_cancelled=on_cancelled)
+        super().__init__(clock=clock, on_cancelled=on_cancelled)
         self._factory = http_client_factory
         self._clients: dict[str, Any] = {}
 

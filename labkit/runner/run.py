@@ -21,7 +21,7 @@ from labkit.config import LabConfig, parse_config
 from labkit.errors import LabkitError, ProviderUnavailable, RunError
 from labkit.experiments import Experiment, PacedExperiment, PlannedRequest, experiment_class
 from labkit.experiments.paced import connections_needed
-from labkit.measurement.recorder import LoopLagMonitor, RecordContext, StreamRecorder
+from labkit.measurement.recorder import RecordContext, StreamRecorder
 from labkit.measurement.sdkpath import SDKRecorder
 from labkit.providers import ManagedServerHandle, Provider, ProviderSettings, provider_class
 from labkit.records import ErrorKind, LabAnswer, LabResults, RecordError, RequestRecord
@@ -141,9 +141,8 @@ class Runner:
             counts[settings.kind] = n + 1
             self.experiments.append(experiment_class(settings.kind)(settings, n))
         self.outcomes = [ProviderOutcome(p.id, p.kind, p.model) for p in config.providers]
-        self._lag = LoopLagMonitor()
-        self._recorder = StreamRecorder(lag_monitor=self._lag, on_cancelled=self._keep)
-        self._sdk = SDKRecorder(lag_monitor=self._lag, on_cancelled=self._keep)
+        self._recorder = StreamRecorder(on_cancelled=self._keep)
+        self._sdk = SDKRecorder(on_cancelled=self._keep)
         self.executor = (
             RayExecutor(config.executor, folder.path) if config.executor is not None else None
         )
@@ -157,7 +156,6 @@ class Runner:
 
     async def run(self) -> RunResult:
         """Run every provider; always leaves a consistent manifest behind."""
-        self._lag.start()
         status = "failed"
         try:
             tasks = [
@@ -174,7 +172,6 @@ class Runner:
                 raise
             status = "completed"
         finally:
-            await self._lag.stop()
             if self.executor is not None:
                 await self.executor.close()
             self.folder.close()
