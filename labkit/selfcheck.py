@@ -3,10 +3,10 @@
 A stamp is late when the bytes it stamps waited for labkit: in the socket while the event
 loop was busy elsewhere, or in a queue behind other streams' work. Every record says what
 its output events' stamps are late by (``client.stamp_lateness_ms_p50/_p99``, the first
-token's ``client.ttft_lateness_ms``): 0 for kernel receive stamps (`labkit.lean`, which
+token's ``client.ttft_lateness_ms``): 0 for kernel receive stamps (`labkit.measurement.lean`, which
 also reports how long labkit took to read them, ``client.read_lag_ms_*``); for stamps taken
 in user space (httpx, the SDK path) labkit's estimate from its event loop's ``select()``
-times (`labkit.loopclock`).
+times (`labkit.measurement.loopclock`).
 
 A group of records (a load level) is flagged client-bound when its stamps are late enough
 to matter for what it measures: the 99th percentile over its output events above
@@ -15,9 +15,9 @@ inter-token gap if larger), or the 99th percentile of its first-token
 lateness above `late_ttft_limit_ms` (`LATE_TTFT_MS`, or `LATE_TTFT_SHARE` of its median
 TTFT if larger). A loop that was merely busy while the kernel stamped is no flag.
 
-Records without the estimate (older runs, a loop without `labkit.loopclock`) are judged by
-the older rule: the median stream's ``client.loop_lag_ms`` (timer lateness while the stream
-was read) above `CLIENT_BOUND_LAG_MS`.
+Records without the estimate (older runs, a loop without `labkit.measurement.loopclock`) are
+judged by the older rule: the median stream's ``client.loop_lag_ms`` (timer lateness while the
+stream was read) above `CLIENT_BOUND_LAG_MS`.
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """The measurement core: the clocks, the connections and the stamping behind every record.
 
-The recorders (`recorder` for labkit's own HTTP, `sdkpath` for the official SDKs), the
-connections a provider is handed (`connections`: pools, TLS, proxies, the lean or httpx
-transport), the lean transport (`lean`), the timed loop (`loopclock`), the wire framing
-(`sse`, `fastjson`) and the process's capacity (`capacity`). Providers speak their protocol
-on top of what this package hands them; the record it fills is defined in docs/measurement.md.
+The recorders (`recorder` for labkit's own HTTP, `sdkpath` for the official SDKs) and what
+they decide failures are called (`failures`); the connections a provider is handed
+(`connections`, `proxies`), the lean transport (`lean`), the timed loop (`loopclock`) and each
+record's stamp self-check (`lateness`); the wire framing providers parse on (`sse`,
+`fastjson`); what one process can read (`capacity`). The record: docs/measurement.md.
 
-Names are imported on first use, so that a provider importing `sse` does not import the
-recorder (which imports the providers).
+Names are imported on first use, so a provider importing `sse` or `connections` does not
+import the recorder (which imports the providers).
 """
 
 from __future__ import annotations

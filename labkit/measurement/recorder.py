@@ -1,7 +1,7 @@
 """The stream recorder: sends one streaming request and turns what it saw into a record.
 
 It owns the clock. Connection phases come from httpx's ``trace`` extension; response bytes
-are read as the transport delivers them, reassembled into SSE events (`labkit.sse`) and
+are read as the transport delivers them, reassembled into SSE events (`labkit.measurement.sse`) and
 stamped with `time.perf_counter_ns` when the read that brought each event's first byte
 returned. The provider's parser only classifies events and collects fields; the recorder
 derives every timing (`labkit.timing`). The thread's CPU clock is read at ``t_start`` and
@@ -130,8 +130,8 @@ class Measurement:
     error: RecordError | None = None
     cancelled: bool = False
     #: Where the stamps come from (`ClientTimings.stamp_source`) and, for user stamps, which
-    #: report each read came from (`labkit.loopclock`); on the lean transport each read's
-    #: (stamp, seen, kernel-stamped).
+    #: report each read came from (`labkit.measurement.loopclock`); on the lean transport each
+    #: read's (stamp, seen, kernel-stamped).
     stamp_source: Literal["kernel", "user"] | None = None
     lateness: LatenessTracker | None = None
     kernel_reads: list[tuple[int, int, bool]] | None = None
@@ -153,8 +153,8 @@ class Measurement:
 
     def stamped_in_user_space(self, extensions: Mapping[str, Any]) -> Callable[[int], None] | None:
         """Note that this stream is stamped when its reads reach labkit's code; returns the
-        per-read step of the lateness estimate (`labkit.loopclock`) for the response with
-        these `extensions`, or None where there is none (another loop, no socket)."""
+        per-read step of the lateness estimate (`labkit.measurement.loopclock`) for the
+        response with these `extensions`, or None where there is none (another loop, no socket)."""
         self.stamp_source = "user"
         selector = loop_clock()
         fd = socket_fd(extensions) if selector is not None else None
@@ -237,7 +237,7 @@ class BaseRecorder:
         interrupted = False  # cancelled after the stream was read: a whole record all the same
         if not m.cancelled:
             try:
-                await take_turn()  # assemble records one per loop iteration (labkit.turns)
+                await take_turn()  # assemble records one per loop iteration (see turns)
             except asyncio.CancelledError:
                 interrupted = True
         try:
@@ -445,8 +445,8 @@ class StreamRecorder(BaseRecorder):
         feed = sse.feed
         on_event = parser.on_event
         stamp = m.event
-        # The lean transport stamps each read on arrival (labkit.lean); through httpx the
-        # stamp is when the read reaches this loop.
+        # The lean transport stamps each read on arrival (labkit.measurement.lean); through
+        # httpx the stamp is when the read reaches this loop.
         arrival = response.extensions.get("labkit.arrival")
         # The lean transport says per read whether its stamp is the kernel's and when labkit
         # saw it; a user-space stamp's lateness is estimated from the loop's select() times.

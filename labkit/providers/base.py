@@ -173,7 +173,7 @@ class ProviderSettings(BaseModel):
     )
     transport: Literal["auto", "httpx", "lean"] = Field(
         default="auto",
-        description="How the wire path reads HTTP: `httpx`, or `lean` (labkit.lean: "
+        description="How the wire path reads HTTP: `httpx`, or `lean` (labkit.measurement.lean: "
         "HTTP/1.1 over TCP or TLS, every read stamped by the kernel on arrival, a tenth of "
         "httpx's CPU per chunk); `auto` uses lean for load levels on an http or https URL "
         "without a proxy, httpx otherwise.",
@@ -313,7 +313,8 @@ class ChatRequest:
     #: Open a connection before `t_start` when none is ready, so the connect stays out of
     #: TTFT (`Provider.connect_ahead`; load levels with `connections: warm`).
     warm_connection: bool = False
-    #: `wire` (labkit's own HTTP) or `sdk` (the provider's official SDK, see labkit.sdkpath).
+    #: `wire` (labkit's own HTTP) or `sdk` (the provider's official SDK, see
+    #: labkit.measurement.sdkpath).
     client_path: str = "wire"
 
     @property
@@ -438,8 +439,8 @@ class Provider(ABC):
 
     kind: ClassVar[str]
     settings_model: ClassVar[type[ProviderSettings]]
-    #: How this kind's requests go through its official SDK (`client: sdk`, labkit.sdkpath);
-    #: None: it has none.
+    #: How this kind's requests go through its official SDK (`client: sdk`,
+    #: labkit.measurement.sdkpath); None: it has none.
     sdk: ClassVar[SDKAdapter | None] = None
     #: Whether an official SDK can send this kind's requests (derived from `sdk`).
     has_sdk: ClassVar[bool] = False
@@ -515,7 +516,7 @@ class Provider(ABC):
 
     def new_framer(self) -> SSEParser:
         """The framing of this provider's response bodies: SSE (default), or
-        `labkit.sse.NDJSONParser` for newline-delimited JSON streams."""
+        `labkit.measurement.sse.NDJSONParser` for newline-delimited JSON streams."""
         return SSEParser()
 
     @abstractmethod

@@ -411,7 +411,7 @@ class FakeProvider(OpenAICompatibleProvider):
 
 def loopback_reader(base_url: str, streams: int) -> Provider:
     """A provider that reads a `labkit.fakeserver` at `base_url` as a load level reads a
-    plain-HTTP server (`transport: auto`, a pool of `streams`): how `labkit.capacity`
+    plain-HTTP server (`transport: auto`, a pool of `streams`): how `labkit.measurement.capacity`
     measures what one process can read on this host."""
     settings = OpenAICompatibleSettings(
         id="capacity", kind=OpenAICompatibleProvider.kind, model="fake-model", base_url=base_url
