@@ -1,8 +1,9 @@
-"""TLS for the lean transport: an `ssl.SSLObject` over a pair of `ssl.MemoryBIO`.
+"""TLS for the lean transport, on the same socket reader as plain TCP (`tcp`).
 
-It runs on the same reader as plain TCP (`tcp`), with the provider's `ssl.SSLContext`
-(hostname checked, SNI sent); decrypted bytes carry the stamps of the raw read that
-completed them. Like httpcore, a close without close_notify ends the stream as a close would.
+An `ssl.SSLObject` over a pair of `ssl.MemoryBIO`, with the provider's `ssl.SSLContext`
+(hostname checked, SNI sent). Decrypted bytes carry the stamps of the raw read that
+completed them. Like httpcore, a connection the server closes
+without close_notify ends the stream as a close would, and none is sent on close.
 """
 
 from __future__ import annotations

@@ -11,25 +11,8 @@ connection-phase trace stay as they are; the recorder takes a chunk's arrival st
 ``response.extensions["labkit.arrival"]`` (the `Body`: ``t_ns``, ``seen_ns``,
 ``kernel_stamped``).
 
-Stamps. Each socket asks the kernel for receive timestamps (``SO_TIMESTAMPNS`` on Linux;
-``SO_TIMESTAMP``, µs, where the platform's `socket` module has it and not the former). A
-read then carries the kernel's CLOCK_REALTIME stamp of the *last* TCP segment it returned
-(Linux gives the stamp of the last skb a recvmsg consumed; one read of up to 64 KiB may hold
-several segments, so an SSE event is rarely split, and a read that holds several events
-stamps them all at the arrival of the last: no smaller read could do better, as the kernel
-merges segments that queue while the reader is away and keeps the newest stamp). It is put
-on labkit's clock (`time.perf_counter_ns`, CLOCK_MONOTONIC) with the offset
-``time.time_ns() - perf_counter_ns()`` read at that read (two clock reads, tens of ns
-apart): a realtime clock step between the segment's arrival and the read shifts that one
-read's stamp by the step, never later ones; a stamp is never after the read itself
-(``seen_ns``) nor before the connection's previous stamp. A read without a kernel stamp (the
-option unavailable) is stamped when the callback reads it, as ``seen_ns``: late by however
-long the loop was busy elsewhere, which the kernel stamp is not.
-
-TLS (https) runs on the same reader: an `ssl.SSLObject` over a pair of `ssl.MemoryBIO`, with
-the provider's `ssl.SSLContext` (hostname checked, SNI sent). Decrypted bytes carry the
-stamps of the raw read that completed them. Like httpcore, a connection the server closes
-without close_notify ends the stream as a close would, and none is sent on close.
+Kernel receive stamps and how they are put on labkit's clock: `stamps`; TLS: `tls`; the
+response framing: `http11`.
 
 Scope, deliberately small: HTTP/1.1 over TCP or TLS (no proxies, no HTTP/2, no compression —
 labkit asks for identity), keep-alive, Content-Length, chunked and read-until-close bodies,
