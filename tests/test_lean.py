@@ -238,6 +238,8 @@ def test_transport_lean_behind_a_proxy_is_refused_with_one_message(
 
     for var in ("no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY", "https_proxy"):
         monkeypatch.delenv(var, raising=False)
+    # A unit test opens no socket: building the transport would probe kernel stamps on one.
+    monkeypatch.setattr("labkit.measurement.lean.transport.hold_kernel_stamps", lambda: False)
     assert _provider("https://example.invalid/v1", "lean").connections.lean
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
     with pytest.raises(ProviderUnavailable, match="http:// and https:// only, without a proxy"):
