@@ -47,9 +47,9 @@ def _serve_error_body(sock: socket.socket, megabytes: int) -> None:
 
 def child_error_body(megabytes: int) -> None:
     """In a fresh process: one request against a server sending a huge error body."""
+    from labkit.measurement.recorder import RecordContext, StreamRecorder
     from labkit.providers import provider_class
     from labkit.providers.base import ChatRequest
-    from labkit.recorder import RecordContext, StreamRecorder
 
     sock = socket.create_server(("127.0.0.1", 0))
     port = sock.getsockname()[1]
@@ -94,7 +94,7 @@ def _run_child(megabytes: int) -> dict[str, float]:
 
 def sse_event_seconds(megabytes: int, raise_limit: bool) -> tuple[float, str]:
     """Seconds to feed one `megabytes` event in 64 KiB reads, and how it ended."""
-    from labkit.sse import SSEParser
+    from labkit.measurement.sse import SSEParser
 
     size = megabytes * 1024 * 1024
     try:

@@ -27,10 +27,10 @@ from contextlib import contextmanager
 from urllib.parse import urlsplit
 
 from labkit.fakeserver import FakeServer
+from labkit.measurement.recorder import RecordContext, StreamRecorder
 from labkit.providers import provider_class
 from labkit.providers.base import ChatRequest, Provider
 from labkit.providers.fake import FakeSchedule
-from labkit.recorder import RecordContext, StreamRecorder
 
 _CONTENT = re.compile(rb'"content":"(?!")')
 _SERVER_DECODE = re.compile(rb'"predicted_per_token_ms":([0-9.]+)')

@@ -13,9 +13,9 @@ in flight in one asyncio loop of this process:
 
 - ``labkit``: labkit's own wire path, the real `StreamRecorder` with an
   ``openai_compatible`` provider built as a load level builds it (``transport: auto``, so
-  this plain-HTTP server is read by `labkit.lean`, each read stamped on arrival) and a
-  `LoopLagMonitor` started as the Runner starts it, on the event loop the Runner runs on
-  (`labkit.loopclock.run`, where this labkit has it: its stamp self-check needs it).
+  this plain-HTTP server is read by `labkit.lean`, each read stamped on arrival), on the
+  event loop the Runner runs on (`labkit.loopclock.run`, where this labkit has it: its stamp
+  self-check needs it).
 - ``labkit-httpx``: the same through httpx (``transport: httpx``): what labkit does on
   https and behind proxies.
   Output event i is stamped at ``t_start_mono_ns + client.event_offsets_ms[i] * 1e6``;
@@ -26,7 +26,7 @@ in flight in one asyncio loop of this process:
 - ``sdk``: the official `openai` SDK (`AsyncOpenAI(base_url=..., api_key="none",
   max_retries=0)`, on httpx2), each content chunk stamped when the SDK yields it.
 - ``labkit-sdk``: labkit's SDK path (`labkit.sdkpath.SDKRecorder`, ``client_path = sdk``),
-  stamps from its records like ``labkit``, with a `LoopLagMonitor` where it takes one.
+  stamps from its records like ``labkit``.
 - ``labkit-run`` and ``labkit-procs``: labkit's whole load runner (`labkit run` without
   the CLI), a ``load`` experiment at the level's concurrency, read by one process
   (``workers: 1``) or by ``workers: auto`` (`labkit.capacity`: as many as the measured
@@ -199,16 +199,22 @@ from scripted_server import ScriptedServer, raise_open_files_limit  # noqa: E402
 import labkit  # noqa: E402  (after choosing the tree it comes from)
 from labkit.providers import provider_class  # noqa: E402
 from labkit.providers.base import ChatRequest, Provider  # noqa: E402
-from labkit.recorder import LoopLagMonitor, RecordContext, StreamRecorder  # noqa: E402
 
+try:  # the measurement package; a checkout from before it (--labkit-src) has flat modules
+    from labkit.measurement.recorder import RecordContext, StreamRecorder
+except ImportError:
+    from labkit.recorder import RecordContext, StreamRecorder  # type: ignore[no-redef]
 try:  # labkit's own client-bound rule, where this labkit has it
     from labkit.selfcheck import CLIENT_BOUND_LAG_MS
 except ImportError:
     CLIENT_BOUND_LAG_MS = 3.0
 try:  # the event loop labkit's runner and workers run on, where this labkit has one
-    from labkit.loopclock import run as run_like_labkit
+    from labkit.measurement.loopclock import run as run_like_labkit
 except ImportError:
-    run_like_labkit = asyncio.run
+    try:
+        from labkit.loopclock import run as run_like_labkit  # type: ignore[no-redef]
+    except ImportError:
+        run_like_labkit = asyncio.run
 try:  # labkit's own judgement of a group of records (its flag and, newer, its lateness p99)
     from labkit.selfcheck import level_lag
 except ImportError:
@@ -352,9 +358,7 @@ def labkit_leg(
 
     async def run() -> LegResult:
         provider = _provider(base_url, concurrency, transport)
-        lag = LoopLagMonitor()
-        recorder = StreamRecorder(lag_monitor=lag)
-        lag.start()
+        recorder = StreamRecorder()
         ctx = RecordContext("bench-load", "bench-load")
 
         async def one(i: int) -> Any:
@@ -364,7 +368,6 @@ def labkit_leg(
         try:
             records, cpu, wall = await _measure(concurrency, n_requests, one)
         finally:
-            await lag.stop()
             await provider.aclose()
         errors: list[str] = []
         streams = [_from_record(r, errors) for r in records]
@@ -375,13 +378,14 @@ def labkit_leg(
 
 def labkit_sdk_leg(base_url: str, concurrency: int, n_requests: int) -> LegResult:
     """labkit's SDK path (`SDKRecorder`): the openai SDK, stamped and recorded by labkit."""
-    from labkit.sdkpath import SDKRecorder
+    try:
+        from labkit.measurement.sdkpath import SDKRecorder
+    except ImportError:
+        from labkit.sdkpath import SDKRecorder  # type: ignore[no-redef]
 
     async def run() -> LegResult:
         provider = _provider(base_url, concurrency)
-        lag = LoopLagMonitor()
-        recorder = SDKRecorder(lag_monitor=lag)
-        lag.start()
+        recorder = SDKRecorder()
         ctx = RecordContext("bench-load", "bench-load")
 
         async def one(i: int) -> Any:
@@ -392,7 +396,6 @@ def labkit_sdk_leg(base_url: str, concurrency: int, n_requests: int) -> LegResul
         try:
             records, cpu, wall = await _measure(concurrency, n_requests, one)
         finally:
-            await lag.stop()
             await recorder.aclose()
             await provider.aclose()
         errors: list[str] = []

@@ -31,12 +31,12 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from labkit.loopclock import LatenessTracker, TimedSelector
+from labkit.measurement.loopclock import LatenessTracker, TimedSelector
+from labkit.measurement.recorder import RecordContext, StreamRecorder
+from labkit.measurement.sse import SSEParser
 from labkit.providers.base import ChatRequest
 from labkit.providers.fake import FakeProvider, FakeSettings
 from labkit.providers.openai import OpenAIChatParser
-from labkit.recorder import RecordContext, StreamRecorder
-from labkit.sse import SSEParser
 
 N_EVENTS = 20_000
 N_SDK_EVENTS = 2_000
@@ -135,8 +135,8 @@ async def bench_sdk_paths() -> tuple[float, float, float, float]:
     of the rounds' labkit / bare ratios."""
     import openai
 
+    from labkit.measurement.sdkpath import SDKRecorder
     from labkit.providers.openai_compatible import OpenAICompatibleProvider
-    from labkit.sdkpath import SDKRecorder
 
     chunks = _sdk_stream()
     bare_client = openai.AsyncOpenAI(

@@ -18,8 +18,8 @@ from labkit.errors import (
     SetupError,
 )
 from labkit.experiments import Experiment, experiment_kinds, register_experiment
+from labkit.measurement.recorder import RecordContext, StreamRecorder
 from labkit.providers import ChatRequest, Provider, provider_kinds, register
-from labkit.recorder import RecordContext, StreamRecorder
 from labkit.records import (
     AppTimings,
     ClientTimings,

@@ -27,11 +27,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 
-from labkit import loopclock
 from labkit.config import load_config
 from labkit.errors import LabkitError
 from labkit.experiments import experiment_kinds
 from labkit.local.cli import register as register_local
+from labkit.measurement import loopclock
 from labkit.providers import provider_kinds
 from labkit.providers.fake import FakeSchedule, FakeServerTimings
 from labkit.records import ErrorKind

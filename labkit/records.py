@@ -152,21 +152,21 @@ class ClientTimings(_Model):
     )
     loop_lag_ms: float | None = Field(
         default=None,
-        description="How late labkit's event loop ran while this stream was read "
-        "(self-check): the 99th percentile of the loop-lag probe's samples over the stream, "
-        "the largest under 100 samples.",
+        description="Retired (null in new records; see `stamp_lateness_ms_*`). In records "
+        "written before: how late labkit's event loop ran while this stream was read "
+        "(self-check), the 99th percentile of the 5 ms loop-lag probe's samples over it.",
     )
     stamp_source: Literal["kernel", "user"] | None = Field(
         default=None,
         description="Where the output events' stamps come from: `kernel` (the kernel's "
-        "receive time of the read, labkit.lean) or `user` (when the read reached labkit's "
-        "code: httpx, the SDK path); null when no event was stamped.",
+        "receive time of the read, labkit.measurement.lean) or `user` (when the read "
+        "reached labkit's code: httpx, the SDK path); null when no event was stamped.",
     )
     stamp_lateness_ms_p50: float | None = Field(
         default=None,
         description="Median over the output events of how late their stamps are (self-check): "
         "0 for kernel stamps; for user stamps labkit's estimate from its event loop's "
-        "select() times (labkit.loopclock). Null where no estimate was possible.",
+        "select() times (labkit.measurement.loopclock). Null where no estimate was possible.",
     )
     stamp_lateness_ms_p99: float | None = Field(
         default=None,

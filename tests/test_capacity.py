@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 
-from labkit import capacity
-from labkit.capacity import (
+from labkit.config import parse_config
+from labkit.experiments.load import LoadExperiment, LoadSettings
+from labkit.measurement import capacity
+from labkit.measurement.capacity import (
     HEADROOM,
     SURELY_HELD_EPS,
     Capacity,
@@ -21,8 +23,6 @@ from labkit.capacity import (
     process_capacity,
     stream_events_per_s,
 )
-from labkit.config import parse_config
-from labkit.experiments.load import LoadExperiment, LoadSettings
 from labkit.records import ClientTimings, RequestRecord
 from labkit.runner import RunOptions, prepare_run
 
@@ -112,7 +112,7 @@ def test_capacity_is_the_budget_share_of_a_core_over_the_cost_of_an_event() -> N
 
 
 def test_free_cpus_leave_the_servers_cores(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("labkit.capacity.os.sched_getaffinity", lambda _: {0, 1, 2, 3})
+    monkeypatch.setattr("labkit.measurement.capacity.os.sched_getaffinity", lambda _: {0, 1, 2, 3})
     assert [free_cpus(n) for n in (0, 1, 3, 8)] == [4, 3, 1, 1]
 
 
@@ -238,7 +238,7 @@ def _fake_run(tmp_path: Path, interval_ms: float, monkeypatch: pytest.MonkeyPatc
             "experiments": [{"kind": "load", "concurrency": [1, 4], "requests": 4}],
         }
     )
-    monkeypatch.setattr("labkit.capacity.os.sched_getaffinity", lambda _: {0, 1, 2, 3})
+    monkeypatch.setattr("labkit.measurement.capacity.os.sched_getaffinity", lambda _: {0, 1, 2, 3})
     runner = prepare_run(config, RunOptions(out_dir=tmp_path))
     return asyncio.run(runner.run())
 

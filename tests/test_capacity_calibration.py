@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from labkit.capacity import Capacity, calibrate
 from labkit.config import parse_config
 from labkit.fakeserver import FakeServer
+from labkit.measurement.capacity import Capacity, calibrate
 from labkit.providers.fake import FakeSchedule
 from labkit.runner import RunOptions, prepare_run
 from labkit.runner.run import RunResult
@@ -38,7 +38,7 @@ def test_an_auto_choice_of_two_processes_is_tagged_on_their_records(
         return Capacity(cpu_us_per_event=1_000.0, events_measured=1)  # 500 events/s
 
     monkeypatch.setattr("labkit.experiments.load.process_capacity", slow_host)
-    monkeypatch.setattr("labkit.capacity.os.sched_getaffinity", lambda _: {0, 1, 2, 3})
+    monkeypatch.setattr("labkit.measurement.capacity.os.sched_getaffinity", lambda _: {0, 1, 2, 3})
     schedule = FakeSchedule(first_token_ms=5, token_interval_ms=0.25, tokens=40)
 
     async def main() -> RunResult:

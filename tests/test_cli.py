@@ -135,7 +135,7 @@ def test_run_fake_config_writes_records_and_manifest(tmp_path: Path) -> None:
         assert c.ttft_ms >= 40.0
         assert c.e2e_ms >= c.last_token_ms >= c.ttft_ms
         assert c.decode_ms_per_token is not None and c.decode_ms_per_token >= 5.0 * 0.9
-        assert c.loop_lag_ms is not None  # the runner's lag monitor was sampling
+        assert c.stamp_source == "user"  # stamped in user space (no socket: no estimate)
         assert rec.app.prepare_ms is not None and rec.app.parse_cpu_ms is not None
     assert len({r.record_id for r in records}) == 7
 

@@ -93,7 +93,7 @@ def _record(warm: bool, opens: bool) -> tuple[Any, list[bool]]:
             clock.now += 3 * _MS  # the connect takes 3 ms, before the clock starts
         return opens
 
-    provider.connect_ahead = connect_ahead  # type: ignore[method-assign]
+    provider.connections.connect_ahead = connect_ahead  # type: ignore[method-assign]
     request = chat()
     request.warm_connection = warm
     with respx.mock(assert_all_called=True) as router:

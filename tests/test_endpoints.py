@@ -12,9 +12,9 @@ import asyncio
 
 import pytest
 
+from labkit.measurement.recorder import RecordContext, StreamRecorder
+from labkit.measurement.sdkpath import SDKRecorder
 from labkit.providers import provider_class
-from labkit.recorder import RecordContext, StreamRecorder
-from labkit.sdkpath import SDKRecorder
 from tests.misbehaving import MisbehavingServer, sse_reply
 from tests.streams import anthropic_events, chat, oa_usage, openai_events, responses_events
 

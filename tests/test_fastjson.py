@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labkit import fastjson
 from labkit.errors import MalformedStream
+from labkit.measurement import fastjson
 from labkit.providers._wire import load_event_object
 
 pytestmark = pytest.mark.unit

@@ -16,9 +16,9 @@ import pytest
 
 from labkit.config import parse_config
 from labkit.errors import ConfigError
+from labkit.measurement.recorder import ERROR_BODY_CAP, RecordContext, StreamRecorder
 from labkit.providers import Provider, provider_class
 from labkit.providers.openai import OpenAIChatParser
-from labkit.recorder import ERROR_BODY_CAP, RecordContext, StreamRecorder
 from labkit.records import ErrorKind, RequestRecord
 from labkit.runner import RunOptions, prepare_run, run_lab
 from tests.misbehaving import MisbehavingServer, body_reply, http_head, repeat, sse_reply
@@ -257,7 +257,7 @@ def test_labkits_own_bug_is_an_internal_record_and_the_run_goes_on(
 def test_a_dead_proxy_is_named_on_the_sdk_path_too(monkeypatch: pytest.MonkeyPatch) -> None:
     import socket
 
-    from labkit.sdkpath import SDKRecorder
+    from labkit.measurement.sdkpath import SDKRecorder
 
     with socket.socket() as sock:  # a port nothing listens on
         sock.bind(("127.0.0.1", 0))

@@ -16,11 +16,12 @@ import httpx
 import pytest
 
 from labkit.fakeserver import FakeServer
-from labkit.lean import LeanTransport, _Chunked, lean_applies
+from labkit.measurement.lean import LeanTransport, lean_applies
+from labkit.measurement.lean.http11 import _Chunked
+from labkit.measurement.recorder import RecordContext, StreamRecorder
 from labkit.providers import provider_class
 from labkit.providers.base import Provider
 from labkit.providers.fake import FakeSchedule
-from labkit.recorder import LoopLagMonitor, RecordContext, StreamRecorder
 from labkit.records import ErrorKind, RequestRecord
 from tests.streams import chat
 
@@ -182,13 +183,10 @@ def test_the_recorder_reads_the_same_stream_through_both_transports() -> None:
             out: dict[str, list[RequestRecord]] = {}
             for transport in ("lean", "httpx"):
                 provider = _provider(server.base_url, transport)
-                assert provider.lean is (transport == "lean")
-                lag = LoopLagMonitor()
-                lag.start()
-                recorder = StreamRecorder(lag_monitor=lag)
+                assert provider.connections.lean is (transport == "lean")
+                recorder = StreamRecorder()
                 ctx = RecordContext("t", "t")
                 out[transport] = [await recorder.record(provider, chat(), ctx) for _ in range(3)]
-                await lag.stop()
                 await provider.aclose()
             return out["lean"], out["httpx"]
 
@@ -198,7 +196,7 @@ def test_the_recorder_reads_the_same_stream_through_both_transports() -> None:
         assert a.usage == b.usage and a.stop_reason == b.stop_reason
         assert a.output_text == b.output_text
         assert len(a.client.event_offsets_ms) == len(b.client.event_offsets_ms) == 12
-        assert a.client.loop_lag_ms is not None
+        assert a.client.loop_lag_ms is None  # the 5 ms loop probe is retired
     first = lean[0].client
     # A fresh connection: every phase observed, in order, then the schedule's 20 ms.
     assert first.connect_ms is not None and first.request_sent_ms is not None
@@ -240,11 +238,13 @@ def test_transport_lean_behind_a_proxy_is_refused_with_one_message(
 
     for var in ("no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY", "https_proxy"):
         monkeypatch.delenv(var, raising=False)
-    assert _provider("https://example.invalid/v1", "lean").lean
+    # A unit test opens no socket: building the transport would probe kernel stamps on one.
+    monkeypatch.setattr("labkit.measurement.lean.transport.hold_kernel_stamps", lambda: False)
+    assert _provider("https://example.invalid/v1", "lean").connections.lean
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
     with pytest.raises(ProviderUnavailable, match="http:// and https:// only, without a proxy"):
         _provider("https://example.invalid/v1", "lean")
-    assert not _provider("https://example.invalid/v1", "auto").lean
+    assert not _provider("https://example.invalid/v1", "auto").connections.lean
 
 
 @pytest.mark.integration
@@ -253,7 +253,7 @@ def test_kernel_stamps_are_held_on_for_connections_opened_one_after_another() ->
     # first socket asks, and off when the last closes: without a socket holding it on, about
     # one fresh connection in five on this host got its first bytes with no kernel stamp
     # (CI saw two corpus replays stamped in user space). After hold_kernel_stamps, none may.
-    from labkit.lean import (
+    from labkit.measurement.lean import (
         hold_kernel_stamps,
         kernel_stamps_available,
         loopback_pair,

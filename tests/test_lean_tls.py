@@ -21,11 +21,11 @@ import pytest
 import trustme
 
 from labkit.fakeserver import FakeServer
-from labkit.lean import LeanTransport, kernel_stamps_available
+from labkit.measurement.lean import LeanTransport, kernel_stamps_available
+from labkit.measurement.recorder import RecordContext, StreamRecorder
 from labkit.providers import provider_class
 from labkit.providers.base import Provider
 from labkit.providers.fake import FakeSchedule
-from labkit.recorder import RecordContext, StreamRecorder
 from labkit.records import ErrorKind, RequestRecord
 from tests.streams import chat
 from tests.test_lean import read_request, serve
@@ -190,7 +190,7 @@ def test_the_recorder_over_tls_measures_the_handshake_then_reuses(
     async def main() -> list[RequestRecord]:
         async with _TLSFakeServer(schedule, server_context(ca)) as server:
             provider = _provider(server.base_url)
-            assert provider.lean  # a load level on https reads through the lean transport
+            assert provider.connections.lean  # a load level on https reads through lean
             recorder = StreamRecorder()
             ctx = RecordContext("t", "t")
             try:

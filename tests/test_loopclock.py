@@ -9,7 +9,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from labkit.loopclock import LatenessTracker, TimedSelector, loop_clock, new_event_loop, run
+from labkit.measurement.loopclock import (
+    LatenessTracker,
+    TimedSelector,
+    loop_clock,
+    new_event_loop,
+    run,
+)
 
 pytestmark = pytest.mark.unit
 

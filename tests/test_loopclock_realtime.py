@@ -18,9 +18,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from labkit import loopclock
+from labkit.measurement import loopclock
+from labkit.measurement.recorder import RecordContext, StreamRecorder
 from labkit.providers import Provider, provider_class
-from labkit.recorder import RecordContext, StreamRecorder
 from labkit.records import RequestRecord
 from tests.misbehaving import MisbehavingServer, http_head
 from tests.streams import chat, oa_chunk, oa_usage, sse

@@ -21,8 +21,13 @@ import pytest
 
 import labkit
 import labkit.providers
-from labkit.providers.base import Provider, ProviderSettings, StreamParser, provider_kinds
-from labkit.providers.sdk import SDKAdapter
+from labkit.providers.base import (
+    Provider,
+    ProviderSettings,
+    SDKAdapter,
+    StreamParser,
+    provider_kinds,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -33,11 +38,11 @@ LABKIT = Path(labkit.__file__).parent
 ALLOWED: dict[tuple[str, str], str] = {
     # PyPI distribution names, not provider kinds.
     ("runner/results.py", "_PACKAGES"): "package names for package_versions()",
-    ("sdkpath.py", "_SDK_PACKAGES"): "packages whose exceptions are the SDKs' own",
+    ("measurement/sdkpath.py", "_SDK_PACKAGES"): "packages whose exceptions are the SDKs' own",
     # The fake server streams the fake provider's schedule: that module is its source.
     ("fakeserver.py", "labkit.providers.fake"): "the fake server serves FakeSchedule",
     ("cli.py", "labkit.providers.fake"): "`labkit fake-server` takes a FakeSchedule",
-    ("capacity.py", "labkit.providers.fake"): "calibration reads a fake server on loopback",
+    ("measurement/capacity.py", "labkit.providers.fake"): "calibration reads a fake server",
 }
 
 

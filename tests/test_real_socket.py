@@ -21,9 +21,9 @@ from typer.testing import CliRunner
 
 from labkit.cli import app
 from labkit.fakeserver import FakeServer
+from labkit.measurement.recorder import RecordContext, StreamRecorder
 from labkit.providers import provider_class
 from labkit.providers.fake import FakeSchedule
-from labkit.recorder import RecordContext, StreamRecorder
 from labkit.records import ErrorKind, RequestRecord
 from tests.streams import chat
 

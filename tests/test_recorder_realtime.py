@@ -3,13 +3,9 @@ fire on the event loop, and the loop-lag probe seeing a loop that was really blo
 
 from __future__ import annotations
 
-import asyncio
-import time
-
 import pytest
 import respx
 
-from labkit.recorder import LoopLagMonitor
 from labkit.records import ErrorKind, StopReason
 from tests.streams import make_provider, oa_usage, openai_events, record_one, sse_response
 
@@ -31,28 +27,3 @@ def test_total_timeout_keeps_timings_reached() -> None:
     assert rec.client.ttft_ms is not None and rec.client.event_offsets_ms == [rec.client.ttft_ms]
     assert rec.output_text == "a"
     assert rec.stop_reason == StopReason.ERROR
-
-
-def test_loop_lag_monitor_reports_a_blocked_loop() -> None:
-    async def go() -> tuple[float | None, float | None, float | None]:
-        mon = LoopLagMonitor(interval_s=0.002)
-        mon.start()
-        await asyncio.sleep(0.02)
-        t0 = time.perf_counter_ns()
-        time.sleep(0.05)  # block the loop
-        await asyncio.sleep(0.01)
-        t1 = time.perf_counter_ns()
-        await mon.stop()
-        return (
-            mon.lag_ms(t0, t1),
-            mon.lag_ms(t0, t1, on_arrival=True),
-            mon.lag_ms(t1 + 10**12, t1 + 2 * 10**12),
-        )
-
-    lag, callback_lag, none = asyncio.run(go())
-    # Both probes see the 50 ms block (fewer than 100 samples: the largest one). Lower bounds
-    # only, 10 ms under the block: a probe that was already due when the block began reports
-    # up to one 2 ms interval less, and a busy machine can only make the lag larger.
-    assert lag is not None and lag >= 40.0
-    assert callback_lag is not None and callback_lag >= 40.0
-    assert none is None

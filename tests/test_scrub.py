@@ -24,8 +24,8 @@ from rich.text import Text
 from labkit import scrub
 from labkit.config import looks_like_key, parse_config
 from labkit.errors import ConfigError, ProviderUnavailable
+from labkit.measurement.proxies import is_loopback, proxy_for
 from labkit.providers import provider_class, provider_kinds
-from labkit.proxies import is_loopback, proxy_for
 from labkit.terminal import SafeConsole
 
 pytestmark = pytest.mark.unit

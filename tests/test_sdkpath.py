@@ -20,13 +20,13 @@ import respx
 from labkit.experiments.attribution import AttributionExperiment, AttributionSettings
 from labkit.fakeserver import FakeServer
 from labkit.figures import AttributionKey
+from labkit.measurement.recorder import RecordContext, StreamRecorder
+from labkit.measurement.sdkpath import SDKRecorder, sdk_supported
 from labkit.providers import provider_class
 from labkit.providers.base import ChatRequest, Provider
 from labkit.providers.fake import FakeSchedule
 from labkit.providers.sdk import model_view
-from labkit.recorder import RecordContext, StreamRecorder
 from labkit.records import ErrorKind, RequestRecord, StopReason
-from labkit.sdkpath import SDKRecorder, sdk_supported
 from tests.streams import SSE_HEADERS, chat, load_sse, make_provider, split_every, sse_response
 
 SCHEDULE = FakeSchedule(first_token_ms=60.0, token_interval_ms=15.0, tokens=20)

@@ -10,7 +10,8 @@ import httpx
 import pytest
 import respx
 
-from labkit.loopclock import LatenessTracker, TimedSelector
+from labkit.measurement.lateness import stamp_self_check
+from labkit.measurement.loopclock import LatenessTracker, TimedSelector
 from labkit.records import ClientTimings
 from labkit.selfcheck import (
     CLIENT_BOUND,
@@ -19,7 +20,6 @@ from labkit.selfcheck import (
     late_stamp_limit_ms,
     level_lag,
     pooled_p99,
-    stamp_self_check,
     summarize_lag,
 )
 from tests.experiments.records import make_record

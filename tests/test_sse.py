@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from labkit.sse import SSEEvent, SSEParser
+from labkit.measurement.sse import SSEEvent, SSEParser
 from tests.streams import load_sse, split_every
 
 pytestmark = pytest.mark.unit
@@ -131,7 +131,7 @@ def test_recorded_stream_with_crlf_cut_everywhere() -> None:
 
 
 def test_ndjson_lines_are_events_stamped_at_their_first_byte() -> None:
-    from labkit.sse import NDJSONParser
+    from labkit.measurement.sse import NDJSONParser
 
     p = NDJSONParser()
     assert p.feed(b'{"a": 1}\n{"b"', 10) == [SSEEvent(None, '{"a": 1}', 10)]

@@ -9,8 +9,8 @@ import httpx
 import pytest
 import respx
 
-from labkit.recorder import RecordContext, StreamRecorder
-from labkit.turns import take_turn
+from labkit.measurement.recorder import RecordContext, StreamRecorder
+from labkit.measurement.turns import take_turn
 from tests.streams import chat
 from tests.test_recorder import ADAPTERS
 
@@ -87,7 +87,7 @@ def test_a_request_cancelled_while_its_record_waits_for_a_turn_is_kept_whole(
         waiting.set()
         await asyncio.Event().wait()
 
-    monkeypatch.setattr("labkit.recorder.take_turn", a_turn_that_never_comes)
+    monkeypatch.setattr("labkit.measurement.recorder.take_turn", a_turn_that_never_comes)
 
     async def go() -> None:
         provider = adapter.provider()

@@ -38,14 +38,6 @@ from pydantic import (
     model_validator,
 )
 
-from labkit.capacity import (
-    WorkersChoice,
-    choose_workers,
-    free_cpus,
-    needs_calibration,
-    process_capacity,
-)
-from labkit.capacity import stream_events_per_s as warmup_events_per_s
 from labkit.clocksync import HostClock, clock_note, driver_start_ns, level_clock
 from labkit.errors import ConfigError
 from labkit.experiments.base import ExperimentSettings, PlannedRequest, register_experiment
@@ -53,6 +45,14 @@ from labkit.experiments.common import Prompt, fmt_ms, latest_pass, p_of, prompt_
 from labkit.experiments.paced import PacedExperiment, RequestDriver, SendFn
 from labkit.experiments.prefill_decode import filler_text
 from labkit.figures import LoadFigures, LoadLevel, LoadLevelCache
+from labkit.measurement.capacity import (
+    WorkersChoice,
+    choose_workers,
+    free_cpus,
+    needs_calibration,
+    process_capacity,
+)
+from labkit.measurement.capacity import stream_events_per_s as warmup_events_per_s
 from labkit.pacing import arrival_offsets_ns, closed_loop, open_loop
 from labkit.providers.base import ChatRequest, Provider, ProviderSettings
 from labkit.records import ErrorKind, LabAnswer, RequestRecord
@@ -596,9 +596,9 @@ async def _settled(
     monitor notices only at its next wake-up, and a sample taken after the first request
     started would count the set-up against that request's stamps.
     """
-    provider.reserve(streams)
+    provider.connections.reserve(streams)
     if connections == "warm":
-        await provider.preconnect(connect)
+        await provider.connections.preconnect(connect)
     await asyncio.sleep(_SETTLE_S)
     return max(t0_ns, time.perf_counter_ns())
 

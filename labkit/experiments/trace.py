@@ -328,7 +328,7 @@ class TraceExperiment(PacedExperiment):
         k, of = share
         run = str(job["run"])
         arrivals = [(i, off) for i, off in enumerate(self.offsets_ns()) if i % of == k]
-        provider.reserve(self.connections_needed())
+        provider.connections.reserve(self.connections_needed())
         deadline = None if self._s.duration_s is None else t0_ns + int(self._s.duration_s * _NS)
         await open_loop(
             arrivals,

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from labkit import fastjson
 from labkit.errors import MalformedStream
+from labkit.measurement import fastjson
 
 __all__ = [
     "describe",

@@ -15,6 +15,7 @@ import httpx
 from pydantic import Field
 
 from labkit.errors import MalformedStream
+from labkit.measurement.sse import SSEEvent
 from labkit.providers._wire import (
     describe,
     load_event_object,
@@ -30,13 +31,12 @@ from labkit.providers.base import (
     Provider,
     ProviderSettings,
     ResponseHeaders,
+    SDKAdapter,
     StreamParser,
     TokenCount,
     register,
 )
-from labkit.providers.sdk import SDKAdapter
 from labkit.records import ErrorKind, RecordError, StopReason
-from labkit.sse import SSEEvent
 from labkit.tokenizers import Tokenized
 
 __all__ = ["ANTHROPIC_VERSION", "AnthropicParser", "AnthropicProvider", "AnthropicSettings"]

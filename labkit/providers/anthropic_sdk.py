@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from labkit.providers.sdk import SDKAdapter, read_by_type
-
-if TYPE_CHECKING:
-    from labkit.providers.base import ChatRequest, Provider, StreamParser
+from labkit.providers.base import ChatRequest, Provider, SDKAdapter, StreamParser
+from labkit.providers.sdk import NamedEventReader, read_by_type
 
 __all__ = ["AnthropicSDK"]
 
@@ -55,8 +53,6 @@ class AnthropicSDK(SDKAdapter):
     def reader(self, parser: StreamParser) -> Callable[[Any], int]:
         """Each event into the Messages parser's `on_object`, named by its `type` (the SSE
         event name the wire carries; the SDK drops `ping` itself)."""
-        from labkit.providers.anthropic import AnthropicParser
-
-        if not isinstance(parser, AnthropicParser):
-            raise TypeError(f"Messages events need an AnthropicParser, not {parser!r}")
+        if not isinstance(parser, NamedEventReader):
+            raise TypeError(f"Messages events need a parser of named events, not {parser!r}")
         return read_by_type(parser.on_object)

@@ -13,19 +13,17 @@ Experiments and the runner ask a provider's capabilities, never its kind or clas
 `exact_length_params`, `reports_server_timings`, `exclusive_slots`, `sdk`, `metrics_url`,
 `fetches_stats_later`/`stats_later`, `warm_up_request`; each defaults to "cannot".
 
-The stream recorder (`labkit.recorder`) owns the clock and the HTTP; providers never time
-anything themselves. Adding a provider means adding one module and decorating its class
-with `@register`.
+The measurement core (`labkit.measurement`) owns the clock and the connections, and hands a
+provider the clients it builds requests on; providers never time anything themselves.
+Adding a provider means adding one module and decorating its class with `@register`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import os
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol, TypeAlias, TypeVar
@@ -43,13 +41,12 @@ from pydantic import (
 )
 
 from labkit.errors import ProviderUnavailable
-from labkit.lean import LeanTransport, lean_applies
+from labkit.measurement.connections import Connections
+from labkit.measurement.proxies import is_loopback, proxy_for, unusable_because
+from labkit.measurement.sse import SSEEvent, SSEParser
 from labkit.provider_stats import LaterStats
-from labkit.providers.sdk import SDKAdapter
-from labkit.proxies import ProxyChoice, is_loopback, proxy_for, unusable_because
 from labkit.records import ProviderTimings, RecordError, StopReason, Usage
 from labkit.scrub import register_secret
-from labkit.sse import SSEEvent, SSEParser
 from labkit.tokenizers import Tokenized
 
 __all__ = [
@@ -60,10 +57,12 @@ __all__ = [
     "Provider",
     "ProviderSettings",
     "ResponseHeaders",
+    "SDKAdapter",
     "StreamParser",
     "Timeouts",
     "TokenCount",
     "check_base_url",
+    "connections_for",
     "provider_class",
     "provider_kinds",
     "register",
@@ -101,6 +100,10 @@ class Timeouts(BaseModel):
     connect: PositiveFloat = Field(default=10.0, description="TCP connect and TLS handshake.")
     read: PositiveFloat = Field(default=120.0, description="Longest wait between two reads.")
     total: PositiveFloat = Field(default=600.0, description="Whole request, stream included.")
+
+    def for_httpx(self) -> httpx.Timeout:
+        """As httpx takes them: writes under the read timeout, the pool wait under the total."""
+        return httpx.Timeout(connect=self.connect, read=self.read, write=self.read, pool=self.total)
 
 
 class ManagedServerHandle(Protocol):
@@ -170,7 +173,7 @@ class ProviderSettings(BaseModel):
     )
     transport: Literal["auto", "httpx", "lean"] = Field(
         default="auto",
-        description="How the wire path reads HTTP: `httpx`, or `lean` (labkit.lean: "
+        description="How the wire path reads HTTP: `httpx`, or `lean` (labkit.measurement.lean: "
         "HTTP/1.1 over TCP or TLS, every read stamped by the kernel on arrival, a tenth of "
         "httpx's CPU per chunk); `auto` uses lean for load levels on an http or https URL "
         "without a proxy, httpx otherwise.",
@@ -310,7 +313,8 @@ class ChatRequest:
     #: Open a connection before `t_start` when none is ready, so the connect stays out of
     #: TTFT (`Provider.connect_ahead`; load levels with `connections: warm`).
     warm_connection: bool = False
-    #: `wire` (labkit's own HTTP) or `sdk` (the provider's official SDK, see labkit.sdkpath).
+    #: `wire` (labkit's own HTTP) or `sdk` (the provider's official SDK, see
+    #: labkit.measurement.sdkpath).
     client_path: str = "wire"
 
     @property
@@ -406,13 +410,37 @@ class StreamParser(ABC):
         return self.usage.output_tokens
 
 
+class SDKAdapter(ABC):
+    """How one provider's requests are sent through its official SDK."""
+
+    #: The SDK's package name, for messages and the manifest (`openai`, `anthropic`).
+    package: str
+
+    @abstractmethod
+    def client(self, provider: Provider, *, api_key: str | None, http_client: Any) -> Any:
+        """The SDK's async client on `http_client`, with the SDK's own retries off."""
+
+    @abstractmethod
+    async def open_stream(
+        self, client: Any, provider: Provider, request: ChatRequest, params: dict[str, Any]
+    ) -> Any:
+        """Send one streaming request; return the SDK's stream object, which iterates the
+        events, has ``.response.headers`` and an async ``close()``."""
+
+    @abstractmethod
+    def reader(self, parser: StreamParser) -> Callable[[Any], int]:
+        """The per-event step for one stream: a function that reads one object the SDK
+        yields into `parser` (the provider's wire parser, from `Provider.new_parser`) and
+        returns its `EventClass`, as the parser's `on_event` does for the wire's event."""
+
+
 class Provider(ABC):
-    """One configured provider: builds requests, owns its HTTP client."""
+    """One configured provider: builds requests on the connections it is handed."""
 
     kind: ClassVar[str]
     settings_model: ClassVar[type[ProviderSettings]]
-    #: How this kind's requests go through its official SDK (`client: sdk`, labkit.sdkpath);
-    #: None: it has none.
+    #: How this kind's requests go through its official SDK (`client: sdk`,
+    #: labkit.measurement.sdkpath); None: it has none.
     sdk: ClassVar[SDKAdapter | None] = None
     #: Whether an official SDK can send this kind's requests (derived from `sdk`).
     has_sdk: ClassVar[bool] = False
@@ -434,153 +462,25 @@ class Provider(ABC):
         *,
         api_key: str | None = None,
         pool_size: int | None = None,
+        connections: Connections | None = None,
     ) -> None:
         self.settings = settings
         self._api_key = api_key
         self.server_build: str | None = None
-        #: Connections the HTTP client may hold: `concurrency`, or more for a load level.
-        #: A smaller pool would make requests wait for a connection after t_start.
-        self.pool_size = max(settings.concurrency, pool_size or 0)
-        self.lean = self._wants_lean(settings, pool_size)
-        self._lean_transport: LeanTransport | None = None
-        # One TLS context for every client: building one loads the CA bundle (tens of ms).
-        self._tls = httpx.create_ssl_context()
-        self.client = self._make_client()
-        self._idle_shards: list[httpx.AsyncClient] = []
-        self._shards: list[httpx.AsyncClient] = []
-
-    @staticmethod
-    def _wants_lean(settings: ProviderSettings, pool_size: int | None) -> bool:
-        if settings.transport == "httpx":
-            return False
-        url = settings.resolved_base_url()
-        if settings.transport == "lean":
-            if not lean_applies(url):
-                raise ProviderUnavailable(
-                    f"provider {settings.id!r}: transport: lean reads http:// and https:// "
-                    f"only, without a proxy (base_url {url}); use transport: httpx"
-                )
-            return True
-        return bool(pool_size) and lean_applies(url)
-
-    def checkout(self) -> httpx.AsyncClient:
-        """The client to stream one request on; give it back with `checkin`.
-
-        With room for more than one request in flight, each request gets a one-connection
-        client of its own (reused, keep-alive included, by a later request): httpcore's
-        shared pool re-examines every connection on each request and response, work that
-        grows with the square of the streams and took a quarter of labkit's CPU at 32
-        streams (benchmarks/bench_load.py).
-        """
-        if self.pool_size <= 1 or self.lean:  # the lean transport's pool has no such cost
-            return self.client
-        if self._idle_shards:
-            return self._idle_shards.pop()
-        shard = self._make_client(connections=1)
-        self._shards.append(shard)
-        return shard
-
-    def reserve(self, requests: int) -> None:
-        """Have clients ready for `requests` in flight, so none is built mid-measurement."""
-        if self.pool_size <= 1 or self.lean:
-            return
-        while len(self._shards) < requests:
-            shard = self._make_client(connections=1)
-            self._shards.append(shard)
-            self._idle_shards.append(shard)
-
-    async def preconnect(self, streams: int) -> None:
-        """Open a connection for each of `streams` requests about to go in flight, before
-        the level's clock starts, so none opens inside a measured request.
-
-        The lean transport opens bare connections. On httpx each stream's one-connection
-        client (`reserve`) opens its connection with the provider's `warm_up_request`; a
-        provider without one leaves them to connect on their first request, which records
-        `client.new_connection`. A failure opens nothing: the requests report it themselves.
-        """
-        connect_s = self.settings.timeouts.connect
-        lean = self._lean_transport
-        try:
-            if lean is not None:
-                await lean.preconnect(self.client.base_url, streams, timeout=connect_s)
-                return
-            self.reserve(streams)
-            if self.warm_up_request() is None:
-                return
-            clients = self._idle_shards[-streams:] if self._idle_shards else [self.client]
-            await asyncio.gather(*(self._warm_up(c) for c in clients))
-        except httpx.HTTPError:
-            return
-
-    async def _warm_up(self, client: httpx.AsyncClient) -> None:
-        request = self.warm_up_request()
-        if request is not None:
-            with contextlib.suppress(httpx.HTTPError):
-                response = await client.send(request)
-                await response.aclose()
-
-    async def connect_ahead(self, client: httpx.AsyncClient) -> bool:
-        """Open a connection for the next request on `client` when it has none ready,
-        before the request's clock starts; True when one was opened.
-
-        Only the lean transport can open a bare connection; on httpx the request connects
-        inside its own measurement (False), as it always has.
-        """
-        lean = self._lean_transport
-        if lean is None or client is not self.client:
-            return False
-        # The client's parsed URL: parsing the string again costs 10 µs on every request.
-        url = client.base_url
-        return await lean.preconnect(url, 1, timeout=self.settings.timeouts.connect) > 0
+        #: The HTTP clients this provider's requests travel on, built by the measurement
+        #: core (`labkit.measurement.connections`): handed in, or built here from the
+        #: settings for `pool_size` requests in flight (a load level's; None: `concurrency`).
+        self.connections = connections or connections_for(settings, pool_size)
+        self.connections.warm_up = self.warm_up_request
+        #: The client requests are built on (base URL, default headers); the measurement
+        #: core decides which client sends each one.
+        self.client = self.connections.client
 
     def warm_up_request(self) -> httpx.Request | None:
         """A cheap request whose reply opens and keeps a connection (llama.cpp `GET
         /health`), sent before a level to pre-open httpx connections; None: this provider
         knows no endpoint cheap enough."""
         return None
-
-    def checkin(self, client: httpx.AsyncClient) -> None:
-        """Return a client from `checkout`."""
-        if client is not self.client:
-            self._idle_shards.append(client)
-
-    def _make_client(self, connections: int | None = None) -> httpx.AsyncClient:
-        """The HTTP client; `connections` overrides the pool size.
-
-        Proxies come from `labkit.proxies` (loopback never proxied), not from httpx's own
-        reading of the environment. A proxy whose scheme this install cannot speak (SOCKS
-        without socksio) is ProviderUnavailable; a failed connect through a proxy names it.
-        """
-        size = connections or self.pool_size
-        t = self.settings.timeouts
-        limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
-        transport: httpx.AsyncBaseTransport
-        if self.lean:
-            transport = self._lean_transport = LeanTransport(ssl_context=self._tls)
-        else:
-            transport = self._http_transport(limits)
-        return httpx.AsyncClient(
-            base_url=self.settings.resolved_base_url(),
-            timeout=httpx.Timeout(connect=t.connect, read=t.read, write=t.read, pool=t.total),
-            limits=limits,
-            verify=self._tls,
-            # Identity encoding: a compressed stream would be buffered by the decoder.
-            headers={"accept-encoding": "identity"},
-            transport=transport,
-            trust_env=False,
-        )
-
-    def _http_transport(self, limits: httpx.Limits) -> httpx.AsyncBaseTransport:
-        proxy = proxy_for(self.settings.resolved_base_url())
-        if proxy is None:
-            return httpx.AsyncHTTPTransport(verify=self._tls, limits=limits, trust_env=False)
-        lacking = unusable_because(proxy)
-        if lacking:  # check_available says so first; a Provider built without it lands here
-            raise ProviderUnavailable(
-                f"provider {self.id!r}: requests would go through {proxy.describe()}, which "
-                f"needs {lacking}; or add the host to NO_PROXY"
-            )
-        return _ProxiedTransport(proxy, verify=self._tls, limits=limits, trust_env=False)
 
     @property
     def id(self) -> str:
@@ -616,7 +516,7 @@ class Provider(ABC):
 
     def new_framer(self) -> SSEParser:
         """The framing of this provider's response bodies: SSE (default), or
-        `labkit.sse.NDJSONParser` for newline-delimited JSON streams."""
+        `labkit.measurement.sse.NDJSONParser` for newline-delimited JSON streams."""
         return SSEParser()
 
     @abstractmethod
@@ -669,22 +569,9 @@ class Provider(ABC):
 
     async def stats_later(self, client: httpx.AsyncClient, response_id: str) -> LaterStats | None:
         """The provider's account of one response, asked after the run on `client` (from
-        `side_client`); None: not available yet, ask again later. Raises httpx.HTTPError
+        `Connections.side_client`); None: not available yet, ask again later. Raises httpx.HTTPError
         when the provider refuses."""
         return None
-
-    def side_client(self) -> httpx.AsyncClient:
-        """A one-connection httpx client to the API root for requests outside the
-        measurement (stats after the run), through the same proxy as the provider's own."""
-        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-        t = self.settings.timeouts
-        return httpx.AsyncClient(
-            base_url=self.settings.resolved_base_url(),
-            timeout=httpx.Timeout(connect=t.connect, read=t.read, write=t.read, pool=t.total),
-            verify=self._tls,
-            transport=self._http_transport(limits),
-            trust_env=False,
-        )
 
     async def describe(self) -> dict[str, Any]:
         """Facts about the server for the manifest (build, version); may call its API."""
@@ -701,29 +588,31 @@ class Provider(ABC):
         return TokenCount(output_events, "events")
 
     async def aclose(self) -> None:
-        """Close the HTTP client."""
-        for shard in self._shards:
-            await shard.aclose()
-        await self.client.aclose()
+        """Close the HTTP clients."""
+        await self.connections.aclose()
 
     def secrets(self) -> list[str]:
         """Strings that must never reach a record, a log or a message."""
         return [self._api_key] if self._api_key else []
 
 
-class _ProxiedTransport(httpx.AsyncHTTPTransport):
-    """httpx's transport through a proxy, whose connection errors name the proxy."""
-
-    def __init__(self, proxy: ProxyChoice, **kwargs: Any) -> None:
-        super().__init__(proxy=proxy.url, **kwargs)
-        self._through = f"through {proxy.describe()}"
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        """Send `request` through the proxy."""
-        try:
-            return await super().handle_async_request(request)
-        except httpx.ConnectError as exc:
-            raise httpx.ConnectError(f"{exc or 'connect failed'} ({self._through})") from exc
+def connections_for(
+    settings: ProviderSettings,
+    pool_size: int | None,
+    *,
+    client_factory: Callable[[], httpx.AsyncClient] | None = None,
+) -> Connections:
+    """The connections the measurement core builds for `settings`: a pool for `concurrency`
+    requests in flight, or for `pool_size` (a load level's), on the configured transport."""
+    return Connections(
+        settings.resolved_base_url(),
+        label=settings.id,
+        timeout=settings.timeouts.for_httpx(),
+        transport=settings.transport,
+        pool_size=max(settings.concurrency, pool_size or 0),
+        load_level=bool(pool_size),
+        client_factory=client_factory,
+    )
 
 
 def check_base_url(url: str) -> None:

@@ -31,12 +31,19 @@ from pydantic import (
     PositiveInt,
 )
 
-from labkit.providers.base import Provider, ProviderSettings, TokenCount, register
+from labkit.measurement.connections import Connections
+from labkit.providers.base import (
+    Provider,
+    ProviderSettings,
+    SDKAdapter,
+    TokenCount,
+    connections_for,
+    register,
+)
 from labkit.providers.openai_compatible import (
     OpenAICompatibleProvider,
     OpenAICompatibleSettings,
 )
-from labkit.providers.sdk import SDKAdapter
 from labkit.tokenizers import Tokenized
 
 __all__ = [
@@ -380,17 +387,31 @@ class FakeProvider(OpenAICompatibleProvider):
         """None: a scripted stream has no tokenizer."""
         return None
 
-    def _make_client(self, connections: int | None = None) -> httpx.AsyncClient:
-        assert isinstance(self.settings, FakeSettings)
-        return httpx.AsyncClient(
-            base_url=self.settings.resolved_base_url(),
-            transport=FakeTransport(self.settings.schedule),
+    def __init__(
+        self,
+        settings: ProviderSettings,
+        *,
+        api_key: str | None = None,
+        pool_size: int | None = None,
+        connections: Connections | None = None,
+    ) -> None:
+        assert isinstance(settings, FakeSettings)
+        schedule = settings.schedule
+
+        def serve_in_process() -> httpx.AsyncClient:
+            return httpx.AsyncClient(
+                base_url=settings.resolved_base_url(), transport=FakeTransport(schedule)
+            )
+
+        connections = connections or connections_for(
+            settings, pool_size, client_factory=serve_in_process
         )
+        super().__init__(settings, api_key=api_key, connections=connections)
 
 
 def loopback_reader(base_url: str, streams: int) -> Provider:
     """A provider that reads a `labkit.fakeserver` at `base_url` as a load level reads a
-    plain-HTTP server (`transport: auto`, a pool of `streams`): how `labkit.capacity`
+    plain-HTTP server (`transport: auto`, a pool of `streams`): how `labkit.measurement.capacity`
     measures what one process can read on this host."""
     settings = OpenAICompatibleSettings(
         id="capacity", kind=OpenAICompatibleProvider.kind, model="fake-model", base_url=base_url

@@ -26,6 +26,7 @@ import httpx
 from pydantic import Field
 
 from labkit.errors import MalformedStream
+from labkit.measurement.sse import NDJSONParser, SSEEvent, SSEParser
 from labkit.providers._wire import (
     describe,
     load_event_object,
@@ -44,7 +45,6 @@ from labkit.providers.base import (
     register,
 )
 from labkit.records import ErrorKind, RecordError, StopReason
-from labkit.sse import NDJSONParser, SSEEvent, SSEParser
 
 __all__ = ["OllamaParser", "OllamaProvider", "OllamaSettings"]
 

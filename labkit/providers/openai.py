@@ -19,6 +19,7 @@ import httpx
 from pydantic import Field
 
 from labkit.errors import MalformedStream
+from labkit.measurement.sse import SSEEvent
 from labkit.providers._wire import (
     describe,
     load_event_object,
@@ -33,13 +34,13 @@ from labkit.providers.base import (
     Provider,
     ProviderSettings,
     ResponseHeaders,
+    SDKAdapter,
     StreamParser,
     TokenCount,
     register,
     with_root_path,
 )
 from labkit.providers.openai_sdk import OpenAISDK
-from labkit.providers.sdk import SDKAdapter
 from labkit.providers.server_timings import (
     BODY_READERS,
     SERVER_BODY_KEYS,
@@ -48,7 +49,6 @@ from labkit.providers.server_timings import (
     read_timing_headers,
 )
 from labkit.records import ErrorKind, RecordError, StopReason
-from labkit.sse import SSEEvent
 from labkit.tokenizers import Tokenized, tokenizer_for_model
 
 __all__ = ["OpenAIChatParser", "OpenAIProvider", "OpenAISettings"]

@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 import httpx
 
 from labkit.errors import MalformedStream
+from labkit.measurement.sse import SSEEvent
 from labkit.providers._wire import (
     describe,
     load_event_object,
@@ -40,15 +41,14 @@ from labkit.providers.base import (
     EventClass,
     ProviderSettings,
     ResponseHeaders,
+    SDKAdapter,
     StreamParser,
     TokenCount,
     register,
 )
 from labkit.providers.openai import OpenAIProvider, OpenAISettings
-from labkit.providers.openai_responses_sdk import OpenAIResponsesSDK
-from labkit.providers.sdk import SDKAdapter
+from labkit.providers.openai_responses_sdk import OpenAIResponsesSDK, split_instructions
 from labkit.records import ErrorKind, RecordError, StopReason
-from labkit.sse import SSEEvent
 
 __all__ = ["OpenAIResponsesParser", "OpenAIResponsesProvider"]
 
@@ -306,12 +306,3 @@ class OpenAIResponsesProvider(OpenAIProvider):
         )
         resp.raise_for_status()
         return TokenCount(int(resp.json()["input_tokens"]), "openai:responses/input_tokens")
-
-
-def split_instructions(
-    messages: list[dict[str, str]],
-) -> tuple[str | None, list[dict[str, str]]]:
-    """System messages joined as `instructions`, and the other messages as `input`."""
-    system = [m["content"] for m in messages if m["role"] == "system"]
-    rest = [m for m in messages if m["role"] != "system"]
-    return ("\n\n".join(system) if system else None), rest

@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from labkit.providers.base import ChatRequest, Provider, StreamParser
 from labkit.providers.openai_sdk import OpenAISDK
-from labkit.providers.sdk import read_by_type
+from labkit.providers.sdk import NamedEventReader, read_by_type
 
-if TYPE_CHECKING:
-    from labkit.providers.base import ChatRequest, Provider, StreamParser
+__all__ = ["OpenAIResponsesSDK", "split_instructions"]
 
-__all__ = ["OpenAIResponsesSDK"]
+
+def split_instructions(
+    messages: list[dict[str, str]],
+) -> tuple[str | None, list[dict[str, str]]]:
+    """System messages joined as `instructions`, and the other messages as `input` (the
+    Responses body on both paths)."""
+    system = [m["content"] for m in messages if m["role"] == "system"]
+    rest = [m for m in messages if m["role"] != "system"]
+    return ("\n\n".join(system) if system else None), rest
 
 
 class OpenAIResponsesSDK(OpenAISDK):
@@ -23,8 +31,6 @@ class OpenAIResponsesSDK(OpenAISDK):
     ) -> Any:
         """The same body as the wire path: system messages as `instructions`, the rest as
         `input`, parameters and extras as body fields."""
-        from labkit.providers.openai_responses import split_instructions
-
         instructions, messages = split_instructions(request.messages)
         kwargs: dict[str, Any] = {}
         if instructions is not None:
@@ -42,8 +48,6 @@ class OpenAIResponsesSDK(OpenAISDK):
     def reader(self, parser: StreamParser) -> Callable[[Any], int]:
         """Each event into the Responses parser's `on_object`, named by its `type` (the
         SSE event name the wire carries)."""
-        from labkit.providers.openai_responses import OpenAIResponsesParser
-
-        if not isinstance(parser, OpenAIResponsesParser):
-            raise TypeError(f"Responses events need an OpenAIResponsesParser, not {parser!r}")
+        if not isinstance(parser, NamedEventReader):
+            raise TypeError(f"Responses events need a parser of named events, not {parser!r}")
         return read_by_type(parser.on_object)

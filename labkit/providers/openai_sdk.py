@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from labkit.providers.sdk import SDKAdapter, model_view
-
-if TYPE_CHECKING:
-    from labkit.providers.base import ChatRequest, Provider, StreamParser
+from labkit.providers.base import ChatRequest, Provider, SDKAdapter, StreamParser
+from labkit.providers.sdk import ChunkReader, model_view
 
 __all__ = ["OpenAISDK"]
 
@@ -46,10 +44,8 @@ class OpenAISDK(SDKAdapter):
     def reader(self, parser: StreamParser) -> Callable[[Any], int]:
         """Each `ChatCompletionChunk` into the Chat Completions parser's `on_chunk` (the SDK
         swallows `[DONE]` and raises on an error chunk before yielding it)."""
-        from labkit.providers.openai import OpenAIChatParser
-
-        if not isinstance(parser, OpenAIChatParser):
-            raise TypeError(f"the openai SDK's chunks need an OpenAIChatParser, not {parser!r}")
+        if not isinstance(parser, ChunkReader):
+            raise TypeError(f"the openai SDK's chunks need a parser of chunks, not {parser!r}")
         on_chunk = parser.on_chunk
 
         def read(chunk: Any) -> int:

@@ -1,6 +1,7 @@
-"""The interface through which a provider lends its official SDK to the SDK path.
+"""How the SDK adapters read what an official SDK yields, into the wire path's own parsers.
 
-A provider with an official SDK names an `SDKAdapter` (`Provider.sdk`); `labkit.sdkpath`
+A provider with an official SDK names an `SDKAdapter` (`Provider.sdk`, defined beside
+`Provider` in `labkit.providers.base`); `labkit.measurement.sdkpath`
 owns the HTTP client (httpx2, with the trace hook that stamps connection phases), the clock
 and the record, and asks the adapter only what is the provider's own: how to build the SDK
 client, how to open one streaming request through it, and how to read what it yields.
@@ -17,18 +18,14 @@ imports its SDK.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
 from labkit.errors import MalformedStream
 
-if TYPE_CHECKING:
-    from labkit.providers.base import ChatRequest, Provider, StreamParser
-
-__all__ = ["SDKAdapter", "model_view", "read_by_type"]
+__all__ = ["ChunkReader", "NamedEventReader", "model_view", "read_by_type"]
 
 #: The types of JSON's scalars: a value of one of these is taken as it is.
 _SCALARS = frozenset({str, int, float, bool, type(None)})
@@ -36,28 +33,22 @@ _SCALARS = frozenset({str, int, float, bool, type(None)})
 _MODEL_TYPES: set[type] = set()
 
 
-class SDKAdapter(ABC):
-    """How one provider's requests are sent through its official SDK."""
+@runtime_checkable
+class ChunkReader(Protocol):
+    """A parser whose core reads one unnamed event's JSON object (Chat Completions chunks)."""
 
-    #: The SDK's package name, for messages and the manifest (`openai`, `anthropic`).
-    package: str
+    def on_chunk(self, obj: dict[str, Any]) -> int:
+        """Classify one chunk's object; its `EventClass`."""
+        ...
 
-    @abstractmethod
-    def client(self, provider: Provider, *, api_key: str | None, http_client: Any) -> Any:
-        """The SDK's async client on `http_client`, with the SDK's own retries off."""
 
-    @abstractmethod
-    async def open_stream(
-        self, client: Any, provider: Provider, request: ChatRequest, params: dict[str, Any]
-    ) -> Any:
-        """Send one streaming request; return the SDK's stream object, which iterates the
-        events, has ``.response.headers`` and an async ``close()``."""
+@runtime_checkable
+class NamedEventReader(Protocol):
+    """A parser whose core reads one named event's JSON object (Messages, Responses)."""
 
-    @abstractmethod
-    def reader(self, parser: StreamParser) -> Callable[[Any], int]:
-        """The per-event step for one stream: a function that reads one object the SDK
-        yields into `parser` (the provider's wire parser, from `Provider.new_parser`) and
-        returns its `EventClass`, as the parser's `on_event` does for the wire's event."""
+    def on_object(self, name: str, obj: dict[str, Any]) -> int:
+        """Classify one event's object by its name; its `EventClass`."""
+        ...
 
 
 def model_view(model: Any) -> dict[str, Any]:

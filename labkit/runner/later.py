@@ -83,7 +83,7 @@ async def fetch_later_stats(
         return report
     gate = asyncio.Semaphore(IN_FLIGHT)
     lock = asyncio.Lock()
-    async with provider.side_client() as client:
+    async with provider.connections.side_client() as client:
 
         async def one(record: RequestRecord) -> None:
             async with gate:

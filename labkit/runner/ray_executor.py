@@ -49,7 +49,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from labkit import loopclock
 from labkit.clocksync import (
     ClockOffset,
     HostClock,
@@ -61,6 +60,7 @@ from labkit.clocksync import (
 from labkit.config import RayExecutorSettings
 from labkit.errors import ProviderUnavailable, RunError
 from labkit.experiments import PacedExperiment, PlannedRequest
+from labkit.measurement import loopclock
 from labkit.providers import Provider
 from labkit.records import ErrorKind, RecordError, RequestRecord, StopReason
 from labkit.runner.worker_body import build_worker, run_worker

@@ -21,15 +21,15 @@ from labkit.config import LabConfig, parse_config
 from labkit.errors import LabkitError, ProviderUnavailable, RunError
 from labkit.experiments import Experiment, PacedExperiment, PlannedRequest, experiment_class
 from labkit.experiments.paced import connections_needed
+from labkit.measurement.recorder import RecordContext, StreamRecorder
+from labkit.measurement.sdkpath import SDKRecorder
 from labkit.providers import ManagedServerHandle, Provider, ProviderSettings, provider_class
-from labkit.recorder import LoopLagMonitor, RecordContext, StreamRecorder
 from labkit.records import ErrorKind, LabAnswer, LabResults, RecordError, RequestRecord
 from labkit.runner.later import LaterReport, fetch_later_stats
 from labkit.runner.ray_executor import RayExecutor
 from labkit.runner.results import RunFolder, host_info, new_run_id, package_versions
 from labkit.runner.scrape import MetricsScraper, ScrapeReport
 from labkit.runner.workers import job_document, run_in_workers
-from labkit.sdkpath import SDKRecorder
 from labkit.server_metrics import metrics_file_name, read_server_metrics
 from labkit.timing import percentile
 
@@ -141,9 +141,8 @@ class Runner:
             counts[settings.kind] = n + 1
             self.experiments.append(experiment_class(settings.kind)(settings, n))
         self.outcomes = [ProviderOutcome(p.id, p.kind, p.model) for p in config.providers]
-        self._lag = LoopLagMonitor()
-        self._recorder = StreamRecorder(lag_monitor=self._lag, on_cancelled=self._keep)
-        self._sdk = SDKRecorder(lag_monitor=self._lag, on_cancelled=self._keep)
+        self._recorder = StreamRecorder(on_cancelled=self._keep)
+        self._sdk = SDKRecorder(on_cancelled=self._keep)
         self.executor = (
             RayExecutor(config.executor, folder.path) if config.executor is not None else None
         )
@@ -157,7 +156,6 @@ class Runner:
 
     async def run(self) -> RunResult:
         """Run every provider; always leaves a consistent manifest behind."""
-        self._lag.start()
         status = "failed"
         try:
             tasks = [
@@ -174,7 +172,6 @@ class Runner:
                 raise
             status = "completed"
         finally:
-            await self._lag.stop()
             if self.executor is not None:
                 await self.executor.close()
             self.folder.close()

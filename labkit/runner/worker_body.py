@@ -13,8 +13,8 @@ import gc
 from typing import Any, Protocol
 
 from labkit.experiments import PacedExperiment, PlannedRequest, experiment_class
+from labkit.measurement.recorder import RecordContext, StreamRecorder
 from labkit.providers import Provider, provider_class
-from labkit.recorder import LoopLagMonitor, RecordContext, StreamRecorder
 from labkit.records import RequestRecord
 
 __all__ = ["WorkerLink", "build_worker", "run_worker"]
@@ -71,14 +71,13 @@ async def run_worker(
     `clock_skew_ns` (a test hook) shifts this worker's clock: its records' `t_start_mono_ns`
     and its view of the start time, as if its host's monotonic clock read that much more.
     """
-    lag = LoopLagMonitor()
 
     def emit(record: RequestRecord) -> None:
         if clock_skew_ns and record.t_start_mono_ns is not None:
             record.t_start_mono_ns += clock_skew_ns
         link.emit(record)
 
-    recorder = StreamRecorder(lag_monitor=lag, on_cancelled=emit)
+    recorder = StreamRecorder(on_cancelled=emit)
     sdk: Any = None
     run_id = str(document["run_id"])
     store_text = bool(document["store_text"])
@@ -97,9 +96,9 @@ async def run_worker(
         )
         if planned.request.client_path == "sdk":
             if sdk is None:
-                from labkit.sdkpath import SDKRecorder
+                from labkit.measurement.sdkpath import SDKRecorder
 
-                sdk = SDKRecorder(lag_monitor=lag, on_cancelled=emit)
+                sdk = SDKRecorder(on_cancelled=emit)
             record = await sdk.record(provider, planned.request, ctx)
         else:
             record = await recorder.record(provider, planned.request, ctx)
@@ -117,11 +116,9 @@ async def run_worker(
         gc.collect()
         gc.freeze()  # no full collection of start-up garbage in the middle of the level
         t0_ns = await link.ready() - clock_skew_ns
-        lag.start()
         share = (int(document["worker"]), int(document["processes"]))
         await experiment.run_share(provider, document["job"], share, t0_ns, send)
     finally:
-        await lag.stop()
         if sdk is not None:
             await sdk.aclose()
         await provider.aclose()

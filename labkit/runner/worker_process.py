@@ -14,8 +14,8 @@ import signal
 import sys
 from typing import Any
 
-from labkit import loopclock
 from labkit.experiments import PlannedRequest
+from labkit.measurement import loopclock
 from labkit.records import RequestRecord
 from labkit.runner.worker_body import build_worker, run_worker
 from labkit.scrub import guard_std_streams

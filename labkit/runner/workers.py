@@ -66,7 +66,7 @@ def job_document(
     and names only, never a key (`labkit.runner.worker_body.build_worker`)."""
     return {
         "provider": _provider_document(provider),
-        "pool_size": provider.pool_size,
+        "pool_size": provider.connections.pool_size,
         "server_build": provider.server_build,
         "experiment": {
             "settings": experiment.settings.model_dump(mode="json"),

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from labkit.cli import app
 from labkit.figures import AttributionKey
+from labkit.measurement.sdkpath import SDKRecorder
 from labkit.records import LabResults, RequestRecord
-from labkit.sdkpath import SDKRecorder
 
 pytestmark = pytest.mark.unit
 

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from labkit.lean import _Chunked
+from labkit.measurement.lean.http11 import _Chunked
 
 pytestmark = pytest.mark.unit
 

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from labkit.measurement.recorder import RecordContext, StreamRecorder
 from labkit.providers import Provider
-from labkit.recorder import RecordContext, StreamRecorder
 from labkit.records import RequestRecord
 from tests.fuzz.checks import assert_one_valid_record
 from tests.fuzz.streams import (
@@ -45,7 +45,7 @@ def provider_serving(kind: str, stream: MutatedStream) -> Provider:
             200, headers=SSE_HEADERS, stream=ChunkStream(stream.chunks, raise_at_end=drop)
         )
 
-    provider.client = httpx.AsyncClient(
+    provider.client = provider.connections.client = httpx.AsyncClient(
         base_url=provider.settings.resolved_base_url(), transport=httpx.MockTransport(respond)
     )
     return provider

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labkit.recorder import RecordContext, StreamRecorder
+from labkit.measurement.recorder import RecordContext, StreamRecorder
 from labkit.records import RequestRecord
 from tests.fuzz.checks import assert_one_valid_record
 from tests.fuzz.streams import KINDS, PLANTED_KEY, PROVIDER_SETTINGS, MutatedStream, mutated_streams

@@ -10,10 +10,10 @@ import pytest
 from labkit.experiments.attribution import AttributionExperiment, AttributionSettings
 from labkit.figures import AttributionFigures
 from labkit.local import ManagedServer
+from labkit.measurement.recorder import RecordContext, StreamRecorder
+from labkit.measurement.sdkpath import SDKRecorder
 from labkit.providers import provider_class
-from labkit.recorder import RecordContext, StreamRecorder
 from labkit.records import RequestRecord
-from labkit.sdkpath import SDKRecorder
 
 pytestmark = [pytest.mark.e2e, pytest.mark.real_server]
 

@@ -16,11 +16,11 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from labkit.lean import kernel_stamps_available
+from labkit.measurement.lean import kernel_stamps_available
+from labkit.measurement.recorder import RecordContext, StreamRecorder
+from labkit.measurement.sdkpath import SDKRecorder
 from labkit.providers import Provider, sdk_available
-from labkit.recorder import RecordContext, StreamRecorder
 from labkit.records import RequestRecord
-from labkit.sdkpath import SDKRecorder
 from tests.streams import chat, make_provider
 from tests.streams.corpus import Fixture, check_record, load_corpus
 

@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from labkit.errors import MalformedStream
+from labkit.measurement.sse import SSEEvent
 from labkit.providers.base import Provider, StreamParser
-from labkit.sse import SSEEvent
 from tests.streams import make_provider
 from tests.streams.corpus import Fixture, load_corpus
 

@@ -10,10 +10,10 @@ import pytest
 import respx
 
 from labkit.errors import MalformedStream
+from labkit.measurement.recorder import RecordContext
+from labkit.measurement.sse import SSEEvent
 from labkit.providers.base import EventClass, Provider, StreamParser
-from labkit.recorder import RecordContext
 from labkit.records import RequestRecord, StopReason
-from labkit.sse import SSEEvent
 from tests.streams import (
     ScriptedClock,
     chat,

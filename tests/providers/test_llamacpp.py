@@ -174,7 +174,7 @@ def test_tokenize_and_props() -> None:
 
 def test_server_build_lands_in_the_record() -> None:
     async def go():
-        from labkit.recorder import RecordContext, StreamRecorder
+        from labkit.measurement.recorder import RecordContext, StreamRecorder
         from tests.streams import chat
 
         provider = llama()

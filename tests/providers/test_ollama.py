@@ -11,11 +11,11 @@ import pytest
 import respx
 
 from labkit.errors import MalformedStream
+from labkit.measurement.sse import NDJSONParser, SSEEvent
 from labkit.providers import sdk_available
 from labkit.providers.base import EventClass
 from labkit.providers.ollama import OllamaParser
 from labkit.records import ErrorKind, StopReason
-from labkit.sse import NDJSONParser, SSEEvent
 from tests.streams import ScriptedClock, chat, make_provider, record_one, split_every, sse_response
 
 pytestmark = pytest.mark.unit

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from labkit.fakeserver import FakeServer
+from labkit.measurement.recorder import RecordContext, StreamRecorder
+from labkit.measurement.sdkpath import SDKRecorder
 from labkit.providers import provider_class
 from labkit.providers.fake import FakeSchedule
-from labkit.recorder import RecordContext, StreamRecorder
 from labkit.records import RequestRecord
-from labkit.sdkpath import SDKRecorder
 from tests.streams import chat
 
 pytestmark = pytest.mark.integration

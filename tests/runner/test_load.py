@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from labkit import loopclock
 from labkit.config import parse_config
 from labkit.errors import ConfigError
 from labkit.experiments.load import Level, LoadExperiment, LoadSettings, level_figures
 from labkit.fakeserver import FakeServer
+from labkit.measurement import loopclock
 from labkit.pacing import arrival_offsets_ns, closed_loop, open_loop
 from labkit.providers.fake import FakeSchedule
 from labkit.records import RequestRecord
@@ -218,7 +218,7 @@ def test_more_streams_than_requests_is_refused_before_the_run(tmp_path: Path) ->
 def test_auto_workers_without_a_measured_rate_follow_streams_and_cpus(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("labkit.capacity.os.sched_getaffinity", lambda _: {0, 1, 2, 3})
+    monkeypatch.setattr("labkit.measurement.capacity.os.sched_getaffinity", lambda _: {0, 1, 2, 3})
     exp = LoadExperiment(LoadSettings(concurrency=[1, 16, 17, 64, 200], requests=200))
     assert [exp.workers_for(lv) for lv in exp.levels()] == [1, 1, 2, 4, 4]
     fixed = LoadExperiment(LoadSettings(concurrency=[1, 8], requests=8, workers=3))
@@ -294,7 +294,7 @@ def test_load_levels_through_the_runner(tmp_path: Path) -> None:
     records = [r for r in result.records if not r.warmup]
     assert len(records) == 16 and all(r.t_start_mono_ns for r in records)
     assert {r.client.queue_ms for r in records} == {0.0}
-    assert all(r.client.loop_lag_ms is not None for r in records)
+    assert all(r.client.stamp_source is not None for r in records)
     on_disk = (result.folder.records_path).read_text().splitlines()
     assert len(on_disk) == len(result.records) == 17
 

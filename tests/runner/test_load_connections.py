@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from labkit.config import parse_config
+from labkit.measurement.recorder import RecordContext, StreamRecorder
 from labkit.providers import provider_class
-from labkit.recorder import RecordContext, StreamRecorder
 from labkit.records import RequestRecord
 from labkit.runner import RunOptions, prepare_run
 from tests.streams import chat, oa_usage, openai_events
@@ -202,7 +202,7 @@ def test_httpx_clients_are_warmed_with_the_providers_cheap_request() -> None:
             recorder = StreamRecorder()
             ctx = RecordContext(run_id="r", experiment="e")
             try:
-                await provider.preconnect(4)
+                await provider.connections.preconnect(4)
                 opened = len(server.connects)
                 records = await asyncio.gather(
                     *(recorder.record(provider, chat(), ctx) for _ in range(4))

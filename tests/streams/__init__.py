@@ -16,8 +16,8 @@ from typing import Any
 
 import httpx
 
+from labkit.measurement.recorder import RecordContext, StreamRecorder
 from labkit.providers import ChatRequest, Provider
-from labkit.recorder import RecordContext, StreamRecorder
 from labkit.records import RequestRecord
 
 HERE = Path(__file__).parent

@@ -22,8 +22,8 @@ wait). `new_event_loop` builds an asyncio loop on it, and `run` runs a coroutine
 loop (`asyncio.run`'s equivalent); `loop_clock` finds the selector of the running loop (None
 on any other loop, uvloop included: there is no estimate there). What the estimate cannot
 see: the time the kernel took to wake the process (a CPU held by another process). Kernel
-receive stamps (`labkit.lean`) are exact; this is for the stamps taken in user space (httpx,
-the SDKs).
+receive stamps (`labkit.measurement.lean`) are exact; this is for the stamps taken in user
+space (httpx, the SDKs).
 
 Cost: two clock reads per ``select()`` and, per socket reported, a dictionary look-up and a
 queued tuple; per read, a few list appends; per event, its share of one pass at the end of

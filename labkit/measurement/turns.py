@@ -3,11 +3,11 @@
 Why. A socket that is not read before its stream's next event arrives has both events
 merged by the kernel into one queued segment carrying the later one's receive stamp: the
 earlier event is then stamped late by a whole token gap, and no stamping can undo it
-(`labkit.lean`). Assembling a finished stream's record costs ~0.1–0.2 ms, and streams that
-started together end together: at 32 streams 32 records were assembled in one or two loop
-iterations, 3–6 ms in which no socket was read, and the last tokens of every stream still
-running came out gathered (the 2 ms stamp-error p99 of `benchmarks/bench_load.py` at 32
-streams). Taking a turn spreads such steps one per iteration; each iteration begins with a
+(`labkit.measurement.lean`). Assembling a finished stream's record costs ~0.1–0.2 ms, and
+streams that started together end together: at 32 streams 32 records were assembled in one
+or two loop iterations, 3–6 ms in which no socket was read, and the last tokens of every
+stream still running came out gathered (the 2 ms stamp-error p99 of `benchmarks/bench_load.py`
+at 32 streams). Taking a turn spreads such steps one per iteration; each iteration begins with a
 select() that reads every socket with bytes waiting.
 
 A step waits at most one iteration per step queued before it; alone, it does not wait.

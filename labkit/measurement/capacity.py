@@ -38,7 +38,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from labkit import fastjson
+from labkit.measurement import fastjson
 from labkit.records import RequestRecord
 
 __all__ = [
@@ -254,9 +254,9 @@ async def calibrate() -> Capacity:
     """Measure what one process pays per event: `_CALIBRATION_STREAMS` streams at a time of
     `_CALIBRATION_TOKENS` tokens each, every `_CALIBRATION_INTERVAL_MS`, read on loopback by
     the real recorder and transport; CPU of this thread per output event."""
+    from labkit.measurement.recorder import RecordContext, StreamRecorder
     from labkit.providers.base import ChatRequest
     from labkit.providers.fake import FakeSchedule, loopback_reader
-    from labkit.recorder import RecordContext, StreamRecorder
 
     schedule = FakeSchedule(
         first_token_ms=1.0,

@@ -1,7 +1,7 @@
 """The stream recorder: sends one streaming request and turns what it saw into a record.
 
 It owns the clock. Connection phases come from httpx's ``trace`` extension; response bytes
-are read as the transport delivers them, reassembled into SSE events (`labkit.sse`) and
+are read as the transport delivers them, reassembled into SSE events (`labkit.measurement.sse`) and
 stamped with `time.perf_counter_ns` when the read that brought each event's first byte
 returned. The provider's parser only classifies events and collects fields; the recorder
 derives every timing (`labkit.timing`). The thread's CPU clock is read at ``t_start`` and
@@ -19,12 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import email.utils
-import json
-import re
 import time
 import uuid
-from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -33,12 +29,28 @@ from typing import Any, ClassVar, Literal
 import httpx
 
 from labkit.errors import MalformedStream
-from labkit.loopclock import LatenessTracker, loop_clock, socket_fd
+from labkit.measurement.failures import (
+    REQUEST_INVALID,
+    error_for,
+    exception_message,
+    http_error,
+    internal_error,
+    looks_like_a_document,
+    no_parser_no_error,
+    not_a_stream,
+    redactor,
+    redirect_error,
+    sole_cause,
+    stream_error,
+)
+from labkit.measurement.lateness import stamp_self_check
+from labkit.measurement.loopclock import LatenessTracker, loop_clock, socket_fd
+from labkit.measurement.sse import SSEParser
+from labkit.measurement.turns import take_turn
 from labkit.providers.base import (
     ChatRequest,
     EventClass,
     Provider,
-    ResponseHeaders,
     StreamParser,
     TokenCount,
 )
@@ -50,29 +62,20 @@ from labkit.records import (
     RequestRecord,
     StopReason,
 )
-from labkit.selfcheck import stamp_self_check
-from labkit.sse import SSEParser
 from labkit.timing import derive_client_timings
-from labkit.turns import take_turn
 
 __all__ = [
     "ERROR_BODY_CAP",
     "BaseRecorder",
-    "LoopLagMonitor",
     "Measurement",
     "RecordContext",
     "StreamRecorder",
     "assemble_record",
-    "exception_message",
-    "http_error",
-    "redactor",
     "settle_counts_and_stop",
-    "stream_error",
 ]
 
 Clock = Callable[[], int]
 
-_BODY_EXCERPT_CHARS = 500
 #: At most this much of an error body (or of a reply that is no stream) is read: enough for
 #: the provider's message, never a whole 300 MB page held in memory.
 ERROR_BODY_CAP = 64 * 1024
@@ -92,179 +95,6 @@ class RecordContext:
     queue_ms: float | None = None
     store_text: bool = True
     record_id: str | None = None
-
-
-class LoopLagMonitor:
-    """Samples how late the event loop runs, so each record can state labkit's own lag.
-
-    Two probes, every `interval_s`, matching the two places a chunk can be stamped:
-
-    - a plain timer callback (`loop.call_at`): its lateness is what delays an I/O callback,
-      where the lean transport stamps each read (`labkit.lean`);
-    - a task that sleeps: its oversleep adds the turn a woken task waits before it runs,
-      which is where chunks read through httpx are stamped.
-
-    A sample taken at `t` with lag `L` means the loop was held up over [t − L, t]. Both
-    include asyncio's 1 ms timer granularity (epoll), so an idle loop shows up to ~1 ms.
-    """
-
-    def __init__(self, interval_s: float = 0.005, clock: Clock = time.perf_counter_ns) -> None:
-        self.interval_s = interval_s
-        self._clock = clock
-        self._samples: deque[tuple[int, float]] = deque(maxlen=200_000)
-        self._callback_samples: deque[tuple[int, float]] = deque(maxlen=200_000)
-        self._task: asyncio.Task[None] | None = None
-        self._timer: asyncio.TimerHandle | None = None
-
-    async def _run(self) -> None:
-        interval_ms = self.interval_s * 1000.0
-        while True:
-            t0 = self._clock()
-            await asyncio.sleep(self.interval_s)
-            t1 = self._clock()
-            self._samples.append((t1, max(0.0, (t1 - t0) / 1e6 - interval_ms)))
-
-    def _tick(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
-        now = loop.time()
-        self._callback_samples.append((self._clock(), max(0.0, (now - when) * 1000.0)))
-        self._timer = loop.call_at(now + self.interval_s, self._tick, loop, now + self.interval_s)
-
-    def start(self) -> None:
-        """Start sampling on the running loop."""
-        if self._task is None:
-            loop = asyncio.get_running_loop()
-            self._task = loop.create_task(self._run())
-            when = loop.time() + self.interval_s
-            self._timer = loop.call_at(when, self._tick, loop, when)
-
-    async def stop(self) -> None:
-        """Stop sampling."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-
-    def lag_ms(self, t0_ns: int, t1_ns: int, *, on_arrival: bool = False) -> float | None:
-        """The 99th percentile of the lags whose late stretch overlaps [t0_ns, t1_ns] (the
-        largest, under 100 samples); None without one.
-
-        A percentile, not the maximum, so a long stream is not judged by its single worst
-        scheduling hiccup. `on_arrival`: the stream was stamped in I/O callbacks (the lean
-        transport), so the timer-callback probe applies. A hold-up that began after the
-        stream ended (other streams' records being written, say) did not delay its stamps
-        and is not counted.
-        """
-        lags: list[float] = []
-        samples = self._callback_samples if on_arrival else self._samples
-        for t, lag in reversed(samples):
-            if t < t0_ns:
-                break
-            if t - lag * 1e6 <= t1_ns:
-                lags.append(lag)
-        if not lags:
-            return None
-        lags.sort()
-        return lags[min(len(lags) - 1, int(0.99 * len(lags)))]
-
-
-def _retry_after_s(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
-
-
-def _error_message_from_body(body: str) -> str | None:
-    try:
-        obj = json.loads(body)
-    except (ValueError, RecursionError):
-        return None
-    if isinstance(obj, dict):
-        err = obj.get("error", obj)
-        if isinstance(err, dict):
-            msg = err.get("message")
-            etype = err.get("type")
-            if isinstance(msg, str):
-                return f"{etype}: {msg}" if isinstance(etype, str) else msg
-        elif isinstance(err, str):
-            return err
-    return None
-
-
-def http_error(
-    status: int, headers: ResponseHeaders, body: bytes, redact: Callable[[str], str]
-) -> RecordError:
-    """A `RecordError` for an HTTP error response (status >= 400)."""
-    text = redact(body.decode("utf-8", errors="replace"))
-    detail = _error_message_from_body(text)
-    message = f"HTTP {status}" + (f": {detail}" if detail else "")
-    return RecordError(
-        kind=ErrorKind.HTTP_STATUS,
-        message=message[:300],
-        status=status,
-        retry_after_s=_retry_after_s(headers.get("retry-after")),
-        body_excerpt=text[:_BODY_EXCERPT_CHARS] or None,
-    )
-
-
-def _not_a_stream(
-    status: int, headers: ResponseHeaders, body: bytes, redact: Callable[[str], str]
-) -> RecordError:
-    """A `RecordError` naming what arrived instead of an event stream."""
-    content_type = headers.get("content-type") or "no content-type"
-    text = redact(body.decode("utf-8", errors="replace"))
-    head = text.lstrip()[:1]
-    if head == "<":
-        title = re.search(r"<title[^>]*>([^<]{0,120})", text, re.IGNORECASE)
-        what = "an HTML page" + (f" ({title.group(1).strip()!r})" if title else "")
-        hint = "is base_url the API root?"
-    elif head in ("{", "["):
-        try:
-            obj = json.loads(text)
-        except (ValueError, RecursionError):
-            obj = None
-        completion = isinstance(obj, dict) and ("choices" in obj or obj.get("type") == "message")
-        what = "a JSON completion (not streamed)" if completion else "a JSON body"
-        hint = "the server ignored `stream: true`" if completion else "not a chat stream"
-    else:
-        what, hint = "a body that is not an event stream", "not a chat stream"
-    return RecordError(
-        kind=ErrorKind.PROTOCOL,
-        message=f"HTTP {status} with {what} instead of an event stream ({content_type}): {hint}"[
-            :300
-        ],
-        status=status,
-        body_excerpt=text[:_BODY_EXCERPT_CHARS] or None,
-    )
-
-
-def _redirect(status: int, headers: ResponseHeaders, redact: Callable[[str], str]) -> RecordError:
-    location = redact(headers.get("location") or "no location")
-    return RecordError(
-        kind=ErrorKind.PROTOCOL,
-        message=f"HTTP {status} redirect to {location}, not followed: labkit measures the URL it "
-        "is given; set base_url to the final one"[:300],
-        status=status,
-    )
-
-
-def _looks_like_a_document(content_type: str, first_chunk: bytes) -> bool:
-    """True when a 2xx reply is plainly no event stream: not labelled as one and starting
-    like HTML or JSON (an SSE body starts with a field name or a comment)."""
-    if content_type.startswith("text/event-stream"):
-        return False
-    return first_chunk.lstrip()[:1] in (b"<", b"{", b"[")
 
 
 async def _read_capped(chunks: AsyncIterator[bytes], cap: int, start: bytes = b"") -> bytes:
@@ -299,10 +129,9 @@ class Measurement:
     done: bool = False
     error: RecordError | None = None
     cancelled: bool = False
-    on_arrival: bool = False
     #: Where the stamps come from (`ClientTimings.stamp_source`) and, for user stamps, which
-    #: report each read came from (`labkit.loopclock`); on the lean transport each read's
-    #: (stamp, seen, kernel-stamped).
+    #: report each read came from (`labkit.measurement.loopclock`); on the lean transport each
+    #: read's (stamp, seen, kernel-stamped).
     stamp_source: Literal["kernel", "user"] | None = None
     lateness: LatenessTracker | None = None
     kernel_reads: list[tuple[int, int, bool]] | None = None
@@ -324,8 +153,8 @@ class Measurement:
 
     def stamped_in_user_space(self, extensions: Mapping[str, Any]) -> Callable[[int], None] | None:
         """Note that this stream is stamped when its reads reach labkit's code; returns the
-        per-read step of the lateness estimate (`labkit.loopclock`) for the response with
-        these `extensions`, or None where there is none (another loop, no socket)."""
+        per-read step of the lateness estimate (`labkit.measurement.loopclock`) for the
+        response with these `extensions`, or None where there is none (another loop, no socket)."""
         self.stamp_source = "user"
         selector = loop_clock()
         fd = socket_fd(extensions) if selector is not None else None
@@ -350,21 +179,8 @@ class Measurement:
             self.done = True
 
 
-#: Exceptions raised while a request is built or written that mean the request itself is not
-#: valid (an impossible URL or port, a header value that is no header value, a proxy whose
-#: package is missing): `error.kind = config`.
-_REQUEST_INVALID: tuple[type[BaseException], ...] = (
-    httpx.InvalidURL,
-    OverflowError,  # a port above 65535 reaches the socket layer
-    httpx.UnsupportedProtocol,
-    httpx.LocalProtocolError,
-    UnicodeEncodeError,
-    ImportError,
-)
-
-
 class BaseRecorder:
-    """What the wire and SDK recorders share: the clock, the loop-lag self-check, the
+    """What the wire and SDK recorders share: the clock, the stamp self-check, the
     cancellation hook, failure isolation (`record`) and turning a `Measurement` into its
     record (`_finish`). A subclass implements `_exchange` (send, read, stamp) and maps its
     own transport's exceptions in `_transport_error`."""
@@ -377,11 +193,9 @@ class BaseRecorder:
         self,
         *,
         clock: Clock = time.perf_counter_ns,
-        lag_monitor: LoopLagMonitor | None = None,
         on_cancelled: Callable[[RequestRecord], None] | None = None,
     ) -> None:
         self._clock = clock
-        self._lag = lag_monitor
         self._on_cancelled = on_cancelled
 
     async def record(
@@ -410,8 +224,8 @@ class BaseRecorder:
                 kind=ErrorKind.TIMEOUT, message=f"total timeout of {total:g} s exceeded"
             )
         except Exception as exc:
-            exc = _sole_cause(exc)
-            m.error = self._transport_error(exc, m, parser, redact) or _error_for(exc, m, redact)
+            exc = sole_cause(exc)
+            m.error = self._transport_error(exc, m, parser, redact) or error_for(exc, redact)
         if not m.started:
             m.begin(self._clock)  # failed before sending: a zero-length measurement
         cpu_ns = time.thread_time_ns() - m.cpu_start_ns
@@ -423,13 +237,13 @@ class BaseRecorder:
         interrupted = False  # cancelled after the stream was read: a whole record all the same
         if not m.cancelled:
             try:
-                await take_turn()  # assemble records one per loop iteration (labkit.turns)
+                await take_turn()  # assemble records one per loop iteration (see turns)
             except asyncio.CancelledError:
                 interrupted = True
         try:
             record = self._finish(provider, request, ctx, parser, m, redact, app)
         except Exception as exc:  # labkit's own bug in record assembly: still one record
-            record = self._bare_record(provider, request, ctx, m, _internal(exc, redact), app)
+            record = self._bare_record(provider, request, ctx, m, internal_error(exc, redact), app)
         if m.cancelled or interrupted:
             if self._on_cancelled is not None:
                 # A failing write is the run folder's to report; the cancellation must go on.
@@ -476,7 +290,9 @@ class BaseRecorder:
         stream is recorded as truncated, or as empty if no event came.
         """
         if parser is None:  # new_parser itself failed: m.error says how
-            return self._bare_record(provider, request, ctx, m, m.error or _nothing(), app)
+            return self._bare_record(
+                provider, request, ctx, m, m.error or no_parser_no_error(), app
+            )
         parser.settle()
         error = m.error or stream_error(parser, redact)
         if error is None and not (m.done or parser.finished):
@@ -509,8 +325,6 @@ class BaseRecorder:
     def _client_timings(
         self, m: Measurement, ctx: RecordContext, decode_tokens: int | None
     ) -> ClientTimings:
-        end = m.end_ns or self._clock()
-        lag = self._lag.lag_ms(m.t_start, end, on_arrival=m.on_arrival) if self._lag else None
         timings = derive_client_timings(
             t_start_ns=m.t_start,
             phases_ns=m.phases,
@@ -520,7 +334,6 @@ class BaseRecorder:
             end_ns=m.end_ns,
             output_tokens=decode_tokens,
             queue_ms=ctx.queue_ms,
-            loop_lag_ms=lag,
             connect_ahead_ns=m.connect_ahead_ns,
         )
         if m.output_ns and m.stamp_source is not None:
@@ -552,55 +365,6 @@ class BaseRecorder:
         )
 
 
-def _sole_cause(exc: Exception) -> Exception:
-    """The one exception inside a group of one (anyio's connect wraps what failed in a
-    TaskGroup), so it is classified for what it is."""
-    while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
-
-
-def _nothing() -> RecordError:
-    return RecordError(kind=ErrorKind.INTERNAL, message="internal error: no parser and no error")
-
-
-def _internal(exc: BaseException, redact: Callable[[str], str]) -> RecordError:
-    return RecordError(
-        kind=ErrorKind.INTERNAL,
-        message=f"internal error (a labkit bug): {exception_message(exc, redact)}"[:300],
-    )
-
-
-def _error_for(exc: Exception, m: Measurement, redact: Callable[[str], str]) -> RecordError:
-    """The record error for an exception that is no transport's own: a malformed stream,
-    a request that could not be built, or labkit's own bug."""
-    if isinstance(exc, MalformedStream):
-        return RecordError(
-            kind=ErrorKind.PROTOCOL, message=f"malformed stream: {redact(str(exc))}"[:300]
-        )
-    if isinstance(exc, RecursionError):
-        return RecordError(
-            kind=ErrorKind.PROTOCOL, message="malformed stream: JSON nested too deeply to read"
-        )
-    if isinstance(exc, UnicodeDecodeError):
-        return RecordError(
-            kind=ErrorKind.PROTOCOL,
-            message=f"malformed stream: not valid UTF-8 ({redact(exc.reason)} at byte {exc.start})",
-        )
-    if isinstance(exc, json.JSONDecodeError):
-        return RecordError(
-            kind=ErrorKind.PROTOCOL,
-            message=f"malformed stream: an event is not valid JSON ({redact(exc.msg)} at "
-            f"position {exc.pos})"[:300],
-        )
-    if isinstance(exc, _REQUEST_INVALID):
-        return RecordError(
-            kind=ErrorKind.CONFIG,
-            message=f"request not sendable as configured: {exception_message(exc, redact)}"[:300],
-        )
-    return _internal(exc, redact)
-
-
 class StreamRecorder(BaseRecorder):
     """Measures streaming chat requests on labkit's own HTTP. One recorder serves a run."""
 
@@ -623,12 +387,12 @@ class StreamRecorder(BaseRecorder):
             phases[name] = info.get("labkit_t_ns") or clock()
 
         http_request.extensions["trace"] = trace
-        client = provider.checkout()
+        client = provider.connections.checkout()
         try:
             if request.warm_connection:
                 # Nothing may yield between a connection opened here and the send taking it.
                 t_connect = clock()
-                if await provider.connect_ahead(client):
+                if await provider.connections.connect_ahead(client):
                     m.connect_ahead_ns = clock() - t_connect
                     m.tags["connected_before_start"] = True
             m.begin(clock)
@@ -658,14 +422,14 @@ class StreamRecorder(BaseRecorder):
                         m.error = http_error(status, response.headers, body, redact)
                     elif status >= 300:
                         m.end_ns = clock()
-                        m.error = _redirect(status, response.headers, redact)
+                        m.error = redirect_error(status, response.headers, redact)
                     else:
                         framer = provider.new_framer()
                         await self._read_events(response, framer, parser, m, redact)
                 finally:
                     await response.aclose()
         finally:
-            provider.checkin(client)
+            provider.connections.checkin(client)
 
     async def _read_events(
         self,
@@ -681,10 +445,9 @@ class StreamRecorder(BaseRecorder):
         feed = sse.feed
         on_event = parser.on_event
         stamp = m.event
-        # The lean transport stamps each read on arrival (labkit.lean); through httpx the
-        # stamp is when the read reaches this loop.
+        # The lean transport stamps each read on arrival (labkit.measurement.lean); through
+        # httpx the stamp is when the read reaches this loop.
         arrival = response.extensions.get("labkit.arrival")
-        m.on_arrival = arrival is not None
         # The lean transport says per read whether its stamp is the kernel's and when labkit
         # saw it; a user-space stamp's lateness is estimated from the loop's select() times.
         kernel_reads: list[tuple[int, int, bool]] | None = None
@@ -711,12 +474,10 @@ class StreamRecorder(BaseRecorder):
             t_read = clock()
             if first:
                 first = False
-                if sse.json_first_byte_is_a_document and _looks_like_a_document(
-                    content_type, chunk
-                ):
+                if sse.json_first_byte_is_a_document and looks_like_a_document(content_type, chunk):
                     body = await _read_capped(chunks, ERROR_BODY_CAP, chunk)
                     m.end_ns = clock()
-                    m.error = _not_a_stream(response.status_code, response.headers, body, redact)
+                    m.error = not_a_stream(response.status_code, response.headers, body, redact)
                     return
             if arrival is None:
                 t = t_read
@@ -774,19 +535,9 @@ class StreamRecorder(BaseRecorder):
                 kind=ErrorKind.CONNECTION,
                 message=f"connection lost {where}: {exception_message(exc, redact)}"[:300],
             )
-        if isinstance(exc, httpx.HTTPError) and not isinstance(exc, _REQUEST_INVALID):
+        if isinstance(exc, httpx.HTTPError) and not isinstance(exc, REQUEST_INVALID):
             return RecordError(kind=ErrorKind.CONNECTION, message=exception_message(exc, redact))
         return None
-
-
-def stream_error(parser: StreamParser, redact: Callable[[str], str]) -> RecordError | None:
-    """The error event the parser saw, if any, with secrets scrubbed from its text.
-
-    An error event's message comes from the provider and may echo the key.
-    """
-    if parser.error is None:
-        return None
-    return parser.error.model_copy(update={"message": redact(parser.error.message)})
 
 
 def settle_counts_and_stop(
@@ -861,22 +612,3 @@ def assemble_record(
 def _stale_pooled_connection(phases: dict[str, int]) -> bool:
     """True when a send failed on a reused connection before any response byte."""
     return "connection.connect_tcp.complete" not in phases and _HEADERS_DONE not in phases
-
-
-def exception_message(exc: BaseException, redact: Callable[[str], str]) -> str:
-    """`Type: message` of an exception, secrets scrubbed, at most 300 characters."""
-    text = str(exc) or type(exc).__name__
-    return redact(f"{type(exc).__name__}: {text}")[:300]
-
-
-def redactor(provider: Provider) -> Callable[[str], str]:
-    """A function that replaces the provider's secrets in a text (early, per record; the
-    output sinks scrub again, in every encoding)."""
-    secrets = provider.secrets()
-
-    def redact(text: str) -> str:
-        for s in secrets:
-            text = text.replace(s, "***")
-        return text
-
-    return redact

@@ -9,7 +9,8 @@ TTFT and decode is the SDK's overhead. The SDKs' retries are off.
 
 What is the provider's own — which SDK, how its client is built, how one request is opened,
 what each yielded event is called — comes from the provider's `SDKAdapter`
-(`Provider.sdk`, in `labkit/providers/`); this module owns the HTTP client and the clock.
+(`Provider.sdk`, in `labkit/providers/`); this module owns the clock, and the HTTP client
+comes from the provider's `Connections` (`labkit.measurement.connections`).
 
 Connection phases are measured as on the wire path: the SDK gets an `httpx2.AsyncClient` of
 labkit's whose request hook puts httpcore2's ``trace`` extension on every request, stamping
@@ -38,17 +39,14 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any, ClassVar, Literal
 
-from labkit.providers.base import ChatRequest, Provider, StreamParser
-from labkit.providers.sdk import SDKAdapter
-from labkit.proxies import proxy_for
-from labkit.recorder import (
+from labkit.measurement.failures import exception_message, http_error
+from labkit.measurement.proxies import proxy_for
+from labkit.measurement.recorder import (
     BaseRecorder,
     Clock,
-    LoopLagMonitor,
     Measurement,
-    exception_message,
-    http_error,
 )
+from labkit.providers.base import ChatRequest, Provider, SDKAdapter, StreamParser
 from labkit.records import ErrorKind, RecordError, RequestRecord
 
 __all__ = ["SDKRecorder", "sdk_supported"]
@@ -98,31 +96,15 @@ class SDKRecorder(BaseRecorder):
         *,
         clock: Clock = time.perf_counter_ns,
         http_client_factory: HttpClientFactory | None = None,
-        lag_monitor: LoopLagMonitor | None = None,
         on_cancelled: Callable[[RequestRecord], None] | None = None,
     ) -> None:
-        super().__init__(clock=clock, lag_monitor=lag_monitor, on_cancelled=on_cancelled)
+        super().__init__(clock=clock, on_cancelled=on_cancelled)
         self._factory = http_client_factory
         self._clients: dict[str, Any] = {}
 
     def _http_client(self, provider: Provider) -> Any:
-        """The SDK's HTTP client: the wire path's timeouts and pool size, and the trace hook."""
-        import httpx2
-
-        t = provider.settings.timeouts
-        timeout = httpx2.Timeout(connect=t.connect, read=t.read, write=t.read, pool=t.total)
-        if self._factory is not None:
-            client = self._factory(timeout=timeout)
-        else:
-            n = provider.pool_size
-            proxy = proxy_for(provider.settings.resolved_base_url())  # loopback: never
-            client = httpx2.AsyncClient(
-                timeout=timeout,
-                limits=httpx2.Limits(max_connections=n, max_keepalive_connections=n),
-                proxy=proxy.url if proxy else None,
-                trust_env=False,  # proxies decided above; the CA variables still read here:
-                verify=httpx2.create_ssl_context(trust_env=True),
-            )
+        """The SDK's HTTP client (`Connections.sdk_http_client`), with the trace hook."""
+        client = provider.connections.sdk_http_client(self._factory)
         hooks = client.event_hooks
         client.event_hooks = {**hooks, "request": [*hooks["request"], _attach_trace]}
         return client

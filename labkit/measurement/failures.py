@@ -1,0 +1,232 @@
+"""The failure taxonomy: every way a request can fail, as one `RecordError` of the contract.
+
+Beside the recorder, not inside it: the recorders (wire and SDK path) decide *when* a
+request failed; this module decides *what* the failure is called — an HTTP status and the
+provider's message from its body, a redirect not followed, a reply that is no event stream,
+a malformed stream, a request that cannot be built (`config`), or labkit's own bug
+(`internal`). Each message has the provider's secrets scrubbed (`redactor`) and is at most
+300 characters. The kinds are defined in docs/measurement.md (`error.kind`).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import re
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import httpx
+
+from labkit.errors import MalformedStream
+from labkit.providers.base import Provider, ResponseHeaders, StreamParser
+from labkit.records import ErrorKind, RecordError
+
+__all__ = [
+    "REQUEST_INVALID",
+    "error_for",
+    "exception_message",
+    "http_error",
+    "internal_error",
+    "looks_like_a_document",
+    "no_parser_no_error",
+    "not_a_stream",
+    "redactor",
+    "redirect_error",
+    "sole_cause",
+    "stream_error",
+]
+
+_BODY_EXCERPT_CHARS = 500
+
+
+def _retry_after_s(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def _error_message_from_body(body: str) -> str | None:
+    try:
+        obj = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    if isinstance(obj, dict):
+        err = obj.get("error", obj)
+        if isinstance(err, dict):
+            msg = err.get("message")
+            etype = err.get("type")
+            if isinstance(msg, str):
+                return f"{etype}: {msg}" if isinstance(etype, str) else msg
+        elif isinstance(err, str):
+            return err
+    return None
+
+
+def http_error(
+    status: int, headers: ResponseHeaders, body: bytes, redact: Callable[[str], str]
+) -> RecordError:
+    """A `RecordError` for an HTTP error response (status >= 400)."""
+    text = redact(body.decode("utf-8", errors="replace"))
+    detail = _error_message_from_body(text)
+    message = f"HTTP {status}" + (f": {detail}" if detail else "")
+    return RecordError(
+        kind=ErrorKind.HTTP_STATUS,
+        message=message[:300],
+        status=status,
+        retry_after_s=_retry_after_s(headers.get("retry-after")),
+        body_excerpt=text[:_BODY_EXCERPT_CHARS] or None,
+    )
+
+
+def not_a_stream(
+    status: int, headers: ResponseHeaders, body: bytes, redact: Callable[[str], str]
+) -> RecordError:
+    """A `RecordError` naming what arrived instead of an event stream."""
+    content_type = headers.get("content-type") or "no content-type"
+    text = redact(body.decode("utf-8", errors="replace"))
+    head = text.lstrip()[:1]
+    if head == "<":
+        title = re.search(r"<title[^>]*>([^<]{0,120})", text, re.IGNORECASE)
+        what = "an HTML page" + (f" ({title.group(1).strip()!r})" if title else "")
+        hint = "is base_url the API root?"
+    elif head in ("{", "["):
+        try:
+            obj = json.loads(text)
+        except (ValueError, RecursionError):
+            obj = None
+        completion = isinstance(obj, dict) and ("choices" in obj or obj.get("type") == "message")
+        what = "a JSON completion (not streamed)" if completion else "a JSON body"
+        hint = "the server ignored `stream: true`" if completion else "not a chat stream"
+    else:
+        what, hint = "a body that is not an event stream", "not a chat stream"
+    return RecordError(
+        kind=ErrorKind.PROTOCOL,
+        message=f"HTTP {status} with {what} instead of an event stream ({content_type}): {hint}"[
+            :300
+        ],
+        status=status,
+        body_excerpt=text[:_BODY_EXCERPT_CHARS] or None,
+    )
+
+
+def redirect_error(
+    status: int, headers: ResponseHeaders, redact: Callable[[str], str]
+) -> RecordError:
+    """A `RecordError` for a redirect: labkit never follows one."""
+    location = redact(headers.get("location") or "no location")
+    return RecordError(
+        kind=ErrorKind.PROTOCOL,
+        message=f"HTTP {status} redirect to {location}, not followed: labkit measures the URL it "
+        "is given; set base_url to the final one"[:300],
+        status=status,
+    )
+
+
+def looks_like_a_document(content_type: str, first_chunk: bytes) -> bool:
+    """True when a 2xx reply is plainly no event stream: not labelled as one and starting
+    like HTML or JSON (an SSE body starts with a field name or a comment)."""
+    if content_type.startswith("text/event-stream"):
+        return False
+    return first_chunk.lstrip()[:1] in (b"<", b"{", b"[")
+
+
+#: Exceptions raised while a request is built or written that mean the request itself is not
+#: valid (an impossible URL or port, a header value that is no header value, a proxy whose
+#: package is missing): `error.kind = config`.
+REQUEST_INVALID: tuple[type[BaseException], ...] = (
+    httpx.InvalidURL,
+    OverflowError,  # a port above 65535 reaches the socket layer
+    httpx.UnsupportedProtocol,
+    httpx.LocalProtocolError,
+    UnicodeEncodeError,
+    ImportError,
+)
+
+
+def sole_cause(exc: Exception) -> Exception:
+    """The one exception inside a group of one (anyio's connect wraps what failed in a
+    TaskGroup), so it is classified for what it is."""
+    while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def no_parser_no_error() -> RecordError:
+    """The error of a request that ended with neither a parser nor an error (a labkit bug)."""
+    return RecordError(kind=ErrorKind.INTERNAL, message="internal error: no parser and no error")
+
+
+def internal_error(exc: BaseException, redact: Callable[[str], str]) -> RecordError:
+    """`error.kind = internal`: an exception that is labkit's own bug, named as one."""
+    return RecordError(
+        kind=ErrorKind.INTERNAL,
+        message=f"internal error (a labkit bug): {exception_message(exc, redact)}"[:300],
+    )
+
+
+def error_for(exc: Exception, redact: Callable[[str], str]) -> RecordError:
+    """The record error for an exception that is no transport's own: a malformed stream,
+    a request that could not be built, or labkit's own bug."""
+    if isinstance(exc, MalformedStream):
+        return RecordError(
+            kind=ErrorKind.PROTOCOL, message=f"malformed stream: {redact(str(exc))}"[:300]
+        )
+    if isinstance(exc, RecursionError):
+        return RecordError(
+            kind=ErrorKind.PROTOCOL, message="malformed stream: JSON nested too deeply to read"
+        )
+    if isinstance(exc, UnicodeDecodeError):
+        return RecordError(
+            kind=ErrorKind.PROTOCOL,
+            message=f"malformed stream: not valid UTF-8 ({redact(exc.reason)} at byte {exc.start})",
+        )
+    if isinstance(exc, json.JSONDecodeError):
+        return RecordError(
+            kind=ErrorKind.PROTOCOL,
+            message=f"malformed stream: an event is not valid JSON ({redact(exc.msg)} at "
+            f"position {exc.pos})"[:300],
+        )
+    if isinstance(exc, REQUEST_INVALID):
+        return RecordError(
+            kind=ErrorKind.CONFIG,
+            message=f"request not sendable as configured: {exception_message(exc, redact)}"[:300],
+        )
+    return internal_error(exc, redact)
+
+
+def stream_error(parser: StreamParser, redact: Callable[[str], str]) -> RecordError | None:
+    """The error event the parser saw, if any, with secrets scrubbed from its text.
+
+    An error event's message comes from the provider and may echo the key.
+    """
+    if parser.error is None:
+        return None
+    return parser.error.model_copy(update={"message": redact(parser.error.message)})
+
+
+def exception_message(exc: BaseException, redact: Callable[[str], str]) -> str:
+    """`Type: message` of an exception, secrets scrubbed, at most 300 characters."""
+    text = str(exc) or type(exc).__name__
+    return redact(f"{type(exc).__name__}: {text}")[:300]
+
+
+def redactor(provider: Provider) -> Callable[[str], str]:
+    """A function that replaces the provider's secrets in a text (early, per record; the
+    output sinks scrub again, in every encoding)."""
+    secrets = provider.secrets()
+
+    def redact(text: str) -> str:
+        for s in secrets:
+            text = text.replace(s, "***")
+        return text
+
+    return redact

@@ -1,0 +1,119 @@
+"""Each record's stamp self-check, filled by the recorder from what it saw per read.
+
+How late each output event's stamp is by labkit's own doing: 0 under kernel receive stamps
+except for events one read brought together (spread over the loop's window for the read),
+and for stamps taken in user space the timed loop's estimate (`loopclock.LatenessTracker`).
+The fields and how a level is judged from them: `labkit.selfcheck` and docs/measurement.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+from labkit.measurement.loopclock import LatenessTracker
+from labkit.records import ClientTimings
+from labkit.selfcheck import WAKE_SLACK_NS
+from labkit.timing import percentile
+
+__all__ = ["stamp_self_check"]
+
+
+def _ms(values_ns: Sequence[int]) -> list[float]:
+    return sorted(v / 1e6 for v in values_ns)
+
+
+def _kernel_lateness(
+    output_ns: Sequence[int],
+    reads: Sequence[tuple[int, int, bool]],
+    windows: Mapping[int, tuple[int, int, bool]],
+) -> list[int] | None:
+    """Each output event's lateness under kernel stamps; None if a read had none.
+
+    A read's kernel stamp is the arrival of its last segment, so of the k events one read
+    brought only the last is stamped on time. The others arrived after the previous read
+    was seen and within the loop's window for the read (`windows`, from
+    `TimedSelector.window_before`; none known: they came with the last): the j-th at
+    ``lo + j (stamp - lo) / k``.
+    """
+    if not all(kernel for _, _, kernel in reads):
+        return None
+    n = len(output_ns)
+    if len(set(output_ns)) == n:  # each event came in a read of its own: all on time
+        return [0] * n
+    # The seen time of the read before each read (the first read of a stamp, as below).
+    previous_seen = {
+        t: seen for (t, _, _), (_, seen, _) in zip(reads[:0:-1], reads[-2::-1], strict=True)
+    }
+    out: list[int] = []
+    i = 0
+    while i < n:
+        t = output_ns[i]
+        end = i + 1
+        while end < n and output_ns[end] == t:
+            end += 1
+        k = end - i
+        window = windows.get(t) if k > 1 else None
+        if window is None:
+            out.extend([0] * k)
+        else:
+            entered_or_floor, latest, woke = window
+            if not woke:
+                lo = max(entered_or_floor, previous_seen.get(t, entered_or_floor))
+            elif t < latest - WAKE_SLACK_NS:
+                # The last segment came well before the select() it should have woken
+                # returned: labkit woke late (no CPU), the bytes came since it was entered.
+                lo = entered_or_floor
+            else:
+                lo = latest  # the first of them woke it: they came together
+            lo = min(lo, t)
+            out.extend((t - lo) - (j * (t - lo)) // k for j in range(1, k + 1))
+        i = end
+    return out
+
+
+def stamp_self_check(
+    timings: ClientTimings,
+    source: Literal["kernel", "user"],
+    output_ns: Sequence[int],
+    lateness: LatenessTracker | None,
+    kernel_reads: Sequence[tuple[int, int, bool]] | None,
+    read_windows: Mapping[int, tuple[int, int, bool]] | None = None,
+) -> None:
+    """Fill a record's stamp self-check fields from what its recorder saw per read.
+
+    `output_ns` are the output events' stamps, each the stamp of the read that brought the
+    event's first byte; `lateness` (user stamps) knows which select() report each read came
+    from; `kernel_reads` (lean transport) has each read's (stamp, seen, kernel-stamped).
+    """
+    if source == "kernel":
+        reads = kernel_reads or ()
+        seen_of = {t: seen for t, seen, _ in reversed(reads)}  # a stamp's first read wins
+        lags = _ms([seen_of[t] - t for t in output_ns if t in seen_of])
+        if lags:
+            timings.read_lag_ms_p50 = percentile(lags, 50)
+            timings.read_lag_ms_p99 = percentile(lags, 99)
+        in_order = _kernel_lateness(output_ns, reads, read_windows or {})
+        if in_order is None:  # the kernel gave no stamp: stamped when read, no estimate
+            timings.stamp_source = "user"
+            return
+        timings.stamp_source = "kernel"
+    else:
+        timings.stamp_source = "user"
+        if lateness is None or not lateness.stamps_ns:
+            return
+        in_order = lateness.lateness_ns(output_ns)
+    if not in_order:
+        return
+    if not any(in_order):  # the common case, without sorting and rounding n zeros
+        timings.stamp_lateness_ms_p50 = timings.stamp_lateness_ms_p99 = 0.0
+        timings.stamp_lateness_ms_max = 0.0
+        timings.stamp_lateness_ms = [0.0] * len(in_order)
+    else:
+        per_event = _ms(in_order)
+        timings.stamp_lateness_ms_p50 = percentile(per_event, 50)
+        timings.stamp_lateness_ms_p99 = percentile(per_event, 99)
+        timings.stamp_lateness_ms_max = per_event[-1]
+        timings.stamp_lateness_ms = [round(v / 1e6, 3) for v in in_order]  # stream order
+    if lateness is None or output_ns[0] in lateness.stamps_ns:  # the first token's is known
+        timings.ttft_lateness_ms = in_order[0] / 1e6

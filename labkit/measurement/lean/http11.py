@@ -1,0 +1,207 @@
+"""HTTP/1.1 response framing for the lean transport: the head, and the body as it arrives.
+
+Content-Length, chunked and read-until-close bodies; each chunk handed on keeps the stamps of
+the read that brought it (`Body.t_ns`, `seen_ns`, `kernel_stamped`, which the recorder reads
+from ``response.extensions["labkit.arrival"]``). Errors are httpx's own exceptions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+import httpx
+
+from labkit.measurement.lean.tcp import Connection
+
+__all__ = ["MAX_HEAD", "Body", "ConnectionOwner", "response_framing"]
+
+
+class ConnectionOwner(Protocol):
+    """Where a body hands its connection back when the response is over (the pool)."""
+
+    def release(self, conn: Connection) -> None:
+        """Keep `conn` for the next request."""
+
+    def discard(self, conn: Connection) -> None:
+        """Close `conn`."""
+
+
+MAX_HEAD = 64 * 1024
+
+
+class Body(httpx.AsyncByteStream):
+    """A response body as it arrives, and the stamps of the last chunk given: `t_ns` its
+    arrival (the kernel's when `kernel_stamped`), `seen_ns` when labkit's code read it."""
+
+    def __init__(
+        self,
+        transport: ConnectionOwner,
+        conn: Connection,
+        request: httpx.Request,
+        framing: str,
+        length: int,
+        keep_alive: bool,
+        read_timeout: float | None,
+    ) -> None:
+        self.t_ns, self.seen_ns, self.kernel_stamped = conn.buffer_stamp
+        self._transport = transport
+        self._conn = conn
+        self._request = request
+        self._framing = framing  # "chunked", "length", "close" or "none"
+        self._left = length
+        self._keep_alive = keep_alive
+        self._read_timeout = read_timeout
+        self._complete = framing == "none" or (framing == "length" and length == 0)
+        self._released = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        conn = self._conn
+        buf = conn.buffer
+        t, seen, kernel = conn.buffer_stamp
+        chunked = _Chunked() if self._framing == "chunked" else None
+        while not self._complete:
+            if buf:
+                data = bytes(buf)
+                buf.clear()
+            else:
+                try:
+                    got = await conn.read(self._read_timeout)
+                except TimeoutError:
+                    raise httpx.ReadTimeout(
+                        "timed out reading the response", request=self._request
+                    ) from None
+                if got is None:
+                    if self._framing == "close":
+                        self._complete = True
+                        break
+                    raise httpx.RemoteProtocolError(
+                        "peer closed connection without sending complete message body",
+                        request=self._request,
+                    )
+                data, t, seen, kernel = got
+            if chunked is not None:
+                try:
+                    payload, rest, done = chunked.feed(data)
+                except ValueError as exc:
+                    self._conn.close()
+                    raise httpx.RemoteProtocolError(
+                        f"broken chunked framing: {exc}", request=self._request
+                    ) from None
+                if done:
+                    buf += rest
+                    self._complete = True
+            elif self._framing == "length":
+                payload, rest = data[: self._left], data[self._left :]
+                self._left -= len(payload)
+                if self._left == 0:
+                    buf += rest
+                    self._complete = True
+            else:
+                payload = data
+            if payload:
+                self.t_ns = t
+                self.seen_ns = seen
+                self.kernel_stamped = kernel
+                yield payload
+        conn.buffer_stamp = (t, seen, kernel)
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        if self._complete and self._keep_alive and self._conn.usable:
+            self._transport.release(self._conn)
+        else:
+            self._transport.discard(self._conn)
+
+
+_HEX_DIGITS = frozenset(b"0123456789abcdefABCDEF")
+
+
+class _Chunked:
+    """Decodes ``Transfer-Encoding: chunked`` incrementally."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._left = 0  # payload bytes left in the current chunk
+        self._state = "size"  # size | data | crlf | trailer
+
+    def feed(self, data: bytes) -> tuple[bytes, bytes, bool]:
+        """(payload, bytes past the body, whether the body ended); ValueError when the
+        framing is broken (a chunk size that is not hex, no CRLF after a chunk)."""
+        buf = self._buf
+        if not buf and self._state == "size":
+            # The common read: exactly one whole chunk (a server writes each event as one).
+            end = data.find(b"\r\n", 0, 18)
+            if end > 0:
+                head = data[:end]
+                if head.isalnum() and head.isascii():
+                    size = int(head, 16)  # alnum and ascii: hex digits or a ValueError
+                    stop = end + 2 + size
+                    if size and len(data) == stop + 2 and data.endswith(b"\r\n"):
+                        return data[end + 2 : stop], b"", False
+        buf += data
+        out = bytearray()
+        while True:
+            if self._state == "data":
+                take = min(self._left, len(buf))
+                out += buf[:take]
+                del buf[:take]
+                self._left -= take
+                if self._left:
+                    return bytes(out), b"", False
+                self._state = "crlf"
+            if self._state == "crlf":
+                if len(buf) < 2:
+                    return bytes(out), b"", False
+                if buf[:2] != b"\r\n":
+                    raise ValueError(f"no CRLF after a chunk's data but {bytes(buf[:2])!r}")
+                del buf[:2]
+                self._state = "size"
+            if self._state == "size":
+                end = buf.find(b"\r\n")
+                if end < 0:
+                    return bytes(out), b"", False
+                field = bytes(buf[:end]).split(b";", 1)[0].strip()
+                if not field or not all(c in _HEX_DIGITS for c in field):
+                    raise ValueError(f"malformed chunk size {field[:20]!r}")
+                size = int(field, 16)
+                del buf[: end + 2]
+                if size == 0:
+                    self._state = "trailer"
+                else:
+                    self._left = size
+                    self._state = "data"
+                    continue
+            if self._state == "trailer":
+                if buf.startswith(b"\r\n"):
+                    rest = bytes(buf[2:])
+                    buf.clear()
+                    return bytes(out), rest, True
+                end = buf.find(b"\r\n\r\n")
+                if end < 0:
+                    return bytes(out), b"", False
+                rest = bytes(buf[end + 4 :])
+                buf.clear()
+                return bytes(out), rest, True
+
+
+def response_framing(
+    method: str, status: int, headers: list[tuple[bytes, bytes]], request: httpx.Request
+) -> tuple[str, int]:
+    """How the body ends: ("none"|"chunked"|"length"|"close", content length)."""
+    if method == "HEAD" or status in (204, 304):
+        return "none", 0
+    for name, value in headers:
+        if name == b"transfer-encoding" and b"chunked" in value.lower():
+            return "chunked", 0
+    for name, value in headers:
+        if name == b"content-length":
+            if not value.isdigit():
+                raise httpx.RemoteProtocolError(
+                    f"malformed content-length {value[:40]!r}", request=request
+                )
+            return "length", int(value)
+    return "close", 0

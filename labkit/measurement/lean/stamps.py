@@ -1,0 +1,145 @@
+"""Kernel receive stamps: each read of the lean transport carries its last segment's arrival.
+
+Each socket asks the kernel for receive timestamps (``SO_TIMESTAMPNS`` on Linux;
+``SO_TIMESTAMP``, µs, where the platform's `socket` module has it and not the former). A
+read then carries the kernel's CLOCK_REALTIME stamp of the *last* TCP segment it returned
+(Linux gives the stamp of the last skb a recvmsg consumed; one read of up to 64 KiB may hold
+several segments, so an SSE event is rarely split, and a read that holds several events
+stamps them all at the arrival of the last: no smaller read could do better, as the kernel
+merges segments that queue while the reader is away and keeps the newest stamp). It is put
+on labkit's clock (`time.perf_counter_ns`, CLOCK_MONOTONIC) with the offset
+``time.time_ns() - perf_counter_ns()`` read at that read (two clock reads, tens of ns
+apart): a realtime clock step between the segment's arrival and the read shifts that one
+read's stamp by the step, never later ones; a stamp is never after the read itself
+(``seen_ns``) nor before the connection's previous stamp. A read without a kernel stamp (the
+option unavailable) is stamped when the callback reads it, as ``seen_ns``: late by however
+long the loop was busy elsewhere, which the kernel stamp is not.
+
+`hold_kernel_stamps` keeps the kernel's stack-wide switch on for the whole process;
+`loopback_pair` and `read_is_stamped` probe whether a read really comes stamped.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import platform
+import socket
+import struct
+import sys
+import time
+from collections.abc import Iterator
+
+__all__ = [
+    "ANC_SIZE",
+    "KERNEL_STAMPS",
+    "STAMP",
+    "STAMP_TYPE",
+    "STAMP_UNIT",
+    "hold_kernel_stamps",
+    "kernel_stamps_available",
+    "loopback_pair",
+    "read_is_stamped",
+]
+
+
+def _kernel_stamp_option() -> tuple[int, int, struct.Struct, int] | None:
+    """(socket option, cmsg type, struct of its data, ns per fraction unit), or None here."""
+    nanos = getattr(socket, "SO_TIMESTAMPNS", None)
+    if nanos is None and sys.platform.startswith("linux") and struct.calcsize("l") == 8:
+        # Python does not export it; SO_TIMESTAMPNS_OLD (= SCM_TIMESTAMPNS) on the generic
+        # 64-bit Linux ABIs, where its cmsg is a struct timespec of two longs.
+        generic = {"x86_64", "amd64", "aarch64", "arm64", "riscv64", "ppc64le", "ppc64", "s390x"}
+        if platform.machine().lower() in generic:
+            nanos = 35
+    if nanos is not None:
+        return nanos, nanos, struct.Struct("@ll"), 1
+    micros = getattr(socket, "SO_TIMESTAMP", None)
+    if micros is not None:  # struct timeval; tv_usec is an int on macOS, a long elsewhere
+        layout = "@li" if sys.platform == "darwin" else "@ll"
+        return micros, getattr(socket, "SCM_TIMESTAMP", micros), struct.Struct(layout), 1000
+    return None
+
+
+KERNEL_STAMPS = _kernel_stamp_option()
+
+
+ANC_SIZE = socket.CMSG_SPACE(16) if KERNEL_STAMPS is not None else 0
+
+
+STAMP_TYPE, STAMP, STAMP_UNIT = (
+    KERNEL_STAMPS[1:] if KERNEL_STAMPS is not None else (-1, struct.Struct("@ll"), 1)
+)
+
+
+def kernel_stamps_available() -> bool:
+    """Whether this platform gives the lean transport kernel receive stamps."""
+    return KERNEL_STAMPS is not None
+
+
+#: The socket that keeps the kernel's receive timestamping on for this process (see
+#: `hold_kernel_stamps`); None until the first lean transport, or where there are no stamps.
+_stamp_holder: socket.socket | None = None
+
+
+def hold_kernel_stamps(wait_s: float = 0.2) -> bool:
+    """Keep kernel receive stamps on for this process; whether a probe saw them arrive.
+
+    Linux stamps received packets only while some socket asks for stamps (a stack-wide
+    switch), and turns that on when the first socket asks and off when the last one closes,
+    each change applied a moment later by a kernel work queue: packets that arrive meanwhile
+    carry no stamp, so on a busy host the first reads of a run (or of each test, as one
+    level's connections close before the next opens) were stamped in user space. One
+    socket that asks and stays open for the process keeps the switch on between
+    connections; a loopback TCP probe (up to `wait_s`) waits until a stamp really arrives,
+    so connections opened after this call are stamped from their first byte. Idempotent.
+    """
+    global _stamp_holder
+    if KERNEL_STAMPS is None:
+        return False
+    if _stamp_holder is not None:
+        return True
+    try:
+        holder = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        holder.setsockopt(socket.SOL_SOCKET, KERNEL_STAMPS[0], 1)
+    except OSError:
+        return False
+    _stamp_holder = holder
+    atexit.register(holder.close)
+    try:
+        return _probe_kernel_stamps(wait_s)
+    except OSError:  # no loopback to probe on (an unconfigured namespace): stamps as they come
+        return False
+
+
+@contextlib.contextmanager
+def loopback_pair(timeout: float = 1.0) -> Iterator[tuple[socket.socket, socket.socket]]:
+    """A connected TCP pair on 127.0.0.1, (sender, receiver), the receiver asking for
+    kernel receive stamps (the platform must have them)."""
+    assert KERNEL_STAMPS is not None
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        with socket.create_connection(listener.getsockname(), timeout=timeout) as sender:
+            receiver, _ = listener.accept()
+            with receiver:
+                receiver.settimeout(timeout)
+                receiver.setsockopt(socket.SOL_SOCKET, KERNEL_STAMPS[0], 1)
+                yield sender, receiver
+
+
+def read_is_stamped(sender: socket.socket, receiver: socket.socket, data: bytes) -> bool:
+    """Send `data` over a `loopback_pair` and say whether its read came with a kernel stamp."""
+    sender.sendall(data)
+    _, ancillary, _, _ = receiver.recvmsg(len(data), ANC_SIZE)
+    return bool(ancillary)
+
+
+def _probe_kernel_stamps(wait_s: float) -> bool:
+    deadline = time.monotonic() + wait_s
+    with loopback_pair() as (sender, receiver):
+        while not read_is_stamped(sender, receiver, b"x"):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.002)
+        return True

@@ -1,0 +1,157 @@
+"""The dependency directions labkit keeps (docs: "The dependency directions we want").
+
+Read from the syntax tree of every module under `labkit/`: each `import` counts wherever it
+stands (module level, inside a function, under `TYPE_CHECKING`), because a circle through a
+deferred import is still a circle a reader must untangle. An import names the module it
+reads (`from labkit.measurement import loopclock` is `labkit.measurement.loopclock`); the
+parent package's `__init__` is not counted, so `labkit.measurement`'s lazy exports are not
+a circle with the modules that import one of its leaves.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+
+import labkit
+
+pytestmark = pytest.mark.unit
+
+LABKIT = Path(labkit.__file__).parent
+
+
+def module_name(path: Path) -> str:
+    """`labkit/measurement/lean/tcp.py` -> `labkit.measurement.lean.tcp`."""
+    parts = ["labkit", *path.relative_to(LABKIT).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each labkit module and the labkit modules it imports."""
+    paths = {module_name(p): p for p in LABKIT.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*up, base] if base else up)
+                for alias in node.names:
+                    sub = f"{base}.{alias.name}"
+                    targets.add(sub if sub in paths else base)
+        graph[name] = {t for t in targets if t in paths and t != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def reachable(graph: dict[str, set[str]], starts: Iterable[str]) -> set[str]:
+    """Every module the `starts` import, directly or through others."""
+    seen: set[str] = set()
+    todo = list(starts)
+    while todo:
+        for w in graph[todo.pop()]:
+            if w not in seen:
+                seen.add(w)
+                todo.append(w)
+    return seen
+
+
+GRAPH = import_graph()
+
+
+def test_the_check_sees_a_circle_and_deferred_imports() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+    # a deferred import inside a function is an edge like any other
+    assert "labkit.providers.base" in GRAPH["labkit.measurement.recorder"]
+
+
+def test_labkit_has_no_import_cycle() -> None:
+    assert cycles(GRAPH) == []
+
+
+def test_the_report_never_imports_the_measurement_core_or_the_providers() -> None:
+    report = [m for m in GRAPH if m == "labkit.report" or m.startswith("labkit.report.")]
+    reached = reachable(GRAPH, report)
+    assert not {m for m in reached if m.startswith(("labkit.measurement", "labkit.providers"))}, (
+        "the report reads run folders: it works on a copied run with no provider code"
+    )
+
+
+@pytest.mark.parametrize("contract", ["labkit.records", "labkit.figures"])
+def test_the_contracts_are_leaves(contract: str) -> None:
+    assert reachable(GRAPH, [contract]) <= {"labkit.records", "labkit.figures"}
+
+
+@pytest.mark.parametrize("wire", ["labkit.measurement.sse", "labkit.measurement.fastjson"])
+def test_wire_parsing_sits_below_the_providers(wire: str) -> None:
+    reached = reachable(GRAPH, [wire])
+    assert not {m for m in reached if m.startswith("labkit.providers")}
+    assert "labkit.measurement.recorder" not in reached
+
+
+def test_providers_reach_the_measurement_core_only_for_wire_parsing_and_connections() -> None:
+    providers = [m for m in GRAPH if m.startswith("labkit.providers")]
+    used = {m for p in providers for m in GRAPH[p] if m.startswith("labkit.measurement")}
+    assert used <= {
+        "labkit.measurement.sse",
+        "labkit.measurement.fastjson",
+        "labkit.measurement.connections",
+        "labkit.measurement.proxies",
+    }
+
+
+def test_the_measurement_package_exports_what_its_all_names() -> None:
+    import importlib
+
+    import labkit.measurement as measurement
+
+    for name in measurement.__all__:
+        assert getattr(measurement, name) is not None, name
+    lean = importlib.import_module("labkit.measurement.lean")
+    assert all(getattr(lean, name) is not None for name in lean.__all__)
+    with pytest.raises(AttributeError):
+        _ = measurement.no_such_name
