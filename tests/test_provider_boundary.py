@@ -36,7 +36,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("sdkpath.py", "_SDK_PACKAGES"): "packages whose exceptions are the SDKs' own",
     # The fake server streams the fake provider's schedule: that module is its source.
     ("fakeserver.py", "labkit.providers.fake"): "the fake server serves FakeSchedule",
-    ("cli.py", "labkit.providers.fake"): "`labkit fake-server` takes a FakeSchedule",
+    ("cli/app.py", "labkit.providers.fake"): "`labkit fake-server` takes a FakeSchedule",
     ("capacity.py", "labkit.providers.fake"): "calibration reads a fake server on loopback",
 }
 

@@ -2,8 +2,8 @@
 
     labkit run CONFIG [--out DIR] [--repeats N] [--provider ID]... [--experiment KIND]...
     labkit run --resume RUN_DIR
-    labkit setup | server start|status|stop          (labkit.local.cli)
-    labkit report RUN_DIR | compare RUN_DIR...       (labkit.report.cli)
+    labkit setup | server start|status|stop          (labkit.cli.local)
+    labkit report RUN_DIR | compare RUN_DIR...       (labkit.cli.report)
     labkit fake-server [--port N] [schedule options, --slots N]
     labkit kinds
 
@@ -28,14 +28,15 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 
 from labkit import loopclock
+from labkit.cli.local import register as register_local
+from labkit.cli.report import register as register_report
+from labkit.cli.tokens import register as register_tokens
 from labkit.config import load_config
 from labkit.errors import LabkitError
 from labkit.experiments import experiment_kinds
-from labkit.local.cli import register as register_local
 from labkit.providers import provider_kinds
 from labkit.providers.fake import FakeSchedule, FakeServerTimings
 from labkit.records import ErrorKind
-from labkit.report.cli import register as register_report
 from labkit.runner import (
     ProviderOutcome,
     Runner,
@@ -51,7 +52,6 @@ from labkit.runner.summary import load_tables
 from labkit.scrub import guard_std_streams
 from labkit.selfcheck import client_bound_notes
 from labkit.terminal import SafeConsole
-from labkit.tokenizers.cli import register as register_tokens
 
 __all__ = ["app", "main"]
 
