@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -24,6 +25,7 @@ from labkit.local import ensure_setup
 pytestmark = [pytest.mark.e2e, pytest.mark.real_server]
 
 REPO = Path(__file__).resolve().parents[1]
+_NOT_SOURCE = (".git", ".venv", "build", "dist", "results", "*.egg-info", "__pycache__", ".*_cache")
 QUESTIONS = ["single", "token_ratio", "determinism", "prefill_decode", "attribution"]
 
 
@@ -49,9 +51,13 @@ def _check(args: list[str | Path], cwd: Path, timeout: float) -> str:
 
 def test_the_built_wheel_runs_the_quickstart_outside_the_repository(tmp_path: Path) -> None:
     ensure_setup()  # llama-server and the model in labkit's cache, as `labkit setup` leaves them
+    # Built from a copy of the source, so no build folder is left in the checkout and none
+    # left there before can slip stale modules into the wheel.
+    source = tmp_path / "source"
+    shutil.copytree(REPO, source, symlinks=True, ignore=shutil.ignore_patterns(*_NOT_SOURCE))
     wheels = tmp_path / "wheels"
     _check(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", wheels, REPO],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", wheels, source],
         tmp_path,
         600,
     )
