@@ -9,19 +9,30 @@ CONFIG ?= configs/quickstart.yaml
 
 .PHONY: lab test test-unit test-integration test-e2e test-ray lint typecheck docs check setup browser format bench bench-load bench-load-long bench-ray clean
 
+LAB_STAMP := $(VENV)/.lab-installed-stamp
+
+# The tests and tools: labkit with the dev extra (Ray, pytest, mypy, ruff, ...).
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	@touch $(STAMP)
+	@touch $(STAMP) $(LAB_STAMP)
 
-## The main job: set up (cached after the first time) and run the quickstart lab.
-lab: $(STAMP)
+# The main job: labkit and its own dependencies only (what `pip install labkit` gets).
+$(LAB_STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	@touch $(LAB_STAMP)
+
+## The main job: set up (cached after the first time) and run the quickstart lab. Installs
+## labkit's own dependencies only, not the dev extra.
+lab: $(LAB_STAMP)
 	$(BIN)/labkit setup
 	$(BIN)/labkit run $(CONFIG)
 
 ## llama-server and the default model, built/fetched into ~/.cache/labkit when missing.
-setup: $(STAMP)
+setup: $(LAB_STAMP)
 	$(BIN)/labkit setup
 
 ## Debian's chromium, for the report's real-browser test.

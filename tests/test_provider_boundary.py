@@ -41,7 +41,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("measurement/sdkpath.py", "_SDK_PACKAGES"): "packages whose exceptions are the SDKs' own",
     # The fake server streams the fake provider's schedule: that module is its source.
     ("fakeserver.py", "labkit.providers.fake"): "the fake server serves FakeSchedule",
-    ("cli.py", "labkit.providers.fake"): "`labkit fake-server` takes a FakeSchedule",
+    ("cli/app.py", "labkit.providers.fake"): "`labkit fake-server` takes a FakeSchedule",
     ("measurement/capacity.py", "labkit.providers.fake"): "calibration reads a fake server",
 }
 

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from labkit.cli import app
-from labkit.tokenizers import cli as tokens_cli
+from labkit.cli import tokens as tokens_cli
 
 pytestmark = pytest.mark.unit
 

@@ -38,15 +38,14 @@ from pydantic import Field, NonNegativeFloat, PositiveInt, field_validator, mode
 from labkit.experiments.base import ExperimentSettings, PlannedRequest, register_experiment
 from labkit.experiments.common import fmt_ms, latest_pass, p_of
 from labkit.experiments.paced import PacedExperiment, RequestDriver, SendFn
-from labkit.experiments.prefill_decode import filler_text
 from labkit.figures import ConversationFigures, ConversationTurn, ConversationVariant, LinearFit
 from labkit.providers.base import ChatRequest, Provider
 from labkit.records import ErrorKind, LabAnswer, RequestRecord
+from labkit.workloads import PromptSizing, answered, build_history, measure_sizing, with_user
 
 __all__ = ["ConversationExperiment", "ConversationSettings", "cached_tokens"]
 
 CacheVariant = Literal["on", "off"]
-_DEFAULT_TOKENS_PER_WORD = 1.3
 
 
 def _both_variants() -> list[CacheVariant]:
@@ -135,7 +134,7 @@ class ConversationExperiment(PacedExperiment):
 
     def __init__(self, settings: ExperimentSettings, index: int = 0) -> None:
         super().__init__(settings, index)
-        self._tokens_per_word = _DEFAULT_TOKENS_PER_WORD
+        self._sizing = PromptSizing()
         self._cache_params: dict[CacheVariant, dict[str, Any]] = {"on": {}, "off": {}}
         self._exact: dict[str, Any] = {}
         self._path = "wire"
@@ -161,12 +160,7 @@ class ConversationExperiment(PacedExperiment):
         }
         self._exact = provider.exact_length_params() if self._s.ignore_eos else {}
         self._path = self.paths_for(provider)[0]
-        try:
-            count = await provider.count_tokens(filler_text(400))
-        except Exception:
-            count = None
-        if count is not None and count.tokens > 0:
-            self._tokens_per_word = count.tokens / 400
+        self._sizing = await measure_sizing(provider)
 
     def plan(self, provider: Provider) -> list[PlannedRequest]:
         """Only the warm-ups: the sessions are paced by `drive`."""
@@ -175,9 +169,9 @@ class ConversationExperiment(PacedExperiment):
     def user_message(self, nonce: str, cache_index: int, session: int, turn: int) -> str:
         """Turn `turn`'s new user message: the same text whenever it is rebuilt (resume)."""
         rng = random.Random(f"{self._s.seed}:{cache_index}:{session}:{turn}")
-        words = max(1, round(self._s.user_tokens / self._tokens_per_word))
         head = f"[{nonce}] " if turn == 0 else ""
-        return f"{head}Turn {turn + 1}: " + filler_text(words, rng.randrange(1000))
+        words = self._sizing.filler(self._s.user_tokens, rng.randrange(1000))
+        return f"{head}Turn {turn + 1}: " + words
 
     def variants(self) -> list[CacheVariant]:
         """The cache variants that can run on the prepared provider (`off` needs a switch)."""
@@ -204,9 +198,6 @@ class ConversationExperiment(PacedExperiment):
             trial=turn,
             tags=tags,
         )
-
-    def _first_messages(self) -> list[dict[str, str]]:
-        return [{"role": "system", "content": self._s.system}] if self._s.system else []
 
     def resume_point(
         self, cache: CacheVariant, index: int, previous: list[RequestRecord]
@@ -246,12 +237,13 @@ class ConversationExperiment(PacedExperiment):
         )
         if complete:
             return session
-        history = self._first_messages()
-        for t in range(kept):
-            user = self.user_message(session.nonce, cache_index, index, t)
-            history.append({"role": "user", "content": user})
-            history.append({"role": "assistant", "content": done[t].output_text or ""})
-        session.history = history
+        session.history = build_history(
+            self._s.system,
+            (
+                (self.user_message(session.nonce, cache_index, index, t), done[t].output_text or "")
+                for t in range(kept)
+            ),
+        )
         return session
 
     async def drive(self, provider: Provider, driver: RequestDriver) -> None:
@@ -285,19 +277,19 @@ class ConversationExperiment(PacedExperiment):
         """Send a session's turns from its start; a failed turn ends the session (the next
         turn would carry an answer the model never gave)."""
         cache_index = self._s.cache.index(session.cache)
-        history = session.history or self._first_messages()
+        history = session.history or build_history(self._s.system)
         for turn in range(session.start_turn, self._s.turns):
             if turn > session.start_turn:
                 await asyncio.sleep(self._think_time(cache_index, session.index, turn))
             user = self.user_message(session.nonce, cache_index, session.index, turn)
-            messages = [*history, {"role": "user", "content": user}]
+            messages = with_user(history, user)
             planned = self.request(session, turn, messages)
             answers: list[RequestRecord] = []
             planned.on_record = answers.append
             await send(planned, 0.0)
             if not answers or answers[-1].error is not None:
                 return
-            history = [*messages, {"role": "assistant", "content": answers[-1].output_text or ""}]
+            history = answered(messages, answers[-1].output_text or "")
 
     def _think_time(self, cache_index: int, session: int, turn: int) -> float:
         think = self._s.think_time_s

@@ -29,8 +29,6 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     NonNegativeInt,
     PositiveFloat,
@@ -43,7 +41,6 @@ from labkit.errors import ConfigError
 from labkit.experiments.base import ExperimentSettings, PlannedRequest, register_experiment
 from labkit.experiments.common import Prompt, fmt_ms, latest_pass, p_of, prompt_list
 from labkit.experiments.paced import PacedExperiment, RequestDriver, SendFn
-from labkit.experiments.prefill_decode import filler_text
 from labkit.figures import LoadFigures, LoadLevel, LoadLevelCache
 from labkit.measurement.capacity import (
     WorkersChoice,
@@ -59,11 +56,11 @@ from labkit.records import ErrorKind, LabAnswer, RequestRecord
 from labkit.selfcheck import CLIENT_BOUND, level_lag
 from labkit.server_metrics import ServerMetricsSample, server_level_metrics
 from labkit.slo import SLO, judge, slo_sentence
+from labkit.workloads import PromptSizing, SharedPrefix, measure_sizing
 
 __all__ = ["Level", "LoadExperiment", "LoadSettings", "level_figures", "server_queue_sentence"]
 
 _DEFAULT_REQUESTS = 32
-_DEFAULT_TOKENS_PER_WORD = 1.3
 _NS = 1_000_000_000
 # An open loop without max_concurrency may have any number of requests in flight.
 _UNCAPPED_CONNECTIONS = 1024
@@ -74,27 +71,6 @@ TokenTarget = PositiveInt | tuple[PositiveInt, PositiveInt]
 
 def _default_prompts() -> list[str | Prompt]:
     return ["Explain what a token is."]
-
-
-class SharedPrefix(BaseModel):
-    """Requests that share a system prompt or document, with some distinct suffixes."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    tokens: PositiveInt = Field(description="Length of the shared prefix, in tokens.")
-    distinct_suffixes: float = Field(
-        default=1.0,
-        gt=0,
-        le=1,
-        description="Distinct suffixes per request: 1, every request ends its own way (only "
-        "the prefix can be cached); 0.25, a quarter as many suffixes as requests, each sent "
-        "about four times (whole prompts repeat).",
-    )
-    where: Literal["system", "user"] = Field(
-        default="system",
-        description="`system`: the prefix is the system message; `user`: it opens the user "
-        "message (a document, then the question).",
-    )
 
 
 class LoadSettings(ExperimentSettings):
@@ -228,7 +204,7 @@ class LoadExperiment(PacedExperiment):
 
     def __init__(self, settings: ExperimentSettings, index: int = 0) -> None:
         super().__init__(settings, index)
-        self._tokens_per_word: float = _DEFAULT_TOKENS_PER_WORD
+        self._sizing = PromptSizing()
         self._exact_length: dict[str, Any] = {}
         self._paths: list[str] = ["wire"]
         self._cache_on: dict[str, Any] = {}
@@ -318,19 +294,13 @@ class LoadExperiment(PacedExperiment):
             )
 
     async def prepare(self, provider: Provider) -> None:
-        """Calibrate words per token for synthetic prompts, with the provider's counter."""
+        """Size synthetic prompts with the provider's counter (`labkit.workloads`)."""
         self._exact_length = provider.exact_length_params()
         self._paths = self.paths_for(provider)
         self._cache_on = provider.prompt_cache_params(True)
         if self._s.input_tokens is None and self._s.shared_prefix is None:
             return
-        sample = filler_text(400)
-        try:
-            count = await provider.count_tokens(sample)
-        except Exception:
-            count = None
-        if count is not None and count.tokens > 0:
-            self._tokens_per_word = count.tokens / 400
+        self._sizing = await measure_sizing(provider)
 
     def plan(self, provider: Provider) -> list[PlannedRequest]:
         """Only the warm-ups: the levels are paced by `drive`."""
@@ -350,9 +320,8 @@ class LoadExperiment(PacedExperiment):
         rng = random.Random(f"{s.seed}:{level.index}:{i}")
         if s.input_tokens is not None:
             n_in = _draw(s.input_tokens, rng)
-            words = max(1, round(n_in / self._tokens_per_word))
             # A unique head per request keeps prompt caches from serving one from another.
-            text = f"[{rng.getrandbits(32):08x}] " + filler_text(words, rng.randrange(1000))
+            text = f"[{rng.getrandbits(32):08x}] " + self._sizing.filler(n_in, rng.randrange(1000))
             prompt = Prompt(id=f"synthetic-{n_in}", text=text)
             tags["target_input_tokens"] = n_in
         else:
@@ -388,17 +357,14 @@ class LoadExperiment(PacedExperiment):
         share one)."""
         shared = self._s.shared_prefix
         assert shared is not None
-        words = max(1, round(shared.tokens / self._tokens_per_word))
         # The level's own head keeps a warm server's earlier levels (and runs) from serving it.
-        prefix = f"[{level_run}:{level.index}] " + filler_text(words, self._s.seed)
-        if self._s.system:
-            prefix = f"{self._s.system}\n\n{prefix}"
-        suffix_id = math.floor(i * shared.distinct_suffixes)
+        head = f"[{level_run}:{level.index}]"
+        prefix = shared.prefix_text(self._sizing, head, self._s.seed, self._s.system)
+        suffix_id = shared.suffix_of(i)
         rng = random.Random(f"{self._s.seed}:{level.index}:suffix:{suffix_id}")
         if self._s.input_tokens is not None:
             n_in = _draw(self._s.input_tokens, rng)
-            suffix_words = max(1, round(n_in / self._tokens_per_word))
-            suffix = f"[{suffix_id}] " + filler_text(suffix_words, rng.randrange(1000))
+            suffix = f"[{suffix_id}] " + self._sizing.filler(n_in, rng.randrange(1000))
             tags["target_input_tokens"] = shared.tokens + n_in
         else:
             prompts = prompt_list(self._s.prompts)
@@ -406,10 +372,7 @@ class LoadExperiment(PacedExperiment):
         tags["shared_prefix_tokens"] = shared.tokens
         tags["suffix"] = suffix_id
         prompt_id = f"shared-{shared.tokens}-s{suffix_id}"
-        if shared.where == "system":
-            system = {"role": "system", "content": prefix}
-            return [system, {"role": "user", "content": suffix}], prompt_id
-        return [{"role": "user", "content": f"{prefix}\n\n{suffix}"}], prompt_id
+        return shared.messages(prefix, suffix), prompt_id
 
     async def drive(self, provider: Provider, driver: RequestDriver) -> None:
         """Run the levels one after another; on resume, skip the levels already complete."""
@@ -436,7 +399,7 @@ class LoadExperiment(PacedExperiment):
             "mode": level.mode,
             "target": level.target,
             "level_run": secrets.token_hex(3),
-            "tokens_per_word": self._tokens_per_word,
+            "prompt_sizing": self._sizing.model_dump(mode="json"),
             "exact_length_params": self._exact_length,
             "paths": self._paths,
             "cache_on": self._cache_on,
@@ -462,7 +425,7 @@ class LoadExperiment(PacedExperiment):
 
     def restore(self, job: dict[str, Any]) -> None:
         """Take the runner's calibration into a worker process."""
-        self._tokens_per_word = float(job["tokens_per_word"])
+        self._sizing = PromptSizing.model_validate(job["prompt_sizing"])
         self._exact_length = dict(job["exact_length_params"])
         self._paths = list(job["paths"])
         self._cache_on = dict(job.get("cache_on", {}))

@@ -30,54 +30,12 @@ from labkit.experiments.common import fmt_ms, measured, median_of
 from labkit.figures import CacheEffect, LinearFit, MarginalCost, PrefillDecodeFigures, PrefillPoint
 from labkit.providers.base import ChatRequest, Provider, ProviderSettings
 from labkit.records import LabAnswer, RequestRecord
+from labkit.workloads import PromptSizing, measure_sizing
 
-__all__ = ["PrefillDecodeExperiment", "PrefillDecodeSettings", "filler_text"]
+__all__ = ["PrefillDecodeExperiment", "PrefillDecodeSettings"]
 
 AUTO_LENGTHS = [16, 64, 256, 1024, 2048, 4096]
 _MARGIN_TOKENS = 64  # chat template and instruction around the filler
-_DEFAULT_TOKENS_PER_WORD = 1.3
-
-_WORDS = [
-    "river",
-    "stone",
-    "market",
-    "window",
-    "garden",
-    "letter",
-    "engine",
-    "winter",
-    "silver",
-    "forest",
-    "candle",
-    "harbor",
-    "mountain",
-    "pencil",
-    "village",
-    "thunder",
-    "orchard",
-    "bridge",
-    "lantern",
-    "meadow",
-    "copper",
-    "island",
-    "basket",
-    "feather",
-    "castle",
-    "valley",
-    "mirror",
-    "ladder",
-    "planet",
-    "shadow",
-    "violin",
-    "desert",
-    "rocket",
-    "blanket",
-]
-
-
-def filler_text(n_words: int, offset: int = 0) -> str:
-    """`n_words` plain English words, varied enough to be a realistic prompt."""
-    return " ".join(_WORDS[(offset + i * 7) % len(_WORDS)] for i in range(n_words))
 
 
 class PrefillDecodeSettings(ExperimentSettings):
@@ -124,7 +82,7 @@ class PrefillDecodeExperiment(Experiment):
 
     def __init__(self, settings: ExperimentSettings, index: int = 0) -> None:
         super().__init__(settings, index)
-        self._tokens_per_word: dict[str, float] = {}
+        self._sizing: dict[str, PromptSizing] = {}
 
     @property
     def _s(self) -> PrefillDecodeSettings:
@@ -168,21 +126,13 @@ class PrefillDecodeExperiment(Experiment):
         return n
 
     async def prepare(self, provider: Provider) -> None:
-        """Calibrate words per token with the provider's counter, where it has one."""
-        sample = filler_text(400)
-        try:
-            count = await provider.count_tokens(sample)
-        except Exception:
-            count = None
-        self._tokens_per_word[provider.id] = (
-            count.tokens / 400 if count is not None else _DEFAULT_TOKENS_PER_WORD
-        )
+        """Size prompts with the provider's counter, where it has one (`labkit.workloads`)."""
+        self._sizing[provider.id] = await measure_sizing(provider)
 
     def _prompt(self, provider_id: str, tokens: int, nonce: str | None, offset: int = 0) -> str:
-        tpw = self._tokens_per_word.get(provider_id, _DEFAULT_TOKENS_PER_WORD)
-        words = max(1, round(tokens / tpw))
+        sizing = self._sizing.get(provider_id, PromptSizing())
         head = f"[{nonce}] " if nonce else ""
-        return head + filler_text(words, offset)
+        return head + sizing.filler(tokens, offset)
 
     def planned_per_path(self, provider: Provider) -> int | None:
         """Warm-ups, repeats × lengths, and the cache variant's prime and hits."""

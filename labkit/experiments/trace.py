@@ -11,21 +11,18 @@ Two formats:
 
 Request ``i`` is sent at ``(timestamp_i - timestamp_0) / speedup`` after the replay starts,
 on the absolute clock (`labkit.pacing.open_loop`: a late send never delays the next), bounded
-by ``max_requests`` and ``duration_s``. Prompts are built to the stated lengths with load's
-synthetic words, calibrated with the provider's token counter; a Mooncake block's text is
-the same wherever its hash id appears (so the prefix cache sees the trace's sharing), and
-new for every replay pass. Outputs decode exactly ``output_length`` tokens where the
+by ``max_requests`` and ``duration_s``. Prompts are built to the stated lengths from
+`labkit.workloads`' filler words, calibrated with the provider's token counter; a Mooncake
+block's text is the same wherever its hash id appears (so the prefix cache sees the trace's
+sharing), and new for every replay pass. Outputs decode exactly ``output_length`` tokens where the
 provider can. The answer's figures are one load level (`TraceFigures.replay`), cache hits included.
 """
 
 from __future__ import annotations
 
-import csv
 import gc
-import json
 import secrets
 import time
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -37,94 +34,27 @@ from labkit.experiments.base import ExperimentSettings, PlannedRequest, register
 from labkit.experiments.common import fmt_ms, latest_pass
 from labkit.experiments.load import Level, level_figures
 from labkit.experiments.paced import PacedExperiment, RequestDriver, SendFn
-from labkit.experiments.prefill_decode import filler_text
 from labkit.figures import LoadLevel, TraceFigures
 from labkit.pacing import open_loop
 from labkit.providers.base import ChatRequest, Provider, ProviderSettings
 from labkit.records import ErrorKind, LabAnswer, RequestRecord
+from labkit.workloads import (
+    PromptSizing,
+    TraceEntry,
+    count_tokens,
+    filler_text,
+    measure_sizing,
+    read_trace,
+    trace_prompt,
+)
 
-__all__ = ["TraceEntry", "TraceExperiment", "TraceSettings", "read_trace"]
+__all__ = ["TraceExperiment", "TraceSettings"]
 
-_DEFAULT_TOKENS_PER_WORD = 1.3
 _NS = 1_000_000_000
 _UNCAPPED_CONNECTIONS = 1024
 _DEFAULT_HEADER_TOKENS = 6
 _WARMUP_PROMPT = filler_text(16)
 _LABEL = "trace"
-
-
-@dataclass(frozen=True, slots=True)
-class TraceEntry:
-    """One request of a trace: when it arrives and how long its prompt and answer are."""
-
-    timestamp_ms: float
-    input_tokens: int
-    output_tokens: int
-    hash_ids: tuple[int, ...] = ()
-
-
-def read_trace(path: Path, time_unit: Literal["ms", "s"] = "ms") -> list[TraceEntry]:
-    """The entries of a Mooncake JSONL or a `timestamp,input_tokens,output_tokens` CSV
-    trace, in arrival order (ConfigError naming the line for anything else)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"trace {path}: {exc.strerror or exc}") from exc
-    scale = 1000.0 if time_unit == "s" else 1.0
-    entries: list[TraceEntry] = []
-    if path.suffix.lower() == ".csv":
-        rows = csv.DictReader(text.splitlines())
-        need = {"timestamp", "input_tokens", "output_tokens"}
-        if not need <= set(rows.fieldnames or []):
-            raise ConfigError(f"trace {path}: the CSV header must name {', '.join(sorted(need))}")
-        for n, row in enumerate(rows, start=2):
-            entries.append(
-                _entry(path, n, row["timestamp"], row["input_tokens"], row["output_tokens"], scale)
-            )
-    else:
-        for n, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"trace {path}:{n}: not JSON ({exc.msg})") from exc
-            if not isinstance(obj, dict):
-                raise ConfigError(f"trace {path}:{n}: not a JSON object")
-            entry = _entry(
-                path,
-                n,
-                obj.get("timestamp"),
-                obj.get("input_length"),
-                obj.get("output_length"),
-                scale,
-            )
-            hash_ids = obj.get("hash_ids") or []
-            if not isinstance(hash_ids, list) or not all(isinstance(h, int) for h in hash_ids):
-                raise ConfigError(f"trace {path}:{n}: hash_ids must be a list of integers")
-            entries.append(
-                TraceEntry(
-                    entry.timestamp_ms, entry.input_tokens, entry.output_tokens, tuple(hash_ids)
-                )
-            )
-    if not entries:
-        raise ConfigError(f"trace {path}: no requests")
-    return sorted(entries, key=lambda e: e.timestamp_ms)
-
-
-def _entry(path: Path, line: int, ts: Any, n_in: Any, n_out: Any, scale: float) -> TraceEntry:
-    try:
-        timestamp = float(ts)
-        inputs, outputs = int(n_in), int(n_out)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(
-            f"trace {path}:{line}: timestamp, input and output lengths must be numbers"
-        ) from exc
-    if timestamp < 0 or inputs < 1 or outputs < 1:
-        raise ConfigError(
-            f"trace {path}:{line}: a timestamp >= 0 and lengths >= 1 (got {ts}, {n_in}, {n_out})"
-        )
-    return TraceEntry(timestamp * scale, inputs, outputs)
 
 
 class TraceSettings(ExperimentSettings):
@@ -169,7 +99,7 @@ class TraceExperiment(PacedExperiment):
 
     def __init__(self, settings: ExperimentSettings, index: int = 0) -> None:
         super().__init__(settings, index)
-        self._tokens_per_word = _DEFAULT_TOKENS_PER_WORD
+        self._sizing = PromptSizing()
         self._header_tokens = _DEFAULT_HEADER_TOKENS
         self._warmup_tokens: int | None = None
         self._framing_tokens = 0
@@ -223,26 +153,18 @@ class TraceExperiment(PacedExperiment):
         counter; take its length switch."""
         self._exact = provider.exact_length_params()
         self._path = self.paths_for(provider)[0]
-
-        async def count(text: str) -> int | None:
-            try:
-                counted = await provider.count_tokens(text)
-            except Exception:
-                return None
-            return counted.tokens if counted is not None and counted.tokens > 0 else None
-
-        words = await count(filler_text(400))
-        if words is not None:
-            self._tokens_per_word = words / 400
-            self._header_tokens = await count("[123456:000789] ") or _DEFAULT_HEADER_TOKENS
-            self._warmup_tokens = await count(_WARMUP_PROMPT)
+        self._sizing = await measure_sizing(provider)
+        if self._sizing.source is not None:
+            header = await count_tokens(provider, "[123456:000789] ")
+            self._header_tokens = header or _DEFAULT_HEADER_TOKENS
+            self._warmup_tokens = await count_tokens(provider, _WARMUP_PROMPT)
             # Words join into tokens a little differently inside a long prompt: one built
             # prompt, counted, corrects the rate.
             target = 4 * self._s.block_tokens
             sample = TraceEntry(0.0, target, 1, (0, 1))
-            built = await count(self.prompt(sample, 0, "123456"))
+            built = await count_tokens(provider, self.prompt(sample, 0, "123456"))
             if built is not None:
-                self._tokens_per_word *= built / target
+                self._sizing = self._sizing.corrected(built, target)
 
     def plan(self, provider: Provider) -> list[PlannedRequest]:
         """Only the warm-ups: the replay is paced by `drive`."""
@@ -252,21 +174,15 @@ class TraceExperiment(PacedExperiment):
         """A prompt of about `entry.input_tokens` tokens as the provider counts its input
         (the chat template the warm-ups showed included): its hash blocks' texts (the same
         for the same id within a pass), then words of its own for any rest."""
-        parts: list[str] = []
-        remaining = entry.input_tokens - self._framing_tokens
-        for block in entry.hash_ids:
-            if remaining <= 0:
-                break
-            n = min(self._s.block_tokens, remaining)
-            parts.append(f"[{salt}:{block:06d}] " + filler_text(self._words(n), block))
-            remaining -= n
-        if remaining > 0 or not parts:
-            parts.append(f"[{salt}/{i:06d}] " + filler_text(self._words(remaining), i))
-        return " ".join(parts)
-
-    def _words(self, tokens: int) -> int:
-        """Filler words for a piece of `tokens` tokens that opens with a header."""
-        return max(1, round((tokens - self._header_tokens) / self._tokens_per_word))
+        return trace_prompt(
+            entry,
+            i,
+            salt,
+            self._sizing,
+            block_tokens=self._s.block_tokens,
+            header_tokens=self._header_tokens,
+            framing_tokens=self._framing_tokens,
+        )
 
     def learn_framing(self, warmups: list[RequestRecord]) -> None:
         """The tokens the provider's chat template adds to a prompt: a warm-up's input

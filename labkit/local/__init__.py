@@ -5,7 +5,7 @@
               _common holds the result types and subprocess/lock/cache helpers)
     server    ManagedServer: a child for one run, never an orphan
     detached  start_detached/server_status/stop_detached: `labkit server start|status|stop`
-    cli       register(app): ``labkit setup`` and ``labkit server start|status|stop``
+    (``labkit setup`` and ``labkit server start|status|stop`` are in labkit.cli.local)
 
 It knows nothing of experiments or providers: it hands back a base URL.
 """

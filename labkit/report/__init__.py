@@ -11,7 +11,7 @@ It reads run folders (records.jsonl, manifest.json, lab.json) and imports only
     build.py    write_report: report.md, report.html, summary.csv, summary.parquet
     compare.py  runs side by side as a gate: changes with bootstrap intervals, verdicts,
                 --fail-on thresholds, Markdown summary, distributions overlaid
-    cli.py      `labkit report`, `labkit compare`
+    (`labkit report` and `labkit compare` are in labkit.cli.report)
 """
 
 from __future__ import annotations

@@ -12,11 +12,12 @@ import pytest
 
 from labkit.config import parse_config
 from labkit.errors import ConfigError
-from labkit.experiments.trace import TraceEntry, TraceExperiment, TraceSettings, read_trace
+from labkit.experiments.trace import TraceExperiment, TraceSettings
 from labkit.figures import TraceFigures
 from labkit.report.plots import load_rows
 from labkit.runner import RunOptions, prepare_run
 from labkit.runner.summary import load_tables
+from labkit.workloads import TraceEntry, read_trace
 from tests.prefix_cache_server import PrefixCacheServer
 
 REPO = Path(__file__).resolve().parents[2]

@@ -16,8 +16,8 @@ from localserver_helpers import CRASHING_SERVER, children_of, fake_binary, wait_
 from typer.testing import CliRunner, Result
 
 import labkit.local
+from labkit.cli.local import register
 from labkit.local import LocalSetup
-from labkit.local.cli import register
 from labkit.local.detached import server_status
 
 pytestmark = pytest.mark.e2e
@@ -150,7 +150,7 @@ def test_errors_in_a_real_process_have_no_traceback(
 ) -> None:
     script = (
         "import typer, sys\n"
-        "from labkit.local.cli import register\n"
+        "from labkit.cli.local import register\n"
         "app = typer.Typer()\n"
         "@app.callback()\n"
         "def main() -> None: pass\n"

@@ -172,7 +172,11 @@ def test_load_decodes_exactly_where_the_provider_can(capable: _CapableProvider) 
     # the worker processes get the same parameters through the job
     other = LoadExperiment(LoadSettings(concurrency=[1], requests=1, output_tokens=8))
     other.restore(
-        {"tokens_per_word": 1.3, "exact_length_params": {"stop_at_max": True}, "paths": ["wire"]}
+        {
+            "prompt_sizing": {"tokens_per_word": 1.3},
+            "exact_length_params": {"stop_at_max": True},
+            "paths": ["wire"],
+        }
     )
     assert other.request(Level(0, "concurrency", 1), 0, "run").request.params["stop_at_max"]
 

@@ -8,7 +8,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from labkit.report.cli import register
+from labkit.cli.report import register
 from tests.report.report_builders import make_record, mixed_records, write_run
 
 pytestmark = pytest.mark.unit

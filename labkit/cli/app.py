@@ -1,9 +1,11 @@
 """The `labkit` command: a thin face over the runner, the local server and the report.
 
     labkit run CONFIG [--out DIR] [--repeats N] [--provider ID]... [--experiment KIND]...
+    labkit run --example NAME [...]                  (a config shipped with labkit)
     labkit run --resume RUN_DIR
-    labkit setup | server start|status|stop          (labkit.local.cli)
-    labkit report RUN_DIR | compare RUN_DIR...       (labkit.report.cli)
+    labkit init [DIR]                                 (labkit.cli.examples)
+    labkit setup | server start|status|stop          (labkit.cli.local)
+    labkit report RUN_DIR | compare RUN_DIR...       (labkit.cli.report)
     labkit fake-server [--port N] [schedule options, --slots N]
     labkit kinds
 
@@ -27,15 +29,18 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 
+from labkit.cli.examples import example_path
+from labkit.cli.examples import register as register_init
+from labkit.cli.local import register as register_local
+from labkit.cli.report import register as register_report
+from labkit.cli.tokens import register as register_tokens
 from labkit.config import load_config
 from labkit.errors import LabkitError
 from labkit.experiments import experiment_kinds
-from labkit.local.cli import register as register_local
 from labkit.measurement import loopclock
 from labkit.providers import provider_kinds
 from labkit.providers.fake import FakeSchedule, FakeServerTimings
 from labkit.records import ErrorKind
-from labkit.report.cli import register as register_report
 from labkit.runner import (
     ProviderOutcome,
     Runner,
@@ -51,7 +56,6 @@ from labkit.runner.summary import load_tables
 from labkit.scrub import guard_std_streams
 from labkit.selfcheck import client_bound_notes
 from labkit.terminal import SafeConsole
-from labkit.tokenizers.cli import register as register_tokens
 
 __all__ = ["app", "main"]
 
@@ -164,6 +168,10 @@ def _execute(runner: Runner) -> RunResult:
 @app.command()
 def run(
     config: Annotated[Path | None, typer.Argument(help="A YAML config (configs/*.yaml).")] = None,
+    example: Annotated[
+        str | None,
+        typer.Option("--example", help="Run a config shipped with labkit (e.g. quickstart)."),
+    ] = None,
     out: Annotated[Path | None, typer.Option("--out", help="Output folder for runs.")] = None,
     repeats: Annotated[
         int | None, typer.Option("--repeats", help="Override every experiment's repeats (≥ 1).")
@@ -183,10 +191,14 @@ def run(
     try:
         if repeats is not None:
             _check_range("--repeats", repeats, 1)
+        if sum(x is not None for x in (config, example, resume)) > 1:
+            raise fail("give one of CONFIG, --example NAME or --resume RUN_DIR")
+        if example is not None:
+            config = example_path(example)
         if resume is not None:
             runner = prepare_resume(resume, on_warning=_warn)
         elif config is None:
-            raise fail("give a CONFIG to run, or --resume RUN_DIR")
+            raise fail("give a CONFIG to run (or --example quickstart), or --resume RUN_DIR")
         else:
             cfg = load_config(config)
             runner = prepare_run(
@@ -396,6 +408,7 @@ def kinds() -> None:
     console.print("experiments: " + ", ".join(experiment_kinds()))
 
 
+register_init(app)
 register_local(app)
 register_report(app)
 register_tokens(app)
