@@ -61,7 +61,7 @@ test-e2e: $(STAMP) browser
 ## `executor: ray` on real Ray clusters, each in a loopback-only network namespace
 ## (`unshare -n`: run as root); the dev extra installs Ray.
 test-ray: $(STAMP)
-	$(BIN)/python -m pytest -q tests/ray
+	$(BIN)/python -m pytest -q tests/runner/ray
 
 lint: $(STAMP)
 	$(BIN)/ruff check labkit tests benchmarks

@@ -18,8 +18,22 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 TIERS = ("unit", "integration", "e2e")
+
+# The real llama-server fixtures (session-scoped), for tests in any folder.
+pytest_plugins = ["tests.support.local_server"]
+
+
+# --- Hypothesis profiles for the property tests --------------------------------------------
+# ``ci`` (the default): derandomized, so every run tries the same examples and a failure
+# reproduces; no example database is written. ``dev`` (``HYPOTHESIS_PROFILE=dev``): random
+# examples, ten times as many, remembered in ``.hypothesis/``. Examples may take long (a
+# 10,000-deep value, a slow core), so no deadline.
+settings.register_profile("ci", max_examples=60, derandomize=True, database=None, deadline=None)
+settings.register_profile("dev", max_examples=600, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -20,7 +20,7 @@ import pytest
 from labkit.figures import AttributionKey
 from labkit.local import ensure_setup
 from labkit.records import LabResults, RequestRecord
-from tests.signals import default_sigint
+from tests.support.signals import default_sigint
 
 pytestmark = pytest.mark.e2e
 

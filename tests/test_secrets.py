@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from labkit.cli import app
 from tests.conftest import NetworkBlockedError
-from tests.streams import oa_usage, openai_events, sse, sse_response
+from tests.providers.streams import oa_usage, openai_events, sse, sse_response
 
 KEY = "sk-test-PLANTED-0123456789"
 OPENAI = "https://api.openai.com/v1/chat/completions"

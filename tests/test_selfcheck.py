@@ -23,7 +23,7 @@ from labkit.selfcheck import (
     summarize_lag,
 )
 from tests.experiments.records import make_record
-from tests.streams import make_provider, oa_usage, openai_events, record_one
+from tests.providers.streams import make_provider, oa_usage, openai_events, record_one
 
 pytestmark = pytest.mark.unit
 

@@ -13,7 +13,13 @@ pytest_plugins = ["pytester"]
 
 pytestmark = pytest.mark.unit
 
-CONFTEST = (Path(__file__).parent / "conftest.py").read_text(encoding="utf-8")
+# The conftest without its plugin list (the local-server fixtures import `tests`, which the
+# inner sessions' folders do not hold).
+CONFTEST = "\n".join(
+    line
+    for line in (Path(__file__).parent / "conftest.py").read_text(encoding="utf-8").splitlines()
+    if not line.startswith("pytest_plugins")
+)
 INI = """
 [pytest]
 markers =

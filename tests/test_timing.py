@@ -7,7 +7,7 @@ import pytest
 import respx
 
 from labkit.timing import derive_client_timings, percentile
-from tests.streams import (
+from tests.providers.streams import (
     ChunkStream,
     ScriptedClock,
     make_provider,

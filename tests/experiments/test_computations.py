@@ -25,7 +25,7 @@ from labkit.figures import AttributionKey, LinearFit
 from labkit.providers.base import TokenCount
 from labkit.tokenizers import offline_tokenizer
 from tests.experiments.records import make_record
-from tests.streams import make_provider
+from tests.providers.streams import make_provider
 
 pytestmark = pytest.mark.unit
 

@@ -16,7 +16,7 @@ from labkit.figures import ConversationFigures
 from labkit.records import RequestRecord
 from labkit.runner import RunOptions, prepare_run
 from labkit.runner.run import RunResult, prepare_resume
-from tests.prefix_cache_server import PrefixCacheServer
+from tests.support.prefix_cache_server import PrefixCacheServer
 
 pytestmark = pytest.mark.integration
 

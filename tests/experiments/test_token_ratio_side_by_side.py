@@ -10,7 +10,7 @@ from labkit.experiments.token_ratio import TokenRatioExperiment, TokenRatioSetti
 from labkit.providers.base import Provider, TokenCount
 from labkit.tokenizers import Tokenized
 from tests.experiments.records import make_record
-from tests.streams import make_provider
+from tests.providers.streams import make_provider
 
 pytestmark = pytest.mark.unit
 

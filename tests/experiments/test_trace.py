@@ -18,7 +18,7 @@ from labkit.report.plots import load_rows
 from labkit.runner import RunOptions, prepare_run
 from labkit.runner.summary import load_tables
 from labkit.workloads import TraceEntry, read_trace
-from tests.prefix_cache_server import PrefixCacheServer
+from tests.support.prefix_cache_server import PrefixCacheServer
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-from localserver_helpers import fake_binary
 
 from labkit.errors import SetupError
 from labkit.local import _build, _common, _model
@@ -23,6 +22,7 @@ from labkit.local.install import (
     ensure_setup,
     find_or_build_server,
 )
+from tests.support.processes import fake_binary
 
 
 def _forbid_subprocesses(monkeypatch: pytest.MonkeyPatch) -> None:

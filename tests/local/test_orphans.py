@@ -12,11 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
-from localserver_helpers import children_of, pid_alive, wait_gone
 
 import labkit.local
 from labkit.local import LocalSetup, ManagedServer
-from tests.signals import default_sigint
+from tests.support.processes import children_of, pid_alive, wait_gone
+from tests.support.signals import default_sigint
 
 pytestmark = pytest.mark.e2e
 

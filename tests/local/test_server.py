@@ -10,10 +10,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from localserver_helpers import pid_alive
 
 from labkit.errors import ServerError
 from labkit.local import MODEL_SHA256, LocalSetup, ManagedServer
+from tests.support.processes import pid_alive
 
 pytestmark = pytest.mark.e2e
 

@@ -12,7 +12,7 @@ import respx
 from labkit.errors import ProviderUnavailable
 from labkit.providers.anthropic import ANTHROPIC_VERSION, AnthropicSettings
 from labkit.records import StopReason
-from tests.streams import (
+from tests.providers.streams import (
     ScriptedClock,
     anthropic_events,
     chat,

@@ -21,8 +21,8 @@ from labkit.measurement.recorder import RecordContext, StreamRecorder
 from labkit.measurement.sdkpath import SDKRecorder
 from labkit.providers import Provider, sdk_available
 from labkit.records import RequestRecord
-from tests.streams import chat, make_provider
-from tests.streams.corpus import Fixture, check_record, load_corpus
+from tests.providers.streams import chat, make_provider
+from tests.providers.streams.corpus import Fixture, check_record, load_corpus
 
 pytestmark = pytest.mark.integration
 

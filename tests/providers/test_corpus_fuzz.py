@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from labkit.errors import MalformedStream
 from labkit.measurement.sse import SSEEvent
 from labkit.providers.base import Provider, StreamParser
-from tests.streams import make_provider
-from tests.streams.corpus import Fixture, load_corpus
+from tests.providers.streams import make_provider
+from tests.providers.streams.corpus import Fixture, load_corpus
 
 pytestmark = pytest.mark.unit
 

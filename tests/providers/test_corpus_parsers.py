@@ -14,7 +14,7 @@ from labkit.measurement.recorder import RecordContext
 from labkit.measurement.sse import SSEEvent
 from labkit.providers.base import EventClass, Provider, StreamParser
 from labkit.records import RequestRecord, StopReason
-from tests.streams import (
+from tests.providers.streams import (
     ScriptedClock,
     chat,
     make_provider,
@@ -22,7 +22,7 @@ from tests.streams import (
     record_one,
     sse_response,
 )
-from tests.streams.corpus import Fixture, load_corpus
+from tests.providers.streams.corpus import Fixture, load_corpus
 
 pytestmark = pytest.mark.unit
 

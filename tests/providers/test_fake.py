@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from labkit.records import ErrorKind, StopReason
-from tests.streams import chat, make_provider, record_one
+from tests.providers.streams import chat, make_provider, record_one
 
 FAST = {"first_token_ms": 0, "token_interval_ms": 0}
 

@@ -11,7 +11,7 @@ import respx
 
 from labkit.providers.llamacpp import LlamaCppSettings
 from labkit.records import StopReason
-from tests.streams import (
+from tests.providers.streams import (
     load_sse,
     make_provider,
     oa_chunk,
@@ -175,7 +175,7 @@ def test_tokenize_and_props() -> None:
 def test_server_build_lands_in_the_record() -> None:
     async def go():
         from labkit.measurement.recorder import RecordContext, StreamRecorder
-        from tests.streams import chat
+        from tests.providers.streams import chat
 
         provider = llama()
         try:

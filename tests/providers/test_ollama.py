@@ -16,7 +16,14 @@ from labkit.providers import sdk_available
 from labkit.providers.base import EventClass
 from labkit.providers.ollama import OllamaParser
 from labkit.records import ErrorKind, StopReason
-from tests.streams import ScriptedClock, chat, make_provider, record_one, split_every, sse_response
+from tests.providers.streams import (
+    ScriptedClock,
+    chat,
+    make_provider,
+    record_one,
+    split_every,
+    sse_response,
+)
 
 pytestmark = pytest.mark.unit
 

@@ -10,7 +10,7 @@ import respx
 from labkit.errors import ProviderUnavailable
 from labkit.providers.openai import OpenAISettings
 from labkit.records import StopReason
-from tests.streams import (
+from tests.providers.streams import (
     ScriptedClock,
     chat,
     load_sse,

@@ -17,7 +17,7 @@ from labkit.providers import sdk_available
 from labkit.providers.base import EventClass
 from labkit.providers.openai_responses import OpenAIResponsesParser
 from labkit.records import ErrorKind, StopReason
-from tests.streams import chat, make_provider, record_one, sse, sse_response
+from tests.providers.streams import chat, make_provider, record_one, sse, sse_response
 
 pytestmark = pytest.mark.unit
 

@@ -14,7 +14,7 @@ from labkit.measurement.sdkpath import SDKRecorder
 from labkit.providers import provider_class
 from labkit.providers.fake import FakeSchedule
 from labkit.records import RequestRecord
-from tests.streams import chat
+from tests.providers.streams import chat
 
 pytestmark = pytest.mark.integration
 

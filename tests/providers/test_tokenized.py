@@ -12,7 +12,14 @@ import respx
 
 from labkit.providers.openai_compatible import tokenize_reply
 from labkit.tokenizers import Tokenized, vocab_pieces
-from tests.streams import chat, make_provider, oa_usage, openai_events, record_one, sse_response
+from tests.providers.streams import (
+    chat,
+    make_provider,
+    oa_usage,
+    openai_events,
+    record_one,
+    sse_response,
+)
 
 pytestmark = pytest.mark.unit
 

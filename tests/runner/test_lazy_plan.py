@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from labkit.records import RequestRecord
-from tests.misbehaving import MisbehavingServer, sse_reply
-from tests.streams import oa_chunk, sse
+from tests.providers.streams import oa_chunk, sse
+from tests.support.misbehaving import MisbehavingServer, sse_reply
 
 pytestmark = pytest.mark.integration
 

@@ -37,7 +37,7 @@ from labkit.selfcheck import (
     SATURATED_CPU_SHARE,
     client_bound_notes,
 )
-from tests.signals import default_sigint
+from tests.support.signals import default_sigint
 
 NS = 1_000_000_000
 

@@ -16,7 +16,7 @@ from labkit.measurement.recorder import RecordContext, StreamRecorder
 from labkit.providers import provider_class
 from labkit.records import RequestRecord
 from labkit.runner import RunOptions, prepare_run
-from tests.streams import chat, oa_usage, openai_events
+from tests.providers.streams import chat, oa_usage, openai_events
 
 pytestmark = pytest.mark.integration
 

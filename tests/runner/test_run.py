@@ -12,7 +12,7 @@ import respx
 
 from labkit.config import parse_config
 from labkit.runner import RunOptions, prepare_run, run_lab
-from tests.streams import oa_usage, openai_events, sse_response
+from tests.providers.streams import oa_usage, openai_events, sse_response
 
 URL = "https://api.openai.com/v1/chat/completions"
 

@@ -23,8 +23,8 @@ from labkit.runner.run import RunResult
 from labkit.runner.scrape import MetricsScraper
 from labkit.runner.summary import load_tables
 from labkit.server_metrics import metrics_file_name, read_server_metrics
-from tests.misbehaving import MisbehavingServer, body_reply, http_head, repeat
 from tests.runner.fake_metrics import MetricsServer, shape, vllm_body
+from tests.support.misbehaving import MisbehavingServer, body_reply, http_head, repeat
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ from labkit.config import parse_config
 from labkit.experiments.load import Level, LoadExperiment, LoadSettings
 from labkit.figures import LoadFigures
 from labkit.runner import RunOptions, prepare_run
-from tests.prefix_cache_server import PrefixCacheServer
+from tests.support.prefix_cache_server import PrefixCacheServer
 
 
 def _experiment(**shared: Any) -> LoadExperiment:

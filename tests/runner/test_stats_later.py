@@ -20,7 +20,7 @@ from labkit.report import write_report
 from labkit.runner import RunOptions, prepare_run
 from labkit.runner.run import RunResult
 from labkit.scrub import registered_secrets
-from tests.misbehaving import MisbehavingServer, body_reply, sse_reply
+from tests.support.misbehaving import MisbehavingServer, body_reply, sse_reply
 
 pytestmark = pytest.mark.integration
 

@@ -1,0 +1,390 @@
+"""The Ray executor's scenarios, run inside a loopback-only network namespace.
+
+`python tests/runner/ray/scenarios.py OUT_DIR` (re-executed by test_ray_executor.py under
+``unshare -n``, where every Ray node is 127.0.0.1 and nothing but loopback exists). It starts
+one fake server (`labkit.fakeserver`) and runs, writing ``OUT_DIR/scenarios.json`` for the
+tests to judge:
+
+- ``interrupt``: `labkit run` on a local Ray cluster of its own, SIGINT mid-level;
+- one `ray.cluster_utils.Cluster` (nodes a, b, c, and one started without the key variable):
+  ``ray`` (actors on a and b, actor 1's clock skewed, every call to Ray spied on),
+  ``single`` and ``processes`` (the same config without Ray), ``kill`` (node c removed
+  mid-level, then ``--resume`` with a node c again) and ``nokey``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+KEY_ENV = "LABKIT_RAY_TEST_KEY"
+KEY = "sk-raytest-" + uuid.uuid4().hex
+TAG_ENV = "LABKIT_RAY_TEST_TAG"
+
+
+def _serve(schedule: dict[str, Any]) -> str:
+    from labkit.fakeserver import FakeServer
+    from labkit.providers.fake import FakeSchedule
+
+    server = FakeServer(FakeSchedule.model_validate(schedule))
+    started = threading.Event()
+
+    def run() -> None:
+        async def main() -> None:
+            await server.start()
+            started.set()
+            await asyncio.Event().wait()
+
+        asyncio.run(main())
+
+    threading.Thread(target=run, daemon=True).start()
+    started.wait(10)
+    return server.base_url
+
+
+def _config(
+    name: str,
+    out: Path,
+    base_url: str,
+    *,
+    executor: dict[str, Any] | None,
+    transport: str = "auto",
+    **load: Any,
+) -> dict[str, Any]:
+    experiment = {"kind": "load", "concurrency": [4], "requests": 12, "warmup": 1, **load}
+    config: dict[str, Any] = {
+        "name": name,
+        "output_dir": str(out),
+        "providers": [
+            {
+                "id": "fake",
+                "kind": "openai_compatible",
+                "model": "fake-model",
+                "base_url": base_url,
+                "api_key_env": KEY_ENV,
+                "transport": transport,
+            }
+        ],
+        "experiments": [experiment],
+    }
+    if executor is not None:
+        config["executor"] = executor
+    return config
+
+
+async def _run(config: dict[str, Any], messages: list[str] | None = None) -> str:
+    from labkit.config import parse_config
+    from labkit.runner import RunOptions, prepare_run, run_lab
+
+    runner = prepare_run(parse_config(config), RunOptions())
+    if messages is not None:
+        runner.on_message = messages.append
+    await run_lab(runner)
+    return str(runner.folder.path)
+
+
+def _measured_lines(run_dir: Path) -> int:
+    path = run_dir / "records.jsonl"
+    if not path.exists():
+        return 0
+    return sum(1 for line in path.read_text().splitlines() if '"warmup":false' in line)
+
+
+def _tagged_ray_processes(tag: str) -> list[str]:
+    """Processes (any owner of this host) whose environment carries `tag`: what Ray
+    started for one run."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if f"{TAG_ENV}={tag}".encode() in environ.split(b"\0"):
+            found.append(f"{pid} {cmdline.decode(errors='replace')[:120]}")
+    return found
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def interrupt(out: Path, base_url: str) -> dict[str, Any]:
+    """SIGINT to a `labkit run` child on its own local cluster, mid-level."""
+    config = _config(
+        "interrupt",
+        out / "interrupt",
+        base_url,
+        executor={"kind": "ray", "address": "local", "workers": 2, "cpus_per_worker": 0.5},
+        requests=400,
+        concurrency=[2],
+    )
+    path = out / "interrupt.json"
+    path.write_text(json.dumps(config))
+    tag = uuid.uuid4().hex
+    child = subprocess.Popen(
+        [sys.executable, "-m", "labkit", "run", str(path), "--no-report"],
+        env={**os.environ, TAG_ENV: tag},
+        # As tests/signals.py: a background job (CI) starts us with SIGINT ignored, which the
+        # child would inherit and never see the test's Ctrl-C.
+        preexec_fn=_default_sigint,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    run_dir: Path | None = None
+    while time.monotonic() < deadline:
+        dirs = [p for p in (out / "interrupt").glob("*") if p.is_dir()]
+        if dirs and _measured_lines(dirs[0]) >= 4:
+            run_dir = dirs[0]
+            break
+        time.sleep(0.1)
+    before = _measured_lines(run_dir) if run_dir else 0
+    child.send_signal(signal.SIGINT)
+    try:
+        output, _ = child.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        output, _ = child.communicate()
+    left: list[str] = []
+    for _ in range(100):  # Ray's own processes take a moment to exit
+        left = _tagged_ray_processes(tag)
+        if not left:
+            break
+        time.sleep(0.2)
+    return {
+        "run_dir": str(run_dir) if run_dir else None,
+        "measured_before_sigint": before,
+        "returncode": child.returncode,
+        "output": output[-3000:],
+        "ray_processes_left": left,
+    }
+
+
+class _Spy:
+    """Keeps everything labkit passes to Ray: actor arguments and options (runtime_env
+    included), method arguments, and `ray.init`'s arguments."""
+
+    def __init__(self) -> None:
+        self.calls: list[bytes] = []
+
+    def install(self) -> None:
+        import ray
+        import ray.actor
+        from ray import cloudpickle
+
+        spy = self
+        actor_remote = ray.actor.ActorClass._remote
+        method_remote = ray.actor.ActorMethod._remote
+        init = ray.init
+
+        def spied_actor(self: Any, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+            spy.calls.append(cloudpickle.dumps(("actor", args, kwargs, options)))
+            return actor_remote(self, args, kwargs, **options)
+
+        def spied_method(self: Any, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+            spy.calls.append(cloudpickle.dumps(("method", args, kwargs, options)))
+            return method_remote(self, args, kwargs, **options)
+
+        def spied_init(*args: Any, **kwargs: Any) -> Any:
+            spy.calls.append(cloudpickle.dumps(("init", args, kwargs)))
+            return init(*args, **kwargs)
+
+        ray.actor.ActorClass._remote = spied_actor  # type: ignore[method-assign]
+        ray.actor.ActorMethod._remote = spied_method  # type: ignore[method-assign]
+        ray.init = spied_init
+
+    def report(self) -> dict[str, Any]:
+        blob = b"\n".join(self.calls)
+        return {
+            "calls": len(self.calls),
+            "key_seen": KEY.encode() in blob,
+            "variable_seen": KEY_ENV.encode() in blob,
+            "runtime_env_seen": b"RAY_USE_UVLOOP" in blob,
+        }
+
+
+async def on_cluster(out: Path, base_url: str) -> dict[str, Any]:
+    """Every scenario that shares one multi-node cluster."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    results: dict[str, Any] = {}
+    client_port = _free_port()
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 2,
+            "resources": {"node_a": 1},
+            "include_dashboard": False,
+            "ray_client_server_port": client_port,
+        },
+    )
+    cluster.add_node(num_cpus=2, resources={"node_b": 1})
+    node_c = cluster.add_node(num_cpus=2, resources={"node_c": 1})
+    os.environ.pop(KEY_ENV)
+    cluster.add_node(num_cpus=1, resources={"node_nokey": 1})
+    os.environ[KEY_ENV] = KEY
+    cluster.wait_for_nodes()
+    spy = _Spy()
+    spy.install()
+    try:
+        ray_exec = {
+            "kind": "ray",
+            "address": cluster.address,
+            "workers": 2,
+            "cpus_per_worker": 0.5,
+            "placement": ["node_a", "node_b"],
+            "clock_skew_ns": {1: 3_000_000_000},
+        }
+        results["ray"] = await _run(_config("ray", out / "ray", base_url, executor=ray_exec))
+        results["spy"] = spy.report()
+        # User-space stamps (httpx): their lateness estimate needs labkit's timed loop.
+        results["ray_httpx"] = await _run(
+            _config(
+                "ray_httpx",
+                out / "ray_httpx",
+                base_url,
+                executor={**ray_exec, "clock_skew_ns": {}},
+                transport="httpx",
+            )
+        )
+        results["single"] = await _run(
+            _config("single", out / "single", base_url, executor=None, workers=1)
+        )
+        results["processes"] = await _run(
+            _config("processes", out / "processes", base_url, executor=None, workers=2)
+        )
+        nokey_exec = {**ray_exec, "placement": ["node_nokey"], "workers": 1, "clock_skew_ns": {}}
+        messages: list[str] = []
+        results["nokey"] = await _run(
+            _config("nokey", out / "nokey", base_url, executor=nokey_exec), messages
+        )
+        results["nokey_messages"] = messages
+        results["client"] = _through_ray_client(client_port, out, base_url, ray_exec)
+        results["kill"] = await _kill_and_resume(cluster, node_c, out, base_url, ray_exec)
+        results["actors_left"] = _actor_processes_after(grace_s=15.0)
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    return results
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _through_ray_client(
+    port: int, out: Path, base_url: str, ray_exec: dict[str, Any]
+) -> dict[str, Any]:
+    """`labkit run` in a process of its own, on the cluster through Ray Client (ray://)."""
+    executor = {**ray_exec, "address": f"ray://127.0.0.1:{port}", "clock_skew_ns": {}}
+    config = _config("client", out / "client", base_url, executor=executor)
+    path = out / "client.json"
+    path.write_text(json.dumps(config))
+    done = subprocess.run(
+        [sys.executable, "-m", "labkit", "run", str(path), "--no-report"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    dirs = [p for p in (out / "client").glob("*") if p.is_dir()]
+    return {
+        "returncode": done.returncode,
+        "output": (done.stdout + done.stderr)[-3000:],
+        "run_dir": str(dirs[0]) if dirs else None,
+    }
+
+
+def _actor_processes() -> list[str]:
+    """Live LevelActor processes on this host that belong to this run's cluster."""
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        if b"LevelActor" in cmdline and f"{KEY_ENV}={KEY}".encode() in environ.split(b"\0"):
+            found.append(pid)
+    return found
+
+
+def _actor_processes_after(grace_s: float) -> list[str]:
+    """The LevelActor processes still alive once `grace_s` has passed, or none sooner.
+
+    `ray.kill` only asks the node to end the actor's process: on a loaded host (CI) the last
+    one killed was still exiting when the run returned.
+    """
+    deadline = time.monotonic() + grace_s
+    while (left := _actor_processes()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+async def _kill_and_resume(
+    cluster: Any, node_c: Any, out: Path, base_url: str, ray_exec: dict[str, Any]
+) -> dict[str, Any]:
+    """Node c removed while its actor streams; then the run resumed with a node c again."""
+    from labkit.config import parse_config
+    from labkit.runner import RunOptions, prepare_resume, prepare_run, run_lab
+
+    config = _config(
+        "kill",
+        out / "kill",
+        base_url,
+        executor={**ray_exec, "placement": ["node_a", "node_c"], "clock_skew_ns": {}},
+        concurrency=[2],
+        requests=16,
+    )
+    runner = prepare_run(parse_config(config), RunOptions())
+    messages: list[str] = []
+    runner.on_message = messages.append
+    run_dir = runner.folder.path
+    task = asyncio.create_task(run_lab(runner))
+    async with asyncio.timeout(120):
+        while _measured_lines(run_dir) < 4:
+            await asyncio.sleep(0.05)
+    await asyncio.to_thread(cluster.remove_node, node_c)
+    await task
+    first_pass = (run_dir / "records.jsonl").read_text()
+    cluster.add_node(num_cpus=2, resources={"node_c": 1})
+    cluster.wait_for_nodes()
+    resumed = prepare_resume(run_dir)
+    await run_lab(resumed)
+    return {"run_dir": str(run_dir), "first_pass": first_pass, "messages": messages}
+
+
+def main() -> None:
+    """Run every scenario; write OUT_DIR/scenarios.json."""
+    out = Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    os.environ[KEY_ENV] = KEY
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    base_url = _serve({"first_token_ms": 20, "token_interval_ms": 15, "tokens": 12})
+    results: dict[str, Any] = {"key": KEY, "key_env": KEY_ENV}
+    results["interrupt"] = interrupt(out, base_url)
+    results.update(asyncio.run(on_cluster(out, base_url)))
+    (out / "scenarios.json").write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

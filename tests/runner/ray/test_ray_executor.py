@@ -1,0 +1,193 @@
+"""`executor: ray` on real Ray clusters, inside a loopback-only network namespace.
+
+One run of tests/runner/ray/scenarios.py under ``unshare -n`` (a multi-node
+`ray.cluster_utils.Cluster`, a local cluster for the Ctrl-C case, the fake server) per
+module; each test judges what it left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from labkit.clocksync import driver_start_ns, read_clock_log
+from labkit.records import ErrorKind, RequestRecord
+
+pytestmark = pytest.mark.integration
+
+SCENARIOS = Path(__file__).with_name("scenarios.py")
+ROOT = Path(__file__).parents[3]
+
+
+@pytest.fixture(scope="module")
+def scenarios(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    out = tmp_path_factory.mktemp("ray")
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    command = f"ip link set lo up && exec {sys.executable} {SCENARIOS} {out}"
+    done = subprocess.run(
+        ["unshare", "-n", "sh", "-c", command],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    yield json.loads((out / "scenarios.json").read_text())
+
+
+def _records(run_dir: str | Path) -> list[RequestRecord]:
+    lines = (Path(run_dir) / "records.jsonl").read_text().splitlines()
+    return [RequestRecord.from_json_line(line) for line in lines if line]
+
+
+def _measured(records: list[RequestRecord]) -> list[RequestRecord]:
+    return [r for r in records if not r.warmup]
+
+
+def _manifest(run_dir: str | Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((Path(run_dir) / "manifest.json").read_text())
+    return data
+
+
+def test_a_ray_run_sends_the_plan_of_a_single_and_a_multi_process_run(
+    scenarios: dict[str, Any],
+) -> None:
+    keys = {
+        name: sorted(str(r.plan_key) for r in _measured(_records(scenarios[name])))
+        for name in ("ray", "single", "processes")
+    }
+    assert keys["ray"] == sorted(f"load/c4/{i}" for i in range(12))
+    assert keys["ray"] == keys["single"] == keys["processes"]
+    ray_records = _measured(_records(scenarios["ray"]))
+    assert all(r.error is None for r in ray_records)
+    assert {r.tags["workers"] for r in ray_records} == {"2"}
+    assert _manifest(scenarios["ray"])["status"] == "completed"
+    assert all(r.client.stamp_lateness_ms_p99 is not None for r in ray_records)
+
+
+def test_actors_estimate_the_lateness_of_user_space_stamps(scenarios: dict[str, Any]) -> None:
+    # Each actor's share runs on labkit's timed loop (labkit.loopclock), as a worker process
+    # does, so stamps taken through httpx get the self-check's estimate too.
+    records = _measured(_records(scenarios["ray_httpx"]))
+    assert len(records) == 12 and all(r.error is None for r in records)
+    assert {r.client.stamp_source for r in records} == {"user"}
+    assert all(r.client.stamp_lateness_ms_p99 is not None for r in records)
+
+
+def test_each_record_carries_its_node_and_that_nodes_clock_offset(
+    scenarios: dict[str, Any],
+) -> None:
+    records = _records(scenarios["ray"])
+    # The runner's own warm-up ran here (no host); everything an actor measured has one.
+    here = [r for r in records if r.host is None]
+    assert [r.plan_key for r in here] == ["load/warmup/0"]
+    assert all(r.clock is not None for r in records if r.host is not None)
+    hosts = {r.host for r in _measured(records)}
+    assert len(hosts) == 2  # placement: one actor on node a, one on node b
+    (log,) = Path(scenarios["ray"]).glob("clock-*.jsonl")
+    entries = read_clock_log(log)
+    assert {e.host for e in entries} == hosts
+    assert all(e.level == "c4" and e.after is not None for e in entries)
+    assert all(e.before.samples == 16 and e.before.uncertainty_ns > 0 for e in entries)
+
+
+def test_a_skewed_actor_clock_is_corrected_by_its_measured_offset(
+    scenarios: dict[str, Any],
+) -> None:
+    skew = 3_000_000_000
+    measured = _measured(_records(scenarios["ray"]))
+    by_host: dict[str, list[RequestRecord]] = {}
+    for r in measured:
+        by_host.setdefault(str(r.host), []).append(r)
+    skewed = [h for h, rs in by_host.items() if rs[0].clock and rs[0].clock.offset_ns < -skew / 2]
+    assert len(skewed) == 1
+    for host, recs in by_host.items():
+        assert recs[0].clock is not None
+        expected = -skew if host in skewed else 0
+        # Same host underneath: the estimate recovers the injected skew to within 50 ms.
+        assert abs(recs[0].clock.offset_ns - expected) < 50_000_000
+    raw = [min(int(r.t_start_mono_ns or 0) for r in recs) for recs in by_host.values()]
+    corrected = [min(int(driver_start_ns(r) or 0) for r in recs) for recs in by_host.values()]
+    assert abs(raw[0] - raw[1]) > skew * 0.8  # uncorrected, the actors' starts are 3 s apart
+    assert abs(corrected[0] - corrected[1]) < 500_000_000  # corrected, one common start
+
+
+def test_no_key_passes_through_ray(scenarios: dict[str, Any]) -> None:
+    spy = scenarios["spy"]
+    assert spy["calls"] > 10  # actors created, methods called: the spy saw them
+    assert spy["variable_seen"]  # the variable's name travels, so the spy sees the documents
+    assert spy["runtime_env_seen"]  # and the actors' runtime_env (no variable of ours in it)
+    assert not spy["key_seen"]
+
+
+def test_a_node_without_the_key_variable_is_one_error_naming_node_and_variable(
+    scenarios: dict[str, Any],
+) -> None:
+    (line,) = scenarios["nokey_messages"]
+    assert "Ray node " in line and scenarios["key_env"] in line
+    assert scenarios["key"] not in line
+    manifest = _manifest(scenarios["nokey"])
+    entry = manifest["providers"]["fake"]
+    assert entry["status"] == "failed" and scenarios["key_env"] in entry["reason"]
+    assert not _measured(_records(scenarios["nokey"]))
+
+
+def test_a_node_killed_mid_level_keeps_its_records_and_loses_only_what_was_in_flight(
+    scenarios: dict[str, Any],
+) -> None:
+    kill = scenarios["kill"]
+    first = [RequestRecord.from_json_line(line) for line in kill["first_pass"].splitlines() if line]
+    measured = _measured(first)
+    lost = [r for r in measured if r.error is not None and r.error.kind == ErrorKind.LOST]
+    assert len(lost) == 1  # one stream per actor: its one request in flight
+    dead_host = lost[0].host
+    assert dead_host is not None
+    assert all(dead_host in str(r.error.message) for r in lost if r.error)
+    kept = [r for r in measured if r.host == dead_host and r.error is None]
+    assert kept, "the dead node's finished records stay in records.jsonl"
+    finished_keys = {r.plan_key for r in measured if r.error is None}
+    assert not {r.plan_key for r in lost} & finished_keys
+    (message,) = [m for m in kill["messages"] if "died" in m]
+    assert dead_host in message and "partial" in message
+
+
+def test_resume_reruns_the_partial_level(scenarios: dict[str, Any]) -> None:
+    from labkit.experiments.common import latest_pass
+
+    run_dir = scenarios["kill"]["run_dir"]
+    latest = latest_pass(_measured(_records(run_dir)))
+    assert len(latest) == 16
+    assert all(r.error is None for r in latest)
+    assert sorted(str(r.plan_key) for r in latest) == sorted(f"load/c2/{i}" for i in range(16))
+    assert _manifest(run_dir)["status"] == "completed"
+
+
+def test_ctrl_c_stops_every_actor_and_keeps_what_arrived(scenarios: dict[str, Any]) -> None:
+    interrupt = scenarios["interrupt"]
+    assert interrupt["returncode"] == 130, interrupt["output"]
+    assert interrupt["run_dir"] is not None
+    manifest = _manifest(interrupt["run_dir"])
+    assert manifest["status"] == "interrupted"
+    records = _measured(_records(interrupt["run_dir"]))
+    assert len(records) >= interrupt["measured_before_sigint"]
+    assert interrupt["ray_processes_left"] == []
+
+
+def test_no_actor_outlives_its_run(scenarios: dict[str, Any]) -> None:
+    assert scenarios["actors_left"] == []
+
+
+def test_a_level_runs_through_ray_client_too(scenarios: dict[str, Any]) -> None:
+    client = scenarios["client"]
+    assert client["returncode"] == 0, client["output"]
+    records = _measured(_records(client["run_dir"]))
+    assert sorted(str(r.plan_key) for r in records) == sorted(f"load/c4/{i}" for i in range(12))
+    assert all(r.error is None and r.host is not None for r in records)
+    assert len({r.host for r in records}) == 2
