@@ -89,12 +89,6 @@ class RayExecutorSettings(BaseModel):
         "possible; a list of custom resource names: actor k on a node that offers resource "
         "`placement[k % len]` (give each node its own resource to pin actors to nodes).",
     )
-    clock_skew_ns: dict[int, int] = Field(
-        default_factory=dict,
-        description="Test hook: actor index → nanoseconds added to that actor's clock (its "
-        "records' t_start_mono_ns, its offset probe, its view of the start), to check that "
-        "the measured offsets correct it.",
-    )
 
     @field_validator("address")
     @classmethod

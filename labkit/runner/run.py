@@ -24,11 +24,12 @@ from labkit.experiments.paced import connections_needed
 from labkit.providers import ManagedServerHandle, Provider, ProviderSettings, provider_class
 from labkit.recorder import LoopLagMonitor, RecordContext, StreamRecorder
 from labkit.records import ErrorKind, LabAnswer, LabResults, RecordError, RequestRecord
+from labkit.runner.executor import Executor
 from labkit.runner.later import LaterReport, fetch_later_stats
 from labkit.runner.ray_executor import RayExecutor
 from labkit.runner.results import RunFolder, host_info, new_run_id, package_versions
 from labkit.runner.scrape import MetricsScraper, ScrapeReport
-from labkit.runner.workers import job_document, run_in_workers
+from labkit.runner.workers import HostExecutor
 from labkit.sdkpath import SDKRecorder
 from labkit.server_metrics import metrics_file_name, read_server_metrics
 from labkit.timing import percentile
@@ -144,9 +145,20 @@ class Runner:
         self._lag = LoopLagMonitor()
         self._recorder = StreamRecorder(lag_monitor=self._lag, on_cancelled=self._keep)
         self._sdk = SDKRecorder(lag_monitor=self._lag, on_cancelled=self._keep)
-        self.executor = (
-            RayExecutor(config.executor, folder.path) if config.executor is not None else None
-        )
+        #: Where paced levels run, chosen once for the run: a Ray cluster's actors where the
+        #: config names one (`executor:`), else this host's processes. Tests may replace it
+        #: before `run` (a Ray executor with skewed actor clocks).
+        self.executor: Executor
+        if config.executor is not None:
+            self.executor = RayExecutor(
+                config.executor, folder.path, run_id=folder.run_id, store_text=config.store_text
+            )
+        else:
+            self.executor = HostExecutor(
+                run_id=folder.run_id,
+                store_text=config.store_text,
+                log_dir=folder.path / "worker-logs",
+            )
 
     def _keep(self, record: RequestRecord) -> None:
         if not self.config.store_text and record.output_text is not None:
@@ -175,8 +187,7 @@ class Runner:
             status = "completed"
         finally:
             await self._lag.stop()
-            if self.executor is not None:
-                await self.executor.close()
+            await self.executor.close()
             self.folder.close()
             self.folder.write_manifest(
                 ended_at=datetime.now(UTC).isoformat(),
@@ -371,8 +382,7 @@ class Runner:
                 break
             await self._send(exp, provider, planned, outcome, server, 0.0)
         if isinstance(exp, PacedExperiment):
-            await exp.drive(provider, _Driver(self, exp, provider, outcome, server))
-            await exp.finalize(provider, self._mine(provider, exp))
+            await self._run_levels(exp, provider, outcome, server)
             return
         queue = itertools.chain([first_measured] if first_measured else [], plan)
         failures: list[BaseException] = []
@@ -393,6 +403,21 @@ class Runner:
         await asyncio.gather(*(stream_worker() for _ in range(provider.settings.concurrency)))
         if failures:
             raise failures[0]
+        await exp.finalize(provider, self._mine(provider, exp))
+
+    async def _run_levels(
+        self,
+        exp: PacedExperiment[Any, Any],
+        provider: Provider,
+        outcome: ProviderOutcome,
+        server: ManagedServerHandle | None,
+    ) -> None:
+        """A paced experiment's levels, each run by the run's executor once its records
+        before are in."""
+        level = _Level(self, exp, provider, outcome, server)
+        async for plan in exp.level_plans(provider, level):
+            await self.executor.run_level(exp, provider, plan, level)
+            level.check_server()
         await exp.finalize(provider, self._mine(provider, exp))
 
     def _mine(self, provider: Provider, exp: Experiment) -> list[RequestRecord]:
@@ -458,13 +483,14 @@ class Runner:
         self.on_progress(outcome)
 
 
-class _Driver:
-    """The runner's side of `RequestDriver`: what a self-pacing experiment may do."""
+class _Level:
+    """The runner's side of a paced experiment's levels: what it tells the experiment
+    (`LevelContext`) and where the executor hands its requests and records (`LevelSink`)."""
 
     def __init__(
         self,
         runner: Runner,
-        exp: PacedExperiment,
+        exp: PacedExperiment[Any, Any],
         provider: Provider,
         outcome: ProviderOutcome,
         server: ManagedServerHandle | None,
@@ -478,73 +504,29 @@ class _Driver:
     def previous(self) -> list[RequestRecord]:
         return self._runner._mine(self._provider, self._exp)
 
-    async def send(self, planned: PlannedRequest, queue_ms: float) -> None:
-        await self._runner._send(
-            self._exp, self._provider, planned, self._outcome, self._server, queue_ms, retries=0
-        )
-
-    async def in_processes(self, job: dict[str, Any], processes: int) -> None:
-        runner = self._runner
-        outcome = self._outcome
-
-        def on_record(record: RequestRecord) -> None:
-            runner._account(record, outcome)
-
-        await run_in_workers(
-            provider=self._provider,
-            experiment=self._exp,
-            job=job,
-            processes=processes,
-            run_id=runner.folder.run_id,
-            store_text=runner.config.store_text,
-            log_dir=runner.folder.path / "worker-logs",
-            on_record=on_record,
-        )
-        self._check_server()
-
-    def has_executor(self) -> bool:
-        return self._runner.executor is not None
-
-    async def in_executor(self, job: dict[str, Any], most: int | None) -> None:
-        runner = self._runner
-        executor = runner.executor
-        assert executor is not None
-        outcome = self._outcome
-
-        def on_record(record: RequestRecord) -> None:
-            runner._account(record, outcome)
-
-        document = job_document(
-            self._provider,
-            self._exp,
-            job,
-            run_id=runner.folder.run_id,
-            store_text=runner.config.store_text,
-        )
-        await executor.run_level(
-            provider=self._provider,
-            experiment=self._exp,
-            document=document,
-            most=most,
-            on_record=on_record,
-            on_message=runner.on_message,
-        )
-        self._check_server()
-
-    def _check_server(self) -> None:
-        if self._server is not None and not self._server.is_running():
-            self._outcome.status = "dead"
-            raise ProviderDied(
-                f"{self._server.name} exited during the run (see {self._server.log_path}); "
-                "the records finished before it died are kept"
-            )
-
     def expect(self, requests: int) -> None:
         self._outcome.planned += requests
         self._runner.on_progress(self._outcome)
 
     def message(self, text: str) -> None:
         self._runner.on_message(text)
+
+    async def send(self, planned: PlannedRequest, queue_ms: float) -> None:
+        await self._runner._send(
+            self._exp, self._provider, planned, self._outcome, self._server, queue_ms, retries=0
+        )
+
+    def keep(self, record: RequestRecord) -> None:
+        self._runner._account(record, self._outcome)
+
+    def check_server(self) -> None:
+        """ProviderDied when the managed server exited during the level."""
+        if self._server is not None and not self._server.is_running():
+            self._outcome.status = "dead"
+            raise ProviderDied(
+                f"{self._server.name} exited during the run (see {self._server.log_path}); "
+                "the records finished before it died are kept"
+            )
 
 
 def _provider_failure(exc: Exception, settings: ProviderSettings) -> str:
