@@ -61,12 +61,16 @@ async def _read_records(
 
 
 class WorkerProcessExecutor(Executor):
-    """A level over `LevelPlan.processes` worker processes of this host."""
+    """A level over worker processes of this host: `processes` of them, else as many as
+    the level asks for (`LevelPlan.processes`)."""
 
-    def __init__(self, *, run_id: str, store_text: bool, log_dir: Path) -> None:
+    def __init__(
+        self, *, run_id: str, store_text: bool, log_dir: Path, processes: int | None = None
+    ) -> None:
         self._run_id = run_id
         self._store_text = store_text
         self._log_dir = log_dir
+        self._processes = processes
 
     async def run_level(
         self,
@@ -85,7 +89,8 @@ class WorkerProcessExecutor(Executor):
             tags=level.processes.tags,
         )
         name = safe_filename(f"{provider.id}-{experiment.name}-{level.index}")
-        await _run_in_workers(job, level.processes.count, self._log_dir, name, sink.keep)
+        processes = self._processes or level.processes.count
+        await _run_in_workers(job, processes, self._log_dir, name, sink.keep)
 
     async def close(self) -> None:
         """Nothing held: each level's processes end with it."""
