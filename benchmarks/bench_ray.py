@@ -10,8 +10,8 @@ this host). Each level is a `load` experiment at `streams` concurrency (a closed
 - ``workers``: labkit's worker processes (``workers: auto``);
 - ``ray``: Ray actors on a local cluster (``executor: {kind: ray, address: local,
   workers: auto}``), with ``--ray-skew-ms`` added to actor 0's clock (an injected
-  `labkit.runner.ray_executor.ActorClock`) so the correction is exercised: its stamps are taken on the
-  driver's clock, ``labkit.clocksync.driver_start_ns(record) + event offsets``.
+  `labkit.runner.ray_executor.ActorClock`) so the correction is exercised: its stamps
+  are taken on the driver's clock, ``labkit.clocksync.driver_start_ns(record) + event offsets``.
 
 Per executor and level, from the run's records and its level figures: the most streams in
 flight at once (a sweep over the corrected start → end intervals) and the mean

@@ -62,7 +62,7 @@ def looks_like_key(name: str) -> bool:
 
 
 class RayExecutorSettings(BaseModel):
-    """`executor: {kind: ray, ...}`: load levels run by Ray actors across a cluster's nodes
+    """`executor: {kind: ray, ...}`: paced levels run by Ray actors across a cluster's nodes
     (`labkit.runner.ray_executor`; `pip install labkit[ray]`)."""
 
     model_config = ConfigDict(extra="forbid")

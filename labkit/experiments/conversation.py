@@ -31,7 +31,7 @@ import random
 import secrets
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from typing import Any, ClassVar, Literal
 
 from pydantic import (
@@ -297,7 +297,7 @@ class ConversationExperiment(PacedExperiment[ConversationState, ConversationPass
 
     async def level_plans(
         self, provider: Provider, context: LevelContext
-    ) -> AsyncIterator[ConversationPass]:
+    ) -> AsyncGenerator[ConversationPass, None]:
         """Each cache variant's sessions, `concurrency` at a time; on resume only what is
         missing (see the module's docstring)."""
         if "off" in self._s.cache and "off" not in self.variants():

@@ -24,7 +24,7 @@ import math
 import random
 import secrets
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -454,7 +454,7 @@ class LoadExperiment(PacedExperiment[LoadState, LoadLevelPlan]):
 
     async def level_plans(
         self, provider: Provider, context: LevelContext
-    ) -> AsyncIterator[LoadLevelPlan]:
+    ) -> AsyncGenerator[LoadLevelPlan, None]:
         """The levels one after another; on resume, skip the levels already complete."""
         previous = context.previous()
         if self._s.workers == "auto":

@@ -12,7 +12,7 @@ level, and every paced experiment runs on every executor. The runner asks
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import ClassVar, Generic, Protocol, TypeVar
 
@@ -111,7 +111,9 @@ class PacedExperiment(Experiment, Generic[StateT, LevelT]):
     level_model: ClassVar[type[LevelPlan]]
 
     @abstractmethod
-    def level_plans(self, provider: Provider, context: LevelContext) -> AsyncIterator[LevelT]:
+    def level_plans(
+        self, provider: Provider, context: LevelContext
+    ) -> AsyncGenerator[LevelT, None]:
         """The levels to run, one after another, after the runner has sent the warm-ups;
         the next is asked for once the previous one's records are in `context.previous()`."""
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -208,7 +208,7 @@ class SweepExperiment(LoadExperiment):
 
     async def level_plans(
         self, provider: Provider, context: LevelContext
-    ) -> AsyncIterator[LoadLevelPlan]:
+    ) -> AsyncGenerator[LoadLevelPlan, None]:
         """The sweep's levels one after another, reusing those a resumed run finished."""
         started = time.monotonic()
         done: list[SweepProbe] = []

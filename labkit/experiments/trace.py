@@ -24,7 +24,7 @@ import csv
 import gc
 import json
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -330,7 +330,7 @@ class TraceExperiment(PacedExperiment[TraceState, TracePass]):
 
     async def level_plans(
         self, provider: Provider, context: LevelContext
-    ) -> AsyncIterator[TracePass]:
+    ) -> AsyncGenerator[TracePass, None]:
         """Replay the trace once; on resume, again only if no pass completed."""
         self.learn_framing(context.previous())
         previous = latest_pass([r for r in context.previous() if not r.warmup])

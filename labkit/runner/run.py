@@ -9,6 +9,7 @@ a crash or Ctrl-C loses nothing finished, and `resume` redoes only what is missi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -415,9 +416,10 @@ class Runner:
         """A paced experiment's levels, each run by the run's executor once its records
         before are in."""
         level = _Level(self, exp, provider, outcome, server)
-        async for plan in exp.level_plans(provider, level):
-            await self.executor.run_level(exp, provider, plan, level)
-            level.check_server()
+        async with contextlib.aclosing(exp.level_plans(provider, level)) as plans:
+            async for plan in plans:
+                await self.executor.run_level(exp, provider, plan, level)
+                level.check_server()
         await exp.finalize(provider, self._mine(provider, exp))
 
     def _mine(self, provider: Provider, exp: Experiment) -> list[RequestRecord]:
