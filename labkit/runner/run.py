@@ -23,9 +23,9 @@ from labkit.errors import LabkitError, ProviderUnavailable, RunError
 from labkit.experiments import Experiment, PacedExperiment, PlannedRequest, experiment_class
 from labkit.experiments.paced import connections_needed
 from labkit.providers import ManagedServerHandle, Provider, ProviderSettings, provider_class
-from labkit.recorder import LoopLagMonitor, RecordContext, StreamRecorder
+from labkit.recorder import LoopLagMonitor, StreamRecorder
 from labkit.records import ErrorKind, LabAnswer, LabResults, RecordError, RequestRecord
-from labkit.runner.executor import Executor
+from labkit.runner.executor import Executor, Measurer
 from labkit.runner.later import LaterReport, fetch_later_stats
 from labkit.runner.ray_executor import RayExecutor
 from labkit.runner.results import RunFolder, host_info, new_run_id, package_versions
@@ -146,6 +146,12 @@ class Runner:
         self._lag = LoopLagMonitor()
         self._recorder = StreamRecorder(lag_monitor=self._lag, on_cancelled=self._keep)
         self._sdk = SDKRecorder(lag_monitor=self._lag, on_cancelled=self._keep)
+        self._measurer = Measurer(
+            self._recorder,
+            lambda: self._sdk,
+            run_id=folder.run_id,
+            store_text=config.store_text,
+        )
         #: Where paced levels run, chosen once for the run: a Ray cluster's actors where the
         #: config names one (`executor:`), else this host's processes. Tests may replace it
         #: before `run` (a Ray executor with skewed actor clocks).
@@ -156,6 +162,7 @@ class Runner:
             )
         else:
             self.executor = HostExecutor(
+                self._measurer,
                 run_id=folder.run_id,
                 store_text=config.store_text,
                 log_dir=folder.path / "worker-logs",
@@ -433,39 +440,20 @@ class Runner:
         outcome: ProviderOutcome,
         server: ManagedServerHandle | None,
         queue_ms: float,
-        *,
-        retries: int | None = None,
     ) -> None:
         if outcome.status == "dead":
             return
-        retries = provider.settings.retries if retries is None else retries
+        retries = provider.settings.retries
         for attempt in range(1, retries + 2):
-            ctx = RecordContext(
-                run_id=self.folder.run_id,
-                experiment=exp.name,
-                trial=planned.trial,
-                attempt=attempt,
-                warmup=planned.warmup,
-                tags=planned.tags,
-                queue_ms=queue_ms,
-                store_text=self.config.store_text or planned.on_record is not None,
+            record = await self._measurer.measure(
+                provider, exp.name, planned, queue_ms, attempt=attempt
             )
-            if planned.request.client_path == "sdk":
-                record = await self._sdk.record(provider, planned.request, ctx)
-            else:
-                record = await self._recorder.record(provider, planned.request, ctx)
-            record.plan_key = planned.key
-            if planned.on_record is not None:
-                planned.on_record(record)
             self._account(record, outcome)
             if record.error is None:
                 return
             if server is not None and not server.is_running():
                 outcome.status = "dead"
-                raise ProviderDied(
-                    f"{server.name} exited during the run (see {server.log_path}); "
-                    "the records finished before it died are kept"
-                )
+                raise _died(server)
             if attempt > retries or not _retryable(record.error):
                 return
             wait = record.error.retry_after_s
@@ -487,7 +475,7 @@ class Runner:
 
 class _Level:
     """The runner's side of a paced experiment's levels: what it tells the experiment
-    (`LevelContext`) and where the executor hands its requests and records (`LevelSink`)."""
+    (`LevelContext`) and where the executor hands its records (`LevelSink`)."""
 
     def __init__(
         self,
@@ -513,22 +501,24 @@ class _Level:
     def message(self, text: str) -> None:
         self._runner.on_message(text)
 
-    async def send(self, planned: PlannedRequest, queue_ms: float) -> None:
-        await self._runner._send(
-            self._exp, self._provider, planned, self._outcome, self._server, queue_ms, retries=0
-        )
-
     def keep(self, record: RequestRecord) -> None:
         self._runner._account(record, self._outcome)
+
+    def server_died(self) -> bool:
+        return self._outcome.status == "dead"
 
     def check_server(self) -> None:
         """ProviderDied when the managed server exited during the level."""
         if self._server is not None and not self._server.is_running():
             self._outcome.status = "dead"
-            raise ProviderDied(
-                f"{self._server.name} exited during the run (see {self._server.log_path}); "
-                "the records finished before it died are kept"
-            )
+            raise _died(self._server)
+
+
+def _died(server: ManagedServerHandle) -> ProviderDied:
+    return ProviderDied(
+        f"{server.name} exited during the run (see {server.log_path}); "
+        "the records finished before it died are kept"
+    )
 
 
 def _provider_failure(exc: Exception, settings: ProviderSettings) -> str:

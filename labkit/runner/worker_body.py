@@ -11,13 +11,17 @@ subprocess worker's link writes `labkit.runner.jobs` messages as JSON lines
 from __future__ import annotations
 
 import gc
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from labkit.experiments import PacedExperiment, PlannedRequest, Share, experiment_class
 from labkit.providers import Provider, provider_class
-from labkit.recorder import LoopLagMonitor, RecordContext, StreamRecorder
+from labkit.recorder import LoopLagMonitor, StreamRecorder
 from labkit.records import RequestRecord
+from labkit.runner.executor import Measurer
 from labkit.runner.jobs import LevelJob
+
+if TYPE_CHECKING:
+    from labkit.sdkpath import SDKRecorder
 
 __all__ = ["WorkerLink", "build_worker", "run_worker"]
 
@@ -70,33 +74,21 @@ async def run_worker(
             record = record.model_copy(update={"output_text": None})
         link.emit(record)
 
+    sdk: list[SDKRecorder] = []
+
+    def sdk_recorder() -> SDKRecorder:
+        if not sdk:  # made on first use: the SDKs are slow to import
+            from labkit.sdkpath import SDKRecorder
+
+            sdk.append(SDKRecorder(lag_monitor=lag, on_cancelled=emit))
+        return sdk[0]
+
     recorder = StreamRecorder(lag_monitor=lag, on_cancelled=emit)
-    sdk: Any = None
+    measurer = Measurer(recorder, sdk_recorder, run_id=job.run_id, store_text=job.store_text)
 
     async def send(planned: PlannedRequest, queue_ms: float) -> None:
-        nonlocal sdk
         link.sending(planned)
-        ctx = RecordContext(
-            run_id=job.run_id,
-            experiment=experiment.name,
-            trial=planned.trial,
-            warmup=planned.warmup,
-            tags=planned.tags,
-            queue_ms=queue_ms,
-            store_text=job.store_text or planned.on_record is not None,
-        )
-        if planned.request.client_path == "sdk":
-            if sdk is None:
-                from labkit.sdkpath import SDKRecorder
-
-                sdk = SDKRecorder(lag_monitor=lag, on_cancelled=emit)
-            record = await sdk.record(provider, planned.request, ctx)
-        else:
-            record = await recorder.record(provider, planned.request, ctx)
-        record.plan_key = planned.key
-        if planned.on_record is not None:
-            planned.on_record(record)
-        emit(record)
+        emit(await measurer.measure(provider, experiment.name, planned, queue_ms))
 
     try:
         # A fresh worker pays its first connection and lazy imports on its first request:
@@ -114,6 +106,6 @@ async def run_worker(
         await experiment.run_share(provider, job.level, share, t0_ns, send)
     finally:
         await lag.stop()
-        if sdk is not None:
-            await sdk.aclose()
+        for client in sdk:
+            await client.aclose()
         await provider.aclose()

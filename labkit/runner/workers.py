@@ -34,7 +34,7 @@ from labkit.experiments import LevelPlan, PacedExperiment
 from labkit.filenames import safe_filename
 from labkit.providers import Provider
 from labkit.records import RequestRecord
-from labkit.runner.executor import Executor, InProcessExecutor, LevelSink
+from labkit.runner.executor import Executor, InProcessExecutor, LevelSink, Measurer
 from labkit.runner.jobs import JobMessage, LevelJob, Ready, Recorded, Start, decode, encode
 
 __all__ = ["HostExecutor", "WorkerProcessExecutor"]
@@ -180,8 +180,8 @@ class HostExecutor(Executor):
     """This host: a level in the runner's process, or over as many worker processes as it
     asks for (`LevelPlan.processes`)."""
 
-    def __init__(self, *, run_id: str, store_text: bool, log_dir: Path) -> None:
-        self.in_process = InProcessExecutor()
+    def __init__(self, measurer: Measurer, *, run_id: str, store_text: bool, log_dir: Path) -> None:
+        self.in_process = InProcessExecutor(measurer)
         self.workers = WorkerProcessExecutor(run_id=run_id, store_text=store_text, log_dir=log_dir)
 
     async def run_level(
