@@ -6,21 +6,24 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pydantic
 import pytest
 
 from labkit.config import parse_config
-from labkit.experiments import PacedExperiment, experiment_class
+from labkit.experiments import PacedExperiment, PlannedRequest, experiment_class
 from labkit.experiments.conversation import ConversationPass, ConversationSession
-from labkit.experiments.load import LoadLevelPlan, LoadState
+from labkit.experiments.load import LoadLevelPlan, LoadSettings, LoadState
 from labkit.experiments.trace import TracePass, TraceState
 from labkit.providers import provider_class
+from labkit.providers.base import ChatRequest
 from labkit.records import RequestRecord
 from labkit.runner import RunOptions, prepare_run
+from labkit.runner.executor import InProcessExecutor
 from labkit.runner.jobs import JobMessage, LevelJob, Ready, Recorded, Start, decode, encode
-from labkit.runner.run import RunResult
+from labkit.runner.run import ProviderDied, RunResult
 from labkit.runner.workers import WorkerProcessExecutor
 from tests.prefix_cache_server import PrefixCacheServer
 
@@ -213,3 +216,74 @@ def test_conversations_run_over_two_worker_processes(tmp_path: Path) -> None:
                 assert message["content"] in server.answers
     answer = result.lab.answers[0]
     assert answer.status == "ok", answer.answer
+
+
+class _Steps(PacedExperiment[LoadState, LoadLevelPlan]):
+    """Three requests one after another: enough to see where a level stops."""
+
+    kind = "steps"
+
+    def plan(self, provider: Any) -> list[Any]:
+        return []
+
+    def analyze(self, provider_id: str, model: str, records: list[Any]) -> Any:
+        raise NotImplementedError
+
+    async def level_plans(self, provider: Any, context: Any) -> Any:
+        yield LoadLevelPlan(title="c1", mode="concurrency", target=1, level_run="r")
+
+    def shard_state(self) -> LoadState:
+        return LoadState()
+
+    def restore(self, state: LoadState) -> None:
+        pass
+
+    async def run_share(
+        self, provider: Any, level: LoadLevelPlan, share: Any, t0_ns: int, send: Any
+    ) -> None:
+        for i in range(3):
+            request = ChatRequest([{"role": "user", "content": "hi"}], {}, "p")
+            await send(PlannedRequest(key=f"steps/{i}", request=request, trial=i), 0.0)
+
+
+class _Sink:
+    """A level's sink whose managed server dies with the first failed request."""
+
+    def __init__(self) -> None:
+        self.kept: list[Any] = []
+        self.dead = False
+
+    def keep(self, record: Any) -> None:
+        self.kept.append(record)
+
+    def message(self, text: str) -> None:
+        pass
+
+    def server_died(self) -> bool:
+        return self.dead
+
+    def check_server(self) -> None:
+        self.dead = True
+        raise ProviderDied("the server exited")
+
+
+class _Failing:
+    """A measurer whose every request fails."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    async def measure(self, provider: Any, experiment: str, planned: Any, queue_ms: float) -> Any:
+        self.sent.append(planned.key)
+        return SimpleNamespace(error="connection refused", key=planned.key)
+
+
+@pytest.mark.unit
+def test_a_level_in_the_runners_process_stops_when_its_server_dies() -> None:
+    measurer, sink = _Failing(), _Sink()
+    executor = InProcessExecutor(measurer)  # type: ignore[arg-type]
+    experiment = _Steps(LoadSettings(concurrency=[1]))
+    level = LoadLevelPlan(title="c1", mode="concurrency", target=1, level_run="r")
+    with pytest.raises(ProviderDied):
+        asyncio.run(executor.run_level(experiment, None, level, sink))  # type: ignore[arg-type]
+    assert measurer.sent == ["steps/0"] and len(sink.kept) == 1  # nothing sent after it died
