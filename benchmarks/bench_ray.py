@@ -9,9 +9,9 @@ this host). Each level is a `load` experiment at `streams` concurrency (a closed
 - ``process``: the experiment's streams read by this process (``workers: 1``);
 - ``workers``: labkit's worker processes (``workers: auto``);
 - ``ray``: Ray actors on a local cluster (``executor: {kind: ray, address: local,
-  workers: auto}``), with ``--ray-skew-ms`` added to actor 0's clock (the executor's
-  ``clock_skew_ns`` test hook) so the correction is exercised: its stamps are taken on the
-  driver's clock, ``labkit.clocksync.driver_start_ns(record) + event offsets``.
+  workers: auto}``), with ``--ray-skew-ms`` added to actor 0's clock (an injected
+  `labkit.runner.ray_executor.ActorClock`) so the correction is exercised: its stamps
+  are taken on the driver's clock, ``labkit.clocksync.driver_start_ns(record) + event offsets``.
 
 Per executor and level, from the run's records and its level figures: the most streams in
 flight at once (a sweep over the corrected start → end intervals) and the mean
@@ -77,7 +77,7 @@ class LegOutcome:
     failure: str | None = None
 
 
-def _config(base_url: str, leg: str, streams: int, requests: int, skew_ns: int) -> dict[str, Any]:
+def _config(base_url: str, leg: str, streams: int, requests: int) -> dict[str, Any]:
     """The run's config: one provider, one load level, read by `leg`."""
     experiment: dict[str, Any] = {
         "kind": "load",
@@ -96,12 +96,7 @@ def _config(base_url: str, leg: str, streams: int, requests: int, skew_ns: int) 
     elif leg == "workers":
         experiment["workers"] = "auto"
     else:
-        config["executor"] = {
-            "kind": "ray",
-            "address": "local",
-            "workers": "auto",
-            "clock_skew_ns": {0: skew_ns} if skew_ns else {},
-        }
+        config["executor"] = {"kind": "ray", "address": "local", "workers": "auto"}
     return config
 
 
@@ -142,10 +137,20 @@ def run_leg(base_url: str, leg: str, streams: int, requests: int, skew_ns: int) 
     from labkit.measurement import loopclock
     from labkit.runner import RunOptions, prepare_run
 
-    config = parse_config(_config(base_url, leg, streams, requests, skew_ns))
+    config = parse_config(_config(base_url, leg, streams, requests))
     cpu0, wall0 = time.process_time(), time.perf_counter()
     with tempfile.TemporaryDirectory() as out:
         runner = prepare_run(config, RunOptions(out_dir=Path(out)))
+        if config.executor is not None and skew_ns:
+            from labkit.runner.ray_executor import ActorClock, RayExecutor
+
+            runner.executor = RayExecutor(
+                config.executor,
+                runner.folder.path,
+                run_id=runner.folder.run_id,
+                store_text=config.store_text,
+                actor_clocks={0: ActorClock(skew_ns)},
+            )
         # The loop `labkit run` runs on: its self-check times each select() (labkit.loopclock).
         run = loopclock.run(runner.run())
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
@@ -171,7 +176,7 @@ def ray_unavailable() -> str | None:
     try:
         from labkit.config import parse_config
 
-        parse_config(_config("http://127.0.0.1:1/v1", "ray", 1, 1, 0))
+        parse_config(_config("http://127.0.0.1:1/v1", "ray", 1, 1))
     except Exception as exc:  # any refusal: this labkit has no Ray executor
         why = " ".join(str(exc).split())[:200]
         return f"this labkit has no Ray executor ({type(exc).__name__}: {why})"

@@ -62,7 +62,7 @@ def looks_like_key(name: str) -> bool:
 
 
 class RayExecutorSettings(BaseModel):
-    """`executor: {kind: ray, ...}`: load levels run by Ray actors across a cluster's nodes
+    """`executor: {kind: ray, ...}`: paced levels run by Ray actors across a cluster's nodes
     (`labkit.runner.ray_executor`; `pip install labkit[ray]`)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -88,12 +88,6 @@ class RayExecutorSettings(BaseModel):
         description="`spread`: actors over as many nodes as possible; `pack`: as few as "
         "possible; a list of custom resource names: actor k on a node that offers resource "
         "`placement[k % len]` (give each node its own resource to pin actors to nodes).",
-    )
-    clock_skew_ns: dict[int, int] = Field(
-        default_factory=dict,
-        description="Test hook: actor index → nanoseconds added to that actor's clock (its "
-        "records' t_start_mono_ns, its offset probe, its view of the start), to check that "
-        "the measured offsets correct it.",
     )
 
     @field_validator("address")

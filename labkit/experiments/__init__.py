@@ -20,14 +20,16 @@ from labkit.experiments.base import (
     experiment_kinds,
     register_experiment,
 )
-from labkit.experiments.paced import PacedExperiment, RequestDriver
+from labkit.experiments.paced import LevelContext, LevelPlan, PacedExperiment, Share
 
 __all__ = [
     "Experiment",
     "ExperimentSettings",
+    "LevelContext",
+    "LevelPlan",
     "PacedExperiment",
     "PlannedRequest",
-    "RequestDriver",
+    "Share",
     "attribution",
     "conversation",
     "determinism",

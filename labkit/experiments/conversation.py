@@ -12,9 +12,10 @@ Per turn the answer shows TTFT, the provider's cached-token count and the reuse 
 (cached / input), beside the share a perfect prefix cache could reuse (the previous turn's
 prompt and answer).
 
-Pacing: self-paced (`PacedExperiment`), in the runner's process — a turn depends on the
-previous turn's output text, which the runner hands over through `PlannedRequest.on_record`
-even under ``store_text: false`` (kept in memory, never stored).
+Pacing: self-paced (`PacedExperiment`), one pass per cache variant; a worker (process or Ray
+actor) runs every n-th session on its share of the streams. A turn depends on the previous
+turn's output text, which the process that sends it hands over through
+`PlannedRequest.on_record` even under ``store_text: false`` (kept in memory, never stored).
 
 Resume: keys are ``conversation/<cache>/s<session>/t<turn>``. A session cut short restarts
 from its first missing turn when every earlier turn's output text was stored (the history is
@@ -28,22 +29,39 @@ from __future__ import annotations
 import asyncio
 import random
 import secrets
+import time
 from collections import defaultdict
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncGenerator, Iterator
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, NonNegativeFloat, PositiveInt, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveInt,
+    field_validator,
+    model_validator,
+)
 
 from labkit.experiments.base import ExperimentSettings, PlannedRequest, register_experiment
 from labkit.experiments.common import fmt_ms, latest_pass, p_of
-from labkit.experiments.paced import PacedExperiment, RequestDriver, SendFn
+from labkit.experiments.paced import LevelContext, LevelPlan, PacedExperiment, SendFn, Share
 from labkit.figures import ConversationFigures, ConversationTurn, ConversationVariant, LinearFit
 from labkit.providers.base import ChatRequest, Provider
 from labkit.records import ErrorKind, LabAnswer, RequestRecord
 from labkit.workloads import PromptSizing, answered, build_history, measure_sizing, with_user
 
-__all__ = ["ConversationExperiment", "ConversationSettings", "cached_tokens"]
+__all__ = [
+    "ConversationExperiment",
+    "ConversationPass",
+    "ConversationSession",
+    "ConversationSettings",
+    "ConversationState",
+    "cached_tokens",
+]
 
 CacheVariant = Literal["on", "off"]
 
@@ -101,16 +119,35 @@ class ConversationSettings(ExperimentSettings):
         return self
 
 
-@dataclass(slots=True)
-class _Session:
+class ConversationSession(BaseModel):
     """One session's state: where it resumes and the history it carries."""
 
+    model_config = ConfigDict(extra="forbid")
+
     cache: CacheVariant
-    index: int
+    index: NonNegativeInt
     nonce: str
     run: str
-    start_turn: int = 0
-    history: list[dict[str, str]] = field(default_factory=list)
+    start_turn: NonNegativeInt = 0
+    history: list[dict[str, str]] = Field(default_factory=list)
+
+
+class ConversationState(BaseModel):
+    """What `prepare` learnt from the provider, taken into every worker (`restore`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt_sizing: PromptSizing = Field(default_factory=PromptSizing)
+    cache_params: dict[CacheVariant, dict[str, JsonValue]] = Field(default_factory=dict)
+    exact_length_params: dict[str, JsonValue] = Field(default_factory=dict)
+    path: str = "wire"
+
+
+class ConversationPass(LevelPlan):
+    """One cache variant's sessions still to run (all of them, or a resumed run's rest)."""
+
+    cache: CacheVariant
+    sessions: list[ConversationSession]
 
 
 def cached_tokens(record: RequestRecord) -> int | None:
@@ -121,7 +158,7 @@ def cached_tokens(record: RequestRecord) -> int | None:
 
 
 @register_experiment
-class ConversationExperiment(PacedExperiment):
+class ConversationExperiment(PacedExperiment[ConversationState, ConversationPass]):
     """TTFT and prefix-cache reuse per turn of multi-turn sessions."""
 
     kind: ClassVar[str] = "conversation"
@@ -131,12 +168,14 @@ class ConversationExperiment(PacedExperiment):
         "turn number, how much of the prompt does the provider serve from its prefix cache, "
         "and what does turning that cache off change?"
     )
+    state_model: ClassVar[type[BaseModel]] = ConversationState
+    level_model: ClassVar[type[LevelPlan]] = ConversationPass
 
     def __init__(self, settings: ExperimentSettings, index: int = 0) -> None:
         super().__init__(settings, index)
         self._sizing = PromptSizing()
-        self._cache_params: dict[CacheVariant, dict[str, Any]] = {"on": {}, "off": {}}
-        self._exact: dict[str, Any] = {}
+        self._cache_params: dict[CacheVariant, dict[str, JsonValue]] = {"on": {}, "off": {}}
+        self._exact: dict[str, JsonValue] = {}
         self._path = "wire"
 
     @property
@@ -178,7 +217,7 @@ class ConversationExperiment(PacedExperiment):
         return [c for c in self._s.cache if c == "on" or self._cache_params["off"]]
 
     def request(
-        self, session: _Session, turn: int, messages: list[dict[str, str]]
+        self, session: ConversationSession, turn: int, messages: list[dict[str, str]]
     ) -> PlannedRequest:
         """The planned request of one turn."""
         params = {**self._s.params, **self._cache_params[session.cache], **self._exact}
@@ -201,11 +240,13 @@ class ConversationExperiment(PacedExperiment):
 
     def resume_point(
         self, cache: CacheVariant, index: int, previous: list[RequestRecord]
-    ) -> _Session:
+    ) -> ConversationSession:
         """Where session `index` of `cache` starts: after its recorded turns when their
         output text was stored, else from turn 0 as a new pass."""
         cache_index = self._s.cache.index(cache)
-        fresh = _Session(cache, index, secrets.token_hex(4), secrets.token_hex(3))
+        fresh = ConversationSession(
+            cache=cache, index=index, nonce=secrets.token_hex(4), run=secrets.token_hex(3)
+        )
         mine = _session_pass(
             [
                 r
@@ -228,11 +269,11 @@ class ConversationExperiment(PacedExperiment):
             # No stored text to rebuild the history from, or a recorded turn after a gap.
             return fresh
         first = done[0]
-        session = _Session(
-            cache,
-            index,
-            str(first.tags.get("session_nonce", "")),
-            str(first.tags.get("session_run", "")),
+        session = ConversationSession(
+            cache=cache,
+            index=index,
+            nonce=str(first.tags.get("session_nonce", "")),
+            run=str(first.tags.get("session_run", "")),
             start_turn=kept,
         )
         if complete:
@@ -246,34 +287,83 @@ class ConversationExperiment(PacedExperiment):
         )
         return session
 
-    async def drive(self, provider: Provider, driver: RequestDriver) -> None:
+    async def level_plans(
+        self, provider: Provider, context: LevelContext
+    ) -> AsyncGenerator[ConversationPass, None]:
         """Each cache variant's sessions, `concurrency` at a time; on resume only what is
         missing (see the module's docstring)."""
         if "off" in self._s.cache and "off" not in self.variants():
-            driver.message(
+            context.message(
                 f"{self.name}: provider {provider.id!r} has no prompt-cache switch; "
                 "the cache-off variant is skipped"
             )
-        previous = driver.previous()
+        previous = context.previous()
         for cache in self.variants():
             todo = [self.resume_point(cache, i, previous) for i in range(self._s.sessions)]
             todo = [s for s in todo if s.start_turn < self._s.turns]
             if not todo:
-                driver.message(f"{self.name}: cache {cache} already measured, skipped")
+                context.message(f"{self.name}: cache {cache} already measured, skipped")
                 continue
-            driver.expect(sum(self._s.turns - s.start_turn for s in todo))
-            await self.run_sessions(iter(todo), driver.send)
+            context.expect(sum(self._s.turns - s.start_turn for s in todo))
+            yield ConversationPass(
+                index=self._s.cache.index(cache),
+                title=f"cache {cache}",
+                most_workers=self._s.concurrency,
+                cache=cache,
+                sessions=todo,
+            )
 
-    async def run_sessions(self, sessions: Iterator[_Session], send: SendFn) -> None:
-        """Run `sessions` on `concurrency` streams, each taking the next when one ends."""
+    def shard_state(self) -> ConversationState:
+        """The calibration and the provider's switches `prepare` took."""
+        return ConversationState(
+            prompt_sizing=self._sizing,
+            cache_params=self._cache_params,
+            exact_length_params=self._exact,
+            path=self._path,
+        )
+
+    def restore(self, state: ConversationState) -> None:
+        """Take the runner's calibration and switches into a worker."""
+        self._sizing = state.prompt_sizing
+        self._cache_params = {"on": {}, "off": {}, **state.cache_params}
+        self._exact = dict(state.exact_length_params)
+        self._path = state.path
+
+    async def run_share(
+        self,
+        provider: Provider,
+        level: ConversationPass,
+        share: Share,
+        t0_ns: int,
+        send: SendFn,
+    ) -> None:
+        """Every `share.of`-th session from `share.index`, on every `share.of`-th stream."""
+        streams = len(range(share.index, self._s.concurrency, share.of))
+        mine = [s for pos, s in enumerate(level.sessions) if pos % share.of == share.index]
+        if not streams or not mine:
+            return
+        wait_ns = t0_ns - time.perf_counter_ns()
+        if wait_ns > 0:
+            await asyncio.sleep(wait_ns / 1e9)
+
+        async def tagged(planned: PlannedRequest, queue_ms: float) -> None:
+            planned.tags.update(share.tags)
+            await send(planned, queue_ms)
+
+        await self.run_sessions(iter(mine), tagged, streams)
+
+    async def run_sessions(
+        self, sessions: Iterator[ConversationSession], send: SendFn, streams: int
+    ) -> None:
+        """Run `sessions` on `streams` streams, each taking the next when one ends."""
 
         async def stream() -> None:
             for session in sessions:
                 await self.run_session(session, send)
 
-        await asyncio.gather(*(stream() for _ in range(self._s.concurrency)))
+        await asyncio.gather(*(stream() for _ in range(streams)))
 
-    async def run_session(self, session: _Session, send: SendFn) -> None:
+    async def run_session(self, session: ConversationSession, send: SendFn) -> None:
         """Send a session's turns from its start; a failed turn ends the session (the next
         turn would carry an answer the model never gave)."""
         cache_index = self._s.cache.index(session.cache)
@@ -297,21 +387,6 @@ class ConversationExperiment(PacedExperiment):
             rng = random.Random(f"{self._s.seed}:think:{cache_index}:{session}:{turn}")
             return rng.uniform(think[0], think[1])
         return float(think)
-
-    def restore(self, job: dict[str, Any]) -> None:
-        """Nothing to restore: conversations run in the runner's process."""
-
-    async def run_share(
-        self,
-        provider: Provider,
-        job: dict[str, Any],
-        share: tuple[int, int],
-        t0_ns: int,
-        send: SendFn,
-    ) -> None:
-        """Not split over processes: each turn needs the previous one's answer, which only
-        the runner's process hands over (`PlannedRequest.on_record`)."""
-        raise NotImplementedError("conversation sessions run in the runner's process")
 
     def analyze(self, provider_id: str, model: str, records: list[RequestRecord]) -> LabAnswer:
         """Per cache variant and turn: TTFT, cached tokens and reuse; per variant: growth."""

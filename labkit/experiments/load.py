@@ -24,12 +24,15 @@ import math
 import random
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from pydantic import (
+    BaseModel,
+    ConfigDict,
     Field,
+    JsonValue,
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
@@ -40,7 +43,14 @@ from labkit.clocksync import HostClock, clock_note, driver_start_ns, level_clock
 from labkit.errors import ConfigError
 from labkit.experiments.base import ExperimentSettings, PlannedRequest, register_experiment
 from labkit.experiments.common import Prompt, fmt_ms, latest_pass, p_of, prompt_list
-from labkit.experiments.paced import PacedExperiment, RequestDriver, SendFn
+from labkit.experiments.paced import (
+    HostProcesses,
+    LevelContext,
+    LevelPlan,
+    PacedExperiment,
+    SendFn,
+    Share,
+)
 from labkit.figures import LoadFigures, LoadLevel, LoadLevelCache
 from labkit.measurement.capacity import (
     WorkersChoice,
@@ -58,7 +68,15 @@ from labkit.server_metrics import ServerMetricsSample, server_level_metrics
 from labkit.slo import SLO, judge, slo_sentence
 from labkit.workloads import PromptSizing, SharedPrefix, measure_sizing
 
-__all__ = ["Level", "LoadExperiment", "LoadSettings", "level_figures", "server_queue_sentence"]
+__all__ = [
+    "Level",
+    "LoadExperiment",
+    "LoadLevelPlan",
+    "LoadSettings",
+    "LoadState",
+    "level_figures",
+    "server_queue_sentence",
+]
 
 _DEFAULT_REQUESTS = 32
 _NS = 1_000_000_000
@@ -190,8 +208,31 @@ def _draw(target: int | tuple[int, int], rng: random.Random) -> int:
     return target if isinstance(target, int) else rng.randint(target[0], target[1])
 
 
+class LoadState(BaseModel):
+    """What `prepare` learnt from the provider, taken into every worker (`restore`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt_sizing: PromptSizing = Field(default_factory=PromptSizing)
+    exact_length_params: dict[str, JsonValue] = Field(default_factory=dict)
+    paths: list[str] = Field(default_factory=lambda: ["wire"])
+    cache_on: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+class LoadLevelPlan(LevelPlan):
+    """One pass of one load level (`Level`), as every share of it builds its requests."""
+
+    mode: Literal["concurrency", "rate"]
+    target: float
+    level_run: str = Field(description="The pass's tag (`level_run`): new for every pass.")
+
+    def level(self) -> Level:
+        """The level this pass runs."""
+        return Level(self.index, self.mode, self.target)
+
+
 @register_experiment
-class LoadExperiment(PacedExperiment):
+class LoadExperiment(PacedExperiment[LoadState, LoadLevelPlan]):
     """Throughput and latency percentiles per load level."""
 
     kind: ClassVar[str] = "load"
@@ -201,13 +242,15 @@ class LoadExperiment(PacedExperiment):
         "provider reach, and could labkit itself keep up?"
     )
     judges_slos: ClassVar[bool] = True
+    state_model: ClassVar[type[BaseModel]] = LoadState
+    level_model: ClassVar[type[LevelPlan]] = LoadLevelPlan
 
     def __init__(self, settings: ExperimentSettings, index: int = 0) -> None:
         super().__init__(settings, index)
         self._sizing = PromptSizing()
-        self._exact_length: dict[str, Any] = {}
+        self._exact_length: dict[str, JsonValue] = {}
         self._paths: list[str] = ["wire"]
-        self._cache_on: dict[str, Any] = {}
+        self._cache_on: dict[str, JsonValue] = {}
         # What `workers: auto` weighs (`labkit.capacity`), measured in `drive`.
         self._free_cpus = free_cpus(0)
         self._stream_eps: float | None = None
@@ -255,11 +298,11 @@ class LoadExperiment(PacedExperiment):
             streams_per_worker=self._s.streams_per_worker,
         )
 
-    async def _measure_for_workers(self, provider: Provider, driver: RequestDriver) -> None:
+    async def _measure_for_workers(self, provider: Provider, previous: list[RequestRecord]) -> None:
         """`workers: auto`: the CPUs the provider's server leaves free, the warm-up's events
         per second, and (where more than one process could help) this host's capacity."""
         self._free_cpus = free_cpus(provider.settings.host_cpus_used())
-        warmups = [r for r in driver.previous() if r.warmup]
+        warmups = [r for r in previous if r.warmup]
         self._stream_eps = warmup_events_per_s(warmups)
         events = [len(r.client.event_offsets_ms) for r in warmups if r.error is None]
         self._request_events = float(max(events)) if events else None
@@ -374,75 +417,75 @@ class LoadExperiment(PacedExperiment):
         prompt_id = f"shared-{shared.tokens}-s{suffix_id}"
         return shared.messages(prefix, suffix), prompt_id
 
-    async def drive(self, provider: Provider, driver: RequestDriver) -> None:
-        """Run the levels one after another; on resume, skip the levels already complete."""
-        previous = driver.previous()
+    async def level_plans(
+        self, provider: Provider, context: LevelContext
+    ) -> AsyncGenerator[LoadLevelPlan, None]:
+        """The levels one after another; on resume, skip the levels already complete."""
+        previous = context.previous()
         if self._s.workers == "auto":
-            await self._measure_for_workers(provider, driver)
+            await self._measure_for_workers(provider, previous)
         for level in self.levels():
             if _complete(level, previous, self._s.max_requests()):
-                driver.message(f"{self.name}: {level.title} already measured, skipped")
+                context.message(f"{self.name}: {level.title} already measured, skipped")
                 continue
-            await self.run_level(provider, driver, level)
+            yield self.level_plan(level, context)
 
-    async def run_level(self, provider: Provider, driver: RequestDriver, level: Level) -> None:
-        """Run one pass of `level`, in this process or over worker processes."""
+    def level_plan(self, level: Level, context: LevelContext) -> LoadLevelPlan:
+        """One pass of `level`: counted, and read by how many processes of this host."""
         n = self._s.max_requests()
         if n is not None:
-            driver.expect(n)
+            context.expect(n)
         # Start each level without garbage: a full collection in the middle of a level
         # pauses the loop, and every stream's stamps with it.
         gc.collect()
         gc.freeze()
-        job: dict[str, Any] = {
-            "level": level.index,
-            "mode": level.mode,
-            "target": level.target,
-            "level_run": secrets.token_hex(3),
-            "prompt_sizing": self._sizing.model_dump(mode="json"),
-            "exact_length_params": self._exact_length,
-            "paths": self._paths,
-            "cache_on": self._cache_on,
-        }
-        if driver.has_executor():
-            # A closed loop cannot use more workers than it has streams, nor a capped open
-            # loop more than its cap.
-            most = int(level.target) if level.mode == "concurrency" else self._s.max_concurrency
-            await driver.in_executor(job, most)
-            return
-        workers = self.workers_for(level)
+        processes = HostProcesses(count=self.workers_for(level))
         if self._s.workers == "auto":
             choice = self.workers_choice(level)
-            job["workers_tags"] = choice.tags()
-            driver.message(
-                f"{self.name}: {level.title} read by {workers} process"
-                f"{'es' if workers > 1 else ''} ({choice.reason})"
+            processes = HostProcesses(
+                count=processes.count, reason=choice.reason, tags=choice.tags()
             )
-        if workers > 1:
-            await driver.in_processes(job, workers)
-        else:
-            await self.run_share(provider, job, (0, 1), time.perf_counter_ns(), driver.send)
+        # A closed loop cannot use more workers than it has streams, nor a capped open
+        # loop more than its cap.
+        most = int(level.target) if level.mode == "concurrency" else self._s.max_concurrency
+        return LoadLevelPlan(
+            index=level.index,
+            title=level.title,
+            processes=processes,
+            most_workers=most,
+            mode=level.mode,
+            target=level.target,
+            level_run=secrets.token_hex(3),
+        )
 
-    def restore(self, job: dict[str, Any]) -> None:
-        """Take the runner's calibration into a worker process."""
-        self._sizing = PromptSizing.model_validate(job["prompt_sizing"])
-        self._exact_length = dict(job["exact_length_params"])
-        self._paths = list(job["paths"])
-        self._cache_on = dict(job.get("cache_on", {}))
+    def shard_state(self) -> LoadState:
+        """The calibration and the provider's switches `prepare` took."""
+        return LoadState(
+            prompt_sizing=self._sizing,
+            exact_length_params=self._exact_length,
+            paths=self._paths,
+            cache_on=self._cache_on,
+        )
+
+    def restore(self, state: LoadState) -> None:
+        """Take the runner's calibration into a worker."""
+        self._sizing = state.prompt_sizing
+        self._exact_length = dict(state.exact_length_params)
+        self._paths = list(state.paths)
+        self._cache_on = dict(state.cache_on)
 
     async def run_share(
         self,
         provider: Provider,
-        job: dict[str, Any],
-        share: tuple[int, int],
+        plan: LoadLevelPlan,
+        share: Share,
         t0_ns: int,
         send: SendFn,
     ) -> None:
-        """This process's part of one level: every `share[1]`-th request from `share[0]`."""
-        self.restore(job)
-        level = Level(int(job["level"]), job["mode"], float(job["target"]))
-        level_run = str(job["level_run"])
-        k, of = share
+        """This worker's part of one level: every `share.of`-th request from `share.index`."""
+        level = plan.level()
+        level_run = plan.level_run
+        k, of = share.index, share.of
         s = self._s
         n = s.max_requests()
         workers = f"{of}"
@@ -450,7 +493,7 @@ class LoadExperiment(PacedExperiment):
         def make(i: int) -> PlannedRequest:
             planned = self.request(level, i, level_run)
             planned.tags["workers"] = workers
-            planned.tags.update(job.get("workers_tags", {}))
+            planned.tags.update(share.tags)
             return planned
 
         if level.mode == "concurrency":

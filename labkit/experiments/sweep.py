@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -44,10 +44,11 @@ from labkit.experiments.common import latest_pass
 from labkit.experiments.load import (
     Level,
     LoadExperiment,
+    LoadLevelPlan,
     LoadSettings,
     level_figures,
 )
-from labkit.experiments.paced import RequestDriver
+from labkit.experiments.paced import LevelContext
 from labkit.figures import LoadLevel, SweepFigures, SweepProbe
 from labkit.providers.base import Provider, ProviderSettings
 from labkit.records import LabAnswer, RequestRecord
@@ -205,24 +206,26 @@ class SweepExperiment(LoadExperiment):
                 high = probe.level.target if high is None else min(high, probe.level.target)
         return low, high
 
-    async def drive(self, provider: Provider, driver: RequestDriver) -> None:
-        """Run the sweep's levels one after another, reusing those a resumed run finished."""
+    async def level_plans(
+        self, provider: Provider, context: LevelContext
+    ) -> AsyncGenerator[LoadLevelPlan, None]:
+        """The sweep's levels one after another, reusing those a resumed run finished."""
         started = time.monotonic()
         done: list[SweepProbe] = []
         while True:
             nxt = self.next_level(done)
             if nxt.level is None or nxt.role is None:
-                driver.message(f"{self.name}: stopped: {nxt.stop}")
+                context.message(f"{self.name}: stopped: {nxt.stop}")
                 return
-            recs = self._pass_of(nxt.level, driver.previous())
+            recs = self._pass_of(nxt.level, context.previous())
             if recs is None:
                 if time.monotonic() - started >= self._sw.max_duration_s:
-                    driver.message(f"{self.name}: stopped: max_duration_s reached")
+                    context.message(f"{self.name}: stopped: max_duration_s reached")
                     return
-                await self.run_level(provider, driver, nxt.level)
-                recs = self._pass_of(nxt.level, driver.previous()) or []
+                yield self.level_plan(nxt.level, context)
+                recs = self._pass_of(nxt.level, context.previous()) or []
             else:
-                driver.message(f"{self.name}: {nxt.level.title} already measured, skipped")
+                context.message(f"{self.name}: {nxt.level.title} already measured, skipped")
             done.append(self.probe(len(done), nxt.role, nxt.level, recs))
 
     def _pass_of(self, level: Level, records: list[RequestRecord]) -> list[RequestRecord] | None:

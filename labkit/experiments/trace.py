@@ -11,10 +11,10 @@ Two formats:
 
 Request ``i`` is sent at ``(timestamp_i - timestamp_0) / speedup`` after the replay starts,
 on the absolute clock (`labkit.pacing.open_loop`: a late send never delays the next), bounded
-by ``max_requests`` and ``duration_s``. Prompts are built to the stated lengths from
-`labkit.workloads`' filler words, calibrated with the provider's token counter; a Mooncake
-block's text is the same wherever its hash id appears (so the prefix cache sees the trace's
-sharing), and new for every replay pass. Outputs decode exactly ``output_length`` tokens where the
+by ``max_requests`` and ``duration_s``. Prompts are built to the stated lengths with load's
+synthetic words, calibrated with the provider's token counter; a Mooncake block's text is
+the same wherever its hash id appears (so the prefix cache sees the trace's sharing), and
+new for every replay pass. Outputs decode exactly ``output_length`` tokens where the
 provider can. The answer's figures are one load level (`TraceFigures.replay`), cache hits included.
 """
 
@@ -22,18 +22,26 @@ from __future__ import annotations
 
 import gc
 import secrets
-import time
+from collections.abc import AsyncGenerator
 from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+)
 
 from labkit.errors import ConfigError
 from labkit.experiments.base import ExperimentSettings, PlannedRequest, register_experiment
 from labkit.experiments.common import fmt_ms, latest_pass
 from labkit.experiments.load import Level, level_figures
-from labkit.experiments.paced import PacedExperiment, RequestDriver, SendFn
+from labkit.experiments.paced import LevelContext, LevelPlan, PacedExperiment, SendFn, Share
 from labkit.figures import LoadLevel, TraceFigures
 from labkit.pacing import open_loop
 from labkit.providers.base import ChatRequest, Provider, ProviderSettings
@@ -48,7 +56,7 @@ from labkit.workloads import (
     trace_prompt,
 )
 
-__all__ = ["TraceExperiment", "TraceSettings"]
+__all__ = ["TraceEntry", "TraceExperiment", "TraceSettings", "read_trace"]
 
 _NS = 1_000_000_000
 _UNCAPPED_CONNECTIONS = 1024
@@ -85,8 +93,27 @@ class TraceSettings(ExperimentSettings):
     params: dict[str, Any] = Field(default_factory=lambda: {"temperature": 0})
 
 
+class TraceState(BaseModel):
+    """What `prepare` and the warm-ups taught about sizing prompts, taken into every
+    worker (`restore`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt_sizing: PromptSizing = Field(default_factory=PromptSizing)
+    header_tokens: int = _DEFAULT_HEADER_TOKENS
+    framing_tokens: int = 0
+    exact_length_params: dict[str, JsonValue] = Field(default_factory=dict)
+    path: str = "wire"
+
+
+class TracePass(LevelPlan):
+    """One replay pass of the trace."""
+
+    run: str = Field(description="The pass's salt: six digits, new for every pass.")
+
+
 @register_experiment
-class TraceExperiment(PacedExperiment):
+class TraceExperiment(PacedExperiment[TraceState, TracePass]):
     """A trace replayed open loop: latency percentiles and cache hits, as one load level."""
 
     kind: ClassVar[str] = "trace"
@@ -96,6 +123,8 @@ class TraceExperiment(PacedExperiment):
         "throughput does the provider give, and how many prompt tokens does it serve from "
         "its cache?"
     )
+    state_model: ClassVar[type[BaseModel]] = TraceState
+    level_model: ClassVar[type[LevelPlan]] = TracePass
 
     def __init__(self, settings: ExperimentSettings, index: int = 0) -> None:
         super().__init__(settings, index)
@@ -103,7 +132,7 @@ class TraceExperiment(PacedExperiment):
         self._header_tokens = _DEFAULT_HEADER_TOKENS
         self._warmup_tokens: int | None = None
         self._framing_tokens = 0
-        self._exact: dict[str, Any] = {}
+        self._exact: dict[str, JsonValue] = {}
         self._path = "wire"
 
     @property
@@ -215,45 +244,63 @@ class TraceExperiment(PacedExperiment):
         }
         return PlannedRequest(key=f"{self.name}/{i}", request=req, trial=i, tags=tags)
 
-    async def drive(self, provider: Provider, driver: RequestDriver) -> None:
+    async def level_plans(
+        self, provider: Provider, context: LevelContext
+    ) -> AsyncGenerator[TracePass, None]:
         """Replay the trace once; on resume, again only if no pass completed."""
-        self.learn_framing(driver.previous())
-        previous = latest_pass([r for r in driver.previous() if not r.warmup])
+        self.learn_framing(context.previous())
+        previous = latest_pass([r for r in context.previous() if not r.warmup])
         cut = any(r.error is not None and r.error.kind == ErrorKind.CANCELLED for r in previous)
         if previous and not cut:
-            driver.message(f"{self.name}: the trace was already replayed, skipped")
+            context.message(f"{self.name}: the trace was already replayed, skipped")
             return
-        driver.expect(len(self.entries))
+        context.expect(len(self.entries))
         gc.collect()
         # Digits only, fixed width: every header of every pass counts the same tokens.
-        job = {"run": f"{secrets.randbelow(10**6):06d}"}
-        await self.run_share(provider, job, (0, 1), time.perf_counter_ns(), driver.send)
+        run = f"{secrets.randbelow(10**6):06d}"
+        yield TracePass(title="the replay", most_workers=self._s.max_concurrency, run=run)
 
-    def restore(self, job: dict[str, Any]) -> None:
-        """Nothing to restore: the replay runs in the runner's process."""
+    def shard_state(self) -> TraceState:
+        """The prompt sizing `prepare` and the warm-ups measured, and the provider's switch."""
+        return TraceState(
+            prompt_sizing=self._sizing,
+            header_tokens=self._header_tokens,
+            framing_tokens=self._framing_tokens,
+            exact_length_params=self._exact,
+            path=self._path,
+        )
+
+    def restore(self, state: TraceState) -> None:
+        """Take the runner's prompt sizing into a worker."""
+        self._sizing = state.prompt_sizing
+        self._header_tokens = state.header_tokens
+        self._framing_tokens = state.framing_tokens
+        self._exact = dict(state.exact_length_params)
+        self._path = state.path
 
     async def run_share(
         self,
         provider: Provider,
-        job: dict[str, Any],
-        share: tuple[int, int],
+        level: TracePass,
+        share: Share,
         t0_ns: int,
         send: SendFn,
     ) -> None:
-        """Send every `share[1]`-th request from `share[0]` at its due time."""
-        k, of = share
-        run = str(job["run"])
+        """Send every `share.of`-th request from `share.index` at its due time."""
+        k, of = share.index, share.of
+        run = level.run
+        cap = self._s.max_concurrency
+        share_cap = None if cap is None else max(1, cap // of + (1 if k < cap % of else 0))
+
+        def make(i: int) -> PlannedRequest:
+            planned = self.request(i, run)
+            planned.tags.update(share.tags)
+            return planned
+
         arrivals = [(i, off) for i, off in enumerate(self.offsets_ns()) if i % of == k]
-        provider.connections.reserve(self.connections_needed())
+        provider.connections.reserve(share_cap or min(len(arrivals), _UNCAPPED_CONNECTIONS))
         deadline = None if self._s.duration_s is None else t0_ns + int(self._s.duration_s * _NS)
-        await open_loop(
-            arrivals,
-            t0_ns,
-            lambda i: self.request(i, run),
-            send,
-            max_in_flight=self._s.max_concurrency,
-            deadline_ns=deadline,
-        )
+        await open_loop(arrivals, t0_ns, make, send, max_in_flight=share_cap, deadline_ns=deadline)
 
     def analyze(self, provider_id: str, model: str, records: list[RequestRecord]) -> LabAnswer:
         """The replay's latest pass as one load level, with the provider's cache hits."""

@@ -1,23 +1,25 @@
 """Load levels on a Ray cluster: one actor per share of the level, across its nodes.
 
-`executor: {kind: ray, ...}` in a config (`labkit.config.RayExecutorSettings`) sends every
-paced level here instead of to worker processes. The plan is the same as in one process or
-in worker processes: actor k of n runs share ``(k, n)`` of the level
-(`PacedExperiment.run_share`; in a closed loop stream j sends requests j, j + c, ...).
+`executor: {kind: ray, ...}` in a config (`labkit.config.RayExecutorSettings`) makes this
+the run's `Executor`: every paced level runs here instead of on this host. The plan is the
+same as in one process or in worker processes: actor k of n runs share ``(k, n)`` of the
+level (`PacedExperiment.run_share`; in a closed loop stream j sends requests j, j + c, ...).
 
 Per level:
 
 1. the driver starts ``n`` actors (`LevelActor`), placed by `placement`; each builds its
-   provider from the job document, reading the API key from the named variable **on its
-   own node** — no key is ever in an actor's arguments, a method's arguments, the object
-   store or a `runtime_env`; a node without the variable is one error naming both;
+   provider from its `LevelJob` (one JSON line), reading the API key from the named
+   variable **on its own node** — no key is ever in an actor's arguments, a method's
+   arguments, the object store or a `runtime_env`; a node without the variable is one error
+   naming both;
 2. each actor runs labkit's worker body (`labkit.runner.worker_body`, the one worker
    processes run): the warm-ups, then "ready";
 3. the driver measures each actor's clock offset (`labkit.clocksync.measure_offset` over
    `LevelActor.now`), picks the level's start t0 on its own clock and gives each actor
    ``t0 - offset``, the same instant on that actor's clock;
-4. each actor streams its records back as each completes (a long poll, `next_items`); the
-   driver validates each, stamps it with its host and clock offset and appends it to the
+4. each actor streams its records back as each completes (a long poll, `next_items`, of
+   `labkit.runner.jobs` messages as JSON lines, the codec of worker processes); the driver
+   validates each, stamps it with its host and clock offset and appends it to the
    run folder at once;
 5. after the level the driver measures the offsets again (the clock log,
    ``clock-<experiment>.jsonl``), says which hosts were client-bound, and kills the actors.
@@ -37,17 +39,18 @@ import asyncio
 import concurrent.futures
 import contextlib
 import importlib
-import json
 import logging
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
+
+from pydantic import BaseModel, computed_field
 
 from labkit.clocksync import (
     ClockOffset,
@@ -59,14 +62,16 @@ from labkit.clocksync import (
 )
 from labkit.config import RayExecutorSettings
 from labkit.errors import ProviderUnavailable, RunError
-from labkit.experiments import PacedExperiment, PlannedRequest
+from labkit.experiments import LevelPlan, PacedExperiment, PlannedRequest
 from labkit.measurement import loopclock
 from labkit.providers import Provider
 from labkit.records import ErrorKind, RecordError, RequestRecord, StopReason
+from labkit.runner.executor import Executor, LevelSink
+from labkit.runner.jobs import LevelJob, Ready, Recorded, Sending, decode, encode
 from labkit.runner.worker_body import build_worker, run_worker
 from labkit.selfcheck import level_lag
 
-__all__ = ["RAY_LEVELS_FILE", "LevelActor", "RayExecutor", "RayLevel", "ray_module"]
+__all__ = ["RAY_LEVELS_FILE", "ActorClock", "LevelActor", "RayExecutor", "RayLevel", "ray_module"]
 
 #: The run folder's log of levels run on Ray: one JSON line per level (`RayLevel`).
 RAY_LEVELS_FILE = "ray-levels.jsonl"
@@ -79,7 +84,23 @@ _OFFSET_SAMPLES = 16
 _CLIENT_ATTEMPTS = 3
 _END = object()
 
-_LoseFn = Callable[[dict[str, Any], "_Actor"], RequestRecord]
+_LoseFn = Callable[[Sending, "_Actor"], RequestRecord]
+
+
+@dataclass(frozen=True)
+class ActorClock:
+    """An actor's reading of its host's monotonic clock (`time.perf_counter_ns`).
+
+    Tests shift it (`skew_ns`) to play an actor whose host's clock reads that much more: its
+    records' `t_start_mono_ns`, its answers to the offset probe and its view of the start
+    all move, and the driver's measured offset must correct them.
+    """
+
+    skew_ns: int = 0
+
+    def now_ns(self) -> int:
+        """This actor's clock now."""
+        return time.perf_counter_ns() + self.skew_ns
 
 
 def ray_module() -> Any:
@@ -97,69 +118,69 @@ def ray_module() -> Any:
 
 class _QueueLink:
     """The worker body's link inside an actor. The share runs on its own thread and event
-    loop (`LevelActor.start`); every item goes to the actor's queue on the actor's loop."""
+    loop (`LevelActor.start`); every message goes, encoded, to the actor's queue on the
+    actor's loop."""
 
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
-        queue: asyncio.Queue[Any],
+        queue: asyncio.Queue[str | object],
         go: concurrent.futures.Future[int],
-        skew_ns: int,
+        clock: ActorClock,
     ) -> None:
         self._loop = loop
         self._queue = queue
         self._go = go
-        self._skew_ns = skew_ns
+        self._clock = clock
 
-    def _put(self, item: Any) -> None:
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+    def _put(self, message: Ready | Recorded | Sending) -> None:
+        self._loop.call_soon_threadsafe(self._queue.put_nowait, encode(message))
 
     def sending(self, planned: PlannedRequest) -> None:
         request = planned.request
         prompt = request.prompt_text
         self._put(
-            (
-                "sent",
-                {
-                    "key": planned.key,
-                    "trial": planned.trial,
-                    "warmup": planned.warmup,
-                    "tags": planned.tags,
-                    "prompt_id": request.prompt_id,
-                    "prompt_chars": len(prompt),
-                    "prompt_bytes": len(prompt.encode("utf-8", errors="replace")),
-                    "params": request.params,
-                    "started_at": time.time(),
-                    "t_mono_ns": time.perf_counter_ns() + self._skew_ns,
-                },
+            Sending(
+                key=planned.key,
+                trial=planned.trial,
+                warmup=planned.warmup,
+                tags=planned.tags,
+                prompt_id=request.prompt_id,
+                prompt_chars=len(prompt),
+                prompt_bytes=len(prompt.encode("utf-8", errors="replace")),
+                params=request.params,
+                started_at=datetime.now(UTC),
+                t_mono_ns=self._clock.now_ns(),
             )
         )
 
     def emit(self, record: RequestRecord) -> None:
-        self._put(("record", record.to_json_line()))
+        if self._clock.skew_ns and record.t_start_mono_ns is not None:
+            record.t_start_mono_ns += self._clock.skew_ns
+        self._put(Recorded(record=record))
 
     async def ready(self) -> int:
-        self._put(("ready", None))
-        return await asyncio.wrap_future(self._go)
+        self._put(Ready())
+        return await asyncio.wrap_future(self._go) - self._clock.skew_ns
 
 
 class LevelActor:
     """One share of one level, on one node (wrapped by `ray.remote` when used).
 
     Holds no key: `prepare` builds the provider on the node, from the variable its
-    settings name. `clock_skew_ns` is a test hook (`RayExecutorSettings.clock_skew_ns`).
+    settings name. `job` is the actor's `LevelJob` as one JSON line.
     """
 
-    def __init__(self, document: dict[str, Any], clock_skew_ns: int = 0) -> None:
-        self._document = document
-        self._skew_ns = clock_skew_ns
-        self._built: tuple[Provider, PacedExperiment] | None = None
+    def __init__(self, job: str, clock: ActorClock | None = None) -> None:
+        self._job = LevelJob.model_validate_json(job)
+        self._clock = clock or ActorClock()
+        self._built: tuple[Provider, PacedExperiment[Any, Any]] | None = None
         self._go: concurrent.futures.Future[int] | None = None
         self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="labkit-share")
         self._share: asyncio.Future[None] | None = None
         self._share_loop: asyncio.AbstractEventLoop | None = None
         self._share_task: asyncio.Task[None] | None = None
-        self._queue: asyncio.Queue[Any] | None = None
+        self._queue: asyncio.Queue[str | object] | None = None
         self._ended = False
 
     async def where(self) -> dict[str, str]:
@@ -175,14 +196,14 @@ class LevelActor:
         """Build the provider and experiment; the problem in one line where the provider
         cannot run on this node (its key variable unset), else None."""
         try:
-            self._built = build_worker(self._document)
+            self._built = build_worker(self._job)
         except ProviderUnavailable as exc:
             return str(exc)
         return None
 
     async def now(self) -> int:
-        """This actor's clock (`perf_counter_ns`, skewed by the test hook)."""
-        return time.perf_counter_ns() + self._skew_ns
+        """This actor's clock (`ActorClock`)."""
+        return self._clock.now_ns()
 
     async def go(self, t0_ns: int) -> None:
         """Start the level at `t0_ns` on this actor's clock."""
@@ -208,18 +229,16 @@ class LevelActor:
         assert self._built is not None, "prepare() first"
         provider, experiment = self._built
         loop = asyncio.get_running_loop()
-        self._queue = queue = asyncio.Queue[Any]()
+        self._queue = queue = asyncio.Queue[str | object]()
         self._go = go = concurrent.futures.Future[int]()
-        link = _QueueLink(loop, queue, go, self._skew_ns)
+        link = _QueueLink(loop, queue, go, self._clock)
         started = threading.Event()
 
         async def share() -> None:
             self._share_loop = asyncio.get_running_loop()
             self._share_task = asyncio.current_task()
             started.set()
-            await run_worker(
-                provider, experiment, self._document, link, clock_skew_ns=self._skew_ns
-            )
+            await run_worker(provider, experiment, self._job, link)
 
         def run_share() -> None:
             try:
@@ -231,10 +250,10 @@ class LevelActor:
         self._share = loop.run_in_executor(self._thread, run_share)
         await asyncio.to_thread(started.wait)
 
-    async def next_items(self) -> list[tuple[str, Any]] | None:
-        """Every item queued since the last call, waiting for one (None: the share has
-        ended): ``("record", line)``, ``("sent", notice)`` before each request, and
-        ``("ready", None)`` after the warm-ups.
+    async def next_items(self) -> list[str] | None:
+        """Every message queued since the last call, waiting for one (None: the share has
+        ended), each one JSON line (`labkit.runner.jobs`): `Sending` before each request,
+        `Recorded` after it, and `Ready` after the warm-ups.
 
         The driver asks again as soon as it has an answer (a long poll: the one way to
         stream that Ray Client supports too). Under load the items come in batches, one
@@ -254,7 +273,7 @@ class LevelActor:
         if batch[-1] is _END:
             batch.pop()
             self._ended = True
-        return batch
+        return [item for item in batch if isinstance(item, str)]
 
 
 # --- The driver ---------------------------------------------------------------------------
@@ -272,7 +291,7 @@ class _Actor:
     after: ClockOffset | None = None
     #: The notices of requests sent and not yet recorded, by (trial, warmup): what a
     #: cancelled request's record (which has no plan key yet) is matched by too.
-    in_flight: dict[tuple[int, bool], dict[str, Any]] = field(default_factory=dict)
+    in_flight: dict[tuple[int, bool], Sending] = field(default_factory=dict)
     #: The `next_items` call awaited now: a reader cancelled mid-wait leaves it for the
     #: next reader, so no batch it brings is dropped.
     pending: Any = None
@@ -280,31 +299,58 @@ class _Actor:
     died: str | None = None
 
 
-@dataclass
-class RayLevel:
+class RayLevel(BaseModel):
     """How one level went on the cluster: a line of the run folder's ``ray-levels.jsonl``."""
 
+    experiment: str
+    provider: str
+    #: The level's label, as its records carry it (`tags["level"]`).
+    level: str
     #: Every node that ran an actor (as records name it in `RequestRecord.host`).
     hosts: list[str]
     #: Requests recorded as lost (error kind ``lost``) with the actors that died.
     lost: int = 0
     #: The nodes whose actor died mid-level.
-    died: list[str] = field(default_factory=list)
+    died: list[str] = []
     #: The nodes whose actor's event loop ran late while reading (`labkit.selfcheck`).
-    client_bound_hosts: list[str] = field(default_factory=list)
+    client_bound_hosts: list[str] = []
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def partial(self) -> bool:
         """Whether an actor died: some of the level's requests were lost."""
         return bool(self.died)
 
 
-class RayExecutor:
-    """Runs paced levels on Ray actors; one per run, connected at its first level."""
+class _ActorOptions(TypedDict, total=False):
+    """What `ray.remote(...).options` takes for one actor."""
 
-    def __init__(self, settings: RayExecutorSettings, run_dir: Path) -> None:
+    num_cpus: float
+    max_restarts: int
+    runtime_env: dict[str, dict[str, str]]
+    resources: dict[str, float]
+    scheduling_strategy: str
+
+
+class RayExecutor(Executor):
+    """Runs paced levels on Ray actors; one per run, connected at its first level.
+
+    `actor_clocks` (tests) gives actor k the clock `actor_clocks[k]`."""
+
+    def __init__(
+        self,
+        settings: RayExecutorSettings,
+        run_dir: Path,
+        *,
+        run_id: str,
+        store_text: bool,
+        actor_clocks: Mapping[int, ActorClock] | None = None,
+    ) -> None:
         self.settings = settings
         self._run_dir = run_dir
+        self._run_id = run_id
+        self._store_text = store_text
+        self._actor_clocks = dict(actor_clocks or {})
         self._ray: Any = None
         self._remote_class: Any = None
 
@@ -350,9 +396,9 @@ class RayExecutor:
             count = self.settings.workers
         return min(count, most) if most is not None else count
 
-    def _options(self, k: int) -> dict[str, Any]:
+    def _options(self, k: int) -> _ActorOptions:
         s = self.settings
-        options: dict[str, Any] = {
+        options: _ActorOptions = {
             "num_cpus": s.cpus_per_worker,
             "max_restarts": 0,
             # The event loop a worker process runs (asyncio's own), not Ray's uvloop default.
@@ -366,29 +412,39 @@ class RayExecutor:
 
     async def run_level(
         self,
-        *,
+        experiment: PacedExperiment[Any, Any],
         provider: Provider,
-        experiment: PacedExperiment,
-        document: dict[str, Any],
-        most: int | None,
+        level: LevelPlan,
+        sink: LevelSink,
+    ) -> None:
+        """Run `level` on actors; every record goes to `sink` as it arrives."""
+        await self.run_on_actors(experiment, provider, level, sink.keep, sink.message)
+
+    async def run_on_actors(
+        self,
+        experiment: PacedExperiment[Any, Any],
+        provider: Provider,
+        level: LevelPlan,
         on_record: Callable[[RequestRecord], None],
         on_message: Callable[[str], None],
     ) -> RayLevel:
-        """Run one level's `document` (the worker-process job document, without `worker`
-        and `processes`) on actors; every record goes to `on_record` as it arrives."""
+        """Run `level` on actors (at most `level.most_workers`); how it went."""
         ray = await self._connect()
-        n = self.actor_count(most)
+        n = self.actor_count(level.most_workers)
+        job = LevelJob.of(
+            provider, experiment, level, run_id=self._run_id, store_text=self._store_text
+        )
 
-        def lose(notice: dict[str, Any], actor: _Actor) -> RequestRecord:
-            return _lost_record(notice, provider, experiment.name, document["run_id"], actor)
+        def lose(notice: Sending, actor: _Actor) -> RequestRecord:
+            return _lost_record(notice, provider, experiment.name, self._run_id, actor)
 
         actors: list[_Actor] = []
         started = False
         try:
             for k in range(n):
-                doc = {**document, "worker": k, "processes": n}
-                skew = int(self.settings.clock_skew_ns.get(k, 0))
-                handle = self._remote_class.options(**self._options(k)).remote(doc, skew)
+                line = job.for_worker(k, n).model_dump_json()
+                clock = self._actor_clocks.get(k, ActorClock())
+                handle = self._remote_class.options(**self._options(k)).remote(line, clock)
                 actors.append(_Actor(k, handle))
             await self._place(actors)
             problems = await asyncio.gather(*(a.handle.prepare.remote() for a in actors))
@@ -403,7 +459,7 @@ class RayExecutor:
                 assert actor.before is not None
                 actor.handle.go.remote(t0 - actor.before.offset_ns)
             await asyncio.gather(*(self._pump(a, lose, on_record) for a in actors))
-            label = _level_label(actors, document)
+            label = _level_label(actors, level)
             for actor in actors:
                 if actor.died is None:
                     actor.after = await _offset_of(actor)
@@ -415,14 +471,10 @@ class RayExecutor:
                     if a.before is not None
                 ],
             )
-            level = self._summary(actors, experiment, label, on_message)
-            _append_line(
-                self._run_dir / RAY_LEVELS_FILE,
-                {"experiment": experiment.name, "provider": provider.id, "level": label}
-                | asdict(level)
-                | {"partial": level.partial},
-            )
-            return level
+            summary = self._summary(actors, experiment, provider.id, label, on_message)
+            with (self._run_dir / RAY_LEVELS_FILE).open("a", encoding="utf-8") as f:
+                f.write(summary.model_dump_json() + "\n")
+            return summary
         except BaseException:
             await self._stop(actors if started else [], lose, on_record)
             raise
@@ -467,10 +519,9 @@ class RayExecutor:
         warmups: list[RequestRecord] = []
         async with asyncio.timeout(_READY_TIMEOUT_S):
             while (batch := await _next_items(actor)) is not None:
-                warmups.extend(
-                    RequestRecord.from_json_line(value) for kind, value in batch if kind == "record"
-                )
-                if batch and batch[-1][0] == "ready":  # the worker now waits for its start
+                messages = [decode(line) for line in batch]
+                warmups.extend(m.record for m in messages if isinstance(m, Recorded))
+                if messages and isinstance(messages[-1], Ready):  # it now waits for its start
                     break
             else:
                 raise RunError(f"the actor on {actor.host} ended before its level started")
@@ -499,11 +550,12 @@ class RayExecutor:
         ray = self._ray
         try:
             while (batch := await _next_items(actor)) is not None:
-                for kind, value in batch:
-                    if kind == "record":
-                        self._arrived(actor, RequestRecord.from_json_line(value), on_record)
-                    elif kind == "sent":
-                        actor.in_flight[(int(value["trial"]), bool(value["warmup"]))] = value
+                for line in batch:
+                    message = decode(line)
+                    if isinstance(message, Recorded):
+                        self._arrived(actor, message.record, on_record)
+                    elif isinstance(message, Sending):
+                        actor.in_flight[(message.trial, message.warmup)] = message
         except ray.exceptions.RayActorError as exc:
             actor.died = _death_reason(exc)
             for notice in list(actor.in_flight.values()):
@@ -534,12 +586,13 @@ class RayExecutor:
     def _summary(
         self,
         actors: list[_Actor],
-        experiment: PacedExperiment,
+        experiment: PacedExperiment[Any, Any],
+        provider_id: str,
         label: str,
         on_message: Callable[[str], None],
     ) -> RayLevel:
         hosts = sorted({a.host for a in actors})
-        level = RayLevel(hosts=hosts)
+        level = RayLevel(experiment=experiment.name, provider=provider_id, level=label, hosts=hosts)
         for actor in actors:
             if actor.died is not None:
                 lost = sum(1 for r in actor.records if r.error and r.error.kind == ErrorKind.LOST)
@@ -570,10 +623,10 @@ class RayExecutor:
             await asyncio.to_thread(ray.shutdown)
 
 
-async def _next_items(actor: _Actor) -> list[tuple[str, Any]] | None:
+async def _next_items(actor: _Actor) -> list[str] | None:
     if actor.pending is None:
         actor.pending = actor.handle.next_items.remote()
-    batch: list[tuple[str, Any]] | None = await actor.pending
+    batch: list[str] | None = await actor.pending
     actor.pending = None
     return batch
 
@@ -605,22 +658,17 @@ def _no_sigterm_note(record: logging.LogRecord) -> bool:
     return not record.getMessage().startswith("SIGTERM handler is not set")
 
 
-def _append_line(path: Path, data: dict[str, Any]) -> None:
-    with path.open("a", encoding="utf-8") as f:
-        f.write(json.dumps(data, separators=(",", ":")) + "\n")
-
-
-def _level_label(actors: list[_Actor], document: dict[str, Any]) -> str:
+def _level_label(actors: list[_Actor], level: LevelPlan) -> str:
     """The level's label as its records carry it (`tags["level"]`)."""
     for actor in actors:
         for record in actor.records:
             if not record.warmup and "level" in record.tags:
                 return str(record.tags["level"])
-    return str(document["job"].get("level", 0))
+    return str(level.index)
 
 
 def _lost_record(
-    notice: dict[str, Any], provider: Provider, experiment: str, run_id: str, actor: _Actor
+    notice: Sending, provider: Provider, experiment: str, run_id: str, actor: _Actor
 ) -> RequestRecord:
     """The record of a request that was in flight on a dead actor: what was known when it
     was sent, and who lost it."""
@@ -628,20 +676,20 @@ def _lost_record(
         run_id=run_id,
         record_id=uuid.uuid4().hex,
         experiment=experiment,
-        trial=int(notice["trial"]),
-        warmup=bool(notice["warmup"]),
+        trial=notice.trial,
+        warmup=notice.warmup,
         provider=provider.id,
         provider_kind=provider.kind,
         model=provider.model,
-        params=dict(notice["params"]),
-        prompt_id=str(notice["prompt_id"]),
-        prompt_chars=int(notice["prompt_chars"]),
-        prompt_bytes=int(notice["prompt_bytes"]),
-        started_at=datetime.fromtimestamp(float(notice["started_at"]), UTC),
-        t_start_mono_ns=int(notice["t_mono_ns"]),
+        params=dict(notice.params),
+        prompt_id=notice.prompt_id,
+        prompt_chars=notice.prompt_chars,
+        prompt_bytes=notice.prompt_bytes,
+        started_at=notice.started_at,
+        t_start_mono_ns=notice.t_mono_ns,
         stop_reason=StopReason.ERROR,
-        plan_key=str(notice["key"]),
-        tags=dict(notice["tags"]),
+        plan_key=notice.key,
+        tags=dict(notice.tags),
         error=RecordError(
             kind=ErrorKind.LOST,
             message=f"lost: the Ray actor on node {actor.host} died with this request in "

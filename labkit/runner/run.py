@@ -9,6 +9,7 @@ a crash or Ctrl-C loses nothing finished, and `resume` redoes only what is missi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,15 +22,16 @@ from labkit.config import LabConfig, parse_config
 from labkit.errors import LabkitError, ProviderUnavailable, RunError
 from labkit.experiments import Experiment, PacedExperiment, PlannedRequest, experiment_class
 from labkit.experiments.paced import connections_needed
-from labkit.measurement.recorder import RecordContext, StreamRecorder
+from labkit.measurement.recorder import StreamRecorder
 from labkit.measurement.sdkpath import SDKRecorder
 from labkit.providers import ManagedServerHandle, Provider, ProviderSettings, provider_class
 from labkit.records import ErrorKind, LabAnswer, LabResults, RecordError, RequestRecord
+from labkit.runner.executor import Executor, Measurer
 from labkit.runner.later import LaterReport, fetch_later_stats
 from labkit.runner.ray_executor import RayExecutor
 from labkit.runner.results import RunFolder, host_info, new_run_id, package_versions
 from labkit.runner.scrape import MetricsScraper, ScrapeReport
-from labkit.runner.workers import job_document, run_in_workers
+from labkit.runner.workers import HostExecutor
 from labkit.server_metrics import metrics_file_name, read_server_metrics
 from labkit.timing import percentile
 
@@ -143,9 +145,27 @@ class Runner:
         self.outcomes = [ProviderOutcome(p.id, p.kind, p.model) for p in config.providers]
         self._recorder = StreamRecorder(on_cancelled=self._keep)
         self._sdk = SDKRecorder(on_cancelled=self._keep)
-        self.executor = (
-            RayExecutor(config.executor, folder.path) if config.executor is not None else None
+        self._measurer = Measurer(
+            self._recorder,
+            lambda: self._sdk,
+            run_id=folder.run_id,
+            store_text=config.store_text,
         )
+        #: Where paced levels run, chosen once for the run: a Ray cluster's actors where the
+        #: config names one (`executor:`), else this host's processes. Tests may replace it
+        #: before `run` (a Ray executor with skewed actor clocks).
+        self.executor: Executor
+        if config.executor is not None:
+            self.executor = RayExecutor(
+                config.executor, folder.path, run_id=folder.run_id, store_text=config.store_text
+            )
+        else:
+            self.executor = HostExecutor(
+                self._measurer,
+                run_id=folder.run_id,
+                store_text=config.store_text,
+                log_dir=folder.path / "worker-logs",
+            )
 
     def _keep(self, record: RequestRecord) -> None:
         if not self.config.store_text and record.output_text is not None:
@@ -172,8 +192,7 @@ class Runner:
                 raise
             status = "completed"
         finally:
-            if self.executor is not None:
-                await self.executor.close()
+            await self.executor.close()
             self.folder.close()
             self.folder.write_manifest(
                 ended_at=datetime.now(UTC).isoformat(),
@@ -368,8 +387,7 @@ class Runner:
                 break
             await self._send(exp, provider, planned, outcome, server, 0.0)
         if isinstance(exp, PacedExperiment):
-            await exp.drive(provider, _Driver(self, exp, provider, outcome, server))
-            await exp.finalize(provider, self._mine(provider, exp))
+            await self._run_levels(exp, provider, outcome, server)
             return
         queue = itertools.chain([first_measured] if first_measured else [], plan)
         failures: list[BaseException] = []
@@ -392,6 +410,22 @@ class Runner:
             raise failures[0]
         await exp.finalize(provider, self._mine(provider, exp))
 
+    async def _run_levels(
+        self,
+        exp: PacedExperiment[Any, Any],
+        provider: Provider,
+        outcome: ProviderOutcome,
+        server: ManagedServerHandle | None,
+    ) -> None:
+        """A paced experiment's levels, each run by the run's executor once its records
+        before are in."""
+        level = _Level(self, exp, provider, outcome, server)
+        async with contextlib.aclosing(exp.level_plans(provider, level)) as plans:
+            async for plan in plans:
+                await self.executor.run_level(exp, provider, plan, level)
+                level.check_server()
+        await exp.finalize(provider, self._mine(provider, exp))
+
     def _mine(self, provider: Provider, exp: Experiment) -> list[RequestRecord]:
         return [r for r in self._records if r.provider == provider.id and r.experiment == exp.name]
 
@@ -403,39 +437,20 @@ class Runner:
         outcome: ProviderOutcome,
         server: ManagedServerHandle | None,
         queue_ms: float,
-        *,
-        retries: int | None = None,
     ) -> None:
         if outcome.status == "dead":
             return
-        retries = provider.settings.retries if retries is None else retries
+        retries = provider.settings.retries
         for attempt in range(1, retries + 2):
-            ctx = RecordContext(
-                run_id=self.folder.run_id,
-                experiment=exp.name,
-                trial=planned.trial,
-                attempt=attempt,
-                warmup=planned.warmup,
-                tags=planned.tags,
-                queue_ms=queue_ms,
-                store_text=self.config.store_text or planned.on_record is not None,
+            record = await self._measurer.measure(
+                provider, exp.name, planned, queue_ms, attempt=attempt
             )
-            if planned.request.client_path == "sdk":
-                record = await self._sdk.record(provider, planned.request, ctx)
-            else:
-                record = await self._recorder.record(provider, planned.request, ctx)
-            record.plan_key = planned.key
-            if planned.on_record is not None:
-                planned.on_record(record)
             self._account(record, outcome)
             if record.error is None:
                 return
             if server is not None and not server.is_running():
                 outcome.status = "dead"
-                raise ProviderDied(
-                    f"{server.name} exited during the run (see {server.log_path}); "
-                    "the records finished before it died are kept"
-                )
+                raise _died(server)
             if attempt > retries or not _retryable(record.error):
                 return
             wait = record.error.retry_after_s
@@ -455,13 +470,14 @@ class Runner:
         self.on_progress(outcome)
 
 
-class _Driver:
-    """The runner's side of `RequestDriver`: what a self-pacing experiment may do."""
+class _Level:
+    """The runner's side of a paced experiment's levels: what it tells the experiment
+    (`LevelContext`) and where the executor hands its records (`LevelSink`)."""
 
     def __init__(
         self,
         runner: Runner,
-        exp: PacedExperiment,
+        exp: PacedExperiment[Any, Any],
         provider: Provider,
         outcome: ProviderOutcome,
         server: ManagedServerHandle | None,
@@ -475,73 +491,31 @@ class _Driver:
     def previous(self) -> list[RequestRecord]:
         return self._runner._mine(self._provider, self._exp)
 
-    async def send(self, planned: PlannedRequest, queue_ms: float) -> None:
-        await self._runner._send(
-            self._exp, self._provider, planned, self._outcome, self._server, queue_ms, retries=0
-        )
-
-    async def in_processes(self, job: dict[str, Any], processes: int) -> None:
-        runner = self._runner
-        outcome = self._outcome
-
-        def on_record(record: RequestRecord) -> None:
-            runner._account(record, outcome)
-
-        await run_in_workers(
-            provider=self._provider,
-            experiment=self._exp,
-            job=job,
-            processes=processes,
-            run_id=runner.folder.run_id,
-            store_text=runner.config.store_text,
-            log_dir=runner.folder.path / "worker-logs",
-            on_record=on_record,
-        )
-        self._check_server()
-
-    def has_executor(self) -> bool:
-        return self._runner.executor is not None
-
-    async def in_executor(self, job: dict[str, Any], most: int | None) -> None:
-        runner = self._runner
-        executor = runner.executor
-        assert executor is not None
-        outcome = self._outcome
-
-        def on_record(record: RequestRecord) -> None:
-            runner._account(record, outcome)
-
-        document = job_document(
-            self._provider,
-            self._exp,
-            job,
-            run_id=runner.folder.run_id,
-            store_text=runner.config.store_text,
-        )
-        await executor.run_level(
-            provider=self._provider,
-            experiment=self._exp,
-            document=document,
-            most=most,
-            on_record=on_record,
-            on_message=runner.on_message,
-        )
-        self._check_server()
-
-    def _check_server(self) -> None:
-        if self._server is not None and not self._server.is_running():
-            self._outcome.status = "dead"
-            raise ProviderDied(
-                f"{self._server.name} exited during the run (see {self._server.log_path}); "
-                "the records finished before it died are kept"
-            )
-
     def expect(self, requests: int) -> None:
         self._outcome.planned += requests
         self._runner.on_progress(self._outcome)
 
     def message(self, text: str) -> None:
         self._runner.on_message(text)
+
+    def keep(self, record: RequestRecord) -> None:
+        self._runner._account(record, self._outcome)
+
+    def server_died(self) -> bool:
+        return self._outcome.status == "dead"
+
+    def check_server(self) -> None:
+        """ProviderDied when the managed server exited during the level."""
+        if self._server is not None and not self._server.is_running():
+            self._outcome.status = "dead"
+            raise _died(self._server)
+
+
+def _died(server: ManagedServerHandle) -> ProviderDied:
+    return ProviderDied(
+        f"{server.name} exited during the run (see {server.log_path}); "
+        "the records finished before it died are kept"
+    )
 
 
 def _provider_failure(exc: Exception, settings: ProviderSettings) -> str:

@@ -7,25 +7,21 @@ processes, each with its own event loop, provider client and recorder. They stam
 `time.perf_counter_ns` — on Linux and macOS the host's monotonic clock, shared by every
 process — so their records line up with the parent's (`t_start_mono_ns`).
 
-The protocol is JSON lines over the worker's stdin/stdout
-(`python -m labkit.runner.worker_process`):
+The protocol is `labkit.runner.jobs` messages, one JSON line each, over the worker's
+stdin/stdout (`python -m labkit.runner.worker_process`): parent → worker `JobMessage`;
+worker → parent its warm-ups' `Recorded`, then `Ready`; parent → worker `Start` (the level's
+common start); worker → parent one `Recorded` as each request completes; exit status 0.
 
-1. parent → worker: the job (provider settings, experiment settings, the share);
-2. worker → parent: ``{"ready": true}`` once its provider is built (imports done);
-3. parent → worker: ``{"t0_ns": ...}``, the level's common start;
-4. worker → parent: one `RequestRecord` per line as each completes; exit status 0.
-
-The parent appends each record to the run folder as it arrives, so a worker that dies
-loses nothing it finished. The API key never travels: the worker reads it from the
-environment variable its settings name. SIGINT/SIGTERM cancel the worker's requests and
-their partial records are still written.
+The parent keeps each record as it arrives, so a worker that dies loses nothing it
+finished. The API key never travels: the worker reads it from the environment variable its
+settings name. SIGINT/SIGTERM cancel the worker's requests and their partial records are
+still written.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import signal
 import sys
 import time
@@ -34,12 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from labkit.errors import RunError
-from labkit.experiments import PacedExperiment
+from labkit.experiments import LevelPlan, PacedExperiment
 from labkit.filenames import safe_filename
 from labkit.providers import Provider
 from labkit.records import RequestRecord
+from labkit.runner.executor import Executor, InProcessExecutor, LevelSink, Measurer
+from labkit.runner.jobs import JobMessage, LevelJob, Ready, Recorded, Start, decode, encode
 
-__all__ = ["job_document", "run_in_workers"]
+__all__ = ["HostExecutor", "WorkerProcessExecutor"]
 
 _READY_TIMEOUT_S = 120.0
 _START_MARGIN_NS = 100_000_000  # the go line must reach every worker before t0
@@ -47,68 +45,66 @@ _DRAIN_AFTER_CANCEL_S = 15.0
 _LINE_LIMIT = 64 * 1024 * 1024  # a record with a long output text is one long line
 
 
-def _provider_document(provider: Provider) -> dict[str, Any]:
-    data = provider.settings.model_dump(mode="json")
-    if "managed" in data:
-        data["managed"] = False  # the parent runs the server; base_url already points at it
-    return data
-
-
-def job_document(
-    provider: Provider,
-    experiment: PacedExperiment,
-    job: dict[str, Any],
-    *,
-    run_id: str,
-    store_text: bool,
-) -> dict[str, Any]:
-    """What a worker (process or Ray actor) builds its provider and share from: settings
-    and names only, never a key (`labkit.runner.worker_body.build_worker`)."""
-    return {
-        "provider": _provider_document(provider),
-        "pool_size": provider.connections.pool_size,
-        "server_build": provider.server_build,
-        "experiment": {
-            "settings": experiment.settings.model_dump(mode="json"),
-            "index": experiment.index,
-        },
-        "job": job,
-        "run_id": run_id,
-        "store_text": store_text,
-    }
-
-
 async def _read_records(
     proc: asyncio.subprocess.Process, on_record: Callable[[RequestRecord], None]
 ) -> bool:
-    """Pass a worker's record lines to `on_record`; True on its ready line (reading stops
-    there), False when its output ends."""
+    """Pass a worker's records to `on_record`; True on its `Ready` (reading stops there),
+    False when its output ends."""
     assert proc.stdout is not None
     while line := await proc.stdout.readline():
-        if line.startswith(b'{"ready"'):
+        message = decode(line)
+        if isinstance(message, Ready):
             return True
-        on_record(RequestRecord.from_json_line(line.decode()))
+        if isinstance(message, Recorded):
+            on_record(message.record)
     return False
 
 
-async def run_in_workers(
-    *,
-    provider: Provider,
-    experiment: PacedExperiment,
-    job: dict[str, Any],
+class WorkerProcessExecutor(Executor):
+    """A level over worker processes of this host: `processes` of them, else as many as
+    the level asks for (`LevelPlan.processes`)."""
+
+    def __init__(
+        self, *, run_id: str, store_text: bool, log_dir: Path, processes: int | None = None
+    ) -> None:
+        self._run_id = run_id
+        self._store_text = store_text
+        self._log_dir = log_dir
+        self._processes = processes
+
+    async def run_level(
+        self,
+        experiment: PacedExperiment[Any, Any],
+        provider: Provider,
+        level: LevelPlan,
+        sink: LevelSink,
+    ) -> None:
+        """Run the level in its worker processes; every record they send goes to `sink`."""
+        job = LevelJob.of(
+            provider,
+            experiment,
+            level,
+            run_id=self._run_id,
+            store_text=self._store_text,
+            tags=level.processes.tags,
+        )
+        name = safe_filename(f"{provider.id}-{experiment.name}-{level.index}")
+        processes = self._processes or level.processes.count
+        await _run_in_workers(job, processes, self._log_dir, name, sink.keep)
+
+    async def close(self) -> None:
+        """Nothing held: each level's processes end with it."""
+
+
+async def _run_in_workers(
+    job: LevelJob,
     processes: int,
-    run_id: str,
-    store_text: bool,
     log_dir: Path,
+    name: str,
     on_record: Callable[[RequestRecord], None],
 ) -> None:
     """Run `job` in `processes` workers; every record they send goes to `on_record`."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    document = {
-        **job_document(provider, experiment, job, run_id=run_id, store_text=store_text),
-        "processes": processes,
-    }
-    name = safe_filename(f"{provider.id}-{experiment.name}-{job.get('level', 0)}")
     procs: list[asyncio.subprocess.Process] = []
     logs: list[Path] = []
     pumps: list[asyncio.Task[bool]] = []
@@ -132,7 +128,8 @@ async def run_in_workers(
                 )
             procs.append(proc)
             assert proc.stdin is not None
-            proc.stdin.write(json.dumps({**document, "worker": k}).encode() + b"\n")
+            message = JobMessage(job=job.for_worker(k, processes))
+            proc.stdin.write(encode(message).encode() + b"\n")
             await proc.stdin.drain()
         for k, proc in enumerate(procs):
             # Before its ready line a worker sends its warm-up records.
@@ -143,7 +140,7 @@ async def run_in_workers(
         t0 = time.perf_counter_ns() + _START_MARGIN_NS
         for proc in procs:
             assert proc.stdin is not None
-            proc.stdin.write(json.dumps({"t0_ns": t0}).encode() + b"\n")
+            proc.stdin.write(encode(Start(t0_ns=t0)).encode() + b"\n")
             await proc.stdin.drain()
         pumps = [pump(p) for p in procs]
         await asyncio.gather(*pumps)
@@ -177,3 +174,32 @@ async def run_in_workers(
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await proc.wait()
         raise
+
+
+class HostExecutor(Executor):
+    """This host: a level in the runner's process, or over as many worker processes as it
+    asks for (`LevelPlan.processes`)."""
+
+    def __init__(self, measurer: Measurer, *, run_id: str, store_text: bool, log_dir: Path) -> None:
+        self.in_process = InProcessExecutor(measurer)
+        self.workers = WorkerProcessExecutor(run_id=run_id, store_text=store_text, log_dir=log_dir)
+
+    async def run_level(
+        self,
+        experiment: PacedExperiment[Any, Any],
+        provider: Provider,
+        level: LevelPlan,
+        sink: LevelSink,
+    ) -> None:
+        """Run the level where it asks to be read."""
+        count = level.processes.count
+        if level.processes.reason is not None:
+            sink.message(
+                f"{experiment.name}: {level.title} read by {count} process"
+                f"{'es' if count > 1 else ''} ({level.processes.reason})"
+            )
+        chosen: Executor = self.workers if count > 1 else self.in_process
+        await chosen.run_level(experiment, provider, level, sink)
+
+    async def close(self) -> None:
+        """Nothing held."""

@@ -14,7 +14,7 @@ import pytest
 
 from labkit.config import parse_config
 from labkit.experiments.determinism import DeterminismExperiment, DeterminismSettings
-from labkit.experiments.load import Level, LoadExperiment, LoadSettings
+from labkit.experiments.load import Level, LoadExperiment, LoadSettings, LoadState
 from labkit.experiments.prefill_decode import PrefillDecodeExperiment, PrefillDecodeSettings
 from labkit.experiments.token_ratio import TokenRatioExperiment, TokenRatioSettings
 from labkit.providers import Provider, provider_class
@@ -171,13 +171,7 @@ def test_load_decodes_exactly_where_the_provider_can(capable: _CapableProvider) 
     assert planned.request.params["stop_at_max"] is True
     # the worker processes get the same parameters through the job
     other = LoadExperiment(LoadSettings(concurrency=[1], requests=1, output_tokens=8))
-    other.restore(
-        {
-            "prompt_sizing": {"tokens_per_word": 1.3},
-            "exact_length_params": {"stop_at_max": True},
-            "paths": ["wire"],
-        }
-    )
+    other.restore(LoadState.model_validate_json(exp.shard_state().model_dump_json()))
     assert other.request(Level(0, "concurrency", 1), 0, "run").request.params["stop_at_max"]
 
 

@@ -7,9 +7,11 @@ tests to judge:
 
 - ``interrupt``: `labkit run` on a local Ray cluster of its own, SIGINT mid-level;
 - one `ray.cluster_utils.Cluster` (nodes a, b, c, and one started without the key variable):
-  ``ray`` (actors on a and b, actor 1's clock skewed, every call to Ray spied on),
-  ``single`` and ``processes`` (the same config without Ray), ``kill`` (node c removed
-  mid-level, then ``--resume`` with a node c again) and ``nokey``.
+  ``ray`` (actors on a and b, actor 1's clock skewed by an injected `ActorClock`, every call
+  to Ray spied on), ``single`` and ``processes`` (the same config without Ray), ``kill``
+  (node c removed mid-level, then ``--resume`` with a node c again), ``nokey``, and the
+  other paced experiments on actors: ``sweep`` (against a server with 4 slots), ``trace``
+  and ``conversation`` (against a server with a simulated prefix cache).
 """
 
 from __future__ import annotations
@@ -81,13 +83,28 @@ def _config(
     return config
 
 
-async def _run(config: dict[str, Any], messages: list[str] | None = None) -> str:
+async def _run(
+    config: dict[str, Any],
+    messages: list[str] | None = None,
+    skews_ns: dict[int, int] | None = None,
+) -> str:
     from labkit.config import parse_config
     from labkit.runner import RunOptions, prepare_run, run_lab
+    from labkit.runner.ray_executor import ActorClock, RayExecutor
 
     runner = prepare_run(parse_config(config), RunOptions())
     if messages is not None:
         runner.on_message = messages.append
+    if skews_ns:
+        settings = runner.config.executor
+        assert settings is not None
+        runner.executor = RayExecutor(
+            settings,
+            runner.folder.path,
+            run_id=runner.folder.run_id,
+            store_text=runner.config.store_text,
+            actor_clocks={k: ActorClock(skew) for k, skew in skews_ns.items()},
+        )
     await run_lab(runner)
     return str(runner.folder.path)
 
@@ -247,9 +264,11 @@ async def on_cluster(out: Path, base_url: str) -> dict[str, Any]:
             "workers": 2,
             "cpus_per_worker": 0.5,
             "placement": ["node_a", "node_b"],
-            "clock_skew_ns": {1: 3_000_000_000},
         }
-        results["ray"] = await _run(_config("ray", out / "ray", base_url, executor=ray_exec))
+        results["ray"] = await _run(
+            _config("ray", out / "ray", base_url, executor=ray_exec),
+            skews_ns={1: 3_000_000_000},
+        )
         results["spy"] = spy.report()
         # User-space stamps (httpx): their lateness estimate needs labkit's timed loop.
         results["ray_httpx"] = await _run(
@@ -257,7 +276,7 @@ async def on_cluster(out: Path, base_url: str) -> dict[str, Any]:
                 "ray_httpx",
                 out / "ray_httpx",
                 base_url,
-                executor={**ray_exec, "clock_skew_ns": {}},
+                executor=ray_exec,
                 transport="httpx",
             )
         )
@@ -267,18 +286,123 @@ async def on_cluster(out: Path, base_url: str) -> dict[str, Any]:
         results["processes"] = await _run(
             _config("processes", out / "processes", base_url, executor=None, workers=2)
         )
-        nokey_exec = {**ray_exec, "placement": ["node_nokey"], "workers": 1, "clock_skew_ns": {}}
+        nokey_exec = {**ray_exec, "placement": ["node_nokey"], "workers": 1}
         messages: list[str] = []
         results["nokey"] = await _run(
             _config("nokey", out / "nokey", base_url, executor=nokey_exec), messages
         )
         results["nokey_messages"] = messages
+        results.update(await _paced_experiments(out, ray_exec))
         results["client"] = _through_ray_client(client_port, out, base_url, ray_exec)
         results["kill"] = await _kill_and_resume(cluster, node_c, out, base_url, ray_exec)
         results["actors_left"] = _actor_processes_after(grace_s=15.0)
     finally:
         ray.shutdown()
         cluster.shutdown()
+    return results
+
+
+def _serve_prefix_cache() -> Any:
+    """The simulated prefix-cache server (tests/prefix_cache_server.py) on a thread."""
+    from tests.prefix_cache_server import PrefixCacheServer
+
+    server = PrefixCacheServer()
+    started = threading.Event()
+
+    def run() -> None:
+        async def main() -> None:
+            async with server:
+                started.set()
+                await asyncio.Event().wait()
+
+        asyncio.run(main())
+
+    threading.Thread(target=run, daemon=True).start()
+    started.wait(10)
+    return server
+
+
+def _paced(
+    name: str,
+    out: Path,
+    provider: dict[str, Any],
+    experiment: dict[str, Any],
+    executor: dict[str, Any],
+    **top: Any,
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "output_dir": str(out / name),
+        "providers": [provider],
+        "experiments": [experiment],
+        "executor": executor,
+        **top,
+    }
+
+
+async def _paced_experiments(out: Path, ray_exec: dict[str, Any]) -> dict[str, Any]:
+    """Sweep, trace and conversation on the cluster's actors (two, on nodes a and b)."""
+    results: dict[str, Any] = {}
+    slots_url = _serve({"first_token_ms": 20, "token_interval_ms": 10, "tokens": 9, "slots": 4})
+    fake = {
+        "id": "s",
+        "kind": "openai_compatible",
+        "model": "m",
+        "base_url": slots_url,
+        "api_key_env": KEY_ENV,
+    }
+    sweep = {
+        "kind": "sweep",
+        "mode": "concurrency",
+        "throughput_concurrency": 8,
+        "requests": 8,
+        "max_probes": 3,
+        "warmup": 0,
+        "slo": {"ttft_ms_p90": 60},
+    }
+    results["sweep"] = await _run(_paced("sweep", out, fake, sweep, ray_exec))
+
+    cache = _serve_prefix_cache()
+    llama = {"id": "l", "kind": "llamacpp", "base_url": cache.base_url}
+    trace_path = out / "trace.jsonl"
+    rows = [
+        {"timestamp": t, "input_length": 200, "output_length": 3, "hash_ids": [0, i + 1]}
+        for i, t in enumerate([0, 400, 400, 1000, 1600, 2000, 9000])
+    ]
+    trace_path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    trace = {
+        "kind": "trace",
+        "path": str(trace_path),
+        "block_tokens": 100,
+        "speedup": 2.0,
+        "max_requests": 6,
+        "warmup": 1,
+    }
+    results["trace"] = await _run(_paced("trace", out, llama, trace, ray_exec))
+
+    conversation = {
+        "kind": "conversation",
+        "sessions": 3,
+        "turns": 3,
+        "concurrency": 2,
+        "warmup": 0,
+        "user_tokens": 20,
+        "params": {"max_tokens": 5},
+    }
+    first_body = len(cache.bodies)
+    results["conversation"] = await _run(
+        _paced("conversation", out, llama, conversation, ray_exec, store_text=False)
+    )
+    bodies = cache.bodies[first_body:]
+    results["conversation_bodies"] = len(bodies)
+    # Every answer a later turn carries is one the server gave: each actor handed a turn's
+    # answer on to the next turn (`PlannedRequest.on_record`).
+    results["conversation_histories_are_the_models"] = all(
+        m["content"] in cache.answers
+        for body in bodies
+        for m in body["messages"]
+        if m["role"] == "assistant"
+    )
     return results
 
 
@@ -295,7 +419,7 @@ def _through_ray_client(
     port: int, out: Path, base_url: str, ray_exec: dict[str, Any]
 ) -> dict[str, Any]:
     """`labkit run` in a process of its own, on the cluster through Ray Client (ray://)."""
-    executor = {**ray_exec, "address": f"ray://127.0.0.1:{port}", "clock_skew_ns": {}}
+    executor = {**ray_exec, "address": f"ray://127.0.0.1:{port}"}
     config = _config("client", out / "client", base_url, executor=executor)
     path = out / "client.json"
     path.write_text(json.dumps(config))
@@ -350,7 +474,7 @@ async def _kill_and_resume(
         "kill",
         out / "kill",
         base_url,
-        executor={**ray_exec, "placement": ["node_a", "node_c"], "clock_skew_ns": {}},
+        executor={**ray_exec, "placement": ["node_a", "node_c"]},
         concurrency=[2],
         requests=16,
     )

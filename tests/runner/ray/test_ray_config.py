@@ -19,6 +19,7 @@ from labkit.experiments.load import LoadExperiment, LoadSettings
 from labkit.providers import provider_class
 from labkit.records import ClientTimings, ErrorKind, RequestRecord, StopReason
 from labkit.runner import ray_executor
+from labkit.runner.jobs import Sending
 from labkit.runner.ray_executor import RayExecutor, _Actor, _lost_record
 
 pytestmark = pytest.mark.unit
@@ -94,7 +95,7 @@ def test_labkit_imports_ray_only_when_a_config_asks_for_it() -> None:
 def test_placement_becomes_each_actors_options(tmp_path: Path) -> None:
     def options(placement: Any, k: int) -> dict[str, Any]:
         settings = RayExecutorSettings(placement=placement, cpus_per_worker=0.5)
-        return RayExecutor(settings, tmp_path)._options(k)
+        return dict(RayExecutor(settings, tmp_path, run_id="r", store_text=False)._options(k))
 
     assert options("spread", 0)["scheduling_strategy"] == "SPREAD"
     assert "scheduling_strategy" not in options("pack", 0)
@@ -109,18 +110,18 @@ def test_a_lost_request_is_one_record_naming_its_node() -> None:
     cls = provider_class("fake")
     provider = cls(cls.settings_model.model_validate({"id": "fake", "kind": "fake"}))
     actor = _Actor(1, handle=None, host="node-7/10.0.0.7/abcdef12", died="its node died")
-    notice = {
-        "key": "load/c4/5",
-        "trial": 5,
-        "warmup": False,
-        "tags": {"level": "c4", "workers": "2"},
-        "prompt_id": "p0",
-        "prompt_chars": 10,
-        "prompt_bytes": 10,
-        "params": {"max_tokens": 8},
-        "started_at": datetime(2026, 1, 2, tzinfo=UTC).timestamp(),
-        "t_mono_ns": 123,
-    }
+    notice = Sending(
+        key="load/c4/5",
+        trial=5,
+        warmup=False,
+        tags={"level": "c4", "workers": "2"},
+        prompt_id="p0",
+        prompt_chars=10,
+        prompt_bytes=10,
+        params={"max_tokens": 8},
+        started_at=datetime(2026, 1, 2, tzinfo=UTC),
+        t_mono_ns=123,
+    )
     record = _lost_record(notice, provider, "load", "run-1", actor)
     assert record.error is not None and record.error.kind == ErrorKind.LOST
     assert "node-7/10.0.0.7/abcdef12" in record.error.message
@@ -155,9 +156,9 @@ def test_the_level_names_the_hosts_whose_actor_was_client_bound(tmp_path: Path) 
     dead = _Actor(2, handle=None, host="gone/10.0.0.3/cccc", died="its node died")
     dead.records = [_measured_record(0.2)]
     messages: list[str] = []
-    executor = RayExecutor(RayExecutorSettings(), tmp_path)
+    executor = RayExecutor(RayExecutorSettings(), tmp_path, run_id="r", store_text=False)
     experiment = LoadExperiment(LoadSettings(concurrency=[4], requests=8))
-    level = executor._summary([busy, idle, dead], experiment, "c4", messages.append)
+    level = executor._summary([busy, idle, dead], experiment, "fake", "c4", messages.append)
     assert level.client_bound_hosts == ["busy/10.0.0.1/aaaa"]
     assert level.died == ["gone/10.0.0.3/cccc"] and level.partial
     assert any("client-bound on busy/10.0.0.1/aaaa" in m for m in messages)

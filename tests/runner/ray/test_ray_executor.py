@@ -191,3 +191,57 @@ def test_a_level_runs_through_ray_client_too(scenarios: dict[str, Any]) -> None:
     assert sorted(str(r.plan_key) for r in records) == sorted(f"load/c4/{i}" for i in range(12))
     assert all(r.error is None and r.host is not None for r in records)
     assert len({r.host for r in records}) == 2
+
+
+def _lab(run_dir: str | Path) -> Any:
+    from labkit.records import LabResults
+
+    return LabResults.model_validate_json((Path(run_dir) / "lab.json").read_text())
+
+
+def test_a_sweep_runs_its_probes_on_actors(scenarios: dict[str, Any]) -> None:
+    from labkit.figures import SweepFigures
+
+    run_dir = scenarios["sweep"]
+    measured = _measured(_records(run_dir))
+    assert measured and all(r.error is None and r.host is not None for r in measured)
+    (answer,) = _lab(run_dir).answers
+    figures = answer.figures
+    assert isinstance(figures, SweepFigures), answer.answer
+    # The sweep's first two probes are fixed (one stream, then its throughput level); the
+    # third is chosen from the second's verdict, read from records that came from actors.
+    levels = [p.level.level for p in figures.probes]
+    assert levels[:2] == ["c1", "c8"] and len(levels) == 3
+    by_level = {lv: [r for r in measured if r.tags["level"] == lv] for lv in levels}
+    assert {r.tags["workers"] for r in by_level["c1"]} == {"1"}  # one stream: one actor
+    assert {r.tags["workers"] for r in by_level["c8"]} == {"2"}
+    assert len({r.host for r in by_level["c8"]}) == 2
+    assert _manifest(run_dir)["status"] == "completed"
+
+
+def test_a_trace_replays_on_actors(scenarios: dict[str, Any]) -> None:
+    run_dir = scenarios["trace"]
+    records = sorted(_measured(_records(run_dir)), key=lambda r: r.trial)
+    assert [r.plan_key for r in records] == [f"trace/{i}" for i in range(6)]
+    assert all(r.error is None and r.host is not None for r in records)
+    assert len({r.host for r in records}) == 2
+    # The runner's prompt sizing (calibration and the chat template's tokens) reached both
+    # actors: every prompt has the trace's stated length as the server counts it.
+    assert all(r.usage.input_tokens == 200 for r in records), [r.usage for r in records]
+    (answer,) = _lab(run_dir).answers
+    assert answer.status == "ok" and "Replayed 6 requests" in answer.answer
+
+
+def test_conversations_run_on_actors(scenarios: dict[str, Any]) -> None:
+    run_dir = scenarios["conversation"]
+    records = _measured(_records(run_dir))
+    assert {r.plan_key for r in records} == {
+        f"conversation/{c}/s{s}/t{t}" for c in ("on", "off") for s in range(3) for t in range(3)
+    }
+    assert all(r.error is None and r.host is not None for r in records)
+    assert len({r.host for r in records}) == 2
+    assert all(r.output_text is None for r in records)  # store_text: false held
+    assert scenarios["conversation_bodies"] >= 18
+    assert scenarios["conversation_histories_are_the_models"]
+    (answer,) = _lab(run_dir).answers
+    assert answer.status == "ok", answer.answer

@@ -1,0 +1,142 @@
+"""Where a paced experiment's levels run: the `Executor` seam.
+
+The runner asks a `PacedExperiment` for its levels (`level_plans`) and hands each to the
+executor it chose once for the run: this host's (`labkit.runner.workers.HostExecutor`: the
+runner's own process, `InProcessExecutor`, or worker processes, as the level asks) or a Ray
+cluster's (`labkit.runner.ray_executor.RayExecutor`). Every executor runs share ``(k, n)`` of the
+level in each of its workers (`PacedExperiment.run_share`), measuring each request with a
+`Measurer` of that worker's process, and hands every record to the runner's `LevelSink` as it
+completes: control never passes back to the runner before a level ends.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from labkit.experiments import LevelPlan, PacedExperiment, PlannedRequest, Share
+from labkit.measurement.recorder import BaseRecorder, RecordContext
+from labkit.providers import Provider
+from labkit.records import RequestRecord
+
+__all__ = ["Executor", "InProcessExecutor", "LevelSink", "Measurer"]
+
+
+class Measurer:
+    """Measures one planned request once: the one place its record's context is built, for
+    the runner and every executor's workers (`recorder` for the wire path, `sdk()` for the
+    SDK path, made when first needed)."""
+
+    def __init__(
+        self,
+        recorder: BaseRecorder,
+        sdk: Callable[[], BaseRecorder],
+        *,
+        run_id: str,
+        store_text: bool,
+    ) -> None:
+        self._recorder = recorder
+        self._sdk = sdk
+        self._run_id = run_id
+        self._store_text = store_text
+
+    async def measure(
+        self,
+        provider: Provider,
+        experiment: str,
+        planned: PlannedRequest,
+        queue_ms: float,
+        *,
+        attempt: int = 1,
+    ) -> RequestRecord:
+        """`planned`'s record (its `on_record` hook called, text kept for it)."""
+        ctx = RecordContext(
+            run_id=self._run_id,
+            experiment=experiment,
+            trial=planned.trial,
+            attempt=attempt,
+            warmup=planned.warmup,
+            tags=planned.tags,
+            queue_ms=queue_ms,
+            store_text=self._store_text or planned.on_record is not None,
+        )
+        sdk_path = planned.request.client_path == "sdk"
+        recorder = self._sdk() if sdk_path else self._recorder
+        record = await recorder.record(provider, planned.request, ctx)
+        record.plan_key = planned.key
+        if planned.on_record is not None:
+            planned.on_record(record)
+        return record
+
+
+class LevelSink(Protocol):
+    """The runner's side of a level: where its records are kept."""
+
+    def keep(self, record: RequestRecord) -> None:
+        """Keep one finished record (a cancelled request's partial one included)."""
+        ...
+
+    def message(self, text: str) -> None:
+        """Tell the user something (one line)."""
+        ...
+
+    def server_died(self) -> bool:
+        """Whether the provider's managed server was found dead: send nothing more."""
+        ...
+
+    def check_server(self) -> None:
+        """ProviderDied where the provider's managed server has exited."""
+        ...
+
+
+class Executor(ABC):
+    """Runs one level of a paced experiment, split over its workers."""
+
+    @abstractmethod
+    async def run_level(
+        self,
+        experiment: PacedExperiment[Any, Any],
+        provider: Provider,
+        level: LevelPlan,
+        sink: LevelSink,
+    ) -> None:
+        """Run `level` (the runner has sent the experiment's warm-ups); every record goes to
+        `sink` as it completes. Cancelled (Ctrl-C): the partial records are kept too."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Let go of what the executor holds for the run (a cluster connection)."""
+
+
+class InProcessExecutor(Executor):
+    """The whole level in the runner's process, measured by the runner's `Measurer` (its
+    recorders and their loop-lag monitor)."""
+
+    def __init__(self, measurer: Measurer) -> None:
+        self._measurer = measurer
+
+    async def run_level(
+        self,
+        experiment: PacedExperiment[Any, Any],
+        provider: Provider,
+        level: LevelPlan,
+        sink: LevelSink,
+    ) -> None:
+        """Run the level's one share now; a failed request finds a dead managed server."""
+
+        async def send(planned: PlannedRequest, queue_ms: float) -> None:
+            # Once, no retries: a retry would change the offered load.
+            if sink.server_died():
+                return
+            record = await self._measurer.measure(provider, experiment.name, planned, queue_ms)
+            sink.keep(record)
+            if record.error is not None:
+                sink.check_server()
+
+        share = Share(0, 1, level.processes.tags)
+        await experiment.run_share(provider, level, share, time.perf_counter_ns(), send)
+
+    async def close(self) -> None:
+        """Nothing held."""
