@@ -11,7 +11,6 @@ from typing import Any
 
 import pydantic
 import pytest
-from tests.prefix_cache_server import PrefixCacheServer
 
 from labkit.config import parse_config
 from labkit.experiments import PacedExperiment, PlannedRequest, experiment_class
@@ -26,6 +25,7 @@ from labkit.runner.executor import InProcessExecutor
 from labkit.runner.jobs import JobMessage, LevelJob, Ready, Recorded, Start, decode, encode
 from labkit.runner.run import ProviderDied, RunResult
 from labkit.runner.workers import WorkerProcessExecutor
+from tests.support.prefix_cache_server import PrefixCacheServer
 
 KEY_ENV = "LABKIT_EXECUTOR_TEST_KEY"
 

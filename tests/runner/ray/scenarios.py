@@ -304,7 +304,7 @@ async def on_cluster(out: Path, base_url: str) -> dict[str, Any]:
 
 def _serve_prefix_cache() -> Any:
     """The simulated prefix-cache server (tests/prefix_cache_server.py) on a thread."""
-    from tests.prefix_cache_server import PrefixCacheServer
+    from tests.support.prefix_cache_server import PrefixCacheServer
 
     server = PrefixCacheServer()
     started = threading.Event()
