@@ -35,6 +35,8 @@ __all__ = [
     "MarginalCost",
     "PrefillDecodeFigures",
     "PrefillPoint",
+    "Proportion",
+    "Quantile",
     "RequestTimeline",
     "SLOCheck",
     "SLOReport",
@@ -56,6 +58,47 @@ __all__ = [
 
 class _Figures(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+# --- statistics (labkit.analysis.stats computes them) --------------------------------------
+
+
+class Quantile(_Figures):
+    """One quantile of a metric over n requests, with its 95% distribution-free interval.
+
+    The interval is two order statistics of the sample (`lo`, `hi` are sample values) that
+    hold the true quantile with probability at least `confidence`, whatever the metric's
+    distribution; below `min_n` requests no such pair exists and both are None.
+    """
+
+    q: float = Field(description="The quantile as a fraction: 0.5, 0.9, 0.99.")
+    value: float | None = Field(
+        default=None, description="Point estimate (linear interpolation); None when n == 0."
+    )
+    lo: float | None = Field(default=None, description="Interval's lower bound (None: n < min_n).")
+    hi: float | None = Field(default=None, description="Interval's upper bound (None: n < min_n).")
+    n: int = Field(description="Values the quantile is over.")
+    confidence: float = 0.95
+    min_n: int = Field(
+        description="The least n for which a two-sided interval at `confidence` exists "
+        "(median 6, p90 29, p99 299 at 95%)."
+    )
+
+    @property
+    def supported(self) -> bool:
+        """Whether n is enough for an interval (`lo` and `hi` are set)."""
+        return self.n >= self.min_n
+
+
+class Proportion(_Figures):
+    """A share k/n with its exact (Clopper–Pearson) interval at `confidence`."""
+
+    k: int
+    n: int
+    value: float | None = Field(default=None, description="k / n; None when n == 0.")
+    lo: float | None = None
+    hi: float | None = None
+    confidence: float = 0.95
 
 
 # --- SLOs (any experiment) -----------------------------------------------------------------
