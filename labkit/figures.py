@@ -27,6 +27,7 @@ __all__ = [
     "ConversationTurn",
     "ConversationVariant",
     "DeterminismFigures",
+    "Estimate",
     "Figures",
     "LinearFit",
     "LoadFigures",
@@ -35,6 +36,7 @@ __all__ = [
     "MarginalCost",
     "PrefillDecodeFigures",
     "PrefillPoint",
+    "PromptCost",
     "Proportion",
     "Quantile",
     "RequestTimeline",
@@ -261,6 +263,55 @@ class LinearFit(_Figures):
         return cls(ms_per_token=slope, intercept_ms=intercept, r2=r2, n=n)
 
 
+class Estimate(_Figures):
+    """A fitted quantity with its 95% confidence interval."""
+
+    value: float
+    lo: float | None = None
+    hi: float | None = None
+
+
+class PromptCost(_Figures):
+    """A latency against prompt tokens, the model chosen by the data.
+
+    A straight line (`linear`), or a line with a quadratic term (`quadratic`: prefill per
+    token grows with the prompt, as attention over it does) when an F-test of that term
+    against the line gives p < 0.05. Ordinary least squares (statsmodels); every interval is
+    95%. The marginal cost is the slope of the chosen model at the shortest and the longest
+    prompt; the fixed part (`intercept_ms`) is a fitted constant, stated only where its
+    interval lies above 0 (`intercept_reading`).
+    """
+
+    model: Literal["linear", "quadratic"]
+    n: int = Field(description="Requests fitted.")
+    min_tokens: float
+    max_tokens: float
+    intercept_ms: Estimate
+    ms_per_token: Estimate = Field(description="The linear coefficient.")
+    ms_per_token_squared: Estimate | None = Field(
+        default=None, description="The quadratic coefficient (ms per token²); None: linear."
+    )
+    curvature_p: float | None = Field(
+        default=None,
+        description="F-test p-value of the quadratic term over the line (None: fewer than 3 "
+        "prompt lengths or 4 requests, no test).",
+    )
+    r2: float
+    marginal_at_min: Estimate = Field(description="ms per prompt token at min_tokens.")
+    marginal_at_max: Estimate = Field(description="ms per prompt token at max_tokens.")
+
+    @property
+    def intercept_reading(self) -> Literal["positive", "zero", "negative"]:
+        """`zero`: the fixed part's interval holds 0 (not distinguishable from it);
+        `negative`: it lies below 0, which is not physical (the model is wrong here)."""
+        lo, hi = self.intercept_ms.lo, self.intercept_ms.hi
+        if lo is not None and lo > 0:
+            return "positive"
+        if hi is not None and hi < 0:
+            return "negative"
+        return "zero"
+
+
 class PrefillPoint(_Figures):
     """Medians of the cold requests at one target prompt length."""
 
@@ -308,6 +359,12 @@ class PrefillDecodeFigures(_ExperimentFigures):
     cache_control: str = ""
     cache: CacheEffect | None = None
     marginal_ms_per_token: list[MarginalCost] = Field(default_factory=list)
+    ttft_model: PromptCost | None = Field(
+        default=None, description="Client TTFT against input tokens, the model the data chose."
+    )
+    server_prefill_model: PromptCost | None = Field(
+        default=None, description="The server's own prefill against input tokens, likewise."
+    )
 
 
 # --- token_ratio ---------------------------------------------------------------------------
