@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from enum import StrEnum
 from typing import Annotated, Any, Literal, TypeAlias
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 __all__ = [
     "FIGURE_KINDS",
@@ -27,6 +27,7 @@ __all__ = [
     "ConversationTurn",
     "ConversationVariant",
     "DeterminismFigures",
+    "Estimate",
     "Figures",
     "LinearFit",
     "LoadFigures",
@@ -35,6 +36,9 @@ __all__ = [
     "MarginalCost",
     "PrefillDecodeFigures",
     "PrefillPoint",
+    "PromptCost",
+    "Proportion",
+    "Quantile",
     "RequestTimeline",
     "SLOCheck",
     "SLOReport",
@@ -50,6 +54,7 @@ __all__ = [
     "TokenizerSpread",
     "TraceFigures",
     "VariantRow",
+    "Verdict",
     "read_figures",
 ]
 
@@ -58,16 +63,72 @@ class _Figures(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# --- statistics (labkit.analysis.stats computes them) --------------------------------------
+
+
+class Quantile(_Figures):
+    """One quantile of a metric over n requests, with its 95% distribution-free interval.
+
+    The interval is two order statistics of the sample (`lo`, `hi` are sample values) that
+    hold the true quantile with probability at least `confidence`, whatever the metric's
+    distribution; below `min_n` requests no such pair exists and both are None.
+    """
+
+    q: float = Field(description="The quantile as a fraction: 0.5, 0.9, 0.99.")
+    value: float | None = Field(
+        default=None, description="Point estimate (linear interpolation); None when n == 0."
+    )
+    lo: float | None = Field(default=None, description="Interval's lower bound (None: n < min_n).")
+    hi: float | None = Field(default=None, description="Interval's upper bound (None: n < min_n).")
+    n: int = Field(description="Values the quantile is over.")
+    confidence: float = 0.95
+    min_n: int = Field(
+        description="The least n for which a two-sided interval at `confidence` exists "
+        "(median 6, p90 29, p99 299 at 95%)."
+    )
+
+    @property
+    def supported(self) -> bool:
+        """Whether n is enough for an interval (`lo` and `hi` are set)."""
+        return self.n >= self.min_n
+
+
+class Proportion(_Figures):
+    """A share k/n with its exact (Clopper–Pearson) interval at `confidence`."""
+
+    k: int
+    n: int
+    value: float | None = Field(default=None, description="k / n; None when n == 0.")
+    lo: float | None = None
+    hi: float | None = None
+    confidence: float = 0.95
+
+
 # --- SLOs (any experiment) -----------------------------------------------------------------
+
+
+Verdict: TypeAlias = Literal["pass", "fail", "undecided"]
+"""An SLO's verdict at 95%: the requests show it held, show it did not, or cannot tell."""
+
+
+def _verdict_of_passed(data: Any) -> Any:
+    """A check or report written before verdicts (`passed`, `fraction`, `observed_ms`): its
+    point verdict as `pass`/`fail`; the intervals it never had stay None."""
+    if not isinstance(data, dict) or "passed" not in data:
+        return data
+    old = {k: v for k, v in data.items() if k not in ("passed", "fraction", "observed_ms")}
+    old.setdefault("verdict", "pass" if data["passed"] else "fail")
+    return old
 
 
 class SLOCheck(_Figures):
     """One SLO (`ttft_ms_p90: 500`) judged over a set of requests.
 
-    A request meets it when it succeeded and its `metric` is at most `bound_ms`; the set
-    passes when at least `percentile`% of its requests met it (a failed request counts as
-    missing every SLO), which is the `percentile`-th percentile of the metric, failures
-    counted as infinitely slow, being within the bound.
+    A request meets it when it succeeded and its `metric` is at most `bound_ms`. The set
+    passes when the share of its requests that met it is at least `percentile`% with 95%
+    confidence (the share's exact interval lies at or above it), fails when the interval
+    lies below it, and is undecided otherwise: too few requests to tell. A failed request
+    counts as missing every SLO.
     """
 
     name: str = Field(description="The SLO as configured: `ttft_ms_p90`.")
@@ -76,11 +137,20 @@ class SLOCheck(_Figures):
     bound_ms: float
     requests: int = Field(description="Requests judged (measured ones, failed included).")
     met: int = Field(description="Requests that met the bound.")
-    fraction: float | None = Field(default=None, description="met / requests.")
-    observed_ms: float | None = Field(
+    share: Proportion | None = Field(
+        default=None, description="met of requests, with its exact 95% interval."
+    )
+    observed: Quantile | None = Field(
         default=None, description="The metric's `percentile`-th percentile over ok requests."
     )
-    passed: bool = False
+    verdict: Verdict = "undecided"
+
+    _migrate = model_validator(mode="before")(_verdict_of_passed)
+
+    @property
+    def passed(self) -> bool:
+        """Whether the requests show, at 95%, that the SLO held."""
+        return self.verdict == "pass"
 
 
 class SLOReport(_Figures):
@@ -89,10 +159,28 @@ class SLOReport(_Figures):
     checks: list[SLOCheck] = Field(default_factory=list)
     requests: int = 0
     good: int = Field(default=0, description="Requests that met every SLO.")
+    good_share: Proportion | None = Field(
+        default=None, description="good of requests, with its exact 95% interval."
+    )
     goodput_rps: float | None = Field(
         default=None, description="Requests per second that met every SLO (good / span)."
     )
-    passed: bool = Field(default=False, description="Every check passed.")
+    goodput_low_rps: float | None = Field(
+        default=None,
+        description="The goodput's 95% interval: good_share's bounds × requests / span.",
+    )
+    goodput_high_rps: float | None = None
+    verdict: Verdict = Field(
+        default="undecided",
+        description="`pass`: every check passed; `fail`: one failed; else `undecided`.",
+    )
+
+    _migrate = model_validator(mode="before")(_verdict_of_passed)
+
+    @property
+    def passed(self) -> bool:
+        """Whether every check passed at 95%."""
+        return self.verdict == "pass"
 
 
 class _ExperimentFigures(_Figures):
@@ -155,24 +243,73 @@ class LinearFit(_Figures):
 
     @classmethod
     def least_squares(cls, xs: Sequence[float], ys: Sequence[float]) -> LinearFit | None:
-        """Ordinary least squares over the points, with r²; None under 2 distinct x.
+        """Ordinary least squares over the points (scipy's `linregress`), with r²; None
+        under 2 distinct x.
 
-        The one fit labkit computes: the experiments' answers and the report's plots (for a
-        run whose lab.json has none) both draw their line from here.
+        The one straight line labkit draws: the experiments' figures and the report's plots
+        (for a run whose lab.json has none) both take it from here.
         """
-        n = len(xs)
-        if n < 2 or len(set(xs)) < 2:
+        if len(xs) < 2 or len(set(xs)) < 2:
             return None
-        mx = sum(xs) / n
-        my = sum(ys) / n
-        sxx = sum((x - mx) ** 2 for x in xs)
-        sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
-        slope = sxy / sxx
-        intercept = my - slope * mx
-        ss_tot = sum((y - my) ** 2 for y in ys)
-        ss_res = sum((y - (slope * x + intercept)) ** 2 for x, y in zip(xs, ys, strict=True))
-        r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0
-        return cls(ms_per_token=slope, intercept_ms=intercept, r2=r2, n=n)
+        from scipy.stats import linregress  # scipy.stats is slow to import: only here
+
+        line = linregress(xs, ys)
+        r = float(line.rvalue)
+        return cls(
+            ms_per_token=float(line.slope),
+            intercept_ms=float(line.intercept),
+            r2=r * r if r == r else 1.0,  # NaN: every y the same, which the line fits exactly
+            n=len(xs),
+        )
+
+
+class Estimate(_Figures):
+    """A fitted quantity with its 95% confidence interval."""
+
+    value: float
+    lo: float | None = None
+    hi: float | None = None
+
+
+class PromptCost(_Figures):
+    """A latency against prompt tokens, the model chosen by the data.
+
+    A straight line (`linear`), or a line with a quadratic term (`quadratic`: prefill per
+    token grows with the prompt, as attention over it does) when an F-test of that term
+    against the line gives p < 0.05. Ordinary least squares (statsmodels); every interval is
+    95%. The marginal cost is the slope of the chosen model at the shortest and the longest
+    prompt; the fixed part (`intercept_ms`) is a fitted constant, stated only where its
+    interval lies above 0 (`intercept_reading`).
+    """
+
+    model: Literal["linear", "quadratic"]
+    n: int = Field(description="Requests fitted.")
+    min_tokens: float
+    max_tokens: float
+    intercept_ms: Estimate
+    ms_per_token: Estimate = Field(description="The linear coefficient.")
+    ms_per_token_squared: Estimate | None = Field(
+        default=None, description="The quadratic coefficient (ms per token²); None: linear."
+    )
+    curvature_p: float | None = Field(
+        default=None,
+        description="F-test p-value of the quadratic term over the line (None: fewer than 3 "
+        "prompt lengths or 4 requests, no test).",
+    )
+    r2: float
+    marginal_at_min: Estimate = Field(description="ms per prompt token at min_tokens.")
+    marginal_at_max: Estimate = Field(description="ms per prompt token at max_tokens.")
+
+    @property
+    def intercept_reading(self) -> Literal["positive", "zero", "negative"]:
+        """`zero`: the fixed part's interval holds 0 (not distinguishable from it);
+        `negative`: it lies below 0, which is not physical (the model is wrong here)."""
+        lo, hi = self.intercept_ms.lo, self.intercept_ms.hi
+        if lo is not None and lo > 0:
+            return "positive"
+        if hi is not None and hi < 0:
+            return "negative"
+        return "zero"
 
 
 class PrefillPoint(_Figures):
@@ -222,6 +359,12 @@ class PrefillDecodeFigures(_ExperimentFigures):
     cache_control: str = ""
     cache: CacheEffect | None = None
     marginal_ms_per_token: list[MarginalCost] = Field(default_factory=list)
+    ttft_model: PromptCost | None = Field(
+        default=None, description="Client TTFT against input tokens, the model the data chose."
+    )
+    server_prefill_model: PromptCost | None = Field(
+        default=None, description="The server's own prefill against input tokens, likewise."
+    )
 
 
 # --- token_ratio ---------------------------------------------------------------------------
@@ -636,10 +779,28 @@ class SweepProbe(_Figures):
 
     step: int = Field(description="0: the synchronous baseline, 1: the throughput probe, ...")
     role: Literal["baseline", "throughput", "bisect"]
-    level: LoadLevel
-    met: bool = Field(description="The level met every SLO and did not saturate.")
+    level: LoadLevel = Field(description="The level's judged (latest, longest) pass.")
+    verdict: Verdict = Field(
+        default="undecided",
+        description="`pass`: every SLO held at 95% without saturating; `fail`: an SLO "
+        "failed at 95%, the level saturated or no request succeeded; `undecided`: still "
+        "undecided at `max_requests_per_level` (or when the sweep's time ran out).",
+    )
+    met: bool = Field(description="verdict == pass.")
     saturated: bool = False
-    why: str = Field(default="", description="Why it failed, in words (empty when met).")
+    passes: int = Field(default=1, description="Passes run: each undecided one ran longer.")
+    requests_sent: int = Field(
+        default=0, description="Measured requests over all its passes (the level's cost)."
+    )
+    why: str = Field(default="", description="Why it did not pass, in words (empty when met).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _verdict_of_met(cls, data: Any) -> Any:
+        """A probe written before verdicts: `met` was its point verdict."""
+        if isinstance(data, dict) and "verdict" not in data and "met" in data:
+            return {**data, "verdict": "pass" if data["met"] else "fail"}
+        return data
 
 
 class SweepFigures(_ExperimentFigures):
@@ -649,11 +810,19 @@ class SweepFigures(_ExperimentFigures):
     mode: Literal["concurrency", "rate"]
     probes: list[SweepProbe] = Field(default_factory=list)
     knee: float | None = Field(
-        default=None, description="The largest rate (or concurrency) measured to meet the SLOs."
+        default=None, description="The largest rate (or concurrency) shown to meet the SLOs."
     )
-    knee_low: float | None = Field(default=None, description="The knee lies in [low, high).")
+    knee_low: float | None = Field(
+        default=None,
+        description="The knee lies in [low, high): low, the largest load that passed; high, "
+        "the smallest that failed (None: none failed). Undecided levels lie inside.",
+    )
     knee_high: float | None = None
     knee_goodput_rps: float | None = None
+    knee_goodput_low_rps: float | None = Field(
+        default=None, description="The knee level's goodput interval (SLOReport)."
+    )
+    knee_goodput_high_rps: float | None = None
     throughput_rps: float | None = Field(
         default=None, description="Completed requests/s of the throughput probe."
     )

@@ -225,6 +225,10 @@ class LoadLevelPlan(LevelPlan):
     mode: Literal["concurrency", "rate"]
     target: float
     level_run: str = Field(description="The pass's tag (`level_run`): new for every pass.")
+    requests: int | None = Field(
+        default=None,
+        description="This pass's requests, instead of the settings' (a sweep's longer pass).",
+    )
 
     def level(self) -> Level:
         """The level this pass runs."""
@@ -430,9 +434,12 @@ class LoadExperiment(PacedExperiment[LoadState, LoadLevelPlan]):
                 continue
             yield self.level_plan(level, context)
 
-    def level_plan(self, level: Level, context: LevelContext) -> LoadLevelPlan:
-        """One pass of `level`: counted, and read by how many processes of this host."""
-        n = self._s.max_requests()
+    def level_plan(
+        self, level: Level, context: LevelContext, requests: int | None = None
+    ) -> LoadLevelPlan:
+        """One pass of `level`: counted, and read by how many processes of this host
+        (`requests`: this pass's requests, instead of the settings')."""
+        n = requests if requests is not None else self._s.max_requests()
         if n is not None:
             context.expect(n)
         # Start each level without garbage: a full collection in the middle of a level
@@ -456,6 +463,7 @@ class LoadExperiment(PacedExperiment[LoadState, LoadLevelPlan]):
             mode=level.mode,
             target=level.target,
             level_run=secrets.token_hex(3),
+            requests=requests,
         )
 
     def shard_state(self) -> LoadState:
@@ -487,7 +495,7 @@ class LoadExperiment(PacedExperiment[LoadState, LoadLevelPlan]):
         level_run = plan.level_run
         k, of = share.index, share.of
         s = self._s
-        n = s.max_requests()
+        n = plan.requests if plan.requests is not None else s.max_requests()
         workers = f"{of}"
 
         def make(i: int) -> PlannedRequest:

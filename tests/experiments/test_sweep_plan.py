@@ -133,3 +133,77 @@ def test_a_rate_level_saturates_when_sent_late_or_when_ttft_keeps_growing() -> N
     ]
     behind = exp.probe(2, "bisect", level, slow)
     assert behind.saturated and behind.why.startswith("completed 5.00 of 10 req/s")
+
+
+def _judged(
+    step: int, mode: str, target: float, verdict: str, completed: float = 0.0
+) -> SweepProbe:
+    probe = _probe(step, mode, target, verdict == "pass", completed)
+    return probe.model_copy(update={"verdict": verdict})
+
+
+def test_undecided_levels_move_neither_end_of_the_interval() -> None:
+    exp = _sweep(throughput_concurrency=8, requests=16, resolution=0.1, max_probes=20)
+    done = [_judged(0, "concurrency", 1, "pass", 2), _judged(1, "concurrency", 8, "fail", 10)]
+    done.append(_judged(2, "rate", 10, "undecided"))
+    assert exp.interval(done) == (2, None)
+    # Nothing failed yet: the sweep looks above the undecided level.
+    nxt = exp.next_level(done)
+    assert nxt.level is not None and nxt.level.target == 12
+    done += [_judged(3, "rate", 12, "fail"), _judged(4, "rate", 6, "pass")]
+    assert exp.interval(done) == (6, 12)
+    assert (lvl := exp.next_level(done).level) is not None and lvl.target == 9
+
+
+def test_a_sweep_stops_where_the_middle_stayed_undecided() -> None:
+    exp = _sweep(mode="concurrency", throughput_concurrency=8, requests=8)
+    done = [_judged(0, "concurrency", 1, "pass"), _judged(1, "concurrency", 8, "fail")]
+    done += [_judged(2, "concurrency", 4, "pass"), _judged(3, "concurrency", 6, "undecided")]
+    assert exp.interval(done) == (4, 8)
+    assert exp.next_level(done).stop == (
+        "concurrency 6, the interval's middle, stayed undecided: the knee is near it"
+    )
+    unsure = [_judged(0, "concurrency", 1, "undecided")]
+    assert exp.next_level(unsure).stop.startswith("the synchronous baseline stayed undecided")
+
+
+def test_a_probe_from_before_verdicts_reads_its_point_verdict() -> None:
+    old = _probe(2, "rate", 10, True).model_dump(exclude={"verdict"})
+    assert SweepProbe.model_validate(old).verdict == "pass"
+    assert SweepProbe.model_validate({**old, "met": False}).verdict == "fail"
+
+
+def test_max_requests_per_level_is_at_least_a_pass() -> None:
+    with pytest.raises(ConfigError, match="max_requests_per_level must be at least"):
+        _config(
+            {
+                "kind": "sweep",
+                "slo": {"ttft_ms_p90": 1},
+                "requests": 64,
+                "max_requests_per_level": 32,
+            }
+        )
+
+
+def test_a_level_too_short_to_tell_is_undecided_and_says_why() -> None:
+    exp = _sweep(requests=12, slo={"ttft_ms_p90": 1000})
+    level = Level(2, "rate", 10.0)
+    records = _rate_records([i / 10 for i in range(12)], [20.0] * 12)
+    short = exp.probe(2, "bisect", level, records)
+    assert (short.verdict, short.met, short.requests_sent) == ("undecided", False, 12)
+    assert short.why == "undecided after 12 requests: ttft_ms_p90 met by 12 (95% CI 74–100%)"
+
+
+def test_a_rate_a_little_above_capacity_saturates_by_its_ttft_trend() -> None:
+    exp = _sweep(requests=40, slo={"ttft_ms_p90": 1000})
+    level = Level(2, "rate", 10.0)
+    starts = [i / 10 for i in range(40)]
+    jitter = [(-3.0, 1.0, 4.0, -2.0)[i % 4] for i in range(40)]
+    # A queue building by half a millisecond a request: 20 ms more by the end, far from
+    # doubling TTFT, yet steady: the level cannot be held.
+    rising = [25.0 + 0.5 * i + j for i, j in enumerate(jitter)]
+    slow = exp.probe(2, "bisect", level, _rate_records(starts, rising))
+    assert slow.verdict == "fail" and slow.saturated
+    assert slow.why.startswith("TTFT rose 20 ms through the level (queue growing, p = ")
+    flat = exp.probe(2, "bisect", level, _rate_records(starts, [25.0 + j for j in jitter]))
+    assert flat.verdict == "pass" and not flat.saturated
