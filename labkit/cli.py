@@ -270,7 +270,7 @@ def _print_summary(
     """The summary table, load levels, client-bound warnings, the providers that did not
     run (`outcomes`), and the lab's answers (`answers`)."""
     if any(not r.warmup for r in result.records):
-        out.print(summary_table(result.records, title=f"run {result.folder.run_id}"))
+        out.print(summary_table(result.lab, title=f"run {result.folder.run_id}"))
     for table in load_tables(result.lab):
         out.print(table)
     for note in client_bound_notes(result.records):

@@ -7,6 +7,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
+from labkit.analysis.stats import median
 from labkit.experiments.base import (
     Experiment,
     ExperimentSettings,
@@ -15,7 +16,6 @@ from labkit.experiments.base import (
 )
 from labkit.experiments.common import (
     Prompt,
-    fmt_ms,
     measured,
     median_of,
     p_of,
@@ -25,6 +25,7 @@ from labkit.experiments.common import (
 from labkit.figures import RequestTimeline, SingleFigures
 from labkit.providers.base import ChatRequest, Provider
 from labkit.records import LabAnswer, RequestRecord
+from labkit.wording import single_answer
 
 __all__ = ["SingleExperiment", "SingleSettings"]
 
@@ -97,6 +98,14 @@ class SingleExperiment(Experiment):
                 ok, lambda r: r.provider_timings.decode_ms_per_token
             ),
             stop_reasons=stops,
+            ttft=median([r.client.ttft_ms for r in ok if r.client.ttft_ms is not None]),
+            decode_per_token=median(
+                [
+                    r.client.decode_ms_per_token
+                    for r in ok
+                    if r.client.decode_ms_per_token is not None
+                ]
+            ),
         )
         if not ok:
             first = failed[0].error.message if failed and failed[0].error else "no records"
@@ -107,26 +116,9 @@ class SingleExperiment(Experiment):
                 f,
                 status="failed",
             )
-        stop_text = ", ".join(f"{_STOP_WORDS.get(k, k)} ×{v}" for k, v in sorted(stops.items()))
-        answer = (
-            f"{fmt_ms(f.ttft_ms_p50)} to the first token: the first piece of the reply "
-            f"arrived {fmt_ms(f.ttft_ms_p50)} after the request was sent (TTFT, median of "
-            f"{f.n} requests; p90 {fmt_ms(f.ttft_ms_p90)}). After it, tokens came every "
-            f"{fmt_ms(f.decode_ms_per_token_p50, 2)}, so the whole reply was in after "
-            f"{fmt_ms(f.last_token_ms_p50)}. The prompt was {_n(f.input_tokens_p50)} tokens "
-            f"and the reply {_n(f.output_tokens_p50)} tokens; it stopped with: {stop_text}."
-        )
-        if f.provider_prefill_ms_p50 is not None:
-            answer += (
-                f" The server's own clock: {fmt_ms(f.provider_prefill_ms_p50)} reading the "
-                f"prompt (prefill) and {fmt_ms(f.provider_decode_ms_per_token_p50, 2)} per "
-                "generated token (decode)."
-            )
+        answer = single_answer(f)
         f = f.model_copy(update={"timeline": _timeline(ok, f.ttft_ms_p50)})
         return self.answer(provider_id, model, answer, f, status="ok" if not failed else "partial")
-
-
-_STOP_WORDS = {"length": "max_tokens reached (length)", "end": "the model's own end (end)"}
 
 
 def _timeline(ok: list[RequestRecord], ttft_p50: float | None) -> RequestTimeline | None:
@@ -146,7 +138,3 @@ def _timeline(ok: list[RequestRecord], ttft_p50: float | None) -> RequestTimelin
         provider_prefill_ms=r.provider_timings.prefill_ms,
         provider_decode_ms=r.provider_timings.decode_ms,
     )
-
-
-def _n(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:g}"

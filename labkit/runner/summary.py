@@ -2,37 +2,38 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 
 from rich.table import Table
 
-from labkit.figures import LoadFigures, LoadLevel, SweepFigures, TraceFigures
-from labkit.records import LabResults, RequestRecord
-from labkit.timing import percentile
+from labkit.analysis.stats import describe
+from labkit.figures import (
+    LoadFigures,
+    LoadLevel,
+    Quantile,
+    RequestStats,
+    SweepFigures,
+    TraceFigures,
+)
+from labkit.records import LabResults
+from labkit.wording import CLIENT_BOUND_MARK
 
 __all__ = ["load_tables", "summary_table"]
-
-
-def _p(values: list[float], q: float) -> float | None:
-    return percentile(sorted(values), q) if values else None
 
 
 def _ms(value: float | None, digits: int = 1) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
 
-def _vals(records: list[RequestRecord], get: object) -> list[float]:
-    out = []
-    for r in records:
-        v = get(r)  # type: ignore[operator]
-        if v is not None:
-            out.append(float(v))
-    return out
+def _q(q: Quantile | None) -> str:
+    """A median or percentile as every renderer says it (interval and n), no unit."""
+    return "—" if q is None or q.n == 0 else describe(q, "")
 
 
-def summary_table(records: list[RequestRecord], title: str = "labkit run") -> Table:
-    """Client TTFT next to the server's prefill, client decode next to the server's."""
+def summary_table(lab: LabResults | list[RequestStats], title: str = "labkit run") -> Table:
+    """The run's request statistics (lab.json's `requests`): client TTFT next to the
+    server's prefill, client decode next to the server's; client-bound groups marked."""
+    stats = lab if isinstance(lab, list) else (lab.requests or [])
     table = Table(title=title, title_justify="left")
     for col, justify in [
         ("provider", "left"),
@@ -48,30 +49,25 @@ def summary_table(records: list[RequestRecord], title: str = "labkit run") -> Ta
         ("errors", "left"),
     ]:
         table.add_column(col, justify=justify, no_wrap=col in ("provider", "experiment"))  # type: ignore[arg-type]
-    groups: dict[tuple[str, str], list[RequestRecord]] = {}
-    for r in records:
-        if not r.warmup:
-            groups.setdefault((r.provider, r.experiment), []).append(r)
-    for (provider, experiment), recs in groups.items():
-        ok = [r for r in recs if r.error is None]
-        bad = [r for r in recs if r.error is not None]
-        ttft = _vals(ok, lambda r: r.client.ttft_ms)
-        tin = _p(_vals(ok, lambda r: r.usage.input_tokens), 50)
-        tout = _p(_vals(ok, lambda r: r.usage.output_tokens), 50)
-        stops = Counter(str(r.stop_reason) for r in ok if r.stop_reason)
-        errors = Counter(str(r.error.kind) for r in bad if r.error)
+    for s in stats:
+        if s.records == s.warmup_excluded:
+            continue
+        name = s.experiment + (f" ({s.client_path})" if s.client_path != "wire" else "")
+        name += f" {CLIENT_BOUND_MARK}" if s.client_bound else ""
+        split = s.ttft_split
+        gap_mark = " ⚠" if s.decode_gap_client_bound else ""
         table.add_row(
-            provider,
-            experiment,
-            f"{len(ok)}/{len(bad)}",
-            _ms(_p(ttft, 50)),
-            _ms(_p(ttft, 90)),
-            _ms(_p(_vals(ok, lambda r: r.provider_timings.prefill_ms), 50)),
-            _ms(_p(_vals(ok, lambda r: r.client.decode_ms_per_token), 50), 2),
-            _ms(_p(_vals(ok, lambda r: r.provider_timings.decode_ms_per_token), 50), 2),
-            f"{_ms(tin, 0)}/{_ms(tout, 0)}",
-            ", ".join(f"{k}×{v}" for k, v in stops.most_common()) or "—",
-            ", ".join(f"{k}×{v}" for k, v in errors.most_common()) or "—",
+            s.provider,
+            name,
+            f"{s.n}/{s.errors}",
+            _q(s.ttft_ms.p50),
+            _q(s.ttft_ms.p90),
+            _q(split.provider_prefill_ms),
+            _q(s.decode_ms_per_token.p50) + gap_mark,
+            _q(s.provider_decode_ms_per_token),
+            f"{_ms(s.input_tokens_p50, 0)}/{_ms(s.output_tokens_p50, 0)}",
+            ", ".join(f"{k}×{v}" for k, v in sorted(s.stop_reasons.items())) or "—",
+            ", ".join(f"{k}×{v}" for k, v in sorted(s.error_kinds.items())) or "—",
         )
     return table
 
@@ -139,7 +135,7 @@ def load_tables(lab: LabResults) -> list[Table]:
         for _, label, _ in columns:
             table.add_column(label, justify="right")
         for row in levels:
-            name = row.title + (" [client-bound]" if row.client_bound else "")
+            name = row.title + (f" {CLIENT_BOUND_MARK}" if row.client_bound else "")
             cells = [name, _ms(row.workers, 0)]
             cells += [_ms(get(row), digits) for get, _, digits in columns]
             table.add_row(*cells)
