@@ -15,7 +15,15 @@ from collections.abc import Sequence
 from enum import StrEnum
 from typing import Annotated, Any, Literal, TypeAlias
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 __all__ = [
     "FIGURE_KINDS",
@@ -36,6 +44,8 @@ __all__ = [
     "Percentiles",
     "PrefillDecodeFigures",
     "PrefillPoint",
+    "Proportion",
+    "Quantile",
     "RequestStats",
     "RequestTimeline",
     "SLOCheck",
@@ -52,6 +62,7 @@ __all__ = [
     "TokenizerSpread",
     "TraceFigures",
     "VariantRow",
+    "Verdict",
     "read_figures",
 ]
 
@@ -60,16 +71,72 @@ class _Figures(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# --- statistics (labkit.analysis.stats computes them) --------------------------------------
+
+
+class Quantile(_Figures):
+    """One quantile of a metric over n requests, with its 95% distribution-free interval.
+
+    The interval is two order statistics of the sample (`lo`, `hi` are sample values) that
+    hold the true quantile with probability at least `confidence`, whatever the metric's
+    distribution; below `min_n` requests no such pair exists and both are None.
+    """
+
+    q: float = Field(description="The quantile as a fraction: 0.5, 0.9, 0.99.")
+    value: float | None = Field(
+        default=None, description="Point estimate (linear interpolation); None when n == 0."
+    )
+    lo: float | None = Field(default=None, description="Interval's lower bound (None: n < min_n).")
+    hi: float | None = Field(default=None, description="Interval's upper bound (None: n < min_n).")
+    n: int = Field(description="Values the quantile is over.")
+    confidence: float = 0.95
+    min_n: int = Field(
+        description="The least n for which a two-sided interval at `confidence` exists "
+        "(median 6, p90 29, p99 299 at 95%)."
+    )
+
+    @property
+    def supported(self) -> bool:
+        """Whether n is enough for an interval (`lo` and `hi` are set)."""
+        return self.n >= self.min_n
+
+
+class Proportion(_Figures):
+    """A share k/n with its exact (Clopper–Pearson) interval at `confidence`."""
+
+    k: int
+    n: int
+    value: float | None = Field(default=None, description="k / n; None when n == 0.")
+    lo: float | None = None
+    hi: float | None = None
+    confidence: float = 0.95
+
+
 # --- SLOs (any experiment) -----------------------------------------------------------------
+
+
+Verdict: TypeAlias = Literal["pass", "fail", "undecided"]
+"""An SLO's verdict at 95%: the requests show it held, show it did not, or cannot tell."""
+
+
+def _verdict_of_passed(data: Any) -> Any:
+    """A check or report written before verdicts (`passed`, `fraction`, `observed_ms`): its
+    point verdict as `pass`/`fail`; the intervals it never had stay None."""
+    if not isinstance(data, dict) or "passed" not in data:
+        return data
+    old = {k: v for k, v in data.items() if k not in ("passed", "fraction", "observed_ms")}
+    old.setdefault("verdict", "pass" if data["passed"] else "fail")
+    return old
 
 
 class SLOCheck(_Figures):
     """One SLO (`ttft_ms_p90: 500`) judged over a set of requests.
 
-    A request meets it when it succeeded and its `metric` is at most `bound_ms`; the set
-    passes when at least `percentile`% of its requests met it (a failed request counts as
-    missing every SLO), which is the `percentile`-th percentile of the metric, failures
-    counted as infinitely slow, being within the bound.
+    A request meets it when it succeeded and its `metric` is at most `bound_ms`. The set
+    passes when the share of its requests that met it is at least `percentile`% with 95%
+    confidence (the share's exact interval lies at or above it), fails when the interval
+    lies below it, and is undecided otherwise: too few requests to tell. A failed request
+    counts as missing every SLO.
     """
 
     name: str = Field(description="The SLO as configured: `ttft_ms_p90`.")
@@ -78,11 +145,20 @@ class SLOCheck(_Figures):
     bound_ms: float
     requests: int = Field(description="Requests judged (measured ones, failed included).")
     met: int = Field(description="Requests that met the bound.")
-    fraction: float | None = Field(default=None, description="met / requests.")
-    observed_ms: float | None = Field(
+    share: Proportion | None = Field(
+        default=None, description="met of requests, with its exact 95% interval."
+    )
+    observed: Quantile | None = Field(
         default=None, description="The metric's `percentile`-th percentile over ok requests."
     )
-    passed: bool = False
+    verdict: Verdict = "undecided"
+
+    _migrate = model_validator(mode="before")(_verdict_of_passed)
+
+    @property
+    def passed(self) -> bool:
+        """Whether the requests show, at 95%, that the SLO held."""
+        return self.verdict == "pass"
 
 
 class SLOReport(_Figures):
@@ -91,10 +167,28 @@ class SLOReport(_Figures):
     checks: list[SLOCheck] = Field(default_factory=list)
     requests: int = 0
     good: int = Field(default=0, description="Requests that met every SLO.")
+    good_share: Proportion | None = Field(
+        default=None, description="good of requests, with its exact 95% interval."
+    )
     goodput_rps: float | None = Field(
         default=None, description="Requests per second that met every SLO (good / span)."
     )
-    passed: bool = Field(default=False, description="Every check passed.")
+    goodput_low_rps: float | None = Field(
+        default=None,
+        description="The goodput's 95% interval: good_share's bounds × requests / span.",
+    )
+    goodput_high_rps: float | None = None
+    verdict: Verdict = Field(
+        default="undecided",
+        description="`pass`: every check passed; `fail`: one failed; else `undecided`.",
+    )
+
+    _migrate = model_validator(mode="before")(_verdict_of_passed)
+
+    @property
+    def passed(self) -> bool:
+        """Whether every check passed at 95%."""
+        return self.verdict == "pass"
 
 
 class _ExperimentFigures(_Figures):

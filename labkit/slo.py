@@ -10,9 +10,10 @@ It is judged twice, on the same per-request test:
   second over the span of the requests (the span `completed_rps` uses). This is the
   definition of DistServe and `vllm bench serve --goodput`: goodput counts requests, so one
   slow request cannot be hidden by fast ones and a failed request is never good.
-- **per set** (a load level, an experiment) — the set *passes* an SLO when at least
-  `percentile`% of its requests met it. That is the percentile of the metric, failed
-  requests counted as infinitely slow, being within the bound: a level cannot pass by
+- **per set** (a load level, an experiment) — the share of its requests that met the SLO,
+  with its exact 95% interval, against `percentile`%: the set *passes* when the interval
+  lies at or above it, *fails* when it lies below, and is *undecided* when it straddles it
+  (too few requests to tell). Failed requests count as missing: a level cannot pass by
   failing its slow requests.
 
 A metric that is undefined for a request — `decode_ms_per_token` and the inter-token gaps
@@ -26,12 +27,21 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from labkit.analysis.stats import proportion, quantile
 from labkit.clocksync import driver_start_ns
-from labkit.figures import SLOCheck, SLOReport
+from labkit.figures import Proportion, Quantile, SLOCheck, SLOReport, Verdict
 from labkit.records import RequestRecord
-from labkit.timing import percentile
+from labkit.wording import slo_sentence
 
-__all__ = ["SLO", "SLO_METRICS", "judge", "parse_slos", "request_span_s", "slo_sentence"]
+__all__ = [
+    "SLO",
+    "SLO_METRICS",
+    "judge",
+    "parse_slos",
+    "request_span_s",
+    "slo_sentence",
+    "verdict",
+]
 
 #: The `client.*` fields an SLO may bound (all milliseconds, lower is better).
 SLO_METRICS: tuple[str, ...] = (
@@ -119,7 +129,9 @@ def judge(
 ) -> SLOReport | None:
     """The SLOs over `records` (warm-ups dropped); None when there are no SLOs.
 
-    `span_s` is the goodput's denominator (default: `request_span_s`).
+    `span_s` is the goodput's denominator (default: `request_span_s`). The goodput's
+    interval is the good requests' share, with its exact interval, times the requests per
+    second over the span: what is uncertain is which requests are good, the span is measured.
     """
     if not slos:
         return None
@@ -130,8 +142,7 @@ def judge(
     for slo in slos:
         met = [slo.met_by(r) for r in recs]
         good = [g and m for g, m in zip(good, met, strict=True)]
-        count = sum(met)
-        observed = _percentile_of(ok, slo.value, slo.percentile)
+        share = proportion(sum(met), len(recs))
         checks.append(
             SLOCheck(
                 name=slo.name,
@@ -139,39 +150,39 @@ def judge(
                 percentile=slo.percentile,
                 bound_ms=slo.bound_ms,
                 requests=len(recs),
-                met=count,
-                fraction=count / len(recs) if recs else None,
-                observed_ms=observed,
-                passed=bool(recs) and count * 100 >= slo.percentile * len(recs),
+                met=share.k,
+                share=share,
+                observed=_quantile_of(ok, slo.value, slo.percentile),
+                verdict=verdict(share, slo.percentile / 100),
             )
         )
     span = span_s if span_s is not None else request_span_s(recs)
-    n_good = sum(good)
+    good_share = proportion(sum(good), len(recs))
+    rate = len(recs) / span if span else None
+    verdicts = {c.verdict for c in checks}
     return SLOReport(
         checks=checks,
         requests=len(recs),
-        good=n_good,
-        goodput_rps=n_good / span if span else None,
-        passed=all(c.passed for c in checks),
+        good=good_share.k,
+        good_share=good_share,
+        goodput_rps=good_share.k / span if span else None,
+        goodput_low_rps=None if rate is None or good_share.lo is None else good_share.lo * rate,
+        goodput_high_rps=None if rate is None or good_share.hi is None else good_share.hi * rate,
+        verdict=next((v for v in ("fail", "undecided") if v in verdicts), "pass"),
     )
 
 
-def _percentile_of(
+def verdict(share: Proportion, required: float) -> Verdict:
+    """`pass` when the share's interval lies at or above `required`, `fail` when it lies
+    below, else `undecided` (also with no requests)."""
+    if share.lo is None or share.hi is None:
+        return "undecided"
+    if share.lo >= required:
+        return "pass"
+    return "fail" if share.hi < required else "undecided"
+
+
+def _quantile_of(
     records: Sequence[RequestRecord], get: Callable[[RequestRecord], float | None], q: float
-) -> float | None:
-    values = sorted(v for v in (get(r) for r in records) if v is not None)
-    return percentile(values, q) if values else None
-
-
-def slo_sentence(report: SLOReport) -> str:
-    """The report in one sentence: goodput, and the share of requests meeting each SLO."""
-    parts = []
-    for c in report.checks:
-        share = "n/a" if c.fraction is None else f"{c.fraction:.0%}"
-        verdict = "met" if c.passed else "missed"
-        parts.append(f"{c.name} ≤ {c.bound_ms:g} ms {verdict} ({share} of requests within it)")
-    goodput = "n/a" if report.goodput_rps is None else f"{report.goodput_rps:.2f} req/s"
-    return (
-        f"SLOs: {'; '.join(parts)}; {report.good} of {report.requests} requests met every SLO "
-        f"(goodput {goodput})."
-    )
+) -> Quantile:
+    return quantile((v for v in (get(r) for r in records) if v is not None), q / 100)

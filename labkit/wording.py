@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from labkit.analysis.stats import describe
+from labkit.analysis.stats import describe, describe_share
 from labkit.figures import (
     AttributionFigures,
     AttributionKey,
@@ -24,6 +24,8 @@ from labkit.figures import (
     LoadLevelCache,
     Quantile,
     SingleFigures,
+    SLOCheck,
+    SLOReport,
     TokenizerSpread,
     TokenRatioFigures,
     TTFTSplit,
@@ -37,12 +39,14 @@ __all__ = [
     "conversation_answer",
     "determinism_answer",
     "goodput_sentence",
+    "goodput_words",
     "load_answer",
     "marked",
     "ms",
     "say",
     "server_queue_sentence",
     "single_answer",
+    "slo_sentence",
     "token_ratio_answer",
     "trace_answer",
 ]
@@ -453,7 +457,35 @@ def conversation_answer(f: ConversationFigures, asked_off: bool) -> str:
 
 
 # --- slo -------------------------------------------------------------------------------------
-# (SLO verdicts' sentences)
+
+_VERDICT_WORDS = {"pass": "held", "fail": "missed", "undecided": "undecided"}
+
+
+def _check_words(c: SLOCheck) -> str:
+    share = "no requests" if c.share is None else describe_share(c.share)
+    return f"{c.name} ≤ {c.bound_ms:g} ms {_VERDICT_WORDS[c.verdict]} ({share} within it)"
+
+
+def goodput_words(report: SLOReport) -> str:
+    """`12.3 req/s (95% CI 11.8–12.6)`, or `n/a`."""
+    if report.goodput_rps is None:
+        return "n/a"
+    if report.goodput_low_rps is None or report.goodput_high_rps is None:
+        return f"{report.goodput_rps:.2f} req/s"
+    return (
+        f"{report.goodput_rps:.2f} req/s (95% CI {report.goodput_low_rps:.2f}–"
+        f"{report.goodput_high_rps:.2f})"
+    )
+
+
+def slo_sentence(report: SLOReport) -> str:
+    """The report in one sentence: each SLO's verdict at 95% with the share meeting it, and
+    the goodput with its interval."""
+    checks = "; ".join(_check_words(c) for c in report.checks)
+    return (
+        f"SLOs: {checks}; {report.good} of {report.requests} requests met every SLO "
+        f"(goodput {goodput_words(report)})."
+    )
 
 
 # --- sweep -----------------------------------------------------------------------------------

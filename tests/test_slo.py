@@ -11,7 +11,7 @@ from labkit.config import parse_config
 from labkit.errors import ConfigError
 from labkit.experiments.load import Level, LoadExperiment, LoadSettings, level_figures
 from labkit.experiments.single import SingleExperiment, SingleSettings
-from labkit.figures import LoadFigures, SingleFigures
+from labkit.figures import LoadFigures, SingleFigures, SLOReport
 from labkit.records import RequestRecord
 from labkit.slo import judge, parse_slos
 from tests.experiments.records import make_record
@@ -86,17 +86,62 @@ def test_goodput_counts_requests_meeting_every_slo_and_the_verdict_is_a_share() 
     report = judge(slos, records)
     assert report is not None and report.requests == 10
     ttft, decode = report.checks
-    assert (ttft.met, ttft.fraction, ttft.passed) == (9, 0.9, True)  # 90 % within: p90 holds
-    assert (decode.met, decode.passed) == (5, True)  # exactly half within: p50 holds
+    # 90 % within a p90 bound, half within a p50 one: ten requests cannot tell either way.
+    assert ttft.share is not None and decode.share is not None
+    assert (ttft.met, ttft.share.value, ttft.verdict) == (9, 0.9, "undecided")
+    assert (decode.met, decode.verdict) == (5, "undecided")
+    assert ttft.observed is not None and ttft.observed.q == 0.9 and ttft.observed.n == 10
     assert report.good == 4  # 0-4 meet the decode SLO, and of those 2 misses the TTFT one
-    assert report.passed
+    assert report.verdict == "undecided" and not report.passed
     assert report.goodput_rps == pytest.approx(4 / 9.1)
-    # A failure counts as missing every SLO: the share falls below 90 %, the verdict fails.
+    assert report.good_share is not None and report.good_share.lo is not None
+    assert report.goodput_low_rps == pytest.approx(report.good_share.lo * 10 / 9.1)
+    assert report.goodput_low_rps < report.goodput_rps < (report.goodput_high_rps or 0)
+    # A failure counts as missing every SLO.
     failed = _at(make_record(experiment="e", ttft=1.0, failed=True), 10)
     worse = judge(slos, [*records, failed])
-    assert worse is not None and worse.checks[0].fraction == pytest.approx(9 / 11)
-    assert not worse.checks[0].passed and not worse.passed
+    assert worse is not None and worse.checks[0].share is not None
+    assert worse.checks[0].share.value == pytest.approx(9 / 11)
     assert judge([], records) is None
+
+
+def test_a_verdict_needs_the_share_s_interval_on_one_side_of_the_percentile() -> None:
+    slos = parse_slos({"ttft_ms_p90": 200})
+    # 40 of 40 within: the share's lower bound (0.912) clears 90 %; 35 of 36 would not.
+    within = [_at(make_record(experiment="e", ttft=100.0), i / 10) for i in range(40)]
+    held = judge(slos, within)
+    assert held is not None and held.checks[0].verdict == "pass" and held.passed
+    slow = [_at(make_record(experiment="e", ttft=300.0), 4 + i / 10) for i in range(15)]
+    missed = judge(slos, within[:25] + slow)
+    assert missed is not None and missed.checks[0].verdict == "fail"
+    assert missed.verdict == "fail" and not missed.passed
+    unsure = judge(slos, within[:35] + slow[:1])
+    assert unsure is not None and unsure.verdict == "undecided"
+
+
+def test_a_lab_json_from_before_verdicts_reads_its_point_verdict() -> None:
+    old = {
+        "checks": [
+            {
+                "name": "ttft_ms_p90",
+                "metric": "ttft_ms",
+                "percentile": 90.0,
+                "bound_ms": 200.0,
+                "requests": 10,
+                "met": 9,
+                "fraction": 0.9,
+                "observed_ms": 180.0,
+                "passed": True,
+            }
+        ],
+        "requests": 10,
+        "good": 9,
+        "goodput_rps": 1.0,
+        "passed": True,
+    }
+    report = SLOReport.model_validate(old)
+    assert report.verdict == "pass" and report.checks[0].verdict == "pass"
+    assert report.checks[0].share is None and report.checks[0].observed is None
 
 
 def test_load_levels_carry_goodput_beside_throughput_and_the_answer_says_it() -> None:
@@ -107,14 +152,14 @@ def test_load_levels_carry_goodput_beside_throughput_and_the_answer_says_it() ->
         for i in range(6)
     ]
     row = level_figures(Level(0, "rate", 2.0), records, "constant", slos=settings.slos())
-    assert row.slo is not None and row.slo.good == 3 and not row.slo.passed
+    assert row.slo is not None and row.slo.good == 3 and row.slo.verdict == "fail"
     assert row.completed_rps is not None and row.slo.goodput_rps is not None
     assert row.slo.goodput_rps == pytest.approx(row.completed_rps / 2)
     answer = exp.judged("p", "m", records)
     assert isinstance(answer.figures, LoadFigures)
     assert answer.figures.slo is None  # judged per level, not over the levels together
     assert answer.figures.levels[0].slo == row.slo
-    assert "ttft_ms_p90 ≤ 150 ms missed (50% of requests within it)" in answer.answer
+    assert "ttft_ms_p90 ≤ 150 ms missed (50% (95% CI 12–88%, 3 of 6) within it)" in answer.answer
     assert "3 of 6 requests met every SLO" in answer.answer
 
 
@@ -123,8 +168,10 @@ def test_other_experiments_get_the_slos_over_their_measured_requests() -> None:
     records = [_at(make_record(experiment="single", ttft=100.0), i) for i in range(3)]
     answer = exp.judged("p", "m", records)
     assert isinstance(answer.figures, SingleFigures) and answer.figures.slo is not None
-    assert answer.figures.slo.passed and answer.figures.slo.good == 3
-    assert answer.answer.endswith("3 of 3 requests met every SLO (goodput 1.43 req/s).")
+    assert answer.figures.slo.verdict == "undecided" and answer.figures.slo.good == 3
+    assert answer.answer.endswith(
+        "3 of 3 requests met every SLO (goodput 1.43 req/s (95% CI 0.42–1.43))."
+    )
     plain = SingleExperiment(SingleSettings()).judged("p", "m", records)
     assert plain.figures is not None and plain.figures.slo is None
     assert "SLO" not in plain.answer

@@ -1,0 +1,168 @@
+"""The one statistics module: quantiles and shares with their intervals, and how they read.
+
+A quantile's interval is distribution-free: two order statistics of the sample chosen with
+the binomial distribution of how many values fall below the true quantile, so it holds for
+any latency distribution (long tails, several modes) with no model to trust. A share's
+interval is exact (Clopper–Pearson). `describe` is the one rendering rule every table,
+answer and summary uses; it never prints a tail percentile that n cannot support.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+from scipy import stats as sps
+
+from labkit.figures import Proportion, Quantile
+
+__all__ = [
+    "CONFIDENCE",
+    "describe",
+    "describe_share",
+    "median",
+    "min_n",
+    "order_statistic_ranks",
+    "proportion",
+    "quantile",
+    "quantiles",
+]
+
+#: The confidence of every interval labkit states.
+CONFIDENCE = 0.95
+
+
+def min_n(q: float, confidence: float = CONFIDENCE) -> int:
+    """The least n for which the sample's smallest and largest values bracket the `q`
+    quantile with probability `confidence`: 1 − qⁿ − (1 − q)ⁿ ≥ confidence.
+
+    No narrower pair of order statistics can do better, so under this n a quantile has no
+    distribution-free interval (median 6, p90 29, p99 299 at 95%).
+    """
+    if not 0 < q < 1 or not 0 < confidence < 1:
+        raise ValueError(f"q and confidence must lie in (0, 1), got {q} and {confidence}")
+    n = max(2, math.floor(math.log1p(-confidence) / math.log(max(q, 1 - q))))
+    while 1 - q**n - (1 - q) ** n < confidence:
+        n += 1
+    return n
+
+
+def order_statistic_ranks(n: int, q: float, confidence: float = CONFIDENCE) -> tuple[int, int]:
+    """The 1-based ranks (l, u) of the narrowest interval [x₍ₗ₎, x₍ᵤ₎] of n sorted values
+    that holds the `q` quantile with probability ≥ `confidence`; ValueError below `min_n`.
+
+    The count K of values below the quantile is Binomial(n, q), and x₍ₗ₎ ≤ ξ ≤ x₍ᵤ₎ exactly
+    when l ≤ K ≤ u − 1; the ranks are the K values of highest probability (the binomial
+    is unimodal, so they are consecutive) until they hold `confidence`. K = 0 and K = n
+    would put a bound outside the sample and are never taken.
+    """
+    if n < min_n(q, confidence):
+        raise ValueError(f"{n} values give no {confidence:.0%} interval for the {q} quantile")
+    pmf = sps.binom.pmf(np.arange(n + 1), n, q)
+    a = b = int(np.clip(np.argmax(pmf), 1, n - 1))
+    mass = float(pmf[a])
+    while mass < confidence:
+        left = float(pmf[a - 1]) if a > 1 else -1.0
+        right = float(pmf[b + 1]) if b < n - 1 else -1.0
+        if left >= right:
+            a -= 1
+            mass += left
+        else:
+            b += 1
+            mass += right
+    return a, b + 1
+
+
+def quantile(values: Iterable[float], q: float, confidence: float = CONFIDENCE) -> Quantile:
+    """The `q` quantile (0 < q < 1) of `values` with its distribution-free interval.
+
+    The point estimate is numpy's linear interpolation; the bounds are order statistics
+    (`order_statistic_ranks`), widened where needed to hold the point estimate (which only
+    raises their coverage), and None when n < `min_n`.
+    """
+    xs = np.sort(np.asarray(list(values), dtype=float))
+    n = int(xs.size)
+    need = min_n(q, confidence)
+    if n == 0:
+        return Quantile(q=q, n=0, confidence=confidence, min_n=need)
+    value = float(np.quantile(xs, q))
+    lo = hi = None
+    if n >= need:
+        low_rank, high_rank = order_statistic_ranks(n, q, confidence)
+        lo = min(float(xs[low_rank - 1]), value)
+        hi = max(float(xs[high_rank - 1]), value)
+    return Quantile(q=q, value=value, lo=lo, hi=hi, n=n, confidence=confidence, min_n=need)
+
+
+def median(values: Iterable[float], confidence: float = CONFIDENCE) -> Quantile:
+    """The median of `values` with its distribution-free interval."""
+    return quantile(values, 0.5, confidence)
+
+
+def quantiles(
+    values: Iterable[float], qs: Sequence[float] = (0.5, 0.9, 0.99), confidence: float = CONFIDENCE
+) -> list[Quantile]:
+    """Several quantiles of the same values (p50, p90, p99 by default), in the order of `qs`."""
+    xs = list(values)
+    return [quantile(xs, q, confidence) for q in qs]
+
+
+def proportion(k: int, n: int, confidence: float = CONFIDENCE) -> Proportion:
+    """The share k/n with its exact (Clopper–Pearson) interval; no value when n == 0."""
+    if not 0 <= k <= n:
+        raise ValueError(f"a share needs 0 <= k <= n, got k={k}, n={n}")
+    if n == 0:
+        return Proportion(k=0, n=0, confidence=confidence)
+    ci = sps.binomtest(k, n).proportion_ci(confidence_level=confidence, method="exact")
+    return Proportion(
+        k=k, n=n, value=k / n, lo=float(ci.low), hi=float(ci.high), confidence=confidence
+    )
+
+
+def _number(x: float) -> str:
+    """A measured value as tables print it: three significant figures, at least units."""
+    magnitude = abs(x)
+    if magnitude >= 100 or x == 0:
+        return f"{x:,.0f}"
+    if magnitude >= 10:
+        return f"{x:.1f}"
+    if magnitude >= 1:
+        return f"{x:.2f}"
+    return f"{x:.3g}"
+
+
+def _name(q: float) -> str:
+    return "median" if q == 0.5 else f"p{q * 100:g}"
+
+
+def describe(figure: Quantile, unit: str = "ms") -> str:
+    """The quantile as every renderer shows it (the one rendering rule).
+
+    - supported: ``412 ms (95% CI 398–430, n=12)``;
+    - a median with too few values: ``412 ms (n=4; an interval needs 6)``;
+    - any other quantile with too few: ``p99 needs ≥ 299 requests (n=6)``, never the
+      largest value in its place;
+    - no values: ``no requests (n=0)``.
+    """
+    suffix = f" {unit}" if unit else ""
+    if figure.value is None:
+        return "no requests (n=0)"
+    if figure.lo is not None and figure.hi is not None:
+        return (
+            f"{_number(figure.value)}{suffix} ({figure.confidence:.0%} CI "
+            f"{_number(figure.lo)}–{_number(figure.hi)}, n={figure.n})"
+        )
+    if figure.q == 0.5:
+        return f"{_number(figure.value)}{suffix} (n={figure.n}; an interval needs {figure.min_n})"
+    return f"{_name(figure.q)} needs ≥ {figure.min_n} requests (n={figure.n})"
+
+
+def describe_share(figure: Proportion) -> str:
+    """A share as every renderer shows it: ``94% (95% CI 88–98%, 180 of 192)``."""
+    if figure.value is None or figure.lo is None or figure.hi is None:
+        return "no requests (n=0)"
+    return (
+        f"{figure.value:.0%} ({figure.confidence:.0%} CI {figure.lo * 100:.0f}–"
+        f"{figure.hi * 100:.0f}%, {figure.k} of {figure.n})"
+    )
