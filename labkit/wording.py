@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from labkit.analysis.stats import describe, describe_share
+from labkit.analysis.stats import _number, describe, describe_share
 from labkit.figures import (
     AttributionFigures,
     AttributionKey,
@@ -36,6 +36,7 @@ __all__ = [
     "CLIENT_BOUND_MARK",
     "attribution_answer",
     "cache_sentence",
+    "cell",
     "conversation_answer",
     "determinism_answer",
     "goodput_sentence",
@@ -65,6 +66,20 @@ def ms(value: float | None, digits: int = 1, signed: bool = False) -> str:
 def say(q: Quantile | None, unit: str = "ms") -> str:
     """A median or percentile with its interval and n (`describe`), or `n/a`."""
     return "n/a" if q is None else describe(q, unit)
+
+
+def cell(q: Quantile | None) -> str:
+    """A median or percentile in a table cell, where n has its own column: `describe`'s
+    rule, short — `412 [398–430]` (the 95% interval in brackets), `412 (no CI: n<6)` for a
+    median of too few requests, `needs ≥ 299` for a tail percentile of too few (never the
+    largest value in its place), `—` for none."""
+    if q is None or q.value is None:
+        return "—"
+    if q.lo is not None and q.hi is not None:
+        return f"{_number(q.value)} [{_number(q.lo)}–{_number(q.hi)}]"
+    if q.q == 0.5:
+        return f"{_number(q.value)} (no CI: n<{q.min_n})"
+    return f"needs ≥ {q.min_n}"
 
 
 def marked(text: str, reason: str | None) -> str:
@@ -268,8 +283,9 @@ def attribution_answer(f: AttributionFigures, sdk_why_not: str | None = None) ->
     gap = _row(f, AttributionKey.DECODE_CLIENT_MINUS_PROVIDER)
     if gap is not None and gap.value_ms is not None:
         text += " " + marked(
-            f"Per output token the client saw {ms(gap.value_ms, 2, signed=True)} beside the "
-            f"server's own {ms(f.value(AttributionKey.DECODE_PER_TOKEN), 2)}.",
+            f"Client decode per token was {ms(abs(gap.value_ms), 2)} "
+            f"{'above' if gap.value_ms >= 0 else 'below'} the server's own "
+            f"{ms(f.value(AttributionKey.DECODE_PER_TOKEN), 2)}.",
             gap.client_bound,
         )
     prepare = f.value(AttributionKey.REQUEST_PREPARATION)

@@ -38,12 +38,12 @@ from labkit.report.render import (
     render_markdown,
 )
 from labkit.report.split import NOT_REPORTED, split_section
-from labkit.report.stats import cell, run_stats, stats_frame, where
+from labkit.report.stats import run_stats, stats_frame, where
 from labkit.report.sweep import goodput_curves, sweep_section
 from labkit.report.workloads import conversation_section, workload_plots
 from labkit.scrub import for_people, scrub_frame
 from labkit.server_metrics import ServerMetricsSample, read_server_metrics
-from labkit.wording import CLIENT_BOUND_MARK
+from labkit.wording import CLIENT_BOUND_MARK, cell
 
 __all__ = ["LAB_EXPERIMENTS", "ReportPaths", "build_blocks", "missing_notes", "write_report"]
 
@@ -407,7 +407,7 @@ def _stats_section(stats: list[RequestStats]) -> list[Block]:
         Heading("Statistics per provider × experiment × model"),
         Para(
             "Milliseconds unless stated; each percentile with its 95% distribution-free "
-            "interval and n, or the number of requests it needs. Warm-up and failed requests "
+            "interval in brackets, or the number of requests it needs. Warm-up and failed requests "
             "are excluded and counted in their own columns; n is what remains. A load "
             "experiment's row pools its levels (each level has its own row under Load "
             f"levels). {CLIENT_BOUND_MARK}: labkit's self-check found its stamps late (see "

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from labkit.figures import RequestStats
 from labkit.report.render import Block, Heading, Para, Table
-from labkit.report.stats import cell, where
-from labkit.wording import CLIENT_BOUND_MARK, marked
+from labkit.report.stats import where
+from labkit.wording import CLIENT_BOUND_MARK, cell, marked
 
 __all__ = ["NOT_DERIVABLE", "NOT_REPORTED", "split_section"]
 
@@ -41,7 +41,8 @@ def split_section(stats: list[RequestStats]) -> list[Block]:
     blocks: list[Block] = [
         Heading("Provider vs client: whose time is it?"),
         Para(
-            "Medians over successful, non-warm-up requests (ms), each with its 95% interval, "
+            "Medians over successful, non-warm-up requests (ms), each with its 95% interval in "
+            "brackets, "
             "one row per experiment and client path. Network + front end is, per request, "
             "client TTFT − provider queue − provider prefill (the same definition as the "
             "attribution answer and its chart); the queue is the provider's own, or 0 by "

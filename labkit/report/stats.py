@@ -12,7 +12,6 @@ from pathlib import Path
 import pandas as pd
 
 from labkit.analysis.requests import request_stats
-from labkit.analysis.stats import describe
 from labkit.figures import Percentiles, Quantile, RequestStats
 from labkit.records import LabResults, RequestRecord
 from labkit.wording import CLIENT_BOUND_MARK
@@ -20,7 +19,6 @@ from labkit.wording import CLIENT_BOUND_MARK
 __all__ = [
     "GROUP_KEYS",
     "METRICS",
-    "cell",
     "included",
     "run_stats",
     "stats_frame",
@@ -75,11 +73,6 @@ def where(s: RequestStats) -> str:
     if s.levels:
         name += " (all levels)"
     return name + (f" {CLIENT_BOUND_MARK}" if s.client_bound else "")
-
-
-def cell(q: Quantile | None) -> str:
-    """A quantile in a table cell: the one rendering rule, without the unit."""
-    return "—" if q is None else describe(q, "")
 
 
 def stats_frame(stats: list[RequestStats]) -> pd.DataFrame:

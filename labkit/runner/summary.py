@@ -6,28 +6,21 @@ from collections.abc import Callable
 
 from rich.table import Table
 
-from labkit.analysis.stats import describe
 from labkit.figures import (
     LoadFigures,
     LoadLevel,
-    Quantile,
     RequestStats,
     SweepFigures,
     TraceFigures,
 )
 from labkit.records import LabResults
-from labkit.wording import CLIENT_BOUND_MARK
+from labkit.wording import CLIENT_BOUND_MARK, cell
 
 __all__ = ["load_tables", "summary_table"]
 
 
 def _ms(value: float | None, digits: int = 1) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
-
-
-def _q(q: Quantile | None) -> str:
-    """A median or percentile as every renderer says it (interval and n), no unit."""
-    return "—" if q is None or q.n == 0 else describe(q, "")
 
 
 def summary_table(lab: LabResults | list[RequestStats], title: str = "labkit run") -> Table:
@@ -39,11 +32,11 @@ def summary_table(lab: LabResults | list[RequestStats], title: str = "labkit run
         ("provider", "left"),
         ("experiment", "left"),
         ("ok/err", "right"),
-        ("TTFT\np50 ms", "right"),
-        ("TTFT\np90 ms", "right"),
-        ("server\nprefill ms", "right"),
-        ("decode\nms/tok", "right"),
-        ("server\nms/tok", "right"),
+        ("TTFT ms\np50 [95% CI]", "right"),
+        ("TTFT ms\np90 [95% CI]", "right"),
+        ("server prefill\nms p50", "right"),
+        ("decode\nms/tok p50", "right"),
+        ("server\nms/tok p50", "right"),
         ("tokens\nin/out", "right"),
         ("stop", "left"),
         ("errors", "left"),
@@ -60,11 +53,11 @@ def summary_table(lab: LabResults | list[RequestStats], title: str = "labkit run
             s.provider,
             name,
             f"{s.n}/{s.errors}",
-            _q(s.ttft_ms.p50),
-            _q(s.ttft_ms.p90),
-            _q(split.provider_prefill_ms),
-            _q(s.decode_ms_per_token.p50) + gap_mark,
-            _q(s.provider_decode_ms_per_token),
+            cell(s.ttft_ms.p50),
+            cell(s.ttft_ms.p90),
+            cell(split.provider_prefill_ms),
+            cell(s.decode_ms_per_token.p50) + gap_mark,
+            cell(s.provider_decode_ms_per_token),
             f"{_ms(s.input_tokens_p50, 0)}/{_ms(s.output_tokens_p50, 0)}",
             ", ".join(f"{k}×{v}" for k, v in sorted(s.stop_reasons.items())) or "—",
             ", ".join(f"{k}×{v}" for k, v in sorted(s.error_kinds.items())) or "—",
