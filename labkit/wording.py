@@ -300,10 +300,9 @@ def attribution_answer(f: AttributionFigures, sdk_why_not: str | None = None) ->
     else:
         text += (
             f" labkit itself took {ms(prepare, 2)} to prepare a request (before the clock "
-            f"starts) and {ms(parse, 2)} to parse its stream."
+            f"starts) and {ms(parse, 2)} to parse its stream"
         )
-        if sdk_why_not:
-            text += f" The SDK path was not measured: {sdk_why_not}."
+        text += f"; the SDK path was not measured: {sdk_why_not}." if sdk_why_not else "."
     return text
 
 
@@ -344,7 +343,7 @@ def load_answer(levels: Sequence[LoadLevel], extras: Sequence[str] = ()) -> str:
         more.insert(
             0,
             f"{CLIENT_BOUND_MARK} at {', '.join(r.title for r in bound)}: labkit read the "
-            f"streams late ({bound[-1].client_bound_fix}).",
+            f"streams late, so those timings include its own delay; {bound[-1].client_bound_fix}.",
         )
     return " ".join([text, *more[:3]])
 

@@ -48,7 +48,7 @@ from labkit.capacity import (
     process_capacity,
 )
 from labkit.capacity import stream_events_per_s as warmup_events_per_s
-from labkit.clocksync import HostClock, driver_start_ns, level_clock
+from labkit.clocksync import HostClock, clock_note, driver_start_ns, level_clock
 from labkit.errors import ConfigError
 from labkit.experiments.base import ExperimentSettings, PlannedRequest, register_experiment
 from labkit.experiments.common import Prompt, latest_pass, p_of, prompt_list
@@ -61,7 +61,7 @@ from labkit.records import ErrorKind, LabAnswer, RequestRecord
 from labkit.selfcheck import level_lag
 from labkit.server_metrics import ServerMetricsSample, server_level_metrics
 from labkit.slo import SLO, judge, slo_sentence
-from labkit.wording import goodput_sentence, load_answer, server_queue_sentence
+from labkit.wording import cache_sentence, goodput_sentence, load_answer, server_queue_sentence
 
 __all__ = ["Level", "LoadExperiment", "LoadSettings", "level_figures"]
 
@@ -556,7 +556,9 @@ class LoadExperiment(PacedExperiment):
             "labkit run --resume runs them again."
             if lost
             else "",
+            "".join(clock_note(r.title, r.clock_uncertainty_ms, r.ttft_ms_p50) for r in rows),
             server_queue_sentence(done),
+            cache_sentence(done[-1].cache),
             goodput_sentence(done),
             slo_sentence(done[0].slo) if len(done) == 1 and done[0].slo is not None else "",
             f"workers: auto read {'; '.join(chosen)}." if chosen else "",

@@ -37,7 +37,7 @@ from labkit.report.render import (
     render_html,
     render_markdown,
 )
-from labkit.report.split import NOT_REPORTED, split_section
+from labkit.report.split import NOT_REPORTED, attribution_section, split_section
 from labkit.report.stats import run_stats, stats_frame, where
 from labkit.report.sweep import goodput_curves, sweep_section
 from labkit.report.workloads import conversation_section, workload_plots
@@ -529,6 +529,7 @@ def build_blocks(run: RunData) -> tuple[str, list[Block], list[RequestStats]]:
     if len(df):
         blocks += _errors_section(df)
     blocks += split_section(stats)
+    blocks += attribution_section(run.lab)
     blocks.append(Heading("Figures"))
     if not plots:
         blocks.append(Para("No figure could be drawn from this run.", "warn"))

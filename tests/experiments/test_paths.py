@@ -172,7 +172,7 @@ def test_attribution_says_when_the_sdk_was_not_measured() -> None:
     wire_only = [_pair(t, 100.0, [100.0, 110.0], 1.0, "wire") for t in range(2)]
     answer = AttributionExperiment(AttributionSettings()).analyze("p", "m", wire_only)
     assert answer.status == "ok" and answer.figures.sdk_measured is False
-    assert "The SDK path was not measured: the fake kind has no official SDK." in answer.answer
+    assert "the SDK path was not measured: the fake kind has no official SDK." in answer.answer
     rows = {r.key: r for r in answer.figures.rows}
     assert rows[AttributionKey.SDK_EVENT_DELAY].value_ms is None
     assert "not measured" in rows[AttributionKey.SDK_EVENT_DELAY].note
