@@ -35,6 +35,7 @@ __all__ = [
     "ConversationTurn",
     "ConversationVariant",
     "DeterminismFigures",
+    "Estimate",
     "Figures",
     "LinearFit",
     "LoadFigures",
@@ -44,6 +45,7 @@ __all__ = [
     "Percentiles",
     "PrefillDecodeFigures",
     "PrefillPoint",
+    "PromptCost",
     "Proportion",
     "Quantile",
     "RequestStats",
@@ -277,6 +279,55 @@ class LinearFit(_Figures):
         return cls(ms_per_token=slope, intercept_ms=intercept, r2=r2, n=n)
 
 
+class Estimate(_Figures):
+    """A fitted quantity with its 95% confidence interval."""
+
+    value: float
+    lo: float | None = None
+    hi: float | None = None
+
+
+class PromptCost(_Figures):
+    """A latency against prompt tokens, the model chosen by the data.
+
+    A straight line (`linear`), or a line with a quadratic term (`quadratic`: prefill per
+    token grows with the prompt, as attention over it does) when an F-test of that term
+    against the line gives p < 0.05. Ordinary least squares (statsmodels); every interval is
+    95%. The marginal cost is the slope of the chosen model at the shortest and the longest
+    prompt; the fixed part (`intercept_ms`) is a fitted constant, stated only where its
+    interval lies above 0 (`intercept_reading`).
+    """
+
+    model: Literal["linear", "quadratic"]
+    n: int = Field(description="Requests fitted.")
+    min_tokens: float
+    max_tokens: float
+    intercept_ms: Estimate
+    ms_per_token: Estimate = Field(description="The linear coefficient.")
+    ms_per_token_squared: Estimate | None = Field(
+        default=None, description="The quadratic coefficient (ms per token²); None: linear."
+    )
+    curvature_p: float | None = Field(
+        default=None,
+        description="F-test p-value of the quadratic term over the line (None: fewer than 3 "
+        "prompt lengths or 4 requests, no test).",
+    )
+    r2: float
+    marginal_at_min: Estimate = Field(description="ms per prompt token at min_tokens.")
+    marginal_at_max: Estimate = Field(description="ms per prompt token at max_tokens.")
+
+    @property
+    def intercept_reading(self) -> Literal["positive", "zero", "negative"]:
+        """`zero`: the fixed part's interval holds 0 (not distinguishable from it);
+        `negative`: it lies below 0, which is not physical (the model is wrong here)."""
+        lo, hi = self.intercept_ms.lo, self.intercept_ms.hi
+        if lo is not None and lo > 0:
+            return "positive"
+        if hi is not None and hi < 0:
+            return "negative"
+        return "zero"
+
+
 class PrefillPoint(_Figures):
     """Medians of the cold requests at one target prompt length."""
 
@@ -324,6 +375,12 @@ class PrefillDecodeFigures(_ExperimentFigures):
     cache_control: str = ""
     cache: CacheEffect | None = None
     marginal_ms_per_token: list[MarginalCost] = Field(default_factory=list)
+    ttft_model: PromptCost | None = Field(
+        default=None, description="Client TTFT against input tokens, the model the data chose."
+    )
+    server_prefill_model: PromptCost | None = Field(
+        default=None, description="The server's own prefill against input tokens, likewise."
+    )
 
 
 # --- token_ratio ---------------------------------------------------------------------------
@@ -762,10 +819,28 @@ class SweepProbe(_Figures):
 
     step: int = Field(description="0: the synchronous baseline, 1: the throughput probe, ...")
     role: Literal["baseline", "throughput", "bisect"]
-    level: LoadLevel
-    met: bool = Field(description="The level met every SLO and did not saturate.")
+    level: LoadLevel = Field(description="The level's judged (latest, longest) pass.")
+    verdict: Verdict = Field(
+        default="undecided",
+        description="`pass`: every SLO held at 95% without saturating; `fail`: an SLO "
+        "failed at 95%, the level saturated or no request succeeded; `undecided`: still "
+        "undecided at `max_requests_per_level` (or when the sweep's time ran out).",
+    )
+    met: bool = Field(description="verdict == pass.")
     saturated: bool = False
-    why: str = Field(default="", description="Why it failed, in words (empty when met).")
+    passes: int = Field(default=1, description="Passes run: each undecided one ran longer.")
+    requests_sent: int = Field(
+        default=0, description="Measured requests over all its passes (the level's cost)."
+    )
+    why: str = Field(default="", description="Why it did not pass, in words (empty when met).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _verdict_of_met(cls, data: Any) -> Any:
+        """A probe written before verdicts: `met` was its point verdict."""
+        if isinstance(data, dict) and "verdict" not in data and "met" in data:
+            return {**data, "verdict": "pass" if data["met"] else "fail"}
+        return data
 
 
 class SweepFigures(_ExperimentFigures):
@@ -775,11 +850,19 @@ class SweepFigures(_ExperimentFigures):
     mode: Literal["concurrency", "rate"]
     probes: list[SweepProbe] = Field(default_factory=list)
     knee: float | None = Field(
-        default=None, description="The largest rate (or concurrency) measured to meet the SLOs."
+        default=None, description="The largest rate (or concurrency) shown to meet the SLOs."
     )
-    knee_low: float | None = Field(default=None, description="The knee lies in [low, high).")
+    knee_low: float | None = Field(
+        default=None,
+        description="The knee lies in [low, high): low, the largest load that passed; high, "
+        "the smallest that failed (None: none failed). Undecided levels lie inside.",
+    )
     knee_high: float | None = None
     knee_goodput_rps: float | None = None
+    knee_goodput_low_rps: float | None = Field(
+        default=None, description="The knee level's goodput interval (SLOReport)."
+    )
+    knee_goodput_high_rps: float | None = None
     throughput_rps: float | None = Field(
         default=None, description="Completed requests/s of the throughput probe."
     )

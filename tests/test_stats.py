@@ -12,6 +12,7 @@ from scipy import stats as sps
 from labkit.analysis.stats import (
     describe,
     describe_share,
+    fit_prompt_cost,
     median,
     min_n,
     order_statistic_ranks,
@@ -146,3 +147,20 @@ def test_a_share_s_interval_holds_its_value(n: int, data: st.DataObject) -> None
     share = proportion(k, n)
     assert share.lo is not None and share.hi is not None and share.value is not None
     assert 0 <= share.lo <= share.value <= share.hi <= 1
+
+
+def test_the_prompt_cost_model_is_chosen_by_the_data() -> None:
+    rng = np.random.default_rng(3)
+    tokens = np.repeat([16, 256, 1024, 2048, 4096], 4).astype(float)
+    noise = rng.normal(0, 10, tokens.size)
+    curved = fit_prompt_cost(tokens, 40 + 0.2 * tokens + 5e-5 * tokens**2 + noise)
+    assert curved is not None and curved.model == "quadratic"
+    assert curved.ms_per_token_squared is not None
+    for at, estimate in ((16, curved.marginal_at_min), (4096, curved.marginal_at_max)):
+        assert estimate.lo is not None and estimate.hi is not None
+        assert estimate.lo <= 0.2 + 2 * 5e-5 * at <= estimate.hi
+    straight = fit_prompt_cost(tokens, 40 + 0.2 * tokens + noise)
+    assert straight is not None and straight.model == "linear"
+    assert straight.curvature_p is not None and straight.curvature_p >= 0.05
+    assert straight.intercept_reading == "positive"
+    assert fit_prompt_cost([16, 16, 16], [1, 2, 3]) is None

@@ -13,14 +13,16 @@ import math
 from collections.abc import Iterable, Sequence
 
 import numpy as np
+import statsmodels.api as sm
 from scipy import stats as sps
 
-from labkit.figures import Proportion, Quantile
+from labkit.figures import Estimate, PromptCost, Proportion, Quantile
 
 __all__ = [
     "CONFIDENCE",
     "describe",
     "describe_share",
+    "fit_prompt_cost",
     "median",
     "min_n",
     "order_statistic_ranks",
@@ -117,6 +119,67 @@ def proportion(k: int, n: int, confidence: float = CONFIDENCE) -> Proportion:
     ci = sps.binomtest(k, n).proportion_ci(confidence_level=confidence, method="exact")
     return Proportion(
         k=k, n=n, value=k / n, lo=float(ci.low), hi=float(ci.high), confidence=confidence
+    )
+
+
+#: The F-test's p-value below which the quadratic term is kept.
+CURVATURE_P = 0.05
+
+
+def fit_prompt_cost(tokens: Sequence[float], ms: Sequence[float]) -> PromptCost | None:
+    """A latency against prompt tokens: a straight line, or a line with a quadratic term
+    when the data need it (F-test p < `CURVATURE_P`), by ordinary least squares.
+
+    None under 3 requests or 2 distinct lengths. The quadratic is tried only with 3
+    distinct lengths and 4 requests (otherwise it fits exactly, and no test exists), and
+    not when the line itself fits exactly.
+    """
+    x = np.asarray(tokens, dtype=float)
+    y = np.asarray(ms, dtype=float)
+    if x.size < 3 or np.unique(x).size < 2:
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):  # an exact fit: zero residuals
+        return _fit_prompt_cost(x, y)
+
+
+def _fit_prompt_cost(x: np.ndarray, y: np.ndarray) -> PromptCost:
+    line = sm.OLS(y, np.column_stack([np.ones_like(x), x])).fit()
+    chosen, p_value = line, None
+    exact = line.ssr <= 1e-12 * max(float(line.centered_tss), 1e-300)
+    if np.unique(x).size >= 3 and x.size >= 4 and not exact:
+        curve = sm.OLS(y, np.column_stack([np.ones_like(x), x, x**2])).fit()
+        _, p, _ = curve.compare_f_test(line)
+        p_value = float(p)
+        if p_value < CURVATURE_P:
+            chosen = curve
+    quadratic = chosen is not line
+    bounds = chosen.conf_int(alpha=1 - CONFIDENCE)
+
+    def coefficient(i: int) -> Estimate:
+        return Estimate(
+            value=float(chosen.params[i]), lo=float(bounds[i][0]), hi=float(bounds[i][1])
+        )
+
+    def marginal(at: float) -> Estimate:
+        # d(ms)/d(tokens) at `at`: b1 (+ 2·b2·at), with its interval from the coefficients'
+        # covariance (statsmodels' t-test of that combination).
+        contrast = np.array([[0.0, 1.0, 2 * at]]) if quadratic else np.array([[0.0, 1.0]])
+        test = chosen.t_test(contrast)
+        (lo, hi), *_ = test.conf_int(alpha=1 - CONFIDENCE)
+        return Estimate(value=float(np.ravel(test.effect)[0]), lo=float(lo), hi=float(hi))
+
+    return PromptCost(
+        model="quadratic" if quadratic else "linear",
+        n=int(x.size),
+        min_tokens=float(x.min()),
+        max_tokens=float(x.max()),
+        intercept_ms=coefficient(0),
+        ms_per_token=coefficient(1),
+        ms_per_token_squared=coefficient(2) if quadratic else None,
+        curvature_p=p_value,
+        r2=float(chosen.rsquared),
+        marginal_at_min=marginal(float(x.min())),
+        marginal_at_max=marginal(float(x.max())),
     )
 
 

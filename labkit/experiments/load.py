@@ -425,9 +425,12 @@ class LoadExperiment(PacedExperiment):
                 continue
             await self.run_level(provider, driver, level)
 
-    async def run_level(self, provider: Provider, driver: RequestDriver, level: Level) -> None:
-        """Run one pass of `level`, in this process or over worker processes."""
-        n = self._s.max_requests()
+    async def run_level(
+        self, provider: Provider, driver: RequestDriver, level: Level, requests: int | None = None
+    ) -> None:
+        """Run one pass of `level`, in this process or over worker processes (`requests`:
+        this pass's requests, instead of the settings')."""
+        n = requests if requests is not None else self._s.max_requests()
         if n is not None:
             driver.expect(n)
         # Start each level without garbage: a full collection in the middle of a level
@@ -439,6 +442,7 @@ class LoadExperiment(PacedExperiment):
             "mode": level.mode,
             "target": level.target,
             "level_run": secrets.token_hex(3),
+            "requests": n,
             "tokens_per_word": self._tokens_per_word,
             "exact_length_params": self._exact_length,
             "paths": self._paths,
@@ -484,7 +488,7 @@ class LoadExperiment(PacedExperiment):
         level_run = str(job["level_run"])
         k, of = share
         s = self._s
-        n = s.max_requests()
+        n: int | None = job.get("requests", s.max_requests())
         workers = f"{of}"
 
         def make(i: int) -> PlannedRequest:

@@ -6,7 +6,8 @@ starts with a unique nonce (no shared prefix to reuse) and a provider with a cac
 gets it turned off (`Provider.prompt_cache_params`, llama.cpp's ``cache_prompt: false``);
 cached-token counts are recorded and any cold cache hit is flagged.
 A `cache` variant then repeats one long prefix with different endings to show what a cache
-hit does to TTFT. TTFT is fitted against input tokens by least squares.
+hit does to TTFT. TTFT is fitted against input tokens by least squares, a straight line or
+one with a quadratic term as the data choose (`labkit.analysis.stats.fit_prompt_cost`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, NonNegativeInt, PositiveInt
 
+from labkit.analysis.stats import fit_prompt_cost
 from labkit.errors import ConfigError
 from labkit.experiments.base import (
     Experiment,
@@ -26,10 +28,11 @@ from labkit.experiments.base import (
     PlannedRequest,
     register_experiment,
 )
-from labkit.experiments.common import fmt_ms, measured, median_of
+from labkit.experiments.common import measured, median_of
 from labkit.figures import CacheEffect, LinearFit, MarginalCost, PrefillDecodeFigures, PrefillPoint
 from labkit.providers.base import ChatRequest, Provider, ProviderSettings
 from labkit.records import LabAnswer, RequestRecord
+from labkit.wording import prefill_decode_answer
 
 __all__ = ["PrefillDecodeExperiment", "PrefillDecodeSettings", "filler_text"]
 
@@ -287,6 +290,11 @@ class PrefillDecodeExperiment(Experiment):
         switches = {str(r.tags["cache_params"]) for r in cold if "cache_params" in r.tags}
         cache = self._cache_figures(ok)
         segments = marginal_costs(points)
+        ttft_model = fit_prompt_cost(xs, [float(r.client.ttft_ms or 0) for r in cold])
+        server_model = fit_prompt_cost(
+            [float(r.usage.input_tokens or 0) for r in with_prefill],
+            [float(r.provider_timings.prefill_ms or 0) for r in with_prefill],
+        )
         f = PrefillDecodeFigures(
             points=points,
             fit=fit,
@@ -296,64 +304,12 @@ class PrefillDecodeExperiment(Experiment):
             cache_control="; ".join(["unique nonce per prompt", *sorted(switches)]),
             cache=cache,
             marginal_ms_per_token=segments if fit is not None else [],
+            ttft_model=ttft_model,
+            server_prefill_model=server_model,
         )
-        if fit is None:
-            return self.answer(
-                provider_id,
-                model,
-                "Not enough successful requests at two or more prompt lengths to fit.",
-                f,
-                status="failed",
-            )
-        lo, hi = min(xs), max(xs)
-        answer = (
-            f"{fit.ms_per_token:.3f} ms per prompt token: each extra token in the prompt made "
-            f"the first token of the reply come about {fit.ms_per_token:.3f} ms later, because "
-            f"the model must read (prefill) the whole prompt before it writes anything "
-            f"(straight line over {fit.n} requests of {lo:.0f} to {hi:.0f} input tokens, "
-            f"r² {fit.r2:.3f}, fixed part {fit.intercept_ms:.1f} ms)."
-        )
-        if len(segments) >= 2 and segments[-1].ms_per_token > 2 * segments[0].ms_per_token:
-            first, last = segments[0], segments[-1]
-            answer += (
-                f" Prefill is not linear here: each extra prompt token cost "
-                f"{first.ms_per_token:.3f} ms between {first.from_tokens:.0f} and "
-                f"{first.to_tokens:.0f} tokens but {last.ms_per_token:.3f} ms between "
-                f"{last.from_tokens:.0f} and {last.to_tokens:.0f} (attention over the "
-                "prompt grows faster than its length), so the line is a summary, not a law."
-            )
-        if server_fit is not None:
-            answer += (
-                f" The server's own prefill grew by {server_fit.ms_per_token:.3f} ms per token "
-                f"(fixed {server_fit.intercept_ms:.1f} ms)."
-            )
-        if decode_pts:
-            d = [y for _, y in decode_pts]
-            answer += (
-                f" Writing the reply (decode) took {min(d):.2f}–{max(d):.2f} ms per output "
-                "token across the sweep"
-            )
-            if decode_fit is not None:
-                answer += (
-                    f" ({decode_fit.ms_per_token * 1000:+.2f} ms per token per 1,000 prompt tokens)"
-                )
-            answer += "."
-        if cold_hits:
-            answer += f" Warning: {cold_hits} cold requests still hit a prompt cache."
-        if cache and cache.hit_ttft_ms is not None and cache.prime_ttft_ms is not None:
-            moved = "fell" if cache.hit_ttft_ms < cache.prime_ttft_ms else "went"
-            cached = cache.hit_cached_tokens
-            answer += (
-                f" Sending the same {cache.prefix_tokens}-token start of a prompt again (a "
-                f"prompt-cache hit), TTFT {moved} from "
-                f"{fmt_ms(cache.prime_ttft_ms)} (first send) to {fmt_ms(cache.hit_ttft_ms)} "
-                + (
-                    f"with {cached:.0f} cached tokens reported."
-                    if cached is not None
-                    else "(the provider reports no cached-token count)."
-                )
-            )
-        return self.answer(provider_id, model, answer, f)
+        if ttft_model is None:
+            return self.answer(provider_id, model, prefill_decode_answer(f), f, status="failed")
+        return self.answer(provider_id, model, prefill_decode_answer(f), f)
 
     @staticmethod
     def _cache_figures(ok: list[RequestRecord]) -> CacheEffect | None:

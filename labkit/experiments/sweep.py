@@ -15,12 +15,18 @@ and worker processes), each chosen from the ones before it:
    the top. In ``mode: concurrency`` the bisection is over closed-loop stream counts
    between 1 and `throughput_concurrency`.
 
-A rate level *saturates* when labkit could not send at the rate, when the requests complete
-more slowly than they arrive, or when TTFT keeps growing through the level (the provider's
-queue grows): such a rate cannot be held however good its first requests were. The sweep
-stops when the interval is narrower than `resolution` (one stream in concurrency mode),
-after `max_probes` levels, or once `max_duration_s` has passed; the answer gives the knee
-(the largest level that met) and the interval the true one lies in.
+Each level's verdict is `pass`, `fail` or `undecided` at 95% (`labkit.slo`): a level
+whose requests cannot tell runs again, twice as long, until its verdict is decided or it
+would exceed `max_requests_per_level` (it then stays undecided, and says so). A pass, an
+undecided one included, is one continuous run, so a rate above capacity has the time to
+build its queue. A rate level *saturates* (fails) when labkit could not send at the rate,
+when the requests complete more slowly than they arrive, or when TTFT keeps growing through
+the level (the provider's queue grows): such a rate cannot be held however good its first
+requests were. Passing levels raise the bottom of the search, failing ones lower its top;
+undecided ones lie inside. The sweep stops when the interval is narrower than `resolution`
+(one stream in concurrency mode), when its middle is a level already undecided, after
+`max_probes` levels, or once `max_duration_s` has passed; the answer gives the knee (the
+largest level that passed) and the interval [largest pass, smallest fail) it lies in.
 
 Every choice is computed from the records, so `analyze` retraces the sweep, and a resumed
 run reuses the levels it finished (a finished probe is not redone).
@@ -29,14 +35,14 @@ run reuses the levels it finished (a finished probe is not redone).
 from __future__ import annotations
 
 import math
-import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
+from labkit.analysis.stats import describe_share, median
 from labkit.clocksync import driver_start_ns
 from labkit.errors import ConfigError
 from labkit.experiments.base import ExperimentSettings, register_experiment
@@ -48,10 +54,11 @@ from labkit.experiments.load import (
     level_figures,
 )
 from labkit.experiments.paced import RequestDriver
-from labkit.figures import LoadLevel, SweepFigures, SweepProbe
+from labkit.figures import LoadLevel, SLOReport, SweepFigures, SweepProbe, Verdict
 from labkit.providers.base import Provider, ProviderSettings
 from labkit.records import LabAnswer, RequestRecord
 from labkit.server_metrics import ServerMetricsSample
+from labkit.wording import sweep_answer
 
 __all__ = ["SweepExperiment", "SweepSettings"]
 
@@ -96,6 +103,11 @@ class SweepSettings(LoadSettings):
         lt=1,
         description="Rate mode: stop when the interval is narrower than this share of its top.",
     )
+    max_requests_per_level: PositiveInt = Field(
+        default=200,
+        description="A level still undecided runs again twice as long, up to this many "
+        "requests; past it, the level stays undecided.",
+    )
 
     @model_validator(mode="after")
     def _one_loop(self) -> SweepSettings:
@@ -109,6 +121,8 @@ class SweepSettings(LoadSettings):
             raise ValueError("a sweep's rate levels are uncapped: drop max_concurrency")
         if not self.slo:
             raise ValueError("a sweep needs `slo:`, e.g. {ttft_ms_p90: 500}")
+        if self.requests is not None and self.max_requests_per_level < self.requests:
+            raise ValueError("max_requests_per_level must be at least `requests`")
         for name in ("input_tokens", "output_tokens"):
             value = getattr(self, name)
             if isinstance(value, tuple) and value[0] > value[1]:
@@ -163,8 +177,15 @@ class SweepExperiment(LoadExperiment):
         step = len(done)
         if step == 0:
             return _Next("baseline", Level(0, "concurrency", 1))
-        if not done[0].met:
+        if done[0].verdict == "fail":
             return _Next(None, None, "the synchronous baseline already misses the SLOs")
+        if done[0].verdict == "undecided":
+            return _Next(
+                None,
+                None,
+                f"the synchronous baseline stayed undecided after {done[0].level.requests} "
+                "requests (raise max_requests_per_level)",
+            )
         if step == 1:
             return _Next("throughput", Level(1, "concurrency", s.throughput_concurrency))
         low, high = self.interval(done)
@@ -178,17 +199,24 @@ class SweepExperiment(LoadExperiment):
             return _Next(None, None, f"the interval is within {s.resolution:.0%} of its top")
         if step >= s.max_probes:
             return _Next(None, None, f"max_probes ({s.max_probes}) reached")
-        if high is None:  # rate mode, nothing has missed yet: look higher
+        undecided = [p.level.target for p in done[2:] if p.verdict == "undecided"]
+        if high is None:  # rate mode, nothing has failed yet: look higher
             top = done[1].level.completed_rps or low
-            target = top if step == 2 else low * _EXPAND
+            target = top if step == 2 else max([low, *undecided]) * _EXPAND
             return _Next("bisect", Level(step, "rate", _round_rate(max(target, low))))
         if s.mode == "concurrency":
-            return _Next("bisect", Level(step, "concurrency", float((int(low) + int(high)) // 2)))
-        return _Next("bisect", Level(step, "rate", _round_rate((low + high) / 2)))
+            nxt = Level(step, "concurrency", float((int(low) + int(high)) // 2))
+        else:
+            nxt = Level(step, "rate", _round_rate((low + high) / 2))
+        if nxt.target in undecided:
+            why = f"{nxt.title}, the interval's middle, stayed undecided: the knee is near it"
+            return _Next(None, None, why)
+        return _Next("bisect", nxt)
 
     def interval(self, done: list[SweepProbe]) -> tuple[float | None, float | None]:
-        """The interval [low, high) the knee lies in after `done` (None: not known yet; a
-        rate sweep's top is unknown until a rate misses)."""
+        """The interval [low, high) the knee lies in after `done`: the largest load that
+        passed, the smallest that failed (None: not known yet; a rate sweep's top is unknown
+        until a rate fails). Undecided levels move neither."""
         if len(done) < 2:
             return None, None
         high: float | None
@@ -199,9 +227,9 @@ class SweepExperiment(LoadExperiment):
                 return None, None
             low, high = done[0].level.completed_rps, None
         for probe in done[2:]:
-            if probe.met:
+            if probe.verdict == "pass":
                 low = max(low, probe.level.target)
-            else:
+            elif probe.verdict == "fail":
                 high = probe.level.target if high is None else min(high, probe.level.target)
         return low, high
 
@@ -223,17 +251,60 @@ class SweepExperiment(LoadExperiment):
                 recs = self._pass_of(nxt.level, driver.previous()) or []
             else:
                 driver.message(f"{self.name}: {nxt.level.title} already measured, skipped")
+            recs = await self.until_decided(provider, driver, nxt.role, nxt.level, recs, started)
             done.append(self.probe(len(done), nxt.role, nxt.level, recs))
 
+    async def until_decided(
+        self,
+        provider: Provider,
+        driver: RequestDriver,
+        role: Role,
+        level: Level,
+        records: list[RequestRecord],
+        started: float,
+    ) -> list[RequestRecord]:
+        """The records of `level`'s decisive pass: while its verdict is undecided, a pass
+        twice as long, up to `max_requests_per_level` and within `max_duration_s`.
+
+        A rate sweep's throughput probe only measures the ceiling: its verdict is not needed.
+        """
+        s = self._sw
+        if role == "throughput" and s.mode == "rate":
+            return records
+        while records and self.probe(0, role, level, records).verdict == "undecided":
+            more = min(2 * len(records), s.max_requests_per_level)
+            if more <= len(records) or time.monotonic() - started >= s.max_duration_s:
+                break
+            driver.message(
+                f"{self.name}: {level.title} undecided after {len(records)} requests; "
+                f"again with {more}"
+            )
+            await self.run_level(provider, driver, level, requests=more)
+            longer = self._pass_of(level, driver.previous())
+            if longer is None or len(longer) <= len(records):
+                break
+            records = longer
+        return records
+
     def _pass_of(self, level: Level, records: list[RequestRecord]) -> list[RequestRecord] | None:
-        """The records of the latest complete pass of `level` (None: none finished)."""
-        recs = latest_pass(
-            [r for r in records if r.tags.get("level") == level.label and not r.warmup]
-        )
+        """The records of the latest complete pass of `level` (None: none finished); a pass
+        cut short (interrupted) leaves the one before it standing."""
         n = self._s.max_requests()
-        if not recs or any(r.stop_reason == "cancelled" for r in recs):
-            return None
-        return recs if n is None or len(recs) >= n else None
+        passes: dict[str, list[RequestRecord]] = {}
+        for r in records:
+            if r.tags.get("level") == level.label and not r.warmup:
+                passes.setdefault(str(r.tags.get("level_run", "")), []).append(r)
+        complete = [
+            recs
+            for recs in passes.values()
+            if not any(r.stop_reason == "cancelled" for r in recs) and (n is None or len(recs) >= n)
+        ]
+        return latest_pass([r for recs in complete for r in recs]) or None
+
+    def _cost_of(self, level: Level, records: list[RequestRecord]) -> tuple[int, int]:
+        """Passes of `level` and the measured requests they sent (what the level cost)."""
+        recs = [r for r in records if r.tags.get("level") == level.label and not r.warmup]
+        return len({str(r.tags.get("level_run", "")) for r in recs}), len(recs)
 
     def probe(
         self,
@@ -247,10 +318,11 @@ class SweepExperiment(LoadExperiment):
         whether it met the SLOs without saturating."""
         row = level_figures(level, records, self._sw.arrival, scraped, slos=self.settings.slos())
         saturated = _saturation(level, row, records) if level.mode == "rate" else ""
-        missed = [c.name for c in row.slo.checks if not c.passed] if row.slo else []
+        slo_verdict = row.slo.verdict if row.slo else "pass"
+        verdict: Verdict = "fail" if saturated or not row.ok else slo_verdict
         why = "; ".join(
             [
-                *([f"missed {', '.join(missed)}"] if missed else []),
+                *([_missed(row.slo)] if row.slo and row.slo.verdict != "pass" else []),
                 *([saturated] if saturated else []),
             ]
         )
@@ -260,8 +332,10 @@ class SweepExperiment(LoadExperiment):
             step=step,
             role=role,
             level=row,
-            met=not why,
+            verdict=verdict,
+            met=verdict == "pass",
             saturated=bool(saturated),
+            requests_sent=len(records),
             why=why,
         )
 
@@ -282,20 +356,21 @@ class SweepExperiment(LoadExperiment):
                     "was interrupted)"
                 )
                 break
-            done.append(self.probe(len(done), nxt.role, nxt.level, recs, scraped))
+            passes, sent = self._cost_of(nxt.level, records)
+            probe = self.probe(len(done), nxt.role, nxt.level, recs, scraped)
+            done.append(probe.model_copy(update={"passes": passes, "requests_sent": sent}))
         low, high = self.interval(done)
         knee_probe = self._knee_probe(done)
+        knee_slo = knee_probe.level.slo if knee_probe is not None else None
         figures = SweepFigures(
             mode=s.mode,
             probes=done,
             knee=None if knee_probe is None else _load_of(s.mode, knee_probe.level),
-            knee_low=low if done and done[0].met else None,
-            knee_high=high if done and done[0].met else None,
-            knee_goodput_rps=(
-                knee_probe.level.slo.goodput_rps
-                if knee_probe is not None and knee_probe.level.slo
-                else None
-            ),
+            knee_low=low if knee_probe is not None else None,
+            knee_high=high if knee_probe is not None else None,
+            knee_goodput_rps=knee_slo.goodput_rps if knee_slo else None,
+            knee_goodput_low_rps=knee_slo.goodput_low_rps if knee_slo else None,
+            knee_goodput_high_rps=knee_slo.goodput_high_rps if knee_slo else None,
             throughput_rps=done[1].level.completed_rps if len(done) > 1 else None,
             stopped=stopped,
         )
@@ -303,12 +378,12 @@ class SweepExperiment(LoadExperiment):
             return self.answer(
                 provider_id, model, "No level had a successful request.", figures, "failed"
             )
-        text = _sweep_text(figures, s.mode)
+        text = sweep_answer(figures)
         status: Literal["ok", "partial", "failed"] = "ok" if figures.knee is not None else "partial"
         return self.answer(provider_id, model, text, figures, status)
 
     def _knee_probe(self, done: list[SweepProbe]) -> SweepProbe | None:
-        """The largest level that met the SLOs (the baseline when no bisection level did)."""
+        """The largest level that passed (the baseline when no bisection level did)."""
         if not done or not done[0].met:
             return None
         candidates = [p for p in done if p.met and p.role != "throughput"]
@@ -362,47 +437,17 @@ def _saturation(level: Level, row: LoadLevel, records: list[RequestRecord]) -> s
     return ""
 
 
+def _missed(report: SLOReport) -> str:
+    """`missed ttft_ms_p90` / `undecided after 200 requests: ttft_ms_p90 (88% (95% CI ...))`."""
+    failed = [c.name for c in report.checks if c.verdict == "fail"]
+    if failed:
+        return f"missed {', '.join(failed)}"
+    unsure = [c for c in report.checks if c.verdict == "undecided"]
+    shares = ", ".join(
+        f"{c.name} ({describe_share(c.share) if c.share else 'no requests'})" for c in unsure
+    )
+    return f"undecided after {report.requests} requests: {shares}"
+
+
 def _median(values: list[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return statistics.median(present) if present else None
-
-
-def _axis(mode: str) -> Callable[[float], str]:
-    return (lambda v: f"{v:.0f} streams") if mode == "concurrency" else (lambda v: f"{v:.2f} req/s")
-
-
-def _sweep_text(f: SweepFigures, mode: str) -> str:
-    fmt = _axis(mode)
-    base = f.probes[0]
-    if not base.met:
-        return (
-            f"Even one request at a time misses the SLOs ({base.why}): no load meets them. "
-            f"Sweep stopped: {f.stopped}."
-        )
-    parts = [
-        f"The synchronous baseline completed {base.level.completed_rps or 0:.2f} req/s "
-        "within the SLOs."
-    ]
-    if f.throughput_rps is not None:
-        parts.append(
-            f"The throughput probe ({f.probes[1].level.title}) completed "
-            f"{f.throughput_rps:.2f} req/s."
-        )
-    if f.knee is not None:
-        interval = (
-            f" (the true knee lies in [{fmt(f.knee_low)}, {fmt(f.knee_high)}))"
-            if f.knee_low is not None and f.knee_high is not None
-            else ""
-        )
-        goodput = (
-            f", goodput {f.knee_goodput_rps:.2f} req/s there"
-            if f.knee_goodput_rps is not None
-            else ""
-        )
-        parts.append(f"The knee: {fmt(f.knee)} meets every SLO{interval}{goodput}.")
-    misses = [p for p in f.probes if p.role == "bisect" and not p.met]
-    if misses:
-        lowest = min(misses, key=lambda p: p.level.target)
-        parts.append(f"The first level above it to fail, {lowest.level.title}: {lowest.why}.")
-    parts.append(f"{len(f.probes)} levels; stopped: {f.stopped}.")
-    return " ".join(parts)
+    return median(v for v in values if v is not None).value

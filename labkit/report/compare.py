@@ -3,7 +3,9 @@
 The first run is the baseline. For each provider × experiment × model, each gate metric
 (`GATE_METRICS`: TTFT p50/p90, decode ms/token, e2e, output tokens/s, error rate) and each
 later run, `compare_frames` gives the baseline's value, the run's, their difference and a
-bootstrap confidence interval of that difference (absolute and in percent of the baseline).
+percentile bootstrap interval of that difference (absolute and in percent of the baseline;
+`scipy.stats.bootstrap`). Quantiles are `labkit.analysis.stats`' (linear interpolation), and
+a quantile is compared only from the n its distribution-free interval needs (p90: 29).
 
 - **Paired or not.** When the records of both runs carry the same `plan_key`s (the same
   planned requests: same prompt, same trial), resampling draws pairs, so the interval is that
@@ -25,8 +27,9 @@ from __future__ import annotations
 import io
 import math
 import re
+import warnings
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -35,7 +38,9 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 from matplotlib.figure import Figure
+from scipy import stats as sps
 
+from labkit.analysis.stats import min_n, quantile
 from labkit.errors import ConfigError, RunError
 from labkit.report.load import RunData, ensure_columns, load_run
 from labkit.report.plots import Plot
@@ -101,10 +106,11 @@ class GateMetric:
 
     @property
     def min_samples(self) -> int:
-        """Requests each side needs for this statistic to mean something."""
+        """Requests each side needs for this statistic to mean something: for a quantile,
+        as many as its distribution-free interval needs (`labkit.analysis.stats.min_n`)."""
         if self.quantile is None:
             return 10
-        return max(5, math.ceil(2.0 / (1.0 - self.quantile)))
+        return min_n(self.quantile)
 
     def verdicts(self) -> tuple[str, str]:
         """The words for (the run is worse, the run is better)."""
@@ -213,88 +219,67 @@ def _pairs(base: pd.DataFrame, other: pd.DataFrame) -> tuple[_Floats, _Floats] |
 
 
 def _stat(values: _Floats, metric: GateMetric) -> float:
-    """The statistic of one sample (NaN for an empty one)."""
+    """The statistic of one sample (NaN for an empty one): a quantile's point estimate as
+    `labkit.analysis.stats` defines it, or the mean (the error rate)."""
     if not len(values):
         return math.nan
     if metric.quantile is None:
         return float(values.mean())
-    return float(np.quantile(values, metric.quantile))
+    value = quantile(values, metric.quantile).value
+    return math.nan if value is None else value
 
 
-def _counts(rng: np.random.Generator, n: int, count: int) -> npt.NDArray[np.int64]:
-    """`count` bootstrap resamples of `n` items, each as how often it drew every item."""
-    draws = rng.integers(0, n, size=(count, n)) + (np.arange(count) * n)[:, None]
-    return np.bincount(draws.ravel(), minlength=count * n).reshape(count, n)
+def _change_statistic(metric: GateMetric, scale: float) -> Callable[..., _Floats]:
+    """The run's statistic minus the baseline's (× `scale`) and in percent of the
+    baseline's, along `axis` of resampled arrays (the same linear-interpolated quantile)."""
 
-
-def _resampled(
-    values: _Floats, counts: npt.NDArray[np.int64], metrics: Sequence[GateMetric]
-) -> list[_Floats]:
-    """Each metric's statistic of every resample (given as draw counts), one value per row.
-
-    A quantile is numpy's linear interpolation on the resample, found from the cumulative
-    counts over the sorted values: no resample is materialised or sorted.
-    """
-    n = len(values)
-    out: list[_Floats] = []
-    order = np.argsort(values, kind="stable")
-    ordered = values[order]
-    cumulative: npt.NDArray[np.int64] | None = None
-    for metric in metrics:
+    def of(values: _Floats, axis: int) -> _Floats:
         if metric.quantile is None:
-            out.append(np.asarray(counts @ values / n, dtype=float))
-            continue
-        if cumulative is None:
-            cumulative = np.cumsum(counts[:, order], axis=1)
-        h = (n - 1) * metric.quantile
-        below, frac = math.floor(h), h - math.floor(h)
-        lo = ordered[(cumulative <= below).sum(axis=1)]
-        hi = ordered[np.minimum((cumulative <= below + 1).sum(axis=1), n - 1)]
-        out.append(np.asarray(lo + frac * (hi - lo), dtype=float))
-    return out
+            return np.asarray(values.mean(axis=axis), dtype=float)
+        return np.asarray(np.quantile(values, metric.quantile, axis=axis), dtype=float)
+
+    def change(base: _Floats, other: _Floats, axis: int = -1) -> _Floats:
+        b, o = of(base, axis), of(other, axis)
+        return np.stack([(o - b) * scale, 100.0 * (o / b - 1.0)])
+
+    return change
 
 
-def _bootstrap(
+def _change_interval(
     base: _Floats,
     other: _Floats,
-    metrics: Sequence[GateMetric],
+    metric: GateMetric,
     paired: bool,
     rng: np.random.Generator,
-    resamples: int,
-) -> list[tuple[_Floats, _Floats]]:
-    """Per metric, its statistic of `resamples` resamples of each side (the same draws when
-    paired: then `base` and `other` are the two values of each pair)."""
-    width = max(len(base), len(other))
-    block = max(1, _BLOCK_VALUES // max(width, 1))
-    parts: list[list[tuple[_Floats, _Floats]]] = []
-    done = 0
-    while done < resamples:
-        count = min(block, resamples - done)
-        b_counts = _counts(rng, len(base), count)
-        o_counts = b_counts if paired else _counts(rng, len(other), count)
-        parts.append(
-            list(
-                zip(
-                    _resampled(base, b_counts, metrics),
-                    _resampled(other, o_counts, metrics),
-                    strict=True,
-                )
-            )
+    how: Comparison,
+) -> tuple[float, float, float, float]:
+    """The percentile bootstrap interval (scipy) of the change and of the change in percent:
+    (low, high, pct_low, pct_high); pairs resampled together when `paired`. A bound is NaN
+    where over a tenth of the resampled changes are not finite (a zero baseline)."""
+    scale = 100.0 if metric.quantile is None else 1.0  # error rate: percentage points
+    width = max(len(base), len(other), 1)
+    # A zero baseline makes the percent change infinite or NaN in some resamples: scipy
+    # says so (numpy's warnings, its own DegenerateDataWarning); those bounds become NaN below.
+    with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", sps.DegenerateDataWarning)
+        result = sps.bootstrap(
+            (base, other),
+            _change_statistic(metric, scale),
+            n_resamples=how.resamples,
+            batch=max(1, _BLOCK_VALUES // width),
+            vectorized=True,
+            paired=paired,
+            confidence_level=how.confidence,
+            method="percentile",
+            random_state=rng,
         )
-        done += count
-    return [
-        (np.concatenate([p[i][0] for p in parts]), np.concatenate([p[i][1] for p in parts]))
-        for i in range(len(metrics))
-    ]
+    finite = np.isfinite(result.bootstrap_distribution).mean(axis=-1)
+    lows, highs = result.confidence_interval.low, result.confidence_interval.high
 
+    def bound(v: float, i: int) -> float:
+        return float(v) if finite[i] >= 0.9 and math.isfinite(v) else math.nan
 
-def _interval(values: _Floats, confidence: float) -> tuple[float, float]:
-    finite = values[np.isfinite(values)]
-    if len(finite) < 0.9 * len(values):
-        return math.nan, math.nan
-    tail = 100.0 * (1.0 - confidence) / 2.0
-    low, high = np.percentile(finite, [tail, 100.0 - tail])
-    return float(low), float(high)
+    return bound(lows[0], 0), bound(highs[0], 0), bound(lows[1], 1), bound(highs[1], 1)
 
 
 def _seed_for(seed: int, key: Sequence[object]) -> np.random.Generator:
@@ -312,35 +297,26 @@ def _compare_column(
 ) -> list[dict[str, object]]:
     """The rows of the metrics of one column: values, change, interval, verdict.
 
-    They share their resamples (p50 and p90 of one draw), seeded by `key`.
+    Their resamples come from one generator seeded by `key`, drawn by each metric in turn.
     """
     pairs = _pairs(base, other)
     paired = pairs is not None
     b_vals, o_vals = (
         pairs if pairs is not None else (base["v"].to_numpy(float), other["v"].to_numpy(float))
     )
-    sampled = [m for m in metrics if min(len(b_vals), len(o_vals)) >= m.min_samples]
-    resampled = dict(
-        zip(
-            [m.name for m in sampled],
-            _bootstrap(b_vals, o_vals, sampled, paired, _seed_for(how.seed, key), how.resamples)
-            if sampled
-            else [],
-            strict=True,
-        )
-    )
+    rng = _seed_for(how.seed, key)
     rows = []
     for metric in metrics:
         base_v, value = _stat(b_vals, metric), _stat(o_vals, metric)
         scale = 100.0 if metric.quantile is None else 1.0  # error rate: percentage points
         low = high = pct_low = pct_high = math.nan
-        if metric.name in resampled:
-            b_stats, o_stats = resampled[metric.name]
-            low, high = _interval((o_stats - b_stats) * scale, how.confidence)
-            if base_v:
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    ratio = 100.0 * (o_stats / b_stats - 1.0)
-                pct_low, pct_high = _interval(ratio, how.confidence)
+        enough = min(len(b_vals), len(o_vals)) >= metric.min_samples
+        if enough:
+            low, high, pct_low, pct_high = _change_interval(
+                b_vals, o_vals, metric, paired, rng, how
+            )
+            if not base_v:
+                pct_low = pct_high = math.nan
         rows.append(
             {
                 "metric": metric.name,
@@ -355,7 +331,7 @@ def _compare_column(
                 "change_pct": 100.0 * (value - base_v) / base_v if base_v else math.nan,
                 "change_pct_low": pct_low,
                 "change_pct_high": pct_high,
-                "verdict": _verdict(metric, metric.name in resampled, low, high, pct_low, pct_high),
+                "verdict": _verdict(metric, enough, low, high, pct_low, pct_high),
             }
         )
     return rows

@@ -117,9 +117,12 @@ def sweep_section(run: RunData) -> list[Block]:
         Heading("Sweeps"),
         Para(
             "Each sweep's levels in the order they ran: the synchronous baseline, the "
-            "throughput probe, then the bisection. A level meets when every SLO holds for its "
-            "percentile of requests (a failed request misses them all) and it did not "
-            "saturate; goodput counts the requests that met every SLO, per second.",
+            "throughput probe, then the bisection. A level passes when its requests show, at "
+            "95%, that every SLO holds for its percentile of requests (a failed request "
+            "misses them all) and it did not saturate; fails when they show an SLO does not "
+            "hold, or it saturated; is undecided otherwise, after running again twice as long "
+            "up to the sweep's bound. Goodput counts the requests that met every SLO, per "
+            "second.",
             "note",
         ),
     ]
@@ -142,12 +145,13 @@ def sweep_section(run: RunData) -> list[Block]:
                 fmt_num(p.level.slo.goodput_rps if p.level.slo else None, 2),
                 fmt_num(p.level.ttft_ms_p90),
                 fmt_num(p.level.decode_ms_per_token_p50),
-                "yes" if p.met else "no",
+                p.verdict,
+                f"{p.level.requests} ({p.requests_sent} sent)",
                 p.why or "—",
             ]
             for p in f.probes
         ]
         labels = ["step", "role", "level", "completed req/s", "goodput req/s"]
-        labels += ["TTFT p90", "decode ms/tok p50", "met", "why not"]
+        labels += ["TTFT p90", "decode ms/tok p50", "verdict", "requests", "why not"]
         blocks.append(Table(labels, cells, {0, 3, 4, 5, 6}))
     return blocks

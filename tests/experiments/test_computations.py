@@ -23,6 +23,7 @@ from labkit.experiments.token_ratio import (
 )
 from labkit.figures import AttributionKey, LinearFit
 from labkit.providers.base import TokenCount
+from labkit.records import RequestRecord
 from labkit.tokenizers import offline_tokenizer
 from tests.experiments.records import make_record
 from tests.streams import make_provider
@@ -91,8 +92,19 @@ def test_prefill_decode_fit_from_records() -> None:
     assert f.decode_fit.ms_per_token == pytest.approx(0.0)
     assert f.cache.hit_cached_tokens == 1020
     assert f.cold_cache_hits == 0
-    assert "0.500 ms per prompt token" in answer.answer
-    assert "fell from 530.0 ms" in answer.answer
+    # An exact line: no curve to test, a fixed part whose interval lies above 0.
+    m = f.ttft_model
+    assert m is not None and m.model == "linear" and m.curvature_p is None and m.n == 9
+    assert m.marginal_at_min.value == pytest.approx(0.5)
+    assert m.intercept_reading == "positive"
+    assert f.server_prefill_model is not None
+    assert f.server_prefill_model.ms_per_token.value == pytest.approx(0.45)
+    assert answer.answer.startswith(
+        "Each extra prompt token delayed the first token by 0.5 ms (95% CI 0.5 to 0.5) over "
+        "16–1,024 tokens"
+    )
+    assert "fixed part 20 ms" in answer.answer
+    assert "TTFT went from 530.0 ms to 40.0 ms (1020 tokens cached)" in answer.answer
 
 
 def test_prefill_decode_flags_a_cache_hit_in_the_cold_sweep() -> None:
@@ -105,7 +117,7 @@ def test_prefill_decode_flags_a_cache_hit_in_the_cold_sweep() -> None:
             cached=c,
             tags={"variant": "cold", "target_prompt_tokens": n},
         )
-        for n, c in ((16, 0), (64, 60))
+        for n, c in ((16, 0), (64, 60), (64, 0))
     ]
     answer = exp.analyze("p", "m", recs)
     assert answer.figures.cold_cache_hits == 1
@@ -245,22 +257,51 @@ def test_prefill_decode_default_sweep_is_capped_to_the_context() -> None:
     asyncio.run(asyncio.sleep(0))
 
 
-def test_prefill_decode_says_when_prefill_is_superlinear() -> None:
-    exp = PrefillDecodeExperiment(PrefillDecodeSettings(prompt_tokens=[100, 1000, 2000]))
-    recs = [
+def _cold(ttfts: dict[int, list[float]]) -> list[RequestRecord]:
+    return [
         make_record(
             experiment="prefill_decode",
-            ttft=0.001 * n * n,
+            ttft=t,
             input_tokens=n,
             tags={"variant": "cold", "target_prompt_tokens": n},
         )
-        for n in (100, 1000, 2000)
+        for n, ts in ttfts.items()
+        for t in ts
     ]
-    answer = exp.analyze("p", "m", recs)
+
+
+def test_prefill_decode_chooses_a_curve_when_prefill_is_superlinear() -> None:
+    exp = PrefillDecodeExperiment(PrefillDecodeSettings(prompt_tokens=[100, 1000, 2000]))
+    answer = exp.analyze("p", "m", _cold({n: [0.001 * n * n] * 2 for n in (100, 1000, 2000)}))
     seg = answer.figures.marginal_ms_per_token
     assert seg[0].ms_per_token == pytest.approx(1.1)  # (1000 - 10) / 900
     assert seg[1].ms_per_token == pytest.approx(3.0)  # (4000 - 1000) / 1000
-    assert "Prefill is not linear here" in answer.answer
+    m = answer.figures.ttft_model
+    assert m is not None and m.model == "quadratic"
+    assert m.curvature_p is not None and m.curvature_p < 0.05
+    # d(0.001 n²)/dn = 0.002 n: 0.2 ms at 100 tokens, 4 ms at 2,000.
+    assert m.marginal_at_min.value == pytest.approx(0.2)
+    assert m.marginal_at_max.value == pytest.approx(4.0)
+    lead, rest = answer.answer.split(": prefill per token grows with the prompt. ")
+    assert lead.startswith("Each extra prompt token delayed the first token by 0.2 ms")
+    assert "and 4 ms (4 to 4) at 2,000" in lead and len(lead.split()) <= 35
+    assert rest.startswith("A straight line fits worse than a curve (F-test p = ")
+
+
+def test_prefill_decode_never_states_a_negative_fixed_part_as_a_fact() -> None:
+    exp = PrefillDecodeExperiment(PrefillDecodeSettings(prompt_tokens=[512, 1024]))
+    # Two lengths on a steep stretch: the line through them meets 0 tokens at about -200 ms.
+    answer = exp.analyze("p", "m", _cold({512: [99.0, 101.0], 1024: [399.0, 401.0]}))
+    m = answer.figures.ttft_model
+    assert m is not None and m.intercept_reading == "negative" and m.curvature_p is None
+    assert "is not physical: a straight line is the wrong model over this range" in answer.answer
+    # Noise around a line through the origin: the fixed part is said to be indistinct from 0.
+    noisy = {n: [0.5 * n + 5, 0.5 * n - 5] for n in (16, 256, 512, 1024)}
+    answer = exp.analyze("p", "m", _cold(noisy))
+    m = answer.figures.ttft_model
+    assert m is not None and m.model == "linear" and m.intercept_reading == "zero"
+    assert "A curve fits no better than the line (F-test p = 1.00, n = 8)" in answer.answer
+    assert "no fixed part distinguishable from 0 (95% CI -7.84 to 7.84 ms)" in answer.answer
 
 
 def test_single_keeps_the_median_requests_timeline_for_the_anatomy_picture() -> None:

@@ -133,3 +133,53 @@ def test_a_rate_level_saturates_when_sent_late_or_when_ttft_keeps_growing() -> N
     ]
     behind = exp.probe(2, "bisect", level, slow)
     assert behind.saturated and behind.why.startswith("completed 5.00 of 10 req/s")
+
+
+def _judged(
+    step: int, mode: str, target: float, verdict: str, completed: float = 0.0
+) -> SweepProbe:
+    probe = _probe(step, mode, target, verdict == "pass", completed)
+    return probe.model_copy(update={"verdict": verdict})
+
+
+def test_undecided_levels_move_neither_end_of_the_interval() -> None:
+    exp = _sweep(throughput_concurrency=8, requests=16, resolution=0.1, max_probes=20)
+    done = [_judged(0, "concurrency", 1, "pass", 2), _judged(1, "concurrency", 8, "fail", 10)]
+    done.append(_judged(2, "rate", 10, "undecided"))
+    assert exp.interval(done) == (2, None)
+    # Nothing failed yet: the sweep looks above the undecided level.
+    nxt = exp.next_level(done)
+    assert nxt.level is not None and nxt.level.target == 12
+    done += [_judged(3, "rate", 12, "fail"), _judged(4, "rate", 6, "pass")]
+    assert exp.interval(done) == (6, 12)
+    assert (lvl := exp.next_level(done).level) is not None and lvl.target == 9
+
+
+def test_a_sweep_stops_where_the_middle_stayed_undecided() -> None:
+    exp = _sweep(mode="concurrency", throughput_concurrency=8, requests=8)
+    done = [_judged(0, "concurrency", 1, "pass"), _judged(1, "concurrency", 8, "fail")]
+    done += [_judged(2, "concurrency", 4, "pass"), _judged(3, "concurrency", 6, "undecided")]
+    assert exp.interval(done) == (4, 8)
+    assert exp.next_level(done).stop == (
+        "concurrency 6, the interval's middle, stayed undecided: the knee is near it"
+    )
+    unsure = [_judged(0, "concurrency", 1, "undecided")]
+    assert exp.next_level(unsure).stop.startswith("the synchronous baseline stayed undecided")
+
+
+def test_a_probe_from_before_verdicts_reads_its_point_verdict() -> None:
+    old = _probe(2, "rate", 10, True).model_dump(exclude={"verdict"})
+    assert SweepProbe.model_validate(old).verdict == "pass"
+    assert SweepProbe.model_validate({**old, "met": False}).verdict == "fail"
+
+
+def test_max_requests_per_level_is_at_least_a_pass() -> None:
+    with pytest.raises(ConfigError, match="max_requests_per_level must be at least"):
+        _config(
+            {
+                "kind": "sweep",
+                "slo": {"ttft_ms_p90": 1},
+                "requests": 64,
+                "max_requests_per_level": 32,
+            }
+        )

@@ -8,8 +8,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from labkit.errors import ConfigError, RunError
 from labkit.records import RequestRecord
@@ -18,8 +16,6 @@ from labkit.report.compare import (
     GATE_METRICS,
     Comparison,
     Threshold,
-    _counts,
-    _resampled,
     check_thresholds,
     parse_threshold,
 )
@@ -149,26 +145,6 @@ def test_a_group_missing_from_the_later_run(tmp_path: Path) -> None:
     table = compare_runs(_pair(tmp_path, before, after))
     assert set(table["provider"]) == {"local"}
     assert (table["n"] == 0).all() and set(table["verdict"]) == {"not enough data"}
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=1, max_size=60),
-    st.integers(0, 2**32 - 1),
-)
-def test_resampled_statistics_equal_numpy_on_the_materialised_resamples(
-    values: list[float], seed: int
-) -> None:
-    data = np.array(values)
-    counts = _counts(np.random.default_rng(seed), len(data), 8)
-    metrics = [GATE_METRICS["ttft_p50"], GATE_METRICS["ttft_p90"], GATE_METRICS["error_rate"]]
-    p50, p90, mean = _resampled(data, counts, metrics)
-    for i, row in enumerate(counts):
-        assert row.sum() == len(data)
-        drawn = np.repeat(data, row)
-        assert p50[i] == pytest.approx(np.quantile(drawn, 0.5), rel=1e-9, abs=1e-6)
-        assert p90[i] == pytest.approx(np.quantile(drawn, 0.9), rel=1e-9, abs=1e-6)
-        assert mean[i] == pytest.approx(drawn.mean(), rel=1e-9, abs=1e-6)
 
 
 @pytest.mark.parametrize(
