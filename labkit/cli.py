@@ -49,9 +49,9 @@ from labkit.runner import (
 )
 from labkit.runner.summary import load_tables
 from labkit.scrub import guard_std_streams
-from labkit.selfcheck import client_bound_notes
 from labkit.terminal import SafeConsole
 from labkit.tokenizers.cli import register as register_tokens
+from labkit.wording import client_bound_line
 
 __all__ = ["app", "main"]
 
@@ -273,8 +273,9 @@ def _print_summary(
         out.print(summary_table(result.lab, title=f"run {result.folder.run_id}"))
     for table in load_tables(result.lab):
         out.print(table)
-    for note in client_bound_notes(result.records):
-        out.print(f"[bold yellow]warning:[/] {escape(note)}")
+    for group in result.lab.requests or []:
+        if group.client_bound:
+            out.print(f"[bold yellow]warning:[/] {escape(client_bound_line(group))}")
     internal = [r.error for r in result.records if r.error and r.error.kind == ErrorKind.INTERNAL]
     if internal:
         out.print(

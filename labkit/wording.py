@@ -26,6 +26,7 @@ from labkit.figures import (
     PrefillDecodeFigures,
     PromptCost,
     Quantile,
+    RequestStats,
     SingleFigures,
     SLOCheck,
     SLOReport,
@@ -41,6 +42,7 @@ __all__ = [
     "attribution_answer",
     "cache_sentence",
     "cell",
+    "client_bound_line",
     "conversation_answer",
     "determinism_answer",
     "goodput_sentence",
@@ -94,6 +96,13 @@ def marked(text: str, reason: str | None) -> str:
     """`text` with the client-bound mark where `reason` is set (the reason is in the
     report's notes; the mark says where it applies)."""
     return f"{text} [{CLIENT_BOUND_MARK}]" if reason else text
+
+
+def client_bound_line(s: RequestStats) -> str:
+    """`provider · experiment · <the self-check's reason>` for a flagged group (the run's
+    warning and the report's note say the same)."""
+    path = f" ({s.client_path})" if s.client_path != "wire" else ""
+    return f"{s.provider} · {s.experiment}{path} · {s.client_bound}"
 
 
 def _pct(part: float | None, whole: float | None) -> str:
@@ -229,10 +238,14 @@ def determinism_answer(f: DeterminismFigures) -> str:
     diverged = [r for r in judged if not r.identical and r.first_divergent_token is not None]
     if diverged:
         first = min(diverged, key=lambda r: r.first_divergent_token or 0)
+        where = (
+            "at the first token"
+            if not first.first_divergent_token
+            else f"after {first.first_divergent_token} identical tokens"
+        )
         text += (
-            f" The earliest split was at token {first.first_divergent_token} "
-            f"({_variant_words(first)}: {first.distinct_outputs} different replies of "
-            f"{first.n})."
+            f" The earliest split came {where} ({_variant_words(first)}: "
+            f"{first.distinct_outputs} different replies of {first.n})."
         )
     return text
 

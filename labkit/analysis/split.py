@@ -103,8 +103,9 @@ def decode_gap_of(r: RequestRecord) -> float | None:
 
 
 NEGATIVE_DECODE_GAP = (
-    "the client saw tokens faster than the server produced them (client − server decode "
-    "< 0): labkit's stamps were late and bunched, so its decode time understates"
+    "the client saw tokens come faster than the server says it made them (client − server "
+    "decode per token < 0): labkit's stamps were late and bunched, or the two count decode "
+    "differently; either way the difference is not the network's"
 )
 
 

@@ -43,7 +43,7 @@ from labkit.report.sweep import goodput_curves, sweep_section
 from labkit.report.workloads import conversation_section, workload_plots
 from labkit.scrub import for_people, scrub_frame
 from labkit.server_metrics import ServerMetricsSample, read_server_metrics
-from labkit.wording import CLIENT_BOUND_MARK, cell
+from labkit.wording import CLIENT_BOUND_MARK, cell, client_bound_line
 
 __all__ = ["LAB_EXPERIMENTS", "ReportPaths", "build_blocks", "missing_notes", "write_report"]
 
@@ -86,13 +86,7 @@ def missing_notes(run: RunData, stats: list[RequestStats]) -> list[str]:
     )
     if "usage.output_tokens_source" not in df.columns:
         df = df.assign(**{"usage.output_tokens_source": None})
-    notes += [
-        f"{g.provider} · {g.experiment}"
-        + (f" ({g.client_path})" if g.client_path != "wire" else "")
-        + f" · {g.client_bound}"
-        for g in stats
-        if g.client_bound
-    ]
+    notes += [client_bound_line(g) for g in stats if g.client_bound]
     status = run.manifest.get("status")
     if status and status != "completed":
         notes.append(f"The run's status is '{status}': results may be partial.")

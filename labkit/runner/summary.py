@@ -1,4 +1,6 @@
-"""The run summary printed at the end of `labkit run`: one row per provider × experiment."""
+"""The run summary printed at the end of `labkit run`: the run's request statistics
+(`RequestStats`, from lab.json) a row per provider × experiment × client path, and each
+load answer's levels."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from rich.table import Table
 from labkit.figures import (
     LoadFigures,
     LoadLevel,
+    Quantile,
     RequestStats,
     SweepFigures,
     TraceFigures,
@@ -21,6 +24,11 @@ __all__ = ["load_tables", "summary_table"]
 
 def _ms(value: float | None, digits: int = 1) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
+
+
+def _two_lines(q: Quantile | None) -> str:
+    """`cell`, its interval on a second line (keeps the terminal table narrow)."""
+    return cell(q).replace(" [", "\n[", 1)
 
 
 def summary_table(lab: LabResults | list[RequestStats], title: str = "labkit run") -> Table:
@@ -53,11 +61,11 @@ def summary_table(lab: LabResults | list[RequestStats], title: str = "labkit run
             s.provider,
             name,
             f"{s.n}/{s.errors}",
-            cell(s.ttft_ms.p50),
-            cell(s.ttft_ms.p90),
-            cell(split.provider_prefill_ms),
-            cell(s.decode_ms_per_token.p50) + gap_mark,
-            cell(s.provider_decode_ms_per_token),
+            _two_lines(s.ttft_ms.p50),
+            _two_lines(s.ttft_ms.p90),
+            _two_lines(split.provider_prefill_ms),
+            _two_lines(s.decode_ms_per_token.p50) + gap_mark,
+            _two_lines(s.provider_decode_ms_per_token),
             f"{_ms(s.input_tokens_p50, 0)}/{_ms(s.output_tokens_p50, 0)}",
             ", ".join(f"{k}×{v}" for k, v in sorted(s.stop_reasons.items())) or "—",
             ", ".join(f"{k}×{v}" for k, v in sorted(s.error_kinds.items())) or "—",

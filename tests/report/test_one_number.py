@@ -85,7 +85,8 @@ def _row(table: Table, provider: str, experiment: str) -> dict[str, str]:
 def _summary_rows(lab: LabResults) -> dict[tuple[str, str], dict[str, str]]:
     table = summary_table(lab)
     columns = [str(c.header) for c in table.columns]
-    cells = [[str(v) for v in c._cells] for c in table.columns]
+    # the terminal puts an interval on its own line: one cell, two lines
+    cells = [[str(v).replace("\n", " ") for v in c._cells] for c in table.columns]
     rows = {}
     for i in range(len(cells[0])):
         row = {name: cells[j][i] for j, name in enumerate(columns)}
