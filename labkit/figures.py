@@ -680,8 +680,10 @@ class LoadLevel(_Figures):
     ttft_ms_p50: float | None = None
     ttft_ms_p90: float | None = None
     ttft_ms_p99: float | None = None
-    ttft: Quantile | None = Field(
-        default=None, description="Client TTFT median with its interval (the answer's words)."
+    ttft: Percentiles | None = Field(
+        default=None,
+        description="Client TTFT p50, p90, p99 with their intervals: the ttft_ms_p* values, "
+        "and what the answer and the tables say.",
     )
     decode_ms_per_token_p50: float | None = None
     decode_ms_per_token_p99: float | None = None

@@ -341,6 +341,11 @@ def _row(f: AttributionFigures, key: AttributionKey) -> AttributionRow | None:
 # --- load ------------------------------------------------------------------------------------
 
 
+def _median_ttft(level: LoadLevel) -> str:
+    """A level's median TTFT with its interval and n."""
+    return say(level.ttft.p50 if level.ttft else None)
+
+
 def load_answer(levels: Sequence[LoadLevel], extras: Sequence[str] = ()) -> str:
     """How TTFT and throughput moved from the first level to the last, then at most three
     short sentences: `extras` (the server's queue, goodput, ... in order of importance) and
@@ -349,13 +354,13 @@ def load_answer(levels: Sequence[LoadLevel], extras: Sequence[str] = ()) -> str:
     first, last = done[0], done[-1]
     if len(done) == 1:
         text = (
-            f"At {first.title} the median TTFT was {say(first.ttft)}, with "
+            f"At {first.title} the median TTFT was {_median_ttft(first)}, with "
             f"{_tps(first.output_tokens_per_s)} output tokens/s from all streams together."
         )
     else:
         text = (
             f"From {first.title} to {last.title} the median TTFT went from "
-            f"{say(first.ttft)} to {say(last.ttft)}, and output throughput from "
+            f"{_median_ttft(first)} to {_median_ttft(last)}, and output throughput from "
             f"{_tps(first.output_tokens_per_s)} to {_tps(last.output_tokens_per_s)} tokens/s."
         )
     more = [e.strip() for e in extras if e.strip()]
@@ -445,7 +450,7 @@ def _tps(value: float | None) -> str:
 def trace_answer(trace: str, speedup: float, row: LoadLevel) -> str:
     """The replay's median TTFT with its interval, then its rate and the cache hits."""
     text = marked(
-        f"Replaying {trace} at ×{speedup:g}, the median TTFT was {say(row.ttft)}: the wait "
+        f"Replaying {trace} at ×{speedup:g}, the median TTFT was {_median_ttft(row)}: the wait "
         f"for the first token under the trace's own arrivals ({row.ok} ok, {row.failed} "
         "failed).",
         row.client_bound_fix if row.client_bound else None,

@@ -39,7 +39,7 @@ from pydantic import (
 )
 
 from labkit.analysis.split import ttft_beyond_prefill_of
-from labkit.analysis.stats import median
+from labkit.analysis.stats import quantiles
 from labkit.capacity import (
     WorkersChoice,
     choose_workers,
@@ -54,7 +54,7 @@ from labkit.experiments.base import ExperimentSettings, PlannedRequest, register
 from labkit.experiments.common import Prompt, latest_pass, p_of, prompt_list
 from labkit.experiments.paced import PacedExperiment, RequestDriver, SendFn
 from labkit.experiments.prefill_decode import filler_text
-from labkit.figures import LoadFigures, LoadLevel, LoadLevelCache
+from labkit.figures import LoadFigures, LoadLevel, LoadLevelCache, Percentiles
 from labkit.pacing import arrival_offsets_ns, closed_loop, open_loop
 from labkit.providers.base import ChatRequest, Provider, ProviderSettings
 from labkit.records import ErrorKind, LabAnswer, RequestRecord
@@ -669,7 +669,7 @@ def level_figures(
     def provider_queue(r: RequestRecord) -> float | None:
         return r.provider_timings.queue_ms
 
-    ttft_median = median([v for v in map(ttft, ok) if v is not None])
+    ttft_p50, ttft_p90, ttft_p99 = quantiles([v for v in map(ttft, ok) if v is not None])
     lag = level_lag(recs)
     hosts, clock_ns = level_clock(recs, clocks)
     workers = {str(r.tags.get("workers")) for r in recs if r.tags.get("workers")}
@@ -688,10 +688,11 @@ def level_figures(
         completed_rps=len(ok) / span_s if span_s else None,
         mean_in_flight=busy_s / span_s if span_s else None,
         output_tokens_per_s=out_tokens / span_s if span_s else None,
-        ttft_ms_p50=ttft_median.value,  # the one median: `ttft` is it with its interval
-        ttft_ms_p90=p_of(ok, ttft, 90),
-        ttft_ms_p99=p_of(ok, ttft, 99),
-        ttft=ttft_median,
+        # computed once: `ttft` holds them with their intervals
+        ttft_ms_p50=ttft_p50.value,
+        ttft_ms_p90=ttft_p90.value,
+        ttft_ms_p99=ttft_p99.value,
+        ttft=Percentiles(p50=ttft_p50, p90=ttft_p90, p99=ttft_p99),
         decode_ms_per_token_p50=p_of(ok, decode, 50),
         decode_ms_per_token_p99=p_of(ok, decode, 99),
         e2e_ms_p50=p_of(ok, e2e, 50),

@@ -296,6 +296,16 @@ def _server_table(rows: list[LoadLevel]) -> list[Block]:
     ]
 
 
+def _level_cell(
+    row: LoadLevel, get: Callable[[LoadLevel], float | None], label: str, digits: int | None
+) -> str:
+    """A level's cell: its TTFT percentiles with their intervals (`LoadLevel.ttft`) where
+    it has them, any other figure as a number."""
+    if label.startswith("TTFT p") and row.ttft is not None:
+        return cell(getattr(row.ttft, label.removeprefix("TTFT ")))
+    return fmt_num(get(row), digits)
+
+
 def _load_section(run: RunData) -> list[Block]:
     """One table per provider × load experiment: a row per level."""
     found = load_rows(run.lab)
@@ -319,7 +329,7 @@ def _load_section(run: RunData) -> list[Block]:
         view = view + (_HOSTS_VIEW if any(row.hosts for row in rows) else [])
         cells = [
             [row.display_title + (" — client-bound" if row.client_bound else "")]
-            + [fmt_num(get(row), digits) for get, _label, digits in view]
+            + [_level_cell(row, get, label, digits) for get, label, digits in view]
             for row in rows
         ]
         numeric = set(range(1, len(view) + 1))

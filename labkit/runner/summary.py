@@ -109,6 +109,15 @@ _SERVER_COLUMNS: list[tuple[Callable[[LoadLevel], float | None], str, int]] = [
 ]
 
 
+def _level_cell(
+    row: LoadLevel, get: Callable[[LoadLevel], float | None], label: str, digits: int
+) -> str:
+    """A level's cell: its TTFT percentiles with their intervals where it has them."""
+    if label.startswith("TTFT\np") and row.ttft is not None:
+        return _two_lines(getattr(row.ttft, label.split("\n")[1].split()[0]))
+    return _ms(get(row), digits)
+
+
 def load_tables(lab: LabResults) -> list[Table]:
     """One table per load answer: a row per level, client-bound levels marked."""
     tables = []
@@ -138,7 +147,7 @@ def load_tables(lab: LabResults) -> list[Table]:
         for row in levels:
             name = row.title + (f" {CLIENT_BOUND_MARK}" if row.client_bound else "")
             cells = [name, _ms(row.workers, 0)]
-            cells += [_ms(get(row), digits) for get, _, digits in columns]
+            cells += [_level_cell(row, get, label, digits) for get, label, digits in columns]
             table.add_row(*cells)
         tables.append(table)
     return tables
