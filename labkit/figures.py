@@ -259,24 +259,24 @@ class LinearFit(_Figures):
 
     @classmethod
     def least_squares(cls, xs: Sequence[float], ys: Sequence[float]) -> LinearFit | None:
-        """Ordinary least squares over the points, with r²; None under 2 distinct x.
+        """Ordinary least squares over the points (scipy's `linregress`), with r²; None
+        under 2 distinct x.
 
-        The one fit labkit computes: the experiments' answers and the report's plots (for a
-        run whose lab.json has none) both draw their line from here.
+        The one straight line labkit draws: the experiments' figures and the report's plots
+        (for a run whose lab.json has none) both take it from here.
         """
-        n = len(xs)
-        if n < 2 or len(set(xs)) < 2:
+        if len(xs) < 2 or len(set(xs)) < 2:
             return None
-        mx = sum(xs) / n
-        my = sum(ys) / n
-        sxx = sum((x - mx) ** 2 for x in xs)
-        sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
-        slope = sxy / sxx
-        intercept = my - slope * mx
-        ss_tot = sum((y - my) ** 2 for y in ys)
-        ss_res = sum((y - (slope * x + intercept)) ** 2 for x, y in zip(xs, ys, strict=True))
-        r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0
-        return cls(ms_per_token=slope, intercept_ms=intercept, r2=r2, n=n)
+        from scipy.stats import linregress  # scipy.stats is slow to import: only here
+
+        line = linregress(xs, ys)
+        r = float(line.rvalue)
+        return cls(
+            ms_per_token=float(line.slope),
+            intercept_ms=float(line.intercept),
+            r2=r * r if r == r else 1.0,  # NaN: every y the same, which the line fits exactly
+            n=len(xs),
+        )
 
 
 class Estimate(_Figures):

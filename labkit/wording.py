@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from labkit.analysis.stats import _number, describe, describe_share
+from labkit.analysis.stats import _number, describe
 from labkit.figures import (
     AttributionFigures,
     AttributionKey,
@@ -590,19 +590,26 @@ _VERDICT_WORDS = {"pass": "held", "fail": "missed", "undecided": "undecided"}
 
 
 def _check_words(c: SLOCheck) -> str:
-    share = "no requests" if c.share is None else describe_share(c.share)
-    return f"{c.name} ≤ {c.bound_ms:g} ms {_VERDICT_WORDS[c.verdict]} ({share} within it)"
+    """`ttft_ms_p90 ≤ 500 ms held: 180 of 192 within it (94%, 95% CI 89–97%)`."""
+    verdict = f"{c.name} ≤ {c.bound_ms:g} ms {_VERDICT_WORDS[c.verdict]}"
+    s = c.share
+    if s is None or s.value is None or s.lo is None or s.hi is None:
+        return f"{verdict}: {c.met} of {c.requests} within it"
+    return (
+        f"{verdict}: {s.k} of {s.n} within it ({s.value:.0%}, 95% CI "
+        f"{s.lo * 100:.0f}–{s.hi * 100:.0f}%)"
+    )
 
 
 def goodput_words(report: SLOReport) -> str:
-    """`12.3 req/s (95% CI 11.8–12.6)`, or `n/a`."""
+    """`12.30 req/s, 95% CI 11.80–12.60`, or `n/a`."""
     if report.goodput_rps is None:
         return "n/a"
     if report.goodput_low_rps is None or report.goodput_high_rps is None:
         return f"{report.goodput_rps:.2f} req/s"
     return (
-        f"{report.goodput_rps:.2f} req/s (95% CI {report.goodput_low_rps:.2f}–"
-        f"{report.goodput_high_rps:.2f})"
+        f"{report.goodput_rps:.2f} req/s, 95% CI {report.goodput_low_rps:.2f}–"
+        f"{report.goodput_high_rps:.2f}"
     )
 
 
@@ -646,12 +653,12 @@ def sweep_answer(f: SweepFigures) -> str:
             interval = f"[{low}, {high}) {unit}"
         goodput = ""
         if f.knee_goodput_rps is not None:
-            interval = (
+            goodput_ci = (
                 f" (95% CI {f.knee_goodput_low_rps:.2f}–{f.knee_goodput_high_rps:.2f})"
                 if f.knee_goodput_low_rps is not None and f.knee_goodput_high_rps is not None
                 else ""
             )
-            goodput = f", goodput {f.knee_goodput_rps:.2f} req/s{interval} there"
+            goodput = f", goodput {f.knee_goodput_rps:.2f} req/s{goodput_ci} there"
         lead = (
             f"The knee: {_load(f.mode, f.knee)} meets every SLO at 95% (the true knee lies "
             f"{'' if f.knee_high is None else 'in '}{interval}){goodput}."

@@ -159,7 +159,7 @@ def test_load_levels_carry_goodput_beside_throughput_and_the_answer_says_it() ->
     assert isinstance(answer.figures, LoadFigures)
     assert answer.figures.slo is None  # judged per level, not over the levels together
     assert answer.figures.levels[0].slo == row.slo
-    assert "ttft_ms_p90 ≤ 150 ms missed (50% (95% CI 12–88%, 3 of 6) within it)" in answer.answer
+    assert "ttft_ms_p90 ≤ 150 ms missed: 3 of 6 within it (50%, 95% CI 12–88%)" in answer.answer
     assert "3 of 6 requests met every SLO" in answer.answer
 
 
@@ -170,7 +170,7 @@ def test_other_experiments_get_the_slos_over_their_measured_requests() -> None:
     assert isinstance(answer.figures, SingleFigures) and answer.figures.slo is not None
     assert answer.figures.slo.verdict == "undecided" and answer.figures.slo.good == 3
     assert answer.answer.endswith(
-        "3 of 3 requests met every SLO (goodput 1.43 req/s (95% CI 0.42–1.43))."
+        "3 of 3 requests met every SLO (goodput 1.43 req/s, 95% CI 0.42–1.43)."
     )
     plain = SingleExperiment(SingleSettings()).judged("p", "m", records)
     assert plain.figures is not None and plain.figures.slo is None

@@ -13,8 +13,6 @@ import math
 from collections.abc import Iterable, Sequence
 
 import numpy as np
-import statsmodels.api as sm
-from scipy import stats as sps
 
 from labkit.figures import Estimate, PromptCost, Proportion, Quantile
 
@@ -61,6 +59,8 @@ def order_statistic_ranks(n: int, q: float, confidence: float = CONFIDENCE) -> t
     """
     if n < min_n(q, confidence):
         raise ValueError(f"{n} values give no {confidence:.0%} interval for the {q} quantile")
+    from scipy import stats as sps  # scipy.stats takes a second to import: only when used
+
     pmf = sps.binom.pmf(np.arange(n + 1), n, q)
     a = b = int(np.clip(np.argmax(pmf), 1, n - 1))
     mass = float(pmf[a])
@@ -116,6 +116,8 @@ def proportion(k: int, n: int, confidence: float = CONFIDENCE) -> Proportion:
         raise ValueError(f"a share needs 0 <= k <= n, got k={k}, n={n}")
     if n == 0:
         return Proportion(k=0, n=0, confidence=confidence)
+    from scipy import stats as sps
+
     ci = sps.binomtest(k, n).proportion_ci(confidence_level=confidence, method="exact")
     return Proportion(
         k=k, n=n, value=k / n, lo=float(ci.low), hi=float(ci.high), confidence=confidence
@@ -143,6 +145,8 @@ def fit_prompt_cost(tokens: Sequence[float], ms: Sequence[float]) -> PromptCost 
 
 
 def _fit_prompt_cost(x: np.ndarray, y: np.ndarray) -> PromptCost:
+    import statsmodels.api as sm  # imports pandas: only where a fit is made
+
     line = sm.OLS(y, np.column_stack([np.ones_like(x), x])).fit()
     chosen, p_value = line, None
     exact = line.ssr <= 1e-12 * max(float(line.centered_tss), 1e-300)

@@ -42,7 +42,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
-from labkit.analysis.stats import describe_share, median
+from labkit.analysis.stats import median
 from labkit.clocksync import driver_start_ns
 from labkit.errors import ConfigError
 from labkit.experiments.base import ExperimentSettings, register_experiment
@@ -438,15 +438,22 @@ def _saturation(level: Level, row: LoadLevel, records: list[RequestRecord]) -> s
 
 
 def _missed(report: SLOReport) -> str:
-    """`missed ttft_ms_p90` / `undecided after 200 requests: ttft_ms_p90 (88% (95% CI ...))`."""
+    """`missed ttft_ms_p90`, or `undecided after 200 requests: ttft_ms_p90 met by 176
+    (95% CI 83–92%)`."""
     failed = [c.name for c in report.checks if c.verdict == "fail"]
     if failed:
         return f"missed {', '.join(failed)}"
-    unsure = [c for c in report.checks if c.verdict == "undecided"]
-    shares = ", ".join(
-        f"{c.name} ({describe_share(c.share) if c.share else 'no requests'})" for c in unsure
-    )
-    return f"undecided after {report.requests} requests: {shares}"
+    unsure = [
+        f"{c.name} met by {c.met}"
+        + (
+            f" (95% CI {c.share.lo * 100:.0f}–{c.share.hi * 100:.0f}%)"
+            if c.share and c.share.lo is not None and c.share.hi is not None
+            else ""
+        )
+        for c in report.checks
+        if c.verdict == "undecided"
+    ]
+    return f"undecided after {report.requests} requests: {', '.join(unsure)}"
 
 
 def _median(values: list[float | None]) -> float | None:

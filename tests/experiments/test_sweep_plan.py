@@ -183,3 +183,12 @@ def test_max_requests_per_level_is_at_least_a_pass() -> None:
                 "max_requests_per_level": 32,
             }
         )
+
+
+def test_a_level_too_short_to_tell_is_undecided_and_says_why() -> None:
+    exp = _sweep(requests=12, slo={"ttft_ms_p90": 1000})
+    level = Level(2, "rate", 10.0)
+    records = _rate_records([i / 10 for i in range(12)], [20.0] * 12)
+    short = exp.probe(2, "bisect", level, records)
+    assert (short.verdict, short.met, short.requests_sent) == ("undecided", False, 12)
+    assert short.why == "undecided after 12 requests: ttft_ms_p90 met by 12 (95% CI 74–100%)"

@@ -171,7 +171,9 @@ def test_a_rate_sweep_s_knee_interval_holds_the_capacity(tmp_path: Path) -> None
     assert f.knee_goodput_rps == knee_probe.level.slo.goodput_rps
     assert f.knee_goodput_low_rps is not None and f.knee_goodput_high_rps is not None
     assert f.knee_goodput_low_rps <= f.knee_goodput_rps <= f.knee_goodput_high_rps
-    assert "The knee:" in answer.answer and "req/s meets every SLO at 95%" in answer.answer
+    lead = answer.answer.split(" there. ")[0]
+    assert lead.startswith("The knee: ") and "req/s meets every SLO at 95%" in lead
+    assert f"[{f.knee_low:.2f}, {f.knee_high:.2f}) req/s" in lead and len(lead.split()) <= 35
 
     # The summary's table and the report show the probes, goodput and the knee.
     (table,) = load_tables(result.lab)
