@@ -117,8 +117,8 @@ _STOP_WORDS = {"length": "max_tokens reached", "end": "the model's own end"}
 def single_answer(f: SingleFigures) -> str:
     """Median TTFT with its interval, then the token rate, the reply and the server's clock."""
     text = (
-        f"The first token arrived {say(f.ttft)} after the request was sent: that median "
-        "time to first token (TTFT) is the wait before any reply appears."
+        f"{say(f.ttft)} to the first token: the median wait from sending a request until its "
+        "reply starts (time to first token, TTFT)."
     )
     stops = ", ".join(_STOP_WORDS.get(k, k) for k in sorted(f.stop_reasons))
     tokens = f"{f.output_tokens_p50:g}-token " if f.output_tokens_p50 is not None else ""
@@ -159,9 +159,9 @@ def token_ratio_answer(f: TokenRatioFigures, framing_tokens: float | None) -> st
     worst = max(rows, key=lambda r: abs(r.rule_of_4_error_pct or 0.0))
     best = min(rows, key=lambda r: abs(r.rule_of_4_error_pct or 0.0))
     text = (
-        f"A token was {most.chars_per_token:.2f} characters of {most.text_id} but only "
-        f"{least.chars_per_token:.2f} of {least.text_id}: its size depends on the kind of "
-        "text, so '1 token ≈ 4 characters' is a rough rule."
+        f"{most.chars_per_token:.2f} characters per token for {most.text_id} but only "
+        f"{least.chars_per_token:.2f} for {least.text_id}: a token's size depends on the kind "
+        "of text, so '1 token ≈ 4 characters' is a rough rule."
     )
     text += (
         f" The rule was closest for {best.text_id} ({best.rule_of_4_error_pct:+.0f}%) and "
@@ -297,8 +297,8 @@ def attribution_answer(f: AttributionFigures, sdk_why_not: str | None = None) ->
         text += " Not derived: " + "; ".join(split.not_derived) + "."
     else:
         text = marked(
-            f"The median wait for the first token was {say(ttft)}; this provider reports no "
-            "timings of its own, so its work, queueing and the network cannot be separated.",
+            f"{say(ttft)} median wait for the first token; this provider reports no timings "
+            "of its own, so its work, queueing and the network cannot be separated.",
             split.client_bound,
         )
     gap = _row(f, AttributionKey.DECODE_CLIENT_MINUS_PROVIDER)
@@ -354,13 +354,13 @@ def load_answer(levels: Sequence[LoadLevel], extras: Sequence[str] = ()) -> str:
     first, last = done[0], done[-1]
     if len(done) == 1:
         text = (
-            f"At {first.title} the median TTFT was {_median_ttft(first)}, with "
+            f"{_median_ttft(first)} median TTFT at {first.title}, with "
             f"{_tps(first.output_tokens_per_s)} output tokens/s from all streams together."
         )
     else:
         text = (
-            f"From {first.title} to {last.title} the median TTFT went from "
-            f"{_median_ttft(first)} to {_median_ttft(last)}, and output throughput from "
+            f"{_median_ttft(last)} median TTFT at {last.title}, against "
+            f"{_median_ttft(first)} at {first.title}; output throughput went from "
             f"{_tps(first.output_tokens_per_s)} to {_tps(last.output_tokens_per_s)} tokens/s."
         )
     more = [e.strip() for e in extras if e.strip()]
@@ -450,9 +450,8 @@ def _tps(value: float | None) -> str:
 def trace_answer(trace: str, speedup: float, row: LoadLevel) -> str:
     """The replay's median TTFT with its interval, then its rate and the cache hits."""
     text = marked(
-        f"Replaying {trace} at ×{speedup:g}, the median TTFT was {_median_ttft(row)}: the wait "
-        f"for the first token under the trace's own arrivals ({row.ok} ok, {row.failed} "
-        "failed).",
+        f"{_median_ttft(row)} median TTFT replaying {trace} at ×{speedup:g}: the wait for "
+        f"the first token under the trace's own arrivals ({row.ok} ok, {row.failed} failed).",
         row.client_bound_fix if row.client_bound else None,
     )
     rate = row.achieved_rate_rps
@@ -466,7 +465,7 @@ def trace_answer(trace: str, speedup: float, row: LoadLevel) -> str:
 
 def _variant_growth(v: ConversationVariant) -> str:
     return (
-        f"from {ms(v.first_ttft_ms)} at turn 1 to {ms(v.last_ttft_ms)} at the last turn "
+        f"{ms(v.first_ttft_ms)} at turn 1 to {ms(v.last_ttft_ms)} at the last turn "
         f"(medians of {v.sessions} sessions) while the prompt grew from "
         f"{v.first_input_tokens or 0:.0f} to {v.last_input_tokens or 0:.0f} tokens"
     )
@@ -479,11 +478,11 @@ def conversation_answer(f: ConversationFigures, asked_off: bool) -> str:
     on = next((v for v in done if v.cache == "on"), None)
     off = next((v for v in done if v.cache == "off"), None)
     lead = on or done[0]
-    text = f"With the prompt cache {lead.cache}, TTFT went {_variant_growth(lead)}."
+    text = f"TTFT went from {_variant_growth(lead)}, with the prompt cache {lead.cache}."
     if lead.last_reuse is not None:
         text += f" The provider served {lead.last_reuse:.0%} of the last prompt from its cache."
     if off is not None and off is not lead:
-        text += f" With it off, TTFT went {_variant_growth(off)}."
+        text += f" With it off, TTFT went from {_variant_growth(off)}."
         if on and on.last_ttft_ms and off.last_ttft_ms:
             text += (
                 f" At the last turn the cache cut TTFT ×{off.last_ttft_ms / on.last_ttft_ms:.2f}."

@@ -321,7 +321,7 @@ def test_single_keeps_the_median_requests_timeline_for_the_anatomy_picture() -> 
     assert timeline is not None and timeline.record_id == recs[1].record_id
     assert timeline.event_offsets_ms == [100.0, 110.0, 120.0]
     assert timeline.provider_prefill_ms == 95.0 and timeline.headers_ms == 50.0
-    assert answer.answer.startswith("The first token arrived 100 ms (n=3; an interval needs 6)")
+    assert answer.answer.startswith("100 ms (n=3; an interval needs 6) to the first token")
 
 
 def test_determinism_keeps_each_repeats_tokens_for_the_alignment_picture() -> None:
