@@ -55,7 +55,8 @@ def client_bound_reason(records: Iterable[RequestRecord]) -> str | None:
     for level, recs in by_level.items():
         lag = level_lag(recs)
         if lag.client_bound:
-            notes.append(client_bound_note(level or "these requests", lag))
+            note = client_bound_note(level, lag)  # `c8: client-bound (...)`
+            notes.append(note if level else note.removeprefix(": "))
     return "; ".join(notes) or None
 
 

@@ -31,6 +31,11 @@ def _two_lines(q: Quantile | None) -> str:
     return cell(q).replace(" [", "\n[", 1)
 
 
+def _counts(counts: dict[str, int]) -> str:
+    """`length×6, end×2`, or `—`."""
+    return ", ".join(f"{k}×{v}" for k, v in sorted(counts.items())) or "—"
+
+
 def summary_table(lab: LabResults | list[RequestStats], title: str = "labkit run") -> Table:
     """The run's request statistics (lab.json's `requests`): client TTFT next to the
     server's prefill, client decode next to the server's; client-bound groups marked."""
@@ -46,15 +51,20 @@ def summary_table(lab: LabResults | list[RequestStats], title: str = "labkit run
         ("decode\nms/tok p50", "right"),
         ("server\nms/tok p50", "right"),
         ("tokens\nin/out", "right"),
-        ("stop", "left"),
-        ("errors", "left"),
+        ("stop · errors", "left"),
     ]:
-        table.add_column(col, justify=justify, no_wrap=col in ("provider", "experiment"))  # type: ignore[arg-type]
+        quantile = "[95% CI]" in col or "p50" in col
+        table.add_column(
+            col,
+            justify=justify,  # type: ignore[arg-type]
+            no_wrap=col in ("provider", "experiment"),
+            min_width=12 if quantile else None,
+        )
     for s in stats:
         if s.records == s.warmup_excluded:
             continue
         name = s.experiment + (f" ({s.client_path})" if s.client_path != "wire" else "")
-        name += f" {CLIENT_BOUND_MARK}" if s.client_bound else ""
+        name += f"\n{CLIENT_BOUND_MARK}" if s.client_bound else ""
         split = s.ttft_split
         gap_mark = " ⚠" if s.decode_gap_client_bound else ""
         table.add_row(
@@ -67,8 +77,7 @@ def summary_table(lab: LabResults | list[RequestStats], title: str = "labkit run
             _two_lines(s.decode_ms_per_token.p50) + gap_mark,
             _two_lines(s.provider_decode_ms_per_token),
             f"{_ms(s.input_tokens_p50, 0)}/{_ms(s.output_tokens_p50, 0)}",
-            ", ".join(f"{k}×{v}" for k, v in sorted(s.stop_reasons.items())) or "—",
-            ", ".join(f"{k}×{v}" for k, v in sorted(s.error_kinds.items())) or "—",
+            _counts(s.stop_reasons) + (f" · {_counts(s.error_kinds)}" if s.error_kinds else ""),
         )
     return table
 
