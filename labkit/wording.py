@@ -86,7 +86,8 @@ def cell(q: Quantile | None) -> str:
     if q is None or q.value is None:
         return "—"
     if q.lo is not None and q.hi is not None:
-        return f"{_number(q.value)} [{_number(q.lo)}–{_number(q.hi)}]"
+        dash = " to " if q.lo < 0 or q.hi < 0 else "–"  # `-0.70 to -0.48`, not `-0.70–-0.48`
+        return f"{_number(q.value)} [{_number(q.lo)}{dash}{_number(q.hi)}]"
     if q.q == 0.5:
         return f"{_number(q.value)} (no CI: n<{q.min_n})"
     return f"needs ≥ {q.min_n}"

@@ -23,6 +23,7 @@ from labkit.figures import TTFTSplit
 from labkit.records import RequestRecord
 
 __all__ = [
+    "NEGATIVE_DECODE_GAP",
     "QUEUE_SOURCES",
     "decode_gap_of",
     "keepalive_wait_of",

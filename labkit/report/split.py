@@ -9,6 +9,7 @@ token. A term that cannot be derived says why; a client-bound value is marked.
 
 from __future__ import annotations
 
+from labkit.analysis.split import NEGATIVE_DECODE_GAP
 from labkit.figures import AttributionFigures, RequestStats
 from labkit.records import LabResults
 from labkit.report.render import Block, Heading, Para, Table
@@ -58,6 +59,7 @@ def split_section(stats: list[RequestStats]) -> list[Block]:
         return blocks
     rows = []
     notes: list[str] = []
+    faster: list[str] = []
     for s in stats:
         split = s.ttft_split
         queue = (
@@ -94,8 +96,12 @@ def split_section(stats: list[RequestStats]) -> list[Block]:
         if split.not_derived and s.n:
             notes.append(f"{s.provider} · {where(s)}: " + "; ".join(split.not_derived) + ".")
         if s.decode_gap_client_bound:
-            notes.append(f"{s.provider} · {where(s)}: {s.decode_gap_client_bound}.")
+            faster.append(f"{s.provider} · {where(s)}")
     blocks.append(Table(_LABELS, rows, {2}))
+    if faster:
+        notes.append(
+            f"Client − provider decode below 0 ({', '.join(faster)}): {NEGATIVE_DECODE_GAP}."
+        )
     if notes:
         blocks.append(Para(" ".join(notes), "note"))
     return blocks
