@@ -47,6 +47,7 @@ __all__ = [
     "determinism_answer",
     "goodput_sentence",
     "goodput_words",
+    "group_label",
     "load_answer",
     "marked",
     "ms",
@@ -99,11 +100,18 @@ def marked(text: str, reason: str | None) -> str:
     return f"{text} [{CLIENT_BOUND_MARK}]" if reason else text
 
 
+def group_label(s: RequestStats) -> str:
+    """`experiment`, `experiment (sdk)` for the SDK path, `(all levels)` where the group
+    pools load levels: how every table names a group of the request statistics."""
+    name = s.experiment + (f" ({s.client_path})" if s.client_path != "wire" else "")
+    return name + (" (all levels)" if s.levels else "")
+
+
 def client_bound_line(s: RequestStats) -> str:
     """`provider · experiment · <the self-check's reason>` for a flagged group (the run's
     warning and the report's note say the same)."""
     path = f" ({s.client_path})" if s.client_path != "wire" else ""
-    return f"{s.provider} · {s.experiment}{path} · {s.client_bound}"
+    return f"{s.provider} · {s.experiment}{path} · {s.client_bound}"  # the reason names levels
 
 
 def _pct(part: float | None, whole: float | None) -> str:

@@ -14,7 +14,7 @@ import pandas as pd
 from labkit.analysis.requests import request_stats
 from labkit.figures import Percentiles, Quantile, RequestStats
 from labkit.records import LabResults, RequestRecord
-from labkit.wording import CLIENT_BOUND_MARK
+from labkit.wording import CLIENT_BOUND_MARK, group_label
 
 __all__ = [
     "GROUP_KEYS",
@@ -68,11 +68,8 @@ def run_stats(lab: LabResults | None, run_dir: Path) -> list[RequestStats]:
 
 
 def where(s: RequestStats) -> str:
-    """`experiment` (`experiment (sdk)` for the SDK path), marked where client-bound."""
-    name = s.experiment + (f" ({s.client_path})" if s.client_path != "wire" else "")
-    if s.levels:
-        name += " (all levels)"
-    return name + (f" {CLIENT_BOUND_MARK}" if s.client_bound else "")
+    """The group's label (`group_label`), marked where client-bound."""
+    return group_label(s) + (f" {CLIENT_BOUND_MARK}" if s.client_bound else "")
 
 
 def stats_frame(stats: list[RequestStats]) -> pd.DataFrame:

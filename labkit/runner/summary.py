@@ -17,7 +17,7 @@ from labkit.figures import (
     TraceFigures,
 )
 from labkit.records import LabResults
-from labkit.wording import CLIENT_BOUND_MARK, cell
+from labkit.wording import CLIENT_BOUND_MARK, cell, group_label
 
 __all__ = ["load_tables", "summary_table"]
 
@@ -63,7 +63,7 @@ def summary_table(lab: LabResults | list[RequestStats], title: str = "labkit run
     for s in stats:
         if s.records == s.warmup_excluded:
             continue
-        name = s.experiment + (f" ({s.client_path})" if s.client_path != "wire" else "")
+        name = group_label(s)
         name += f"\n{CLIENT_BOUND_MARK}" if s.client_bound else ""
         split = s.ttft_split
         gap_mark = " ⚠" if s.decode_gap_client_bound else ""
