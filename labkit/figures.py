@@ -244,6 +244,11 @@ class SingleFigures(_ExperimentFigures):
     decode_per_token: Quantile | None = Field(
         default=None, description="Client decode ms per output token, median with its interval."
     )
+    client_bound: str | None = Field(
+        default=None,
+        description="The self-check's reason where it found these requests' stamps late "
+        "(their timings hold labkit's own delay); None: not flagged.",
+    )
 
 
 # --- prefill_decode ------------------------------------------------------------------------

@@ -125,9 +125,10 @@ _STOP_WORDS = {"length": "max_tokens reached", "end": "the model's own end"}
 
 def single_answer(f: SingleFigures) -> str:
     """Median TTFT with its interval, then the token rate, the reply and the server's clock."""
-    text = (
+    text = marked(
         f"{say(f.ttft)} to the first token: the median wait from sending a request until its "
-        "reply starts (time to first token, TTFT)."
+        "reply starts (time to first token, TTFT).",
+        f.client_bound,
     )
     stops = ", ".join(_STOP_WORDS.get(k, k) for k in sorted(f.stop_reasons))
     tokens = f"{f.output_tokens_p50:g}-token " if f.output_tokens_p50 is not None else ""

@@ -7,6 +7,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
+from labkit.analysis.requests import client_bound_reason
 from labkit.analysis.stats import median
 from labkit.experiments.base import (
     Experiment,
@@ -104,6 +105,7 @@ class SingleExperiment(Experiment):
             stop_reasons=stops,
             ttft=ttft,
             decode_per_token=decode,
+            client_bound=client_bound_reason(r for r in records if not r.warmup),
         )
         if not ok:
             first = failed[0].error.message if failed and failed[0].error else "no records"
