@@ -19,10 +19,10 @@ from labkit.records import LabResults, RequestRecord
 from labkit.report import load_run, write_report
 from labkit.report.build import build_blocks
 from labkit.report.charts import whose_time_chart
-from labkit.report.render import Table
+from labkit.report.render import Bullets, Table
 from labkit.report.split import NOT_DERIVABLE
 from labkit.runner.summary import summary_table
-from labkit.wording import cell
+from labkit.wording import CLIENT_BOUND_MARK, cell
 from tests.report.report_builders import make_record, write_run
 
 pytestmark = pytest.mark.unit
@@ -178,3 +178,34 @@ def test_an_old_run_without_statistics_in_lab_json_gets_them_from_its_records(
     old = lab.model_copy(update={"requests": None})
     _, _, stats = build_blocks(load_run(write_run(tmp_path / "old", recs, lab=old)))
     assert stats == lab.requests
+
+
+def test_a_client_bound_group_is_marked_wherever_it_is_shown(tmp_path: Path) -> None:
+    recs = _records()
+    for r in recs:
+        if r.provider == QUEUED and r.experiment == "attribution":
+            # every output event's stamp 30 ms late: far above the self-check's limit
+            r.client.stamp_lateness_ms_p50 = r.client.stamp_lateness_ms_p99 = 30.0
+            r.client.ttft_lateness_ms = 30.0
+    lab = _lab(recs)
+    assert lab.requests is not None
+    flagged = [s for s in lab.requests if s.client_bound]
+    assert [(s.provider, s.experiment) for s in flagged] == [(QUEUED, "attribution")]
+    reason = flagged[0].client_bound
+    assert reason is not None and "client-bound" in reason
+    answer = next(a for a in lab.answers if a.provider == QUEUED and a.experiment == "attribution")
+    assert isinstance(answer.figures, AttributionFigures)
+    assert answer.figures.ttft_split is not None
+    assert answer.figures.ttft_split.client_bound == reason  # the answer's figure carries it
+    assert CLIENT_BOUND_MARK in answer.answer
+    _, blocks, _ = build_blocks(load_run(write_run(tmp_path / "run", recs, lab=lab)))
+    for column in ("network + front end", "TTFT p50"):
+        row = _row(_table(blocks, column), QUEUED, "attribution")
+        assert CLIENT_BOUND_MARK in row["experiment"]
+        other = _row(_table(blocks, column), SERVER_TTFT, "attribution")
+        assert CLIENT_BOUND_MARK not in other["experiment"]
+    marked = [key for key in _summary_rows(lab) if CLIENT_BOUND_MARK in key[1]]
+    assert marked == [(QUEUED, f"attribution {CLIENT_BOUND_MARK}")]  # the terminal's too
+    assert any(
+        isinstance(b, Bullets) and any(reason in item for item in b.items) for b in blocks
+    )  # the reason, in "What is missing"
