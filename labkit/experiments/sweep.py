@@ -68,6 +68,11 @@ _COMPLETION_SHARE = 0.9
 # ... or when the TTFT of its last third exceeds its first third's by this factor and margin.
 _QUEUE_GROWTH = 2.0
 _QUEUE_GROWTH_MIN_MS = 50.0
+# ... or when TTFT rises steadily through it: a slope with p below this, adding at least
+# this many ms (and a quarter of its early TTFT) over the level, from this many requests.
+_TREND_P = 0.001
+_TREND_MIN_MS = 10.0
+_TREND_MIN_REQUESTS = 12
 # While no rate has missed, the next rate probed is this much above the highest that met.
 _EXPAND = 1.2
 
@@ -263,18 +268,9 @@ class SweepExperiment(LoadExperiment):
         records: list[RequestRecord],
         started: float,
     ) -> list[RequestRecord]:
-        """The records of `level`'s decisive pass: while its verdict is undecided, a pass
-        twice as long, up to `max_requests_per_level` and within `max_duration_s`.
-
-        A rate sweep's throughput probe only measures the ceiling: its verdict is not needed.
-        """
-        s = self._sw
-        if role == "throughput" and s.mode == "rate":
-            return records
-        while records and self.probe(0, role, level, records).verdict == "undecided":
-            more = min(2 * len(records), s.max_requests_per_level)
-            if more <= len(records) or time.monotonic() - started >= s.max_duration_s:
-                break
+        """The records of `level`'s decisive pass: longer passes while `longer_pass` asks
+        for one (a pass that added nothing ends the loop)."""
+        while (more := self.longer_pass(role, level, records, started)) is not None:
             driver.message(
                 f"{self.name}: {level.title} undecided after {len(records)} requests; "
                 f"again with {more}"
@@ -285,6 +281,22 @@ class SweepExperiment(LoadExperiment):
                 break
             records = longer
         return records
+
+    def longer_pass(
+        self, role: Role, level: Level, records: list[RequestRecord], started: float
+    ) -> int | None:
+        """The requests of `level`'s next pass when its verdict is still undecided: twice
+        the last pass's, within `max_requests_per_level` and `max_duration_s` (None: decided,
+        or bounded). A rate sweep's throughput probe only measures the ceiling: never."""
+        s = self._sw
+        if not records or (role == "throughput" and s.mode == "rate"):
+            return None
+        if self.probe(0, role, level, records).verdict != "undecided":
+            return None
+        more = min(2 * len(records), s.max_requests_per_level)
+        if more <= len(records) or time.monotonic() - started >= s.max_duration_s:
+            return None
+        return more
 
     def _pass_of(self, level: Level, records: list[RequestRecord]) -> list[RequestRecord] | None:
         """The records of the latest complete pass of `level` (None: none finished); a pass
@@ -434,6 +446,23 @@ def _saturation(level: Level, row: LoadLevel, records: list[RequestRecord]) -> s
             and late - early > _QUEUE_GROWTH_MIN_MS
         ):
             return f"TTFT grew from {early:.0f} to {late:.0f} ms through the level (queue growing)"
+        return _ttft_trend(ok, early)
+    return ""
+
+
+def _ttft_trend(ok: list[RequestRecord], early: float | None) -> str:
+    """A queue growing slowly (a rate a little above capacity): TTFT rising with the
+    request's place in the level, by a least-squares slope clearly above 0 (p < 0.001) that
+    adds at least `_TREND_MIN_MS` and a quarter of the early TTFT over the level."""
+    from scipy.stats import linregress
+
+    points = [(i, r.client.ttft_ms) for i, r in enumerate(ok) if r.client.ttft_ms is not None]
+    if len(points) < _TREND_MIN_REQUESTS or early is None:
+        return ""
+    trend = linregress([i for i, _ in points], [t for _, t in points])
+    rise = float(trend.slope) * (points[-1][0] - points[0][0])
+    if trend.pvalue < _TREND_P and rise >= max(_TREND_MIN_MS, 0.25 * early):
+        return f"TTFT rose {rise:.0f} ms through the level (queue growing, p = {trend.pvalue:.1g})"
     return ""
 
 

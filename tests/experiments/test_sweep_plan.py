@@ -192,3 +192,18 @@ def test_a_level_too_short_to_tell_is_undecided_and_says_why() -> None:
     short = exp.probe(2, "bisect", level, records)
     assert (short.verdict, short.met, short.requests_sent) == ("undecided", False, 12)
     assert short.why == "undecided after 12 requests: ttft_ms_p90 met by 12 (95% CI 74–100%)"
+
+
+def test_a_rate_a_little_above_capacity_saturates_by_its_ttft_trend() -> None:
+    exp = _sweep(requests=40, slo={"ttft_ms_p90": 1000})
+    level = Level(2, "rate", 10.0)
+    starts = [i / 10 for i in range(40)]
+    jitter = [(-3.0, 1.0, 4.0, -2.0)[i % 4] for i in range(40)]
+    # A queue building by half a millisecond a request: 20 ms more by the end, far from
+    # doubling TTFT, yet steady: the level cannot be held.
+    rising = [25.0 + 0.5 * i + j for i, j in enumerate(jitter)]
+    slow = exp.probe(2, "bisect", level, _rate_records(starts, rising))
+    assert slow.verdict == "fail" and slow.saturated
+    assert slow.why.startswith("TTFT rose 20 ms through the level (queue growing, p = ")
+    flat = exp.probe(2, "bisect", level, _rate_records(starts, [25.0 + j for j in jitter]))
+    assert flat.verdict == "pass" and not flat.saturated

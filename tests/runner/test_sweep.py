@@ -10,6 +10,12 @@ wake-ups, well under one request's 100 ms of service.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +37,7 @@ SLOTS = 4
 SCHEDULE = FakeSchedule(first_token_ms=20, token_interval_ms=10, tokens=9, slots=SLOTS)
 CAPACITY_RPS = SLOTS / 0.100
 SLO = {"ttft_ms_p90": 60}
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _config(experiment: dict[str, Any], base_url: str) -> Any:
@@ -131,17 +138,46 @@ def test_a_concurrency_sweep_finds_the_slot_count_and_resume_reuses_its_probes(
     assert isinstance(again.figures, SweepFigures) and again.figures.knee == SLOTS
 
 
+@contextlib.contextmanager
+def _server_process() -> Iterator[str]:
+    """`labkit fake-server` with the schedule and slots above, in a process of its own: the
+    sweep's streams share no event loop with it, so its 40 req/s hold on a busy host."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "labkit", "fake-server", "--port", "0", "--first-token-ms",
+         "20", "--token-interval-ms", "10", "--tokens", "9", "--slots", str(SLOTS)],
+        env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        url = re.search(r"http://127\.0\.0\.1:\d+/v1", line)
+        assert url is not None, f"fake-server did not start: {line!r}"
+        yield url.group(0)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
 def test_a_rate_sweep_s_knee_interval_holds_the_capacity(tmp_path: Path) -> None:
-    result = _run(
-        {
-            "kind": "sweep",
-            "throughput_concurrency": 16,
-            "requests": 40,
-            "max_requests_per_level": 160,
-            "resolution": 0.1,
-        },
-        tmp_path,
-    )
+    sweep = {
+        "kind": "sweep",
+        "throughput_concurrency": 16,
+        "requests": 40,
+        "max_requests_per_level": 160,
+        "resolution": 0.1,
+    }
+    with _server_process() as url:
+        runner = prepare_run(_config(sweep, url), RunOptions(out_dir=tmp_path))
+        result = asyncio.run(runner.run())
     (answer,) = result.lab.answers
     f = answer.figures
     assert isinstance(f, SweepFigures), answer.answer
