@@ -15,7 +15,15 @@ from collections.abc import Sequence
 from enum import StrEnum
 from typing import Annotated, Any, Literal, TypeAlias
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 __all__ = [
     "FIGURE_KINDS",
@@ -34,11 +42,13 @@ __all__ = [
     "LoadLevel",
     "LoadLevelCache",
     "MarginalCost",
+    "Percentiles",
     "PrefillDecodeFigures",
     "PrefillPoint",
     "PromptCost",
     "Proportion",
     "Quantile",
+    "RequestStats",
     "RequestTimeline",
     "SLOCheck",
     "SLOReport",
@@ -228,6 +238,17 @@ class SingleFigures(_ExperimentFigures):
         default_factory=dict, description="How often each stop reason occurred."
     )
     timeline: RequestTimeline | None = None
+    ttft: Quantile | None = Field(
+        default=None, description="Client TTFT median with its interval (the answer's lead)."
+    )
+    decode_per_token: Quantile | None = Field(
+        default=None, description="Client decode ms per output token, median with its interval."
+    )
+    client_bound: str | None = Field(
+        default=None,
+        description="The self-check's reason where it found these requests' stamps late "
+        "(their timings hold labkit's own delay); None: not flagged.",
+    )
 
 
 # --- prefill_decode ------------------------------------------------------------------------
@@ -511,14 +532,20 @@ class AttributionRow(_Figures):
     value_ms: float | None = None
     source: str
     note: str | None = None
+    client_bound: str | None = Field(
+        default=None,
+        description="Why the value holds labkit's own delay (the self-check's reason, or a "
+        "client decode faster than the server's); None: not flagged.",
+    )
 
 
 class TTFTSplit(_Figures):
     """TTFT split by owner: the provider's queue, the provider's prefill, and the rest
-    (network and serving front end); each median over the requests that had it."""
+    (network and serving front end); each a median, with its interval, over the requests
+    that had it (`labkit.analysis.split`, the one definition)."""
 
-    ttft_ms: float | None = None
-    provider_queue_ms: float | None = None
+    ttft_ms: Quantile | None = None
+    provider_queue_ms: Quantile | None = None
     queue_source: str | None = Field(
         default=None,
         description="`reported` by the provider; `idle`: 0 by construction (labkit alone "
@@ -526,14 +553,29 @@ class TTFTSplit(_Figures):
         "`keepalive`: the wait between the headers and the first event while the server "
         "sent keep-alive comments; joined with ` / ` when requests differed.",
     )
-    provider_prefill_ms: float | None = None
+    provider_prefill_ms: Quantile | None = None
     prefill_source: str | None = Field(default=None, description="The field the prefill came from.")
-    network_front_end_ms: float | None = Field(
+    network_front_end_ms: Quantile | None = Field(
         default=None, description="Median per request of TTFT − queue − prefill."
     )
     not_derived: list[str] = Field(
         default_factory=list, description="The terms that could not be derived, and why."
     )
+    client_bound: str | None = Field(
+        default=None,
+        description="Why labkit's self-check flagged these requests' stamps as late "
+        "(client-bound): every term holds labkit's own delay. None: not flagged.",
+    )
+
+    @field_validator(
+        "ttft_ms", "provider_queue_ms", "provider_prefill_ms", "network_front_end_ms", mode="before"
+    )
+    @classmethod
+    def _older_median(cls, value: Any) -> Any:
+        """A lab.json from before intervals held a plain median: kept, its n unknown (0)."""
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return {"q": 0.5, "value": float(value), "n": 0, "min_n": 6}
+        return value
 
 
 class AttributionFigures(_ExperimentFigures):
@@ -643,6 +685,11 @@ class LoadLevel(_Figures):
     ttft_ms_p50: float | None = None
     ttft_ms_p90: float | None = None
     ttft_ms_p99: float | None = None
+    ttft: Percentiles | None = Field(
+        default=None,
+        description="Client TTFT p50, p90, p99 with their intervals: the ttft_ms_p* values, "
+        "and what the answer and the tables say.",
+    )
     decode_ms_per_token_p50: float | None = None
     decode_ms_per_token_p99: float | None = None
     e2e_ms_p50: float | None = None
@@ -827,6 +874,61 @@ class SweepFigures(_ExperimentFigures):
         default=None, description="Completed requests/s of the throughput probe."
     )
     stopped: str = Field(default="", description="Why the sweep stopped, in words.")
+
+
+# --- request statistics (every experiment) -------------------------------------------------
+
+
+class Percentiles(_Figures):
+    """p50, p90 and p99 of one metric over a group's measured requests, with intervals."""
+
+    p50: Quantile
+    p90: Quantile
+    p99: Quantile
+
+
+class RequestStats(_Figures):
+    """One provider × experiment × model × client path: its requests counted and its
+    latencies' percentiles (`labkit.analysis.requests`). Computed once per run into
+    `lab.json` (`LabResults.requests`); the run summary, the report's statistics and split
+    tables and summary.csv render it."""
+
+    provider: str
+    experiment: str
+    model: str | None = None
+    client_path: str = Field(default="wire", description="`wire` or `sdk` (app.client_path).")
+    levels: list[str] = Field(
+        default_factory=list,
+        description="The load levels these requests pool (tags.level); their own rows are "
+        "the experiment's `LoadLevel`s.",
+    )
+    records: int = Field(description="All records of the group, warm-ups included.")
+    warmup_excluded: int
+    errors: int = Field(description="Failed requests, warm-ups not counted.")
+    error_kinds: dict[str, int] = Field(default_factory=dict)
+    n: int = Field(description="Requests in the statistics: not warm-up, not failed.")
+    ttft_ms: Percentiles
+    decode_ms_per_token: Percentiles
+    e2e_ms: Percentiles
+    output_tokens_per_s: Percentiles
+    input_tokens_p50: float | None = None
+    output_tokens_p50: float | None = None
+    stop_reasons: dict[str, int] = Field(default_factory=dict)
+    provider_decode_ms_per_token: Quantile = Field(
+        description="Median of provider_timings.decode_ms_per_token."
+    )
+    decode_gap_ms_per_token: Quantile = Field(
+        description="Median per request of client − provider decode ms per output token."
+    )
+    decode_gap_client_bound: str | None = Field(
+        default=None, description="Why the decode gap is labkit's doing (it is below 0)."
+    )
+    ttft_split: TTFTSplit
+    client_bound: str | None = Field(
+        default=None,
+        description="The self-check's reason where it flagged the group's stamps as late "
+        "(`labkit.selfcheck`); every latency of the group then holds labkit's own delay.",
+    )
 
 
 Figures: TypeAlias = Annotated[

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from labkit.figures import Figures, read_figures
+from labkit.figures import Figures, RequestStats, read_figures
 
 __all__ = [
     "AppTimings",
@@ -484,3 +484,8 @@ class LabResults(_Model):
 
     run_id: str
     answers: list[LabAnswer] = Field(default_factory=list)
+    requests: list[RequestStats] | None = Field(
+        default=None,
+        description="Request statistics per provider × experiment × model × client path "
+        "(`labkit.analysis.requests`); None in a lab.json from before they were stored.",
+    )

@@ -54,8 +54,8 @@ from labkit.runner import (
 )
 from labkit.runner.summary import load_tables
 from labkit.scrub import guard_std_streams
-from labkit.selfcheck import client_bound_notes
 from labkit.terminal import SafeConsole
+from labkit.wording import client_bound_line
 
 __all__ = ["app", "main"]
 
@@ -282,11 +282,12 @@ def _print_summary(
     """The summary table, load levels, client-bound warnings, the providers that did not
     run (`outcomes`), and the lab's answers (`answers`)."""
     if any(not r.warmup for r in result.records):
-        out.print(summary_table(result.records, title=f"run {result.folder.run_id}"))
+        out.print(summary_table(result.lab, title=f"run {result.folder.run_id}"))
     for table in load_tables(result.lab):
         out.print(table)
-    for note in client_bound_notes(result.records):
-        out.print(f"[bold yellow]warning:[/] {escape(note)}")
+    for group in result.lab.requests or []:
+        if group.client_bound:
+            out.print(f"[bold yellow]warning:[/] {escape(client_bound_line(group))}")
     internal = [r.error for r in result.records if r.error and r.error.kind == ErrorKind.INTERNAL]
     if internal:
         out.print(

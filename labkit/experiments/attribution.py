@@ -26,18 +26,28 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
+from labkit.analysis.requests import client_bound_reason
+from labkit.analysis.split import (
+    NEGATIVE_DECODE_GAP,
+    QUEUE_SOURCES,
+    decode_gap_of,
+    keepalive_wait_of,
+    ttft_beyond_prefill_of,
+    ttft_split,
+)
 from labkit.experiments.base import (
     Experiment,
     ExperimentSettings,
     PlannedRequest,
     register_experiment,
 )
-from labkit.experiments.common import fmt_ms, measured, median_of
-from labkit.figures import AttributionFigures, AttributionRow, TTFTSplit
+from labkit.experiments.common import measured, median_of
+from labkit.figures import AttributionFigures, AttributionRow
 from labkit.figures import AttributionKey as K
 from labkit.providers.base import ChatRequest, ClientPath, Provider, sdk_available
 from labkit.records import LabAnswer, RequestRecord
 from labkit.timing import percentile
+from labkit.wording import attribution_answer
 
 __all__ = ["AttributionExperiment", "AttributionSettings"]
 
@@ -82,16 +92,6 @@ class AttributionSettings(ExperimentSettings):
 
 def _median(values: list[float]) -> float | None:
     return percentile(sorted(values), 50) if values else None
-
-
-def _diff(
-    records: list[RequestRecord],
-    a: Callable[[RequestRecord], float | None],
-    b: Callable[[RequestRecord], float | None],
-) -> float | None:
-    """Median of the per-record difference a − b, over records that have both."""
-    pairs = ((a(r), b(r)) for r in records)
-    return _median([x - y for x, y in pairs if x is not None and y is not None])
 
 
 @register_experiment
@@ -150,6 +150,10 @@ class AttributionExperiment(Experiment):
         sdk_records = [r for r in every if r.app.client_path == "sdk"]
         # With the SDK path alone (`paths: [sdk]`), attribute what it saw.
         ok = wire_records or sdk_records
+        path = "wire" if wire_records else "sdk"
+        bound = client_bound_reason(
+            r for r in records if not r.warmup and r.app.client_path == path
+        )
         sdk = {r.trial: r for r in sdk_records}
         wire = {r.trial: r for r in wire_records}
         pairs = [(wire[t], sdk[t]) for t in sorted(wire) if t in sdk]
@@ -158,7 +162,13 @@ class AttributionExperiment(Experiment):
         rows: list[AttributionRow] = []
 
         def row(
-            key: K, name: str, owner: str, value: float | None, source: str, missing: str
+            key: K,
+            name: str,
+            owner: str,
+            value: float | None,
+            source: str,
+            missing: str,
+            client_bound: str | None = None,
         ) -> None:
             rows.append(
                 AttributionRow(
@@ -168,6 +178,7 @@ class AttributionExperiment(Experiment):
                     value_ms=value,
                     source=source,
                     note=None if value is not None else missing,
+                    client_bound=client_bound if value is not None else None,
                 )
             )
 
@@ -201,13 +212,13 @@ class AttributionExperiment(Experiment):
             "provider_timings.processing_ms",
             nr,
         )
-        split = ttft_split(ok)
+        split = ttft_split(ok, bound)
         row(
             K.PROVIDER_QUEUE,
             "provider queue (before the request was scheduled)",
             PROVIDER,
-            split.provider_queue_ms,
-            _QUEUE_SOURCES.get(split.queue_source or "", "provider_timings.queue_ms"),
+            split.provider_queue_ms.value if split.provider_queue_ms else None,
+            QUEUE_SOURCES.get(split.queue_source or "", "provider_timings.queue_ms"),
             "not reported by this provider",
         )
         row(
@@ -230,7 +241,7 @@ class AttributionExperiment(Experiment):
             K.KEEPALIVE_WAIT,
             "wait behind keep-alive comments (a queue signal)",
             PROVIDER,
-            median_of(ok, _keepalive_wait),
+            median_of(ok, keepalive_wait_of),
             "client.first_event_ms - client.headers_ms, where provider_timings."
             "keepalive_comments > 0",
             "no keep-alive comments before the first event (or the SDK path, which drops them)",
@@ -239,9 +250,10 @@ class AttributionExperiment(Experiment):
             K.NETWORK_FRONT_END,
             "network and front end (TTFT − provider queue − prefill)",
             NETWORK,
-            split.network_front_end_ms,
+            split.network_front_end_ms.value if split.network_front_end_ms else None,
             "client.ttft_ms - provider queue - provider prefill",
             "cannot be separated: " + "; ".join(split.not_derived),
+            bound,
         )
         row(
             K.TCP_CONNECT,
@@ -279,22 +291,21 @@ class AttributionExperiment(Experiment):
             K.TTFT_MINUS_PREFILL,
             "TTFT minus provider prefill",
             NETWORK,
-            _diff(ok, lambda r: r.client.ttft_ms, lambda r: r.provider_timings.prefill_ms),
-            "client.ttft_ms - provider_timings.prefill_ms",
+            median_of(ok, ttft_beyond_prefill_of),
+            "client.ttft_ms - provider prefill (provider_timings.prefill_ms, else server_ttft_ms)",
             "cannot be separated: the provider reports no prefill time, so client TTFT "
             "holds prefill, queueing and network together",
+            bound,
         )
+        decode_gap = median_of(ok, decode_gap_of)
         row(
             K.DECODE_CLIENT_MINUS_PROVIDER,
             "decode per token, client minus provider",
             NETWORK,
-            _diff(
-                ok,
-                lambda r: r.client.decode_ms_per_token,
-                lambda r: r.provider_timings.decode_ms_per_token,
-            ),
+            decode_gap,
             "client.decode_ms_per_token - provider_timings.decode_ms_per_token",
             "cannot be separated: the provider reports no decode time",
+            NEGATIVE_DECODE_GAP if decode_gap is not None and decode_gap < 0 else bound,
         )
         row(
             K.REQUEST_PREPARATION,
@@ -387,7 +398,7 @@ class AttributionExperiment(Experiment):
             no_sdk,
         )
 
-        ttft = median_of(ok, lambda r: r.client.ttft_ms)
+        ttft = split.ttft_ms.value if split.ttft_ms else None
         f = AttributionFigures(
             rows=rows,
             ttft_ms_p50=ttft,
@@ -414,242 +425,19 @@ class AttributionExperiment(Experiment):
             return self.answer(
                 provider_id, model, "No successful request to attribute.", f, status="failed"
             )
-        prepare = f.value(K.REQUEST_PREPARATION)
-        parse = f.value(K.STREAM_PARSING)
-        answer = _split_sentence(split)
-        if answer:
-            answer = _provider_share_lead(split) + answer
-            dgap = f.value(K.DECODE_CLIENT_MINUS_PROVIDER)
-            if dgap is not None:
-                answer += (
-                    f" Per output token the client's time was {fmt_ms(dgap, 2, signed=True)} "
-                    f"off the server's own {fmt_ms(f.value(K.DECODE_PER_TOKEN), 2)} "
-                    "(client minus server, median per request)."
-                )
-        elif reported:
-            prefill = f.value(K.PREFILL)
-            gap = f.value(K.TTFT_MINUS_PREFILL)
-            answer = (
-                f"{100 * (prefill or 0) / ttft:.0f}% of the wait for the first token was the "
-                f"server's own work: of a median TTFT of {fmt_ms(ttft)}, the server spent "
-                f"{fmt_ms(prefill)} reading the prompt (prefill), and the network and serving "
-                f"front end (HTTP, chat template, tokenizing, queueing) took "
-                f"{fmt_ms(gap)} ({100 * (gap or 0) / ttft:.0f}%)."
-            )
-            dgap = f.value(K.DECODE_CLIENT_MINUS_PROVIDER)
-            if dgap is not None:
-                answer += (
-                    f" Per output token the client's time was {fmt_ms(dgap, 2, signed=True)} "
-                    f"off the server's own {fmt_ms(f.value(K.DECODE_PER_TOKEN), 2)} "
-                    "(client minus server, median per request)."
-                )
-        else:
-            answer = (
-                f"The median TTFT was {fmt_ms(ttft)}; this provider reports no timings of its "
-                f"own, so prefill, queueing and network cannot be separated inside it."
-            )
-            processing = f.value(K.SERVER_PROCESSING)
-            if processing is not None:
-                answer += (
-                    f" Its processing header says {fmt_ms(processing)}"
-                    " of server time before the response headers."
-                )
-        connect = f.value(K.TCP_CONNECT)
-        if connect is not None:
-            answer += f" A fresh connection cost {fmt_ms(connect, 2)} to connect"
-            tls = f.value(K.TLS_HANDSHAKE)
-            answer += f" and {fmt_ms(tls, 2)} for TLS." if tls is not None else "."
-        answer += (
-            f" labkit itself spent {fmt_ms(prepare, 2)} preparing each request (before the clock "
-            f"starts, so outside TTFT) and {fmt_ms(parse, 2)} parsing each stream."
-        )
-        answer += self._sdk_sentences(records, f)
-        return self.answer(provider_id, model, answer, f)
+        return self.answer(provider_id, model, attribution_answer(f, self._sdk_why_not(records)), f)
 
-    def _sdk_sentences(self, records: list[RequestRecord], f: AttributionFigures) -> str:
-        """What the official SDK added, or why it was not measured."""
-        if not f.sdk_measured:
-            if "sdk" not in (self._s.paths or []):
-                return ""
-            kind = records[0].provider_kind if records else None
-            why = (
-                f"the {kind} kind has no official SDK"
-                if kind is not None and not sdk_available(kind)
-                else "no SDK request succeeded"
-            )
-            return f" The SDK path was not measured: {why}."
-        text = ""
-        sdk_ttft = f.sdk_ttft_ms
-        if sdk_ttft is not None:
-            sdk_tok = f.value(K.SDK_PER_TOKEN)
-            text += (
-                f" Through the official SDK the first token came {_later(sdk_ttft, 2)} than on "
-                f"labkit's wire path (median of {f.n_sdk_pairs} paired requests)"
-                + (f" and each token {_later(sdk_tok, 3)}." if sdk_tok is not None else ".")
-            )
-            server = f.sdk_server_decode_ms_per_token
-            if sdk_tok is not None and server is not None:
-                text += (
-                    f" The server's own decode was {_later(server, 3, 'slower', 'faster')} per "
-                    "token during the SDK's requests than during the wire's: that part of "
-                    "the difference is the server's (on a shared host the SDK's extra CPU can "
-                    "slow the server)."
-                )
-        delay = f.sdk_event_delay_ms
-        if delay is not None:
-            text += (
-                f" Each output event reached the application {_later(delay, 3)} through the "
-                f"SDK (mean over a request's events, median of "
-                f"{f.n_event_delay_pairs} pairs)."
-            )
-        wire_us, sdk_us = f.cpu_us_per_event_wire, f.cpu_us_per_event_sdk
-        if wire_us is not None and sdk_us is not None:
-            added = f.sdk_cpu_us_per_event
-            text += (
-                f" CPU per output event, request overhead included: {_fmt_us(wire_us)} on the "
-                f"wire (median of {f.n_cpu_wire} requests) and {_fmt_us(sdk_us)} "
-                f"through the SDK (median of {f.n_cpu_sdk})"
-                + (
-                    f", the SDK {'adding' if added >= 0 else 'saving'} {_fmt_us(abs(added))} "
-                    f"per event (median of {f.n_cpu_pairs} pairs)."
-                    if added is not None
-                    else "."
-                )
-            )
-        return text
-
-
-_QUEUE_SOURCES = {
-    "reported": "provider_timings.queue_ms",
-    "idle": "0 by construction: labkit alone used this managed server, with no more "
-    "requests in flight than its slots (tags server_slots, in_flight_max)",
-    "keepalive": "client.first_event_ms - client.headers_ms while keep-alive comments came",
-}
-
-
-def _keepalive_wait(r: RequestRecord) -> float | None:
-    """Headers to first event, for a request the server kept alive with comments."""
-    c = r.client
-    if not r.provider_timings.keepalive_comments or c.first_event_ms is None:
-        return None
-    return None if c.headers_ms is None else c.first_event_ms - c.headers_ms
-
-
-def _queue_of(r: RequestRecord) -> tuple[float, str] | None:
-    """The provider queue of one request and how it was known (None: not derivable)."""
-    reported = r.provider_timings.queue_ms
-    if reported is not None:
-        return reported, "reported"
-    slots, in_flight = r.tags.get("server_slots"), r.tags.get("in_flight_max")
-    if isinstance(slots, int) and isinstance(in_flight, int) and in_flight <= slots:
-        return 0.0, "idle"
-    wait = _keepalive_wait(r)
-    return (wait, "keepalive") if wait is not None else None
-
-
-def _prefill_of(r: RequestRecord) -> tuple[float, str] | None:
-    """The provider's prefill of one request, and the field it came from."""
-    pt = r.provider_timings
-    if pt.prefill_ms is not None:
-        return pt.prefill_ms, "provider_timings.prefill_ms"
-    if pt.server_ttft_ms is not None:
-        return pt.server_ttft_ms, "provider_timings.server_ttft_ms"
-    return None
-
-
-def ttft_split(records: list[RequestRecord]) -> TTFTSplit:
-    """TTFT split into provider queue, provider prefill, and network + front end: medians
-    over the requests that had each term, and the terms that could not be derived."""
-    queues: list[float] = []
-    prefills: list[float] = []
-    rest: list[float] = []
-    queue_how: set[str] = set()
-    prefill_how: set[str] = set()
-    for r in records:
-        ttft = r.client.ttft_ms
-        queue, prefill = _queue_of(r), _prefill_of(r)
-        if queue is not None:
-            queues.append(queue[0])
-            queue_how.add(queue[1])
-        if prefill is not None:
-            prefills.append(prefill[0])
-            prefill_how.add(prefill[1])
-        if ttft is not None and queue is not None and prefill is not None:
-            rest.append(ttft - queue[0] - prefill[0])
-    missing = []
-    if not queues:
-        missing.append(
-            "the provider reports no queue time and labkit cannot rule queueing out "
-            "(not a managed server used by labkit alone within its slots)"
-        )
-    if not prefills:
-        missing.append("the provider reports no prefill time")
-    return TTFTSplit(
-        ttft_ms=median_of(records, lambda r: r.client.ttft_ms),
-        provider_queue_ms=_median(queues),
-        queue_source=_one(queue_how),
-        provider_prefill_ms=_median(prefills),
-        prefill_source=_one(prefill_how),
-        network_front_end_ms=_median(rest),
-        not_derived=missing,
-    )
-
-
-def _one(values: set[str]) -> str | None:
-    """The only value, or a joined list when requests differed."""
-    return " / ".join(sorted(values)) if values else None
-
-
-def _provider_share_lead(split: TTFTSplit) -> str:
-    """`68% of the wait for the first token was the provider's own work. ` (the number
-    first), or empty when neither the queue nor the prefill is known."""
-    ttft = split.ttft_ms
-    own = [v for v in (split.provider_queue_ms, split.provider_prefill_ms) if v is not None]
-    if not ttft or not own:
-        return ""
-    what = "queue and prefill" if len(own) == 2 else "prefill"
-    if split.provider_prefill_ms is None:
-        what = "queue"
-    return (
-        f"{100 * sum(own) / ttft:.0f}% of the wait for the first token was the provider's own "
-        f"work ({what}). "
-    )
-
-
-def _split_sentence(split: TTFTSplit) -> str:
-    """`Of a median TTFT of …, the provider's queue was …` (empty: nothing to split)."""
-    ttft = split.ttft_ms
-    if ttft is None or (split.provider_queue_ms is None and split.provider_prefill_ms is None):
-        return ""
-
-    def share(v: float | None, how: str = "") -> str:
-        pct = f"{100 * v / ttft:.0f}%" if v is not None and ttft else ""
-        inside = "; ".join(x for x in (pct, how) if x)
-        return f"{fmt_ms(v)} ({inside})" if inside else fmt_ms(v)
-
-    parts = []
-    queue = split.provider_queue_ms
-    if queue is not None:
-        how = {
-            "reported": "as the provider reports it",
-            "idle": "by construction: labkit alone used the managed server and never had "
-            "more requests in flight than its slots",
-            "keepalive": "the wait behind its keep-alive comments",
-        }.get(split.queue_source or "", "from mixed sources")
-        parts.append(f"the provider's queue was {share(queue, how)}")
-    if split.provider_prefill_ms is not None:
-        parts.append(f"its prefill {share(split.provider_prefill_ms)}")
-    if split.network_front_end_ms is not None:
-        parts.append(
-            f"the network and serving front end (HTTP, templating, tokenization) "
-            f"{share(split.network_front_end_ms)}"
-        )
-    text = f"Of a median TTFT of {fmt_ms(ttft)}, " + ", ".join(parts) + "."
-    if split.not_derived:
-        text += " Not derived: " + "; ".join(split.not_derived) + "."
-        if split.provider_prefill_ms is not None and split.provider_queue_ms is None:
-            text += " TTFT minus prefill holds queueing, network and front end together."
-    return text
+    def _sdk_why_not(self, records: list[RequestRecord]) -> str | None:
+        """Why the SDK path was not measured where `paths` asked for it (None: it was, or
+        it was not asked for)."""
+        if "sdk" not in (self._s.paths or []) or any(
+            r.app.client_path == "sdk" and not r.warmup and r.error is None for r in records
+        ):
+            return None
+        kind = records[0].provider_kind if records else None
+        if kind is not None and not sdk_available(kind):
+            return f"the {kind} kind has no official SDK"
+        return "no SDK request succeeded"
 
 
 def _pair_diff(
@@ -683,12 +471,3 @@ def _event_delay_ms(wire: RequestRecord, sdk: RequestRecord) -> float | None:
 
 def _ms(us: float | None) -> float | None:
     return None if us is None else us / 1000.0
-
-
-def _fmt_us(us: float) -> str:
-    return f"{us:.1f} µs" if us < 100 else f"{us:.0f} µs"
-
-
-def _later(ms: float, digits: int, later: str = "later", earlier: str = "earlier") -> str:
-    """`1.23 ms later` or `0.40 ms earlier`."""
-    return f"{fmt_ms(abs(ms), digits)} {later if ms >= 0 else earlier}"

@@ -47,11 +47,12 @@ from pydantic import (
 )
 
 from labkit.experiments.base import ExperimentSettings, PlannedRequest, register_experiment
-from labkit.experiments.common import fmt_ms, latest_pass, p_of
+from labkit.experiments.common import latest_pass, p_of
 from labkit.experiments.paced import LevelContext, LevelPlan, PacedExperiment, SendFn, Share
 from labkit.figures import ConversationFigures, ConversationTurn, ConversationVariant, LinearFit
 from labkit.providers.base import ChatRequest, Provider
 from labkit.records import ErrorKind, LabAnswer, RequestRecord
+from labkit.wording import conversation_answer
 from labkit.workloads import PromptSizing, answered, build_history, measure_sizing, with_user
 
 __all__ = [
@@ -421,16 +422,7 @@ class ConversationExperiment(PacedExperiment[ConversationState, ConversationPass
             return self.answer(
                 provider_id, model, "No conversation turn succeeded.", figures, "failed"
             )
-        text = " ".join(_variant_sentence(v) for v in done)
-        if "off" in s.cache and "off" not in ran:
-            text += " The provider has no prompt-cache switch, so no cache-off variant ran."
-        on = next((v for v in done if v.cache == "on"), None)
-        off = next((v for v in done if v.cache == "off"), None)
-        if on and off and on.last_ttft_ms and off.last_ttft_ms:
-            text += (
-                f" At the last turn the cache cut TTFT from {fmt_ms(off.last_ttft_ms)} to "
-                f"{fmt_ms(on.last_ttft_ms)} (×{off.last_ttft_ms / on.last_ttft_ms:.2f})."
-            )
+        text = conversation_answer(figures, "off" in s.cache)
         complete = all(v.complete_sessions == s.sessions for v in variants)
         return self.answer(provider_id, model, text, figures, "ok" if complete else "partial")
 
@@ -526,29 +518,4 @@ def _variant_row(
         last_input_tokens=last.input_tokens_p50 if last else None,
         last_reuse=last.reuse_p50 if last else None,
         ttft_fit=LinearFit.least_squares(xs, ys),
-    )
-
-
-def _ratio(a: float | None, b: float | None) -> str:
-    return f" (×{b / a:.2f})" if a and b else ""
-
-
-def _variant_sentence(v: ConversationVariant) -> str:
-    reuse = (
-        f"; the provider served {v.last_reuse:.0%} of the last turn's prompt from its cache"
-        if v.last_reuse is not None
-        else "; the provider reported no cached-token count"
-    )
-    fit = (
-        f", {v.ttft_fit.ms_per_token * 1000:.1f} ms per 1000 prompt tokens"
-        if v.ttft_fit is not None
-        else ""
-    )
-    return (
-        f"Cache {v.cache} ({v.sessions} sessions): TTFT went from {fmt_ms(v.first_ttft_ms)} at "
-        f"turn 1 to {fmt_ms(v.last_ttft_ms)} at the last turn"
-        f"{_ratio(v.first_ttft_ms, v.last_ttft_ms)}"
-        f" while the prompt grew from {v.first_input_tokens or 0:.0f} to "
-        f"{v.last_input_tokens or 0:.0f} tokens"
-        f"{_ratio(v.first_input_tokens, v.last_input_tokens)}{fit}{reuse}."
     )

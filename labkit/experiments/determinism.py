@@ -30,6 +30,7 @@ from labkit.tokenizers import (
     display_piece,
     offline_tokenizer,
 )
+from labkit.wording import determinism_answer
 
 __all__ = [
     "DeterminismExperiment",
@@ -219,25 +220,7 @@ class DeterminismExperiment(Experiment):
                 figures,
                 status="failed",
             )
-        same = sum(1 for r in judged if r.identical)
-        parts = []
-        for r in judged:
-            if r.identical:
-                parts.append(f"{_variant_words(r)}: all {r.n} identical")
-            else:
-                parts.append(
-                    f"{_variant_words(r)}: {r.distinct_outputs} different replies of {r.n}, "
-                    f"first different at token {r.first_divergent_token}"
-                )
-        answer = (
-            f"{same} of {len(judged)} settings gave identical replies every time: "
-            + "; ".join(parts)
-            + ". "
-            + _verdict(judged)
-        )
-        fps = sorted({fp for r in rows for fp in r.system_fingerprints})
-        if fps:
-            answer += f" system_fingerprint seen: {', '.join(fps)}."
+        answer = determinism_answer(figures)
         return self.answer(
             provider_id,
             model,
@@ -245,57 +228,3 @@ class DeterminismExperiment(Experiment):
             figures,
             status="ok" if len(judged) == len(rows) else "partial",
         )
-
-
-def _variant_words(row: VariantRow) -> str:
-    """`temperature 1, seed 1234` for a variant's parameters."""
-    words = [f"temperature {row.params['temperature']}"] if "temperature" in row.params else []
-    if row.params.get("seed") is not None:
-        words.append(f"seed {row.params['seed']}")
-    return ", ".join(words) or row.variant
-
-
-def _verdict(rows: list[VariantRow]) -> str:
-    """Which parameter decided repeatability, read off the variants."""
-
-    def temp(r: VariantRow) -> float:
-        return float(r.params.get("temperature", 1.0))
-
-    def seeded(r: VariantRow) -> bool:
-        return r.params.get("seed") is not None
-
-    greedy = [r for r in rows if temp(r) == 0]
-    hot = [r for r in rows if temp(r) > 0]
-    hot_seed = [r for r in hot if seeded(r)]
-    hot_free = [r for r in hot if not seeded(r)]
-    says = []
-    if greedy:
-        if all(r.identical for r in greedy):
-            says.append(
-                "At temperature 0 the output was identical with or without a seed: "
-                "greedy decoding makes the seed irrelevant"
-            )
-        else:
-            says.append(
-                "Even at temperature 0 outputs differed, so the provider is not "
-                "deterministic for greedy decoding (batching or hardware nondeterminism)"
-            )
-    if hot_free and not all(r.identical for r in hot_free):
-        says.append(
-            "at a higher temperature without a seed they varied, so temperature "
-            "controlled the variation"
-        )
-    elif hot_free:
-        says.append(
-            "at a higher temperature without a seed they still matched (a fixed "
-            "default seed, or too few samples to differ)"
-        )
-    if hot_seed:
-        if all(r.identical for r in hot_seed):
-            says.append(
-                "with a seed the sampled outputs were identical again: the seed pinned the sampling"
-            )
-        else:
-            says.append("and a seed did not make sampled outputs repeatable here")
-    text = "; ".join(says)
-    return (text[0].upper() + text[1:] + ".") if text else ""

@@ -39,10 +39,12 @@ from pydantic import (
     model_validator,
 )
 
+from labkit.analysis.split import ttft_beyond_prefill_of
+from labkit.analysis.stats import quantiles
 from labkit.clocksync import HostClock, clock_note, driver_start_ns, level_clock
 from labkit.errors import ConfigError
 from labkit.experiments.base import ExperimentSettings, PlannedRequest, register_experiment
-from labkit.experiments.common import Prompt, fmt_ms, latest_pass, p_of, prompt_list
+from labkit.experiments.common import Prompt, latest_pass, p_of, prompt_list
 from labkit.experiments.paced import (
     HostProcesses,
     LevelContext,
@@ -51,7 +53,7 @@ from labkit.experiments.paced import (
     SendFn,
     Share,
 )
-from labkit.figures import LoadFigures, LoadLevel, LoadLevelCache
+from labkit.figures import LoadFigures, LoadLevel, LoadLevelCache, Percentiles
 from labkit.measurement.capacity import (
     WorkersChoice,
     choose_workers,
@@ -63,7 +65,7 @@ from labkit.measurement.capacity import stream_events_per_s as warmup_events_per
 from labkit.pacing import arrival_offsets_ns, closed_loop, open_loop
 from labkit.providers.base import ChatRequest, Provider, ProviderSettings
 from labkit.records import ErrorKind, LabAnswer, RequestRecord
-from labkit.selfcheck import CLIENT_BOUND, level_lag
+from labkit.selfcheck import level_lag
 from labkit.server_metrics import ServerMetricsSample, server_level_metrics
 from labkit.slo import SLO, judge, slo_sentence
 from labkit.workloads import PromptSizing, SharedPrefix, measure_sizing
@@ -77,6 +79,7 @@ __all__ = [
     "level_figures",
     "server_queue_sentence",
 ]
+from labkit.wording import cache_sentence, goodput_sentence, load_answer, server_queue_sentence
 
 _DEFAULT_REQUESTS = 32
 _NS = 1_000_000_000
@@ -557,37 +560,24 @@ class LoadExperiment(PacedExperiment[LoadState, LoadLevelPlan]):
             return self.answer(
                 provider_id, model, "No level had a successful request.", figures, "failed"
             )
-        parts = [_level_sentence(r) for r in done]
-        text = " ".join(parts)
-        first_tps, last_tps = done[0].output_tokens_per_s, done[-1].output_tokens_per_s
-        if len(done) >= 2 and first_tps and last_tps:
-            text += (
-                f" Aggregate output throughput went from {first_tps:.0f} to {last_tps:.0f} "
-                f"tokens/s (×{last_tps / first_tps:.2f}) from {done[0].title} to "
-                f"{done[-1].title}."
-            )
-        text += server_queue_sentence(done)
-        text += _server_sentence(done)
-        text += _goodput_sentence(done)
-        if chosen:
-            text += f" workers: auto read {'; '.join(chosen)}."
-        text += "".join(clock_note(r.title, r.clock_uncertainty_ms, r.ttft_ms_p50) for r in rows)
-        bound = [r for r in rows if r.client_bound]
-        if bound:
-            text += (
-                f" {CLIENT_BOUND} at {', '.join(r.title for r in bound)}: labkit read the "
-                f"streams late; {bound[-1].client_bound_fix}."
-            )
         lost = [
             level.title
             for level in self.levels()
             if any(r.error is not None and r.error.kind == ErrorKind.LOST for r in by_level[level])
         ]
-        if lost:
-            text += (
-                f" Partial: {', '.join(lost)} lost requests with a Ray node that died "
-                "mid-level; labkit run --resume runs them again."
-            )
+        extras = [
+            f"Partial: {', '.join(lost)} lost requests with a Ray node that died mid-level; "
+            "labkit run --resume runs them again."
+            if lost
+            else "",
+            "".join(clock_note(r.title, r.clock_uncertainty_ms, r.ttft_ms_p50) for r in rows),
+            server_queue_sentence(done),
+            cache_sentence(done[-1].cache),
+            goodput_sentence(done),
+            slo_sentence(done[0].slo) if len(done) == 1 and done[0].slo is not None else "",
+            f"workers: auto read {'; '.join(chosen)}." if chosen else "",
+        ]
+        text = load_answer(rows, extras)
         whole = len(done) == len(rows) and not lost
         status: Literal["ok", "partial", "failed"] = "ok" if whole else "partial"
         return self.answer(provider_id, model, text, figures, status)
@@ -689,12 +679,7 @@ def level_figures(
     def provider_queue(r: RequestRecord) -> float | None:
         return r.provider_timings.queue_ms
 
-    def beyond_prefill(r: RequestRecord) -> float | None:
-        pt = r.provider_timings
-        prefill = pt.prefill_ms if pt.prefill_ms is not None else pt.server_ttft_ms
-        ttft = r.client.ttft_ms
-        return None if ttft is None or prefill is None else ttft - prefill
-
+    ttft_p50, ttft_p90, ttft_p99 = quantiles([v for v in map(ttft, ok) if v is not None])
     lag = level_lag(recs)
     hosts, clock_ns = level_clock(recs, clocks)
     workers = {str(r.tags.get("workers")) for r in recs if r.tags.get("workers")}
@@ -713,9 +698,11 @@ def level_figures(
         completed_rps=len(ok) / span_s if span_s else None,
         mean_in_flight=busy_s / span_s if span_s else None,
         output_tokens_per_s=out_tokens / span_s if span_s else None,
-        ttft_ms_p50=p_of(ok, ttft, 50),
-        ttft_ms_p90=p_of(ok, ttft, 90),
-        ttft_ms_p99=p_of(ok, ttft, 99),
+        # computed once: `ttft` holds them with their intervals
+        ttft_ms_p50=ttft_p50.value,
+        ttft_ms_p90=ttft_p90.value,
+        ttft_ms_p99=ttft_p99.value,
+        ttft=Percentiles(p50=ttft_p50, p90=ttft_p90, p99=ttft_p99),
         decode_ms_per_token_p50=p_of(ok, decode, 50),
         decode_ms_per_token_p99=p_of(ok, decode, 99),
         e2e_ms_p50=p_of(ok, e2e, 50),
@@ -725,7 +712,7 @@ def level_figures(
         queue_ms_max=p_of(recs, queue, 100),
         provider_queue_ms_p50=p_of(ok, provider_queue, 50),
         provider_queue_ms_p99=p_of(ok, provider_queue, 99),
-        ttft_beyond_prefill_ms_p50=p_of(ok, beyond_prefill, 50),
+        ttft_beyond_prefill_ms_p50=p_of(ok, ttft_beyond_prefill_of, 50),
         loop_lag_ms_p50=lag.p50,
         loop_lag_ms_max=lag.max,
         stamp_lateness_ms_p50=lag.late_p50,
@@ -767,116 +754,4 @@ def level_cache(ok: list[RequestRecord]) -> LoadLevelCache | None:
         cached_share=sum(c for _, c in counted) / total_in if total_in else None,
         ttft_ms_p50_hit=p_of(hits, ttft, 50),
         ttft_ms_p50_miss=p_of(misses, ttft, 50),
-    )
-
-
-def _rose(first: float, last: float) -> bool:
-    """Whether a wait grew by more than noise: a fifth and a millisecond."""
-    return last > first * 1.2 + 1.0
-
-
-def server_queue_sentence(levels: list[LoadLevel]) -> str:
-    """What the server's own queue did across the levels: as the provider reports it, or,
-    where it reports a prefill but no queue (llama.cpp), derived from TTFT beyond prefill."""
-    reported = [r for r in levels if r.provider_queue_ms_p50 is not None]
-    if reported:
-        first, last = reported[0], reported[-1]
-        a, b = first.provider_queue_ms_p50 or 0.0, last.provider_queue_ms_p50 or 0.0
-        if len(reported) < 2:
-            return f" The provider's own queue time was {fmt_ms(a, 2)} (p50) at {first.title}."
-        trend = (
-            "rose: requests waited in the server's queue"
-            if _rose(a, b)
-            else "did not rise: the server did not queue the extra requests"
-        )
-        return (
-            f" The provider's own queue time (p50) went from {fmt_ms(a, 2)} at {first.title} "
-            f"to {fmt_ms(b, 2)} at {last.title} (p99 {fmt_ms(last.provider_queue_ms_p99, 2)}): "
-            f"it {trend}."
-        )
-    derived = [r for r in levels if r.ttft_beyond_prefill_ms_p50 is not None]
-    if len(derived) < 2:
-        return ""
-    first, last = derived[0], derived[-1]
-    a, b = first.ttft_beyond_prefill_ms_p50 or 0.0, last.ttft_beyond_prefill_ms_p50 or 0.0
-    text = (
-        f" The server reports no queue time; TTFT beyond its own prefill (queue, network and "
-        f"front end together) went from {fmt_ms(a)} (p50) at {first.title} to {fmt_ms(b)} at "
-        f"{last.title}"
-    )
-    if _rose(a, b):
-        return text + (
-            f": about {fmt_ms(b - a)} more per request, time spent waiting for the server "
-            "(its queue, or a slot busy with other requests) — derived, not reported."
-        )
-    return text + ": the server did not queue the extra requests."
-
-
-def _server_sentence(rows: list[LoadLevel]) -> str:
-    """What the server's own metrics said of its queue, where it exposes them."""
-    seen = [r for r in rows if r.server is not None and r.server.waiting_max is not None]
-    if not seen:
-        return ""
-    parts = []
-    for r in seen:
-        assert r.server is not None
-        running = r.server.running_max
-        part = f"{r.title}: up to {r.server.waiting_max:g} waiting"
-        if running is not None:
-            part += f", {running:g} running"
-        if r.server.ttft_ms_p50 is not None:
-            part += f", server TTFT p50 {fmt_ms(r.server.ttft_ms_p50)}"
-        parts.append(part)
-    return " The server's own metrics (/metrics) over each level: " + "; ".join(parts) + "."
-
-
-def _goodput_sentence(rows: list[LoadLevel]) -> str:
-    """Where goodput peaked, for levels judged against SLOs (empty: no SLOs)."""
-    judged = [(r, r.slo.goodput_rps) for r in rows if r.slo and r.slo.goodput_rps is not None]
-    if len(judged) < 2:
-        return ""
-    best, goodput = max(judged, key=lambda pair: pair[1])
-    passed = [r.title for r in rows if r.slo and r.slo.passed]
-    held = f"the SLOs held at {', '.join(passed)}" if passed else "no level held every SLO"
-    return f" Goodput peaked at {best.title}: {goodput:.2f} req/s; {held}."
-
-
-def _level_sentence(row: LoadLevel) -> str:
-    rate = row.achieved_rate_rps
-    target = (
-        f" (target {row.target:g} req/s, achieved {rate:.2f})"
-        if row.mode == "rate" and rate is not None
-        else ""
-    )
-    tps = row.output_tokens_per_s
-    throughput = f"{tps:.0f} output tokens/s in all; " if tps is not None else ""
-    text = (
-        f"At {row.title}{target}: {row.ok} ok, {row.failed} failed; {throughput}"
-        f"TTFT p50 {fmt_ms(row.ttft_ms_p50)} (p99 {fmt_ms(row.ttft_ms_p99)}), "
-        f"decode {fmt_ms(row.decode_ms_per_token_p50, 2)}/token, "
-        f"queue in labkit p99 {fmt_ms(row.queue_ms_p99, 2)}"
-        + (
-            f", the provider's own queue p50 {fmt_ms(row.provider_queue_ms_p50, 2)}."
-            if row.provider_queue_ms_p50 is not None
-            else "."
-        )
-        + _cache_sentence(row.cache)
-    )
-    return text + (f" {slo_sentence(row.slo)}" if row.slo is not None else "")
-
-
-def _cache_sentence(cache: LoadLevelCache | None) -> str:
-    """The provider's cache hits beside the TTFT they bought (empty: it counted none)."""
-    if cache is None or cache.cached_share is None:
-        return ""
-    bought = (
-        f": TTFT p50 {fmt_ms(cache.ttft_ms_p50_hit)} on a hit, "
-        f"{fmt_ms(cache.ttft_ms_p50_miss)} otherwise"
-        if cache.ttft_ms_p50_hit is not None and cache.ttft_ms_p50_miss is not None
-        else ""
-    )
-    return (
-        f" The provider served {cache.cached_share:.0%} of the prompt tokens from its cache "
-        f"({cache.hits} of {cache.counted} requests had at least half their prompt cached)"
-        f"{bought}."
     )

@@ -7,6 +7,8 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
+from labkit.analysis.requests import client_bound_reason
+from labkit.analysis.stats import median
 from labkit.experiments.base import (
     Experiment,
     ExperimentSettings,
@@ -15,7 +17,6 @@ from labkit.experiments.base import (
 )
 from labkit.experiments.common import (
     Prompt,
-    fmt_ms,
     measured,
     median_of,
     p_of,
@@ -25,6 +26,7 @@ from labkit.experiments.common import (
 from labkit.figures import RequestTimeline, SingleFigures
 from labkit.providers.base import ChatRequest, Provider
 from labkit.records import LabAnswer, RequestRecord
+from labkit.wording import single_answer
 
 __all__ = ["SingleExperiment", "SingleSettings"]
 
@@ -80,6 +82,10 @@ class SingleExperiment(Experiment):
         ok = measured(records)
         failed = [r for r in records if not r.warmup and r.error is not None]
         stops = stop_counts(ok)
+        ttft = median([r.client.ttft_ms for r in ok if r.client.ttft_ms is not None])
+        decode = median(
+            [r.client.decode_ms_per_token for r in ok if r.client.decode_ms_per_token is not None]
+        )
         f = SingleFigures(
             n=len(ok),
             failed=len(failed),
@@ -87,16 +93,19 @@ class SingleExperiment(Experiment):
             output_tokens_p50=median_of(ok, lambda r: r.usage.output_tokens),
             headers_ms_p50=median_of(ok, lambda r: r.client.headers_ms),
             first_event_ms_p50=median_of(ok, lambda r: r.client.first_event_ms),
-            ttft_ms_p50=median_of(ok, lambda r: r.client.ttft_ms),
+            ttft_ms_p50=ttft.value,  # the one median: `ttft` is it with its interval
             ttft_ms_p90=p_of(ok, lambda r: r.client.ttft_ms, 90),
             last_token_ms_p50=median_of(ok, lambda r: r.client.last_token_ms),
             e2e_ms_p50=median_of(ok, lambda r: r.client.e2e_ms),
-            decode_ms_per_token_p50=median_of(ok, lambda r: r.client.decode_ms_per_token),
+            decode_ms_per_token_p50=decode.value,
             provider_prefill_ms_p50=median_of(ok, lambda r: r.provider_timings.prefill_ms),
             provider_decode_ms_per_token_p50=median_of(
                 ok, lambda r: r.provider_timings.decode_ms_per_token
             ),
             stop_reasons=stops,
+            ttft=ttft,
+            decode_per_token=decode,
+            client_bound=client_bound_reason(r for r in records if not r.warmup),
         )
         if not ok:
             first = failed[0].error.message if failed and failed[0].error else "no records"
@@ -107,26 +116,9 @@ class SingleExperiment(Experiment):
                 f,
                 status="failed",
             )
-        stop_text = ", ".join(f"{_STOP_WORDS.get(k, k)} ×{v}" for k, v in sorted(stops.items()))
-        answer = (
-            f"{fmt_ms(f.ttft_ms_p50)} to the first token: the first piece of the reply "
-            f"arrived {fmt_ms(f.ttft_ms_p50)} after the request was sent (TTFT, median of "
-            f"{f.n} requests; p90 {fmt_ms(f.ttft_ms_p90)}). After it, tokens came every "
-            f"{fmt_ms(f.decode_ms_per_token_p50, 2)}, so the whole reply was in after "
-            f"{fmt_ms(f.last_token_ms_p50)}. The prompt was {_n(f.input_tokens_p50)} tokens "
-            f"and the reply {_n(f.output_tokens_p50)} tokens; it stopped with: {stop_text}."
-        )
-        if f.provider_prefill_ms_p50 is not None:
-            answer += (
-                f" The server's own clock: {fmt_ms(f.provider_prefill_ms_p50)} reading the "
-                f"prompt (prefill) and {fmt_ms(f.provider_decode_ms_per_token_p50, 2)} per "
-                "generated token (decode)."
-            )
+        answer = single_answer(f)
         f = f.model_copy(update={"timeline": _timeline(ok, f.ttft_ms_p50)})
         return self.answer(provider_id, model, answer, f, status="ok" if not failed else "partial")
-
-
-_STOP_WORDS = {"length": "max_tokens reached (length)", "end": "the model's own end (end)"}
 
 
 def _timeline(ok: list[RequestRecord], ttft_p50: float | None) -> RequestTimeline | None:
@@ -146,7 +138,3 @@ def _timeline(ok: list[RequestRecord], ttft_p50: float | None) -> RequestTimelin
         provider_prefill_ms=r.provider_timings.prefill_ms,
         provider_decode_ms=r.provider_timings.decode_ms,
     )
-
-
-def _n(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:g}"

@@ -38,6 +38,7 @@ from labkit.figures import (
 from labkit.providers.base import ChatRequest, Provider, TokenCount
 from labkit.records import LabAnswer, RequestRecord
 from labkit.tokenizers import Tokenized, display_piece, offline_tokenizer
+from labkit.wording import token_ratio_answer
 
 __all__ = ["DEFAULT_TEXTS", "TokenRatioExperiment", "TokenRatioSettings"]
 
@@ -273,26 +274,8 @@ class TokenRatioExperiment(Experiment):
                 figures,
                 status="failed",
             )
-        most = max(measured_rows, key=lambda m: m[1])
-        least = min(measured_rows, key=lambda m: m[1])
-        worst = max(measured_rows, key=lambda m: abs(m[2]))
-        best = min(measured_rows, key=lambda m: abs(m[2]))
-        sources = ", ".join(sorted({r.token_source for r, _, _ in measured_rows}))
-        answer = (
-            f"{most[1]:.2f} characters per token for {most[0].text_id}, but only "
-            f"{least[1]:.2f} for {least[0].text_id}: a token is a piece of text the model "
-            f"reads as one unit, and its size depends on the kind of text. The rule of thumb "
-            f"'1 token ≈ 4 characters' is closest for {best[0].text_id} ({best[2]:+.0f}%) "
-            f"and worst for {worst[0].text_id} ({worst[2]:+.0f}%); every text's count is in "
-            f"the table (counted by {sources})."
-        )
-        if baseline_usage is not None:
-            answer += (
-                f" The chat framing adds about {baseline_usage - baseline_tokens:.0f} tokens to "
-                "every prompt's usage count."
-            )
-        answer += side_by_side_sentence(spread, len(self._side_by_side))
-        answer += local_diff_sentence(local_diffs)
+        framing = baseline_usage - baseline_tokens if baseline_usage is not None else None
+        answer = token_ratio_answer(figures, framing)
         return self.answer(
             provider_id,
             model,
@@ -377,43 +360,3 @@ def tokenizer_spread(
             )
         )
     return spread
-
-
-def side_by_side_sentence(spread: list[TokenizerSpread], tokenizers: int) -> str:
-    """The side-by-side comparison in words (empty with fewer than two tokenizers)."""
-    if not spread:
-        return ""
-
-    def short(name: str) -> str:
-        return name.removeprefix("tiktoken:")
-
-    parts = [
-        f"{s.text_id} {s.most_efficient_tokens} with every one"
-        if s.most_efficient_tokens == s.least_efficient_tokens
-        else f"{s.text_id} {s.most_efficient_tokens} ({short(s.most_efficient)}) to "
-        f"{s.least_efficient_tokens} ({short(s.least_efficient)}), {s.ratio:.2f}×"
-        for s in spread
-    ]
-    widest = max(spread, key=lambda s: s.ratio)
-    return (
-        f" Side by side, {tokenizers} tokenizers, fewest to most tokens per text: "
-        + "; ".join(parts)
-        + f". The spread is widest for {widest.text_id}."
-    )
-
-
-def local_diff_sentence(diffs: list[int]) -> str:
-    """Whether labkit's own count and the provider's usage agreed beyond the chat framing."""
-    if not diffs:
-        return ""
-    off = [d for d in diffs if d != 0]
-    if not off:
-        return (
-            f" labkit's local count matched the provider's usage exactly (framing included) on "
-            f"all {len(diffs)} requests."
-        )
-    return (
-        f" labkit's local count and the provider's usage disagree beyond the chat framing on "
-        f"{len(off)} of {len(diffs)} requests (by {min(off):+d} to {max(off):+d} tokens: "
-        "usage.input_tokens_local_diff): the model → encoding map or the framing is off."
-    )

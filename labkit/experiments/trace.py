@@ -39,13 +39,14 @@ from pydantic import (
 
 from labkit.errors import ConfigError
 from labkit.experiments.base import ExperimentSettings, PlannedRequest, register_experiment
-from labkit.experiments.common import fmt_ms, latest_pass
+from labkit.experiments.common import latest_pass
 from labkit.experiments.load import Level, level_figures
 from labkit.experiments.paced import LevelContext, LevelPlan, PacedExperiment, SendFn, Share
-from labkit.figures import LoadLevel, TraceFigures
+from labkit.figures import TraceFigures
 from labkit.pacing import open_loop
 from labkit.providers.base import ChatRequest, Provider, ProviderSettings
 from labkit.records import ErrorKind, LabAnswer, RequestRecord
+from labkit.wording import trace_answer
 from labkit.workloads import (
     PromptSizing,
     TraceEntry,
@@ -310,23 +311,10 @@ class TraceExperiment(PacedExperiment[TraceState, TracePass]):
         if not row.ok:
             return self.answer(provider_id, model, "No trace request succeeded.", figures, "failed")
         status: Literal["ok", "partial", "failed"] = "ok" if not row.failed else "partial"
-        return self.answer(provider_id, model, self._sentence(row), figures, status)
-
-    def _sentence(self, row: LoadLevel) -> str:
-        s = self._s
-        rate = row.achieved_rate_rps
-        achieved = f", achieved {rate:.2f} req/s" if rate is not None else ""
-        text = (
-            f"Replayed {row.requests} requests of {s.path.name} at ×{s.speedup:g} "
-            f"(the trace's mean rate {row.target:g} req/s{achieved}): {row.ok} ok, "
-            f"{row.failed} failed; TTFT p50 {fmt_ms(row.ttft_ms_p50)} (p99 "
-            f"{fmt_ms(row.ttft_ms_p99)}), decode {fmt_ms(row.decode_ms_per_token_p50, 2)}/token, "
-            f"queue in labkit p99 {fmt_ms(row.queue_ms_p99, 2)}."
+        return self.answer(
+            provider_id,
+            model,
+            trace_answer(self._s.path.name, self._s.speedup, row),
+            figures,
+            status,
         )
-        cache = row.cache
-        if cache is not None and cache.cached_share is not None:
-            text += (
-                f" The provider served {cache.cached_share:.0%} of the prompt tokens from its "
-                f"cache ({cache.hits} of {cache.counted} requests had at least half cached)."
-            )
-        return text

@@ -4,8 +4,8 @@ It reads run folders (records.jsonl, manifest.json, lab.json) and imports only
 `labkit.records` and `labkit.errors`, so it works on a run copied from another machine.
 
     load.py     run folders → DataFrame (one row per record, dotted contract names)
-    stats.py    percentiles per provider × experiment × model, exclusions counted
-    split.py    provider-reported vs client-observed time, and the difference
+    stats.py    the request statistics (labkit.analysis.requests) as a table and summary.csv
+    split.py    whose time is it: each group's TTFT split, rendered
     plots.py    matplotlib (Agg) figures as PNG bytes
     render.py   Markdown and self-contained HTML
     build.py    write_report: report.md, report.html, summary.csv, summary.parquet
@@ -19,12 +19,11 @@ from __future__ import annotations
 from labkit.report.build import ReportPaths, write_report
 from labkit.report.compare import compare_runs, write_comparison
 from labkit.report.load import RunData, load_event_offsets, load_run, load_runs
-from labkit.report.split import NOT_DERIVABLE, NOT_OBSERVED, NOT_REPORTED, provider_client_split
-from labkit.report.stats import summarize
+from labkit.report.split import NOT_DERIVABLE, NOT_REPORTED
+from labkit.report.stats import run_stats
 
 __all__ = [
     "NOT_DERIVABLE",
-    "NOT_OBSERVED",
     "NOT_REPORTED",
     "ReportPaths",
     "RunData",
@@ -32,8 +31,7 @@ __all__ = [
     "load_event_offsets",
     "load_run",
     "load_runs",
-    "provider_client_split",
-    "summarize",
+    "run_stats",
     "write_comparison",
     "write_report",
 ]

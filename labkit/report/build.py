@@ -17,11 +17,11 @@ import pandas as pd
 
 from labkit.clocksync import clock_note
 from labkit.errors import RunError
-from labkit.figures import LoadLevel, ServerLevelMetrics
+from labkit.figures import LoadLevel, Percentiles, Quantile, RequestStats, ServerLevelMetrics
 from labkit.records import LabAnswer
 from labkit.report.charts import Chart, TokenSpans, javascript_bundle, question_charts
 from labkit.report.later import later_stats_section
-from labkit.report.load import RunData, ensure_columns, load_client_array, load_run
+from labkit.report.load import RunData, ensure_columns, load_run
 from labkit.report.plots import all_plots, load_rows, server_queue_timeline
 from labkit.report.render import (
     VEGA_BUNDLE_MARK,
@@ -37,13 +37,13 @@ from labkit.report.render import (
     render_html,
     render_markdown,
 )
-from labkit.report.split import NOT_REPORTED, SPLIT_COLUMNS, provider_client_split
-from labkit.report.stats import summarize
+from labkit.report.split import NOT_REPORTED, attribution_section, split_section
+from labkit.report.stats import run_stats, stats_frame, where
 from labkit.report.sweep import goodput_curves, sweep_section
 from labkit.report.workloads import conversation_section, workload_plots
 from labkit.scrub import for_people, scrub_frame
-from labkit.selfcheck import RecordLateness, client_bound_note, lateness_of, summarize_lag
 from labkit.server_metrics import ServerMetricsSample, read_server_metrics
+from labkit.wording import CLIENT_BOUND_MARK, cell, client_bound_line
 
 __all__ = ["LAB_EXPERIMENTS", "ReportPaths", "build_blocks", "missing_notes", "write_report"]
 
@@ -71,8 +71,9 @@ class ReportPaths:
 # --- What is missing ---------------------------------------------------------------------
 
 
-def missing_notes(run: RunData, summary: pd.DataFrame) -> list[str]:
-    """Plain sentences on everything the run lacks (empty when nothing is missing)."""
+def missing_notes(run: RunData, stats: list[RequestStats]) -> list[str]:
+    """Plain sentences on everything the run lacks (empty when nothing is missing), the
+    groups the self-check flagged client-bound (`stats`, with its reason) among them."""
     notes = list(run.problems)
     df = ensure_columns(
         run.records,
@@ -85,7 +86,7 @@ def missing_notes(run: RunData, summary: pd.DataFrame) -> list[str]:
     )
     if "usage.output_tokens_source" not in df.columns:
         df = df.assign(**{"usage.output_tokens_source": None})
-    notes += _client_bound_notes(run.records)
+    notes += [client_bound_line(g) for g in stats if g.client_bound]
     status = run.manifest.get("status")
     if status and status != "completed":
         notes.append(f"The run's status is '{status}': results may be partial.")
@@ -166,76 +167,6 @@ def missing_notes(run: RunData, summary: pd.DataFrame) -> list[str]:
                     f"{provider}: reports no prefill/decode timings of its own; the split below "
                     f"says '{NOT_REPORTED}' and attributes only what the client observed."
                 )
-    return notes
-
-
-def _median(group: pd.DataFrame, column: str) -> float | None:
-    if column not in group.columns:
-        return None
-    values = group[column].dropna()
-    return float(values.median()) if len(values) else None
-
-
-def _lateness(group: pd.DataFrame) -> list[RecordLateness]:
-    """Each record's stamp lateness (`labkit.selfcheck.record_lateness`), from the frame;
-    each event's estimate (``client.stamp_lateness_ms``, not a frame column) is read back
-    from records.jsonl, so the group's p99 is pooled as the run's own figures pool it."""
-    p50, p99 = "client.stamp_lateness_ms_p50", "client.stamp_lateness_ms_p99"
-    if p50 not in group.columns or p99 not in group.columns:
-        return []
-    out = []
-    cols = list(group.columns)
-    located = {"run_dir", "file_offset", "record_id"} <= set(cols)
-    per_event = load_client_array(group, "stamp_lateness_ms") if located else {}
-
-    def get(rec: tuple[object, ...], name: str) -> float | None:
-        if name not in cols:
-            return None
-        v = rec[cols.index(name)]
-        return float(v) if isinstance(v, int | float) and v == v else None
-
-    for rec in group.itertuples(index=False, name=None):
-        lo, hi = get(rec, p50), get(rec, p99)
-        if lo is None or hi is None:
-            continue
-        n = get(rec, "client.n_events")
-        each = per_event.get(str(rec[cols.index("record_id")])) if located else None
-        out.append(
-            lateness_of(
-                max(1, int(n or 1)),
-                lo,
-                hi,
-                get(rec, "client.ttft_lateness_ms"),
-                get(rec, "client.stamp_lateness_ms_max"),
-                each,
-            )
-        )
-    return out
-
-
-def _client_bound_notes(df: pd.DataFrame) -> list[str]:
-    """`labkit.selfcheck.client_bound_notes`, from the records frame."""
-    if "client.loop_lag_ms" not in df.columns or df.empty:
-        return []
-    sub = df[~df["warmup"].astype(bool)] if "warmup" in df.columns else df
-    keys = ["provider", "experiment"] + (["tags.level"] if "tags.level" in df.columns else [])
-    sub = sub.assign(**{k: sub[k].astype(object).fillna("") for k in keys})
-    has_cpu = {"app.cpu_ms", "client.e2e_ms"} <= set(sub.columns)
-    notes = []
-    for key, group in sub.groupby(keys, sort=True):
-        shares: list[float] = []
-        if has_cpu:
-            e2e = group["client.e2e_ms"]
-            shares = (group["app.cpu_ms"] / e2e[e2e > 0]).dropna().tolist()
-        lag = summarize_lag(
-            group["client.loop_lag_ms"].dropna(),
-            shares,
-            _lateness(group),
-            itl_ms_p50=_median(group, "client.itl_ms_p50"),
-            ttft_ms_p50=_median(group, "client.ttft_ms"),
-        )
-        if lag.client_bound:
-            notes.append(client_bound_note(" · ".join(str(k) for k in key if str(k)), lag))
     return notes
 
 
@@ -365,6 +296,16 @@ def _server_table(rows: list[LoadLevel]) -> list[Block]:
     ]
 
 
+def _level_cell(
+    row: LoadLevel, get: Callable[[LoadLevel], float | None], label: str, digits: int | None
+) -> str:
+    """A level's cell: its TTFT percentiles with their intervals (`LoadLevel.ttft`) where
+    it has them, any other figure as a number."""
+    if label.startswith("TTFT p") and row.ttft is not None:
+        return cell(getattr(row.ttft, label.removeprefix("TTFT ")))
+    return fmt_num(get(row), digits)
+
+
 def _load_section(run: RunData) -> list[Block]:
     """One table per provider × load experiment: a row per level."""
     found = load_rows(run.lab)
@@ -388,7 +329,7 @@ def _load_section(run: RunData) -> list[Block]:
         view = view + (_HOSTS_VIEW if any(row.hosts for row in rows) else [])
         cells = [
             [row.display_title + (" — client-bound" if row.client_bound else "")]
-            + [fmt_num(get(row), digits) for get, _label, digits in view]
+            + [_level_cell(row, get, label, digits) for get, label, digits in view]
             for row in rows
         ]
         numeric = set(range(1, len(view) + 1))
@@ -445,53 +386,51 @@ def _run_section(run: RunData) -> list[Block]:
     return blocks
 
 
-_SUMMARY_VIEW: list[tuple[str, str]] = [
-    ("provider", "provider"),
-    ("experiment", "experiment"),
-    ("model", "model"),
-    ("records", "records"),
-    ("warmup_excluded", "warm-up excl."),
-    ("errors", "errors"),
-    ("n", "n"),
+_VIEW: list[tuple[str, str]] = [
     ("ttft_ms.p50", "TTFT p50"),
     ("ttft_ms.p90", "TTFT p90"),
     ("ttft_ms.p99", "TTFT p99"),
     ("decode_ms_per_token.p50", "decode ms/tok p50"),
-    ("decode_ms_per_token.p90", "decode ms/tok p90"),
     ("e2e_ms.p50", "e2e p50"),
-    ("e2e_ms.p90", "e2e p90"),
     ("output_tokens_per_s.p50", "tok/s p50"),
 ]
 
 
-_COUNT_COLUMNS = {"records", "warmup_excluded", "errors", "n"}
+def _quantile(s: RequestStats, name: str) -> Quantile:
+    metric, q = name.split(".")
+    percentiles = getattr(s, metric)
+    assert isinstance(percentiles, Percentiles)
+    value = getattr(percentiles, q)
+    assert isinstance(value, Quantile)
+    return value
 
 
-def _summary_section(summary: pd.DataFrame) -> list[Block]:
+def _stats_section(stats: list[RequestStats]) -> list[Block]:
+    """The statistics table: a row per provider × experiment × model × client path."""
     blocks: list[Block] = [
         Heading("Statistics per provider × experiment × model"),
         Para(
-            "Milliseconds unless stated. Warm-up and failed requests are excluded from the "
-            "percentiles and counted in their own columns; n is what remains. Mean, min, max "
-            "and p99 of every metric are in summary.csv / summary.parquet.",
+            "Milliseconds unless stated; each percentile with its 95% distribution-free "
+            "interval in brackets, or the number of requests it needs. Warm-up and failed requests "
+            "are excluded and counted in their own columns; n is what remains. A load "
+            "experiment's row pools its levels (each level has its own row under Load "
+            f"levels). {CLIENT_BOUND_MARK}: labkit's self-check found its stamps late (see "
+            "What is missing). All percentiles are in summary.csv / summary.parquet.",
             "note",
         ),
     ]
-    if summary.empty:
+    if not stats:
         blocks.append(Para("No records: no statistics.", "warn"))
         return blocks
-    rows = []
-    for _, r in summary.iterrows():
-        cells = []
-        for col, _label in _SUMMARY_VIEW:
-            v = r[col]
-            if col in ("provider", "experiment", "model"):
-                cells.append(str(v))
-            else:
-                cells.append(fmt_num(v, 0 if col in _COUNT_COLUMNS else None))
-        rows.append(cells)
-    numeric = set(range(3, len(_SUMMARY_VIEW)))
-    blocks.append(Table([label for _, label in _SUMMARY_VIEW], rows, numeric))
+    labels = ["provider", "experiment", "model", "records", "warm-up excl.", "errors", "n"]
+    labels += [label for _, label in _VIEW]
+    rows = [
+        [s.provider, where(s), s.model or "", str(s.records), str(s.warmup_excluded)]
+        + [str(s.errors), str(s.n)]
+        + [cell(_quantile(s, name)) for name, _ in _VIEW]
+        for s in stats
+    ]
+    blocks.append(Table(labels, rows, set(range(3, len(labels)))))
     return blocks
 
 
@@ -533,95 +472,6 @@ def _errors_section(df: pd.DataFrame) -> list[Block]:
     return blocks
 
 
-_SPLIT_LABELS: dict[str, str] = {
-    "provider": "provider",
-    "experiment": "experiment",
-    "provider_kind": "kind",
-    "model": "model",
-    "n": "n",
-    "provider.prefill_ms": "provider prefill",
-    "provider.decode_ms_per_token": "provider decode ms/tok",
-    "provider.processing_ms": "provider processing",
-    "client.ttft_ms": "client TTFT",
-    "client.decode_ms_per_token": "client decode ms/tok",
-    "network.ttft_minus_prefill_ms": "network + front end (TTFT − prefill)",
-    "network.decode_diff_ms_per_token": "network + front end decode ms/tok",
-    "client.connect_ms": "connect",
-    "client.tls_ms": "TLS",
-    "app.prepare_ms": "app prepare",
-    "app.parse_cpu_ms": "app parse CPU",
-    "app.client_path": "client path",
-    "app.sdk_minus_wire_e2e_ms": "SDK − wire e2e (paired)",
-}
-
-
-_SPLIT_TEXT = ("provider", "experiment", "provider_kind", "model", "app.client_path")
-
-
-def _split_section(split: pd.DataFrame) -> list[Block]:
-    blocks: list[Block] = [
-        Heading("Provider vs client: whose time is it?"),
-        Para(
-            "Medians over successful, non-warm-up requests, in ms, one row per experiment and "
-            "client path (so each row compares like with like). Provider columns are what "
-            "the provider reported about itself (provider_timings.*); client columns what "
-            "labkit observed (client.*); network + front end is the per-request difference "
-            "client.ttft_ms − provider_timings.prefill_ms (and the same for decode). "
-            "Application time (app.prepare_ms, app.parse_cpu_ms, SDK − wire) is off the wire "
-            "and not part of TTFT; SDK − wire is the median of paired differences (the same "
-            "planned request, same experiment and trial, sent both ways). 'not reported' means "
-            "the provider sends nothing about itself; 'not derivable' that the difference "
-            "needs it; 'not observed' that the client saw no value (e.g. connect on a reused "
-            "connection).",
-            "note",
-        ),
-    ]
-    if split.empty:
-        blocks.append(Para("No records: no split.", "warn"))
-        return blocks
-    # Two tables of one row each per provider × experiment × path, so each fits the page.
-    for title, columns in _SPLIT_TABLES:
-        cells = [
-            [
-                str(r[c]) if c in _SPLIT_TEXT else fmt_num(r[c], 0 if c == "n" else None)
-                for c in columns
-            ]
-            for _, r in split.iterrows()
-        ]
-        numeric = {i for i, c in enumerate(columns) if c not in _SPLIT_TEXT}
-        blocks += [Heading(title, 3), Table([_SPLIT_LABELS[c] for c in columns], cells, numeric)]
-    return blocks
-
-
-_SPLIT_KEYS = ["provider", "experiment", "app.client_path", "n"]
-_SPLIT_TABLES: list[tuple[str, list[str]]] = [
-    (
-        "What the provider reported and what the client observed",
-        [
-            *_SPLIT_KEYS,
-            "provider.prefill_ms",
-            "client.ttft_ms",
-            "provider.decode_ms_per_token",
-            "client.decode_ms_per_token",
-            "provider.processing_ms",
-        ],
-    ),
-    (
-        "The network's and front end's share, and labkit's own time",
-        [
-            *_SPLIT_KEYS,
-            "network.ttft_minus_prefill_ms",
-            "network.decode_diff_ms_per_token",
-            "client.connect_ms",
-            "client.tls_ms",
-            "app.prepare_ms",
-            "app.parse_cpu_ms",
-            "app.sdk_minus_wire_e2e_ms",
-        ],
-    ),
-]
-
-
 def _scraped(run: RunData) -> dict[str, list[ServerMetricsSample]]:
     """Each provider's scrapes of its server's /metrics, from the run folder."""
     df = run.records
@@ -653,11 +503,10 @@ def _title(run: RunData) -> str:
     return f"labkit report: {name}" + (f" ({rid})" if rid and rid != name else "")
 
 
-def build_blocks(run: RunData) -> tuple[str, list[Block], pd.DataFrame]:
-    """The report as a title, a list of blocks, and the summary frame it shows."""
+def build_blocks(run: RunData) -> tuple[str, list[Block], list[RequestStats]]:
+    """The report as a title, a list of blocks, and the request statistics it shows."""
     df = run.records
-    summary = summarize(df)
-    split = provider_client_split(df) if len(df) else pd.DataFrame(columns=SPLIT_COLUMNS)
+    stats = run_stats(run.lab, run.run_dir)
     plots, missing_plots = all_plots(df, run.lab) if len(df) else ([], [])
     queue = server_queue_timeline(_scraped(run))
     if queue is not None:  # drawn only where a server was scraped: no note when none was
@@ -669,7 +518,7 @@ def build_blocks(run: RunData) -> tuple[str, list[Block], pd.DataFrame]:
     title = _title(run)
     blocks: list[Block] = [Heading(title, 1)]
     blocks += _lab_section(run)
-    notes = missing_notes(run, summary)
+    notes = missing_notes(run, stats)
     blocks.append(Heading("What is missing"))
     if notes or missing_plots:
         blocks.append(Bullets(notes + missing_plots, "warn"))
@@ -680,29 +529,23 @@ def build_blocks(run: RunData) -> tuple[str, list[Block], pd.DataFrame]:
     blocks += conversation_section(run.lab)
     blocks += sweep_section(run)
     blocks += later_stats_section(run)
-    blocks += _summary_section(summary)
+    blocks += _stats_section(stats)
     if len(df):
         blocks += _errors_section(df)
-    blocks += _split_section(split)
+    blocks += split_section(stats)
+    blocks += attribution_section(run.lab)
     blocks.append(Heading("Figures"))
     if not plots:
         blocks.append(Para("No figure could be drawn from this run.", "warn"))
     for plot in plots:
         blocks += [Heading(plot.title, 3), Image(plot)]
-    return title, blocks, summary
-
-
-def _summary_for_files(summary: pd.DataFrame) -> pd.DataFrame:
-    out = summary.copy()
-    for col in ("provider", "experiment", "model", "error_kinds"):
-        out[col] = out[col].astype(object).where(out[col].notna(), None)
-    return out
+    return title, blocks, stats
 
 
 def write_report(run_dir: Path | str) -> ReportPaths:
     """Regenerate the report of one run folder; returns where the files were written."""
     run = load_run(run_dir)
-    title, blocks, summary = build_blocks(run)
+    title, blocks, stats = build_blocks(run)
     folder = run.run_dir
     paths = ReportPaths(
         md=folder / "report.md",
@@ -719,7 +562,7 @@ def write_report(run_dir: Path | str) -> ReportPaths:
         if VEGA_BUNDLE_MARK in page:
             page = page.replace(VEGA_BUNDLE_MARK, f"<script>{javascript_bundle()}</script>", 1)
         paths.html.write_text(page, encoding="utf-8")
-        table = scrub_frame(_summary_for_files(summary))
+        table = scrub_frame(stats_frame(stats))
         table.to_csv(paths.csv, index=False)
         table.to_parquet(paths.parquet, index=False)
     except OSError as exc:

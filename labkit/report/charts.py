@@ -519,12 +519,18 @@ def whose_time_chart(lab: LabResults | None) -> tuple[Chart | None, list[str]]:
     missing: list[str] = []
     for ans, fig in _by_kind(lab, AttributionFigures):
         split = fig.ttft_split
+        # The answer's own TTFTSplit (labkit.analysis.split): the medians it states.
         parts: list[tuple[str, float | None]] = [
-            (_QUEUE, split.provider_queue_ms if split else None),
-            (_PREFILL, split.provider_prefill_ms if split else fig.value(AttributionKey.PREFILL)),
+            (_QUEUE, split.provider_queue_ms.value if split and split.provider_queue_ms else None),
+            (
+                _PREFILL,
+                (split.provider_prefill_ms.value if split.provider_prefill_ms else None)
+                if split
+                else fig.value(AttributionKey.PREFILL),
+            ),
             (
                 _NETWORK,
-                split.network_front_end_ms
+                (split.network_front_end_ms.value if split.network_front_end_ms else None)
                 if split
                 else fig.value(AttributionKey.TTFT_MINUS_PREFILL),
             ),

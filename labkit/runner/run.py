@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from labkit.analysis.requests import request_stats
 from labkit.clocksync import clock_log_name, read_clock_log
 from labkit.config import LabConfig, parse_config
 from labkit.errors import LabkitError, ProviderUnavailable, RunError
@@ -233,7 +234,9 @@ class Runner:
                             status="failed",
                         )
                     )
-        return LabResults(run_id=self.folder.run_id, answers=answers)
+        return LabResults(
+            run_id=self.folder.run_id, answers=answers, requests=request_stats(self._records)
+        )
 
     async def _run_provider(self, settings: ProviderSettings, outcome: ProviderOutcome) -> None:
         try:

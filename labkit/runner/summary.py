@@ -1,77 +1,83 @@
-"""The run summary printed at the end of `labkit run`: one row per provider × experiment."""
+"""The run summary printed at the end of `labkit run`: the run's request statistics
+(`RequestStats`, from lab.json) a row per provider × experiment × client path, and each
+load answer's levels."""
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 
 from rich.table import Table
 
-from labkit.figures import LoadFigures, LoadLevel, SweepFigures, TraceFigures
-from labkit.records import LabResults, RequestRecord
-from labkit.timing import percentile
+from labkit.figures import (
+    LoadFigures,
+    LoadLevel,
+    Quantile,
+    RequestStats,
+    SweepFigures,
+    TraceFigures,
+)
+from labkit.records import LabResults
+from labkit.wording import CLIENT_BOUND_MARK, cell, group_label
 
 __all__ = ["load_tables", "summary_table"]
-
-
-def _p(values: list[float], q: float) -> float | None:
-    return percentile(sorted(values), q) if values else None
 
 
 def _ms(value: float | None, digits: int = 1) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
 
-def _vals(records: list[RequestRecord], get: object) -> list[float]:
-    out = []
-    for r in records:
-        v = get(r)  # type: ignore[operator]
-        if v is not None:
-            out.append(float(v))
-    return out
+def _two_lines(q: Quantile | None) -> str:
+    """`cell`, its interval on a second line (keeps the terminal table narrow)."""
+    return cell(q).replace(" [", "\n[", 1)
 
 
-def summary_table(records: list[RequestRecord], title: str = "labkit run") -> Table:
-    """Client TTFT next to the server's prefill, client decode next to the server's."""
+def _counts(counts: dict[str, int]) -> str:
+    """`length×6, end×2`, or `—`."""
+    return ", ".join(f"{k}×{v}" for k, v in sorted(counts.items())) or "—"
+
+
+def summary_table(lab: LabResults | list[RequestStats], title: str = "labkit run") -> Table:
+    """The run's request statistics (lab.json's `requests`): client TTFT next to the
+    server's prefill, client decode next to the server's; client-bound groups marked."""
+    stats = lab if isinstance(lab, list) else (lab.requests or [])
     table = Table(title=title, title_justify="left")
     for col, justify in [
         ("provider", "left"),
         ("experiment", "left"),
         ("ok/err", "right"),
-        ("TTFT\np50 ms", "right"),
-        ("TTFT\np90 ms", "right"),
-        ("server\nprefill ms", "right"),
-        ("decode\nms/tok", "right"),
-        ("server\nms/tok", "right"),
+        ("TTFT ms\np50 [95% CI]", "right"),
+        ("TTFT ms\np90 [95% CI]", "right"),
+        ("server prefill\nms p50", "right"),
+        ("decode\nms/tok p50", "right"),
+        ("server\nms/tok p50", "right"),
         ("tokens\nin/out", "right"),
-        ("stop", "left"),
-        ("errors", "left"),
+        ("stop · errors", "left"),
     ]:
-        table.add_column(col, justify=justify, no_wrap=col in ("provider", "experiment"))  # type: ignore[arg-type]
-    groups: dict[tuple[str, str], list[RequestRecord]] = {}
-    for r in records:
-        if not r.warmup:
-            groups.setdefault((r.provider, r.experiment), []).append(r)
-    for (provider, experiment), recs in groups.items():
-        ok = [r for r in recs if r.error is None]
-        bad = [r for r in recs if r.error is not None]
-        ttft = _vals(ok, lambda r: r.client.ttft_ms)
-        tin = _p(_vals(ok, lambda r: r.usage.input_tokens), 50)
-        tout = _p(_vals(ok, lambda r: r.usage.output_tokens), 50)
-        stops = Counter(str(r.stop_reason) for r in ok if r.stop_reason)
-        errors = Counter(str(r.error.kind) for r in bad if r.error)
+        quantile = "[95% CI]" in col or "p50" in col
+        table.add_column(
+            col,
+            justify=justify,  # type: ignore[arg-type]
+            no_wrap=col in ("provider", "experiment"),
+            min_width=12 if quantile else None,
+        )
+    for s in stats:
+        if s.records == s.warmup_excluded:
+            continue
+        name = group_label(s)
+        name += f"\n{CLIENT_BOUND_MARK}" if s.client_bound else ""
+        split = s.ttft_split
+        gap_mark = " ⚠" if s.decode_gap_client_bound else ""
         table.add_row(
-            provider,
-            experiment,
-            f"{len(ok)}/{len(bad)}",
-            _ms(_p(ttft, 50)),
-            _ms(_p(ttft, 90)),
-            _ms(_p(_vals(ok, lambda r: r.provider_timings.prefill_ms), 50)),
-            _ms(_p(_vals(ok, lambda r: r.client.decode_ms_per_token), 50), 2),
-            _ms(_p(_vals(ok, lambda r: r.provider_timings.decode_ms_per_token), 50), 2),
-            f"{_ms(tin, 0)}/{_ms(tout, 0)}",
-            ", ".join(f"{k}×{v}" for k, v in stops.most_common()) or "—",
-            ", ".join(f"{k}×{v}" for k, v in errors.most_common()) or "—",
+            s.provider,
+            name,
+            f"{s.n}/{s.errors}",
+            _two_lines(s.ttft_ms.p50),
+            _two_lines(s.ttft_ms.p90),
+            _two_lines(split.provider_prefill_ms),
+            _two_lines(s.decode_ms_per_token.p50) + gap_mark,
+            _two_lines(s.provider_decode_ms_per_token),
+            f"{_ms(s.input_tokens_p50, 0)}/{_ms(s.output_tokens_p50, 0)}",
+            _counts(s.stop_reasons) + (f" · {_counts(s.error_kinds)}" if s.error_kinds else ""),
         )
     return table
 
@@ -112,6 +118,15 @@ _SERVER_COLUMNS: list[tuple[Callable[[LoadLevel], float | None], str, int]] = [
 ]
 
 
+def _level_cell(
+    row: LoadLevel, get: Callable[[LoadLevel], float | None], label: str, digits: int
+) -> str:
+    """A level's cell: its TTFT percentiles with their intervals where it has them."""
+    if label.startswith("TTFT\np") and row.ttft is not None:
+        return _two_lines(getattr(row.ttft, label.split("\n")[1].split()[0]))
+    return _ms(get(row), digits)
+
+
 def load_tables(lab: LabResults) -> list[Table]:
     """One table per load answer: a row per level, client-bound levels marked."""
     tables = []
@@ -139,9 +154,9 @@ def load_tables(lab: LabResults) -> list[Table]:
         for _, label, _ in columns:
             table.add_column(label, justify="right")
         for row in levels:
-            name = row.title + (" [client-bound]" if row.client_bound else "")
+            name = row.title + (f" {CLIENT_BOUND_MARK}" if row.client_bound else "")
             cells = [name, _ms(row.workers, 0)]
-            cells += [_ms(get(row), digits) for get, _, digits in columns]
+            cells += [_level_cell(row, get, label, digits) for get, label, digits in columns]
             table.add_row(*cells)
         tables.append(table)
     return tables

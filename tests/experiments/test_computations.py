@@ -149,8 +149,8 @@ def test_determinism_names_the_controlling_parameter() -> None:
     assert rows["t1"].identical is False
     assert rows["t1"].first_divergent_token == 2  # character ruler: "a " shared
     assert rows["t1-seed"].identical is True
-    assert "temperature controlled the variation" in answer.answer
-    assert "the seed pinned the sampling" in answer.answer
+    assert "Above temperature 0 without a seed, replies varied." in answer.answer
+    assert "A seed made sampled replies repeat." in answer.answer
 
 
 def test_token_ratio_rows_and_rule_of_four() -> None:
@@ -321,7 +321,7 @@ def test_single_keeps_the_median_requests_timeline_for_the_anatomy_picture() -> 
     assert timeline is not None and timeline.record_id == recs[1].record_id
     assert timeline.event_offsets_ms == [100.0, 110.0, 120.0]
     assert timeline.provider_prefill_ms == 95.0 and timeline.headers_ms == 50.0
-    assert answer.answer.startswith("100.0 ms to the first token: the first piece of the reply")
+    assert answer.answer.startswith("100 ms (n=3; an interval needs 6) to the first token")
 
 
 def test_determinism_keeps_each_repeats_tokens_for_the_alignment_picture() -> None:

@@ -174,7 +174,8 @@ def test_lab_with_mocked_openai_and_anthropic(tmp_path: Path, monkeypatch) -> No
     # the fit and the fingerprints come from the mocked data
     fit = got[("openai", "prefill_decode")].figures.fit
     assert fit.n == 3
-    assert "fp_test" in got[("openai", "determinism")].answer
+    fingerprints = got[("openai", "determinism")].figures.variants[0].system_fingerprints
+    assert fingerprints == ["fp_test"]
     attribution = {r.key: r for r in got[("claude", "attribution")].figures.rows}
     assert attribution[AttributionKey.PREFILL].note == "not reported by this provider"
     openai_attr = {r.key: r for r in got[("openai", "attribution")].figures.rows}

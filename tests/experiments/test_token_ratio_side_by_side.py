@@ -69,9 +69,7 @@ def test_offline_encodings_and_the_providers_own_side_by_side() -> None:
     assert spread["japanese"].least_efficient == "tiny-model [local]"
     assert spread["japanese"].ratio == pytest.approx(18 / 8)
     assert spread["english"].ratio == pytest.approx(7 / 6)
-    assert "Side by side, 3 tokenizers" in answer.answer
-    assert "japanese 8 (o200k_base) to 18 (tiny-model [local]), 2.25×" in answer.answer
-    assert "The spread is widest for japanese." in answer.answer
+    assert "Across 3 tokenizers, japanese took 8 to 18 tokens (2.25×)." in answer.answer
 
 
 def test_a_counter_of_whole_requests_has_its_framing_taken_off() -> None:
@@ -110,7 +108,7 @@ def test_local_count_disagreeing_with_usage_is_flagged_in_the_answer() -> None:
     recs[1].usage.input_tokens_local_diff = 6
     answer = exp.analyze("local", "tiny-model", recs)
     assert answer.figures.input_tokens_local_diffs == [0, 6]
-    assert "disagree beyond the chat framing on 1 of 2 requests (by +6 to +6 tokens" in (
+    assert "disagree on 1 of 2 requests (by +6 to +6 tokens beyond the chat framing)" in (
         answer.answer
     )
 
@@ -118,4 +116,6 @@ def test_local_count_disagreeing_with_usage_is_flagged_in_the_answer() -> None:
 def test_tokenizers_that_agree_are_said_to() -> None:
     exp = prepared(provider_with({"english": 6, "japanese": 8}))
     answer = exp.analyze("local", "tiny-model", [])
-    assert "english 6 with every one" in answer.answer
+    # english: every tokenizer agrees, so the widest spread named is japanese's
+    assert "japanese took 8 to 9 tokens" in answer.answer
+    assert {s.text_id: s.ratio for s in answer.figures.spread}["english"] == 1.0

@@ -148,7 +148,7 @@ def test_a_replay_sends_on_the_traces_schedule_and_counts_cache_hits(tmp_path: P
     # Every request after the first finds block 0 (half its prompt) in the cache.
     assert row.cache is not None and row.cache.counted == 6
     assert row.cache.cached_share is not None and 0.3 < row.cache.cached_share < 0.6
-    assert "Replayed 6 requests of t.jsonl at ×2" in result.lab.answers[0].answer
+    assert "median TTFT replaying t.jsonl at ×2" in result.lab.answers[0].answer
     # The run summary and the report's load table show the replay as a level.
     assert len(load_tables(result.lab)) == 1
     assert [rows for _, _, rows in load_rows(result.lab)] == [[row]]

@@ -8,7 +8,7 @@ import pytest
 
 from labkit.report.build import missing_notes
 from labkit.report.load import load_run
-from labkit.report.stats import summarize
+from labkit.report.stats import run_stats
 from tests.report.report_builders import make_record, write_run
 
 pytestmark = pytest.mark.unit
@@ -21,7 +21,8 @@ def _notes(tmp_path: Path, diffs: list[int | None]) -> list[str]:
         rec.usage.input_tokens_local_diff = diff
         records.append(rec)
     run = load_run(write_run(tmp_path / "run", records))
-    return [n for n in missing_notes(run, summarize(run.records)) if "local prompt count" in n]
+    notes = missing_notes(run, run_stats(run.lab, run.run_dir))
+    return [n for n in notes if "local prompt count" in n]
 
 
 def test_a_disagreement_is_flagged_with_its_size(tmp_path: Path) -> None:

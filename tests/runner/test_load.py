@@ -31,12 +31,12 @@ from labkit.records import RequestRecord
 from labkit.runner import RunOptions, prepare_run
 from labkit.runner.run import RunResult
 from labkit.selfcheck import (
-    CLIENT_BOUND,
     CLIENT_BOUND_FIX,
     CPU_STARVED_FIX,
     SATURATED_CPU_SHARE,
     client_bound_notes,
 )
+from labkit.wording import CLIENT_BOUND_MARK
 from tests.support.signals import default_sigint
 
 NS = 1_000_000_000
@@ -308,7 +308,7 @@ def test_open_loop_reports_target_and_achieved_rate(tmp_path: Path) -> None:
     assert abs(row.achieved_rate_rps / 25 - 1) < 0.1, row.achieved_rate_rps
     assert row.queue_ms_max is not None and row.queue_ms_max < 20
     (answer,) = result.lab.answers
-    assert "target 25 req/s, achieved" in answer.answer
+    assert "median TTFT at 25 req/s" in answer.answer, answer.answer
 
 
 async def _hog(busy_s: float = 0.008) -> None:
@@ -332,7 +332,7 @@ def test_a_blocked_event_loop_is_flagged_client_bound(tmp_path: Path) -> None:
     (row,) = _levels(result)
     assert row.client_bound and row.stamp_lateness_ms_p99 > 2.0
     (answer,) = result.lab.answers
-    assert CLIENT_BOUND in answer.answer
+    assert CLIENT_BOUND_MARK in answer.answer
     # labkit's own thread was the busy one, so the fix is more processes — unless the whole
     # machine was saturated by others meanwhile (labkit then got under 60% of a CPU).
     busy = row.labkit_cpu_share >= SATURATED_CPU_SHARE
