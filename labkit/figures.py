@@ -261,6 +261,12 @@ class LinearFit(_Figures):
     intercept_ms: float
     r2: float
     n: int = Field(description="Points fitted.")
+    ms_per_token_lo: float | None = Field(
+        default=None, description="The slope's 95% confidence interval, low end (n ≥ 3)."
+    )
+    ms_per_token_hi: float | None = Field(
+        default=None, description="The slope's 95% confidence interval, high end (n ≥ 3)."
+    )
 
     @classmethod
     def least_squares(cls, xs: Sequence[float], ys: Sequence[float]) -> LinearFit | None:
@@ -272,15 +278,21 @@ class LinearFit(_Figures):
         """
         if len(xs) < 2 or len(set(xs)) < 2:
             return None
-        from scipy.stats import linregress  # scipy.stats is slow to import: only here
+        from scipy.stats import linregress, t  # scipy.stats is slow to import: only here
 
         line = linregress(xs, ys)
         r = float(line.rvalue)
+        lo = hi = None
+        if len(xs) >= 3 and line.stderr == line.stderr:  # a slope's interval needs 1 dof
+            half = float(t.ppf(0.975, len(xs) - 2)) * float(line.stderr)
+            lo, hi = float(line.slope) - half, float(line.slope) + half
         return cls(
             ms_per_token=float(line.slope),
             intercept_ms=float(line.intercept),
             r2=r * r if r == r else 1.0,  # NaN: every y the same, which the line fits exactly
             n=len(xs),
+            ms_per_token_lo=lo,
+            ms_per_token_hi=hi,
         )
 
 
@@ -385,6 +397,11 @@ class PrefillDecodeFigures(_ExperimentFigures):
     )
     server_prefill_model: PromptCost | None = Field(
         default=None, description="The server's own prefill against input tokens, likewise."
+    )
+    client_bound: str | None = Field(
+        default=None,
+        description="The self-check's reason where it found these requests' stamps late; "
+        "None: not flagged.",
     )
 
 

@@ -535,13 +535,13 @@ def prompt_cost_lead(m: PromptCost) -> str:
     lo, hi = m.marginal_at_min, m.marginal_at_max
     if m.model == "linear":
         return (
-            f"Each extra prompt token delayed the first token by {_g(lo.value)} ms "
-            f"({_ci(lo)}) over {m.min_tokens:,.0f}–{m.max_tokens:,.0f} tokens: the model reads "
-            "(prefills) the whole prompt before it writes."
+            f"{_g(lo.value)} ms ({_ci(lo)}) more to the first token per extra prompt token, "
+            f"over {m.min_tokens:,.0f}–{m.max_tokens:,.0f} tokens: the model reads (prefills) "
+            "the whole prompt before it writes."
         )
     return (
-        f"Each extra prompt token delayed the first token by {_g(lo.value)} ms ({_ci(lo)}) at "
-        f"{m.min_tokens:,.0f} tokens and {_g(hi.value)} ms ({_g(hi.lo)} to {_g(hi.hi)}) at "
+        f"{_g(lo.value)} ms ({_ci(lo)}) more to the first token per extra prompt token at "
+        f"{m.min_tokens:,.0f} tokens, {_g(hi.value)} ms ({_g(hi.lo)} to {_g(hi.hi)}) at "
         f"{m.max_tokens:,.0f}: prefill per token grows with the prompt."
     )
 
@@ -565,14 +565,18 @@ def prefill_decode_answer(f: PrefillDecodeFigures) -> str:
     m = f.ttft_model
     if m is None:
         return "Not enough successful requests at two or more prompt lengths to fit."
-    parts = [prompt_cost_lead(m), prompt_cost_model_sentence(m)]
+    parts = [marked(prompt_cost_lead(m), f.client_bound), prompt_cost_model_sentence(m)]
     decodes = [p.decode_ms_per_token for p in f.points if p.decode_ms_per_token is not None]
     if decodes:
-        trend = (
-            f" ({f.decode_fit.ms_per_token * 1000:+.2f} ms per 1,000 prompt tokens)"
-            if f.decode_fit is not None
-            else ""
-        )
+        trend = ""
+        d = f.decode_fit
+        if d is not None:
+            trend = f" ({d.ms_per_token * 1000:+.2f} ms per 1,000 prompt tokens"
+            if d.ms_per_token_lo is not None and d.ms_per_token_hi is not None:
+                trend += (
+                    f", 95% CI {d.ms_per_token_lo * 1000:+.2f} to {d.ms_per_token_hi * 1000:+.2f}"
+                )
+            trend += ")"
         parts.append(
             f"Decode took {min(decodes):.2f}–{max(decodes):.2f} ms per output token across "
             f"the sweep{trend}."

@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, NonNegativeInt, PositiveInt
 
+from labkit.analysis.requests import client_bound_reason
 from labkit.analysis.stats import fit_prompt_cost
 from labkit.errors import ConfigError
 from labkit.experiments.base import (
@@ -256,6 +257,7 @@ class PrefillDecodeExperiment(Experiment):
             marginal_ms_per_token=segments if fit is not None else [],
             ttft_model=ttft_model,
             server_prefill_model=server_model,
+            client_bound=client_bound_reason(r for r in records if not r.warmup),
         )
         if ttft_model is None:
             return self.answer(provider_id, model, prefill_decode_answer(f), f, status="failed")

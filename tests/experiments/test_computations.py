@@ -100,7 +100,7 @@ def test_prefill_decode_fit_from_records() -> None:
     assert f.server_prefill_model is not None
     assert f.server_prefill_model.ms_per_token.value == pytest.approx(0.45)
     assert answer.answer.startswith(
-        "Each extra prompt token delayed the first token by 0.5 ms (95% CI 0.5 to 0.5) over "
+        "0.5 ms (95% CI 0.5 to 0.5) more to the first token per extra prompt token, over "
         "16–1,024 tokens"
     )
     assert "fixed part 20 ms" in answer.answer
@@ -283,8 +283,8 @@ def test_prefill_decode_chooses_a_curve_when_prefill_is_superlinear() -> None:
     assert m.marginal_at_min.value == pytest.approx(0.2)
     assert m.marginal_at_max.value == pytest.approx(4.0)
     lead, rest = answer.answer.split(": prefill per token grows with the prompt. ")
-    assert lead.startswith("Each extra prompt token delayed the first token by 0.2 ms")
-    assert "and 4 ms (4 to 4) at 2,000" in lead and len(lead.split()) <= 35
+    assert lead.startswith("0.2 ms (95% CI 0.2 to 0.2) more to the first token per extra prompt")
+    assert ", 4 ms (4 to 4) at 2,000" in lead and len(lead.split()) <= 35
     assert rest.startswith("A straight line fits worse than a curve (F-test p = ")
 
 
