@@ -6,7 +6,10 @@ It reads run folders (records.jsonl, manifest.json, lab.json) and imports only
     load.py     run folders → DataFrame (one row per record, dotted contract names)
     stats.py    percentiles per provider × experiment × model, exclusions counted
     split.py    provider-reported vs client-observed time, and the difference
-    plots.py    matplotlib (Agg) figures as PNG bytes
+    charts.py   the five questions' pictures as Vega-Lite specs (interactive in HTML, PNG in
+                Markdown through vl-convert)
+    run_charts.py  the sections' pictures: distributions, client vs server, server queue,
+                load curves (workloads.py and sweep.py: conversation, cache hits, goodput)
     render.py   Markdown and self-contained HTML
     build.py    write_report: report.md, report.html, summary.csv, summary.parquet
     compare.py  runs side by side as a gate: changes with bootstrap intervals, verdicts,
