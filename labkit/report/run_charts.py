@@ -26,6 +26,7 @@ __all__ = [
     "distribution_chart",
     "facet_spec",
     "legend_pick",
+    "level_axis_title",
     "load_curves_chart",
     "load_rows",
     "measured",
@@ -200,7 +201,10 @@ def load_rows(lab: LabResults | None) -> list[tuple[str, str, list[LoadLevel]]]:
     return found
 
 
-_AXES = {"concurrency": "concurrency (streams in flight)", "rate": "offered rate (requests/s)"}
+def level_axis_title(modes: set[str]) -> str:
+    """The load axis' title for levels of these modes (mixed: plain "level")."""
+    axes = {"concurrency": "concurrency (streams in flight)", "rate": "offered rate (requests/s)"}
+    return axes.get(modes.pop(), "level") if len(modes) == 1 else "level"
 
 
 def load_curves_chart(lab: LabResults | None) -> Chart | None:
@@ -224,12 +228,11 @@ def load_curves_chart(lab: LabResults | None) -> Chart | None:
                     values.append({**at, "panel": panel, "stat": stat, "v": v, "bound": bound})
     if not values:
         return None
-    modes = {r.mode for _, _, rows in found for r in rows}
     log = max(v["level"] for v in values) >= 16
     x = {
         "field": "level",
         "type": "quantitative",
-        "title": _AXES.get(modes.pop(), "level") if len(modes) == 1 else "level",
+        "title": level_axis_title({r.mode for _, _, rows in found for r in rows}),
         "scale": {"type": "log", "base": 2} if log else {"zero": False},
     }
     layer = [

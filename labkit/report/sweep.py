@@ -12,7 +12,7 @@ from labkit.records import LabResults
 from labkit.report.charts import _SCHEMA, Chart
 from labkit.report.load import RunData
 from labkit.report.render import Block, ChartBlock, Heading, Para, Table, fmt_num
-from labkit.report.run_charts import PICKED, legend_pick
+from labkit.report.run_charts import PICKED, legend_pick, level_axis_title
 
 __all__ = ["goodput_chart", "sweep_section"]
 
@@ -67,17 +67,8 @@ def goodput_chart(lab: LabResults | None) -> Chart | None:
             marks.append({"series": label, "throughput": sweep.throughput_rps})
     if not levels:
         return None
-    modes = {mode for _, mode, _, _ in series}
-    x = {
-        "field": "x",
-        "type": "quantitative",
-        "title": {
-            "concurrency": "concurrency (streams in flight)",
-            "rate": "offered rate (requests/s)",
-        }.get(modes.pop(), "level")
-        if len(modes) == 1
-        else "level",
-    }
+    title = level_axis_title({mode for _, mode, _, _ in series})
+    x = {"field": "x", "type": "quantitative", "title": title}
     color = {"field": "series", "type": "nominal", "title": None}
     layer: list[dict[str, Any]] = [
         {
