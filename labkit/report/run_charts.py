@@ -39,6 +39,8 @@ _DISTRIBUTIONS = [
     ("client.decode_ms_per_token", "decode (ms/token)"),
     ("client.e2e_ms", "e2e (ms)"),
 ]
+_LOG = {"type": "log", "nice": False}
+_LOG_AXIS = {"labelOverlap": "greedy", "labelSeparation": 6, "tickCount": 6}
 # Past this many requests a series shows every k-th one (by rank): each point is still one.
 _MAX_POINTS = 400
 
@@ -81,6 +83,7 @@ def distribution_chart(
         frame = ensure_columns(frame, [c for c, _ in _DISTRIBUTIONS])
         for column, metric in _DISTRIBUTIONS:
             xs = np.sort(frame[column].dropna().to_numpy(float))
+            xs = xs[xs > 0]  # a log axis: fast and slow requests both readable
             n = len(xs)
             keep = np.unique(np.linspace(0, n - 1, min(n, _MAX_POINTS)).round().astype(int))
             values += [
@@ -94,7 +97,13 @@ def distribution_chart(
             "params": [legend_pick("series")],
             "mark": {"type": "line", "interpolate": "step-after", "point": {"size": 14}},
             "encoding": {
-                "x": {"field": "value", "type": "quantitative", "title": None},
+                "x": {
+                    "field": "value",
+                    "type": "quantitative",
+                    "title": None,
+                    "scale": _LOG,
+                    "axis": _LOG_AXIS,
+                },
                 "y": {"field": "share", "type": "quantitative", "title": "share of requests"},
                 "color": {"field": "series", "type": "nominal", "legend": {"labelLimit": 360}},
                 "opacity": PICKED,
@@ -118,9 +127,9 @@ def request_distributions(df: pd.DataFrame) -> Chart | None:
     return distribution_chart(
         [(f"{p} · {e}", rows) for (p, e), rows in series],
         "distributions",
-        "Cumulative distributions of client TTFT, decode ms/token and end-to-end time: one "
-        "point per successful, non-warm-up request, at its value and the share of requests "
-        "at or below it (the median sits at 0.5). A curve further right is slower.",
+        "Cumulative distributions of client TTFT, decode ms/token and end-to-end time (log "
+        "scales): one point per successful, non-warm-up request, at its value and the share "
+        "of requests at or below it (the median sits at 0.5). A curve further right is slower.",
     )
 
 
@@ -138,7 +147,7 @@ def client_vs_server_chart(df: pd.DataFrame) -> Chart | None:
     ok = ensure_columns(measured(df), [c for pair in pairs for c in pair[:2]])
     values: list[dict[str, Any]] = []
     for server, client, panel in pairs:
-        both = ok[ok[server].notna() & ok[client].notna()]
+        both = ok[(ok[server] > 0) & (ok[client] > 0)]
         values += [
             {"provider": p, "experiment": e, "panel": panel, "server": s, "client": c}
             for p, e, s, c in zip(
@@ -146,8 +155,11 @@ def client_vs_server_chart(df: pd.DataFrame) -> Chart | None:
             )
         ]
         if len(both):  # the diagonal, where the two clocks would agree
-            top = float(max(both[server].max(), both[client].max()))
-            values += [{"panel": panel, "diagonal": x} for x in (0.0, top)]
+            ends = (
+                min(both[server].min(), both[client].min()),
+                max(both[server].max(), both[client].max()),
+            )
+            values += [{"panel": panel, "diagonal": float(x)} for x in ends]
     if not any("provider" in v for v in values):
         return None
     layer = [
@@ -155,8 +167,18 @@ def client_vs_server_chart(df: pd.DataFrame) -> Chart | None:
             "transform": [{"filter": "datum.diagonal != null"}],
             "mark": {"type": "line", "color": "#8c959f", "strokeDash": [5, 4]},
             "encoding": {
-                "x": {"field": "diagonal", "type": "quantitative", "title": "server's own"},
-                "y": {"field": "diagonal", "type": "quantitative", "title": "client-observed"},
+                "x": {
+                    "field": "diagonal",
+                    "type": "quantitative",
+                    "title": "server's own",
+                    "scale": _LOG,
+                },
+                "y": {
+                    "field": "diagonal",
+                    "type": "quantitative",
+                    "title": "client-observed",
+                    "scale": _LOG,
+                },
             },
         },
         {
@@ -164,8 +186,18 @@ def client_vs_server_chart(df: pd.DataFrame) -> Chart | None:
             "params": [legend_pick("provider")],
             "mark": {"type": "point", "filled": True, "size": 40},
             "encoding": {
-                "x": {"field": "server", "type": "quantitative", "title": "server's own"},
-                "y": {"field": "client", "type": "quantitative", "title": "client-observed"},
+                "x": {
+                    "field": "server",
+                    "type": "quantitative",
+                    "title": "server's own",
+                    "scale": _LOG,
+                },
+                "y": {
+                    "field": "client",
+                    "type": "quantitative",
+                    "title": "client-observed",
+                    "scale": _LOG,
+                },
                 "color": {"field": "provider", "type": "nominal"},
                 "opacity": PICKED,
                 "tooltip": [
@@ -184,8 +216,8 @@ def client_vs_server_chart(df: pd.DataFrame) -> Chart | None:
         spec,
         "One point per successful request of a provider that reports its own timings: the "
         "server's prefill against the client's TTFT (left), the server's decode ms/token "
-        "against the client's (right). On the dashed diagonal the two agree; the height "
-        "above it is queue, network, serving front end and client time.",
+        "against the client's (right), on log scales. On the dashed diagonal the two agree; "
+        "the height above it is queue, network, serving front end and client time.",
     )
 
 
