@@ -333,7 +333,13 @@ def server_queue_chart(scraped: dict[str, list[ServerMetricsSample]]) -> Chart |
                 "type": "quantitative",
                 "title": "seconds since the provider's first scrape",
             },
-            "y": {"field": "requests", "type": "quantitative", "title": "requests"},
+            # Headroom: a server busy all run keeps its line off the chart's top edge.
+            "y": {
+                "field": "requests",
+                "type": "quantitative",
+                "title": "requests",
+                "scale": {"padding": 12},
+            },
             "color": {"field": "provider", "type": "nominal"},
             "strokeDash": {"field": "what", "type": "nominal", "title": None},
             "opacity": PICKED,
