@@ -1,10 +1,10 @@
 """`write_report`: one run folder → report.md, report.html, summary.csv, summary.parquet.
 
-Section order: the lab's answers first (from ``lab.json``), then what is missing from the
-run, the run and its providers, the statistics, errors, the provider/client split and the
-figures. Every gap is said in words: a provider that failed every request, a provider that
-reports no usage or no timings of its own, a truncated ``records.jsonl``, a figure that
-could not be drawn.
+Section order: the lab's answers first (from ``lab.json``), each with its chart, then what
+is missing from the run, the run and its providers, the statistics, errors and the
+provider/client split, each section with its own picture. Every gap is said in words: a
+provider that failed every request, a provider that reports no usage or no timings of its
+own, a truncated ``records.jsonl``, a picture that could not be drawn.
 """
 
 from __future__ import annotations
@@ -19,28 +19,32 @@ from labkit.clocksync import clock_note
 from labkit.errors import RunError
 from labkit.figures import LoadLevel, Percentiles, Quantile, RequestStats, ServerLevelMetrics
 from labkit.records import LabAnswer
-from labkit.report.charts import Chart, TokenSpans, javascript_bundle, question_charts
+from labkit.report.charts import Chart, TokenSpans, question_charts
 from labkit.report.later import later_stats_section
 from labkit.report.load import RunData, ensure_columns, load_run
-from labkit.report.plots import all_plots, load_rows, server_queue_timeline
 from labkit.report.render import (
-    VEGA_BUNDLE_MARK,
     Block,
     Bullets,
     ChartBlock,
     Heading,
-    Image,
     Para,
     Table,
     TokenSpansBlock,
     fmt_num,
-    render_html,
+    html_page,
     render_markdown,
+)
+from labkit.report.run_charts import (
+    client_vs_server_chart,
+    load_curves_chart,
+    load_rows,
+    request_distributions,
+    server_queue_chart,
 )
 from labkit.report.split import NOT_REPORTED, attribution_section, split_section
 from labkit.report.stats import run_stats, stats_frame, where
-from labkit.report.sweep import goodput_curves, sweep_section
-from labkit.report.workloads import conversation_section, workload_plots
+from labkit.report.sweep import sweep_section
+from labkit.report.workloads import cache_hits_chart, conversation_section
 from labkit.scrub import for_people, scrub_frame
 from labkit.server_metrics import ServerMetricsSample, read_server_metrics
 from labkit.wording import CLIENT_BOUND_MARK, cell, client_bound_line
@@ -338,7 +342,8 @@ def _load_section(run: RunData) -> list[Block]:
         if clock:
             blocks.append(Para(clock.strip(), "note"))
         blocks += _server_table(rows)
-    return blocks
+    charts = (load_curves_chart(run.lab), cache_hits_chart(run.lab))
+    return blocks + [ChartBlock(c) for c in charts if c is not None]
 
 
 def _run_section(run: RunData) -> list[Block]:
@@ -507,38 +512,29 @@ def build_blocks(run: RunData) -> tuple[str, list[Block], list[RequestStats]]:
     """The report as a title, a list of blocks, and the request statistics it shows."""
     df = run.records
     stats = run_stats(run.lab, run.run_dir)
-    plots, missing_plots = all_plots(df, run.lab) if len(df) else ([], [])
-    queue = server_queue_timeline(_scraped(run))
-    if queue is not None:  # drawn only where a server was scraped: no note when none was
-        plots.append(queue)
-    plots += workload_plots(run.lab)  # drawn only where such workloads ran
-    goodput = goodput_curves(run.lab)
-    if goodput is not None:  # drawn only where an experiment has SLOs
-        plots.append(goodput)
     title = _title(run)
     blocks: list[Block] = [Heading(title, 1)]
     blocks += _lab_section(run)
     notes = missing_notes(run, stats)
     blocks.append(Heading("What is missing"))
-    if notes or missing_plots:
-        blocks.append(Bullets(notes + missing_plots, "warn"))
+    if notes:
+        blocks.append(Bullets(notes, "warn"))
     else:
         blocks.append(Para("Nothing: every provider answered and reported what it can."))
     blocks += _run_section(run)
+    queue = server_queue_chart(_scraped(run))  # only where a server's /metrics was scraped
+    blocks += [Heading("The server's queue", 3), ChartBlock(queue)] if queue else []
     blocks += _load_section(run)
     blocks += conversation_section(run.lab)
     blocks += sweep_section(run)
     blocks += later_stats_section(run)
     blocks += _stats_section(stats)
+    blocks += [ChartBlock(c) for c in (request_distributions(df),) if c is not None]
     if len(df):
         blocks += _errors_section(df)
     blocks += split_section(stats)
+    blocks += [ChartBlock(c) for c in (client_vs_server_chart(df),) if c is not None]
     blocks += attribution_section(run.lab)
-    blocks.append(Heading("Figures"))
-    if not plots:
-        blocks.append(Para("No figure could be drawn from this run.", "warn"))
-    for plot in plots:
-        blocks += [Heading(plot.title, 3), Image(plot)]
     return title, blocks, stats
 
 
@@ -558,10 +554,7 @@ def write_report(run_dir: Path | str) -> ReportPaths:
         paths.md.write_text(
             for_people(render_markdown(blocks, folder, paths.files.name)), encoding="utf-8"
         )
-        page = for_people(render_html(blocks, title))
-        if VEGA_BUNDLE_MARK in page:
-            page = page.replace(VEGA_BUNDLE_MARK, f"<script>{javascript_bundle()}</script>", 1)
-        paths.html.write_text(page, encoding="utf-8")
+        paths.html.write_text(html_page(blocks, title), encoding="utf-8")
         table = scrub_frame(stats_frame(stats))
         table.to_csv(paths.csv, index=False)
         table.to_parquet(paths.parquet, index=False)

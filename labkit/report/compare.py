@@ -24,7 +24,6 @@ change is detected (its interval excludes zero) and its estimate crosses the lim
 
 from __future__ import annotations
 
-import io
 import math
 import re
 import warnings
@@ -37,25 +36,25 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
-from matplotlib.figure import Figure
 from scipy import stats as sps
 
 from labkit.analysis.stats import min_n, quantile
 from labkit.errors import ConfigError, RunError
+from labkit.report.charts import Chart
 from labkit.report.load import RunData, ensure_columns, load_run
-from labkit.report.plots import Plot
 from labkit.report.render import (
     Block,
     Bullets,
+    ChartBlock,
     Heading,
-    Image,
     Para,
     Table,
     fmt_num,
+    html_page,
     markdown_text,
-    render_html,
 )
 from labkit.report.render import render_markdown as _render_md
+from labkit.report.run_charts import distribution_chart, measured
 from labkit.report.stats import GROUP_KEYS
 from labkit.scrub import for_people, scrub_frame
 
@@ -675,66 +674,34 @@ def comparison_markdown(
     return for_people("\n\n".join(out)) + "\n"
 
 
-_DISTRIBUTIONS = [
-    ("client.ttft_ms", "TTFT (ms)"),
-    ("client.decode_ms_per_token", "decode (ms/token)"),
-    ("client.e2e_ms", "e2e (ms)"),
-]
 _MAX_FIGURES = 12
 
 
-def _png(fig: Figure) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=96, bbox_inches="tight", metadata={"Software": None})
-    return buf.getvalue()
-
-
-def _distribution_plots(runs: Sequence[RunData], labels: Sequence[str]) -> list[Plot]:
+def _distribution_charts(runs: Sequence[RunData], labels: Sequence[str]) -> list[Chart]:
     """Per provider × experiment: each run's TTFT, decode and e2e distributions overlaid."""
-    frames = []
-    for label, run in zip(labels, runs, strict=True):
-        df = ensure_columns(run.records, [c for c, _ in _DISTRIBUTIONS])
-        ok = df[df["ok"].astype(bool) & ~df["warmup"].astype(bool)]
-        frames.append((label, ok))
+    frames = [(label, measured(run.records)) for label, run in zip(labels, runs, strict=True)]
     keys = sorted(
         {
             (str(p), str(e))
             for _, ok in frames
             for p, e in zip(ok["provider"], ok["experiment"], strict=True)
         }
-    )[:_MAX_FIGURES]
-    plots = []
-    for provider, experiment in keys:
-        fig = Figure(figsize=(10.0, 3.2), layout="constrained")
-        axes = fig.subplots(1, len(_DISTRIBUTIONS))
-        drawn = False
-        for ax, (col, title) in zip(axes, _DISTRIBUTIONS, strict=True):
-            for label, ok in frames:
-                sel = ok[(ok["provider"] == provider) & (ok["experiment"] == experiment)]
-                values = np.sort(sel[col].dropna().to_numpy(float))
-                if len(values) == 0:
-                    continue
-                drawn = True
-                ys = np.arange(1, len(values) + 1) / len(values)
-                ax.step(values, ys, where="post", label=f"{label} (n={len(values)})")
-            ax.set_xlabel(title)
-            ax.grid(alpha=0.3)
-            ax.set_ylim(0, 1.02)
-        axes[0].set_ylabel("fraction of requests")
-        axes[0].legend(fontsize=8)
-        if not drawn:
-            continue
+    )
+    charts = []
+    for provider, experiment in keys[:_MAX_FIGURES]:
         safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{provider}-{experiment}")
-        plots.append(
-            Plot(
-                f"distribution-{safe}",
-                f"{provider} · {experiment}: distributions per run",
-                _png(fig),
-                "Cumulative distributions of successful, non-warm-up requests, one line per "
-                "run: a curve further right is slower.",
-            )
+        chart = distribution_chart(
+            [
+                (label, ok[(ok["provider"] == provider) & (ok["experiment"] == experiment)])
+                for label, ok in frames
+            ],
+            f"distribution-{safe}",
+            f"{provider} · {experiment}: cumulative distributions of successful, non-warm-up "
+            "requests, one series per run, one point per request: a curve further right is "
+            "slower.",
         )
-    return plots
+        charts += [chart] if chart else []
+    return charts
 
 
 def write_comparison(
@@ -760,7 +727,7 @@ def write_comparison(
     title = "labkit comparison: " + " vs ".join(labels)
     summary = _summary_blocks(table, labels, gate, thresholds, how)
     figures: list[Block] = [Heading("Distributions", 2)]
-    figures += [Image(p) for p in _distribution_plots(runs, labels)]
+    figures += [ChartBlock(c) for c in _distribution_charts(runs, labels)]
     sources = Para(
         "Runs: " + ", ".join(f"{lab} ({r.run_dir})" for lab, r in zip(labels, runs, strict=True)),
         "note",
@@ -772,7 +739,7 @@ def write_comparison(
             encoding="utf-8",
         )
         (folder / "compare.html").write_text(
-            for_people(render_html([*summary, sources, *figures], title)), encoding="utf-8"
+            html_page([*summary, sources, *figures], title), encoding="utf-8"
         )
         scrub_frame(table).to_csv(folder / "compare.csv", index=False)
     except OSError as exc:

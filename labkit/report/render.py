@@ -1,15 +1,13 @@
-"""A tiny document model (headings, paragraphs, lists, tables, images) and its two renderers.
+"""A tiny document model (headings, paragraphs, lists, tables, charts) and its two renderers.
 
 Markdown is written for a terminal and a code host: tables are padded so their columns line
-up in plain text, images are PNG files in ``report_files/`` linked relatively. HTML is one
-self-contained file: inline CSS, images as ``data:`` URIs, the charts' Vega-Lite specs drawn
-by Vega inlined once (`VEGA_BUNDLE_MARK`, replaced by `write_report`), nothing fetched at
-view time.
+up in plain text, charts are PNG files (vl-convert) in ``report_files/`` linked relatively.
+HTML is one self-contained file: inline CSS, the charts' Vega-Lite specs drawn by Vega
+inlined once (`html_page`), nothing fetched at view time.
 """
 
 from __future__ import annotations
 
-import base64
 import html
 import json
 import math
@@ -17,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from labkit.report.charts import Chart, TokenSpans
-from labkit.report.plots import Plot
+from labkit.report.charts import Chart, TokenSpans, javascript_bundle
+from labkit.scrub import for_people
 
 __all__ = [
     "VEGA_BUNDLE_MARK",
@@ -26,11 +24,11 @@ __all__ = [
     "Bullets",
     "ChartBlock",
     "Heading",
-    "Image",
     "Para",
     "Table",
     "TokenSpansBlock",
     "fmt_num",
+    "html_page",
     "markdown_text",
     "render_html",
     "render_markdown",
@@ -71,13 +69,6 @@ class Table:
 
 
 @dataclass(frozen=True)
-class Image:
-    """A figure."""
-
-    plot: Plot
-
-
-@dataclass(frozen=True)
 class ChartBlock:
     """An interactive chart (a PNG in Markdown)."""
 
@@ -91,9 +82,9 @@ class TokenSpansBlock:
     spans: TokenSpans
 
 
-Block = Heading | Para | Bullets | Table | Image | ChartBlock | TokenSpansBlock
+Block = Heading | Para | Bullets | Table | ChartBlock | TokenSpansBlock
 
-#: Where the page's one inlined copy of Vega goes (`write_report` puts it there, after
+#: Where the page's one inlined copy of Vega goes (`html_page` puts it there, after
 #: scrubbing the page, so the library itself is never rewritten).
 VEGA_BUNDLE_MARK = "<!--labkit:vega-bundle-->"
 
@@ -159,7 +150,7 @@ def markdown_text(block: Block) -> str | None:
 def render_markdown(blocks: list[Block], run_dir: Path, files_dir: str = "report_files") -> str:
     """Render to Markdown; figures are written as PNG files under ``run_dir/files_dir``."""
     out: list[str] = []
-    images = [b for b in blocks if isinstance(b, Image | ChartBlock)]
+    images = [b for b in blocks if isinstance(b, ChartBlock)]
     folder = run_dir / files_dir
     if folder.is_dir():
         for old in folder.glob("*.png"):
@@ -183,13 +174,6 @@ def render_markdown(blocks: list[Block], run_dir: Path, files_dir: str = "report
                     for tokenizer, text_id, pieces, counts in block.spans.rows
                 )
             )
-        elif isinstance(block, Image):
-            path = folder / f"{block.plot.name}.png"
-            path.write_bytes(block.plot.png)
-            out.append(
-                f"![{block.plot.title}]({files_dir}/{block.plot.name}.png)\n\n"
-                f"*{block.plot.caption}*"
-            )
     return "\n\n".join(out) + "\n"
 
 
@@ -210,7 +194,6 @@ p.note{color:#59636e;font-size:.9rem}
 p.warn,ul.warn{background:#fff8c5;border-left:4px solid #d4a72c;padding:.4rem .8rem}
 ul.warn{padding-left:2rem}
 figure{margin:1rem 0}
-figure img{max-width:100%;height:auto;border:1px solid #d0d7de}
 figcaption{color:#59636e;font-size:.85rem}
 .chart{max-width:100%;overflow-x:auto}
 .spans{font-family:ui-monospace,monospace;font-size:.8rem;margin:.3rem 0;max-width:100%;
@@ -280,8 +263,8 @@ for (const el of document.querySelectorAll('div.chart')) {
 
 
 def render_html(blocks: list[Block], title: str) -> str:
-    """Render to one self-contained HTML page (inline CSS, images as data: URIs, charts
-    drawn by the Vega bundle that `write_report` puts at `VEGA_BUNDLE_MARK`)."""
+    """Render to one self-contained HTML page (inline CSS, charts drawn by the Vega bundle
+    that `html_page` puts at `VEGA_BUNDLE_MARK`)."""
     parts: list[str] = []
     charts = 0
     for block in blocks:
@@ -300,15 +283,8 @@ def render_html(blocks: list[Block], title: str) -> str:
         elif isinstance(block, ChartBlock):
             parts.append(_html_chart(block.chart, charts))
             charts += 1
-        elif isinstance(block, TokenSpansBlock):
-            parts.append(_html_spans(block.spans))
         else:
-            data = base64.b64encode(block.plot.png).decode("ascii")
-            parts.append(
-                f'<figure><img alt="{html.escape(block.plot.title)}" '
-                f'src="data:image/png;base64,{data}">'
-                f"<figcaption>{html.escape(block.plot.caption)}</figcaption></figure>"
-            )
+            parts.append(_html_spans(block.spans))
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
@@ -319,3 +295,12 @@ def render_html(blocks: list[Block], title: str) -> str:
         + (f"\n{VEGA_BUNDLE_MARK}{_DRAW_CHARTS}" if charts else "")
         + "\n</body></html>\n"
     )
+
+
+def html_page(blocks: list[Block], title: str) -> str:
+    """The page people read: `render_html`, scrubbed (`labkit.scrub.for_people`), with the
+    Vega bundle inlined where charts need it."""
+    page = for_people(render_html(blocks, title))
+    if VEGA_BUNDLE_MARK in page:
+        page = page.replace(VEGA_BUNDLE_MARK, f"<script>{javascript_bundle()}</script>", 1)
+    return page

@@ -5,13 +5,16 @@ Read from `lab.json` only (`SweepFigures`, and `LoadFigures` levels judged again
 
 from __future__ import annotations
 
+from typing import Any
+
 from labkit.figures import LoadFigures, LoadLevel, SweepFigures
 from labkit.records import LabResults
+from labkit.report.charts import _SCHEMA, Chart
 from labkit.report.load import RunData
-from labkit.report.plots import Plot, _fig, _png
-from labkit.report.render import Block, Heading, Para, Table, fmt_num
+from labkit.report.render import Block, ChartBlock, Heading, Para, Table, fmt_num
+from labkit.report.run_charts import PICKED, legend_pick, level_axis_title
 
-__all__ = ["goodput_curves", "sweep_section"]
+__all__ = ["goodput_chart", "sweep_section"]
 
 _MAX_SERIES = 8
 
@@ -44,75 +47,123 @@ def _series(lab: LabResults | None) -> list[tuple[str, str, list[LoadLevel], Swe
     return out[:_MAX_SERIES]
 
 
-def goodput_curves(lab: LabResults | None) -> Plot | None:
+def goodput_chart(lab: LabResults | None) -> Chart | None:
     """Goodput beside completed throughput against load, the sweeps' knees marked."""
     series = _series(lab)
-    if not series:
-        return None
-    fig = _fig(width=8.0, height=4.0)
-    ax = fig.subplots()
-    modes = set()
+    levels: list[dict[str, Any]] = []
+    marks: list[dict[str, Any]] = []
     for label, mode, rows, sweep in series:
-        modes.add(mode)
-        rows = sorted(rows, key=lambda r: _axis_value(mode, r))
-        x = [_axis_value(mode, r) for r in rows]
-        good = [r.slo.goodput_rps if r.slo and r.slo.goodput_rps is not None else 0.0 for r in rows]
-        done = [r.completed_rps or 0.0 for r in rows]
-        line = ax.plot(x, good, marker="o", label=f"{label} goodput")[0]
-        color = line.get_color()
-        ax.plot(x, done, marker="o", ls=":", mfc="none", color=color, label=f"{label} completed")
-        missed = [
-            (xi, g) for xi, g, r in zip(x, good, rows, strict=True) if r.slo and not r.slo.passed
-        ]
-        if missed:
-            mx, my = zip(*missed, strict=True)
-            ax.scatter(mx, my, marker="x", s=60, color="red", zorder=3)
-        if sweep is not None and sweep.mode == "rate" and sweep.throughput_rps is not None:
-            ax.axhline(sweep.throughput_rps, color=color, ls="-.", lw=0.8, alpha=0.6)
+        for r in rows:
+            at = {"series": label, "x": _axis_value(mode, r), "level": r.display_title}
+            met = "met" if r.slo and r.slo.passed else "missed an SLO"
+            good = r.slo.goodput_rps if r.slo else None
+            levels.append({**at, "what": "goodput", "rps": good or 0.0, "slo": met})
+            levels.append({**at, "what": "completed", "rps": r.completed_rps or 0.0, "slo": met})
         if sweep is not None and sweep.knee is not None:
-            ax.axvline(sweep.knee, color=color, ls="--", lw=1)
-            if sweep.knee_low is not None and sweep.knee_high is not None:
-                ax.axvspan(sweep.knee_low, sweep.knee_high, color=color, alpha=0.12)
-            ax.annotate(
-                f"knee {sweep.knee:.3g}",
-                (sweep.knee, ax.get_ylim()[1]),
-                xytext=(4, -12),
-                textcoords="offset points",
-                fontsize=8,
-                color=color,
+            marks.append(
+                {"series": label, "knee": sweep.knee, "lo": sweep.knee_low, "hi": sweep.knee_high}
             )
-    ax.set_xlabel(
-        "concurrency (streams in flight)"
-        if modes == {"concurrency"}
-        else "offered rate (requests/s)"
-        if modes == {"rate"}
-        else "level (concurrency or requests/s)"
-    )
-    ax.set_ylabel("requests/s")
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    return Plot(
+        if sweep is not None and sweep.mode == "rate" and sweep.throughput_rps is not None:
+            marks.append({"series": label, "throughput": sweep.throughput_rps})
+    if not levels:
+        return None
+    title = level_axis_title({mode for _, mode, _, _ in series})
+    x = {"field": "x", "type": "quantitative", "title": title}
+    color = {"field": "series", "type": "nominal", "title": None}
+    layer: list[dict[str, Any]] = [
+        {
+            "params": [legend_pick("series")],
+            "mark": {"type": "line", "point": True},
+            "encoding": {
+                "x": x,
+                "y": {"field": "rps", "type": "quantitative", "title": "requests/s"},
+                "color": color,
+                "strokeDash": {
+                    "field": "what",
+                    "type": "nominal",
+                    "title": None,
+                    "scale": {"domain": ["goodput", "completed"]},
+                },
+                "opacity": PICKED,
+                "tooltip": [
+                    {"field": "series"},
+                    {"field": "level"},
+                    {"field": "what"},
+                    {"field": "rps", "format": ".2f", "title": "req/s"},
+                    {"field": "slo", "title": "SLOs"},
+                ],
+            },
+        },
+        {
+            "transform": [{"filter": "datum.slo != 'met' && datum.what == 'goodput'"}],
+            "mark": {"type": "point", "shape": "cross", "size": 120, "color": "#cf222e"},
+            "encoding": {"x": x, "y": {"field": "rps", "type": "quantitative"}},
+        },
+    ]
+    if marks:
+        layer += [
+            {
+                "data": {"values": marks},
+                "transform": [{"filter": "datum.lo != null && datum.hi != null"}],
+                "mark": {"type": "rect", "opacity": 0.12},
+                "encoding": {
+                    "x": {"field": "lo", "type": "quantitative"},
+                    "x2": {"field": "hi"},
+                    "color": color,
+                },
+            },
+            {
+                "data": {"values": marks},
+                "transform": [{"filter": "datum.knee != null"}],
+                "mark": {"type": "rule", "strokeDash": [6, 3]},
+                "encoding": {
+                    "x": {"field": "knee", "type": "quantitative"},
+                    "color": color,
+                    "tooltip": [
+                        {"field": "series"},
+                        {"field": "knee"},
+                        {"field": "lo"},
+                        {"field": "hi"},
+                    ],
+                },
+            },
+            {
+                "data": {"values": marks},
+                "transform": [{"filter": "datum.throughput != null"}],
+                "mark": {"type": "rule", "strokeDash": [2, 2]},
+                "encoding": {"y": {"field": "throughput", "type": "quantitative"}, "color": color},
+            },
+        ]
+    spec = {
+        "$schema": _SCHEMA,
+        "data": {"values": levels},
+        "width": 640,
+        "height": 280,
+        "layer": layer,
+    }
+    return Chart(
         "goodput",
         "Goodput against load",
-        _png(fig),
+        spec,
         "Goodput (solid: requests/s that met every SLO) beside all completed requests/s "
-        "(dotted), per level; a red cross marks a level that missed an SLO. A sweep's knee "
-        "(dashed line) is the largest load that met; the shaded band is the interval the "
-        "true knee lies in; a rate sweep's throughput probe (closed loop) is the dash-dot "
-        "line.",
+        "(dashed), per level; "
+        "a red cross marks a level that missed an SLO. A sweep's knee (dashed rule) is the "
+        "largest load that met; the shaded band is the interval the true knee lies in; a "
+        "rate sweep's throughput probe (closed loop) is the dotted horizontal rule.",
     )
 
 
 def sweep_section(run: RunData) -> list[Block]:
-    """One table per sweep answer: its probes in order, and the knee in words."""
+    """The goodput chart, and one table per sweep answer: its probes in order, and the knee
+    in words (a load run judged against SLOs: the chart alone)."""
     sweeps = [
         (a, a.figures)
         for a in (run.lab.answers if run.lab is not None else [])
         if isinstance(a.figures, SweepFigures)
     ]
+    chart = goodput_chart(run.lab)
     if not sweeps:
-        return []
+        return [Heading("Goodput against load"), ChartBlock(chart)] if chart else []
     blocks: list[Block] = [
         Heading("Sweeps"),
         Para(
@@ -125,6 +176,7 @@ def sweep_section(run: RunData) -> list[Block]:
             "second.",
             "note",
         ),
+        *([ChartBlock(chart)] if chart else []),
     ]
     for ans, f in sweeps:
         assert isinstance(f, SweepFigures)

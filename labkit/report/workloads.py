@@ -6,30 +6,15 @@ Drawn from the typed figures in `lab.json` only; a run without such answers adds
 
 from __future__ import annotations
 
-import io
-
-import numpy as np
-from matplotlib.figure import Figure
+from typing import Any
 
 from labkit.figures import ConversationFigures, LoadFigures, LoadLevel, TraceFigures
 from labkit.records import LabResults
-from labkit.report.plots import Plot
-from labkit.report.render import Block, Heading, Para, Table, fmt_num
+from labkit.report.charts import _SCHEMA, Chart
+from labkit.report.render import Block, ChartBlock, Heading, Para, Table, fmt_num
+from labkit.report.run_charts import PICKED, facet_spec, legend_pick
 
-__all__ = ["cache_hits_plot", "conversation_plot", "conversation_section", "workload_plots"]
-
-_MAX_SERIES = 8
-_DPI = 96
-
-
-def _fig(width: float, height: float) -> Figure:
-    return Figure(figsize=(width, height), layout="constrained")
-
-
-def _png(fig: Figure) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=_DPI, bbox_inches="tight", metadata={"Software": None})
-    return buf.getvalue()
+__all__ = ["cache_hits_chart", "conversation_chart", "conversation_section"]
 
 
 def _conversations(lab: LabResults | None) -> list[tuple[str, str, ConversationFigures]]:
@@ -58,99 +43,112 @@ def _cached_levels(lab: LabResults | None) -> list[tuple[str, str, LoadLevel]]:
     return found
 
 
-def conversation_plot(lab: LabResults | None) -> Plot | None:
+def conversation_chart(lab: LabResults | None) -> Chart | None:
     """TTFT per turn (left) and prompt vs cached tokens per turn (right), per provider and
     cache variant."""
     found = _conversations(lab)
-    if not found:
-        return None
-    fig = _fig(width=10.0, height=3.8)
-    ax_ttft, ax_tokens = fig.subplots(1, 2)
-    several = len(found) > 1
-    for provider, experiment, figures in found[:_MAX_SERIES]:
-        for cache in ("on", "off"):
-            rows = [t for t in figures.turns if t.cache == cache and t.ok]
-            if not rows:
+    values: list[dict[str, Any]] = []
+    for provider, experiment, figures in found:
+        name = f"{provider} · {experiment} · " if len(found) > 1 else ""
+        for t in figures.turns:
+            if not t.ok:
                 continue
-            name = f"{provider} · {experiment} · " if several else ""
-            x = [t.turn + 1 for t in rows]
-            style = "-" if cache == "on" else "--"
-            line = ax_ttft.plot(
-                x,
-                [t.ttft_ms_p50 or np.nan for t in rows],
-                style,
-                marker="o",
-                label=f"{name}cache {cache}",
-            )[0]
-            ax_tokens.plot(
-                x,
-                [t.input_tokens_p50 or np.nan for t in rows],
-                style,
-                color=line.get_color(),
-                label=f"{name}cache {cache}: prompt",
-            )
-            ax_tokens.plot(
-                x,
-                [t.cached_tokens_p50 if t.cached_tokens_p50 is not None else np.nan for t in rows],
-                style,
-                marker="s",
-                color=line.get_color(),
-                alpha=0.6,
-                label=f"{name}cache {cache}: cached",
-            )
-    for ax in (ax_ttft, ax_tokens):
-        ax.set_xlabel("turn")
-        ax.grid(alpha=0.3)
-        ax.set_ylim(bottom=0)
-        ax.legend(fontsize=7)
-    ax_ttft.set_ylabel("TTFT p50 (ms)")
-    ax_tokens.set_ylabel("tokens (p50)")
-    return Plot(
+            at = {"series": f"{name}cache {t.cache}", "turn": t.turn + 1}
+            for panel, what, v in (
+                ("TTFT p50 (ms)", "TTFT", t.ttft_ms_p50),
+                ("tokens (p50)", "prompt", t.input_tokens_p50),
+                ("tokens (p50)", "cached", t.cached_tokens_p50),
+            ):
+                if v is not None:
+                    values.append({**at, "panel": panel, "what": what, "v": v})
+    if not values:
+        return None
+    layer = [
+        {
+            "params": [legend_pick("series")],
+            "mark": {"type": "line", "point": True},
+            "encoding": {
+                "x": {"field": "turn", "type": "ordinal", "axis": {"labelAngle": 0}},
+                "y": {"field": "v", "type": "quantitative", "title": None},
+                "color": {"field": "series", "type": "nominal", "title": None},
+                "strokeDash": {"field": "what", "type": "nominal", "title": None},
+                "opacity": PICKED,
+                "tooltip": [
+                    {"field": "series"},
+                    {"field": "turn"},
+                    {"field": "what"},
+                    {"field": "v", "format": ".1f", "title": "p50"},
+                ],
+            },
+        }
+    ]
+    return Chart(
         "conversation_turns",
         "TTFT per conversation turn",
-        _png(fig),
-        "Left: client TTFT per turn with the provider's prompt cache on (solid) and off "
-        "(dashed). Right: the prompt each turn sent (the whole history) and the part the "
-        "provider said it served from its cache.",
+        facet_spec(values, "panel", ["TTFT p50 (ms)", "tokens (p50)"], layer),
+        "Left: client TTFT per turn with the provider's prompt cache on and off. Right: the "
+        "prompt each turn sent (the whole history) and the part the provider said it served "
+        "from its cache.",
     )
 
 
-def cache_hits_plot(lab: LabResults | None) -> Plot | None:
+def cache_hits_chart(lab: LabResults | None) -> Chart | None:
     """Per load level with cache counts: the cached share of prompt tokens against TTFT,
     with the TTFT of hits and misses."""
-    found = _cached_levels(lab)
-    if not found:
-        return None
-    fig = _fig(width=7.0, height=3.8)
-    ax = fig.subplots()
-    for provider, experiment, row in found[: _MAX_SERIES * 4]:
-        share = 100 * (row.cache.cached_share if row.cache and row.cache.cached_share else 0.0)
-        label = f"{provider} · {experiment} · {row.display_title}"
-        dot = ax.scatter([share], [row.ttft_ms_p50 or np.nan], s=60, label=label)
+    values: list[dict[str, Any]] = []
+    for provider, experiment, row in _cached_levels(lab):
         cache = row.cache
-        if cache is not None:
-            for value, marker in ((cache.ttft_ms_p50_hit, "v"), (cache.ttft_ms_p50_miss, "^")):
-                if value is not None:
-                    ax.scatter([share], [value], marker=marker, color=dot.get_facecolor(), s=30)
-    ax.set_xlabel("prompt tokens served from the provider's cache (%)")
-    ax.set_ylabel("TTFT p50 (ms)")
-    ax.set_xlim(-5, 105)
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    return Plot(
+        assert cache is not None and cache.cached_share is not None  # _cached_levels keeps these
+        at = {"level": f"{provider} · {experiment} · {row.display_title}"}
+        for what, v in (
+            ("level", row.ttft_ms_p50),
+            ("hits", cache.ttft_ms_p50_hit),
+            ("misses", cache.ttft_ms_p50_miss),
+        ):
+            if v is not None:
+                values.append({**at, "share": 100 * cache.cached_share, "what": what, "v": v})
+    if not values:
+        return None
+    spec = {
+        "$schema": _SCHEMA,
+        "data": {"values": values},
+        "width": 500,
+        "height": 260,
+        "mark": {"type": "point", "filled": True, "size": 80},
+        "encoding": {
+            "x": {
+                "field": "share",
+                "type": "quantitative",
+                "title": "prompt tokens served from the provider's cache (%)",
+                "scale": {"domain": [0, 100]},
+            },
+            "y": {"field": "v", "type": "quantitative", "title": "TTFT p50 (ms)"},
+            "color": {"field": "level", "type": "nominal", "legend": {"labelLimit": 360}},
+            "shape": {
+                "field": "what",
+                "type": "nominal",
+                "title": None,
+                "scale": {
+                    "domain": ["level", "hits", "misses"],
+                    "range": ["circle", "triangle-down", "triangle-up"],
+                },
+            },
+            "tooltip": [
+                {"field": "level"},
+                {"field": "what"},
+                {"field": "share", "format": ".0f", "title": "cached %"},
+                {"field": "v", "format": ".1f", "title": "TTFT p50"},
+            ],
+        },
+    }
+    return Chart(
         "cache_hits",
         "Cache hits vs TTFT per level",
-        _png(fig),
+        spec,
         "Each load or trace level whose provider counted cached prompt tokens: the share it "
-        "served from its cache against the level's TTFT p50 (dot); ▼ the TTFT p50 of its "
+        "served from its cache against the level's TTFT p50 (circle); ▼ the TTFT p50 of its "
         "hits (at least half the prompt cached), ▲ of the rest.",
     )
-
-
-def workload_plots(lab: LabResults | None) -> list[Plot]:
-    """The workload figures this run's answers allow (none: an empty list)."""
-    return [p for p in (conversation_plot(lab), cache_hits_plot(lab)) if p is not None]
 
 
 def conversation_section(lab: LabResults | None) -> list[Block]:
@@ -188,4 +186,5 @@ def conversation_section(lab: LabResults | None) -> list[Block]:
             for t in figures.turns
         ]
         blocks.append(Table(labels, cells, set(range(1, len(labels)))))
-    return blocks
+    chart = conversation_chart(lab)
+    return blocks + ([ChartBlock(chart)] if chart else [])

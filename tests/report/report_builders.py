@@ -12,13 +12,21 @@ from labkit.figures import (
     AttributionKey,
     AttributionRow,
     CacheEffect,
+    ConversationFigures,
+    ConversationTurn,
     DeterminismFigures,
     Figures,
     LinearFit,
+    LoadFigures,
+    LoadLevel,
+    LoadLevelCache,
     PrefillDecodeFigures,
     PrefillPoint,
     RequestTimeline,
     SingleFigures,
+    SLOReport,
+    SweepFigures,
+    SweepProbe,
     TokenizerCount,
     TokenPieces,
     TokenRatioFigures,
@@ -36,6 +44,7 @@ from labkit.records import (
     RequestRecord,
     Usage,
 )
+from labkit.server_metrics import ServerMetricsSample, metrics_file_name
 
 _T0 = datetime(2025, 1, 1, tzinfo=UTC)
 _counter = [0]
@@ -416,3 +425,101 @@ def picture_lab(run_id: str = "run-1") -> LabResults:
             ),
         ]
     return LabResults(run_id=run_id, answers=answers)
+
+
+def section_answers(provider: str = "local") -> list[LabAnswer]:
+    """Load (with cache counts and SLOs), sweep and conversation answers: what the report's
+    section pictures (load curves, cache hits, goodput, conversation turns) draw."""
+
+    def level(target: int, ttft: float, passed: bool) -> LoadLevel:
+        return LoadLevel(
+            level=f"c{target}",
+            title=f"concurrency {target}",
+            mode="concurrency",
+            target=target,
+            requests=8,
+            ok=8,
+            completed_rps=2.0 * target,
+            output_tokens_per_s=30.0 * target,
+            ttft_ms_p50=ttft,
+            ttft_ms_p99=2 * ttft,
+            client_bound=target == 8,
+            slo=SLOReport(
+                requests=8,
+                good=8 if passed else 2,
+                goodput_rps=2.0 * target if passed else 0.0,
+                passed=passed,
+            ),
+            cache=LoadLevelCache(
+                counted=8,
+                hits=4,
+                cached_share=0.5,
+                ttft_ms_p50_hit=ttft / 2,
+                ttft_ms_p50_miss=ttft * 1.5,
+            ),
+        )
+
+    levels = [
+        level(1, 40.0, True),
+        level(2, 45.0, True),
+        level(4, 60.0, True),
+        level(8, 200.0, False),
+    ]
+    probes = [
+        SweepProbe(step=i, role="baseline" if i == 0 else "bisect", level=lv, met=lv.slo.passed)
+        for i, lv in enumerate(levels)
+        if lv.slo is not None
+    ]
+    turns = [
+        ConversationTurn(
+            cache=cache,
+            turn=t,
+            ok=2,
+            input_tokens_p50=100.0 + 80 * t,
+            cached_tokens_p50=80.0 * t if cache == "on" else 0.0,
+            ttft_ms_p50=50.0 if cache == "on" else 50.0 + 40 * t,
+        )
+        for cache in ("on", "off")
+        for t in range(3)
+    ]
+
+    def ans(exp: str, figures: Figures) -> LabAnswer:
+        return LabAnswer(
+            experiment=exp,
+            provider=provider,
+            question=f"What does {exp} show?",
+            answer="See the chart.",
+            figures=figures,
+        )
+
+    return [
+        ans("load", LoadFigures(levels=levels, mode="concurrency")),
+        ans(
+            "sweep",
+            SweepFigures(
+                mode="concurrency",
+                probes=probes,
+                knee=4,
+                knee_low=4,
+                knee_high=8,
+                knee_goodput_rps=8.0,
+            ),
+        ),
+        ans("conversation", ConversationFigures(turns=turns)),
+    ]
+
+
+def write_scrapes(run_dir: Path, provider: str = "local", n: int = 12) -> None:
+    """A server's /metrics scrapes (running and waiting requests) beside the records."""
+    lines = [
+        ServerMetricsSample(
+            provider=provider,
+            t_mono_ns=10**12 + i * 500_000_000,
+            at="2025-01-01T00:00:00Z",
+            scrape_ms=1.0,
+            running=min(i, 4),
+            waiting=max(0, i - 4),
+        ).model_dump_json()
+        for i in range(n)
+    ]
+    (run_dir / metrics_file_name(provider)).write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -220,7 +220,10 @@ def test_write_comparison_outputs(tmp_path: Path) -> None:
     assert "compare_files/distribution-local-single.png" in md
     assert (result.folder / "compare_files" / "distribution-local-single.png").is_file()
     html = (result.folder / "compare.html").read_text()
-    assert html.count("data:image/png;base64,") == 1
+    # The same engine as the report: one interactive chart, its Vega inlined once.
+    assert html.count('<div class="chart"') == 1 and html.count("vegaEmbed(el, spec") == 1
+    assert "<!--labkit:vega-bundle-->" not in html
+    assert "<img" not in re.sub(r"<script>.*?</script>", "", html, flags=re.S)
     assert not re.search(r"(src|href)=\"(https?:)?//", html)  # offline: nothing fetched
     csv = pd.read_csv(result.folder / "compare.csv")
     assert list(csv["metric"]) == list(GATE_METRICS)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import pandas as pd
 import pytest
 
 from labkit.figures import TokenizerCount, TokenRatioFigures
 from labkit.records import LabAnswer, LabResults
-from labkit.report.plots import _ratio_rows, chars_per_token
+from labkit.report.charts import chars_per_token_chart
 
 pytestmark = pytest.mark.unit
 
@@ -33,15 +32,11 @@ def _answer(provider: str) -> LabAnswer:
 
 def test_each_tokenizer_is_one_series_kept_once() -> None:
     lab = LabResults(run_id="r", answers=[_answer("a"), _answer("b")])
-    rows = _ratio_rows(pd.DataFrame(), lab)
-    series = dict(zip(rows["provider"], rows["cpt"], strict=True))
+    chart = chars_per_token_chart(lab)
+    assert chart is not None
+    values = chart.spec["data"]["values"]
+    series = {v["tokenizer"]: v["chars_per_token"] for v in values}
+    assert len(values) == len(series) == 4
     assert series == pytest.approx(
-        {
-            "tiktoken:cl100k_base": 34 / 30,
-            "tiktoken:o200k_base": 34 / 24,
-            "m [a]": 34 / 58,
-            "m [b]": 34 / 58,
-        }
+        {"cl100k_base": 34 / 30, "o200k_base": 34 / 24, "m [a]": 34 / 58, "m [b]": 34 / 58}
     )
-    plot = chars_per_token(pd.DataFrame(), lab)
-    assert plot is not None and "per tokenizer" in plot.caption

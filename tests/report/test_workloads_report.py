@@ -15,8 +15,8 @@ from labkit.figures import (
     TraceFigures,
 )
 from labkit.records import LabAnswer, LabResults
-from labkit.report.render import Table
-from labkit.report.workloads import conversation_section, workload_plots
+from labkit.report.render import ChartBlock, Table
+from labkit.report.workloads import cache_hits_chart, conversation_chart, conversation_section
 
 pytestmark = pytest.mark.unit
 
@@ -68,10 +68,18 @@ def test_conversation_and_cache_hit_figures_are_drawn_with_a_turn_table() -> Non
             _answer("trace", TraceFigures(trace="t.jsonl", speedup=1.0, replay=level)),
         ],
     )
-    plots = workload_plots(lab)
-    assert [p.name for p in plots] == ["conversation_turns", "cache_hits"]
-    assert all(p.png.startswith(PNG) for p in plots)
-    tables = [b for b in conversation_section(lab) if isinstance(b, Table)]
+    turns, hits = conversation_chart(lab), cache_hits_chart(lab)
+    assert turns is not None and hits is not None
+    assert turns.png.startswith(PNG) and hits.png.startswith(PNG)
+    # The charts draw the figures' own medians, never a value of their own.
+    ttft = {(v["series"], v["turn"], v["what"]): v["v"] for v in turns.spec["data"]["values"]}
+    assert ttft[("cache off", 3, "TTFT")] == 130.0 and ttft[("cache on", 3, "cached")] == 160.0
+    shown = {(v["level"], v["what"]): v["v"] for v in hits.spec["data"]["values"]}
+    assert shown[("local · trace · concurrency 2", "hits")] == 30.0
+    assert shown[("local · load · concurrency 2", "misses")] == 90.0
+    section = conversation_section(lab)
+    assert [b.chart.name for b in section if isinstance(b, ChartBlock)] == ["conversation_turns"]
+    tables = [b for b in section if isinstance(b, Table)]
     assert len(tables) == 1 and len(tables[0].rows) == 6
     on_last = tables[0].rows[2]
     assert on_last[:2] == ["on", "3"] and on_last[5] == "62"  # 160 of 260 tokens cached
@@ -82,5 +90,5 @@ def test_a_run_without_workloads_adds_nothing() -> None:
     lab = LabResults(
         run_id="r", answers=[_answer("load", LoadFigures(levels=[level], mode="concurrency"))]
     )
-    assert workload_plots(lab) == [] and conversation_section(lab) == []
-    assert workload_plots(None) == [] and conversation_section(None) == []
+    assert cache_hits_chart(lab) is None and conversation_section(lab) == []
+    assert conversation_chart(None) is None and conversation_section(None) == []

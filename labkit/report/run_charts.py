@@ -1,0 +1,360 @@
+"""The pictures beside the report's tables, as Vega-Lite specs (`labkit.report.charts.Chart`).
+
+Requests' distributions and the two clocks plot each request's own values (every point is
+one request, nothing aggregated); the load curves read `lab.json`'s level figures; the
+server's queue plots its scrapes of /metrics as they were taken. A chart with nothing to
+draw is None.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from labkit.figures import LoadFigures, LoadLevel, TraceFigures
+from labkit.records import LabResults
+from labkit.report.charts import _SCHEMA, Chart
+from labkit.report.load import ensure_columns
+from labkit.server_metrics import ServerMetricsSample
+
+__all__ = [
+    "PICKED",
+    "client_vs_server_chart",
+    "distribution_chart",
+    "facet_spec",
+    "legend_pick",
+    "level_axis_title",
+    "load_curves_chart",
+    "load_rows",
+    "measured",
+    "request_distributions",
+    "server_queue_chart",
+]
+
+_DISTRIBUTIONS = [
+    ("client.ttft_ms", "TTFT (ms)"),
+    ("client.decode_ms_per_token", "decode (ms/token)"),
+    ("client.e2e_ms", "e2e (ms)"),
+]
+_LOG = {"type": "log", "nice": False}
+_LOG_AXIS = {"labelOverlap": "greedy", "labelSeparation": 6, "tickCount": 6}
+# Past this many requests a series shows every k-th one (by rank): each point is still one.
+_MAX_POINTS = 400
+
+
+def measured(df: pd.DataFrame) -> pd.DataFrame:
+    """The successful, non-warm-up requests of a records frame."""
+    return df[df["ok"].astype(bool) & ~df["warmup"].astype(bool)] if len(df) else df
+
+
+def facet_spec(
+    values: list[dict[str, Any]], facet: str, order: list[str], layer: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Panels side by side, one per value of `facet` (in `order`), each with its own axes,
+    each drawing `layer`."""
+    return {
+        "$schema": _SCHEMA,
+        "data": {"values": values},
+        "facet": {"column": {"field": facet, "type": "nominal", "title": None, "sort": order}},
+        "spec": {"width": 230, "height": 200, "layer": layer},
+        "resolve": {"scale": {"x": "independent", "y": "independent"}},
+    }
+
+
+def legend_pick(field: str) -> dict[str, Any]:
+    """A point selection `pick` on `field`, bound to the legend (click to show one)."""
+    return {"name": "pick", "select": {"type": "point", "fields": [field]}, "bind": "legend"}
+
+
+#: Faded outside the legend's pick.
+PICKED = {"condition": {"param": "pick", "value": 1}, "value": 0.12}
+
+
+def distribution_chart(
+    series: Sequence[tuple[str, pd.DataFrame]], name: str, caption: str
+) -> Chart | None:
+    """Each series' requests as cumulative distributions of TTFT, decode ms/token and e2e:
+    a point per request at its value and its rank's share."""
+    values: list[dict[str, Any]] = []
+    for label, frame in series:
+        frame = ensure_columns(frame, [c for c, _ in _DISTRIBUTIONS])
+        for column, metric in _DISTRIBUTIONS:
+            xs = np.sort(frame[column].dropna().to_numpy(float))
+            xs = xs[xs > 0]  # a log axis: fast and slow requests both readable
+            n = len(xs)
+            keep = np.unique(np.linspace(0, n - 1, min(n, _MAX_POINTS)).round().astype(int))
+            values += [
+                {"series": label, "metric": metric, "value": float(xs[i]), "share": (i + 1) / n}
+                for i in keep
+            ]
+    if not values:
+        return None
+    layer = [
+        {
+            "params": [legend_pick("series")],
+            "mark": {"type": "line", "interpolate": "step-after", "point": {"size": 14}},
+            "encoding": {
+                "x": {
+                    "field": "value",
+                    "type": "quantitative",
+                    "title": None,
+                    "scale": _LOG,
+                    "axis": _LOG_AXIS,
+                },
+                "y": {"field": "share", "type": "quantitative", "title": "share of requests"},
+                "color": {"field": "series", "type": "nominal", "legend": {"labelLimit": 360}},
+                "opacity": PICKED,
+                "tooltip": [
+                    {"field": "series"},
+                    {"field": "metric"},
+                    {"field": "value", "format": ".2f"},
+                    {"field": "share", "format": ".0%", "title": "at or below"},
+                ],
+            },
+        }
+    ]
+    spec = facet_spec(values, "metric", [m for _, m in _DISTRIBUTIONS], layer)
+    return Chart(name, "Distributions per request", spec, caption)
+
+
+def request_distributions(df: pd.DataFrame) -> Chart | None:
+    """The run's successful, non-warm-up requests, one series per provider × experiment."""
+    ok = measured(df)
+    series = [] if ok.empty else list(ok.groupby(["provider", "experiment"], sort=True))
+    return distribution_chart(
+        [(f"{p} · {e}", rows) for (p, e), rows in series],
+        "distributions",
+        "Cumulative distributions of client TTFT, decode ms/token and end-to-end time (log "
+        "scales): one point per successful, non-warm-up request, at its value and the share "
+        "of requests at or below it (the median sits at 0.5). A curve further right is slower.",
+    )
+
+
+def client_vs_server_chart(df: pd.DataFrame) -> Chart | None:
+    """Each request's own prefill (decode) time as the server reported it, against the
+    TTFT (decode) the client saw, where the provider reports its timings."""
+    pairs = [
+        ("provider_timings.prefill_ms", "client.ttft_ms", "prefill vs TTFT (ms)"),
+        (
+            "provider_timings.decode_ms_per_token",
+            "client.decode_ms_per_token",
+            "decode (ms/token)",
+        ),
+    ]
+    ok = ensure_columns(measured(df), [c for pair in pairs for c in pair[:2]])
+    values: list[dict[str, Any]] = []
+    for server, client, panel in pairs:
+        both = ok[(ok[server] > 0) & (ok[client] > 0)]
+        values += [
+            {"provider": p, "experiment": e, "panel": panel, "server": s, "client": c}
+            for p, e, s, c in zip(
+                both["provider"], both["experiment"], both[server], both[client], strict=True
+            )
+        ]
+        if len(both):  # the diagonal, where the two clocks would agree
+            ends = (
+                min(both[server].min(), both[client].min()),
+                max(both[server].max(), both[client].max()),
+            )
+            values += [{"panel": panel, "diagonal": float(x)} for x in ends]
+    if not any("provider" in v for v in values):
+        return None
+    layer = [
+        {
+            "transform": [{"filter": "datum.diagonal != null"}],
+            "mark": {"type": "line", "color": "#8c959f", "strokeDash": [5, 4]},
+            "encoding": {
+                "x": {
+                    "field": "diagonal",
+                    "type": "quantitative",
+                    "title": "server's own",
+                    "scale": _LOG,
+                },
+                "y": {
+                    "field": "diagonal",
+                    "type": "quantitative",
+                    "title": "client-observed",
+                    "scale": _LOG,
+                },
+            },
+        },
+        {
+            "transform": [{"filter": "datum.provider != null"}],
+            "params": [legend_pick("provider")],
+            "mark": {"type": "point", "filled": True, "size": 40},
+            "encoding": {
+                "x": {
+                    "field": "server",
+                    "type": "quantitative",
+                    "title": "server's own",
+                    "scale": _LOG,
+                },
+                "y": {
+                    "field": "client",
+                    "type": "quantitative",
+                    "title": "client-observed",
+                    "scale": _LOG,
+                },
+                "color": {"field": "provider", "type": "nominal"},
+                "opacity": PICKED,
+                "tooltip": [
+                    {"field": "provider"},
+                    {"field": "experiment"},
+                    {"field": "server", "format": ".2f", "title": "server"},
+                    {"field": "client", "format": ".2f", "title": "client"},
+                ],
+            },
+        },
+    ]
+    spec = facet_spec(values, "panel", [p for _, _, p in pairs], layer)
+    return Chart(
+        "client_vs_server",
+        "Client vs server, per request",
+        spec,
+        "One point per successful request of a provider that reports its own timings: the "
+        "server's prefill against the client's TTFT (left), the server's decode ms/token "
+        "against the client's (right), on log scales. On the dashed diagonal the two agree; "
+        "the height above it is queue, network, serving front end and client time.",
+    )
+
+
+def load_rows(lab: LabResults | None) -> list[tuple[str, str, list[LoadLevel]]]:
+    """(provider, experiment, level rows) of every load answer in `lab.json`, a trace
+    replay as its one level."""
+    found = []
+    for ans in lab.answers if lab is not None else []:
+        if isinstance(ans.figures, TraceFigures):
+            found.append((ans.provider, ans.experiment, [ans.figures.replay]))
+        elif isinstance(ans.figures, LoadFigures) and ans.figures.levels:
+            found.append((ans.provider, ans.experiment, ans.figures.levels))
+    return found
+
+
+def level_axis_title(modes: set[str]) -> str:
+    """The load axis' title for levels of these modes (mixed: plain "level")."""
+    axes = {"concurrency": "concurrency (streams in flight)", "rate": "offered rate (requests/s)"}
+    return axes.get(modes.pop(), "level") if len(modes) == 1 else "level"
+
+
+def load_curves_chart(lab: LabResults | None) -> Chart | None:
+    """Aggregate output tokens/s and TTFT p50/p99 against each load level, per provider."""
+    found = load_rows(lab)
+    several = len({e for _, e, _ in found}) > 1
+    values: list[dict[str, Any]] = []
+    for provider, experiment, rows in found:
+        series = f"{provider} · {experiment}" if several else provider
+        for r in rows:
+            if not r.ok:
+                continue
+            at = {"series": series, "level": r.target, "title": r.display_title}
+            bound = "client-bound" if r.client_bound else "ok"
+            for panel, stat, v in (
+                ("output tokens/s, all streams", "aggregate", r.output_tokens_per_s),
+                ("TTFT (ms)", "p50", r.ttft_ms_p50),
+                ("TTFT (ms)", "p99", r.ttft_ms_p99),
+            ):
+                if v is not None:
+                    values.append({**at, "panel": panel, "stat": stat, "v": v, "bound": bound})
+    if not values:
+        return None
+    log = max(v["level"] for v in values) >= 16
+    x = {
+        "field": "level",
+        "type": "quantitative",
+        "title": level_axis_title({r.mode for _, _, rows in found for r in rows}),
+        "scale": {"type": "log", "base": 2} if log else {"zero": False},
+    }
+    layer = [
+        {
+            "params": [legend_pick("series")],
+            "mark": {"type": "line", "point": {"size": 40}},
+            "encoding": {
+                "x": x,
+                "y": {"field": "v", "type": "quantitative", "title": None},
+                "color": {"field": "series", "type": "nominal"},
+                "strokeDash": {"field": "stat", "type": "nominal", "title": None},
+                "opacity": PICKED,
+                "tooltip": [
+                    {"field": "series"},
+                    {"field": "title", "title": "level"},
+                    {"field": "stat"},
+                    {"field": "v", "format": ".1f", "title": "value"},
+                    {"field": "bound", "title": "labkit"},
+                ],
+            },
+        },
+        {
+            "transform": [{"filter": "datum.bound == 'client-bound'"}],
+            "mark": {"type": "point", "size": 220, "color": "#cf222e", "strokeWidth": 2},
+            "encoding": {"x": x, "y": {"field": "v", "type": "quantitative"}},
+        },
+    ]
+    spec = facet_spec(values, "panel", ["output tokens/s, all streams", "TTFT (ms)"], layer)
+    return Chart(
+        "load_curves",
+        "Throughput and TTFT per load level",
+        spec,
+        "Left: output tokens/s of all streams together, per level. Right: client TTFT p50 "
+        "and p99. A red ring marks a client-bound level, whose timings include labkit's own "
+        "delay.",
+    )
+
+
+def server_queue_chart(scraped: dict[str, list[ServerMetricsSample]]) -> Chart | None:
+    """Requests running and waiting in each server over the run, from its scrapes."""
+    values: list[dict[str, Any]] = []
+    for provider, samples in sorted(scraped.items()):
+        t0 = samples[0].t_mono_ns if samples else 0
+        for s in samples:
+            at = {"provider": provider, "t": (s.t_mono_ns - t0) / 1e9}
+            values += [
+                {**at, "what": what, "requests": n}
+                for what, n in (("running", s.running), ("waiting", s.waiting))
+                if n is not None
+            ]
+    if not values:
+        return None
+    spec: dict[str, Any] = {
+        "$schema": _SCHEMA,
+        "data": {"values": values},
+        "width": 760,
+        "height": 200,
+        "params": [
+            legend_pick("provider"),
+            {"name": "zoom", "select": "interval", "bind": "scales"},
+        ],
+        "mark": {"type": "line", "interpolate": "step-after", "point": {"size": 10}},
+        "encoding": {
+            "x": {
+                "field": "t",
+                "type": "quantitative",
+                "title": "seconds since the provider's first scrape",
+            },
+            # Headroom: a server busy all run keeps its line off the chart's top edge.
+            "y": {
+                "field": "requests",
+                "type": "quantitative",
+                "title": "requests",
+                "scale": {"padding": 12},
+            },
+            "color": {"field": "provider", "type": "nominal"},
+            "strokeDash": {"field": "what", "type": "nominal", "title": None},
+            "opacity": PICKED,
+            "tooltip": [
+                {"field": "provider"},
+                {"field": "what"},
+                {"field": "t", "format": ".1f", "title": "s"},
+                {"field": "requests"},
+            ],
+        },
+    }
+    return Chart(
+        "server_queue",
+        "Requests running and waiting in the server",
+        spec,
+        "From the server's own /metrics, scraped during the run (server-metrics-<id>.jsonl): "
+        "requests it was running and holding in its queue.",
+    )
