@@ -39,11 +39,13 @@ setup: $(LAB_STAMP)
 browser:
 	bash scripts/install-browser.sh
 
-## The whole test suite, every tier: unit, integration, and e2e (the real llama-server and a
-## real browser, which it sets up first).
-test: $(STAMP) browser
+## The whole test suite, every tier: the unit tier first (a minute: a typo fails before
+## anything is built), then the browser and llama-server set-up, then integration and e2e.
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -m unit
+	$(MAKE) --no-print-directory browser
 	$(BIN)/labkit setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not unit"
 
 ## No sockets, a scripted clock: needs nothing but the venv (no llama-server, no browser).
 test-unit: $(STAMP)

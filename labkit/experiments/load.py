@@ -68,6 +68,7 @@ from labkit.records import ErrorKind, LabAnswer, RequestRecord
 from labkit.selfcheck import level_lag
 from labkit.server_metrics import ServerMetricsSample, server_level_metrics
 from labkit.slo import SLO, judge, slo_sentence
+from labkit.wording import cache_sentence, goodput_sentence, load_answer, server_queue_sentence
 from labkit.workloads import PromptSizing, SharedPrefix, measure_sizing
 
 __all__ = [
@@ -79,13 +80,12 @@ __all__ = [
     "level_figures",
     "server_queue_sentence",
 ]
-from labkit.wording import cache_sentence, goodput_sentence, load_answer, server_queue_sentence
 
 _DEFAULT_REQUESTS = 32
 _NS = 1_000_000_000
 # An open loop without max_concurrency may have any number of requests in flight.
 _UNCAPPED_CONNECTIONS = 1024
-_SETTLE_S = 0.02  # more than two of the loop-lag monitor's 5 ms sampling periods
+_SETTLE_S = 0.02  # the set-up's pending callbacks run before the first request's clock
 
 TokenTarget = PositiveInt | tuple[PositiveInt, PositiveInt]
 
@@ -596,9 +596,8 @@ async def _settled(
 
     Connections opened here are ready before any request's clock starts (a first wave that
     opened its own would count the connects, and the other streams' set-up, in TTFT).
-    Set-up work (a full garbage collection, new HTTP clients) holds the loop; the loop-lag
-    monitor notices only at its next wake-up, and a sample taken after the first request
-    started would count the set-up against that request's stamps.
+    Set-up work (a full garbage collection, new HTTP clients) holds the loop; a short settle
+    lets what it queued run before the first request's clock starts, not inside its stamps.
     """
     provider.connections.reserve(streams)
     if connections == "warm":

@@ -112,7 +112,7 @@ class Executor(ABC):
 
 class InProcessExecutor(Executor):
     """The whole level in the runner's process, measured by the runner's `Measurer` (its
-    recorders and their loop-lag monitor)."""
+    recorders)."""
 
     def __init__(self, measurer: Measurer) -> None:
         self._measurer = measurer
