@@ -1,7 +1,7 @@
 """The record contract: one `RequestRecord` per request, one JSON line each.
 
 Field names follow ``docs/measurement.md`` (the contract that reports and outside tools
-read); they change only with a migration note in the README. This module is a leaf: it
+read); they change only with a note in ``docs/migrations.md``. This module is a leaf: it
 imports nothing else of labkit but `labkit.figures` (the typed figures of `LabAnswer`,
 itself a leaf) and nothing of HTTP.
 
@@ -457,7 +457,7 @@ class LabAnswer(_Model):
     `figures` holds the numbers the answer was computed from: one typed model per
     experiment kind (`labkit.figures`, told apart by `figures.kind`), read by the run
     summary and the report. A `lab.json` from before figures were typed still loads (see
-    `labkit.figures.read_figures` and the README's "lab.json").
+    `labkit.figures.read_figures`, docs/runs.md "lab.json" and docs/migrations.md).
     """
 
     experiment: str = Field(description="Experiment kind: single, token_ratio, ...")

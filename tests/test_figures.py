@@ -1,5 +1,5 @@
 """Typed figures in lab.json: they round-trip with their `kind`, and a lab.json written
-before figures were typed still loads (the README's migration note)."""
+before figures were typed still loads (docs/migrations.md, "Typed figures")."""
 
 from __future__ import annotations
 
