@@ -332,14 +332,6 @@ class AttributionExperiment(Experiment):
             "not observed",
         )
         row(
-            K.LOOP_LAG,
-            "event-loop lag while reading",
-            APPLICATION,
-            median_of(ok, lambda r: r.client.loop_lag_ms),
-            "client.loop_lag_ms",
-            "not observed",
-        )
-        row(
             K.SDK_TTFT,
             "SDK overhead on TTFT (sdk − wire)",
             APPLICATION,

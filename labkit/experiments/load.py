@@ -11,8 +11,8 @@ A level ends after ``requests`` requests or ``duration_s`` seconds, whichever co
 Prompts are fixed (``prompts``) or synthetic, sized to ``input_tokens`` (and the output to
 ``output_tokens``), drawn per request from ``seed``. Streams can be read by several worker
 processes (``workers``), as one Python process reading many fast streams falls behind them;
-every record says how late its event loop ran (``client.loop_lag_ms``), and a level where it
-ran late is flagged client-bound (`labkit.selfcheck`).
+every record says how late labkit may have stamped its events (``client.stamp_lateness_ms``),
+and a level whose stamps ran late is flagged client-bound (`labkit.selfcheck`).
 """
 
 from __future__ import annotations

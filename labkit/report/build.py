@@ -233,7 +233,6 @@ _LOAD_VIEW: list[tuple[Callable[[LoadLevel], float | None], str, int | None]] = 
     (lambda r: r.decode_ms_per_token_p50, "decode ms/tok p50", None),
     (lambda r: r.decode_ms_per_token_p99, "decode ms/tok p99", None),
     (lambda r: r.queue_ms_p99, "queue p99", None),
-    (lambda r: r.loop_lag_ms_p50, "loop lag p50", None),
     (lambda r: r.stamp_lateness_ms_p99, "stamps late p99", None),
 ]
 
@@ -321,9 +320,9 @@ def _load_section(run: RunData) -> list[Block]:
             "Per level: requests ok and failed, the achieved request rate (starts per second; "
             "compare with the target of a rate level), mean requests in flight, output "
             "tokens/s of all streams together, client TTFT and decode percentiles (ms), the "
-            "wait inside labkit before sending (queue, never part of TTFT) and labkit's "
-            "event-loop lag. A level marked client-bound has timings that include labkit's "
-            "own delay.",
+            "wait inside labkit before sending (queue, never part of TTFT) and how late "
+            "labkit stamped its events (p99). A level marked client-bound has timings that "
+            "include labkit's own delay.",
             "note",
         ),
     ]

@@ -91,7 +91,6 @@ _LOAD_COLUMNS: list[tuple[Callable[[LoadLevel], float | None], str, int]] = [
     (lambda r: r.ttft_ms_p99, "TTFT\np99 ms", 1),
     (lambda r: r.decode_ms_per_token_p50, "decode\nms/tok", 2),
     (lambda r: r.queue_ms_p99, "queue\np99 ms", 2),
-    (lambda r: r.loop_lag_ms_p50, "loop lag\np50 ms", 1),
     (lambda r: r.stamp_lateness_ms_p99, "stamps late\np99 ms", 2),
 ]
 
