@@ -18,7 +18,7 @@ import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import ClassVar, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -32,7 +32,13 @@ from pydantic import (
 
 from labkit.clocksync import HostClock
 from labkit.figures import Figures
-from labkit.providers.base import ChatRequest, ClientPath, Provider, ProviderSettings
+from labkit.providers.base import (
+    ChatRequest,
+    ClientPath,
+    Provider,
+    ProviderSettings,
+    SamplingParams,
+)
 from labkit.records import LabAnswer, RequestRecord
 from labkit.server_metrics import ServerMetricsSample
 from labkit.slo import SLO, judge, parse_slos, slo_sentence
@@ -57,7 +63,7 @@ class ExperimentSettings(BaseModel):
     warmup: NonNegativeInt = Field(
         default=1, description="Warm-up requests per provider, stored but kept out of stats."
     )
-    params: dict[str, Any] = Field(
+    params: SamplingParams = Field(
         default_factory=dict, description="Sampling parameters sent with every request."
     )
     system: str | None = Field(default=None, description="Optional system message.")

@@ -38,7 +38,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    JsonValue,
     NonNegativeFloat,
     NonNegativeInt,
     PositiveInt,
@@ -50,7 +49,7 @@ from labkit.experiments.base import ExperimentSettings, PlannedRequest, register
 from labkit.experiments.common import latest_pass, p_of
 from labkit.experiments.paced import LevelContext, LevelPlan, PacedExperiment, SendFn, Share
 from labkit.figures import ConversationFigures, ConversationTurn, ConversationVariant, LinearFit
-from labkit.providers.base import ChatRequest, Provider
+from labkit.providers.base import ChatRequest, Provider, SamplingParams
 from labkit.records import ErrorKind, LabAnswer, RequestRecord
 from labkit.wording import conversation_answer
 from labkit.workloads import PromptSizing, answered, build_history, measure_sizing, with_user
@@ -98,7 +97,9 @@ class ConversationSettings(ExperimentSettings):
     )
     seed: int = Field(default=0, description="Seeds the user messages and think times.")
     repeats: PositiveInt = Field(default=1, description="Unused: `sessions` sets the count.")
-    params: dict[str, Any] = Field(default_factory=lambda: {"max_tokens": 32, "temperature": 0})
+    params: SamplingParams = Field(
+        default_factory=lambda: SamplingParams(max_tokens=32, temperature=0)
+    )
 
     @field_validator("cache", mode="before")
     @classmethod
@@ -139,8 +140,8 @@ class ConversationState(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     prompt_sizing: PromptSizing = Field(default_factory=PromptSizing)
-    cache_params: dict[CacheVariant, dict[str, JsonValue]] = Field(default_factory=dict)
-    exact_length_params: dict[str, JsonValue] = Field(default_factory=dict)
+    cache_params: dict[CacheVariant, SamplingParams] = Field(default_factory=dict)
+    exact_length_params: SamplingParams = Field(default_factory=dict)
     path: str = "wire"
 
 
@@ -175,8 +176,8 @@ class ConversationExperiment(PacedExperiment[ConversationState, ConversationPass
     def __init__(self, settings: ExperimentSettings, index: int = 0) -> None:
         super().__init__(settings, index)
         self._sizing = PromptSizing()
-        self._cache_params: dict[CacheVariant, dict[str, JsonValue]] = {"on": {}, "off": {}}
-        self._exact: dict[str, JsonValue] = {}
+        self._cache_params: dict[CacheVariant, SamplingParams] = {"on": {}, "off": {}}
+        self._exact: SamplingParams = {}
         self._path = "wire"
 
     @property

@@ -26,13 +26,12 @@ import secrets
 import time
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    JsonValue,
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
@@ -63,7 +62,7 @@ from labkit.measurement.capacity import (
 )
 from labkit.measurement.capacity import stream_events_per_s as warmup_events_per_s
 from labkit.pacing import arrival_offsets_ns, closed_loop, open_loop
-from labkit.providers.base import ChatRequest, Provider, ProviderSettings
+from labkit.providers.base import ChatRequest, Provider, ProviderSettings, SamplingParams
 from labkit.records import ErrorKind, LabAnswer, RequestRecord
 from labkit.selfcheck import level_lag
 from labkit.server_metrics import ServerMetricsSample, server_level_metrics
@@ -162,7 +161,7 @@ class LoadSettings(ExperimentSettings):
         "every request opens a fresh connection inside its measurement, as a client that "
         "keeps none alive sees it.",
     )
-    params: dict[str, Any] = Field(default_factory=lambda: {"max_tokens": 64})
+    params: SamplingParams = Field(default_factory=lambda: SamplingParams(max_tokens=64))
 
     @model_validator(mode="after")
     def _one_loop(self) -> LoadSettings:
@@ -217,9 +216,9 @@ class LoadState(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     prompt_sizing: PromptSizing = Field(default_factory=PromptSizing)
-    exact_length_params: dict[str, JsonValue] = Field(default_factory=dict)
+    exact_length_params: SamplingParams = Field(default_factory=dict)
     paths: list[str] = Field(default_factory=lambda: ["wire"])
-    cache_on: dict[str, JsonValue] = Field(default_factory=dict)
+    cache_on: SamplingParams = Field(default_factory=dict)
 
 
 class LoadLevelPlan(LevelPlan):
@@ -255,9 +254,9 @@ class LoadExperiment(PacedExperiment[LoadState, LoadLevelPlan]):
     def __init__(self, settings: ExperimentSettings, index: int = 0) -> None:
         super().__init__(settings, index)
         self._sizing = PromptSizing()
-        self._exact_length: dict[str, JsonValue] = {}
+        self._exact_length: SamplingParams = {}
         self._paths: list[str] = ["wire"]
-        self._cache_on: dict[str, JsonValue] = {}
+        self._cache_on: SamplingParams = {}
         # What `workers: auto` weighs (`labkit.capacity`), measured in `drive`.
         self._free_cpus = free_cpus(0)
         self._stream_eps: float | None = None
@@ -378,8 +377,8 @@ class LoadExperiment(PacedExperiment[LoadState, LoadLevelPlan]):
             prompts = prompt_list(s.prompts)
             prompt = prompts[i % len(prompts)]
         if s.output_tokens is not None:
-            params["max_tokens"] = _draw(s.output_tokens, rng)
-            tags["target_output_tokens"] = params["max_tokens"]
+            n_out = _draw(s.output_tokens, rng)
+            params["max_tokens"] = tags["target_output_tokens"] = n_out
             for name, value in self._exact_length.items():
                 params.setdefault(name, value)
         messages, prompt_id = self.messages(prompt.text), prompt.id

@@ -25,13 +25,12 @@ import secrets
 from collections.abc import AsyncGenerator
 from functools import cached_property
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    JsonValue,
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
@@ -44,7 +43,7 @@ from labkit.experiments.load import Level, level_figures
 from labkit.experiments.paced import LevelContext, LevelPlan, PacedExperiment, SendFn, Share
 from labkit.figures import TraceFigures
 from labkit.pacing import open_loop
-from labkit.providers.base import ChatRequest, Provider, ProviderSettings
+from labkit.providers.base import ChatRequest, Provider, ProviderSettings, SamplingParams
 from labkit.records import ErrorKind, LabAnswer, RequestRecord
 from labkit.wording import trace_answer
 from labkit.workloads import (
@@ -91,7 +90,7 @@ class TraceSettings(ExperimentSettings):
     block_tokens: PositiveInt = Field(default=512, description="Tokens per Mooncake hash block.")
     warmup: NonNegativeInt = Field(default=1, description="Warm-up requests before the replay.")
     repeats: PositiveInt = Field(default=1, description="Unused: the trace sets the requests.")
-    params: dict[str, Any] = Field(default_factory=lambda: {"temperature": 0})
+    params: SamplingParams = Field(default_factory=lambda: SamplingParams(temperature=0))
 
 
 class TraceState(BaseModel):
@@ -103,7 +102,7 @@ class TraceState(BaseModel):
     prompt_sizing: PromptSizing = Field(default_factory=PromptSizing)
     header_tokens: int = _DEFAULT_HEADER_TOKENS
     framing_tokens: int = 0
-    exact_length_params: dict[str, JsonValue] = Field(default_factory=dict)
+    exact_length_params: SamplingParams = Field(default_factory=dict)
     path: str = "wire"
 
 
@@ -133,7 +132,7 @@ class TraceExperiment(PacedExperiment[TraceState, TracePass]):
         self._header_tokens = _DEFAULT_HEADER_TOKENS
         self._warmup_tokens: int | None = None
         self._framing_tokens = 0
-        self._exact: dict[str, JsonValue] = {}
+        self._exact: SamplingParams = {}
         self._path = "wire"
 
     @property

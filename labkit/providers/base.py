@@ -34,6 +34,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    JsonValue,
     PositiveFloat,
     PositiveInt,
     ValidationInfo,
@@ -58,6 +59,7 @@ __all__ = [
     "ProviderSettings",
     "ResponseHeaders",
     "SDKAdapter",
+    "SamplingParams",
     "StreamParser",
     "Timeouts",
     "TokenCount",
@@ -76,6 +78,10 @@ ClientPath: TypeAlias = Literal["wire", "sdk"]
 #: Response headers as either HTTP stack hands them over (`httpx.Headers`, or `httpx2.Headers`
 #: on the SDK path): `get` is case-insensitive and `items()` yields lower-case names.
 ResponseHeaders: TypeAlias = Mapping[str, str]
+
+#: Sampling parameters as the config and the experiments give them (`max_tokens`,
+#: `temperature`, ...): user JSON, which each provider puts into its wire body.
+SamplingParams: TypeAlias = dict[str, JsonValue]
 
 
 #: What a key may hold to travel as an HTTP header value: printable ASCII (spaces inside).
@@ -178,7 +184,7 @@ class ProviderSettings(BaseModel):
         "httpx's CPU per chunk); `auto` uses lean for load levels on an http or https URL "
         "without a proxy, httpx otherwise.",
     )
-    params: dict[str, Any] = Field(
+    params: SamplingParams = Field(
         default_factory=dict, description="Default sampling parameters, under the experiment's."
     )
     metrics_interval_s: PositiveFloat = Field(
@@ -306,7 +312,7 @@ class ChatRequest:
     """One chat request as the experiment wants it, before any provider's wire format."""
 
     messages: list[dict[str, str]]
-    params: dict[str, Any] = field(default_factory=dict)
+    params: SamplingParams = field(default_factory=dict)
     prompt_id: str = "prompt"
     #: Close the connection after this request, so the next one measures a fresh connect.
     fresh_connection: bool = False
@@ -502,7 +508,7 @@ class Provider(ABC):
         """The model asked for."""
         return self.settings.model
 
-    def effective_params(self, request: ChatRequest) -> dict[str, Any]:
+    def effective_params(self, request: ChatRequest) -> SamplingParams:
         """Provider defaults overlaid by the request's own parameters."""
         return {**self.settings.params, **request.params}
 
@@ -547,12 +553,12 @@ class Provider(ABC):
         queue while no more are in flight; None: unknown, or a server others may share."""
         return None
 
-    def prompt_cache_params(self, enabled: bool) -> dict[str, Any]:
+    def prompt_cache_params(self, enabled: bool) -> SamplingParams:
         """Request parameters that turn the provider's prompt cache on or off (empty: the
         provider has no such control, and only a unique prompt prefix avoids the cache)."""
         return {}
 
-    def exact_length_params(self) -> dict[str, Any]:
+    def exact_length_params(self) -> SamplingParams:
         """Request parameters that make the model decode exactly `max_tokens` (ignoring its
         end-of-sequence token); empty when the provider cannot."""
         return {}

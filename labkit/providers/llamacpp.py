@@ -24,6 +24,7 @@ from labkit.providers._wire import wire_count
 from labkit.providers.base import (
     ManagedServerHandle,
     ProviderSettings,
+    SamplingParams,
     StreamParser,
     TokenCount,
     register,
@@ -235,11 +236,11 @@ class LlamaCppProvider(OpenAICompatibleProvider):
         s = self.settings
         return s.slots if isinstance(s, LlamaCppSettings) and s.managed else None
 
-    def prompt_cache_params(self, enabled: bool) -> dict[str, Any]:
+    def prompt_cache_params(self, enabled: bool) -> SamplingParams:
         """llama-server's `cache_prompt`: reuse the slot's KV cache for a shared prefix."""
         return {"cache_prompt": enabled}
 
-    def exact_length_params(self) -> dict[str, Any]:
+    def exact_length_params(self) -> SamplingParams:
         """`ignore_eos`: decode until `max_tokens`."""
         return {"ignore_eos": True}
 

@@ -16,7 +16,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    JsonValue,
     NonNegativeInt,
     PositiveInt,
     SerializeAsAny,
@@ -26,7 +25,7 @@ from pydantic import (
 
 from labkit.experiments import ExperimentSettings, LevelPlan, PacedExperiment, experiment_class
 from labkit.experiments.paced import RecordTags
-from labkit.providers import Provider, ProviderSettings, provider_class
+from labkit.providers import Provider, ProviderSettings, SamplingParams, provider_class
 from labkit.records import RequestRecord
 
 __all__ = [
@@ -161,7 +160,7 @@ class Sending(BaseModel):
     prompt_id: str
     prompt_chars: int
     prompt_bytes: int
-    params: dict[str, JsonValue]
+    params: SamplingParams
     started_at: datetime
     t_mono_ns: int
 

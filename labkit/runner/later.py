@@ -14,10 +14,10 @@ import asyncio
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import httpx
 
+from labkit.manifest import LaterStatsManifest
 from labkit.provider_stats import LaterStats, read_later_stats, stats_file_name
 from labkit.providers import Provider
 from labkit.records import RequestRecord
@@ -40,14 +40,14 @@ class LaterReport:
     missing: int = 0
     first_error: str | None = None
 
-    def manifest_entry(self) -> dict[str, Any]:
+    def manifest_entry(self) -> LaterStatsManifest:
         """The provider's `stats_later` entry in `manifest.json`."""
-        return {
-            "file": self.file,
-            "fetched": self.fetched,
-            "missing": self.missing,
-            "first_error": self.first_error,
-        }
+        return LaterStatsManifest(
+            file=self.file,
+            fetched=self.fetched,
+            missing=self.missing,
+            first_error=self.first_error,
+        )
 
     def failure_note(self, provider_id: str) -> str | None:
         """One line about the responses whose stats never came (None: every one did)."""

@@ -29,8 +29,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from pydantic import ValidationError
+
 from labkit.errors import RunError
 from labkit.filenames import safe_filename
+from labkit.manifest import HostInfo, Manifest
 from labkit.records import LabResults, RequestRecord
 from labkit.scrub import scrub_json
 
@@ -69,14 +72,14 @@ def package_versions() -> dict[str, str | None]:
     return out
 
 
-def host_info() -> dict[str, Any]:
+def host_info() -> HostInfo:
     """Where the run ran."""
-    return {
-        "hostname": socket.gethostname(),
-        "platform": platform.platform(),
-        "python": sys.version.split()[0],
-        "cpu_count": os.cpu_count(),
-    }
+    return HostInfo(
+        hostname=socket.gethostname(),
+        platform=platform.platform(),
+        python=sys.version.split()[0],
+        cpu_count=os.cpu_count(),
+    )
 
 
 def _write_json_atomic(path: Path, data: Any) -> None:
@@ -150,7 +153,7 @@ class RunFolder:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._records: BinaryIO | None = None
-        self.manifest: dict[str, Any] = {}
+        self.manifest = Manifest()
         self.write_error: str | None = None
         """Why a write failed (file and reason); once set, the folder takes no more records."""
         self.on_write_error: Callable[[str], None] | None = None
@@ -182,13 +185,20 @@ class RunFolder:
             raise RunError(f"{path} is not a run folder (no {MANIFEST})")
         folder._take_lock()
         try:
-            folder.manifest = json.loads(manifest.read_text(encoding="utf-8"))
+            data = json.loads(manifest.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             folder.release()
             raise RunError(f"cannot read {manifest}: {exc}") from None
-        if not isinstance(folder.manifest, dict):
+        if not isinstance(data, dict):
             folder.release()
             raise RunError(f"cannot read {manifest}: not a JSON object")
+        try:
+            folder.manifest = Manifest.model_validate(data)
+        except ValidationError as exc:
+            folder.release()
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise RunError(f"cannot read {manifest}: {where}: {first['msg']}") from None
         return folder
 
     def _take_lock(self) -> None:
@@ -304,18 +314,19 @@ class RunFolder:
                     on_skip(f"{self.records_path}:{n}: skipped, not a valid record ({first})")
         return out
 
-    def write_manifest(self, **updates: Any) -> None:
-        """Merge `updates` into the manifest and rewrite it atomically.
+    def write_manifest(self, update: Manifest) -> None:
+        """Merge the fields `update` sets into the manifest and rewrite it atomically.
 
         After a failed write, a status update becomes ``failed`` with the reason in
         ``failure``: a folder that lost a write never claims to be complete.
         """
-        if self.write_error is not None and "status" in updates:
-            updates = {**updates, "status": "failed", "failure": self.write_error}
-        self.manifest.update(updates)
+        fields = {name: getattr(update, name) for name in update.model_fields_set}
+        if self.write_error is not None and "status" in fields:
+            fields |= {"status": "failed", "failure": self.write_error}
+        self.manifest = self.manifest.model_copy(update=fields)
         path = self.path / MANIFEST
         try:
-            _write_json_atomic(path, self.manifest)
+            _write_json_atomic(path, self.manifest.model_dump(mode="json", exclude_unset=True))
         except OSError as exc:
             self._failed(path, exc)
 

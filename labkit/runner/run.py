@@ -17,12 +17,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import JsonValue
+
 from labkit.analysis.requests import request_stats
 from labkit.clocksync import clock_log_name, read_clock_log
 from labkit.config import LabConfig, parse_config
 from labkit.errors import LabkitError, ProviderUnavailable, RunError
 from labkit.experiments import Experiment, PacedExperiment, PlannedRequest, experiment_class
 from labkit.experiments.paced import connections_needed
+from labkit.manifest import Manifest, ProviderManifest, RunStatus
 from labkit.measurement.recorder import StreamRecorder
 from labkit.measurement.sdkpath import SDKRecorder
 from labkit.providers import ManagedServerHandle, Provider, ProviderSettings, provider_class
@@ -65,7 +68,7 @@ class ProviderOutcome:
     done: int = 0
     failed: int = 0
     planned: int = 0
-    server: dict[str, Any] | None = None
+    server: dict[str, JsonValue] | None = None
     #: Whether the provider says it reports its own prefill/decode times (None: not known).
     reports_server_timings: bool | None = None
     #: How the scrapes of the server's /metrics went, summed over experiments (None: none).
@@ -74,23 +77,21 @@ class ProviderOutcome:
     stats_later: LaterReport | None = None
     ttfts: list[float] = field(default_factory=list)
 
-    def manifest_entry(self) -> dict[str, Any]:
+    def manifest_entry(self) -> ProviderManifest:
         """The provider's entry in `manifest.json`."""
-        return {
-            "kind": self.kind,
-            "model": self.model,
-            "status": self.status,
-            "reason": self.reason,
-            "first_error": self.first_error,
-            "requests": self.done,
-            "failed": self.failed,
-            "server": self.server,
-            "reports_server_timings": self.reports_server_timings,
-            "server_metrics": (
-                self.server_metrics.manifest_entry() if self.server_metrics else None
-            ),
-            "stats_later": self.stats_later.manifest_entry() if self.stats_later else None,
-        }
+        return ProviderManifest(
+            kind=self.kind,
+            model=self.model,
+            status=self.status,
+            reason=self.reason,
+            first_error=self.first_error,
+            requests=self.done,
+            failed=self.failed,
+            server=self.server,
+            reports_server_timings=self.reports_server_timings,
+            server_metrics=self.server_metrics.manifest_entry() if self.server_metrics else None,
+            stats_later=self.stats_later.manifest_entry() if self.stats_later else None,
+        )
 
 
 @dataclass
@@ -177,7 +178,7 @@ class Runner:
 
     async def run(self) -> RunResult:
         """Run every provider; always leaves a consistent manifest behind."""
-        status = "failed"
+        status: RunStatus = "failed"
         try:
             tasks = [
                 asyncio.create_task(self._run_provider(s, o), name=f"provider:{s.id}")
@@ -196,10 +197,12 @@ class Runner:
             await self.executor.close()
             self.folder.close()
             self.folder.write_manifest(
-                ended_at=datetime.now(UTC).isoformat(),
-                status=status,
-                records=len(self._records),
-                providers={o.id: o.manifest_entry() for o in self.outcomes},
+                Manifest(
+                    ended_at=datetime.now(UTC).isoformat(),
+                    status=status,
+                    records=len(self._records),
+                    providers={o.id: o.manifest_entry() for o in self.outcomes},
+                )
             )
         if self.folder.write_error is not None:
             # Every record after the failed write would be lost: the run stops here, its
@@ -538,7 +541,7 @@ def ttft_p50(outcome: ProviderOutcome) -> float | None:
 
 
 def _select(config: LabConfig, options: RunOptions) -> LabConfig:
-    update: dict[str, Any] = {}
+    providers = config.providers
     if options.providers:
         known = {p.id for p in config.providers}
         unknown = [p for p in options.providers if p not in known]
@@ -546,7 +549,7 @@ def _select(config: LabConfig, options: RunOptions) -> LabConfig:
             raise RunError(
                 f"no provider {unknown[0]!r} in the config (have: {', '.join(sorted(known))})"
             )
-        update["providers"] = [p for p in config.providers if p.id in options.providers]
+        providers = [p for p in config.providers if p.id in options.providers]
     exps = config.experiments
     if options.experiments:
         kinds = {e.kind for e in exps}
@@ -558,10 +561,10 @@ def _select(config: LabConfig, options: RunOptions) -> LabConfig:
         exps = [e for e in exps if e.kind in options.experiments]
     if options.repeats is not None:
         exps = [e.model_copy(update={"repeats": options.repeats}) for e in exps]
-    update["experiments"] = exps
-    if options.out_dir is not None:
-        update["output_dir"] = options.out_dir
-    return config.model_copy(update=update)
+    output_dir = config.output_dir if options.out_dir is None else options.out_dir
+    return config.model_copy(
+        update={"providers": providers, "experiments": exps, "output_dir": output_dir}
+    )
 
 
 def validate_experiments(config: LabConfig) -> None:
@@ -580,16 +583,18 @@ def prepare_run(config: LabConfig, options: RunOptions) -> Runner:
     folder = RunFolder.create(config.output_dir, new_run_id(config.name))
     folder.records_path.touch()  # a valid run folder from the start, even if nothing runs
     folder.write_manifest(
-        run_id=folder.run_id,
-        name=config.name,
-        config_path=options.config_path,
-        config=config.redacted(),
-        labkit_version=package_versions().get("labkit"),
-        packages=package_versions(),
-        host=host_info(),
-        started_at=datetime.now(UTC).isoformat(),
-        ended_at=None,
-        status="running",
+        Manifest(
+            run_id=folder.run_id,
+            name=config.name,
+            config_path=options.config_path,
+            config=config.redacted(),
+            labkit_version=package_versions().get("labkit"),
+            packages=package_versions(),
+            host=host_info(),
+            started_at=datetime.now(UTC).isoformat(),
+            ended_at=None,
+            status="running",
+        )
     )
     return Runner(config, folder)
 
@@ -601,14 +606,14 @@ def prepare_resume(run_dir: Path, on_warning: Callable[[str], None] | None = Non
     records.jsonl that is not a valid record (skipped: its request is redone).
     """
     folder = RunFolder.open_existing(run_dir)
-    config = parse_config(folder.manifest.get("config"), f"{run_dir}/manifest.json")
+    config = parse_config(folder.manifest.config, f"{run_dir}/manifest.json")
     previous = folder.read_records(on_skip=on_warning)
     done = {
         (r.provider, r.plan_key)
         for r in previous
         if r.plan_key and not (r.error is not None and r.error.kind == ErrorKind.CANCELLED)
     }
-    folder.write_manifest(status="running", resumed_at=datetime.now(UTC).isoformat())
+    folder.write_manifest(Manifest(status="running", resumed_at=datetime.now(UTC).isoformat()))
     return Runner(config, folder, done_keys={(p, k) for p, k in done if k}, previous=previous)
 
 

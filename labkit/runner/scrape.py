@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 
+from labkit.manifest import ScrapeManifest
 from labkit.scrub import scrub, scrub_json
 from labkit.server_metrics import ServerMetricsSample, parse_metrics_text
 
@@ -44,15 +45,15 @@ class ScrapeReport:
     failed: int = 0
     first_error: str | None = None
 
-    def manifest_entry(self) -> dict[str, Any]:
+    def manifest_entry(self) -> ScrapeManifest:
         """The provider's `server_metrics` entry in `manifest.json`."""
-        return {
-            "url": self.url,
-            "file": self.file,
-            "scrapes": self.scrapes,
-            "failed": self.failed,
-            "first_error": self.first_error,
-        }
+        return ScrapeManifest(
+            url=self.url,
+            file=self.file,
+            scrapes=self.scrapes,
+            failed=self.failed,
+            first_error=self.first_error,
+        )
 
     def failure_note(self, provider_id: str) -> str | None:
         """One line about the failed scrapes (None: none failed)."""

@@ -18,6 +18,7 @@ from typer.testing import CliRunner, Result
 from labkit.cli import app
 from labkit.config import parse_config
 from labkit.errors import RunError, ServerError
+from labkit.manifest import Manifest
 from labkit.records import RequestRecord
 from labkit.report.load import load_run
 from labkit.runner import RunOptions, prepare_run, run_lab
@@ -245,7 +246,7 @@ def test_a_folder_that_failed_a_write_refuses_later_records(tmp_path: Path) -> N
     folder.write_error = "cannot write x: No space left on device (ENOSPC)"
     with pytest.raises(RunError, match="ENOSPC"):
         folder.append(_records_of_a_run(tmp_path)[0])
-    folder.write_manifest(status="completed")
+    folder.write_manifest(Manifest(status="completed"))
     assert _manifest(folder.path)["status"] == "failed"
     folder.release()
 
@@ -274,7 +275,7 @@ def test_a_folder_is_locked_until_its_last_user_in_this_process_releases_it(
     tmp_path: Path,
 ) -> None:
     run = RunFolder.create(tmp_path, "r")
-    run.write_manifest(status="running")
+    run.write_manifest(Manifest(status="running"))
     assert _held_by_someone_else(run.path)
     resume = RunFolder.open_existing(run.path)  # the same process may open it again
     run.release()
@@ -286,7 +287,7 @@ def test_a_folder_is_locked_until_its_last_user_in_this_process_releases_it(
 
 def test_a_folder_locked_elsewhere_is_refused_with_one_clear_error(tmp_path: Path) -> None:
     run = RunFolder.create(tmp_path, "r")
-    run.write_manifest(status="running")
+    run.write_manifest(Manifest(status="running"))
     run.release()
     with (run.path / ".lock").open("rb") as other:
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as another process would

@@ -1,0 +1,102 @@
+"""The run folder's ``manifest.json`` as typed models: what ran, where, and how each provider
+fared (written by `labkit.runner.results.RunFolder`, read back on resume).
+
+The file is written with ``model_dump(mode="json", exclude_unset=True)``: a field appears
+once something set it (a fresh run's first write has no ``records`` yet; ``resumed_at`` and
+``failure`` only where they happened), so a manifest read and written back keeps exactly its
+keys. A leaf contract like `labkit.records`: pydantic only.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, JsonValue
+
+__all__ = [
+    "HostInfo",
+    "LaterStatsManifest",
+    "Manifest",
+    "ProviderManifest",
+    "RunStatus",
+    "ScrapeManifest",
+]
+
+RunStatus = Literal["running", "completed", "interrupted", "failed"]
+"""A run's state: ``running`` until it ends (or its process dies)."""
+
+
+class HostInfo(BaseModel):
+    """Where the run ran."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    hostname: str
+    platform: str
+    python: str
+    cpu_count: int | None
+
+
+class ScrapeManifest(BaseModel):
+    """How the scrapes of a server's ``/metrics`` went (``server-metrics-<provider>.jsonl``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str
+    file: str
+    scrapes: int
+    failed: int
+    first_error: str | None
+
+
+class LaterStatsManifest(BaseModel):
+    """How fetching the provider's stats after the run went (``provider-stats-<id>.jsonl``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    file: str
+    fetched: int
+    missing: int
+    first_error: str | None
+
+
+class ProviderManifest(BaseModel):
+    """One provider's part of the run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: str
+    model: str
+    status: str
+    reason: str | None = None
+    first_error: str | None = None
+    requests: int = 0
+    failed: int = 0
+    #: What the local server or the provider's API said about itself (build, model, slots).
+    server: dict[str, JsonValue] | None = None
+    reports_server_timings: bool | None = None
+    server_metrics: ScrapeManifest | None = None
+    stats_later: LaterStatsManifest | None = None
+
+
+class Manifest(BaseModel):
+    """``manifest.json``: every field optional, present once written (see the module)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str | None = None
+    name: str | None = None
+    config_path: str | None = None
+    #: The config as JSON (`LabConfig.redacted`: variable names, never keys).
+    config: dict[str, JsonValue] | None = None
+    labkit_version: str | None = None
+    packages: dict[str, str | None] | None = None
+    host: HostInfo | None = None
+    started_at: str | None = None
+    resumed_at: str | None = None
+    ended_at: str | None = None
+    status: RunStatus | None = None
+    #: Why the run failed: the write that failed, its file and reason.
+    failure: str | None = None
+    records: int | None = None
+    providers: dict[str, ProviderManifest] | None = None
