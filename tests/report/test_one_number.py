@@ -23,7 +23,8 @@ from labkit.report.render import Bullets, Table
 from labkit.report.split import NOT_DERIVABLE
 from labkit.runner.summary import summary_table
 from labkit.wording import CLIENT_BOUND_MARK, cell
-from tests.report.report_builders import make_record, write_run
+from tests.report.report_builders import write_run
+from tests.support.records import make_record
 
 pytestmark = pytest.mark.unit
 
@@ -156,9 +157,7 @@ def test_report_summary_lab_json_answers_and_charts_agree(tmp_path: Path) -> Non
             assert term["server prefill\nms p50"] == cell(s.ttft_split.provider_prefill_ms)
             for text in stats_row.values():
                 assert text in md
-        single = next(
-            a for a in lab.answers if a.provider == provider and a.experiment == "single"
-        )
+        single = next(a for a in lab.answers if a.provider == provider and a.experiment == "single")
         assert describe(by_key[(provider, "single")].ttft_ms.p50) in single.answer
 
     queued = by_key[(QUEUED, "attribution")].ttft_split
