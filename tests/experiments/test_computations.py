@@ -197,6 +197,7 @@ def test_attribution_derives_what_it_can_and_says_what_it_cannot() -> None:
     local = [
         make_record(
             experiment="attribution",
+            provider_kind="fake",
             ttft_ms=150.0,
             prefill_ms=140.0,
             decode_ms_per_token=9.2,
@@ -207,6 +208,7 @@ def test_attribution_derives_what_it_can_and_says_what_it_cannot() -> None:
         ),
         make_record(
             experiment="attribution",
+            provider_kind="fake",
             ttft_ms=154.0,
             prefill_ms=146.0,
             decode_ms_per_token=9.4,
@@ -221,7 +223,18 @@ def test_attribution_derives_what_it_can_and_says_what_it_cannot() -> None:
     assert rows[AttributionKey.TCP_CONNECT].value_ms == pytest.approx(0.3)
     assert rows[AttributionKey.PREFILL].owner == "provider"
 
-    hosted = [make_record(experiment="attribution", ttft_ms=300.0, tags={"connection": "fresh"})]
+    hosted = [
+        make_record(
+            experiment="attribution",
+            provider_kind="fake",
+            ttft_ms=300.0,
+            headers_ms=None,  # only a TTFT: nothing else can be derived
+            first_event_ms=None,
+            prepare_ms=None,
+            parse_cpu_ms=None,
+            tags={"connection": "fresh"},
+        )
+    ]
     answer = exp.analyze("h", "m", hosted)
     rows = {r.key: r for r in answer.figures.rows}
     assert rows[AttributionKey.PREFILL].value_ms is None

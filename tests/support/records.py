@@ -2,7 +2,8 @@
 
 Client timings are consistent by default (headers at half the TTFT, an event every
 `decode_ms_per_token` from the first token, end-to-end 2 ms after the last); `client`
-keyword arguments override any computed `ClientTimings` field.
+keyword arguments override any computed `ClientTimings` field (given event offsets, the
+last token and end-to-end follow them).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ def make_record(
     n = n_events if n_events is not None else (output_tokens or 0)
     step = decode_ms_per_token or 0.0
     offsets = [ttft_ms + step * k for k in range(n)] if ttft_ms is not None else []
+    offsets = client.pop("event_offsets_ms", offsets)  # the last token and e2e follow them
     last = offsets[-1] if offsets else None
     decode = decode_ms_per_token if (output_tokens or 0) >= 2 else None
     timings: dict[str, Any] = {
