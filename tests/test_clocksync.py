@@ -22,7 +22,7 @@ from labkit.clocksync import (
     write_clock_log,
 )
 from labkit.records import RecordClock, RequestRecord
-from tests.experiments.records import make_record
+from tests.support.records import make_record
 
 pytestmark = pytest.mark.unit
 

@@ -18,8 +18,8 @@ from labkit.experiments.load import Level, LoadExperiment, LoadSettings, level_f
 from labkit.figures import LoadFigures
 from labkit.records import LabResults, RecordClock, RequestRecord
 from labkit.report import write_report
-from tests.experiments.records import make_record
 from tests.report.report_builders import write_run
+from tests.support.records import make_record
 
 pytestmark = pytest.mark.unit
 
@@ -34,7 +34,9 @@ def _level(clock: RecordClock | None, *, requests: int = 10) -> list[RequestReco
     for i in range(requests):
         start = 10 * NS + i * NS // 2
         remote = i % 2 == 1
-        rec = make_record(experiment="load", ttft=40.0, e2e_ms=100.0, tags={"level": "r2"})
+        rec = make_record(
+            experiment="load", ttft_ms=40.0, e2e_ms=100.0, n_events=0, tags={"level": "r2"}
+        )
         out.append(
             rec.model_copy(
                 update={

@@ -12,7 +12,8 @@ import pytest
 
 import labkit
 from labkit.errors import RunError
-from tests.report.report_builders import make_record, write_run
+from tests.report.report_builders import write_run
+from tests.support.records import make_record
 
 pytestmark = pytest.mark.unit
 

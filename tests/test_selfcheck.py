@@ -22,8 +22,8 @@ from labkit.selfcheck import (
     pooled_p99,
     summarize_lag,
 )
-from tests.experiments.records import make_record
 from tests.providers.streams import make_provider, oa_usage, openai_events, record_one
+from tests.support.records import make_record
 
 pytestmark = pytest.mark.unit
 
@@ -34,7 +34,7 @@ def _level(n: int, **client: Any) -> list[Any]:
         make_record(
             experiment="load",
             tags={"level": "c32"},
-            ttft=50.0,
+            ttft_ms=50.0,
             event_offsets_ms=offsets,
             itl_ms_p50=2.0,
             **client,

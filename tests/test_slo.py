@@ -14,7 +14,7 @@ from labkit.experiments.single import SingleExperiment, SingleSettings
 from labkit.figures import LoadFigures, SingleFigures, SLOReport
 from labkit.records import RequestRecord
 from labkit.slo import judge, parse_slos
-from tests.experiments.records import make_record
+from tests.support.records import make_record
 
 pytestmark = pytest.mark.unit
 
@@ -63,14 +63,14 @@ def test_bad_slo_keys_get_a_clear_config_error(slo: dict[str, float], message: s
 def test_a_request_meets_an_slo_when_it_succeeded_within_the_bound() -> None:
     (ttft,) = parse_slos({"ttft_ms_p90": 200})
     (decode,) = parse_slos({"decode_ms_per_token_p90": 20})
-    within = make_record(experiment="e", ttft=200.0, decode=None)
+    within = make_record(experiment="e", ttft_ms=200.0, decode_ms_per_token=None)
     assert ttft.met_by(within)
-    assert not ttft.met_by(make_record(experiment="e", ttft=200.1))
-    assert not ttft.met_by(make_record(experiment="e", ttft=10.0, failed=True))
+    assert not ttft.met_by(make_record(experiment="e", ttft_ms=200.1))
+    assert not ttft.met_by(make_record(experiment="e", ttft_ms=10.0, error_kind="http_status"))
     # A reply with one token has no decode speed: it does not miss a decode SLO...
     assert decode.met_by(within)
     # ... but a successful stream without a first token misses a TTFT SLO.
-    assert not ttft.met_by(make_record(experiment="e", ttft=None))
+    assert not ttft.met_by(make_record(experiment="e", ttft_ms=None))
 
 
 def test_goodput_counts_requests_meeting_every_slo_and_the_verdict_is_a_share() -> None:
@@ -79,10 +79,10 @@ def test_goodput_counts_requests_meeting_every_slo_and_the_verdict_is_a_share() 
     ttfts = [100.0, 100.0, 300.0] + [100.0] * 6 + [150.0]
     decodes = [10.0] * 5 + [30.0] * 5
     records = [
-        _at(make_record(experiment="e", ttft=t, decode=d), i)
+        _at(make_record(experiment="e", ttft_ms=t, decode_ms_per_token=d), i)
         for i, (t, d) in enumerate(zip(ttfts, decodes, strict=True))
     ]
-    records.append(make_record(experiment="e", warmup=True, ttft=9999.0))  # never judged
+    records.append(make_record(experiment="e", warmup=True, ttft_ms=9999.0))  # never judged
     report = judge(slos, records)
     assert report is not None and report.requests == 10
     ttft, decode = report.checks
@@ -98,7 +98,7 @@ def test_goodput_counts_requests_meeting_every_slo_and_the_verdict_is_a_share() 
     assert report.goodput_low_rps == pytest.approx(report.good_share.lo * 10 / 9.1)
     assert report.goodput_low_rps < report.goodput_rps < (report.goodput_high_rps or 0)
     # A failure counts as missing every SLO.
-    failed = _at(make_record(experiment="e", ttft=1.0, failed=True), 10)
+    failed = _at(make_record(experiment="e", ttft_ms=1.0, error_kind="http_status"), 10)
     worse = judge(slos, [*records, failed])
     assert worse is not None and worse.checks[0].share is not None
     assert worse.checks[0].share.value == pytest.approx(9 / 11)
@@ -108,10 +108,10 @@ def test_goodput_counts_requests_meeting_every_slo_and_the_verdict_is_a_share() 
 def test_a_verdict_needs_the_share_s_interval_on_one_side_of_the_percentile() -> None:
     slos = parse_slos({"ttft_ms_p90": 200})
     # 40 of 40 within: the share's lower bound (0.912) clears 90 %; 35 of 36 would not.
-    within = [_at(make_record(experiment="e", ttft=100.0), i / 10) for i in range(40)]
+    within = [_at(make_record(experiment="e", ttft_ms=100.0), i / 10) for i in range(40)]
     held = judge(slos, within)
     assert held is not None and held.checks[0].verdict == "pass" and held.passed
-    slow = [_at(make_record(experiment="e", ttft=300.0), 4 + i / 10) for i in range(15)]
+    slow = [_at(make_record(experiment="e", ttft_ms=300.0), 4 + i / 10) for i in range(15)]
     missed = judge(slos, within[:25] + slow)
     assert missed is not None and missed.checks[0].verdict == "fail"
     assert missed.verdict == "fail" and not missed.passed
@@ -148,7 +148,7 @@ def test_load_levels_carry_goodput_beside_throughput_and_the_answer_says_it() ->
     settings = LoadSettings(rate=[2.0], slo={"ttft_ms_p90": 150})
     exp = LoadExperiment(settings)
     records = [
-        _at(make_record(experiment="load", ttft=100.0 + 20 * i, tags={"level": "r2"}), i / 2)
+        _at(make_record(experiment="load", ttft_ms=100.0 + 20 * i, tags={"level": "r2"}), i / 2)
         for i in range(6)
     ]
     row = level_figures(Level(0, "rate", 2.0), records, "constant", slos=settings.slos())
@@ -165,7 +165,7 @@ def test_load_levels_carry_goodput_beside_throughput_and_the_answer_says_it() ->
 
 def test_other_experiments_get_the_slos_over_their_measured_requests() -> None:
     exp = SingleExperiment(SingleSettings(slo={"ttft_ms_p90": 150}))
-    records = [_at(make_record(experiment="single", ttft=100.0), i) for i in range(3)]
+    records = [_at(make_record(experiment="single", ttft_ms=100.0), i) for i in range(3)]
     answer = exp.judged("p", "m", records)
     assert isinstance(answer.figures, SingleFigures) and answer.figures.slo is not None
     assert answer.figures.slo.verdict == "undecided" and answer.figures.slo.good == 3

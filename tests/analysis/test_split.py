@@ -12,7 +12,7 @@ from labkit.experiments.attribution import AttributionExperiment, AttributionSet
 from labkit.figures import AttributionKey, LoadLevel, Quantile
 from labkit.records import RequestRecord
 from labkit.wording import server_queue_sentence
-from tests.experiments.records import make_record
+from tests.support.records import make_record
 
 pytestmark = pytest.mark.unit
 
@@ -23,7 +23,7 @@ def v(q: Quantile | None) -> float | None:
 
 
 def rec(ttft: float, tags: dict[str, Any] | None = None, **timings: Any) -> RequestRecord:
-    r = make_record(experiment="attribution", ttft=ttft, tags=tags or {"connection": "fresh"})
+    r = make_record(experiment="attribution", ttft_ms=ttft, tags=tags or {"connection": "fresh"})
     for name, value in timings.items():
         setattr(r.provider_timings, name, value)
     return r

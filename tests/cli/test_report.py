@@ -9,7 +9,8 @@ import typer
 from typer.testing import CliRunner
 
 from labkit.cli.report import register
-from tests.report.report_builders import make_record, mixed_records, write_run
+from tests.report.report_builders import mixed_records, write_run
+from tests.support.records import make_record
 
 pytestmark = pytest.mark.unit
 

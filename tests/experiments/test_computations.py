@@ -25,8 +25,8 @@ from labkit.figures import AttributionKey, LinearFit
 from labkit.providers.base import TokenCount
 from labkit.records import RequestRecord
 from labkit.tokenizers import offline_tokenizer
-from tests.experiments.records import make_record
 from tests.providers.streams import make_provider
+from tests.support.records import make_record
 
 pytestmark = pytest.mark.unit
 
@@ -50,35 +50,35 @@ def test_prefill_decode_fit_from_records() -> None:
             recs.append(
                 make_record(
                     experiment="prefill_decode",
-                    ttft=0.5 * n + 20.0,
-                    prefill=0.45 * n + 2.0,
-                    decode=9.0,
+                    ttft_ms=0.5 * n + 20.0,
+                    prefill_ms=0.45 * n + 2.0,
+                    decode_ms_per_token=9.0,
                     input_tokens=n,
                     tags={"variant": "cold", "target_prompt_tokens": n},
                 )
             )
-    recs.append(make_record(experiment="prefill_decode", ttft=1.0, warmup=True))
+    recs.append(make_record(experiment="prefill_decode", ttft_ms=1.0, warmup=True))
     recs.append(
         make_record(
             experiment="prefill_decode",
-            ttft=None,
-            failed=True,
+            ttft_ms=None,
+            error_kind="http_status",
             tags={"variant": "cold", "target_prompt_tokens": 16},
         )
     )
     recs += [
         make_record(
             experiment="prefill_decode",
-            ttft=530.0,
+            ttft_ms=530.0,
             input_tokens=1030,
-            cached=0,
+            cached_tokens=0,
             tags={"variant": "cache", "phase": "prime", "target_prompt_tokens": 1024},
         ),
         make_record(
             experiment="prefill_decode",
-            ttft=40.0,
+            ttft_ms=40.0,
             input_tokens=1030,
-            cached=1020,
+            cached_tokens=1020,
             tags={"variant": "cache", "phase": "hit", "target_prompt_tokens": 1024},
         ),
     ]
@@ -112,9 +112,9 @@ def test_prefill_decode_flags_a_cache_hit_in_the_cold_sweep() -> None:
     recs = [
         make_record(
             experiment="prefill_decode",
-            ttft=10.0 + n,
+            ttft_ms=10.0 + n,
             input_tokens=n,
-            cached=c,
+            cached_tokens=c,
             tags={"variant": "cold", "target_prompt_tokens": n},
         )
         for n, c in ((16, 0), (64, 60), (64, 0))
@@ -142,7 +142,9 @@ def test_determinism_names_the_controlling_parameter() -> None:
     }
     for variant, texts in outputs.items():
         for t in texts:
-            recs.append(make_record(experiment="determinism", text=t, tags={"variant": variant}))
+            recs.append(
+                make_record(experiment="determinism", output_text=t, tags={"variant": variant})
+            )
     answer = exp.analyze("p", "m", recs)
     rows = {r.variant: r for r in answer.figures.variants}
     assert rows["t0"].identical is True
@@ -194,20 +196,22 @@ def test_attribution_derives_what_it_can_and_says_what_it_cannot() -> None:
     local = [
         make_record(
             experiment="attribution",
-            ttft=150.0,
-            prefill=140.0,
-            decode=9.2,
-            provider_decode=9.0,
+            provider_kind="fake",
+            ttft_ms=150.0,
+            prefill_ms=140.0,
+            decode_ms_per_token=9.2,
+            provider_decode_ms_per_token=9.0,
             headers_ms=2.0,
             connect_ms=0.3,
             tags={"connection": "fresh"},
         ),
         make_record(
             experiment="attribution",
-            ttft=154.0,
-            prefill=146.0,
-            decode=9.4,
-            provider_decode=9.0,
+            provider_kind="fake",
+            ttft_ms=154.0,
+            prefill_ms=146.0,
+            decode_ms_per_token=9.4,
+            provider_decode_ms_per_token=9.0,
             headers_ms=2.0,
             tags={"connection": "reused"},
         ),
@@ -218,7 +222,18 @@ def test_attribution_derives_what_it_can_and_says_what_it_cannot() -> None:
     assert rows[AttributionKey.TCP_CONNECT].value_ms == pytest.approx(0.3)
     assert rows[AttributionKey.PREFILL].owner == "provider"
 
-    hosted = [make_record(experiment="attribution", ttft=300.0, tags={"connection": "fresh"})]
+    hosted = [
+        make_record(
+            experiment="attribution",
+            provider_kind="fake",
+            ttft_ms=300.0,
+            headers_ms=None,  # only a TTFT: nothing else can be derived
+            first_event_ms=None,
+            prepare_ms=None,
+            parse_cpu_ms=None,
+            tags={"connection": "fresh"},
+        )
+    ]
     answer = exp.analyze("h", "m", hosted)
     rows = {r.key: r for r in answer.figures.rows}
     assert rows[AttributionKey.PREFILL].value_ms is None
@@ -229,10 +244,10 @@ def test_attribution_derives_what_it_can_and_says_what_it_cannot() -> None:
 
 def test_single_excludes_warmups_and_failures() -> None:
     exp = SingleExperiment(SingleSettings())
-    recs = [make_record(experiment="single", ttft=t) for t in (10.0, 20.0, 30.0)]
+    recs = [make_record(experiment="single", ttft_ms=t) for t in (10.0, 20.0, 30.0)]
     recs += [
-        make_record(experiment="single", ttft=1.0, warmup=True),
-        make_record(experiment="single", ttft=None, failed=True),
+        make_record(experiment="single", ttft_ms=1.0, warmup=True),
+        make_record(experiment="single", ttft_ms=None, error_kind="http_status"),
     ]
     answer = exp.analyze("p", "m", recs)
     assert answer.figures.ttft_ms_p50 == pytest.approx(20.0)
@@ -242,7 +257,11 @@ def test_single_excludes_warmups_and_failures() -> None:
 
 
 def test_failed_provider_answers_say_so() -> None:
-    recs = [make_record(experiment="single", ttft=None, failed=True)]
+    recs = [
+        make_record(
+            experiment="single", ttft_ms=None, error_kind="http_status", error_message="HTTP 500"
+        )
+    ]
     answer = SingleExperiment(SingleSettings()).analyze("p", "m", recs)
     assert answer.status == "failed" and "HTTP 500" in answer.answer
 
@@ -261,7 +280,7 @@ def _cold(ttfts: dict[int, list[float]]) -> list[RequestRecord]:
     return [
         make_record(
             experiment="prefill_decode",
-            ttft=t,
+            ttft_ms=t,
             input_tokens=n,
             tags={"variant": "cold", "target_prompt_tokens": n},
         )
@@ -309,8 +328,8 @@ def test_single_keeps_the_median_requests_timeline_for_the_anatomy_picture() -> 
     recs = [
         make_record(
             experiment="single",
-            ttft=t,
-            prefill=t - 5,
+            ttft_ms=t,
+            prefill_ms=t - 5,
             event_offsets_ms=[t, t + 10, t + 20],
             headers_ms=t / 2,
         )
@@ -327,7 +346,8 @@ def test_single_keeps_the_median_requests_timeline_for_the_anatomy_picture() -> 
 def test_determinism_keeps_each_repeats_tokens_for_the_alignment_picture() -> None:
     exp = DeterminismExperiment(DeterminismSettings(repeats=2, variants=[{"name": "t1"}]))
     recs = [
-        make_record(experiment="determinism", text=t, tags={"variant": "t1"}) for t in ("ab", "ax")
+        make_record(experiment="determinism", output_text=t, tags={"variant": "t1"})
+        for t in ("ab", "ax")
     ]
     row = exp.analyze("p", "m", recs).figures.variants[0]
     assert row.outputs == [["a", "b"], ["a", "x"]]  # the character ruler, in send order

@@ -15,7 +15,7 @@ from labkit.experiments.base import Experiment
 from labkit.figures import AttributionKey
 from labkit.providers import Provider, provider_class
 from labkit.records import AppTimings, RequestRecord
-from tests.experiments.records import make_record
+from tests.support.records import make_record
 
 pytestmark = pytest.mark.unit
 
@@ -121,7 +121,8 @@ def test_compare_sdk_is_a_deprecated_alias_of_paths() -> None:
 def _pair(trial: int, ttft: float, offsets: list[float], cpu_ms: float, path: str) -> RequestRecord:
     rec = make_record(
         experiment="attribution",
-        ttft=ttft,
+        provider_kind="fake",  # a kind with no official SDK
+        ttft_ms=ttft,
         event_offsets_ms=offsets,
         tags={"connection": "fresh" if trial % 2 == 0 else "reused", "path": path},
     )

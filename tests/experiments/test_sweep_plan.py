@@ -12,7 +12,7 @@ from labkit.errors import ConfigError
 from labkit.experiments.load import Level
 from labkit.experiments.sweep import SweepExperiment, SweepSettings
 from labkit.figures import LoadLevel, SweepProbe
-from tests.experiments.records import make_record
+from tests.support.records import make_record
 
 pytestmark = pytest.mark.unit
 
@@ -105,7 +105,7 @@ def _rate_records(starts_s: list[float], ttfts: list[float], e2e_ms: float = 500
     """Requests started at `starts_s`, each `e2e_ms` long, first tokens after `ttfts`."""
     records = []
     for start, ttft in zip(starts_s, ttfts, strict=True):
-        r = make_record(experiment="sweep", ttft=ttft, tags={"level": "r10"})
+        r = make_record(experiment="sweep", ttft_ms=ttft, tags={"level": "r10"})
         client = r.client.model_copy(update={"e2e_ms": e2e_ms})
         records.append(r.model_copy(update={"t_start_mono_ns": int(start * 1e9), "client": client}))
     return records

@@ -9,8 +9,8 @@ import pytest
 from labkit.experiments.token_ratio import TokenRatioExperiment, TokenRatioSettings
 from labkit.providers.base import Provider, TokenCount
 from labkit.tokenizers import Tokenized
-from tests.experiments.records import make_record
 from tests.providers.streams import make_provider
+from tests.support.records import make_record
 
 pytestmark = pytest.mark.unit
 

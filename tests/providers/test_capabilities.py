@@ -22,7 +22,7 @@ from labkit.providers.base import ManagedServerHandle, ProviderSettings
 from labkit.providers.fake import FakeProvider, FakeSchedule, FakeSettings
 from labkit.providers.llamacpp import LlamaCppSettings
 from labkit.runner import RunOptions, prepare_run, run_lab
-from tests.experiments.records import make_record
+from tests.support.records import make_record
 
 pytestmark = pytest.mark.unit
 
@@ -152,7 +152,7 @@ def test_prefill_decode_uses_the_capabilities(capable: _CapableProvider) -> None
     records = [
         make_record(
             experiment="prefill_decode",
-            ttft=10.0 + n,
+            ttft_ms=10.0 + n,
             input_tokens=n,
             tags={**p.tags},
         )
@@ -180,7 +180,7 @@ def test_determinism_and_token_ratio_use_the_providers_tokenizers(
 ) -> None:
     det = DeterminismExperiment(DeterminismSettings())
     records = [
-        make_record(experiment="determinism", text="aa bbb", tags={"variant": "t0"})
+        make_record(experiment="determinism", output_text="aa bbb", tags={"variant": "t0"})
         for _ in range(2)
     ]
     asyncio.run(det.finalize(capable, records))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,95 +33,9 @@ from labkit.figures import (
     TTFTSplit,
     VariantRow,
 )
-from labkit.records import (
-    AppTimings,
-    ClientTimings,
-    LabAnswer,
-    LabResults,
-    ProviderTimings,
-    RecordError,
-    RequestRecord,
-    Usage,
-)
+from labkit.records import LabAnswer, LabResults, RequestRecord
 from labkit.server_metrics import ServerMetricsSample, metrics_file_name
-
-_T0 = datetime(2025, 1, 1, tzinfo=UTC)
-_counter = [0]
-
-
-def make_record(
-    *,
-    run_id: str = "run-1",
-    provider: str = "local",
-    provider_kind: str = "llamacpp",
-    experiment: str = "single",
-    model: str = "m",
-    ttft_ms: float = 100.0,
-    decode_ms_per_token: float | None = 10.0,
-    output_tokens: int | None = 20,
-    input_tokens: int | None = 50,
-    prefill_ms: float | None = None,
-    provider_decode_ms_per_token: float | None = None,
-    error_kind: str | None = None,
-    warmup: bool = False,
-    prepare_ms: float | None = 1.0,
-    parse_cpu_ms: float | None = 0.5,
-    client_path: str = "wire",
-    tags: dict[str, str | int | float | bool] | None = None,
-    prompt_id: str = "p1",
-    prompt_chars: int = 200,
-    n_events: int | None = None,
-    output_tokens_source: str | None = "provider",
-) -> RequestRecord:
-    """One record with consistent client timings (events every `decode_ms_per_token`)."""
-    _counter[0] += 1
-    n = n_events if n_events is not None else (output_tokens or 0)
-    step = decode_ms_per_token or 0.0
-    offsets = [ttft_ms + step * k for k in range(n)]
-    last = offsets[-1] if offsets else None
-    decode = decode_ms_per_token if (output_tokens or 0) >= 2 else None
-    client = ClientTimings(
-        headers_ms=ttft_ms / 2,
-        first_event_ms=ttft_ms,
-        ttft_ms=ttft_ms,
-        last_token_ms=last,
-        e2e_ms=(last or ttft_ms) + 2.0,
-        decode_ms_per_token=decode,
-        output_tokens_per_s=1000.0 / decode if decode else None,
-        event_offsets_ms=offsets,
-    )
-    error = None
-    if error_kind is not None:
-        error = RecordError(
-            kind=error_kind,
-            message=f"synthetic {error_kind}",
-            status=500 if error_kind == "http_status" else None,
-        )  # type: ignore[arg-type]
-    return RequestRecord(
-        run_id=run_id,
-        record_id=f"r{_counter[0]}",
-        experiment=experiment,
-        warmup=warmup,
-        provider=provider,
-        provider_kind=provider_kind,
-        model=model,
-        prompt_id=prompt_id,
-        prompt_chars=prompt_chars,
-        prompt_bytes=prompt_chars,
-        started_at=_T0,
-        client=client,
-        provider_timings=ProviderTimings(
-            prefill_ms=prefill_ms, decode_ms_per_token=provider_decode_ms_per_token
-        ),
-        app=AppTimings(prepare_ms=prepare_ms, parse_cpu_ms=parse_cpu_ms, client_path=client_path),  # type: ignore[arg-type]
-        usage=Usage(
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            output_tokens_source=output_tokens_source if output_tokens else None,  # type: ignore[arg-type]
-        ),
-        tags=tags or {},
-        error=error,
-    )
+from tests.support.records import make_record
 
 
 def write_run(

@@ -9,7 +9,8 @@ import pytest
 from labkit.report.build import missing_notes
 from labkit.report.load import load_run
 from labkit.report.stats import run_stats
-from tests.report.report_builders import make_record, write_run
+from tests.report.report_builders import write_run
+from tests.support.records import make_record
 
 pytestmark = pytest.mark.unit
 

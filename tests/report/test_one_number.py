@@ -23,7 +23,8 @@ from labkit.report.render import Bullets, Table
 from labkit.report.split import NOT_DERIVABLE
 from labkit.runner.summary import summary_table
 from labkit.wording import CLIENT_BOUND_MARK, cell
-from tests.report.report_builders import make_record, write_run
+from tests.report.report_builders import write_run
+from tests.support.records import make_record
 
 pytestmark = pytest.mark.unit
 

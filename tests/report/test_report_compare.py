@@ -19,7 +19,8 @@ from labkit.report.compare import (
     check_thresholds,
     parse_threshold,
 )
-from tests.report.report_builders import make_record, write_run
+from tests.report.report_builders import write_run
+from tests.support.records import make_record
 
 pytestmark = pytest.mark.unit
 

@@ -9,7 +9,8 @@ import pytest
 
 from labkit.errors import RunError
 from labkit.report import load_event_offsets, load_run, load_runs
-from tests.report.report_builders import make_record, write_run
+from tests.report.report_builders import write_run
+from tests.support.records import make_record
 
 pytestmark = pytest.mark.unit
 

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from labkit.report import write_report
-from tests.report.report_builders import full_lab, make_record, mixed_records, write_run
+from tests.report.report_builders import full_lab, mixed_records, write_run
+from tests.support.records import make_record
 
 pytestmark = pytest.mark.unit
 

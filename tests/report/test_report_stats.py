@@ -10,7 +10,8 @@ from labkit.analysis.requests import request_stats
 from labkit.report import NOT_DERIVABLE, NOT_REPORTED, load_run, run_stats
 from labkit.report.build import build_blocks
 from labkit.report.render import Table
-from tests.report.report_builders import make_record, write_run
+from tests.report.report_builders import write_run
+from tests.support.records import make_record
 
 pytestmark = pytest.mark.unit
 

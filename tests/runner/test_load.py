@@ -37,6 +37,7 @@ from labkit.selfcheck import (
     client_bound_notes,
 )
 from labkit.wording import CLIENT_BOUND_MARK
+from tests.support.processes import children_of
 from tests.support.signals import default_sigint
 
 NS = 1_000_000_000
@@ -445,20 +446,6 @@ def test_level_figures_of_an_empty_level() -> None:
 # --- Ctrl-C and resume -------------------------------------------------------------------
 
 
-def _python_children(parent: int) -> list[int]:
-    """Live processes whose parent is `parent` (the worker processes of a run)."""
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        fields = text[text.rindex(")") + 2 :].split()
-        if int(fields[1]) == parent and fields[0] != "Z":
-            out.append(int(stat.parent.name))
-    return out
-
-
 @pytest.mark.integration
 def test_ctrl_c_in_a_multi_process_level_keeps_every_record_and_stops_the_workers(
     tmp_path: Path,
@@ -489,7 +476,7 @@ def test_ctrl_c_in_a_multi_process_level_keeps_every_record_and_stops_the_worker
                 break
             time.sleep(0.1)
         assert records_path is not None, "the level did not start"
-        workers = _python_children(proc.pid)
+        workers = children_of(proc.pid)
         assert len(workers) == 2
         time.sleep(0.5)  # the streams end together and restart together: cut them mid-stream
         proc.send_signal(signal.SIGINT)

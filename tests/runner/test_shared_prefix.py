@@ -91,10 +91,10 @@ def test_a_level_reports_the_cache_hits_beside_the_ttft_they_bought(tmp_path: Pa
 @pytest.mark.unit
 def test_a_level_without_cached_counts_reports_no_cache() -> None:
     from labkit.experiments.load import level_figures
-    from tests.experiments.records import make_record
+    from tests.support.records import make_record
 
     records = [make_record(experiment="load", tags={"level": "c1"}) for _ in range(3)]
     assert level_figures(Level(0, "concurrency", 1), records).cache is None
-    cached = [make_record(experiment="load", cached=8, input_tokens=10) for _ in range(2)]
+    cached = [make_record(experiment="load", cached_tokens=8, input_tokens=10) for _ in range(2)]
     row = level_figures(Level(0, "concurrency", 1), cached)
     assert row.cache is not None and row.cache.hits == 2 and row.cache.cached_share == 0.8

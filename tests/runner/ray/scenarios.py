@@ -1,8 +1,9 @@
 """The Ray executor's scenarios, run inside a loopback-only network namespace.
 
-`python tests/runner/ray/scenarios.py OUT_DIR` (re-executed by test_ray_executor.py under
-``unshare -n``, where every Ray node is 127.0.0.1 and nothing but loopback exists). It starts
-one fake server (`labkit.fakeserver`) and runs, writing ``OUT_DIR/scenarios.json`` for the
+`python tests/runner/ray/scenarios.py OUT_DIR` (re-executed by test_ray_executor.py, with the
+repository root on PYTHONPATH for `tests.support`, under ``unshare -n``, where every Ray node
+is 127.0.0.1 and nothing but loopback exists). It starts one fake server
+(`labkit.fakeserver`) and runs, writing ``OUT_DIR/scenarios.json`` for the
 tests to judge:
 
 - ``interrupt``: `labkit run` on a local Ray cluster of its own, SIGINT mid-level;
@@ -27,6 +28,8 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
+
+from tests.support.processes import processes
 
 KEY_ENV = "LABKIT_RAY_TEST_KEY"
 KEY = "sk-raytest-" + uuid.uuid4().hex
@@ -116,23 +119,6 @@ def _measured_lines(run_dir: Path) -> int:
     return sum(1 for line in path.read_text().splitlines() if '"warmup":false' in line)
 
 
-def _tagged_ray_processes(tag: str) -> list[str]:
-    """Processes (any owner of this host) whose environment carries `tag`: what Ray
-    started for one run."""
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes()
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-        except OSError:
-            continue
-        if f"{TAG_ENV}={tag}".encode() in environ.split(b"\0"):
-            found.append(f"{pid} {cmdline.decode(errors='replace')[:120]}")
-    return found
-
-
 def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
@@ -177,7 +163,7 @@ def interrupt(out: Path, base_url: str) -> dict[str, Any]:
         output, _ = child.communicate()
     left: list[str] = []
     for _ in range(100):  # Ray's own processes take a moment to exit
-        left = _tagged_ray_processes(tag)
+        left = [str(p) for p in processes(environ_has=f"{TAG_ENV}={tag}")]
         if not left:
             break
         time.sleep(0.2)
@@ -439,16 +425,8 @@ def _through_ray_client(
 
 def _actor_processes() -> list[str]:
     """Live LevelActor processes on this host that belong to this run's cluster."""
-    found = []
-    for pid in os.listdir("/proc"):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            environ = Path(f"/proc/{pid}/environ").read_bytes()
-        except OSError:
-            continue
-        if b"LevelActor" in cmdline and f"{KEY_ENV}={KEY}".encode() in environ.split(b"\0"):
-            found.append(pid)
-    return found
+    mine = processes(cmdline_has="LevelActor", environ_has=f"{KEY_ENV}={KEY}")
+    return [str(p.pid) for p in mine]
 
 
 def _actor_processes_after(grace_s: float) -> list[str]:
