@@ -80,8 +80,8 @@ class PrefillDecodeExperiment(Experiment):
     kind: ClassVar[str] = "prefill_decode"
     settings_model: ClassVar[type[ExperimentSettings]] = PrefillDecodeSettings
     question: ClassVar[str] = (
-        "How does time to first token grow with prompt length (ms per prompt token and fixed "
-        "cost), does decode speed depend on it, and what does a prompt-cache hit change?"
+        "How does time to first token grow with prompt length (ms per prompt token), does "
+        "decode speed depend on it, and what does a prompt-cache hit change?"
     )
 
     def __init__(self, settings: ExperimentSettings, index: int = 0) -> None:

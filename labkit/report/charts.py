@@ -398,6 +398,33 @@ def determinism_chart(lab: LabResults | None) -> Chart | None:
 # --- 4. prefill vs decode --------------------------------------------------------------------
 
 
+def _model_line(fig: PrefillDecodeFigures) -> list[dict[str, Any]]:
+    """The TTFT model the answer states (`ttft_model`: a line, or a curve drawn through 24
+    points), over the prompt lengths it was fitted on; an older run's straight `fit`."""
+    m = fig.ttft_model
+    if m is not None:
+        quad = m.ms_per_token_squared.value if m.ms_per_token_squared is not None else 0.0
+        steps = 24 if m.model == "quadratic" else 1
+        xs = [m.min_tokens + (m.max_tokens - m.min_tokens) * k / steps for k in range(steps + 1)]
+        what = f"{m.model} model"
+        return [
+            {
+                "tokens": x,
+                "fit_ms": m.intercept_ms.value + m.ms_per_token.value * x + quad * x * x,
+                "what": what,
+            }
+            for x in xs
+        ]
+    xs = [p.input_tokens for p in fig.points if p.input_tokens is not None]
+    if fig.fit is None or not xs:
+        return []
+    line = fig.fit
+    return [
+        {"tokens": x, "fit_ms": line.intercept_ms + line.ms_per_token * x, "what": "line"}
+        for x in (min(xs), max(xs))
+    ]
+
+
 def prefill_chart(lab: LabResults | None) -> Chart | None:
     """TTFT against prompt tokens with the fitted line, the cache-hit point, and decode
     ms/token against prompt length."""
@@ -415,17 +442,7 @@ def prefill_chart(lab: LabResults | None) -> Chart | None:
                     "what": "cold prompt (median)",
                 }
             )
-        if fig.fit is not None and fig.points:
-            xs = [p.input_tokens for p in fig.points if p.input_tokens is not None]
-            for x in (min(xs), max(xs)) if xs else ():
-                points.append(
-                    {
-                        "provider": ans.provider,
-                        "tokens": x,
-                        "fit_ms": fig.fit.intercept_ms + fig.fit.ms_per_token * x,
-                        "what": f"fit: {fig.fit.ms_per_token:.3f} ms/token",
-                    }
-                )
+        points += [{"provider": ans.provider, **p} for p in _model_line(fig)]
         cache = fig.cache
         if cache is not None and cache.hit_ttft_ms is not None:
             points.append(
@@ -494,11 +511,11 @@ def prefill_chart(lab: LabResults | None) -> Chart | None:
     spec = {"$schema": _SCHEMA, "data": {"values": points}, "hconcat": [ttft, decode]}
     return Chart(
         "q4_prefill_decode",
-        "4. Prefill vs decode: TTFT grows with the prompt, decode barely does",
+        "4. Prefill and decode against prompt length",
         spec,
-        "Left: median TTFT at each prompt length with the least-squares line (its slope is the "
-        "ms per prompt token) and the cache-hit point. Right: decode ms per output token at "
-        "each prompt length.",
+        "Left: median TTFT at each prompt length, the model the answer states (a line, or a "
+        "curve where the data chose one; fitted on every cold request) and the cache-hit point. "
+        "Right: decode ms per output token at each prompt length.",
     )
 
 
