@@ -41,8 +41,11 @@ _DISTRIBUTIONS = [
 ]
 _LOG = {"type": "log", "nice": False}
 _LOG_AXIS = {"labelOverlap": "greedy", "labelSeparation": 6, "tickCount": 6}
-# Past this many requests a series shows every k-th one (by rank): each point is still one.
-_MAX_POINTS = 400
+# Past this many requests a series shows every k-th one (by rank): each point is still one
+# request. A distribution of 100 evenly spaced ranks reads to 1% of its share; a scatter
+# keeps more, its points are not ordered by one value.
+_MAX_POINTS = 200
+_MAX_RANKS = 100
 
 
 def measured(df: pd.DataFrame) -> pd.DataFrame:
@@ -85,7 +88,7 @@ def distribution_chart(
             xs = np.sort(frame[column].dropna().to_numpy(float))
             xs = xs[xs > 0]  # a log axis: fast and slow requests both readable
             n = len(xs)
-            keep = np.unique(np.linspace(0, n - 1, min(n, _MAX_POINTS)).round().astype(int))
+            keep = np.unique(np.linspace(0, n - 1, min(n, _MAX_RANKS)).round().astype(int))
             values += [
                 {"series": label, "metric": metric, "value": float(xs[i]), "share": (i + 1) / n}
                 for i in keep
@@ -128,7 +131,8 @@ def request_distributions(df: pd.DataFrame) -> Chart | None:
         [(f"{p} · {e}", rows) for (p, e), rows in series],
         "distributions",
         "Cumulative distributions of client TTFT, decode ms/token and end-to-end time (log "
-        "scales): one point per successful, non-warm-up request, at its value and the share "
+        "scales): one point per successful, non-warm-up request (past 100 in a series, 100 "
+        "evenly spaced by rank), at its value and the share "
         "of requests at or below it (the median sits at 0.5). A curve further right is slower.",
     )
 
@@ -148,12 +152,20 @@ def client_vs_server_chart(df: pd.DataFrame) -> Chart | None:
     values: list[dict[str, Any]] = []
     for server, client, panel in pairs:
         both = ok[(ok[server] > 0) & (ok[client] > 0)]
-        values += [
-            {"provider": p, "experiment": e, "panel": panel, "server": s, "client": c}
-            for p, e, s, c in zip(
-                both["provider"], both["experiment"], both[server], both[client], strict=True
-            )
-        ]
+        for (p, e), group in both.groupby(["provider", "experiment"], sort=True):
+            # At most `_MAX_POINTS` per series, evenly spaced over its requests in the
+            # order of the client's value (the fastest and the slowest always drawn).
+            group = group.sort_values(client)
+            n = len(group)
+            keep = np.unique(np.linspace(0, n - 1, min(n, _MAX_POINTS)).round().astype(int))
+            values += [
+                {"provider": p, "experiment": e, "panel": panel, "server": s, "client": c}
+                for s, c in zip(
+                    group[server].to_numpy(float)[keep],
+                    group[client].to_numpy(float)[keep],
+                    strict=True,
+                )
+            ]
         if len(both):  # the diagonal, where the two clocks would agree
             ends = (
                 min(both[server].min(), both[client].min()),
@@ -214,9 +226,10 @@ def client_vs_server_chart(df: pd.DataFrame) -> Chart | None:
         "client_vs_server",
         "Client vs server, per request",
         spec,
-        "One point per successful request of a provider that reports its own timings: the "
-        "server's prefill against the client's TTFT (left), the server's decode ms/token "
-        "against the client's (right), on log scales. On the dashed diagonal the two agree; "
+        "One point per successful request of a provider that reports its own timings (past 200 "
+        "in a series, 200 evenly spaced by the client's value): the server's prefill against "
+        "the client's TTFT (left), the server's decode ms/token against the client's (right), "
+        "on log scales. On the dashed diagonal the two agree; "
         "the height above it is queue, network, serving front end and client time.",
     )
 
