@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from labkit.analysis.levels import Level, level_figures
 from labkit.clocksync import (
     ClockOffset,
     HostClock,
@@ -14,7 +15,7 @@ from labkit.clocksync import (
     host_clock_uncertainty_ns,
     record_clock,
 )
-from labkit.experiments.load import Level, LoadExperiment, LoadSettings, level_figures
+from labkit.experiments.load import LoadExperiment, LoadSettings
 from labkit.figures import LoadFigures
 from labkit.records import LabResults, RecordClock, RequestRecord
 from labkit.report import write_report

@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
+from labkit.analysis.levels import Level, level_figures
 from labkit.config import parse_config
 from labkit.errors import ConfigError
-from labkit.experiments.load import Level, LoadExperiment, LoadSettings, level_figures
+from labkit.experiments.load import LoadExperiment, LoadSettings
 from labkit.experiments.single import SingleExperiment, SingleSettings
 from labkit.figures import LoadFigures, SingleFigures, SLOReport
 from labkit.records import RequestRecord

@@ -10,11 +10,13 @@ answer and summary uses; it never prints a tail percentile that n cannot support
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
 from labkit.figures import Estimate, PromptCost, Proportion, Quantile
+from labkit.records import RequestRecord
+from labkit.timing import percentile
 
 __all__ = [
     "CONFIDENCE",
@@ -22,8 +24,10 @@ __all__ = [
     "describe_share",
     "fit_prompt_cost",
     "median",
+    "median_of",
     "min_n",
     "order_statistic_ranks",
+    "p_of",
     "proportion",
     "quantile",
     "quantiles",
@@ -233,3 +237,18 @@ def describe_share(figure: Proportion) -> str:
         f"{figure.value:.0%} ({figure.confidence:.0%} CI {figure.lo * 100:.0f}–"
         f"{figure.hi * 100:.0f}%, {figure.k} of {figure.n})"
     )
+
+
+def p_of(
+    records: Iterable[RequestRecord], get: Callable[[RequestRecord], float | int | None], q: float
+) -> float | None:
+    """Percentile `q` of a field over records, nulls skipped; None when nothing remains."""
+    values = sorted(float(v) for v in (get(r) for r in records) if v is not None)
+    return percentile(values, q) if values else None
+
+
+def median_of(
+    records: Iterable[RequestRecord], get: Callable[[RequestRecord], float | int | None]
+) -> float | None:
+    """Median of a field over records, nulls skipped."""
+    return p_of(records, get, 50)

@@ -35,13 +35,14 @@ from labkit.analysis.split import (
     ttft_beyond_prefill_of,
     ttft_split,
 )
+from labkit.analysis.stats import median_of
 from labkit.experiments.base import (
     Experiment,
     ExperimentSettings,
     PlannedRequest,
     register_experiment,
 )
-from labkit.experiments.common import measured, median_of
+from labkit.experiments.common import measured
 from labkit.figures import AttributionFigures, AttributionRow
 from labkit.figures import AttributionKey as K
 from labkit.providers.base import ChatRequest, ClientPath, Provider, sdk_available

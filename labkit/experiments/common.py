@@ -6,21 +6,18 @@ The least-squares fit lives with its result, `labkit.figures.LinearFit.least_squ
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from labkit.records import RequestRecord
-from labkit.timing import percentile
 
 __all__ = [
     "Prompt",
     "fmt_ms",
     "latest_pass",
     "measured",
-    "median_of",
-    "p_of",
     "prompt_list",
     "stop_counts",
 ]
@@ -45,21 +42,6 @@ def prompt_list(items: Iterable[str | Prompt]) -> list[Prompt]:
 def measured(records: Iterable[RequestRecord]) -> list[RequestRecord]:
     """The records statistics may use: not warm-ups, not failed."""
     return [r for r in records if not r.warmup and r.error is None]
-
-
-def p_of(
-    records: Iterable[RequestRecord], get: Callable[[RequestRecord], float | int | None], q: float
-) -> float | None:
-    """Percentile `q` of a field over records, nulls skipped; None when nothing remains."""
-    values = sorted(float(v) for v in (get(r) for r in records) if v is not None)
-    return percentile(values, q) if values else None
-
-
-def median_of(
-    records: Iterable[RequestRecord], get: Callable[[RequestRecord], float | int | None]
-) -> float | None:
-    """Median of a field over records, nulls skipped."""
-    return p_of(records, get, 50)
 
 
 def latest_pass(records: list[RequestRecord], tag: str = "level_run") -> list[RequestRecord]:

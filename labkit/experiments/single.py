@@ -8,21 +8,14 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from labkit.analysis.requests import client_bound_reason
-from labkit.analysis.stats import median
+from labkit.analysis.stats import median, median_of, p_of
 from labkit.experiments.base import (
     Experiment,
     ExperimentSettings,
     PlannedRequest,
     register_experiment,
 )
-from labkit.experiments.common import (
-    Prompt,
-    measured,
-    median_of,
-    p_of,
-    prompt_list,
-    stop_counts,
-)
+from labkit.experiments.common import Prompt, measured, prompt_list, stop_counts
 from labkit.figures import RequestTimeline, SingleFigures
 from labkit.providers.base import ChatRequest, Provider
 from labkit.records import LabAnswer, RequestRecord

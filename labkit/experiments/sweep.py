@@ -42,18 +42,13 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
+from labkit.analysis.levels import Level, level_figures
 from labkit.analysis.stats import median
 from labkit.clocksync import driver_start_ns
 from labkit.errors import ConfigError
 from labkit.experiments.base import ExperimentSettings, register_experiment
 from labkit.experiments.common import latest_pass
-from labkit.experiments.load import (
-    Level,
-    LoadExperiment,
-    LoadLevelPlan,
-    LoadSettings,
-    level_figures,
-)
+from labkit.experiments.load import LoadExperiment, LoadLevelPlan, LoadSettings
 from labkit.experiments.paced import LevelContext
 from labkit.figures import LoadLevel, SLOReport, SweepFigures, SweepProbe, Verdict
 from labkit.providers.base import Provider, ProviderSettings

@@ -21,13 +21,14 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, NonNegativeInt, PositiveInt
 
+from labkit.analysis.stats import median_of
 from labkit.experiments.base import (
     Experiment,
     ExperimentSettings,
     PlannedRequest,
     register_experiment,
 )
-from labkit.experiments.common import Prompt, measured, median_of
+from labkit.experiments.common import Prompt, measured
 from labkit.figures import (
     TokenizerCount,
     TokenizerSpread,

@@ -36,10 +36,10 @@ from pydantic import (
     PositiveInt,
 )
 
+from labkit.analysis.levels import Level, level_figures
 from labkit.errors import ConfigError
 from labkit.experiments.base import ExperimentSettings, PlannedRequest, register_experiment
 from labkit.experiments.common import latest_pass
-from labkit.experiments.load import Level, level_figures
 from labkit.experiments.paced import LevelContext, LevelPlan, PacedExperiment, SendFn, Share
 from labkit.figures import TraceFigures
 from labkit.pacing import open_loop

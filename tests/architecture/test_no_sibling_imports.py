@@ -19,10 +19,9 @@ pytestmark = pytest.mark.unit
 
 EXPERIMENTS = Path(labkit.experiments.__file__).parent
 
-# The edges still allowed, each with its reason. A sweep *is* a load experiment (a subclass
-# that chooses its own levels); a trace replay is reported as one load level (`Level` and
-# `level_figures`, load's analysis, which the level analysis should leave load for).
-ALLOWED = {("sweep", "load"), ("trace", "load")}
+# The one edge allowed, with its reason: a sweep *is* a load experiment (a subclass that
+# chooses its own levels). Level figures are `labkit.analysis.levels`, shared by all three.
+ALLOWED = {("sweep", "load")}
 
 
 def _tree(name: str) -> ast.Module:

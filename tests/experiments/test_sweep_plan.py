@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from labkit.analysis.levels import Level
 from labkit.config import parse_config
 from labkit.errors import ConfigError
-from labkit.experiments.load import Level
 from labkit.experiments.sweep import SweepExperiment, SweepSettings
 from labkit.figures import LoadLevel, SweepProbe
 from tests.support.records import make_record

@@ -12,9 +12,10 @@ from typing import Any, ClassVar
 
 import pytest
 
+from labkit.analysis.levels import Level
 from labkit.config import parse_config
 from labkit.experiments.determinism import DeterminismExperiment, DeterminismSettings
-from labkit.experiments.load import Level, LoadExperiment, LoadSettings, LoadState
+from labkit.experiments.load import LoadExperiment, LoadSettings, LoadState
 from labkit.experiments.prefill_decode import PrefillDecodeExperiment, PrefillDecodeSettings
 from labkit.experiments.token_ratio import TokenRatioExperiment, TokenRatioSettings
 from labkit.providers import Provider, provider_class

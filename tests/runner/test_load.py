@@ -20,9 +20,10 @@ from typing import Any
 
 import pytest
 
+from labkit.analysis.levels import Level, level_figures
 from labkit.config import parse_config
 from labkit.errors import ConfigError
-from labkit.experiments.load import Level, LoadExperiment, LoadSettings, level_figures
+from labkit.experiments.load import LoadExperiment, LoadSettings
 from labkit.fakeserver import FakeServer
 from labkit.measurement import loopclock
 from labkit.pacing import arrival_offsets_ns, closed_loop, open_loop

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from labkit.analysis.levels import Level
 from labkit.config import parse_config
-from labkit.experiments.load import Level, LoadExperiment, LoadSettings
+from labkit.experiments.load import LoadExperiment, LoadSettings
 from labkit.figures import LoadFigures
 from labkit.runner import RunOptions, prepare_run
 from tests.support.prefix_cache_server import PrefixCacheServer
@@ -90,7 +91,7 @@ def test_a_level_reports_the_cache_hits_beside_the_ttft_they_bought(tmp_path: Pa
 
 @pytest.mark.unit
 def test_a_level_without_cached_counts_reports_no_cache() -> None:
-    from labkit.experiments.load import level_figures
+    from labkit.analysis.levels import level_figures
     from tests.support.records import make_record
 
     records = [make_record(experiment="load", tags={"level": "c1"}) for _ in range(3)]
