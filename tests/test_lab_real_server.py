@@ -20,6 +20,7 @@ import pytest
 from labkit.figures import AttributionKey
 from labkit.local import ensure_setup
 from labkit.records import LabResults, RequestRecord
+from tests.support.processes import pid_alive, processes
 from tests.support.signals import default_sigint
 
 pytestmark = pytest.mark.e2e
@@ -34,26 +35,10 @@ def _local_setup() -> None:
 
 
 def _children_named(parent: int, name: str) -> list[int]:
-    """Pids of live processes called `name` whose parent is `parent`."""
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        comm = text[text.index("(") + 1 : text.rindex(")")]
-        fields = text[text.rindex(")") + 2 :].split()
-        if comm == name and int(fields[1]) == parent and fields[0] != "Z":
-            out.append(int(stat.parent.name))
-    return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
+    """Pids of live processes whose program is `name` and whose parent is `parent`."""
+    return [
+        p.pid for p in processes(parent=parent) if Path(p.cmdline.split(" ")[0]).name == name
+    ]
 
 
 def _run(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -129,7 +114,7 @@ def test_quickstart_on_the_real_server(tmp_path: Path) -> None:
     server = local["server"]
     assert server["backend"] == "cpu" and server["build_info"].startswith("b")
     assert server["model_sha256"] and server["slots"] == 1
-    assert not _alive(server["pid"]), "llama-server outlived the run"
+    assert not pid_alive(server["pid"]), "llama-server outlived the run"
     assert (run_dir / "report.html").exists() and (run_dir / "report.md").exists()
     # All five questions answered, from data, and printed last, one numbered paragraph each.
     lab = json.loads((run_dir / "lab.json").read_text())
@@ -234,7 +219,7 @@ def test_ctrl_c_keeps_records_leaves_no_server_and_resume_finishes(tmp_path: Pat
     assert proc.returncode == 130, output
     assert "labkit run --resume" in output and "Traceback" not in output
     time.sleep(0.5)
-    assert not _alive(servers[0]), "llama-server outlived Ctrl-C"
+    assert not pid_alive(servers[0]), "llama-server outlived Ctrl-C"
     kept = _records(run_dir)
     assert len([r for r in kept if r.error is None]) >= 3
     assert json.loads((run_dir / "manifest.json").read_text())["status"] == "interrupted"
@@ -292,7 +277,7 @@ def test_failing_run_stops_the_server(tmp_path: Path) -> None:
     records = _records(_run_dir(out))
     assert records and all(r.error is not None and r.error.kind == "http_status" for r in records)
     for pid in servers:
-        assert not _alive(pid), "llama-server outlived a failing run"
+        assert not pid_alive(pid), "llama-server outlived a failing run"
 
 
 LOAD = """

@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from labkit.cli import app
 from labkit.records import RequestRecord
+from tests.support.processes import children_of
 
 pytestmark = pytest.mark.integration
 
@@ -133,19 +134,6 @@ def _fake_server_process() -> Iterator[str]:
         assert proc.returncode == 0
 
 
-def _children(parent: int) -> list[int]:
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        fields = text[text.rindex(")") + 2 :].split()
-        if int(fields[1]) == parent and fields[0] != "Z":
-            out.append(int(stat.parent.name))
-    return out
-
-
 def test_sigterm_stops_the_worker_processes_whose_logs_stay_in_the_run_folder(
     tmp_path: Path,
 ) -> None:
@@ -163,7 +151,7 @@ def test_sigterm_stops_the_worker_processes_whose_logs_stay_in_the_run_folder(
         _wait_for("the run folder", lambda: out.exists() and any(out.iterdir()))
         run_dir = _run_dir(out)
         _wait_for("the level", lambda: _line_count(run_dir / "records.jsonl") >= 8)
-        workers = _children(proc.pid)
+        workers = children_of(proc.pid)
         assert len(workers) == 2
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=60)
