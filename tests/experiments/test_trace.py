@@ -139,8 +139,10 @@ def test_a_replay_sends_on_the_traces_schedule_and_counts_cache_hits(tmp_path: P
     starts = [r.t_start_mono_ns for r in records]
     assert all(s is not None for s in starts)
     # Each request is sent on the replay's own clock: measured from the replay's start (the
-    # first send less how late it went, its `queue_ms`), never before its due time. How late
-    # is the machine's load, not behaviour: no upper bound.
+    # first send less how late it went, its `queue_ms`), never before its due time. The
+    # start is known to within the step from reading the clock to stamping the first send
+    # (milliseconds on a loaded host): 10 ms of slack, far below a compressed gap (100s of
+    # ms). How late is the machine's load, not behaviour: no upper bound.
     first_queue_ms = records[0].client.queue_ms or 0.0
     sent_ms = [
         (s - starts[0]) / 1e6 + first_queue_ms
@@ -148,7 +150,7 @@ def test_a_replay_sends_on_the_traces_schedule_and_counts_cache_hits(tmp_path: P
         if s is not None and starts[0] is not None
     ]
     for sent, due in zip(sent_ms, [0, 200, 200, 500, 800, 1000], strict=True):
-        assert sent >= due - 1, sent_ms
+        assert sent >= due - 10, sent_ms
     figures = result.lab.answers[0].figures
     assert isinstance(figures, TraceFigures) and figures.speedup == 2.0
     row = figures.replay

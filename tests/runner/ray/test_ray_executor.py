@@ -36,7 +36,9 @@ def scenarios(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, An
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        # 14 scenarios, each a Ray cluster run: about 3 minutes on an idle 2-core host,
+        # more than 10 with two CPU hogs beside it.
+        timeout=1800,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     yield json.loads((out / "scenarios.json").read_text())
