@@ -26,6 +26,7 @@ from labkit.figures import (
     TokenRatioFigures,
 )
 from labkit.records import LabAnswer, LabResults
+from labkit.wording import CLIENT_BOUND_MARK
 
 __all__ = [
     "Chart",
@@ -536,6 +537,8 @@ def whose_time_chart(lab: LabResults | None) -> tuple[Chart | None, list[str]]:
     missing: list[str] = []
     for ans, fig in _by_kind(lab, AttributionFigures):
         split = fig.ttft_split
+        # The bar of a split the self-check flagged says so (its reason: "What is missing").
+        who = ans.provider + (f" {CLIENT_BOUND_MARK}" if split and split.client_bound else "")
         # The answer's own TTFTSplit (labkit.analysis.split): the medians it states.
         parts: list[tuple[str, float | None]] = [
             (_QUEUE, split.provider_queue_ms.value if split and split.provider_queue_ms else None),
@@ -570,7 +573,7 @@ def whose_time_chart(lab: LabResults | None) -> tuple[Chart | None, list[str]]:
                 continue
             values.append(
                 {
-                    "provider": ans.provider,
+                    "provider": who,
                     "part": label,
                     "ms": max(value, 0.0),
                     "order": _ORDER.index(label),

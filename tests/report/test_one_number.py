@@ -205,6 +205,10 @@ def test_a_client_bound_group_is_marked_wherever_it_is_shown(tmp_path: Path) -> 
         assert CLIENT_BOUND_MARK in row["experiment"]
         other = _row(_table(blocks, column), SERVER_TTFT, "attribution")
         assert CLIENT_BOUND_MARK not in other["experiment"]
+    chart, _ = whose_time_chart(lab)
+    assert chart is not None
+    bars = {v["provider"] for v in chart.spec["data"]["values"]}
+    assert bars == {f"{QUEUED} {CLIENT_BOUND_MARK}", SERVER_TTFT}  # the chart's bar too
     marked = [key for key in _summary_rows(lab) if CLIENT_BOUND_MARK in key[1]]
     assert marked == [(QUEUED, f"attribution {CLIENT_BOUND_MARK}")]  # the terminal's too
     assert any(
