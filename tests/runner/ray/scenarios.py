@@ -56,6 +56,37 @@ def _serve(schedule: dict[str, Any]) -> str:
     return server.base_url
 
 
+def _serve_counting(schedule: dict[str, Any]) -> Any:
+    """A fake server on a thread that counts the chat streams it is sending right now."""
+    from labkit.fakeserver import FakeServer
+    from labkit.providers.fake import FakeSchedule
+
+    class CountingServer(FakeServer):
+        streaming = 0
+
+        async def _chat(self, writer: asyncio.StreamWriter, payload: dict[str, Any]) -> None:
+            self.streaming += 1
+            try:
+                await super()._chat(writer, payload)
+            finally:
+                self.streaming -= 1
+
+    server = CountingServer(FakeSchedule.model_validate(schedule))
+    started = threading.Event()
+
+    def run() -> None:
+        async def main() -> None:
+            await server.start()
+            started.set()
+            await asyncio.Event().wait()
+
+        asyncio.run(main())
+
+    threading.Thread(target=run, daemon=True).start()
+    started.wait(10)
+    return server
+
+
 def _config(
     name: str,
     out: Path,
@@ -280,7 +311,7 @@ async def on_cluster(out: Path, base_url: str) -> dict[str, Any]:
         results["nokey_messages"] = messages
         results.update(await _paced_experiments(out, ray_exec))
         results["client"] = _through_ray_client(client_port, out, base_url, ray_exec)
-        results["kill"] = await _kill_and_resume(cluster, node_c, out, base_url, ray_exec)
+        results["kill"] = await _kill_and_resume(cluster, node_c, out, ray_exec)
         results["actors_left"] = _actor_processes_after(grace_s=15.0)
     finally:
         ray.shutdown()
@@ -442,16 +473,22 @@ def _actor_processes_after(grace_s: float) -> list[str]:
 
 
 async def _kill_and_resume(
-    cluster: Any, node_c: Any, out: Path, base_url: str, ray_exec: dict[str, Any]
+    cluster: Any, node_c: Any, out: Path, ray_exec: dict[str, Any]
 ) -> dict[str, Any]:
-    """Node c removed while its actor streams; then the run resumed with a node c again."""
+    """Node c removed while its actor streams; then the run resumed with a node c again.
+
+    The node is removed only once the server is sending both actors' streams, and each stream
+    lasts about 1.5 s, so node c's actor has a request in flight when it dies even when a
+    loaded host is slow between one request and the next.
+    """
     from labkit.config import parse_config
     from labkit.runner import RunOptions, prepare_resume, prepare_run, run_lab
 
+    server = _serve_counting({"first_token_ms": 20, "token_interval_ms": 25, "tokens": 60})
     config = _config(
         "kill",
         out / "kill",
-        base_url,
+        server.base_url,
         executor={**ray_exec, "placement": ["node_a", "node_c"]},
         concurrency=[2],
         requests=16,
@@ -462,8 +499,8 @@ async def _kill_and_resume(
     run_dir = runner.folder.path
     task = asyncio.create_task(run_lab(runner))
     async with asyncio.timeout(120):
-        while _measured_lines(run_dir) < 4:
-            await asyncio.sleep(0.05)
+        while _measured_lines(run_dir) < 4 or server.streaming < 2:
+            await asyncio.sleep(0.01)
     await asyncio.to_thread(cluster.remove_node, node_c)
     await task
     first_pass = (run_dir / "records.jsonl").read_text()
