@@ -191,8 +191,8 @@ def test_streamed_output_tokens_rules(
     streamed_kind: str | None, output: int, reasoning: int, expected: int | None
 ) -> None:
     parser = OpenAIResponsesParser()
-    if streamed_kind:
-        parser.on_event(event(streamed_kind, delta="thinking"))
+    if streamed_kind:  # enough streamed text to hold the count (see account_for_stream)
+        parser.on_event(event(streamed_kind, delta="thinking " * 40))
     body = completed()
     body["response"]["usage"].update(
         output_tokens=output, output_tokens_details={"reasoning_tokens": reasoning}
