@@ -92,7 +92,7 @@ class OpenAIChatParser(StreamParser):
 
     Usage replaces, never adds: it is cumulative whether it comes once at the end (OpenAI,
     `include_usage`) or on every chunk (vLLM `continuous_usage_stats`). Without top-level
-    `usage`, Groq's `x_groq.usage` is read. A chunk with both `error` and `usage` (OpenRouter
+    `usage`, Groq's `x_groq.usage` or a choice's own `usage` (Moonshot) is read. A chunk with both `error` and `usage` (OpenRouter
     ending a cut stream) keeps both. A `finish_reason` marks the stream as finished, so a
     server that closes without `[DONE]` (Perplexity) is not truncated.
 
@@ -181,6 +181,11 @@ class OpenAIChatParser(StreamParser):
                         got = self._read_delta(delta)
                         if got > cls:
                             cls = got
+                choice_usage = choice.get("usage")
+                if choice_usage is not None and usage is None:  # Moonshot: on the last choice
+                    self._read_usage(choice_usage, "choices[].usage")
+                    if cls < EventClass.META:
+                        cls = EventClass.META
                 finish = choice.get("finish_reason")
                 if finish is not None:
                     if type(finish) is not str:

@@ -215,8 +215,10 @@ class OpenAIResponsesParser(StreamParser):
         self._reasoning_streamed = False
         self._summary_streamed = False
         self._refused = False
-        #: Client tool calls of this response not answered inside it: item id → call id.
-        self._client_calls: dict[str, str | None] = {}
+        #: Client tool calls of this response not answered inside it: output index → call id.
+        self._client_calls: dict[Any, str | None] = {}
+        #: Output indexes whose content arrived as deltas.
+        self._streamed_items: set[Any] = set()
         #: Event types outside the catalogue that arrived, each once.
         self.unknown_event_types: set[str] = set()
 
@@ -251,8 +253,10 @@ class OpenAIResponsesParser(StreamParser):
                 self._summary_streamed = True
             elif name == "response.reasoning_text.delta":
                 self._reasoning_streamed = True
-            elif name in _CLIENT_TOOL_DELTAS:
-                self._client_calls.setdefault(str(obj.get("item_id")), None)
+            index = obj.get("output_index")
+            self._streamed_items.add(index)
+            if name in _CLIENT_TOOL_DELTAS:
+                self._client_calls.setdefault(index, None)
             self.other_output_parts.append(delta)
             return EventClass.OUTPUT
         if name == "response.refusal.delta":
@@ -268,8 +272,18 @@ class OpenAIResponsesParser(StreamParser):
         if name == "response.created":
             response = wire_object(obj.get("response"), f"{name}.response") or {}
             self.response_id = wire_id(response.get("id"), "response.id")
-        elif name == "response.output_item.added" or name == "response.output_item.done":
-            self._read_item(wire_object(obj.get("item"), f"{name}.item") or {})
+        elif name == "response.output_item.added":
+            self._read_item(wire_object(obj.get("item"), f"{name}.item") or {}, obj)
+        elif name == "response.output_item.done":
+            item = wire_object(obj.get("item"), f"{name}.item") or {}
+            self._read_item(item, obj)
+            if item.get("type") in CLIENT_TOOL_ITEMS and (
+                obj.get("output_index") not in self._streamed_items
+            ):
+                # A call that arrives whole (an apply_patch diff, a computer action): the
+                # item carries the generated call, so it is the output event.
+                self.other_output_parts.append(repr(item))
+                return EventClass.OUTPUT
         elif name == "error":
             err = obj.get("error")
             self.error = _stream_error(err if type(err) is dict else obj)
@@ -277,12 +291,13 @@ class OpenAIResponsesParser(StreamParser):
             return self._unknown(name, obj)
         return EventClass.META
 
-    def _read_item(self, item: dict[str, Any]) -> None:
+    def _read_item(self, item: dict[str, Any], event: dict[str, Any]) -> None:
         """Keep client tool calls open until an output item answers them (by `call_id`)."""
         kind = item.get("type")
         if kind in CLIENT_TOOL_ITEMS:
             call_id = item.get("call_id")
-            self._client_calls[str(item.get("id"))] = None if call_id is None else str(call_id)
+            index = event.get("output_index")
+            self._client_calls[index] = None if call_id is None else str(call_id)
         elif kind in _TOOL_OUTPUT_ITEMS:
             answered = item.get("call_id")
             for key, call_id in list(self._client_calls.items()):
@@ -295,6 +310,7 @@ class OpenAIResponsesParser(StreamParser):
         self.unknown_event_types.add(name)
         delta = obj.get("delta") if name.endswith(".delta") else None
         if type(delta) is str and delta:
+            self._streamed_items.add(obj.get("output_index"))
             self.other_output_parts.append(delta)
             return EventClass.OUTPUT
         return EventClass.META
@@ -321,9 +337,9 @@ class OpenAIResponsesParser(StreamParser):
         output = response.get("output")
         if type(output) is list and output:  # the whole response: what the client must run
             self._client_calls.clear()
-            for item in output:
+            for index, item in enumerate(output):
                 if type(item) is dict:
-                    self._read_item(item)
+                    self._read_item(item, {"output_index": index})
 
     def _read_usage(self, usage: dict[str, Any]) -> None:
         # Sent once, on the terminal event: it is the whole count, never added to.
