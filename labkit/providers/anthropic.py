@@ -132,6 +132,8 @@ class AnthropicParser(StreamParser):
                 text = delta.get("text")
                 if type(text) is not str:
                     raise MalformedStream(f"text_delta.text is {describe(text)}, not a string")
+                if not text:
+                    return EventClass.META
                 self.text_parts.append(text)
                 return EventClass.TEXT
             if dtype == "thinking_delta":
