@@ -92,9 +92,10 @@ class OpenAIChatParser(StreamParser):
 
     Usage replaces, never adds: it is cumulative whether it comes once at the end (OpenAI,
     `include_usage`) or on every chunk (vLLM `continuous_usage_stats`). Without top-level
-    `usage`, Groq's `x_groq.usage` or a choice's own `usage` (Moonshot) is read. A chunk with both `error` and `usage` (OpenRouter
-    ending a cut stream) keeps both. A `finish_reason` marks the stream as finished, so a
-    server that closes without `[DONE]` (Perplexity) is not truncated.
+    `usage`, Groq's `x_groq.usage` or a choice's own `usage` (Moonshot) is read. A chunk
+    with both `error` and `usage` (OpenRouter ending a cut stream) keeps both. A
+    `finish_reason` marks the stream as finished, so a server that closes without `[DONE]`
+    (Perplexity) is not truncated.
 
     Server timings (`labkit.providers.server_timings`) are detected by their chunk key, one
     dict lookup each, or only the one `server` names. llama.cpp's per-token `timings` (with
@@ -271,9 +272,9 @@ class OpenAIChatParser(StreamParser):
                 cls = EventClass.OUTPUT
         else:
             legacy = delta.get("function_call")
-            if legacy and self._read_function(legacy, "delta.function_call"):
-                if cls < EventClass.OUTPUT:
-                    cls = EventClass.OUTPUT
+            carried = bool(legacy) and self._read_function(legacy, "delta.function_call")
+            if carried and cls < EventClass.OUTPUT:
+                cls = EventClass.OUTPUT
         return cls
 
     def _read_reasoning_details(self, details: list[Any], reasoning: Any) -> bool:
@@ -345,7 +346,7 @@ class OpenAIChatParser(StreamParser):
                 if thinking:
                     if type(thinking) is not list and type(thinking) is not str:
                         raise MalformedStream(f"a thinking part's thinking is {describe(thinking)}")
-                    text = thinking if type(thinking) is str else _thinking_text(thinking)
+                    text = thinking if isinstance(thinking, str) else _thinking_text(thinking)
                     if text:  # a list of only empty text chunks carries nothing
                         self._reasoning_streamed = True
                         self.other_output_parts.append(text)

@@ -293,7 +293,7 @@ def _wire(kind: str, event: SSEEvent) -> bytes:
 def test_a_contentless_event_is_never_output(kind: str, data: st.DataObject) -> None:
     """Anywhere in a stream (before, between, after output), a contentless event is never
     TEXT or OUTPUT, and leaves the output text as it was."""
-    before, output, after = STREAM_PARTS[kind]
+    before, output, _ = STREAM_PARTS[kind]
     empties = data.draw(st.lists(CONTENTLESS[kind], min_size=1, max_size=6), label="contentless")
     at = data.draw(st.integers(0, 2), label="where")
     parser = provider(kind).new_parser()
