@@ -216,9 +216,9 @@ class OpenAIResponsesParser(StreamParser):
         self._summary_streamed = False
         self._refused = False
         #: Client tool calls of this response not answered inside it: output index → call id.
-        self._client_calls: dict[Any, str | None] = {}
+        self._client_calls: dict[int | None, str | None] = {}
         #: Output indexes whose content arrived as deltas.
-        self._streamed_items: set[Any] = set()
+        self._streamed_items: set[int | None] = set()
         #: Event types outside the catalogue that arrived, each once.
         self.unknown_event_types: set[str] = set()
 
@@ -234,7 +234,7 @@ class OpenAIResponsesParser(StreamParser):
     def on_event(self, event: SSEEvent) -> int:
         """Classify one event and collect what it carries."""
         obj = load_event_object(event.data)
-        return self.on_object(event.event or obj.get("type"), obj)
+        return self.on_object(event.event or wire_str(obj.get("type"), "event type"), obj)
 
     def on_object(self, name: str | None, obj: dict[str, Any]) -> int:
         """Classify one event's JSON object by its name; the SDK path calls this with the
@@ -253,7 +253,7 @@ class OpenAIResponsesParser(StreamParser):
                 self._summary_streamed = True
             elif name == "response.reasoning_text.delta":
                 self._reasoning_streamed = True
-            index = obj.get("output_index")
+            index = _output_index(obj)
             self._streamed_items.add(index)
             if name in _CLIENT_TOOL_DELTAS:
                 self._client_calls.setdefault(index, None)
@@ -277,8 +277,8 @@ class OpenAIResponsesParser(StreamParser):
         elif name == "response.output_item.done":
             item = wire_object(obj.get("item"), f"{name}.item") or {}
             self._read_item(item, obj)
-            if item.get("type") in CLIENT_TOOL_ITEMS and (
-                obj.get("output_index") not in self._streamed_items
+            if _item_type(item) in CLIENT_TOOL_ITEMS and (
+                _output_index(obj) not in self._streamed_items
             ):
                 # A call that arrives whole (an apply_patch diff, a computer action): the
                 # item carries the generated call, so it is the output event.
@@ -293,10 +293,10 @@ class OpenAIResponsesParser(StreamParser):
 
     def _read_item(self, item: dict[str, Any], event: dict[str, Any]) -> None:
         """Keep client tool calls open until an output item answers them (by `call_id`)."""
-        kind = item.get("type")
+        kind = _item_type(item)
         if kind in CLIENT_TOOL_ITEMS:
             call_id = item.get("call_id")
-            index = event.get("output_index")
+            index = _output_index(event)
             self._client_calls[index] = None if call_id is None else str(call_id)
         elif kind in _TOOL_OUTPUT_ITEMS:
             answered = item.get("call_id")
@@ -310,7 +310,7 @@ class OpenAIResponsesParser(StreamParser):
         self.unknown_event_types.add(name)
         delta = obj.get("delta") if name.endswith(".delta") else None
         if type(delta) is str and delta:
-            self._streamed_items.add(obj.get("output_index"))
+            self._streamed_items.add(_output_index(obj))
             self.other_output_parts.append(delta)
             return EventClass.OUTPUT
         return EventClass.META
@@ -394,6 +394,19 @@ class OpenAIResponsesParser(StreamParser):
         if raw == "failed":
             return StopReason.ERROR
         return _INCOMPLETE_REASONS.get(raw, StopReason.UNKNOWN)
+
+
+def _output_index(obj: dict[str, Any]) -> int | None:
+    """An event's `output_index` (None when absent)."""
+    index = obj.get("output_index")
+    if index is None or type(index) is int:
+        return index
+    raise MalformedStream(f"output_index is {describe(index)}, not an integer")
+
+
+def _item_type(item: dict[str, Any]) -> str | None:
+    """An output item's `type`."""
+    return wire_str(item.get("type"), "item.type")
 
 
 def _delta(obj: dict[str, Any], name: str) -> str:
