@@ -12,7 +12,8 @@ it), ``response.function_call_arguments.delta``; the stream ends with one of
 ``response.usage`` (``input_tokens``, ``output_tokens``, ``input_tokens_details.cached_tokens``,
 ``output_tokens_details.reasoning_tokens``) is the only usage sent. An ``error`` event
 (``code``, ``message``) can arrive at any point. Headers as for Chat Completions
-(``x-request-id``, ``openai-processing-ms``, ``x-ratelimit-*``).
+(``x-request-id``, ``openai-processing-ms``, ``x-ratelimit-*``). Every event type the
+parser knows, its class and source: docs/providers.md.
 
 Requests: system messages become ``instructions``, the others ``input``; ``max_tokens`` is
 sent as ``max_output_tokens``; only parameters the API accepts are sent (``seed`` and
