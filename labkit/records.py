@@ -349,6 +349,24 @@ class Usage(_Model):
         "output_tokens when reasoning was counted but never streamed (OpenAI reasoning "
         "models); larger when streamed reasoning is left out of output_tokens (xAI).",
     )
+    # --- the stream's account of the output count (issue 24) ---
+    output_count_unaccounted: bool | None = Field(
+        default=None,
+        description="labkit extension: true when the output count taken as streamed (the "
+        "provider's output_tokens less the reasoning it reported as hidden) is more than "
+        "the streamed content can hold (its tokens by the model's own tokenizer where "
+        "labkit has it, else its UTF-8 bytes, plus 64 for special tokens): output was "
+        "generated and neither streamed nor reported as reasoning (a gateway reporting "
+        "reasoning_tokens 0 for hidden or encrypted reasoning). Then streamed_output_tokens "
+        "and decode are null. False: checked and accounted for; null: no count to check.",
+    )
+    streamed_output_null_reason: str | None = Field(
+        default=None,
+        description="labkit extension: why streamed_output_tokens (and so client decode) is "
+        "null while output_tokens is known: hidden output the stream cannot account for, "
+        "redacted or omitted thinking without a reported thinking count, a reasoning "
+        "summary of no reported count. Null when streamed_output_tokens is known.",
+    )
 
 
 class RecordClock(_Model):

@@ -9,6 +9,7 @@ provider-side timings are reported.
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 import httpx
@@ -57,6 +58,12 @@ _STOP_REASONS = {
     "pause_turn": StopReason.UNKNOWN,
 }
 
+#: Streamed thinking of fewer characters per reported thinking token is a summary: raw
+#: thinking runs at about 3.5 (Anthropic's "a token is about 3.5 English characters").
+_FULL_THINKING_CHARS = 2
+#: Characters per token for a summary's own tokens (the same documented rule of thumb).
+_CHARS_PER_TOKEN = 3.5
+
 # Body fields the Messages API accepts from the lab's generic params.
 _PASSED_PARAMS = ("temperature", "top_p", "top_k", "max_tokens", "stop_sequences", "metadata")
 
@@ -80,10 +87,12 @@ class AnthropicSettings(ProviderSettings):
 class AnthropicParser(StreamParser):
     """Parses Messages events into text, usage, stop reason and errors.
 
-    Output events: `text_delta` (TEXT); `thinking_delta`, `input_json_delta`, and a
-    `redacted_thinking` block, whose encrypted reasoning arrives whole in its
-    `content_block_start` (OUTPUT). `signature_delta`, `citations_delta` and block starts
-    and stops carry no tokens (META).
+    Output events are those that carry generated content: a non-empty `text_delta`
+    (TEXT), `thinking_delta` or `input_json_delta` (OUTPUT). The empty `input_json_delta`
+    that opens every tool_use block, the empty `thinking_delta` before a signature,
+    `signature_delta`, `citations_delta`, a `redacted_thinking` block (encrypted reasoning
+    arriving whole) and block starts and stops carry no streamed token (META).
+    `usage.output_tokens_details.thinking_tokens` is the reasoning count.
     """
 
     def __init__(self) -> None:
@@ -94,6 +103,7 @@ class AnthropicParser(StreamParser):
         self._thinking_blocks = 0
         self._thinking_streamed = False
         self._thinking_redacted = False
+        self._thinking_chars = 0
 
     def on_headers(self, headers: ResponseHeaders) -> None:
         """`request-id` and the `anthropic-ratelimit-*` headers."""
@@ -122,12 +132,25 @@ class AnthropicParser(StreamParser):
                 text = delta.get("text")
                 if type(text) is not str:
                     raise MalformedStream(f"text_delta.text is {describe(text)}, not a string")
+                if not text:
+                    return EventClass.META
                 self.text_parts.append(text)
                 return EventClass.TEXT
             if dtype == "thinking_delta":
+                # An empty thinking_delta precedes the signature: no token, no output.
+                thinking = _delta_text(delta, "thinking")
+                if not thinking:
+                    return EventClass.META
                 self._thinking_streamed = True
+                self._thinking_chars += len(thinking)
+                self.other_output_parts.append(thinking)
                 return EventClass.OUTPUT
             if dtype == "input_json_delta":
+                # Every tool_use block opens with an empty partial_json.
+                partial = _delta_text(delta, "partial_json")
+                if not partial:
+                    return EventClass.META
+                self.other_output_parts.append(partial)
                 return EventClass.OUTPUT
             return EventClass.META  # signature_delta, citations_delta, future kinds
         if name == "content_block_start":
@@ -158,13 +181,21 @@ class AnthropicParser(StreamParser):
         block = wire_object(obj.get("content_block"), "content_block_start.content_block") or {}
         btype = block.get("type")
         if btype == "redacted_thinking":
+            # Encrypted reasoning arriving whole: counted, but no token is streamed here.
             self._thinking_redacted = True
-            return EventClass.OUTPUT
+            return EventClass.META
         if btype == "thinking":
             self._thinking_blocks += 1
-            if block.get("thinking"):
+            thinking = wire_str(block.get("thinking"), "content_block.thinking")
+            if thinking:
                 self._thinking_streamed = True
+                self._thinking_chars += len(thinking)
+                self.other_output_parts.append(thinking)
                 return EventClass.OUTPUT
+        elif btype in ("tool_use", "server_tool_use"):
+            name = wire_str(block.get("name"), "content_block.name")
+            if name:  # the name is generated, but arrives with the block, not as a delta
+                self.other_output_parts.append(name)
         elif btype == "text":
             text = wire_str(block.get("text"), "content_block.text")
             if text:
@@ -197,19 +228,46 @@ class AnthropicParser(StreamParser):
         output = wire_count(usage.get("output_tokens"), f"{where}.output_tokens")
         if output is not None:
             self.usage.output_tokens = output
+        details = wire_object(usage.get("output_tokens_details"), f"{where}.output_tokens_details")
+        if details:
+            thinking = wire_count(
+                details.get("thinking_tokens"), f"{where}.output_tokens_details.thinking_tokens"
+            )
+            if thinking is not None:
+                self.usage.reasoning_tokens = thinking
 
-    def streamed_output_tokens(self, output_events: int) -> int | None:
-        """`output_tokens`, which counts thinking: streamed thinking is in the stream too.
+    def reported_streamed_tokens(self, output_events: int) -> int | None:
+        """`output_tokens`, which counts thinking, less the thinking that was not streamed.
 
-        None when thinking was counted but not streamed (a `redacted_thinking` block, or a
-        thinking block with `display: "omitted"`, whose text is empty and only its
-        signature arrives): Anthropic reports no separate thinking count, so the tokens
-        the stream delivered cannot be known and decode is not derived. Summarised
-        thinking (Claude 4) bills the full thinking but streams a summary; it cannot be
-        told apart on the wire, so its decode is taken over `output_tokens`.
+        Anthropic's `usage.output_tokens_details.thinking_tokens` counts the raw thinking.
+        Thinking counted but not streamed (a `redacted_thinking` block, or a thinking block
+        with `display: "omitted"`, whose text is empty and only its signature arrives) is
+        taken out with it. Summarised thinking (Claude 4) streams a summary shorter than
+        the raw thinking: told apart by fewer than `_FULL_THINKING_CHARS` characters per
+        thinking token, it is taken out and the summary's own tokens are put back,
+        estimated at Anthropic's documented 3.5 characters per token. Without
+        `thinking_tokens`, hidden thinking leaves the streamed count unknown (None, decode
+        not derived) and streamed thinking is taken as all of the thinking.
         """
+        output = self.usage.output_tokens
+        thinking = self.usage.reasoning_tokens
         hidden = self._thinking_redacted or (self._thinking_blocks and not self._thinking_streamed)
-        return None if hidden else self.usage.output_tokens
+        if output is None or not (hidden or self._thinking_streamed):
+            return output
+        if thinking is None:
+            if not hidden:
+                return output
+            self.streamed_null_reason = (
+                "thinking was counted but not streamed (redacted or display omitted) and "
+                "Anthropic sent no thinking_tokens to take it out"
+            )
+            return None
+        streamed_thinking = 0
+        if self._thinking_chars >= _FULL_THINKING_CHARS * thinking:
+            streamed_thinking = thinking  # the thinking itself was streamed
+        elif self._thinking_chars:
+            streamed_thinking = min(thinking, math.ceil(self._thinking_chars / _CHARS_PER_TOKEN))
+        return max(output - thinking, 0) + streamed_thinking
 
     def stop_reason(self) -> StopReason | None:
         """Map Anthropic's `stop_reason`."""
@@ -288,3 +346,13 @@ class AnthropicProvider(Provider):
             includes_framing=True,
             note="counts only (no token boundaries); includes the message framing",
         )
+
+
+def _delta_text(delta: dict[str, Any], key: str) -> str:
+    """A delta's generated text (`thinking`, `partial_json`): "" when absent or empty."""
+    value = delta.get(key)
+    if value is None:
+        return ""
+    if type(value) is not str:
+        raise MalformedStream(f"{delta.get('type')}.{key} is {describe(value)}, not a string")
+    return value

@@ -63,6 +63,7 @@ __all__ = [
     "StreamParser",
     "Timeouts",
     "TokenCount",
+    "account_for_stream",
     "check_base_url",
     "connections_for",
     "provider_class",
@@ -361,6 +362,14 @@ class StreamParser(ABC):
         self.rate_limits: dict[str, str] | None = None
         self.error: RecordError | None = None
         self.text_parts: list[str] = []
+        #: Streamed output that is not visible text (reasoning, tool-call names and
+        #: arguments), kept for `account_for_stream`, labkit's check of the output count.
+        self.other_output_parts: list[str] = []
+        #: Why `streamed_output_tokens` is None, when a parser knows (see `Usage`).
+        self.streamed_null_reason: str | None = None
+        #: The model's own tokenizer, where labkit has it offline (`Provider.count_locally`):
+        #: the provider sets it in `new_parser`; None: the check uses a bytes bound.
+        self.count_locally: Callable[[str], TokenCount | None] | None = None
 
     def on_headers(self, headers: ResponseHeaders) -> None:  # noqa: B027 - optional hook
         """Read identifiers and header timings from the response headers."""
@@ -409,11 +418,77 @@ class StreamParser(ABC):
         """How many output tokens the stream itself delivered: the count decode time is
         taken over (`usage.streamed_output_tokens`).
 
+        The parser's reading of the reported counts (`reported_streamed_tokens`), checked
+        against what the stream carried (`account_for_stream`): a count the streamed
+        content cannot hold is hidden output reported as nothing, and gives None (decode
+        not derived), with the record flagged and the reason in
+        `usage.streamed_output_null_reason`. `output_events`: output-carrying events seen.
+        """
+        count = self.reported_streamed_tokens(output_events)
+        if count is not None:
+            count = account_for_stream(self, count)
+        self.usage.streamed_output_null_reason = (
+            self.streamed_null_reason if count is None and self.usage.output_tokens else None
+        )
+        return count
+
+    def reported_streamed_tokens(self, output_events: int) -> int | None:
+        """The streamed output count as the provider's own counts give it.
+
         Default: the provider's output count, as sent. A parser overrides this where the
         provider counts tokens it never streams (hidden reasoning) or streams tokens it
-        does not count. `output_events` is the number of output-carrying events seen.
+        does not count, setting `streamed_null_reason` when it returns None.
         """
         return self.usage.output_tokens
+
+
+#: Tokens a reported output count may hold beyond its streamed content before the content
+#: "cannot account" for it: special tokens (end of turn, tool-call framing) are counted
+#: but never streamed, and a tool's name arrives outside its argument deltas.
+UNSTREAMED_ALLOWANCE = 64
+#: Slack on a count by the model's own tokenizer (a family's tokenizer, not the exact one).
+LOCAL_COUNT_SLACK = 1.5
+
+
+def account_for_stream(parser: StreamParser, count: int) -> int | None:
+    """`count` if the streamed content can hold that many tokens, else None with the
+    record flagged (`usage.output_count_unaccounted`).
+
+    A token carries at least one byte of text, so the content's UTF-8 bytes bound what it
+    can hold; where the model's tokenizer is at hand and that bound alone does not decide,
+    its count (with `LOCAL_COUNT_SLACK`) does. Both leave `UNSTREAMED_ALLOWANCE` tokens for
+    what is counted but never streamed. Runs once per record, after the stream.
+    """
+    usage = parser.usage
+    if usage.output_tokens is None:
+        return count
+    parts = parser.text_parts + parser.other_output_parts
+    content = "".join(parts)
+    held = len(content.encode("utf-8", errors="replace"))
+    source = "its UTF-8 bytes"
+    if count > held + UNSTREAMED_ALLOWANCE:
+        unaccounted = True
+    elif parser.count_locally is not None and count > len(content) / 3 + UNSTREAMED_ALLOWANCE:
+        local = parser.count_locally(content)
+        if local is None:
+            unaccounted = False
+        else:
+            held = int(local.tokens * LOCAL_COUNT_SLACK)
+            source = f"{local.source}: {local.tokens} tokens"
+            unaccounted = count > held + UNSTREAMED_ALLOWANCE
+    else:
+        unaccounted = False
+    usage.output_count_unaccounted = unaccounted
+    if not unaccounted:
+        return count
+    reasoning = usage.reasoning_tokens
+    parser.streamed_null_reason = (
+        f"{count} of the {usage.output_tokens} reported output tokens were taken as streamed "
+        f"(reasoning_tokens {'absent' if reasoning is None else reasoning}), but the streamed "
+        f"content holds at most {held + UNSTREAMED_ALLOWANCE} ({source}): output was generated "
+        "and neither streamed nor reported as reasoning"
+    )
+    return None
 
 
 class SDKAdapter(ABC):

@@ -120,10 +120,13 @@ class OllamaParser(StreamParser):
             if thinking:
                 if type(thinking) is not str:
                     raise MalformedStream(f"message.thinking is {describe(thinking)}, not a string")
+                self.other_output_parts.append(thinking)
                 if cls < EventClass.OUTPUT:
                     cls = EventClass.OUTPUT
-            if wire_list(message.get("tool_calls"), "message.tool_calls"):
+            tool_calls = wire_list(message.get("tool_calls"), "message.tool_calls")
+            if tool_calls:  # whole calls, each a generated name and arguments
                 self._tool_called = True
+                self.other_output_parts.append(repr(tool_calls))
                 if cls < EventClass.OUTPUT:
                     cls = EventClass.OUTPUT
         error = obj.get("error")

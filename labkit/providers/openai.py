@@ -82,16 +82,20 @@ class OpenAISettings(ProviderSettings):
 class OpenAIChatParser(StreamParser):
     """Parses Chat Completions chunks, and the shapes OpenAI-compatible servers add.
 
-    Classification: visible text (`content` as a string or as Mistral's list of parts,
-    `refusal`) is TEXT; reasoning (`reasoning_content`: DeepSeek, vLLM, xAI; `reasoning`:
-    OpenRouter, Ollama, Groq; `reasoning_details`: OpenRouter; Mistral's `thinking` parts)
-    and tool calls are OUTPUT; role-only chunks, empty deltas and keep-alives are IGNORE.
+    Classification: an event is output only when it carries generated content. Visible
+    text (`content` as a string or as Mistral's list of parts, `refusal`) is TEXT;
+    reasoning (`reasoning_content`: DeepSeek, vLLM, xAI; `reasoning`: OpenRouter, Ollama,
+    Groq; `reasoning_details` items with text: OpenRouter; Mistral's `thinking` parts) and
+    tool-call names and argument pieces are OUTPUT; role-only chunks, empty deltas (`""`
+    content, reasoning_details with only a signature or encrypted data, a tool call with
+    `""` arguments), usage chunks and keep-alives are not.
 
     Usage replaces, never adds: it is cumulative whether it comes once at the end (OpenAI,
     `include_usage`) or on every chunk (vLLM `continuous_usage_stats`). Without top-level
-    `usage`, Groq's `x_groq.usage` is read. A chunk with both `error` and `usage` (OpenRouter
-    ending a cut stream) keeps both. A `finish_reason` marks the stream as finished, so a
-    server that closes without `[DONE]` (Perplexity) is not truncated.
+    `usage`, Groq's `x_groq.usage` or a choice's own `usage` (Moonshot) is read. A chunk
+    with both `error` and `usage` (OpenRouter ending a cut stream) keeps both. A
+    `finish_reason` marks the stream as finished, so a server that closes without `[DONE]`
+    (Perplexity) is not truncated.
 
     Server timings (`labkit.providers.server_timings`) are detected by their chunk key, one
     dict lookup each, or only the one `server` names. llama.cpp's per-token `timings` (with
@@ -178,6 +182,11 @@ class OpenAIChatParser(StreamParser):
                         got = self._read_delta(delta)
                         if got > cls:
                             cls = got
+                choice_usage = choice.get("usage")
+                if choice_usage is not None and usage is None:  # Moonshot: on the last choice
+                    self._read_usage(choice_usage, "choices[].usage")
+                    if cls < EventClass.META:
+                        cls = EventClass.META
                 finish = choice.get("finish_reason")
                 if finish is not None:
                     if type(finish) is not str:
@@ -244,6 +253,7 @@ class OpenAIChatParser(StreamParser):
             if type(reasoning) is not str:
                 raise MalformedStream(f"delta reasoning is {describe(reasoning)}, not a string")
             self._reasoning_streamed = True
+            self.other_output_parts.append(reasoning)
             if cls < EventClass.OUTPUT:
                 cls = EventClass.OUTPUT
         details = delta.get("reasoning_details")
@@ -252,23 +262,69 @@ class OpenAIChatParser(StreamParser):
                 raise MalformedStream(
                     f"delta.reasoning_details is {describe(details)}, not an array"
                 )
-            for item in details:
-                if type(item) is not dict:
-                    raise MalformedStream(f"a reasoning_details item is {describe(item)}")
-                # Encrypted reasoning arrives whole and unreadable: output, but not streamed.
-                if item.get("type") != "reasoning.encrypted":
-                    self._reasoning_streamed = True
-            if cls < EventClass.OUTPUT:
+            if self._read_reasoning_details(details, reasoning) and cls < EventClass.OUTPUT:
                 cls = EventClass.OUTPUT
         tool_calls = delta.get("tool_calls")
         if tool_calls:
             if type(tool_calls) is not list:
                 raise MalformedStream(f"delta.tool_calls is {describe(tool_calls)}, not an array")
-            if cls < EventClass.OUTPUT:
+            if self._read_tool_calls(tool_calls) and cls < EventClass.OUTPUT:
                 cls = EventClass.OUTPUT
-        elif delta.get("function_call") and cls < EventClass.OUTPUT:
-            cls = EventClass.OUTPUT
+        else:
+            legacy = delta.get("function_call")
+            carried = bool(legacy) and self._read_function(legacy, "delta.function_call")
+            if carried and cls < EventClass.OUTPUT:
+                cls = EventClass.OUTPUT
         return cls
+
+    def _read_reasoning_details(self, details: list[Any], reasoning: Any) -> bool:
+        """OpenRouter's `reasoning_details` items; whether one carries generated text.
+
+        `reasoning.text` (`text`) and `reasoning.summary` (`summary`) carry text when it is
+        not empty; an item with only a `signature`, or `reasoning.encrypted` (`data`,
+        reasoning that arrives whole and unreadable), carries no streamed token. The text
+        usually repeats `delta.reasoning`, which is then not kept twice.
+        """
+        carried = False
+        for item in details:
+            if type(item) is not dict:
+                raise MalformedStream(f"a reasoning_details item is {describe(item)}")
+            text = item.get("text") or item.get("summary")
+            if not text:
+                continue
+            if type(text) is not str:
+                raise MalformedStream(f"a reasoning_details item's text is {describe(text)}")
+            carried = True
+            self._reasoning_streamed = True
+            if not reasoning:
+                self.other_output_parts.append(text)
+        return carried
+
+    def _read_tool_calls(self, tool_calls: list[Any]) -> bool:
+        """Whether a `tool_calls` delta carries generated content: a function name or a
+        non-empty piece of its arguments (a chunk with only an index and `""` does not)."""
+        carried = False
+        for call in tool_calls:
+            if type(call) is not dict:
+                raise MalformedStream(f"a tool call is {describe(call)}, not an object")
+            function = call.get("function") or call.get("custom")
+            if function and self._read_function(function, "tool_calls[].function"):
+                carried = True
+        return carried
+
+    def _read_function(self, function: Any, where: str) -> bool:
+        """A function call's `name` and `arguments` (a custom tool's `input`) pieces."""
+        if type(function) is not dict:
+            raise MalformedStream(f"{where} is {describe(function)}, not an object")
+        carried = False
+        for key in ("name", "arguments", "input"):
+            piece = function.get(key)
+            if piece:
+                if type(piece) is not str:
+                    raise MalformedStream(f"{where}.{key} is {describe(piece)}, not a string")
+                self.other_output_parts.append(piece)
+                carried = True
+        return carried
 
     def _read_content_parts(self, parts: list[Any]) -> int:
         """Mistral's content as a list of parts: `text` parts are visible text, `thinking`
@@ -290,9 +346,12 @@ class OpenAIChatParser(StreamParser):
                 if thinking:
                     if type(thinking) is not list and type(thinking) is not str:
                         raise MalformedStream(f"a thinking part's thinking is {describe(thinking)}")
-                    self._reasoning_streamed = True
-                    if cls < EventClass.OUTPUT:
-                        cls = EventClass.OUTPUT
+                    text = thinking if isinstance(thinking, str) else _thinking_text(thinking)
+                    if text:  # a list of only empty text chunks carries nothing
+                        self._reasoning_streamed = True
+                        self.other_output_parts.append(text)
+                        if cls < EventClass.OUTPUT:
+                            cls = EventClass.OUTPUT
         return cls
 
     def _extra(self, obj: dict[str, Any]) -> None:
@@ -332,7 +391,7 @@ class OpenAIChatParser(StreamParser):
             if reasoning is not None:
                 u.reasoning_tokens = reasoning
 
-    def streamed_output_tokens(self, output_events: int) -> int | None:
+    def reported_streamed_tokens(self, output_events: int) -> int | None:
         """The output tokens the stream delivered, from the reported counts.
 
         OpenAI counts reasoning inside `completion_tokens`, streamed or not: reasoning that
@@ -361,6 +420,18 @@ class OpenAIChatParser(StreamParser):
         if self._refused and raw == "stop":
             return StopReason.REFUSAL
         return _STOP_REASONS.get(raw, StopReason.UNKNOWN)
+
+
+def _thinking_text(chunks: list[Any]) -> str:
+    """The text of Mistral's `thinking` chunks (`{"type": "text", "text": ...}`)."""
+    texts = []
+    for chunk in chunks:
+        text = chunk.get("text") if type(chunk) is dict else chunk
+        if text:
+            if type(text) is not str:
+                raise MalformedStream(f"a thinking chunk's text is {describe(text)}")
+            texts.append(text)
+    return "".join(texts)
 
 
 def _stream_error(err: Any) -> RecordError:
@@ -422,8 +493,11 @@ class OpenAIProvider(Provider):
         return str(getattr(self.settings, "server", None) or self.default_server)
 
     def new_parser(self) -> StreamParser:
-        """A Chat Completions chunk parser reading the server's timing shapes."""
-        return OpenAIChatParser(self.server())
+        """A Chat Completions chunk parser reading the server's timing shapes, checking
+        the output count with the model's offline tokenizer where there is one."""
+        parser = OpenAIChatParser(self.server())
+        parser.count_locally = self.count_locally
+        return parser
 
     def count_input_locally(self, request: ChatRequest) -> TokenCount | None:
         """tiktoken count of the message contents with the model's encoding (offline), and

@@ -12,7 +12,8 @@ it), ``response.function_call_arguments.delta``; the stream ends with one of
 ``response.usage`` (``input_tokens``, ``output_tokens``, ``input_tokens_details.cached_tokens``,
 ``output_tokens_details.reasoning_tokens``) is the only usage sent. An ``error`` event
 (``code``, ``message``) can arrive at any point. Headers as for Chat Completions
-(``x-request-id``, ``openai-processing-ms``, ``x-ratelimit-*``).
+(``x-request-id``, ``openai-processing-ms``, ``x-ratelimit-*``). Every event type the
+parser knows, its class and source: docs/providers.md.
 
 Requests: system messages become ``instructions``, the others ``input``; ``max_tokens`` is
 sent as ``max_output_tokens``; only parameters the API accepts are sent (``seed`` and
@@ -78,17 +79,104 @@ _PASSED_PARAMS = frozenset(
     }
 )
 
-#: Delta events whose `delta` is output that is not visible text.
+#: Where the event catalogue below was read: openai-python's `ResponseStreamEvent` union.
+CATALOGUE_SOURCE = "openai/openai-python src/openai/types/responses/response_stream_event.py"
+
+#: Visible text: kept as the record's output text.
+_TEXT_DELTAS = frozenset({"response.output_text.delta", "response.refusal.delta"})
+#: Generated output that is not visible text: reasoning, and what the model writes into a
+#: tool call (client tools' arguments, input, command; hosted tools' code and arguments).
 _OUTPUT_DELTAS = frozenset(
+    {
+        "response.reasoning_text.delta",
+        "response.reasoning_summary_text.delta",
+        "response.function_call_arguments.delta",
+        "response.custom_tool_call_input.delta",
+        "response.shell_call_command.delta",
+        "response.mcp_call_arguments.delta",
+        "response.code_interpreter_call_code.delta",
+        "response.audio.delta",
+    }
+)
+#: Deltas that carry no generated token: what a hosted tool produced (a shell's stdout and
+#: stderr), or a transcript repeating the audio's own tokens.
+_NOT_OUTPUT_DELTAS = frozenset(
+    {"response.shell_call_output_content.delta", "response.audio.transcript.delta"}
+)
+#: Deltas that write a client-executed item: they open it as a client call by their own.
+_CLIENT_TOOL_DELTAS = frozenset(
     {
         "response.function_call_arguments.delta",
         "response.custom_tool_call_input.delta",
-        "response.mcp_call_arguments.delta",
-        "response.code_interpreter_call_code.delta",
+        "response.shell_call_command.delta",
     }
 )
 _TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
-_TOOL_ITEMS = frozenset({"function_call", "custom_tool_call"})
+#: Progress events the parser knows: they count for `first_event_ms`, carry no token.
+_PROGRESS = frozenset(
+    {
+        "response.created",
+        "response.queued",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.output_item.done",
+        "response.content_part.added",
+        "response.content_part.done",
+        "response.output_text.done",
+        "response.output_text.annotation.added",
+        "response.refusal.done",
+        "response.reasoning_text.done",
+        "response.reasoning_summary_part.added",
+        "response.reasoning_summary_part.done",
+        "response.reasoning_summary_text.done",
+        "response.function_call_arguments.done",
+        "response.custom_tool_call_input.done",
+        "response.shell_call_command.added",
+        "response.shell_call_command.done",
+        "response.shell_call_output_content.done",
+        "response.mcp_call_arguments.done",
+        "response.mcp_call.in_progress",
+        "response.mcp_call.completed",
+        "response.mcp_call.failed",
+        "response.mcp_list_tools.in_progress",
+        "response.mcp_list_tools.completed",
+        "response.mcp_list_tools.failed",
+        "response.code_interpreter_call.in_progress",
+        "response.code_interpreter_call.interpreting",
+        "response.code_interpreter_call.completed",
+        "response.code_interpreter_call_code.done",
+        "response.file_search_call.in_progress",
+        "response.file_search_call.searching",
+        "response.file_search_call.completed",
+        "response.web_search_call.in_progress",
+        "response.web_search_call.searching",
+        "response.web_search_call.completed",
+        "response.image_generation_call.in_progress",
+        "response.image_generation_call.generating",
+        "response.image_generation_call.partial_image",
+        "response.image_generation_call.completed",
+        "response.audio.done",
+        "response.audio.transcript.done",
+        "error",
+    }
+)
+#: Output items the client must execute: a response that ends with one of these and no
+#: output for it is the client's turn (`tool_call`). Hosted tools (`web_search_call`,
+#: `file_search_call`, `code_interpreter_call`, `mcp_call`, `image_generation_call`,
+#: `tool_search_call`) ran on the server and are not.
+CLIENT_TOOL_ITEMS = frozenset(
+    {
+        "function_call",
+        "custom_tool_call",
+        "apply_patch_call",
+        "local_shell_call",
+        "shell_call",
+        "computer_call",
+    }
+)
+#: An output item that answers a client tool call inside the same response (the server
+#: ran it: a hosted shell's `shell_call_output`).
+_TOOL_OUTPUT_ITEMS = frozenset(f"{item}_output" for item in CLIENT_TOOL_ITEMS)
 
 _INCOMPLETE_REASONS = {
     "max_output_tokens": StopReason.LENGTH,
@@ -96,13 +184,31 @@ _INCOMPLETE_REASONS = {
 }
 
 
+def event_class(name: str) -> str:
+    """The class of a Responses event type as this parser treats it: `output`,
+    `progress`, `terminal` or `ignored` (documented in docs/providers.md). An unknown
+    ``*.delta`` is `output` when its `delta` is text (decided per event); any other unknown
+    event is `progress`."""
+    if name in _TEXT_DELTAS or name in _OUTPUT_DELTAS:
+        return "output"
+    if name in _TERMINAL:
+        return "terminal"
+    if name in _NOT_OUTPUT_DELTAS or name in _PROGRESS:
+        return "progress"
+    return "output" if name.endswith(".delta") else "progress"
+
+
 class OpenAIResponsesParser(StreamParser):
     """Parses Responses events into text, usage, stop reason and errors.
 
-    TEXT: `response.output_text.delta`, `response.refusal.delta`. OUTPUT: reasoning text,
-    reasoning summaries, function-call arguments (and the other tool-input deltas). Every
-    other event (`response.created`, item and part starts and ends, `*.done`) is META; the
-    three terminal events are DONE. Usage comes once, on the terminal event's `response`.
+    An event is output only when it carries generated content: a non-empty text delta
+    (`response.output_text.delta`, `response.refusal.delta`: TEXT) or reasoning and
+    tool-input delta (OUTPUT); an unknown ``*.delta`` event whose `delta` is a non-empty
+    string is OUTPUT by that rule (and its type kept in `unknown_event_types`), never
+    dropped. Every other event (`response.created`, item and part starts and ends,
+    `*.done`, hosted tools' progress) is META; the three terminal events are DONE. Usage
+    comes once, on the terminal event's `response`. `completed` is `tool_call` only when a
+    client-executed item (`CLIENT_TOOL_ITEMS`) is left without its output.
     """
 
     def __init__(self) -> None:
@@ -110,7 +216,12 @@ class OpenAIResponsesParser(StreamParser):
         self._reasoning_streamed = False
         self._summary_streamed = False
         self._refused = False
-        self._tool_called = False
+        #: Client tool calls of this response not answered inside it: output index → call id.
+        self._client_calls: dict[int | None, str | None] = {}
+        #: Output indexes whose content arrived as deltas.
+        self._streamed_items: set[int | None] = set()
+        #: Event types outside the catalogue that arrived, each once.
+        self.unknown_event_types: set[str] = set()
 
     def on_headers(self, headers: ResponseHeaders) -> None:
         """Request id, server processing time and rate-limit headers (as Chat Completions)."""
@@ -124,7 +235,7 @@ class OpenAIResponsesParser(StreamParser):
     def on_event(self, event: SSEEvent) -> int:
         """Classify one event and collect what it carries."""
         obj = load_event_object(event.data)
-        return self.on_object(event.event or obj.get("type"), obj)
+        return self.on_object(event.event or wire_str(obj.get("type"), "event type"), obj)
 
     def on_object(self, name: str | None, obj: dict[str, Any]) -> int:
         """Classify one event's JSON object by its name; the SDK path calls this with the
@@ -135,20 +246,19 @@ class OpenAIResponsesParser(StreamParser):
                 return EventClass.META
             self.text_parts.append(delta)
             return EventClass.TEXT
-        if name == "response.reasoning_summary_text.delta":
-            if not _delta(obj, name):
-                return EventClass.META
-            self._summary_streamed = True
-            return EventClass.OUTPUT
-        if name == "response.reasoning_text.delta":
-            if not _delta(obj, name):
-                return EventClass.META
-            self._reasoning_streamed = True
-            return EventClass.OUTPUT
         if name in _OUTPUT_DELTAS:
-            if not _delta(obj, name):
+            delta = _delta(obj, name)
+            if not delta:
                 return EventClass.META
-            self._tool_called = True
+            if name == "response.reasoning_summary_text.delta":
+                self._summary_streamed = True
+            elif name == "response.reasoning_text.delta":
+                self._reasoning_streamed = True
+            index = _output_index(obj)
+            self._streamed_items.add(index)
+            if name in _CLIENT_TOOL_DELTAS:
+                self._client_calls.setdefault(index, None)
+            self.other_output_parts.append(delta)
             return EventClass.OUTPUT
         if name == "response.refusal.delta":
             delta = _delta(obj, name)
@@ -164,12 +274,46 @@ class OpenAIResponsesParser(StreamParser):
             response = wire_object(obj.get("response"), f"{name}.response") or {}
             self.response_id = wire_id(response.get("id"), "response.id")
         elif name == "response.output_item.added":
+            self._read_item(wire_object(obj.get("item"), f"{name}.item") or {}, obj)
+        elif name == "response.output_item.done":
             item = wire_object(obj.get("item"), f"{name}.item") or {}
-            if item.get("type") in _TOOL_ITEMS:
-                self._tool_called = True
+            self._read_item(item, obj)
+            if _item_type(item) in CLIENT_TOOL_ITEMS and (
+                _output_index(obj) not in self._streamed_items
+            ):
+                # A call that arrives whole (an apply_patch diff, a computer action): the
+                # item carries the generated call, so it is the output event.
+                self.other_output_parts.append(repr(item))
+                return EventClass.OUTPUT
         elif name == "error":
             err = obj.get("error")
             self.error = _stream_error(err if type(err) is dict else obj)
+        elif name not in _PROGRESS and name not in _NOT_OUTPUT_DELTAS and name is not None:
+            return self._unknown(name, obj)
+        return EventClass.META
+
+    def _read_item(self, item: dict[str, Any], event: dict[str, Any]) -> None:
+        """Keep client tool calls open until an output item answers them (by `call_id`)."""
+        kind = _item_type(item)
+        if kind in CLIENT_TOOL_ITEMS:
+            call_id = item.get("call_id")
+            index = _output_index(event)
+            self._client_calls[index] = None if call_id is None else str(call_id)
+        elif kind in _TOOL_OUTPUT_ITEMS:
+            answered = item.get("call_id")
+            for key, call_id in list(self._client_calls.items()):
+                if call_id is not None and call_id == answered:
+                    del self._client_calls[key]
+
+    def _unknown(self, name: str, obj: dict[str, Any]) -> int:
+        """An event outside the catalogue: a ``*.delta`` whose `delta` is non-empty text is
+        generated output (a new tool's arguments, say); anything else is progress."""
+        self.unknown_event_types.add(name)
+        delta = obj.get("delta") if name.endswith(".delta") else None
+        if type(delta) is str and delta:
+            self._streamed_items.add(_output_index(obj))
+            self.other_output_parts.append(delta)
+            return EventClass.OUTPUT
         return EventClass.META
 
     def _read_response(self, obj: dict[str, Any], name: str) -> None:
@@ -191,6 +335,12 @@ class OpenAIResponsesParser(StreamParser):
         usage = wire_object(response.get("usage"), "response.usage")
         if usage:
             self._read_usage(usage)
+        output = response.get("output")
+        if type(output) is list and output:  # the whole response: what the client must run
+            self._client_calls.clear()
+            for index, item in enumerate(output):
+                if type(item) is dict:
+                    self._read_item(item, {"output_index": index})
 
     def _read_usage(self, usage: dict[str, Any]) -> None:
         # Sent once, on the terminal event: it is the whole count, never added to.
@@ -211,7 +361,7 @@ class OpenAIResponsesParser(StreamParser):
                 "usage.output_tokens_details.reasoning_tokens",
             )
 
-    def streamed_output_tokens(self, output_events: int) -> int | None:
+    def reported_streamed_tokens(self, output_events: int) -> int | None:
         """The output tokens the stream delivered.
 
         `output_tokens` counts reasoning, streamed or not. Reasoning that never arrived as
@@ -224,22 +374,40 @@ class OpenAIResponsesParser(StreamParser):
         if output is None or not reasoning or self._reasoning_streamed:
             return output
         if self._summary_streamed:
+            self.streamed_null_reason = (
+                "hidden reasoning streamed as a summary: the summary's tokens have no "
+                "reported count"
+            )
             return None
         return max(output - reasoning, 0)
 
     def stop_reason(self) -> StopReason | None:
-        """`completed` is `end` (`tool_call` after a function call, `refusal` after a
-        refusal); `incomplete` maps its reason; `failed` is `error`."""
+        """`completed` is `end`: `tool_call` when a client-executed item is left for the
+        client (hosted tools that ran and were answered are not), `refusal` after a
+        refusal; `incomplete` maps its reason; `failed` is `error`."""
         raw = self.stop_reason_raw
         if raw is None:
             return None
         if raw == "completed":
-            if self._tool_called:
+            if self._client_calls:
                 return StopReason.TOOL_CALL
             return StopReason.REFUSAL if self._refused else StopReason.END
         if raw == "failed":
             return StopReason.ERROR
         return _INCOMPLETE_REASONS.get(raw, StopReason.UNKNOWN)
+
+
+def _output_index(obj: dict[str, Any]) -> int | None:
+    """An event's `output_index` (None when absent)."""
+    index = obj.get("output_index")
+    if index is None or type(index) is int:
+        return index
+    raise MalformedStream(f"output_index is {describe(index)}, not an integer")
+
+
+def _item_type(item: dict[str, Any]) -> str | None:
+    """An output item's `type`."""
+    return wire_str(item.get("type"), "item.type")
 
 
 def _delta(obj: dict[str, Any], name: str) -> str:
@@ -289,8 +457,11 @@ class OpenAIResponsesProvider(OpenAIProvider):
         )
 
     def new_parser(self) -> StreamParser:
-        """A Responses event parser."""
-        return OpenAIResponsesParser()
+        """A Responses event parser, checking the output count with the model's offline
+        tokenizer where there is one."""
+        parser = OpenAIResponsesParser()
+        parser.count_locally = self.count_locally
+        return parser
 
     def chat_framing_tokens(self, request: ChatRequest) -> int | None:
         """Unknown: OpenAI documents the chat format's per-message tokens for Chat

@@ -164,8 +164,8 @@ def test_streamed_output_tokens_rules(
     output: int, reasoning: int | None, total_extra: int, streamed: bool, expected: int
 ) -> None:
     parser = parser_for("openai")
-    if streamed:
-        parser.on_event(_oa(oa_chunk(reasoning="thinking")))
+    if streamed:  # enough streamed text to hold the count (see account_for_stream)
+        parser.on_event(_oa(oa_chunk(reasoning="thinking " * 40)))
     usage: dict = {"prompt_tokens": 5, "completion_tokens": output}
     usage["total_tokens"] = 5 + output + total_extra
     if reasoning is not None:
@@ -238,7 +238,7 @@ def test_hidden_reasoning_decode_is_taken_over_the_streamed_tokens() -> None:
     assert client.decode_ms_per_token == pytest.approx((150.0 - 20.0) / 13)
 
 
-def test_redacted_thinking_block_is_the_ttft_event() -> None:
+def test_redacted_thinking_block_is_not_an_output_event() -> None:
     rec, _ = _scripted(
         "anthropic_redacted_thinking",
         "anthropic",
@@ -247,7 +247,9 @@ def test_redacted_thinking_block_is_the_ttft_event() -> None:
     )
     client = rec.client
     assert rec.error is None
-    # message_start at 10 ms, the redacted_thinking block at 20, text from 50
-    assert client.ttft_ms == 20.0 and client.ttft_text_ms == 50.0
+    # message_start at 10 ms, the redacted_thinking block (encrypted, arriving whole: no
+    # streamed token) at 20, text from 50: the text is the first output
+    assert client.ttft_ms == 50.0 and client.ttft_text_ms == 50.0
     assert rec.usage.streamed_output_tokens is None
+    assert rec.usage.streamed_output_null_reason is not None
     assert client.decode_ms_per_token is None

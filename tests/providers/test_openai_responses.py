@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+from pathlib import Path
 
 import httpx
 import pytest
@@ -15,7 +17,7 @@ from labkit.errors import MalformedStream, ProviderUnavailable
 from labkit.measurement.sse import SSEEvent
 from labkit.providers import sdk_available
 from labkit.providers.base import EventClass
-from labkit.providers.openai_responses import OpenAIResponsesParser
+from labkit.providers.openai_responses import OpenAIResponsesParser, event_class
 from labkit.records import ErrorKind, StopReason
 from tests.providers.streams import chat, make_provider, record_one, sse, sse_response
 
@@ -191,8 +193,8 @@ def test_streamed_output_tokens_rules(
     streamed_kind: str | None, output: int, reasoning: int, expected: int | None
 ) -> None:
     parser = OpenAIResponsesParser()
-    if streamed_kind:
-        parser.on_event(event(streamed_kind, delta="thinking"))
+    if streamed_kind:  # enough streamed text to hold the count (see account_for_stream)
+        parser.on_event(event(streamed_kind, delta="thinking " * 40))
     body = completed()
     body["response"]["usage"].update(
         output_tokens=output, output_tokens_details={"reasoning_tokens": reasoning}
@@ -250,3 +252,101 @@ def test_count_tokens_uses_the_input_tokens_endpoint() -> None:
         "model": "gpt-5-mini",
         "input": "hello there",
     }
+
+
+# --- the event catalogue and hosted versus client tools (issue 24) ---------------------------
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "providers.md"
+
+
+def test_the_documented_event_table_is_the_parsers() -> None:
+    rows = re.findall(r"^\| `((?:response\.[a-z_.]+)|error)` \| (\w+) \|", DOCS.read_text(), re.M)
+    assert len(rows) >= 55
+    assert {name: cls for name, cls in rows} == {name: event_class(name) for name, _ in rows}
+
+
+def _item(name: str, index: int, **item: object) -> SSEEvent:
+    return event(name, output_index=index, item=item)
+
+
+@pytest.mark.parametrize(
+    ("items", "reason"),
+    [
+        ([{"type": "web_search_call", "id": "ws"}, {"type": "message", "id": "m"}], "end"),
+        ([{"type": "mcp_call", "id": "mc"}, {"type": "message", "id": "m"}], "end"),
+        ([{"type": "mcp_approval_request", "id": "ma"}], "end"),
+        ([{"type": "function_call", "id": "fc", "call_id": "c1"}], "tool_call"),
+        ([{"type": "computer_call", "id": "cc", "call_id": "c2"}], "tool_call"),
+        ([{"type": "local_shell_call", "id": "ls", "call_id": "c3"}], "tool_call"),
+        (  # a shell the server ran: its output is in the response, then the answer
+            [
+                {"type": "shell_call", "id": "sh", "call_id": "c4"},
+                {"type": "shell_call_output", "id": "so", "call_id": "c4"},
+                {"type": "message", "id": "m"},
+            ],
+            "end",
+        ),
+    ],
+)
+def test_only_a_client_item_left_unanswered_is_a_tool_call(items: list, reason: str) -> None:
+    for with_output in (False, True):  # items from the events alone, or the terminal's too
+        parser = OpenAIResponsesParser()
+        for i, item in enumerate(items):
+            parser.on_event(_item("response.output_item.added", i, **item))
+            parser.on_event(_item("response.output_item.done", i, **item))
+        body = completed(output=items) if with_output else completed()
+        parser.on_event(event("response.completed", **body))
+        assert parser.stop_reason() == StopReason(reason)
+
+
+def test_an_unknown_delta_is_classified_by_its_delta_and_kept() -> None:
+    parser = OpenAIResponsesParser()
+    new = event("response.new_tool_call_input.delta", output_index=0, delta='{"x"')
+    assert parser.on_event(new) == EventClass.OUTPUT
+    empty = event("response.new_tool_call_input.delta", output_index=0, delta="")
+    assert parser.on_event(empty) == EventClass.META
+    opaque = event("response.new_tool_output.delta", output_index=0, delta={"stdout": "x"})
+    assert parser.on_event(opaque) == EventClass.META
+    assert parser.on_event(event("response.new_tool.searching")) == EventClass.META
+    assert parser.unknown_event_types == {
+        "response.new_tool_call_input.delta",
+        "response.new_tool_output.delta",
+        "response.new_tool.searching",
+    }
+
+
+def test_a_client_call_arriving_whole_is_one_output_event() -> None:
+    parser = OpenAIResponsesParser()
+    call = {"type": "computer_call", "id": "cc", "call_id": "c", "action": {"type": "click"}}
+    assert parser.on_event(_item("response.output_item.added", 0, **call)) == EventClass.META
+    assert parser.on_event(_item("response.output_item.done", 0, **call)) == EventClass.OUTPUT
+    streamed = OpenAIResponsesParser()
+    fc = {"type": "function_call", "id": "fc", "call_id": "c"}
+    streamed.on_event(_item("response.output_item.added", 0, **fc))
+    args = event("response.function_call_arguments.delta", output_index=0, delta="{}")
+    assert streamed.on_event(args) == EventClass.OUTPUT
+    assert streamed.on_event(_item("response.output_item.done", 0, **fc)) == EventClass.META
+
+
+def test_hidden_output_reported_as_zero_is_flagged_with_the_local_tokenizer() -> None:
+    # gpt-5-mini has its tokenizer offline: 400 bytes of text is far more than 64 + 1.5 x its
+    # tokens would allow a reported 300 (the bytes bound alone would not decide).
+    provider = make_provider("openai_responses", api_key="k", model="gpt-5-mini")
+    parser = provider.new_parser()
+    parser.on_event(event("response.output_text.delta", output_index=0, delta="word " * 80))
+    body = completed()
+    body["response"]["usage"].update(
+        output_tokens=300, output_tokens_details={"reasoning_tokens": 0}
+    )
+    parser.on_event(event("response.completed", **body))
+    assert parser.streamed_output_tokens(80) is None
+    assert parser.usage.output_count_unaccounted is True
+    reason = parser.usage.streamed_output_null_reason
+    assert reason is not None and "tiktoken" in reason and "300" in reason
+    fits = provider.new_parser()
+    fits.on_event(event("response.output_text.delta", output_index=0, delta="word " * 80))
+    body["response"]["usage"].update(output_tokens=81)
+    fits.on_event(event("response.completed", **body))
+    assert fits.streamed_output_tokens(80) == 81
+    assert fits.usage.output_count_unaccounted is False
+    assert fits.usage.streamed_output_null_reason is None
