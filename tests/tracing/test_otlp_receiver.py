@@ -1,0 +1,240 @@
+"""A run's spans over OTLP/HTTP to a real receiver on 127.0.0.1, next to what the server saw
+in its request headers; and the same spans exported again from the run's records.jsonl."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from google.protobuf.json_format import MessageToDict
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from typer.testing import CliRunner
+
+from labkit.cli import app
+from labkit.config import parse_config
+from labkit.fakeserver import FakeServer
+from labkit.providers.fake import FakeSchedule
+from labkit.runner import RunOptions, prepare_run
+from labkit.runner.run import RunResult
+from labkit.tracing.context import span_id_of, trace_id_of
+from labkit.tracing.export import read_run_records
+from labkit.tracing.settings import TRACES_FILE
+
+pytestmark = pytest.mark.integration
+
+SCHEDULE = FakeSchedule(first_token_ms=10, token_interval_ms=2, tokens=8)
+
+
+class OTLPReceiver:
+    """An OTLP/HTTP traces endpoint: decodes every `ExportTraceServiceRequest` it is sent."""
+
+    def __init__(self) -> None:
+        self.requests: list[ExportTraceServiceRequest] = []
+        received = self.requests
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["content-length"]))
+                if self.headers.get("content-encoding") == "gzip":
+                    body = gzip.decompress(body)
+                assert self.path == "/v1/traces"
+                assert self.headers["content-type"] == "application/x-protobuf"
+                message = ExportTraceServiceRequest()
+                message.ParseFromString(body)
+                received.append(message)
+                reply = ExportTraceServiceResponse().SerializeToString()
+                self.send_response(200)
+                self.send_header("content-type", "application/x-protobuf")
+                self.send_header("content-length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def spans(self) -> dict[str, dict[str, Any]]:
+        """Every span received, by its span id (hex), as comparable data."""
+        out: dict[str, dict[str, Any]] = {}
+        for message in self.requests:
+            for rs in message.resource_spans:
+                for ss in rs.scope_spans:
+                    for span in ss.spans:
+                        out[span.span_id.hex()] = _comparable(
+                            span.name,
+                            span.trace_id.hex(),
+                            span.parent_span_id.hex(),
+                            span.start_time_unix_nano,
+                            span.end_time_unix_nano,
+                            MessageToDict(span)["attributes"],
+                            [e.name for e in span.events],
+                        )
+        return out
+
+
+def _comparable(
+    name: str,
+    trace_id: str,
+    parent: str,
+    start: int | str,
+    end: int | str,
+    attributes: list[dict[str, Any]],
+    events: list[str],
+) -> dict[str, Any]:
+    attrs = {a["key"]: json.dumps(a["value"], sort_keys=True) for a in attributes}
+    return {
+        "name": name,
+        "trace": trace_id,
+        "parent": parent,
+        "start": int(start),
+        "end": int(end),
+        "attributes": attrs,
+        "events": events,
+    }
+
+
+def _file_spans(path: Path) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for line in path.read_text().splitlines():
+        for rs in json.loads(line)["resourceSpans"]:
+            for ss in rs["scopeSpans"]:
+                for s in ss["spans"]:
+                    out[s["spanId"]] = _comparable(
+                        s["name"],
+                        s["traceId"],
+                        s.get("parentSpanId", ""),
+                        s["startTimeUnixNano"],
+                        s["endTimeUnixNano"],
+                        s["attributes"],
+                        [e["name"] for e in s.get("events", [])],
+                    )
+    return out
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[OTLPReceiver]:
+    r = OTLPReceiver()
+    yield r
+    r.close()
+
+
+@pytest.fixture(scope="module")
+def traced_run(
+    tmp_path_factory: pytest.TempPathFactory, receiver: OTLPReceiver
+) -> tuple[RunResult, list[dict[str, str]], dict[str, dict[str, Any]]]:
+    """One run (both paths, a plain experiment and two load levels) exporting its spans to
+    the receiver and to a file; what the server saw; the spans the receiver got."""
+    result, seen = _run(tmp_path_factory.mktemp("traced"), receiver)
+    return result, seen, receiver.spans()
+
+
+def _run(tmp_path: Path, receiver: OTLPReceiver) -> tuple[RunResult, list[dict[str, str]]]:
+    async def main() -> tuple[RunResult, list[dict[str, str]]]:
+        async with FakeServer(SCHEDULE) as server:
+            config = parse_config(
+                {
+                    "name": "traced",
+                    "providers": [
+                        {
+                            "id": "s",
+                            "kind": "openai_compatible",
+                            "model": "m",
+                            "base_url": server.base_url,
+                        }
+                    ],
+                    "experiments": [
+                        {"kind": "single", "repeats": 2, "paths": ["wire", "sdk"]},
+                        {"kind": "load", "concurrency": [1, 2], "requests": 4, "warmup": 1},
+                    ],
+                    "tracing": {"otlp_endpoint": receiver.url, "file": True},
+                }
+            )
+            result = await prepare_run(config, RunOptions(out_dir=tmp_path)).run()
+            return result, server.request_headers
+
+    return asyncio.run(main())
+
+
+def test_a_runs_spans_reach_an_otlp_receiver_with_the_ids_the_server_saw(
+    traced_run: tuple[RunResult, list[dict[str, str]], dict[str, dict[str, Any]]],
+) -> None:
+    result, seen, spans = traced_run
+    assert result.status == "completed"
+    records = result.records
+    assert records and all(r.error is None for r in records)
+    assert {r.app.client_path for r in records} == {"wire", "sdk"}
+    run_id = result.folder.run_id
+    trace_id = trace_id_of(run_id)
+
+    # The server saw one traceparent per request: the record's own trace and span ids.
+    sent = {h["traceparent"] for h in seen}
+    assert len(sent) == len(seen) == len(records)
+    for r in records:
+        assert r.trace is not None and r.trace.propagated
+        assert f"00-{trace_id}-{r.trace.span_id}-01" in sent
+        assert r.trace.request_id_sent == r.record_id
+        assert r.request_id == r.record_id  # the server's echo of x-request-id, read back
+        span = spans[r.trace.span_id]
+        assert span["trace"] == trace_id and span["parent"] == r.trace.parent_span_id
+        assert span["attributes"]["labkit.record_id"] == json.dumps({"stringValue": r.record_id})
+        assert "first_token" in span["events"]
+
+    # Parents: the run, an experiment per provider, a level per load level.
+    run_span = spans[span_id_of(run_id)]
+    assert run_span["parent"] == "" and run_span["name"] == f"labkit run {run_id}"
+    for experiment in ("single", "load"):
+        assert spans[span_id_of(run_id, "s", experiment)]["parent"] == span_id_of(run_id)
+    levels = {str(r.tags["level_run"]) for r in records if "level_run" in r.tags}
+    assert len(levels) == 2
+    for level in levels:
+        level_span = spans[span_id_of(run_id, "s", "load", level)]
+        assert level_span["parent"] == span_id_of(run_id, "s", "load")
+        children = [r for r in records if r.tags.get("level_run") == level]
+        assert all(
+            spans[r.trace.span_id]["parent"] == span_id_of(run_id, "s", "load", level)
+            for r in children
+            if r.trace
+        )
+    assert len(spans) == len(records) + len(levels) + 2 + 1
+
+    # The file beside the records holds the same spans as were sent.
+    assert _file_spans(result.folder.path / TRACES_FILE) == spans
+
+
+def test_exporting_the_records_later_gives_the_same_spans(
+    tmp_path: Path,
+    receiver: OTLPReceiver,
+    traced_run: tuple[RunResult, list[dict[str, str]], dict[str, dict[str, Any]]],
+) -> None:
+    result, _, during = traced_run
+    later = tmp_path / "later.otlp.jsonl"
+    cli = CliRunner().invoke(app, ["export-otel", str(result.folder.path), "--file", str(later)])
+    assert cli.exit_code == 0, cli.output
+    assert _file_spans(later) == during
+    # And over OTLP/HTTP again, to the same receiver.
+    receiver.requests.clear()
+    cli = CliRunner().invoke(
+        app, ["export-otel", str(result.folder.path), "--endpoint", receiver.url]
+    )
+    assert cli.exit_code == 0, cli.output
+    assert receiver.spans() == during
+    run_id, records, skipped = read_run_records(result.folder.path)
+    assert run_id == result.folder.run_id and skipped == 0 and len(records) == len(result.records)
