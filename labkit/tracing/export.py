@@ -69,7 +69,7 @@ class OTLPJsonFileExporter(SpanExporter):
 def otlp_json(spans: Sequence[ReadableSpan]) -> dict[str, Any]:
     """`spans` as an OTLP JSON `ExportTraceServiceRequest` (ids in hex, enums as numbers,
     field names in lowerCamelCase, as the OTLP specification's JSON encoding has them)."""
-    data = MessageToDict(encode_spans(spans), use_integers_for_enums=True)
+    data: dict[str, Any] = MessageToDict(encode_spans(spans), use_integers_for_enums=True)
     for resource_spans in data.get("resourceSpans", []):
         for scope_spans in resource_spans.get("scopeSpans", []):
             for span in scope_spans.get("spans", []):
