@@ -238,3 +238,24 @@ def test_exporting_the_records_later_gives_the_same_spans(
     assert receiver.spans() == during
     run_id, records, skipped = read_run_records(result.folder.path)
     assert run_id == result.folder.run_id and skipped == 0 and len(records) == len(result.records)
+
+
+def test_a_collector_that_is_not_there_is_reported_not_raised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    from labkit.tracing.export import export_run
+    from labkit.tracing.settings import TracingSettings
+    from tests.support.records import make_record
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "1")
+    settings = TracingSettings(otlp_endpoint=f"http://127.0.0.1:{port}")
+    file = tmp_path / TRACES_FILE
+    report = export_run("run-1", [make_record()], settings, file=file)
+    assert report.spans == 3 and report.problems, report
+    assert f"127.0.0.1:{port}" in report.summary()
+    assert len(_file_spans(file)) == 3  # the file is written all the same

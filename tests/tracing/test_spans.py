@@ -173,3 +173,19 @@ def test_record_trace_round_trips_through_json() -> None:
     record = _traced(make_record())
     assert isinstance(record.trace, RequestTrace)
     assert RequestRecord.from_json_line(record.to_json_line()).trace == record.trace
+
+
+def test_the_standard_variables_name_the_endpoint_when_the_config_does_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from labkit.tracing.settings import TracingSettings, otlp_traces_endpoint
+
+    for name in ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    assert otlp_traces_endpoint(TracingSettings()) is None
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318/")
+    assert otlp_traces_endpoint(TracingSettings()) == "http://collector:4318/v1/traces"
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://traces:4318/v1/traces")
+    assert otlp_traces_endpoint(TracingSettings()) == "http://traces:4318/v1/traces"
+    configured = TracingSettings(otlp_endpoint="http://mine:4318")
+    assert otlp_traces_endpoint(configured) == "http://mine:4318/v1/traces"
