@@ -11,6 +11,7 @@ exports records at a run's end; `export_run_folder` does the same for an old run
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import threading
 from collections.abc import Iterable, Sequence
@@ -28,7 +29,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from labkit.errors import RunError
 from labkit.records import RequestRecord
 from labkit.tracing.settings import TracingSettings, otlp_traces_endpoint
-from labkit.tracing.spans import record_spans
+from labkit.tracing.spans import iter_record_spans
 
 __all__ = [
     "ExportReport",
@@ -93,7 +94,8 @@ def _shown(url: str) -> str:
 
 @dataclass
 class ExportReport:
-    """What an export did: spans, where they went, and what failed (one line each)."""
+    """What an export did: the spans handed to the exporters (up to the batch where the
+    last one failed), where they went, and what failed (one line each)."""
 
     spans: int = 0
     sent_to: str | None = None
@@ -138,18 +140,21 @@ def export_run(
     exporters = _exporters(settings, file, report)
     if not exporters:
         return report
-    spans = record_spans(run_id, records)
-    report.spans = len(spans)
-    for name, exporter in exporters:
-        try:
-            for i in range(0, len(spans), _BATCH):
-                if exporter.export(spans[i : i + _BATCH]) is not SpanExportResult.SUCCESS:
-                    report.problems.append(f"{name} refused or did not answer")
-                    break
-        except Exception as exc:  # an exporter's failure never fails the run
-            report.problems.append(f"{name}: {type(exc).__name__}: {exc}"[:200])
-        finally:
-            exporter.shutdown()
+    spans = iter_record_spans(run_id, records)
+    live = dict(exporters)
+    while live and (batch := list(itertools.islice(spans, _BATCH))):
+        report.spans += len(batch)
+        for name, exporter in list(live.items()):
+            try:
+                ok = exporter.export(batch) is SpanExportResult.SUCCESS
+                problem = None if ok else f"{name} refused or did not answer"
+            except Exception as exc:  # an exporter's failure never fails the run
+                problem = f"{name}: {type(exc).__name__}: {exc}"[:200]
+            if problem is not None:
+                report.problems.append(problem)
+                del live[name]  # the rest would fail alike
+    for _, exporter in exporters:
+        exporter.shutdown()
     return report
 
 

@@ -12,7 +12,7 @@ lists them.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -26,7 +26,7 @@ from labkit.clocksync import driver_start_ns
 from labkit.records import RequestRecord
 from labkit.tracing.context import level_key, span_id_of, trace_id_of
 
-__all__ = ["SCOPE", "record_spans"]
+__all__ = ["SCOPE", "iter_record_spans", "record_spans"]
 
 #: The instrumentation scope of every span labkit writes.
 SCOPE = InstrumentationScope("labkit")
@@ -238,9 +238,15 @@ def record_spans(run_id: str, records: Iterable[RequestRecord]) -> list[Readable
     """The spans of a run's `records`: one per record, one per load level, one per
     experiment of each provider and one for the run, parents before children (empty when
     there are no records)."""
+    return list(iter_record_spans(run_id, records))
+
+
+def iter_record_spans(run_id: str, records: Iterable[RequestRecord]) -> Iterator[ReadableSpan]:
+    """`record_spans`, one at a time: a record's span is built only when it is asked for,
+    so an export in batches holds one batch of spans, not the run's."""
     mine = [r for r in records if r.run_id == run_id]
     if not mine:
-        return []
+        return
     resource = Resource({"service.name": "labkit", "labkit.run_id": run_id})
     offset = _wall_offset(mine)
     placed = sorted((_place(r, run_id, offset) for r in mine), key=lambda p: p.start_ns)
@@ -279,7 +285,7 @@ def record_spans(run_id: str, records: Iterable[RequestRecord]) -> list[Readable
             group.cover(p.start_ns, p.end_ns, 1, failed)
         exp.cover(p.start_ns, p.end_ns, 1, failed)
         run.cover(p.start_ns, p.end_ns, 1, failed)
-    groups = [run, *experiments.values(), *levels.values()]
-    return [_group_span(g, trace_id, resource) for g in groups] + [
-        _request_span(p, resource) for p in placed
-    ]
+    for group in (run, *experiments.values(), *levels.values()):
+        yield _group_span(group, trace_id, resource)
+    for p in placed:
+        yield _request_span(p, resource)
