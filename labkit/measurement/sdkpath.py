@@ -199,6 +199,7 @@ class SDKRecorder(BaseRecorder):
         if status is not None and response is not None:
             if parser is not None:
                 parser.on_headers(response.headers)
+            m.read_server_request_id(response.headers)
             try:
                 body = response.content
             except Exception:  # not read: the SDK's parsed body is what is left

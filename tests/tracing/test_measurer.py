@@ -69,3 +69,17 @@ def test_with_headers_off_the_request_carries_none_and_the_record_keeps_its_ids(
     assert "traceparent" not in headers and "x-request-id" not in headers
     assert record.trace is not None and not record.trace.propagated
     assert record.trace.parent_span_id == span_id_of("run-7", "f", "load")
+
+
+def test_the_request_id_a_server_answers_with_is_read_where_the_parser_reads_none() -> None:
+    import respx
+
+    from tests.providers.streams import anthropic_events, make_provider, record_one, sse_response
+
+    provider = make_provider("anthropic", api_key="sk-ant-test", model="claude-haiku-4-5")
+    with respx.mock(assert_all_called=True) as router:
+        # A gateway in front of Anthropic's API answering with its own `x-request-id`.
+        reply = sse_response(list(anthropic_events(["Hi"])), headers={"x-request-id": "gw-1"})
+        router.post("https://api.anthropic.com/v1/messages").mock(return_value=reply)
+        record = record_one(provider)
+    assert record.error is None and record.request_id == "gw-1"
