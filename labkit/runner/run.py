@@ -38,7 +38,12 @@ from labkit.runner.scrape import MetricsScraper, ScrapeReport
 from labkit.runner.workers import HostExecutor
 from labkit.server_metrics import metrics_file_name, read_server_metrics
 from labkit.timing import percentile
-from labkit.tracing.settings import TRACES_FILE, otlp_traces_endpoint
+from labkit.tracing.settings import (
+    METRICS_FILE,
+    TRACES_FILE,
+    otlp_metrics_endpoint,
+    otlp_traces_endpoint,
+)
 
 __all__ = ["ProviderOutcome", "RunOptions", "RunResult", "Runner", "run_lab"]
 
@@ -217,16 +222,23 @@ class Runner:
         return RunResult(self.folder, self.outcomes, self._records, lab, status)
 
     async def _export_traces(self) -> None:
-        """The run's spans to the configured OTLP endpoint and/or file, once every request
-        has ended (never while one is measured); a failure is said, never raised."""
+        """The run's spans and metrics to the configured OTLP endpoint and/or files, once every
+        request has ended (never while one is measured); a failure is said, never raised."""
         tracing = self.config.tracing
         file = self.folder.path / TRACES_FILE if tracing.file else None
-        if file is None and otlp_traces_endpoint(tracing) is None:
+        metrics_file = self.folder.path / METRICS_FILE if tracing.file else None
+        endpoints = (otlp_traces_endpoint(tracing), otlp_metrics_endpoint(tracing))
+        if file is None and endpoints == (None, None):
             return
         from labkit.tracing.export import export_run  # OpenTelemetry loads only when used
 
         report = await asyncio.to_thread(
-            export_run, self.folder.run_id, list(self._records), tracing, file=file
+            export_run,
+            self.folder.run_id,
+            list(self._records),
+            tracing,
+            file=file,
+            metrics_file=metrics_file,
         )
         self.on_message(f"tracing: {report.summary()}")
 

@@ -6,10 +6,18 @@ import os
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-__all__ = ["TRACES_FILE", "TracingSettings", "otlp_traces_endpoint"]
+__all__ = [
+    "METRICS_FILE",
+    "TRACES_FILE",
+    "TracingSettings",
+    "otlp_metrics_endpoint",
+    "otlp_traces_endpoint",
+]
 
 #: The OTLP JSON file written beside records.jsonl (`tracing.file: true`).
 TRACES_FILE = "traces.otlp.jsonl"
+#: The run's metrics as OTLP JSON, beside records.jsonl (`tracing.file: true`).
+METRICS_FILE = "metrics.otlp.jsonl"
 
 
 class TracingSettings(BaseModel):
@@ -35,6 +43,13 @@ class TracingSettings(BaseModel):
         "records when it ends.",
     )
 
+    metrics: bool = Field(
+        default=True,
+        description="Export the run's OpenTelemetry metrics (GenAI client histograms, "
+        "`labkit.tracing.metrics`) with its spans: to `/v1/metrics` of the same endpoint "
+        "(or `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`) and to " + f"`{METRICS_FILE}` with `file`.",
+    )
+
     @field_validator("otlp_endpoint")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
@@ -57,3 +72,21 @@ def otlp_traces_endpoint(settings: TracingSettings) -> str | None:
         return traces
     base = os.environ.get(_ENV_ENDPOINTS[1])
     return base.rstrip("/") + "/v1/traces" if base else None
+
+
+_ENV_METRICS_ENDPOINTS = ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+
+
+def otlp_metrics_endpoint(settings: TracingSettings) -> str | None:
+    """The OTLP/HTTP metrics URL, found as `otlp_traces_endpoint` finds the traces one (the
+    config's endpoint + `/v1/metrics`, else the standard variables); None when neither is
+    set or `metrics` is off."""
+    if not settings.metrics:
+        return None
+    if settings.otlp_endpoint is not None:
+        return settings.otlp_endpoint.rstrip("/") + "/v1/metrics"
+    metrics = os.environ.get(_ENV_METRICS_ENDPOINTS[0])
+    if metrics:
+        return metrics
+    base = os.environ.get(_ENV_METRICS_ENDPOINTS[1])
+    return base.rstrip("/") + "/v1/metrics" if base else None

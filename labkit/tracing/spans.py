@@ -26,7 +26,13 @@ from labkit.clocksync import driver_start_ns
 from labkit.records import RequestRecord
 from labkit.tracing.context import level_key, span_id_of, trace_id_of
 
-__all__ = ["SCOPE", "iter_record_spans", "record_spans"]
+__all__ = [
+    "SCOPE",
+    "iter_record_spans",
+    "record_duration_ms",
+    "record_spans",
+    "run_resource",
+]
 
 #: The instrumentation scope of every span labkit writes.
 SCOPE = InstrumentationScope("labkit")
@@ -103,15 +109,26 @@ def _wall_offset(records: Sequence[RequestRecord]) -> int | None:
     return round(statistics.median(offsets)) if offsets else None
 
 
+def run_resource(run_id: str) -> Resource:
+    """The OpenTelemetry resource of a run's spans and metrics."""
+    return Resource({"service.name": "labkit", "labkit.run_id": run_id})
+
+
+def record_duration_ms(record: RequestRecord) -> float:
+    """A request's span duration, and its `gen_ai.client.operation.duration`: the end of its
+    stream (`client.e2e_ms`), else its last phase reached (a request that failed early)."""
+    c = record.client
+    known = [v for v in (c.e2e_ms, c.last_token_ms, c.headers_ms, c.request_sent_ms) if v]
+    return max(known, default=0.0)
+
+
 def _place(record: RequestRecord, run_id: str, offset: int | None) -> _Placed:
     own = _wall_ns(record.started_at)
     mono = driver_start_ns(record)
     start = own
     if offset is not None and mono is not None and abs(own - mono - offset) <= _ANCHOR_TOLERANCE_NS:
         start = mono + offset
-    c = record.client
-    known = [v for v in (c.e2e_ms, c.last_token_ms, c.headers_ms, c.request_sent_ms) if v]
-    end = start + _ms_ns(max(known, default=0.0))
+    end = start + _ms_ns(record_duration_ms(record))
     trace = record.trace
     if trace is not None:
         return _Placed(record, trace.trace_id, trace.span_id, trace.parent_span_id, start, end)
@@ -247,7 +264,7 @@ def iter_record_spans(run_id: str, records: Iterable[RequestRecord]) -> Iterator
     mine = [r for r in records if r.run_id == run_id]
     if not mine:
         return
-    resource = Resource({"service.name": "labkit", "labkit.run_id": run_id})
+    resource = run_resource(run_id)
     offset = _wall_offset(mine)
     placed = sorted((_place(r, run_id, offset) for r in mine), key=lambda p: p.start_ns)
     trace_id = trace_id_of(run_id)
