@@ -129,7 +129,7 @@ def record_values(record: RequestRecord) -> dict[Instrument, list[tuple[float, A
     out: dict[Instrument, list[tuple[float, Attributes]]] = {
         DURATION: [(record_duration_ms(record) / 1000, attrs)]
     }
-    tokens = [
+    tokens: list[tuple[float, Attributes]] = [
         (float(n), {**attrs, "gen_ai.token.type": kind})
         for kind, n in (
             ("input", record.usage.input_tokens),

@@ -1,10 +1,12 @@
-"""A run's spans over OTLP/HTTP to a real receiver on 127.0.0.1, next to what the server saw
-in its request headers; and the same spans exported again from the run's records.jsonl."""
+"""A run's spans and metrics over OTLP/HTTP to a real receiver on 127.0.0.1, next to what the
+server saw in its request headers and what the records hold; and the same spans and metric
+data points exported again from the run's records.jsonl."""
 
 from __future__ import annotations
 
 import asyncio
 import gzip
+import itertools
 import json
 import threading
 from collections.abc import Iterator
@@ -14,6 +16,10 @@ from typing import Any
 
 import pytest
 from google.protobuf.json_format import MessageToDict
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -28,7 +34,7 @@ from labkit.runner import RunOptions, prepare_run
 from labkit.runner.run import RunResult
 from labkit.tracing.context import span_id_of, trace_id_of
 from labkit.tracing.export import read_run_records
-from labkit.tracing.settings import TRACES_FILE
+from labkit.tracing.settings import METRICS_FILE, TRACES_FILE
 
 pytestmark = pytest.mark.integration
 
@@ -36,23 +42,33 @@ SCHEDULE = FakeSchedule(first_token_ms=10, token_interval_ms=2, tokens=8)
 
 
 class OTLPReceiver:
-    """An OTLP/HTTP traces endpoint: decodes every `ExportTraceServiceRequest` it is sent."""
+    """An OTLP/HTTP endpoint: decodes every `ExportTraceServiceRequest` sent to /v1/traces
+    and every `ExportMetricsServiceRequest` sent to /v1/metrics."""
 
     def __init__(self) -> None:
         self.requests: list[ExportTraceServiceRequest] = []
+        self.metric_requests: list[ExportMetricsServiceRequest] = []
         received = self.requests
+        received_metrics = self.metric_requests
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["content-length"]))
                 if self.headers.get("content-encoding") == "gzip":
                     body = gzip.decompress(body)
-                assert self.path == "/v1/traces"
                 assert self.headers["content-type"] == "application/x-protobuf"
-                message = ExportTraceServiceRequest()
-                message.ParseFromString(body)
-                received.append(message)
-                reply = ExportTraceServiceResponse().SerializeToString()
+                reply: bytes
+                if self.path == "/v1/metrics":
+                    metrics = ExportMetricsServiceRequest()
+                    metrics.ParseFromString(body)
+                    received_metrics.append(metrics)
+                    reply = ExportMetricsServiceResponse().SerializeToString()
+                else:
+                    assert self.path == "/v1/traces"
+                    message = ExportTraceServiceRequest()
+                    message.ParseFromString(body)
+                    received.append(message)
+                    reply = ExportTraceServiceResponse().SerializeToString()
                 self.send_response(200)
                 self.send_header("content-type", "application/x-protobuf")
                 self.send_header("content-length", str(len(reply)))
@@ -88,6 +104,49 @@ class OTLPReceiver:
                             [e.name for e in span.events],
                         )
         return out
+
+    def metric_points(self) -> dict[tuple[str, str], dict[str, Any]]:
+        """Every histogram data point received, as `_metric_points` gives a file's."""
+        docs = [MessageToDict(m) for m in self.metric_requests]
+        return _metric_points(docs)
+
+
+def _metric_points(docs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Histogram data points of OTLP JSON metrics requests by (metric, attributes): count,
+    sum, bounds and bucket counts (their timestamps left out: the export's own)."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for doc in docs:
+        for rm in doc["resourceMetrics"]:
+            for sm in rm["scopeMetrics"]:
+                for m in sm["metrics"]:
+                    for p in m["histogram"]["dataPoints"]:
+                        attrs = {a["key"]: a["value"] for a in p["attributes"]}
+                        key = (m["name"], json.dumps(attrs, sort_keys=True))
+                        assert key not in out
+                        out[key] = {
+                            "unit": m["unit"],
+                            "count": int(p["count"]),
+                            "sum": p["sum"],
+                            "bounds": p["explicitBounds"],
+                            "buckets": [int(c) for c in p["bucketCounts"]],
+                        }
+    return out
+
+
+def _file_metric_points(path: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    return _metric_points([json.loads(line) for line in path.read_text().splitlines()])
+
+
+def _totals(
+    points: dict[tuple[str, str], dict[str, Any]], name: str, **attrs: str
+) -> tuple[int, float]:
+    """Count and sum over the points of `name` whose attributes include `attrs`."""
+    chosen = [
+        p
+        for (n, a), p in points.items()
+        if n == name and all(json.loads(a).get(k) == {"stringValue": v} for k, v in attrs.items())
+    ]
+    return sum(p["count"] for p in chosen), sum(p["sum"] for p in chosen)
 
 
 def _comparable(
@@ -144,6 +203,15 @@ def traced_run(
     the receiver and to a file; what the server saw; the spans the receiver got."""
     result, seen = _run(tmp_path_factory.mktemp("traced"), receiver)
     return result, seen, receiver.spans()
+
+
+@pytest.fixture(scope="module")
+def sent_metrics(
+    traced_run: tuple[RunResult, list[dict[str, str]], dict[str, dict[str, Any]]],
+    receiver: OTLPReceiver,
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """The metric data points the traced run sent to the receiver."""
+    return receiver.metric_points()
 
 
 def _run(tmp_path: Path, receiver: OTLPReceiver) -> tuple[RunResult, list[dict[str, str]]]:
@@ -219,23 +287,66 @@ def test_a_runs_spans_reach_an_otlp_receiver_with_the_ids_the_server_saw(
     assert _file_spans(result.folder.path / TRACES_FILE) == spans
 
 
+def test_a_runs_metrics_reach_the_receiver_with_the_records_counts_and_sums(
+    traced_run: tuple[RunResult, list[dict[str, str]], dict[str, dict[str, Any]]],
+    sent_metrics: dict[tuple[str, str], dict[str, Any]],
+) -> None:
+    result, _, _ = traced_run
+    records = result.records
+    points = sent_metrics
+    assert points
+
+    count, total = _totals(points, "gen_ai.client.operation.duration")
+    assert count == len(records)
+    assert total == pytest.approx(sum(r.client.e2e_ms or 0 for r in records) / 1000)
+    for kind, figure in (("input", "input_tokens"), ("output", "output_tokens")):
+        values = [getattr(r.usage, figure) for r in records]
+        count, total = _totals(points, "gen_ai.client.token.usage", **{"gen_ai.token.type": kind})
+        assert count == sum(v is not None for v in values) > 0
+        assert total == sum(v for v in values if v is not None)
+    ttft = [r.client.ttft_ms for r in records if r.client.ttft_ms is not None]
+    count, total = _totals(points, "gen_ai.client.operation.time_to_first_chunk")
+    assert count == len(ttft) == len(records) and total == pytest.approx(sum(ttft) / 1000)
+    gaps = [b - a for r in records for a, b in itertools.pairwise(r.client.event_offsets_ms)]
+    count, total = _totals(points, "gen_ai.client.operation.time_per_output_chunk")
+    assert count == len(gaps) > 0 and total == pytest.approx(sum(gaps) / 1000)
+    decode = [r.client.decode_ms_per_token for r in records if r.client.decode_ms_per_token]
+    count, total = _totals(points, "labkit.client.decode_per_token")
+    assert count == len(decode) and total == pytest.approx(sum(decode) / 1000)
+
+    # Every point's buckets hold its count; each load level and client path is its own point.
+    assert all(sum(p["buckets"]) == p["count"] for p in points.values())
+    for path in ("wire", "sdk"):
+        count, _ = _totals(
+            points, "gen_ai.client.operation.duration", **{"labkit.client_path": path}
+        )
+        assert count == sum(r.app.client_path == path for r in records)
+    # The file beside the records holds the same points.
+    assert _file_metric_points(result.folder.path / METRICS_FILE) == points
+
+
 def test_exporting_the_records_later_gives_the_same_spans(
     tmp_path: Path,
     receiver: OTLPReceiver,
     traced_run: tuple[RunResult, list[dict[str, str]], dict[str, dict[str, Any]]],
+    sent_metrics: dict[tuple[str, str], dict[str, Any]],
 ) -> None:
     result, _, during = traced_run
     later = tmp_path / "later.otlp.jsonl"
+    points = sent_metrics
     cli = CliRunner().invoke(app, ["export-otel", str(result.folder.path), "--file", str(later)])
     assert cli.exit_code == 0, cli.output
     assert _file_spans(later) == during
+    assert _file_metric_points(tmp_path / METRICS_FILE) == points  # beside the spans
     # And over OTLP/HTTP again, to the same receiver.
     receiver.requests.clear()
+    receiver.metric_requests.clear()
     cli = CliRunner().invoke(
         app, ["export-otel", str(result.folder.path), "--endpoint", receiver.url]
     )
     assert cli.exit_code == 0, cli.output
     assert receiver.spans() == during
+    assert receiver.metric_points() == points
     run_id, records, skipped = read_run_records(result.folder.path)
     assert run_id == result.folder.run_id and skipped == 0 and len(records) == len(result.records)
 
@@ -253,9 +364,12 @@ def test_a_collector_that_is_not_there_is_reported_not_raised(
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "1")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "1")
     settings = TracingSettings(otlp_endpoint=f"http://127.0.0.1:{port}")
     file = tmp_path / TRACES_FILE
-    report = export_run("run-1", [make_record()], settings, file=file)
-    assert report.spans == 3 and report.problems, report
+    metrics_file = tmp_path / METRICS_FILE
+    report = export_run("run-1", [make_record()], settings, file=file, metrics_file=metrics_file)
+    assert report.spans == 3 and len(report.problems) == 2, report  # spans and metrics
     assert f"127.0.0.1:{port}" in report.summary()
-    assert len(_file_spans(file)) == 3  # the file is written all the same
+    assert len(_file_spans(file)) == 3  # the files are written all the same
+    assert _file_metric_points(metrics_file)
