@@ -11,11 +11,16 @@ them. docs/tracing.md lists the instruments and their attributes.
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader, MetricsData
+from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, Histogram, MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    InMemoryMetricReader,
+    MetricsData,
+)
 from opentelemetry.util.types import Attributes
 
 from labkit.records import RequestRecord
@@ -156,10 +161,21 @@ def record_values(record: RequestRecord) -> dict[Instrument, list[tuple[float, A
     return out
 
 
+def histogram_temporality() -> AggregationTemporality:
+    """The temporality the standard `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE` asks
+    of histograms, read as the SDK's OTLP exporters read it (`DELTA` and `LOWMEMORY`: delta;
+    else cumulative). A backend that takes only deltas (Datadog, Dynatrace) keeps a one-off
+    export's points only as deltas; the counts, sums and buckets are the same either way."""
+    preference = os.environ.get("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", "")
+    if preference.strip().upper() in ("DELTA", "LOWMEMORY"):
+        return AggregationTemporality.DELTA
+    return AggregationTemporality.CUMULATIVE
+
+
 def record_metrics(run_id: str, records: Iterable[RequestRecord]) -> MetricsData | None:
     """The metrics of a run's `records` (those of `run_id`), aggregated by the SDK into one
-    cumulative `MetricsData`; None when there are none."""
-    reader = InMemoryMetricReader()
+    `MetricsData` (one collection; `histogram_temporality`); None when there are none."""
+    reader = InMemoryMetricReader(preferred_temporality={Histogram: histogram_temporality()})
     provider = MeterProvider(
         metric_readers=[reader],
         resource=run_resource(run_id),

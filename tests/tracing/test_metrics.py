@@ -10,7 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.metrics.export import HistogramDataPoint, MetricsData
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    Histogram,
+    HistogramDataPoint,
+    MetricsData,
+)
 
 from labkit.records import RequestRecord
 from labkit.tracing.export import export_run, otlp_metrics_json
@@ -122,6 +127,36 @@ def test_the_same_records_give_the_same_points() -> None:
     names = {m["name"] for m in first["resourceMetrics"][0]["scopeMetrics"][0]["metrics"]}
     assert names <= {i.name for i in INSTRUMENTS} and "gen_ai.client.operation.duration" in names
     assert record_metrics("nobody", records) is None
+
+
+@pytest.mark.parametrize(
+    ("preference", "temporality"),
+    [
+        (None, AggregationTemporality.CUMULATIVE),
+        ("delta", AggregationTemporality.DELTA),
+        ("LOWMEMORY", AggregationTemporality.DELTA),
+        ("CUMULATIVE", AggregationTemporality.CUMULATIVE),
+    ],
+)
+def test_the_standard_temporality_preference_is_honoured(
+    monkeypatch: pytest.MonkeyPatch, preference: str | None, temporality: AggregationTemporality
+) -> None:
+    name = "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE"
+    if preference is None:
+        monkeypatch.delenv(name, raising=False)
+    else:
+        monkeypatch.setenv(name, preference)
+    data = record_metrics("run-1", _records())
+    assert data is not None
+    histograms = [m.data for sm in data.resource_metrics[0].scope_metrics for m in sm.metrics]
+    assert histograms and all(isinstance(h, Histogram) for h in histograms)
+    assert {h.aggregation_temporality for h in histograms if isinstance(h, Histogram)} == {
+        temporality
+    }
+    durations = [
+        p for (n, _), p in _points(data).items() if n == "gen_ai.client.operation.duration"
+    ]
+    assert sorted(p.count for p in durations) == [1, 2]  # the same points either way
 
 
 def test_metrics_follow_the_spans_endpoint_unless_off(monkeypatch: pytest.MonkeyPatch) -> None:
