@@ -80,8 +80,9 @@ _ENV_METRICS_ENDPOINTS = ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_
 def otlp_metrics_endpoint(settings: TracingSettings) -> str | None:
     """The OTLP/HTTP metrics URL, found as `otlp_traces_endpoint` finds the traces one (the
     config's endpoint + `/v1/metrics`, else the standard variables); None when neither is
-    set or `metrics` is off."""
-    if not settings.metrics:
+    set, `metrics` is off, or the standard `OTEL_METRICS_EXPORTER=none` says to send none (a
+    collector that takes only traces, such as Jaeger's)."""
+    if not settings.metrics or os.environ.get("OTEL_METRICS_EXPORTER", "").strip() == "none":
         return None
     if settings.otlp_endpoint is not None:
         return settings.otlp_endpoint.rstrip("/") + "/v1/metrics"

@@ -160,7 +160,11 @@ def test_the_standard_temporality_preference_is_honoured(
 
 
 def test_metrics_follow_the_spans_endpoint_unless_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"):
+    for name in (
+        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_METRICS_EXPORTER",
+    ):
         monkeypatch.delenv(name, raising=False)
     url = "http://127.0.0.1:4318"
     assert otlp_metrics_endpoint(TracingSettings(otlp_endpoint=url)) == url + "/v1/metrics"
@@ -170,6 +174,8 @@ def test_metrics_follow_the_spans_endpoint_unless_off(monkeypatch: pytest.Monkey
     assert otlp_metrics_endpoint(TracingSettings()) == url + "/v1/metrics"
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://h:1/m")
     assert otlp_metrics_endpoint(TracingSettings()) == "http://h:1/m"
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
+    assert otlp_metrics_endpoint(TracingSettings(otlp_endpoint=url)) is None
 
 
 def test_the_file_holds_one_metrics_request(tmp_path: Path) -> None:
