@@ -28,6 +28,7 @@ from pydantic import (
 from labkit.errors import ConfigError
 from labkit.experiments import ExperimentSettings, experiment_class, experiment_kinds
 from labkit.providers import ProviderSettings, provider_class, provider_kinds, sdk_available
+from labkit.tracing.settings import TracingSettings
 
 __all__ = ["LabConfig", "RayExecutorSettings", "load_config", "looks_like_key", "parse_config"]
 
@@ -120,6 +121,11 @@ class LabConfig(BaseModel):
         default=None,
         description="Where paced experiments' levels run: absent, in this process or its "
         "worker processes (`workers`); `{kind: ray, ...}`, on Ray actors.",
+    )
+    tracing: TracingSettings = Field(
+        default_factory=TracingSettings,
+        description="W3C trace context on every request and where the run's OpenTelemetry "
+        "spans go (`labkit.tracing`, docs/tracing.md).",
     )
 
     def redacted(self) -> dict[str, Any]:

@@ -36,6 +36,8 @@ class FakeServer:
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._slots = schedule.new_slots()
+        #: The headers of every chat request served, in order (what a server's tracing sees).
+        self.request_headers: list[dict[str, str]] = []
 
     @property
     def base_url(self) -> str:
@@ -91,10 +93,11 @@ class FakeServer:
                 method, path, _ = parts
                 if method == "POST" and path.endswith("/chat/completions"):
                     payload, problem = _chat_payload(body)
+                    self.request_headers.append(headers)
                     if payload is None:
                         await _send_simple(writer, 400, _error_json(problem))
                     else:
-                        await self._chat(writer, payload)
+                        await self._chat(writer, payload, headers.get("x-request-id"))
                 else:
                     await _send_simple(writer, 404, _error_json("not found"))
                 if headers.get("connection", "").lower() == "close":
@@ -107,7 +110,9 @@ class FakeServer:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    async def _chat(self, writer: asyncio.StreamWriter, payload: dict[str, Any]) -> None:
+    async def _chat(
+        self, writer: asyncio.StreamWriter, payload: dict[str, Any], request_id: str | None
+    ) -> None:
         s = self.schedule
         if s.fail == "http_status":
             headers, body = error_body(s)
@@ -116,7 +121,10 @@ class FakeServer:
         wait = queue_before_headers(s)
         if wait:  # the scripted queue: nothing is sent until the request is "scheduled"
             await asyncio.sleep(wait)
-        extra = "".join(f"{k}: {v}\r\n" for k, v in timing_headers(s, payload).items())
+        echoed = {"x-request-id": request_id} if request_id else {}  # as vLLM echoes it
+        extra = "".join(
+            f"{k}: {v}\r\n" for k, v in {**timing_headers(s, payload), **echoed}.items()
+        )
         writer.write(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
             b"cache-control: no-cache\r\ntransfer-encoding: chunked\r\n" + extra.encode() + b"\r\n"

@@ -30,6 +30,7 @@ __all__ = [
     "RecordClock",
     "RecordError",
     "RequestRecord",
+    "RequestTrace",
     "StopReason",
     "Usage",
 ]
@@ -390,6 +391,34 @@ class RecordClock(_Model):
     )
 
 
+class RequestTrace(_Model):
+    """The request's place in a distributed trace (labkit extension; `labkit.tracing`): the
+    W3C trace context it sent, so a server's spans and logs join this record."""
+
+    trace_id: str = Field(
+        description="W3C trace id (32 hex digits): one per run, derived from `run_id`, shared "
+        "by every request of the run and its run, experiment and level spans."
+    )
+    span_id: str = Field(
+        description="This request's span id (16 hex digits, random per request): the "
+        "parent-id of the `traceparent` header sent, and the span `labkit export-otel` writes."
+    )
+    parent_span_id: str = Field(
+        description="The span this request's span belongs to: its load level's, or its "
+        "experiment's outside levels (derived from run, provider, experiment and level)."
+    )
+    propagated: bool = Field(
+        description="Whether `traceparent` and `x-request-id` were sent with the request "
+        "(`tracing.headers` in the config); the ids are kept either way."
+    )
+    request_id_sent: str | None = Field(
+        default=None,
+        description="The `x-request-id` header sent (the record's `record_id`); null when "
+        "nothing was sent. Servers that adopt it (vLLM) echo it back in `request_id` and put "
+        "it in `response_id`.",
+    )
+
+
 class RequestRecord(_Model):
     """One request, as measured. Serialised as one JSON line in `records.jsonl`."""
 
@@ -453,6 +482,11 @@ class RequestRecord(_Model):
         default=None, description="Generated text; null when `store_text: false`."
     )
     error: RecordError | None = Field(default=None, description="null, or what went wrong.")
+    trace: RequestTrace | None = Field(
+        default=None,
+        description="The trace context sent with the request (labkit extension); null in "
+        "records written before it existed and outside runs.",
+    )
 
     @property
     def ok(self) -> bool:

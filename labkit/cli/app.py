@@ -34,6 +34,7 @@ from labkit.cli.examples import register as register_init
 from labkit.cli.local import register as register_local
 from labkit.cli.report import register as register_report
 from labkit.cli.tokens import register as register_tokens
+from labkit.cli.tracing import register as register_tracing
 from labkit.config import load_config
 from labkit.errors import LabkitError
 from labkit.experiments import experiment_kinds
@@ -413,6 +414,7 @@ register_init(app)
 register_local(app)
 register_report(app)
 register_tokens(app)
+register_tracing(app)
 
 
 def main() -> None:

@@ -60,6 +60,7 @@ from labkit.records import (
     ErrorKind,
     RecordError,
     RequestRecord,
+    RequestTrace,
     StopReason,
 )
 from labkit.timing import derive_client_timings
@@ -95,6 +96,10 @@ class RecordContext:
     queue_ms: float | None = None
     store_text: bool = True
     record_id: str | None = None
+    #: The request's trace context (`labkit.tracing.context`) and the headers that carry it,
+    #: made before the clock starts; the recorder adds them to the request on either path.
+    trace: RequestTrace | None = None
+    trace_headers: dict[str, str] = field(default_factory=dict)
 
 
 async def _read_capped(chunks: AsyncIterator[bytes], cap: int, start: bytes = b"") -> bytes:
@@ -143,6 +148,10 @@ class Measurement:
     #: The proxy the request went through, for connection errors (`proxy host:port (from VAR)`).
     via_proxy: str | None = None
     tags: dict[str, str | int | float | bool] = field(default_factory=dict)
+    #: Headers added to the request (the trace context: `RecordContext.trace_headers`) and
+    #: the request id the server answered with (`x-request-id`, `request-id`).
+    headers: dict[str, str] = field(default_factory=dict)
+    server_request_id: str | None = None
 
     def begin(self, clock: Clock) -> None:
         """Start (or restart) the clock: `t_start`, the wall clock and the CPU clock."""
@@ -178,6 +187,10 @@ class Measurement:
         elif cls == EventClass.DONE:
             self.done = True
 
+    def read_server_request_id(self, headers: Mapping[str, str]) -> None:
+        """Keep the request id the server answered with, whatever its parser reads."""
+        self.server_request_id = headers.get("x-request-id") or headers.get("request-id")
+
 
 class BaseRecorder:
     """What the wire and SDK recorders share: the clock, the stamp self-check, the
@@ -208,6 +221,7 @@ class BaseRecorder:
         before `CancelledError` propagates.
         """
         m = Measurement(t_prepare=self._clock())
+        m.headers = ctx.trace_headers
         parser: StreamParser | None = None
         redact = redactor(provider)
         try:
@@ -380,6 +394,8 @@ class StreamRecorder(BaseRecorder):
         http_request = provider.build_request(request, m.params)
         if provider.closes_connection(request):
             http_request.headers["connection"] = "close"
+        if m.headers:
+            http_request.headers.update(m.headers)
         phases = m.phases
 
         async def trace(name: str, info: dict[str, Any]) -> None:
@@ -415,6 +431,7 @@ class StreamRecorder(BaseRecorder):
                 phases.setdefault(_HEADERS_DONE, clock())
                 try:
                     parser.on_headers(response.headers)
+                    m.read_server_request_id(response.headers)
                     status = response.status_code
                     if status >= 400:
                         body = await _read_capped(response.aiter_bytes(), ERROR_BODY_CAP)
@@ -583,6 +600,8 @@ def assemble_record(
             "rate_limits": parser.rate_limits,
             "output_text": parser.output_text if ctx.store_text else None,
         }
+    if m.server_request_id is not None and parsed.get("request_id") is None:
+        parsed["request_id"] = m.server_request_id
     return RequestRecord(
         run_id=ctx.run_id,
         record_id=ctx.record_id or uuid.uuid4().hex,
@@ -605,6 +624,7 @@ def assemble_record(
         server_build=provider.server_build,
         tags={**ctx.tags, **m.tags},
         error=error,
+        trace=ctx.trace,
         **parsed,
     )
 

@@ -59,8 +59,9 @@ _HEADERS_DONE = "http11.receive_response_headers.complete"
 #: mapped onto the contract's error kinds; any other exception is labkit's (`internal`).
 _SDK_PACKAGES = frozenset({"openai", "anthropic", "httpx2", "httpcore2", "h11", "anyio"})
 
-#: The phase stamps of the request the current task is measuring, and the clock to use.
-_MEASURING: ContextVar[tuple[dict[str, int], Clock] | None] = ContextVar(
+#: The phase stamps of the request the current task is measuring, the clock to use and the
+#: headers the measurement adds to the request (its trace context).
+_MEASURING: ContextVar[tuple[dict[str, int], Clock, dict[str, str]] | None] = ContextVar(
     "labkit_sdk_measuring", default=None
 )
 
@@ -70,7 +71,9 @@ async def _attach_trace(request: Any) -> None:
     measuring = _MEASURING.get()
     if measuring is None:
         return
-    phases, clock = measuring
+    phases, clock, headers = measuring
+    if headers:
+        request.headers.update(headers)
 
     async def trace(name: str, info: dict[str, Any]) -> None:
         phases[name] = clock()
@@ -145,7 +148,7 @@ class SDKRecorder(BaseRecorder):
         if self._factory is None:
             proxy = proxy_for(provider.settings.resolved_base_url())
             m.via_proxy = proxy.describe() if proxy else None
-        measuring = _MEASURING.set((m.phases, clock))
+        measuring = _MEASURING.set((m.phases, clock, m.headers))
         try:
             m.begin(clock)
             async with asyncio.timeout(provider.settings.timeouts.total):
@@ -153,6 +156,7 @@ class SDKRecorder(BaseRecorder):
                 m.phases.setdefault(_HEADERS_DONE, clock())
                 try:
                     parser.on_headers(stream.response.headers)
+                    m.read_server_request_id(stream.response.headers)
                     late = m.stamped_in_user_space(getattr(stream.response, "extensions", {}))
                     read = adapter.reader(parser)
                     stamp = m.event
@@ -195,6 +199,7 @@ class SDKRecorder(BaseRecorder):
         if status is not None and response is not None:
             if parser is not None:
                 parser.on_headers(response.headers)
+            m.read_server_request_id(response.headers)
             try:
                 body = response.content
             except Exception:  # not read: the SDK's parsed body is what is left

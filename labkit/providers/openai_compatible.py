@@ -96,10 +96,19 @@ class OpenAICompatibleProvider(OpenAIProvider):
     default_server: ClassVar[str] = "auto"
 
     def wire_params(self, params: dict[str, Any]) -> dict[str, Any]:
-        """Parameters go as they are; `server: fireworks` asks for its perf metrics."""
-        if self.server() == "fireworks" and "perf_metrics_in_response" not in params:
+        """Parameters go as they are; Fireworks is asked for its perf metrics."""
+        if self.asks_per_request_metrics() and "perf_metrics_in_response" not in params:
             return {**params, "perf_metrics_in_response": True}
         return params
+
+    def asks_per_request_metrics(self) -> bool:
+        """Whether this server sends its per-request timings only when asked, and is asked
+        (Fireworks: `server: fireworks`, or `auto` with a base_url on fireworks.ai)."""
+        server = self.server()
+        if server == "auto":
+            host = urlsplit(self.settings.resolved_base_url()).hostname or ""
+            return host == "fireworks.ai" or host.endswith(".fireworks.ai")
+        return server == "fireworks"
 
     def chat_framing_tokens(self, request: ChatRequest) -> int | None:
         """Unknown: each server applies its model's own chat template."""

@@ -12,6 +12,7 @@ completes: control never passes back to the runner before a level ends.
 from __future__ import annotations
 
 import time
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -20,6 +21,7 @@ from labkit.experiments import LevelPlan, PacedExperiment, PlannedRequest, Share
 from labkit.measurement.recorder import BaseRecorder, RecordContext
 from labkit.providers import Provider
 from labkit.records import RequestRecord
+from labkit.tracing import request_trace, trace_headers
 
 __all__ = ["Executor", "InProcessExecutor", "LevelSink", "Measurer"]
 
@@ -36,11 +38,14 @@ class Measurer:
         *,
         run_id: str,
         store_text: bool,
+        propagate_trace: bool = True,
     ) -> None:
         self._recorder = recorder
         self._sdk = sdk
         self._run_id = run_id
         self._store_text = store_text
+        #: Whether requests carry their trace context (`tracing.headers` in the config).
+        self.propagate_trace = propagate_trace
 
     async def measure(
         self,
@@ -52,6 +57,15 @@ class Measurer:
         attempt: int = 1,
     ) -> RequestRecord:
         """`planned`'s record (its `on_record` hook called, text kept for it)."""
+        record_id = uuid.uuid4().hex
+        trace = request_trace(
+            self._run_id,
+            provider.id,
+            experiment,
+            planned.tags,
+            record_id,
+            propagate=self.propagate_trace,
+        )
         ctx = RecordContext(
             run_id=self._run_id,
             experiment=experiment,
@@ -61,6 +75,9 @@ class Measurer:
             tags=planned.tags,
             queue_ms=queue_ms,
             store_text=self._store_text or planned.on_record is not None,
+            record_id=record_id,
+            trace=trace,
+            trace_headers=trace_headers(trace),
         )
         sdk_path = planned.request.client_path == "sdk"
         recorder = self._sdk() if sdk_path else self._recorder

@@ -61,6 +61,9 @@ class LevelJob(BaseModel):
     tags: RecordTags = Field(
         default_factory=dict, description="Added to each record of the share (`Share.tags`)."
     )
+    propagate_trace: bool = Field(
+        default=True, description="Send each request's trace context (`tracing.headers`)."
+    )
 
     @classmethod
     def of(
@@ -72,6 +75,7 @@ class LevelJob(BaseModel):
         run_id: str,
         store_text: bool,
         tags: RecordTags | None = None,
+        propagate_trace: bool = True,
     ) -> LevelJob:
         """The job of `level` (for worker 0 of 1: `for_worker` sets the share)."""
         settings = provider.settings
@@ -89,6 +93,7 @@ class LevelJob(BaseModel):
             run_id=run_id,
             store_text=store_text,
             tags=tags or {},
+            propagate_trace=propagate_trace,
         )
 
     def for_worker(self, worker: int, workers: int) -> LevelJob:

@@ -351,6 +351,8 @@ class RayExecutor(Executor):
         self._run_id = run_id
         self._store_text = store_text
         self._actor_clocks = dict(actor_clocks or {})
+        #: Whether requests carry their trace context (`tracing.headers`).
+        self.propagate_trace = True
         self._ray: Any = None
         self._remote_class: Any = None
 
@@ -432,7 +434,12 @@ class RayExecutor(Executor):
         ray = await self._connect()
         n = self.actor_count(level.most_workers)
         job = LevelJob.of(
-            provider, experiment, level, run_id=self._run_id, store_text=self._store_text
+            provider,
+            experiment,
+            level,
+            run_id=self._run_id,
+            store_text=self._store_text,
+            propagate_trace=self.propagate_trace,
         )
 
         def lose(notice: Sending, actor: _Actor) -> RequestRecord:

@@ -38,6 +38,12 @@ from labkit.runner.scrape import MetricsScraper, ScrapeReport
 from labkit.runner.workers import HostExecutor
 from labkit.server_metrics import metrics_file_name, read_server_metrics
 from labkit.timing import percentile
+from labkit.tracing.settings import (
+    METRICS_FILE,
+    TRACES_FILE,
+    otlp_metrics_endpoint,
+    otlp_traces_endpoint,
+)
 
 __all__ = ["ProviderOutcome", "RunOptions", "RunResult", "Runner", "run_lab"]
 
@@ -152,6 +158,7 @@ class Runner:
             lambda: self._sdk,
             run_id=folder.run_id,
             store_text=config.store_text,
+            propagate_trace=config.tracing.headers,
         )
         #: Where paced levels run, chosen once for the run: a Ray cluster's actors where the
         #: config names one (`executor:`), else this host's processes. Tests may replace it
@@ -161,6 +168,7 @@ class Runner:
             self.executor = RayExecutor(
                 config.executor, folder.path, run_id=folder.run_id, store_text=config.store_text
             )
+            self.executor.propagate_trace = config.tracing.headers
         else:
             self.executor = HostExecutor(
                 self._measurer,
@@ -208,9 +216,31 @@ class Runner:
             # Every record after the failed write would be lost: the run stops here, its
             # manifest says why, and `--resume` finishes it.
             raise RunError(f"{self.folder.write_error}; resume with labkit run --resume")
+        await self._export_traces()
         lab = self.analyze()
         self.folder.write_lab(lab)
         return RunResult(self.folder, self.outcomes, self._records, lab, status)
+
+    async def _export_traces(self) -> None:
+        """The run's spans and metrics to the configured OTLP endpoint and/or files, once every
+        request has ended (never while one is measured); a failure is said, never raised."""
+        tracing = self.config.tracing
+        file = self.folder.path / TRACES_FILE if tracing.file else None
+        metrics_file = self.folder.path / METRICS_FILE if tracing.file else None
+        endpoints = (otlp_traces_endpoint(tracing), otlp_metrics_endpoint(tracing))
+        if file is None and endpoints == (None, None):
+            return
+        from labkit.tracing.export import export_run  # OpenTelemetry loads only when used
+
+        report = await asyncio.to_thread(
+            export_run,
+            self.folder.run_id,
+            list(self._records),
+            tracing,
+            file=file,
+            metrics_file=metrics_file,
+        )
+        self.on_message(f"tracing: {report.summary()}")
 
     def analyze(self) -> LabResults:
         """Every experiment's answer for every provider that ran."""

@@ -83,7 +83,13 @@ async def run_worker(
         return sdk[0]
 
     recorder = StreamRecorder(on_cancelled=emit)
-    measurer = Measurer(recorder, sdk_recorder, run_id=job.run_id, store_text=job.store_text)
+    measurer = Measurer(
+        recorder,
+        sdk_recorder,
+        run_id=job.run_id,
+        store_text=job.store_text,
+        propagate_trace=job.propagate_trace,
+    )
 
     async def send(planned: PlannedRequest, queue_ms: float) -> None:
         link.sending(planned)

@@ -71,6 +71,8 @@ class WorkerProcessExecutor(Executor):
         self._store_text = store_text
         self._log_dir = log_dir
         self._processes = processes
+        #: Whether requests carry their trace context (`tracing.headers`).
+        self.propagate_trace = True
 
     async def run_level(
         self,
@@ -87,6 +89,7 @@ class WorkerProcessExecutor(Executor):
             run_id=self._run_id,
             store_text=self._store_text,
             tags=level.processes.tags,
+            propagate_trace=self.propagate_trace,
         )
         name = safe_filename(f"{provider.id}-{experiment.name}-{level.index}")
         processes = self._processes or level.processes.count
@@ -183,6 +186,7 @@ class HostExecutor(Executor):
     def __init__(self, measurer: Measurer, *, run_id: str, store_text: bool, log_dir: Path) -> None:
         self.in_process = InProcessExecutor(measurer)
         self.workers = WorkerProcessExecutor(run_id=run_id, store_text=store_text, log_dir=log_dir)
+        self.workers.propagate_trace = measurer.propagate_trace
 
     async def run_level(
         self,
