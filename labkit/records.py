@@ -29,6 +29,7 @@ __all__ = [
     "ProviderTimings",
     "RecordClock",
     "RecordError",
+    "RecordToolCall",
     "RequestRecord",
     "StopReason",
     "Usage",
@@ -372,6 +373,14 @@ class RecordClock(_Model):
     )
 
 
+class RecordToolCall(_Model):
+    """One tool call a reply made, as the provider streamed it (labkit extension)."""
+
+    id: str = Field(description="The provider's call id (`call_...`, `toolu_...`).")
+    name: str = Field(description="The function called.")
+    arguments: str = Field(default="", description="Its arguments, the JSON text as streamed.")
+
+
 class RequestRecord(_Model):
     """One request, as measured. Serialised as one JSON line in `records.jsonl`."""
 
@@ -435,6 +444,10 @@ class RequestRecord(_Model):
         default=None, description="Generated text; null when `store_text: false`."
     )
     error: RecordError | None = Field(default=None, description="null, or what went wrong.")
+    tool_calls: list[RecordToolCall] | None = Field(
+        default=None,
+        description="The tool calls the reply made, in order; null: none (labkit extension).",
+    )
 
     @property
     def ok(self) -> bool:

@@ -582,6 +582,7 @@ def assemble_record(
             "system_fingerprint": parser.system_fingerprint,
             "rate_limits": parser.rate_limits,
             "output_text": parser.output_text if ctx.store_text else None,
+            "tool_calls": parser.finished_tool_calls(),
         }
     return RequestRecord(
         run_id=ctx.run_id,

@@ -36,6 +36,7 @@ from labkit.providers.base import (
     TokenCount,
     register,
 )
+from labkit.providers.tools import AnthropicTools, ToolFormat
 from labkit.records import ErrorKind, RecordError, StopReason
 from labkit.tokenizers import Tokenized
 
@@ -128,6 +129,10 @@ class AnthropicParser(StreamParser):
                 self._thinking_streamed = True
                 return EventClass.OUTPUT
             if dtype == "input_json_delta":
+                piece = delta.get("partial_json")
+                index = obj.get("index")
+                if type(index) is int and index in self.tool_call_parts:
+                    self.add_tool_call_delta(index, None, None, piece)
                 return EventClass.OUTPUT
             return EventClass.META  # signature_delta, citations_delta, future kinds
         if name == "content_block_start":
@@ -157,6 +162,8 @@ class AnthropicParser(StreamParser):
     def _block_start(self, obj: dict[str, Any]) -> int:
         block = wire_object(obj.get("content_block"), "content_block_start.content_block") or {}
         btype = block.get("type")
+        if btype == "tool_use" and type(obj.get("index")) is int:
+            self.add_tool_call_delta(obj["index"], block.get("id"), block.get("name"), None)
         if btype == "redacted_thinking":
             self._thinking_redacted = True
             return EventClass.OUTPUT
@@ -224,6 +231,11 @@ class AnthropicProvider(Provider):
 
     kind: ClassVar[str] = "anthropic"
     settings_model: ClassVar[type[ProviderSettings]] = AnthropicSettings
+
+    def tool_format(self) -> ToolFormat | None:
+        """Tools in its own tool-call format (`labkit.providers.tools`)."""
+        return AnthropicTools()
+
     sdk: ClassVar[SDKAdapter | None] = AnthropicSDK()
 
     def _headers(self) -> dict[str, str]:

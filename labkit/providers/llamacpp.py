@@ -31,6 +31,7 @@ from labkit.providers.base import (
 )
 from labkit.providers.openai import OpenAIChatParser
 from labkit.providers.openai_compatible import OpenAICompatibleProvider, tokenize_reply
+from labkit.providers.tools import GrammarTools, ToolFormat
 from labkit.tokenizers import Tokenized
 
 if TYPE_CHECKING:  # the local server is imported only when a run starts one
@@ -188,6 +189,12 @@ class LlamaCppProvider(OpenAICompatibleProvider):
 
     kind: ClassVar[str] = "llamacpp"
     settings_model: ClassVar[type[ProviderSettings]] = LlamaCppSettings
+
+    def tool_format(self) -> ToolFormat | None:
+        """Tools as a call forced by a JSON-schema grammar: the bundled model's chat
+        template knows no tools (`labkit.providers.tools`)."""
+        return GrammarTools()
+
     chat_path: ClassVar[str] = "/v1/chat/completions"
     reports_server_timings: ClassVar[bool] = True
     tokenizer_name: ClassVar[str | None] = "llamacpp:/tokenize"

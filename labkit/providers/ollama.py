@@ -20,6 +20,7 @@ into its own ``ResponseError``; the wire path reads the same bytes.
 
 from __future__ import annotations
 
+import json
 from typing import Any, ClassVar
 
 import httpx
@@ -44,6 +45,7 @@ from labkit.providers.base import (
     StreamParser,
     register,
 )
+from labkit.providers.tools import OllamaTools, ToolFormat
 from labkit.records import ErrorKind, RecordError, StopReason
 
 __all__ = ["OllamaParser", "OllamaProvider", "OllamaSettings"]
@@ -122,8 +124,18 @@ class OllamaParser(StreamParser):
                     raise MalformedStream(f"message.thinking is {describe(thinking)}, not a string")
                 if cls < EventClass.OUTPUT:
                     cls = EventClass.OUTPUT
-            if wire_list(message.get("tool_calls"), "message.tool_calls"):
+            calls = wire_list(message.get("tool_calls"), "message.tool_calls")
+            if calls:
                 self._tool_called = True
+                for call in calls:  # whole calls, arguments as an object
+                    function = call.get("function") if type(call) is dict else None
+                    if type(function) is dict:
+                        self.add_tool_call_delta(
+                            len(self.tool_call_parts),
+                            f"call_{len(self.tool_call_parts)}",
+                            function.get("name"),
+                            json.dumps(function.get("arguments") or {}),
+                        )
                 if cls < EventClass.OUTPUT:
                     cls = EventClass.OUTPUT
         error = obj.get("error")
@@ -195,6 +207,11 @@ class OllamaProvider(Provider):
 
     kind: ClassVar[str] = "ollama"
     settings_model: ClassVar[type[ProviderSettings]] = OllamaSettings
+
+    def tool_format(self) -> ToolFormat | None:
+        """Tools in its own tool-call format (`labkit.providers.tools`)."""
+        return OllamaTools()
+
     reports_server_timings: ClassVar[bool] = True
 
     def wire_params(self, params: dict[str, Any]) -> dict[str, Any]:

@@ -48,6 +48,7 @@ from labkit.providers.server_timings import (
     read_llamacpp,
     read_timing_headers,
 )
+from labkit.providers.tools import OpenAIChatTools, ToolFormat
 from labkit.records import ErrorKind, RecordError, StopReason
 from labkit.tokenizers import Tokenized, tokenizer_for_model
 
@@ -264,6 +265,15 @@ class OpenAIChatParser(StreamParser):
         if tool_calls:
             if type(tool_calls) is not list:
                 raise MalformedStream(f"delta.tool_calls is {describe(tool_calls)}, not an array")
+            for call in tool_calls:
+                if type(call) is dict:
+                    function = call.get("function") or {}
+                    self.add_tool_call_delta(
+                        int(call.get("index") or 0),
+                        call.get("id"),
+                        function.get("name"),
+                        function.get("arguments"),
+                    )
             if cls < EventClass.OUTPUT:
                 cls = EventClass.OUTPUT
         elif delta.get("function_call") and cls < EventClass.OUTPUT:
@@ -381,6 +391,11 @@ class OpenAIProvider(Provider):
 
     kind: ClassVar[str] = "openai"
     settings_model: ClassVar[type[ProviderSettings]] = OpenAISettings
+
+    def tool_format(self) -> ToolFormat | None:
+        """Tools in its own tool-call format (`labkit.providers.tools`)."""
+        return OpenAIChatTools()
+
     sdk: ClassVar[SDKAdapter | None] = OpenAISDK()
     chat_path: ClassVar[str] = "/chat/completions"
     #: Which server timing shapes the parser reads when the settings name no `server:`.

@@ -48,6 +48,7 @@ from labkit.providers.base import (
 )
 from labkit.providers.openai import OpenAIProvider, OpenAISettings
 from labkit.providers.openai_responses_sdk import OpenAIResponsesSDK, split_instructions
+from labkit.providers.tools import ResponsesTools, ToolFormat
 from labkit.records import ErrorKind, RecordError, StopReason
 
 __all__ = ["OpenAIResponsesParser", "OpenAIResponsesProvider"]
@@ -148,6 +149,8 @@ class OpenAIResponsesParser(StreamParser):
         if name in _OUTPUT_DELTAS:
             if not _delta(obj, name):
                 return EventClass.META
+            if type(obj.get("output_index")) is int and obj["output_index"] in self.tool_call_parts:
+                self.add_tool_call_delta(obj["output_index"], None, None, _delta(obj, name))
             self._tool_called = True
             return EventClass.OUTPUT
         if name == "response.refusal.delta":
@@ -167,6 +170,10 @@ class OpenAIResponsesParser(StreamParser):
             item = wire_object(obj.get("item"), f"{name}.item") or {}
             if item.get("type") in _TOOL_ITEMS:
                 self._tool_called = True
+                if type(obj.get("output_index")) is int:
+                    self.add_tool_call_delta(
+                        obj["output_index"], item.get("call_id"), item.get("name"), None
+                    )
         elif name == "error":
             err = obj.get("error")
             self.error = _stream_error(err if type(err) is dict else obj)
@@ -262,6 +269,11 @@ class OpenAIResponsesProvider(OpenAIProvider):
 
     kind: ClassVar[str] = "openai_responses"
     settings_model: ClassVar[type[ProviderSettings]] = OpenAISettings
+
+    def tool_format(self) -> ToolFormat | None:
+        """Tools in its own tool-call format (`labkit.providers.tools`)."""
+        return ResponsesTools()
+
     sdk: ClassVar[SDKAdapter | None] = OpenAIResponsesSDK()
 
     def wire_params(self, params: dict[str, Any]) -> dict[str, Any]:
