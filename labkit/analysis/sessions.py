@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from labkit.analysis.stats import percentile
 from labkit.experiments.common import latest_pass
 from labkit.figures import CriticalPath, SessionFigures, SessionRow, SessionStep
 from labkit.records import RequestRecord
+from labkit.timing import percentile
 
 __all__ = ["agent_path", "session_figures", "session_steps", "turn_split"]
 

@@ -260,7 +260,9 @@ class GrammarTools(ToolFormat):
                     "name": {"enum": [t.name for t in tools]},
                     "arguments": {
                         "type": "object",
-                        "properties": {"query": {"type": "string", "maxLength": 24}},
+                        # Short words only: a small model's free string can run past
+                        # max_tokens and leave the call's JSON unfinished.
+                        "properties": {"query": {"type": "string", "pattern": "^[a-z ]{1,16}$"}},
                         "required": ["query"],
                     },
                 },
@@ -280,9 +282,12 @@ class GrammarTools(ToolFormat):
         return [{"role": "user", "content": body}]
 
     def calls_in(self, record: RequestRecord) -> list[RecordToolCall]:
-        """The call written as the reply's JSON text (none: not a call)."""
+        """The call written as the reply's JSON text, on a turn that was forced to call (a
+        free answer that looks like a call, imitating the history, is an answer)."""
         if record.tool_calls:
             return list(record.tool_calls)
+        if "json_schema" not in record.params:
+            return []
         try:
             value = json.loads(record.output_text or "")
         except ValueError:

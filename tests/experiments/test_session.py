@@ -124,10 +124,11 @@ def test_a_failed_step_costs_that_step_only() -> None:
     assert first.critical.tool_ms >= 2 * TOOL_MS
 
 
-def _config(base_url: str, **experiment: Any) -> Any:
+def _config(base_url: str, store_text: bool = True, **experiment: Any) -> Any:
     return parse_config(
         {
             "name": "agent",
+            "store_text": store_text,
             "providers": [
                 {"id": "f", "kind": "openai_compatible", "model": "fake", "base_url": base_url}
             ],
@@ -239,3 +240,29 @@ def test_an_aiperf_mooncake_trace_replays(tmp_path: Path) -> None:
     assert [r.steps for r in figures.sessions] == [
         sum(len(a.steps) for a in s.agents) for s in trace.sessions
     ]
+
+
+def test_sessions_run_over_two_worker_processes(tmp_path: Path) -> None:
+    from labkit.runner.workers import WorkerProcessExecutor
+
+    async def go() -> RunResult:
+        async with FakeServer(SCHEDULE) as server:
+            runner = prepare_run(
+                _config(server.base_url, store_text=False), RunOptions(out_dir=tmp_path)
+            )
+            runner.executor = WorkerProcessExecutor(
+                run_id=runner.folder.run_id,
+                store_text=runner.config.store_text,
+                log_dir=runner.folder.path / "worker-logs",
+                processes=2,
+            )
+            return await runner.run()
+
+    result = asyncio.run(go())
+    records = [r for r in result.records if not r.warmup]
+    assert {r.plan_key for r in records} == {
+        f"session/s{s}/0/k{k}" for s in range(3) for k in range(3)
+    }
+    assert len({r.tags["agent_t0_ns"] for r in records}) == 3  # each session in one worker
+    assert all(r.output_text is None for r in records)  # store_text: false held on disk
+    assert all(row.complete and row.tool_calls == 2 for row in _figures(result).sessions)
