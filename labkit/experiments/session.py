@@ -319,12 +319,14 @@ class SessionExperiment(PacedExperiment[SessionState, SessionPlan]):
             planned.tags.update(share.tags)
             await send(planned, queue_ms)
 
-        if self._s.rate is not None:
+        rate = self._s.rate
+        if rate is not None:
             start = time.perf_counter()
 
             async def at(pos: int, todo: SessionTodo) -> None:
-                delay = start + (pos * share.of + share.index) / self._s.rate - time.perf_counter()
-                if delay > 0:  # rate is not None here
+                # Session `pos` of this share is the level's session pos * of + index.
+                delay = start + (pos * share.of + share.index) / rate - time.perf_counter()
+                if delay > 0:
                     await asyncio.sleep(delay)
                 await self.run_session(todo, tagged)
 
@@ -426,7 +428,7 @@ class SessionExperiment(PacedExperiment[SessionState, SessionPlan]):
             }
             if parent is not None:
                 tags.update(parent=parent, joins_step=joins_step if joins_step is not None else 0)
-            request = ChatRequest(list(history), params, f"session-s{todo.index}")  # type: ignore[arg-type]
+            request = ChatRequest(list(history), params, f"session-s{todo.index}")
             planned = PlannedRequest(key=key, request=request, trial=step, tags=tags)
             record, memo = await self._send_turn(todo, planned, send, fmt.calls_in)
             tool_ms, subagents, compacted = 0.0, 0, False

@@ -5,6 +5,7 @@ from its first unfinished step, and a recorded run replays with the same structu
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from pathlib import Path
@@ -266,3 +267,49 @@ def test_sessions_run_over_two_worker_processes(tmp_path: Path) -> None:
     assert len({r.tags["agent_t0_ns"] for r in records}) == 3  # each session in one worker
     assert all(r.output_text is None for r in records)  # store_text: false held on disk
     assert all(row.complete and row.tool_calls == 2 for row in _figures(result).sessions)
+
+
+@pytest.mark.parametrize(("parallel", "least", "most"), [(True, 300, 360), (False, 400, 460)])
+def test_parallel_calls_wait_for_the_slowest_tool_sequential_ones_for_all(
+    tmp_path: Path, parallel: bool, least: float, most: float
+) -> None:
+    schedule = SCHEDULE.model_copy(update={"tool_calls": 1, "parallel_tool_calls": 2})
+    result = _run(
+        tmp_path,
+        schedule,
+        sessions=1,
+        tool_steps=1,
+        parallel_tools=parallel,
+        tool_latency={"script": [100, 300]},
+    )
+    (row,) = _figures(result).sessions
+    assert row.complete and row.tool_calls == 2 and row.steps == 2
+    assert least <= row.critical.tool_ms < most
+
+
+def test_compaction_shortens_the_history_once_it_passes_the_limit(tmp_path: Path) -> None:
+    schedule = SCHEDULE.model_copy(update={"tool_calls": 3})
+    result = _run(
+        tmp_path,
+        schedule,
+        sessions=1,
+        tool_steps=3,
+        tool_result_tokens=60,
+        compact_at_tokens=120,
+        summary_tokens=10,
+    )
+    steps = sorted(_figures(result).steps, key=lambda s: s.step)
+    sizes = [s.input_tokens or 0 for s in steps]
+    # The turn after the first prompt past 120 tokens starts from the summary.
+    assert sizes[1] <= 120 < sizes[2]
+    assert [s.compacted for s in steps] == [False, False, False, True]
+    assert sizes[3] < sizes[2]
+
+
+def test_a_rate_starts_sessions_on_schedule(tmp_path: Path) -> None:
+    result = _run(tmp_path, rate=4.0, tool_latency={"ms": 0})
+    starts = sorted(
+        {int(r.tags["agent_t0_ns"]) for r in _stored(result) if r.tags.get("agent") == "0"}
+    )
+    gaps = [(b - a) / 1e6 for a, b in itertools.pairwise(starts)]
+    assert len(starts) == 3 and all(g >= 240 for g in gaps), gaps
