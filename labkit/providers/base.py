@@ -42,7 +42,7 @@ from pydantic import (
     field_validator,
 )
 
-from labkit.errors import ProviderUnavailable
+from labkit.errors import MalformedStream, ProviderUnavailable
 from labkit.measurement.connections import Connections
 from labkit.measurement.proxies import is_loopback, proxy_for, unusable_because
 from labkit.measurement.sse import SSEEvent, SSEParser
@@ -377,11 +377,15 @@ class StreamParser(ABC):
         #: Tool calls as they stream, by their index in the reply (`add_tool_call_delta`).
         self.tool_call_parts: dict[int, list[str]] = {}
 
-    def add_tool_call_delta(
-        self, index: int, call_id: str | None, name: str | None, arguments: str | None
-    ) -> None:
+    def add_tool_call_delta(self, index: Any, call_id: Any, name: Any, arguments: Any) -> None:
         """Collect one streamed piece of tool call `index`: its id and name when they come,
-        and a piece of its arguments' JSON text."""
+        and a piece of its arguments' JSON text (values as the wire sent them: anything
+        else than an index and strings is a `MalformedStream`)."""
+        if type(index) is not int or index < 0:
+            raise MalformedStream(f"a tool call's index is {index!r}, not a count")
+        for what, value in (("id", call_id), ("name", name), ("arguments", arguments)):
+            if value is not None and type(value) is not str:
+                raise MalformedStream(f"a tool call's {what} is {type(value).__name__}")
         parts = self.tool_call_parts.setdefault(index, ["", "", ""])
         if call_id:
             parts[0] = call_id

@@ -134,7 +134,7 @@ class OllamaParser(StreamParser):
                             len(self.tool_call_parts),
                             f"call_{len(self.tool_call_parts)}",
                             function.get("name"),
-                            json.dumps(function.get("arguments") or {}),
+                            json.dumps(function.get("arguments") or {}, default=str),
                         )
                 if cls < EventClass.OUTPUT:
                     cls = EventClass.OUTPUT

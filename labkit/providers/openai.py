@@ -268,8 +268,10 @@ class OpenAIChatParser(StreamParser):
             for call in tool_calls:
                 if type(call) is dict:
                     function = call.get("function") or {}
+                    if type(function) is not dict:
+                        raise MalformedStream(f"a tool call's function is {describe(function)}")
                     self.add_tool_call_delta(
-                        int(call.get("index") or 0),
+                        call.get("index", 0),
                         call.get("id"),
                         function.get("name"),
                         function.get("arguments"),
