@@ -911,7 +911,7 @@ class SessionRow(_Figures):
     tool_calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
-    duration_ms: float = Field(description="Completion time: start to the last answer.")
+    duration_ms: float = Field(description="Completion time: start to the last answer read.")
     critical: CriticalPath
     meets_slo: bool | None = None
 

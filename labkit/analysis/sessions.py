@@ -6,8 +6,9 @@ the turn (`tool_ms`; `subagents` when the tool was a fan-out). Walking an agent'
 order, each gap from the previous turn's end (or the agent's start) to this turn's send is
 tool time plus labkit's own time; each turn is the provider's queue (as it reports it),
 prefill (send to first output, less that queue) and decode (first output to the stream's
-end). A fan-out's wait is the slowest sub-agent's own path, plus labkit's time around it.
-The terms so add up to the session's time from its start to its last answer.
+end), and the time from the stream's end to labkit holding the reply (`read_ns`: the record
+built) is labkit's. A fan-out's wait is the slowest sub-agent's own path, plus labkit's time
+around it. The terms so add up to the session's time from its start to its last answer read.
 """
 
 from __future__ import annotations
@@ -39,8 +40,14 @@ def _e2e(record: RequestRecord) -> float:
     return 0.0
 
 
-def _end_ns(record: RequestRecord) -> int:
+def _stream_end_ns(record: RequestRecord) -> int:
     return int(record.t_start_mono_ns or 0) + int(_e2e(record) * 1e6)
+
+
+def _end_ns(record: RequestRecord) -> int:
+    """When labkit had the turn's reply in hand (`read_ns`), else the stream's end."""
+    read = record.tags.get("read_ns")
+    return int(read) if isinstance(read, int) else _stream_end_ns(record)
 
 
 def session_steps(records: list[RequestRecord]) -> dict[str, list[RequestRecord]]:
@@ -81,6 +88,7 @@ def agent_path(agent: str, agents: dict[str, list[RequestRecord]]) -> tuple[Crit
         else:
             path = path.plus(CriticalPath(tool_ms=tool, labkit_ms=gap - tool))
         path = path.plus(turn_split(r))
+        path = path.plus(CriticalPath(labkit_ms=(_end_ns(r) - _stream_end_ns(r)) / 1e6))
         t = _end_ns(r)
     return path, t0, t
 
@@ -119,7 +127,7 @@ def session_figures(
         turns = [r for recs in agents.values() for r in recs]
         ok = [r for r in turns if r.error is None]
         root_last = agents["0"][-1]
-        resumed = len({r.run_id for r in turns}) > 1
+        resumed = any(r.tags.get("resumed") for r in turns)
         complete = root_last.error is None and bool(root_last.tags.get("final"))
         duration = (t_end - t0) / 1e6
         meets = None if slo_ms is None else complete and duration <= slo_ms

@@ -26,8 +26,7 @@ import asyncio
 import random
 import secrets
 import time
-from collections import defaultdict
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -43,7 +42,6 @@ from pydantic import (
 )
 
 from labkit.analysis.sessions import session_figures
-from labkit.errors import ConfigError
 from labkit.experiments.base import ExperimentSettings, PlannedRequest, register_experiment
 from labkit.experiments.common import latest_pass
 from labkit.experiments.paced import LevelContext, LevelPlan, PacedExperiment, SendFn, Share
@@ -233,8 +231,6 @@ class SessionExperiment(PacedExperiment[SessionState, SessionPlan]):
         if self._s.trace is not None:
             self._trace = read_agent_trace(self._s.trace)
             self._exact = provider.exact_length_params()
-        elif self._format is None:
-            raise ConfigError(f"{self.name}: provider {provider.id!r} takes no tools")
         self._sizing = await measure_sizing(provider)
 
     def plan(self, provider: Provider) -> list[PlannedRequest]:
@@ -290,6 +286,9 @@ class SessionExperiment(PacedExperiment[SessionState, SessionPlan]):
         self, provider: Provider, context: LevelContext
     ) -> AsyncGenerator[SessionPlan, None]:
         """One level: every session not yet finished."""
+        if self._trace is None and provider.tool_format() is None:
+            context.message(f"{self.name}: provider {provider.id!r} takes no tools, skipped")
+            return
         previous = context.previous()
         todo = [self.resume_point(i, previous) for i in range(self.session_count())]
         left = [t for t in todo if t is not None]
@@ -373,7 +372,7 @@ class SessionExperiment(PacedExperiment[SessionState, SessionPlan]):
         todo: SessionTodo,
         planned: PlannedRequest,
         send: SendFn,
-        calls_of: Any,
+        calls_of: Callable[[RequestRecord], list[Any]],
         last: bool | None = None,
     ) -> tuple[RequestRecord | None, StepMemo | None]:
         """Send one turn (or replay it from the memo): its record, or its memo."""
@@ -383,6 +382,9 @@ class SessionExperiment(PacedExperiment[SessionState, SessionPlan]):
         answers: list[RequestRecord] = []
 
         def keep(record: RequestRecord) -> None:
+            # When labkit has the reply in hand (its record built): the session's clock
+            # runs on from here, so reading the reply is labkit's time, not the provider's.
+            record.tags["read_ns"] = time.perf_counter_ns()
             if record.error is None:
                 calls = calls_of(record)
                 record.tags["calls"] = len(calls)
@@ -420,6 +422,7 @@ class SessionExperiment(PacedExperiment[SessionState, SessionPlan]):
             key = f"{self.name}/s{todo.index}/{agent}/k{step}"
             tags = {
                 **self._tags(todo, agent),
+                "resumed": bool(todo.memo),
                 "step": step,
                 "agent_t0_ns": t0,
                 "tool_ms": tool_ms,
@@ -528,6 +531,7 @@ class SessionExperiment(PacedExperiment[SessionState, SessionPlan]):
             params = {**s.params, **self._exact, "max_tokens": max(turn.output_tokens, 1)}
             tags = {
                 **self._tags(todo, path),
+                "resumed": bool(todo.memo),
                 "step": step,
                 "agent_t0_ns": t0,
                 "tool_ms": tool_ms,
@@ -562,12 +566,3 @@ class SessionExperiment(PacedExperiment[SessionState, SessionPlan]):
         return self.answer(
             provider_id, model, session_answer(provider_id, figures), figures, status
         )
-
-
-def sessions_by_index(records: list[RequestRecord]) -> dict[int, list[RequestRecord]]:
-    """Records per session index (warm-ups left out)."""
-    out: dict[int, list[RequestRecord]] = defaultdict(list)
-    for r in records:
-        if not r.warmup and isinstance(r.tags.get("session"), int):
-            out[int(r.tags["session"])].append(r)
-    return out
