@@ -885,6 +885,7 @@ class SessionStep(_Figures):
     end_ms: float = Field(description="Stream end, ms from the session's start.")
     tool_ms: float = Field(default=0.0, description="Tool (or sub-agent) time before it.")
     tool_calls: int = Field(default=0, description="Calls this turn made.")
+    subagents: int = Field(default=0, description="Sub-agents the time before it waited for.")
     input_tokens: int | None = None
     output_tokens: int | None = None
     cached_share: float | None = Field(

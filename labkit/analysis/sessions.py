@@ -164,6 +164,7 @@ def session_figures(
                     end_ms=start + _e2e(r),
                     tool_ms=float(r.tags.get("tool_ms", 0.0)),
                     tool_calls=calls,
+                    subagents=int(r.tags.get("subagents", 0)),
                     input_tokens=r.usage.input_tokens,
                     output_tokens=r.usage.output_tokens,
                     cached_share=_cached_share(r),

@@ -38,8 +38,9 @@ def session_timeline_chart(lab: LabResults | None) -> Chart | None:
                  "end": s.end_ms, "step": s.step, "calls": s.tool_calls}
             )  # fmt: skip
             if s.tool_ms > 0:
+                what = "waiting for sub-agents" if s.subagents else "tool"
                 values.append(
-                    {"row": row, "what": "tool", "start": s.start_ms - s.tool_ms,
+                    {"row": row, "what": what, "start": s.start_ms - s.tool_ms,
                      "end": s.start_ms, "step": s.step, "calls": 0}
                 )  # fmt: skip
     if not values:
