@@ -47,7 +47,7 @@ from labkit.experiments.common import latest_pass
 from labkit.experiments.paced import LevelContext, LevelPlan, PacedExperiment, SendFn, Share
 from labkit.providers.base import ChatRequest, Provider, ProviderSettings, SamplingParams
 from labkit.providers.tools import ToolChoice, ToolFormat, ToolResult, ToolSpec
-from labkit.records import LabAnswer, RecordToolCall, RequestRecord
+from labkit.records import ErrorKind, LabAnswer, RecordToolCall, RequestRecord
 from labkit.wording import session_answer
 from labkit.workloads import PromptSizing, measure_sizing
 from labkit.workloads.agent_traces import (
@@ -158,6 +158,7 @@ class StepMemo(BaseModel):
     text: str = ""
     calls: list[RecordToolCall] = Field(default_factory=list)
     input_tokens: int | None = None
+    failed: bool = Field(default=False, description="The turn failed: its retry follows.")
 
 
 class SessionState(BaseModel):
@@ -267,14 +268,24 @@ class SessionExperiment(PacedExperiment[SessionState, SessionPlan]):
         if any(r.tags.get("agent") == "0" and r.tags.get("final") for r in done):
             return None
         first = mine[0]
+        # A turn that failed (not one cut by the kill: that one is sent again) stays failed,
+        # so the resumed loop goes on to its retry as the first run did.
         memo = {
-            str(r.plan_key): StepMemo(
-                text=r.output_text or "",
-                calls=list(r.tool_calls or []),
-                input_tokens=r.usage.input_tokens,
+            str(r.plan_key): StepMemo(failed=True)
+            for r in mine
+            if r.plan_key and r.error is not None and r.error.kind != ErrorKind.CANCELLED
+        }
+        memo.update(
+            (
+                str(r.plan_key),
+                StepMemo(
+                    text=r.output_text or "",
+                    calls=list(r.tool_calls or []),
+                    input_tokens=r.usage.input_tokens,
+                ),
             )
             for r in done
-        }
+        )
         return SessionTodo(
             index=index,
             nonce=str(first.tags.get("session_nonce", "")),
@@ -435,7 +446,8 @@ class SessionExperiment(PacedExperiment[SessionState, SessionPlan]):
             planned = PlannedRequest(key=key, request=request, trial=step, tags=tags)
             record, memo = await self._send_turn(todo, planned, send, fmt.calls_in)
             tool_ms, subagents, compacted = 0.0, 0, False
-            if memo is None and (record is None or record.error is not None):
+            failed = record is None or record.error is not None
+            if memo.failed if memo is not None else failed:
                 continue  # a failed turn costs this step; the same turn is sent again
             text = memo.text if memo is not None else (record.output_text or "" if record else "")
             calls = memo.calls if memo is not None else fmt.calls_in(record) if record else []

@@ -315,3 +315,25 @@ def test_a_rate_starts_sessions_on_schedule(tmp_path: Path) -> None:
     )
     gaps = [(b - a) / 1e6 for a, b in itertools.pairwise(starts)]
     assert len(starts) == 3 and all(g >= 240 for g in gaps), gaps
+
+
+def test_resume_keeps_a_failed_turn_failed_and_resends_a_cut_one() -> None:
+    from labkit.records import ErrorKind, RecordError
+    from tests.support.records import make_record
+
+    exp = SessionExperiment(SessionSettings(sessions=1))
+    records = []
+    for step, error in [(0, None), (1, ErrorKind.HTTP_STATUS), (2, None), (3, ErrorKind.CANCELLED)]:
+        r = make_record(output_text="")
+        r.plan_key = f"session/s0/0/k{step}"
+        r.tags.update(session=0, agent="0", step=step, session_run="r", session_nonce="n")
+        if error is not None:
+            r.error = RecordError(kind=error, message="x")
+        records.append(r)
+    todo = exp.resume_point(0, records)
+    assert todo is not None and (todo.run, todo.nonce) == ("r", "n")
+    assert {k: m.failed for k, m in todo.memo.items()} == {
+        "session/s0/0/k0": False,
+        "session/s0/0/k1": True,
+        "session/s0/0/k2": False,
+    }
