@@ -1,6 +1,7 @@
 """`session` against the managed llama-server and the bundled model (no mocks): each session
 makes a real, grammar-forced tool call through the server, gets the simulated tool's result
-in the next turn and answers; the critical path covers each session's time."""
+in the next turn and answers; the critical path covers each session's time, and the
+server's cached prompt tokens are read per step."""
 
 from __future__ import annotations
 
@@ -34,4 +35,7 @@ def test_the_bundled_model_runs_a_tool_loop_session(tmp_path: Path) -> None:
         assert row.critical.tool_ms > 0 and row.critical.prefill_ms > 0
     calls = [s for s in figures.steps if s.tool_calls]
     assert calls and all(s.tool_call_args_ms is not None for s in calls)
+    # llama.cpp's cache_n, read per step: a later turn extends the earlier one's prompt.
+    later = [s.cached_share for s in figures.steps if s.step > 0]
+    assert later and all(share is not None and share > 0 for share in later), later
     assert answer.status == "ok"
