@@ -60,6 +60,8 @@ _STOP_REASONS = {
 
 # Body fields the Messages API accepts from the lab's generic params.
 _PASSED_PARAMS = ("temperature", "top_p", "top_k", "max_tokens", "stop_sequences", "metadata")
+# ... and the tools a `session` offers (`AnthropicTools`).
+_PASSED_PARAMS += ("tools", "tool_choice")
 
 
 class AnthropicSettings(ProviderSettings):
@@ -232,11 +234,11 @@ class AnthropicProvider(Provider):
     kind: ClassVar[str] = "anthropic"
     settings_model: ClassVar[type[ProviderSettings]] = AnthropicSettings
 
+    sdk: ClassVar[SDKAdapter | None] = AnthropicSDK()
+
     def tool_format(self) -> ToolFormat | None:
         """Tools in its own tool-call format (`labkit.providers.tools`)."""
         return AnthropicTools()
-
-    sdk: ClassVar[SDKAdapter | None] = AnthropicSDK()
 
     def _headers(self) -> dict[str, str]:
         headers = {"anthropic-version": ANTHROPIC_VERSION}

@@ -189,12 +189,6 @@ class LlamaCppProvider(OpenAICompatibleProvider):
 
     kind: ClassVar[str] = "llamacpp"
     settings_model: ClassVar[type[ProviderSettings]] = LlamaCppSettings
-
-    def tool_format(self) -> ToolFormat | None:
-        """Tools as a call forced by a JSON-schema grammar: the bundled model's chat
-        template knows no tools (`labkit.providers.tools`)."""
-        return GrammarTools()
-
     chat_path: ClassVar[str] = "/v1/chat/completions"
     reports_server_timings: ClassVar[bool] = True
     tokenizer_name: ClassVar[str | None] = "llamacpp:/tokenize"
@@ -204,6 +198,11 @@ class LlamaCppProvider(OpenAICompatibleProvider):
     # `connection: close` matches what the server does anyway (so `connect_ms` is measured
     # on every request) and removes the race.
     closes_after_each_stream: ClassVar[bool] = True
+
+    def tool_format(self) -> ToolFormat | None:
+        """Tools as a call forced by a JSON-schema grammar: the bundled model's chat
+        template knows no tools (`labkit.providers.tools`)."""
+        return GrammarTools()
 
     def warm_up_request(self) -> httpx.Request:
         """`GET /health`: a few bytes, answered without touching a slot."""

@@ -208,11 +208,11 @@ class OllamaProvider(Provider):
     kind: ClassVar[str] = "ollama"
     settings_model: ClassVar[type[ProviderSettings]] = OllamaSettings
 
+    reports_server_timings: ClassVar[bool] = True
+
     def tool_format(self) -> ToolFormat | None:
         """Tools in its own tool-call format (`labkit.providers.tools`)."""
         return OllamaTools()
-
-    reports_server_timings: ClassVar[bool] = True
 
     def wire_params(self, params: dict[str, Any]) -> dict[str, Any]:
         """Ollama's names: `max_tokens` is `num_predict`, a single `stop` string becomes a

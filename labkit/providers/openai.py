@@ -394,14 +394,14 @@ class OpenAIProvider(Provider):
     kind: ClassVar[str] = "openai"
     settings_model: ClassVar[type[ProviderSettings]] = OpenAISettings
 
-    def tool_format(self) -> ToolFormat | None:
-        """Tools in its own tool-call format (`labkit.providers.tools`)."""
-        return OpenAIChatTools()
-
     sdk: ClassVar[SDKAdapter | None] = OpenAISDK()
     chat_path: ClassVar[str] = "/chat/completions"
     #: Which server timing shapes the parser reads when the settings name no `server:`.
     default_server: ClassVar[str] = "openai"
+
+    def tool_format(self) -> ToolFormat | None:
+        """Tools in its own tool-call format (`labkit.providers.tools`)."""
+        return OpenAIChatTools()
 
     def wire_params(self, params: dict[str, Any]) -> dict[str, Any]:
         """OpenAI's current models take `max_completion_tokens` instead of `max_tokens`."""

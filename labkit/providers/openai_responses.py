@@ -270,11 +270,11 @@ class OpenAIResponsesProvider(OpenAIProvider):
     kind: ClassVar[str] = "openai_responses"
     settings_model: ClassVar[type[ProviderSettings]] = OpenAISettings
 
+    sdk: ClassVar[SDKAdapter | None] = OpenAIResponsesSDK()
+
     def tool_format(self) -> ToolFormat | None:
         """Tools in its own tool-call format (`labkit.providers.tools`)."""
         return ResponsesTools()
-
-    sdk: ClassVar[SDKAdapter | None] = OpenAIResponsesSDK()
 
     def wire_params(self, params: dict[str, Any]) -> dict[str, Any]:
         """`max_tokens` becomes `max_output_tokens`; parameters the API does not accept

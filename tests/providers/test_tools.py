@@ -179,3 +179,40 @@ def test_ollama_parser_collects_whole_calls() -> None:
     p.on_event(ev({"message": message, "done": False}))
     (call,) = p.finished_tool_calls() or []
     assert call.name == "lookup" and json.loads(call.arguments) == {"query": "x"}
+
+
+def _turn(fmt: Any) -> list[dict[str, Any]]:
+    """A tool turn's history in `fmt`: system, task, the call, its result."""
+    return [
+        {"role": "system", "content": "You are an agent."},
+        {"role": "user", "content": "Find it."},
+        *fmt.assistant("", [CALL]),
+        *fmt.results([ToolResult(call=CALL, content="found")]),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("entry", "items_key"),
+    [
+        ({"id": "o", "kind": "openai", "model": "m"}, "messages"),
+        ({"id": "r", "kind": "openai_responses", "model": "m"}, "input"),
+        ({"id": "a", "kind": "anthropic", "model": "m"}, "messages"),
+        ({"id": "l", "kind": "ollama", "model": "m"}, "messages"),
+    ],
+)
+def test_each_provider_sends_a_tool_turn_in_its_own_body(
+    entry: dict[str, Any], items_key: str
+) -> None:
+    from labkit.providers.base import ChatRequest
+
+    provider = build(entry)
+    fmt = provider.tool_format()
+    assert fmt is not None
+    request = ChatRequest(_turn(fmt), {"max_tokens": 8, **fmt.params(TOOLS, "required")})  # type: ignore[arg-type]
+    params = provider.wire_params(provider.effective_params(request))
+    body = json.loads(provider.build_request(request, params).content)
+    assert body["tools"], body  # the definitions reach the wire
+    sent = body[items_key]
+    assert sent[-2:] == _turn(fmt)[-2:]  # the call and its result, as the format built them
+    assert "You are an agent." in json.dumps(body)  # the system prompt where the API takes it
+    assert len(request.prompt_text) > 0  # structured content is sized, never a crash
