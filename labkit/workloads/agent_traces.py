@@ -150,12 +150,13 @@ def session_trace(records: list[RequestRecord], block_tokens: int = 512) -> Agen
     """labkit's `session` records as an agent trace: per session and agent its successful
     steps in order, the tool gap before each, and hash ids where each step's prompt extends
     the step before it (a session's history is its prompt prefix)."""
-    by_agent: dict[tuple[str, str], list[RequestRecord]] = defaultdict(list)
+    by_agent: dict[tuple[int, str], list[RequestRecord]] = defaultdict(list)
     for r in records:
-        if r.warmup or r.error is not None or "agent" not in r.tags:
+        session = r.tags.get("session")
+        if r.warmup or r.error is not None or "agent" not in r.tags or not isinstance(session, int):
             continue
-        by_agent[(str(r.tags.get("session")), str(r.tags["agent"]))].append(r)
-    sessions: dict[str, TraceSession] = {}
+        by_agent[(session, str(r.tags["agent"]))].append(r)
+    sessions: dict[int, TraceSession] = {}
     next_id = 0
     for (session, path), recs in sorted(by_agent.items()):
         recs.sort(key=lambda r: int(r.tags.get("step", 0)))
