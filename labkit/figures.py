@@ -935,6 +935,11 @@ class SessionFigures(_Figures):
     tool_call_args_ms_p50: float | None = None
     cached_share_p50: float | None = None
     slo_ms: float | None = Field(default=None, description="The session completion SLO.")
+    queue_reported: bool = Field(
+        default=False,
+        description="Whether the provider reported its queue on any turn; where not, "
+        "`provider_queue_ms` is 0 and any queueing is inside `prefill_ms`.",
+    )
     goodput_sessions_per_s: float | None = Field(
         default=None,
         description="Sessions that completed within the SLO (all complete ones without one) "

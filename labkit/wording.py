@@ -710,9 +710,10 @@ def session_answer(provider: str, figures: SessionFigures) -> str:
         head += f" in {figures.completion_ms_p50 / 1000:.2f} s (median)"
     if total <= 0:
         return head + "."
+    prefill = "the provider's prefill" + ("" if figures.queue_reported else " (queue included)")
     terms = [
         ("the provider's queue", path.provider_queue_ms),
-        ("the provider's prefill", path.prefill_ms),
+        (prefill, path.prefill_ms),
         ("decode", path.decode_ms),
         ("tools", path.tool_ms),
         ("labkit itself", path.labkit_ms),

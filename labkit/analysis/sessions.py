@@ -192,5 +192,8 @@ def session_figures(
         ),
         cached_share_p50=_p([s.cached_share for s in steps if s.cached_share is not None], 50),
         slo_ms=slo_ms,
+        queue_reported=any(
+            r.provider_timings.queue_ms is not None for recs in by_session.values() for r in recs
+        ),
         goodput_sessions_per_s=len(good) / span_s if span_s else None,
     )

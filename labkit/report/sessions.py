@@ -113,7 +113,8 @@ def session_section(lab: LabResults | None) -> list[Block]:
         Heading("Agent sessions"),
         Para(
             "Each session measured as a job: its completion time and the split of that time "
-            "along its critical path (ms). The terms add up to the completion time.",
+            "along its critical path (ms). The terms add up to the completion time; where a "
+            "provider reports no queue (—), any queueing is inside its prefill.",
             "note",
         ),
     ]
@@ -130,7 +131,7 @@ def session_section(lab: LabResults | None) -> list[Block]:
                 str(r.agents),
                 str(r.tool_calls),
                 fmt_num(r.duration_ms),
-                fmt_num(r.critical.provider_queue_ms),
+                fmt_num(r.critical.provider_queue_ms if figures.queue_reported else None),
                 fmt_num(r.critical.prefill_ms),
                 fmt_num(r.critical.decode_ms),
                 fmt_num(r.critical.tool_ms),

@@ -27,7 +27,9 @@ def _figures() -> SessionFigures:
     row = SessionRow(
         session=0, complete=True, steps=3, agents=2, tool_calls=1, duration_ms=1000, critical=PATH
     )
-    return SessionFigures(sessions=[row], steps=steps, critical=PATH, completion_ms_p50=1000)
+    return SessionFigures(
+        sessions=[row], steps=steps, critical=PATH, completion_ms_p50=1000, queue_reported=True
+    )
 
 
 def _lab(figures: SessionFigures | None) -> LabResults:
@@ -60,3 +62,10 @@ def test_the_answer_names_the_biggest_share_first() -> None:
     text = session_answer("local", _figures())
     assert text.startswith("local finished 1 of 1 sessions in 1.00 s (median); ")
     assert "45% tools, 30% the provider's prefill, 20% decode, 4% labkit itself, 1% " in text
+
+
+def test_a_provider_without_a_queue_says_prefill_holds_it() -> None:
+    figures = _figures().model_copy(update={"queue_reported": False})
+    assert "the provider's prefill (queue included)" in session_answer("local", figures)
+    (table,) = [b for b in session_section(_lab(figures)) if isinstance(b, Table)]
+    assert table.rows[0][7] == "—"
