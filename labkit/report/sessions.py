@@ -76,9 +76,9 @@ def _terms(figures: SessionFigures) -> list[float]:
 def critical_path_chart(lab: LabResults | None) -> Chart | None:
     """The critical path's five terms stacked, one bar per provider × experiment."""
     values = [
-        {"series": f"{p} · {e}", "term": term, "ms": ms}
+        {"series": f"{p} · {e}", "term": term, "ms": ms, "i": i}
         for p, e, f in _sessions(lab)
-        for term, ms in zip(_TERMS, _terms(f), strict=True)
+        for i, (term, ms) in enumerate(zip(_TERMS, _terms(f), strict=True))
     ]
     if not values:
         return None
@@ -92,6 +92,7 @@ def critical_path_chart(lab: LabResults | None) -> Chart | None:
             "x": {"field": "ms", "type": "quantitative", "stack": "normalize",
                   "title": "share of the sessions' time"},
             "color": {"field": "term", "type": "nominal", "sort": list(_TERMS)},
+            "order": {"field": "i", "type": "quantitative"},  # stacked as the legend reads
             "tooltip": [{"field": "term"}, {"field": "ms", "format": ".1f"}],
         },
     }  # fmt: skip
