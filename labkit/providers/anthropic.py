@@ -59,7 +59,9 @@ _STOP_REASONS = {
 }
 
 # Body fields the Messages API accepts from the lab's generic params.
-_PASSED_PARAMS = ("temperature", "top_p", "top_k", "max_tokens", "stop_sequences", "metadata")
+_PASSED_PARAMS: tuple[str, ...] = (
+    "temperature", "top_p", "top_k", "max_tokens", "stop_sequences", "metadata"
+)  # fmt: skip
 # ... and the tools a `session` offers (`AnthropicTools`).
 _PASSED_PARAMS += ("tools", "tool_choice")
 
