@@ -1,23 +1,12 @@
 """`session`: agent sessions — tool loops, sub-agents, compaction — measured as whole jobs.
 
-Each session is a loop: a request offers the tools (in the provider's own format,
-`Provider.tool_format`); when the reply calls tools, labkit runs simulated tools (latency
-drawn from `tool_latency`, a result of `tool_result_tokens` tokens), appends the call and
-its results, and sends the next turn, until a final answer or `max_steps`. The first
-`tool_steps` turns must call a tool (`tool_choice: required`), later ones may not (null:
-the model decides). `subagents: N` makes the main agent's first tool step a fan-out to N
-sub-agent sessions run side by side, whose answers are joined as the tool's result;
-`compact_at_tokens` replaces the history by a summary once a turn's prompt passes it.
-With `trace:` the sessions come from an agent trace instead (`labkit.workloads.agent_traces`):
-each turn's lengths, gaps and branches as recorded.
-
-A failed turn costs that turn (it counts against `max_steps`, and the same request is sent
-again), never the session or the run. Sessions run `concurrency` at a time (or start at
-`rate` per second) as one level, on every executor. Resume: keys are
-``session/s<session>/<agent>/k<step>``; a resumed session replays its recorded turns from
-their stored text and tool calls without sending or waiting, and sends from its first
-unfinished step. The analysis (`labkit.analysis.sessions`) splits each session's time
-along its critical path.
+Each session loops: a request offers tools in the provider's own format
+(`Provider.tool_format`); a reply's calls run simulated tools (`tool_latency`,
+`tool_result_tokens`) or fan out to sub-agents, and the next turn carries the calls and their
+results, up to a final answer or `max_steps`; or the turns come from an agent trace. A failed
+turn costs that turn only. Sessions run `concurrency` at a time (or at `rate`) as one level on
+every executor; a resumed session replays its recorded turns and sends from its first
+unfinished step. See docs/experiments.md, "Agent sessions".
 """
 
 from __future__ import annotations

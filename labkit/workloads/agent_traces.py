@@ -1,16 +1,11 @@
 """Agent traces: recorded agent sessions with their structure, read and written as JSONL.
 
-The format is AIPerf's multi-turn Mooncake trace (`--custom-dataset-type mooncake_trace`):
-one object a line with ``session_id``, ``input_length``, ``output_length``, ``hash_ids``
-(one id per block of prompt tokens; a shared leading id is a shared prefix) and ``delay``
-(ms between the previous turn's answer and this turn: the tool or think gap). It was chosen
-because it already carries four of the five things an agent replay needs (turn order, gaps,
-lengths, prefix sharing) and AIPerf, Dynamo and AISBench read it. labkit adds three optional
-keys for the fifth, sub-agent branches, which other readers ignore: ``agent`` (a path, ``0``
-the session's main agent, ``0.2`` its second sub-agent), ``parent_agent`` and ``joins_step``
-(the parent's step that waits for the branch), and ``tool_calls`` (calls the turn made).
-Rows of one (session, agent) are its steps in file order. `session_trace` writes labkit's
-own `session` records in this format, so a run can be replayed elsewhere.
+The format is AIPerf's multi-turn Mooncake trace (``session_id``, ``input_length``,
+``output_length``, ``hash_ids``, ``delay``: turn order, lengths, prefix sharing and the gap
+before a turn), plus labkit's optional keys for sub-agent branches that other readers ignore:
+``agent``, ``parent_agent``, ``joins_step`` and ``tool_calls``. Rows of one (session, agent)
+are its steps in file order. `session_trace` writes labkit's own `session` records in it, so
+a run replays elsewhere. Why this format: docs/experiments.md, "Agent sessions".
 """
 
 from __future__ import annotations
