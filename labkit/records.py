@@ -29,6 +29,7 @@ __all__ = [
     "ProviderTimings",
     "RecordClock",
     "RecordError",
+    "RecordToolCall",
     "RequestRecord",
     "RequestTrace",
     "StopReason",
@@ -419,6 +420,14 @@ class RequestTrace(_Model):
     )
 
 
+class RecordToolCall(_Model):
+    """One tool call a reply made, as the provider streamed it (labkit extension)."""
+
+    id: str = Field(description="The provider's call id (`call_...`, `toolu_...`).")
+    name: str = Field(description="The function called.")
+    arguments: str = Field(default="", description="Its arguments, the JSON text as streamed.")
+
+
 class RequestRecord(_Model):
     """One request, as measured. Serialised as one JSON line in `records.jsonl`."""
 
@@ -486,6 +495,10 @@ class RequestRecord(_Model):
         default=None,
         description="The trace context sent with the request (labkit extension); null in "
         "records written before it existed and outside runs.",
+    )
+    tool_calls: list[RecordToolCall] | None = Field(
+        default=None,
+        description="The tool calls the reply made, in order; null: none (labkit extension).",
     )
 
     @property

@@ -33,6 +33,7 @@ from labkit.cli.examples import example_path
 from labkit.cli.examples import register as register_init
 from labkit.cli.local import register as register_local
 from labkit.cli.report import register as register_report
+from labkit.cli.sessions import register as register_sessions
 from labkit.cli.tokens import register as register_tokens
 from labkit.cli.tracing import register as register_tracing
 from labkit.config import load_config
@@ -415,6 +416,7 @@ register_local(app)
 register_report(app)
 register_tokens(app)
 register_tracing(app)
+register_sessions(app)
 
 
 def main() -> None:

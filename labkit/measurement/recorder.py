@@ -599,6 +599,7 @@ def assemble_record(
             "system_fingerprint": parser.system_fingerprint,
             "rate_limits": parser.rate_limits,
             "output_text": parser.output_text if ctx.store_text else None,
+            "tool_calls": parser.finished_tool_calls(),
         }
     if m.server_request_id is not None and parsed.get("request_id") is None:
         parsed["request_id"] = m.server_request_id

@@ -37,6 +37,7 @@ from labkit.providers.base import (
     TokenCount,
     register,
 )
+from labkit.providers.tools import AnthropicTools, ToolFormat
 from labkit.records import ErrorKind, RecordError, StopReason
 from labkit.tokenizers import Tokenized
 
@@ -65,7 +66,11 @@ _FULL_THINKING_CHARS = 2
 _CHARS_PER_TOKEN = 3.5
 
 # Body fields the Messages API accepts from the lab's generic params.
-_PASSED_PARAMS = ("temperature", "top_p", "top_k", "max_tokens", "stop_sequences", "metadata")
+_PASSED_PARAMS: tuple[str, ...] = (
+    "temperature", "top_p", "top_k", "max_tokens", "stop_sequences", "metadata"
+)  # fmt: skip
+# ... and the tools a `session` offers (`AnthropicTools`).
+_PASSED_PARAMS += ("tools", "tool_choice")
 
 
 class AnthropicSettings(ProviderSettings):
@@ -148,6 +153,9 @@ class AnthropicParser(StreamParser):
             if dtype == "input_json_delta":
                 # Every tool_use block opens with an empty partial_json.
                 partial = _delta_text(delta, "partial_json")
+                index = obj.get("index")
+                if type(index) is int and index in self.tool_call_parts:
+                    self.add_tool_call_delta(index, None, None, partial)
                 if not partial:
                     return EventClass.META
                 self.other_output_parts.append(partial)
@@ -180,6 +188,8 @@ class AnthropicParser(StreamParser):
     def _block_start(self, obj: dict[str, Any]) -> int:
         block = wire_object(obj.get("content_block"), "content_block_start.content_block") or {}
         btype = block.get("type")
+        if btype == "tool_use" and type(obj.get("index")) is int:
+            self.add_tool_call_delta(obj["index"], block.get("id"), block.get("name"), None)
         if btype == "redacted_thinking":
             # Encrypted reasoning arriving whole: counted, but no token is streamed here.
             self._thinking_redacted = True
@@ -282,7 +292,12 @@ class AnthropicProvider(Provider):
 
     kind: ClassVar[str] = "anthropic"
     settings_model: ClassVar[type[ProviderSettings]] = AnthropicSettings
+
     sdk: ClassVar[SDKAdapter | None] = AnthropicSDK()
+
+    def tool_format(self) -> ToolFormat | None:
+        """Tools in its own tool-call format (`labkit.providers.tools`)."""
+        return AnthropicTools()
 
     def _headers(self) -> dict[str, str]:
         headers = {"anthropic-version": ANTHROPIC_VERSION}

@@ -20,13 +20,14 @@ Adding a provider means adding one module and decorating its class with `@regist
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Protocol, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeAlias, TypeVar
 from urllib.parse import urlsplit
 
 import httpx
@@ -41,14 +42,17 @@ from pydantic import (
     field_validator,
 )
 
-from labkit.errors import ProviderUnavailable
+from labkit.errors import MalformedStream, ProviderUnavailable
 from labkit.measurement.connections import Connections
 from labkit.measurement.proxies import is_loopback, proxy_for, unusable_because
 from labkit.measurement.sse import SSEEvent, SSEParser
 from labkit.provider_stats import LaterStats
-from labkit.records import ProviderTimings, RecordError, StopReason, Usage
+from labkit.records import ProviderTimings, RecordError, RecordToolCall, StopReason, Usage
 from labkit.scrub import register_secret
 from labkit.tokenizers import Tokenized
+
+if TYPE_CHECKING:  # tools import records only; the annotation needs no runtime import
+    from labkit.providers.tools import ToolFormat
 
 __all__ = [
     "ChatRequest",
@@ -326,8 +330,17 @@ class ChatRequest:
 
     @property
     def prompt_text(self) -> str:
-        """All message contents joined, for size accounting."""
-        return "\n".join(m["content"] for m in self.messages)
+        """All message contents joined, for size accounting (a tool turn's structured
+        content as its JSON)."""
+        return "\n".join(_content_text(m) for m in self.messages)
+
+
+def _content_text(message: Mapping[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    rest = {k: v for k, v in message.items() if k != "role"}
+    return json.dumps(rest, separators=(",", ":"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,6 +383,34 @@ class StreamParser(ABC):
         #: The model's own tokenizer, where labkit has it offline (`Provider.count_locally`):
         #: the provider sets it in `new_parser`; None: the check uses a bytes bound.
         self.count_locally: Callable[[str], TokenCount | None] | None = None
+        #: Tool calls as they stream, by their index in the reply (`add_tool_call_delta`).
+        self.tool_call_parts: dict[int, list[str]] = {}
+
+    def add_tool_call_delta(self, index: Any, call_id: Any, name: Any, arguments: Any) -> None:
+        """Collect one streamed piece of tool call `index`: its id and name when they come,
+        and a piece of its arguments' JSON text (values as the wire sent them: anything
+        else than an index and strings is a `MalformedStream`)."""
+        if type(index) is not int or index < 0:
+            raise MalformedStream(f"a tool call's index is {index!r}, not a count")
+        for what, value in (("id", call_id), ("name", name), ("arguments", arguments)):
+            if value is not None and type(value) is not str:
+                raise MalformedStream(f"a tool call's {what} is {type(value).__name__}")
+        parts = self.tool_call_parts.setdefault(index, ["", "", ""])
+        if call_id:
+            parts[0] = call_id
+        if name:
+            parts[1] += name
+        if arguments:
+            parts[2] += arguments
+
+    def finished_tool_calls(self) -> list[RecordToolCall] | None:
+        """The reply's tool calls, in order (None: it made none)."""
+        if not self.tool_call_parts:
+            return None
+        return [
+            RecordToolCall(id=p[0] or f"call_{i}", name=p[1], arguments=p[2])
+            for i, p in sorted(self.tool_call_parts.items())
+        ]
 
     def on_headers(self, headers: ResponseHeaders) -> None:  # noqa: B027 - optional hook
         """Read identifiers and header timings from the response headers."""
@@ -637,6 +678,11 @@ class Provider(ABC):
         """Request parameters that make the model decode exactly `max_tokens` (ignoring its
         end-of-sequence token); empty when the provider cannot."""
         return {}
+
+    def tool_format(self) -> ToolFormat | None:
+        """How this provider takes tool definitions, calls and results (`session`
+        experiments); None: it takes no tools."""
+        return None
 
     def metrics_url(self) -> str | None:
         """Where the server's Prometheus metrics are scraped during experiments

@@ -131,6 +131,17 @@ class FakeSchedule(BaseModel):
         "1000 × slots / (first_token_ms + (tokens - 1) × token_interval_ms) requests/s.",
     )
 
+    # --- tool calls (`session` experiments) ---
+    tool_calls: NonNegativeInt = Field(
+        default=0,
+        description="A request offering `tools` (and no `tool_choice: none`) is answered "
+        "with tool calls while its history holds fewer than this many tool results (role "
+        "`tool` messages), then with text: a session of this many tool steps.",
+    )
+    parallel_tool_calls: PositiveInt = Field(
+        default=1, description="Tool calls in one reply (their arguments share its events)."
+    )
+
     def new_slots(self) -> asyncio.Semaphore | None:
         """The slots one server shares between its requests (None: unlimited)."""
         return None if self.slots is None else asyncio.Semaphore(self.slots)
@@ -153,6 +164,29 @@ def requested_tokens(schedule: FakeSchedule, body: dict[str, Any]) -> int:
 def _events(schedule: FakeSchedule, body: dict[str, Any]) -> tuple[int, int]:
     n_tokens = requested_tokens(schedule, body)
     return n_tokens, -(-n_tokens // schedule.tokens_per_event)
+
+
+def scripted_tool_calls(schedule: FakeSchedule, body: dict[str, Any]) -> int:
+    """How many tool calls the reply to `body` makes (0: a text answer)."""
+    if not body.get("tools") or body.get("tool_choice") == "none":
+        return 0
+    results = sum(1 for m in body.get("messages", []) if m.get("role") == "tool")
+    return schedule.parallel_tool_calls if results < schedule.tool_calls else 0
+
+
+def _tool_delta(event: int, n_events: int, calls: int, step: int, name: str) -> dict[str, Any]:
+    """Event `event`'s piece of the reply's `calls` tool calls: each call's first event
+    carries its id and name, the rest pieces of its arguments."""
+    index = event * calls // max(n_events, 1)
+    first = event == -(-index * n_events // calls)
+    piece: dict[str, Any] = {"index": index, "function": {"arguments": "" if first else " "}}
+    if first:
+        piece["id"] = f"call_{step}_{index}"
+        piece["type"] = "function"
+        piece["function"] = {"name": name, "arguments": '{"query": "q'}
+    if event == n_events - 1 or (event + 1) * calls // max(n_events, 1) != index:
+        piece["function"]["arguments"] += '"}'
+    return {"tool_calls": [piece]}
 
 
 def queue_before_headers(schedule: FakeSchedule) -> float:
@@ -261,7 +295,10 @@ async def _scheduled(schedule: FakeSchedule, body: dict[str, Any]) -> AsyncItera
             yield b": keep-alive\n\n"
             await asyncio.sleep(min(left, schedule.keepalive_interval_ms / 1000.0))
     t0 = loop.time()
-    prompt = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
+    prompt = " ".join(str(m.get("content") or "") for m in body.get("messages", []))
+    calls = scripted_tool_calls(schedule, body)
+    step = sum(1 for m in body.get("messages", []) if m.get("role") == "tool")
+    tool_name = str(((body.get("tools") or [{}])[0].get("function") or {}).get("name", "tool"))
     prompt_n = len(prompt.split())
     per_token = schedule.server_timings == "llamacpp"
     rid = "chatcmpl-fake-" + uuid.uuid4().hex[:12]
@@ -284,7 +321,8 @@ async def _scheduled(schedule: FakeSchedule, body: dict[str, Any]) -> AsyncItera
         words = [_WORDS[(sent + j) % len(_WORDS)] for j in range(k)]
         text = "".join((" " if sent + j else "") + w for j, w in enumerate(words))
         sent += k
-        chunk: dict[str, Any] = {**base, "choices": [{"index": 0, "delta": {"content": text}}]}
+        delta = _tool_delta(i, n_events, calls, step, tool_name) if calls else {"content": text}
+        chunk: dict[str, Any] = {**base, "choices": [{"index": 0, "delta": delta}]}
         if per_token:  # llama.cpp's timings_per_token: cumulative timings on every chunk
             chunk["timings"] = _llamacpp_timings(schedule, sent, i + 1, prompt_n)
         yield _chunk(chunk)
@@ -294,8 +332,8 @@ async def _scheduled(schedule: FakeSchedule, body: dict[str, Any]) -> AsyncItera
         return
     if schedule.fail == "drop":
         raise FakeDrop
-    finish = schedule.finish_reason
-    if n_tokens < schedule.tokens:
+    finish = "tool_calls" if calls else schedule.finish_reason
+    if n_tokens < schedule.tokens and not calls:
         finish = "length"
     final = _final_fields(schedule, n_events, sent, prompt_n)
     on_finish = not schedule.usage or schedule.server_timings in ("groq", "fireworks")

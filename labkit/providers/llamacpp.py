@@ -31,6 +31,7 @@ from labkit.providers.base import (
 )
 from labkit.providers.openai import OpenAIChatParser
 from labkit.providers.openai_compatible import OpenAICompatibleProvider, tokenize_reply
+from labkit.providers.tools import GrammarTools, ToolFormat
 from labkit.tokenizers import Tokenized
 
 if TYPE_CHECKING:  # the local server is imported only when a run starts one
@@ -197,6 +198,11 @@ class LlamaCppProvider(OpenAICompatibleProvider):
     # `connection: close` matches what the server does anyway (so `connect_ms` is measured
     # on every request) and removes the race.
     closes_after_each_stream: ClassVar[bool] = True
+
+    def tool_format(self) -> ToolFormat | None:
+        """Tools as a call forced by a JSON-schema grammar: the bundled model's chat
+        template knows no tools (`labkit.providers.tools`)."""
+        return GrammarTools()
 
     def warm_up_request(self) -> httpx.Request:
         """`GET /health`: a few bytes, answered without touching a slot."""

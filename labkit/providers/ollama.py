@@ -20,6 +20,7 @@ into its own ``ResponseError``; the wire path reads the same bytes.
 
 from __future__ import annotations
 
+import json
 from typing import Any, ClassVar
 
 import httpx
@@ -44,6 +45,7 @@ from labkit.providers.base import (
     StreamParser,
     register,
 )
+from labkit.providers.tools import OllamaTools, ToolFormat
 from labkit.records import ErrorKind, RecordError, StopReason
 
 __all__ = ["OllamaParser", "OllamaProvider", "OllamaSettings"]
@@ -127,6 +129,15 @@ class OllamaParser(StreamParser):
             if tool_calls:  # whole calls, each a generated name and arguments
                 self._tool_called = True
                 self.other_output_parts.append(repr(tool_calls))
+                for call in tool_calls:  # arguments as an object
+                    function = call.get("function") if type(call) is dict else None
+                    if type(function) is dict:
+                        self.add_tool_call_delta(
+                            len(self.tool_call_parts),
+                            f"call_{len(self.tool_call_parts)}",
+                            function.get("name"),
+                            json.dumps(function.get("arguments") or {}, default=str),
+                        )
                 if cls < EventClass.OUTPUT:
                     cls = EventClass.OUTPUT
         error = obj.get("error")
@@ -198,7 +209,12 @@ class OllamaProvider(Provider):
 
     kind: ClassVar[str] = "ollama"
     settings_model: ClassVar[type[ProviderSettings]] = OllamaSettings
+
     reports_server_timings: ClassVar[bool] = True
+
+    def tool_format(self) -> ToolFormat | None:
+        """Tools in its own tool-call format (`labkit.providers.tools`)."""
+        return OllamaTools()
 
     def wire_params(self, params: dict[str, Any]) -> dict[str, Any]:
         """Ollama's names: `max_tokens` is `num_predict`, a single `stop` string becomes a

@@ -48,6 +48,7 @@ from labkit.providers.server_timings import (
     read_llamacpp,
     read_timing_headers,
 )
+from labkit.providers.tools import OpenAIChatTools, ToolFormat
 from labkit.records import ErrorKind, RecordError, StopReason
 from labkit.tokenizers import Tokenized, tokenizer_for_model
 
@@ -307,9 +308,13 @@ class OpenAIChatParser(StreamParser):
         for call in tool_calls:
             if type(call) is not dict:
                 raise MalformedStream(f"a tool call is {describe(call)}, not an object")
-            function = call.get("function") or call.get("custom")
+            function = call.get("function") or call.get("custom") or {}
             if function and self._read_function(function, "tool_calls[].function"):
                 carried = True
+            arguments = function.get("arguments", function.get("input"))
+            self.add_tool_call_delta(
+                call.get("index", 0), call.get("id"), function.get("name"), arguments
+            )
         return carried
 
     def _read_function(self, function: Any, where: str) -> bool:
@@ -452,10 +457,15 @@ class OpenAIProvider(Provider):
 
     kind: ClassVar[str] = "openai"
     settings_model: ClassVar[type[ProviderSettings]] = OpenAISettings
+
     sdk: ClassVar[SDKAdapter | None] = OpenAISDK()
     chat_path: ClassVar[str] = "/chat/completions"
     #: Which server timing shapes the parser reads when the settings name no `server:`.
     default_server: ClassVar[str] = "openai"
+
+    def tool_format(self) -> ToolFormat | None:
+        """Tools in its own tool-call format (`labkit.providers.tools`)."""
+        return OpenAIChatTools()
 
     def wire_params(self, params: dict[str, Any]) -> dict[str, Any]:
         """OpenAI's current models take `max_completion_tokens` instead of `max_tokens`."""

@@ -49,6 +49,7 @@ from labkit.providers.base import (
 )
 from labkit.providers.openai import OpenAIProvider, OpenAISettings
 from labkit.providers.openai_responses_sdk import OpenAIResponsesSDK, split_instructions
+from labkit.providers.tools import ResponsesTools, ToolFormat
 from labkit.records import ErrorKind, RecordError, StopReason
 
 __all__ = ["OpenAIResponsesParser", "OpenAIResponsesProvider"]
@@ -176,6 +177,8 @@ CLIENT_TOOL_ITEMS = frozenset(
 )
 #: An output item that answers a client tool call inside the same response (the server
 #: ran it: a hosted shell's `shell_call_output`).
+#: Client calls whose name and arguments a session sends back (`finished_tool_calls`).
+_CALL_ITEMS = frozenset({"function_call", "custom_tool_call"})
 _TOOL_OUTPUT_ITEMS = frozenset(f"{item}_output" for item in CLIENT_TOOL_ITEMS)
 
 _INCOMPLETE_REASONS = {
@@ -258,6 +261,8 @@ class OpenAIResponsesParser(StreamParser):
             self._streamed_items.add(index)
             if name in _CLIENT_TOOL_DELTAS:
                 self._client_calls.setdefault(index, None)
+            if index in self.tool_call_parts:
+                self.add_tool_call_delta(index, None, None, delta)
             self.other_output_parts.append(delta)
             return EventClass.OUTPUT
         if name == "response.refusal.delta":
@@ -299,11 +304,22 @@ class OpenAIResponsesParser(StreamParser):
             call_id = item.get("call_id")
             index = _output_index(event)
             self._client_calls[index] = None if call_id is None else str(call_id)
+            if kind in _CALL_ITEMS and index is not None:
+                self._capture_call(index, item)
         elif kind in _TOOL_OUTPUT_ITEMS:
             answered = item.get("call_id")
             for key, call_id in list(self._client_calls.items()):
                 if call_id is not None and call_id == answered:
                     del self._client_calls[key]
+
+    def _capture_call(self, index: int, item: dict[str, Any]) -> None:
+        """A function or custom tool call for `finished_tool_calls`: its id and name when
+        the item opens, its arguments from the item only where none were streamed."""
+        if index not in self.tool_call_parts:
+            self.add_tool_call_delta(index, item.get("call_id"), item.get("name"), None)
+        if index not in self._streamed_items and not self.tool_call_parts[index][2]:
+            whole = item.get("arguments", item.get("input"))
+            self.add_tool_call_delta(index, None, None, whole)
 
     def _unknown(self, name: str, obj: dict[str, Any]) -> int:
         """An event outside the catalogue: a ``*.delta`` whose `delta` is non-empty text is
@@ -430,7 +446,12 @@ class OpenAIResponsesProvider(OpenAIProvider):
 
     kind: ClassVar[str] = "openai_responses"
     settings_model: ClassVar[type[ProviderSettings]] = OpenAISettings
+
     sdk: ClassVar[SDKAdapter | None] = OpenAIResponsesSDK()
+
+    def tool_format(self) -> ToolFormat | None:
+        """Tools in its own tool-call format (`labkit.providers.tools`)."""
+        return ResponsesTools()
 
     def wire_params(self, params: dict[str, Any]) -> dict[str, Any]:
         """`max_tokens` becomes `max_output_tokens`; parameters the API does not accept

@@ -17,8 +17,8 @@ def split_instructions(
 ) -> tuple[str | None, list[dict[str, str]]]:
     """System messages joined as `instructions`, and the other messages as `input` (the
     Responses body on both paths)."""
-    system = [m["content"] for m in messages if m["role"] == "system"]
-    rest = [m for m in messages if m["role"] != "system"]
+    system = [m["content"] for m in messages if m.get("role") == "system"]
+    rest = [m for m in messages if m.get("role") != "system"]  # tool items have no role
     return ("\n\n".join(system) if system else None), rest
 
 

@@ -41,6 +41,7 @@ from labkit.report.run_charts import (
     request_distributions,
     server_queue_chart,
 )
+from labkit.report.sessions import session_section
 from labkit.report.split import NOT_REPORTED, attribution_section, split_section
 from labkit.report.stats import run_stats, stats_frame, where
 from labkit.report.sweep import sweep_section
@@ -525,6 +526,7 @@ def build_blocks(run: RunData) -> tuple[str, list[Block], list[RequestStats]]:
     blocks += [Heading("The server's queue", 3), ChartBlock(queue)] if queue else []
     blocks += _load_section(run)
     blocks += conversation_section(run.lab)
+    blocks += session_section(run.lab)
     blocks += sweep_section(run)
     blocks += later_stats_section(run)
     blocks += _stats_section(stats)

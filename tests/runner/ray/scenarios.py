@@ -420,6 +420,21 @@ async def _paced_experiments(out: Path, ray_exec: dict[str, Any]) -> dict[str, A
         for m in body["messages"]
         if m["role"] == "assistant"
     )
+
+    tools_url = _serve({"first_token_ms": 20, "token_interval_ms": 5, "tokens": 8, "tool_calls": 2})
+    session = {
+        "kind": "session",
+        "sessions": 4,
+        "concurrency": 2,
+        "tool_steps": 2,
+        "max_steps": 4,
+        "subagents": 1,
+        "warmup": 0,
+        "tool_latency": {"ms": 30},
+        "params": {"max_tokens": 8},
+    }
+    agent = {**fake, "base_url": tools_url}
+    results["session"] = await _run(_paced("session", out, agent, session, ray_exec))
     return results
 
 

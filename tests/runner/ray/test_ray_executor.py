@@ -247,3 +247,13 @@ def test_conversations_run_on_actors(scenarios: dict[str, Any]) -> None:
     assert scenarios["conversation_histories_are_the_models"]
     (answer,) = _lab(run_dir).answers
     assert answer.status == "ok", answer.answer
+
+
+def test_agent_sessions_run_on_actors(scenarios: dict[str, Any]) -> None:
+    run_dir = scenarios["session"]
+    records = _measured(_records(run_dir))
+    # 4 sessions: 3 turns of the main agent and 2 of its sub-agent each, none failed.
+    assert len(records) == 4 * 5 and all(r.error is None for r in records)
+    assert len({r.host for r in records}) == 2
+    (answer,) = _lab(run_dir).answers
+    assert answer.status == "ok" and "finished 4 of 4 sessions" in answer.answer, answer.answer

@@ -1,0 +1,304 @@
+"""Tool calls in each provider's own format: the definitions a request carries, the
+assistant's call and the tool's result as the next turn appends them.
+
+A provider that can take tools answers `Provider.tool_format()` with one `ToolFormat`;
+an experiment (a `session`) builds every tool turn through it and never looks at a kind.
+The formats: OpenAI Chat (`tools`, `tool_calls`, role `tool`), the Responses API
+(`function_call` / `function_call_output` items), Anthropic (`tool_use` / `tool_result`
+blocks), Ollama (`tool_calls` with object arguments, role `tool`), and llama.cpp's
+grammar-forced call for a model whose chat template knows no tools (the bundled SmolLM2):
+the reply is forced by a JSON schema to ``{"name": ..., "arguments": {...}}``.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from typing import Any, Literal, TypeAlias
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from labkit.records import RecordToolCall, RequestRecord
+
+__all__ = [
+    "AnthropicTools",
+    "GrammarTools",
+    "OllamaTools",
+    "OpenAIChatTools",
+    "ResponsesTools",
+    "ToolChoice",
+    "ToolFormat",
+    "ToolResult",
+    "ToolSpec",
+]
+
+#: Whether a turn may (`auto`), must (`required`) or must not (`none`) call a tool.
+ToolChoice: TypeAlias = Literal["auto", "required", "none"]
+
+Message: TypeAlias = dict[str, Any]
+
+
+class ToolSpec(BaseModel):
+    """One tool a request offers: a function with a JSON-schema of its arguments."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_-]+$")
+    description: str = "A tool."
+    parameters: dict[str, Any] = Field(
+        default_factory=lambda: {
+            "type": "object",
+            "properties": {"query": {"type": "string"}},
+            "required": ["query"],
+        },
+        description="JSON schema of the arguments.",
+    )
+
+
+class ToolResult(BaseModel):
+    """What a (simulated) tool returned for one call."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    call: RecordToolCall
+    content: str
+
+
+def _arguments(call: RecordToolCall) -> dict[str, Any]:
+    try:
+        value = json.loads(call.arguments or "{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+class ToolFormat(ABC):
+    """How one provider takes tool definitions, calls and results."""
+
+    #: Whether tool calls come back as the provider's own call objects (False: read from
+    #: the reply's text, as a grammar-forced call).
+    native: bool = True
+
+    @abstractmethod
+    def params(self, tools: list[ToolSpec], choice: ToolChoice) -> dict[str, Any]:
+        """Request parameters offering `tools` with `choice`."""
+
+    @abstractmethod
+    def assistant(self, text: str, calls: list[RecordToolCall]) -> list[Message]:
+        """The messages (or items) that append the model's reply carrying `calls`."""
+
+    @abstractmethod
+    def results(self, results: list[ToolResult]) -> list[Message]:
+        """The messages (or items) that append the tools' results."""
+
+    def calls_in(self, record: RequestRecord) -> list[RecordToolCall]:
+        """The tool calls of one reply (none: a final answer)."""
+        return list(record.tool_calls or [])
+
+
+class OpenAIChatTools(ToolFormat):
+    """Chat Completions: `tools` of `function`s, the assistant's `tool_calls`, role `tool`."""
+
+    def params(self, tools: list[ToolSpec], choice: ToolChoice) -> dict[str, Any]:
+        """`tools` and `tool_choice`."""
+        return {
+            "tools": [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": t.name,
+                        "description": t.description,
+                        "parameters": t.parameters,
+                    },
+                }
+                for t in tools
+            ],
+            "tool_choice": choice,
+        }
+
+    def assistant(self, text: str, calls: list[RecordToolCall]) -> list[Message]:
+        """One assistant message with its `tool_calls`."""
+        return [
+            {
+                "role": "assistant",
+                "content": text or None,
+                "tool_calls": [
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": c.arguments or "{}"},
+                    }
+                    for c in calls
+                ],
+            }
+        ]
+
+    def results(self, results: list[ToolResult]) -> list[Message]:
+        """One `tool` message per call."""
+        return [{"role": "tool", "tool_call_id": r.call.id, "content": r.content} for r in results]
+
+
+class ResponsesTools(ToolFormat):
+    """The Responses API: flat `function` tools, `function_call` and `function_call_output`
+    input items."""
+
+    def params(self, tools: list[ToolSpec], choice: ToolChoice) -> dict[str, Any]:
+        """`tools` and `tool_choice`."""
+        return {
+            "tools": [
+                {
+                    "type": "function",
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": t.parameters,
+                }
+                for t in tools
+            ],
+            "tool_choice": choice,
+        }
+
+    def assistant(self, text: str, calls: list[RecordToolCall]) -> list[Message]:
+        """The reply's text (when any) and one `function_call` item per call."""
+        items: list[Message] = [{"role": "assistant", "content": text}] if text else []
+        items += [
+            {
+                "type": "function_call",
+                "call_id": c.id,
+                "name": c.name,
+                "arguments": c.arguments or "{}",
+            }
+            for c in calls
+        ]
+        return items
+
+    def results(self, results: list[ToolResult]) -> list[Message]:
+        """One `function_call_output` item per call."""
+        return [
+            {"type": "function_call_output", "call_id": r.call.id, "output": r.content}
+            for r in results
+        ]
+
+
+class AnthropicTools(ToolFormat):
+    """Anthropic Messages: `input_schema` tools, `tool_use` and `tool_result` blocks."""
+
+    def params(self, tools: list[ToolSpec], choice: ToolChoice) -> dict[str, Any]:
+        """`tools` and `tool_choice` (`any` for required)."""
+        kind = {"auto": "auto", "required": "any", "none": "none"}[choice]
+        return {
+            "tools": [
+                {"name": t.name, "description": t.description, "input_schema": t.parameters}
+                for t in tools
+            ],
+            "tool_choice": {"type": kind},
+        }
+
+    def assistant(self, text: str, calls: list[RecordToolCall]) -> list[Message]:
+        """One assistant message of text and `tool_use` blocks."""
+        blocks: list[Message] = [{"type": "text", "text": text}] if text else []
+        blocks += [
+            {"type": "tool_use", "id": c.id, "name": c.name, "input": _arguments(c)} for c in calls
+        ]
+        return [{"role": "assistant", "content": blocks}]
+
+    def results(self, results: list[ToolResult]) -> list[Message]:
+        """One user message of `tool_result` blocks."""
+        return [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": r.call.id, "content": r.content}
+                    for r in results
+                ],
+            }
+        ]
+
+
+class OllamaTools(ToolFormat):
+    """Ollama's chat: `tools` as OpenAI's, calls with object arguments, role `tool` with
+    `tool_name`. Ollama has no `tool_choice`: `none` offers no tools."""
+
+    def params(self, tools: list[ToolSpec], choice: ToolChoice) -> dict[str, Any]:
+        """`tools` (none under `none`)."""
+        if choice == "none":
+            return {}
+        return {"tools": OpenAIChatTools().params(tools, choice)["tools"]}
+
+    def assistant(self, text: str, calls: list[RecordToolCall]) -> list[Message]:
+        """One assistant message with `tool_calls`."""
+        return [
+            {
+                "role": "assistant",
+                "content": text,
+                "tool_calls": [
+                    {"function": {"name": c.name, "arguments": _arguments(c)}} for c in calls
+                ],
+            }
+        ]
+
+    def results(self, results: list[ToolResult]) -> list[Message]:
+        """One `tool` message per call."""
+        return [{"role": "tool", "tool_name": r.call.name, "content": r.content} for r in results]
+
+
+class GrammarTools(ToolFormat):
+    """llama.cpp with a chat template that knows no tools: a JSON schema (llama-server's
+    `json_schema`, compiled to a grammar) forces the reply to be a call, and the call is read
+    from the reply's text; the call and the result travel as plain messages."""
+
+    native = False
+
+    def params(self, tools: list[ToolSpec], choice: ToolChoice) -> dict[str, Any]:
+        """`json_schema` forcing a call under `required`; nothing otherwise (the model
+        answers in text)."""
+        if choice != "required":
+            return {}
+        return {
+            "json_schema": {
+                "type": "object",
+                "properties": {
+                    "name": {"enum": [t.name for t in tools]},
+                    "arguments": {
+                        "type": "object",
+                        # Short words only: a small model's free string can run past
+                        # max_tokens and leave the call's JSON unfinished.
+                        "properties": {"query": {"type": "string", "pattern": "^[a-z ]{1,16}$"}},
+                        "required": ["query"],
+                    },
+                },
+                "required": ["name", "arguments"],
+            }
+        }
+
+    def assistant(self, text: str, calls: list[RecordToolCall]) -> list[Message]:
+        """The reply as it was written (the call's JSON)."""
+        return [{"role": "assistant", "content": text}]
+
+    def results(self, results: list[ToolResult]) -> list[Message]:
+        """One user message holding the results."""
+        body = "\n".join(
+            f"<tool_response name={r.call.name}>\n{r.content}\n</tool_response>" for r in results
+        )
+        return [{"role": "user", "content": body}]
+
+    def calls_in(self, record: RequestRecord) -> list[RecordToolCall]:
+        """The call written as the reply's JSON text, on a turn that was forced to call (a
+        free answer that looks like a call, imitating the history, is an answer)."""
+        if record.tool_calls:
+            return list(record.tool_calls)
+        if "json_schema" not in record.params:
+            return []
+        try:
+            value = json.loads(record.output_text or "")
+        except ValueError:
+            return []
+        if not isinstance(value, dict) or not isinstance(value.get("name"), str):
+            return []
+        args = value.get("arguments")
+        return [
+            RecordToolCall(
+                id=f"call_{record.record_id[:12]}",
+                name=value["name"],
+                arguments=json.dumps(args if isinstance(args, dict) else {}),
+            )
+        ]
