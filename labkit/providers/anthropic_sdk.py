@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from labkit.providers.base import ChatRequest, Provider, SDKAdapter, StreamParser
 from labkit.providers.sdk import NamedEventReader, read_by_type
@@ -56,3 +56,8 @@ class AnthropicSDK(SDKAdapter):
         if not isinstance(parser, NamedEventReader):
             raise TypeError(f"Messages events need a parser of named events, not {parser!r}")
         return read_by_type(parser.on_object)
+
+    def consumed_by_sdk(self, event: str | None, data: str) -> Literal["end", "error"] | None:
+        """An `error` event, on which the SDK raises its status error (anthropic
+        `_streaming.AsyncStream`); the end, `message_stop`, it yields."""
+        return "error" if event == "error" else None

@@ -439,6 +439,14 @@ class SDKAdapter(ABC):
         yields into `parser` (the provider's wire parser, from `Provider.new_parser`) and
         returns its `EventClass`, as the parser's `on_event` does for the wire's event."""
 
+    def consumed_by_sdk(self, event: str | None, data: str) -> Literal["end", "error"] | None:
+        """Whether the SDK consumes this SSE event (its name, its data) itself instead of
+        yielding it: ``"end"``, the stream's terminator it swallows (``[DONE]``); ``"error"``,
+        an error event it raises on, which would stop the reading; None: yielded. The SDK
+        path hands such events to the wire parser, so both paths see the same stream.
+        Default: the SDK yields every event."""
+        return None
+
 
 class Provider(ABC):
     """One configured provider: builds requests on the connections it is handed."""
