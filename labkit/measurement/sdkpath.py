@@ -49,6 +49,7 @@ from labkit.measurement.recorder import (
     Clock,
     Measurement,
 )
+from labkit.measurement.setup import DRY_RUN_BODY, DRY_RUN_URL, import_network_backends
 from labkit.measurement.sse import SSEEvent
 from labkit.providers.base import ChatRequest, Provider, SDKAdapter, StreamParser
 from labkit.records import ErrorKind, RecordError, RequestRecord
@@ -58,6 +59,7 @@ __all__ = ["SDKRecorder", "sdk_supported"]
 HttpClientFactory = Callable[..., Any]
 
 _HEADERS_DONE = "http11.receive_response_headers.complete"
+_DRY_RUN_HOST = DRY_RUN_URL.partition("://")[2]
 
 #: Top-level packages whose exceptions are the SDKs' and their HTTP stacks' own: those are
 #: mapped onto the contract's error kinds; any other exception is labkit's (`internal`).
@@ -76,7 +78,11 @@ _MEASURING: ContextVar[tuple[dict[str, int], Clock] | None] = ContextVar(
 
 
 async def _attach_trace(request: Any) -> None:
-    """httpx2 request hook: trace the request that `SDKRecorder` is measuring."""
+    """httpx2 request hook: trace the request that `SDKRecorder` is measuring; send the
+    set-up's dry run to the in-process answer (`DRY_RUN_URL`) instead of the provider."""
+    if DRY_RUN_BODY.get() is not None:
+        request.url = request.url.copy_with(scheme="http", host=_DRY_RUN_HOST, port=None)
+        return
     measuring = _MEASURING.get()
     if measuring is None:
         return
@@ -162,6 +168,32 @@ class SDKRecorder(BaseRecorder):
             _watch_sse(client, adapter)
             self._clients[provider.id] = client
         return client
+
+    async def _set_up(self, provider: Provider) -> None:
+        """The SDK client built, and one dry run of it — the same request as a measured one,
+        answered in-process with the adapter's `dry_run_stream` (`labkit.measurement.setup`)
+        and read as a measured one is — so the SDK's imports, platform detection, stream and
+        event models are set up before any clock."""
+        import_network_backends()
+        adapter = provider.sdk
+        if adapter is None:
+            return
+        client = self._sdk_client(provider, adapter)
+        if self._factory is not None:
+            return  # a transport of the caller's: no in-process answer to send the dry run to
+        request = ChatRequest(messages=[{"role": "user", "content": "labkit set-up"}])
+        params = provider.wire_params(provider.effective_params(request))
+        read = adapter.reader(provider.new_parser())
+        dry_run = DRY_RUN_BODY.set(adapter.dry_run_stream)
+        try:
+            stream = await adapter.open_stream(client, provider, request, params)
+            try:
+                async for item in stream:
+                    read(item)
+            finally:
+                await stream.close()
+        finally:
+            DRY_RUN_BODY.reset(dry_run)
 
     async def aclose(self, provider_id: str | None = None) -> None:
         """Close the SDK client of one provider, or of all."""

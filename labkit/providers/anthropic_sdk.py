@@ -15,6 +15,25 @@ class AnthropicSDK(SDKAdapter):
     """`AsyncAnthropic.messages.create(stream=True)`; events are named by their `type`."""
 
     package = "anthropic"
+    dry_run_stream = (
+        b"event: message_start\n"
+        b'data: {"type":"message_start","message":{"id":"set-up","type":"message",'
+        b'"role":"assistant","model":"set-up","content":[],"stop_reason":null,'
+        b'"usage":{"input_tokens":1,"output_tokens":1}}}\n\n'
+        b"event: content_block_start\n"
+        b'data: {"type":"content_block_start","index":0,'
+        b'"content_block":{"type":"text","text":""}}\n\n'
+        b"event: content_block_delta\n"
+        b'data: {"type":"content_block_delta","index":0,'
+        b'"delta":{"type":"text_delta","text":"ok"}}\n\n'
+        b"event: content_block_stop\n"
+        b'data: {"type":"content_block_stop","index":0}\n\n'
+        b"event: message_delta\n"
+        b'data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},'
+        b'"usage":{"output_tokens":1}}\n\n'
+        b"event: message_stop\n"
+        b'data: {"type":"message_stop"}\n\n'
+    )
 
     def client(self, provider: Provider, *, api_key: str | None, http_client: Any) -> Any:
         """An `AsyncAnthropic` at the API root (the SDK adds `/v1` itself)."""

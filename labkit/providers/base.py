@@ -421,6 +421,10 @@ class SDKAdapter(ABC):
 
     #: The SDK's package name, for messages and the manifest (`openai`, `anthropic`).
     package: str
+    #: A few events of the SDK's protocol, as a server sends them: the set-up's dry run
+    #: (labkit.measurement.setup) has the SDK decode them, so its event models are built
+    #: before the first measured request.
+    dry_run_stream: ClassVar[bytes] = b""
 
     @abstractmethod
     def client(self, provider: Provider, *, api_key: str | None, http_client: Any) -> Any:

@@ -16,6 +16,12 @@ class OpenAISDK(SDKAdapter):
     """`AsyncOpenAI.chat.completions.create(stream=True)`, asking for usage like the wire."""
 
     package = "openai"
+    dry_run_stream = (
+        b'data: {"id":"set-up","object":"chat.completion.chunk","created":0,"model":"set-up",'
+        b'"choices":[{"index":0,"delta":{"role":"assistant","content":"ok"},'
+        b'"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,'
+        b'"total_tokens":2}}\n\ndata: [DONE]\n\n'
+    )
 
     def client(self, provider: Provider, *, api_key: str | None, http_client: Any) -> Any:
         """An `AsyncOpenAI` at the provider's `/v1` root."""

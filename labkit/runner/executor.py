@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from labkit.experiments import LevelPlan, PacedExperiment, PlannedRequest, Share
@@ -41,6 +41,12 @@ class Measurer:
         self._sdk = sdk
         self._run_id = run_id
         self._store_text = store_text
+
+    async def set_up(self, provider: Provider, paths: Iterable[str]) -> None:
+        """Do labkit's one-off set-up of each client path in `paths` for `provider` now
+        (`BaseRecorder.set_up`), before the clock of any request that will use it."""
+        for path in sorted(set(paths)):
+            await (self._sdk() if path == "sdk" else self._recorder).set_up(provider)
 
     async def measure(
         self,
