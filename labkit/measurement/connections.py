@@ -18,7 +18,7 @@ from typing import Any, Literal
 import httpx
 
 from labkit.errors import ProviderUnavailable
-from labkit.measurement.lean import LeanTransport, hold_kernel_stamps, lean_applies
+from labkit.measurement.lean import LeanTransport, lean_applies
 from labkit.measurement.proxies import ProxyChoice, proxy_for, unusable_because
 from labkit.measurement.setup import (
     DRY_RUN_BODY,
@@ -87,10 +87,9 @@ class Connections:
 
     def set_up(self) -> None:
         """The one-off work of the first request on these connections, done now, before any
-        request's clock (`labkit.measurement.setup`): the lean transport's kernel-stamp probe,
-        httpx's first-connection imports, a client ready for a stream in flight."""
-        if self.lean:
-            hold_kernel_stamps()
+        request's clock (`labkit.measurement.setup`): httpx's first-connection imports and a
+        client ready for a stream in flight. (The lean transport's kernel-stamp probe,
+        `hold_kernel_stamps`, runs when it is built, with these connections.)"""
         import_network_backends()
         self.reserve(1)
 
