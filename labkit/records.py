@@ -23,6 +23,7 @@ from labkit.figures import Figures, RequestStats, read_figures
 __all__ = [
     "AppTimings",
     "ClientTimings",
+    "DecodeNullReason",
     "ErrorKind",
     "LabAnswer",
     "LabResults",
@@ -63,6 +64,11 @@ class ErrorKind(StrEnum):
     LOST = "lost"
     CONFIG = "config"
     INTERNAL = "internal"
+
+
+#: Why `ClientTimings.decode_ms_per_token` is null where output was streamed: a closed set,
+#: extended (never renamed) as new causes are told apart; docs/measurement.md defines each.
+DecodeNullReason = Literal["one_output_event", "one_token", "hidden_output"]
 
 
 class _Model(BaseModel):
@@ -131,7 +137,8 @@ class ClientTimings(_Model):
     decode_ms_per_token: float | None = Field(
         default=None,
         description="(last_token_ms - ttft_ms) / (usage.streamed_output_tokens - 1); null under "
-        "2 tokens.",
+        "2 tokens or 2 output events, or when the streamed count is unknown "
+        "(decode_null_reason).",
     )
     output_tokens_per_s: float | None = Field(
         default=None, description="1000 / decode_ms_per_token."
@@ -194,6 +201,15 @@ class ClientTimings(_Model):
     )
     read_lag_ms_p99: float | None = Field(
         default=None, description="99th percentile over the output events of the same."
+    )
+    decode_null_reason: DecodeNullReason | None = Field(
+        default=None,
+        description="Why decode_ms_per_token is null although output was streamed: "
+        "`one_output_event` (one event carried the whole answer: no interval to divide), "
+        "`one_token` (the stream delivered under 2 tokens), `hidden_output` (the provider "
+        "counted output the stream never carried, so the tokens streamed are unknown: "
+        "usage.streamed_output_tokens null). Null when decode was measured or nothing was "
+        "streamed.",
     )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from itertools import pairwise
 
-from labkit.records import ClientTimings
+from labkit.records import ClientTimings, DecodeNullReason
 
 __all__ = ["derive_client_timings", "percentile"]
 
@@ -49,7 +49,8 @@ def derive_client_timings(
     stamp at which they fired. Offsets are relative to `t_start_ns`; a missing stamp gives
     ``None``. ``decode_ms_per_token`` uses `output_tokens`, the tokens the stream delivered
     (`usage.streamed_output_tokens`), so an event that carries several tokens is accounted
-    for and hidden reasoning tokens are not. `connect_ahead_ns`: how long the connection
+    for and hidden reasoning tokens are not; it is null (``decode_null_reason`` says why)
+    where it cannot be measured. `connect_ahead_ns`: how long the connection
     opened for this request just before `t_start_ns` took (warm load levels): its
     ``connect_ms``, outside every offset.
     """
@@ -67,9 +68,7 @@ def derive_client_timings(
     offsets = [(t - t_start_ns) / _NS_PER_MS for t in output_event_ns]
     ttft = offsets[0] if offsets else None
     last = offsets[-1] if offsets else None
-    decode = None
-    if ttft is not None and last is not None and output_tokens is not None and output_tokens >= 2:
-        decode = (last - ttft) / (output_tokens - 1)
+    decode, why_null = _decode(offsets, output_tokens)
     gaps = sorted(b - a for a, b in pairwise(offsets))
     connect_ms = phase(_CONNECTED)
     new_connection: bool | None = True
@@ -102,4 +101,24 @@ def derive_client_timings(
         itl_ms_p99=percentile(gaps, 99) if gaps else None,
         itl_ms_max=gaps[-1] if gaps else None,
         loop_lag_ms=loop_lag_ms,
+        decode_null_reason=why_null,
     )
+
+
+def _decode(
+    offsets: Sequence[float], output_tokens: int | None
+) -> tuple[float | None, DecodeNullReason | None]:
+    """Decode ms per token over the output events' offsets, or null and why.
+
+    It needs two output events: one event that carries the whole answer (however many
+    tokens) leaves no interval to divide, which is not a decode of 0 ms per token.
+    """
+    if not offsets:
+        return None, None  # nothing streamed: the error or the empty stream says why
+    if output_tokens is None:
+        return None, "hidden_output"
+    if len(offsets) < 2:
+        return None, "one_output_event"
+    if output_tokens < 2:
+        return None, "one_token"
+    return (offsets[-1] - offsets[0]) / (output_tokens - 1), None

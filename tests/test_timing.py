@@ -74,6 +74,38 @@ def test_decode_is_none_under_two_tokens(tokens: int | None) -> None:
     assert c.output_tokens_per_s is None
 
 
+@pytest.mark.parametrize(
+    ("out_ms", "tokens", "reason"),
+    [
+        ([20], 12, "one_output_event"),  # the whole answer in one event: no interval, not 0.0
+        ([20], 1, "one_output_event"),
+        ([20, 30], 1, "one_token"),
+        ([20, 30], 0, "one_token"),
+        ([20, 30], None, "hidden_output"),  # the parser could not tell the streamed count
+        ([20], None, "hidden_output"),
+        ([], 12, None),  # nothing streamed: the error says why
+        ([20, 30], 2, None),  # measured
+    ],
+)
+def test_decode_is_null_where_not_measurable_and_says_why(
+    out_ms: list[float], tokens: int | None, reason: str | None
+) -> None:
+    c = derive(out_ms, tokens=tokens)
+    assert c.decode_null_reason == reason
+    assert (c.decode_ms_per_token is None) == (reason is not None or not out_ms)
+    if c.decode_ms_per_token is None:
+        assert c.output_tokens_per_s is None
+
+
+def test_recorder_one_event_answer_has_null_decode_with_its_reason() -> None:
+    events = list(openai_events(["the whole answer at once"], usage=oa_usage(3, 5)))
+    rec = scripted_record(events, [5.0, 10.0, 11.0, 12.0, 13.0], 1)
+    assert rec.usage.streamed_output_tokens == 5
+    assert rec.client.ttft_ms == rec.client.last_token_ms == 10.0
+    assert rec.client.decode_ms_per_token is None
+    assert rec.client.decode_null_reason == "one_output_event"
+
+
 def test_single_event_has_no_itl_and_nothing_is_zero_filled() -> None:
     c = derive([20], tokens=1)
     assert c.ttft_ms == c.last_token_ms == 20.0

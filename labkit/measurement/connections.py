@@ -20,6 +20,12 @@ import httpx
 from labkit.errors import ProviderUnavailable
 from labkit.measurement.lean import LeanTransport, lean_applies
 from labkit.measurement.proxies import ProxyChoice, proxy_for, unusable_because
+from labkit.measurement.setup import (
+    DRY_RUN_BODY,
+    DRY_RUN_URL,
+    EVENT_STREAM_HEADERS,
+    import_network_backends,
+)
 
 __all__ = ["Connections", "TransportChoice"]
 
@@ -78,6 +84,14 @@ class Connections:
                 )
             return True
         return load_level and lean_applies(url)
+
+    def set_up(self) -> None:
+        """The one-off work of the first request on these connections, done now, before any
+        request's clock (`labkit.measurement.setup`): httpx's first-connection imports and a
+        client ready for a stream in flight. (The lean transport's kernel-stamp probe,
+        `hold_kernel_stamps`, runs when it is built, with these connections.)"""
+        import_network_backends()
+        self.reserve(1)
 
     def checkout(self) -> httpx.AsyncClient:
         """The client to stream one request on; give it back with `checkin`.
@@ -218,10 +232,17 @@ class Connections:
             return factory(timeout=timeout)
         n = self.pool_size
         proxy = proxy_for(self.base_url)
+
+        def dry_run_answer(request: Any) -> Any:
+            body = DRY_RUN_BODY.get() or b""
+            return httpx2.Response(200, headers=EVENT_STREAM_HEADERS, content=body)
+
         return httpx2.AsyncClient(
             timeout=timeout,
             limits=httpx2.Limits(max_connections=n, max_keepalive_connections=n),
             proxy=proxy.url if proxy else None,
+            # The set-up's dry run of the SDK (labkit.measurement.setup), answered in-process.
+            mounts={DRY_RUN_URL.replace("http", "all", 1): httpx2.MockTransport(dry_run_answer)},
             trust_env=False,  # proxies decided above; the CA variables still read here:
             verify=httpx2.create_ssl_context(trust_env=True),
         )

@@ -210,6 +210,30 @@ class BaseRecorder:
     ) -> None:
         self._clock = clock
         self._on_cancelled = on_cancelled
+        #: The providers set up on this path, by `id`, each with when its set-up ended.
+        self._set_up_for: dict[int, tuple[Provider, int]] = {}
+
+    async def set_up(self, provider: Provider) -> None:
+        """Do this path's one-off set-up for `provider` now, once (`labkit.measurement.setup`):
+        `record` calls it before its first request's clock starts, the runner and each
+        executor's workers before a level's, so that no set-up of labkit's falls inside a
+        measured interval, warm-up or not. Best effort: what fails here the first request
+        pays as before."""
+        if id(provider) in self._set_up_for:
+            return
+        with contextlib.suppress(Exception):
+            await self._set_up(provider)
+        self._set_up_for[id(provider)] = (provider, time.perf_counter_ns())
+
+    def set_up_done_ns(self, provider: Provider) -> int | None:
+        """When `provider`'s set-up on this path ended (`time.perf_counter_ns`, the clock of
+        ``t_start_mono_ns``); None before it."""
+        done = self._set_up_for.get(id(provider))
+        return None if done is None else done[1]
+
+    async def _set_up(self, provider: Provider) -> None:
+        """This path's set-up for `provider` (`set_up`)."""
+        provider.connections.set_up()
 
     async def record(
         self, provider: Provider, request: ChatRequest, ctx: RecordContext
@@ -220,11 +244,19 @@ class BaseRecorder:
         request does escapes but cancellation, whose partial record goes to `on_cancelled`
         before `CancelledError` propagates.
         """
+        cancelled_in_set_up = False
+        if id(provider) not in self._set_up_for:
+            try:
+                await self.set_up(provider)
+            except asyncio.CancelledError:
+                cancelled_in_set_up = True
         m = Measurement(t_prepare=self._clock())
         m.headers = ctx.trace_headers
         parser: StreamParser | None = None
         redact = redactor(provider)
         try:
+            if cancelled_in_set_up:
+                raise asyncio.CancelledError
             parser = provider.new_parser()
             m.params = provider.wire_params(provider.effective_params(request))
             m.local_count = provider.count_input_locally(request)

@@ -23,12 +23,15 @@ the same parser as on the wire.
 
 Each object the SDK yields is read where it lies, off the model's attributes
 (`labkit.providers.sdk.model_view`, no serialisation), by the wire path's own parser core
-(the adapter's `reader`), so both paths count and classify alike. ``app.cpu_ms`` is the
-thread's CPU as on the wire path: the SDK's HTTP stack, SSE decoder and models, and labkit's
-classifying and stamping of each object, which is the per-event work the wire path's
-``cpu_ms`` includes too. ``app.parse_cpu_ms`` stays null here: the SDK decodes inside its
-iterator, interleaved with the wait for the socket. This is the only module that imports
-`httpx2`.
+(the adapter's `reader`), so both paths count and classify alike. The events an SDK consumes
+without yielding them — the ``[DONE]`` terminator, an error event it would raise on and stop
+reading at — are taken from its SSE decoder (`_WatchedDecoder`) to the parser's wire core,
+stamped when decoded, and the SDK reads on: both paths see the same end of every stream.
+``app.cpu_ms`` is the thread's CPU as on the wire path: the SDK's HTTP stack, SSE decoder
+and models, and labkit's classifying and stamping of each object, which is the per-event
+work the wire path's ``cpu_ms`` includes too. ``app.parse_cpu_ms`` stays null here: the SDK
+decodes inside its iterator, interleaved with the wait for the socket. This is the only
+module that imports `httpx2`.
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ from labkit.measurement.recorder import (
     Clock,
     Measurement,
 )
+from labkit.measurement.setup import DRY_RUN_BODY, DRY_RUN_URL, import_network_backends
+from labkit.measurement.sse import SSEEvent
 from labkit.providers.base import ChatRequest, Provider, SDKAdapter, StreamParser
 from labkit.records import ErrorKind, RecordError, RequestRecord
 
@@ -54,10 +59,17 @@ __all__ = ["SDKRecorder", "sdk_supported"]
 HttpClientFactory = Callable[..., Any]
 
 _HEADERS_DONE = "http11.receive_response_headers.complete"
+_DRY_RUN_HOST = DRY_RUN_URL.partition("://")[2]
 
 #: Top-level packages whose exceptions are the SDKs' and their HTTP stacks' own: those are
 #: mapped onto the contract's error kinds; any other exception is labkit's (`internal`).
 _SDK_PACKAGES = frozenset({"openai", "anthropic", "httpx2", "httpcore2", "h11", "anyio"})
+
+#: Where the current task's measured stream hands the events the SDK consumes itself
+#: (`SDKAdapter.consumed_by_sdk`): their SSE name and data.
+_CONSUMED: ContextVar[Callable[[str | None, str], None] | None] = ContextVar(
+    "labkit_sdk_consumed", default=None
+)
 
 #: The phase stamps of the request the current task is measuring, the clock to use and the
 #: headers the measurement adds to the request (its trace context).
@@ -67,7 +79,11 @@ _MEASURING: ContextVar[tuple[dict[str, int], Clock, dict[str, str]] | None] = Co
 
 
 async def _attach_trace(request: Any) -> None:
-    """httpx2 request hook: trace the request that `SDKRecorder` is measuring."""
+    """httpx2 request hook: trace the request that `SDKRecorder` is measuring; send the
+    set-up's dry run to the in-process answer (`DRY_RUN_URL`) instead of the provider."""
+    if DRY_RUN_BODY.get() is not None:
+        request.url = request.url.copy_with(scheme="http", host=_DRY_RUN_HOST, port=None)
+        return
     measuring = _MEASURING.get()
     if measuring is None:
         return
@@ -81,6 +97,40 @@ async def _attach_trace(request: Any) -> None:
     request.extensions["trace"] = trace
 
 
+class _WatchedDecoder:
+    """The SDK's SSE decoder, watched: each event it decodes that the SDK would consume
+    itself (`SDKAdapter.consumed_by_sdk`) goes to the measured stream's parser first; an
+    error event is then withheld from the SDK, which would raise on it and stop reading, so
+    what follows it (a terminal ``response.failed``, the usage) is read as on the wire."""
+
+    def __init__(self, inner: Any, adapter: SDKAdapter) -> None:
+        self._inner = inner
+        self._consumed_by_sdk = adapter.consumed_by_sdk
+
+    async def aiter_bytes(self, iterator: Any) -> Any:
+        """The SDK's events, less the error events labkit's parser took."""
+        consumed = _CONSUMED.get()
+        async for sse in self._inner.aiter_bytes(iterator):
+            if consumed is not None:
+                what = self._consumed_by_sdk(sse.event, sse.data)
+                if what is not None:
+                    consumed(sse.event, sse.data)
+                    if what == "error":
+                        continue
+            yield sse
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def _watch_sse(client: Any, adapter: SDKAdapter) -> None:
+    """Have every stream of `client` decode through a `_WatchedDecoder` (the SDKs build one
+    decoder per stream with the client's `_make_sse_decoder`)."""
+    make = getattr(client, "_make_sse_decoder", None)
+    if make is not None:
+        client._make_sse_decoder = lambda: _WatchedDecoder(make(), adapter)
+
+
 def sdk_supported(provider: Provider) -> bool:
     """Whether an official SDK can send this provider's requests."""
     return provider.sdk is not None
@@ -90,9 +140,6 @@ class SDKRecorder(BaseRecorder):
     """Measures streaming requests sent through the providers' official SDKs."""
 
     client_path: ClassVar[Literal["wire", "sdk"]] = "sdk"
-    # The openai SDK swallows `[DONE]`: a stream that ended without a finish reason was cut
-    # short (Anthropic's SDK yields `message_stop`, the parser's DONE).
-    truncated_message: ClassVar[str] = "stream ended without a finish reason (truncated)"
 
     def __init__(
         self,
@@ -121,8 +168,35 @@ class SDKRecorder(BaseRecorder):
                 api_key=secrets[0] if secrets else None,
                 http_client=self._http_client(provider),
             )
+            _watch_sse(client, adapter)
             self._clients[provider.id] = client
         return client
+
+    async def _set_up(self, provider: Provider) -> None:
+        """The SDK client built, and one dry run of it — the same request as a measured one,
+        answered in-process with the adapter's `dry_run_stream` (`labkit.measurement.setup`)
+        and read as a measured one is — so the SDK's imports, platform detection, stream and
+        event models are set up before any clock."""
+        import_network_backends()
+        adapter = provider.sdk
+        if adapter is None:
+            return
+        client = self._sdk_client(provider, adapter)
+        if self._factory is not None:
+            return  # a transport of the caller's: no in-process answer to send the dry run to
+        request = ChatRequest(messages=[{"role": "user", "content": "labkit set-up"}])
+        params = provider.wire_params(provider.effective_params(request))
+        read = adapter.reader(provider.new_parser())
+        dry_run = DRY_RUN_BODY.set(adapter.dry_run_stream)
+        try:
+            stream = await adapter.open_stream(client, provider, request, params)
+            try:
+                async for item in stream:
+                    read(item)
+            finally:
+                await stream.close()
+        finally:
+            DRY_RUN_BODY.reset(dry_run)
 
     async def aclose(self, provider_id: str | None = None) -> None:
         """Close the SDK client of one provider, or of all."""
@@ -148,7 +222,15 @@ class SDKRecorder(BaseRecorder):
         if self._factory is None:
             proxy = proxy_for(provider.settings.resolved_base_url())
             m.via_proxy = proxy.describe() if proxy else None
+        stamp = m.event
+        on_event = parser.on_event
+
+        def consumed(event: str | None, data: str) -> None:
+            t = clock()
+            stamp(on_event(SSEEvent(event, data, t)), t)
+
         measuring = _MEASURING.set((m.phases, clock, m.headers))
+        watching = _CONSUMED.set(consumed)
         try:
             m.begin(clock)
             async with asyncio.timeout(provider.settings.timeouts.total):
@@ -159,7 +241,6 @@ class SDKRecorder(BaseRecorder):
                     m.read_server_request_id(stream.response.headers)
                     late = m.stamped_in_user_space(getattr(stream.response, "extensions", {}))
                     read = adapter.reader(parser)
-                    stamp = m.event
                     async for item in stream:
                         t = clock()
                         if late is not None:
@@ -169,6 +250,7 @@ class SDKRecorder(BaseRecorder):
                 finally:
                     await stream.close()
         finally:
+            _CONSUMED.reset(watching)
             _MEASURING.reset(measuring)
 
     def _transport_error(

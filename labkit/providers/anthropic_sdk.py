@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from labkit.providers.base import ChatRequest, Provider, SDKAdapter, StreamParser
 from labkit.providers.sdk import NamedEventReader, read_by_type
@@ -15,6 +15,25 @@ class AnthropicSDK(SDKAdapter):
     """`AsyncAnthropic.messages.create(stream=True)`; events are named by their `type`."""
 
     package = "anthropic"
+    dry_run_stream = (
+        b"event: message_start\n"
+        b'data: {"type":"message_start","message":{"id":"set-up","type":"message",'
+        b'"role":"assistant","model":"set-up","content":[],"stop_reason":null,'
+        b'"usage":{"input_tokens":1,"output_tokens":1}}}\n\n'
+        b"event: content_block_start\n"
+        b'data: {"type":"content_block_start","index":0,'
+        b'"content_block":{"type":"text","text":""}}\n\n'
+        b"event: content_block_delta\n"
+        b'data: {"type":"content_block_delta","index":0,'
+        b'"delta":{"type":"text_delta","text":"ok"}}\n\n'
+        b"event: content_block_stop\n"
+        b'data: {"type":"content_block_stop","index":0}\n\n'
+        b"event: message_delta\n"
+        b'data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},'
+        b'"usage":{"output_tokens":1}}\n\n'
+        b"event: message_stop\n"
+        b'data: {"type":"message_stop"}\n\n'
+    )
 
     def client(self, provider: Provider, *, api_key: str | None, http_client: Any) -> Any:
         """An `AsyncAnthropic` at the API root (the SDK adds `/v1` itself)."""
@@ -56,3 +75,8 @@ class AnthropicSDK(SDKAdapter):
         if not isinstance(parser, NamedEventReader):
             raise TypeError(f"Messages events need a parser of named events, not {parser!r}")
         return read_by_type(parser.on_object)
+
+    def consumed_by_sdk(self, event: str | None, data: str) -> Literal["end", "error"] | None:
+        """An `error` event, on which the SDK raises its status error (anthropic
+        `_streaming.AsyncStream`); the end, `message_stop`, it yields."""
+        return "error" if event == "error" else None

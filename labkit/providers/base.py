@@ -537,6 +537,10 @@ class SDKAdapter(ABC):
 
     #: The SDK's package name, for messages and the manifest (`openai`, `anthropic`).
     package: str
+    #: A few events of the SDK's protocol, as a server sends them: the set-up's dry run
+    #: (labkit.measurement.setup) has the SDK decode them, so its event models are built
+    #: before the first measured request.
+    dry_run_stream: ClassVar[bytes] = b""
 
     @abstractmethod
     def client(self, provider: Provider, *, api_key: str | None, http_client: Any) -> Any:
@@ -554,6 +558,14 @@ class SDKAdapter(ABC):
         """The per-event step for one stream: a function that reads one object the SDK
         yields into `parser` (the provider's wire parser, from `Provider.new_parser`) and
         returns its `EventClass`, as the parser's `on_event` does for the wire's event."""
+
+    def consumed_by_sdk(self, event: str | None, data: str) -> Literal["end", "error"] | None:
+        """Whether the SDK consumes this SSE event (its name, its data) itself instead of
+        yielding it: ``"end"``, the stream's terminator it swallows (``[DONE]``); ``"error"``,
+        an error event it raises on, which would stop the reading; None: yielded. The SDK
+        path hands such events to the wire parser, so both paths see the same stream.
+        Default: the SDK yields every event."""
+        return None
 
 
 class Provider(ABC):

@@ -26,6 +26,20 @@ class OpenAIResponsesSDK(OpenAISDK):
     """`AsyncOpenAI.responses.create(stream=True)` on the same client as Chat Completions;
     each event is named by its `type`."""
 
+    dry_run_stream = (
+        b"event: response.created\n"
+        b'data: {"type":"response.created","sequence_number":0,"response":{"id":"set-up",'
+        b'"object":"response","created_at":0,"status":"in_progress","model":"set-up",'
+        b'"output":[]}}\n\n'
+        b"event: response.output_text.delta\n"
+        b'data: {"type":"response.output_text.delta","sequence_number":1,"item_id":"m",'
+        b'"output_index":0,"content_index":0,"delta":"ok","logprobs":[]}\n\n'
+        b"event: response.completed\n"
+        b'data: {"type":"response.completed","sequence_number":2,"response":{"id":"set-up",'
+        b'"object":"response","created_at":0,"status":"completed","model":"set-up",'
+        b'"output":[],"usage":{"input_tokens":1,"output_tokens":1,"total_tokens":2}}}\n\n'
+    )
+
     async def open_stream(
         self, client: Any, provider: Provider, request: ChatRequest, params: dict[str, Any]
     ) -> Any:

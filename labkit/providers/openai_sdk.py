@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from labkit.providers.base import ChatRequest, Provider, SDKAdapter, StreamParser
 from labkit.providers.sdk import ChunkReader, model_view
@@ -15,6 +16,12 @@ class OpenAISDK(SDKAdapter):
     """`AsyncOpenAI.chat.completions.create(stream=True)`, asking for usage like the wire."""
 
     package = "openai"
+    dry_run_stream = (
+        b'data: {"id":"set-up","object":"chat.completion.chunk","created":0,"model":"set-up",'
+        b'"choices":[{"index":0,"delta":{"role":"assistant","content":"ok"},'
+        b'"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,'
+        b'"total_tokens":2}}\n\ndata: [DONE]\n\n'
+    )
 
     def client(self, provider: Provider, *, api_key: str | None, http_client: Any) -> Any:
         """An `AsyncOpenAI` at the provider's `/v1` root."""
@@ -52,3 +59,17 @@ class OpenAISDK(SDKAdapter):
             return on_chunk(model_view(chunk))
 
         return read
+
+    def consumed_by_sdk(self, event: str | None, data: str) -> Literal["end", "error"] | None:
+        """`[DONE]`, which the SDK swallows, and an event whose data is an object with an
+        `error`, on which it raises `APIError` (openai `_streaming.AsyncStream`, legacy mode)."""
+        if data.startswith("[DONE]"):
+            return "end"
+        if '"error"' in data:  # only then can the object have an `error` key
+            try:
+                obj = json.loads(data)
+            except ValueError:
+                return None  # the SDK's own json.loads raises: left to it
+            if isinstance(obj, dict) and obj.get("error"):
+                return "error"
+        return None

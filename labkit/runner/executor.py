@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from labkit.experiments import LevelPlan, PacedExperiment, PlannedRequest, Share
@@ -46,6 +46,12 @@ class Measurer:
         self._store_text = store_text
         #: Whether requests carry their trace context (`tracing.headers` in the config).
         self.propagate_trace = propagate_trace
+
+    async def set_up(self, provider: Provider, paths: Iterable[str]) -> None:
+        """Do labkit's one-off set-up of each client path in `paths` for `provider` now
+        (`BaseRecorder.set_up`), before the clock of any request that will use it."""
+        for path in sorted(set(paths)):
+            await (self._sdk() if path == "sdk" else self._recorder).set_up(provider)
 
     async def measure(
         self,

@@ -362,6 +362,7 @@ class Runner:
         outcome: ProviderOutcome,
         server: ManagedServerHandle | None,
     ) -> None:
+        await self._measurer.set_up(provider, exp.paths_for(provider))
         scraper = self._scraper(exp, provider)
         if scraper is not None:
             scraper.start()

@@ -96,8 +96,9 @@ async def run_worker(
         emit(await measurer.measure(provider, experiment.name, planned, queue_ms))
 
     try:
-        # A fresh worker pays its first connection and lazy imports on its first request:
-        # the experiment's warm-ups, sent again here (stored as warm-ups) before the level.
+        await measurer.set_up(provider, experiment.paths_for(provider))
+        # A fresh worker pays its first connection on its first request: the experiment's
+        # warm-ups, sent again here (stored as warm-ups) before the level.
         where = f"{job.level.index}-w{job.worker}"
         for planned in experiment.requests_for(provider):
             if planned.warmup:

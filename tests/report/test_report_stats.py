@@ -102,3 +102,29 @@ def test_a_client_faster_than_the_server_is_marked_client_bound() -> None:
     (s,) = request_stats(recs)
     assert s.decode_gap_ms_per_token.value == -2.0
     assert s.decode_gap_client_bound is not None and "late" in s.decode_gap_client_bound
+
+
+def test_answers_in_one_event_leave_decode_empty_everywhere_it_is_read(tmp_path: Path) -> None:
+    # Each answer came in one output event: decode is null (not 0.0) with its reason, and
+    # the statistics, the split, the SLO verdict and the report read null as "no value".
+    from labkit.slo import parse_slos
+
+    recs = [
+        make_record(
+            ttft_ms=100.0 + t,
+            decode_ms_per_token=None,
+            n_events=1,
+            provider_decode_ms_per_token=9.0,
+            decode_null_reason="one_output_event",
+        )
+        for t in range(3)
+    ]
+    assert all(r.client.decode_ms_per_token is None for r in recs)
+    (s,) = request_stats(recs)
+    assert s.decode_ms_per_token.p50.value is None and s.n == 3
+    assert s.output_tokens_per_s.p50.value is None
+    (run,) = run_stats(None, write_run(tmp_path / "run", recs))
+    assert run.decode_gap_ms_per_token.value is None
+    (slo,) = parse_slos({"decode_ms_per_token_p90": 50.0})
+    assert all(slo.met_by(r) for r in recs)  # undefined for the request: not failed
+    build_blocks(load_run(write_run(tmp_path / "run2", recs)))
