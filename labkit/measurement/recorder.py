@@ -212,6 +212,8 @@ class BaseRecorder:
         redact = redactor(provider)
         try:
             parser = provider.new_parser()
+            if request.top_logprobs is not None:
+                parser.want_logprobs(request.top_logprobs)
             m.params = provider.wire_params(provider.effective_params(request))
             m.local_count = provider.count_input_locally(request)
             await self._exchange(provider, request, parser, m, redact)
@@ -582,6 +584,7 @@ def assemble_record(
             "system_fingerprint": parser.system_fingerprint,
             "rate_limits": parser.rate_limits,
             "output_text": parser.output_text if ctx.store_text else None,
+            "logprobs": parser.logprobs(),
         }
     return RequestRecord(
         run_id=ctx.run_id,

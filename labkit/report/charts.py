@@ -620,13 +620,19 @@ def question_charts(
     """Per lab experiment kind, its pictures in order, and sentences for what is missing."""
     spans = token_spans(lab)
     whose, missing = whose_time_chart(lab)
+    from labkit.report.next_token_chart import next_token_charts  # it builds on `Chart`
+
     out: dict[str, list[Chart | TokenSpans | str]] = {
         "single": [anatomy_chart(lab) or "anatomy: no single request with a token timeline."],
         "token_ratio": [
             chars_per_token_chart(lab) or "chars per token: no token_ratio figures.",
             spans or "token boundaries: no tokenizer gave its pieces.",
         ],
-        "determinism": [determinism_chart(lab) or "determinism: no outputs to align."],
+        "determinism": [
+            determinism_chart(lab) or "determinism: no outputs to align.",
+            *next_token_charts(lab),
+        ],
+        "next_token": [*next_token_charts(lab)] or ["next token: no candidates were returned."],
         "prefill_decode": [prefill_chart(lab) or "prefill vs decode: no sweep points."],
         "attribution": [whose or "whose time: no attribution figures.", *missing],
     }
