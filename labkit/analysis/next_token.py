@@ -44,7 +44,9 @@ def step_of(step: LogprobStep) -> NextTokenStep:
         token=step.token,
         p=math.exp(step.logprob),
         entropy_bits=bits,
-        candidates=[TokenChoice(token=c.token, p=p) for c, p in zip(candidates, probs, strict=True)],
+        candidates=[
+            TokenChoice(token=c.token, p=p) for c, p in zip(candidates, probs, strict=True)
+        ],
     )
 
 

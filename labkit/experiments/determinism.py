@@ -15,16 +15,16 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
+from labkit.analysis.next_token import next_token_figures, variant_figures
 from labkit.experiments.base import (
     Experiment,
     ExperimentSettings,
     PlannedRequest,
     register_experiment,
 )
-from labkit.analysis.next_token import next_token_figures, variant_figures
 from labkit.figures import DeterminismFigures, NextTokenFigures, VariantRow
 from labkit.providers.base import ChatRequest, Provider
-from labkit.records import LabAnswer, RequestRecord
+from labkit.records import MAX_TOP_LOGPROBS, LabAnswer, RequestRecord
 from labkit.tokenizers import (
     OfflineTokenizer,
     TokenizerUnavailable,
@@ -74,7 +74,7 @@ class DeterminismSettings(ExperimentSettings):
     top_logprobs: int | None = Field(
         default=None,
         ge=1,
-        le=20,
+        le=MAX_TOP_LOGPROBS,
         description="Ask for each output token's logprob and this many candidates, and say "
         "where the repeats diverged and how likely each branch was (as `next_token`); "
         "None: off.",
@@ -252,7 +252,9 @@ class DeterminismExperiment(Experiment):
             self._can_return[provider.id] = bool(provider.logprob_params(top_k))
         return logprob_request(provider, request, top_k)
 
-    def _next_token(self, provider_id: str, records: list[RequestRecord]) -> NextTokenFigures | None:
+    def _next_token(
+        self, provider_id: str, records: list[RequestRecord]
+    ) -> NextTokenFigures | None:
         """Per variant the steps, divergence and greedy check (None: `top_logprobs` off)."""
         s = self._s
         if s.top_logprobs is None:
@@ -274,9 +276,7 @@ class DeterminismExperiment(Experiment):
         )
 
 
-def logprob_request(
-    provider: Provider, request: ChatRequest, top_k: int | None
-) -> ChatRequest:
+def logprob_request(provider: Provider, request: ChatRequest, top_k: int | None) -> ChatRequest:
     """`request` asking `provider` for `top_k` candidates per token, where it can (`top_k`
     None, or a provider that cannot: `request` unchanged)."""
     asked = provider.logprob_params(top_k) if top_k else {}

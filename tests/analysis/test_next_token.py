@@ -67,7 +67,7 @@ def test_the_chat_parser_reads_logprobs_only_when_asked() -> None:
     chunk = (
         '{"choices":[{"index":0,"delta":{"content":"Hi"},"logprobs":{"content":[{"token":"Hi",'
         '"logprob":-0.1,"top_logprobs":[{"token":"Hi","logprob":-0.1},{"token":"Yo","logprob":'
-        '-2.5}]}]}}]}'
+        "-2.5}]}]}}]}"
     )
     plain = OpenAIChatParser()
     plain.on_event(SSEEvent(event=None, data=chunk, t_ns=0))
