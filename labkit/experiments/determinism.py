@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import Field, PositiveInt
 
 from labkit.analysis.next_token import next_token_figures, variant_figures
 from labkit.experiments.base import (
@@ -22,6 +22,7 @@ from labkit.experiments.base import (
     PlannedRequest,
     register_experiment,
 )
+from labkit.experiments.variants import Variant, logprob_request
 from labkit.figures import DeterminismFigures, NextTokenFigures, VariantRow
 from labkit.providers.base import ChatRequest, Provider
 from labkit.records import MAX_TOP_LOGPROBS, LabAnswer, RequestRecord
@@ -39,17 +40,7 @@ __all__ = [
     "Variant",
     "common_prefix_length",
     "first_divergence",
-    "logprob_request",
 ]
-
-
-class Variant(BaseModel):
-    """A named set of sampling parameters."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = Field(min_length=1)
-    params: dict[str, Any] = Field(default_factory=dict)
 
 
 DEFAULT_VARIANTS = [
@@ -274,13 +265,3 @@ class DeterminismExperiment(Experiment):
         return next_token_figures(
             s.top_logprobs, variants, can_return=self._can_return.get(provider_id, True)
         )
-
-
-def logprob_request(provider: Provider, request: ChatRequest, top_k: int | None) -> ChatRequest:
-    """`request` asking `provider` for `top_k` candidates per token, where it can (`top_k`
-    None, or a provider that cannot: `request` unchanged)."""
-    asked = provider.logprob_params(top_k) if top_k else {}
-    if asked:
-        request.params = {**request.params, **asked}
-        request.top_logprobs = top_k
-    return request

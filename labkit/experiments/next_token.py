@@ -22,7 +22,7 @@ from labkit.experiments.base import (
     PlannedRequest,
     register_experiment,
 )
-from labkit.experiments.determinism import Variant, logprob_request
+from labkit.experiments.variants import Variant, logprob_request
 from labkit.providers.base import ChatRequest, Provider
 from labkit.records import MAX_TOP_LOGPROBS, LabAnswer, RequestRecord
 from labkit.wording import next_token_answer

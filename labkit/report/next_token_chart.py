@@ -9,14 +9,26 @@ the candidates at that step with the branches the replies took.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from labkit.figures import DeterminismFigures, NextTokenFigures
 from labkit.records import LabResults
-from labkit.report.charts import Chart
 from labkit.wording import divergence_sentence
 
-__all__ = ["divergence_chart", "next_token_charts", "tokens_chart"]
+__all__ = ["Picture", "divergence_chart", "next_token_charts", "tokens_chart"]
+
+
+@dataclass(frozen=True)
+class Picture:
+    """One picture's parts, as `labkit.report.charts.Chart` takes them (that module builds
+    the report's charts from these, so this one does not import it)."""
+
+    name: str
+    title: str
+    spec: dict[str, Any]
+    caption: str
+
 
 _SCHEMA = "https://vega.github.io/schema/vega-lite/v5.json"
 _WIDTH = 760
@@ -39,7 +51,7 @@ def _candidates_text(cands: list[Any]) -> str:
     return " · ".join(f"{c.token!r} {c.p:.2f}" for c in cands)
 
 
-def tokens_chart(lab: LabResults | None) -> Chart | None:
+def tokens_chart(lab: LabResults | None) -> Picture | None:
     """Every reply as tokens shaded by their probability; the divergence step outlined."""
     values: list[dict[str, Any]] = []
     for provider, fig in _seen(lab):
@@ -114,7 +126,7 @@ def tokens_chart(lab: LabResults | None) -> Chart | None:
             },
         ],
     }
-    return Chart(
+    return Picture(
         "q3_next_token",
         "3. The next token: each reply's tokens shaded by their probability",
         spec,
@@ -124,7 +136,7 @@ def tokens_chart(lab: LabResults | None) -> Chart | None:
     )
 
 
-def divergence_chart(lab: LabResults | None) -> Chart | None:
+def divergence_chart(lab: LabResults | None) -> Picture | None:
     """At each variant's divergence step: the candidates and the branches the replies took."""
     values: list[dict[str, Any]] = []
     sentences: list[str] = []
@@ -180,7 +192,7 @@ def divergence_chart(lab: LabResults | None) -> Chart | None:
             },
         },
     }
-    return Chart(
+    return Picture(
         "q3_divergence",
         "3. Where the replies diverged: the candidates at that step",
         spec,
@@ -188,6 +200,6 @@ def divergence_chart(lab: LabResults | None) -> Chart | None:
     )
 
 
-def next_token_charts(lab: LabResults | None) -> list[Chart]:
+def next_token_charts(lab: LabResults | None) -> list[Picture]:
     """The two pictures, where any answer inspected the candidates."""
     return [c for c in (tokens_chart(lab), divergence_chart(lab)) if c is not None]

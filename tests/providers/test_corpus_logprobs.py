@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from labkit.experiments.determinism import logprob_request
+from labkit.experiments.variants import logprob_request
 from labkit.measurement.recorder import RecordContext, StreamRecorder
 from labkit.measurement.sdkpath import SDKRecorder
 from labkit.providers import sdk_available
