@@ -27,6 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 N_EVENTS = 5_000
 TOP_K = 5
+READS = 9  # reads of the stream per process; the process's median is one round's figure
 
 
 def stream(with_logprobs: bool) -> list[bytes]:
@@ -90,7 +91,7 @@ def child(case: str) -> None:
     with_lp, asked = {"off": (False, False), "skip": (True, False), "on": (True, True)}[case]
     chunks = stream(with_lp)
     time_one(chunks, asked)  # warm up
-    print(json.dumps(statistics.median(time_one(chunks, asked) for _ in range(3))))
+    print(json.dumps(statistics.median(time_one(chunks, asked) for _ in range(READS))))
 
 
 def run_child(src: Path, case: str) -> float:
@@ -137,7 +138,8 @@ def main() -> None:
     med = {k: statistics.median(v) for k, v in got.items()}
     print(
         f"SSE framing + LlamaCppParser, {N_EVENTS} token chunks, CPU ns/event "
-        f"(median of {args.rounds} rounds, each the median of 3 reads, processes alternating):"
+        f"(median of {args.rounds} rounds, each the median of {READS} reads, processes "
+        "alternating; the range's low end: the rounds least disturbed by other processes):"
     )
     off_b, off_a = med[("before", "off")], med[("after", "off")]
     skip_b, skip_a = med[("before", "skip")], med[("after", "skip")]

@@ -66,7 +66,7 @@ class LogprobCollector:
             top = entry.get("top_logprobs")
             if top is None:
                 top = entry.get("top_probs")
-            candidates = []
+            candidates: list[TokenCandidate] = []
             for alt in wire_list(top, f"{where}.top_logprobs") or ():
                 if len(candidates) >= self.top_k:
                     break
