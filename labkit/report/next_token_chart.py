@@ -76,6 +76,14 @@ def tokens_chart(lab: LabResults | None) -> Picture | None:
         return None
     enc_x = {"field": "i", "type": "ordinal", "title": "output token", "axis": {"labelAngle": 0}}
     enc_y = {"field": "row", "type": "nominal", "title": None, "sort": None}
+    tooltip = [
+        {"field": "row", "title": "reply"},
+        {"field": "i", "title": "token #"},
+        {"field": "token"},
+        {"field": "p", "format": ".3f"},
+        {"field": "entropy_bits", "title": "entropy (bits)", "format": ".2f"},
+        {"field": "candidates"},
+    ]
     spec: dict[str, Any] = {
         "$schema": _SCHEMA,
         "title": {
@@ -97,14 +105,7 @@ def tokens_chart(lab: LabResults | None) -> Picture | None:
                         "title": "p",
                         "scale": {"domain": [0, 1], "scheme": "blues"},
                     },
-                    "tooltip": [
-                        {"field": "row", "title": "reply"},
-                        {"field": "i", "title": "token #"},
-                        {"field": "token"},
-                        {"field": "p", "format": ".3f"},
-                        {"field": "entropy_bits", "title": "entropy (bits)", "format": ".2f"},
-                        {"field": "candidates"},
-                    ],
+                    "tooltip": tooltip,
                 },
             },
             {
@@ -118,6 +119,7 @@ def tokens_chart(lab: LabResults | None) -> Picture | None:
                     "x": enc_x,
                     "y": enc_y,
                     "text": {"field": "label"},
+                    "tooltip": tooltip,
                     "color": {
                         "condition": {"test": "datum.p > 0.6", "value": "#ffffff"},
                         "value": "#000000",
