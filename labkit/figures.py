@@ -36,13 +36,18 @@ __all__ = [
     "ConversationVariant",
     "CriticalPath",
     "DeterminismFigures",
+    "Divergence",
     "Estimate",
     "Figures",
+    "GreedyMiss",
     "LinearFit",
     "LoadFigures",
     "LoadLevel",
     "LoadLevelCache",
     "MarginalCost",
+    "NextTokenFigures",
+    "NextTokenStep",
+    "NextTokenVariant",
     "Percentiles",
     "PrefillDecodeFigures",
     "PrefillPoint",
@@ -61,6 +66,7 @@ __all__ = [
     "SweepFigures",
     "SweepProbe",
     "TTFTSplit",
+    "TokenChoice",
     "TokenPieces",
     "TokenRatioFigures",
     "TokenRatioRow",
@@ -510,6 +516,10 @@ class DeterminismFigures(_ExperimentFigures):
     kind: Literal["determinism"] = "determinism"
     variants: list[VariantRow] = Field(default_factory=list)
     tokenizer: str = "characters"
+    next_token: NextTokenFigures | None = Field(
+        default=None,
+        description="The candidates behind the replies, with `top_logprobs` set (else None).",
+    )
 
 
 # --- attribution ---------------------------------------------------------------------------
@@ -1060,6 +1070,89 @@ class RequestStats(_Figures):
     )
 
 
+# --- next token (the model's candidates per step; also `determinism`'s `next_token`) -------
+
+
+class TokenChoice(_Figures):
+    """A token and its probability at one step."""
+
+    token: str
+    p: float = Field(description="Probability (exp of the provider's logprob), 0..1.")
+
+
+class NextTokenStep(_Figures):
+    """One output token of one reply: the token taken, its probability, the candidates."""
+
+    token: str
+    p: float
+    entropy_bits: float = Field(
+        description="Entropy of the step's top candidates with the rest of the probability "
+        "as one outcome (scipy.stats.entropy, base 2): a lower bound of the full entropy."
+    )
+    candidates: list[TokenChoice] = Field(default_factory=list)
+
+
+class Divergence(_Figures):
+    """Where the repeats of one variant first took different tokens, and how likely each was."""
+
+    step: int = Field(description="0-based index of the first output token that differs.")
+    prefix: str = Field(description="The text all repeats shared before it.")
+    taken: list[TokenChoice] = Field(
+        description="What each distinct branch took there, with its probability (first "
+        "reply's first)."
+    )
+    candidates: list[TokenChoice] = Field(
+        default_factory=list, description="The first reply's candidates at that step."
+    )
+    margin: float | None = Field(
+        default=None, description="Probability of the top candidate minus the second's."
+    )
+
+
+class GreedyMiss(_Figures):
+    """A step at temperature 0 where the token taken was not the top candidate."""
+
+    step: int
+    taken: TokenChoice
+    top: TokenChoice
+    margin: float = Field(description="Probability of the top candidate minus the second's.")
+
+
+class NextTokenVariant(_Figures):
+    """One sampling variant's replies as steps, and what the candidates explain."""
+
+    variant: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    replies: list[list[NextTokenStep]] = Field(
+        default_factory=list, description="Each repeat's steps, in send order."
+    )
+    truncated: bool = Field(
+        default=False, description="Some reply's logprobs were cut at the record's bound."
+    )
+    divergence: Divergence | None = Field(
+        default=None, description="Where the repeats first differed; None: they never did."
+    )
+    greedy: bool | None = Field(
+        default=None,
+        description="At temperature 0: whether the top candidate was taken at every step "
+        "of every repeat; None above temperature 0.",
+    )
+    greedy_misses: list[GreedyMiss] = Field(default_factory=list)
+
+
+class NextTokenFigures(_ExperimentFigures):
+    """`next_token`: per variant, each reply's steps with candidates, divergence, greedy check."""
+
+    kind: Literal["next_token"] = "next_token"
+    top_k: int
+    inspected: bool = Field(description="Whether the provider returned any logprobs.")
+    not_inspected_because: str | None = None
+    variants: list[NextTokenVariant] = Field(default_factory=list)
+
+
+DeterminismFigures.model_rebuild()  # its `next_token` names the figures defined above
+
+
 Figures: TypeAlias = Annotated[
     SingleFigures
     | PrefillDecodeFigures
@@ -1070,7 +1163,8 @@ Figures: TypeAlias = Annotated[
     | ConversationFigures
     | TraceFigures
     | SweepFigures
-    | SessionFigures,
+    | SessionFigures
+    | NextTokenFigures,
     Field(discriminator="kind"),
 ]
 """Any experiment's figures, told apart by `kind`."""
@@ -1091,6 +1185,7 @@ FIGURE_KINDS: frozenset[str] = frozenset(
         TraceFigures,
         SweepFigures,
         SessionFigures,
+        NextTokenFigures,
     )
 )
 

@@ -27,6 +27,8 @@ __all__ = [
     "ErrorKind",
     "LabAnswer",
     "LabResults",
+    "LogprobStep",
+    "OutputLogprobs",
     "ProviderTimings",
     "RecordClock",
     "RecordError",
@@ -34,6 +36,7 @@ __all__ = [
     "RequestRecord",
     "RequestTrace",
     "StopReason",
+    "TokenCandidate",
     "Usage",
 ]
 
@@ -516,6 +519,11 @@ class RequestRecord(_Model):
         default=None,
         description="The tool calls the reply made, in order; null: none (labkit extension).",
     )
+    logprobs: OutputLogprobs | None = Field(
+        default=None,
+        description="Per output token, its log-probability and top alternatives, when the "
+        "experiment asked for them and the provider gave them (null otherwise).",
+    )
 
     @property
     def ok(self) -> bool:
@@ -570,3 +578,48 @@ class LabResults(_Model):
         description="Request statistics per provider × experiment × model × client path "
         "(`labkit.analysis.requests`); None in a lab.json from before they were stored.",
     )
+
+
+# --- logprobs: the model's candidates per output token (a field group of its own) ----------
+
+#: The most alternatives kept per output token (OpenAI's own ceiling for `top_logprobs`).
+MAX_TOP_LOGPROBS = 20
+#: The most output tokens whose logprobs a record keeps; later ones are dropped and the
+#: group says `truncated`. With 20 alternatives a step is about 1 kB of JSON: 2 MB a record.
+MAX_LOGPROB_STEPS = 2048
+
+
+class TokenCandidate(_Model):
+    """One token the model could have produced at a step, and its log-probability."""
+
+    token: str = Field(description="The token's text as the provider sent it.")
+    logprob: float = Field(description="Natural log of its probability (<= 0).")
+
+
+class LogprobStep(_Model):
+    """One output token: the token chosen, its log-probability, and the top alternatives."""
+
+    token: str = Field(description="The chosen token's text as the provider sent it.")
+    logprob: float = Field(description="Natural log of the chosen token's probability.")
+    top: list[TokenCandidate] = Field(
+        default_factory=list,
+        description="The most likely tokens at this step, most likely first (at most "
+        "`MAX_TOP_LOGPROBS`); may include the chosen one.",
+    )
+
+
+class OutputLogprobs(_Model):
+    """The per-token logprobs of one reply (`RequestRecord.logprobs`), asked for with
+    `top_logprobs`; absent unless asked for, and bounded (`MAX_LOGPROB_STEPS` steps of at
+    most `MAX_TOP_LOGPROBS` alternatives)."""
+
+    top_k: int = Field(description="Alternatives asked for per step.")
+    steps: list[LogprobStep] = Field(
+        default_factory=list, description="One per output token, in order."
+    )
+    truncated: bool = Field(
+        default=False, description="True when steps past `MAX_LOGPROB_STEPS` were dropped."
+    )
+
+
+RequestRecord.model_rebuild()  # `logprobs` names a model defined after the record

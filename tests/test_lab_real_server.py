@@ -138,10 +138,15 @@ def test_quickstart_on_the_real_server(tmp_path: Path) -> None:
         "q1_anatomy",
         "q2_chars_per_token",
         "q3_determinism",
+        "q3_next_token",
         "q4_prefill_decode",
         "q5_whose_time",
     ):
         assert f"report_files/{name}.png" in report
+    # Question 3 quotes the candidates: where the replies diverged and how likely each was.
+    det = answered["determinism"]["answer"]
+    assert "at temperature 0 the top candidate is always taken" in det, det
+    assert ("diverged at token" in det and "(p " in det) or "no repeats diverged" in det, det
 
 
 LAB = """

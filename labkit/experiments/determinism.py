@@ -13,17 +13,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import Field, PositiveInt
 
+from labkit.analysis.next_token import next_token_figures, variant_figures
 from labkit.experiments.base import (
     Experiment,
     ExperimentSettings,
     PlannedRequest,
     register_experiment,
 )
-from labkit.figures import DeterminismFigures, VariantRow
+from labkit.experiments.variants import Variant, logprob_request
+from labkit.figures import DeterminismFigures, NextTokenFigures, VariantRow
 from labkit.providers.base import ChatRequest, Provider
-from labkit.records import LabAnswer, RequestRecord
+from labkit.records import MAX_TOP_LOGPROBS, LabAnswer, RequestRecord
 from labkit.tokenizers import (
     OfflineTokenizer,
     TokenizerUnavailable,
@@ -39,15 +41,6 @@ __all__ = [
     "common_prefix_length",
     "first_divergence",
 ]
-
-
-class Variant(BaseModel):
-    """A named set of sampling parameters."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = Field(min_length=1)
-    params: dict[str, Any] = Field(default_factory=dict)
 
 
 DEFAULT_VARIANTS = [
@@ -69,6 +62,14 @@ class DeterminismSettings(ExperimentSettings):
     repeats: PositiveInt = Field(default=3, ge=2, description="Sends per variant (2 or more).")
     params: dict[str, Any] = Field(default_factory=lambda: {"max_tokens": 48})
     variants: list[Variant] = Field(default_factory=lambda: list(DEFAULT_VARIANTS), min_length=1)
+    top_logprobs: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_TOP_LOGPROBS,
+        description="Ask for each output token's logprob and this many candidates, and say "
+        "where the repeats diverged and how likely each branch was (as `next_token`); "
+        "None: off.",
+    )
 
 
 def common_prefix_length(a: list[Any], b: list[Any]) -> int:
@@ -111,6 +112,7 @@ class DeterminismExperiment(Experiment):
         self._tokens: dict[str, dict[str, list[Any]]] = {}  # provider -> record_id -> tokens
         self._tokenizer: dict[str, str] = {}
         self._pieces: dict[str, dict[str, list[str]]] = {}  # provider -> record_id -> texts
+        self._can_return: dict[str, bool] = {}  # provider -> it can return logprobs
 
     @property
     def _s(self) -> DeterminismSettings:
@@ -127,9 +129,10 @@ class DeterminismExperiment(Experiment):
         for v in self._s.variants:
             params = {**self._s.params, **v.params}
             for trial in range(self._s.repeats):
+                request = ChatRequest(self.messages(self._s.prompt), params, "determinism")
                 yield PlannedRequest(
                     key=f"{self.name}/{v.name}/{trial}",
-                    request=ChatRequest(self.messages(self._s.prompt), params, "determinism"),
+                    request=self._with_logprobs(provider, request),
                     trial=trial,
                     tags={"variant": v.name},
                 )
@@ -209,7 +212,9 @@ class DeterminismExperiment(Experiment):
                 )
             )
         figures = DeterminismFigures(
-            variants=rows, tokenizer=self._tokenizer.get(provider_id, "characters")
+            variants=rows,
+            tokenizer=self._tokenizer.get(provider_id, "characters"),
+            next_token=self._next_token(provider_id, records),
         )
         judged = [r for r in rows if r.identical is not None]
         if not judged:
@@ -227,4 +232,36 @@ class DeterminismExperiment(Experiment):
             answer,
             figures,
             status="ok" if len(judged) == len(rows) else "partial",
+        )
+
+    # --- the candidates behind the replies (`top_logprobs`) -------------------------------
+
+    def _with_logprobs(self, provider: Provider, request: ChatRequest) -> ChatRequest:
+        """`request` asking for candidates when `top_logprobs` is set and the provider can."""
+        top_k = self._s.top_logprobs
+        if top_k is not None:
+            self._can_return[provider.id] = bool(provider.logprob_params(top_k))
+        return logprob_request(provider, request, top_k)
+
+    def _next_token(
+        self, provider_id: str, records: list[RequestRecord]
+    ) -> NextTokenFigures | None:
+        """Per variant the steps, divergence and greedy check (None: `top_logprobs` off)."""
+        s = self._s
+        if s.top_logprobs is None:
+            return None
+        variants = [
+            variant_figures(
+                v.name,
+                {**s.params, **v.params},
+                [
+                    r
+                    for r in records
+                    if not r.warmup and r.error is None and r.tags.get("variant") == v.name
+                ],
+            )
+            for v in s.variants
+        ]
+        return next_token_figures(
+            s.top_logprobs, variants, can_return=self._can_return.get(provider_id, True)
         )

@@ -258,6 +258,8 @@ class BaseRecorder:
             if cancelled_in_set_up:
                 raise asyncio.CancelledError
             parser = provider.new_parser()
+            if request.top_logprobs is not None:
+                parser.want_logprobs(request.top_logprobs)
             m.params = provider.wire_params(provider.effective_params(request))
             m.local_count = provider.count_input_locally(request)
             await self._exchange(provider, request, parser, m, redact)
@@ -632,6 +634,7 @@ def assemble_record(
             "rate_limits": parser.rate_limits,
             "output_text": parser.output_text if ctx.store_text else None,
             "tool_calls": parser.finished_tool_calls(),
+            "logprobs": parser.logprobs(),
         }
     if m.server_request_id is not None and parsed.get("request_id") is None:
         parsed["request_id"] = m.server_request_id

@@ -11,7 +11,8 @@ A provider is three things:
 Experiments and the runner ask a provider's capabilities, never its kind or class:
 `tokenize`/`tokenizer_name`, `count_tokens`, `count_locally`, `prompt_cache_params`,
 `exact_length_params`, `reports_server_timings`, `exclusive_slots`, `sdk`, `metrics_url`,
-`fetches_stats_later`/`stats_later`, `warm_up_request`; each defaults to "cannot".
+`fetches_stats_later`/`stats_later`, `warm_up_request`, `logprob_params`; each defaults to
+"cannot".
 
 The measurement core (`labkit.measurement`) owns the clock and the connections, and hands a
 provider the clients it builds requests on; providers never time anything themselves.
@@ -47,7 +48,15 @@ from labkit.measurement.connections import Connections
 from labkit.measurement.proxies import is_loopback, proxy_for, unusable_because
 from labkit.measurement.sse import SSEEvent, SSEParser
 from labkit.provider_stats import LaterStats
-from labkit.records import ProviderTimings, RecordError, RecordToolCall, StopReason, Usage
+from labkit.providers.logprobs import LogprobCollector
+from labkit.records import (
+    OutputLogprobs,
+    ProviderTimings,
+    RecordError,
+    RecordToolCall,
+    StopReason,
+    Usage,
+)
 from labkit.scrub import register_secret
 from labkit.tokenizers import Tokenized
 
@@ -327,6 +336,9 @@ class ChatRequest:
     #: `wire` (labkit's own HTTP) or `sdk` (the provider's official SDK, see
     #: labkit.measurement.sdkpath).
     client_path: str = "wire"
+    #: Alternatives per output token to collect logprobs for (`Provider.logprob_params`
+    #: puts the ask into `params`); None: none collected, the parser never looks.
+    top_logprobs: int | None = None
 
     @property
     def prompt_text(self) -> str:
@@ -481,6 +493,22 @@ class StreamParser(ABC):
         does not count, setting `streamed_null_reason` when it returns None.
         """
         return self.usage.output_tokens
+
+    # --- logprobs (asked per request: `ChatRequest.top_logprobs`) ----------------------
+
+    #: The logprobs being collected; None until `want_logprobs` (and for a parser that cannot).
+    _logprobs: LogprobCollector | None = None
+
+    def want_logprobs(self, top_k: int) -> bool:
+        """Collect each output token's logprob and `top_k` alternatives from now on; False
+        where this parser cannot read any (the default). Called before the first event, so
+        a parser not asked reads none and pays nothing for them."""
+        return False
+
+    def logprobs(self) -> OutputLogprobs | None:
+        """The collected logprobs (the record's `logprobs`); None when none were asked."""
+        collector = self._logprobs
+        return collector.result() if collector is not None else None
 
 
 #: Tokens a reported output count may hold beyond its streamed content before the content
@@ -695,6 +723,12 @@ class Provider(ABC):
         """How this provider takes tool definitions, calls and results (`session`
         experiments); None: it takes no tools."""
         return None
+
+    def logprob_params(self, top_k: int) -> SamplingParams:
+        """Request parameters that ask for each output token's log-probability and its
+        `top_k` most likely alternatives (its parser then reads them, `want_logprobs`);
+        empty when the provider cannot return them (Anthropic)."""
+        return {}
 
     def metrics_url(self) -> str | None:
         """Where the server's Prometheus metrics are scraped during experiments

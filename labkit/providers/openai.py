@@ -34,12 +34,14 @@ from labkit.providers.base import (
     Provider,
     ProviderSettings,
     ResponseHeaders,
+    SamplingParams,
     SDKAdapter,
     StreamParser,
     TokenCount,
     register,
     with_root_path,
 )
+from labkit.providers.logprobs import LogprobCollector
 from labkit.providers.openai_sdk import OpenAISDK
 from labkit.providers.server_timings import (
     BODY_READERS,
@@ -362,6 +364,26 @@ class OpenAIChatParser(StreamParser):
     def _extra(self, obj: dict[str, Any]) -> None:
         """Hook for compatible servers that add fields to chunks."""
 
+    def want_logprobs(self, top_k: int) -> bool:
+        """Read each choice's `logprobs.content` from now on (`labkit.providers.logprobs`).
+        The reading step replaces `on_chunk` on this parser alone, so a parser not asked
+        runs the plain `on_chunk`, without a lookup more."""
+        self._logprobs = LogprobCollector(top_k)
+        self.on_chunk = self._on_chunk_with_logprobs  # type: ignore[method-assign]
+        return True
+
+    def _on_chunk_with_logprobs(self, obj: dict[str, Any]) -> int:
+        """`on_chunk`, after reading the chunk's logprobs into the collector."""
+        collector = self._logprobs
+        choices = obj.get("choices")
+        if collector is not None and type(choices) is list:
+            for choice in choices:
+                if type(choice) is dict:
+                    logprobs = choice.get("logprobs")
+                    if logprobs is not None:
+                        collector.add_chat(logprobs)
+        return OpenAIChatParser.on_chunk(self, obj)
+
     def _read_usage(self, value: Any, where: str) -> None:
         usage = wire_object(value, where)
         if usage is None:
@@ -473,6 +495,11 @@ class OpenAIProvider(Provider):
             params = dict(params)
             params["max_completion_tokens"] = params.pop("max_tokens")
         return params
+
+    def logprob_params(self, top_k: int) -> SamplingParams:
+        """`logprobs` and `top_logprobs` (Chat Completions; vLLM and llama.cpp take them
+        as they are)."""
+        return {"logprobs": True, "top_logprobs": top_k}
 
     def request_headers(self) -> dict[str, str]:
         """Authorization and optional organization headers."""

@@ -42,11 +42,13 @@ from labkit.providers.base import (
     EventClass,
     ProviderSettings,
     ResponseHeaders,
+    SamplingParams,
     SDKAdapter,
     StreamParser,
     TokenCount,
     register,
 )
+from labkit.providers.logprobs import LogprobCollector
 from labkit.providers.openai import OpenAIProvider, OpenAISettings
 from labkit.providers.openai_responses_sdk import OpenAIResponsesSDK, split_instructions
 from labkit.providers.tools import ResponsesTools, ToolFormat
@@ -332,6 +334,20 @@ class OpenAIResponsesParser(StreamParser):
             return EventClass.OUTPUT
         return EventClass.META
 
+    def want_logprobs(self, top_k: int) -> bool:
+        """Read `response.output_text.delta`'s `logprobs` from now on (as Chat
+        Completions' parser: `on_object` is replaced on this parser alone)."""
+        self._logprobs = LogprobCollector(top_k)
+        self.on_object = self._on_object_with_logprobs  # type: ignore[method-assign]
+        return True
+
+    def _on_object_with_logprobs(self, name: str | None, obj: dict[str, Any]) -> int:
+        """`on_object`, after reading a text delta's logprobs into the collector."""
+        collector = self._logprobs
+        if collector is not None and name == "response.output_text.delta":
+            collector.add_entries(obj.get("logprobs"), f"{name}.logprobs")
+        return OpenAIResponsesParser.on_object(self, name, obj)
+
     def _read_response(self, obj: dict[str, Any], name: str) -> None:
         """The terminal event's response: status, why it is incomplete, error, usage."""
         response = wire_object(obj.get("response"), f"{name}.response") or {}
@@ -476,6 +492,10 @@ class OpenAIResponsesProvider(OpenAIProvider):
         return self.client.build_request(
             "POST", "/responses", json=body, headers=self.request_headers()
         )
+
+    def logprob_params(self, top_k: int) -> SamplingParams:
+        """`include: ["message.output_text.logprobs"]` and `top_logprobs`."""
+        return {"include": ["message.output_text.logprobs"], "top_logprobs": top_k}
 
     def new_parser(self) -> StreamParser:
         """A Responses event parser, checking the output count with the model's offline

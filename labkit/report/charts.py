@@ -26,6 +26,7 @@ from labkit.figures import (
     TokenRatioFigures,
 )
 from labkit.records import LabAnswer, LabResults
+from labkit.report.next_token_chart import next_token_charts
 from labkit.wording import CLIENT_BOUND_MARK
 
 __all__ = [
@@ -620,13 +621,18 @@ def question_charts(
     """Per lab experiment kind, its pictures in order, and sentences for what is missing."""
     spans = token_spans(lab)
     whose, missing = whose_time_chart(lab)
+    seen = [Chart(p.name, p.title, p.spec, p.caption) for p in next_token_charts(lab)]
     out: dict[str, list[Chart | TokenSpans | str]] = {
         "single": [anatomy_chart(lab) or "anatomy: no single request with a token timeline."],
         "token_ratio": [
             chars_per_token_chart(lab) or "chars per token: no token_ratio figures.",
             spans or "token boundaries: no tokenizer gave its pieces.",
         ],
-        "determinism": [determinism_chart(lab) or "determinism: no outputs to align."],
+        "determinism": [
+            determinism_chart(lab) or "determinism: no outputs to align.",
+            *seen,
+        ],
+        "next_token": [*seen] or ["next token: no candidates were returned."],
         "prefill_decode": [prefill_chart(lab) or "prefill vs decode: no sweep points."],
         "attribution": [whose or "whose time: no attribution figures.", *missing],
     }

@@ -124,6 +124,7 @@ def test_no_figures_no_pictures_and_a_sentence_for_each() -> None:
         "single",
         "token_ratio",
         "determinism",
+        "next_token",
         "prefill_decode",
         "attribution",
     }
