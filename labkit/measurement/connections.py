@@ -65,6 +65,9 @@ class Connections:
         self.client = self._make_client()
         self._idle_shards: list[httpx.AsyncClient] = []
         self._shards: list[httpx.AsyncClient] = []
+        #: The proxy the measured requests go through (None: direct, or in-process), for
+        #: errors that name it (`ProxyChoice.describe`, never its credentials).
+        self.proxy = None if client_factory is not None else proxy_for(base_url)
 
     def _wants_lean(self, transport: TransportChoice, load_level: bool) -> bool:
         if transport == "httpx":
@@ -246,3 +249,11 @@ class _ProxiedTransport(httpx.AsyncHTTPTransport):
             return await super().handle_async_request(request)
         except httpx.ConnectError as exc:
             raise httpx.ConnectError(f"{exc or 'connect failed'} ({self._through})") from exc
+        except httpx.ProxyError as exc:  # the proxy answered CONNECT with an error status
+            advice = ""
+            if "407" in str(exc):
+                advice = (
+                    ": the proxy wants credentials; put user:password in the proxy URL of "
+                    "that variable, or add the host to NO_PROXY"
+                )
+            raise httpx.ProxyError(f"{exc} ({self._through}){advice}") from exc

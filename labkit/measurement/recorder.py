@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar, Literal
 
 import httpx
+from httpx._decoders import SUPPORTED_DECODERS
 
 from labkit.errors import MalformedStream
 from labkit.measurement.failures import (
@@ -38,10 +39,13 @@ from labkit.measurement.failures import (
     looks_like_a_document,
     no_parser_no_error,
     not_a_stream,
+    proxy_refused,
     redactor,
     redirect_error,
     sole_cause,
     stream_error,
+    tls_problem,
+    undecodable_body,
 )
 from labkit.measurement.lateness import stamp_self_check
 from labkit.measurement.loopclock import LatenessTracker, loop_clock, socket_fd
@@ -80,6 +84,9 @@ Clock = Callable[[], int]
 #: the provider's message, never a whole 300 MB page held in memory.
 ERROR_BODY_CAP = 64 * 1024
 _HEADERS_DONE = "http11.receive_response_headers.complete"
+#: The Content-Encodings httpx decodes here, on either transport (gzip, deflate; br and zstd
+#: with their packages): a body in any other is named, not read as an empty stream.
+_DECODABLE = frozenset(SUPPORTED_DECODERS)
 
 
 @dataclass(slots=True)
@@ -381,6 +388,8 @@ class StreamRecorder(BaseRecorder):
         if provider.closes_connection(request):
             http_request.headers["connection"] = "close"
         phases = m.phases
+        proxy = provider.connections.proxy
+        m.via_proxy = proxy.describe() if proxy is not None else None
 
         async def trace(name: str, info: dict[str, Any]) -> None:
             # The lean transport passes the stamp of the event itself (headers: their arrival).
@@ -419,10 +428,15 @@ class StreamRecorder(BaseRecorder):
                     if status >= 400:
                         body = await _read_capped(response.aiter_bytes(), ERROR_BODY_CAP)
                         m.end_ns = clock()
-                        m.error = http_error(status, response.headers, body, redact)
+                        m.error = proxy_refused(
+                            http_error(status, response.headers, body, redact), m.via_proxy
+                        )
                     elif status >= 300:
                         m.end_ns = clock()
                         m.error = redirect_error(status, response.headers, redact)
+                    elif undecodable := undecodable_body(status, response.headers, _DECODABLE):
+                        m.end_ns = clock()
+                        m.error = undecodable
                     else:
                         framer = provider.new_framer()
                         await self._read_events(response, framer, parser, m, redact)
@@ -502,7 +516,14 @@ class StreamRecorder(BaseRecorder):
                     if window is not None:
                         read_windows[t] = window
             parse_ns += clock() - t_read
-        for ev in sse.close():
+            if m.done or parser.ended:
+                break  # the stream's terminator: what a server sends after it is not read
+        ended = m.done or parser.ended
+        if ended:
+            # Kept for the next request only when its body was read to the end (both
+            # transports close a connection whose response is left unread).
+            await response.aclose()
+        for ev in () if ended else sse.close():
             try:
                 stamp(on_event(ev), ev.t_ns)
             except (MalformedStream, ValueError) as exc:
@@ -522,6 +543,9 @@ class StreamRecorder(BaseRecorder):
         redact: Callable[[str], str],
     ) -> RecordError | None:
         """httpx's exceptions: timeouts, lost connections, requests it could not send."""
+        if _HEADERS_DONE not in m.phases and (tls := tls_problem(exc, m.phases)):
+            kind = ErrorKind.TIMEOUT if "timed out" in tls else ErrorKind.CONNECTION
+            return RecordError(kind=kind, message=f"{tls} ({exception_message(exc, redact)})"[:300])
         if isinstance(exc, httpx.TimeoutException):
             return RecordError(kind=ErrorKind.TIMEOUT, message=exception_message(exc, redact))
         if isinstance(exc, httpx.RemoteProtocolError | httpx.NetworkError):
