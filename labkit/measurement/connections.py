@@ -5,7 +5,8 @@ which only builds requests on `client` and speaks its protocol. Here: one TLS co
 provider, the lean or httpx transport (`transport: auto|httpx|lean`), one-connection clients
 for streams in flight, connections opened ahead of a level (`preconnect`) or of a request
 (`connect_ahead`), a side client for requests outside the measurement, and the SDK path's
-`httpx2` client with the same timeouts, pool and proxy. Proxies: `labkit.measurement.proxies`.
+`httpx2` client with the same timeouts, pool and proxy, and `own_request`, which bounds the
+requests labkit makes of its own. Proxies: `labkit.measurement.proxies`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import httpx
@@ -21,7 +23,17 @@ from labkit.errors import ProviderUnavailable
 from labkit.measurement.lean import LeanTransport, lean_applies
 from labkit.measurement.proxies import ProxyChoice, proxy_for, unusable_because
 
-__all__ = ["Connections", "TransportChoice"]
+__all__ = [
+    "DESCRIBE",
+    "STATS_LATER",
+    "TOKENIZE",
+    "AnswerTooLarge",
+    "Bound",
+    "Connections",
+    "DeadlinePassed",
+    "TransportChoice",
+    "own_request",
+]
 
 #: `ProviderSettings.transport`: how the wire path reads HTTP.
 TransportChoice = Literal["auto", "httpx", "lean"]
@@ -257,3 +269,73 @@ class _ProxiedTransport(httpx.AsyncHTTPTransport):
                     "that variable, or add the host to NO_PROXY"
                 )
             raise httpx.ProxyError(f"{exc} ({self._through}){advice}") from exc
+
+
+# --- labkit's own requests, bounded (issue 25) ---------------------------------------------
+#
+# A request labkit makes of its own (describing a server, tokenizing, stats after the run; no
+# measured stream) gets a deadline for the whole exchange and a bound on the body it reads:
+# a server whose answer never ends, trickles or never stops growing holds its provider for
+# at most the deadline and labkit's memory for at most the bound (docs/guarantees.md).
+
+
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """How long one of labkit's own requests may take in all, and how much body it reads."""
+
+    deadline_s: float
+    max_bytes: int
+
+
+#: `/props`, `/api/version`: a few kB (llama-server's /props carries the chat template).
+DESCRIBE = Bound(deadline_s=10.0, max_bytes=1024 * 1024)
+#: `/tokenize` with pieces, `count_tokens`: ~40 bytes a token, a long prompt's worth.
+TOKENIZE = Bound(deadline_s=60.0, max_bytes=32 * 1024 * 1024)
+#: A generation's stats after the run (OpenRouter's `/generation`): one small object.
+STATS_LATER = Bound(deadline_s=30.0, max_bytes=1024 * 1024)
+
+
+class DeadlinePassed(httpx.TimeoutException):
+    """One of labkit's own requests had no whole answer within its deadline."""
+
+
+class AnswerTooLarge(httpx.DecodingError):
+    """One of labkit's own requests was answered with more than its bound."""
+
+
+_NOT_CARRIED = frozenset({"content-encoding", "content-length", "transfer-encoding"})
+
+
+async def own_request(
+    client: httpx.AsyncClient, method: str, url: str, bound: Bound, **kwargs: Any
+) -> httpx.Response:
+    """`client.request(method, url, **kwargs)` within `bound`: the response, its body read
+    (decoded) and closed; DeadlinePassed or AnswerTooLarge (both httpx.HTTPError) when the
+    server takes longer or sends more."""
+    request = client.build_request(method, url, **kwargs)
+    what = f"{method} {request.url.path}"
+    parts: list[bytes] = []
+    try:
+        async with asyncio.timeout(bound.deadline_s):
+            response = await client.send(request, stream=True)
+            try:
+                size = 0
+                async for chunk in response.aiter_bytes():
+                    size += len(chunk)
+                    if size > bound.max_bytes:
+                        raise AnswerTooLarge(
+                            f"{what}: answer over labkit's bound of {bound.max_bytes:,} bytes",
+                            request=request,
+                        )
+                    parts.append(chunk)
+            finally:
+                await response.aclose()
+    except TimeoutError:
+        raise DeadlinePassed(
+            f"{what}: no whole answer within labkit's deadline of {bound.deadline_s:g} s",
+            request=request,
+        ) from None
+    headers = [(k, v) for k, v in response.headers.multi_items() if k not in _NOT_CARRIED]
+    return httpx.Response(
+        response.status_code, headers=headers, content=b"".join(parts), request=request
+    )

@@ -26,7 +26,7 @@ import httpx
 from pydantic import Field
 
 from labkit.errors import MalformedStream
-from labkit.measurement.own_requests import DESCRIBE, own_request
+from labkit.measurement.connections import DESCRIBE, own_request
 from labkit.measurement.sse import NDJSONParser, SSEEvent, SSEParser
 from labkit.providers._wire import (
     describe,

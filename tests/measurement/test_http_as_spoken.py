@@ -350,3 +350,24 @@ def test_an_unusable_all_proxy_does_not_stop_the_in_process_fake(
     rec = asyncio.run(main())
     assert rec.error is None, rec.error
     assert rec.output_text
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_certificate_not_trusted_here_says_tls_and_where_to_trust_it(
+    path: str, ca: trustme.CA, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)  # the throwaway CA is trusted nowhere
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+
+    def answer(conn: socket.socket) -> None:
+        conn.settimeout(5)
+        with context.wrap_socket(conn, server_side=True) as tls:
+            tls.recv(65536)
+
+    transport, recorder = _path(path)
+    with _RawServer(lambda c: _quietly(answer, c)) as server:
+        (rec,) = _records(server.https_url, transport, recorder())
+    assert rec.error is not None and rec.error.kind == ErrorKind.CONNECTION, rec.error
+    assert "TLS" in rec.error.message and "SSL_CERT_FILE" in rec.error.message, rec.error.message
