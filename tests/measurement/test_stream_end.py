@@ -157,7 +157,7 @@ def test_a_failed_response_held_open_is_its_error_not_a_timeout(host: str) -> No
 
 
 @pytest.mark.parametrize("host", HOSTS)
-@pytest.mark.parametrize("shape", ["anthropic-message_stop", "responses-completed"])
+@pytest.mark.parametrize("shape", ["openai-DONE", "anthropic-message_stop", "responses-completed"])
 def test_the_sdk_path_stops_at_the_terminator_too(shape: str, host: str) -> None:
     kind, events, content_type, text = SHAPES[shape]
     reply = _held_open(events, content_type, "chunked")
