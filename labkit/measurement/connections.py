@@ -27,12 +27,14 @@ __all__ = [
     "DESCRIBE",
     "STATS_LATER",
     "TOKENIZE",
+    "WARM_UP",
     "AnswerTooLarge",
     "Bound",
     "Connections",
     "DeadlinePassed",
     "TransportChoice",
     "own_request",
+    "send_bounded",
 ]
 
 #: `ProviderSettings.transport`: how the wire path reads HTTP.
@@ -152,8 +154,7 @@ class Connections:
         request = self.warm_up()
         if request is not None:
             with contextlib.suppress(httpx.HTTPError):
-                response = await client.send(request)
-                await response.aclose()
+                await send_bounded(client, request, WARM_UP)
 
     async def connect_ahead(self, client: httpx.AsyncClient) -> bool:
         """Open a connection for the next request on `client` when it has none ready,
@@ -293,6 +294,8 @@ DESCRIBE = Bound(deadline_s=10.0, max_bytes=1024 * 1024)
 TOKENIZE = Bound(deadline_s=60.0, max_bytes=32 * 1024 * 1024)
 #: A generation's stats after the run (OpenRouter's `/generation`): one small object.
 STATS_LATER = Bound(deadline_s=30.0, max_bytes=1024 * 1024)
+#: The warm-up request that opens a level's connections (llama.cpp `GET /health`).
+WARM_UP = Bound(deadline_s=10.0, max_bytes=64 * 1024)
 
 
 class DeadlinePassed(httpx.TimeoutException):
@@ -312,8 +315,14 @@ async def own_request(
     """`client.request(method, url, **kwargs)` within `bound`: the response, its body read
     (decoded) and closed; DeadlinePassed or AnswerTooLarge (both httpx.HTTPError) when the
     server takes longer or sends more."""
-    request = client.build_request(method, url, **kwargs)
-    what = f"{method} {request.url.path}"
+    return await send_bounded(client, client.build_request(method, url, **kwargs), bound)
+
+
+async def send_bounded(
+    client: httpx.AsyncClient, request: httpx.Request, bound: Bound
+) -> httpx.Response:
+    """`own_request` for a request already built."""
+    what = f"{request.method} {request.url.path}"
     parts: list[bytes] = []
     try:
         async with asyncio.timeout(bound.deadline_s):

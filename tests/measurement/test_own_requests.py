@@ -195,3 +195,19 @@ def test_which_ray_addresses_are_checked(monkeypatch: pytest.MonkeyPatch) -> Non
     assert ray_endpoint("head:notaport") is None
     monkeypatch.setenv("RAY_ADDRESS", "gcs.cluster:6379")
     assert ray_endpoint("auto") == ("gcs.cluster", 6379)
+
+
+def test_a_warm_up_that_never_ends_is_given_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Without the bound this never returns: a byte every 50 ms never meets the read timeout.
+    monkeypatch.setattr(connections, "WARM_UP", SHORT)
+
+    async def main(base_url: str) -> None:
+        provider = make_provider("llamacpp", base_url=base_url, transport="httpx")
+        try:
+            await provider.connections.preconnect(2)
+        finally:
+            await provider.aclose()
+
+    with MisbehavingServer(_never_ends) as server:
+        asyncio.run(main(server.base_url))
+        assert any(r.startswith(b"GET /health") for r in server.requests)
