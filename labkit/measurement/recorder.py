@@ -69,12 +69,14 @@ from labkit.records import (
 from labkit.timing import derive_client_timings
 
 __all__ = [
+    "DRAIN_AFTER_TERMINATOR_S",
     "ERROR_BODY_CAP",
     "BaseRecorder",
     "Measurement",
     "RecordContext",
     "StreamRecorder",
     "assemble_record",
+    "drain_after_terminator",
     "settle_counts_and_stop",
 ]
 
@@ -517,12 +519,8 @@ class StreamRecorder(BaseRecorder):
                         read_windows[t] = window
             parse_ns += clock() - t_read
             if m.done or parser.ended:
-                break  # the stream's terminator: what a server sends after it is not read
+                break  # the stream's terminator: what follows is not parsed
         ended = m.done or parser.ended
-        if ended:
-            # Kept for the next request only when its body was read to the end (both
-            # transports close a connection whose response is left unread).
-            await response.aclose()
         for ev in () if ended else sse.close():
             try:
                 stamp(on_event(ev), ev.t_ns)
@@ -534,6 +532,8 @@ class StreamRecorder(BaseRecorder):
         m.end_ns = clock()
         m.parse_ns = parse_ns
         parser.read_framing(sse, m.t_start)
+        if ended:
+            await drain_after_terminator(chunks)
 
     def _transport_error(
         self,
@@ -562,6 +562,28 @@ class StreamRecorder(BaseRecorder):
         if isinstance(exc, httpx.HTTPError) and not isinstance(exc, REQUEST_INVALID):
             return RecordError(kind=ErrorKind.CONNECTION, message=exception_message(exc, redact))
         return None
+
+
+#: After a stream's terminator, how long the rest of its body is read (and discarded) so that
+#: its connection can carry the next request: a server that ends the body at once keeps the
+#: connection; one that holds the body open loses it here, and the request is over.
+DRAIN_AFTER_TERMINATOR_S = 0.25
+#: At most this many further reads (or SDK items) are drained.
+DRAIN_AFTER_TERMINATOR_READS = 1000
+
+
+async def drain_after_terminator(rest: AsyncIterator[object]) -> None:
+    """Read what follows a stream's terminator, within `DRAIN_AFTER_TERMINATOR_S` and
+    `DRAIN_AFTER_TERMINATOR_READS`; nothing it reads or raises counts (the stream is complete,
+    its record stamped). A body left unfinished is closed with its response, never reused."""
+    reads = 0
+    # What a server sends after its terminator, errors included, is no part of the stream.
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(DRAIN_AFTER_TERMINATOR_S):
+            async for _ in rest:
+                reads += 1
+                if reads >= DRAIN_AFTER_TERMINATOR_READS:
+                    return
 
 
 def settle_counts_and_stop(

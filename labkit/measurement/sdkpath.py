@@ -51,6 +51,7 @@ from labkit.measurement.recorder import (
     BaseRecorder,
     Clock,
     Measurement,
+    drain_after_terminator,
 )
 from labkit.providers.base import ChatRequest, Provider, SDKAdapter, StreamParser
 from labkit.records import ErrorKind, RecordError, RequestRecord
@@ -175,6 +176,8 @@ class SDKRecorder(BaseRecorder):
                         if m.done or parser.ended:
                             break  # the terminator (`message_stop`, `response.completed`)
                     m.end_ns = clock()
+                    if m.done or parser.ended:
+                        await drain_after_terminator(aiter(stream))
                 finally:
                     await stream.close()
         finally:
