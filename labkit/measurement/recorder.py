@@ -544,7 +544,8 @@ class StreamRecorder(BaseRecorder):
     ) -> RecordError | None:
         """httpx's exceptions: timeouts, lost connections, requests it could not send."""
         if _HEADERS_DONE not in m.phases and (tls := tls_problem(exc, m.phases)):
-            kind = ErrorKind.TIMEOUT if "timed out" in tls else ErrorKind.CONNECTION
+            timed_out = isinstance(exc, httpx.TimeoutException)
+            kind = ErrorKind.TIMEOUT if timed_out else ErrorKind.CONNECTION
             return RecordError(kind=kind, message=f"{tls} ({exception_message(exc, redact)})"[:300])
         if isinstance(exc, httpx.TimeoutException):
             return RecordError(kind=ErrorKind.TIMEOUT, message=exception_message(exc, redact))

@@ -225,7 +225,7 @@ class SDKRecorder(BaseRecorder):
             # The SDKs wrap transport errors ("Connection error."): the cause says what happened.
             message = f"{message} ({exception_message(cause, redact)})"[:300]
         if _HEADERS_DONE not in m.phases and (tls := tls_problem(exc, m.phases)):
-            kind = ErrorKind.TIMEOUT if "timed out" in tls else ErrorKind.CONNECTION
+            kind = ErrorKind.TIMEOUT if "Timeout" in name else ErrorKind.CONNECTION
             return RecordError(kind=kind, message=f"{tls} ({message})"[:300])
         if "Timeout" in name:
             return RecordError(kind=ErrorKind.TIMEOUT, message=message)
