@@ -211,3 +211,16 @@ def test_a_warm_up_that_never_ends_is_given_up(monkeypatch: pytest.MonkeyPatch) 
     with MisbehavingServer(_never_ends) as server:
         asyncio.run(main(server.base_url))
         assert any(r.startswith(b"GET /health") for r in server.requests)
+
+
+def test_the_ray_executor_checks_its_address_before_ray_starts(tmp_path: Path) -> None:
+    # Ray is imported, never initialised: the check refuses the address first.
+    from labkit.config import RayExecutorSettings
+    from labkit.runner.ray_executor import RayExecutor, ray_module
+
+    port = _free_port()
+    settings = RayExecutorSettings(address=f"127.0.0.1:{port}")
+    executor = RayExecutor(settings, tmp_path, run_id="r", store_text=False)
+    with pytest.raises(RunError, match=f"no Ray cluster at 127.0.0.1:{port}"):
+        asyncio.run(executor._connect())
+    assert not ray_module().is_initialized()
