@@ -101,9 +101,11 @@ def _is_loopback_host(host: Any) -> bool:
     if host in ("localhost", "localhost.localdomain", ""):
         return True
     try:
-        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+        address = ipaddress.ip_address(host.split("%")[0])
     except ValueError:
         return False
+    mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:127.0.0.1 is 127.0.0.1
+    return (mapped or address).is_loopback
 
 
 def _check_address(address: Any) -> None:

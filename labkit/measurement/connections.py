@@ -5,7 +5,8 @@ which only builds requests on `client` and speaks its protocol. Here: one TLS co
 provider, the lean or httpx transport (`transport: auto|httpx|lean`), one-connection clients
 for streams in flight, connections opened ahead of a level (`preconnect`) or of a request
 (`connect_ahead`), a side client for requests outside the measurement, and the SDK path's
-`httpx2` client with the same timeouts, pool and proxy. Proxies: `labkit.measurement.proxies`.
+`httpx2` client with the same timeouts, pool and proxy, and `own_request`, which bounds the
+requests labkit makes of its own. Proxies: `labkit.measurement.proxies`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import httpx
@@ -27,7 +29,19 @@ from labkit.measurement.setup import (
     import_network_backends,
 )
 
-__all__ = ["Connections", "TransportChoice"]
+__all__ = [
+    "DESCRIBE",
+    "STATS_LATER",
+    "TOKENIZE",
+    "WARM_UP",
+    "AnswerTooLarge",
+    "Bound",
+    "Connections",
+    "DeadlinePassed",
+    "TransportChoice",
+    "own_request",
+    "send_bounded",
+]
 
 #: `ProviderSettings.transport`: how the wire path reads HTTP.
 TransportChoice = Literal["auto", "httpx", "lean"]
@@ -71,6 +85,9 @@ class Connections:
         self.client = self._make_client()
         self._idle_shards: list[httpx.AsyncClient] = []
         self._shards: list[httpx.AsyncClient] = []
+        #: The proxy the measured requests go through (None: direct, or in-process), for
+        #: errors that name it (`ProxyChoice.describe`, never its credentials).
+        self.proxy = None if client_factory is not None else proxy_for(base_url)
 
     def _wants_lean(self, transport: TransportChoice, load_level: bool) -> bool:
         if transport == "httpx":
@@ -151,8 +168,7 @@ class Connections:
         request = self.warm_up()
         if request is not None:
             with contextlib.suppress(httpx.HTTPError):
-                response = await client.send(request)
-                await response.aclose()
+                await send_bounded(client, request, WARM_UP)
 
     async def connect_ahead(self, client: httpx.AsyncClient) -> bool:
         """Open a connection for the next request on `client` when it has none ready,
@@ -267,3 +283,89 @@ class _ProxiedTransport(httpx.AsyncHTTPTransport):
             return await super().handle_async_request(request)
         except httpx.ConnectError as exc:
             raise httpx.ConnectError(f"{exc or 'connect failed'} ({self._through})") from exc
+        except httpx.ProxyError as exc:  # the proxy answered CONNECT with an error status
+            advice = ""
+            if "407" in str(exc):
+                advice = (
+                    ": the proxy wants credentials; put user:password in the proxy URL of "
+                    "that variable, or add the host to NO_PROXY"
+                )
+            raise httpx.ProxyError(f"{exc} ({self._through}){advice}") from exc
+
+
+# --- labkit's own requests, bounded (issue 25) ---------------------------------------------
+#
+# A request labkit makes of its own (describing a server, tokenizing, stats after the run; no
+# measured stream) gets a deadline for the whole exchange and a bound on the body it reads:
+# a server whose answer never ends, trickles or never stops growing holds its provider for
+# at most the deadline and labkit's memory for at most the bound (docs/guarantees.md).
+
+
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """How long one of labkit's own requests may take in all, and how much body it reads."""
+
+    deadline_s: float
+    max_bytes: int
+
+
+#: `/props`, `/api/version`: a few kB (llama-server's /props carries the chat template).
+DESCRIBE = Bound(deadline_s=10.0, max_bytes=1024 * 1024)
+#: `/tokenize` with pieces, `count_tokens`: ~40 bytes a token, a long prompt's worth.
+TOKENIZE = Bound(deadline_s=60.0, max_bytes=32 * 1024 * 1024)
+#: A generation's stats after the run (OpenRouter's `/generation`): one small object.
+STATS_LATER = Bound(deadline_s=30.0, max_bytes=1024 * 1024)
+#: The warm-up request that opens a level's connections (llama.cpp `GET /health`).
+WARM_UP = Bound(deadline_s=10.0, max_bytes=64 * 1024)
+
+
+class DeadlinePassed(httpx.TimeoutException):
+    """One of labkit's own requests had no whole answer within its deadline."""
+
+
+class AnswerTooLarge(httpx.DecodingError):
+    """One of labkit's own requests was answered with more than its bound."""
+
+
+_NOT_CARRIED = frozenset({"content-encoding", "content-length", "transfer-encoding"})
+
+
+async def own_request(
+    client: httpx.AsyncClient, method: str, url: str, bound: Bound, **kwargs: Any
+) -> httpx.Response:
+    """`client.request(method, url, **kwargs)` within `bound`: the response, its body read
+    (decoded) and closed; DeadlinePassed or AnswerTooLarge (both httpx.HTTPError) when the
+    server takes longer or sends more."""
+    return await send_bounded(client, client.build_request(method, url, **kwargs), bound)
+
+
+async def send_bounded(
+    client: httpx.AsyncClient, request: httpx.Request, bound: Bound
+) -> httpx.Response:
+    """`own_request` for a request already built."""
+    what = f"{request.method} {request.url.path}"
+    parts: list[bytes] = []
+    try:
+        async with asyncio.timeout(bound.deadline_s):
+            response = await client.send(request, stream=True)
+            try:
+                size = 0
+                async for chunk in response.aiter_bytes():
+                    size += len(chunk)
+                    if size > bound.max_bytes:
+                        raise AnswerTooLarge(
+                            f"{what}: answer over labkit's bound of {bound.max_bytes:,} bytes",
+                            request=request,
+                        )
+                    parts.append(chunk)
+            finally:
+                await response.aclose()
+    except TimeoutError:
+        raise DeadlinePassed(
+            f"{what}: no whole answer within labkit's deadline of {bound.deadline_s:g} s",
+            request=request,
+        ) from None
+    headers = [(k, v) for k, v in response.headers.multi_items() if k not in _NOT_CARRIED]
+    return httpx.Response(
+        response.status_code, headers=headers, content=b"".join(parts), request=request
+    )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import email.utils
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from datetime import UTC, datetime
 
 import httpx
@@ -31,10 +31,13 @@ __all__ = [
     "looks_like_a_document",
     "no_parser_no_error",
     "not_a_stream",
+    "proxy_refused",
     "redactor",
     "redirect_error",
     "sole_cause",
     "stream_error",
+    "tls_problem",
+    "undecodable_body",
 ]
 
 _BODY_EXCERPT_CHARS = 500
@@ -230,3 +233,111 @@ def redactor(provider: Provider) -> Callable[[str], str]:
         return text
 
     return redact
+
+
+# --- HTTP as servers speak it: encodings, TLS, proxies (issue 25) ----------------------------
+
+#: What an SSL error's text says about the server, and what to change (first match wins).
+_TLS_READINGS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (
+        ("certificate_required", "certificate required", "alert bad certificate"),
+        "the server demands a client certificate (mutual TLS), which labkit does not send: "
+        "measure an endpoint that does not require one",
+    ),
+    (
+        ("certificate_verify_failed", "certificate verify failed"),
+        "the server's certificate is not trusted here: set SSL_CERT_FILE to its CA bundle",
+    ),
+    (
+        (
+            "wrong_version_number",
+            "wrong version number",
+            "record_layer_failure",
+            "record layer failure",
+            "packet_length_too_long",
+            "packet length too long",
+            "http_request",
+            "unexpected_eof",
+            "unexpected eof",
+            "eof occurred in violation of protocol",
+            "closed during the tls handshake",
+        ),
+        "the port does not speak TLS (a plain-HTTP server?): use http:// in base_url",
+    ),
+)
+
+
+def tls_problem(exc: BaseException, phases: Mapping[str, int] | None = None) -> str | None:
+    """`TLS ...: what to do` when `exc` (or what caused it) is a TLS failure of an https
+    request, else None. A handshake that timed out after TCP connected (`phases` has
+    ``connection.connect_tcp.complete`` and no ``start_tls.complete``, or the lean
+    transport's "TLS handshake" timeout) is most often a plain-HTTP port waiting for a
+    request line that never comes; a fresh TLS connection closed before any response is most
+    often a server demanding a client certificate."""
+    texts: list[str] = []
+    timed_out = False
+    seen: BaseException | None = exc
+    while seen is not None and len(texts) < 8:  # the SDKs wrap httpx2's exceptions
+        texts.append(f"{type(seen).__name__} {seen}".lower())
+        timed_out = timed_out or isinstance(seen, httpx.TimeoutException | TimeoutError)
+        timed_out = timed_out or "timeout" in type(seen).__name__.lower()
+        seen = seen.__cause__ or seen.__context__
+    text = " ".join(texts)
+    if "ssl" in text or "tls" in text:
+        for needles, advice in _TLS_READINGS:
+            if any(n in text for n in needles):
+                return f"TLS failed: {advice}"
+    stalled = phases is not None and (
+        "connection.connect_tcp.complete" in phases
+        and "connection.start_tls.started" in phases
+        and "connection.start_tls.complete" not in phases
+    )
+    handshaken = phases is not None and "connection.start_tls.complete" in phases
+    lost = ("reset", "disconnected", "readerror", "brokenresource", "closed", "eof")
+    if handshaken and not timed_out and any(word in text for word in lost):
+        # The server's alert is often lost to the reset of its close (the request unread).
+        return (
+            "TLS connection closed by the server right after the handshake, before any "
+            "response: a server that demands a client certificate (mutual TLS) does this, and "
+            "labkit sends none; measure an endpoint that does not require one"
+        )
+    if timed_out and (stalled or "tls handshake" in text):
+        return (
+            "TLS handshake timed out after TCP connected: the port may speak plain HTTP "
+            "(use http:// in base_url)"
+        )
+    return None
+
+
+def undecodable_body(
+    status: int, headers: ResponseHeaders, decodable: Collection[str]
+) -> RecordError | None:
+    """The error of a body in a Content-Encoding this install cannot decode (labkit asks
+    for identity; a server or proxy may compress all the same), or None. Read as it is, such
+    a body would pass as an "empty response body"."""
+    value = headers.get("content-encoding") or ""
+    encodings = [e.strip().lower() for e in value.split(",") if e.strip()]
+    unknown = [e for e in encodings if e != "identity" and e not in decodable]
+    if not unknown:
+        return None
+    install = {"br": "pip install brotli", "zstd": "pip install zstandard"}.get(unknown[0])
+    fix = f"{install}, or " if install else ""
+    message = (
+        f"HTTP {status} body in Content-Encoding {value.strip()!r}, which this install cannot "
+        f"decode (labkit asked for identity): {fix}have the server or proxy send it uncompressed"
+    )
+    return RecordError(kind=ErrorKind.PROTOCOL, message=message[:300], status=status)
+
+
+def proxy_refused(error: RecordError, via_proxy: str | None) -> RecordError:
+    """An HTTP 407 named for what it is: the proxy (and the variable that set it) wants
+    credentials; `via_proxy` is `ProxyChoice.describe()`, which never holds them."""
+    if error.status != 407:
+        return error
+    where = via_proxy or "a proxy between labkit and the server"
+    message = (
+        f"HTTP 407 from {where}: the proxy refused the request (Proxy Authentication "
+        "Required); put user:password in the proxy URL of that variable, or add the host "
+        "to NO_PROXY"
+    )
+    return error.model_copy(update={"message": message[:300]})

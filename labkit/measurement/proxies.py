@@ -2,9 +2,9 @@
 
 The proxy variables (`HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY`, either case) apply as curl and
 httpx read them, `NO_PROXY` included, with one rule added: a loopback target (127.0.0.0/8,
-::1, localhost) never goes through a proxy, as if `NO_PROXY` always named it. A local server
-behind a corporate proxy setting would otherwise be unreachable, or measured through a
-detour.
+::1, ::ffff:127.0.0.1, localhost) never goes through a proxy, as if `NO_PROXY` always
+named it. A local server behind a corporate proxy setting would otherwise be unreachable,
+or measured through a detour.
 """
 
 from __future__ import annotations
@@ -43,14 +43,18 @@ class ProxyChoice:
 
 
 def is_loopback(host: str) -> bool:
-    """Whether `host` is this machine: localhost, 127.0.0.0/8 or ::1."""
+    """Whether `host` is this machine: localhost, 127.0.0.0/8 or ::1, bracketed or not, and
+    127.0.0.0/8 written as an IPv4-mapped IPv6 address (``::ffff:127.0.0.1``)."""
     host = host.strip("[]").rstrip(".").lower()
     if host == "localhost" or host.endswith(".localhost"):
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        address = ipaddress.ip_address(host.partition("%")[0])  # fe80::1%eth0: zone dropped
     except ValueError:
         return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback  # ::ffff:127.0.0.1 is 127.0.0.1
+    return address.is_loopback
 
 
 def proxy_for(url: str) -> ProxyChoice | None:

@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar, Literal
 
 import httpx
+from httpx._decoders import SUPPORTED_DECODERS
 
 from labkit.errors import MalformedStream
 from labkit.measurement.failures import (
@@ -38,10 +39,13 @@ from labkit.measurement.failures import (
     looks_like_a_document,
     no_parser_no_error,
     not_a_stream,
+    proxy_refused,
     redactor,
     redirect_error,
     sole_cause,
     stream_error,
+    tls_problem,
+    undecodable_body,
 )
 from labkit.measurement.lateness import stamp_self_check
 from labkit.measurement.loopclock import LatenessTracker, loop_clock, socket_fd
@@ -66,12 +70,14 @@ from labkit.records import (
 from labkit.timing import derive_client_timings
 
 __all__ = [
+    "DRAIN_AFTER_TERMINATOR_S",
     "ERROR_BODY_CAP",
     "BaseRecorder",
     "Measurement",
     "RecordContext",
     "StreamRecorder",
     "assemble_record",
+    "drain_after_terminator",
     "settle_counts_and_stop",
 ]
 
@@ -81,6 +87,9 @@ Clock = Callable[[], int]
 #: the provider's message, never a whole 300 MB page held in memory.
 ERROR_BODY_CAP = 64 * 1024
 _HEADERS_DONE = "http11.receive_response_headers.complete"
+#: The Content-Encodings httpx decodes here, on either transport (gzip, deflate; br and zstd
+#: with their packages): a body in any other is named, not read as an empty stream.
+_DECODABLE = frozenset(SUPPORTED_DECODERS)
 
 
 @dataclass(slots=True)
@@ -431,6 +440,8 @@ class StreamRecorder(BaseRecorder):
         if m.headers:
             http_request.headers.update(m.headers)
         phases = m.phases
+        proxy = provider.connections.proxy
+        m.via_proxy = proxy.describe() if proxy is not None else None
 
         async def trace(name: str, info: dict[str, Any]) -> None:
             # The lean transport passes the stamp of the event itself (headers: their arrival).
@@ -470,10 +481,15 @@ class StreamRecorder(BaseRecorder):
                     if status >= 400:
                         body = await _read_capped(response.aiter_bytes(), ERROR_BODY_CAP)
                         m.end_ns = clock()
-                        m.error = http_error(status, response.headers, body, redact)
+                        m.error = proxy_refused(
+                            http_error(status, response.headers, body, redact), m.via_proxy
+                        )
                     elif status >= 300:
                         m.end_ns = clock()
                         m.error = redirect_error(status, response.headers, redact)
+                    elif undecodable := undecodable_body(status, response.headers, _DECODABLE):
+                        m.end_ns = clock()
+                        m.error = undecodable
                     else:
                         framer = provider.new_framer()
                         await self._read_events(response, framer, parser, m, redact)
@@ -553,7 +569,10 @@ class StreamRecorder(BaseRecorder):
                     if window is not None:
                         read_windows[t] = window
             parse_ns += clock() - t_read
-        for ev in sse.close():
+            if m.done or parser.ended:
+                break  # the stream's terminator: what follows is not parsed
+        ended = m.done or parser.ended
+        for ev in () if ended else sse.close():
             try:
                 stamp(on_event(ev), ev.t_ns)
             except (MalformedStream, ValueError) as exc:
@@ -564,6 +583,8 @@ class StreamRecorder(BaseRecorder):
         m.end_ns = clock()
         m.parse_ns = parse_ns
         parser.read_framing(sse, m.t_start)
+        if ended:
+            await drain_after_terminator(chunks)
 
     def _transport_error(
         self,
@@ -573,6 +594,10 @@ class StreamRecorder(BaseRecorder):
         redact: Callable[[str], str],
     ) -> RecordError | None:
         """httpx's exceptions: timeouts, lost connections, requests it could not send."""
+        if _HEADERS_DONE not in m.phases and (tls := tls_problem(exc, m.phases)):
+            timed_out = isinstance(exc, httpx.TimeoutException)
+            kind = ErrorKind.TIMEOUT if timed_out else ErrorKind.CONNECTION
+            return RecordError(kind=kind, message=f"{tls} ({exception_message(exc, redact)})"[:300])
         if isinstance(exc, httpx.TimeoutException):
             return RecordError(kind=ErrorKind.TIMEOUT, message=exception_message(exc, redact))
         if isinstance(exc, httpx.RemoteProtocolError | httpx.NetworkError):
@@ -589,6 +614,28 @@ class StreamRecorder(BaseRecorder):
         if isinstance(exc, httpx.HTTPError) and not isinstance(exc, REQUEST_INVALID):
             return RecordError(kind=ErrorKind.CONNECTION, message=exception_message(exc, redact))
         return None
+
+
+#: After a stream's terminator, how long the rest of its body is read (and discarded) so that
+#: its connection can carry the next request: a server that ends the body at once keeps the
+#: connection; one that holds the body open loses it here, and the request is over.
+DRAIN_AFTER_TERMINATOR_S = 0.25
+#: At most this many further reads (or SDK items) are drained.
+DRAIN_AFTER_TERMINATOR_READS = 1000
+
+
+async def drain_after_terminator(rest: AsyncIterator[object]) -> None:
+    """Read what follows a stream's terminator, within `DRAIN_AFTER_TERMINATOR_S` and
+    `DRAIN_AFTER_TERMINATOR_READS`; nothing it reads or raises counts (the stream is complete,
+    its record stamped). A body left unfinished is closed with its response, never reused."""
+    reads = 0
+    # What a server sends after its terminator, errors included, is no part of the stream.
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(DRAIN_AFTER_TERMINATOR_S):
+            async for _ in rest:
+                reads += 1
+                if reads >= DRAIN_AFTER_TERMINATOR_READS:
+                    return
 
 
 def settle_counts_and_stop(

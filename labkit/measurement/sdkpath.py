@@ -42,12 +42,19 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any, ClassVar, Literal
 
-from labkit.measurement.failures import exception_message, http_error
+from labkit.measurement.failures import (
+    exception_message,
+    http_error,
+    proxy_refused,
+    tls_problem,
+    undecodable_body,
+)
 from labkit.measurement.proxies import proxy_for
 from labkit.measurement.recorder import (
     BaseRecorder,
     Clock,
     Measurement,
+    drain_after_terminator,
 )
 from labkit.measurement.setup import DRY_RUN_BODY, DRY_RUN_URL, import_network_backends
 from labkit.measurement.sse import SSEEvent
@@ -239,6 +246,11 @@ class SDKRecorder(BaseRecorder):
                 try:
                     parser.on_headers(stream.response.headers)
                     m.read_server_request_id(stream.response.headers)
+                    headers, status = stream.response.headers, stream.response.status_code
+                    if undecodable := undecodable_body(status, headers, _decodable()):
+                        m.end_ns = clock()
+                        m.error = undecodable
+                        return
                     late = m.stamped_in_user_space(getattr(stream.response, "extensions", {}))
                     read = adapter.reader(parser)
                     async for item in stream:
@@ -246,7 +258,11 @@ class SDKRecorder(BaseRecorder):
                         if late is not None:
                             late(t)
                         stamp(read(item), t)
+                        if m.done or parser.ended:
+                            break  # the terminator (`message_stop`, `response.completed`)
                     m.end_ns = clock()
+                    if m.done or parser.ended:
+                        await drain_after_terminator(aiter(stream))
                 finally:
                     await stream.close()
         finally:
@@ -286,13 +302,18 @@ class SDKRecorder(BaseRecorder):
                 body = response.content
             except Exception:  # not read: the SDK's parsed body is what is left
                 body = str(getattr(exc, "body", "")).encode()
-            return http_error(int(status), response.headers, body, redact)
+            return proxy_refused(
+                http_error(int(status), response.headers, body, redact), m.via_proxy
+            )
         name = type(exc).__name__
         message = exception_message(exc, redact)
         cause = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
         if cause is not None:
             # The SDKs wrap transport errors ("Connection error."): the cause says what happened.
             message = f"{message} ({exception_message(cause, redact)})"[:300]
+        if _HEADERS_DONE not in m.phases and (tls := tls_problem(exc, m.phases)):
+            kind = ErrorKind.TIMEOUT if "Timeout" in name else ErrorKind.CONNECTION
+            return RecordError(kind=kind, message=f"{tls} ({message})"[:300])
         if "Timeout" in name:
             return RecordError(kind=ErrorKind.TIMEOUT, message=message)
         if "Connection" in name or "Protocol" in name or "Network" in name:
@@ -311,6 +332,13 @@ def _event_error_text(exc: Exception, body: Any) -> str:
         if message:
             return f"{etype}: {message}" if etype else str(message)
     return f"{type(exc).__name__}: {exc}"
+
+
+def _decodable() -> frozenset[str]:
+    """The Content-Encodings the SDK's HTTP stack (httpx2) decodes in this install."""
+    from httpx2._decoders import SUPPORTED_DECODERS
+
+    return frozenset(SUPPORTED_DECODERS)
 
 
 class _NoSDK(Exception):

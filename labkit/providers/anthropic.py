@@ -16,6 +16,7 @@ import httpx
 from pydantic import Field
 
 from labkit.errors import MalformedStream
+from labkit.measurement.connections import TOKENIZE, own_request
 from labkit.measurement.sse import SSEEvent
 from labkit.providers._wire import (
     describe,
@@ -341,8 +342,11 @@ class AnthropicProvider(Provider):
 
     async def count_tokens(self, text: str) -> TokenCount | None:
         """`POST /messages/count_tokens` for `text` as one user message."""
-        resp = await self.client.post(
+        resp = await own_request(
+            self.client,
+            "POST",
             "/v1/messages/count_tokens",
+            TOKENIZE,
             json={"model": self.model, "messages": [{"role": "user", "content": text}]},
             headers=self._headers(),
         )

@@ -215,6 +215,8 @@ class ProviderSettings(BaseModel):
     default_base_url: ClassVar[str | None] = None
     #: Whether this kind needs an API key to run at all.
     key_required: ClassVar[bool] = False
+    #: Whether this kind's requests are served in the process (no socket, so no proxy).
+    in_process: ClassVar[bool] = False
 
     def context_size(self) -> int | None:
         """The model's context in tokens, where this entry knows it (None: unknown)."""
@@ -282,6 +284,8 @@ class ProviderSettings(BaseModel):
         return self.resolve_api_key()
 
     def _check_proxy(self) -> None:
+        if self.in_process:  # opens no connection: the proxy variables do not apply
+            return
         try:
             proxy = proxy_for(self.resolved_base_url())
         except ProviderUnavailable:  # no URL: said when the provider is built
@@ -509,6 +513,13 @@ class StreamParser(ABC):
         """The collected logprobs (the record's `logprobs`); None when none were asked."""
         collector = self._logprobs
         return collector.result() if collector is not None else None
+
+    @property
+    def ended(self) -> bool:
+        """Whether the stream's terminator was seen when it is no `EventClass.DONE` event
+        (Ollama's `done: true` line may carry text): nothing more follows, so the recorder
+        stops reading there even if the server keeps the body open. Default: False."""
+        return False
 
 
 #: Tokens a reported output count may hold beyond its streamed content before the content

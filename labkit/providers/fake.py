@@ -406,6 +406,7 @@ class FakeSettings(ProviderSettings):
     schedule: FakeSchedule = Field(default_factory=FakeSchedule)
 
     default_base_url: ClassVar[str | None] = "http://fake.labkit.invalid/v1"
+    in_process: ClassVar[bool] = True
 
 
 @register

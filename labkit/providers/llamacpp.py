@@ -20,6 +20,7 @@ import httpx
 from pydantic import Field, PositiveInt, model_validator
 
 from labkit.filenames import safe_filename
+from labkit.measurement.connections import DESCRIBE, TOKENIZE, own_request
 from labkit.providers._wire import wire_count
 from labkit.providers.base import (
     ManagedServerHandle,
@@ -218,7 +219,7 @@ class LlamaCppProvider(OpenAICompatibleProvider):
 
     async def tokenize(self, text: str) -> list[int]:
         """The model's own tokens for raw `text` (no chat template, no BOS)."""
-        resp = await self.client.post("/tokenize", json={"content": text})
+        resp = await own_request(self.client, "POST", "/tokenize", TOKENIZE, json={"content": text})
         resp.raise_for_status()
         tokens = resp.json()["tokens"]
         return [t if isinstance(t, int) else int(t["id"]) for t in tokens]
@@ -229,7 +230,8 @@ class LlamaCppProvider(OpenAICompatibleProvider):
 
     async def tokenized(self, text: str) -> Tokenized | None:
         """The model's own ids and pieces from `/tokenize` with `with_pieces` (no BOS)."""
-        resp = await self.client.post("/tokenize", json={"content": text, "with_pieces": True})
+        body = {"content": text, "with_pieces": True}
+        resp = await own_request(self.client, "POST", "/tokenize", TOKENIZE, json=body)
         resp.raise_for_status()
         return tokenize_reply(resp.json(), "llamacpp:/tokenize")
 
@@ -257,7 +259,7 @@ class LlamaCppProvider(OpenAICompatibleProvider):
 
     async def describe(self) -> dict[str, Any]:
         """`/props`: build, slots, context and model path; sets `server_build`."""
-        resp = await self.client.get("/props")
+        resp = await own_request(self.client, "GET", "/props", DESCRIBE)
         resp.raise_for_status()
         props = resp.json()
         self.server_build = props.get("build_info")

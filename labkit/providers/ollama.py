@@ -27,6 +27,7 @@ import httpx
 from pydantic import Field
 
 from labkit.errors import MalformedStream
+from labkit.measurement.connections import DESCRIBE, own_request
 from labkit.measurement.sse import NDJSONParser, SSEEvent, SSEParser
 from labkit.providers._wire import (
     describe,
@@ -191,6 +192,11 @@ class OllamaParser(StreamParser):
         """Whether the `done: true` object arrived."""
         return self._done
 
+    @property
+    def ended(self) -> bool:
+        """The `done: true` line is the stream's last (`StreamParser.ended`)."""
+        return self._done
+
     def stop_reason(self) -> StopReason | None:
         """`done_reason` mapped (a done object without one, from servers before it existed,
         is a natural end); a turn that called a tool ends with `stop`, which is `tool_call`
@@ -257,7 +263,7 @@ class OllamaProvider(Provider):
 
     async def describe(self) -> dict[str, Any]:
         """`GET /api/version`: the server's version; sets `server_build`."""
-        resp = await self.client.get("/api/version")
+        resp = await own_request(self.client, "GET", "/api/version", DESCRIBE)
         resp.raise_for_status()
         version = wire_object(resp.json(), "/api/version") or {}
         self.server_build = wire_str(version.get("version"), "version")

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 import httpx
 from pydantic import Field, field_validator
 
+from labkit.measurement.connections import STATS_LATER, TOKENIZE, own_request
 from labkit.provider_stats import LaterStats
 from labkit.providers.base import (
     ChatRequest,
@@ -126,14 +127,18 @@ class OpenAICompatibleProvider(OpenAIProvider):
             "add_special_tokens": False,
             "return_token_strs": True,
         }
-        resp = await self.client.post(url, json=body, headers=self.request_headers())
+        resp = await own_request(
+            self.client, "POST", url, TOKENIZE, json=body, headers=self.request_headers()
+        )
         if resp.status_code in _NO_TOKENIZER:
             return await super().tokenized(text)
         resp.raise_for_status()
         cut = tokenize_reply(resp.json(), source)
         if cut.count == 0 and text:  # llama.cpp reads `content`, not `prompt`
             llama_body = {"content": text, "with_pieces": True}
-            resp = await self.client.post(url, json=llama_body, headers=self.request_headers())
+            resp = await own_request(
+                self.client, "POST", url, TOKENIZE, json=llama_body, headers=self.request_headers()
+            )
             resp.raise_for_status()
             cut = tokenize_reply(resp.json(), source)
         return cut
@@ -151,8 +156,13 @@ class OpenAICompatibleProvider(OpenAIProvider):
     async def stats_later(self, client: httpx.AsyncClient, response_id: str) -> LaterStats | None:
         """`GET /generation?id=`: 404 until OpenRouter has stored the generation (seconds
         after the stream ends); its durations are milliseconds."""
-        resp = await client.get(
-            "generation", params={"id": response_id}, headers=self.request_headers()
+        resp = await own_request(
+            client,
+            "GET",
+            "generation",
+            STATS_LATER,
+            params={"id": response_id},
+            headers=self.request_headers(),
         )
         if resp.status_code == 404:
             return None

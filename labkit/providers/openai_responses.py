@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 import httpx
 
 from labkit.errors import MalformedStream
+from labkit.measurement.connections import TOKENIZE, own_request
 from labkit.measurement.sse import SSEEvent
 from labkit.providers._wire import (
     describe,
@@ -511,8 +512,11 @@ class OpenAIResponsesProvider(OpenAIProvider):
 
     async def count_tokens(self, text: str) -> TokenCount | None:
         """`POST /responses/input_tokens` for `text` as the input."""
-        resp = await self.client.post(
+        resp = await own_request(
+            self.client,
+            "POST",
             "/responses/input_tokens",
+            TOKENIZE,
             json={"model": self.model, "input": text},
             headers=self.request_headers(),
         )

@@ -68,6 +68,7 @@ from labkit.providers import Provider
 from labkit.records import ErrorKind, RecordError, RequestRecord, StopReason
 from labkit.runner.executor import Executor, LevelSink
 from labkit.runner.jobs import LevelJob, Ready, Recorded, Sending, decode, encode
+from labkit.runner.ray_address import check_ray_address
 from labkit.runner.worker_body import build_worker, run_worker
 from labkit.selfcheck import level_lag
 
@@ -369,6 +370,7 @@ class RayExecutor(Executor):
             # Ray Client's proxy starts a server per client, and under load sometimes takes
             # its start for a failure: the connection is refused once, the next one works.
             attempts = _CLIENT_ATTEMPTS if address.startswith("ray://") else 1
+            await asyncio.to_thread(check_ray_address, address)  # nothing there: one line
             for attempt in range(1, attempts + 1):
                 try:
                     await asyncio.to_thread(

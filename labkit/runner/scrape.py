@@ -33,6 +33,8 @@ DEFAULT_INTERVAL_S = 1.0
 #: not what was meant to be scraped.
 MAX_BODY_BYTES = 4 * 1024 * 1024
 _TIMEOUT_S = 5.0
+#: One scrape's whole exchange: a body that trickles in forever ends the scrape here.
+SCRAPE_DEADLINE_S = 10.0
 
 
 @dataclass
@@ -151,6 +153,7 @@ class MetricsScraper:
         self.report.scrapes += 1
 
     def _fetch(self, client: httpx.Client) -> str:
+        deadline = time.perf_counter() + SCRAPE_DEADLINE_S
         with client.stream("GET", self.url) as response:
             if response.status_code != 200:
                 raise httpx.HTTPStatusError(
@@ -161,6 +164,8 @@ class MetricsScraper:
                 body += chunk
                 if len(body) > self.max_body_bytes:
                     raise _BodyTooLarge(f"body over {self.max_body_bytes} bytes")
+                if time.perf_counter() > deadline:
+                    raise _BodyTooLarge(f"no whole body within {SCRAPE_DEADLINE_S:g} s")
         return body.decode("utf-8")
 
     def _failed(self, message: str) -> None:

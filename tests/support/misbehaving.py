@@ -1,8 +1,9 @@
-"""A real HTTP server on 127.0.0.1 that answers each request with scripted raw bytes.
+"""A real HTTP server on 127.0.0.1 (or ::1) that answers each request with scripted raw bytes.
 
 Each reply is a list of steps: `bytes` written as they are (status line and headers
-included, so any framing can be sent), or a float, seconds to sleep before the next write
-(slow drips). `MisbehavingServer.requests` keeps every request's head, so a test can see
+included, so any framing can be sent), a float, seconds to sleep before the next write
+(slow drips), or `HOLD`: keep the connection open, unread, until the server stops.
+`MisbehavingServer.requests` keeps every request's head, so a test can see
 what labkit sent (paths, headers). Used by the fault tests of the recorder and the runner.
 """
 
@@ -14,7 +15,9 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 
-Reply = Iterable[bytes | float]
+Reply = Iterable[bytes | float | None]
+#: A reply step: hold the connection open (send nothing more, never close) until the end.
+HOLD = None
 
 
 def http_head(status: int, headers: dict[str, str], reason: str = "X") -> bytes:
@@ -39,12 +42,14 @@ def body_reply(status: int, body: bytes, content_type: str, **headers: str) -> l
 class MisbehavingServer:
     """Serves `reply(request_head)` for every connection, one request per connection."""
 
-    def __init__(self, reply: Callable[[bytes], Reply]) -> None:
+    def __init__(self, reply: Callable[[bytes], Reply], host: str = "127.0.0.1") -> None:
         self._reply = reply
-        self._sock = socket.create_server(("127.0.0.1", 0))
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._sock = socket.create_server((host, 0), family=family)
         self._sock.settimeout(0.2)
         self.port = self._sock.getsockname()[1]
-        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.base_url = f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
+        self.connections = 0
         self.requests: list[bytes] = []
         self.bytes_sent = 0
         self._stop = threading.Event()
@@ -72,6 +77,7 @@ class MisbehavingServer:
                 continue
             except OSError:
                 return
+            self.connections += 1
             threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
 
     def _answer(self, conn: socket.socket) -> None:
@@ -98,7 +104,9 @@ class MisbehavingServer:
                     body += data
                 self.requests.append(head)
                 for step in self._reply(head):
-                    if isinstance(step, float):
+                    if step is HOLD:
+                        self._stop.wait()
+                    elif isinstance(step, float):
                         time.sleep(step)
                     else:
                         conn.sendall(step)

@@ -124,6 +124,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
         scheme, host, port = key
         loop = asyncio.get_running_loop()
         conn: Connection | None = None
+        stage = "connecting"
         try:
             async with asyncio.timeout(timeout):
                 sock = await _tcp_connect(loop, host, port)
@@ -133,13 +134,14 @@ class LeanTransport(httpx.AsyncBaseTransport):
                         self._ssl_context = httpx.create_ssl_context()
                     tls = TLSConnection(key, sock, loop, self._ssl_context, host)
                     conn = tls
+                    stage = "in the TLS handshake (TCP connected)"
                     await tls.handshake(None)
                 else:
                     conn = Connection(key, sock, loop)
         except TimeoutError:
             if conn is not None:
                 conn.close()
-            raise httpx.ConnectTimeout("timed out connecting", request=request) from None
+            raise httpx.ConnectTimeout(f"timed out {stage}", request=request) from None
         except (OSError, ssl.SSLError) as exc:
             if conn is not None:
                 conn.close()
@@ -198,7 +200,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
             await trace("http11.send_request_body.complete", {"labkit_t_ns": now})
         read_timeout = request.extensions.get("timeout", {}).get("read")
         try:
-            status, headers, t_head = await self._read_head(conn, request, read_timeout)
+            status, headers, t_head, version = await self._read_head(conn, request, read_timeout)
         except BaseException:
             self.discard(conn)
             raise
@@ -211,6 +213,8 @@ class LeanTransport(httpx.AsyncBaseTransport):
             raise
         connection = b",".join(v for k, v in headers if k == b"connection").lower()
         keep_alive = framing != "close" and b"close" not in connection
+        if version == b"HTTP/1.0":
+            keep_alive = False  # an HTTP/1.0 server closes after its response (RFC 9112 §9.3)
         if b"close" in request.headers.get("connection", "").lower().encode():
             keep_alive = False
         stream = Body(self, conn, request, framing, length, keep_alive, read_timeout)
@@ -219,7 +223,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
             headers=headers,
             stream=stream,
             extensions={
-                "http_version": b"HTTP/1.1",
+                "http_version": version,
                 "labkit.arrival": stream,
                 "labkit.connection": how,
             },
@@ -229,7 +233,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
     @staticmethod
     async def _read_head(
         conn: Connection, request: httpx.Request, read_timeout: float | None
-    ) -> tuple[int, list[tuple[bytes, bytes]], int]:
+    ) -> tuple[int, list[tuple[bytes, bytes]], int, bytes]:
         buf = conn.buffer
         stamp = conn.buffer_stamp
         while True:
@@ -256,7 +260,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
                     name, _, value = line.partition(b":")
                     headers.append((name.strip().lower(), value.strip()))
                 conn.buffer_stamp = stamp
-                return status, headers, stamp[0]
+                return status, headers, stamp[0], parts[0]
             if len(buf) > MAX_HEAD:
                 raise httpx.RemoteProtocolError("response headers too large", request=request)
             try:
