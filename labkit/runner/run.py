@@ -42,6 +42,9 @@ from labkit.timing import percentile
 __all__ = ["ProviderOutcome", "RunOptions", "RunResult", "Runner", "run_lab"]
 
 _RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 529}
+#: The longest wait before a retry: a server's Retry-After is honoured up to this (a longer
+#: one, or `1e400`, waits this long), and so is the doubling backoff without one.
+RETRY_WAIT_CAP_S = 60.0
 
 
 @dataclass
@@ -488,7 +491,8 @@ class Runner:
             if attempt > retries or not _retryable(record.error):
                 return
             wait = record.error.retry_after_s
-            await asyncio.sleep(min(wait if wait is not None else 2.0 ** (attempt - 1), 60.0))
+            backoff = wait if wait is not None else 2.0 ** (attempt - 1)
+            await asyncio.sleep(min(backoff, RETRY_WAIT_CAP_S))
 
     def _account(self, record: RequestRecord, outcome: ProviderOutcome) -> None:
         """Keep a finished record and count it in the provider's progress."""
