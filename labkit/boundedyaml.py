@@ -40,16 +40,15 @@ class _BoundedLoader(yaml.SafeLoader):
         super().__init__(stream)
         self.depth = 0
 
-    def compose_node(self, parent: Node | None, index: Any) -> Node:
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
         self.depth += 1
         try:
             if self.depth > MAX_DEPTH:
-                mark = self.peek_event().start_mark
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
                 raise YAMLLimitError(
                     f"nested more than {MAX_DEPTH} levels deep at line {mark.line + 1}"
                 )
-            node: Node = super().compose_node(parent, index)  # type: ignore[misc]
-            return node
+            return super().compose_node(parent, index)
         finally:
             self.depth -= 1
 
