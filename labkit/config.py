@@ -321,7 +321,8 @@ _KEY_LITERAL = re.compile(
 #: A long random run of letters and digits, in both cases: a token, not a word or a model name.
 _RANDOM_RUN = re.compile(r"[A-Za-z0-9]{32,}")
 #: A URL carrying credentials (`scheme://user:password@host`).
-_URL_USERINFO = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^/?#@\s]*@")
+#: Bounded runs, so a long word cannot make the search quadratic.
+_URL_USERINFO = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]{0,31}://[^/?#@\s]{0,512}@")
 #: Body fields that hold credentials, under any provider's `extra_body` or `params`.
 _SECRET_BODY_FIELD = re.compile(
     r"(?:^|[_\-])(?:api[_\-]?key|apikey|secret|password|passwd|token|access[_\-]?token|"

@@ -165,6 +165,14 @@ _TEXTS = st.one_of(
         st.sampled_from(["[", "{", "- ", "a: ", "? "]),
     ),
     st.builds(_bombs, st.integers(1, 12), st.integers(1, 12)),
+    # One long word in each place a secret or a URL is looked for (a search that backtracks
+    # would take minutes here).
+    st.builds(
+        lambda field, piece, n: f"name: r\n{field}{piece * n}\n",
+        st.sampled_from(["description: ", "output_dir: ", "x: ", "- "]),
+        st.sampled_from(["a", "a://", "sk-", "Aa1", "http://u", "@"]),
+        st.integers(1, 60_000),
+    ),
 )
 
 
