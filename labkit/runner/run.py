@@ -102,10 +102,7 @@ class ProviderOutcome:
 
     def unfinished_reason(self) -> str:
         """Why this provider's plan did not finish, for the manifest and the terminal."""
-        what = {"skipped": "skipped", "failed": "failed", "interrupted": "interrupted"}
-        said = (
-            f"{what.get(self.status, self.status)}: {self.reason}" if self.reason else self.status
-        )
+        said = f"{self.status}: {self.reason}" if self.reason else self.status
         return f"{said}; {self.done} request(s) recorded in this session, the rest not sent"
 
 
@@ -157,6 +154,7 @@ class Runner:
         #: Providers a resumed run had already finished: left as they are, not started again
         #: (their key need not be set now).
         self._finished_before = finished_before or {}
+        self._session_start = len(self._records)
         self.experiments: list[Experiment] = []
         counts: dict[str, int] = {}
         for settings in config.experiments:
@@ -298,7 +296,10 @@ class Runner:
                 outcome.server = described
             for exp in self.experiments:
                 await self._run_experiment(exp, provider, outcome, server)
-            outcome.finished = True
+            if self._lost_this_session(outcome.id):  # a partial level: --resume redoes it
+                outcome.reason = "requests lost with a Ray actor that died (a partial level)"
+            else:
+                outcome.finished = True
             await self._fetch_stats_later(provider, outcome)
             if outcome.done and outcome.failed == outcome.done:
                 outcome.status = "failed"
@@ -462,6 +463,12 @@ class Runner:
                 await self.executor.run_level(exp, provider, plan, level)
                 level.check_server()
         await exp.finalize(provider, self._mine(provider, exp))
+
+    def _lost_this_session(self, provider_id: str) -> bool:
+        return any(
+            r.provider == provider_id and r.error is not None and r.error.kind == ErrorKind.LOST
+            for r in self._records[self._session_start :]
+        )
 
     def _mine(self, provider: Provider, exp: Experiment) -> list[RequestRecord]:
         return [r for r in self._records if r.provider == provider.id and r.experiment == exp.name]
