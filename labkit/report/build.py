@@ -95,6 +95,9 @@ def missing_notes(run: RunData, stats: list[RequestStats]) -> list[str]:
     status = run.manifest.get("status")
     if status and status != "completed":
         notes.append(f"The run's status is '{status}': results may be partial.")
+    unfinished = run.manifest.get("unfinished")
+    for pid, why in unfinished.items() if isinstance(unfinished, dict) else []:
+        notes.append(f"Provider {pid} did not finish its plan: {why}.")
     providers = run.manifest.get("providers")
     timings_promised: set[str] = set()
     if isinstance(providers, dict):

@@ -93,6 +93,9 @@ def test_a_run_with_a_skipped_provider_is_incomplete_and_says_how_to_finish(
     _one_line(
         result, "stderr", "run incomplete:", "keyed skipped", f"labkit run --resume {run_dir}"
     )
+    report = _invoke("report", str(run_dir))
+    assert report.exit_code == 0, report.output
+    assert "Provider keyed did not finish its plan: skipped" in (run_dir / "report.md").read_text()
     # With the key, the resume sends only the skipped provider's plan, and then it is complete.
     resumed = _invoke("run", "--resume", str(run_dir), "--no-report", env={KEY_VAR: "k"})
     assert resumed.exit_code == 0, resumed.output
