@@ -25,6 +25,7 @@ from pydantic import (
     field_validator,
 )
 
+from labkit.boundedyaml import MAX_BYTES, YAMLLimitError, load_bounded
 from labkit.errors import ConfigError
 from labkit.experiments import ExperimentSettings, experiment_class, experiment_kinds
 from labkit.providers import ProviderSettings, provider_class, provider_kinds, sdk_available
@@ -128,6 +129,13 @@ class LabConfig(BaseModel):
         "spans go (`labkit.tracing`, docs/tracing.md).",
     )
 
+    @field_validator("output_dir", mode="before")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        if isinstance(value, str) and "\0" in value:
+            raise ValueError("a path may not contain a NUL byte")
+        return value
+
     def redacted(self) -> dict[str, Any]:
         """The config as JSON data for the manifest (it holds variable names, never keys)."""
         return self.model_dump(mode="json")
@@ -201,6 +209,14 @@ def _validate_entries(
                     "(letters, digits, _), not the key itself"
                 )
                 continue
+            url_env = entry.get("base_url_env")
+            if isinstance(url_env, str) and not _ENV_NAME.match(url_env):
+                errors.append(
+                    f"{where}.base_url_env: must be the name of an environment variable "
+                    "(letters, digits and _, not starting with a digit); put a URL itself in "
+                    "base_url"
+                )
+                continue
             if isinstance(env, str) and looks_like_key(env):
                 errors.append(
                     f"{where}.api_key_env: this looks like a key, not the name of an "
@@ -234,7 +250,7 @@ def parse_config(data: Any, source: str = "<config>") -> LabConfig:
     """Validate already-parsed YAML data; raise one ConfigError listing every problem."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping at the top level")
-    errors: list[str] = []
+    errors: list[str] = inline_secrets(data)
     providers = _validate_entries(data, "providers", provider_kinds(), provider_class, errors)
     experiments = _validate_entries(
         data, "experiments", experiment_kinds(), experiment_class, errors
@@ -257,6 +273,8 @@ def parse_config(data: Any, source: str = "<config>") -> LabConfig:
             "executor: kind ray needs Ray, which is not installed here; pip install 'labkit[ray]'"
         )
     if errors or config is None:
+        if len(errors) == 1:  # one problem, one line
+            raise ConfigError(f"{source}: invalid config: {errors[0]}")
         listing = "\n".join(f"  - {e}" for e in errors)
         raise ConfigError(f"{source}: invalid config\n{listing}")
     return config
@@ -267,19 +285,122 @@ def _ray_installed() -> bool:
 
 
 def load_config(path: str | Path) -> LabConfig:
-    """Read and validate a YAML config file."""
+    """Read and validate a YAML config file (bounded: `labkit.boundedyaml`)."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        with p.open("rb") as f:
+            raw = f.read(MAX_BYTES + 1)
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{p}: no such config file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{p}: cannot read config: {exc}") from None
+    except ValueError:  # open's only ValueError: a NUL byte in the path
+        raise ConfigError(f"{str(p)!r}: a path may not contain a NUL byte") from None
+    return parse_config(load_yaml_text(text, str(p)), str(p))
+
+
+def load_yaml_text(text: str, source: str = "<config>") -> Any:
+    """YAML text as data, within `labkit.boundedyaml`'s bounds; ConfigError (one line, naming
+    `source`) for text that is not YAML or breaks a bound."""
     try:
-        data = yaml.safe_load(text)
+        return load_bounded(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"{p}: not valid YAML{where}: {problem}") from None
-    return parse_config(data, str(p))
+        problem = (getattr(exc, "problem", None) or str(exc) or type(exc).__name__).splitlines()[0]
+        raise ConfigError(f"{source}: not valid YAML{where}: {problem}") from None
+    except YAMLLimitError as exc:
+        raise ConfigError(f"{source}: config refused: {exc}") from None
+
+
+# --- Secrets written into a config -------------------------------------------------------
+# A config is copied into every run folder's manifest (and resume reads it back from
+# there), so a secret in it cannot be scrubbed without breaking the resume: it is refused.
+
+#: Key formats with a fixed prefix: OpenAI/Anthropic/Stripe, Groq, Hugging Face, xAI,
+#: GitHub, GitLab, Slack, Google, AWS access key ids.
+_KEY_LITERAL = re.compile(
+    r"(?<![A-Za-z0-9])(?:sk-|sk_|gsk_|hf_|xai-|ghp_|gho_|github_pat_|glpat-|xox[abpr]-|AIza|AKIA)"
+    r"[A-Za-z0-9_\-]{16,}"
+)
+#: A long random run of letters and digits, in both cases: a token, not a word or a model name.
+_RANDOM_RUN = re.compile(r"[A-Za-z0-9]{32,}")
+#: A URL carrying credentials (`scheme://user:password@host`).
+#: Bounded runs, so a long word cannot make the search quadratic.
+_URL_USERINFO = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]{0,31}://[^/?#@\s]{0,512}@")
+#: Body fields that hold credentials, under any provider's `extra_body` or `params`.
+_SECRET_BODY_FIELD = re.compile(
+    r"(?:^|[_\-])(?:api[_\-]?key|apikey|secret|password|passwd|token|access[_\-]?token|"
+    r"auth|authorization|bearer|credentials?|private[_\-]?key)$",
+    re.IGNORECASE,
+)
+
+
+def looks_like_secret(text: str) -> bool:
+    """Whether free text (a run name, a value in a config) holds something key-shaped: a
+    vendor-prefixed key, a random run of 32+ letters and digits in both cases, or URL
+    credentials."""
+    if _KEY_LITERAL.search(text) or _URL_USERINFO.search(text):
+        return True
+    return any(
+        any(c.isupper() for c in run)
+        and any(c.islower() for c in run)
+        and any(c.isdigit() for c in run)
+        for run in _RANDOM_RUN.findall(text)
+    )
+
+
+def _env_keys(data: dict[str, Any]) -> list[str]:
+    """The keys the config's `api_key_env` variables hold here (to find one pasted in)."""
+    providers = data.get("providers")
+    names = (
+        [p.get("api_key_env") for p in providers if isinstance(p, dict)]
+        if isinstance(providers, list)
+        else []
+    )
+    values = [
+        os.environ.get(n, "").strip() for n in names if isinstance(n, str) and _ENV_NAME.match(n)
+    ]
+    return [v for v in values if len(v) >= 8]
+
+
+def inline_secrets(data: dict[str, Any]) -> list[str]:
+    """One error per place in a config's data that holds a secret (never quoting it): a
+    key-shaped string anywhere (the run name included), URL credentials, a key that one of
+    its `api_key_env` variables holds, or a credential field in `extra_body` / `params`."""
+    keys = _env_keys(data)
+    found: list[str] = []
+
+    def visit(value: Any, where: str, in_body: bool) -> None:
+        if isinstance(value, str):
+            if where.endswith(("].api_key_env", "].base_url_env")):
+                return  # checked, with a message of their own, in `_validate_entries`
+            if looks_like_secret(value) or any(k in value for k in keys):
+                found.append(where)
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                name = str(k)
+                path = f"{where}.{name}" if where else name
+                if looks_like_secret(name):
+                    found.append(where or "(top level)")
+                elif in_body and isinstance(v, str) and v and _SECRET_BODY_FIELD.search(name):
+                    found.append(path)
+                else:
+                    visit(
+                        v,
+                        path,
+                        in_body
+                        or (where.startswith("providers[") and name in ("extra_body", "params")),
+                    )
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                visit(v, f"{where}[{i}]", in_body)
+
+    visit(data, "", False)
+    return [
+        f"{where}: holds what looks like a key, token or password (not shown); a config is "
+        "copied into every run folder, so credentials go in environment variables "
+        "(api_key_env for a provider's key)"
+        for where in found
+    ]

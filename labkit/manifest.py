@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, JsonValue
 
 __all__ = [
+    "FOLDER_FORMAT",
     "HostInfo",
     "LaterStatsManifest",
     "Manifest",
@@ -22,8 +23,16 @@ __all__ = [
     "ScrapeManifest",
 ]
 
-RunStatus = Literal["running", "completed", "interrupted", "failed"]
-"""A run's state: ``running`` until it ends (or its process dies)."""
+RunStatus = Literal["running", "completed", "incomplete", "interrupted", "failed"]
+"""A run's state: ``running`` until it ends (or its process dies); ``completed`` only when
+every provider went through its whole plan, ``incomplete`` when one did not (skipped, or
+failed before its plan's end: `Manifest.unfinished` says which and why)."""
+
+#: The run folder's format (`Manifest.folder_format`): raised when this labkit writes
+#: manifest.json or records.jsonl in a way an older labkit would misread. A folder of a
+#: newer format is refused, never mixed into (`labkit.runner.results.RunFolder`).
+#: 1: before the field existed; 2: `unfinished`, `finished`, status ``incomplete``.
+FOLDER_FORMAT = 2
 
 
 class HostInfo(BaseModel):
@@ -77,6 +86,9 @@ class ProviderManifest(BaseModel):
     reports_server_timings: bool | None = None
     server_metrics: ScrapeManifest | None = None
     stats_later: LaterStatsManifest | None = None
+    #: Whether the provider went through its whole plan (every planned request has a
+    #: record); a resume leaves a finished provider as it is.
+    finished: bool | None = None
 
 
 class Manifest(BaseModel):
@@ -100,3 +112,7 @@ class Manifest(BaseModel):
     failure: str | None = None
     records: int | None = None
     providers: dict[str, ProviderManifest] | None = None
+    #: The folder's format (`FOLDER_FORMAT` of the labkit that last wrote it).
+    folder_format: int | None = None
+    #: Providers whose plan did not finish, each with why (status ``incomplete``).
+    unfinished: dict[str, str] | None = None

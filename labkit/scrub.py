@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import sys
 import threading
 import traceback
+import urllib.parse
 from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, TextIO
@@ -43,7 +45,9 @@ __all__ = [
     "ScrubbedStream",
     "for_people",
     "guard_std_streams",
+    "register_environment_credentials",
     "register_secret",
+    "register_url_credentials",
     "registered_secrets",
     "scrub",
     "scrub_frame",
@@ -296,3 +300,49 @@ def _clean_excepthook(
 ) -> None:
     text = "".join(traceback.format_exception(kind, value, tb))
     sys.stderr.write(for_people(text))
+
+
+# --- Credentials beyond the key variable ---------------------------------------------------
+
+#: The variables a proxy (with its credentials) may come from, as httpx and curl read them.
+PROXY_VARIABLES = (
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+)
+
+
+def register_url_credentials(url: str | None) -> None:
+    """Register the credentials a URL carries (`scheme://user:password@host`): the
+    password, decoded and as written, and `user:password` (whose base64 is what a proxy
+    echoing `Proxy-Authorization: Basic ...` shows). A URL without them changes nothing."""
+    if not url or "@" not in url:
+        return
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+    except ValueError:
+        return
+    userinfo = parts.netloc.rpartition("@")[0]
+    if not userinfo:
+        return
+    user, _, password = userinfo.partition(":")
+    for value in (
+        userinfo,
+        urllib.parse.unquote(userinfo),
+        password,
+        urllib.parse.unquote(password),
+    ):
+        register_secret(value)
+    if password:
+        register_secret(f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}")
+
+
+def register_environment_credentials(*variables: str | None) -> None:
+    """Register the credentials in the proxy variables and in `variables` (a provider's
+    `base_url_env`), so no output shows them."""
+    for name in (*PROXY_VARIABLES, *variables):
+        if name:
+            register_url_credentials(os.environ.get(name))

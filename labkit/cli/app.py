@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import math
 import signal
 import sys
@@ -55,6 +56,7 @@ from labkit.runner import (
     ttft_p50,
 )
 from labkit.runner.summary import load_tables
+from labkit.safefiles import write_new_file
 from labkit.scrub import guard_std_streams
 from labkit.terminal import SafeConsole
 from labkit.wording import client_bound_line
@@ -193,6 +195,12 @@ def run(
     try:
         if repeats is not None:
             _check_range("--repeats", repeats, 1)
+        if resume is not None:
+            _refuse_with_resume(
+                CONFIG=config,
+                **{"--example": example, "--out": out, "--repeats": repeats},
+                **{"--provider": provider, "--experiment": experiment},
+            )
         if sum(x is not None for x in (config, example, resume)) > 1:
             raise fail("give one of CONFIG, --example NAME or --resume RUN_DIR")
         if example is not None:
@@ -221,6 +229,31 @@ def run(
         runner.folder.release()
 
 
+def _refuse_with_resume(**given: object) -> None:
+    """`--resume` finishes a run as its manifest planned it: a config or an override given
+    with it cannot be honoured, so it is refused (one line) rather than ignored."""
+    extra = [name for name, value in given.items() if value is not None]
+    if extra:
+        raise fail(
+            f"--resume finishes a run as it was planned and cannot take {', '.join(extra)}; "
+            "resume without them, or start a new run with them"
+        )
+
+
+def _say_incomplete(result: RunResult) -> None:
+    """One line per provider whose plan did not finish, and how to finish the run."""
+    if result.status != "incomplete":
+        return
+    folder = escape(str(result.folder.path))
+    missing = "; ".join(
+        f"{escape(o.id)} {escape(o.unfinished_reason())}" for o in result.outcomes if not o.finished
+    )
+    err_console.print(
+        f"[bold yellow]run incomplete:[/] {missing}; once that is fixed, finish it with: "
+        f"labkit run --resume {folder}"
+    )
+
+
 def _run_and_report(runner: Runner, report: bool) -> None:
     folder = runner.folder.path
     console.print(f"run folder: [bold]{escape(str(folder))}[/]")
@@ -244,6 +277,7 @@ def _run_and_report(runner: Runner, report: bool) -> None:
     if report:
         _write_report(folder)
     _print_answers(result, console)
+    _say_incomplete(result)
     if not any(o.status == "ok" for o in result.outcomes):
         reasons = "; ".join(f"{o.id}: {o.reason}" for o in result.outcomes if o.reason)
         raise fail(f"no provider completed a request ({reasons})")
@@ -320,9 +354,10 @@ def _print_answers(result: RunResult, out: Console) -> None:
 
 
 def _print_result(result: RunResult) -> None:
-    # The same summary goes into the run folder, as plain text.
-    with (result.folder.path / "summary.txt").open("w", encoding="utf-8") as f:
-        _print_summary(result, SafeConsole(file=f, width=140, no_color=True, emoji=False))
+    # The same summary goes into the run folder, as plain text (never through a link).
+    text = io.StringIO()
+    _print_summary(result, SafeConsole(file=text, width=140, no_color=True, emoji=False))
+    write_new_file(result.folder.path / "summary.txt", text.getvalue())
     # On screen, skipped and failed providers were already said, once, as it happened; the
     # answers come last, after the report's path.
     _print_summary(result, console, outcomes=False, answers=False)

@@ -8,6 +8,7 @@ Plain ``type(x) is ...`` checks: this runs on the per-event path (no pydantic pe
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from labkit.errors import MalformedStream
@@ -59,7 +60,11 @@ def wire_number(value: Any, field: str) -> float | None:
     kind = type(value)
     if kind is not float and kind is not int:
         raise MalformedStream(f"{field} is {describe(value)}, not a number")
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer past float range is no duration either
+        return None
+    return number if math.isfinite(number) else None  # `1e400` parses as infinity: no value
 
 
 def wire_str(value: Any, field: str) -> str | None:

@@ -57,7 +57,7 @@ from labkit.records import (
     StopReason,
     Usage,
 )
-from labkit.scrub import register_secret
+from labkit.scrub import register_environment_credentials, register_secret
 from labkit.tokenizers import Tokenized
 
 if TYPE_CHECKING:  # tools import records only; the annotation needs no runtime import
@@ -276,6 +276,7 @@ class ProviderSettings(BaseModel):
         Raises ProviderUnavailable naming the variable to set when a key or URL is missing,
         and when the proxy for its URL needs what this install lacks (SOCKS without socksio).
         """
+        register_environment_credentials(self.base_url_env)  # before any message is made
         if self.base_url is None and self.base_url_env and not os.environ.get(self.base_url_env):
             raise ProviderUnavailable(
                 f"skipping provider {self.id!r}: set {self.base_url_env} to its base URL to run it"
@@ -305,6 +306,7 @@ class ProviderSettings(BaseModel):
         never the value) when the variable is unset or empty, on every kind, or holds
         something that cannot be sent as a header value (non-ASCII, control characters).
         """
+        register_environment_credentials(self.base_url_env)  # proxy and URL credentials
         if self.api_key_env is None:
             if self.key_required:
                 raise ProviderUnavailable(

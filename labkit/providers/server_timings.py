@@ -21,6 +21,7 @@ lookup per key and never scans a chunk. `SERVERS` names the values of the `serve
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, TypeAlias
 
@@ -58,9 +59,10 @@ def _header_number(value: str | None) -> float | None:
     if not value:
         return None
     try:
-        return float(value)
+        number = float(value)
     except ValueError:
         return None
+    return number if math.isfinite(number) else None
 
 
 def keep_raw(pt: ProviderTimings, key: str, value: dict[str, Any]) -> None:

@@ -46,6 +46,7 @@ from labkit.report.split import NOT_REPORTED, attribution_section, split_section
 from labkit.report.stats import run_stats, stats_frame, where
 from labkit.report.sweep import sweep_section
 from labkit.report.workloads import cache_hits_chart, conversation_section
+from labkit.safefiles import write_new_file
 from labkit.scrub import for_people, scrub_frame
 from labkit.server_metrics import ServerMetricsSample, read_server_metrics
 from labkit.wording import CLIENT_BOUND_MARK, cell, client_bound_line
@@ -95,6 +96,9 @@ def missing_notes(run: RunData, stats: list[RequestStats]) -> list[str]:
     status = run.manifest.get("status")
     if status and status != "completed":
         notes.append(f"The run's status is '{status}': results may be partial.")
+    unfinished = run.manifest.get("unfinished")
+    for pid, why in unfinished.items() if isinstance(unfinished, dict) else []:
+        notes.append(f"Provider {pid} did not finish its plan: {why}.")
     providers = run.manifest.get("providers")
     timings_promised: set[str] = set()
     if isinstance(providers, dict):
@@ -552,13 +556,12 @@ def write_report(run_dir: Path | str) -> ReportPaths:
         files=folder / "report_files",
     )
     try:
-        paths.md.write_text(
-            for_people(render_markdown(blocks, folder, paths.files.name)), encoding="utf-8"
-        )
-        paths.html.write_text(html_page(blocks, title), encoding="utf-8")
+        # Each file replaced, never written through a link (`write_new_file`).
+        write_new_file(paths.md, for_people(render_markdown(blocks, folder, paths.files.name)))
+        write_new_file(paths.html, html_page(blocks, title))
         table = scrub_frame(stats_frame(stats))
-        table.to_csv(paths.csv, index=False)
-        table.to_parquet(paths.parquet, index=False)
+        write_new_file(paths.csv, table.to_csv(index=False))
+        write_new_file(paths.parquet, table.to_parquet(index=False))
     except OSError as exc:
         raise RunError(f"cannot write the report into {folder}: {exc}") from exc
     return paths

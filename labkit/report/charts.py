@@ -26,6 +26,7 @@ from labkit.figures import (
     TokenRatioFigures,
 )
 from labkit.records import LabAnswer, LabResults
+from labkit.report.native import for_native_renderer
 from labkit.report.next_token_chart import next_token_charts
 from labkit.wording import CLIENT_BOUND_MARK
 
@@ -59,7 +60,7 @@ class Chart:
     @cached_property
     def png(self) -> bytes:
         """The spec drawn to PNG (for report.md), without a browser."""
-        png: bytes = vl_convert.vegalite_to_png(self.spec, scale=1)
+        png: bytes = vl_convert.vegalite_to_png(for_native_renderer(self.spec), scale=1)
         return png
 
 

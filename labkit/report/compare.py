@@ -56,6 +56,7 @@ from labkit.report.render import (
 from labkit.report.render import render_markdown as _render_md
 from labkit.report.run_charts import distribution_chart, measured
 from labkit.report.stats import GROUP_KEYS
+from labkit.safefiles import write_new_file
 from labkit.scrub import for_people, scrub_frame
 
 __all__ = [
@@ -734,14 +735,12 @@ def write_comparison(
     )
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "compare.md").write_text(
+        write_new_file(  # never through a link (`write_new_file`)
+            folder / "compare.md",
             for_people(_render_md([*summary, sources, *figures], folder, "compare_files")),
-            encoding="utf-8",
         )
-        (folder / "compare.html").write_text(
-            html_page([*summary, sources, *figures], title), encoding="utf-8"
-        )
-        scrub_frame(table).to_csv(folder / "compare.csv", index=False)
+        write_new_file(folder / "compare.html", html_page([*summary, sources, *figures], title))
+        write_new_file(folder / "compare.csv", scrub_frame(table).to_csv(index=False))
     except OSError as exc:
         raise RunError(f"cannot write the comparison into {folder}: {exc}") from exc
     markdown = comparison_markdown(table, labels, gate, thresholds, how)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit.report.charts import Chart, TokenSpans, javascript_bundle
+from labkit.safefiles import report_subfolder, write_new_file
 from labkit.scrub import for_people
 
 __all__ = [
@@ -151,10 +152,10 @@ def render_markdown(blocks: list[Block], run_dir: Path, files_dir: str = "report
     """Render to Markdown; figures are written as PNG files under ``run_dir/files_dir``."""
     out: list[str] = []
     images = [b for b in blocks if isinstance(b, ChartBlock)]
-    folder = run_dir / files_dir
+    folder = report_subfolder(run_dir / files_dir)
     if folder.is_dir():
         for old in folder.glob("*.png"):
-            old.unlink()
+            old.unlink()  # a link among them is removed itself, never what it points to
     if images:
         folder.mkdir(parents=True, exist_ok=True)
     for block in blocks:
@@ -163,7 +164,7 @@ def render_markdown(blocks: list[Block], run_dir: Path, files_dir: str = "report
             out.append(text)
         elif isinstance(block, ChartBlock):
             chart = block.chart
-            (folder / f"{chart.name}.png").write_bytes(chart.png)
+            write_new_file(folder / f"{chart.name}.png", chart.png)
             out.append(f"![{chart.title}]({files_dir}/{chart.name}.png)\n\n*{chart.caption}*")
         elif isinstance(block, TokenSpansBlock):
             out.append(

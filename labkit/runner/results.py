@@ -17,6 +17,7 @@ import contextlib
 import errno
 import fcntl
 import json
+import math
 import os
 import platform
 import secrets
@@ -33,12 +34,13 @@ from pydantic import ValidationError
 
 from labkit.errors import RunError
 from labkit.filenames import safe_filename
-from labkit.manifest import HostInfo, Manifest
+from labkit.manifest import FOLDER_FORMAT, HostInfo, Manifest
 from labkit.records import LabResults, RequestRecord
 from labkit.scrub import scrub_json
 
 __all__ = [
     "RunFolder",
+    "finite_json",
     "host_info",
     "new_run_id",
     "package_versions",
@@ -82,10 +84,24 @@ def host_info() -> HostInfo:
     )
 
 
+def finite_json(data: Any) -> Any:
+    """`data` with every float that is not finite replaced by None: a server's `1e400` reads
+    as infinity, and `Infinity`/`NaN` are not JSON (strict parsers reject the whole file)."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: finite_json(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [finite_json(v) for v in data]
+    return data
+
+
 def _write_json_atomic(path: Path, data: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
+    text = json.dumps(finite_json(data), indent=2, default=str, allow_nan=False)
     try:
-        tmp.write_text(scrub_json(json.dumps(data, indent=2, default=str)) + "\n", encoding="utf-8")
+        tmp.unlink(missing_ok=True)  # a link left there is removed, never written through
+        tmp.write_text(scrub_json(text) + "\n", encoding="utf-8")
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -114,7 +130,7 @@ def _lock(path: Path) -> tuple[int, int]:
         if key in _held_locks:
             _held_locks[key][1] += 1
             return key
-        fd = os.open(path / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(path / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
     except OSError as exc:
         raise RunError(f"cannot lock run folder {path}: {_reason(exc)}") from None
     try:
@@ -174,44 +190,58 @@ class RunFolder:
             ) from None
         folder = cls(path)
         folder._take_lock()
+        folder._make_reserve()
         return folder
 
     @classmethod
     def open_existing(cls, path: Path) -> RunFolder:
-        """An existing run folder (for resume), locked; its manifest must be readable."""
+        """An existing run folder (for resume), locked; its manifest must be readable, of a
+        format this labkit writes, and the folder free of symbolic links."""
         folder = cls(path)
         manifest = path / MANIFEST
         if not manifest.is_file():  # False for a path with a NUL byte, too
             raise RunError(f"{path} is not a run folder (no {MANIFEST})")
+        _refuse_links(path)
         folder._take_lock()
         try:
-            data = json.loads(manifest.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
+            folder.manifest = _read_manifest(manifest)
+            folder._make_reserve(required=True)
+        except RunError:
             folder.release()
-            raise RunError(f"cannot read {manifest}: {exc}") from None
-        if not isinstance(data, dict):
-            folder.release()
-            raise RunError(f"cannot read {manifest}: not a JSON object")
-        try:
-            folder.manifest = Manifest.model_validate(data)
-        except ValidationError as exc:
-            folder.release()
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise RunError(f"cannot read {manifest}: {where}: {first['msg']}") from None
+            raise
         return folder
 
     def _take_lock(self) -> None:
         key = _lock(self.path)
         self._unlock = weakref.finalize(self, _unlock, key)
-        self._make_reserve()
 
-    def _make_reserve(self) -> None:
+    def _make_reserve(self, *, required: bool = False) -> None:
+        """Set aside room for the last manifest: `RESERVE_BYTES`, or where the disk has less,
+        `_least_reserve` (twice the manifest as it is, plus 4 KiB: a resume needs no more
+        than that and the room for its remaining records). Without even that a resume
+        (`required`) is refused with one line; a fresh run goes on without one."""
         reserve = self.path / RESERVE
-        with contextlib.suppress(OSError):  # without it a full disk may leave `running`
-            if not reserve.exists():
-                with reserve.open("wb") as f:
-                    f.write(bytes(RESERVE_BYTES))
+        if reserve.is_file() and not reserve.is_symlink():
+            return
+        least = self._least_reserve()
+        for size in (RESERVE_BYTES, least):
+            try:
+                _write_exclusive_then_rename(reserve, bytes(size))
+                return
+            except OSError as exc:
+                failure = exc
+        if required:
+            raise RunError(
+                f"cannot resume {self.path}: not even {least // 1024 + 1} KiB free on its disk "
+                f"for the final manifest ({_reason(failure)}); free some space and resume again"
+            )
+
+    def _least_reserve(self) -> int:
+        try:
+            size = (self.path / MANIFEST).stat().st_size
+        except OSError:
+            size = 0
+        return min(RESERVE_BYTES, 2 * size + 4096)
 
     def release(self) -> None:
         """Give up the lock (and the space reserve): another process may now resume it."""
@@ -289,11 +319,15 @@ class RunFolder:
                 f.truncate(keep)
         return path.open("ab", buffering=0)
 
-    def read_records(self, on_skip: Callable[[str], None] | None = None) -> list[RequestRecord]:
+    def read_records(
+        self, on_skip: Callable[[str], None] | None = None, *, refuse_newer: bool = False
+    ) -> list[RequestRecord]:
         """Every valid record on a finished line. A last line without its newline was cut
         off mid-write (a killed run, a full disk) and is skipped silently, even when what
         arrived parses: the next `append` removes it, so its request must be redone. Any
-        other line that is not a record is skipped with `on_skip` told its number and why."""
+        other line that is not a record is skipped with `on_skip` told its number and why;
+        with `refuse_newer` (a resume), a record with fields this labkit does not know is a
+        RunError instead: its request was done, by a newer labkit."""
         try:
             if not self.records_path.exists():
                 return []
@@ -308,7 +342,17 @@ class RunFolder:
                 continue
             try:
                 out.append(RequestRecord.from_json_line(line.decode("utf-8")))
-            except ValueError as exc:  # UnicodeDecodeError and ValidationError included
+            except ValidationError as exc:
+                if refuse_newer and _unknown_fields(exc):
+                    raise RunError(
+                        f"{self.records_path}:{n} holds fields this labkit does not know (a "
+                        "newer labkit wrote it); refusing to mix records: resume it with that "
+                        "labkit"
+                    ) from None
+                if on_skip is not None:
+                    first = str(exc).splitlines()[0]
+                    on_skip(f"{self.records_path}:{n}: skipped, not a valid record ({first})")
+            except ValueError as exc:  # UnicodeDecodeError included
                 if on_skip is not None:
                     first = str(exc).splitlines()[0]
                     on_skip(f"{self.records_path}:{n}: skipped, not a valid record ({first})")
@@ -346,3 +390,67 @@ class RunFolder:
         if self._records is not None:
             self._records.close()
             self._records = None
+
+
+def _refuse_links(path: Path) -> None:
+    """RunError naming the first symbolic link inside run folder `path` (one unpacked from
+    an archive may hold links out of it: a resume would append and write through them)."""
+    for parent, dirs, files in os.walk(path):
+        for name in [*dirs, *files]:
+            inside = Path(parent) / name
+            if inside.is_symlink():
+                raise RunError(
+                    f"{path} holds a symbolic link ({inside.relative_to(path)}); labkit does not "
+                    "write into a run folder with links in it: remove the link first"
+                )
+
+
+def _unknown_fields(exc: ValidationError) -> bool:
+    """Whether the data holds all this labkit needs plus fields it does not know: written by
+    a newer labkit (a line that is no record at all misses fields too)."""
+    return all(err["type"] == "extra_forbidden" for err in exc.errors())
+
+
+def _read_manifest(path: Path) -> Manifest:
+    """manifest.json, refused (RunError, one line) when unreadable or of a newer format."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        raise RunError(f"cannot read {path}: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise RunError(f"cannot read {path}: not a JSON object")
+    found = data.get("folder_format")
+    version = data.get("labkit_version") or "unknown"
+    if isinstance(found, int) and not isinstance(found, bool) and found > FOLDER_FORMAT:
+        raise RunError(
+            f"cannot resume {path.parent}: a newer labkit (version {version}) wrote it in folder "
+            f"format {found}, this labkit writes format {FOLDER_FORMAT}; resume it with that labkit"
+        )
+    try:
+        return Manifest.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        newer = (
+            f" (fields this labkit does not know: a newer labkit, version {version}, may have "
+            "written it; resume it with that labkit)"
+            if _unknown_fields(exc)
+            else ""
+        )
+        raise RunError(f"cannot read {path}: {where}: {first['msg']}{newer}") from None
+
+
+def _write_exclusive_then_rename(path: Path, data: bytes) -> None:
+    """`path` holding `data`, whole or not at all: written to a new temporary file (never a
+    link) and renamed into place; on failure the temporary file is removed (its space too)."""
+    tmp = path.with_name(f"{path.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(tmp, flags, 0o666)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise

@@ -25,7 +25,7 @@ from labkit.config import LabConfig, parse_config
 from labkit.errors import LabkitError, ProviderUnavailable, RunError
 from labkit.experiments import Experiment, PacedExperiment, PlannedRequest, experiment_class
 from labkit.experiments.paced import connections_needed
-from labkit.manifest import Manifest, ProviderManifest, RunStatus
+from labkit.manifest import FOLDER_FORMAT, Manifest, ProviderManifest, RunStatus
 from labkit.measurement.recorder import StreamRecorder
 from labkit.measurement.sdkpath import SDKRecorder
 from labkit.providers import ManagedServerHandle, Provider, ProviderSettings, provider_class
@@ -48,6 +48,9 @@ from labkit.tracing.settings import (
 __all__ = ["ProviderOutcome", "RunOptions", "RunResult", "Runner", "run_lab"]
 
 _RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 529}
+#: The longest wait before a retry: a server's Retry-After is honoured up to this (a longer
+#: one, or `1e400`, waits this long), and so is the doubling backoff without one.
+RETRY_WAIT_CAP_S = 60.0
 
 
 @dataclass
@@ -82,6 +85,9 @@ class ProviderOutcome:
     #: How fetching the provider's stats after the run went (None: it keeps none).
     stats_later: LaterReport | None = None
     ttfts: list[float] = field(default_factory=list)
+    #: Whether every experiment went through its whole plan (each planned request has a
+    #: record, failed ones included); a run is `completed` only when every provider's is.
+    finished: bool = False
 
     def manifest_entry(self) -> ProviderManifest:
         """The provider's entry in `manifest.json`."""
@@ -97,7 +103,13 @@ class ProviderOutcome:
             reports_server_timings=self.reports_server_timings,
             server_metrics=self.server_metrics.manifest_entry() if self.server_metrics else None,
             stats_later=self.stats_later.manifest_entry() if self.stats_later else None,
+            finished=self.finished,
         )
+
+    def unfinished_reason(self) -> str:
+        """Why this provider's plan did not finish, for the manifest and the terminal."""
+        said = f"{self.status}: {self.reason}" if self.reason else self.status
+        return f"{said}; {self.done} request(s) recorded in this session, the rest not sent"
 
 
 @dataclass
@@ -137,6 +149,7 @@ class Runner:
         on_message: SetupHook | None = None,
         done_keys: set[tuple[str, str]] | None = None,
         previous: list[RequestRecord] | None = None,
+        finished_before: dict[str, ProviderManifest] | None = None,
     ) -> None:
         self.config = config
         self.folder = folder
@@ -144,6 +157,10 @@ class Runner:
         self.on_message = on_message or (lambda m: None)
         self._done_keys = done_keys or set()
         self._records: list[RequestRecord] = list(previous or [])
+        #: Providers a resumed run had already finished: left as they are, not started again
+        #: (their key need not be set now).
+        self._finished_before = finished_before or {}
+        self._session_start = len(self._records)
         self.experiments: list[Experiment] = []
         counts: dict[str, int] = {}
         for settings in config.experiments:
@@ -187,6 +204,7 @@ class Runner:
     async def run(self) -> RunResult:
         """Run every provider; always leaves a consistent manifest behind."""
         status: RunStatus = "failed"
+        unfinished: dict[str, str] | None = None
         try:
             tasks = [
                 asyncio.create_task(self._run_provider(s, o), name=f"provider:{s.id}")
@@ -200,7 +218,8 @@ class Runner:
                 await asyncio.gather(*tasks, return_exceptions=True)
                 status = "interrupted"
                 raise
-            status = "completed"
+            unfinished = {o.id: o.unfinished_reason() for o in self.outcomes if not o.finished}
+            status = "incomplete" if unfinished else "completed"
         finally:
             await self.executor.close()
             self.folder.close()
@@ -209,7 +228,11 @@ class Runner:
                     ended_at=datetime.now(UTC).isoformat(),
                     status=status,
                     records=len(self._records),
-                    providers={o.id: o.manifest_entry() for o in self.outcomes},
+                    providers={
+                        o.id: self._finished_before.get(o.id) or o.manifest_entry()
+                        for o in self.outcomes
+                    },
+                    unfinished=unfinished or None,
                 )
             )
         if self.folder.write_error is not None:
@@ -272,6 +295,11 @@ class Runner:
         )
 
     async def _run_provider(self, settings: ProviderSettings, outcome: ProviderOutcome) -> None:
+        before = self._finished_before.get(settings.id)
+        if before is not None:
+            outcome.status, outcome.reason, outcome.finished = before.status, before.reason, True
+            self.on_progress(outcome)
+            return
         try:
             api_key = settings.check_available()
         except ProviderUnavailable as exc:
@@ -298,6 +326,10 @@ class Runner:
                 outcome.server = described
             for exp in self.experiments:
                 await self._run_experiment(exp, provider, outcome, server)
+            if self._lost_this_session(outcome.id):  # a partial level: --resume redoes it
+                outcome.reason = "requests lost with a Ray actor that died (a partial level)"
+            else:
+                outcome.finished = True
             await self._fetch_stats_later(provider, outcome)
             if outcome.done and outcome.failed == outcome.done:
                 outcome.status = "failed"
@@ -463,6 +495,12 @@ class Runner:
                 level.check_server()
         await exp.finalize(provider, self._mine(provider, exp))
 
+    def _lost_this_session(self, provider_id: str) -> bool:
+        return any(
+            r.provider == provider_id and r.error is not None and r.error.kind == ErrorKind.LOST
+            for r in self._records[self._session_start :]
+        )
+
     def _mine(self, provider: Provider, exp: Experiment) -> list[RequestRecord]:
         return [r for r in self._records if r.provider == provider.id and r.experiment == exp.name]
 
@@ -491,7 +529,8 @@ class Runner:
             if attempt > retries or not _retryable(record.error):
                 return
             wait = record.error.retry_after_s
-            await asyncio.sleep(min(wait if wait is not None else 2.0 ** (attempt - 1), 60.0))
+            backoff = wait if wait is not None else 2.0 ** (attempt - 1)
+            await asyncio.sleep(min(backoff, RETRY_WAIT_CAP_S))
 
     def _account(self, record: RequestRecord, outcome: ProviderOutcome) -> None:
         """Keep a finished record and count it in the provider's progress."""
@@ -625,6 +664,7 @@ def prepare_run(config: LabConfig, options: RunOptions) -> Runner:
             started_at=datetime.now(UTC).isoformat(),
             ended_at=None,
             status="running",
+            folder_format=FOLDER_FORMAT,
         )
     )
     return Runner(config, folder)
@@ -637,15 +677,46 @@ def prepare_resume(run_dir: Path, on_warning: Callable[[str], None] | None = Non
     records.jsonl that is not a valid record (skipped: its request is redone).
     """
     folder = RunFolder.open_existing(run_dir)
-    config = parse_config(folder.manifest.config, f"{run_dir}/manifest.json")
-    previous = folder.read_records(on_skip=on_warning)
+    skipped: list[str] = []
+
+    def skip(message: str) -> None:
+        skipped.append(message)
+        if on_warning is not None:
+            on_warning(message)
+
+    try:
+        config = parse_config(folder.manifest.config, f"{run_dir}/manifest.json")
+        previous = folder.read_records(on_skip=skip, refuse_newer=True)
+    except LabkitError:
+        folder.release()
+        raise
     done = {
         (r.provider, r.plan_key)
         for r in previous
         if r.plan_key and not (r.error is not None and r.error.kind == ErrorKind.CANCELLED)
     }
-    folder.write_manifest(Manifest(status="running", resumed_at=datetime.now(UTC).isoformat()))
-    return Runner(config, folder, done_keys={(p, k) for p, k in done if k}, previous=previous)
+    # A provider that finished is left as it is, unless a record was lost since (a bad
+    # line, fewer records than the manifest counted): then every plan is checked again.
+    intact = not skipped and len(previous) >= (folder.manifest.records or 0)
+    finished = {
+        pid: entry
+        for pid, entry in (folder.manifest.providers or {}).items()
+        if intact and entry.finished and pid in {p.id for p in config.providers}
+    }
+    folder.write_manifest(
+        Manifest(
+            status="running",
+            resumed_at=datetime.now(UTC).isoformat(),
+            folder_format=max(FOLDER_FORMAT, folder.manifest.folder_format or 0),
+        )
+    )
+    return Runner(
+        config,
+        folder,
+        done_keys={(p, k) for p, k in done if k},
+        previous=previous,
+        finished_before=finished,
+    )
 
 
 async def run_lab(runner: Runner) -> RunResult:

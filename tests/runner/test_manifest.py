@@ -95,6 +95,7 @@ def test_a_fresh_run_writes_the_keys_it_always_wrote(tmp_path: Path) -> None:
         "started_at",
         "ended_at",
         "status",
+        "folder_format",
     ]
     assert manifest["ended_at"] is None and manifest["status"] == "running"
     assert set(manifest["host"]) == {"hostname", "platform", "python", "cpu_count"}
@@ -127,6 +128,7 @@ def test_a_provider_entry_has_every_key_even_when_unknown(tmp_path: Path) -> Non
             "first_error": None,
         },
         "stats_later": {"file": "p.jsonl", "fetched": 2, "missing": 0, "first_error": None},
+        "finished": False,
     }
 
 
