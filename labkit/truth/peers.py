@@ -129,8 +129,10 @@ def read_vllm(path: Path) -> ClientResults:
     """``vllm bench serve --save-result --save-detailed``'s JSON: per-request lists.
 
     ``start_times`` are ``time.perf_counter()`` seconds (the monotonic clock), ``ttfts``
-    and ``latencies`` seconds, ``itls`` the gaps between content chunks (seconds),
-    ``output_lens`` the server's usage count where it sent one. It keeps no request ids.
+    seconds, ``itls`` the gaps between content chunks (seconds), ``output_lens`` the
+    server's usage count where it sent one. Its ``latencies`` end at the last content chunk,
+    not at the end of the response, so they are its decode's end (TTFT + the gaps), and its
+    end-to-end is not measured. It keeps no request ids (matched by time).
     """
     doc = _json(path)
     starts = doc.get("start_times")
@@ -148,7 +150,7 @@ def read_vllm(path: Path) -> ClientResults:
         values = doc.get(name)
         return values if isinstance(values, list) and len(values) == n else [None] * n
 
-    ttfts, itls, lats = col("ttfts"), col("itls"), col("latencies")
+    ttfts, itls = col("ttfts"), col("itls")
     outs, ins, errors = col("output_lens"), col("input_lens"), col("errors")
     for i in range(n):
         gaps = itls[i] or []
@@ -161,7 +163,7 @@ def read_vllm(path: Path) -> ClientResults:
                 ttft_ms=_ms(ttfts[i]) if ok else None,
                 itl_ms=1000.0 * sum(gaps) / len(gaps) if gaps else None,
                 decode_ms=1000.0 * sum(gaps) if ok else None,
-                e2e_ms=_ms(lats[i]) if ok else None,
+                e2e_ms=None,  # `latencies` end at the last token (see the docstring)
                 output_tokens=_num(outs[i]),
                 input_tokens=_num(ins[i]),
                 error=errors[i] or None,
@@ -197,9 +199,8 @@ def read_guidellm(path: Path) -> ClientResults:
         itl = req.get("inter_token_latency_ms")
         e2e = req.get("request_latency")
         out_tokens = req.get("output_tokens")
-        decode = None
-        if ttft is not None and e2e is not None:
-            decode = float(e2e) * 1000.0 - float(ttft)
+        first, last = timings.get("first_token_iteration"), timings.get("last_token_iteration")
+        decode = _ms(float(last) - float(first)) if first is not None and last is not None else None
         out.requests.append(
             ClientRequest(
                 index=len(out.requests),
@@ -238,7 +239,7 @@ def _metric(metrics: dict[str, Any], name: str) -> float | None:
 def read_aiperf(path: Path) -> ClientResults:
     """AIPerf's ``profile_export.jsonl``: one record per request, its metadata (the
     ``x_request_id`` it sent, the wall-clock start in ns) and its metrics with units."""
-    out = ClientResults("aiperf", None, path)
+    out = ClientResults("aiperf", _aiperf_version(path), path)
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
@@ -250,7 +251,7 @@ def read_aiperf(path: Path) -> ClientResults:
         metrics = rec.get("metrics") or {}
         ttft = _metric(metrics, "time_to_first_token")
         e2e = _metric(metrics, "request_latency")
-        decode = e2e - ttft if e2e is not None and ttft is not None else None
+        decode = _metric(metrics, "decode_duration")
         error = rec.get("error")
         out.requests.append(
             ClientRequest(
@@ -269,6 +270,18 @@ def read_aiperf(path: Path) -> ClientResults:
             )
         )
     return out
+
+
+def _aiperf_version(path: Path) -> str | None:
+    """The version AIPerf wrote in the aggregate export beside the per-request one."""
+    summary = path.with_name(path.stem + "_aiperf.json")
+    if not summary.is_file():
+        return None
+    try:
+        version = json.loads(summary.read_text(encoding="utf-8")).get("aiperf_version")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return str(version) if version else None
 
 
 def _json(path: Path) -> dict[str, Any]:
