@@ -161,7 +161,8 @@ def serve_truth(
     except LabkitError as exc:
         raise _fail(exc) from None
     except OSError as exc:
-        raise _fail(LabkitError(f"cannot serve on 127.0.0.1:{port}: {exc.strerror or exc}"))
+        reason = exc.strerror or exc
+        raise _fail(LabkitError(f"cannot serve on 127.0.0.1:{port}: {reason}")) from None
 
 
 def register(app: typer.Typer) -> None:

@@ -412,9 +412,7 @@ def compare_frames(
                     how,
                     (*key, column, label),
                 )
-                missing = _not_measured(
-                    [(base_label, base_sub), (label, other_sub)], column
-                )
+                missing = _not_measured([(base_label, base_sub), (label, other_sub)], column)
                 for row in column_rows if missing else []:
                     row["verdict"] = f"{NOT_MEASURED} by {', '.join(missing)}"
                 group_rows += column_rows

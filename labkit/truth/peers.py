@@ -317,8 +317,7 @@ def detect(path: Path) -> str:
     if "start_times" in doc or "ttfts" in doc:
         return "vllm"
     raise ConfigError(
-        f"cannot tell which client wrote {path}; say it with --format "
-        f"({', '.join(READERS)})"
+        f"cannot tell which client wrote {path}; say it with --format ({', '.join(READERS)})"
     )
 
 

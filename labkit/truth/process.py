@@ -81,9 +81,7 @@ class TruthServer:
     def _check(script: dict[str, float]) -> None:
         unknown = set(script) - set(SCHEDULE_KEYS)
         if unknown:
-            raise ValueError(
-                f"unknown script keys {sorted(unknown)}; known: {list(SCHEDULE_KEYS)}"
-            )
+            raise ValueError(f"unknown script keys {sorted(unknown)}; known: {list(SCHEDULE_KEYS)}")
 
     @property
     def base_url(self) -> str:

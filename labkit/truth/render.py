@@ -89,8 +89,10 @@ def score_chart(s: Score) -> Chart | None:
         "width": 640,
         "data": {"values": values},
         "layer": [
-            {"mark": {"type": "boxplot", "extent": "min-max", "opacity": 0.4}, "encoding": {
-                "x": x, "y": y}},
+            {
+                "mark": {"type": "boxplot", "extent": "min-max", "opacity": 0.4},
+                "encoding": {"x": x, "y": y},
+            },
             {
                 "mark": {"type": "tick", "opacity": 0.5},
                 "encoding": {

@@ -57,7 +57,7 @@ class TruthSchedule:
                 f"unknown schedule keys {sorted(unknown)}; known: {', '.join(sorted(kinds))}"
             )
         try:
-            values = {k: kinds[k](v) for k, v in overrides.items()}
+            values: dict[str, Any] = {k: kinds[k](v) for k, v in overrides.items()}
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"bad schedule value: {exc}") from None
         return replace(self, **values)

@@ -119,10 +119,10 @@ def _match(
     taken: set[str] = set()
     pairs: dict[int, tuple[TruthRequest | None, str | None]] = {}
     for req in results.requests:
-        t = by_id.get(req.request_id) if req.request_id else None
-        if t is not None and t.id not in taken:
-            taken.add(t.id)
-            pairs[req.index] = (t, "id")
+        known = by_id.get(req.request_id) if req.request_id else None
+        if known is not None and known.id not in taken:
+            taken.add(known.id)
+            pairs[req.index] = (known, "id")
     free = sorted((t for t in truth.requests if t.id not in taken), key=lambda t: t.t_read_ns)
     reads = [t.t_read_ns for t in free]
     used = [False] * len(free)

@@ -81,14 +81,14 @@ class _Stream:
     """One response: what it sends, when, and the stamps of each send."""
 
     __slots__ = (
+        "_gaps",
         "actions",
         "capped",
         "client_id",
         "comments",
         "conn",
-        "event_tokens",
-        "_gaps",
         "event_bytes",
+        "event_tokens",
         "first_ms",
         "i",
         "k",

@@ -38,7 +38,9 @@ def test_each_reader_reads_and_scores_its_peers_file(
     assert len(results.requests) == 16 and all(r.ok for r in results.requests)
     if first_ttft is not None:
         assert results.requests[0].ttft_ms == pytest.approx(first_ttft)
-    truth = read_truth_log(path.parent / "truth.jsonl" if path.is_file() else PEERS / fmt / "truth.jsonl")
+    truth = read_truth_log(
+        path.parent / "truth.jsonl" if path.is_file() else PEERS / fmt / "truth.jsonl"
+    )
     s = score(results, truth)
     assert s.matched_by[matched_by] == 16 and s.unmatched_client == 0
     assert s.unmatched_truth == 0
@@ -69,7 +71,10 @@ def test_only_labkit_keeps_per_event_stamps_and_they_match_the_sends() -> None:
 
 def test_a_peer_imported_as_a_run_is_read_and_compared(tmp_path: Path) -> None:
     runs = {}
-    for fmt, name in (("guidellm", "guidellm/benchmarks.json"), ("vllm", "vllm/vllm_bench_serve.json")):
+    for fmt, name in (
+        ("guidellm", "guidellm/benchmarks.json"),
+        ("vllm", "vllm/vllm_bench_serve.json"),
+    ):
         imported = import_results(
             read_results(PEERS / name), tmp_path, provider="truth", model="labkit-truth"
         )

@@ -23,8 +23,9 @@ def test_fixed_schedule_one_token_per_event_capped_by_max_tokens() -> None:
 
 
 def test_prefill_grows_with_the_prompt_and_bursts_group_tokens() -> None:
-    s = TruthSchedule(ttft_ms=10, interval_ms=2, tokens=7, prefill_ms_per_token=0.5,
-                      tokens_per_event=3)
+    s = TruthSchedule(
+        ttft_ms=10, interval_ms=2, tokens=7, prefill_ms_per_token=0.5, tokens_per_event=3
+    )
     p = plan(s, 100, None, random.Random(0))
     assert p.first_ms == 10 + 50
     assert p.event_tokens == [3, 3, 1]

@@ -57,8 +57,9 @@ def test_every_api_streams_and_answers_and_the_log_keys_each_by_its_id(
     plain = client.responses.create(model="m", input="hello", max_output_tokens=2)
     assert plain.status == "incomplete"
 
-    claude = anthropic.Anthropic(base_url=f"http://127.0.0.1:{srv.port}", api_key="x",
-                                 max_retries=0)
+    claude = anthropic.Anthropic(
+        base_url=f"http://127.0.0.1:{srv.port}", api_key="x", max_retries=0
+    )
     with claude.messages.stream(
         model="m", max_tokens=3, messages=[{"role": "user", "content": "hi"}]
     ) as stream:
@@ -88,11 +89,13 @@ def test_every_api_streams_and_answers_and_the_log_keys_each_by_its_id(
 def test_client_request_ids_slots_and_keepalive_comments(tmp_path: Path) -> None:
     log = tmp_path / "truth.jsonl"
     body = {"model": "m", "messages": [], "stream": True}
-    with TruthServer(truth_log=log, ttft_ms=20, interval_ms=1, tokens=2, slots=1,
-                     keepalive_ms=5) as srv:
+    with TruthServer(
+        truth_log=log, ttft_ms=20, interval_ms=1, tokens=2, slots=1, keepalive_ms=5
+    ) as srv:
         with httpx.Client(timeout=30) as http:
-            first = http.post(srv.base_url + "/chat/completions", json=body,
-                              headers={"x-request-id": "mine-1"})
+            first = http.post(
+                srv.base_url + "/chat/completions", json=body, headers={"x-request-id": "mine-1"}
+            )
         assert b": keep-alive" in first.content
     truth = read_truth_log(log)
     (only,) = truth.requests

@@ -12,8 +12,9 @@ from pathlib import Path
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 HERE = Path(__file__).resolve().parent / "tokenizer"
-SERVER = "tokens are the pieces a model reads and writes one at time".split()
-words = ["[UNK]", "[BOS]", "[EOS]", *dict.fromkeys(SERVER)]
+SERVER = "tokens are the pieces a model reads and writes one at time"
+SERVER_WORDS = SERVER.split(" ")
+words = ["[UNK]", "[BOS]", "[EOS]", *dict.fromkeys(SERVER_WORDS)]
 words += [f"w{i}" for i in range(512 - len(words))]
 tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
 tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
