@@ -45,6 +45,7 @@ def _started_at(req: ClientRequest, fallback: datetime) -> datetime:
 
 def _record(
     req: ClientRequest,
+    tool: str,
     run_id: str,
     provider: str,
     experiment: str,
@@ -74,7 +75,7 @@ def _record(
         record_id=f"{run_id}-{req.index}",
         experiment=experiment,
         provider=provider,
-        provider_kind="openai_compatible",
+        provider_kind=f"peer:{tool}",
         model=model,
         prompt_id=f"request-{req.index}",
         prompt_chars=0,
@@ -98,7 +99,10 @@ def to_records(
         fallback = datetime.fromtimestamp(os.path.getmtime(results.path), UTC)
     except OSError:
         fallback = datetime.now(UTC)
-    return [_record(r, run_id, provider, experiment, model, fallback) for r in results.requests]
+    tool = results.tool.split()[0]
+    return [
+        _record(r, tool, run_id, provider, experiment, model, fallback) for r in results.requests
+    ]
 
 
 def _not_measured(records: list[RequestRecord]) -> list[str]:
