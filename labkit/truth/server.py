@@ -94,10 +94,12 @@ class _Stream:
         "k",
         "model",
         "pad",
+        "parts",
         "prompt_tokens",
         "rid",
         "sends",
         "sent",
+        "sent_tokens",
         "shape",
         "stream",
         "t_read",
@@ -139,6 +141,8 @@ class _Stream:
         self.words: list[bytes] = []
         self.event_bytes = event_bytes if shape.api == "chat" else 0
         self.pad = b""
+        self.parts: tuple[bytes, bytes] | None = None  # an event's bytes around its text
+        self.sent_tokens = 0
         self._gaps = planned.gaps_ms
 
     def timetable(self, t_start: int, keepalive_ms: float) -> None:
@@ -164,13 +168,21 @@ class _Stream:
         return b"".join(self.words).decode()
 
     def event_frame(self) -> bytes:
+        """The next output event, framed (its text: the next tokens of `_WORDS`)."""
         n = self.event_tokens[self.i]
-        start = sum(self.event_tokens[: self.i])
-        piece = b"".join(_WORDS[(start + j) % len(_WORDS)] for j in range(n))
+        if n == 1:
+            piece = _WORDS[self.sent_tokens % len(_WORDS)]
+        else:
+            piece = b"".join(_WORDS[(self.sent_tokens + j) % len(_WORDS)] for j in range(n))
+        self.sent_tokens += n
         self.words.append(piece)
-        pre, post = self.shape.event_parts(self.rid, self.model, 3 + self.i)
-        if self.event_bytes and not self.pad:
-            self.pad = b"x" * max(0, self.event_bytes - len(pre) - len(post) - 8)
+        if self.parts is None or self.shape.api == "responses":  # its events are numbered
+            self.parts = self.shape.event_parts(self.rid, self.model, 3 + self.i)
+            if self.event_bytes and not self.pad:
+                self.pad = b"x" * max(
+                    0, self.event_bytes - len(self.parts[0]) - len(self.parts[1]) - 8
+                )
+        pre, post = self.parts
         if not self.pad:
             return _frame(pre + piece + post)
         size = len(pre) + len(piece) + len(self.pad) + len(post)

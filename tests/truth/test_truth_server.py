@@ -32,37 +32,18 @@ def test_every_api_streams_and_answers_and_the_log_keys_each_by_its_id(
     served: tuple[TruthServer, Path],
 ) -> None:
     srv, log = served
-    client = _openai(srv)
-    assert [m.id for m in client.models.list()] == ["labkit-truth"]
-
-    chat = client.chat.completions.create(
-        model="m", messages=[{"role": "user", "content": "hi there"}], stream=True
-    )
-    chat_text = "".join(c.choices[0].delta.content or "" for c in chat if c.choices)
-    whole = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
-    assert whole.choices[0].message.content == chat_text
-    assert whole.usage is not None and whole.usage.completion_tokens == 4
-
-    completion = client.completions.create(model="m", prompt="a b", max_tokens=2, stream=True)
-    assert "".join(c.choices[0].text for c in completion if c.choices) == " tokens are"
-
-    deltas, final = [], None
-    with client.responses.stream(model="m", input="hello") as stream:
-        for event in stream:
-            if event.type == "response.output_text.delta":
-                deltas.append(event.delta)
-        final = stream.get_final_response()
-    assert "".join(deltas) == chat_text and final.usage is not None
-    assert final.usage.output_tokens == 4
-    plain = client.responses.create(model="m", input="hello", max_output_tokens=2)
-    assert plain.status == "incomplete"
-
+    with _openai(srv) as client:
+        chat_text, chat_id = _openai_apis(client)
+    assert chat_text == " tokens are the pieces"
     claude = anthropic.Anthropic(
         base_url=f"http://127.0.0.1:{srv.port}", api_key="x", max_retries=0
     )
-    with claude.messages.stream(
-        model="m", max_tokens=3, messages=[{"role": "user", "content": "hi"}]
-    ) as stream:
+    with (
+        claude,
+        claude.messages.stream(
+            model="m", max_tokens=3, messages=[{"role": "user", "content": "hi"}]
+        ) as stream,
+    ):
         text = "".join(stream.text_stream)
         message = stream.get_final_message()
     assert message.stop_reason == "max_tokens" and message.usage.output_tokens == 3
@@ -80,10 +61,39 @@ def test_every_api_streams_and_answers_and_the_log_keys_each_by_its_id(
         ("messages", True, 3),
     ]
     first = truth.requests[0]
-    assert first.id == chat.response.headers["x-request-id"]
+    assert first.id == chat_id
     assert len(first.events_ns) == 4 == len(first.events_sent_ns)
     assert first.events_ns[0] - first.t_read_ns >= 5_000_000  # never early
     assert first.events_ns == sorted(first.events_ns) and first.t_end_ns >= first.events_ns[-1]
+
+
+def _openai_apis(client: openai.OpenAI) -> tuple[str, str]:
+    """Every OpenAI shape through the official SDK; the streamed chat's text and id."""
+    assert [m.id for m in client.models.list()] == ["labkit-truth"]
+
+    chat = client.chat.completions.with_raw_response.create(
+        model="m", messages=[{"role": "user", "content": "hi there"}], stream=True
+    )
+    chat_id = chat.headers["x-request-id"]
+    chat_text = "".join(c.choices[0].delta.content or "" for c in chat.parse() if c.choices)
+    whole = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+    assert whole.choices[0].message.content == chat_text
+    assert whole.usage is not None and whole.usage.completion_tokens == 4
+
+    completion = client.completions.create(model="m", prompt="a b", max_tokens=2, stream=True)
+    assert "".join(c.choices[0].text for c in completion if c.choices) == " tokens are"
+
+    deltas, final = [], None
+    with client.responses.stream(model="m", input="hello") as stream:
+        for event in stream:
+            if event.type == "response.output_text.delta":
+                deltas.append(event.delta)
+        final = stream.get_final_response()
+    assert "".join(deltas) == chat_text and final.usage is not None
+    assert final.usage.output_tokens == 4
+    plain = client.responses.create(model="m", input="hello", max_output_tokens=2)
+    assert plain.status == "incomplete"
+    return chat_text, chat_id
 
 
 def test_client_request_ids_slots_and_keepalive_comments(tmp_path: Path) -> None:
