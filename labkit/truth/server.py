@@ -25,6 +25,7 @@ import os
 import random
 import re
 import selectors
+import signal
 import socket
 import ssl
 import time
@@ -68,6 +69,7 @@ _KEEPALIVE = b": keep-alive\n\n"
 #: Client request-id headers a truth log keeps (the first present).
 CLIENT_ID_HEADERS = ("x-request-id", "x-correlation-id", "request-id")
 
+_WAKEUP = object()  # the selector key of the signal wake-up socket
 # action kinds in a stream's timetable
 _COMMENT, _EVENT, _BODY = 0, 1, 2
 
@@ -291,6 +293,8 @@ class Server:
         self.active = 0
         self.waiting: collections.deque[_Stream] = collections.deque()
         self.log = truth_log
+        self.stopping = False
+        self._wakeup: tuple[socket.socket, socket.socket] | None = None
         if truth_log is not None:
             anchor = {
                 "truth_log": 1,
@@ -679,9 +683,27 @@ class Server:
             else:
                 heapq.heapreplace(heap, (stream.actions[stream.k][0], next(self.seq), stream))
 
+    def stop_soon(self) -> None:
+        """Ask the loop to return once its current step is done (from a signal handler:
+        what it was sending, and the truth log line of it, are finished first)."""
+        self.stopping = True
+
+    def wake_on_signals(self) -> None:
+        """Let a signal interrupt an idle wait: the loop then sees `stopping`."""
+        reader, writer = socket.socketpair()
+        reader.setblocking(False)
+        writer.setblocking(False)
+        signal.set_wakeup_fd(writer.fileno())
+        self._wakeup = (reader, writer)
+        self.sel.register(reader, selectors.EVENT_READ, _WAKEUP)
+
     def _handle(self, events: list[tuple[selectors.SelectorKey, int]]) -> None:
         for key, mask in events:
             conn = key.data
+            if conn is _WAKEUP:
+                with contextlib.suppress(OSError):
+                    key.fileobj.recv(4096)  # type: ignore[union-attr]
+                continue
             if isinstance(conn, _Listener):
                 self._accept(conn)
                 continue
@@ -691,10 +713,10 @@ class Server:
                 self._read(conn)
 
     def serve_forever(self) -> None:
-        """Run the scheduler loop until killed."""
+        """Run the scheduler loop until `stop_soon` (or killed)."""
         clock = time.perf_counter_ns
         select = self.sel.select
-        while True:
+        while not self.stopping:
             self._send_due()
             if not self.heap:
                 if self.log is not None:
@@ -727,8 +749,6 @@ def serve(
 ) -> None:
     """Run a `Server` in this process until SIGTERM or Ctrl-C; `on_ready(server)` is called
     once it listens. The truth log is flushed and closed on the way out."""
-    import signal
-
     per_request = load_request_schedules(schedule_file, schedule) if schedule_file else None
     raise_open_files_limit(65536)
     log = truth_log.open("w", encoding="utf-8") if truth_log is not None else None
@@ -748,10 +768,9 @@ def serve(
         if on_ready is not None:
             on_ready(server)
 
-        def stop(*_: object) -> None:
-            raise KeyboardInterrupt
-
-        signal.signal(signal.SIGTERM, stop)
+        server.wake_on_signals()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: server.stop_soon())
         gc.disable()  # the loop allocates no cycles; no collector pauses in the schedule
         with contextlib.suppress(KeyboardInterrupt):
             server.serve_forever()
