@@ -56,10 +56,12 @@ def score_command(
 
     console = SafeConsole(highlight=False)
     try:
-        result = score(read_results(results, fmt), read_truth_log(truth_log))
-        paths = write_score(result, out) if out is not None else []
+        truth = read_truth_log(truth_log)
+        result = score(read_results(results, fmt), truth)
     except LabkitError as exc:
         raise _fail(exc) from None
+    try:
+        paths = write_score(result, out) if out is not None else []
     except OSError as exc:
         raise _fail(LabkitError(f"cannot write the score: {exc.strerror or exc}")) from None
     cols, rows = score_table(result)

@@ -331,5 +331,7 @@ def read_results(path: Path | str, fmt: str | None = None) -> ClientResults:
         raise ConfigError(f"unknown results format {name!r}; known: {', '.join(READERS)}")
     try:
         return READERS[name](path)
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path} as {name} results: {exc.strerror or exc}") from None
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"{path} does not read as {name} results: {exc}") from None

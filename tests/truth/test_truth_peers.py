@@ -103,3 +103,42 @@ def test_a_file_no_reader_knows_is_one_clear_error(tmp_path: Path) -> None:
         read_results(odd)
     with pytest.raises(ConfigError, match="not a truth log"):
         read_truth_log(odd)
+
+
+def test_the_score_and_import_commands(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from labkit.cli.app import app
+
+    runner = CliRunner()
+    out = tmp_path / "score"
+    result = runner.invoke(
+        app,
+        [
+            "score",
+            str(PEERS / "aiperf/truth.jsonl"),
+            str(PEERS / "aiperf/profile_export.jsonl"),
+            "--out",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "16 request(s) matched by id" in result.output
+    assert "not measured by this client: output event stamp" in result.output
+    assert "| TTFT |" in (out / "score.md").read_text()
+    result = runner.invoke(
+        app,
+        [
+            "import-results",
+            str(PEERS / "guidellm/benchmarks.json"),
+            "--out",
+            str(tmp_path / "runs"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "(16 records)" in result.output
+    missing = runner.invoke(app, ["score", str(tmp_path / "none.jsonl"), str(PEERS / "vllm")])
+    assert missing.exit_code == 1
+    assert "cannot read the truth log" in missing.output and "Traceback" not in missing.output
+    with pytest.raises(ConfigError, match="cannot read"):
+        read_results(tmp_path, "labkit")  # a folder without records.jsonl
