@@ -130,3 +130,24 @@ def test_slots_queue_the_requests_beyond_them(tmp_path: Path) -> None:
     a, b = sorted(read_truth_log(log).requests, key=lambda t: t.t_start_ns)
     assert b.t_start_ns >= a.t_end_ns  # served after the first left its slot
     assert b.events_ns[0] - b.t_start_ns >= 30_000_000
+
+
+def test_per_request_schedules_bursts_and_prefill_are_served_as_logged(tmp_path: Path) -> None:
+    log, plan = tmp_path / "truth.jsonl", tmp_path / "plan.jsonl"
+    plan.write_text('{"tokens": 5, "tokens_per_event": 2}\n{"tokens": 3, "ttft_ms": 40}\n')
+    body = {"model": "m", "messages": [{"role": "user", "content": "a b c d"}], "stream": True}
+    with (
+        TruthServer(
+            truth_log=log, schedule_file=plan, ttft_ms=5, interval_ms=1, prefill_ms_per_token=1
+        ) as srv,
+        httpx.Client(timeout=30) as http,
+    ):
+        for _ in range(2):
+            http.post(srv.base_url + "/chat/completions", json=body).raise_for_status()
+    burst, slow = read_truth_log(log).requests
+    assert burst.event_tokens == [2, 2, 1] and burst.output_tokens == 5
+    assert slow.event_tokens == [1, 1, 1]
+    prompt = slow.prompt_tokens  # the server's count: the spaces in the body
+    assert prompt > 0
+    assert slow.events_ns[0] - slow.t_start_ns >= (40 + prompt) * 1_000_000
+    assert burst.events_ns[0] - burst.t_start_ns >= (5 + prompt) * 1_000_000
