@@ -230,6 +230,24 @@ class _Listener:
         self.tls = tls
 
 
+def _unchunk(buf: bytes, at: int) -> tuple[bytes, int] | None:
+    """A chunked request body starting at `at`: (the body, where the next request starts),
+    or None while it is incomplete."""
+    body = b""
+    while True:
+        eol = buf.find(b"\r\n", at)
+        if eol < 0:
+            return None
+        size = int(buf[at:eol].split(b";", 1)[0] or b"0", 16)
+        if size == 0:
+            trailer = buf.find(b"\r\n\r\n", eol)
+            return None if trailer < 0 else (body, trailer + 4)
+        if len(buf) < eol + 2 + size + 2:
+            return None
+        body += buf[eol + 2 : eol + 2 + size]
+        at = eol + 2 + size + 2
+
+
 def _listen(host: str, port: int) -> socket.socket:
     sock = socket.create_server((host, port), backlog=_BACKLOG)
     sock.setblocking(False)
@@ -605,7 +623,8 @@ class Server:
             self._parse(conn, time.perf_counter_ns())
 
     def _parse(self, conn: _Conn, t_read: int) -> None:
-        """Serve every complete request in the connection's buffer, one stream at a time."""
+        """Serve every complete request in the connection's buffer, one stream at a time;
+        a request that is not HTTP/1.1 as the server reads it gets a 400 and the close."""
         while not conn.busy:
             buf = conn.inbuf
             end = buf.find(b"\r\n\r\n", 0, 65536)
@@ -616,14 +635,32 @@ class Server:
             for line in lines:
                 k, _, v = line.partition(":")
                 headers[k.strip().lower()] = v.strip()
-            length = int(headers.get("content-length", "0") or 0)
-            if len(buf) < end + 4 + length:
+            parts = request_line.split(" ", 2)
+            try:
+                length = int(headers.get("content-length", "0") or 0)
+            except ValueError:
+                length = -1
+            if len(parts) != 3 or length < 0:
+                conn.inbuf, conn.close_after = b"", True
+                self._simple(conn, b'{"error":{"message":"bad request"}}', b"400 Bad Request")
                 return
-            body = buf[end + 4 : end + 4 + length]
-            conn.inbuf = buf[end + 4 + length :]
+            if "chunked" in headers.get("transfer-encoding", "").lower():
+                try:
+                    unchunked = _unchunk(buf, end + 4)
+                except ValueError:  # a chunk size that is not hex
+                    conn.inbuf, conn.close_after = b"", True
+                    self._simple(conn, b'{"error":{"message":"bad chunk"}}', b"400 Bad Request")
+                    return
+                if unchunked is None:
+                    return
+                body, rest = unchunked
+            else:
+                if len(buf) < end + 4 + length:
+                    return
+                body, rest = buf[end + 4 : end + 4 + length], end + 4 + length
+            conn.inbuf = buf[rest:]
             conn.close_after = headers.get("connection", "").lower() == "close"
-            method, path, _ = request_line.split(" ", 2)
-            self._route(conn, method, path, headers, body, t_read)
+            self._route(conn, parts[0], parts[1], headers, body, t_read)
 
     # -- the scheduler --------------------------------------------------------------------------
 

@@ -151,3 +151,27 @@ def test_per_request_schedules_bursts_and_prefill_are_served_as_logged(tmp_path:
     assert prompt > 0
     assert slow.events_ns[0] - slow.t_start_ns >= (40 + prompt) * 1_000_000
     assert burst.events_ns[0] - burst.t_start_ns >= (5 + prompt) * 1_000_000
+
+
+def test_a_chunked_body_is_read_and_a_malformed_request_gets_a_400(tmp_path: Path) -> None:
+    import socket
+
+    log = tmp_path / "truth.jsonl"
+    body = b'{"model": "m", "stream": true, "max_tokens": 2}'
+    chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    with TruthServer(truth_log=log, ttft_ms=1, interval_ms=1) as srv:
+        with socket.create_connection(("127.0.0.1", srv.port)) as sock:
+            sock.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n" + chunked
+            )
+            reply = b""
+            while data := sock.recv(65536):
+                reply += data
+        assert reply.startswith(b"HTTP/1.1 200") and reply.endswith(b"0\r\n\r\n")
+        with socket.create_connection(("127.0.0.1", srv.port)) as sock:
+            sock.sendall(b"NONSENSE\r\n\r\n")
+            assert sock.recv(65536).startswith(b"HTTP/1.1 400")
+        assert httpx.get(f"http://127.0.0.1:{srv.port}/health").text == "ok"
+    (only,) = read_truth_log(log).requests
+    assert only.output_tokens == 2
