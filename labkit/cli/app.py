@@ -6,7 +6,8 @@
     labkit init [DIR]                                 (labkit.cli.examples)
     labkit setup | server start|status|stop          (labkit.cli.local)
     labkit report RUN_DIR | compare RUN_DIR...       (labkit.cli.report)
-    labkit fake-server [--port N] [schedule options, --slots N]
+    labkit fake-server [--port N] [schedule options, --slots N] [--truth LOG]
+    labkit score TRUTH_LOG RESULTS | import-results RESULTS   (labkit.cli.truth)
     labkit kinds
 
 Every user error is one red line on stderr and a non-zero exit, never a traceback. SIGTERM
@@ -37,6 +38,7 @@ from labkit.cli.report import register as register_report
 from labkit.cli.sessions import register as register_sessions
 from labkit.cli.tokens import register as register_tokens
 from labkit.cli.tracing import register as register_tracing
+from labkit.cli.truth import register as register_truth
 from labkit.config import load_config
 from labkit.errors import LabkitError
 from labkit.experiments import experiment_kinds
@@ -396,10 +398,54 @@ def fake_server(
     slots: Annotated[
         int, typer.Option(help="Requests served at once, the rest queued (0: no limit).")
     ] = 0,
+    truth: Annotated[
+        Path | None,
+        typer.Option(
+            help="Serve the truth server instead (Chat Completions, Completions, Responses, "
+            "Anthropic Messages; `labkit score` reads its log) and write its truth log here."
+        ),
+    ] = None,
+    jitter_ms: Annotated[
+        float, typer.Option(help="--truth: random ± jitter on every wait (seeded).")
+    ] = 0.0,
+    prefill_ms_per_token: Annotated[
+        float, typer.Option(help="--truth: first token later by this per prompt token.")
+    ] = 0.0,
+    tokens_per_event: Annotated[
+        int, typer.Option(help="--truth: tokens per stream event (bursts).")
+    ] = 1,
+    keepalive_ms: Annotated[
+        float, typer.Option(help="--truth: `: keep-alive` comment period before token 1.")
+    ] = 0.0,
+    schedule_file: Annotated[
+        Path | None,
+        typer.Option(help="--truth: per-request schedules, one JSON object a line, cycled."),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="--truth: seed of the jitter.")] = 0,
 ) -> None:
     """Serve the fake provider's schedule as an OpenAI-compatible server on 127.0.0.1."""
     from labkit.fakeserver import FakeServer
 
+    if truth is not None:
+        if server_timings != "none" or queue_ms:
+            raise fail("--server-timings and --queue-ms are not served with --truth")
+        from labkit.cli.truth import serve_truth
+
+        serve_truth(
+            port=port,
+            truth_log=truth,
+            ttft_ms=first_token_ms,
+            interval_ms=token_interval_ms,
+            tokens=tokens,
+            slots=slots,
+            jitter_ms=jitter_ms,
+            prefill_ms_per_token=prefill_ms_per_token,
+            tokens_per_event=tokens_per_event,
+            keepalive_ms=keepalive_ms,
+            schedule_file=schedule_file,
+            seed=seed,
+        )
+        return
     _check_range("--port", port, 0, 65535)
     _check_range("--first-token-ms", first_token_ms, 0, finite=True)
     _check_range("--token-interval-ms", token_interval_ms, 0, finite=True)
@@ -452,6 +498,7 @@ register_report(app)
 register_tokens(app)
 register_tracing(app)
 register_sessions(app)
+register_truth(app)
 
 
 def main() -> None:

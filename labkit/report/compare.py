@@ -165,6 +165,8 @@ COMPARE_COLUMNS: list[str] = [
 
 NOT_ENOUGH = "not enough data"
 NO_CHANGE = "no change detected"
+#: The verdict's start where a run has no value of the metric at all ("not measured by X").
+NOT_MEASURED = "not measured"
 
 _Floats = npt.NDArray[np.float64]
 
@@ -391,7 +393,7 @@ def compare_frames(
     names = list(metrics) if metrics is not None else list(GATE_METRICS)
     if len(frames) < 2:
         raise RunError("compare needs at least two runs")
-    _, _, base_df = frames[0]
+    base_label, _, base_df = frames[0]
     base_groups = _groups(base_df)
     rows: list[dict[str, object]] = []
     by_column: dict[str | None, list[GateMetric]] = {}
@@ -404,18 +406,34 @@ def compare_frames(
             other_sub = groups.get(key, df.iloc[0:0])
             group_rows: list[dict[str, object]] = []
             for column, metrics_here in by_column.items():
-                group_rows += _compare_column(
+                column_rows = _compare_column(
                     _values(base_sub, column),
                     _values(other_sub, column) if len(other_sub) else _empty_values(),
                     metrics_here,
                     how,
                     (*key, column, label),
                 )
+                missing = _not_measured([(base_label, base_sub), (label, other_sub)], column)
+                for row in column_rows if missing else []:
+                    row["verdict"] = f"{NOT_MEASURED} by {', '.join(missing)}"
+                group_rows += column_rows
             group_rows.sort(key=lambda r: order[str(r["metric"])])
             for row in group_rows:
                 row.update(dict(zip(GROUP_KEYS, key, strict=True)), run=label, run_dir=run_dir)
             rows += group_rows
     return pd.DataFrame(rows, columns=COMPARE_COLUMNS)
+
+
+def _not_measured(sides: Sequence[tuple[str, pd.DataFrame]], column: str | None) -> list[str]:
+    """The runs (labels) that hold records of a group yet no value at all in `column`: a
+    client that does not measure it (an imported peer's run), not a lack of data."""
+    if column is None:
+        return []
+    return [
+        label
+        for label, df in sides
+        if len(df) and (column not in df.columns or not df[column].notna().any())
+    ]
 
 
 def _empty_values() -> pd.DataFrame:
@@ -631,7 +649,19 @@ def _summary_blocks(
         if gate.unchecked:
             blocks.append(Para("Not checked (too little data):", "note"))
             blocks.append(Bullets(gate.unchecked, "note"))
-    detected = table[~table["verdict"].isin([NO_CHANGE, NOT_ENOUGH])]
+    unmeasured = table["verdict"].astype(str).str.startswith(NOT_MEASURED)
+    if unmeasured.any():
+        blocks.append(Para("Could not compare (a run did not measure it):", "note"))
+        blocks.append(
+            Bullets(
+                [
+                    f"{GATE_METRICS[str(r['metric'])].description}: {_where(r)}: {r['verdict']}"
+                    for _, r in table[unmeasured].iterrows()
+                ],
+                "note",
+            )
+        )
+    detected = table[~table["verdict"].isin([NO_CHANGE, NOT_ENOUGH]) & ~unmeasured]
     if len(detected):
         blocks.append(
             Bullets(

@@ -46,7 +46,11 @@ def _tls(srv: ScriptedServer) -> ssl.SSLContext:
     return ssl.create_default_context(cafile=str(srv.ca_file))
 
 
-BODY: dict[str, object] = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+BODY: dict[str, object] = {
+    "model": "m",
+    "messages": [{"role": "user", "content": "hi"}],
+    "stream": True,
+}
 
 
 def test_https_serves_the_same_script_and_stamps_it(server: ScriptedServer) -> None:

@@ -1,0 +1,86 @@
+"""The truth log: what the truth server knows about every request it served.
+
+JSON Lines. The first line anchors the clock: ``{"truth_log": 1, "mono_ns", "wall_ns", ...}``
+(the server's monotonic and wall clocks read together, so a client that stamps on the wall
+clock can be put on the monotonic one). Every other line is one finished request, a
+`TruthRequest`. Times are CLOCK_MONOTONIC nanoseconds of the host (`time.perf_counter_ns`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from labkit.errors import ConfigError
+
+__all__ = ["TruthLog", "TruthRequest", "read_truth_log"]
+
+
+class TruthRequest(BaseModel):
+    """One request as the server saw it and sent it."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str = Field(description="The response id: x-request-id header and the stream's id.")
+    client_request_id: str | None = Field(
+        default=None, description="The client's own x-request-id (or x-correlation-id), if sent."
+    )
+    api: str = Field(description="chat, completions, responses or messages.")
+    stream: bool
+    model: str
+    t_read_ns: int = Field(description="The request read whole (clock after its last recv).")
+    t_start_ns: int = Field(description="Service started (a slot granted); = t_read_ns unqueued.")
+    events_ns: list[int] = Field(description="Clock right before each output event's send.")
+    events_sent_ns: list[int] = Field(description="Clock right after each output event's send.")
+    event_tokens: list[int] = Field(description="Tokens each output event carried.")
+    comments_ns: list[int] = Field(default_factory=list, description="Keep-alive comments sent.")
+    t_end_ns: int = Field(description="Clock right before the end of the response was sent.")
+    prompt_tokens: int = Field(description="The server's count (spaces in the request body).")
+    output_tokens: int
+    capped: bool = Field(description="Ended by the request's max_tokens.")
+
+
+@dataclass(frozen=True)
+class TruthLog:
+    """A whole truth log: the clock anchor and the requests in the order they finished."""
+
+    path: Path
+    mono_ns: int
+    wall_ns: int
+    requests: list[TruthRequest]
+
+    def mono_from_wall(self, wall_ns: float) -> float:
+        """A wall-clock time (ns since the epoch) on the server's monotonic clock."""
+        return wall_ns - self.wall_ns + self.mono_ns
+
+
+def read_truth_log(path: Path | str) -> TruthLog:
+    """Read a truth log; one clear `ConfigError` when `path` is not one."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the truth log {path}: {exc.strerror or exc}") from None
+    try:
+        anchor = json.loads(lines[0]) if lines else None
+    except json.JSONDecodeError:
+        anchor = None
+    if not isinstance(anchor, dict) or anchor.get("truth_log") != 1:
+        raise ConfigError(
+            f"{path} is not a truth log (its first line is not the clock anchor "
+            "`labkit fake-server --truth` writes)"
+        )
+    requests = []
+    for number, line in enumerate(lines[1:], 2):
+        if not line.strip():
+            continue
+        try:
+            requests.append(TruthRequest.model_validate_json(line))
+        except ValidationError as exc:
+            if number == len(lines):  # a server killed mid-write leaves a cut last line
+                break
+            raise ConfigError(f"{path} line {number} is not a truth record: {exc}") from None
+    return TruthLog(path, int(anchor["mono_ns"]), int(anchor["wall_ns"]), requests)

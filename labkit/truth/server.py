@@ -1,0 +1,865 @@
+"""The truth server: a scripted LLM API server that logs when it truly sent every event.
+
+One thread, one loop, its own process (`TruthServer` starts it; ``labkit fake-server
+--truth LOG`` runs it in the foreground), so it shares neither the GIL nor the event loop
+of the client it measures. It serves OpenAI Chat Completions, Completions, Responses and
+Anthropic Messages (`labkit.truth.shapes`), streaming or not, plus ``GET /v1/models`` and
+``/health``, on the schedule `labkit.truth.schedule` plans per request. Right before an
+event's bytes are handed to ``send`` it reads ``time.perf_counter_ns()`` (CLOCK_MONOTONIC,
+the clock of any client on this host), and right after; with a truth log each finished
+request becomes one JSON line (`labkit.truth.log`), keyed by the response id the server
+returns in the ``x-request-id`` header and in the stream's ``id``. ``GET /stamps`` returns
+and forgets the same per request (the benchmarks' interface).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import gc
+import heapq
+import itertools
+import json
+import os
+import random
+import re
+import selectors
+import signal
+import socket
+import ssl
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from labkit.errors import LabkitError
+from labkit.truth.process import raise_open_files_limit
+from labkit.truth.schedule import (
+    Plan,
+    TruthSchedule,
+    load_request_schedules,
+    plan,
+)
+from labkit.truth.shapes import Shape, shape_for
+
+__all__ = ["Server", "main", "raise_open_files_limit", "serve"]
+
+_WORDS = [
+    b" tokens",
+    b" are",
+    b" the",
+    b" pieces",
+    b" a",
+    b" model",
+    b" reads",
+    b" and",
+    b" writes",
+    b" one",
+    b" at",
+    b" a",
+    b" time",
+]
+_EPOLL_MARGIN_NS = 1_500_000  # wait in epoll only while the next event is further than this
+_SLEEP_MIN_NS = 30_000  # below this, spin instead of sleeping
+_BACKLOG = 4096
+_MAX_TOKENS = re.compile(rb'"max(?:_completion|_output)?_tokens"\s*:\s*(\d+)')
+_STREAM = re.compile(rb'"stream"\s*:\s*true')
+_MODEL = re.compile(rb'"model"\s*:\s*"([^"\\]{1,200})"')
+_KEEPALIVE = b": keep-alive\n\n"
+#: Client request-id headers a truth log keeps (the first present).
+CLIENT_ID_HEADERS = ("x-request-id", "x-correlation-id", "request-id")
+
+_WAKEUP = object()  # the selector key of the signal wake-up socket
+# action kinds in a stream's timetable
+_COMMENT, _EVENT, _BODY = 0, 1, 2
+
+
+def _frame(payload: bytes) -> bytes:
+    """One HTTP chunk holding one SSE event."""
+    return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+
+class _Stream:
+    """One response: what it sends, when, and the stamps of each send."""
+
+    __slots__ = (
+        "_gaps",
+        "actions",
+        "capped",
+        "client_id",
+        "comments",
+        "conn",
+        "event_bytes",
+        "event_tokens",
+        "first_ms",
+        "i",
+        "k",
+        "model",
+        "pad",
+        "parts",
+        "prompt_tokens",
+        "rid",
+        "sends",
+        "sent",
+        "sent_tokens",
+        "shape",
+        "stream",
+        "t_read",
+        "t_start",
+        "words",
+    )
+
+    def __init__(
+        self,
+        conn: _Conn,
+        rid: str,
+        shape: Shape,
+        model: str,
+        stream: bool,
+        planned: Plan,
+        prompt_tokens: int,
+        t_read: int,
+        event_bytes: int,
+        client_id: str | None,
+    ) -> None:
+        self.conn = conn
+        self.rid = rid
+        self.shape = shape
+        self.model = model
+        self.stream = stream
+        self.event_tokens = planned.event_tokens
+        self.first_ms = planned.first_ms
+        self.capped = planned.capped
+        self.prompt_tokens = prompt_tokens
+        self.t_read = t_read
+        self.t_start = t_read
+        self.client_id = client_id
+        self.i = 0  # output events sent
+        self.k = 0  # timetable actions done
+        self.actions: list[tuple[int, int]] = []
+        self.sends: list[int] = []
+        self.sent: list[int] = []
+        self.comments: list[int] = []
+        self.words: list[bytes] = []
+        self.event_bytes = event_bytes if shape.api == "chat" else 0
+        self.pad = b""
+        self.parts: tuple[bytes, bytes] | None = None  # an event's bytes around its text
+        self.sent_tokens = 0
+        self._gaps = planned.gaps_ms
+
+    def timetable(self, t_start: int, keepalive_ms: float) -> None:
+        """Fix the absolute due time of every send from the start of service."""
+        self.t_start = t_start
+        due = t_start + int(self.first_ms * 1e6)
+        events = [due]
+        for gap in self._gaps:
+            due += int(gap * 1e6)
+            events.append(due)
+        if not self.stream or not events:
+            self.actions = [(events[-1] if events else t_start, _BODY)]
+            return
+        actions = [(t, _EVENT) for t in events]
+        if keepalive_ms > 0:
+            step = int(keepalive_ms * 1e6)
+            actions += [(t, _COMMENT) for t in range(t_start + step, events[0], step)]
+            actions.sort()
+        self.actions = actions
+
+    def text(self) -> str:
+        """The whole output text so far."""
+        return b"".join(self.words).decode()
+
+    def event_frame(self) -> bytes:
+        """The next output event, framed (its text: the next tokens of `_WORDS`)."""
+        n = self.event_tokens[self.i]
+        if n == 1:
+            piece = _WORDS[self.sent_tokens % len(_WORDS)]
+        else:
+            piece = b"".join(_WORDS[(self.sent_tokens + j) % len(_WORDS)] for j in range(n))
+        self.sent_tokens += n
+        self.words.append(piece)
+        if self.parts is None or self.shape.api == "responses":  # its events are numbered
+            self.parts = self.shape.event_parts(self.rid, self.model, 3 + self.i)
+            if self.event_bytes and not self.pad:
+                self.pad = b"x" * max(
+                    0, self.event_bytes - len(self.parts[0]) - len(self.parts[1]) - 8
+                )
+        pre, post = self.parts
+        if not self.pad:
+            return _frame(pre + piece + post)
+        size = len(pre) + len(piece) + len(self.pad) + len(post)
+        return b"".join((b"%x\r\n" % size, pre, piece, self.pad, post, b"\r\n"))
+
+
+class _Conn:
+    __slots__ = (
+        "busy",
+        "close_after",
+        "handshaking",
+        "inbuf",
+        "outbuf",
+        "sock",
+        "tls",
+        "tls_in",
+        "tls_out",
+        "want_write",
+    )
+
+    def __init__(self, sock: socket.socket, tls: ssl.SSLContext | None = None) -> None:
+        self.sock = sock  # the TCP socket; on TLS it carries ciphertext
+        self.tls: ssl.SSLObject | None = None
+        self.tls_in = ssl.MemoryBIO()
+        self.tls_out = ssl.MemoryBIO()
+        if tls is not None:
+            self.tls = tls.wrap_bio(self.tls_in, self.tls_out, server_side=True)
+        self.inbuf = b""
+        self.outbuf = b""
+        self.busy = False  # a stream is being served on this connection
+        self.close_after = False
+        self.want_write = False
+        self.handshaking = tls is not None  # a TLS connection whose handshake is not done
+
+
+class _Listener:
+    """A listening socket in the selector; `tls`: wrap what it accepts."""
+
+    __slots__ = ("sock", "tls")
+
+    def __init__(self, sock: socket.socket, tls: ssl.SSLContext | None) -> None:
+        self.sock = sock
+        self.tls = tls
+
+
+def _unchunk(buf: bytes, at: int) -> tuple[bytes, int] | None:
+    """A chunked request body starting at `at`: (the body, where the next request starts),
+    or None while it is incomplete."""
+    body = b""
+    while True:
+        eol = buf.find(b"\r\n", at)
+        if eol < 0:
+            return None
+        size = int(buf[at:eol].split(b";", 1)[0] or b"0", 16)
+        if size == 0:
+            trailer = buf.find(b"\r\n\r\n", eol)
+            return None if trailer < 0 else (body, trailer + 4)
+        if len(buf) < eol + 2 + size + 2:
+            return None
+        body += buf[eol + 2 : eol + 2 + size]
+        at = eol + 2 + size + 2
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    sock = socket.create_server((host, port), backlog=_BACKLOG)
+    sock.setblocking(False)
+    return sock
+
+
+def _overrides(path: str) -> dict[str, str]:
+    """The ``KEY=VALUE`` segments of a request path (a per-request schedule)."""
+    out = {}
+    for segment in path.split("?", 1)[0].split("/"):
+        key, eq, value = segment.partition("=")
+        if eq:
+            out[key] = value
+    return out
+
+
+class Server:
+    """The single-threaded scheduler loop (see the module docstring).
+
+    `truth_log`: a text file each finished request is written to as one JSON line (its
+    first line, the clock anchor, is written here); `keep_stamps`: also keep them for
+    ``GET /stamps``. `per_request`: schedules used in the order requests arrive, cycling.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        schedule: TruthSchedule,
+        *,
+        tls: ssl.SSLContext | None = None,
+        tls_port: int = 0,
+        truth_log: IO[str] | None = None,
+        keep_stamps: bool = True,
+        per_request: list[TruthSchedule] | None = None,
+        model: str = "labkit-truth",
+        seed: int = 0,
+    ):
+        self.schedule = schedule
+        self.per_request = per_request or []
+        self.model = model
+        self.rng = random.Random(seed)
+        self.listener = _listen(host, port)
+        self.port = self.listener.getsockname()[1]
+        self.sel = selectors.DefaultSelector()
+        self.sel.register(self.listener, selectors.EVENT_READ, _Listener(self.listener, None))
+        self.tls_port: int | None = None
+        if tls is not None:
+            tls_listener = _listen(host, tls_port)
+            self.tls_port = tls_listener.getsockname()[1]
+            self.sel.register(tls_listener, selectors.EVENT_READ, _Listener(tls_listener, tls))
+        self.heap: list[tuple[int, int, _Stream]] = []
+        self.seq = itertools.count()
+        self.ids = itertools.count()
+        self.arrivals = itertools.count()
+        self.prefix = os.urandom(4).hex()
+        self.keep_stamps = keep_stamps
+        self.done: dict[str, dict[str, Any]] = {}
+        self.stalls = 0
+        self.late_ns: list[int] = []  # how late each wake-up was against its due time
+        self.active = 0
+        self.waiting: collections.deque[_Stream] = collections.deque()
+        self.log = truth_log
+        self.stopping = False
+        self._wakeup: tuple[socket.socket, socket.socket] | None = None
+        if truth_log is not None:
+            anchor = {
+                "truth_log": 1,
+                "clock": "CLOCK_MONOTONIC (time.perf_counter_ns)",
+                "mono_ns": time.perf_counter_ns(),
+                "wall_ns": time.time_ns(),
+                "schedule": {k: v for k, v in vars(schedule).items() if not k.startswith("_")},
+                "per_request_schedules": len(self.per_request),
+                "seed": seed,
+            }
+            truth_log.write(json.dumps(anchor) + "\n")
+            truth_log.flush()
+
+    # -- I/O ----------------------------------------------------------------------------------
+
+    def _watch(self, conn: _Conn, write: bool) -> None:
+        if conn.want_write != write:
+            conn.want_write = write
+            mask = selectors.EVENT_READ | (selectors.EVENT_WRITE if write else 0)
+            self.sel.modify(conn.sock, mask, conn)
+
+    def _send(
+        self,
+        conn: _Conn,
+        data: bytes,
+        stamps: list[int] | None = None,
+        after: list[int] | None = None,
+    ) -> None:
+        """Send `data` (encrypted first on TLS); `stamps` gets the clock read right before
+        the bytes are handed to the kernel (or queued behind a stalled send), `after` the
+        clock read once `send` returned."""
+        tls = conn.tls
+        if tls is not None:
+            try:
+                tls.write(data)
+            except ssl.SSLError:
+                self._drop(conn)
+                return
+            data = conn.tls_out.read()
+        if stamps is not None:
+            stamps.append(time.perf_counter_ns())
+        self._send_raw(conn, data)
+        if after is not None:
+            after.append(time.perf_counter_ns())
+
+    def _send_raw(self, conn: _Conn, data: bytes) -> None:
+        if conn.outbuf:
+            conn.outbuf += data
+            self.stalls += 1
+            return
+        try:
+            n = conn.sock.send(data)
+        except BlockingIOError:
+            n = 0
+        except OSError:
+            self._drop(conn)
+            return
+        if n < len(data):
+            self.stalls += 1
+            conn.outbuf = data[n:]
+            self._watch(conn, True)
+
+    def _flush(self, conn: _Conn) -> None:
+        try:
+            n = conn.sock.send(conn.outbuf)
+        except BlockingIOError:
+            return
+        except OSError:
+            self._drop(conn)
+            return
+        conn.outbuf = conn.outbuf[n:]
+        if not conn.outbuf:
+            self._watch(conn, False)
+            if conn.close_after and not conn.busy:
+                self._drop(conn)
+
+    def _drop(self, conn: _Conn) -> None:
+        with contextlib.suppress(KeyError, ValueError):
+            self.sel.unregister(conn.sock)
+        conn.sock.close()
+        conn.busy = False
+
+    def _accept(self, listener: _Listener) -> None:
+        while True:
+            try:
+                sock, _ = listener.sock.accept()
+            except BlockingIOError:
+                return
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn = _Conn(sock, listener.tls)
+            self.sel.register(sock, selectors.EVENT_READ, conn)
+
+    def _handshake(self, conn: _Conn) -> None:
+        tls = conn.tls
+        assert tls is not None
+        try:
+            tls.do_handshake()
+            conn.handshaking = False
+        except ssl.SSLWantReadError:
+            pass
+        except ssl.SSLError:  # a client that gave up or distrusts the CA
+            self._drop(conn)
+            return
+        if conn.tls_out.pending:
+            self._send_raw(conn, conn.tls_out.read())
+        if not conn.handshaking:
+            self._decrypted(conn)  # the request may have come with the handshake's last flight
+
+    def _decrypted(self, conn: _Conn) -> None:
+        """Serve what the TLS records read so far hold."""
+        tls = conn.tls
+        assert tls is not None
+        data = b""
+        try:
+            while chunk := tls.read(262144):
+                data += chunk
+        except ssl.SSLWantReadError:
+            pass
+        except ssl.SSLError:
+            self._drop(conn)
+            return
+        if conn.tls_out.pending:  # e.g. a key update's reply
+            self._send_raw(conn, conn.tls_out.read())
+        if data:
+            conn.inbuf += data
+            self._parse(conn, time.perf_counter_ns())
+
+    def _read(self, conn: _Conn) -> None:
+        try:
+            data = conn.sock.recv(262144)  # one recv per readiness; epoll reports what is left
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._drop(conn)
+            return
+        if conn.tls is not None:
+            conn.tls_in.write(data)
+            if conn.handshaking:
+                self._handshake(conn)
+            else:
+                self._decrypted(conn)
+            return
+        t = time.perf_counter_ns()
+        conn.inbuf += data
+        self._parse(conn, t)
+
+    # -- requests -------------------------------------------------------------------------------
+
+    def _schedule_for(self, path: str) -> TruthSchedule:
+        base = self.schedule
+        if self.per_request:
+            base = self.per_request[next(self.arrivals) % len(self.per_request)]
+        overrides = _overrides(path)
+        if not overrides:
+            return base
+        return base.with_overrides(overrides)
+
+    def _route(
+        self,
+        conn: _Conn,
+        method: str,
+        path: str,
+        headers: dict[str, str],
+        body: bytes,
+        t_read: int,
+    ) -> None:
+        shape = shape_for(path) if method == "POST" else None
+        if shape is not None:
+            try:
+                schedule = self._schedule_for(path)
+            except LabkitError as exc:  # a bad KEY=VALUE segment
+                self._simple(conn, json.dumps({"error": {"message": str(exc)}}).encode(), b"400")
+                return
+            cap = _MAX_TOKENS.search(body)
+            model = _MODEL.search(body)
+            planned = plan(
+                schedule,
+                body.count(b" "),
+                int(cap[1]) if cap else None,
+                self.rng,
+            )
+            client_id = next((headers[h] for h in CLIENT_ID_HEADERS if h in headers), None)
+            stream = _Stream(
+                conn,
+                f"chatcmpl-{self.prefix}-{next(self.ids)}",
+                shape,
+                model[1].decode() if model else self.model,
+                bool(_STREAM.search(body)),
+                planned,
+                body.count(b" "),
+                t_read,
+                schedule.event_bytes,
+                client_id,
+            )
+            conn.busy = True
+            if stream.stream:
+                head = shape.head(stream.rid, stream.model, stream.prompt_tokens)
+                self._send(
+                    conn,
+                    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                    b"cache-control: no-cache\r\ntransfer-encoding: chunked\r\n"
+                    b"x-request-id: " + stream.rid.encode() + b"\r\n\r\n"
+                    b"" + b"".join(_frame(p) for p in head),
+                )
+            if schedule.slots and self.active >= schedule.slots:
+                self.waiting.append(stream)
+            else:
+                self._start(stream, t_read)
+        elif method == "GET" and path.startswith("/stamps"):
+            late = sorted(self.late_ns)
+
+            def q(p: float) -> float | None:
+                return late[min(len(late) - 1, int(p * len(late)))] / 1e6 if late else None
+
+            out = {
+                "streams": self.done,
+                "stalls": self.stalls,
+                "late_wakeups_ms": {"p50": q(0.5), "p99": q(0.99), "max": q(1.0)},
+            }
+            self.done, self.stalls, self.late_ns = {}, 0, []
+            self._simple(conn, json.dumps(out).encode())
+        elif method == "GET" and path.split("?", 1)[0].endswith("/models"):
+            models = {
+                "object": "list",
+                "data": [
+                    {"id": self.model, "object": "model", "created": 1700000000, "owned_by": "lk"}
+                ],
+            }
+            self._simple(conn, json.dumps(models).encode())
+        elif method in ("GET", "HEAD") and path.startswith(("/health", "/v1/health")):
+            self._simple(conn, b"ok")
+        else:
+            self._simple(conn, b'{"error":{"message":"not found"}}', b"404 Not Found")
+
+    def _start(self, stream: _Stream, now: int) -> None:
+        """Begin serving `stream` (its slot granted at `now`)."""
+        self.active += 1
+        if stream.stream and not stream.event_tokens:  # max_tokens 0 or a 0-token script
+            stream.t_start = now
+            self._finish(stream, now)
+            return
+        stream.timetable(now, self.schedule.keepalive_ms)
+        heapq.heappush(self.heap, (stream.actions[0][0], next(self.seq), stream))
+
+    def _simple(self, conn: _Conn, body: bytes, status: bytes = b"200 OK") -> None:
+        self._send(
+            conn,
+            b"HTTP/1.1 " + status + b"\r\ncontent-type: application/json\r\n"
+            b"content-length: %d\r\n\r\n" % len(body) + body,
+        )
+        if conn.close_after:
+            self._close_when_flushed(conn)
+
+    def _close_when_flushed(self, conn: _Conn) -> None:
+        if not conn.outbuf:
+            self._drop(conn)
+
+    def _finish(self, stream: _Stream, t_end: int) -> None:
+        conn = stream.conn
+        output = sum(stream.event_tokens)
+        if stream.stream:
+            end = stream.shape.end(
+                stream.rid,
+                stream.model,
+                stream.text(),
+                stream.prompt_tokens,
+                output,
+                stream.capped,
+                3 + stream.i,
+            )
+            self._send(conn, b"".join(_frame(p) for p in end) + b"0\r\n\r\n")
+        entry = {
+            "id": stream.rid,
+            "client_request_id": stream.client_id,
+            "api": stream.shape.api,
+            "stream": stream.stream,
+            "model": stream.model,
+            "t_read_ns": stream.t_read,
+            "t_start_ns": stream.t_start,
+            "events_ns": stream.sends,
+            "events_sent_ns": stream.sent,
+            "event_tokens": stream.event_tokens if stream.stream else [output],
+            "comments_ns": stream.comments,
+            "t_end_ns": t_end,
+            "prompt_tokens": stream.prompt_tokens,
+            "output_tokens": output,
+            "capped": stream.capped,
+        }
+        if self.keep_stamps:
+            self.done[stream.rid] = {
+                "t_recv": stream.t_read,
+                "sends": stream.sends,
+                "sent": stream.sent,
+                "tokens": output,
+            }
+        if self.log is not None:
+            self.log.write(json.dumps(entry) + "\n")
+        conn.busy = False
+        self.active -= 1
+        if self.waiting:
+            self._start(self.waiting.popleft(), time.perf_counter_ns())
+        if conn.close_after:
+            self._close_when_flushed(conn)
+        elif conn.inbuf:  # a request that arrived while this stream was served
+            self._parse(conn, time.perf_counter_ns())
+
+    def _parse(self, conn: _Conn, t_read: int) -> None:
+        """Serve every complete request in the connection's buffer, one stream at a time;
+        a request that is not HTTP/1.1 as the server reads it gets a 400 and the close."""
+        while not conn.busy:
+            buf = conn.inbuf
+            end = buf.find(b"\r\n\r\n", 0, 65536)
+            if end < 0:
+                return
+            request_line, *lines = buf[:end].decode("latin-1").split("\r\n")
+            headers = {}
+            for line in lines:
+                k, _, v = line.partition(":")
+                headers[k.strip().lower()] = v.strip()
+            parts = request_line.split(" ", 2)
+            try:
+                length = int(headers.get("content-length", "0") or 0)
+            except ValueError:
+                length = -1
+            if len(parts) != 3 or length < 0:
+                conn.inbuf, conn.close_after = b"", True
+                self._simple(conn, b'{"error":{"message":"bad request"}}', b"400 Bad Request")
+                return
+            if "chunked" in headers.get("transfer-encoding", "").lower():
+                try:
+                    unchunked = _unchunk(buf, end + 4)
+                except ValueError:  # a chunk size that is not hex
+                    conn.inbuf, conn.close_after = b"", True
+                    self._simple(conn, b'{"error":{"message":"bad chunk"}}', b"400 Bad Request")
+                    return
+                if unchunked is None:
+                    return
+                body, rest = unchunked
+            else:
+                if len(buf) < end + 4 + length:
+                    return
+                body, rest = buf[end + 4 : end + 4 + length], end + 4 + length
+            conn.inbuf = buf[rest:]
+            conn.close_after = headers.get("connection", "").lower() == "close"
+            self._route(conn, parts[0], parts[1], headers, body, t_read)
+
+    # -- the scheduler --------------------------------------------------------------------------
+
+    def _act(self, stream: _Stream, kind: int) -> bool:
+        """Do one timetable action; True when the stream is finished."""
+        conn = stream.conn
+        if kind == _COMMENT:
+            self._send(conn, _frame(_KEEPALIVE), stream.comments)
+            return False
+        if kind == _EVENT:
+            self._send(conn, stream.event_frame(), stream.sends, stream.sent)
+            stream.i += 1
+            if stream.i < len(stream.event_tokens):
+                return False
+            self._finish(stream, time.perf_counter_ns())
+            return True
+        output = sum(stream.event_tokens)
+        stream.words = [
+            b"".join(_WORDS[j % len(_WORDS)] for j in range(output)),
+        ]
+        body = stream.shape.body(
+            stream.rid, stream.model, stream.text(), stream.prompt_tokens, output, stream.capped
+        )
+        self._send(
+            conn,
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+            b"x-request-id: %s\r\ncontent-length: %d\r\n\r\n%s"
+            % (stream.rid.encode(), len(body), body),
+            stream.sends,
+            stream.sent,
+        )
+        self._finish(stream, stream.sends[-1] if stream.sends else time.perf_counter_ns())
+        return True
+
+    def _send_due(self) -> None:
+        heap = self.heap
+        clock = time.perf_counter_ns
+        first = True
+        while heap:
+            due, _, stream = heap[0]
+            now = clock()
+            if due > now:
+                return
+            if first:
+                self.late_ns.append(now - due)
+                first = False
+            if stream.conn.sock.fileno() < 0:  # the client went away
+                heapq.heappop(heap)
+                self.active -= 1
+                if self.waiting:
+                    self._start(self.waiting.popleft(), clock())
+                continue
+            _, kind = stream.actions[stream.k]
+            stream.k += 1
+            if self._act(stream, kind) or stream.k >= len(stream.actions):
+                heapq.heappop(heap)
+            else:
+                heapq.heapreplace(heap, (stream.actions[stream.k][0], next(self.seq), stream))
+
+    def stop_soon(self) -> None:
+        """Ask the loop to return once its current step is done (from a signal handler:
+        what it was sending, and the truth log line of it, are finished first)."""
+        self.stopping = True
+
+    def wake_on_signals(self) -> None:
+        """Let a signal interrupt an idle wait: the loop then sees `stopping`."""
+        reader, writer = socket.socketpair()
+        reader.setblocking(False)
+        writer.setblocking(False)
+        signal.set_wakeup_fd(writer.fileno())
+        self._wakeup = (reader, writer)
+        self.sel.register(reader, selectors.EVENT_READ, _WAKEUP)
+
+    def _handle(self, events: list[tuple[selectors.SelectorKey, int]]) -> None:
+        for key, mask in events:
+            conn = key.data
+            if conn is _WAKEUP:
+                with contextlib.suppress(OSError):
+                    key.fileobj.recv(4096)  # type: ignore[union-attr]
+                continue
+            if isinstance(conn, _Listener):
+                self._accept(conn)
+                continue
+            if mask & selectors.EVENT_WRITE and conn.outbuf:
+                self._flush(conn)
+            if mask & selectors.EVENT_READ and conn.sock.fileno() >= 0:
+                self._read(conn)
+
+    def serve_forever(self) -> None:
+        """Run the scheduler loop until `stop_soon` (or killed)."""
+        clock = time.perf_counter_ns
+        select = self.sel.select
+        while not self.stopping:
+            self._send_due()
+            if not self.heap:
+                if self.log is not None:
+                    self.log.flush()  # idle: the log is readable while the server runs
+                self._handle(select(None))
+                continue
+            wait = self.heap[0][0] - clock()
+            if wait > _EPOLL_MARGIN_NS:
+                self._handle(select((wait - _EPOLL_MARGIN_NS) / 1e9))
+            else:
+                self._handle(select(0))
+                wait = self.heap[0][0] - clock() if self.heap else 0
+                if wait > _SLEEP_MIN_NS:
+                    time.sleep((wait - _SLEEP_MIN_NS) / 1e9)
+                # then spin (at most _SLEEP_MIN_NS plus the sleep's slack) to the due time
+
+
+def serve(
+    schedule: TruthSchedule,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    truth_log: Path | None = None,
+    schedule_file: Path | None = None,
+    seed: int = 0,
+    model: str = "labkit-truth",
+    tls: ssl.SSLContext | None = None,
+    tls_port: int = 0,
+    on_ready: Any = None,
+) -> None:
+    """Run a `Server` in this process until SIGTERM or Ctrl-C; `on_ready(server)` is called
+    once it listens. The truth log is flushed and closed on the way out."""
+    per_request = load_request_schedules(schedule_file, schedule) if schedule_file else None
+    raise_open_files_limit(65536)
+    log = truth_log.open("w", encoding="utf-8") if truth_log is not None else None
+    try:
+        server = Server(
+            host,
+            port,
+            schedule,
+            tls=tls,
+            tls_port=tls_port,
+            truth_log=log,
+            keep_stamps=log is None,
+            per_request=per_request,
+            model=model,
+            seed=seed,
+        )
+        if on_ready is not None:
+            on_ready(server)
+
+        server.wake_on_signals()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: server.stop_soon())
+        gc.disable()  # the loop allocates no cycles; no collector pauses in the schedule
+        with contextlib.suppress(KeyboardInterrupt):
+            server.serve_forever()
+    finally:
+        gc.enable()
+        if log is not None:
+            log.close()
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    for name, value in vars(TruthSchedule()).items():
+        parser.add_argument("--" + name.replace("_", "-"), type=type(value), default=value)
+    parser.add_argument("--truth", type=Path, default=None, help="write the truth log here")
+    parser.add_argument("--schedule-file", type=Path, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--model", default="labkit-truth")
+    parser.add_argument("--tls-cert", default=None, help="PEM chain: also serve HTTPS")
+    parser.add_argument("--tls-key", default=None)
+    parser.add_argument("--tls-port", type=int, default=0)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m labkit.truth.server``: prints ``PORT <n>`` (and ``TLS_PORT <n>``) first."""
+    args = _parser().parse_args(argv)
+    tls = None
+    if args.tls_cert:
+        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        tls.load_cert_chain(args.tls_cert, args.tls_key)
+    schedule = TruthSchedule(**{k: getattr(args, k) for k in vars(TruthSchedule())})
+
+    def ready(server: Server) -> None:
+        print(f"PORT {server.port}", flush=True)
+        if server.tls_port is not None:
+            print(f"TLS_PORT {server.tls_port}", flush=True)
+
+    serve(
+        schedule,
+        host=args.host,
+        port=args.port,
+        truth_log=args.truth,
+        schedule_file=args.schedule_file,
+        seed=args.seed,
+        model=args.model,
+        tls=tls,
+        tls_port=args.tls_port,
+        on_ready=ready,
+    )
+
+
+if __name__ == "__main__":
+    main()
