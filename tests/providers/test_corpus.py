@@ -137,6 +137,15 @@ def test_corpus_has_the_shapes_asked_for() -> None:
         assert f.source and f.shape and "error_kind" in f.expect, f.name
 
 
+def test_every_tool_call_shape_pins_its_calls() -> None:
+    # A reply that ends for a tool call names the calls it expects (ids, names and the
+    # arguments' complete text), so every path is checked for what a session sends back.
+    calling = [f for f in CORPUS if f.expect.get("stop_reason") == "tool_call"]
+    assert len(calling) >= 8
+    for f in calling:
+        assert f.expect.get("tool_calls"), f.name
+
+
 @pytest.mark.parametrize("fixture", CORPUS, ids=IDS)
 def test_wire_path_reads_the_shape(fixture: Fixture) -> None:
     record = replay(fixture, "wire")

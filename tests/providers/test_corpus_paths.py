@@ -21,7 +21,7 @@ import pytest
 
 from labkit.providers import sdk_available
 from labkit.records import RequestRecord
-from tests.providers.streams.corpus import Fixture, load_corpus
+from tests.providers.streams.corpus import Fixture, load_corpus, tool_calls_of
 from tests.providers.test_corpus import replay
 
 pytestmark = pytest.mark.integration
@@ -34,7 +34,7 @@ _SIDECAR_KEY = {"ttft_present": "ttft", "decode_null": "decode_ms_per_token"}
 #: What a stream's content alone decides: all that is compared where the SDK documents a
 #: different outcome (``error_kind`` in ``sdk``: it accepts a value the wire rejects), since
 #: the stop reason, the counts and decode all follow from the outcome.
-_CONTENT = ("output_events", "output_text", "ttft_present", "ttft_is_text")
+_CONTENT = ("output_events", "output_text", "ttft_present", "ttft_is_text", "tool_calls")
 
 
 def facts(record: RequestRecord) -> dict[str, Any]:
@@ -56,6 +56,7 @@ def facts(record: RequestRecord) -> dict[str, Any]:
         "ttft_is_text": client.ttft_ms is not None and client.ttft_text_ms == client.ttft_ms,
         "decode_null": client.decode_ms_per_token is None,
         "decode_null_reason": client.decode_null_reason,
+        "tool_calls": tool_calls_of(record),
     }
 
 

@@ -16,8 +16,10 @@ Facts in ``expect`` (only the keys present are checked): ``output_text``; ``ttft
 ``decode_ms_per_token``, ``load_ms``, ``provider_cached_tokens``, ``queue_ms``,
 ``server_ttft_ms``, ``server_total_ms``, ``inference_ms``, ``server_output_tokens_per_s``,
 ``processing_ms``, ``keepalive_comments``, ``timings_source`` (provider timings; numbers
-compared to a relative 1e-9, as seconds become milliseconds); ``error_kind`` (null: no
-error) and ``error_contains`` (a piece of the error message; null: not checked).
+compared to a relative 1e-9, as seconds become milliseconds); ``tool_calls`` (the record's
+calls, each ``{id, name, arguments}`` with the arguments' complete text, or null: none);
+``error_kind`` (null: no error) and ``error_contains`` (a piece of the error message; null:
+not checked).
 """
 
 from __future__ import annotations
@@ -86,6 +88,13 @@ def load_corpus() -> list[Fixture]:
     return fixtures
 
 
+def tool_calls_of(record: Any) -> list[dict[str, str]] | None:
+    """A record's tool calls as the sidecar writes them (None: it made none)."""
+    if record.tool_calls is None:
+        return None
+    return [call.model_dump() for call in record.tool_calls]
+
+
 def check_record(record: Any, expect: dict[str, Any]) -> None:
     """Assert every fact in `expect` on a `RequestRecord`."""
     usage, pt, client = record.usage, record.provider_timings, record.client
@@ -117,6 +126,7 @@ def check_record(record: Any, expect: dict[str, Any]) -> None:
         "keepalive_comments": lambda: pt.keepalive_comments,
         "timings_source": lambda: pt.source,
         "error_kind": lambda: record.error and record.error.kind.value,
+        "tool_calls": lambda: tool_calls_of(record),
     }
     for key, want in expect.items():
         if key in facts:
