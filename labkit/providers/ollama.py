@@ -133,9 +133,11 @@ class OllamaParser(StreamParser):
                 for call in tool_calls:  # arguments as an object
                     function = call.get("function") if type(call) is dict else None
                     if type(function) is dict:
+                        # Newer servers send the call's own `id`; older ones none.
+                        sent_id = call.get("id")
                         self.add_tool_call_delta(
                             len(self.tool_call_parts),
-                            f"call_{len(self.tool_call_parts)}",
+                            sent_id or f"call_{len(self.tool_call_parts)}",
                             function.get("name"),
                             json.dumps(function.get("arguments") or {}, default=str),
                         )
