@@ -23,6 +23,7 @@ sent as ``max_output_tokens``; only parameters the API accepts are sent (``seed`
 from __future__ import annotations
 
 import contextlib
+import json
 from typing import Any, ClassVar
 
 import httpx
@@ -178,10 +179,16 @@ CLIENT_TOOL_ITEMS = frozenset(
         "computer_call",
     }
 )
+#: Client calls with a name and streamed arguments, as a session sends them back
+#: (`finished_tool_calls`); the other client calls are taken whole from their item.
+_CALL_ITEMS = frozenset({"function_call", "custom_tool_call"})
+#: The deltas that stream such a call's arguments (a shell's command deltas are not JSON:
+#: its call is taken whole from its item).
+_CALL_ARGUMENT_DELTAS = frozenset(
+    {"response.function_call_arguments.delta", "response.custom_tool_call_input.delta"}
+)
 #: An output item that answers a client tool call inside the same response (the server
 #: ran it: a hosted shell's `shell_call_output`).
-#: Client calls whose name and arguments a session sends back (`finished_tool_calls`).
-_CALL_ITEMS = frozenset({"function_call", "custom_tool_call"})
 _TOOL_OUTPUT_ITEMS = frozenset(f"{item}_output" for item in CLIENT_TOOL_ITEMS)
 
 _INCOMPLETE_REASONS = {
@@ -264,7 +271,7 @@ class OpenAIResponsesParser(StreamParser):
             self._streamed_items.add(index)
             if name in _CLIENT_TOOL_DELTAS:
                 self._client_calls.setdefault(index, None)
-            if index in self.tool_call_parts:
+            if name in _CALL_ARGUMENT_DELTAS and index in self.tool_call_parts:
                 self.add_tool_call_delta(index, None, None, delta)
             self.other_output_parts.append(delta)
             return EventClass.OUTPUT
@@ -309,6 +316,8 @@ class OpenAIResponsesParser(StreamParser):
             self._client_calls[index] = None if call_id is None else str(call_id)
             if kind in _CALL_ITEMS and index is not None:
                 self._capture_call(index, item)
+            elif kind is not None and index is not None:
+                self._capture_whole_call(index, kind, item)
         elif kind in _TOOL_OUTPUT_ITEMS:
             answered = item.get("call_id")
             for key, call_id in list(self._client_calls.items()):
@@ -323,6 +332,16 @@ class OpenAIResponsesParser(StreamParser):
         if index not in self._streamed_items and not self.tool_call_parts[index][2]:
             whole = item.get("arguments", item.get("input"))
             self.add_tool_call_delta(index, None, None, whole)
+
+    def _capture_whole_call(self, index: int, kind: str, item: dict[str, Any]) -> None:
+        """Any other client call (apply_patch, shell, computer) for `finished_tool_calls`:
+        named by its tool (the item type less `_call`), its arguments the JSON of the item's
+        `operation` or `action` (keys sorted, so every client path writes the same text),
+        from the latest form of the item (the one that opens it may still be empty)."""
+        payload = item.get("operation", item.get("action"))
+        self.tool_call_parts.pop(index, None)
+        arguments = None if payload is None else json.dumps(payload, sort_keys=True)
+        self.add_tool_call_delta(index, item.get("call_id"), kind.removesuffix("_call"), arguments)
 
     def _unknown(self, name: str, obj: dict[str, Any]) -> int:
         """An event outside the catalogue: a ``*.delta`` whose `delta` is non-empty text is
