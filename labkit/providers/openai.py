@@ -373,14 +373,16 @@ class OpenAIChatParser(StreamParser):
         return True
 
     def _on_chunk_with_logprobs(self, obj: dict[str, Any]) -> int:
-        """`on_chunk`, after reading the chunk's logprobs into the collector."""
+        """`on_chunk`, after reading the chunk's logprobs into the collector: the visible
+        text's tokens only (llama.cpp puts a token's logprobs on the chunk it produced,
+        reasoning and tool-call arguments too; those steps are not kept)."""
         collector = self._logprobs
         choices = obj.get("choices")
         if collector is not None and type(choices) is list:
             for choice in choices:
                 if type(choice) is dict:
                     logprobs = choice.get("logprobs")
-                    if logprobs is not None:
+                    if logprobs is not None and not _carries_other_output(choice.get("delta")):
                         collector.add_chat(logprobs)
         return OpenAIChatParser.on_chunk(self, obj)
 
@@ -459,6 +461,24 @@ def _thinking_text(chunks: list[Any]) -> str:
                 raise MalformedStream(f"a thinking chunk's text is {describe(text)}")
             texts.append(text)
     return "".join(texts)
+
+
+#: Delta keys of generated output that is not visible text (reasoning, tool calls).
+_OTHER_OUTPUT_KEYS = (
+    "tool_calls",
+    "function_call",
+    "reasoning_content",
+    "reasoning",
+    "reasoning_details",
+)
+
+
+def _carries_other_output(delta: Any) -> bool:
+    """Whether a delta carries reasoning or a tool call and no visible text: the tokens
+    its logprobs are for are not the reply's text."""
+    if type(delta) is not dict or delta.get("content"):
+        return False
+    return any(delta.get(key) for key in _OTHER_OUTPUT_KEYS)
 
 
 def _stream_error(err: Any) -> RecordError:

@@ -83,3 +83,24 @@ def test_not_asked_the_record_has_none(fixture: Fixture) -> None:
     record = replay_asking(fixture, "wire", None)
     check_record(record, fixture.expect)
     assert record.logprobs is None
+
+
+#: Every shape whose reply calls a tool, with each path it is replayed through.
+TOOL_PATHS = [
+    pytest.param(f, path, id=f"{f.name}-{path}")
+    for f in load_corpus()
+    if f.expect.get("tool_calls")
+    for path in ("wire", "sdk")
+    if path == "wire" or sdk_available(f.kind)
+]
+
+
+@pytest.mark.parametrize(("fixture", "path"), TOOL_PATHS)
+def test_asked_beside_tool_calls_only_the_text_has_steps(fixture: Fixture, path: str) -> None:
+    # Logprobs asked on a reply that calls a tool: the calls are read as when not asked,
+    # and the steps are the visible text's tokens only (none for a tool call's arguments or
+    # for reasoning, although llama.cpp sends logprobs on those chunks too).
+    record = replay_asking(fixture, path, 2)
+    check_record(record, fixture.expect)
+    steps = record.logprobs.steps if record.logprobs is not None else []
+    assert "".join(s.token for s in steps) in ("", record.output_text)
