@@ -536,6 +536,7 @@ class StreamRecorder(BaseRecorder):
         content_type = response.headers.get("content-type", "")
         parse_ns = 0
         first = True
+        terminator_ns: int | None = None
         chunks = response.aiter_bytes()
         async for chunk in chunks:
             t_read = clock()
@@ -570,7 +571,11 @@ class StreamRecorder(BaseRecorder):
                         read_windows[t] = window
             parse_ns += clock() - t_read
             if m.done or parser.ended:
-                break  # the stream's terminator: what follows is not parsed
+                # The stream's end is the arrival of the read that completed its terminator
+                # (the kernel's stamp on the lean transport), not when this loop got to it;
+                # what follows is not parsed.
+                terminator_ns = t
+                break
         ended = m.done or parser.ended
         for ev in () if ended else sse.close():
             try:
@@ -580,7 +585,7 @@ class StreamRecorder(BaseRecorder):
                 raise MalformedStream(
                     f"stream ended in the middle of an event (truncated): {exc}"
                 ) from None
-        m.end_ns = clock()
+        m.end_ns = clock() if terminator_ns is None else terminator_ns
         m.parse_ns = parse_ns
         parser.read_framing(sse, m.t_start)
         if ended:

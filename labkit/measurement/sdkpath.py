@@ -231,10 +231,16 @@ class SDKRecorder(BaseRecorder):
             m.via_proxy = proxy.describe() if proxy else None
         stamp = m.event
         on_event = parser.on_event
+        # The stream's end: when its terminator was decoded (`[DONE]`, which the SDK
+        # swallows, or the item that ends it), never after the SDK drained and closed the body.
+        terminator_ns: int | None = None
 
         def consumed(event: str | None, data: str) -> None:
+            nonlocal terminator_ns
             t = clock()
             stamp(on_event(SSEEvent(event, data, t)), t)
+            if terminator_ns is None and (m.done or parser.ended):
+                terminator_ns = t
 
         measuring = _MEASURING.set((m.phases, clock, m.headers))
         watching = _CONSUMED.set(consumed)
@@ -259,8 +265,10 @@ class SDKRecorder(BaseRecorder):
                             late(t)
                         stamp(read(item), t)
                         if m.done or parser.ended:
+                            if terminator_ns is None:
+                                terminator_ns = t
                             break  # the terminator (`message_stop`, `response.completed`)
-                    m.end_ns = clock()
+                    m.end_ns = clock() if terminator_ns is None else terminator_ns
                     if m.done or parser.ended:
                         await drain_after_terminator(aiter(stream))
                 finally:

@@ -15,7 +15,8 @@ the true value):
 - ``ttft``: true = first output event's send − S;
 - ``itl``: true = (last output send − first) / (output tokens − 1), per token;
 - ``decode``: true = last output send − first;
-- ``e2e``: true = the send of the response's end − S;
+- ``e2e``: true = the send of the response's end (``t_end_ns``: the one write that holds a
+  stream's stop event, usage and terminator, µs after the last output send) − S;
 - ``output_tokens``, ``input_tokens``: the server's counts (input: the spaces in the body);
 - ``event_stamp``: per output event, the client's stamp − its send (clients that keep
   per-event stamps: labkit), the benchmarks' "stamp error".
