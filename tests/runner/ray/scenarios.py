@@ -64,10 +64,10 @@ def _serve_counting(schedule: dict[str, Any]) -> Any:
     class CountingServer(FakeServer):
         streaming = 0
 
-        async def _chat(self, writer: asyncio.StreamWriter, payload: dict[str, Any]) -> None:
+        async def _chat(self, *args: Any, **kwargs: Any) -> None:
             self.streaming += 1
             try:
-                await super()._chat(writer, payload)
+                await super()._chat(*args, **kwargs)
             finally:
                 self.streaming -= 1
 
