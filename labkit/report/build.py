@@ -515,7 +515,7 @@ def _title(run: RunData) -> str:
 def build_blocks(run: RunData) -> tuple[str, list[Block], list[RequestStats]]:
     """The report as a title, a list of blocks, and the request statistics it shows."""
     df = run.records
-    stats = run_stats(run.lab, run.run_dir)
+    stats = run_stats(run.lab, run)
     title = _title(run)
     blocks: list[Block] = [Heading(title, 1)]
     blocks += _lab_section(run)

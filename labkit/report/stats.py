@@ -2,18 +2,22 @@
 summary.csv / summary.parquet, and how their cells read in the report's tables.
 
 The figures come from lab.json; a run whose lab.json predates them gets them from its
-records, through the same function (`run_stats`). Nothing here computes a percentile.
+records frame, through the same function (`run_stats`). Nothing here computes a percentile.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from labkit.analysis.requests import request_stats
+from labkit.analysis.columns import Columns
+from labkit.analysis.requests import request_stats_of
 from labkit.figures import Percentiles, Quantile, RequestStats
-from labkit.records import LabResults, RequestRecord
+from labkit.records import LabResults
+from labkit.report.load import RunData, load_client_array, load_run
 from labkit.wording import CLIENT_BOUND_MARK, group_label
 
 __all__ = [
@@ -42,29 +46,33 @@ def included(df: pd.DataFrame) -> pd.Series:
     return df["ok"].astype(bool) & ~df["warmup"].astype(bool)
 
 
-def _records(run_dir: Path) -> list[RequestRecord]:
-    """records.jsonl as records; lines that are not one are left out (the frame's loader
-    already names them in the report)."""
-    path = run_dir / "records.jsonl"
-    out = []
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return []
-    for line in lines:
-        if line.strip():
-            try:
-                out.append(RequestRecord.from_json_line(line))
-            except ValueError:
-                continue
-    return out
+def _columns(run: RunData) -> Columns:
+    """The run's records frame as columns, with each event's stamp lateness read back from
+    records.jsonl for the records that have an estimate (the frame leaves arrays out)."""
+    df = run.records
+    arrays: dict[str, Any] = {name: df[name].to_numpy() for name in df.columns}
+    if "client.stamp_lateness_ms_p50" in df.columns:
+        estimated = df[df["client.stamp_lateness_ms_p50"].notna()]
+        if len(estimated):
+            found = load_client_array(estimated, "stamp_lateness_ms")
+            per_event = np.full(len(df), None, dtype=object)
+            for position, record_id in zip(
+                np.flatnonzero(df["client.stamp_lateness_ms_p50"].notna().to_numpy()),
+                estimated["record_id"],
+                strict=True,
+            ):
+                per_event[position] = found.get(str(record_id))
+            arrays["client.stamp_lateness_ms"] = per_event
+    return Columns.of_arrays(len(df), arrays)
 
 
-def run_stats(lab: LabResults | None, run_dir: Path) -> list[RequestStats]:
-    """The run's request statistics: lab.json's, else computed from records.jsonl."""
+def run_stats(lab: LabResults | None, run: RunData | Path) -> list[RequestStats]:
+    """The run's request statistics: lab.json's, else computed from its records (read
+    once, as columns; `run` a loaded run or its folder) by the same function the runner
+    uses."""
     if lab is not None and lab.requests is not None:
         return lab.requests
-    return request_stats(_records(run_dir))
+    return request_stats_of(_columns(run if isinstance(run, RunData) else load_run(run)))
 
 
 def where(s: RequestStats) -> str:
