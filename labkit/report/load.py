@@ -15,6 +15,7 @@ JSON line without a record's required fields) is skipped with a logged warning, 
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 from collections.abc import Iterable, Sequence
@@ -190,6 +191,71 @@ def _missing_field(rec: dict[str, Any]) -> str | None:
 def _parse_lines(path: Path, run_dir: Path) -> tuple[pd.DataFrame, list[int]]:
     """Read records.jsonl into a typed frame; return it and the numbers of skipped lines.
 
+    The file is read in blocks of whole lines (`columnar.BLOCK_BYTES`), each parsed once
+    into columns by Arrow's JSON reader (`labkit.report.columnar`); a block Arrow refuses (a
+    line that is not JSON, or not a record of the contract's types) is parsed line by line
+    here instead, so a bad line costs that line only and is named.
+    """
+    from labkit.report.columnar import BLOCK_BYTES, block_frame
+
+    frames: list[pd.DataFrame] = []
+    skipped: list[int] = []
+    lines_before = 0
+    bytes_before = 0
+    rest = b""
+    with path.open("rb") as fh:
+        while True:
+            data = fh.read(BLOCK_BYTES)
+            buffer = rest + data if rest else data
+            if data:
+                cut = buffer.rfind(b"\n") + 1
+                if cut == 0:  # one line longer than a block: read on
+                    rest = buffer
+                    continue
+                block, rest = buffer[:cut], buffer[cut:]
+            else:
+                block, rest = buffer, b""
+            if block:
+                lines = block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
+                read = block_frame(block, bytes_before, run_dir)
+                if read is None:
+                    frame = _parse_block(block, lines_before, bytes_before, path, run_dir, skipped)
+                else:
+                    frame, lacking = read
+                    for line, name in lacking:
+                        skipped.append(lines_before + line)
+                        log.warning(
+                            "%s line %d: skipped, not a record (no valid %r field)",
+                            path,
+                            lines_before + line,
+                            name,
+                        )
+                frames.append(frame)
+                lines_before += lines
+                bytes_before += len(block)
+            if not data:
+                break
+    skipped.sort()
+    frames = [f for f in frames if len(f)] or frames[:1]
+    if not frames:
+        return records_frame({c: [] for c in _columns()}, {}, run_dir), skipped
+    if len(frames) == 1:
+        return frames[0], skipped
+    return pd.concat(frames, ignore_index=True), skipped
+
+
+def _parse_block(
+    block: bytes,
+    lines_before: int,
+    offset: int,
+    path: Path,
+    run_dir: Path,
+    skipped: list[int],
+) -> pd.DataFrame:
+    """Parse a block of whole lines one by one with the standard JSON decoder (the path for
+    a block Arrow's reader refused); the numbers of lines that are not records go into
+    `skipped`.
+
     Values are appended raw to per-column lists and typed every `_CHUNK` rows, so memory
     holds at most one chunk of Python objects whatever the size of the run.
     """
@@ -197,11 +263,9 @@ def _parse_lines(path: Path, run_dir: Path) -> tuple[pd.DataFrame, list[int]]:
     cols: dict[str, list[Any]] = {c: [] for c in _columns()}
     tags: dict[str, list[Any]] = {}
     n = 0
-    skipped: list[int] = []
-    offset = 0
     loads = json.loads
     empty: dict[str, Any] = {}
-    # Bind the lists once: this loop runs once per record (10^5–10^6 times).
+    # Bind the lists once: this loop runs once per record.
     c_off = cols["file_offset"]
     c_ok = cols["ok"]
     c_warm = cols["warmup"]
@@ -209,67 +273,66 @@ def _parse_lines(path: Path, run_dir: Path) -> tuple[pd.DataFrame, list[int]]:
     err = [(k, cols[f"error.{k}"]) for k in _ERROR_STR + _ERROR_NUM]
     sections = [(s, [(k, cols[f"{s}.{k}"]) for k in num + txt]) for s, num, txt in _SECTIONS]
     c_events = cols["client.n_events"]
-    with path.open("rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            here = offset
-            offset += len(raw)
-            if not raw.strip():
-                continue
-            line, n_events = _strip_offsets(raw)
-            try:
-                rec = loads(line)
-                if not isinstance(rec, dict):
-                    raise ValueError("not a JSON object")
-                lacking = _missing_field(rec)
-                if lacking is not None:
-                    raise ValueError(f"no valid {lacking!r} field")
-            except ValueError as exc:
-                skipped.append(lineno)
-                log.warning("%s line %d: skipped, not a record (%s)", path, lineno, exc)
-                continue
-            c_off.append(here)
-            error = rec.get("error")
-            c_ok.append(error is None)
-            c_warm.append(rec.get("warmup") is True)
-            get = rec.get
-            for k, lst in top:
-                lst.append(get(k))
-            err_sub = error if isinstance(error, dict) else empty
-            for k, lst in err:
-                lst.append(err_sub.get(k))
-            for s, pairs in sections:
-                sub = get(s)
-                if not isinstance(sub, dict):
-                    sub = empty
-                for k, lst in pairs:
-                    lst.append(sub.get(k))
-            if n_events is None:
-                client = get("client")
-                offsets = client.get("event_offsets_ms") if isinstance(client, dict) else None
-                n_events = len(offsets) if isinstance(offsets, list) else None
-            c_events.append(n_events)
-            rec_tags = get("tags")
-            if rec_tags and isinstance(rec_tags, dict):
-                for tk, tv in rec_tags.items():
-                    tag_list = tags.get(tk)
-                    if tag_list is None:
-                        tag_list = tags[tk] = [None] * n
-                    tag_list.append(tv)
-            n += 1
-            for tag_list in tags.values():
-                if len(tag_list) < n:
-                    tag_list.append(None)
-            if n == _CHUNK:
-                frames.append(records_frame(cols, tags, run_dir))
-                for lst in cols.values():
-                    lst.clear()
-                tags = {}
-                n = 0
+    for lineno, raw in enumerate(io.BytesIO(block), start=lines_before + 1):
+        here = offset
+        offset += len(raw)
+        if not raw.strip():
+            continue
+        line, n_events = _strip_offsets(raw)
+        try:
+            rec = loads(line)
+            if not isinstance(rec, dict):
+                raise ValueError("not a JSON object")
+            lacking = _missing_field(rec)
+            if lacking is not None:
+                raise ValueError(f"no valid {lacking!r} field")
+        except ValueError as exc:
+            skipped.append(lineno)
+            log.warning("%s line %d: skipped, not a record (%s)", path, lineno, exc)
+            continue
+        c_off.append(here)
+        error = rec.get("error")
+        c_ok.append(error is None)
+        c_warm.append(rec.get("warmup") is True)
+        get = rec.get
+        for k, lst in top:
+            lst.append(get(k))
+        err_sub = error if isinstance(error, dict) else empty
+        for k, lst in err:
+            lst.append(err_sub.get(k))
+        for s, pairs in sections:
+            sub = get(s)
+            if not isinstance(sub, dict):
+                sub = empty
+            for k, lst in pairs:
+                lst.append(sub.get(k))
+        if n_events is None:
+            client = get("client")
+            offsets = client.get("event_offsets_ms") if isinstance(client, dict) else None
+            n_events = len(offsets) if isinstance(offsets, list) else None
+        c_events.append(n_events)
+        rec_tags = get("tags")
+        if rec_tags and isinstance(rec_tags, dict):
+            for tk, tv in rec_tags.items():
+                tag_list = tags.get(tk)
+                if tag_list is None:
+                    tag_list = tags[tk] = [None] * n
+                tag_list.append(tv)
+        n += 1
+        for tag_list in tags.values():
+            if len(tag_list) < n:
+                tag_list.append(None)
+        if n == _CHUNK:
+            frames.append(records_frame(cols, tags, run_dir))
+            for lst in cols.values():
+                lst.clear()
+            tags = {}
+            n = 0
     if n or not frames:
         frames.append(records_frame(cols, tags, run_dir))
     if len(frames) == 1:
-        return frames[0], skipped
-    return pd.concat(frames, ignore_index=True), skipped
+        return frames[0]
+    return pd.concat(frames, ignore_index=True)
 
 
 def _tag_column(values: list[Any]) -> Any:
