@@ -60,11 +60,15 @@ def _text(v: Any) -> str | None:
 
 def texts(values: Any) -> np.ndarray:
     """Values as an object array of strings (None where missing)."""
-    return np.array([_text(v) for v in values], dtype=object)
+    return np.array([v if type(v) is str else _text(v) for v in values], dtype=object)
 
 
 class Columns:
-    """The fields of a set of records, one array each (see the module)."""
+    """The fields of a set of records, one array each (see the module).
+
+    A subset (`take`) shares its parent's arrays: each field is read and converted once,
+    for all the records, however many groups are cut from them.
+    """
 
     def __init__(
         self, n: int, source: Callable[[str], np.ndarray | None], index: np.ndarray | None = None
@@ -72,7 +76,7 @@ class Columns:
         self._n = n if index is None else int(index.size)
         self._source = source
         self._index = index
-        self._cache: dict[str, np.ndarray | None] = {}
+        self._full: dict[tuple[str, str], np.ndarray | None] = {}
 
     @classmethod
     def of_records(cls, records: Sequence[RequestRecord]) -> Columns:
@@ -96,55 +100,55 @@ class Columns:
     def __len__(self) -> int:
         return self._n
 
-    def _raw(self, name: str) -> np.ndarray | None:
-        if name not in self._cache:
-            self._cache[name] = self._source(name)
-        raw = self._cache[name]
-        return raw if raw is None or self._index is None else raw[self._index]
-
     def take(self, mask: np.ndarray) -> Columns:
         """The rows where `mask` holds (a boolean array) or at these positions."""
         positions = np.flatnonzero(mask) if mask.dtype == bool else mask
-        index = positions if self._index is None else self._index[positions]
-        return Columns(0, self._source_cached, index)
+        child = Columns(
+            0, self._source, positions if self._index is None else self._index[positions]
+        )
+        child._full = self._full
+        return child
 
-    def _source_cached(self, name: str) -> np.ndarray | None:
-        if name not in self._cache:
-            self._cache[name] = self._source(name)
-        return self._cache[name]
+    def _get(self, kind: str, name: str, convert: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        key = (kind, name)
+        if key not in self._full:
+            raw = self._source(name)
+            self._full[key] = None if raw is None else convert(raw)
+        full = self._full[key]
+        if full is None:
+            empty = {"num": np.nan, "text": None, "flag": False, "objects": None}[kind]
+            dtype = {"num": float, "flag": bool}.get(kind, object)
+            return np.full(self._n, empty, dtype=dtype)
+        return full if self._index is None else full[self._index]
 
     def num(self, name: str) -> np.ndarray:
         """The field as float64 (NaN where missing or not a number)."""
-        raw = self._raw(name)
-        if raw is None:
-            return np.full(self._n, np.nan)
-        if raw.dtype.kind in "fiu":
-            return raw.astype(float, copy=False)
-        if raw.dtype.kind == "b":
-            return raw.astype(float)
-        return np.array([_number(v) for v in raw], dtype=float)
+        return self._get("num", name, _numbers)
 
     def text(self, name: str) -> np.ndarray:
         """The field as an object array of strings (None where missing)."""
-        raw = self._raw(name)
-        if raw is None:
-            return np.full(self._n, None, dtype=object)
-        return texts(raw)
+        return self._get("text", name, texts)
 
     def flag(self, name: str) -> np.ndarray:
         """The field as booleans (missing: False)."""
-        raw = self._raw(name)
-        if raw is None:
-            return np.zeros(self._n, dtype=bool)
-        if raw.dtype.kind == "b":
-            return raw
-        return np.array([v is True or v is np.True_ for v in raw], dtype=bool)
+        return self._get("flag", name, _flags)
 
     def objects(self, name: str) -> np.ndarray:
         """The field as it is held (per-event arrays: a sequence or None per record)."""
-        raw = self._raw(name)
-        return np.full(self._n, None, dtype=object) if raw is None else raw
+        return self._get("objects", name, lambda raw: raw)
 
     def first_text(self, name: str) -> str | None:
         """The field's value in the first row, as text."""
         return self.text(name)[0] if self._n else None
+
+
+def _numbers(raw: np.ndarray) -> np.ndarray:
+    if raw.dtype.kind in "fiub":
+        return raw.astype(float)
+    return np.array([_number(v) for v in raw], dtype=float)
+
+
+def _flags(raw: np.ndarray) -> np.ndarray:
+    if raw.dtype.kind == "b":
+        return raw
+    return np.array([v is True or v is np.True_ for v in raw], dtype=bool)
