@@ -137,6 +137,11 @@ class Columns:
         """The field as it is held (per-event arrays: a sequence or None per record)."""
         return self._get("objects", name, lambda raw: raw)
 
+    @property
+    def asked(self) -> set[str]:
+        """The fields asked for so far (of these columns and any cut from them)."""
+        return {name for _, name in self._full}
+
     def first_text(self, name: str) -> str | None:
         """The field's value in the first row, as text."""
         return self.text(name)[0] if self._n else None

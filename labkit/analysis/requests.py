@@ -26,6 +26,7 @@ from labkit.records import RequestRecord
 from labkit.selfcheck import client_bound_note, level_lag_of
 
 __all__ = [
+    "FIELDS",
     "GROUP_KEYS",
     "client_bound_reason",
     "client_bound_reason_of",
@@ -37,6 +38,43 @@ __all__ = [
 
 #: The group of a record: provider, experiment, model, client path.
 GROUP_KEYS: tuple[str, ...] = ("provider", "experiment", "model", "client_path")
+
+#: Every field `request_stats_of` reads (a run read for it needs only these).
+FIELDS: tuple[str, ...] = (
+    "provider",
+    "experiment",
+    "model",
+    "app.client_path",
+    "warmup",
+    "ok",
+    "error.kind",
+    "stop_reason",
+    "tags.level",
+    "tags.server_slots",
+    "tags.in_flight_max",
+    "client.ttft_ms",
+    "client.decode_ms_per_token",
+    "client.e2e_ms",
+    "client.output_tokens_per_s",
+    "client.headers_ms",
+    "client.first_event_ms",
+    "client.itl_ms_p50",
+    "client.loop_lag_ms",
+    "client.n_events",
+    "client.stamp_lateness_ms_p50",
+    "client.stamp_lateness_ms_p99",
+    "client.stamp_lateness_ms_max",
+    "client.stamp_lateness_ms",
+    "client.ttft_lateness_ms",
+    "usage.input_tokens",
+    "usage.output_tokens",
+    "provider_timings.decode_ms_per_token",
+    "provider_timings.queue_ms",
+    "provider_timings.prefill_ms",
+    "provider_timings.server_ttft_ms",
+    "provider_timings.keepalive_comments",
+    "app.cpu_ms",
+)
 
 
 def group_key(r: RequestRecord) -> tuple[str, str, str, str]:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from labkit.analysis.requests import FIELDS as REQUEST_FIELDS
 from labkit.clocksync import clock_note
 from labkit.errors import RunError
 from labkit.figures import LoadLevel, Percentiles, Quantile, RequestStats, ServerLevelMetrics
@@ -51,7 +52,14 @@ from labkit.scrub import for_people, scrub_frame
 from labkit.server_metrics import ServerMetricsSample, read_server_metrics
 from labkit.wording import CLIENT_BOUND_MARK, cell, client_bound_line
 
-__all__ = ["LAB_EXPERIMENTS", "ReportPaths", "build_blocks", "missing_notes", "write_report"]
+__all__ = [
+    "LAB_EXPERIMENTS",
+    "REPORT_COLUMNS",
+    "ReportPaths",
+    "build_blocks",
+    "missing_notes",
+    "write_report",
+]
 
 # The lab's five questions, in the order the report answers them.
 LAB_EXPERIMENTS: list[str] = [
@@ -61,6 +69,27 @@ LAB_EXPERIMENTS: list[str] = [
     "prefill_decode",
     "attribution",
 ]
+
+
+#: The records frame's columns the report reads (with each record's identity and tags): a
+#: large run is read with these only. The request statistics' own fields come from
+#: `labkit.analysis.requests.FIELDS`.
+REPORT_COLUMNS: frozenset[str] = frozenset(
+    {
+        "experiment",
+        "provider",
+        "model",
+        *(f"error.{name}" for name in ("kind", "message", "status")),
+    }
+    | {*REQUEST_FIELDS}
+    | {
+        "usage.output_tokens_source",
+        "usage.input_tokens_local_diff",
+        "client.decode_ms_per_token",
+        "client.e2e_ms",
+        "client.output_tokens_per_s",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -545,7 +574,7 @@ def build_blocks(run: RunData) -> tuple[str, list[Block], list[RequestStats]]:
 
 def write_report(run_dir: Path | str) -> ReportPaths:
     """Regenerate the report of one run folder; returns where the files were written."""
-    run = load_run(run_dir)
+    run = load_run(run_dir, REPORT_COLUMNS)
     title, blocks, stats = build_blocks(run)
     folder = run.run_dir
     paths = ReportPaths(

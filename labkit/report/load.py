@@ -16,13 +16,14 @@ JSON line without a record's required fields) is skipped with a logged warning, 
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import logging
 import re
 import types
 import typing
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
@@ -198,15 +199,19 @@ def _missing_field(rec: dict[str, Any]) -> str | None:
     return None
 
 
-def _parse_lines(path: Path, run_dir: Path) -> tuple[pd.DataFrame, list[int]]:
+def _parse_lines(
+    path: Path, run_dir: Path, columns: Collection[str] | None = None
+) -> tuple[pd.DataFrame, list[int]]:
     """Read records.jsonl into a typed frame; return it and the numbers of skipped lines.
 
-    The file is read in blocks of whole lines (`BLOCK_BYTES`), each parsed once
-    into columns by Arrow's JSON reader (`block_frame`); a block Arrow refuses (a
-    line that is not JSON, or not a record of the contract's types) is parsed line by line
-    here instead, so a bad line costs that line only and is named.
+    The file is read in blocks of whole lines (`BLOCK_BYTES`), each parsed once into
+    columns by Arrow's JSON reader (`block_columns`); a block Arrow refuses (a line that is
+    not JSON, or not a record of the contract's types) is parsed line by line here instead,
+    so a bad line costs that line only and is named. `columns`: only these (and the
+    record's identity, `_ALWAYS`, and its tags) are kept.
     """
-    frames: list[pd.DataFrame] = []
+    wanted = None if columns is None else frozenset(columns) | _ALWAYS
+    blocks: list[dict[str, Any]] = []
     skipped: list[int] = []
     lines_before = 0
     bytes_before = 0
@@ -223,33 +228,29 @@ def _parse_lines(path: Path, run_dir: Path) -> tuple[pd.DataFrame, list[int]]:
                 block, rest = buffer[:cut], buffer[cut:]
             else:
                 block, rest = buffer, b""
+            del buffer
             if block:
                 lines = block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
-                read = block_frame(block, bytes_before, run_dir)
+                read = block_columns(block, bytes_before, wanted)
                 if read is None:
                     frame = _parse_block(block, lines_before, bytes_before, path, run_dir, skipped)
-                else:
-                    frame, lacking = read
-                    for line, name in lacking:
-                        skipped.append(lines_before + line)
-                        log.warning(
-                            "%s line %d: skipped, not a record (no valid %r field)",
-                            path,
-                            lines_before + line,
-                            name,
-                        )
-                frames.append(frame)
+                    read = (_frame_pieces(frame, wanted), [])
+                pieces, lacking = read
+                for line, name in lacking:
+                    skipped.append(lines_before + line)
+                    log.warning(
+                        "%s line %d: skipped, not a record (no valid %r field)",
+                        path,
+                        lines_before + line,
+                        name,
+                    )
+                blocks.append(pieces)
                 lines_before += lines
                 bytes_before += len(block)
             if not data:
                 break
     skipped.sort()
-    frames = [f for f in frames if len(f)] or frames[:1]
-    if not frames:
-        return records_frame({c: [] for c in _columns()}, {}, run_dir), skipped
-    if len(frames) == 1:
-        return frames[0], skipped
-    return pd.concat(frames, ignore_index=True), skipped
+    return _assemble(blocks, run_dir, wanted), skipped
 
 
 def _parse_block(
@@ -388,8 +389,12 @@ def _read_json(path: Path, problems: list[str]) -> Any:
         return None
 
 
-def load_run(path: Path | str) -> RunData:
-    """Load one run folder. Raises `RunError` when it is not a run folder."""
+def load_run(path: Path | str, columns: Collection[str] | None = None) -> RunData:
+    """Load one run folder. Raises `RunError` when it is not a run folder.
+
+    `columns`: keep only these columns of the frame (with the record's identity and its
+    tags), for a reader of a large run that needs a few.
+    """
     run_dir = Path(path)
     if not run_dir.is_dir():
         raise RunError(f"{run_dir} is not a run folder (no such directory)")
@@ -398,7 +403,7 @@ def load_run(path: Path | str) -> RunData:
         raise RunError(f"{run_dir} is not a run folder: {RECORDS_FILE} is missing")
     problems: list[str] = []
     try:
-        frame, skipped = _parse_lines(records_path, run_dir)
+        frame, skipped = _parse_lines(records_path, run_dir, columns)
     except OSError as exc:
         raise RunError(f"cannot read {records_path}: {exc}") from exc
     if skipped:
@@ -495,7 +500,7 @@ def ensure_columns(df: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
 # Tags (free-form) are read by a second, inferring pass over the block's ``"tags"`` objects.
 
 #: Bytes of whole lines read and parsed at a time: memory holds about one block's columns.
-BLOCK_BYTES = 32 << 20
+BLOCK_BYTES = 16 << 20
 
 #: Arrow's unit of parallel parsing; a longer line makes the block fall back to line by line.
 _ARROW_BLOCK = 4 << 20
@@ -532,15 +537,23 @@ def _struct(model: type[BaseModel], names: list[str], extra: list[pa.Field]) -> 
     return pa.struct(fields + extra)
 
 
-def _schema() -> pa.Schema:
+def _schema(wanted: frozenset[str] | None) -> pa.Schema:
+    """The Arrow schema of the frame's fields (`wanted` of them; the required ones always)."""
+    required = {name for name, _ in _REQUIRED}
+
+    def keep(name: str) -> bool:
+        return wanted is None or name in wanted or name in required
+
     record = RequestRecord.model_fields
     fields = [pa.field("warmup", pa.bool_())]
     for name in _TOP_STR + _TOP_NUM:
         kind = _arrow_type(record[name].annotation)
         if name in ("prompt_chars", "prompt_bytes"):  # required integers
             kind = pa.int64()
-        fields.append(pa.field(name, kind or pa.string()))
-    fields.append(pa.field("error", _struct(RecordError, _ERROR_STR + _ERROR_NUM, [])))
+        if keep(name):
+            fields.append(pa.field(name, kind or pa.string()))
+    error = [name for name in _ERROR_STR + _ERROR_NUM if keep(f"error.{name}")]
+    fields.append(pa.field("error", _struct(RecordError, error, [])))
     models = {
         "client": ClientTimings,
         "provider_timings": ProviderTimings,
@@ -548,16 +561,22 @@ def _schema() -> pa.Schema:
         "usage": Usage,
     }
     for section, num, txt in _SECTIONS:
-        extra = (
-            [pa.field("event_offsets_ms", pa.list_(pa.float64()))] if section == "client" else []
-        )
-        fields.append(pa.field(section, _struct(models[section], num + txt, extra)))
+        names = [name for name in num + txt if keep(f"{section}.{name}")]
+        offsets = [pa.field("event_offsets_ms", pa.list_(pa.float64()))]
+        extra = offsets if section == "client" and keep("client.n_events") else []
+        fields.append(pa.field(section, _struct(models[section], names, extra)))
     return pa.schema(fields)
 
 
-_SCHEMA = _schema()
-_PARSE = pj.ParseOptions(explicit_schema=_SCHEMA, unexpected_field_behavior="ignore")
+@functools.cache
+def _parse_options(wanted: frozenset[str] | None) -> pj.ParseOptions:
+    return pj.ParseOptions(explicit_schema=_schema(wanted), unexpected_field_behavior="ignore")
+
+
 _READ = pj.ReadOptions(block_size=_ARROW_BLOCK)
+
+#: Columns every frame keeps, whatever columns a reader asks for.
+_ALWAYS = frozenset({"run_id", "run_dir", "file_offset", "ok", "warmup", "record_id"})
 
 
 def _arrow_numbers(column: Any) -> np.ndarray:
@@ -569,9 +588,11 @@ def _arrow_numbers(column: Any) -> np.ndarray:
     return values
 
 
-def _arrow_texts(column: Any) -> np.ndarray:
-    values: np.ndarray = column.to_numpy(zero_copy_only=False)
-    return values.astype(object, copy=False)
+def _arrow_texts(column: Any) -> pa.Array:
+    """A text column as one Arrow string array (no Python object per value)."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    return column if pa.types.is_string(column.type) else column.cast(pa.string())
 
 
 def _tags(block: bytes, line_starts: np.ndarray, rows: int) -> dict[str, Any] | None:
@@ -601,20 +622,23 @@ def _tags(block: bytes, line_starts: np.ndarray, rows: int) -> dict[str, Any] | 
         if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_null(kind):
             out[tag.name] = _arrow_numbers(column)
         elif pa.types.is_boolean(kind) or pa.types.is_string(kind):
-            out[tag.name] = _tag_column(column.to_pylist())
+            out[tag.name] = pa.array(_tag_column(column.to_pylist()), pa.string(), from_pandas=True)
         else:  # a type Arrow inferred from text (a timestamp): keep the text, line by line
             return None
     return out
 
 
-def block_frame(
-    block: bytes, offset: int, run_dir: Path
-) -> tuple[pd.DataFrame, list[tuple[int, str]]] | None:
-    """The records frame of a block of whole lines starting at byte `offset` of the file,
-    and the lines left out for lacking a required field: (line number within the block,
-    field). None when Arrow refuses the block (the caller parses it line by line)."""
+def block_columns(
+    block: bytes, offset: int, wanted: frozenset[str] | None
+) -> tuple[dict[str, Any], list[tuple[int, str]]] | None:
+    """The frame's columns (`wanted` of them, all when None) of a block of whole lines
+    starting at byte `offset` of the file, and the lines left out for lacking a required
+    field: (line number within the block, field). Numbers come as float64 arrays, text as
+    Arrow string arrays. None when Arrow refuses the block (parse it line by line)."""
     try:
-        table = pj.read_json(pa.py_buffer(block), read_options=_READ, parse_options=_PARSE)
+        table = pj.read_json(
+            pa.py_buffer(block), read_options=_READ, parse_options=_parse_options(wanted)
+        )
     except pa.ArrowInvalid:
         return None
     raw = np.frombuffer(block, dtype=np.uint8)
@@ -632,9 +656,9 @@ def block_frame(
     data: dict[str, Any] = {}
     sections = {s: table.column(s) for s in ("error", *(s for s, _, _ in _SECTIONS))}
     for name in _columns():
-        if name == "run_dir":
-            data[name] = np.full(table.num_rows, str(run_dir), dtype=object)
-        elif name == "file_offset":
+        if name == "run_dir" or (wanted is not None and name not in wanted):
+            continue  # the run folder: set once for the whole frame
+        if name == "file_offset":
             data[name] = offset + starts[lines].astype(np.int64)
         elif name == "ok":
             data[name] = sections["error"].is_null().to_numpy(zero_copy_only=False)
@@ -649,8 +673,7 @@ def block_frame(
             data[name] = _arrow_texts(column) if _is_text(name) else _arrow_numbers(column)
     for key, values in tags.items():
         data[f"tags.{key}"] = values
-    frame = pd.DataFrame(data)
-    keep = np.ones(len(frame), dtype=bool)
+    keep = np.ones(table.num_rows, dtype=bool)
     lacking: list[tuple[int, str]] = []
     for required, _kind in _REQUIRED:
         missing = table.column(required).is_null().to_numpy(zero_copy_only=False) & keep
@@ -658,5 +681,72 @@ def block_frame(
             lacking.append((int(lines[row]) + 1, required))
         keep &= ~missing
     if lacking:
-        frame = frame[keep].reset_index(drop=True)
-    return frame, sorted(lacking)
+        mask = pa.array(keep)
+        data = {k: v.filter(mask) if isinstance(v, pa.Array) else v[keep] for k, v in data.items()}
+    return data, sorted(lacking)
+
+
+def _frame_pieces(frame: pd.DataFrame, wanted: frozenset[str] | None) -> dict[str, Any]:
+    """A block read line by line, as `block_columns` gives one."""
+    out: dict[str, Any] = {}
+    for name in frame.columns:
+        if name == "run_dir" or (
+            wanted is not None and name not in wanted and not name.startswith("tags.")
+        ):
+            continue
+        values = frame[name]
+        if values.dtype.kind in "fbiu":
+            out[name] = values.to_numpy()
+        else:
+            out[name] = pa.array(values.to_numpy(dtype=object), pa.string(), from_pandas=True)
+    return out
+
+
+def _joined(pieces: list[Any], lengths: list[int]) -> Any:
+    """One frame column from its blocks' pieces (a block without it: missing there)."""
+    present = [p for p in pieces if p is not None]
+    if all(isinstance(p, pa.Array) for p in present):
+        chunks = [
+            p if p is not None else pa.nulls(n, pa.string())
+            for p, n in zip(pieces, lengths, strict=True)
+        ]
+        text = pa.chunked_array(chunks, pa.string())
+        if text.null_count == len(text):  # as pandas types a column of None: object
+            return np.full(len(text), None, dtype=object)
+        return text.to_pandas().array
+    if all(isinstance(p, np.ndarray) for p in present):
+        filled = [
+            p if p is not None else np.full(n, np.nan) for p, n in zip(pieces, lengths, strict=True)
+        ]
+        return np.concatenate(filled) if len(filled) != 1 else filled[0]
+    # A tag that is a number in some blocks and text in others: objects, as pandas joins them.
+    parts = []
+    for p, n in zip(pieces, lengths, strict=True):
+        if p is None:
+            parts.append(np.full(n, np.nan, dtype=object))
+        elif isinstance(p, pa.Array):
+            parts.append(np.array(p.to_pylist(), dtype=object))
+        else:
+            parts.append(p.astype(object))
+    return np.concatenate(parts)
+
+
+def _assemble(
+    blocks: list[dict[str, Any]], run_dir: Path, wanted: frozenset[str] | None
+) -> pd.DataFrame:
+    """The frame from its blocks' columns, joined one column at a time (each block's piece
+    freed as it is joined, so memory holds the frame and one column's pieces)."""
+    if not blocks:
+        frame = records_frame({c: [] for c in _columns()}, {}, run_dir)
+        return frame if wanted is None else frame[[c for c in frame.columns if c in wanted]]
+    lengths = [len(b["ok"]) for b in blocks]
+    n = sum(lengths)
+    names = [c for c in _columns() if wanted is None or c in wanted]
+    tags = dict.fromkeys(k for b in blocks for k in b if k.startswith("tags."))
+    data: dict[str, Any] = {}
+    for name in [*names, *tags]:
+        if name == "run_dir":
+            data[name] = pa.repeat(pa.scalar(str(run_dir)), n).to_pandas().array
+            continue
+        data[name] = _joined([b.pop(name, None) for b in blocks], lengths)
+    return pd.DataFrame(data)

@@ -8,7 +8,6 @@ records frame, through the same function (`run_stats`). Nothing here computes a 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -47,23 +46,27 @@ def included(df: pd.DataFrame) -> pd.Series:
 
 
 def _columns(run: RunData) -> Columns:
-    """The run's records frame as columns, with each event's stamp lateness read back from
-    records.jsonl for the records that have an estimate (the frame leaves arrays out)."""
+    """The run's records frame as columns (each converted when first asked for), with each
+    event's stamp lateness read back from records.jsonl for the records that have an
+    estimate (the frame leaves arrays out)."""
     df = run.records
-    arrays: dict[str, Any] = {name: df[name].to_numpy() for name in df.columns}
+    per_event: np.ndarray | None = None
     if "client.stamp_lateness_ms_p50" in df.columns:
-        estimated = df[df["client.stamp_lateness_ms_p50"].notna()]
-        if len(estimated):
-            found = load_client_array(estimated, "stamp_lateness_ms")
+        has = df["client.stamp_lateness_ms_p50"].notna().to_numpy()
+        if has.any():
+            found = load_client_array(df[has], "stamp_lateness_ms")
             per_event = np.full(len(df), None, dtype=object)
             for position, record_id in zip(
-                np.flatnonzero(df["client.stamp_lateness_ms_p50"].notna().to_numpy()),
-                estimated["record_id"],
-                strict=True,
+                np.flatnonzero(has), df["record_id"].to_numpy()[has], strict=True
             ):
                 per_event[position] = found.get(str(record_id))
-            arrays["client.stamp_lateness_ms"] = per_event
-    return Columns.of_arrays(len(df), arrays)
+
+    def column(name: str) -> np.ndarray | None:
+        if name == "client.stamp_lateness_ms":
+            return per_event
+        return df[name].to_numpy() if name in df.columns else None
+
+    return Columns(len(df), column)
 
 
 def run_stats(lab: LabResults | None, run: RunData | Path) -> list[RequestStats]:

@@ -8,11 +8,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from labkit.analysis.requests import request_stats
+from labkit.analysis.columns import Columns
+from labkit.analysis.requests import FIELDS, request_stats, request_stats_of
 from labkit.records import RequestRecord
 from labkit.report import load, load_run, run_stats
+from labkit.report.build import REPORT_COLUMNS, build_blocks
 from labkit.rundata import read_runs
-from tests.report.report_builders import write_run
+from tests.report.report_builders import full_lab, write_run
 from tests.support.records import make_record
 
 pytestmark = pytest.mark.unit
@@ -119,3 +121,19 @@ def test_read_runs_reads_each_run_into_one_frame(tmp_path: Path) -> None:
     two = write_run(tmp_path / "two", recs[30:])
     frame = read_runs([one, two])
     assert len(frame) == len(recs) and set(frame["run_dir"]) == {str(one), str(two)}
+
+
+def test_the_statistics_read_only_the_fields_they_list() -> None:
+    cols = Columns.of_records(_varied())
+    request_stats_of(cols)
+    assert cols.asked <= set(FIELDS)
+
+
+def test_the_report_read_with_its_columns_only_is_the_report_of_the_whole_frame(
+    tmp_path: Path,
+) -> None:
+    for name, lab in (("lab", full_lab()), ("records only", None)):
+        run_dir = write_run(tmp_path / name, _varied(), lab=lab)
+        whole = build_blocks(load_run(run_dir))
+        assert build_blocks(load_run(run_dir, REPORT_COLUMNS)) == whole
+        assert len(whole[1]) > 10
