@@ -106,12 +106,47 @@ class ReportPaths:
 # --- What is missing ---------------------------------------------------------------------
 
 
+#: The columns `missing_notes` reads.
+_NOTE_COLUMNS = (
+    "provider",
+    "ok",
+    "warmup",
+    "error.kind",
+    "error.message",
+    "usage.output_tokens",
+    "usage.output_tokens_source",
+    "usage.input_tokens",
+    "usage.input_tokens_local_diff",
+    "provider_timings.prefill_ms",
+    "provider_timings.decode_ms_per_token",
+)
+
+#: The columns the request charts read.
+_CHART_COLUMNS = (
+    "provider",
+    "experiment",
+    "ok",
+    "warmup",
+    "client.ttft_ms",
+    "client.decode_ms_per_token",
+    "client.e2e_ms",
+    "provider_timings.prefill_ms",
+    "provider_timings.decode_ms_per_token",
+)
+
+
+def _only(df: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
+    """The frame's `columns` (those it has): what a section filters and groups, not the
+    whole frame, which a large run cannot afford to copy."""
+    return df[[c for c in columns if c in df.columns]]
+
+
 def missing_notes(run: RunData, stats: list[RequestStats]) -> list[str]:
     """Plain sentences on everything the run lacks (empty when nothing is missing), the
     groups the self-check flagged client-bound (`stats`, with its reason) among them."""
     notes = list(run.problems)
     df = ensure_columns(
-        run.records,
+        _only(run.records, _NOTE_COLUMNS),
         [
             "usage.output_tokens",
             "usage.input_tokens",
@@ -563,11 +598,12 @@ def build_blocks(run: RunData) -> tuple[str, list[Block], list[RequestStats]]:
     blocks += sweep_section(run)
     blocks += later_stats_section(run)
     blocks += _stats_section(stats)
-    blocks += [ChartBlock(c) for c in (request_distributions(df),) if c is not None]
+    charted = _only(df, _CHART_COLUMNS)
+    blocks += [ChartBlock(c) for c in (request_distributions(charted),) if c is not None]
     if len(df):
         blocks += _errors_section(df)
     blocks += split_section(stats)
-    blocks += [ChartBlock(c) for c in (client_vs_server_chart(df),) if c is not None]
+    blocks += [ChartBlock(c) for c in (client_vs_server_chart(charted),) if c is not None]
     blocks += attribution_section(run.lab)
     return title, blocks, stats
 

@@ -554,7 +554,7 @@ def _schema(wanted: frozenset[str] | None) -> pa.Schema:
             fields.append(pa.field(name, kind or pa.string()))
     error = [name for name in _ERROR_STR + _ERROR_NUM if keep(f"error.{name}")]
     fields.append(pa.field("error", _struct(RecordError, error, [])))
-    models = {
+    models: dict[str, type[BaseModel]] = {
         "client": ClientTimings,
         "provider_timings": ProviderTimings,
         "app": AppTimings,
@@ -749,4 +749,4 @@ def _assemble(
             data[name] = pa.repeat(pa.scalar(str(run_dir)), n).to_pandas().array
             continue
         data[name] = _joined([b.pop(name, None) for b in blocks], lengths)
-    return pd.DataFrame(data)
+    return pd.DataFrame(data, copy=False)  # each column kept as it is, not copied into blocks
