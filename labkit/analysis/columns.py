@@ -60,6 +60,13 @@ def _text(v: Any) -> str | None:
 
 def texts(values: Any) -> np.ndarray:
     """Values as an object array of strings (None where missing)."""
+    if isinstance(values, np.ndarray) and values.dtype == object:
+        try:
+            distinct = set(values.tolist())  # a run's texts repeat: check each one once
+        except TypeError:  # an unhashable value: not a text, converted below
+            distinct = {0}
+        if all(v is None or type(v) is str for v in distinct):
+            return values
     return np.array([v if type(v) is str else _text(v) for v in values], dtype=object)
 
 

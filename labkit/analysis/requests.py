@@ -164,6 +164,19 @@ def request_stats(records: Iterable[RequestRecord]) -> list[RequestStats]:
     return request_stats_of(Columns.of_records(list(records)))
 
 
+def _or(values: np.ndarray, default: str) -> np.ndarray:
+    """Texts with `default` where missing."""
+    filled: np.ndarray = np.where(np.equal(values, None), default, values).astype(object)
+    return filled
+
+
+def _ranks(values: np.ndarray) -> tuple[np.ndarray, int]:
+    """Each value's rank among the distinct values (sorted as strings), and their number."""
+    items = [str(v) for v in values] if values.dtype != object else values.tolist()
+    rank = {v: i for i, v in enumerate(sorted(set(items)))}
+    return np.fromiter(map(rank.__getitem__, items), dtype=np.int64, count=len(items)), len(rank)
+
+
 def request_stats_of(cols: Columns) -> list[RequestStats]:
     """`request_stats` of records given as columns (a run read into columns)."""
     if not len(cols):
@@ -171,15 +184,15 @@ def request_stats_of(cols: Columns) -> list[RequestStats]:
     keys = [
         cols.text("provider"),
         cols.text("experiment"),
-        np.array(["" if v is None else v for v in cols.text("model")], dtype=object),
-        np.array(["wire" if v is None else v for v in cols.text("app.client_path")], dtype=object),
+        _or(cols.text("model"), ""),
+        _or(cols.text("app.client_path"), "wire"),
     ]
     # Each key as its rank among the key's values, so one integer per group sorts as the
     # tuple (provider, experiment, model, path) does.
     code = np.zeros(len(cols), dtype=np.int64)
     for values in keys:
-        uniques, ranks = np.unique(values.astype(str), return_inverse=True)
-        code = code * len(uniques) + ranks.reshape(-1)
+        ranks, distinct = _ranks(values)
+        code = code * distinct + ranks
     order = np.argsort(code, kind="stable")
     bounds = np.flatnonzero(np.diff(code[order])) + 1
     return [_stats_of(cols.take(rows)) for rows in np.split(order, bounds)]

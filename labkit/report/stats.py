@@ -64,7 +64,15 @@ def _columns(run: RunData) -> Columns:
     def column(name: str) -> np.ndarray | None:
         if name == "client.stamp_lateness_ms":
             return per_event
-        return df[name].to_numpy() if name in df.columns else None
+        if name not in df.columns:
+            return None
+        values = df[name]
+        if values.dtype.kind in "fbiu":
+            return values.to_numpy()
+        # Text as one string object per distinct value (a run has few: providers, models).
+        codes, uniques = pd.factorize(values)
+        distinct: np.ndarray = np.append(uniques.to_numpy(dtype=object), None)
+        return distinct[codes]
 
     return Columns(len(df), column)
 
