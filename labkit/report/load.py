@@ -215,40 +215,35 @@ def _parse_lines(
     skipped: list[int] = []
     lines_before = 0
     bytes_before = 0
-    rest = b""
     with path.open("rb") as fh:
         while True:
-            data = fh.read(BLOCK_BYTES)
-            buffer = rest + data if rest else data
-            if data:
-                cut = buffer.rfind(b"\n") + 1
-                if cut == 0:  # one line longer than a block: read on
-                    rest = buffer
-                    continue
-                block, rest = buffer[:cut], buffer[cut:]
-            else:
-                block, rest = buffer, b""
-            del buffer
-            if block:
-                lines = block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
-                read = block_columns(block, bytes_before, wanted)
-                if read is None:
-                    frame = _parse_block(block, lines_before, bytes_before, path, run_dir, skipped)
-                    read = (_frame_pieces(frame, wanted), [])
-                pieces, lacking = read
-                for line, name in lacking:
-                    skipped.append(lines_before + line)
-                    log.warning(
-                        "%s line %d: skipped, not a record (no valid %r field)",
-                        path,
-                        lines_before + line,
-                        name,
-                    )
-                blocks.append(pieces)
-                lines_before += lines
-                bytes_before += len(block)
-            if not data:
+            # A block of whole lines: BLOCK_BYTES, then the rest of the line they end in.
+            block = bytearray(BLOCK_BYTES)
+            size = fh.readinto(block)
+            del block[size:]
+            if size == BLOCK_BYTES:
+                block += fh.readline()
+            if not block:
                 break
+            lines = block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
+            read = block_columns(block, bytes_before, wanted)
+            if read is None:
+                frame = _parse_block(
+                    bytes(block), lines_before, bytes_before, path, run_dir, skipped
+                )
+                read = (_frame_pieces(frame, wanted), [])
+            pieces, lacking = read
+            for line, name in lacking:
+                skipped.append(lines_before + line)
+                log.warning(
+                    "%s line %d: skipped, not a record (no valid %r field)",
+                    path,
+                    lines_before + line,
+                    name,
+                )
+            blocks.append(pieces)
+            lines_before += lines
+            bytes_before += len(block)
     skipped.sort()
     return _assemble(blocks, run_dir, wanted), skipped
 
@@ -545,7 +540,7 @@ def _schema(wanted: frozenset[str] | None) -> pa.Schema:
         return wanted is None or name in wanted or name in required
 
     record = RequestRecord.model_fields
-    fields = [pa.field("warmup", pa.bool_())]
+    fields = [pa.field("warmup", pa.bool_()), pa.field("tags", pa.struct([]))]
     for name in _TOP_STR + _TOP_NUM:
         kind = _arrow_type(record[name].annotation)
         if name in ("prompt_chars", "prompt_bytes"):  # required integers
@@ -595,17 +590,26 @@ def _arrow_texts(column: Any) -> pa.Array:
     return column if pa.types.is_string(column.type) else column.cast(pa.string())
 
 
-def _tags(block: bytes, line_starts: np.ndarray, rows: int) -> dict[str, Any] | None:
-    """Each row's tags as columns (`_tag_column`'s types); None: read line by line."""
-    found = list(_TAGS.finditer(block))
-    if len(found) != rows:
+def _tags(
+    block: Any, line_starts: np.ndarray, rows: int, every_row_tagged: bool
+) -> dict[str, Any] | None:
+    """Each row's tags as columns (`_tag_column`'s types); None: read line by line.
+
+    The i-th tags object found must be row i's. It is when every row has a ``tags`` object
+    (`every_row_tagged`, from the parse) and the block holds as many ``"tags":`` keys as
+    rows: one per line. Otherwise each object's place is checked against the lines.
+    """
+    objects: list[bytes] = _TAGS.findall(block)
+    if len(objects) != rows:
         return None
-    positions = np.fromiter((m.start() for m in found), dtype=np.int64, count=rows)
-    if rows and not np.array_equal(
-        np.searchsorted(line_starts, positions, "right") - 1, np.arange(rows)
-    ):
-        return None
-    objects = [m.group(1) for m in found]
+    if not (every_row_tagged and block.count(b'"tags":') == rows):
+        positions = np.fromiter(
+            (m.start() for m in _TAGS.finditer(block)), dtype=np.int64, count=rows
+        )
+        if rows and not np.array_equal(
+            np.searchsorted(line_starts, positions, "right") - 1, np.arange(rows)
+        ):
+            return None
     if all(o == b"{}" for o in objects):
         return {}
     try:
@@ -629,7 +633,7 @@ def _tags(block: bytes, line_starts: np.ndarray, rows: int) -> dict[str, Any] | 
 
 
 def block_columns(
-    block: bytes, offset: int, wanted: frozenset[str] | None
+    block: bytearray, offset: int, wanted: frozenset[str] | None
 ) -> tuple[dict[str, Any], list[tuple[int, str]]] | None:
     """The frame's columns (`wanted` of them, all when None) of a block of whole lines
     starting at byte `offset` of the file, and the lines left out for lacking a required
@@ -650,7 +654,8 @@ def block_columns(
     lines = np.flatnonzero(lengths > 0)  # Arrow skips empty lines; a blank one refuses
     if lines.size != table.num_rows or (lines.size and (raw[starts[lines]] != ord("{")).any()):
         return None
-    tags = _tags(block, starts[lines], table.num_rows)
+    tagged = table.column("tags").null_count == 0
+    tags = _tags(block, starts[lines], table.num_rows, tagged)
     if tags is None:
         return None
     data: dict[str, Any] = {}

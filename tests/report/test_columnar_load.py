@@ -137,3 +137,21 @@ def test_the_report_read_with_its_columns_only_is_the_report_of_the_whole_frame(
         whole = build_blocks(load_run(run_dir))
         assert build_blocks(load_run(run_dir, REPORT_COLUMNS)) == whole
         assert len(whole[1]) > 10
+
+
+def test_tags_stay_on_their_rows_when_a_line_has_none_or_a_nested_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recs = _varied()[:12]
+    recs[6].params = {"tags": {"level": "not this one"}}
+    lines = [r.to_json_line() for r in recs]
+    lines[3] = lines[3].replace('"tags":{', '"labels":{', 1)
+    for name, chosen in (("untagged", lines), ("nested", [r.to_json_line() for r in recs])):
+        run_dir = write_run(tmp_path / name, [])
+        (run_dir / "records.jsonl").write_text("\n".join(chosen) + "\n", encoding="utf-8")
+        at_once = load_run(run_dir).records
+        with monkeypatch.context() as patch:
+            patch.setattr(load, "block_columns", lambda *args: None)
+            by_line = load_run(run_dir).records
+        pd.testing.assert_frame_equal(at_once, by_line)
+        assert at_once["tags.level"].iloc[6] == "c1"
