@@ -126,6 +126,11 @@ def build(run_dir: Path, n: int, seed: int = 7) -> None:
     (run_dir / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
 
 
+def _cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _rss_mib() -> float:
     # ru_maxrss is KiB on Linux.
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -143,11 +148,16 @@ def measure(run_dir: Path, traced: bool) -> None:
     from labkit.report.load import load_run
 
     rss_before = _rss_mib()
+    cpu = _cpu_s()
     t = time.perf_counter()
     write_report(run_dir)
     elapsed = time.perf_counter() - t
+    cpu = _cpu_s() - cpu
     rss = _rss_mib()
-    print(f"write_report: {elapsed:.2f} s (bound at 10⁶ records: {BOUND_S:.0f} s)")
+    print(
+        f"write_report: {elapsed:.2f} s (bound at 10⁶ records: {BOUND_S:.0f} s), "
+        f"CPU {cpu:.2f} s (on a shared host the CPU time is the steadier figure)"
+    )
     print(
         f"peak RSS of the process: {rss:,.0f} MiB "
         f"(interpreter + imports: {rss_before:,.0f} MiB; bound: {BOUND_MIB:,.0f} MiB)"

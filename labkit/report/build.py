@@ -9,6 +9,7 @@ own, a truncated ``records.jsonl``, a picture that could not be drawn.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -613,6 +614,8 @@ def write_report(run_dir: Path | str) -> ReportPaths:
     run = load_run(run_dir, REPORT_COLUMNS)
     title, blocks, stats = build_blocks(run)
     folder = run.run_dir
+    del run  # the records are in the blocks' figures now: their memory goes to the drawing
+    gc.collect()
     paths = ReportPaths(
         md=folder / "report.md",
         html=folder / "report.html",

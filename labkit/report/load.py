@@ -754,4 +754,5 @@ def _assemble(
             data[name] = pa.repeat(pa.scalar(str(run_dir)), n).to_pandas().array
             continue
         data[name] = _joined([b.pop(name, None) for b in blocks], lengths)
+    pa.default_memory_pool().release_unused()  # the blocks' text, joined: give it back
     return pd.DataFrame(data, copy=False)  # each column kept as it is, not copied into blocks

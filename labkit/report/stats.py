@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from labkit.analysis.columns import Columns
 from labkit.analysis.requests import request_stats_of
@@ -69,10 +71,16 @@ def _columns(run: RunData) -> Columns:
         values = df[name]
         if values.dtype.kind in "fbiu":
             return values.to_numpy()
-        # Text as one string object per distinct value (a run has few: providers, models).
-        codes, uniques = pd.factorize(values)
-        distinct: np.ndarray = np.append(uniques.to_numpy(dtype=object), None)
-        return distinct[codes]
+        # Text as one string object per distinct value (a run has few: providers, models),
+        # coded by Arrow where the column is Arrow's, without a Python string per row.
+        if values.dtype == object:
+            codes, uniques = pd.factorize(values)
+            distinct: np.ndarray = np.append(uniques.to_numpy(dtype=object), None)
+            return distinct[codes]
+        coded = pc.dictionary_encode(pa.chunked_array(pa.array(values.array))).combine_chunks()
+        words = coded.dictionary.to_pylist()
+        distinct = np.array([*words, None], dtype=object)
+        return distinct[pc.fill_null(coded.indices, len(words)).to_numpy()]
 
     return Columns(len(df), column)
 
