@@ -13,7 +13,7 @@ from labkit.analysis.requests import FIELDS, request_stats, request_stats_of
 from labkit.records import RequestRecord
 from labkit.report import load, load_run, run_stats
 from labkit.report.build import REPORT_COLUMNS, build_blocks
-from labkit.rundata import read_runs
+from labkit.rundata import read_run, read_runs
 from tests.report.report_builders import full_lab, write_run
 from tests.support.records import make_record
 
@@ -155,3 +155,14 @@ def test_tags_stay_on_their_rows_when_a_line_has_none_or_a_nested_one(
             by_line = load_run(run_dir).records
         pd.testing.assert_frame_equal(at_once, by_line)
         assert at_once["tags.level"].iloc[6] == "c1"
+
+
+def test_read_run_keeps_the_columns_asked_for_with_the_identity_and_tags(tmp_path: Path) -> None:
+    run_dir = write_run(tmp_path / "run", _varied())
+    frame = read_run(run_dir, columns=["client.ttft_ms"])
+    whole = read_run(run_dir)
+    assert set(frame.columns) == {
+        "run_id", "run_dir", "file_offset", "ok", "warmup", "record_id", "client.ttft_ms",
+        *(c for c in whole.columns if c.startswith("tags.")),
+    }  # fmt: skip
+    pd.testing.assert_frame_equal(frame, whole[frame.columns])
