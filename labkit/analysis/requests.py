@@ -166,7 +166,8 @@ def request_stats(records: Iterable[RequestRecord]) -> list[RequestStats]:
 
 def _or(values: np.ndarray, default: str) -> np.ndarray:
     """Texts with `default` where missing."""
-    filled: np.ndarray = np.where(np.equal(values, None), default, values).astype(object)
+    missing = np.fromiter((v is None for v in values), dtype=bool, count=values.size)
+    filled: np.ndarray = np.where(missing, default, values).astype(object)
     return filled
 
 

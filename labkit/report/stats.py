@@ -75,12 +75,14 @@ def _columns(run: RunData) -> Columns:
         # coded by Arrow where the column is Arrow's, without a Python string per row.
         if values.dtype == object:
             codes, uniques = pd.factorize(values)
-            distinct: np.ndarray = np.append(uniques.to_numpy(dtype=object), None)
-            return distinct[codes]
+            distinct = np.array([*uniques.tolist(), None], dtype=object)
+            picked: np.ndarray = distinct[codes]
+            return picked
         coded = pc.dictionary_encode(pa.chunked_array(pa.array(values.array))).combine_chunks()
         words = coded.dictionary.to_pylist()
         distinct = np.array([*words, None], dtype=object)
-        return distinct[pc.fill_null(coded.indices, len(words)).to_numpy()]
+        picked = distinct[pc.fill_null(coded.indices, len(words)).to_numpy()]
+        return picked
 
     return Columns(len(df), column)
 
