@@ -16,6 +16,8 @@ JSON line without a record's required fields) is skipped with a logged warning, 
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import functools
 import io
 import json
@@ -736,6 +738,24 @@ def _joined(pieces: list[Any], lengths: list[int]) -> Any:
     return np.concatenate(parts)
 
 
+def _give_back() -> None:
+    """Return the freed blocks' memory to the system: their small arrays sit between others
+    in the C heap, which keeps freed pages otherwise (glibc's malloc_trim, where present)."""
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _c_library() -> Any:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return libc if hasattr(libc, "malloc_trim") else None
+    except OSError:
+        return None
+
+
+_LIBC = _c_library()
+
+
 def _assemble(
     blocks: list[dict[str, Any]], run_dir: Path, wanted: frozenset[str] | None
 ) -> pd.DataFrame:
@@ -749,10 +769,13 @@ def _assemble(
     names = [c for c in _columns() if wanted is None or c in wanted]
     tags = dict.fromkeys(k for b in blocks for k in b if k.startswith("tags."))
     data: dict[str, Any] = {}
-    for name in [*names, *tags]:
+    for i, name in enumerate([*names, *tags]):
         if name == "run_dir":
             data[name] = pa.repeat(pa.scalar(str(run_dir)), n).to_pandas().array
             continue
         data[name] = _joined([b.pop(name, None) for b in blocks], lengths)
+        if i % 8 == 7:
+            _give_back()
+    _give_back()
     pa.default_memory_pool().release_unused()  # the blocks' text, joined: give it back
     return pd.DataFrame(data, copy=False)  # each column kept as it is, not copied into blocks
