@@ -156,7 +156,7 @@ class Columns:
 
 def _numbers(raw: np.ndarray) -> np.ndarray:
     if raw.dtype.kind in "fiub":
-        return raw.astype(float)
+        return raw.astype(float, copy=False)  # a float column is used as it is
     return np.array([_number(v) for v in raw], dtype=float)
 
 
