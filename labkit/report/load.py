@@ -721,6 +721,9 @@ def _joined(pieces: list[Any], lengths: list[int]) -> Any:
         if text.null_count == len(text):  # as pandas types a column of None: object
             return np.full(len(text), None, dtype=object)
         return text.to_pandas().array
+    if all(isinstance(p, np.ndarray) and p.dtype == float and np.isnan(p).all() for p in present):
+        # Never observed in this run: one NaN seen as the whole column, no memory per row.
+        return np.broadcast_to(np.float64(np.nan), (sum(lengths),))
     if all(isinstance(p, np.ndarray) for p in present):
         filled = [
             p if p is not None else np.full(n, np.nan) for p, n in zip(pieces, lengths, strict=True)
