@@ -74,7 +74,8 @@ LAB_EXPERIMENTS: list[str] = [
 
 #: The records frame's columns the report reads (with each record's identity and tags): a
 #: large run is read with these only. The request statistics' own fields come from
-#: `labkit.analysis.requests.FIELDS`.
+#: `labkit.analysis.requests.FIELDS`, less those of per-event arrays: read back for the
+#: few records that need them (`labkit.report.stats`), not parsed for every record.
 REPORT_COLUMNS: frozenset[str] = frozenset(
     {
         "experiment",
@@ -82,7 +83,7 @@ REPORT_COLUMNS: frozenset[str] = frozenset(
         "model",
         *(f"error.{name}" for name in ("kind", "message", "status")),
     }
-    | {*REQUEST_FIELDS}
+    | {*REQUEST_FIELDS} - {"client.n_events", "client.stamp_lateness_ms"}  # read back
     | {
         "usage.output_tokens_source",
         "usage.input_tokens_local_diff",

@@ -227,14 +227,14 @@ def _parse_lines(
                 block += fh.readline()
             if not block:
                 break
-            lines = block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
             read = block_columns(block, bytes_before, wanted)
             if read is None:
                 frame = _parse_block(
                     bytes(block), lines_before, bytes_before, path, run_dir, skipped
                 )
-                read = (_frame_pieces(frame, wanted), [])
-            pieces, lacking = read
+                lines = block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
+                read = (_frame_pieces(frame, wanted), [], lines)
+            pieces, lacking, lines = read
             for line, name in lacking:
                 skipped.append(lines_before + line)
                 log.warning(
@@ -636,11 +636,13 @@ def _tags(
 
 def block_columns(
     block: bytearray, offset: int, wanted: frozenset[str] | None
-) -> tuple[dict[str, Any], list[tuple[int, str]]] | None:
+) -> tuple[dict[str, Any], list[tuple[int, str]], int] | None:
     """The frame's columns (`wanted` of them, all when None) of a block of whole lines
-    starting at byte `offset` of the file, and the lines left out for lacking a required
-    field: (line number within the block, field). Numbers come as float64 arrays, text as
-    Arrow string arrays. None when Arrow refuses the block (parse it line by line)."""
+    starting at byte `offset` of the file, the lines left out for lacking a required
+    field: (line number within the block, field), and the block's number of lines.
+
+    Numbers come as float64 arrays, text as Arrow string arrays. None when Arrow refuses
+    the block (the caller parses it line by line)."""
     try:
         table = pj.read_json(
             pa.py_buffer(block), read_options=_READ, parse_options=_parse_options(wanted)
@@ -690,7 +692,7 @@ def block_columns(
     if lacking:
         mask = pa.array(keep)
         data = {k: v.filter(mask) if isinstance(v, pa.Array) else v[keep] for k, v in data.items()}
-    return data, sorted(lacking)
+    return data, sorted(lacking), int(starts.size)
 
 
 def _frame_pieces(frame: pd.DataFrame, wanted: frozenset[str] | None) -> dict[str, Any]:

@@ -7,7 +7,9 @@ records frame, through the same function (`run_stats`). Nothing here computes a 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -47,25 +49,38 @@ def included(df: pd.DataFrame) -> pd.Series:
     return df["ok"].astype(bool) & ~df["warmup"].astype(bool)
 
 
+#: What the statistics read off a record's per-event arrays, for the records with a stamp
+#: lateness estimate only: read back from records.jsonl (the frame leaves arrays out).
+_READ_BACK: dict[str, tuple[str, Callable[[list[float]], Any]]] = {
+    "client.stamp_lateness_ms": ("stamp_lateness_ms", lambda values: values),
+    "client.n_events": ("event_offsets_ms", len),
+}
+
+
 def _columns(run: RunData) -> Columns:
-    """The run's records frame as columns (each converted when first asked for), with each
-    event's stamp lateness read back from records.jsonl for the records that have an
-    estimate (the frame leaves arrays out)."""
+    """The run's records frame as columns (each converted when first asked for), and what
+    the statistics read off per-event arrays (`_READ_BACK`)."""
     df = run.records
-    per_event: np.ndarray | None = None
+    read_back: dict[str, np.ndarray] = {}
     if "client.stamp_lateness_ms_p50" in df.columns:
         has = df["client.stamp_lateness_ms_p50"].notna().to_numpy()
         if has.any():
-            found = load_client_array(df[has], "stamp_lateness_ms")
-            per_event = np.full(len(df), None, dtype=object)
-            for position, record_id in zip(
-                np.flatnonzero(has), df["record_id"].to_numpy()[has], strict=True
-            ):
-                per_event[position] = found.get(str(record_id))
+            rows = df[has]
+            for name, (array, value) in _READ_BACK.items():
+                if name in df.columns:
+                    continue
+                found = load_client_array(rows, array)
+                kept = np.full(len(df), None, dtype=object)
+                for position, record_id in zip(
+                    np.flatnonzero(has), rows["record_id"].to_numpy(), strict=True
+                ):
+                    values = found.get(str(record_id))
+                    kept[position] = None if values is None else value(values)
+                read_back[name] = kept
 
     def column(name: str) -> np.ndarray | None:
-        if name == "client.stamp_lateness_ms":
-            return per_event
+        if name in read_back:
+            return read_back[name]
         if name not in df.columns:
             return None
         values = df[name]
