@@ -15,7 +15,7 @@ Durations are float milliseconds; a value that was not observed is NaN (null in 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,28 +25,31 @@ if TYPE_CHECKING:
 __all__ = ["read_run", "read_runs"]
 
 
-def read_run(path: Path | str) -> pd.DataFrame:
+def read_run(path: Path | str, columns: Collection[str] | None = None) -> pd.DataFrame:
     """The records of one run folder (or its ``records.jsonl``) as a DataFrame.
 
     Raises `labkit.RunError` when `path` is not a run folder. Lines that are not records
-    (a last line cut short by a killed run) are skipped with a logged warning.
+    (a last line cut short by a killed run) are skipped with a logged warning. `columns`:
+    only these (with ``record_id``, ``run_id``, ``run_dir``, ``ok``, ``warmup``,
+    ``file_offset`` and the tags), for a large run.
     """
     from labkit.report.load import RECORDS_FILE, load_run
 
     folder = Path(path)
     if folder.name == RECORDS_FILE and folder.is_file():
         folder = folder.parent
-    return load_run(folder).records
+    return load_run(folder, columns).records
 
 
-def read_runs(paths: Iterable[Path | str]) -> pd.DataFrame:
+def read_runs(paths: Iterable[Path | str], columns: Collection[str] | None = None) -> pd.DataFrame:
     """The records of several runs in one DataFrame; ``run_id`` and ``run_dir`` tell them apart.
 
-    Columns that only some runs have (a tag) are NaN in the others' rows.
+    Columns that only some runs have (a tag) are NaN in the others' rows; `columns` as in
+    `read_run`.
     """
     import pandas as pd
 
-    frames = [read_run(p) for p in paths]
+    frames = [read_run(p, columns) for p in paths]
     if not frames:
         from labkit.report.load import load_runs
 

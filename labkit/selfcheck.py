@@ -25,9 +25,15 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from labkit.records import RequestRecord
 from labkit.timing import percentile
+
+if TYPE_CHECKING:
+    from labkit.analysis.columns import Columns
 
 __all__ = [
     "CLIENT_BOUND",
@@ -48,6 +54,7 @@ __all__ = [
     "late_ttft_limit_ms",
     "lateness_of",
     "level_lag",
+    "level_lag_of",
     "pooled_p99",
     "record_lateness",
     "summarize_lag",
@@ -237,23 +244,47 @@ def summarize_lag(
 
 
 def level_lag(records: Iterable[RequestRecord]) -> LagSummary:
-    """The stamp lateness and loop lag of a group of records.
+    """`level_lag_of` a group of records."""
+    from labkit.analysis.columns import Columns
+
+    return level_lag_of(Columns.of_records(list(records)))
+
+
+def _sorted_present(values: Any) -> list[float]:
+    return sorted(float(v) for v in values[~np.isnan(values)])
+
+
+def level_lag_of(cols: Columns) -> LagSummary:
+    """The stamp lateness and loop lag of a group of records, as columns.
 
     `cpu_share` is the median over streams of labkit's thread CPU time during the stream
     (`app.cpu_ms`, which covers every stream the thread read meanwhile) over the stream's
     wall time: near 1, labkit itself was the bottleneck.
     """
-    recs = list(records)
-    itl = sorted(r.client.itl_ms_p50 for r in recs if r.client.itl_ms_p50 is not None)
-    ttft = sorted(r.client.ttft_ms for r in recs if r.client.ttft_ms is not None)
+    itl = _sorted_present(cols.num("client.itl_ms_p50"))
+    ttft = _sorted_present(cols.num("client.ttft_ms"))
+    cpu, e2e = cols.num("app.cpu_ms"), cols.num("client.e2e_ms")
+    busy = ~np.isnan(cpu) & ~np.isnan(e2e) & (e2e != 0)
+    p50, p99 = cols.num("client.stamp_lateness_ms_p50"), cols.num("client.stamp_lateness_ms_p99")
+    estimated = np.flatnonzero(~np.isnan(p50) & ~np.isnan(p99))
+    events, first = cols.num("client.n_events"), cols.num("client.ttft_lateness_ms")
+    most = cols.num("client.stamp_lateness_ms_max")
+    per_event = cols.objects("client.stamp_lateness_ms")
+    lateness = [
+        lateness_of(
+            0 if np.isnan(events[i]) else int(events[i]),
+            float(p50[i]),
+            float(p99[i]),
+            None if np.isnan(first[i]) else float(first[i]),
+            None if np.isnan(most[i]) else float(most[i]),
+            per_event[i],
+        )
+        for i in estimated
+    ]
     return summarize_lag(
-        (r.client.loop_lag_ms for r in recs if r.client.loop_lag_ms is not None),
-        (
-            r.app.cpu_ms / r.client.e2e_ms
-            for r in recs
-            if r.app.cpu_ms is not None and r.client.e2e_ms
-        ),
-        (late for r in recs if (late := record_lateness(r)) is not None),
+        _sorted_present(cols.num("client.loop_lag_ms")),
+        (cpu[busy] / e2e[busy]).tolist(),
+        lateness,
         itl_ms_p50=percentile(itl, 50) if itl else None,
         ttft_ms_p50=percentile(ttft, 50) if ttft else None,
     )

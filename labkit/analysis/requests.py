@@ -14,20 +14,67 @@ for a run whose lab.json predates it.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
-from labkit.analysis.split import NEGATIVE_DECODE_GAP, decode_gap_of, ttft_split
+import numpy as np
+
+from labkit.analysis.columns import Columns
+from labkit.analysis.split import NEGATIVE_DECODE_GAP, decode_gaps, ttft_split_of
 from labkit.analysis.stats import median, quantiles
 from labkit.figures import Percentiles, RequestStats
 from labkit.records import RequestRecord
-from labkit.selfcheck import client_bound_note, level_lag
+from labkit.selfcheck import client_bound_note, level_lag_of
 
-__all__ = ["GROUP_KEYS", "client_bound_reason", "group_key", "request_stats", "stats_of"]
+__all__ = [
+    "FIELDS",
+    "GROUP_KEYS",
+    "client_bound_reason",
+    "client_bound_reason_of",
+    "group_key",
+    "request_stats",
+    "request_stats_of",
+    "stats_of",
+]
 
 #: The group of a record: provider, experiment, model, client path.
 GROUP_KEYS: tuple[str, ...] = ("provider", "experiment", "model", "client_path")
 
-_Get = Callable[[RequestRecord], float | int | None]
+#: Every field `request_stats_of` reads (a run read for it needs only these).
+FIELDS: tuple[str, ...] = (
+    "provider",
+    "experiment",
+    "model",
+    "app.client_path",
+    "warmup",
+    "ok",
+    "error.kind",
+    "stop_reason",
+    "tags.level",
+    "tags.server_slots",
+    "tags.in_flight_max",
+    "client.ttft_ms",
+    "client.decode_ms_per_token",
+    "client.e2e_ms",
+    "client.output_tokens_per_s",
+    "client.headers_ms",
+    "client.first_event_ms",
+    "client.itl_ms_p50",
+    "client.loop_lag_ms",
+    "client.n_events",
+    "client.stamp_lateness_ms_p50",
+    "client.stamp_lateness_ms_p99",
+    "client.stamp_lateness_ms_max",
+    "client.stamp_lateness_ms",
+    "client.ttft_lateness_ms",
+    "usage.input_tokens",
+    "usage.output_tokens",
+    "provider_timings.decode_ms_per_token",
+    "provider_timings.queue_ms",
+    "provider_timings.prefill_ms",
+    "provider_timings.server_ttft_ms",
+    "provider_timings.keepalive_comments",
+    "app.cpu_ms",
+)
 
 
 def group_key(r: RequestRecord) -> tuple[str, str, str, str]:
@@ -35,74 +82,118 @@ def group_key(r: RequestRecord) -> tuple[str, str, str, str]:
     return r.provider, r.experiment, r.model or "", r.app.client_path or "wire"
 
 
-def _values(records: Iterable[RequestRecord], get: _Get) -> list[float]:
-    return [float(v) for v in map(get, records) if v is not None]
+def _present(values: np.ndarray) -> np.ndarray:
+    kept: np.ndarray = values[~np.isnan(values)]
+    return kept
 
 
-def _percentiles(records: list[RequestRecord], get: _Get) -> Percentiles:
-    p50, p90, p99 = quantiles(_values(records, get), (0.5, 0.9, 0.99))
+def _percentiles(cols: Columns, name: str) -> Percentiles:
+    p50, p90, p99 = quantiles(_present(cols.num(name)), (0.5, 0.9, 0.99))
     return Percentiles(p50=p50, p90=p90, p99=p99)
 
 
 def client_bound_reason(records: Iterable[RequestRecord]) -> str | None:
+    """`client_bound_reason_of` the records."""
+    return client_bound_reason_of(Columns.of_records(list(records)))
+
+
+def client_bound_reason_of(cols: Columns) -> str | None:
     """The self-check's reason where it flags these records (warm-ups left out), judged per
     load level where they carry one, as the load table judges them; None: not flagged."""
-    by_level: dict[str, list[RequestRecord]] = {}
-    for r in records:
-        if not r.warmup:
-            by_level.setdefault(str(r.tags.get("level", "")), []).append(r)
+    measured = cols.take(~cols.flag("warmup"))
+    levels = np.array(["" if v is None else v for v in measured.text("tags.level")], dtype=object)
     notes = []
-    for level, recs in by_level.items():
-        lag = level_lag(recs)
+    for level in dict.fromkeys(levels.tolist()):  # in the order the levels first appear
+        lag = level_lag_of(measured.take(levels == level))
         if lag.client_bound:
             note = client_bound_note(level, lag)  # `c8: client-bound (...)`
             notes.append(note if level else note.removeprefix(": "))
     return "; ".join(notes) or None
 
 
+def _counts(values: np.ndarray) -> dict[str, int]:
+    return dict(Counter(str(v) for v in values if v))
+
+
 def stats_of(records: list[RequestRecord]) -> RequestStats:
     """The statistics of one group's records (all of one `group_key`)."""
-    provider, experiment, model, path = group_key(records[0])
-    measured = [r for r in records if not r.warmup]
-    ok = [r for r in measured if r.error is None]
-    failed = [r for r in measured if r.error is not None]
-    bound = client_bound_reason(measured)
-    gap = median(_values(ok, decode_gap_of))
-    tokens_in = _values(ok, lambda r: r.usage.input_tokens)
-    tokens_out = _values(ok, lambda r: r.usage.output_tokens)
+    return _stats_of(Columns.of_records(records))
+
+
+def _stats_of(cols: Columns) -> RequestStats:
+    """`stats_of` one group's records, as columns."""
+    warmup = cols.flag("warmup")
+    measured = cols.take(~warmup)
+    is_ok = measured.flag("ok")
+    ok, failed = measured.take(is_ok), measured.take(~is_ok)
+    bound = client_bound_reason_of(measured)
+    gap = median(_present(decode_gaps(ok)))
+    levels = {str(v) for v in cols.text("tags.level") if v is not None}
     return RequestStats(
-        provider=provider,
-        experiment=experiment,
-        model=model or None,
-        client_path=path,
-        levels=sorted({str(r.tags["level"]) for r in records if "level" in r.tags}),
-        records=len(records),
-        warmup_excluded=len(records) - len(measured),
+        provider=str(cols.first_text("provider")),
+        experiment=str(cols.first_text("experiment")),
+        model=cols.first_text("model") or None,
+        client_path=cols.first_text("app.client_path") or "wire",
+        levels=sorted(levels),
+        records=len(cols),
+        warmup_excluded=int(warmup.sum()),
         errors=len(failed),
-        error_kinds=dict(Counter(str(r.error.kind) for r in failed if r.error is not None)),
+        error_kinds=dict(Counter(str(k) for k in failed.text("error.kind"))),
         n=len(ok),
-        ttft_ms=_percentiles(ok, lambda r: r.client.ttft_ms),
-        decode_ms_per_token=_percentiles(ok, lambda r: r.client.decode_ms_per_token),
-        e2e_ms=_percentiles(ok, lambda r: r.client.e2e_ms),
-        output_tokens_per_s=_percentiles(ok, lambda r: r.client.output_tokens_per_s),
-        input_tokens_p50=median(tokens_in).value,
-        output_tokens_p50=median(tokens_out).value,
-        stop_reasons=dict(Counter(str(r.stop_reason) for r in ok if r.stop_reason)),
+        ttft_ms=_percentiles(ok, "client.ttft_ms"),
+        decode_ms_per_token=_percentiles(ok, "client.decode_ms_per_token"),
+        e2e_ms=_percentiles(ok, "client.e2e_ms"),
+        output_tokens_per_s=_percentiles(ok, "client.output_tokens_per_s"),
+        input_tokens_p50=median(_present(ok.num("usage.input_tokens"))).value,
+        output_tokens_p50=median(_present(ok.num("usage.output_tokens"))).value,
+        stop_reasons=_counts(ok.text("stop_reason")),
         provider_decode_ms_per_token=median(
-            _values(ok, lambda r: r.provider_timings.decode_ms_per_token)
+            _present(ok.num("provider_timings.decode_ms_per_token"))
         ),
         decode_gap_ms_per_token=gap,
         decode_gap_client_bound=(
             NEGATIVE_DECODE_GAP if gap.value is not None and gap.value < 0 else None
         ),
-        ttft_split=ttft_split(ok, bound),
+        ttft_split=ttft_split_of(ok, bound),
         client_bound=bound,
     )
 
 
 def request_stats(records: Iterable[RequestRecord]) -> list[RequestStats]:
     """One `RequestStats` per provider × experiment × model × client path, in that order."""
-    groups: dict[tuple[str, str, str, str], list[RequestRecord]] = {}
-    for r in records:
-        groups.setdefault(group_key(r), []).append(r)
-    return [stats_of(groups[key]) for key in sorted(groups)]
+    return request_stats_of(Columns.of_records(list(records)))
+
+
+def _or(values: np.ndarray, default: str) -> np.ndarray:
+    """Texts with `default` where missing."""
+    missing = np.fromiter((v is None for v in values), dtype=bool, count=values.size)
+    filled: np.ndarray = np.where(missing, default, values).astype(object)
+    return filled
+
+
+def _ranks(values: np.ndarray) -> tuple[np.ndarray, int]:
+    """Each value's rank among the distinct values (sorted as strings), and their number."""
+    items = [str(v) for v in values] if values.dtype != object else values.tolist()
+    rank = {v: i for i, v in enumerate(sorted(set(items)))}
+    return np.fromiter(map(rank.__getitem__, items), dtype=np.int64, count=len(items)), len(rank)
+
+
+def request_stats_of(cols: Columns) -> list[RequestStats]:
+    """`request_stats` of records given as columns (a run read into columns)."""
+    if not len(cols):
+        return []
+    keys = [
+        cols.text("provider"),
+        cols.text("experiment"),
+        _or(cols.text("model"), ""),
+        _or(cols.text("app.client_path"), "wire"),
+    ]
+    # Each key as its rank among the key's values, so one integer per group sorts as the
+    # tuple (provider, experiment, model, path) does.
+    code = np.zeros(len(cols), dtype=np.int64)
+    for values in keys:
+        ranks, distinct = _ranks(values)
+        code = code * distinct + ranks
+    order = np.argsort(code, kind="stable")
+    bounds = np.flatnonzero(np.diff(code[order])) + 1
+    return [_stats_of(cols.take(rows)) for rows in np.split(order, bounds)]

@@ -65,12 +65,21 @@ def order_statistic_ranks(n: int, q: float, confidence: float = CONFIDENCE) -> t
         raise ValueError(f"{n} values give no {confidence:.0%} interval for the {q} quantile")
     from scipy import stats as sps  # scipy.stats takes a second to import: only when used
 
-    pmf = sps.binom.pmf(np.arange(n + 1), n, q)
-    a = b = int(np.clip(np.argmax(pmf), 1, n - 1))
-    mass = float(pmf[a])
+    # The binomial's mass lies within a few standard deviations of nq: the pmf is taken
+    # over 40 of them (all of 0..n when n is small), far past any confidence's reach.
+    spread = 40 * math.sqrt(n * q * (1 - q)) + 2
+    first = max(0, math.floor(n * q - spread))
+    last = min(n, math.ceil(n * q + spread))
+    window = sps.binom.pmf(np.arange(first, last + 1), n, q)
+
+    def pmf_at(k: int) -> float:
+        return float(window[k - first]) if first <= k <= last else 0.0
+
+    a = b = int(np.clip(first + int(np.argmax(window)), 1, n - 1))
+    mass = pmf_at(a)
     while mass < confidence:
-        left = float(pmf[a - 1]) if a > 1 else -1.0
-        right = float(pmf[b + 1]) if b < n - 1 else -1.0
+        left = pmf_at(a - 1) if a > 1 else -1.0
+        right = pmf_at(b + 1) if b < n - 1 else -1.0
         if left >= right:
             a -= 1
             mass += left
@@ -87,7 +96,9 @@ def quantile(values: Iterable[float], q: float, confidence: float = CONFIDENCE) 
     (`order_statistic_ranks`), widened where needed to hold the point estimate (which only
     raises their coverage), and None when n < `min_n`.
     """
-    xs = np.sort(np.asarray(list(values), dtype=float))
+    xs = np.sort(
+        np.asarray(values if isinstance(values, np.ndarray) else list(values), dtype=float)
+    )
     n = int(xs.size)
     need = min_n(q, confidence)
     if n == 0:
@@ -110,7 +121,7 @@ def quantiles(
     values: Iterable[float], qs: Sequence[float] = (0.5, 0.9, 0.99), confidence: float = CONFIDENCE
 ) -> list[Quantile]:
     """Several quantiles of the same values (p50, p90, p99 by default), in the order of `qs`."""
-    xs = list(values)
+    xs = values if isinstance(values, np.ndarray) else np.asarray(list(values), dtype=float)
     return [quantile(xs, q, confidence) for q in qs]
 
 

@@ -9,12 +9,14 @@ own, a truncated ``records.jsonl``, a picture that could not be drawn.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
+from labkit.analysis.requests import FIELDS as REQUEST_FIELDS
 from labkit.clocksync import clock_note
 from labkit.errors import RunError
 from labkit.figures import LoadLevel, Percentiles, Quantile, RequestStats, ServerLevelMetrics
@@ -51,7 +53,14 @@ from labkit.scrub import for_people, scrub_frame
 from labkit.server_metrics import ServerMetricsSample, read_server_metrics
 from labkit.wording import CLIENT_BOUND_MARK, cell, client_bound_line
 
-__all__ = ["LAB_EXPERIMENTS", "ReportPaths", "build_blocks", "missing_notes", "write_report"]
+__all__ = [
+    "LAB_EXPERIMENTS",
+    "REPORT_COLUMNS",
+    "ReportPaths",
+    "build_blocks",
+    "missing_notes",
+    "write_report",
+]
 
 # The lab's five questions, in the order the report answers them.
 LAB_EXPERIMENTS: list[str] = [
@@ -61,6 +70,28 @@ LAB_EXPERIMENTS: list[str] = [
     "prefill_decode",
     "attribution",
 ]
+
+
+#: The records frame's columns the report reads (with each record's identity and tags): a
+#: large run is read with these only. The request statistics' own fields come from
+#: `labkit.analysis.requests.FIELDS`, less those of per-event arrays: read back for the
+#: few records that need them (`labkit.report.stats`), not parsed for every record.
+REPORT_COLUMNS: frozenset[str] = frozenset(
+    {
+        "experiment",
+        "provider",
+        "model",
+        *(f"error.{name}" for name in ("kind", "message", "status")),
+    }
+    | {*REQUEST_FIELDS} - {"client.n_events", "client.stamp_lateness_ms"}  # read back
+    | {
+        "usage.output_tokens_source",
+        "usage.input_tokens_local_diff",
+        "client.decode_ms_per_token",
+        "client.e2e_ms",
+        "client.output_tokens_per_s",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -77,12 +108,47 @@ class ReportPaths:
 # --- What is missing ---------------------------------------------------------------------
 
 
+#: The columns `missing_notes` reads.
+_NOTE_COLUMNS = (
+    "provider",
+    "ok",
+    "warmup",
+    "error.kind",
+    "error.message",
+    "usage.output_tokens",
+    "usage.output_tokens_source",
+    "usage.input_tokens",
+    "usage.input_tokens_local_diff",
+    "provider_timings.prefill_ms",
+    "provider_timings.decode_ms_per_token",
+)
+
+#: The columns the request charts read.
+_CHART_COLUMNS = (
+    "provider",
+    "experiment",
+    "ok",
+    "warmup",
+    "client.ttft_ms",
+    "client.decode_ms_per_token",
+    "client.e2e_ms",
+    "provider_timings.prefill_ms",
+    "provider_timings.decode_ms_per_token",
+)
+
+
+def _only(df: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
+    """The frame's `columns` (those it has): what a section filters and groups, not the
+    whole frame, which a large run cannot afford to copy."""
+    return df[[c for c in columns if c in df.columns]]
+
+
 def missing_notes(run: RunData, stats: list[RequestStats]) -> list[str]:
     """Plain sentences on everything the run lacks (empty when nothing is missing), the
     groups the self-check flagged client-bound (`stats`, with its reason) among them."""
     notes = list(run.problems)
     df = ensure_columns(
-        run.records,
+        _only(run.records, _NOTE_COLUMNS),
         [
             "usage.output_tokens",
             "usage.input_tokens",
@@ -515,7 +581,7 @@ def _title(run: RunData) -> str:
 def build_blocks(run: RunData) -> tuple[str, list[Block], list[RequestStats]]:
     """The report as a title, a list of blocks, and the request statistics it shows."""
     df = run.records
-    stats = run_stats(run.lab, run.run_dir)
+    stats = run_stats(run.lab, run)
     title = _title(run)
     blocks: list[Block] = [Heading(title, 1)]
     blocks += _lab_section(run)
@@ -534,20 +600,23 @@ def build_blocks(run: RunData) -> tuple[str, list[Block], list[RequestStats]]:
     blocks += sweep_section(run)
     blocks += later_stats_section(run)
     blocks += _stats_section(stats)
-    blocks += [ChartBlock(c) for c in (request_distributions(df),) if c is not None]
+    charted = _only(df, _CHART_COLUMNS)
+    blocks += [ChartBlock(c) for c in (request_distributions(charted),) if c is not None]
     if len(df):
         blocks += _errors_section(df)
     blocks += split_section(stats)
-    blocks += [ChartBlock(c) for c in (client_vs_server_chart(df),) if c is not None]
+    blocks += [ChartBlock(c) for c in (client_vs_server_chart(charted),) if c is not None]
     blocks += attribution_section(run.lab)
     return title, blocks, stats
 
 
 def write_report(run_dir: Path | str) -> ReportPaths:
     """Regenerate the report of one run folder; returns where the files were written."""
-    run = load_run(run_dir)
+    run = load_run(run_dir, REPORT_COLUMNS)
     title, blocks, stats = build_blocks(run)
     folder = run.run_dir
+    del run  # the records are in the blocks' figures now: their memory goes to the drawing
+    gc.collect()
     paths = ReportPaths(
         md=folder / "report.md",
         html=folder / "report.html",

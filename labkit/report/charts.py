@@ -11,6 +11,8 @@ works on a run folder alone. A chart with nothing to draw is None, and the repor
 
 from __future__ import annotations
 
+import os
+import tempfile
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -74,8 +76,29 @@ class TokenSpans:
 
 
 def javascript_bundle() -> str:
-    """Vega, Vega-Lite and vega-embed as one script, for an HTML page with no network."""
+    """Vega, Vega-Lite and vega-embed as one script, for an HTML page with no network.
+
+    Bundling takes seconds, and the script is the same for every report of one vl-convert
+    version: it is kept in labkit's cache under that version and read from there.
+    """
+    from labkit.local._common import cache_dir
+
+    version = getattr(vl_convert, "__version__", "unknown")
+    kept = cache_dir() / f"vega-bundle-{version}.js"
+    try:
+        return kept.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        pass
     bundle: str = vl_convert.javascript_bundle()  # type: ignore[call-arg]
+    try:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(
+            "w", encoding="utf-8", dir=kept.parent, suffix=".part", delete=False
+        ) as fh:
+            fh.write(bundle)
+        os.replace(fh.name, kept)  # whole or absent, for a report written alongside
+    except OSError:
+        pass  # no cache to write to: bundled again next time
     return bundle
 
 

@@ -1,7 +1,8 @@
 """Run folders → pandas DataFrames, one row per record, columns named as in the contract.
 
 A run folder holds ``records.jsonl`` (one `RequestRecord` per line), ``manifest.json`` and
-perhaps ``lab.json``. Loading is a fast path: ``json.loads`` per line and only the scalar
+perhaps ``lab.json``. Each record is read once, into columns (Arrow's JSON reader over
+blocks of lines; `json.loads` line by line for a block it refuses), and only the scalar
 fields are kept, under dotted names (``client.ttft_ms``, ``provider_timings.prefill_ms``,
 ``usage.output_tokens``, ``tags.variant``...). The per-event arrays
 (``client.event_offsets_ms``, ``client.event_tokens``) stay out of the frame: each row keeps
@@ -15,16 +16,28 @@ JSON line without a record's required fields) is skipped with a logged warning, 
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
+import io
 import json
 import logging
-from collections.abc import Iterable, Sequence
+import re
+import types
+import typing
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from pydantic import ValidationError
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
+from pydantic import BaseModel, ValidationError
 
 from labkit.errors import RunError
 from labkit.records import (
@@ -32,6 +45,7 @@ from labkit.records import (
     ClientTimings,
     LabResults,
     ProviderTimings,
+    RecordError,
     RequestRecord,
     Usage,
 )
@@ -187,8 +201,66 @@ def _missing_field(rec: dict[str, Any]) -> str | None:
     return None
 
 
-def _parse_lines(path: Path, run_dir: Path) -> tuple[pd.DataFrame, list[int]]:
+def _parse_lines(
+    path: Path, run_dir: Path, columns: Collection[str] | None = None
+) -> tuple[pd.DataFrame, list[int]]:
     """Read records.jsonl into a typed frame; return it and the numbers of skipped lines.
+
+    The file is read in blocks of whole lines (`BLOCK_BYTES`), each parsed once into
+    columns by Arrow's JSON reader (`block_columns`); a block Arrow refuses (a line that is
+    not JSON, or not a record of the contract's types) is parsed line by line here instead,
+    so a bad line costs that line only and is named. `columns`: only these (and the
+    record's identity, `_ALWAYS`, and its tags) are kept.
+    """
+    wanted = None if columns is None else frozenset(columns) | _ALWAYS
+    blocks: list[dict[str, Any]] = []
+    skipped: list[int] = []
+    lines_before = 0
+    bytes_before = 0
+    with path.open("rb") as fh:
+        while True:
+            # A block of whole lines: BLOCK_BYTES, then the rest of the line they end in.
+            block = bytearray(BLOCK_BYTES)
+            size = fh.readinto(block)
+            del block[size:]
+            if size == BLOCK_BYTES:
+                block += fh.readline()
+            if not block:
+                break
+            read = block_columns(block, bytes_before, wanted)
+            if read is None:
+                frame = _parse_block(
+                    bytes(block), lines_before, bytes_before, path, run_dir, skipped
+                )
+                lines = block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
+                read = (_frame_pieces(frame, wanted), [], lines)
+            pieces, lacking, lines = read
+            for line, name in lacking:
+                skipped.append(lines_before + line)
+                log.warning(
+                    "%s line %d: skipped, not a record (no valid %r field)",
+                    path,
+                    lines_before + line,
+                    name,
+                )
+            blocks.append(pieces)
+            lines_before += lines
+            bytes_before += len(block)
+    skipped.sort()
+    return _assemble(blocks, run_dir, wanted), skipped
+
+
+def _parse_block(
+    block: bytes,
+    lines_before: int,
+    offset: int,
+    path: Path,
+    run_dir: Path,
+    skipped: list[int],
+) -> pd.DataFrame:
+    """Parse a block of whole lines one by one with the standard JSON decoder (the path for
+    a block Arrow's reader refused); the numbers of lines that are not records go into
+    `skipped`.
 
     Values are appended raw to per-column lists and typed every `_CHUNK` rows, so memory
     holds at most one chunk of Python objects whatever the size of the run.
@@ -197,11 +269,9 @@ def _parse_lines(path: Path, run_dir: Path) -> tuple[pd.DataFrame, list[int]]:
     cols: dict[str, list[Any]] = {c: [] for c in _columns()}
     tags: dict[str, list[Any]] = {}
     n = 0
-    skipped: list[int] = []
-    offset = 0
     loads = json.loads
     empty: dict[str, Any] = {}
-    # Bind the lists once: this loop runs once per record (10^5–10^6 times).
+    # Bind the lists once: this loop runs once per record.
     c_off = cols["file_offset"]
     c_ok = cols["ok"]
     c_warm = cols["warmup"]
@@ -209,67 +279,66 @@ def _parse_lines(path: Path, run_dir: Path) -> tuple[pd.DataFrame, list[int]]:
     err = [(k, cols[f"error.{k}"]) for k in _ERROR_STR + _ERROR_NUM]
     sections = [(s, [(k, cols[f"{s}.{k}"]) for k in num + txt]) for s, num, txt in _SECTIONS]
     c_events = cols["client.n_events"]
-    with path.open("rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            here = offset
-            offset += len(raw)
-            if not raw.strip():
-                continue
-            line, n_events = _strip_offsets(raw)
-            try:
-                rec = loads(line)
-                if not isinstance(rec, dict):
-                    raise ValueError("not a JSON object")
-                lacking = _missing_field(rec)
-                if lacking is not None:
-                    raise ValueError(f"no valid {lacking!r} field")
-            except ValueError as exc:
-                skipped.append(lineno)
-                log.warning("%s line %d: skipped, not a record (%s)", path, lineno, exc)
-                continue
-            c_off.append(here)
-            error = rec.get("error")
-            c_ok.append(error is None)
-            c_warm.append(rec.get("warmup") is True)
-            get = rec.get
-            for k, lst in top:
-                lst.append(get(k))
-            err_sub = error if isinstance(error, dict) else empty
-            for k, lst in err:
-                lst.append(err_sub.get(k))
-            for s, pairs in sections:
-                sub = get(s)
-                if not isinstance(sub, dict):
-                    sub = empty
-                for k, lst in pairs:
-                    lst.append(sub.get(k))
-            if n_events is None:
-                client = get("client")
-                offsets = client.get("event_offsets_ms") if isinstance(client, dict) else None
-                n_events = len(offsets) if isinstance(offsets, list) else None
-            c_events.append(n_events)
-            rec_tags = get("tags")
-            if rec_tags and isinstance(rec_tags, dict):
-                for tk, tv in rec_tags.items():
-                    tag_list = tags.get(tk)
-                    if tag_list is None:
-                        tag_list = tags[tk] = [None] * n
-                    tag_list.append(tv)
-            n += 1
-            for tag_list in tags.values():
-                if len(tag_list) < n:
-                    tag_list.append(None)
-            if n == _CHUNK:
-                frames.append(records_frame(cols, tags, run_dir))
-                for lst in cols.values():
-                    lst.clear()
-                tags = {}
-                n = 0
+    for lineno, raw in enumerate(io.BytesIO(block), start=lines_before + 1):
+        here = offset
+        offset += len(raw)
+        if not raw.strip():
+            continue
+        line, n_events = _strip_offsets(raw)
+        try:
+            rec = loads(line)
+            if not isinstance(rec, dict):
+                raise ValueError("not a JSON object")
+            lacking = _missing_field(rec)
+            if lacking is not None:
+                raise ValueError(f"no valid {lacking!r} field")
+        except ValueError as exc:
+            skipped.append(lineno)
+            log.warning("%s line %d: skipped, not a record (%s)", path, lineno, exc)
+            continue
+        c_off.append(here)
+        error = rec.get("error")
+        c_ok.append(error is None)
+        c_warm.append(rec.get("warmup") is True)
+        get = rec.get
+        for k, lst in top:
+            lst.append(get(k))
+        err_sub = error if isinstance(error, dict) else empty
+        for k, lst in err:
+            lst.append(err_sub.get(k))
+        for s, pairs in sections:
+            sub = get(s)
+            if not isinstance(sub, dict):
+                sub = empty
+            for k, lst in pairs:
+                lst.append(sub.get(k))
+        if n_events is None:
+            client = get("client")
+            offsets = client.get("event_offsets_ms") if isinstance(client, dict) else None
+            n_events = len(offsets) if isinstance(offsets, list) else None
+        c_events.append(n_events)
+        rec_tags = get("tags")
+        if rec_tags and isinstance(rec_tags, dict):
+            for tk, tv in rec_tags.items():
+                tag_list = tags.get(tk)
+                if tag_list is None:
+                    tag_list = tags[tk] = [None] * n
+                tag_list.append(tv)
+        n += 1
+        for tag_list in tags.values():
+            if len(tag_list) < n:
+                tag_list.append(None)
+        if n == _CHUNK:
+            frames.append(records_frame(cols, tags, run_dir))
+            for lst in cols.values():
+                lst.clear()
+            tags = {}
+            n = 0
     if n or not frames:
         frames.append(records_frame(cols, tags, run_dir))
     if len(frames) == 1:
-        return frames[0], skipped
-    return pd.concat(frames, ignore_index=True), skipped
+        return frames[0]
+    return pd.concat(frames, ignore_index=True)
 
 
 def _tag_column(values: list[Any]) -> Any:
@@ -317,8 +386,12 @@ def _read_json(path: Path, problems: list[str]) -> Any:
         return None
 
 
-def load_run(path: Path | str) -> RunData:
-    """Load one run folder. Raises `RunError` when it is not a run folder."""
+def load_run(path: Path | str, columns: Collection[str] | None = None) -> RunData:
+    """Load one run folder. Raises `RunError` when it is not a run folder.
+
+    `columns`: keep only these columns of the frame (with the record's identity and its
+    tags), for a reader of a large run that needs a few.
+    """
     run_dir = Path(path)
     if not run_dir.is_dir():
         raise RunError(f"{run_dir} is not a run folder (no such directory)")
@@ -327,7 +400,7 @@ def load_run(path: Path | str) -> RunData:
         raise RunError(f"{run_dir} is not a run folder: {RECORDS_FILE} is missing")
     problems: list[str] = []
     try:
-        frame, skipped = _parse_lines(records_path, run_dir)
+        frame, skipped = _parse_lines(records_path, run_dir, columns)
     except OSError as exc:
         raise RunError(f"cannot read {records_path}: {exc}") from exc
     if skipped:
@@ -406,3 +479,308 @@ def ensure_columns(df: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
         return df
     extra = pd.DataFrame({c: np.full(len(df), np.nan) for c in missing}, index=df.index)
     return pd.concat([df, extra], axis=1)
+
+
+# --- Reading a block at once, with Arrow -------------------------------------------------
+#
+# Why Arrow (pyarrow): labkit already depends on it (summary.parquet), its reader parses
+# newline-delimited JSON in C++ on every core straight into typed columns, and with an
+# explicit schema it only tokenizes the fields the frame leaves out (output text, params,
+# logprobs) and converts no number it does not keep. DuckDB would read as fast but is a
+# large new dependency whose reader skips a malformed line without naming it; polars is a
+# new dependency too.
+#
+# The schema comes from the record models, so the frame follows the contract. Arrow refuses
+# the whole block when one line is not JSON or holds a value of another JSON type than the
+# contract's (`block_frame` returns None): the loader then parses that block line by line and
+# names the bad lines. A line of the right types but without a required field is named here.
+# Tags (free-form) are read by a second, inferring pass over the block's ``"tags"`` objects.
+
+#: Bytes of whole lines read and parsed at a time: memory holds about one block's columns.
+BLOCK_BYTES = 16 << 20
+
+#: Arrow's unit of parallel parsing; a longer line makes the block fall back to line by line.
+_ARROW_BLOCK = 4 << 20
+
+# A record's tags: scalars only, so its object has no nested braces (one that does, or a
+# second "tags" key on a line, makes the tags pass fall back).
+_TAGS = re.compile(rb'"tags":(\{[^{}]*\})')
+
+
+def _arrow_type(annotation: Any) -> pa.DataType | None:
+    """The Arrow type of a scalar field's annotation (None: not a scalar)."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return _arrow_type(args[0]) if len(args) == 1 else None
+    if typing.get_origin(annotation) is typing.Literal:
+        return pa.string() if all(isinstance(a, str) for a in args) else None
+    if annotation is bool:
+        return pa.bool_()
+    if annotation in (int, float):
+        return pa.float64()
+    if annotation in (str, datetime) or (
+        isinstance(annotation, type) and issubclass(annotation, Enum)
+    ):
+        return pa.string()
+    return None
+
+
+def _struct(model: type[BaseModel], names: list[str], extra: list[pa.Field]) -> pa.StructType:
+    fields = []
+    for name in names:
+        kind = _arrow_type(model.model_fields[name].annotation)
+        if kind is not None:
+            fields.append(pa.field(name, kind))
+    return pa.struct(fields + extra)
+
+
+def _schema(wanted: frozenset[str] | None) -> pa.Schema:
+    """The Arrow schema of the frame's fields (`wanted` of them; the required ones always)."""
+    required = {name for name, _ in _REQUIRED}
+
+    def keep(name: str) -> bool:
+        return wanted is None or name in wanted or name in required
+
+    record = RequestRecord.model_fields
+    fields = [pa.field("warmup", pa.bool_()), pa.field("tags", pa.struct([]))]
+    for name in _TOP_STR + _TOP_NUM:
+        kind = _arrow_type(record[name].annotation)
+        if name in ("prompt_chars", "prompt_bytes"):  # required integers
+            kind = pa.int64()
+        if keep(name):
+            fields.append(pa.field(name, kind or pa.string()))
+    error = [name for name in _ERROR_STR + _ERROR_NUM if keep(f"error.{name}")]
+    fields.append(pa.field("error", _struct(RecordError, error, [])))
+    models: dict[str, type[BaseModel]] = {
+        "client": ClientTimings,
+        "provider_timings": ProviderTimings,
+        "app": AppTimings,
+        "usage": Usage,
+    }
+    for section, num, txt in _SECTIONS:
+        names = [name for name in num + txt if keep(f"{section}.{name}")]
+        offsets = [pa.field("event_offsets_ms", pa.list_(pa.float64()))]
+        extra = offsets if section == "client" and keep("client.n_events") else []
+        fields.append(pa.field(section, _struct(models[section], names, extra)))
+    return pa.schema(fields)
+
+
+@functools.cache
+def _parse_options(wanted: frozenset[str] | None) -> pj.ParseOptions:
+    return pj.ParseOptions(explicit_schema=_schema(wanted), unexpected_field_behavior="ignore")
+
+
+_READ = pj.ReadOptions(block_size=_ARROW_BLOCK)
+
+#: Columns every frame keeps, whatever columns a reader asks for.
+_ALWAYS = frozenset({"run_id", "run_dir", "file_offset", "ok", "warmup", "record_id"})
+
+
+def _arrow_numbers(column: Any) -> np.ndarray:
+    """A column as float64, NaN where missing; text is not a number (NaN), as in the
+    line-by-line path."""
+    if pa.types.is_string(column.type) or pa.types.is_null(column.type):
+        return np.full(len(column), np.nan)
+    values: np.ndarray = pc.cast(column, pa.float64()).to_numpy(zero_copy_only=False)
+    return values
+
+
+def _arrow_texts(column: Any) -> pa.Array:
+    """A text column as one Arrow string array (no Python object per value)."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    return column if pa.types.is_string(column.type) else column.cast(pa.string())
+
+
+def _tags(
+    block: Any, line_starts: np.ndarray, rows: int, every_row_tagged: bool
+) -> dict[str, Any] | None:
+    """Each row's tags as columns (`_tag_column`'s types); None: read line by line.
+
+    The i-th tags object found must be row i's. It is when every row has a ``tags`` object
+    (`every_row_tagged`, from the parse) and the block holds as many ``"tags":`` keys as
+    rows: one per line. Otherwise each object's place is checked against the lines.
+    """
+    objects: list[bytes] = _TAGS.findall(block)
+    if len(objects) != rows:
+        return None
+    if not (every_row_tagged and block.count(b'"tags":') == rows):
+        positions = np.fromiter(
+            (m.start() for m in _TAGS.finditer(block)), dtype=np.int64, count=rows
+        )
+        if rows and not np.array_equal(
+            np.searchsorted(line_starts, positions, "right") - 1, np.arange(rows)
+        ):
+            return None
+    if all(o == b"{}" for o in objects):
+        return {}
+    try:
+        table = pj.read_json(
+            pa.py_buffer(b"\n".join(b'{"t":' + o + b"}" for o in objects)), read_options=_READ
+        )
+    except pa.ArrowInvalid:
+        return None
+    tags = table.column("t")
+    out: dict[str, Any] = {}
+    for tag in tags.type:
+        column = pc.struct_field(tags, tag.name)
+        kind = tag.type
+        if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_null(kind):
+            out[tag.name] = _arrow_numbers(column)
+        elif pa.types.is_boolean(kind) or pa.types.is_string(kind):
+            out[tag.name] = pa.array(_tag_column(column.to_pylist()), pa.string(), from_pandas=True)
+        else:  # a type Arrow inferred from text (a timestamp): keep the text, line by line
+            return None
+    return out
+
+
+def block_columns(
+    block: bytearray, offset: int, wanted: frozenset[str] | None
+) -> tuple[dict[str, Any], list[tuple[int, str]], int] | None:
+    """The frame's columns (`wanted` of them, all when None) of a block of whole lines
+    starting at byte `offset` of the file, the lines left out for lacking a required
+    field: (line number within the block, field), and the block's number of lines.
+
+    Numbers come as float64 arrays, text as Arrow string arrays. None when Arrow refuses
+    the block (the caller parses it line by line)."""
+    try:
+        table = pj.read_json(
+            pa.py_buffer(block), read_options=_READ, parse_options=_parse_options(wanted)
+        )
+    except pa.ArrowInvalid:
+        return None
+    raw = np.frombuffer(block, dtype=np.uint8)
+    ends = np.flatnonzero(raw == 10)
+    starts = np.concatenate(([0], ends + 1))
+    if starts[-1] == len(block):
+        starts = starts[:-1]
+    lengths = np.append(ends, len(block))[: starts.size] - starts
+    lines = np.flatnonzero(lengths > 0)  # Arrow skips empty lines; a blank one refuses
+    if lines.size != table.num_rows or (lines.size and (raw[starts[lines]] != ord("{")).any()):
+        return None
+    tagged = table.column("tags").null_count == 0
+    tags = _tags(block, starts[lines], table.num_rows, tagged)
+    if tags is None:
+        return None
+    data: dict[str, Any] = {}
+    sections = {s: table.column(s) for s in ("error", *(s for s, _, _ in _SECTIONS))}
+    for name in _columns():
+        if name == "run_dir" or (wanted is not None and name not in wanted):
+            continue  # the run folder: set once for the whole frame
+        if name == "file_offset":
+            data[name] = offset + starts[lines].astype(np.int64)
+        elif name == "ok":
+            data[name] = sections["error"].is_null().to_numpy(zero_copy_only=False)
+        elif name == "warmup":
+            data[name] = pc.fill_null(table.column("warmup"), False).to_numpy(zero_copy_only=False)
+        elif name == "client.n_events":
+            offsets = pc.struct_field(sections["client"], "event_offsets_ms")
+            data[name] = _arrow_numbers(pc.list_value_length(offsets))
+        else:
+            section, _, member = name.rpartition(".")
+            column = pc.struct_field(sections[section], member) if section else table.column(name)
+            data[name] = _arrow_texts(column) if _is_text(name) else _arrow_numbers(column)
+    for key, values in tags.items():
+        data[f"tags.{key}"] = values
+    keep = np.ones(table.num_rows, dtype=bool)
+    lacking: list[tuple[int, str]] = []
+    for required, _kind in _REQUIRED:
+        missing = table.column(required).is_null().to_numpy(zero_copy_only=False) & keep
+        for row in np.flatnonzero(missing):
+            lacking.append((int(lines[row]) + 1, required))
+        keep &= ~missing
+    if lacking:
+        mask = pa.array(keep)
+        data = {k: v.filter(mask) if isinstance(v, pa.Array) else v[keep] for k, v in data.items()}
+    return data, sorted(lacking), int(starts.size)
+
+
+def _frame_pieces(frame: pd.DataFrame, wanted: frozenset[str] | None) -> dict[str, Any]:
+    """A block read line by line, as `block_columns` gives one."""
+    out: dict[str, Any] = {}
+    for name in frame.columns:
+        if name == "run_dir" or (
+            wanted is not None and name not in wanted and not name.startswith("tags.")
+        ):
+            continue
+        values = frame[name]
+        if values.dtype.kind in "fbiu":
+            out[name] = values.to_numpy()
+        else:
+            out[name] = pa.array(values.to_numpy(dtype=object), pa.string(), from_pandas=True)
+    return out
+
+
+def _joined(pieces: list[Any], lengths: list[int]) -> Any:
+    """One frame column from its blocks' pieces (a block without it: missing there)."""
+    present = [p for p in pieces if p is not None]
+    if all(isinstance(p, pa.Array) for p in present):
+        chunks = [
+            p if p is not None else pa.nulls(n, pa.string())
+            for p, n in zip(pieces, lengths, strict=True)
+        ]
+        text = pa.chunked_array(chunks, pa.string())
+        if text.null_count == len(text):  # as pandas types a column of None: object
+            return np.full(len(text), None, dtype=object)
+        return text.to_pandas().array
+    if all(isinstance(p, np.ndarray) and p.dtype == float and np.isnan(p).all() for p in present):
+        # Never observed in this run: one NaN seen as the whole column, no memory per row.
+        return np.broadcast_to(np.float64(np.nan), (sum(lengths),))
+    if all(isinstance(p, np.ndarray) for p in present):
+        filled = [
+            p if p is not None else np.full(n, np.nan) for p, n in zip(pieces, lengths, strict=True)
+        ]
+        return np.concatenate(filled) if len(filled) != 1 else filled[0]
+    # A tag that is a number in some blocks and text in others: objects, as pandas joins them.
+    parts = []
+    for p, n in zip(pieces, lengths, strict=True):
+        if p is None:
+            parts.append(np.full(n, np.nan, dtype=object))
+        elif isinstance(p, pa.Array):
+            parts.append(np.array(p.to_pylist(), dtype=object))
+        else:
+            parts.append(p.astype(object))
+    return np.concatenate(parts)
+
+
+def _give_back() -> None:
+    """Return the freed blocks' memory to the system: their small arrays sit between others
+    in the C heap, which keeps freed pages otherwise (glibc's malloc_trim, where present)."""
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _c_library() -> Any:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return libc if hasattr(libc, "malloc_trim") else None
+    except OSError:
+        return None
+
+
+_LIBC = _c_library()
+
+
+def _assemble(
+    blocks: list[dict[str, Any]], run_dir: Path, wanted: frozenset[str] | None
+) -> pd.DataFrame:
+    """The frame from its blocks' columns, joined one column at a time (each block's piece
+    freed as it is joined, so memory holds the frame and one column's pieces)."""
+    if not blocks:
+        frame = records_frame({c: [] for c in _columns()}, {}, run_dir)
+        return frame if wanted is None else frame[[c for c in frame.columns if c in wanted]]
+    lengths = [len(b["ok"]) for b in blocks]
+    n = sum(lengths)
+    names = [c for c in _columns() if wanted is None or c in wanted]
+    tags = dict.fromkeys(k for b in blocks for k in b if k.startswith("tags."))
+    data: dict[str, Any] = {}
+    for i, name in enumerate([*names, *tags]):
+        if name == "run_dir":
+            data[name] = pa.repeat(pa.scalar(str(run_dir)), n).to_pandas().array
+            continue
+        data[name] = _joined([b.pop(name, None) for b in blocks], lengths)
+        if i % 8 == 7:
+            _give_back()
+    _give_back()
+    pa.default_memory_pool().release_unused()  # the blocks' text, joined: give it back
+    return pd.DataFrame(data, copy=False)  # each column kept as it is, not copied into blocks

@@ -3,6 +3,7 @@ not blank, every chart drawn with marks (the five questions' and every section's
 queue, load curves, cache hits, conversation turns, goodput, distributions, client vs
 server), no static image, nothing wider than the viewport; a screenshot of
 every section is saved under the test's tmp dir (paths printed: run with -s to see them).
+The same holds for a large run (its records copied a thousand times).
 
 Chromium is driven with the Chrome DevTools Protocol over ``--remote-debugging-pipe``
 (NUL-terminated JSON on file descriptors 3 and 4), so no websocket client is needed. The
@@ -224,10 +225,23 @@ def _evaluate(browser: Cdp, session: str, expression: str) -> Any:
     return json.loads(reply["result"]["value"])
 
 
-def test_html_report_in_headless_chromium(tmp_path: Path, browser: Cdp) -> None:
+def _copied(run_dir: Path, copies: int) -> None:
+    """Make the run's records `copies` times as many: each line again under new record ids
+    (a large run whose pages must read as the small one's)."""
+    lines = (run_dir / "records.jsonl").read_text(encoding="utf-8").splitlines()
+    with (run_dir / "records.jsonl").open("w", encoding="utf-8") as fh:
+        for copy in range(copies):
+            for line in lines:
+                fh.write(line.replace('"record_id":"', f'"record_id":"c{copy}-', 1) + "\n")
+
+
+# The large run: 1,000 copies of the small one's records (about 50,000, 100 MB).
+@pytest.mark.parametrize("copies", [1, 1000], ids=["small-run", "large-run"])
+def test_html_report_in_headless_chromium(tmp_path: Path, browser: Cdp, copies: int) -> None:
     lab = picture_lab()
     lab = LabResults(run_id=lab.run_id, answers=[*lab.answers, *section_answers()])
     run_dir = write_run(tmp_path / "run", mixed_records(), lab=lab)
+    _copied(run_dir, copies)
     write_scrapes(run_dir)
     paths = write_report(run_dir)
     url = paths.html.resolve().as_uri()
