@@ -28,6 +28,7 @@ from labkit.selfcheck import client_bound_note, level_lag_of
 __all__ = [
     "FIELDS",
     "GROUP_KEYS",
+    "cached_tokens",
     "client_bound_reason",
     "client_bound_reason_of",
     "group_key",
@@ -35,6 +36,14 @@ __all__ = [
     "request_stats_of",
     "stats_of",
 ]
+
+
+def cached_tokens(record: RequestRecord) -> int | None:
+    """Prompt tokens the provider served from its cache, as it counts them."""
+    if record.usage.cached_input_tokens is not None:
+        return record.usage.cached_input_tokens
+    return record.provider_timings.cached_tokens
+
 
 #: The group of a record: provider, experiment, model, client path.
 GROUP_KEYS: tuple[str, ...] = ("provider", "experiment", "model", "client_path")

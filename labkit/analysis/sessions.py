@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from labkit.analysis.requests import cached_tokens
 from labkit.experiments.common import latest_pass
 from labkit.figures import CriticalPath, SessionFigures, SessionRow, SessionStep
 from labkit.records import RequestRecord
@@ -94,9 +95,7 @@ def agent_path(agent: str, agents: dict[str, list[RequestRecord]]) -> tuple[Crit
 
 
 def _cached_share(r: RequestRecord) -> float | None:
-    cached = r.usage.cached_input_tokens
-    if cached is None:
-        cached = r.provider_timings.cached_tokens
+    cached = cached_tokens(r)
     total = r.usage.input_tokens
     return cached / total if cached is not None and total else None
 

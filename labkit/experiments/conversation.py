@@ -45,6 +45,7 @@ from pydantic import (
     model_validator,
 )
 
+from labkit.analysis.requests import cached_tokens
 from labkit.analysis.stats import p_of
 from labkit.experiments.base import ExperimentSettings, PlannedRequest, register_experiment
 from labkit.experiments.common import latest_pass
@@ -151,13 +152,6 @@ class ConversationPass(LevelPlan):
 
     cache: CacheVariant
     sessions: list[ConversationSession]
-
-
-def cached_tokens(record: RequestRecord) -> int | None:
-    """Prompt tokens the provider served from its cache, as it counts them."""
-    if record.usage.cached_input_tokens is not None:
-        return record.usage.cached_input_tokens
-    return record.provider_timings.cached_tokens
 
 
 @register_experiment

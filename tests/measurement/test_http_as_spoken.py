@@ -25,7 +25,7 @@ from labkit.measurement.sdkpath import SDKRecorder
 from labkit.providers import Provider, provider_class
 from labkit.records import ErrorKind, RequestRecord
 from tests.providers.streams import chat, oa_usage, openai_events
-from tests.support.misbehaving import MisbehavingServer, Reply, http_head
+from tests.support.misbehaving import MisbehavingServer, Reply, http_head, record_requests
 
 pytestmark = pytest.mark.integration
 
@@ -66,18 +66,7 @@ def _provider(base_url: str, transport: str = "httpx", kind: str = "openai_compa
 def _records(
     base_url: str, transport: str, recorder: BaseRecorder, n: int = 1
 ) -> list[RequestRecord]:
-    async def main() -> list[RequestRecord]:
-        provider = _provider(base_url, transport)
-        try:
-            return [
-                await recorder.record(provider, chat(), RecordContext("r", "t")) for _ in range(n)
-            ]
-        finally:
-            if isinstance(recorder, SDKRecorder):
-                await recorder.aclose()
-            await provider.aclose()
-
-    return asyncio.run(main())
+    return record_requests(lambda: _provider(base_url, transport), recorder, n)
 
 
 def _recorders() -> Iterator[tuple[str, Callable[[], BaseRecorder]]]:

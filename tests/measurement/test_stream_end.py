@@ -27,7 +27,7 @@ from tests.providers.streams import (
     responses_events,
     sse,
 )
-from tests.support.misbehaving import HOLD, MisbehavingServer, Reply, http_head
+from tests.support.misbehaving import HOLD, MisbehavingServer, Reply, http_head, record_requests
 
 pytestmark = pytest.mark.integration
 
@@ -111,18 +111,7 @@ def _provider(kind: str, base_url: str, transport: str) -> Provider:
 def _records(
     server: MisbehavingServer, kind: str, transport: str, recorder: BaseRecorder, n: int = 2
 ) -> list[RequestRecord]:
-    async def main() -> list[RequestRecord]:
-        provider = _provider(kind, server.base_url, transport)
-        try:
-            return [
-                await recorder.record(provider, chat(), RecordContext("r", "t")) for _ in range(n)
-            ]
-        finally:
-            if isinstance(recorder, SDKRecorder):
-                await recorder.aclose()
-            await provider.aclose()
-
-    return asyncio.run(main())
+    return record_requests(lambda: _provider(kind, server.base_url, transport), recorder, n)
 
 
 @pytest.mark.parametrize("framing", ["chunked", "until-close"])

@@ -9,11 +9,18 @@ what labkit sent (paths, headers). Used by the fault tests of the recorder and t
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
+
+from labkit.measurement.recorder import BaseRecorder, RecordContext
+from labkit.measurement.sdkpath import SDKRecorder
+from labkit.providers import Provider
+from labkit.records import RequestRecord
+from tests.providers.streams import chat
 
 Reply = Iterable[bytes | float | None]
 #: A reply step: hold the connection open (send nothing more, never close) until the end.
@@ -119,3 +126,23 @@ def repeat(block: bytes, times: int) -> Iterator[bytes]:
     """`block` written `times` times (a huge body without holding it in memory)."""
     for _ in range(times):
         yield block
+
+
+def record_requests(
+    make_provider: Callable[[], Provider], recorder: BaseRecorder, n: int
+) -> list[RequestRecord]:
+    """`n` chats in a row through `recorder` on one provider (made inside the event loop),
+    then the recorder's SDK clients and the provider closed."""
+
+    async def main() -> list[RequestRecord]:
+        provider = make_provider()
+        try:
+            return [
+                await recorder.record(provider, chat(), RecordContext("r", "t")) for _ in range(n)
+            ]
+        finally:
+            if isinstance(recorder, SDKRecorder):
+                await recorder.aclose()
+            await provider.aclose()
+
+    return asyncio.run(main())

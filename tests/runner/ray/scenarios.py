@@ -40,7 +40,11 @@ def _serve(schedule: dict[str, Any]) -> str:
     from labkit.fakeserver import FakeServer
     from labkit.providers.fake import FakeSchedule
 
-    server = FakeServer(FakeSchedule.model_validate(schedule))
+    return _on_thread(FakeServer(FakeSchedule.model_validate(schedule))).base_url
+
+
+def _on_thread(server: Any) -> Any:
+    """`server` started and serving on a thread of its own."""
     started = threading.Event()
 
     def run() -> None:
@@ -53,7 +57,7 @@ def _serve(schedule: dict[str, Any]) -> str:
 
     threading.Thread(target=run, daemon=True).start()
     started.wait(10)
-    return server.base_url
+    return server
 
 
 def _serve_counting(schedule: dict[str, Any]) -> Any:
@@ -71,20 +75,7 @@ def _serve_counting(schedule: dict[str, Any]) -> Any:
             finally:
                 self.streaming -= 1
 
-    server = CountingServer(FakeSchedule.model_validate(schedule))
-    started = threading.Event()
-
-    def run() -> None:
-        async def main() -> None:
-            await server.start()
-            started.set()
-            await asyncio.Event().wait()
-
-        asyncio.run(main())
-
-    threading.Thread(target=run, daemon=True).start()
-    started.wait(10)
-    return server
+    return _on_thread(CountingServer(FakeSchedule.model_validate(schedule)))
 
 
 def _config(
