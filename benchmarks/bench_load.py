@@ -405,6 +405,25 @@ def labkit_sdk_leg(base_url: str, concurrency: int, n_requests: int) -> LegResul
     return run_like_labkit(run())
 
 
+def runner_config(base_url: str, concurrency: int, n: int, workers: int | str) -> dict[str, Any]:
+    """The config of a `load` experiment at one concurrency level against `base_url`: `n`
+    measured requests (one warm-up), read by `workers` processes (`auto`: labkit chooses)."""
+    return {
+        "name": "bench-load",
+        "providers": [{"id": "s", "kind": "openai_compatible", "model": "m", "base_url": base_url}],
+        "experiments": [
+            {
+                "kind": "load",
+                "concurrency": [concurrency],
+                "requests": n,
+                "warmup": 1,
+                "workers": workers,
+                "prompts": [PROMPT],
+            }
+        ],
+    }
+
+
 def _runner_leg(workers: int | str) -> Leg:
     """labkit's own load runner: a `load` experiment at one concurrency level, its streams
     spread over `workers` processes (`auto`: chosen from measured capacity)."""
@@ -414,39 +433,26 @@ def _runner_leg(workers: int | str) -> Leg:
         from labkit.runner import RunOptions, prepare_run
 
         n = max(n_requests, concurrency)
-        config = parse_config(
-            {
-                "name": "bench-load",
-                "providers": [
-                    {"id": "s", "kind": "openai_compatible", "model": "m", "base_url": base_url}
-                ],
-                "experiments": [
-                    {
-                        "kind": "load",
-                        "concurrency": [concurrency],
-                        "requests": n,
-                        "warmup": 1,
-                        "workers": workers,
-                        "prompts": [PROMPT],
-                    }
-                ],
-            }
-        )
+        config = parse_config(runner_config(base_url, concurrency, n, workers))
         with tempfile.TemporaryDirectory() as out, _in_labkit_tree():
             runner = prepare_run(config, RunOptions(out_dir=Path(out)))
             result = run_like_labkit(runner.run())
         errors: list[str] = []
         measured = [r for r in result.records if not r.warmup]
         streams = [_from_record(r, errors) for r in measured]
-        # Wall time: the level itself, from its first request to its last byte. CPU is not
-        # given: the run's set-up and each worker's start-up and warm-up cannot be told
-        # apart from the level's own work here (the `labkit` leg gives labkit's CPU/event).
-        starts = [r.t_start_mono_ns or 0 for r in measured]
-        ends = [(r.t_start_mono_ns or 0) + (r.client.e2e_ms or 0.0) * 1e6 for r in measured]
-        wall = (max(ends) - min(starts)) / 1e9 if measured else 0.0
-        return LegResult(streams, math.nan, wall, errors, measured)
+        # CPU is not given: the run's set-up and each worker's start-up and warm-up cannot
+        # be told apart from the level's own work here (the `labkit` leg gives labkit's
+        # CPU/event).
+        return LegResult(streams, math.nan, level_wall_s(measured), errors, measured)
 
     return leg
+
+
+def level_wall_s(measured: list[Any]) -> float:
+    """A level's wall time from its records: from its first request to its last byte."""
+    starts = [r.t_start_mono_ns or 0 for r in measured]
+    ends = [(r.t_start_mono_ns or 0) + (r.client.e2e_ms or 0.0) * 1e6 for r in measured]
+    return (max(ends) - min(starts)) / 1e9 if measured else 0.0
 
 
 # -- leg (b): bare httpx --------------------------------------------------------------------
@@ -1393,17 +1399,23 @@ def _without(argv: list[str], options: tuple[str, ...]) -> list[str]:
     return out
 
 
+def archive_labkit(rev: str, tree: Path) -> Path:
+    """labkit's package at git `rev` (`git archive`) unpacked into the new folder `tree`;
+    returns `tree` (with it first on PYTHONPATH, ``import labkit`` is that revision's)."""
+    tree.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(_REPO), "archive", rev, "labkit"], capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    return tree
+
+
 def before_after(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
     """The same bench twice, in two processes: labkit from git `args.before`, then from
     `LABKIT_SRC`; the bench, the server and the method are this tree's both times."""
     rev = args.before
     with tempfile.TemporaryDirectory(prefix="bench-load-before-") as tmp:
-        tree = Path(tmp) / "tree"
-        tree.mkdir()
-        archive = subprocess.run(
-            ["git", "-C", str(_REPO), "archive", rev, "labkit"], capture_output=True, check=True
-        ).stdout
-        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+        tree = archive_labkit(rev, Path(tmp) / "tree")
         passthrough = _without(argv, ("--before", "--json", "--labkit-src", "--compare"))
         payloads: dict[str, Any] = {}
         for label, src in (("before", tree), ("after", LABKIT_SRC)):

@@ -1,0 +1,787 @@
+"""labkit's CPU per streamed token and its stamp/TTFT error, before and after, in one run.
+
+Method. Every measured run is a real ``labkit run`` of a ``load`` experiment (one level,
+``--no-report``; `bench_load.runner_config`) in a child process against the truth server
+(`scripted_server.py`, its own process; it stamps each event's true send time). "Before" is
+labkit from git ``--before`` (default ``e63b065``; `bench_load.archive_labkit`), "after"
+this tree: the child runs with that tree first on PYTHONPATH and as its working directory
+(so the runner's worker processes import it too), each side with its own labkit cache
+folder (``LABKIT_CACHE_DIR``: `workers: auto` calibrates each side's own capacity). Per
+level and round the two sides alternate which goes first, so machine noise hits both.
+
+- CPU per token: user + system time of the whole ``labkit run`` process tree (the runner,
+  its worker processes, the record writes: `resource.getrusage(RUSAGE_CHILDREN)` around
+  waiting for it; the runner waits its workers, so theirs is in it), *marginal*: a short
+  run of the same level (same replies, a fifth of the requests, at least one wave) is
+  subtracted, over the difference in output events (records' ``client.event_offsets_ms``,
+  warm-ups included), so start-up and imports (about 2 s of CPU) are not counted per token
+  while each request's own work (request, record, its write) is, spread over its tokens,
+  as a user pays it. Summed over rounds; each round's is printed.
+- Stamp error = client stamp − server send stamp per output event; TTFT error = client
+  TTFT − true TTFT (first send − client t_start); matched by response id and position
+  (`bench_load.Accum`), over the full runs' measured records.
+- labkit's own flag: the level's ``client_bound`` in the run's ``lab.json`` (the load
+  experiment's figures, computed by that side's labkit), and the workers it used.
+- Hosted pace (``--hosted-streams 1000 --hosted-interval-ms 30``): the server pinned to
+  ``--server-cpus`` (default CPU 0) and labkit to ``--labkit-cpus`` (default the others),
+  `os.sched_setaffinity`; ``workers: auto`` chooses within labkit's CPUs (printed). Target:
+  stamp p99 <= 2 ms and not flagged client-bound. Each side first runs one short wave (not
+  measured) so its capacity calibration is not in the level.
+- Where the CPU went (``--profile-level 32``): the level's full and short runs again
+  under cProfile (CPU-time timer; ``workers: 1``, so the runner's own process reads the
+  streams), self time grouped by `COMPONENTS` (a builtin counts for its caller's
+  component), marginal per token, each component's *profile share* scaled to the measured
+  unprofiled CPU per token. Profiling slows Python calls more than C, so the split is
+  approximate; the total is the measured one.
+
+Run: ``make bench-cpu`` (about 10 minutes on 2 cores) = ``.venv/bin/python
+benchmarks/bench_cpu.py``; smaller: ``--levels 1,32 --requests-scale 0.25 --rounds 1
+--hosted-requests 1000``. Options: ``--before REV`` ``--levels 1,32,256`` ``--rounds 2``
+``--tokens 100 --interval-ms 2 --ttft-ms 50`` ``--hosted-streams/--hosted-interval-ms/
+--hosted-requests`` (0 streams: no hosted level) ``--profile-level`` (0: none) ``--json OUT``.
+A benchmark, not a test: on 2 shared cores the figures are noisy; the ratios are the point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import pstats
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import bench_load as bl  # this tree's labkit and scripted_server first on sys.path
+from scripted_server import ScriptedServer, raise_open_files_limit
+
+from labkit.records import RequestRecord
+
+DEFAULT_BEFORE = "e63b065"
+#: The issue's targets: CPU per token at 32 streams, and the hosted-pace level's stamp p99.
+CPU_RATIO_TARGET = 0.5
+HOSTED_STAMP_P99_MS = 2.0
+
+#: Where a profiled function's self time goes: the first component whose fragments occur in
+#: its ``file:function`` key. A builtin (no file) counts for the component of its callers.
+COMPONENTS: list[tuple[str, tuple[str, ...]]] = [
+    ("JSON encoding", ("dump_json", "to_json", "json/encoder.py", "labkit/scrub.py")),
+    (
+        "transport / socket reads",
+        (
+            "labkit/measurement/lean/tcp.py",
+            "labkit/measurement/lean/stamps.py",
+            "labkit/measurement/lean/tls.py",
+            "labkit/measurement/lean/transport.py",
+            "labkit/measurement/connections.py",
+            "labkit/measurement/proxies.py",
+            "httpx/",
+            "httpcore/",
+            "anyio/",
+            "ssl.py",
+            "socket.py",
+        ),
+    ),
+    ("HTTP framing", ("labkit/measurement/lean/http11.py", "labkit/measurement/lean/", "h11/")),
+    ("SSE split", ("labkit/measurement/sse.py",)),
+    (
+        "provider parser + JSON decode",
+        ("labkit/providers/", "labkit/measurement/fastjson.py", "json/decoder.py", "json/__init__"),
+    ),
+    ("self-check / lateness", ("labkit/selfcheck.py", "labkit/measurement/lateness.py")),
+    ("asyncio / selector", ("asyncio/", "selectors.py", "labkit/measurement/loopclock.py")),
+    (
+        "recorder / measurement",
+        ("labkit/measurement/", "labkit/timing.py", "labkit/tracing/", "labkit/clocksync.py"),
+    ),
+    ("record assembly (pydantic)", ("labkit/records.py", "pydantic/", "pydantic_core")),
+    ("file write", ("labkit/runner/results.py", "labkit/safefiles.py", "_io.", "posix.write")),
+    (
+        "worker hand-off",
+        (
+            "labkit/runner/jobs.py",
+            "labkit/runner/workers.py",
+            "labkit/runner/worker_body.py",
+            "labkit/runner/worker_process.py",
+            "labkit/runner/executor.py",
+        ),
+    ),
+    (
+        "run's figures (lab.json)",
+        (
+            "labkit/analysis/",
+            "labkit/figures.py",
+            "labkit/slo.py",
+            "numpy/",
+            "scipy/",
+            "statsmodels/",
+            "pandas/",
+        ),
+    ),
+    (
+        "runner, pacing, progress",
+        ("labkit/runner/", "labkit/experiments/", "labkit/pacing.py", "labkit/cli/", "rich/"),
+    ),
+    # Start-up (imports, class creation): the short run's cancels it; what is left is noise.
+    ("start-up left over", ("<frozen importlib", "importlib/", "__build_class__", "inspect.py")),
+]
+OTHER = "other"
+
+# Runs `labkit run ARGS` under cProfile with a CPU-time timer, then dumps the stats to OUT.
+_PROFILED = """
+import cProfile, runpy, sys, time
+out, sys.argv = sys.argv[1], ["labkit", *sys.argv[2:]]
+prof = cProfile.Profile(time.process_time)
+prof.enable()
+try:
+    runpy.run_module("labkit", run_name="__main__", alter_sys=True)
+except SystemExit:
+    pass
+finally:
+    prof.disable()
+    prof.dump_stats(out)
+"""
+
+
+@dataclass
+class Side:
+    """One labkit under test: its tree, its cache folder, and what it measured."""
+
+    name: str
+    tree: Path
+    cache: Path
+    label: str
+
+
+@dataclass
+class RunOut:
+    """One finished `labkit run`: its process tree's CPU, its records and level figures."""
+
+    cpu_s: float
+    wall_s: float
+    records: list[RequestRecord]
+    levels: list[dict[str, Any]]
+    log: str
+
+    @property
+    def events(self) -> int:
+        return sum(len(r.client.event_offsets_ms) for r in self.records)
+
+
+@dataclass
+class LevelSide:
+    """One side at one level, pooled over rounds."""
+
+    acc: bl.Accum = field(default_factory=bl.Accum)
+    full_cpu: list[float] = field(default_factory=list)
+    short_cpu: list[float] = field(default_factory=list)
+    full_events: list[int] = field(default_factory=list)
+    short_events: list[int] = field(default_factory=list)
+    flags: list[bool] = field(default_factory=list)
+    workers: list[int | None] = field(default_factory=list)
+    wall_s: list[float] = field(default_factory=list)
+
+    def marginal_us(self) -> float | None:
+        """CPU µs per output event, full runs over short runs, summed over rounds."""
+        d_events = sum(self.full_events) - sum(self.short_events)
+        if d_events <= 0:
+            return None
+        return 1e6 * (sum(self.full_cpu) - sum(self.short_cpu)) / d_events
+
+    def per_round_us(self) -> list[float]:
+        return [
+            1e6 * (fc - oc) / (fe - oe)
+            for fc, oc, fe, oe in zip(
+                self.full_cpu, self.short_cpu, self.full_events, self.short_events, strict=False
+            )
+            if fe > oe
+        ]
+
+
+def _load_levels(lab: Any) -> Iterator[dict[str, Any]]:
+    """Every load level's figures in a lab.json (any dict with `level` and `client_bound`)."""
+    if isinstance(lab, dict):
+        if "level" in lab and "client_bound" in lab:
+            yield lab
+        for value in lab.values():
+            yield from _load_levels(value)
+    elif isinstance(lab, list):
+        for value in lab:
+            yield from _load_levels(value)
+
+
+def run_labkit(
+    side: Side,
+    config: dict[str, Any],
+    work: Path,
+    *,
+    cpus: set[int] | None = None,
+    profile: Path | None = None,
+) -> RunOut:
+    """`labkit run` of `config` by `side`'s labkit in a child process (on `cpus`, where
+    given); its whole process tree's CPU, records and lab.json load levels."""
+    work.mkdir(parents=True)
+    cfg = work / "config.yaml"
+    cfg.write_text(json.dumps(config))  # JSON is YAML
+    args = ["run", str(cfg), "--out", str(work / "runs"), "--no-report"]
+    command = [sys.executable, "-m", "labkit", *args]
+    if profile is not None:
+        command = [sys.executable, "-c", _PROFILED, str(profile), *args]
+    env = dict(os.environ, PYTHONPATH=str(side.tree), LABKIT_CACHE_DIR=str(side.cache))
+    env["NO_COLOR"] = "1"
+    log = work / "labkit.log"
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall0 = time.perf_counter()
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            command,
+            cwd=side.tree,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
+        )
+        code = proc.wait()
+    wall = time.perf_counter() - wall0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    text = log.read_text(errors="replace")
+    if code != 0:
+        raise SystemExit(f"{side.name}: labkit run failed ({code}):\n{text[-3000:]}")
+    (folder,) = (work / "runs").iterdir()
+    records = [
+        RequestRecord.model_validate_json(line)
+        for line in (folder / "records.jsonl").read_text().splitlines()
+        if line.strip()
+    ]
+    levels = list(_load_levels(json.loads((folder / "lab.json").read_text())))
+    return RunOut(cpu, wall, records, levels, text)
+
+
+def _measured(run: RunOut) -> list[RequestRecord]:
+    return [r for r in run.records if not r.warmup]
+
+
+def _leg(run: RunOut) -> bl.LegResult:
+    """A run's measured records as `bench_load`'s leg result (stamps, TTFT, self-check)."""
+    errors: list[str] = []
+    measured = _measured(run)
+    streams = [bl._from_record(r, errors) for r in measured]
+    return bl.LegResult(streams, run.cpu_s, bl.level_wall_s(measured), errors, measured)
+
+
+def _flag_and_workers(run: RunOut) -> tuple[bool, int | None]:
+    level = run.levels[-1] if run.levels else {}
+    return bool(level.get("client_bound")), level.get("workers")
+
+
+# -- the profile ------------------------------------------------------------------------------
+
+
+def _component(key: str) -> str | None:
+    for name, fragments in COMPONENTS:
+        if any(f in key for f in fragments):
+            return name
+    return None
+
+
+def _func_key(func: tuple[str, int, str]) -> str:
+    file, _, name = func
+    return f"{file.replace(os.sep, '/')}:{name}"
+
+
+def components_s(stats_file: Path) -> tuple[dict[str, float], dict[str, float]]:
+    """Self time (s) per component of one profile, and per function of what fell to
+    `OTHER`; a builtin's goes to its callers' components in proportion to the time each
+    caller spent in it."""
+    stats: dict[Any, Any] = pstats.Stats(str(stats_file)).stats  # type: ignore[attr-defined]
+    out: dict[str, float] = {}
+    other: dict[str, float] = {}
+
+    def owner(func: tuple[str, int, str], depth: int = 0) -> str:
+        own = _component(_func_key(func))
+        if own is not None:
+            return own
+        if func[0] != "~" or depth > 3:
+            return OTHER
+        callers = stats.get(func, (0, 0, 0, 0, {}))[4]
+        if not callers:
+            return OTHER
+        top = max(callers.items(), key=lambda kv: kv[1][2])[0]
+        return owner(top, depth + 1)
+
+    def add(name: str, func: tuple[str, int, str], seconds: float) -> None:
+        out[name] = out.get(name, 0.0) + seconds
+        if name == OTHER:
+            key = _func_key(func).rsplit("site-packages/", 1)[-1]
+            other[key] = other.get(key, 0.0) + seconds
+
+    for func, (_, _, tt, _, callers) in stats.items():
+        if _component(_func_key(func)) is None and func[0] == "~" and callers:
+            for caller, (_, _, c_tt, _) in callers.items():
+                add(owner(caller), func, c_tt)
+            continue
+        add(owner(func), func, tt)
+    return out, other
+
+
+# -- the bench --------------------------------------------------------------------------------
+
+
+def _cpus(text: str | None, default: set[int]) -> set[int]:
+    if text is None:
+        return default
+    return {int(c) for c in text.split(",") if c.strip()}
+
+
+def _server_pinned(srv: ScriptedServer, cpus: set[int] | None) -> None:
+    if cpus and srv.proc is not None:
+        os.sched_setaffinity(srv.proc.pid, cpus)
+
+
+def _check_tree(side: Side) -> str:
+    """Where `side`'s child imports labkit from (it must be its tree)."""
+    env = dict(os.environ, PYTHONPATH=str(side.tree))
+    out = subprocess.run(
+        [sys.executable, "-c", "import labkit; print(labkit.__file__)"],
+        cwd=side.tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    if not Path(out).resolve().is_relative_to(side.tree.resolve()):
+        raise SystemExit(f"{side.name}: labkit imported from {out}, not {side.tree}")
+    return out
+
+
+def _late(server: dict[str, Any]) -> float | None:
+    late = server.get("late_wakeups_ms") or {}
+    p99 = late.get("p99")
+    return float(p99) if p99 is not None else None
+
+
+def requests_per_run(level: int, args: argparse.Namespace) -> tuple[int, int]:
+    """A level's requests in its full run and in its short run (at least one wave)."""
+    n = round(args.requests_scale * (2 * level if level >= 256 else max(100, 20 * level)))
+    n = max(n, 2 * level)
+    return n, max(level, n // 5)
+
+
+def measure_level(
+    sides: list[Side],
+    srv: ScriptedServer,
+    level: int,
+    args: argparse.Namespace,
+    work: Path,
+) -> dict[str, Any]:
+    """One level, every round, both sides alternating: full and short runs."""
+    interval = bl._level_interval_ms(level, args)
+    n, n_short = requests_per_run(level, args)
+    url = srv.url(interval_ms=interval, tokens=args.tokens)
+    per = {s.name: LevelSide() for s in sides}
+    late: list[float] = []
+    print(
+        f"\n== {level} stream(s), a token every {interval:g} ms ({level * 1000 / interval:,.0f}"
+        f" events/s if held), {args.tokens} tokens; {n} requests per full run, {n_short} per"
+        f" short run; {args.rounds} round(s)",
+        flush=True,
+    )
+    for rnd in range(args.rounds):
+        order = sides if rnd % 2 == 0 else sides[::-1]
+        for side in order:
+            got = per[side.name]
+            base = work / f"c{level}-r{rnd}-{side.name}"
+            full = run_labkit(side, bl.runner_config(url, level, n, args.workers), base / "f")
+            server = srv.stamps()
+            got.acc.add(_leg(full), server["streams"], level)
+            if (p99 := _late(server)) is not None:
+                late.append(p99)
+            short = run_labkit(
+                side, bl.runner_config(url, level, n_short, args.workers), base / "s"
+            )
+            srv.stamps()
+            got.full_cpu.append(full.cpu_s)
+            got.short_cpu.append(short.cpu_s)
+            got.full_events.append(full.events)
+            got.short_events.append(short.events)
+            flag, workers = _flag_and_workers(full)
+            got.flags.append(flag)
+            got.workers.append(workers)
+            got.wall_s.append(full.wall_s)
+            print(
+                f"   round {rnd + 1} {side.name:<6} full {full.cpu_s:6.2f} s CPU /"
+                f" {full.events} events, short {short.cpu_s:6.2f} s / {short.events}:"
+                f" {_us(got.per_round_us()[-1] if got.per_round_us() else None)} µs/token;"
+                f" workers {workers}, flagged {flag}",
+                flush=True,
+            )
+    out: dict[str, Any] = {
+        "interval_ms": interval,
+        "requests": n,
+        "short_requests": n_short,
+        "server_late_p99_ms": late,
+    }
+    for side in sides:
+        got = per[side.name]
+        figs = got.acc.figures()
+        out[side.name] = {
+            "cpu_us_per_token": got.marginal_us(),
+            "cpu_us_per_token_rounds": got.per_round_us(),
+            "full_cpu_s": got.full_cpu,
+            "short_cpu_s": got.short_cpu,
+            "full_events": got.full_events,
+            "short_events": got.short_events,
+            "client_bound": got.flags,
+            "workers": got.workers,
+            "figures": figs,
+        }
+    print_level(level, out, sides)
+    return out
+
+
+def _us(x: float | None) -> str:
+    return bl._f(x, "6.1f")
+
+
+def print_level(level: int, out: dict[str, Any], sides: list[Side]) -> None:
+    late = out["server_late_p99_ms"]
+    print(f"  server wake-up late p99 (worst run) {bl._f(max(late) if late else None, '.3f')} ms")
+    print(
+        f"  {'labkit':<22} | CPU µs/token | tokens/s | stamp err ms p50   p99    max |"
+        " TTFT err ms p50   p99 | flagged | workers"
+    )
+    for side in sides:
+        s = out[side.name]
+        f = s["figures"]
+        ev, tt = f["event_err_ms"], f["ttft_err_ms"]
+        print(
+            f"  {side.label:<22} |    {_us(s['cpu_us_per_token'])}    |"
+            f" {bl._f(f['events_per_s'], '8.0f')} |"
+            f"   {bl._f(ev['p50'], '7.3f')} {bl._f(ev['p99'], '6.3f')} {bl._f(ev['max'], '6.2f')} |"
+            f"     {bl._f(tt['p50'], '7.3f')} {bl._f(tt['p99'], '6.3f')} |"
+            f" {'yes' if any(s['client_bound']) else 'no':>7} | {s['workers']}"
+        )
+        if f["unmatched_streams"] or f["errors"]:
+            print(f"    ! {f['unmatched_streams']} unmatched streams; errors: {f['errors']}")
+
+
+def measure_hosted(
+    sides: list[Side],
+    srv: ScriptedServer,
+    args: argparse.Namespace,
+    work: Path,
+    labkit_cpus: set[int],
+) -> dict[str, Any]:
+    """The hosted-pace level: many streams at a slow token rate, labkit on its own CPUs."""
+    streams, interval = args.hosted_streams, args.hosted_interval_ms
+    n = max(streams, args.hosted_requests)
+    url = srv.url(interval_ms=interval, tokens=args.tokens)
+    print(
+        f"\n== hosted pace: {streams} streams, a token every {interval:g} ms ({args.tokens} "
+        f"tokens, {n} requests, {streams * 1000 / interval:,.0f} events/s), labkit on CPUs "
+        f"{sorted(labkit_cpus)}, workers: auto",
+        flush=True,
+    )
+    out: dict[str, Any] = {"streams": streams, "interval_ms": interval, "requests": n}
+    for side in sides:  # calibration and warm-up, not measured
+        warm_url = srv.url(interval_ms=interval, tokens=5)
+        warm = bl.runner_config(warm_url, streams, streams, "auto")
+        run_labkit(side, warm, work / f"hosted-warm-{side.name}", cpus=labkit_cpus)
+        srv.stamps()
+    late: list[float] = []
+    for rnd in range(args.hosted_rounds):
+        order = sides if rnd % 2 == 0 else sides[::-1]
+        for side in order:
+            config = bl.runner_config(url, streams, n, "auto")
+            run = run_labkit(side, config, work / f"hosted-r{rnd}-{side.name}", cpus=labkit_cpus)
+            server = srv.stamps()
+            if (p99 := _late(server)) is not None:
+                late.append(p99)
+            acc = bl.Accum()
+            acc.add(_leg(run), server["streams"], streams)
+            figs = acc.figures()
+            flag, workers = _flag_and_workers(run)
+            ev = figs["event_err_ms"]
+            ok = ev["p99"] is not None and ev["p99"] <= HOSTED_STAMP_P99_MS and not flag
+            entry = {
+                "round": rnd,
+                "figures": figs,
+                "client_bound": flag,
+                "workers": workers,
+                "cpu_s": run.cpu_s,
+                "wall_s": run.wall_s,
+                "cpu_us_per_token_whole_run": 1e6 * run.cpu_s / run.events if run.events else None,
+                "pass": ok,
+            }
+            out.setdefault(side.name, []).append(entry)
+            print(
+                f"   round {rnd + 1} {side.label:<22} stamp err p50/p99/max"
+                f" {bl._f(ev['p50'], '.3f')}/{bl._f(ev['p99'], '.3f')}/{bl._f(ev['max'], '.2f')}"
+                f" ms, TTFT err p50/p99 {bl._f(figs['ttft_err_ms']['p50'], '.3f')}/"
+                f"{bl._f(figs['ttft_err_ms']['p99'], '.3f')} ms, peak in flight "
+                f"{figs['peak_in_flight']}, {bl._f(figs['events_per_s'], '.0f')} events/s, "
+                f"flagged {flag}, workers {workers} (auto), CPU {run.cpu_s:.1f} s over "
+                f"{run.wall_s:.1f} s: {'PASS' if ok else 'MISS'}",
+                flush=True,
+            )
+            if figs["unmatched_streams"] or figs["errors"]:
+                print(f"    ! {figs['unmatched_streams']} unmatched; errors: {figs['errors']}")
+    out["server_late_p99_ms"] = late
+    print(f"  server wake-up late p99 (worst run) {bl._f(max(late) if late else None, '.3f')} ms")
+    return out
+
+
+def measure_profile(
+    sides: list[Side],
+    srv: ScriptedServer,
+    level: int,
+    args: argparse.Namespace,
+    work: Path,
+    measured_us: dict[str, float | None],
+) -> dict[str, Any]:
+    """Where each µs per token went at `level`: profiled full and short runs per side."""
+    interval = bl._level_interval_ms(level, args)
+    url = srv.url(interval_ms=interval, tokens=args.tokens)
+    out: dict[str, Any] = {}
+    for side in sides:
+        parts: dict[str, dict[str, float]] = {}
+        others: dict[str, dict[str, float]] = {}
+        events: dict[str, int] = {}
+        for kind, n in zip(("full", "short"), requests_per_run(level, args), strict=True):
+            prof = work / f"profile-{side.name}-{kind}.prof"
+            run = run_labkit(
+                side,
+                bl.runner_config(url, level, n, 1),
+                work / f"profile-{side.name}-{kind}",
+                profile=prof,
+            )
+            srv.stamps()
+            (parts[kind], others[kind]), events[kind] = components_s(prof), run.events
+        d_events = events["full"] - events["short"]
+        names = sorted(set(parts["full"]) | set(parts["short"]))
+        raw = {
+            k: 1e6 * (parts["full"].get(k, 0.0) - parts["short"].get(k, 0.0)) / d_events
+            for k in names
+        }
+        total = sum(raw.values())
+        measured = measured_us.get(side.name)
+        scale = measured / total if measured and total > 0 else 1.0
+        other = {
+            k: 1e6 * (v - others["short"].get(k, 0.0)) * scale / d_events
+            for k, v in others["full"].items()
+        }
+        out[side.name] = {
+            "other_top_us_per_token": dict(sorted(other.items(), key=lambda kv: -kv[1])[:6]),
+            "profiled_us_per_token": total,
+            "measured_us_per_token": measured,
+            "components_us_per_token": {k: v * scale for k, v in raw.items()},
+        }
+    return out
+
+
+def print_profile(level: int, prof: dict[str, Any], sides: list[Side]) -> None:
+    print(
+        f"\n### where the CPU per token went at {level} streams (profile share of the measured"
+        " CPU per token, µs)\n"
+    )
+    print("| component | " + " | ".join(s.label for s in sides) + " |")
+    print("|---|" + "---|" * len(sides))
+    order = [name for name, _ in COMPONENTS] + [OTHER]
+    for name in order:
+        cells = [prof[s.name]["components_us_per_token"].get(name) for s in sides]
+        if all(c is None for c in cells):
+            continue
+        print(f"| {name} | " + " | ".join(_us(c).strip() for c in cells) + " |")
+    print(
+        "| **total (measured, unprofiled)** | "
+        + " | ".join(_us(prof[s.name]["measured_us_per_token"]).strip() for s in sides)
+        + " |"
+    )
+    print(
+        "| (profiled total, before scaling) | "
+        + " | ".join(_us(prof[s.name]["profiled_us_per_token"]).strip() for s in sides)
+        + " |"
+    )
+    for side in sides:
+        top = prof[side.name]["other_top_us_per_token"]
+        print(
+            f"\n{side.label}, the most of {OTHER}: "
+            + "; ".join(f"{k} {v:.1f}" for k, v in top.items())
+        )
+
+
+def print_summary(
+    levels: dict[int, Any], hosted: dict[str, Any] | None, sides: list[Side]
+) -> list[tuple[str, bool | None, str]]:
+    """The before → after table and the targets."""
+    b, a = sides
+    print(f"\n### before ({b.label}) → after ({a.label})\n")
+    print(
+        "| streams | CPU µs/token | ratio | stamp error p50 / p99 ms | TTFT error p50 / p99 ms"
+        " | flagged |"
+    )
+    print("|---|---|---|---|---|---|")
+    for level, out in levels.items():
+        bo, ao = out[b.name], out[a.name]
+        bf, af = bo["figures"], ao["figures"]
+        ratio = bl._ratio(ao["cpu_us_per_token"], bo["cpu_us_per_token"])
+        print(
+            f"| {level} | {bl._cell(bo['cpu_us_per_token'], ao['cpu_us_per_token'], '.1f')} |"
+            f" {bl._f(ratio, '.2f')}x |"
+            f" {bl._cell(bf['event_err_ms']['p50'], af['event_err_ms']['p50'], '.3f')} /"
+            f" {bl._cell(bf['event_err_ms']['p99'], af['event_err_ms']['p99'], '.3f')} |"
+            f" {bl._cell(bf['ttft_err_ms']['p50'], af['ttft_err_ms']['p50'], '.3f')} /"
+            f" {bl._cell(bf['ttft_err_ms']['p99'], af['ttft_err_ms']['p99'], '.3f')} |"
+            f" {any(bo['client_bound'])} → {any(ao['client_bound'])} |"
+        )
+    targets: list[tuple[str, bool | None, str]] = []
+    if 32 in levels:
+        bo, ao = levels[32][b.name], levels[32][a.name]
+        ratio = bl._ratio(ao["cpu_us_per_token"], bo["cpu_us_per_token"])
+        targets.append(
+            (
+                f"32 streams: CPU per token after <= {CPU_RATIO_TARGET:g} x before",
+                bl._le(ratio, CPU_RATIO_TARGET),
+                f"{_us(bo['cpu_us_per_token']).strip()} → "
+                f"{_us(ao['cpu_us_per_token']).strip()} µs ({bl._f(ratio, '.2f')}x)",
+            )
+        )
+    if hosted:
+        label = (
+            f"{hosted['streams']} streams at {hosted['interval_ms']:g} ms: stamp p99 <= "
+            f"{HOSTED_STAMP_P99_MS:g} ms and not flagged client-bound"
+        )
+
+        def said(side: Side) -> str:
+            runs = hosted.get(side.name) or []
+            return "; ".join(
+                f"stamp p99 {bl._f(r['figures']['event_err_ms']['p99'], '.3f')} ms, "
+                f"{'flagged' if r['client_bound'] else 'not flagged'}, workers {r['workers']}"
+                for r in runs
+            )
+
+        runs = hosted.get(a.name) or []
+        ok = bool(runs) and all(r["pass"] for r in runs)
+        before_ok = all(r["pass"] for r in hosted.get(b.name) or [{"pass": False}])
+        targets.append(
+            (
+                label,
+                ok,
+                f"after: {said(a)} | before ({'PASS' if before_ok else 'MISS'}): {said(b)}",
+            )
+        )
+    print("\ntargets (issue 30):")
+    for text, ok, detail in targets:
+        word = "PASS" if ok else ("MISS" if ok is not None else "N/A ")
+        print(f"  {word}  {text}: {detail}")
+    return targets
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--before", default=DEFAULT_BEFORE, help="git revision of 'before'")
+    parser.add_argument("--levels", default="1,32,256")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--requests-scale",
+        type=float,
+        default=1.0,
+        help="requests per full run: max(100, 20 x streams) below 256 streams, else 2 x "
+        "streams; times this (at least 2 waves; a short run has a fifth, at least 1 wave)",
+    )
+    parser.add_argument("--tokens", type=int, default=100)
+    parser.add_argument("--interval-ms", type=float, default=2.0)
+    parser.add_argument("--ttft-ms", type=float, default=50.0)
+    parser.add_argument(
+        "--max-event-rate",
+        type=float,
+        default=16000.0,
+        help="stretch a level's token interval to keep under this many events/s (as "
+        "bench_load; 256 streams: 16 ms)",
+    )
+    parser.add_argument("--workers", default="auto", help="the levels' `workers` (auto or N)")
+    parser.add_argument("--hosted-streams", type=int, default=1000)
+    parser.add_argument("--hosted-interval-ms", type=float, default=30.0)
+    parser.add_argument("--hosted-requests", type=int, default=2000)
+    parser.add_argument("--hosted-rounds", type=int, default=1)
+    parser.add_argument("--server-cpus", default=None, help="hosted level: default 0")
+    parser.add_argument("--labkit-cpus", default=None, help="hosted level: default the others")
+    parser.add_argument("--profile-level", type=int, default=32)
+    parser.add_argument("--json", type=Path, default=None)
+    return parser
+
+
+def main() -> None:
+    """Run every level, the hosted-pace level and the profile; print the tables."""
+    args = _parser().parse_args()
+    if args.workers != "auto":
+        args.workers = int(args.workers)
+    levels = [int(x) for x in args.levels.split(",") if x.strip()]
+    all_cpus = os.sched_getaffinity(0)
+    server_cpus = _cpus(args.server_cpus, {min(all_cpus)})
+    labkit_cpus = _cpus(args.labkit_cpus, (all_cpus - server_cpus) or all_cpus)
+    nofile = raise_open_files_limit(4 * max([*levels, args.hosted_streams]) + 1024)
+    with tempfile.TemporaryDirectory(prefix="bench-cpu-") as tmp:
+        work = Path(tmp)
+        before_tree = bl.archive_labkit(args.before, work / "before-tree")
+        sides = [
+            Side("before", before_tree, work / "cache-before", f"before {args.before}"),
+            Side("after", bl._REPO, work / "cache-after", f"after {bl._tree_revision(bl._REPO)}"),
+        ]
+        for side in sides:  # compiled once here, not in the first measured run
+            subprocess.run([sys.executable, "-m", "compileall", "-q", str(side.tree / "labkit")])
+            print(f"{side.label}: labkit from {_check_tree(side)}")
+        print(
+            f"truth server (own process) on 127.0.0.1: first token {args.ttft_ms:g} ms; "
+            f"labkit run as a child process per run, `workers: {args.workers}`; "
+            f"{args.rounds} round(s) per level, order alternating; open files {nofile}; "
+            f"CPUs here {sorted(all_cpus)} (shared with whatever else runs on this host)",
+            flush=True,
+        )
+        results: dict[int, Any] = {}
+        hosted: dict[str, Any] | None = None
+        profile: dict[str, Any] | None = None
+        with ScriptedServer(
+            ttft_ms=args.ttft_ms, interval_ms=args.interval_ms, tokens=args.tokens
+        ) as srv:
+            for level in levels:
+                results[level] = measure_level(sides, srv, level, args, work)
+            if args.profile_level:
+                if args.profile_level in results:
+                    measured = {
+                        s.name: results[args.profile_level][s.name]["cpu_us_per_token"]
+                        for s in sides
+                    }
+                else:
+                    measured = {s.name: None for s in sides}
+                profile = measure_profile(sides, srv, args.profile_level, args, work, measured)
+                print_profile(args.profile_level, profile, sides)
+            if args.hosted_streams:
+                _server_pinned(srv, server_cpus)
+                print(f"\nserver pinned to CPUs {sorted(server_cpus)}")
+                hosted = measure_hosted(sides, srv, args, work, labkit_cpus)
+        targets = print_summary(results, hosted, sides)
+    if args.json:
+        payload = {
+            "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+            "sides": [{"name": s.name, "label": s.label} for s in sides],
+            "levels": results,
+            "profile": profile,
+            "hosted": hosted,
+            "targets": [{"target": t, "pass": ok, "detail": d} for t, ok, d in targets],
+        }
+        args.json.write_text(json.dumps(bl._strict_json(payload), indent=2, default=str))
+        print(f"\nfigures written to {args.json}")
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        main()
