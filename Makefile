@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 CONFIG ?= configs/quickstart.yaml
 
-.PHONY: lab test test-unit test-integration test-e2e test-ray lint typecheck docs check setup browser format bench bench-load bench-load-long bench-ray clean
+.PHONY: lab test test-unit test-integration test-e2e test-ray lint typecheck docs check setup browser format bench bench-load bench-load-long bench-cpu bench-ray clean
 
 LAB_STAMP := $(VENV)/.lab-installed-stamp
 
@@ -105,6 +105,14 @@ bench-load-long: $(STAMP)
 		--clients labkit,bare,raw,labkit-run,labkit-procs \
 		--https --https-clients labkit,bare,labkit-procs --json bench-load.json \
 		$(if $(BEFORE),--before $(BEFORE))
+
+## labkit's CPU per streamed token (its whole `labkit run` process tree) and stamp/TTFT error,
+## before (labkit from git BEFORE, default e63b065) and after (this tree), at 1, 32 and 256
+## streams; 1,000 streams at 30 ms per token with the server on its own CPU; where the CPU per
+## token went (about 10 minutes on 2 cores; figures also in results/bench-cpu.json).
+bench-cpu: $(STAMP)
+	$(BIN)/python benchmarks/bench_cpu.py $(if $(BEFORE),--before $(BEFORE)) \
+		--json results/bench-cpu.json
 
 ## Streams held in flight and stamp error: one process, worker processes and Ray actors, at
 ## 32, 256 and 1,000 streams (the Ray leg inside unshare -n; unavailable without Ray).

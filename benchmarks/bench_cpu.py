@@ -26,7 +26,10 @@ level and round the two sides alternate which goes first, so machine noise hits 
   ``--server-cpus`` (default CPU 0) and labkit to ``--labkit-cpus`` (default the others),
   `os.sched_setaffinity`; ``workers: auto`` chooses within labkit's CPUs (printed). Target:
   stamp p99 <= 2 ms and not flagged client-bound. Each side first runs one short wave (not
-  measured) so its capacity calibration is not in the level.
+  measured) so its capacity calibration is not in the level. One truth server process on
+  one core sends that on time: 1,000 streams at 30 ms (33,000 events/s), read by
+  bench_load's raw client on the other core, woke late by p99 0.05 ms; at 15 ms (55,000
+  events/s sent) by 0.04 ms. Each level prints the server's wake-up lateness.
 - Where the CPU went (``--profile-level 32``): the level's full and short runs again
   under cProfile (CPU-time timer; ``workers: 1``, so the runner's own process reads the
   streams), self time grouped by `COMPONENTS` (a builtin counts for its caller's
@@ -36,7 +39,7 @@ level and round the two sides alternate which goes first, so machine noise hits 
 
 Run: ``make bench-cpu`` (about 10 minutes on 2 cores) = ``.venv/bin/python
 benchmarks/bench_cpu.py``; smaller: ``--levels 1,32 --requests-scale 0.25 --rounds 1
---hosted-requests 1000``. Options: ``--before REV`` ``--levels 1,32,256`` ``--rounds 2``
+--hosted-requests 1000``. Options: ``--before REV`` ``--levels 1,32,256`` ``--rounds 3``
 ``--tokens 100 --interval-ms 2 --ttft-ms 50`` ``--hosted-streams/--hosted-interval-ms/
 --hosted-requests`` (0 streams: no hosted level) ``--profile-level`` (0: none) ``--json OUT``.
 A benchmark, not a test: on 2 shared cores the figures are noisy; the ratios are the point.
@@ -49,6 +52,7 @@ import contextlib
 import json
 import os
 import pstats
+import re
 import resource
 import subprocess
 import sys
@@ -235,7 +239,7 @@ def run_labkit(
     if profile is not None:
         command = [sys.executable, "-c", _PROFILED, str(profile), *args]
     env = dict(os.environ, PYTHONPATH=str(side.tree), LABKIT_CACHE_DIR=str(side.cache))
-    env["NO_COLOR"] = "1"
+    env.update(NO_COLOR="1", COLUMNS="200")
     log = work / "labkit.log"
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     wall0 = time.perf_counter()
@@ -275,6 +279,12 @@ def _leg(run: RunOut) -> bl.LegResult:
     measured = _measured(run)
     streams = [bl._from_record(r, errors) for r in measured]
     return bl.LegResult(streams, run.cpu_s, bl.level_wall_s(measured), errors, measured)
+
+
+def auto_choice(run: RunOut) -> str | None:
+    """What `workers: auto` said it chose and why (the runner's ``read by N processes``)."""
+    found = re.search(r"read by (\d+ process(?:es)? \([^)]*\))", " ".join(run.log.split()))
+    return found[1] if found else None
 
 
 def _flag_and_workers(run: RunOut) -> tuple[bool, int | None]:
@@ -519,6 +529,7 @@ def measure_hosted(
                 "cpu_s": run.cpu_s,
                 "wall_s": run.wall_s,
                 "cpu_us_per_token_whole_run": 1e6 * run.cpu_s / run.events if run.events else None,
+                "workers_auto_said": auto_choice(run),
                 "pass": ok,
             }
             out.setdefault(side.name, []).append(entry)
@@ -532,6 +543,7 @@ def measure_hosted(
                 f"{run.wall_s:.1f} s: {'PASS' if ok else 'MISS'}",
                 flush=True,
             )
+            print(f"     workers: auto chose {auto_choice(run) or '(not said)'}")
             if figs["unmatched_streams"] or figs["errors"]:
                 print(f"    ! {figs['unmatched_streams']} unmatched; errors: {figs['errors']}")
     out["server_late_p99_ms"] = late
@@ -689,7 +701,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--before", default=DEFAULT_BEFORE, help="git revision of 'before'")
     parser.add_argument("--levels", default="1,32,256")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
         "--requests-scale",
         type=float,
