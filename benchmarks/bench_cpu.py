@@ -40,11 +40,13 @@ level and round the two sides alternate which goes first, so machine noise hits 
   unprofiled CPU per token. Profiling slows Python calls more than C, so the split is
   approximate; the total is the measured one.
 
-Run: ``make bench-cpu`` (about 10 minutes on 2 cores) = ``.venv/bin/python
-benchmarks/bench_cpu.py``; smaller: ``--levels 1,32 --requests-scale 0.25 --rounds 1
---hosted-requests 1000``. Options: ``--before REV`` ``--levels 1,32,256`` ``--rounds 3``
-``--tokens 100 --interval-ms 2 --ttft-ms 50`` ``--hosted-streams/--hosted-interval-ms/
---hosted-requests`` (0 streams: no hosted level) ``--profile-level`` (0: none) ``--json OUT``.
+Run: ``make bench-cpu`` (about 10 minutes on 2 cores; ``BEFORE=REV``) = ``.venv/bin/python
+benchmarks/bench_cpu.py --json results/bench-cpu.json``; smaller: ``--rounds 1
+--requests-scale 0.5 --hosted-requests 1000``. Options: ``--before REV``, ``--after REV``
+(default: this working tree), ``--levels 1,32,256``, ``--rounds 3``, ``--tokens 100
+--interval-ms 2 --ttft-ms 50``, ``--hosted-streams/--hosted-interval-ms/--hosted-requests``
+(0 streams: no hosted level), ``--server-cpus/--labkit-cpus``, ``--profile-level`` (0:
+none), ``--json OUT``.
 A benchmark, not a test: on 2 shared cores the figures are noisy; the ratios are the point.
 """
 
@@ -589,6 +591,11 @@ def measure_hosted(
                 "workers_auto_said": auto_choice(run),
                 "pass": ok,
             }
+            within = run.in_level()
+            if within is not None and figs["events"]:
+                level_s = bl.level_wall_s(_measured(run))
+                entry["cpu_us_per_token_in_level"] = 1e6 * within[0] / within[1]
+                entry["cpu_share_in_level"] = within[0] / level_s if level_s else None
             out.setdefault(side.name, []).append(entry)
             print(
                 f"   round {rnd + 1} {side.label:<22} stamp err p50/p99/max"
@@ -600,7 +607,11 @@ def measure_hosted(
                 f"{run.wall_s:.1f} s: {'PASS' if ok else 'MISS'}",
                 flush=True,
             )
-            print(f"     workers: auto chose {auto_choice(run) or '(not said)'}")
+            print(
+                f"     workers: auto chose {auto_choice(run) or '(not said)'}; in the level"
+                f" {_us(entry.get('cpu_us_per_token_in_level')).strip()} µs CPU per token,"
+                f" {bl._f(entry.get('cpu_share_in_level'), '.2f')} of one core"
+            )
             if figs["unmatched_streams"] or figs["errors"]:
                 print(f"    ! {figs['unmatched_streams']} unmatched; errors: {figs['errors']}")
     out["server_late_p99_ms"] = late
@@ -762,6 +773,9 @@ def print_summary(
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--before", default=DEFAULT_BEFORE, help="git revision of 'before'")
+    parser.add_argument(
+        "--after", default=None, help="git revision of 'after' (default: this working tree)"
+    )
     parser.add_argument("--levels", default="1,32,256")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
@@ -806,9 +820,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-cpu-") as tmp:
         work = Path(tmp)
         before_tree = bl.archive_labkit(args.before, work / "before-tree")
+        after_tree, after_name = bl._REPO, bl._tree_revision(bl._REPO)
+        if args.after:
+            after_tree, after_name = bl.archive_labkit(args.after, work / "after-tree"), args.after
         sides = [
             Side("before", before_tree, work / "cache-before", f"before {args.before}"),
-            Side("after", bl._REPO, work / "cache-after", f"after {bl._tree_revision(bl._REPO)}"),
+            Side("after", after_tree, work / "cache-after", f"after {after_name}"),
         ]
         for side in sides:  # compiled once here, not in the first measured run
             subprocess.run([sys.executable, "-m", "compileall", "-q", str(side.tree / "labkit")])
