@@ -34,11 +34,12 @@ level and round the two sides alternate which goes first, so machine noise hits 
   bench_load's raw client on the other core, woke late by p99 0.05 ms; at 15 ms (55,000
   events/s sent) by 0.04 ms. Each level prints the server's wake-up lateness.
 - Where the CPU went (``--profile-level 32``): the level's full and short runs again
-  under cProfile (CPU-time timer; ``workers: 1``, so the runner's own process reads the
-  streams), self time grouped by `COMPONENTS` (a builtin counts for its caller's
-  component), marginal per token, each component's *profile share* scaled to the measured
-  unprofiled CPU per token. Profiling slows Python calls more than C, so the split is
-  approximate; the total is the measured one.
+  under cProfile (``workers: 1``, so the runner's own process reads the streams; its own
+  wall-clock timer, the loop's waits in epoll and sleep left out, so on a busy host time
+  spent preempted counts where it fell), self time grouped by `COMPONENTS` (a builtin
+  counts for its caller's component), marginal per token, each component's *profile
+  share* scaled to the measured unprofiled CPU per token. Profiling slows Python calls
+  more than C, so the split is approximate; the total is the measured one.
 
 Run: ``make bench-cpu`` (about 10 minutes on 2 cores; ``BEFORE=REV``) = ``.venv/bin/python
 benchmarks/bench_cpu.py --json results/bench-cpu.json``; smaller: ``--rounds 1
@@ -147,11 +148,15 @@ COMPONENTS: list[tuple[str, tuple[str, ...]]] = [
 ]
 OTHER = "other"
 
-# Runs `labkit run ARGS` under cProfile with a CPU-time timer, then dumps the stats to OUT.
+#: Waiting, not working: left out of the profile (its timer is cProfile's own wall clock).
+IDLE = ("of 'select.epoll' objects>", "of 'select.poll' objects>", "select.select>", "time.sleep>")
+
+# Runs `labkit run ARGS` under cProfile (its own cheap wall-clock timer: a Python timer such
+# as process_time costs a call per event and inflated the profile 8x), dumps stats to OUT.
 _PROFILED = """
-import cProfile, runpy, sys, time
+import cProfile, runpy, sys
 out, sys.argv = sys.argv[1], ["labkit", *sys.argv[2:]]
-prof = cProfile.Profile(time.process_time)
+prof = cProfile.Profile()
 prof.enable()
 try:
     runpy.run_module("labkit", run_name="__main__", alter_sys=True)
@@ -389,6 +394,8 @@ def components_s(stats_file: Path) -> tuple[dict[str, float], dict[str, float]]:
             other[key] = other.get(key, 0.0) + seconds
 
     for func, (_, _, tt, _, callers) in stats.items():
+        if func[0] == "~" and func[2].endswith(IDLE):
+            continue
         if _component(_func_key(func)) is None and func[0] == "~" and callers:
             for caller, (_, _, c_tt, _) in callers.items():
                 add(owner(caller), func, c_tt)
