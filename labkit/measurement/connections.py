@@ -21,6 +21,7 @@ import httpx
 
 from labkit.errors import ProviderUnavailable
 from labkit.measurement.lean import LeanTransport, lean_applies
+from labkit.measurement.lean.outgoing import Outgoing
 from labkit.measurement.proxies import ProxyChoice, proxy_for, unusable_because
 from labkit.measurement.setup import (
     DRY_RUN_BODY,
@@ -183,6 +184,16 @@ class Connections:
         # The client's parsed URL: parsing the string again costs 10 µs on every request.
         url = client.base_url
         return await lean.preconnect(url, 1, timeout=self.timeout.connect) > 0
+
+    def prepare_send(self, client: httpx.AsyncClient, request: httpx.Request) -> Outgoing | None:
+        """`request` made ready to go out on `client` before its clock starts: on the lean
+        transport its whole bytes built and a pooled connection taken (`Outgoing.send`
+        writes it right after the stamp); None on httpx, whose request is already built
+        (`Provider.build_request`: the body serialised) and sent by httpx after the stamp."""
+        lean = self._lean_transport
+        if lean is None or client is not self.client:
+            return None
+        return lean.prepare(request)
 
     def _make_client(self, connections: int | None = None) -> httpx.AsyncClient:
         """The HTTP client; `connections` overrides the pool size.
