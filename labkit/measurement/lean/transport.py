@@ -195,8 +195,10 @@ class LeanTransport(httpx.AsyncBaseTransport):
         if pooled is not None:
             return pooled
         timeouts = request.extensions.get("timeout", {})
+        t_connecting = time.perf_counter_ns()
         conn = await self._open(key, timeouts.get("connect"), request)
         if trace is not None:
+            await trace("connection.connect_tcp.started", {"labkit_t_ns": t_connecting})
             await trace("connection.connect_tcp.complete", {"labkit_t_ns": conn.t_tcp_ns})
             if conn.t_tls_ns is not None:
                 await trace("connection.start_tls.complete", {"labkit_t_ns": conn.t_tls_ns})

@@ -211,8 +211,15 @@ def test_a_pooled_request_is_ready_before_t_start_and_written_at_once_after_it(
         assert [t for t in stamps["imports"] if t_start <= t <= t_sent] == []
         # The server read the request after t_start.
         assert t_start < server.read_ns[k]
+        c = record.client
+        assert c.send_ms is not None and c.request_sent_ms is not None
         if k == 0:
-            continue  # the first request opened its connection inside its measurement
+            # The first request opened its connection inside its measurement: the connect
+            # is the network's, not the client's side of the request path.
+            assert c.new_connection is True and c.connect_ms is not None
+            assert c.send_ms < c.request_sent_ms
+            continue
+        assert c.send_ms == c.request_sent_ms
         # On a pooled connection the write began after the stamp and before httpx's send
         # machinery ran; request_sent was stamped once the kernel had taken the bytes.
         assert record.client.new_connection is False
