@@ -1,4 +1,4 @@
-"""The request path on the lean transport: from ``t_start`` to the request's last byte.
+"""The request path: from ``t_start`` to the request's last byte (lean transport, and httpx).
 
 A server on 127.0.0.1, in a thread of its own, stamps when it began and finished reading each
 request. labkit's own preparation — the JSON body, the HTTP/1.1 head, the pooled connection,
@@ -162,9 +162,11 @@ def stamped(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, list[int]]]:
         stamps["imports"] = [t for t, _ in finder.stamps]
 
 
-async def _record(port: int, requests: int, text: str = "Say hi.") -> list[RequestRecord]:
+async def _record(
+    port: int, requests: int, text: str = "Say hi.", transport: str = "lean"
+) -> list[RequestRecord]:
     provider = make_provider(
-        "openai_compatible", base_url=f"http://127.0.0.1:{port}/v1", transport="lean"
+        "openai_compatible", base_url=f"http://127.0.0.1:{port}/v1", transport=transport
     )
     built: list[int] = []
     build = provider.build_request
@@ -247,3 +249,19 @@ def test_request_sent_is_the_hand_over_of_the_last_byte_not_the_write_call(
     assert t_start < server.began_ns[0] < t_sent
     assert record.client.headers_ms is not None
     assert t_sent <= t_start + round(record.client.headers_ms * 1e6)
+
+
+def test_on_httpx_the_body_is_serialised_before_t_start_and_nothing_imported_inside(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """httpx writes the request itself after the stamp; labkit's part (the body, headers and
+    trace context in the built request) is done before, and no import falls inside."""
+    with StampingServer() as server, stamped(monkeypatch) as stamps:
+        records = asyncio.run(_record(server.port, 2, transport="httpx"))
+    assert [r.error for r in records] == [None, None]
+    for k, record in enumerate(records):
+        t_start, t_sent = _window(record)
+        assert int(record.tags["built_ns"]) < t_start < server.read_ns[k]
+        assert [t for t in stamps["imports"] if t_start <= t <= t_sent] == []
+        assert record.client.send_ms is not None
+    assert records[1].client.send_ms == records[1].client.request_sent_ms
