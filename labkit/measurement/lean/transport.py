@@ -12,7 +12,7 @@ connection-phase trace stay as they are; the recorder takes a chunk's arrival st
 ``kernel_stamped``).
 
 Kernel receive stamps and how they are put on labkit's clock: `stamps`; TLS: `tls`; the
-response framing: `http11`.
+response framing: `http11`; a request made ready before its clock (`prepare`): `outgoing`.
 
 Scope, deliberately small: HTTP/1.1 over TCP or TLS (no proxies, no HTTP/2, no compression —
 labkit asks for identity), keep-alive, Content-Length, chunked and read-until-close bodies,
