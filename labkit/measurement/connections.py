@@ -4,7 +4,8 @@ The measurement core builds them and hands them to the provider (`Provider.conne
 which only builds requests on `client` and speaks its protocol. Here: one TLS context per
 provider, the lean or httpx transport (`transport: auto|httpx|lean`), one-connection clients
 for streams in flight, connections opened ahead of a level (`preconnect`) or of a request
-(`connect_ahead`), a side client for requests outside the measurement, and the SDK path's
+(`connect_ahead`), a request made ready to send before its clock (`prepare_send`), a side
+client for requests outside the measurement, and the SDK path's
 `httpx2` client with the same timeouts, pool and proxy, and `own_request`, which bounds the
 requests labkit makes of its own. Proxies: `labkit.measurement.proxies`.
 """
