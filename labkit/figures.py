@@ -552,6 +552,7 @@ class AttributionKey(StrEnum):
     SERVER_TOTAL = "server_total"
     KEEPALIVE_WAIT = "keepalive_wait"
     NETWORK_FRONT_END = "network_front_end"
+    CLIENT_SEND = "client_send"
 
 
 class AttributionRow(_Figures):
@@ -596,6 +597,13 @@ class TTFTSplit(_Figures):
         default=None,
         description="Why labkit's self-check flagged these requests' stamps as late "
         "(client-bound): every term holds labkit's own delay. None: not flagged.",
+    )
+    # -- TTFT's client-side part (issue 30) --
+    client_send_ms: Quantile | None = Field(
+        default=None,
+        description="Median per request of `client.send_ms`: the client's own side of the "
+        "request path (t_start to the request's last byte handed to the kernel, less a "
+        "connection opened inside), a part of network + front end.",
     )
 
     @field_validator(

@@ -116,7 +116,9 @@ class ClientTimings(_Model):
         default=None, description="TLS handshake done; null for plain HTTP or reuse."
     )
     request_sent_ms: float | None = Field(
-        default=None, description="Request headers and body written."
+        default=None,
+        description="The request's last byte (headers and body) handed to the kernel; on "
+        "httpx and the SDK path, when their write of the body returned (docs/measurement.md).",
     )
     headers_ms: float | None = Field(
         default=None, description="Response status and headers received (time to first byte)."
@@ -213,6 +215,15 @@ class ClientTimings(_Model):
         "counted output the stream never carried, so the tokens streamed are unknown: "
         "usage.streamed_output_tokens null). Null when decode was measured or nothing was "
         "streamed.",
+    )
+
+    # -- the request path: TTFT's client-side part (issue 30) --
+    send_ms: float | None = Field(
+        default=None,
+        description="The client side of the request path: request_sent_ms less the "
+        "connection this request opened inside TTFT (TCP connect, DNS and TLS included), "
+        "i.e. the client's own time from t_start to the request's last byte handed to the "
+        "kernel. Null where request_sent_ms is.",
     )
 
 

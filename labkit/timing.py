@@ -14,6 +14,9 @@ __all__ = ["derive_client_timings", "percentile"]
 
 _NS_PER_MS = 1_000_000.0
 _CONNECTED = "connection.connect_tcp.complete"
+_CONNECTING = "connection.connect_tcp.started"
+_TLS_DONE = "connection.start_tls.complete"
+_BODY_SENT = ("http11.send_request_body.complete", "http2.send_request_body.complete")
 #: Trace events of every traced request, on a new connection or a reused one.
 _SENT = ("http11.send_request_headers.complete", "http2.send_request_headers.complete")
 
@@ -77,14 +80,16 @@ def derive_client_timings(
     elif connect_ms is None:
         # No request-sent event either: the transport traces nothing (a mock), so unknown.
         new_connection = False if any(name in phases_ns for name in _SENT) else None
+    request_sent = phase(*_BODY_SENT)
+    tls_done = phase(_TLS_DONE)
+    connected = tls_done if tls_done is not None else phase(_CONNECTED)
     return ClientTimings(
+        send_ms=_send_ms(request_sent, phase(_CONNECTING), connected),
         queue_ms=queue_ms,
         connect_ms=connect_ms,
         new_connection=new_connection,
         tls_ms=phase("connection.start_tls.complete"),
-        request_sent_ms=phase(
-            "http11.send_request_body.complete", "http2.send_request_body.complete"
-        ),
+        request_sent_ms=request_sent,
         headers_ms=phase(
             "http11.receive_response_headers.complete", "http2.receive_response_headers.complete"
         ),
@@ -103,6 +108,19 @@ def derive_client_timings(
         loop_lag_ms=loop_lag_ms,
         decode_null_reason=why_null,
     )
+
+
+def _send_ms(
+    request_sent: float | None, connecting: float | None, connected: float | None
+) -> float | None:
+    """`ClientTimings.send_ms`: `request_sent` less the connection opened inside the window,
+    from its start (`connecting`; t_start where the transport did not say) to `connected`
+    (TCP, or TLS when there was a handshake): offsets from t_start, in ms."""
+    if request_sent is None:
+        return None
+    if connected is None:
+        return request_sent
+    return max(0.0, request_sent - (connected - (connecting or 0.0)))
 
 
 def _decode(

@@ -205,3 +205,34 @@ def test_recorder_single_token_has_no_decode() -> None:
     assert rec.client.ttft_ms == rec.client.last_token_ms == 10.0
     assert rec.client.decode_ms_per_token is None
     assert rec.client.itl_ms_max is None
+
+
+def _send_ms(phases_ms: dict[str, float], connect_ahead_ns: int | None = None) -> float | None:
+    return derive_client_timings(
+        t_start_ns=T0,
+        phases_ns={name: T0 + round(ms * MS) for name, ms in phases_ms.items()},
+        first_event_ns=None,
+        output_event_ns=[],
+        first_text_ns=None,
+        end_ns=None,
+        output_tokens=None,
+        connect_ahead_ns=connect_ahead_ns,
+    ).send_ms
+
+
+def test_send_ms_is_the_request_path_less_the_connection_opened_inside_it() -> None:
+    sent = "http11.send_request_body.complete"
+    # A pooled or pre-opened connection: all of request_sent is the client's own.
+    assert _send_ms({sent: 0.04}) == pytest.approx(0.04)
+    assert _send_ms({sent: 0.04}, connect_ahead_ns=3 * MS) == pytest.approx(0.04)
+    # A connection opened inside: its connect (from its start) and TLS are the network's.
+    opened = {
+        "connection.connect_tcp.started": 0.01,
+        "connection.connect_tcp.complete": 2.0,
+        "connection.start_tls.complete": 5.0,
+        sent: 5.05,
+    }
+    assert _send_ms(opened) == pytest.approx(0.06)
+    plain = {"connection.connect_tcp.complete": 2.0, sent: 2.03}
+    assert _send_ms(plain) == pytest.approx(0.03)  # no start stamp: all before it counts
+    assert _send_ms({"http11.receive_response_headers.complete": 1.0}) is None

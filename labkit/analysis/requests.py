@@ -83,6 +83,7 @@ FIELDS: tuple[str, ...] = (
     "provider_timings.server_ttft_ms",
     "provider_timings.keepalive_comments",
     "app.cpu_ms",
+    "client.send_ms",
 )
 
 

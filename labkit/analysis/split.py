@@ -196,6 +196,7 @@ def ttft_split_of(cols: Columns, client_bound: str | None = None) -> TTFTSplit:
     missing = ([] if queue_values.size else [NO_QUEUE]) + (
         [] if prefill_values.size else [NO_PREFILL]
     )
+    send = _present(cols.num("client.send_ms"))
     return TTFTSplit(
         ttft_ms=median(_present(cols.num("client.ttft_ms"))),
         provider_queue_ms=median(queue_values) if queue_values.size else None,
@@ -205,4 +206,5 @@ def ttft_split_of(cols: Columns, client_bound: str | None = None) -> TTFTSplit:
         network_front_end_ms=median(rest) if rest.size else None,
         not_derived=missing,
         client_bound=client_bound,
+        client_send_ms=median(send) if send.size else None,
     )

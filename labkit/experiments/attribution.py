@@ -309,6 +309,15 @@ class AttributionExperiment(Experiment):
             NEGATIVE_DECODE_GAP if decode_gap is not None and decode_gap < 0 else bound,
         )
         row(
+            K.CLIENT_SEND,
+            "request path, client side (t_start to the request handed to the kernel, "
+            "less a connection opened inside)",
+            APPLICATION,
+            median_of(ok, lambda r: r.client.send_ms),
+            "client.send_ms",
+            "not observed (transport without trace events)",
+        )
+        row(
             K.REQUEST_PREPARATION,
             "request preparation (before t_start)",
             APPLICATION,

@@ -4,7 +4,8 @@ The measurement core builds them and hands them to the provider (`Provider.conne
 which only builds requests on `client` and speaks its protocol. Here: one TLS context per
 provider, the lean or httpx transport (`transport: auto|httpx|lean`), one-connection clients
 for streams in flight, connections opened ahead of a level (`preconnect`) or of a request
-(`connect_ahead`), a side client for requests outside the measurement, and the SDK path's
+(`connect_ahead`), a request made ready to send before its clock (`prepare_send`), a side
+client for requests outside the measurement, and the SDK path's
 `httpx2` client with the same timeouts, pool and proxy, and `own_request`, which bounds the
 requests labkit makes of its own. Proxies: `labkit.measurement.proxies`.
 """
@@ -21,6 +22,7 @@ import httpx
 
 from labkit.errors import ProviderUnavailable
 from labkit.measurement.lean import LeanTransport, lean_applies
+from labkit.measurement.lean.outgoing import Outgoing
 from labkit.measurement.proxies import ProxyChoice, proxy_for, unusable_because
 from labkit.measurement.setup import (
     DRY_RUN_BODY,
@@ -183,6 +185,16 @@ class Connections:
         # The client's parsed URL: parsing the string again costs 10 µs on every request.
         url = client.base_url
         return await lean.preconnect(url, 1, timeout=self.timeout.connect) > 0
+
+    def prepare_send(self, client: httpx.AsyncClient, request: httpx.Request) -> Outgoing | None:
+        """`request` made ready to go out on `client` before its clock starts: on the lean
+        transport its whole bytes built and a pooled connection taken (`Outgoing.send`
+        writes it right after the stamp); None on httpx, whose request is already built
+        (`Provider.build_request`: the body serialised) and sent by httpx after the stamp."""
+        lean = self._lean_transport
+        if lean is None or client is not self.client:
+            return None
+        return lean.prepare(request)
 
     def _make_client(self, connections: int | None = None) -> httpx.AsyncClient:
         """The HTTP client; `connections` overrides the pool size.

@@ -163,11 +163,12 @@ class Measurement:
     server_request_id: str | None = None
 
     def begin(self, clock: Clock) -> None:
-        """Start (or restart) the clock: `t_start`, the wall clock and the CPU clock."""
+        """Start (or restart) the clock: `t_start`, the wall clock and the CPU clock.
+        `t_start` is read last: what follows it at once is the request's write."""
+        self.started = True
+        self.started_at = datetime.now(UTC)
         self.cpu_start_ns = time.thread_time_ns()
         self.t_start = clock()
-        self.started_at = datetime.now(UTC)
-        self.started = True
 
     def stamped_in_user_space(self, extensions: Mapping[str, Any]) -> Callable[[int], None] | None:
         """Note that this stream is stamped when its reads reach labkit's code; returns the
@@ -449,6 +450,7 @@ class StreamRecorder(BaseRecorder):
 
         http_request.extensions["trace"] = trace
         client = provider.connections.checkout()
+        outgoing = None
         try:
             if request.warm_connection:
                 # Nothing may yield between a connection opened here and the send taking it.
@@ -456,8 +458,13 @@ class StreamRecorder(BaseRecorder):
                 if await provider.connections.connect_ahead(client):
                     m.connect_ahead_ns = clock() - t_connect
                     m.tags["connected_before_start"] = True
-            m.begin(clock)
+            # labkit's own preparation, before the clock: the request's bytes and, on the
+            # lean transport, its pooled connection (`Connections.prepare_send`).
+            outgoing = provider.connections.prepare_send(client, http_request)
             async with asyncio.timeout(provider.settings.timeouts.total):
+                m.begin(clock)
+                if outgoing is not None:
+                    outgoing.send()  # at once after the stamp: one write of head and body
                 try:
                     response = await client.send(http_request, stream=True)
                 except httpx.RemoteProtocolError:
@@ -496,6 +503,8 @@ class StreamRecorder(BaseRecorder):
                 finally:
                     await response.aclose()
         finally:
+            if outgoing is not None:
+                outgoing.discard_unsent()
             provider.connections.checkin(client)
 
     async def _read_events(

@@ -29,6 +29,7 @@ _LABELS = [
     "provider queue",
     "provider prefill",
     "network + front end",
+    "of which client send",
     "decode ms/tok: provider",
     "client − provider",
 ]
@@ -49,7 +50,9 @@ def split_section(stats: list[RequestStats]) -> list[Block]:
             "client TTFT − provider queue − provider prefill (the same definition as the "
             "attribution answer and its chart); the queue is the provider's own, or 0 by "
             "construction on a managed server within its slots; the prefill is the "
-            "provider's prefill, else its own TTFT. Client − provider decode is the median "
+            "provider's prefill, else its own TTFT. Of which client send: the client's own "
+            "side of the request path (client.send_ms, median per request). "
+            "Client − provider decode is the median "
             f"per request. {CLIENT_BOUND_MARK}: the value holds labkit's own delay.",
             "note",
         ),
@@ -87,6 +90,7 @@ def split_section(stats: list[RequestStats]) -> list[Block]:
                 queue,
                 prefill,
                 rest,
+                cell(split.client_send_ms) if split.client_send_ms else NOT_REPORTED,
                 cell(s.provider_decode_ms_per_token) if has_server_decode else NOT_REPORTED,
                 marked(cell(s.decode_gap_ms_per_token), s.decode_gap_client_bound)
                 if s.decode_gap_ms_per_token.n

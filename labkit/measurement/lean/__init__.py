@@ -2,8 +2,9 @@
 
 Split by concern: `stamps` (the kernel's receive timestamps), `tcp` (one connection's
 socket, read by a loop callback), `tls` (the same over an `ssl.SSLObject`), `http11` (the
-response framing: head, Content-Length, chunked and read-until-close bodies) and `transport`
-(the httpx transport that pools the connections). Why it exists and what it leaves to
+response framing: head, Content-Length, chunked and read-until-close bodies), `outgoing` (a
+request's bytes and connection made ready before its clock) and `transport` (the httpx
+transport that pools the connections). Why it exists and what it leaves to
 httpx: `transport`'s docstring and docs/measurement.md.
 """
 

@@ -60,6 +60,9 @@ class Connection:
         self._fd = sock.fileno()
         self._waiter: asyncio.Future[None] | None = None
         self._unsent = bytearray()
+        #: When the last byte of the latest `write` was handed to the kernel; 0 while some
+        #: of it waits for the socket to take it.
+        self.t_sent_ns = 0
         self._last_t = 0
         self._deadline = 0.0  # loop.time() by which the read being awaited must come
         self._timer: asyncio.TimerHandle | None = None
@@ -136,10 +139,12 @@ class Connection:
     read = read_raw
 
     def write(self, data: bytes) -> None:
-        """Send `data`; what the socket does not take now goes when it is writable.
+        """Send `data`; what the socket does not take now goes when it is writable
+        (`t_sent_ns`: when its last byte was handed to the kernel).
 
         A failed write closes the connection: the reader then sees the close.
         """
+        self.t_sent_ns = 0
         if self.closed:
             return
         if self._unsent:
@@ -155,6 +160,8 @@ class Connection:
         if sent < len(data):
             self._unsent += data[sent:]
             self.loop.add_writer(self._fd, self._on_writable)
+        else:
+            self.t_sent_ns = time.perf_counter_ns()
 
     def _on_writable(self) -> None:
         try:
@@ -166,6 +173,7 @@ class Connection:
             return
         del self._unsent[:sent]
         if not self._unsent:
+            self.t_sent_ns = time.perf_counter_ns()
             self.loop.remove_writer(self._fd)
 
     @property

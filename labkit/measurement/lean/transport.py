@@ -12,7 +12,7 @@ connection-phase trace stay as they are; the recorder takes a chunk's arrival st
 ``kernel_stamped``).
 
 Kernel receive stamps and how they are put on labkit's clock: `stamps`; TLS: `tls`; the
-response framing: `http11`.
+response framing: `http11`; a request made ready before its clock (`prepare`): `outgoing`.
 
 Scope, deliberately small: HTTP/1.1 over TCP or TLS (no proxies, no HTTP/2, no compression —
 labkit asks for identity), keep-alive, Content-Length, chunked and read-until-close bodies,
@@ -35,6 +35,7 @@ from typing import Any
 import httpx
 
 from labkit.measurement.lean.http11 import MAX_HEAD, Body, response_framing
+from labkit.measurement.lean.outgoing import PREPARED, Outgoing, request_bytes
 from labkit.measurement.lean.stamps import hold_kernel_stamps
 from labkit.measurement.lean.tcp import Connection, Origin, Trace
 from labkit.measurement.lean.tls import TLSConnection
@@ -155,9 +156,28 @@ class LeanTransport(httpx.AsyncBaseTransport):
         self._all.add(conn)
         return conn
 
-    async def _connect(
-        self, request: httpx.Request, key: Origin, trace: Trace | None
-    ) -> tuple[Connection, str]:
+    def prepare(self, request: httpx.Request) -> Outgoing | None:
+        """Make `request` ready to send before its clock starts (`outgoing`): its whole
+        HTTP/1.1 bytes built, and an idle connection to its origin taken when the pool has
+        one (none is opened here). None where this transport would not send it (a scheme
+        it does not read, a body not read yet). The request carries it to
+        `handle_async_request`, which then only reads the response."""
+        url = request.url
+        if url.scheme not in _DEFAULT_PORTS:
+            return None
+        wire = request_bytes(request)
+        if wire is None:
+            return None
+        pooled = self._take_idle(_origin(url))
+        conn, how = pooled if pooled is not None else (None, "opened")
+        if conn is not None:
+            conn.t_sent_ns = 0
+        outgoing = Outgoing(wire, conn, how, self.discard)
+        request.extensions[PREPARED] = outgoing
+        return outgoing
+
+    def _take_idle(self, key: Origin) -> tuple[Connection, str] | None:
+        """An idle usable connection to `key` out of the pool, and how it was had."""
         idle = self._idle.get(key)
         while idle:
             conn = idle.pop()
@@ -166,9 +186,19 @@ class LeanTransport(httpx.AsyncBaseTransport):
                 conn.preconnected = False
                 return conn, how
             self.discard(conn)
+        return None
+
+    async def _connect(
+        self, request: httpx.Request, key: Origin, trace: Trace | None
+    ) -> tuple[Connection, str]:
+        pooled = self._take_idle(key)
+        if pooled is not None:
+            return pooled
         timeouts = request.extensions.get("timeout", {})
+        t_connecting = time.perf_counter_ns()
         conn = await self._open(key, timeouts.get("connect"), request)
         if trace is not None:
+            await trace("connection.connect_tcp.started", {"labkit_t_ns": t_connecting})
             await trace("connection.connect_tcp.complete", {"labkit_t_ns": conn.t_tcp_ns})
             if conn.t_tls_ns is not None:
                 await trace("connection.start_tls.complete", {"labkit_t_ns": conn.t_tls_ns})
@@ -183,21 +213,24 @@ class LeanTransport(httpx.AsyncBaseTransport):
                 request=request,
             )
         trace: Trace | None = request.extensions.get("trace")
-        conn, how = await self._connect(request, _origin(url), trace)
-        try:
-            body = request.content
-        except httpx.RequestNotRead:
-            body = await request.aread()
-        target = url.raw_path
-        head = bytearray(request.method.encode() + b" " + target + b" HTTP/1.1\r\n")
-        for name, value in request.headers.raw:
-            head += name + b": " + value + b"\r\n"
-        head += b"\r\n"
-        conn.write(bytes(head) + body)
-        if trace is not None:
-            now = time.perf_counter_ns()
-            await trace("http11.send_request_headers.complete", {"labkit_t_ns": now})
-            await trace("http11.send_request_body.complete", {"labkit_t_ns": now})
+        # A request prepared before its clock (`prepare`) was written on its pooled
+        # connection right after the stamp; otherwise connect, then write its bytes.
+        outgoing: Outgoing | None = request.extensions.get(PREPARED)
+        taken = outgoing.take() if outgoing is not None else None
+        if taken is not None:
+            conn, how = taken
+        else:
+            conn, how = await self._connect(request, _origin(url), trace)
+            wire = outgoing.wire if outgoing is not None else request_bytes(request)
+            if wire is None:
+                await request.aread()
+                wire = request_bytes(request) or b""
+            conn.t_sent_ns = 0
+            conn.write(wire)
+        sent_traced = False
+        if trace is not None and conn.t_sent_ns:
+            sent_traced = True
+            await self._trace_sent(trace, conn.t_sent_ns)
         read_timeout = request.extensions.get("timeout", {}).get("read")
         try:
             status, headers, t_head, version = await self._read_head(conn, request, read_timeout)
@@ -205,6 +238,10 @@ class LeanTransport(httpx.AsyncBaseTransport):
             self.discard(conn)
             raise
         if trace is not None:
+            if not sent_traced and conn.t_sent_ns:
+                # The socket took the request in several writes: its last byte went after
+                # the first read of the response began.
+                await self._trace_sent(trace, conn.t_sent_ns)
             await trace("http11.receive_response_headers.complete", {"labkit_t_ns": t_head})
         try:
             framing, length = response_framing(request.method, status, headers, request)
@@ -229,6 +266,12 @@ class LeanTransport(httpx.AsyncBaseTransport):
             },
             request=request,
         )
+
+    @staticmethod
+    async def _trace_sent(trace: Trace, t_sent_ns: int) -> None:
+        """The request-sent trace events, at the hand-over of its last byte to the kernel."""
+        await trace("http11.send_request_headers.complete", {"labkit_t_ns": t_sent_ns})
+        await trace("http11.send_request_body.complete", {"labkit_t_ns": t_sent_ns})
 
     @staticmethod
     async def _read_head(
