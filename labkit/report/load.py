@@ -1009,9 +1009,9 @@ def _batches(path: Path, sql: str) -> Iterator[pa.RecordBatch]:
         "threads": threads,
         "memory_limit": f"{MIB_PER_THREAD * threads}MiB",
         "preserve_insertion_order": True,  # rows in the order of the lines
-        "enable_progress_bar": False,
     }
     with duckdb.connect(config=config) as con:
+        con.execute("SET enable_progress_bar = false")  # a long read draws none on stdout
         yield from con.sql(sql, params=[str(path)]).to_arrow_reader(BATCH_ROWS)
 
 
@@ -1035,6 +1035,7 @@ def read_at_once(path: Path, wanted: frozenset[str] | None) -> AtOnce | None:
         for batch in _batches(path, sql):
             n = batch.num_rows
             if row + n > offsets.size:
+                log.info("%s: read block by block (more rows than lines)", path)
                 return None
             valid = np.ones(n, dtype=bool)
             for name in required:
@@ -1042,12 +1043,15 @@ def read_at_once(path: Path, wanted: frozenset[str] | None) -> AtOnce | None:
             for i in np.flatnonzero(~valid) + row:
                 doubtful.append((int(numbers[i]), int(offsets[i]), int(lengths[i])))
             if len(doubtful) > MAX_DOUBTFUL:
+                log.info("%s: read block by block (over %d lines in doubt)", path, MAX_DOUBTFUL)
                 return None
             if valid.any():
                 pieces.append(_batch_columns(batch, names, valid, offsets[row : row + n]))
             row += n
-    except duckdb.Error:  # cannot read the file, or out of its memory: read by blocks
+    except duckdb.Error as exc:  # cannot read the file, or out of its memory: read by blocks
+        log.info("%s: read block by block (DuckDB: %s)", path, exc)
         return None
     if row != offsets.size:
+        log.info("%s: read block by block (fewer rows than lines)", path)
         return None
     return AtOnce(pieces, doubtful)

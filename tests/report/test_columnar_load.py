@@ -193,7 +193,7 @@ def test_read_run_keeps_the_columns_asked_for_with_the_identity_and_tags(tmp_pat
 
 @pytest.mark.parametrize("reader", READERS)
 def test_a_line_cut_short_and_one_not_json_are_named_and_every_good_record_is_kept(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reader: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reader: str, read_at_once_calls: list[object]
 ) -> None:
     recs = _varied()
     clean = load_run(write_run(tmp_path / "clean", recs)).records
@@ -205,6 +205,7 @@ def test_a_line_cut_short_and_one_not_json_are_named_and_every_good_record_is_ke
     with monkeypatch.context() as patch:
         _use(reader, patch)
         dirty = load_run(run_dir)
+    assert all(read is not None for read in read_at_once_calls)  # DuckDB did read it
     assert dirty.skipped_lines == 2
     problems = [p for p in dirty.problems if "records.jsonl" in p]
     assert len(problems) == 1  # one message, naming the lines and why the first is not read
@@ -270,7 +271,7 @@ def _report_files(run_dir: Path) -> dict[str, bytes]:
 
 
 def test_the_report_is_the_same_whichever_reader_read_the_run(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, read_at_once_calls: list[object]
 ) -> None:
     run_dir = write_run(tmp_path / "run", _varied(), lab=full_lab(), tail='{"record_id": "cut')
     by_reader = {}
@@ -278,6 +279,7 @@ def test_the_report_is_the_same_whichever_reader_read_the_run(
         with monkeypatch.context() as patch:
             _use(reader, patch)
             by_reader[reader] = _report_files(run_dir)
+    assert read_at_once_calls and all(read is not None for read in read_at_once_calls)
     at_once = by_reader["at once"]
     assert len(at_once) > 4 and any(name.endswith(".png") for name in at_once)
     for reader in READERS[1:]:
