@@ -28,6 +28,7 @@ import re
 import types
 import typing
 from collections.abc import Collection, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
@@ -979,16 +980,15 @@ def _tags_of_json(column: pa.Array) -> dict[str, Any]:
     return out
 
 
-def _batch_columns(
-    batch: pa.RecordBatch, names: list[str], valid: np.ndarray, offsets: np.ndarray
-) -> dict[str, Any]:
-    """One batch's rows where `valid` holds as the frame's pieces, as `block_columns` gives.
+def _batch_columns(batch: pa.RecordBatch, names: list[str], valid: np.ndarray) -> dict[str, Any]:
+    """One batch's rows where `valid` holds as the frame's pieces, as `block_columns` gives
+    (less their byte offsets).
 
     Each piece is copied out of the batch: an array that shares the batch's memory keeps
     all of it (every column DuckDB gave, the tags' text) for as long as the frame lives."""
     if not valid.all():
         batch = batch.filter(pa.array(valid))
-    data: dict[str, Any] = {"file_offset": offsets[valid]}
+    data: dict[str, Any] = {}
     for name in names:
         column = batch.column(name)
         if name in ("ok", "warmup"):
@@ -1018,40 +1018,44 @@ def _batches(path: Path, sql: str) -> Iterator[pa.RecordBatch]:
 def read_at_once(path: Path, wanted: frozenset[str] | None) -> AtOnce | None:
     """The frame's columns (`wanted` of them, all when None) of every record of `path`, and
     the lines to read again one by one; None when the file must be read block by block
-    (DuckDB cannot read it, or too many lines are in doubt)."""
-    numbers, offsets, lengths = _record_lines(path)
+    (DuckDB cannot read it, or too many lines are in doubt).
+
+    The scan for the line ends runs on a thread beside DuckDB's (both mostly outside the
+    interpreter): each batch's byte offsets are set once it is done."""
+    import duckdb
+
     sql, required = _duck_query(wanted)
     names = [
         n
         for n in _columns()
         if n not in ("run_dir", "file_offset") and (wanted is None or n in wanted)
     ]
-    pieces: list[dict[str, Any]] = []
-    doubtful: list[tuple[int, int, int]] = []
+    pieces: list[tuple[int, np.ndarray, dict[str, Any]]] = []  # (first row, kept rows, columns)
+    doubted: list[int] = []  # rows
     row = 0
-    import duckdb
-
-    try:
-        for batch in _batches(path, sql):
-            n = batch.num_rows
-            if row + n > offsets.size:
-                log.info("%s: read block by block (more rows than lines)", path)
-                return None
-            valid = np.ones(n, dtype=bool)
-            for name in required:
-                valid &= batch.column(name).is_valid().to_numpy(zero_copy_only=False)
-            for i in np.flatnonzero(~valid) + row:
-                doubtful.append((int(numbers[i]), int(offsets[i]), int(lengths[i])))
-            if len(doubtful) > MAX_DOUBTFUL:
-                log.info("%s: read block by block (over %d lines in doubt)", path, MAX_DOUBTFUL)
-                return None
-            if valid.any():
-                pieces.append(_batch_columns(batch, names, valid, offsets[row : row + n]))
-            row += n
-    except duckdb.Error as exc:  # cannot read the file, or out of its memory: read by blocks
-        log.info("%s: read block by block (DuckDB: %s)", path, exc)
-        return None
+    with ThreadPoolExecutor(1) as pool:
+        scan = pool.submit(_record_lines, path)
+        try:
+            for batch in _batches(path, sql):
+                n = batch.num_rows
+                valid = np.ones(n, dtype=bool)
+                for name in required:
+                    valid &= batch.column(name).is_valid().to_numpy(zero_copy_only=False)
+                doubted += (np.flatnonzero(~valid) + row).tolist()
+                if len(doubted) > MAX_DOUBTFUL:
+                    log.info("%s: read block by block (over %d lines in doubt)", path, MAX_DOUBTFUL)
+                    return None
+                if valid.any():
+                    pieces.append((row, valid, _batch_columns(batch, names, valid)))
+                row += n
+        except duckdb.Error as exc:  # cannot read the file, or out of its memory: by blocks
+            log.info("%s: read block by block (DuckDB: %s)", path, exc)
+            return None
+        numbers, offsets, lengths = scan.result()
     if row != offsets.size:
-        log.info("%s: read block by block (fewer rows than lines)", path)
+        log.info("%s: read block by block (%d rows, %d lines)", path, row, offsets.size)
         return None
-    return AtOnce(pieces, doubtful)
+    for first, valid, columns in pieces:
+        columns["file_offset"] = offsets[first : first + valid.size][valid]
+    doubtful = [(int(numbers[i]), int(offsets[i]), int(lengths[i])) for i in doubted]
+    return AtOnce([columns for _, _, columns in pieces], doubtful)
