@@ -168,8 +168,8 @@ def measure(run_dir: Path, traced: bool) -> None:
     rss = _rss_mib()
     print(
         f"write_report: {elapsed:.2f} s {_verdict(elapsed, BOUND_S)} "
-        f"(bound at 10⁶ records: {BOUND_S:.0f} s), CPU {cpu:.2f} s (on a shared host the CPU "
-        "time is the steadier figure)"
+        f"(bound at 10⁶ records: {BOUND_S:.0f} s), CPU {cpu:.2f} s (all threads; the reader's "
+        "threads use more of it when they have the cores to themselves)"
     )
     print(
         f"peak RSS of the process: {rss:,.0f} MiB {_verdict(rss, BOUND_MIB)} "
