@@ -843,6 +843,9 @@ MAX_THREADS = 8
 MIB_PER_THREAD = 160
 
 _SCAN_BYTES = 8 << 20
+
+#: Characters DuckDB reads as a file name pattern, not as the name.
+_GLOB = frozenset("*?[")
 _BLANK_START = frozenset(b" \t\r\v\f")
 
 
@@ -1024,6 +1027,10 @@ def read_at_once(path: Path, wanted: frozenset[str] | None) -> AtOnce | None:
     interpreter): each batch's byte offsets are set once it is done."""
     import duckdb
 
+    path = path.resolve()  # DuckDB would expand a leading "~"
+    if any(c in _GLOB for c in str(path)):
+        log.info("%s: read block by block (DuckDB reads such a name as a pattern)", path)
+        return None
     sql, required = _duck_query(wanted)
     names = [
         n

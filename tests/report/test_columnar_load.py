@@ -286,3 +286,13 @@ def test_the_report_is_the_same_whichever_reader_read_the_run(
         assert by_reader[reader].keys() == at_once.keys()
         for name, content in at_once.items():
             assert by_reader[reader][name] == content, f"{name} differs when read {reader}"
+
+
+def test_a_folder_whose_name_duckdb_would_read_as_a_pattern_is_read_by_blocks(
+    tmp_path: Path, read_at_once_calls: list[object]
+) -> None:
+    recs = _varied()[:6]
+    plain = load_run(write_run(tmp_path / "run1", recs)).records
+    patterned = load_run(write_run(tmp_path / "run[1]", recs)).records
+    assert read_at_once_calls[0] is not None and read_at_once_calls[1] is None
+    pd.testing.assert_frame_equal(patterned.drop(columns="run_dir"), plain.drop(columns="run_dir"))
