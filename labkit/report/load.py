@@ -819,7 +819,7 @@ def _assemble(
 # Why DuckDB: its JSON reader parses newline-delimited records in parallel threads, reads
 # only the fields of an explicit projection into typed columns and streams them out as Arrow
 # batches, so a 3 GB file is never held whole nor turned into Python objects. On 10⁶ records
-# (3.4 GiB) it took 9-11 s of CPU and about 500 MiB beside the frame; Arrow's JSON reader
+# (3.4 GiB) it took 8-11 s of CPU and about 500 MiB beside the frame; Arrow's JSON reader
 # (the block reader above) 15-17 s; polars 14 s and 4.4 GiB (it holds the file). See
 # docs/report.md.
 #
