@@ -315,7 +315,7 @@ def _parse_block(
                 raise ValueError(f"no valid {lacking!r} field")
         except ValueError as exc:
             why = (
-                f"not JSON, {exc.msg} at byte {exc.pos}"
+                f"not JSON: {exc.msg}: byte {exc.pos}"
                 if isinstance(exc, JSONDecodeError)
                 else str(exc)
             )
