@@ -5,7 +5,8 @@
 Builds a run folder of realistic records (several providers and experiments, ~2% errors,
 warm-ups, 64 event offsets each, no lab.json: the report computes every statistic from the
 records; reused with --keep DIR when it exists), then times `write_report` in a fresh
-process and prints its peak RSS beside the bounds (10⁶ records: 20 s, 1 GiB);
+process and prints its peak RSS beside the bounds (10⁶ records: 20 s, 1 GiB; PASS or MISS)
+and the host's load average;
 --traced adds the tracemalloc peak (a second, traced pass, slower).
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import resource
 import shutil
@@ -141,6 +143,15 @@ BOUND_S = 20.0
 BOUND_MIB = 1024.0
 
 
+def _verdict(value: float, bound: float) -> str:
+    return "PASS" if value <= bound else "MISS"
+
+
+def _load() -> str:
+    """The host's load average: the figures are only as quiet as the host was."""
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def measure(run_dir: Path, traced: bool) -> None:
     """Time write_report in this (fresh) process; print time and peak RSS (and, traced,
     the tracemalloc peak)."""
@@ -156,13 +167,16 @@ def measure(run_dir: Path, traced: bool) -> None:
     cpu = _cpu_s() - cpu
     rss = _rss_mib()
     print(
-        f"write_report: {elapsed:.2f} s (bound at 10⁶ records: {BOUND_S:.0f} s), "
-        f"CPU {cpu:.2f} s (on a shared host the CPU time is the steadier figure)"
+        f"write_report: {elapsed:.2f} s {_verdict(elapsed, BOUND_S)} "
+        f"(bound at 10⁶ records: {BOUND_S:.0f} s), CPU {cpu:.2f} s (all threads; the reader's "
+        "threads use more of it when they have the cores to themselves)"
     )
     print(
-        f"peak RSS of the process: {rss:,.0f} MiB "
-        f"(interpreter + imports: {rss_before:,.0f} MiB; bound: {BOUND_MIB:,.0f} MiB)"
+        f"peak RSS of the process: {rss:,.0f} MiB {_verdict(rss, BOUND_MIB)} "
+        f"(bound at 10⁶ records: {BOUND_MIB:,.0f} MiB; interpreter + imports: "
+        f"{rss_before:,.0f} MiB)"
     )
+    print(f"load average (1, 5, 15 min) after the report: {_load()}")
     t, cpu = time.perf_counter(), _cpu_s()
     records = len(load_run(run_dir, REPORT_COLUMNS).records)
     print(
@@ -201,7 +215,7 @@ def main() -> int:
             build(run_dir, args.records)
             print(f"built {args.records:,} records in {time.perf_counter() - t:.1f} s")
         size = (run_dir / "records.jsonl").stat().st_size / 2**20
-        print(f"records.jsonl: {size:,.0f} MiB")
+        print(f"records.jsonl: {size:,.0f} MiB; load average before the report: {_load()}")
         traced = ["--traced"] if args.traced else []
         command = [sys.executable, __file__, "--measure-only", str(run_dir), *traced]
         subprocess.run(command, check=True)

@@ -1,17 +1,17 @@
 """Run folders → pandas DataFrames, one row per record, columns named as in the contract.
 
 A run folder holds ``records.jsonl`` (one `RequestRecord` per line), ``manifest.json`` and
-perhaps ``lab.json``. Each record is read once, into columns (Arrow's JSON reader over
-blocks of lines; `json.loads` line by line for a block it refuses), and only the scalar
-fields are kept, under dotted names (``client.ttft_ms``, ``provider_timings.prefill_ms``,
-``usage.output_tokens``, ``tags.variant``...). The per-event arrays
-(``client.event_offsets_ms``, ``client.event_tokens``) stay out of the frame: each row keeps
-the byte offset of its line (``file_offset``) so `load_event_offsets` can read the arrays back
-for the few records a timeline plot needs.
+perhaps ``lab.json``. Each record is read once, into columns (DuckDB's JSON reader over the
+whole file; Arrow's over blocks of lines where DuckDB cannot; `json.loads` for a line either
+refuses), and only the scalar fields are kept, under dotted names (``client.ttft_ms``,
+``provider_timings.prefill_ms``, ``usage.output_tokens``, ``tags.variant``...). The per-event
+arrays (``client.event_offsets_ms``, ``client.event_tokens``) stay out of the frame: each row
+keeps the byte offset of its line (``file_offset``) so `load_event_offsets` can read the
+arrays back for the few records a timeline plot needs.
 
 A line that is not a record (typically the last one, cut short when a run was killed; or a
 JSON line without a record's required fields) is skipped with a logged warning, counted in
-`RunData.skipped_lines` and named in `RunData.problems`.
+`RunData.skipped_lines` and named, with why, in `RunData.problems`.
 """
 
 from __future__ import annotations
@@ -22,13 +22,17 @@ import functools
 import io
 import json
 import logging
+import math
+import os
 import re
 import types
 import typing
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
+from json import JSONDecodeError
 from pathlib import Path
 from typing import Any
 
@@ -203,18 +207,36 @@ def _missing_field(rec: dict[str, Any]) -> str | None:
 
 def _parse_lines(
     path: Path, run_dir: Path, columns: Collection[str] | None = None
-) -> tuple[pd.DataFrame, list[int]]:
-    """Read records.jsonl into a typed frame; return it and the numbers of skipped lines.
+) -> tuple[pd.DataFrame, dict[int, str]]:
+    """Read records.jsonl into a typed frame; return it and the skipped lines (number: why).
 
-    The file is read in blocks of whole lines (`BLOCK_BYTES`), each parsed once into
-    columns by Arrow's JSON reader (`block_columns`); a block Arrow refuses (a line that is
-    not JSON, or not a record of the contract's types) is parsed line by line here instead,
-    so a bad line costs that line only and is named. `columns`: only these (and the
-    record's identity, `_ALWAYS`, and its tags) are kept.
+    The file is read at once into columns by DuckDB (`read_at_once`); the
+    lines it could not read as records are read again one by one by the line reader
+    (`_parse_block`), which names each and says why. A file DuckDB cannot read as a whole
+    is read in blocks of whole lines (`BLOCK_BYTES`) instead, each parsed into columns by
+    Arrow's JSON reader (`block_columns`) or, a block Arrow refuses, line by line, so a
+    bad line costs that line only and is named. `columns`: only these (and the record's
+    identity, `_ALWAYS`, and its tags) are kept.
     """
     wanted = None if columns is None else frozenset(columns) | _ALWAYS
-    blocks: list[dict[str, Any]] = []
-    skipped: list[int] = []
+    skipped: dict[int, str] = {}
+    at_once = read_at_once(path, wanted)
+    if at_once is not None:
+        blocks = at_once.pieces
+        kept_doubtful = False
+        with path.open("rb") as fh:
+            for number, offset, length in at_once.doubtful:
+                fh.seek(offset)
+                doubted = fh.read(length)
+                frame = _parse_block(doubted, number - 1, offset, path, run_dir, skipped)
+                if len(frame):  # a record after all: put back in its place below
+                    blocks.append(_frame_pieces(frame, wanted))
+                    kept_doubtful = True
+        frame = _assemble(blocks, run_dir, wanted)
+        if kept_doubtful:
+            frame = frame.sort_values("file_offset", kind="stable", ignore_index=True)
+        return frame, dict(sorted(skipped.items()))
+    blocks = []
     lines_before = 0
     bytes_before = 0
     with path.open("rb") as fh:
@@ -236,7 +258,7 @@ def _parse_lines(
                 read = (_frame_pieces(frame, wanted), [], lines)
             pieces, lacking, lines = read
             for line, name in lacking:
-                skipped.append(lines_before + line)
+                skipped[lines_before + line] = f"no valid {name!r} field"
                 log.warning(
                     "%s line %d: skipped, not a record (no valid %r field)",
                     path,
@@ -246,8 +268,7 @@ def _parse_lines(
             blocks.append(pieces)
             lines_before += lines
             bytes_before += len(block)
-    skipped.sort()
-    return _assemble(blocks, run_dir, wanted), skipped
+    return _assemble(blocks, run_dir, wanted), dict(sorted(skipped.items()))
 
 
 def _parse_block(
@@ -256,11 +277,11 @@ def _parse_block(
     offset: int,
     path: Path,
     run_dir: Path,
-    skipped: list[int],
+    skipped: dict[int, str],
 ) -> pd.DataFrame:
     """Parse a block of whole lines one by one with the standard JSON decoder (the path for
-    a block Arrow's reader refused); the numbers of lines that are not records go into
-    `skipped`.
+    a block Arrow's reader refused, or a line DuckDB's); the lines that are not records go
+    into `skipped` (number: why).
 
     Values are appended raw to per-column lists and typed every `_CHUNK` rows, so memory
     holds at most one chunk of Python objects whatever the size of the run.
@@ -293,8 +314,13 @@ def _parse_block(
             if lacking is not None:
                 raise ValueError(f"no valid {lacking!r} field")
         except ValueError as exc:
-            skipped.append(lineno)
-            log.warning("%s line %d: skipped, not a record (%s)", path, lineno, exc)
+            why = (
+                f"not JSON: {exc.msg}: byte {exc.pos}"
+                if isinstance(exc, JSONDecodeError)
+                else str(exc)
+            )
+            skipped[lineno] = why
+            log.warning("%s line %d: skipped, not a record (%s)", path, lineno, why)
             continue
         c_off.append(here)
         error = rec.get("error")
@@ -404,10 +430,12 @@ def load_run(path: Path | str, columns: Collection[str] | None = None) -> RunDat
     except OSError as exc:
         raise RunError(f"cannot read {records_path}: {exc}") from exc
     if skipped:
-        where = ", ".join(str(n) for n in skipped[:5]) + (", ..." if len(skipped) > 5 else "")
+        numbers = list(skipped)
+        where = ", ".join(str(n) for n in numbers[:5]) + (", ..." if len(numbers) > 5 else "")
         problems.append(
             f"{len(skipped)} line(s) of {RECORDS_FILE} are not valid records and were skipped "
-            f"(line {where}); a run cut short leaves a truncated last line."
+            f"(line {where}); line {numbers[0]}: {skipped[numbers[0]]}. A run cut short "
+            "leaves a truncated last line."
         )
     manifest: dict[str, Any] = {}
     if (run_dir / MANIFEST_FILE).is_file():
@@ -784,3 +812,257 @@ def _assemble(
     _give_back()
     pa.default_memory_pool().release_unused()  # the blocks' text, joined: give it back
     return pd.DataFrame(data, copy=False)  # each column kept as it is, not copied into blocks
+
+
+# --- Reading the whole file at once, with DuckDB -----------------------------------------
+#
+# Why DuckDB: its JSON reader parses newline-delimited records in parallel threads, reads
+# only the fields of an explicit projection into typed columns and streams them out as Arrow
+# batches, so a 3 GB file is never held whole nor turned into Python objects. On 10⁶ records
+# (3.4 GiB) it took 8-11 s of CPU and about 500 MiB beside the frame; Arrow's JSON reader
+# (the block reader above) 15-17 s; polars 14 s and 4.4 GiB (it holds the file). See
+# docs/report.md.
+#
+# A line that is not a record (not JSON, cut short, a required field missing or of another
+# JSON type than the contract's) comes out as a row without a valid identity: the loader
+# reads that line again with its line reader (`_parse_block`), which names it and says why.
+# Rows and lines are matched by a scan for the line ends (which also gives each row's byte
+# offset); when they do not match, or DuckDB cannot read the file, `read_at_once` returns
+# None and the loader reads the file block by block.
+
+#: Rows per Arrow batch taken from DuckDB: memory holds about one batch's columns at a time.
+BATCH_ROWS = 1 << 17
+
+#: More doubtful lines than this: the file is read block by block instead (each doubtful
+#: line is read again on its own, which is cheap for a few only).
+MAX_DOUBTFUL = 1000
+
+#: DuckDB's threads (at most) and memory per thread: the reader's buffers grow with its
+#: threads; below about 100 MiB a thread it fails (and the file is read block by block).
+MAX_THREADS = 8
+MIB_PER_THREAD = 160
+
+_SCAN_BYTES = 8 << 20
+
+#: Characters DuckDB reads as a file name pattern, not as the name.
+_GLOB = frozenset("*?[")
+_BLANK_START = frozenset(b" \t\r\v\f")
+
+
+@dataclass
+class AtOnce:
+    """What `read_at_once` read: the columns of the records, in batches (each a mapping
+    from frame column to a float64 array, a bool array or an Arrow string array), and the
+    lines to read again one by one: (line number from 1, byte offset, length)."""
+
+    pieces: list[dict[str, Any]]
+    doubtful: list[tuple[int, int, int]]
+
+
+_FRAME_COLUMNS = frozenset(_columns())
+
+
+def _duck_type(kind: pa.DataType) -> str:
+    if pa.types.is_struct(kind):
+        members = ", ".join(f'"{f.name}" {_duck_type(f.type)}' for f in kind)
+        return f"STRUCT({members})" if kind.num_fields else "JSON"
+    if pa.types.is_string(kind):
+        return "VARCHAR"
+    if pa.types.is_boolean(kind):
+        return "BOOLEAN"
+    if pa.types.is_list(kind):  # the event offsets: only their count is read
+        return "JSON"
+    return "DOUBLE"
+
+
+def _duck_query(wanted: frozenset[str] | None) -> tuple[str, list[str]]:
+    """The SQL reading the frame's columns (named as in the frame), and the required ones.
+
+    Required fields are read as JSON so that their JSON type is checked as the line
+    reader checks it (a number where text is due is not taken as its text)."""
+    schema = _schema(wanted)
+    required = dict(_REQUIRED)
+    types: dict[str, str] = {}
+    select: list[str] = []
+    for top in schema:
+        name = top.name
+        if name in required:
+            types[name] = "JSON"
+            if required[name] is int:
+                check, value = "('BIGINT', 'UBIGINT')", f'CAST("{name}" AS DOUBLE)'
+            else:
+                check, value = "('VARCHAR')", f""""{name}"->>'$'"""
+            select.append(f'CASE WHEN json_type("{name}") IN {check} THEN {value} END AS "{name}"')
+        elif name == "warmup":
+            types[name] = "BOOLEAN"
+            select.append('coalesce("warmup", false) AS "warmup"')
+        elif name == "tags":
+            types[name] = "JSON"
+            select.append('"tags"')
+        elif pa.types.is_struct(top.type):
+            members = list(top.type)
+            if name == "error" and not members:  # a record's error: present or not
+                members = [pa.field("kind", pa.string())]
+            types[name] = _duck_type(pa.struct(members))
+            for member in members:
+                if member.name == "event_offsets_ms":
+                    select.append(
+                        f'json_array_length("{name}"."{member.name}")::DOUBLE AS "client.n_events"'
+                    )
+                elif f"{name}.{member.name}" in _FRAME_COLUMNS:
+                    select.append(f'"{name}"."{member.name}" AS "{name}.{member.name}"')
+        else:
+            types[name] = _duck_type(top.type)
+            select.append(f'"{name}"')
+    select.append('"error" IS NULL AS "ok"')
+    columns = "{" + ", ".join(f"'{k}': '{v}'" for k, v in types.items()) + "}"
+    sql = (
+        f"SELECT {', '.join(select)} FROM read_json(?, format='newline_delimited', "
+        f"columns={columns}, ignore_errors=true)"
+    )
+    return sql, list(required)
+
+
+def _record_lines(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The line number (from 1), byte offset and length (its newline included) of each
+    line of the file that holds more than white space."""
+    starts: list[np.ndarray] = []
+    firsts: list[np.ndarray] = []
+    buffer = bytearray(_SCAN_BYTES)
+    size = 0
+    at_line_start = True
+    with path.open("rb", buffering=0) as fh:
+        while n := fh.readinto(buffer):
+            chunk = np.frombuffer(buffer, np.uint8, n)
+            here = np.flatnonzero(chunk == 10) + 1
+            here = here[here < n]
+            if at_line_start:
+                here = np.concatenate(([0], here))
+            starts.append(here + size)
+            firsts.append(chunk[here])
+            at_line_start = bool(chunk[n - 1] == 10)
+            size += n
+    offsets = np.concatenate([np.zeros(0, np.int64), *starts])
+    first = np.concatenate([np.zeros(0, np.uint8), *firsts])
+    lengths = np.append(offsets[1:], size) - offsets
+    blank = first == 10
+    # Only a line that starts with white space can be blank, and those are few: each is
+    # looked at.
+    spaced = np.flatnonzero(np.isin(first, list(_BLANK_START)))
+    if spaced.size:
+        with path.open("rb") as fh:
+            for i in spaced:
+                fh.seek(int(offsets[i]))
+                blank[i] = not fh.read(int(lengths[i])).strip()
+    numbers = np.flatnonzero(~blank) + 1
+    return numbers, offsets[~blank], lengths[~blank]
+
+
+def _tag_values(values: list[Any]) -> tuple[np.ndarray, bool]:
+    """One tag's values (None where missing) as the line reader types them: numbers when
+    every present value is one (float64, NaN where missing), else text (objects)."""
+    present = [v for v in values if v is not None]
+    if all(isinstance(v, int | float) and not isinstance(v, bool) for v in present):
+        return np.array([math.nan if v is None else v for v in values], dtype=float), False
+    return np.array([None if v is None else str(v) for v in values], dtype=object), True
+
+
+def _tags_of_json(column: pa.Array) -> dict[str, Any]:
+    """Each row's tags (JSON text, null where none) as columns, `tags.<key>`: each distinct
+    tags object parsed once (a run's tags repeat), in the order they first appear."""
+    encoded = pc.dictionary_encode(column)
+    objects = [json.loads(text) for text in encoded.dictionary.to_pylist()]
+    objects = [o if isinstance(o, dict) else {} for o in objects]
+    # Rows without tags point past the objects, at a missing value.
+    rows = encoded.indices.fill_null(len(objects)).to_numpy(zero_copy_only=False)
+    out: dict[str, Any] = {}
+    for key in dict.fromkeys(k for o in objects for k in o):
+        values, is_text = _tag_values([o.get(key) for o in objects] + [None])
+        taken = values[rows]
+        out[f"tags.{key}"] = pa.array(taken, pa.string(), from_pandas=True) if is_text else taken
+    return out
+
+
+def _batch_columns(batch: pa.RecordBatch, names: list[str], valid: np.ndarray) -> dict[str, Any]:
+    """One batch's rows where `valid` holds as the frame's pieces, as `block_columns` gives
+    (less their byte offsets).
+
+    Each piece is copied out of the batch: an array that shares the batch's memory keeps
+    all of it (every column DuckDB gave, the tags' text) for as long as the frame lives."""
+    if not valid.all():
+        batch = batch.filter(pa.array(valid))
+    data: dict[str, Any] = {}
+    for name in names:
+        column = batch.column(name)
+        if name in ("ok", "warmup"):
+            data[name] = column.to_numpy(zero_copy_only=False).astype(bool)
+        elif _is_text(name):
+            data[name] = pa.concat_arrays([_arrow_texts(column)])
+        else:
+            data[name] = np.array(_arrow_numbers(column))
+    data.update(_tags_of_json(batch.column("tags")))
+    return data
+
+
+def _batches(path: Path, sql: str) -> Iterator[pa.RecordBatch]:
+    import duckdb  # a large module: imported by the first read
+
+    threads = min(os.cpu_count() or 1, MAX_THREADS)
+    config: dict[str, str | bool | int | float | list[str]] = {
+        "threads": threads,
+        "memory_limit": f"{MIB_PER_THREAD * threads}MiB",
+        "preserve_insertion_order": True,  # rows in the order of the lines
+    }
+    with duckdb.connect(config=config) as con:
+        con.execute("SET enable_progress_bar = false")  # a long read draws none on stdout
+        yield from con.sql(sql, params=[str(path)]).to_arrow_reader(BATCH_ROWS)
+
+
+def read_at_once(path: Path, wanted: frozenset[str] | None) -> AtOnce | None:
+    """The frame's columns (`wanted` of them, all when None) of every record of `path`, and
+    the lines to read again one by one; None when the file must be read block by block
+    (DuckDB cannot read it, or too many lines are in doubt).
+
+    The scan for the line ends runs on a thread beside DuckDB's (both mostly outside the
+    interpreter): each batch's byte offsets are set once it is done."""
+    import duckdb
+
+    path = path.resolve()  # DuckDB would expand a leading "~"
+    if any(c in _GLOB for c in str(path)):
+        log.info("%s: read block by block (DuckDB reads such a name as a pattern)", path)
+        return None
+    sql, required = _duck_query(wanted)
+    names = [
+        n
+        for n in _columns()
+        if n not in ("run_dir", "file_offset") and (wanted is None or n in wanted)
+    ]
+    pieces: list[tuple[int, np.ndarray, dict[str, Any]]] = []  # (first row, kept rows, columns)
+    doubted: list[int] = []  # rows
+    row = 0
+    with ThreadPoolExecutor(1) as pool:
+        scan = pool.submit(_record_lines, path)
+        try:
+            for batch in _batches(path, sql):
+                n = batch.num_rows
+                valid = np.ones(n, dtype=bool)
+                for name in required:
+                    valid &= batch.column(name).is_valid().to_numpy(zero_copy_only=False)
+                doubted += (np.flatnonzero(~valid) + row).tolist()
+                if len(doubted) > MAX_DOUBTFUL:
+                    log.info("%s: read block by block (over %d lines in doubt)", path, MAX_DOUBTFUL)
+                    return None
+                if valid.any():
+                    pieces.append((row, valid, _batch_columns(batch, names, valid)))
+                row += n
+        except duckdb.Error as exc:  # cannot read the file, or out of its memory: by blocks
+            log.info("%s: read block by block (DuckDB: %s)", path, exc)
+            return None
+        numbers, offsets, lengths = scan.result()
+    if row != offsets.size:
+        log.info("%s: read block by block (%d rows, %d lines)", path, row, offsets.size)
+        return None
+    for first, valid, columns in pieces:
+        columns["file_offset"] = offsets[first : first + valid.size][valid]
+    doubtful = [(int(numbers[i]), int(offsets[i]), int(lengths[i])) for i in doubted]
+    return AtOnce([columns for _, _, columns in pieces], doubtful)

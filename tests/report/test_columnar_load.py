@@ -3,6 +3,7 @@ request statistics equal to those computed from the records themselves."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -11,13 +12,34 @@ import pytest
 from labkit.analysis.columns import Columns
 from labkit.analysis.requests import FIELDS, request_stats, request_stats_of
 from labkit.records import RequestRecord
-from labkit.report import load, load_run, run_stats
+from labkit.report import load, load_run, run_stats, write_report
 from labkit.report.build import REPORT_COLUMNS, build_blocks
 from labkit.rundata import read_run, read_runs
 from tests.report.report_builders import full_lab, write_run
 from tests.support.records import make_record
 
 pytestmark = pytest.mark.unit
+
+#: The readers of a run: at once by DuckDB (the default), block by block by Arrow (a file
+#: DuckDB cannot read), and line by line (a block Arrow refuses).
+READERS = ["at once", "blocks", "line by line"]
+
+
+def _use(reader: str, patch: pytest.MonkeyPatch) -> None:
+    """Make `load_run` read with `reader` (one of READERS)."""
+    if reader != "at once":
+        patch.setattr(load, "read_at_once", lambda *args: None)
+    if reader == "line by line":
+        patch.setattr(load, "block_columns", lambda *args: None)
+
+
+@pytest.fixture
+def read_at_once_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[object]]:
+    """What each call of `read_at_once` returned (None: the file read block by block)."""
+    calls: list[object] = []
+    real = load.read_at_once
+    monkeypatch.setattr(load, "read_at_once", lambda *a: calls.append(real(*a)) or calls[-1])
+    yield calls
 
 
 def _varied() -> list[RequestRecord]:
@@ -150,10 +172,11 @@ def test_tags_stay_on_their_rows_when_a_line_has_none_or_a_nested_one(
         run_dir = write_run(tmp_path / name, [])
         (run_dir / "records.jsonl").write_text("\n".join(chosen) + "\n", encoding="utf-8")
         at_once = load_run(run_dir).records
-        with monkeypatch.context() as patch:
-            patch.setattr(load, "block_columns", lambda *args: None)
-            by_line = load_run(run_dir).records
-        pd.testing.assert_frame_equal(at_once, by_line)
+        for reader in READERS[1:]:
+            with monkeypatch.context() as patch:
+                _use(reader, patch)
+                other = load_run(run_dir).records
+            pd.testing.assert_frame_equal(at_once, other)
         assert at_once["tags.level"].iloc[6] == "c1"
 
 
@@ -166,3 +189,110 @@ def test_read_run_keeps_the_columns_asked_for_with_the_identity_and_tags(tmp_pat
         *(c for c in whole.columns if c.startswith("tags.")),
     }  # fmt: skip
     pd.testing.assert_frame_equal(frame, whole[frame.columns])
+
+
+@pytest.mark.parametrize("reader", READERS)
+def test_a_line_cut_short_and_one_not_json_are_named_and_every_good_record_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reader: str, read_at_once_calls: list[object]
+) -> None:
+    recs = _varied()
+    clean = load_run(write_run(tmp_path / "clean", recs)).records
+    lines = [r.to_json_line() for r in recs]
+    lines.insert(25, "this is not JSON")
+    run_dir = write_run(tmp_path / "dirty", [])
+    cut = lines[7][: len(lines[7]) // 2]  # the last line of a killed run: no newline
+    (run_dir / "records.jsonl").write_text("\n".join(lines) + "\n" + cut, encoding="utf-8")
+    with monkeypatch.context() as patch:
+        _use(reader, patch)
+        dirty = load_run(run_dir)
+    assert all(read is not None for read in read_at_once_calls)  # DuckDB did read it
+    assert dirty.skipped_lines == 2
+    problems = [p for p in dirty.problems if "records.jsonl" in p]
+    assert len(problems) == 1  # one message, naming the lines and why the first is not read
+    assert "2 line(s) of records.jsonl are not valid records" in problems[0]
+    assert "(line 26, 62); line 26: not JSON" in problems[0]
+    pd.testing.assert_frame_equal(
+        dirty.records.drop(columns=["file_offset", "run_dir"]),
+        clean.drop(columns=["file_offset", "run_dir"]),
+    )
+
+
+def test_the_bad_lines_are_found_by_the_reader_at_once(
+    tmp_path: Path, read_at_once_calls: list[object]
+) -> None:
+    lines = [r.to_json_line() for r in _varied()]
+    lines.insert(3, lines[3].replace('"prompt_chars":', '"prompt_chars":"12","x":', 1))
+    lines.insert(9, "   ")  # white space only: no record, not a bad one
+    run_dir = write_run(tmp_path / "run", [])
+    (run_dir / "records.jsonl").write_text("\n".join(lines) + "\n{", encoding="utf-8")
+    run = load_run(run_dir)
+    assert (
+        run.skipped_lines == 2
+        and "(line 4, 63); line 4: no valid 'prompt_chars'" in (run.problems[0])
+    )
+    assert len(read_at_once_calls) == 1 and read_at_once_calls[0] is not None  # not by blocks
+    assert len(run.records) == 60
+
+
+def test_a_record_that_only_the_line_reader_reads_keeps_its_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recs = _varied()[:9]
+    run_dir = write_run(tmp_path / "run", recs)
+    real = load.read_at_once
+
+    def doubting_line_5(path: Path, wanted: frozenset[str] | None) -> object:
+        read = real(path, wanted)
+        assert read is not None
+        pieces = read.pieces[0]
+        keep = pieces["record_id"].to_numpy(zero_copy_only=False) != recs[4].record_id
+        for name, values in pieces.items():
+            pieces[name] = values.filter(keep) if hasattr(values, "filter") else values[keep]
+        raw = (path).read_bytes()
+        start = raw.index(recs[4].record_id.encode()) - len('{"run_id":"run-1","record_id":"')
+        start = raw.rindex(b"\n", 0, start) + 1
+        read.doubtful.append((5, start, raw.index(b"\n", start) + 1 - start))
+        return read
+
+    monkeypatch.setattr(load, "read_at_once", doubting_line_5)
+    frame = load_run(run_dir).records
+    assert list(frame["record_id"]) == [r.record_id for r in recs]
+    assert frame.index.tolist() == list(range(9))
+
+
+def _report_files(run_dir: Path) -> dict[str, bytes]:
+    write_report(run_dir)
+    names = ["report.md", "report.html", "summary.csv", "summary.parquet"]
+    files = {name: (run_dir / name).read_bytes() for name in names}
+    for path in sorted((run_dir / "report_files").rglob("*")):
+        if path.is_file():
+            files[str(path.relative_to(run_dir))] = path.read_bytes()
+    return files
+
+
+def test_the_report_is_the_same_whichever_reader_read_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, read_at_once_calls: list[object]
+) -> None:
+    run_dir = write_run(tmp_path / "run", _varied(), lab=full_lab(), tail='{"record_id": "cut')
+    by_reader = {}
+    for reader in READERS:
+        with monkeypatch.context() as patch:
+            _use(reader, patch)
+            by_reader[reader] = _report_files(run_dir)
+    assert read_at_once_calls and all(read is not None for read in read_at_once_calls)
+    at_once = by_reader["at once"]
+    assert len(at_once) > 4 and any(name.endswith(".png") for name in at_once)
+    for reader in READERS[1:]:
+        assert by_reader[reader].keys() == at_once.keys()
+        for name, content in at_once.items():
+            assert by_reader[reader][name] == content, f"{name} differs when read {reader}"
+
+
+def test_a_folder_whose_name_duckdb_would_read_as_a_pattern_is_read_by_blocks(
+    tmp_path: Path, read_at_once_calls: list[object]
+) -> None:
+    recs = _varied()[:6]
+    plain = load_run(write_run(tmp_path / "run1", recs)).records
+    patterned = load_run(write_run(tmp_path / "run[1]", recs)).records
+    assert read_at_once_calls[0] is not None and read_at_once_calls[1] is None
+    pd.testing.assert_frame_equal(patterned.drop(columns="run_dir"), plain.drop(columns="run_dir"))

@@ -3,7 +3,9 @@ not blank, every chart drawn with marks (the five questions' and every section's
 queue, load curves, cache hits, conversation turns, goodput, distributions, client vs
 server), no static image, nothing wider than the viewport; a screenshot of
 every section is saved under the test's tmp dir (paths printed: run with -s to see them).
-The same holds for a large run (its records copied a thousand times).
+The same holds for a large run (its records copied a thousand times), and the benchmark's
+run of 10⁵ records (benchmarks/bench_report.py) draws the same sections and charts as its run
+of a thousand.
 
 Chromium is driven with the Chrome DevTools Protocol over ``--remote-debugging-pipe``
 (NUL-terminated JSON on file descriptors 3 and 4), so no websocket client is needed. The
@@ -20,6 +22,7 @@ import json
 import os
 import select
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,6 +40,10 @@ from tests.report.report_builders import (
     write_run,
     write_scrapes,
 )
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+import bench_report
 
 CHROMIUM = Path("/usr/bin/chromium")
 
@@ -356,3 +363,45 @@ def test_html_report_in_headless_chromium(tmp_path: Path, browser: Cdp, copies: 
     assert colours is not None and len(colours) > 50, "screenshot looks blank"
     white = max(count for count, colour in colours if colour == (255, 255, 255))
     assert white < 0.98 * img.width * img.height
+
+
+def _drawn(browser: Cdp, url: str) -> dict[str, Any]:
+    """A report page in a new tab: its charts (name, marks), h2 sections and console errors."""
+    target = browser.send("Target.createTarget", url="about:blank")["targetId"]
+    session = browser.send("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+    for domain in ("Page", "Runtime", "Log"):
+        browser.send(f"{domain}.enable", session)
+    browser.events = [e for e in browser.events if e.get("method") != "Page.loadEventFired"]
+    browser.send("Page.navigate", session, url=url)
+    browser.wait_for("Page.loadEventFired")
+    deadline = time.monotonic() + 60
+    marks = _evaluate(browser, session, _CHART_MARKS)
+    while not (marks and all(n > 0 for _, n in marks)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+        marks = _evaluate(browser, session, _CHART_MARKS)
+    events = [e for e in browser.events if e.get("sessionId") == session]
+    errors = [
+        e
+        for e in events
+        if (e["method"] == "Runtime.consoleAPICalled" and e["params"]["type"] == "error")
+        or e["method"] == "Runtime.exceptionThrown"
+        or (e["method"] == "Log.entryAdded" and e["params"]["entry"]["level"] == "error")
+    ]
+    sections = [heading for heading, _, _ in _evaluate(browser, session, _SECTIONS)]
+    browser.send("Target.closeTarget", targetId=target)
+    return {"marks": marks, "sections": sections, "errors": errors}
+
+
+def test_the_benchmarks_large_run_draws_the_pages_of_its_small_one(
+    tmp_path: Path, browser: Cdp
+) -> None:
+    pages = {}
+    for name, records in (("small", 1_000), ("large", 100_000)):
+        run_dir = tmp_path / name
+        bench_report.build(run_dir, records)
+        pages[name] = _drawn(browser, write_report(run_dir).html.resolve().as_uri())
+    small, large = pages["small"], pages["large"]
+    assert small["errors"] == [] and large["errors"] == []
+    assert large["sections"] == small["sections"] and len(small["sections"]) >= 4
+    assert [n for n, _ in large["marks"]] == [n for n, _ in small["marks"]]
+    assert len(small["marks"]) >= 2 and all(n > 0 for _, n in small["marks"] + large["marks"])
