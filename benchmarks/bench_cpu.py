@@ -792,16 +792,7 @@ def _parser() -> argparse.ArgumentParser:
         help="requests per full run: max(100, 20 x streams) below 256 streams, else 2 x "
         "streams; times this (at least 2 waves; a short run has a fifth, at least 1 wave)",
     )
-    parser.add_argument("--tokens", type=int, default=100)
-    parser.add_argument("--interval-ms", type=float, default=2.0)
-    parser.add_argument("--ttft-ms", type=float, default=50.0)
-    parser.add_argument(
-        "--max-event-rate",
-        type=float,
-        default=16000.0,
-        help="stretch a level's token interval to keep under this many events/s (as "
-        "bench_load; 256 streams: 16 ms)",
-    )
+    bl.add_stream_shape(parser)
     parser.add_argument("--workers", default="auto", help="the levels' `workers` (auto or N)")
     parser.add_argument("--hosted-streams", type=int, default=1000)
     parser.add_argument("--hosted-interval-ms", type=float, default=30.0)

@@ -1197,6 +1197,20 @@ def _le(x: float | None, limit: float) -> bool | None:
 HTTPS_CLIENTS = ["labkit", "labkit-httpx", "bare", "raw", "labkit-run", "labkit-procs"]
 
 
+def add_stream_shape(parser: argparse.ArgumentParser) -> None:
+    """The scripted streams' shape options, shared by the benches that drive the server."""
+    parser.add_argument("--tokens", type=int, default=100)
+    parser.add_argument("--interval-ms", type=float, default=2.0)
+    parser.add_argument(
+        "--max-event-rate",
+        type=float,
+        default=16000.0,
+        help="stretch a level's token interval so streams x rate stays under this many "
+        "events/s (default 16,000: the 32-stream level at 2 ms; 256 streams: 16 ms); 0: never",
+    )
+    parser.add_argument("--ttft-ms", type=float, default=50.0)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--levels", default="1,8,32", help="concurrency levels, comma-separated")
@@ -1218,16 +1232,7 @@ def _parser() -> argparse.ArgumentParser:
         help="also run each of --https-clients against the server's TLS port (NAME/https)",
     )
     parser.add_argument("--https-clients", default=",".join(HTTPS_CLIENTS))
-    parser.add_argument("--tokens", type=int, default=100)
-    parser.add_argument("--interval-ms", type=float, default=2.0)
-    parser.add_argument(
-        "--max-event-rate",
-        type=float,
-        default=16000.0,
-        help="stretch a level's token interval so streams x rate stays under this many "
-        "events/s (default 16,000: the 32-stream level at 2 ms); 0: never",
-    )
-    parser.add_argument("--ttft-ms", type=float, default=50.0)
+    add_stream_shape(parser)
     parser.add_argument(
         "--prompt-bytes", type=int, default=0, help="send a prompt of this size (200000: 200 KB)"
     )

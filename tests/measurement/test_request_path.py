@@ -25,6 +25,7 @@ from labkit.measurement.lean import tcp, transport
 from labkit.measurement.recorder import RecordContext, StreamRecorder
 from labkit.records import RequestRecord
 from tests.providers.streams import chat, make_provider
+from tests.support.misbehaving import read_request
 
 pytestmark = pytest.mark.integration
 
@@ -72,27 +73,17 @@ class StampingServer:
             time.sleep(self.hold_s)
             buf = b""
             while True:
-                began = 0
-                while b"\r\n\r\n" not in buf:
-                    got = conn.recv(1 << 20)
-                    began = began or time.perf_counter_ns()
-                    if not got:
+                if not buf:
+                    buf = conn.recv(1 << 20)
+                    if not buf:
                         return
-                    buf += got
-                head, _, buf = buf.partition(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n")[1:]:
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value)
-                while len(buf) < length:
-                    got = conn.recv(1 << 20)
-                    if not got:
-                        return
-                    buf += got
+                began = time.perf_counter_ns()
+                request = read_request(conn, buf)
+                if request is None:
+                    return
+                buf = request[2]
                 self.read_ns.append(time.perf_counter_ns())
                 self.began_ns.append(began)
-                buf = buf[length:]
                 conn.sendall(RESPONSE)
 
     def __enter__(self) -> StampingServer:

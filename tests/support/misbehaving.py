@@ -92,23 +92,11 @@ class MisbehavingServer:
             head = b""
             conn.settimeout(5)
             try:
-                while b"\r\n\r\n" not in head:
-                    data = conn.recv(65536)
-                    if not data:
-                        return
-                    head += data
                 # Read the body too: closing with unread bytes would reset the connection.
-                head_part, _, body = head.partition(b"\r\n\r\n")
-                length = 0
-                for line in head_part.split(b"\r\n")[1:]:
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value.strip())
-                while len(body) < length:
-                    data = conn.recv(65536)
-                    if not data:
-                        break
-                    body += data
+                request = read_request(conn, b"")
+                if request is None:
+                    return
+                head = request[0] + b"\r\n\r\n" + request[1]
                 self.requests.append(head)
                 for step in self._reply(head):
                     if step is HOLD:
@@ -120,6 +108,28 @@ class MisbehavingServer:
                         self.bytes_sent += len(step)
             except OSError:
                 return  # the client hung up: what a bounded reader does
+
+
+def read_request(conn: socket.socket, buf: bytes) -> tuple[bytes, bytes, bytes] | None:
+    """One HTTP/1.1 request read from `conn` after the bytes already in `buf`: (head, body,
+    what follows it on the connection), or None when the peer closes first."""
+    while b"\r\n\r\n" not in buf:
+        data = conn.recv(65536)
+        if not data:
+            return None
+        buf += data
+    head, _, buf = buf.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value.strip())
+    while len(buf) < length:
+        data = conn.recv(65536)
+        if not data:
+            return None
+        buf += data
+    return head, buf[:length], buf[length:]
 
 
 def repeat(block: bytes, times: int) -> Iterator[bytes]:
