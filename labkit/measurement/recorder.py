@@ -537,7 +537,7 @@ class StreamRecorder(BaseRecorder):
         parse_ns = 0
         first = True
         terminator_ns: int | None = None
-        chunks = response.aiter_bytes()
+        chunks = _body_chunks(response, arrival)
         async for chunk in chunks:
             t_read = clock()
             if first:
@@ -715,6 +715,21 @@ def assemble_record(
         trace=ctx.trace,
         **parsed,
     )
+
+
+def _body_chunks(response: httpx.Response, arrival: object) -> AsyncIterator[bytes]:
+    """The response body's chunks: straight from the lean transport's body (`arrival`)
+    when nothing is to be decoded, else through httpx (which decodes a Content-Encoding).
+
+    httpx's three iterators around a body (decoding, byte counting, its client's) cost
+    each read about a microsecond and a half; the chunks, their stamps and the body's
+    close are the same either way (`response.aclose` closes the body, once).
+    """
+    if isinstance(arrival, httpx.AsyncByteStream) and response.headers.get(
+        "content-encoding", "identity"
+    ).strip().lower() in ("identity", ""):
+        return aiter(arrival)
+    return response.aiter_bytes()
 
 
 def _stale_pooled_connection(phases: dict[str, int]) -> bool:

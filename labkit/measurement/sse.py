@@ -39,6 +39,8 @@ class SSEParser:
 
     #: A 2xx body that starts like HTML or JSON is a document, not this framing's stream.
     json_first_byte_is_a_document = True
+    #: Whether a read that is one ``data:`` line and a blank line may skip the line split.
+    _single_data_lines = True
 
     __slots__ = (
         "_data",
@@ -87,6 +89,22 @@ class SSEParser:
                 chunk = chunk[1:]
         if not chunk:
             return []
+        if (
+            self._single_data_lines
+            and chunk[:6] == b"data: "
+            and chunk[-2:] == b"\n\n"
+            and not self._partial
+            and self._event_t_ns is None
+            and chunk.find(b"\n", 6, -2) < 0
+            and b"\r" not in chunk
+        ):
+            # The common read: exactly one event of one `data:` line, nothing pending. The
+            # same event as the line-by-line path below, without splitting the read.
+            value = chunk[6:-2]
+            if len(value) > self._max:
+                self._too_large(len(value))
+            self._dispatched = True
+            return [SSEEvent(None, value.decode("utf-8"), t_ns)]
         if self._partial:
             if b"\n" not in chunk and b"\r" not in chunk:
                 # Still inside one long line: keep the read, join once at its end.
@@ -185,6 +203,7 @@ class NDJSONParser(SSEParser):
     __slots__ = ()
 
     json_first_byte_is_a_document = False
+    _single_data_lines = False
 
     def _line(self, line: bytes, t_ns: int, out: list[SSEEvent]) -> None:
         if not line.strip():

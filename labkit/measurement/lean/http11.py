@@ -118,6 +118,8 @@ class Body(httpx.AsyncByteStream):
 
 
 _HEX_DIGITS = frozenset(b"0123456789abcdefABCDEF")
+#: The second byte of a "0x" prefix, which int(, 16) takes and the chunk framing does not.
+_HEX_PREFIX = frozenset((b"x", b"X"))
 
 
 class _Chunked:
@@ -133,15 +135,20 @@ class _Chunked:
         framing is broken (a chunk size that is not hex, no CRLF after a chunk)."""
         buf = self._buf
         if not buf and self._state == "size":
-            # The common read: exactly one whole chunk (a server writes each event as one).
+            # The common read: whole chunks (a server writes each event as one; a read that
+            # came late holds several). Anything else goes the general way below.
             end = data.find(b"\r\n", 0, 18)
             if end > 0:
                 head = data[:end]
-                if head.isalnum() and head.isascii():
-                    size = int(head, 16)  # alnum and ascii: hex digits or a ValueError
+                if head.isalnum() and head.isascii() and head[1:2] not in _HEX_PREFIX:
+                    size = int(head, 16)  # hex digits, or a ValueError
                     stop = end + 2 + size
-                    if size and len(data) == stop + 2 and data.endswith(b"\r\n"):
-                        return data[end + 2 : stop], b"", False
+                    if size and data[stop : stop + 2] == b"\r\n":
+                        if len(data) == stop + 2:
+                            return data[end + 2 : stop], b"", False
+                        more = _whole_chunks(data, stop + 2)
+                        if more is not None:
+                            return data[end + 2 : stop] + more, b"", False
         buf += data
         out = bytearray()
         while True:
@@ -186,6 +193,30 @@ class _Chunked:
                 rest = bytes(buf[end + 4 :])
                 buf.clear()
                 return bytes(out), rest, True
+
+
+def _whole_chunks(data: bytes, at: int) -> bytes | None:
+    """The payload of `data` from `at` on when that is whole non-empty chunks with bare hex
+    sizes and nothing else; None otherwise (the general decoder then reads the read)."""
+    parts = []
+    total = len(data)
+    while at < total:
+        end = data.find(b"\r\n", at, at + 18)
+        if end <= at:
+            return None
+        head = data[at:end]
+        if not (head.isalnum() and head.isascii()) or head[1:2] in _HEX_PREFIX:
+            return None
+        try:
+            size = int(head, 16)
+        except ValueError:  # not hex: the general decoder names it
+            return None
+        stop = end + 2 + size
+        if not size or data[stop : stop + 2] != b"\r\n":
+            return None  # the last chunk (size 0), or one cut by the read's end
+        parts.append(data[end + 2 : stop])
+        at = stop + 2
+    return b"".join(parts)
 
 
 def response_framing(
