@@ -7,7 +7,7 @@ from ``response.extensions["labkit.arrival"]``). Errors are httpx's own exceptio
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 import httpx
@@ -54,16 +54,17 @@ class Body(httpx.AsyncByteStream):
         self._read_timeout = read_timeout
         self._complete = framing == "none" or (framing == "length" and length == 0)
         self._released = False
+        self._chunked = _Chunked() if framing == "chunked" else None
+        self._last = conn.buffer_stamp  # the stamps of the latest read taken
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         conn = self._conn
         buf = conn.buffer
-        t, seen, kernel = conn.buffer_stamp
-        chunked = _Chunked() if self._framing == "chunked" else None
         while not self._complete:
             if buf:
                 data = bytes(buf)
                 buf.clear()
+                t, seen, kernel = self._last
             else:
                 try:
                     got = await conn.read(self._read_timeout)
@@ -72,39 +73,103 @@ class Body(httpx.AsyncByteStream):
                         "timed out reading the response", request=self._request
                     ) from None
                 if got is None:
-                    if self._framing == "close":
-                        self._complete = True
-                        break
-                    raise httpx.RemoteProtocolError(
-                        "peer closed connection without sending complete message body",
-                        request=self._request,
-                    )
+                    self._closed_early()
+                    break
                 data, t, seen, kernel = got
-            if chunked is not None:
-                try:
-                    payload, rest, done = chunked.feed(data)
-                except ValueError as exc:
-                    self._conn.close()
-                    raise httpx.RemoteProtocolError(
-                        f"broken chunked framing: {exc}", request=self._request
-                    ) from None
-                if done:
-                    buf += rest
-                    self._complete = True
-            elif self._framing == "length":
-                payload, rest = data[: self._left], data[self._left :]
-                self._left -= len(payload)
-                if self._left == 0:
-                    buf += rest
-                    self._complete = True
-            else:
-                payload = data
+            payload = self._take(data, t, seen, kernel)
             if payload:
-                self.t_ns = t
-                self.seen_ns = seen
-                self.kernel_stamped = kernel
                 yield payload
-        conn.buffer_stamp = (t, seen, kernel)
+        await self._finish()
+
+    @property
+    def pushes(self) -> bool:
+        """Whether `deliver` can hand this body's reads over in the reader callback (plain
+        TCP; TLS decrypts in the reading task)."""
+        return type(self._conn) is Connection
+
+    async def deliver(self, on_payload: Callable[[bytes], bool]) -> None:
+        """Hand the rest of the body to `on_payload`, each payload as its read arrives, in
+        the connection's reader callback (`Connection.push`: no task wake-up per read);
+        until the body ends or `on_payload` returns True. The same payloads, stamps (read
+        them off this body in `on_payload`) and errors as iterating; where it stopped,
+        iterating goes on. Only where `pushes`."""
+        conn = self._conn
+        buf = conn.buffer
+        while not self._complete:  # what is in already
+            if buf:
+                data = bytes(buf)
+                buf.clear()
+                t, seen, kernel = self._last
+            elif conn.inbox:
+                data, t, seen, kernel = conn.inbox.popleft()
+            else:
+                break
+            payload = self._take(data, t, seen, kernel)
+            if payload and on_payload(payload):
+                return
+        if not self._complete:
+            stopped = False
+
+            def sink(data: bytes, t: int, seen: int, kernel: bool) -> bool:
+                nonlocal stopped
+                payload = self._take(data, t, seen, kernel)
+                if payload and on_payload(payload):
+                    stopped = True
+                return stopped or self._complete
+
+            try:
+                await conn.push(sink, self._read_timeout)
+            except TimeoutError:
+                raise httpx.ReadTimeout(
+                    "timed out reading the response", request=self._request
+                ) from None
+            if stopped:
+                return
+            if not self._complete:  # the peer closed
+                self._closed_early()
+        await self._finish()
+
+    def _take(self, data: bytes, t: int, seen: int, kernel: bool) -> bytes:
+        """The payload of one read (its stamps kept); marks the body complete at its end."""
+        self._last = (t, seen, kernel)
+        chunked = self._chunked
+        if chunked is not None:
+            try:
+                payload, rest, done = chunked.feed(data)
+            except ValueError as exc:
+                self._conn.close()
+                raise httpx.RemoteProtocolError(
+                    f"broken chunked framing: {exc}", request=self._request
+                ) from None
+            if done:
+                self._conn.buffer += rest
+                self._complete = True
+        elif self._framing == "length":
+            payload, rest = data[: self._left], data[self._left :]
+            self._left -= len(payload)
+            if self._left == 0:
+                self._conn.buffer += rest
+                self._complete = True
+        else:
+            payload = data
+        if payload:
+            self.t_ns = t
+            self.seen_ns = seen
+            self.kernel_stamped = kernel
+        return payload
+
+    def _closed_early(self) -> None:
+        """The peer closed: the end of a read-until-close body, else a broken one."""
+        if self._framing == "close":
+            self._complete = True
+            return
+        raise httpx.RemoteProtocolError(
+            "peer closed connection without sending complete message body",
+            request=self._request,
+        )
+
+    async def _finish(self) -> None:
+        self._conn.buffer_stamp = self._last
         await self.aclose()
 
     async def aclose(self) -> None:
