@@ -20,7 +20,7 @@ def _byte_by_byte(data: bytes) -> bytes:
 
 
 def test_a_read_of_several_whole_chunks_gives_all_their_payloads() -> None:
-    events = [b"data: {\"n\": %d}\n\n" % i for i in range(5)]
+    events = [b'data: {"n": %d}\n\n' % i for i in range(5)]
     read = b"".join(_chunk(e) for e in events)
     assert _Chunked().feed(read) == (b"".join(events), b"", False)
     assert _byte_by_byte(read) == b"".join(events)
