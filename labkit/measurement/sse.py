@@ -39,7 +39,7 @@ class SSEParser:
 
     #: A 2xx body that starts like HTML or JSON is a document, not this framing's stream.
     json_first_byte_is_a_document = True
-    #: Whether a read that is one ``data:`` line and a blank line may skip the line split.
+    #: Whether a read of whole one-line ``data:`` events may skip the line split.
     _single_data_lines = True
 
     __slots__ = (
@@ -91,20 +91,17 @@ class SSEParser:
             return []
         if (
             self._single_data_lines
-            and chunk[:6] == b"data: "
             and chunk[-2:] == b"\n\n"
             and not self._partial
             and self._event_t_ns is None
-            and chunk.find(b"\n", 6, -2) < 0
             and b"\r" not in chunk
         ):
-            # The common read: exactly one event of one `data:` line, nothing pending. The
-            # same event as the line-by-line path below, without splitting the read.
-            value = chunk[6:-2]
-            if len(value) > self._max:
-                self._too_large(len(value))
-            self._dispatched = True
-            return [SSEEvent(None, value.decode("utf-8"), t_ns)]
+            # The common read: whole events of one `data:` line each (one, or several a late
+            # read gathered), nothing pending: the same events as the line-by-line path
+            # below, without splitting the read into lines. Anything else goes that way.
+            events = self._whole_data_events(chunk, t_ns)
+            if events is not None:
+                return events
         if self._partial:
             if b"\n" not in chunk and b"\r" not in chunk:
                 # Still inside one long line: keep the read, join once at its end.
@@ -141,6 +138,23 @@ class SSEParser:
             if not out:
                 raise
             self._failure = exc
+        return out
+
+    def _whole_data_events(self, chunk: bytes, t_ns: int) -> list[SSEEvent] | None:
+        """The events of a read that is only ``data: ...`` lines each followed by a blank
+        line; None for any other read, or one with an event over the limit or not UTF-8
+        (the line-by-line path raises those in its order)."""
+        out: list[SSEEvent] = []
+        limit = self._max + 6
+        for part in chunk[:-2].split(b"\n\n"):
+            if part[:6] != b"data: " or part.find(b"\n") >= 0 or len(part) > limit:
+                return None
+            try:
+                data = part[6:].decode("utf-8")
+            except UnicodeDecodeError:
+                return None
+            out.append(SSEEvent(None, data, t_ns))
+        self._dispatched = True
         return out
 
     def _line(self, line: bytes, t_ns: int, out: list[SSEEvent]) -> None:
