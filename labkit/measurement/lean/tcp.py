@@ -71,6 +71,7 @@ class Connection:
         self._ancillary_size = 0  # room for the timestamp cmsg, once the kernel sends one
         self._sink: Sink | None = None  # while `push` runs: the reads go there, not queued
         self._sink_timeout: float | None = None
+        self._sink_error: Exception | None = None
         if KERNEL_STAMPS is not None:
             try:
                 sock.setsockopt(socket.SOL_SOCKET, KERNEL_STAMPS[0], 1)
@@ -137,14 +138,13 @@ class Connection:
     def _push(self, sink: Sink, data: bytes, t: int, seen: int, kernel: bool) -> None:
         if self._sink_timeout is not None:
             self._deadline = self.loop.time() + self._sink_timeout
-        waiter = self._waiter
         try:
             done = sink(data, t, seen, kernel)
         except Exception as exc:  # the pushing task raises it, as a pulled read would
             self._sink = None
-            if waiter is not None and not waiter.done():
-                waiter.set_exception(exc)
-            return
+            self._sink_error = exc  # even when the sink closed the connection (and woke it)
+            done = True
+        waiter = self._waiter
         if done:
             self._sink = None
             if waiter is not None and not waiter.done():
@@ -177,6 +177,9 @@ class Connection:
         finally:
             self._sink = None
             self._sink_timeout = None
+            error, self._sink_error = self._sink_error, None
+        if error is not None:
+            raise error
 
     def _check_deadline(self) -> None:
         self._timer = None
