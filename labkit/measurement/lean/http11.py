@@ -83,9 +83,11 @@ class Body(httpx.AsyncByteStream):
 
     @property
     def pushes(self) -> bool:
-        """Whether `deliver` can hand this body's reads over in the reader callback (plain
-        TCP; TLS decrypts in the reading task)."""
-        return type(self._conn) is Connection
+        """Whether `deliver` hands this body's reads over in the reader callback: plain TCP
+        (TLS decrypts in the reading task) whose reads the kernel stamps (a read stamped in
+        the callback would wait for the work of the reads before it in the same turn)."""
+        conn = self._conn
+        return type(conn) is Connection and conn.kernel_stamping
 
     async def deliver(self, on_payload: Callable[[bytes], bool]) -> None:
         """Hand the rest of the body to `on_payload`, each payload as its read arrives, in

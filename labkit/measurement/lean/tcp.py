@@ -227,6 +227,11 @@ class Connection:
             self.loop.remove_writer(self._fd)
 
     @property
+    def kernel_stamping(self) -> bool:
+        """Whether this socket asked the kernel for receive stamps (`stamps`)."""
+        return self._ancillary_size > 0
+
+    @property
     def usable(self) -> bool:
         """Whether a new request can go on this connection (open, nothing unread)."""
         return not self.closed and not self.buffer and not self.inbox
