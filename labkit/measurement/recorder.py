@@ -50,7 +50,7 @@ from labkit.measurement.failures import (
 from labkit.measurement.lateness import stamp_self_check
 from labkit.measurement.loopclock import LatenessTracker, loop_clock, socket_fd
 from labkit.measurement.sse import SSEParser
-from labkit.measurement.turns import take_turn
+from labkit.measurement.turns import take_start_turn, take_turn
 from labkit.providers.base import (
     ChatRequest,
     EventClass,
@@ -257,6 +257,11 @@ class BaseRecorder:
         if id(provider) not in self._set_up_for:
             try:
                 await self.set_up(provider)
+            except asyncio.CancelledError:
+                cancelled_in_set_up = True
+        if not cancelled_in_set_up:
+            try:
+                await take_start_turn()  # one start per loop iteration (see turns)
             except asyncio.CancelledError:
                 cancelled_in_set_up = True
         m = Measurement(t_prepare=self._clock())
