@@ -226,8 +226,18 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 def run(main: Coroutine[Any, Any, T], *, debug: bool | None = None) -> T:
     """``asyncio.run(main)`` on a loop built by `new_event_loop`."""
+    result: list[T] = []
+
+    async def body() -> None:
+        # The runner's task returns nothing: on its way out Python 3.11's Runner restores
+        # SIGINT through `signal.signal`, whose enum lookup formats the old handler (which
+        # holds this task) with repr(), and so the repr of all `main` returned (a run's
+        # every record: milliseconds per thousand records).
+        result.append(await main)
+
     with asyncio.Runner(debug=debug, loop_factory=new_event_loop) as runner:
-        return runner.run(main)
+        runner.run(body())
+    return result[0]
 
 
 def loop_clock(loop: asyncio.AbstractEventLoop | None = None) -> TimedSelector | None:

@@ -36,8 +36,9 @@ from labkit.providers import Provider
 from labkit.records import RequestRecord
 from labkit.runner.executor import Executor, InProcessExecutor, LevelSink, Measurer
 from labkit.runner.jobs import JobMessage, LevelJob, Ready, Recorded, Start, decode, encode
+from labkit.truth.process import raise_open_files_limit
 
-__all__ = ["HostExecutor", "WorkerProcessExecutor"]
+__all__ = ["HostExecutor", "WorkerProcessExecutor", "open_files_for"]
 
 _READY_TIMEOUT_S = 120.0
 _START_MARGIN_NS = 100_000_000  # the go line must reach every worker before t0
@@ -196,6 +197,9 @@ class HostExecutor(Executor):
         sink: LevelSink,
     ) -> None:
         """Run the level where it asks to be read."""
+        short = open_files_for(level)
+        if short is not None:
+            sink.message(f"{experiment.name}: {level.title}: {short}")
         count = level.processes.count
         if level.processes.reason is not None:
             sink.message(
@@ -207,3 +211,28 @@ class HostExecutor(Executor):
 
     async def close(self) -> None:
         """Nothing held."""
+
+
+#: Open files a level needs besides one socket per stream: the run folder, logs, pipes,
+#: the interpreter's own.
+_OPEN_FILES_MARGIN = 256
+
+
+def open_files_for(level: LevelPlan) -> str | None:
+    """Raise this process's soft open-files limit to what `level`'s streams need (one socket
+    each; worker processes inherit it), within the hard limit; a sentence when even that is
+    too low (the streams past it would fail to connect), else None.
+
+    Linux's usual soft limit, 1,024, is below a 1,000-stream level's sockets and files.
+    """
+    if level.most_workers is None:
+        return None
+    wanted = level.most_workers + _OPEN_FILES_MARGIN
+    have = raise_open_files_limit(wanted)
+    if have >= wanted:
+        return None
+    return (
+        f"{level.most_workers:,} streams need about {wanted:,} open files but this process "
+        f"may open {have:,} (its hard limit): raise it (`ulimit -Hn`), or some streams "
+        "will fail to connect"
+    )

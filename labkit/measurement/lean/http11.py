@@ -7,7 +7,7 @@ from ``response.extensions["labkit.arrival"]``). Errors are httpx's own exceptio
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 import httpx
@@ -54,16 +54,17 @@ class Body(httpx.AsyncByteStream):
         self._read_timeout = read_timeout
         self._complete = framing == "none" or (framing == "length" and length == 0)
         self._released = False
+        self._chunked = _Chunked() if framing == "chunked" else None
+        self._last = conn.buffer_stamp  # the stamps of the latest read taken
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         conn = self._conn
         buf = conn.buffer
-        t, seen, kernel = conn.buffer_stamp
-        chunked = _Chunked() if self._framing == "chunked" else None
         while not self._complete:
             if buf:
                 data = bytes(buf)
                 buf.clear()
+                t, seen, kernel = self._last
             else:
                 try:
                     got = await conn.read(self._read_timeout)
@@ -72,39 +73,105 @@ class Body(httpx.AsyncByteStream):
                         "timed out reading the response", request=self._request
                     ) from None
                 if got is None:
-                    if self._framing == "close":
-                        self._complete = True
-                        break
-                    raise httpx.RemoteProtocolError(
-                        "peer closed connection without sending complete message body",
-                        request=self._request,
-                    )
+                    self._closed_early()
+                    break
                 data, t, seen, kernel = got
-            if chunked is not None:
-                try:
-                    payload, rest, done = chunked.feed(data)
-                except ValueError as exc:
-                    self._conn.close()
-                    raise httpx.RemoteProtocolError(
-                        f"broken chunked framing: {exc}", request=self._request
-                    ) from None
-                if done:
-                    buf += rest
-                    self._complete = True
-            elif self._framing == "length":
-                payload, rest = data[: self._left], data[self._left :]
-                self._left -= len(payload)
-                if self._left == 0:
-                    buf += rest
-                    self._complete = True
-            else:
-                payload = data
+            payload = self._take(data, t, seen, kernel)
             if payload:
-                self.t_ns = t
-                self.seen_ns = seen
-                self.kernel_stamped = kernel
                 yield payload
-        conn.buffer_stamp = (t, seen, kernel)
+        await self._finish()
+
+    @property
+    def pushes(self) -> bool:
+        """Whether `deliver` hands this body's reads over in the reader callback: plain TCP
+        (TLS decrypts in the reading task) whose reads the kernel stamps (a read stamped in
+        the callback would wait for the work of the reads before it in the same turn)."""
+        conn = self._conn
+        return type(conn) is Connection and conn.kernel_stamping
+
+    async def deliver(self, on_payload: Callable[[bytes], bool]) -> None:
+        """Hand the rest of the body to `on_payload`, each payload as its read arrives, in
+        the connection's reader callback (`Connection.push`: no task wake-up per read);
+        until the body ends or `on_payload` returns True. The same payloads, stamps (read
+        them off this body in `on_payload`) and errors as iterating; where it stopped,
+        iterating goes on. Only where `pushes`."""
+        conn = self._conn
+        buf = conn.buffer
+        while not self._complete:  # what is in already
+            if buf:
+                data = bytes(buf)
+                buf.clear()
+                t, seen, kernel = self._last
+            elif conn.inbox:
+                data, t, seen, kernel = conn.inbox.popleft()
+            else:
+                break
+            payload = self._take(data, t, seen, kernel)
+            if payload and on_payload(payload):
+                return
+        if not self._complete:
+            stopped = False
+
+            def sink(data: bytes, t: int, seen: int, kernel: bool) -> bool:
+                nonlocal stopped
+                payload = self._take(data, t, seen, kernel)
+                if payload and on_payload(payload):
+                    stopped = True
+                return stopped or self._complete
+
+            try:
+                await conn.push(sink, self._read_timeout)
+            except TimeoutError:
+                raise httpx.ReadTimeout(
+                    "timed out reading the response", request=self._request
+                ) from None
+            if stopped:
+                return
+            if not self._complete:  # the peer closed
+                self._closed_early()
+        await self._finish()
+
+    def _take(self, data: bytes, t: int, seen: int, kernel: bool) -> bytes:
+        """The payload of one read (its stamps kept); marks the body complete at its end."""
+        self._last = (t, seen, kernel)
+        chunked = self._chunked
+        if chunked is not None:
+            try:
+                payload, rest, done = chunked.feed(data)
+            except ValueError as exc:
+                self._conn.close()
+                raise httpx.RemoteProtocolError(
+                    f"broken chunked framing: {exc}", request=self._request
+                ) from None
+            if done:
+                self._conn.buffer += rest
+                self._complete = True
+        elif self._framing == "length":
+            payload, rest = data[: self._left], data[self._left :]
+            self._left -= len(payload)
+            if self._left == 0:
+                self._conn.buffer += rest
+                self._complete = True
+        else:
+            payload = data
+        if payload:
+            self.t_ns = t
+            self.seen_ns = seen
+            self.kernel_stamped = kernel
+        return payload
+
+    def _closed_early(self) -> None:
+        """The peer closed: the end of a read-until-close body, else a broken one."""
+        if self._framing == "close":
+            self._complete = True
+            return
+        raise httpx.RemoteProtocolError(
+            "peer closed connection without sending complete message body",
+            request=self._request,
+        )
+
+    async def _finish(self) -> None:
+        self._conn.buffer_stamp = self._last
         await self.aclose()
 
     async def aclose(self) -> None:
@@ -118,6 +185,8 @@ class Body(httpx.AsyncByteStream):
 
 
 _HEX_DIGITS = frozenset(b"0123456789abcdefABCDEF")
+#: The second byte of a "0x" prefix, which int(, 16) takes and the chunk framing does not.
+_HEX_PREFIX = frozenset((b"x", b"X"))
 
 
 class _Chunked:
@@ -133,15 +202,20 @@ class _Chunked:
         framing is broken (a chunk size that is not hex, no CRLF after a chunk)."""
         buf = self._buf
         if not buf and self._state == "size":
-            # The common read: exactly one whole chunk (a server writes each event as one).
+            # The common read: whole chunks (a server writes each event as one; a read that
+            # came late holds several). Anything else goes the general way below.
             end = data.find(b"\r\n", 0, 18)
             if end > 0:
                 head = data[:end]
-                if head.isalnum() and head.isascii():
-                    size = int(head, 16)  # alnum and ascii: hex digits or a ValueError
+                if head.isalnum() and head.isascii() and head[1:2] not in _HEX_PREFIX:
+                    size = int(head, 16)  # hex digits, or a ValueError
                     stop = end + 2 + size
-                    if size and len(data) == stop + 2 and data.endswith(b"\r\n"):
-                        return data[end + 2 : stop], b"", False
+                    if size and data[stop : stop + 2] == b"\r\n":
+                        if len(data) == stop + 2:
+                            return data[end + 2 : stop], b"", False
+                        more = _whole_chunks(data, stop + 2)
+                        if more is not None:
+                            return data[end + 2 : stop] + more, b"", False
         buf += data
         out = bytearray()
         while True:
@@ -186,6 +260,30 @@ class _Chunked:
                 rest = bytes(buf[end + 4 :])
                 buf.clear()
                 return bytes(out), rest, True
+
+
+def _whole_chunks(data: bytes, at: int) -> bytes | None:
+    """The payload of `data` from `at` on when that is whole non-empty chunks with bare hex
+    sizes and nothing else; None otherwise (the general decoder then reads the read)."""
+    parts = []
+    total = len(data)
+    while at < total:
+        end = data.find(b"\r\n", at, at + 18)
+        if end <= at:
+            return None
+        head = data[at:end]
+        if not (head.isalnum() and head.isascii()) or head[1:2] in _HEX_PREFIX:
+            return None
+        try:
+            size = int(head, 16)
+        except ValueError:  # not hex: the general decoder names it
+            return None
+        stop = end + 2 + size
+        if not size or data[stop : stop + 2] != b"\r\n":
+            return None  # the last chunk (size 0), or one cut by the read's end
+        parts.append(data[end + 2 : stop])
+        at = stop + 2
+    return b"".join(parts)
 
 
 def response_framing(

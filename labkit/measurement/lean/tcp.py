@@ -28,6 +28,11 @@ __all__ = ["READ_SIZE", "Connection", "Origin", "Read", "Trace"]
 Trace = Callable[[str, dict[str, Any]], Awaitable[None]]
 
 
+#: What `Connection.push` hands each read to, in the reader callback: (bytes, t_ns, seen_ns,
+#: kernel_stamped); it returns True when it wants no more.
+Sink = Callable[[bytes, int, int, bool], bool]
+
+
 #: One read: (bytes, arrival stamp t_ns, seen_ns, kernel_stamped).
 Read = tuple[bytes, int, int, bool]
 
@@ -67,6 +72,9 @@ class Connection:
         self._deadline = 0.0  # loop.time() by which the read being awaited must come
         self._timer: asyncio.TimerHandle | None = None
         self._ancillary_size = 0  # room for the timestamp cmsg, once the kernel sends one
+        self._sink: Sink | None = None  # while `push` runs: the reads go there, not queued
+        self._sink_timeout: float | None = None
+        self._sink_error: Exception | None = None
         if KERNEL_STAMPS is not None:
             try:
                 sock.setsockopt(socket.SOL_SOCKET, KERNEL_STAMPS[0], 1)
@@ -101,6 +109,10 @@ class Connection:
                     t = self._last_t
                 kernel = True
         self._last_t = t
+        sink = self._sink
+        if sink is not None:
+            self._push(sink, data, t, seen, kernel)
+            return
         self.inbox.append((data, t, seen, kernel))
         waiter = self._waiter
         if waiter is not None and not waiter.done():
@@ -125,6 +137,52 @@ class Connection:
             finally:
                 self._waiter = None
         return self.inbox.popleft()
+
+    def _push(self, sink: Sink, data: bytes, t: int, seen: int, kernel: bool) -> None:
+        if self._sink_timeout is not None:
+            self._deadline = self.loop.time() + self._sink_timeout
+        try:
+            done = sink(data, t, seen, kernel)
+        except Exception as exc:  # the pushing task raises it, as a pulled read would
+            self._sink = None
+            self._sink_error = exc  # even when the sink closed the connection (and woke it)
+            done = True
+        waiter = self._waiter
+        if done:
+            self._sink = None
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+
+    async def push(self, sink: Sink, timeout: float | None) -> None:
+        """Hand each further read to `sink` in the reader callback itself, stamped as
+        `read` would give it, until `sink` returns True or the peer closes; raises what
+        `sink` raised, and TimeoutError when no read came within `timeout`.
+
+        The same reads, in the same order and with the same stamps as `read`, without a
+        task wake-up per read (a future, a callback and the awaiting task's resumption cost
+        more than the read). Reads already queued are the caller's to take first.
+        """
+        assert not self.inbox, "queued reads go first"
+        loop = self.loop
+        self._sink = sink
+        self._sink_timeout = timeout
+        try:
+            while self._sink is not None and not self.closed:
+                waiter = self._waiter = loop.create_future()
+                if timeout is not None:
+                    self._deadline = loop.time() + timeout
+                    if self._timer is None:
+                        self._timer = loop.call_at(self._deadline, self._check_deadline)
+                try:
+                    await waiter
+                finally:
+                    self._waiter = None
+        finally:
+            self._sink = None
+            self._sink_timeout = None
+            error, self._sink_error = self._sink_error, None
+        if error is not None:
+            raise error
 
     def _check_deadline(self) -> None:
         self._timer = None
@@ -175,6 +233,11 @@ class Connection:
         if not self._unsent:
             self.t_sent_ns = time.perf_counter_ns()
             self.loop.remove_writer(self._fd)
+
+    @property
+    def kernel_stamping(self) -> bool:
+        """Whether this socket asked the kernel for receive stamps (`stamps`)."""
+        return self._ancillary_size > 0
 
     @property
     def usable(self) -> bool:
