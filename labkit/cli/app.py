@@ -86,13 +86,29 @@ def fail(message: str, code: int = 1) -> typer.Exit:
 
 
 class _ProgressView:
-    """A live bar per provider: requests done/failed and the current TTFT p50."""
+    """A live bar per provider: requests done/failed and the current TTFT p50.
+
+    `update` (on every record) only notes the outcome; `show` renders what changed, from the
+    event loop at `PROGRESS_HZ` (`_supervised`), so no display thread takes the GIL from the
+    loop while streams are read and no record pays for a redraw.
+    """
 
     def __init__(self, progress: Progress) -> None:
         self.progress = progress
         self.tasks: dict[str, TaskID] = {}
+        self._changed: dict[str, ProviderOutcome] = {}
 
     def update(self, o: ProviderOutcome) -> None:
+        self._changed[o.id] = o
+
+    def show(self) -> None:
+        """Render the outcomes noted since the last call."""
+        changed, self._changed = self._changed, {}
+        for o in changed.values():
+            self._render(o)
+        self.progress.refresh()
+
+    def _render(self, o: ProviderOutcome) -> None:
         if o.id not in self.tasks:
             self.tasks[o.id] = self.progress.add_task(o.id, total=None, status="starting")
         p50 = ttft_p50(o)
@@ -106,6 +122,17 @@ class _ProgressView:
         )
 
 
+#: How often the live progress is redrawn (from the event loop).
+PROGRESS_HZ = 2
+
+
+async def _show_progress(view: _ProgressView) -> None:
+    """Redraw `view` from the loop `PROGRESS_HZ` times a second until cancelled."""
+    while True:
+        view.show()
+        await asyncio.sleep(1 / PROGRESS_HZ)
+
+
 class _Stopped(Exception):
     """The run was stopped before its end, like Ctrl-C: by SIGTERM or a failed write."""
 
@@ -117,9 +144,10 @@ class _Stopped(Exception):
 _SIGTERM = "SIGTERM"
 
 
-async def _supervised(runner: Runner) -> RunResult:
+async def _supervised(runner: Runner, view: _ProgressView | None = None) -> RunResult:
     """`run_lab`, cancelled as Ctrl-C cancels it when SIGTERM arrives or when the run folder
-    first fails to write (every later record would be lost); raises `_Stopped` then."""
+    first fails to write (every later record would be lost); raises `_Stopped` then. `view`:
+    the live progress, redrawn from this loop meanwhile."""
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
     assert main is not None
@@ -133,6 +161,7 @@ async def _supervised(runner: Runner) -> RunResult:
     with contextlib.suppress(ValueError, RuntimeError):  # only the main thread may; else default
         loop.add_signal_handler(signal.SIGTERM, stop, _SIGTERM)
     runner.folder.on_write_error = stop
+    drawing = None if view is None else asyncio.create_task(_show_progress(view))
     try:
         return await run_lab(runner)
     except asyncio.CancelledError:
@@ -140,16 +169,19 @@ async def _supervised(runner: Runner) -> RunResult:
             raise _Stopped(stopped[0]) from None
         raise
     finally:
+        if drawing is not None:
+            drawing.cancel()
         runner.folder.on_write_error = None
         with contextlib.suppress(ValueError, RuntimeError):
             loop.remove_signal_handler(signal.SIGTERM)
 
 
 def _execute(runner: Runner) -> RunResult:
-    # The live display redraws from its own thread. A Python thread holds the GIL for up to
-    # the switch interval (5 ms by default) before the event loop gets it back, which would
-    # delay an event's stamp by as much; a 0.5 ms interval and a slow redraw keep that small
-    # (each record's `client.loop_lag_ms` shows what remained).
+    # The live display is redrawn from the event loop (`_supervised`), not from a thread of
+    # its own. Another thread (a worker's reader) holds the GIL for up to the switch interval
+    # (5 ms by default) before the event loop gets it back, which would delay an event's
+    # stamp by as much; a 0.5 ms interval keeps that small (each record's
+    # `client.loop_lag_ms` shows what remained).
     previous_interval = sys.getswitchinterval()
     sys.setswitchinterval(0.0005)
     progress = Progress(
@@ -159,14 +191,22 @@ def _execute(runner: Runner) -> RunResult:
         TextColumn("{task.fields[status]}"),
         console=console,
         transient=False,
-        refresh_per_second=2,
+        auto_refresh=False,
     )
     view = _ProgressView(progress)
+
+    def message(text: str) -> None:
+        view.show()  # the bars under the line as they are now
+        progress.console.print(escape(text))
+
     runner.on_progress = view.update
-    runner.on_message = lambda m: progress.console.print(escape(m))
+    runner.on_message = message
     try:
         with progress:
-            return loopclock.run(_supervised(runner))
+            try:
+                return loopclock.run(_supervised(runner, view))
+            finally:
+                view.show()
     finally:
         sys.setswitchinterval(previous_interval)
 

@@ -9,6 +9,7 @@ a crash or Ctrl-C loses nothing finished, and `resume` redoes only what is missi
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import itertools
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from labkit.measurement.sdkpath import SDKRecorder
 from labkit.providers import ManagedServerHandle, Provider, ProviderSettings, provider_class
 from labkit.records import ErrorKind, LabAnswer, LabResults, RecordError, RequestRecord
 from labkit.runner.executor import Executor, Measurer
+from labkit.runner.gcpolicy import level_gc
 from labkit.runner.later import LaterReport, fetch_later_stats
 from labkit.runner.ray_executor import RayExecutor
 from labkit.runner.results import RunFolder, host_info, new_run_id, package_versions
@@ -84,6 +86,7 @@ class ProviderOutcome:
     server_metrics: ScrapeReport | None = None
     #: How fetching the provider's stats after the run went (None: it keeps none).
     stats_later: LaterReport | None = None
+    #: The measured requests' TTFTs so far (ms), kept sorted (`ttft_p50`).
     ttfts: list[float] = field(default_factory=list)
     #: Whether every experiment went through its whole plan (each planned request has a
     #: record, failed ones included); a run is `completed` only when every provider's is.
@@ -491,7 +494,8 @@ class Runner:
         level = _Level(self, exp, provider, outcome, server)
         async with contextlib.aclosing(exp.level_plans(provider, level)) as plans:
             async for plan in plans:
-                await self.executor.run_level(exp, provider, plan, level)
+                with level_gc():
+                    await self.executor.run_level(exp, provider, plan, level)
                 level.check_server()
         await exp.finalize(provider, self._mine(provider, exp))
 
@@ -538,7 +542,8 @@ class Runner:
         outcome.done += 1
         if record.error is None:
             if not record.warmup and record.client.ttft_ms is not None:
-                outcome.ttfts.append(record.client.ttft_ms)
+                # Kept sorted: the progress display reads the median on every update.
+                bisect.insort(outcome.ttfts, record.client.ttft_ms)
         else:
             outcome.failed += 1
             if outcome.first_error is None:
@@ -607,7 +612,7 @@ def _provider_failure(exc: Exception, settings: ProviderSettings) -> str:
 
 def ttft_p50(outcome: ProviderOutcome) -> float | None:
     """Current TTFT median of a provider's measured requests (for progress displays)."""
-    return percentile(sorted(outcome.ttfts), 50) if outcome.ttfts else None
+    return percentile(outcome.ttfts, 50) if outcome.ttfts else None
 
 
 def _select(config: LabConfig, options: RunOptions) -> LabConfig:

@@ -10,7 +10,6 @@ subprocess worker's link writes `labkit.runner.jobs` messages as JSON lines
 
 from __future__ import annotations
 
-import gc
 from typing import TYPE_CHECKING, Any, Protocol
 
 from labkit.experiments import PacedExperiment, PlannedRequest, Share, experiment_class
@@ -18,6 +17,7 @@ from labkit.measurement.recorder import StreamRecorder
 from labkit.providers import Provider, provider_class
 from labkit.records import RequestRecord
 from labkit.runner.executor import Measurer
+from labkit.runner.gcpolicy import level_gc
 from labkit.runner.jobs import LevelJob
 
 if TYPE_CHECKING:
@@ -104,11 +104,10 @@ async def run_worker(
             if planned.warmup:
                 planned.key += f"/{where}"
                 await send(planned, 0.0)
-        gc.collect()
-        gc.freeze()  # no full collection of start-up garbage in the middle of the level
-        t0_ns = await link.ready()
-        share = Share(job.worker, job.workers, job.tags)
-        await experiment.run_share(provider, job.level, share, t0_ns, send)
+        with level_gc():  # no full collection of start-up garbage in the middle of the level
+            t0_ns = await link.ready()
+            share = Share(job.worker, job.workers, job.tags)
+            await experiment.run_share(provider, job.level, share, t0_ns, send)
     finally:
         for client in sdk:
             await client.aclose()

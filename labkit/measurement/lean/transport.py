@@ -96,9 +96,15 @@ class LeanTransport(httpx.AsyncBaseTransport):
         key = _origin(url if isinstance(url, httpx.URL) else httpx.URL(url))
         idle = self._idle.setdefault(key, [])
         loop = asyncio.get_running_loop()
-        for conn in [conn for conn in idle if not (conn.usable and conn.loop is loop)]:
-            idle.remove(conn)
-            self.discard(conn)
+        if count <= 1:
+            # Before each request (`connect_ahead`): only the connection the next request
+            # takes (`_take_idle` pops the last) is checked, not the whole pool.
+            while idle and not (idle[-1].usable and idle[-1].loop is loop):
+                self.discard(idle.pop())
+        else:
+            for conn in [conn for conn in idle if not (conn.usable and conn.loop is loop)]:
+                idle.remove(conn)
+                self.discard(conn)
         missing = count - len(idle)
         if missing <= 0:
             return 0

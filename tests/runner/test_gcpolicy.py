@@ -1,0 +1,52 @@
+"""The collector's policy while a level runs (`labkit.runner.gcpolicy`): in force during each
+level, restored after, and without effect on what a level records."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+from pathlib import Path
+
+import pytest
+
+from labkit.runner.gcpolicy import LEVEL_GC_THRESHOLDS, level_gc
+from tests.runner.test_load import _fingerprint, _run
+
+
+@pytest.mark.unit
+def test_the_level_policy_holds_inside_and_is_restored_after() -> None:
+    before = gc.get_threshold()
+    with level_gc():
+        assert gc.get_threshold() == LEVEL_GC_THRESHOLDS
+        assert gc.get_freeze_count() > 0  # the set-up's heap is out of every collection
+    assert gc.get_threshold() == before
+
+
+@pytest.mark.unit
+def test_the_policy_is_restored_when_the_level_fails() -> None:
+    before = gc.get_threshold()
+    with pytest.raises(RuntimeError), level_gc():
+        raise RuntimeError("the level failed")
+    assert gc.get_threshold() == before
+
+
+@pytest.mark.integration
+def test_a_level_runs_under_the_policy_and_records_the_same_without_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    experiment = {"concurrency": [4], "requests": 8, "warmup": 1, "prompts": ["a", "b"]}
+    seen: set[tuple[int, int, int]] = set()
+
+    async def watch() -> None:
+        while True:
+            seen.add(gc.get_threshold())
+            await asyncio.sleep(0.001)
+
+    before = gc.get_threshold()
+    with_policy = _run({**experiment, "workers": 1}, tmp_path / "with", during=watch)
+    assert LEVEL_GC_THRESHOLDS in seen and gc.get_threshold() == before
+    monkeypatch.setattr("labkit.runner.run.level_gc", contextlib.nullcontext)
+    without = _run({**experiment, "workers": 1}, tmp_path / "without")
+    assert _fingerprint(with_policy.records) == _fingerprint(without.records)
+    assert len(_fingerprint(without.records)) == 8
