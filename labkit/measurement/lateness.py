@@ -20,7 +20,7 @@ __all__ = ["stamp_self_check"]
 
 
 def _ms(values_ns: Sequence[int]) -> list[float]:
-    return sorted(v / 1e6 for v in values_ns)
+    return sorted([v / 1e6 for v in values_ns])
 
 
 def _kernel_lateness(
