@@ -18,7 +18,6 @@ and a level whose stamps ran late is flagged client-bound (`labkit.selfcheck`).
 from __future__ import annotations
 
 import asyncio
-import gc
 import itertools
 import math
 import random
@@ -417,10 +416,6 @@ class LoadExperiment(PacedExperiment[LoadState, LoadLevelPlan]):
         n = requests if requests is not None else self._s.max_requests()
         if n is not None:
             context.expect(n)
-        # Start each level without garbage: a full collection in the middle of a level
-        # pauses the loop, and every stream's stamps with it.
-        gc.collect()
-        gc.freeze()
         processes = HostProcesses(count=self.workers_for(level))
         if self._s.workers == "auto":
             choice = self.workers_choice(level)

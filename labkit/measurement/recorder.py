@@ -507,9 +507,11 @@ class StreamRecorder(BaseRecorder):
                         await self._read_events(response, framer, parser, m, redact)
                 finally:
                     await response.aclose()
+                    release_response(response)
         finally:
             if outgoing is not None:
                 outgoing.discard_unsent()
+            http_request.extensions.clear()
             provider.connections.checkin(client)
 
     async def _read_events(
@@ -657,6 +659,17 @@ class StreamRecorder(BaseRecorder):
 DRAIN_AFTER_TERMINATOR_S = 0.25
 #: At most this many further reads (or SDK items) are drained.
 DRAIN_AFTER_TERMINATOR_READS = 1000
+
+
+def release_response(response: httpx.Response) -> None:
+    """Break httpx's closed response's reference cycle (the response holds its stream,
+    which holds the response), so the request's objects are freed by reference counting as
+    the record is made, not by the cyclic collector, whose scans stall the loop (see
+    `labkit.runner.gcpolicy`)."""
+    response.stream = _CLOSED_STREAM
+
+
+_CLOSED_STREAM = httpx.ByteStream(b"")
 
 
 async def drain_after_terminator(rest: AsyncIterator[object]) -> None:

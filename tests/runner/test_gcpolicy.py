@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.runner.gcpolicy import LEVEL_GC_THRESHOLDS, level_gc
+from labkit.runner.gcpolicy import LEVEL_GC_THRESHOLDS, _freeze_survivors, level_gc
 from tests.runner.test_load import _fingerprint, _run
 
 
@@ -21,6 +21,18 @@ def test_the_level_policy_holds_inside_and_is_restored_after() -> None:
         assert gc.get_threshold() == LEVEL_GC_THRESHOLDS
         assert gc.get_freeze_count() > 0  # the set-up's heap is out of every collection
     assert gc.get_threshold() == before
+
+
+@pytest.mark.unit
+def test_no_collection_in_a_level_leaves_anything_for_the_older_generations() -> None:
+    with level_gc():
+        kept = [[i] for i in range(50_000)]  # survivors of the young collections on the way
+        gc.collect(0)
+        # Frozen: no later collection scans them again, and the older generations stay empty.
+        assert gc.get_objects(generation=1) == [] and gc.get_objects(generation=2) == []
+        assert kept[-1] == [49_999]
+    assert gc.get_freeze_count() == 0  # unfrozen after the level, and collected
+    assert _freeze_survivors not in gc.callbacks
 
 
 @pytest.mark.unit
