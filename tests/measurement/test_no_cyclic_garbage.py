@@ -1,22 +1,26 @@
 """A recorded request leaves no cyclic garbage: its objects are freed by reference counting.
 
-Why it matters: a level holds the cyclic collector off while streams are read
-(`labkit.runner.gcpolicy`), since its scans stall the loop; whatever a request leaves in a
-reference cycle would then stay until the level ends. httpx's response holds its stream,
-which holds the response: the recorder breaks that cycle once the response is closed.
-Real servers on 127.0.0.1, both transports, a complete stream and an HTTP error.
+Why it matters: while a level runs, what each young collection leaves alive is frozen
+(`labkit.runner.gcpolicy`: the collector's scans stall the loop), so a request still in
+flight at a collection and left in a reference cycle afterwards would stay until the level
+ends. httpx's response holds its stream, which holds the response: the recorder breaks that
+cycle once the response is closed. Real servers on 127.0.0.1, both transports: a complete
+stream, an HTTP error, a stream cut short and one that is not JSON.
 """
 
 from __future__ import annotations
 
 import gc
+from collections import Counter
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
+from labkit.measurement.lean.http11 import Body
 from labkit.measurement.recorder import StreamRecorder
 from labkit.providers import Provider, provider_class
+from labkit.records import RequestRecord
 from tests.providers.streams import oa_usage, openai_events
 from tests.support.misbehaving import MisbehavingServer, body_reply, record_requests, sse_reply
 
@@ -26,7 +30,13 @@ EVENTS = b"".join(openai_events(["Hel", "lo"], usage=oa_usage(3, 2)))
 REPLIES = {
     "stream": sse_reply([EVENTS]),
     "http_error": body_reply(503, b'{"error": {"message": "busy"}}', "application/json"),
+    "cut_mid_stream": sse_reply([EVENTS[: len(EVENTS) // 2]]),
+    "malformed": sse_reply([b"data: {not json\n\n"]),
 }
+
+
+#: A request's own objects: its request, response, the lean body and the record.
+REQUEST_OBJECTS = (httpx.Request, httpx.Response, Body, RequestRecord)
 
 
 def _provider(base_url: str, transport: str) -> Provider:
@@ -69,7 +79,13 @@ def test_a_request_leaves_no_cycles(
         )
     assert len(records) == 20
     assert all((r.error is None) == (reply == "stream") for r in records)
+    _assert_no_request_cycles(saved_garbage)
+
+
+def _assert_no_request_cycles(saved_garbage: list[object]) -> None:
     gc.collect()
-    left = [o for o in saved_garbage if isinstance(o, (httpx.Request, httpx.Response))]
-    # One run's provider and client end in cycles of their own (once, not per request).
-    assert left == [], f"{len(left)} request/response objects were left in cycles"
+    # One run's provider and client end in cycles of their own (once, not per request); a
+    # connection that fails mid-stream can leave its transport in one (collected by the
+    # next young collection): what must never be there is a request's own objects.
+    left = Counter(type(o).__qualname__ for o in saved_garbage if isinstance(o, REQUEST_OBJECTS))
+    assert left == Counter(), f"left in reference cycles: {dict(left)}"
