@@ -20,12 +20,18 @@ reader paused in the same turn) keep their window when they are reported again.
 each report (a short queue: a reader that falls behind consumes them in order, one per
 wait). `new_event_loop` builds an asyncio loop on it, and `run` runs a coroutine on such a
 loop (`asyncio.run`'s equivalent); `loop_clock` finds the selector of the running loop (None
-on any other loop, uvloop included: there is no estimate there). What the estimate cannot
-see: the time the kernel took to wake the process (a CPU held by another process). Kernel
-receive stamps (`labkit.measurement.lean`) are exact; this is for the stamps taken in user
-space (httpx, the SDKs).
+on any other loop, uvloop included: there is no estimate there). A ``select()`` woken but
+back late (its thread waiting for a CPU another process or thread held, or for the GIL) is
+seen through the thread's scheduler counters (Linux, `thread_schedstat`, read around each
+``select()`` that may block): the run-queue delay accrued puts the wake that much before the
+return; a thread put on a CPU more than once meanwhile slept again (the GIL) and is widened
+by a switch interval per extra run. Still unseen: a GIL held by a C call beyond that, and
+any wake delay where the counters are missing. Kernel receive stamps
+(`labkit.measurement.lean`) are exact but for reads that gathered events; this places those
+and the stamps taken in user space (httpx, the SDKs).
 
-Cost: two clock reads per ``select()`` and, per socket reported, a dictionary look-up and a
+Cost: two clock reads per ``select()``, one ``pread`` of the counters (~1 µs) per one that
+may block and a second for one that did; per socket reported, a dictionary look-up and a
 queued tuple; per read, a few list appends; per event, its share of one pass at the end of
 the stream (benchmarks/bench_recorder.py measures them).
 """
