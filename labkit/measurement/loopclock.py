@@ -24,11 +24,11 @@ on any other loop, uvloop included: there is no estimate there). A ``select()`` 
 back late (its thread waiting for a CPU another process or thread held, or for the GIL) is
 seen through the thread's scheduler counters (Linux, `thread_schedstat`, read around each
 ``select()`` that may block): the run-queue delay accrued puts the wake that much before the
-return; a thread put on a CPU more than once meanwhile slept again (the GIL) and is widened
-by a switch interval per extra run. Still unseen: a GIL held by a C call beyond that, and
-any wake delay where the counters are missing. Kernel receive stamps
-(`labkit.measurement.lean`) are exact but for reads that gathered events; this places those
-and the stamps taken in user space (httpx, the SDKs).
+return; a thread put on a CPU more than once meanwhile may have slept again on the GIL (if
+another Python thread is alive): widened by a switch interval per extra run. Still unseen:
+a GIL held by a C call beyond that, and any wake delay where the counters are missing.
+Kernel receive stamps (`labkit.measurement.lean`) are exact but for reads that gathered
+events; this places those and the stamps taken in user space (httpx, the SDKs).
 
 Cost: two clock reads per ``select()``, one ``pread`` of the counters (~1 µs) per one that
 may block and a second for one that did; per socket reported, a dictionary look-up and a
@@ -43,6 +43,7 @@ import functools
 import os
 import selectors
 import sys
+import threading
 import time
 import weakref
 from collections import deque
@@ -249,9 +250,10 @@ def _woken(entered: int, returned: int, before: bytes, after: bytes) -> int:
 
     Woken and put on a CPU once, the thread waited for that CPU for the run-queue delay it
     accrued: the bytes woke it that much before it returned. Put on a CPU more than once, it
-    also slept after its wake: waiting for the GIL another thread held (or preempted before
-    it slept). A GIL holder running Python gives it up within a switch interval of being
-    asked, so each extra run widens the wake by one; a C call holding it longer is unseen.
+    was preempted (that wait is in the delay) or slept again after its wake, waiting for the
+    GIL another Python thread held: with one alive, each extra run widens the wake by a
+    switch interval (a holder running Python gives the GIL up within one of being asked); a
+    C call holding it longer is unseen.
     """
     try:
         _, wait_before, runs_before = before.split()
@@ -260,7 +262,7 @@ def _woken(entered: int, returned: int, before: bytes, after: bytes) -> int:
         extra_runs = int(runs_after) - int(runs_before) - 1
     except ValueError:  # an unreadable line: nothing known beyond the select()'s own times
         return returned
-    if extra_runs > 0:
+    if extra_runs > 0 and threading.active_count() > 1:
         woken -= int(extra_runs * sys.getswitchinterval() * 1e9)
     return max(entered, woken)
 

@@ -188,11 +188,14 @@ def test_a_wake_that_waited_for_a_cpu_is_placed_before_the_return(
     assert sel.window_before(40 * MS) == (1 * MS, 10 * MS, True)
 
 
+@pytest.mark.parametrize(("threads", "woken_ms"), [(2, 35), (1, 40)])
 def test_a_wake_followed_by_another_sleep_is_widened_by_a_switch_interval(
-    pipe: tuple[int, int],
+    pipe: tuple[int, int], monkeypatch: pytest.MonkeyPatch, threads: int, woken_ms: int
 ) -> None:
     r, w = pipe
-    # Put on a CPU twice (woken, then asleep again waiting for the GIL), no run-queue wait.
+    # Put on a CPU twice, no run-queue wait: asleep again after the wake, on the GIL if
+    # another Python thread is alive (widened by its 5 ms switch interval), else preempted.
+    monkeypatch.setattr(loopclock.threading, "active_count", lambda: threads)
     sel = TimedSelector(
         clock=ScriptedClock(1 * MS, 40 * MS),
         schedstat=ScriptedCounters((0, 7), (0, 9)),
@@ -205,7 +208,7 @@ def test_a_wake_followed_by_another_sleep_is_widened_by_a_switch_interval(
         assert sel.select(timeout=1.0)
     finally:
         sys.setswitchinterval(interval)
-    assert sel.reports[r][-1] == (35 * MS, 35 * MS, True)
+    assert sel.reports[r][-1] == (woken_ms * MS, woken_ms * MS, True)
 
 
 def test_a_prompt_wake_or_a_select_at_once_reads_no_counters(pipe: tuple[int, int]) -> None:
