@@ -104,12 +104,15 @@ while True:  # spinning until labkit's thread says it is about to select()
 start = time.perf_counter_ns()
 while time.perf_counter_ns() - start < 0.01e9:
     pass
-first = time.perf_counter_ns()
-sock.send(b"a")
-while time.perf_counter_ns() - first < float(sys.argv[3]) * 1e9:
-    pass
-second = time.perf_counter_ns()
-sock.send(b"b")
+first = second = time.perf_counter_ns()
+if float(sys.argv[3]) > 0:
+    sock.send(b"a")
+    while time.perf_counter_ns() - first < float(sys.argv[3]) * 1e9:
+        pass
+    second = time.perf_counter_ns()
+    sock.send(b"b")
+else:  # both in one segment
+    sock.send(b"ab")
 print(first, second, flush=True)
 sock.setblocking(True)
 sock.recv(1)
@@ -151,10 +154,11 @@ def _spinner_run(cpu: int, gap_s: float) -> tuple[tuple[int, int, bool], bytes, 
 def test_a_wake_delayed_by_a_process_on_the_cpu_is_seen() -> None:
     cpu = min(os.sched_getaffinity(0))
     # The scheduler may still give the idle thread the CPU between the sends (it did not
-    # gather then): a few tries.
-    for _ in range(5):
+    # gather then; about half the tries on a busy host): tries until it gathers.
+    # (Or may not give it the CPU until after the first send: it was not selecting then.)
+    for _ in range(20):
         window, data, first, second = _spinner_run(cpu, SPIN_GAP_S)
-        if data == b"ab":
+        if data == b"ab" and window[0] <= first:
             break
     assert data == b"ab"  # the two events in one read
     entered, woken, _ = window
@@ -199,11 +203,8 @@ def test_a_wake_delayed_by_another_thread_holding_the_gil_is_seen(
 
 
 def test_a_prompt_wake_is_not_late() -> None:
-    # Two segments a few microseconds apart, read together: on time.
-    for _ in range(5):
-        window, data, first, second = _spinner_run(-1, 0.0)
-        if data == b"ab":
-            break
+    # Two events in one segment (as a stream's last token and its end often come): on time.
+    window, data, first, second = _spinner_run(-1, 0.0)
     assert data == b"ab"
     woken = window[1]
     assert woken >= first  # woken by the bytes, not before
