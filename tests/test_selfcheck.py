@@ -222,3 +222,54 @@ def test_kernel_stamps_are_not_late_however_late_labkit_read_them() -> None:
     busy = c.model_copy(update={"loop_lag_ms": 8.0})
     rec = make_record(experiment="load")
     assert not level_lag([rec.model_copy(update={"client": busy})]).client_bound
+
+
+def _stalled_level(woken_ns: int) -> list[Any]:
+    """32 kernel-stamped streams of 50 events 30 ms apart; in each, one stall gathered the
+    10th and 11th into one read stamped at the 11th's arrival (at 330 ms), back from a
+    select() entered at 299 ms and returned at 330.1 ms, whose wake the thread's counters
+    put at `woken_ns`."""
+    gap = 30_000_000
+    output = [gap * i for i in range(1, 10)] + [gap * 11] * 2 + [gap * i for i in range(12, 51)]
+    reads = [(t, t + 100_000, True) for t in sorted(set(output))]
+    window = {gap * 11: (gap * 10 - 1_000_000, woken_ns, True)}
+    records = []
+    for _ in range(32):
+        timings = ClientTimings()
+        stamp_self_check(timings, "kernel", output, None, reads, window)
+        client = {
+            name: getattr(timings, name)
+            for name in (
+                "stamp_source",
+                "stamp_lateness_ms_p50",
+                "stamp_lateness_ms_p99",
+                "stamp_lateness_ms_max",
+                "stamp_lateness_ms",
+                "ttft_lateness_ms",
+            )
+        }
+        offsets = [50.0 + 30.0 * i for i in range(50)]
+        records.append(
+            make_record(
+                experiment="load",
+                tags={"level": "c32"},
+                ttft_ms=50.0,
+                event_offsets_ms=offsets,
+                itl_ms_p50=30.0,
+                **client,
+            )
+        )
+    return records
+
+
+def test_a_stall_that_the_wake_counters_saw_flags_the_level() -> None:
+    # The thread was woken by the 10th event (at 300 ms) and waited 30 ms for a CPU: that
+    # event is 30 ms late, 2% of the level's events, above its 3 ms limit.
+    stalled = _stalled_level(woken_ns=300_000_000)
+    assert stalled[0].client.stamp_lateness_ms_max == 30.0
+    assert stalled[0].client.ttft_lateness_ms == 0.0
+    assert level_lag(stalled).client_bound
+    # Woken when it returned (no wait for a CPU): the two came together, nothing is late.
+    quiet = _stalled_level(woken_ns=330_100_000)
+    assert quiet[0].client.stamp_lateness_ms_max == 0.0
+    assert not level_lag(quiet).client_bound and client_bound_notes(quiet) == []

@@ -34,7 +34,8 @@ def _kernel_lateness(
     brought only the last is stamped on time. The others arrived after the previous read
     was seen and within the loop's window for the read (`windows`, from
     `TimedSelector.window_before`; none known: they came with the last): the j-th at
-    ``lo + j (stamp - lo) / k``.
+    ``lo + j (stamp - lo) / k``; where the first of them woke the loop (at ``lo``), the
+    j-th at ``lo + (j - 1) (stamp - lo) / (k - 1)``.
     """
     if not all(kernel for _, _, kernel in reads):
         return None
@@ -72,7 +73,11 @@ def _kernel_lateness(
             # returned: labkit woke late (no CPU), the bytes came since it was entered.
             lo = entered_or_floor
         else:
-            lo = latest  # the first of them woke it: they came together
+            # The first of them woke it, at `latest` (before its return by the wait for
+            # a CPU the thread accrued, `TimedSelector`): from then to the last segment.
+            lo = min(latest, t)
+            out[i:end] = [((t - lo) * (k - j)) // (k - 1) for j in range(1, k + 1)]
+            continue
         lo = min(lo, t)
         out[i:end] = [(t - lo) - (j * (t - lo)) // k for j in range(1, k + 1)]
     return out

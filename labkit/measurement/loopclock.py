@@ -20,12 +20,18 @@ reader paused in the same turn) keep their window when they are reported again.
 each report (a short queue: a reader that falls behind consumes them in order, one per
 wait). `new_event_loop` builds an asyncio loop on it, and `run` runs a coroutine on such a
 loop (`asyncio.run`'s equivalent); `loop_clock` finds the selector of the running loop (None
-on any other loop, uvloop included: there is no estimate there). What the estimate cannot
-see: the time the kernel took to wake the process (a CPU held by another process). Kernel
-receive stamps (`labkit.measurement.lean`) are exact; this is for the stamps taken in user
-space (httpx, the SDKs).
+on any other loop, uvloop included: there is no estimate there). A ``select()`` woken but
+back late (its thread waiting for a CPU another process or thread held, or for the GIL) is
+seen through the thread's scheduler counters (Linux, `thread_schedstat`, read around each
+``select()`` that may block): the run-queue delay accrued puts the wake that much before the
+return; a thread put on a CPU more than once meanwhile may have slept again on the GIL (if
+another Python thread is alive): widened by a switch interval per extra run. Still unseen:
+a GIL held by a C call beyond that, and any wake delay where the counters are missing.
+Kernel receive stamps (`labkit.measurement.lean`) are exact but for reads that gathered
+events; this places those and the stamps taken in user space (httpx, the SDKs).
 
-Cost: two clock reads per ``select()`` and, per socket reported, a dictionary look-up and a
+Cost: two clock reads per ``select()``, one ``pread`` of the counters (~1 µs) per one that
+may block and a second for one that did; per socket reported, a dictionary look-up and a
 queued tuple; per read, a few list appends; per event, its share of one pass at the end of
 the stream (benchmarks/bench_recorder.py measures them).
 """
@@ -33,7 +39,11 @@ the stream (benchmarks/bench_recorder.py measures them).
 from __future__ import annotations
 
 import asyncio
+import functools
+import os
 import selectors
+import sys
+import threading
 import time
 import weakref
 from collections import deque
@@ -43,6 +53,7 @@ from typing import Any, TypeVar
 __all__ = [
     "BLOCKED_NS",
     "REPORTS_KEPT",
+    "SCHEDSTAT_PATH",
     "Arrival",
     "LatenessTracker",
     "TimedSelector",
@@ -50,6 +61,7 @@ __all__ = [
     "new_event_loop",
     "run",
     "socket_fd",
+    "thread_schedstat",
 ]
 
 T = TypeVar("T")
@@ -60,6 +72,9 @@ BLOCKED_NS = 50_000
 HISTORY_KEPT = 256
 #: Reports kept per socket for a reader that has not consumed them yet.
 REPORTS_KEPT = 32
+#: The calling thread's scheduler counters (Linux): time on a CPU, time runnable but waiting
+#: for one (ns), and how many times it was put on a CPU.
+SCHEDSTAT_PATH = "/proc/thread-self/schedstat"
 
 #: One report of waiting bytes: the window (earliest, latest) in which they arrived, in ns,
 #: and whether the latest is the arrival of the last of them (a select() they woke) rather
@@ -84,9 +99,16 @@ class TimedSelector(selectors.DefaultSelector):
     """The default selector, timing every ``select()`` and keeping per socket the arrival
     window of the bytes each report found (module docstring)."""
 
-    def __init__(self, clock: Callable[[], int] = time.perf_counter_ns) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], int] = time.perf_counter_ns,
+        schedstat: Callable[[], bytes] | None = None,
+    ) -> None:
         super().__init__()
         self._clock = clock
+        #: Reads this thread's scheduler counters (`thread_schedstat`); None: not read, a
+        #: blocked select() is taken to have been woken when it returned.
+        self.schedstat = schedstat
         #: ``select()`` calls entered so far; a reader compares it to see whether it waited.
         self.selects = 0
         self.entered_ns = 0
@@ -94,8 +116,9 @@ class TimedSelector(selectors.DefaultSelector):
         #: Per socket: the windows of the reports not yet consumed, oldest first.
         self.reports: dict[int, deque[Arrival]] = {}
         self._sockets: dict[int, _Socket] = {}
-        #: The latest select() calls that reported something: (returned, entered, blocked).
-        self.history: deque[tuple[int, int, bool]] = deque(maxlen=HISTORY_KEPT)
+        #: The latest select() calls that reported something: (returned, entered, blocked,
+        #: woken), woken the earliest time the bytes can have woken it (`_woken`).
+        self.history: deque[tuple[int, int, bool, int]] = deque(maxlen=HISTORY_KEPT)
 
     def _socket(self, fd: int) -> _Socket:
         state = self._sockets.get(fd)
@@ -155,6 +178,8 @@ class TimedSelector(selectors.DefaultSelector):
         clock = self._clock
         previous_return = self.returned_ns
         self.selects = n = self.selects + 1
+        schedstat = self.schedstat if timeout != 0 else None
+        counters = schedstat() if schedstat is not None else b""
         entered = clock()
         ready = _POLL(self, timeout)
         self.returned_ns = returned = clock()
@@ -162,8 +187,11 @@ class TimedSelector(selectors.DefaultSelector):
         if not ready:
             return ready
         blocked = timeout != 0 and returned - entered > BLOCKED_NS
+        woken = returned
+        if blocked and schedstat is not None:
+            woken = _woken(entered, returned, counters, schedstat())
         history = self.history
-        history.append((returned, entered, blocked))
+        history.append((returned, entered, blocked, woken))
         sockets = self._sockets
         for key, mask in ready:
             if not mask & _READ:
@@ -175,7 +203,7 @@ class TimedSelector(selectors.DefaultSelector):
                 window = state.unread
                 state.unread = None
             elif blocked:
-                window = (returned, returned, True)
+                window = (woken, woken, True)
             elif 0 <= state.watched_from < n - 1:
                 # Watched by the previous select(), which saw it empty: the bytes came since.
                 window = (previous_return, entered, False)
@@ -189,15 +217,16 @@ class TimedSelector(selectors.DefaultSelector):
     def window_before(self, seen_ns: int) -> Arrival | None:
         """The window of bytes read (by an I/O callback) at `seen_ns`: read after the
         latest select() that returned before then, they came while it blocked (``(entered,
-        returned, True)``: the first of them woke it) or since the one before it returned
-        (``(that return, entered, False)``, for a socket watched all along). None if that
-        select() is no longer in `history`."""
+        woken, True)``: the first of them woke it, at `woken` or up to its return if the
+        thread then waited for a CPU or the GIL, `_woken`) or since the one before it
+        returned (``(that return, entered, False)``, for a socket watched all along). None
+        if that select() is no longer in `history`."""
         history = self.history
         for i in range(len(history) - 1, 0, -1):
-            returned, entered, blocked = history[i]
+            returned, entered, blocked, woken = history[i]
             if returned <= seen_ns:
                 if blocked:
-                    return (entered, returned, True)
+                    return (entered, woken, True)
                 return (history[i - 1][0], entered, False)
         return None
 
@@ -205,6 +234,62 @@ class TimedSelector(selectors.DefaultSelector):
         """Drop a socket's history (its file descriptor is about to be reused)."""
         self.reports.pop(fd, None)
         self._sockets.pop(fd, None)
+
+    def close(self) -> None:
+        """Close as the default selector does, and the scheduler counters' file."""
+        super().close()
+        closer = getattr(self.schedstat, "close", None)
+        if closer is not None:
+            closer()
+            self.schedstat = None
+
+
+def _woken(entered: int, returned: int, before: bytes, after: bytes) -> int:
+    """The earliest time the bytes that a blocked ``select()`` (entered, returned) reported
+    can have woken it, from the thread's scheduler counters read around it.
+
+    Woken and put on a CPU once, the thread waited for that CPU for the run-queue delay it
+    accrued: the bytes woke it that much before it returned. Put on a CPU more than once, it
+    was preempted (that wait is in the delay) or slept again after its wake, waiting for the
+    GIL another Python thread held: with one alive, each extra run widens the wake by a
+    switch interval (a holder running Python gives the GIL up within one of being asked); a
+    C call holding it longer is unseen.
+    """
+    try:
+        _, wait_before, runs_before = before.split()
+        _, wait_after, runs_after = after.split()
+        woken = returned - (int(wait_after) - int(wait_before))
+        extra_runs = int(runs_after) - int(runs_before) - 1
+    except ValueError:  # an unreadable line: nothing known beyond the select()'s own times
+        return returned
+    if extra_runs > 0 and threading.active_count() > 1:
+        woken -= int(extra_runs * sys.getswitchinterval() * 1e9)
+    return max(entered, woken)
+
+
+class _Schedstat(functools.partial[bytes]):
+    """Reads `SCHEDSTAT_PATH` of the thread that opened it: ``os.pread(fd, 64, 0)``, ~1 µs."""
+
+    def close(self) -> None:
+        """Close the file."""
+        os.close(self.args[0])
+
+
+def thread_schedstat() -> Callable[[], bytes] | None:
+    """A reader of the calling thread's scheduler counters (for `TimedSelector`), or None
+    where the kernel has none (not Linux, no schedstat, a sandbox that hides /proc)."""
+    try:
+        fd = os.open(SCHEDSTAT_PATH, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fields = os.pread(fd, 64, 0).split()
+    except OSError:
+        fields = []
+    if len(fields) != 3 or not all(field.isdigit() for field in fields):
+        os.close(fd)
+        return None
+    return _Schedstat(os.pread, fd, 64, 0)
 
 
 _POLL = selectors.DefaultSelector.select
@@ -218,7 +303,9 @@ _CLOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, TimedSelector] = (
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
     """A selector event loop on a `TimedSelector` (for ``asyncio.Runner(loop_factory=...)``)."""
-    selector = TimedSelector()
+    # Called by the thread that will run the loop (asyncio.Runner's loop_factory), whose
+    # scheduler counters are then the loop's.
+    selector = TimedSelector(schedstat=thread_schedstat())
     loop = asyncio.SelectorEventLoop(selector)
     _CLOCKS[loop] = selector
     return loop

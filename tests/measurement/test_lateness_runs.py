@@ -21,7 +21,7 @@ def _per_event_walk(
     reads: Sequence[tuple[int, int, bool]],
     windows: Mapping[int, tuple[int, int, bool]],
 ) -> list[int]:
-    """The walk over every event, as it was before (the reference)."""
+    """The walk over every event, one event at a time (the reference)."""
     n = len(output_ns)
     previous_seen = {
         t: seen for (t, _, _), (_, seen, _) in zip(reads[:0:-1], reads[-2::-1], strict=True)
@@ -43,8 +43,11 @@ def _per_event_walk(
                 lo = max(entered_or_floor, previous_seen.get(t, entered_or_floor))
             elif t < latest - WAKE_SLACK_NS:
                 lo = entered_or_floor
-            else:
-                lo = latest
+            else:  # the first of them woke the loop: from then to the last segment
+                lo = min(latest, t)
+                out.extend(((t - lo) * (k - j)) // (k - 1) for j in range(1, k + 1))
+                i = end
+                continue
             lo = min(lo, t)
             out.extend((t - lo) - (j * (t - lo)) // k for j in range(1, k + 1))
         i = end

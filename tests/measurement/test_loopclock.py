@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 import selectors
+import sys
 from collections import deque
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from labkit.measurement import loopclock
 from labkit.measurement.loopclock import (
     LatenessTracker,
     TimedSelector,
@@ -156,3 +159,84 @@ def test_a_callback_read_is_placed_after_the_select_before_it(pipe: tuple[int, i
     assert sel.window_before(3 * MS + 500) == (1 * MS, 3 * MS, False)
     assert sel.window_before(7 * MS + 10) == (5 * MS, 7 * MS, True)
     assert sel.window_before(0) is None
+
+
+class ScriptedCounters:
+    """Scheduler counter lines (as `thread_schedstat` reads them), one per call."""
+
+    def __init__(self, *counters: tuple[int, int]) -> None:
+        self._lines = iter(f"100 {wait} {runs}\n".encode() for wait, runs in counters)
+
+    def __call__(self) -> bytes:
+        return next(self._lines)
+
+
+def test_a_wake_that_waited_for_a_cpu_is_placed_before_the_return(
+    pipe: tuple[int, int],
+) -> None:
+    r, w = pipe
+    # Blocked 1 -> 40 ms; put on a CPU once, after waiting 30 ms for it: woken at 10 ms.
+    sel = TimedSelector(
+        clock=ScriptedClock(1 * MS, 40 * MS),
+        schedstat=ScriptedCounters((5 * MS, 7), (35 * MS, 8)),
+    )
+    sel.register(r, selectors.EVENT_READ)
+    os.write(w, b"x")
+    assert sel.select(timeout=1.0)
+    assert sel.reports[r][-1] == (10 * MS, 10 * MS, True)
+    sel.history.appendleft((0, 0, False, 0))  # an earlier select(), as in a running loop
+    assert sel.window_before(40 * MS) == (1 * MS, 10 * MS, True)
+
+
+@pytest.mark.parametrize(("threads", "woken_ms"), [(2, 35), (1, 40)])
+def test_a_wake_followed_by_another_sleep_is_widened_by_a_switch_interval(
+    pipe: tuple[int, int], monkeypatch: pytest.MonkeyPatch, threads: int, woken_ms: int
+) -> None:
+    r, w = pipe
+    # Put on a CPU twice, no run-queue wait: asleep again after the wake, on the GIL if
+    # another Python thread is alive (widened by its 5 ms switch interval), else preempted.
+    monkeypatch.setattr(loopclock.threading, "active_count", lambda: threads)
+    sel = TimedSelector(
+        clock=ScriptedClock(1 * MS, 40 * MS),
+        schedstat=ScriptedCounters((0, 7), (0, 9)),
+    )
+    sel.register(r, selectors.EVENT_READ)
+    os.write(w, b"x")
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.005)
+    try:
+        assert sel.select(timeout=1.0)
+    finally:
+        sys.setswitchinterval(interval)
+    assert sel.reports[r][-1] == (woken_ms * MS, woken_ms * MS, True)
+
+
+def test_a_prompt_wake_or_a_select_at_once_reads_no_counters(pipe: tuple[int, int]) -> None:
+    r, w = pipe
+    # Woken once, no wait: the return is the wake. A select(0) reads no counters at all.
+    sel = TimedSelector(
+        clock=ScriptedClock(1 * MS, 40 * MS, 41 * MS, 41 * MS + 1),
+        schedstat=ScriptedCounters((5 * MS, 7), (5 * MS, 8)),
+    )
+    sel.register(r, selectors.EVENT_READ)
+    os.write(w, b"x")
+    assert sel.select(timeout=1.0)
+    assert sel.select(timeout=0)
+    assert list(sel.reports[r]) == [(40 * MS, 40 * MS, True), (40 * MS, 41 * MS, False)]
+
+
+def test_no_scheduler_counters_where_the_file_is_missing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(loopclock, "SCHEDSTAT_PATH", str(tmp_path / "absent"))
+    assert loopclock.thread_schedstat() is None
+    garbled = tmp_path / "garbled"
+    garbled.write_text("garbled\n")
+    monkeypatch.setattr(loopclock, "SCHEDSTAT_PATH", str(garbled))
+    assert loopclock.thread_schedstat() is None
+    loop = new_event_loop()  # and the loop is built without them
+    try:
+        clock = loop_clock(loop)
+        assert clock is not None and clock.schedstat is None
+    finally:
+        loop.close()
