@@ -28,15 +28,15 @@ from tests.support.records import make_record
 pytestmark = pytest.mark.unit
 
 
-def _level(n: int, **client: Any) -> list[Any]:
-    offsets = [50.0 + 2.0 * i for i in range(100)]
+def _level(n: int, gap_ms: float = 2.0, events: int = 100, **client: Any) -> list[Any]:
+    offsets = [50.0 + gap_ms * i for i in range(events)]
     return [
         make_record(
             experiment="load",
             tags={"level": "c32"},
             ttft_ms=50.0,
             event_offsets_ms=offsets,
-            itl_ms_p50=2.0,
+            itl_ms_p50=gap_ms,
             **client,
         )
         for _ in range(n)
@@ -248,17 +248,7 @@ def _stalled_level(woken_ns: int) -> list[Any]:
                 "ttft_lateness_ms",
             )
         }
-        offsets = [50.0 + 30.0 * i for i in range(50)]
-        records.append(
-            make_record(
-                experiment="load",
-                tags={"level": "c32"},
-                ttft_ms=50.0,
-                event_offsets_ms=offsets,
-                itl_ms_p50=30.0,
-                **client,
-            )
-        )
+        records += _level(1, gap_ms=30.0, events=50, **client)
     return records
 
 

@@ -19,9 +19,9 @@ import pytest
 
 from labkit.measurement.lean.http11 import Body
 from labkit.measurement.recorder import StreamRecorder
-from labkit.providers import Provider, provider_class
+from labkit.providers import Provider
 from labkit.records import RequestRecord
-from tests.providers.streams import oa_usage, openai_events
+from tests.providers.streams import make_provider, oa_usage, openai_events
 from tests.support.misbehaving import MisbehavingServer, body_reply, record_requests, sse_reply
 
 pytestmark = pytest.mark.integration
@@ -40,16 +40,10 @@ REQUEST_OBJECTS = (httpx.Request, httpx.Response, Body, RequestRecord)
 
 
 def _provider(base_url: str, transport: str) -> Provider:
-    cls = provider_class("openai_compatible")
-    data = {
-        "id": "p",
-        "kind": "openai_compatible",
-        "model": "m",
-        "base_url": base_url,
-        "transport": transport,
-        "timeouts": {"connect": 2.0, "read": 5.0, "total": 30.0},
-    }
-    return cls(cls.settings_model.model_validate(data), api_key="k-cycles")
+    timeouts = {"connect": 2.0, "read": 5.0, "total": 30.0}
+    return make_provider(
+        "openai_compatible", "k-cycles", base_url=base_url, transport=transport, timeouts=timeouts
+    )
 
 
 @pytest.fixture
