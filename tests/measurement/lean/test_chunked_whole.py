@@ -3,7 +3,11 @@ read gathered): the same payloads as the general decoder, and the same refusals.
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from labkit.measurement.lean.http11 import _Chunked
 
@@ -46,3 +50,42 @@ def test_a_hex_prefix_is_broken_framing_as_in_the_general_decoder(size: bytes) -
         _Chunked().feed(read)
     with pytest.raises(ValueError, match="chunk size"):
         _Chunked().feed(size + b"\r\nhello\r\n")
+
+
+def _decoded(reads: list[bytes]) -> tuple[bytes, bytes, bool, bool]:
+    """The payload of `reads` fed in order, what followed the last chunk, whether the body
+    ended, and whether the framing was refused."""
+    decoder, payload = _Chunked(), b""
+    for k, read in enumerate(reads):
+        try:
+            got, rest, done = decoder.feed(read)
+        except ValueError:
+            return payload, b"", False, True
+        payload += got
+        if done:
+            return payload, rest + b"".join(reads[k + 1 :]), True, False
+    return payload, b"", False, False
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    payloads=st.lists(st.binary(min_size=1, max_size=40), max_size=8),
+    ending=st.sampled_from([b"0\r\n\r\nNEXT", b"", b"0x5\r\nhello\r\n", b"zz\r\n", b"5\r\nab"]),
+    cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=6),
+)
+def test_any_body_cut_into_any_reads_decodes_as_one_byte_reads(
+    payloads: list[bytes], ending: bytes, cuts: list[int]
+) -> None:
+    """Fuzzed: chunks of any bytes, then the last chunk, nothing, or broken framing; however
+    the reads cut them, the fast paths decode what one-byte reads decode, or refuse too."""
+    data = b"".join(_chunk(p) for p in payloads) + ending
+    bounds = sorted({0, len(data), *(c for c in cuts if c < len(data))})
+    reads = [data[a:b] for a, b in itertools.pairwise(bounds)]
+    payload, rest, done, refused = _decoded(reads)
+    by_bytes = _decoded([data[i : i + 1] for i in range(len(data))])
+    assert (done, refused) == by_bytes[2:]
+    # A read that holds broken framing is refused whole: the payload before it in that read
+    # is not handed on (one-byte reads hand it on first).
+    assert by_bytes[0].startswith(payload) if refused else payload == by_bytes[0]
+    if done:
+        assert rest == by_bytes[1] == data[data.index(b"0\r\n\r\n", len(data) - 9) + 5 :]
