@@ -21,6 +21,7 @@ from typing import Any, Literal
 import httpx
 
 from labkit.errors import ProviderUnavailable
+from labkit.measurement.client import MeasuredClient
 from labkit.measurement.lean import LeanTransport, lean_applies
 from labkit.measurement.lean.outgoing import Outgoing
 from labkit.measurement.proxies import ProxyChoice, proxy_for, unusable_because
@@ -213,7 +214,8 @@ class Connections:
             transport = self._lean_transport = LeanTransport(ssl_context=self._tls)
         else:
             transport = self._http_transport(limits)
-        return httpx.AsyncClient(
+        return MeasuredClient(
+            direct_transport=LeanTransport,
             base_url=self.base_url,
             timeout=self.timeout,
             limits=limits,

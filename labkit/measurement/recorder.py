@@ -487,8 +487,11 @@ class StreamRecorder(BaseRecorder):
                 # Mock transports emit no trace events: fall back to when send() returned.
                 phases.setdefault(_HEADERS_DONE, clock())
                 try:
-                    parser.on_headers(response.headers)
-                    m.read_server_request_id(response.headers)
+                    # Read once into a dict: the parsers look up a dozen names, each a
+                    # scan of the whole list on httpx's Headers.
+                    headers = dict(response.headers.items())
+                    parser.on_headers(headers)
+                    m.read_server_request_id(headers)
                     status = response.status_code
                     if status >= 400:
                         body = await _read_capped(response.aiter_bytes(), ERROR_BODY_CAP)
@@ -499,7 +502,7 @@ class StreamRecorder(BaseRecorder):
                     elif status >= 300:
                         m.end_ns = clock()
                         m.error = redirect_error(status, response.headers, redact)
-                    elif undecodable := undecodable_body(status, response.headers, _DECODABLE):
+                    elif undecodable := undecodable_body(status, headers, _DECODABLE):
                         m.end_ns = clock()
                         m.error = undecodable
                     else:

@@ -3,7 +3,7 @@
 A server on 127.0.0.1, in a thread of its own, stamps when it began and finished reading each
 request. labkit's own preparation — the JSON body, the HTTP/1.1 head, the pooled connection,
 any import — must be done before ``t_start``; after the stamp the request is written at once
-(before httpx's send machinery runs), and ``client.request_sent_ms`` is when its last byte was
+(before the client's send runs), and ``client.request_sent_ms`` is when its last byte was
 handed to the kernel. Ordering of stamps, never speed.
 """
 
@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
+from labkit.measurement.client import MeasuredClient
 from labkit.measurement.lean import tcp, transport
 from labkit.measurement.recorder import RecordContext, StreamRecorder
 from labkit.records import RequestRecord
@@ -107,7 +108,7 @@ class _ImportStamps:
 @contextmanager
 def stamped(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, list[int]]]:
     """Stamps of labkit's steps on the lean path, by name: the request built (body
-    serialised), its bytes built, its write begun and returned, httpx's send entered;
+    serialised), its bytes built, its write begun and returned, the client's send entered;
     ``imports`` the modules looked for meanwhile."""
     stamps: dict[str, list[int]] = {}
 
@@ -134,16 +135,16 @@ def stamped(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, list[int]]]:
         note("handed_to_kernel")
         return sent
 
-    send = httpx.AsyncClient.send
+    send = MeasuredClient.send
 
-    async def timed_send(self: httpx.AsyncClient, request: httpx.Request, **kw: Any) -> Any:
-        note("httpx_send")
+    async def timed_send(self: MeasuredClient, request: httpx.Request, **kw: Any) -> Any:
+        note("client_send")
         return await send(self, request, **kw)
 
     monkeypatch.setattr(transport, "request_bytes", request_bytes)
     monkeypatch.setattr(tcp.Connection, "write", timed_write)
     monkeypatch.setattr(socket.socket, "send", timed_sock_send)
-    monkeypatch.setattr(httpx.AsyncClient, "send", timed_send)
+    monkeypatch.setattr(MeasuredClient, "send", timed_send)
     finder = _ImportStamps()
     sys.meta_path.insert(0, finder)
     try:
@@ -213,13 +214,13 @@ def test_a_pooled_request_is_ready_before_t_start_and_written_at_once_after_it(
             assert c.send_ms < c.request_sent_ms
             continue
         assert c.send_ms == c.request_sent_ms
-        # On a pooled connection the write began after the stamp and before httpx's send
+        # On a pooled connection the write began after the stamp and before the client's send
         # machinery ran; request_sent was stamped once the kernel had taken the bytes.
         assert record.client.new_connection is False
         write_began = next(t for t in stamps["write_began"] if t >= t_start)
         handed = next(t for t in stamps["handed_to_kernel"] if t >= write_began)
         write_returned = next(t for t in stamps["write_returned"] if t >= write_began)
-        send_entered = next(t for t in stamps["httpx_send"] if t >= t_start)
+        send_entered = next(t for t in stamps["client_send"] if t >= t_start)
         assert t_start <= write_began < send_entered
         assert handed <= t_sent <= write_returned
         # One write for head and body.
