@@ -80,6 +80,20 @@ def test_import_labkit_stays_cheap() -> None:
         _ = labkit.no_such_thing  # type: ignore[attr-defined]
 
 
+def test_the_cli_and_the_runner_start_without_scipy_stats() -> None:
+    """scipy.stats costs half a second to import; only an analysis that uses it imports it
+    (every `labkit` command and every worker process of a level would pay it otherwise)."""
+    code = (
+        "import sys, labkit.cli.app, labkit.runner.worker_body; "
+        "assert 'scipy.stats' not in sys.modules, 'scipy.stats imported at start-up'; print('ok')"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.strip() == "ok", done.stderr
+
+
 def _docs_duckdb_example() -> str:
     page = (ROOT / "docs" / "runs.md").read_text(encoding="utf-8")
     match = re.search(r"<!-- duckdb-example:[^>]*-->\n```python\n(.*?)```", page, re.S)

@@ -14,8 +14,6 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from scipy.stats import entropy
-
 from labkit.figures import (
     Divergence,
     GreedyMiss,
@@ -39,7 +37,11 @@ def step_of(step: LogprobStep) -> NextTokenStep:
     candidates = sorted(step.top, key=lambda c: c.logprob, reverse=True)
     probs = [math.exp(c.logprob) for c in candidates]
     rest = max(0.0, 1.0 - sum(probs))
-    bits = float(entropy([*probs, rest], base=2)) if probs else 0.0
+    bits = 0.0
+    if probs:
+        from scipy.stats import entropy  # scipy.stats takes half a second: only when used
+
+        bits = float(entropy([*probs, rest], base=2))
     return NextTokenStep(
         token=step.token,
         p=math.exp(step.logprob),

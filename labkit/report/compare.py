@@ -36,7 +36,6 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
-from scipy import stats as sps
 
 from labkit.analysis.stats import min_n, quantile
 from labkit.errors import ConfigError, RunError
@@ -262,6 +261,8 @@ def _change_interval(
     width = max(len(base), len(other), 1)
     # A zero baseline makes the percent change infinite or NaN in some resamples: scipy
     # says so (numpy's warnings, its own DegenerateDataWarning); those bounds become NaN below.
+    from scipy import stats as sps  # scipy.stats takes half a second: only when used
+
     with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", sps.DegenerateDataWarning)
         result = sps.bootstrap(
