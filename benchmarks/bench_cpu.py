@@ -39,7 +39,11 @@ level and round the two sides alternate which goes first, so machine noise hits 
   spent preempted counts where it fell), self time grouped by `COMPONENTS` (a builtin
   counts for its caller's component), marginal per token, each component's *profile
   share* scaled to the measured unprofiled CPU per token. Profiling slows Python calls
-  more than C, so the split is approximate; the total is the measured one.
+  more than C, so the split is approximate; the total is the measured one. Then the
+  same full and short runs with each event-loop callback's thread CPU summed by what it
+  was (`_STEPPED`: a reader callback by name, a task's step by the functions it resumed
+  and suspended in, the loop's own time around them): no profiler's inflation, about a
+  microsecond of overhead per callback, and the request's life cut where it awaits.
 
 Run: ``make bench-cpu`` (about 10 minutes on 2 cores; ``BEFORE=REV``) = ``.venv/bin/python
 benchmarks/bench_cpu.py --json results/bench-cpu.json``; smaller: ``--rounds 1
@@ -167,6 +171,43 @@ finally:
     prof.dump_stats(out)
 """
 
+# Runs `labkit run ARGS` with each event-loop callback's thread CPU summed by what it was:
+# a reader callback by its name, a task's step by the functions it resumed in and suspended
+# in (innermost awaiting frames; "done" when it ended), and the loop's own time around them
+# (`_run_once` less its callbacks: the selector, timers, scheduling). Dumps JSON to OUT.
+_STEPPED = """
+import asyncio, atexit, json, runpy, sys, time
+from asyncio import base_events, events
+out, sys.argv = sys.argv[1], ["labkit", *sys.argv[2:]]
+clock, acc = time.thread_time_ns, {}
+def where(task):
+    coro, name = task.get_coro(), None
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is None:
+            break
+        name = frame.f_code.co_qualname
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return name or "?"
+def add(key, ns):
+    got = acc.setdefault(key, [0, 0]); got[0] += ns; got[1] += 1
+run_handle, run_once = events.Handle._run, base_events.BaseEventLoop._run_once
+def timed_handle(self):
+    task = getattr(self._callback, "__self__", None)
+    if isinstance(task, asyncio.Task):
+        start = where(task); t = clock(); run_handle(self); ns = clock() - t
+        add("step " + start + " -> " + ("done" if task.done() else where(task)), ns)
+    else:
+        t = clock(); run_handle(self)
+        add("callback " + getattr(self._callback, "__qualname__", "?"), clock() - t)
+    acc.setdefault("loop callbacks", [0, 0])[0] += clock() - t
+def timed_once(self):
+    t = clock(); run_once(self); add("loop iterations", clock() - t)
+events.Handle._run, base_events.BaseEventLoop._run_once = timed_handle, timed_once
+atexit.register(lambda: open(out, "w").write(json.dumps(acc)))
+runpy.run_module("labkit", run_name="__main__", alter_sys=True)
+"""
+
 
 @dataclass
 class Side:
@@ -264,6 +305,7 @@ def run_labkit(
     *,
     cpus: set[int] | None = None,
     profile: Path | None = None,
+    steps: Path | None = None,
 ) -> RunOut:
     """`labkit run` of `config` by `side`'s labkit in a child process (on `cpus`, where
     given); its whole process tree's CPU, records and lab.json load levels."""
@@ -274,6 +316,8 @@ def run_labkit(
     command = [sys.executable, "-m", "labkit", *args]
     if profile is not None:
         command = [sys.executable, "-c", _PROFILED, str(profile), *args]
+    if steps is not None:
+        command = [sys.executable, "-c", _STEPPED, str(steps), *args]
     env = dict(os.environ, PYTHONPATH=str(side.tree), LABKIT_CACHE_DIR=str(side.cache))
     env.update(NO_COLOR="1", COLUMNS="200")
     log = work / "labkit.log"
@@ -674,6 +718,59 @@ def measure_profile(
     return out
 
 
+def measure_steps(
+    sides: list[Side], srv: ScriptedServer, level: int, args: argparse.Namespace, work: Path
+) -> dict[str, Any]:
+    """Where each µs per token went at `level`, by event-loop callback and task step
+    (`_STEPPED`: thread CPU, no profiler's inflation), marginal over a full and a short run."""
+    interval = bl._level_interval_ms(level, args)
+    url = srv.url(interval_ms=interval, tokens=args.tokens)
+    out: dict[str, Any] = {}
+    for side in sides:
+        got: dict[str, dict[str, list[int]]] = {}
+        events: dict[str, int] = {}
+        for kind, n in zip(("full", "short"), requests_per_run(level, args), strict=True):
+            dump = work / f"steps-{side.name}-{kind}.json"
+            config = bl.runner_config(url, level, n, 1)
+            run = run_labkit(side, config, work / f"steps-{side.name}-{kind}", steps=dump)
+            srv.stamps()
+            got[kind], events[kind] = json.loads(dump.read_text()), run.events
+        d_events = events["full"] - events["short"]
+        full, short = got["full"], got["short"]
+        per_token = {k: (full[k][0] - short.get(k, [0, 0])[0]) / 1e3 / d_events for k in full}
+        calls = {k: (full[k][1] - short.get(k, [0, 0])[1]) / d_events for k in full}
+        loop = per_token.pop("loop iterations", 0.0) - per_token.pop("loop callbacks", 0.0)
+        calls.pop("loop iterations", None)
+        rows = sorted(per_token.items(), key=lambda kv: -kv[1])
+        out[side.name] = {
+            "loop_own_us_per_token": loop,
+            "loop_iterations_per_token": (
+                full["loop iterations"][1] - short.get("loop iterations", [0, 0])[1]
+            )
+            / d_events,
+            "rows_us_per_token": dict(rows[:12]),
+            "rows_calls_per_token": {k: calls[k] for k, _ in rows[:12]},
+            "total_us_per_token": loop + sum(per_token.values()),
+        }
+    return out
+
+
+def print_steps(level: int, steps: dict[str, Any], sides: list[Side]) -> None:
+    print(
+        f"\n### where the CPU per token went at {level} streams, by event-loop callback and"
+        " task step (thread CPU, marginal, µs per token; calls per token)\n"
+    )
+    for side in sides:
+        got = steps[side.name]
+        print(f"{side.label}: {got['total_us_per_token']:.1f} µs per token in the loop")
+        print(
+            f"  {got['loop_own_us_per_token']:6.2f}  the loop itself (selector, timers,"
+            f" scheduling; {got['loop_iterations_per_token']:.2f} iterations per token)"
+        )
+        for key, us in got["rows_us_per_token"].items():
+            print(f"  {us:6.2f}  {key} ({got['rows_calls_per_token'][key]:.2f})")
+
+
 def print_profile(level: int, prof: dict[str, Any], sides: list[Side]) -> None:
     print(
         f"\n### where the CPU per token went at {level} streams (profile share of the measured"
@@ -853,6 +950,8 @@ def main() -> None:
                     measured = {s.name: None for s in sides}
                 profile = measure_profile(sides, srv, args.profile_level, args, work, measured)
                 print_profile(args.profile_level, profile, sides)
+                profile["steps"] = measure_steps(sides, srv, args.profile_level, args, work)
+                print_steps(args.profile_level, profile["steps"], sides)
             if args.hosted_streams:
                 _server_pinned(srv, server_cpus)
                 print(f"\nserver pinned to CPUs {sorted(server_cpus)}")
