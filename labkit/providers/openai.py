@@ -118,6 +118,7 @@ class OpenAIChatParser(StreamParser):
         self._reasoning_streamed = False
         self._refused = False
         self._total_tokens: int | None = None
+        self._last_tool_index: int | None = None  # the tool call the last delta went to
 
     def on_headers(self, headers: ResponseHeaders) -> None:
         """Request id, server processing time and rate-limit headers."""
@@ -314,10 +315,27 @@ class OpenAIChatParser(StreamParser):
             if function and self._read_function(function, "tool_calls[].function"):
                 carried = True
             arguments = function.get("arguments", function.get("input"))
-            self.add_tool_call_delta(
-                call.get("index", 0), call.get("id"), function.get("name"), arguments
-            )
+            call_id = call.get("id")
+            index = call.get("index")
+            if index is None:
+                index = self._unindexed_call(call_id)
+            if call_id or function.get("name") or arguments or call.get("index") is not None:
+                # (A delta with none of them, only a provider's metadata, is no call.)
+                self._last_tool_index = index
+                self.add_tool_call_delta(index, call_id, function.get("name"), arguments)
         return carried
+
+    def _unindexed_call(self, call_id: Any) -> int:
+        """The index of a tool-call delta sent without one (Gemini's OpenAI-compatible
+        endpoint): the call with its id, or a new call after the others when the id is
+        new; without an id, the call the previous delta went to (its next piece)."""
+        parts = self.tool_call_parts
+        if call_id:
+            for index, (known_id, _, _) in parts.items():
+                if known_id == call_id:
+                    return index
+            return max(parts, default=-1) + 1
+        return self._last_tool_index if self._last_tool_index is not None else 0
 
     def _read_function(self, function: Any, where: str) -> bool:
         """A function call's `name` and `arguments` (a custom tool's `input`) pieces."""
@@ -442,12 +460,17 @@ class OpenAIChatParser(StreamParser):
 
     def stop_reason(self) -> StopReason | None:
         """Map `finish_reason` to the contract's reasons; an answer that was a refusal
-        (`delta.refusal`, which OpenAI ends with `stop`) is `refusal`."""
+        (`delta.refusal`, which OpenAI ends with `stop`) is `refusal`, one that called
+        tools and ended `stop` is `tool_call`."""
         raw = self.stop_reason_raw
         if raw is None:
             return None
         if self._refused and raw == "stop":
             return StopReason.REFUSAL
+        if raw == "stop" and self.tool_call_parts:
+            # A reply that called tools and ended "stop": OpenAI's forced tool_choice, and
+            # Gemini's OpenAI-compatible stream for any tool call.
+            return StopReason.TOOL_CALL
         return _STOP_REASONS.get(raw, StopReason.UNKNOWN)
 
 
