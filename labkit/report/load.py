@@ -91,7 +91,26 @@ _TOP_NUM = ["trial", "attempt", "prompt_chars", "prompt_bytes"]
 _ERROR_STR = ["kind", "message"]
 _ERROR_NUM = ["status", "retry_after_s"]
 
-_STR_FIELDS = {"client_path", "tokenizer", "output_tokens_source"}
+
+def _text_annotation(annotation: Any) -> bool:
+    """Whether a contract field holds text: a str, a StrEnum, or a Literal of strings
+    (optionally None)."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return len(args) == 1 and _text_annotation(args[0])
+    if typing.get_origin(annotation) is typing.Literal:
+        return all(isinstance(a, str) for a in args)
+    return isinstance(annotation, type) and issubclass(annotation, str)
+
+
+#: The text fields of the timing and usage sections, read from the contract's annotations
+#: (a list kept by hand missed each new one: they read as numbers, all NaN).
+_STR_FIELDS = {
+    name
+    for model in (ClientTimings, ProviderTimings, AppTimings, Usage)
+    for name, info in model.model_fields.items()
+    if name not in _ARRAY_FIELDS and _text_annotation(info.annotation)
+}
 
 # A line is taken as a record only when it has the required fields of the contract, of the
 # right JSON type (a full validation per line would be far slower than the whole load).
@@ -271,6 +290,19 @@ def _parse_lines(
     return _assemble(blocks, run_dir, wanted), dict(sorted(skipped.items()))
 
 
+def _first_value_of_each_key(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)  # each key where it first came, with its last value
+    if len(out) != len(pairs):
+        for key, value in reversed(pairs):
+            out[key] = value
+    return out
+
+
+#: A line's JSON as the reader at once reads it: a key sent twice keeps its first value
+#: (RFC 8259 leaves it open; Python's decoder would keep the last, DuckDB keeps the first).
+_load_first_wins = functools.partial(json.loads, object_pairs_hook=_first_value_of_each_key)
+
+
 def _parse_block(
     block: bytes,
     lines_before: int,
@@ -290,7 +322,7 @@ def _parse_block(
     cols: dict[str, list[Any]] = {c: [] for c in _columns()}
     tags: dict[str, list[Any]] = {}
     n = 0
-    loads = json.loads
+    loads = _load_first_wins
     empty: dict[str, Any] = {}
     # Bind the lists once: this loop runs once per record.
     c_off = cols["file_offset"]

@@ -130,6 +130,28 @@ def test_tags_keep_their_types_as_columns(tmp_path: Path) -> None:
     assert frame["client.n_events"].iloc[0] == 20
 
 
+@pytest.mark.parametrize("reader", READERS)
+def test_every_text_field_of_the_contract_reads_as_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reader: str
+) -> None:
+    """The sections' text fields are found from the contract's annotations: a list kept by
+    hand had missed four, which every reader then read as numbers (all NaN)."""
+    recs = _varied()[:2]
+    recs[0].client.stamp_source = "kernel"
+    recs[0].client.decode_null_reason = "one_token"
+    recs[0].provider_timings.source = "llamacpp"
+    recs[0].usage.streamed_output_null_reason = "hidden reasoning"
+    run_dir = write_run(tmp_path / "run", recs)
+    with monkeypatch.context() as patch:
+        _use(reader, patch)
+        row = load_run(run_dir).records.iloc[0]
+    assert row["client.stamp_source"] == "kernel"
+    assert row["client.decode_null_reason"] == "one_token"
+    assert row["provider_timings.source"] == "llamacpp"
+    assert row["usage.streamed_output_null_reason"] == "hidden reasoning"
+    assert row["app.client_path"] == "sdk" and row["client.ttft_ms"] == 100.0
+
+
 def test_statistics_from_the_columns_equal_those_from_the_records(tmp_path: Path) -> None:
     recs = _varied()
     from_columns = run_stats(None, load_run(write_run(tmp_path / "run", recs)))
