@@ -370,10 +370,12 @@ def _parse_block(
                 sub = empty
             for k, lst in pairs:
                 lst.append(sub.get(k))
-        if n_events is None:
-            client = get("client")
-            offsets = client.get("event_offsets_ms") if isinstance(client, dict) else None
-            n_events = len(offsets) if isinstance(offsets, list) else None
+        client = get("client")
+        offsets = client.get("event_offsets_ms") if isinstance(client, dict) else None
+        if not isinstance(offsets, list):
+            n_events = None  # an array cut out of the line was not the client's
+        elif n_events is None or offsets:  # parsed whole, or the one cut out was another's
+            n_events = len(offsets)
         c_events.append(n_events)
         rec_tags = get("tags")
         if rec_tags and isinstance(rec_tags, dict):
@@ -938,8 +940,10 @@ def _duck_query(wanted: frozenset[str] | None) -> tuple[str, list[str]]:
             types[name] = _duck_type(pa.struct(members))
             for member in members:
                 if member.name == "event_offsets_ms":
+                    offsets = f'"{name}"."{member.name}"'
                     select.append(
-                        f'json_array_length("{name}"."{member.name}")::DOUBLE AS "client.n_events"'
+                        f"CASE WHEN json_type({offsets}) = 'ARRAY' THEN "
+                        f'json_array_length({offsets})::DOUBLE END AS "client.n_events"'
                     )
                 elif f"{name}.{member.name}" in _FRAME_COLUMNS:
                     select.append(f'"{name}"."{member.name}" AS "{name}.{member.name}"')
