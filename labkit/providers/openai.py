@@ -315,14 +315,13 @@ class OpenAIChatParser(StreamParser):
             if function and self._read_function(function, "tool_calls[].function"):
                 carried = True
             arguments = function.get("arguments", function.get("input"))
-            call_id = call.get("id")
-            index = call.get("index")
+            call_id, name, index = call.get("id"), function.get("name"), call.get("index")
             if index is None:
+                if not (call_id or name or arguments):
+                    continue  # only a provider's metadata (Gemini's thought signature): no call
                 index = self._unindexed_call(call_id)
-            if call_id or function.get("name") or arguments or call.get("index") is not None:
-                # (A delta with none of them, only a provider's metadata, is no call.)
-                self._last_tool_index = index
-                self.add_tool_call_delta(index, call_id, function.get("name"), arguments)
+            self._last_tool_index = index
+            self.add_tool_call_delta(index, call_id, name, arguments)
         return carried
 
     def _unindexed_call(self, call_id: Any) -> int:

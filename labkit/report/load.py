@@ -92,15 +92,22 @@ _ERROR_STR = ["kind", "message"]
 _ERROR_NUM = ["status", "retry_after_s"]
 
 
-def _text_annotation(annotation: Any) -> bool:
-    """Whether a contract field holds text: a str, a StrEnum, or a Literal of strings
-    (optionally None)."""
+def _arrow_type(annotation: Any) -> pa.DataType | None:
+    """The Arrow type of a scalar field's annotation (None: not a scalar)."""
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        return len(args) == 1 and _text_annotation(args[0])
+        return _arrow_type(args[0]) if len(args) == 1 else None
     if typing.get_origin(annotation) is typing.Literal:
-        return all(isinstance(a, str) for a in args)
-    return isinstance(annotation, type) and issubclass(annotation, str)
+        return pa.string() if all(isinstance(a, str) for a in args) else None
+    if annotation is bool:
+        return pa.bool_()
+    if annotation in (int, float):
+        return pa.float64()
+    if annotation in (str, datetime) or (
+        isinstance(annotation, type) and issubclass(annotation, Enum)
+    ):
+        return pa.string()
+    return None
 
 
 #: The text fields of the timing and usage sections, read from the contract's annotations
@@ -109,7 +116,7 @@ _STR_FIELDS = {
     name
     for model in (ClientTimings, ProviderTimings, AppTimings, Usage)
     for name, info in model.model_fields.items()
-    if name not in _ARRAY_FIELDS and _text_annotation(info.annotation)
+    if name not in _ARRAY_FIELDS and _arrow_type(info.annotation) == pa.string()
 }
 
 # A line is taken as a record only when it has the required fields of the contract, of the
@@ -567,24 +574,6 @@ _ARROW_BLOCK = 4 << 20
 # A record's tags: scalars only, so its object has no nested braces (one that does, or a
 # second "tags" key on a line, makes the tags pass fall back).
 _TAGS = re.compile(rb'"tags":(\{[^{}]*\})')
-
-
-def _arrow_type(annotation: Any) -> pa.DataType | None:
-    """The Arrow type of a scalar field's annotation (None: not a scalar)."""
-    args = [a for a in typing.get_args(annotation) if a is not type(None)]
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        return _arrow_type(args[0]) if len(args) == 1 else None
-    if typing.get_origin(annotation) is typing.Literal:
-        return pa.string() if all(isinstance(a, str) for a in args) else None
-    if annotation is bool:
-        return pa.bool_()
-    if annotation in (int, float):
-        return pa.float64()
-    if annotation in (str, datetime) or (
-        isinstance(annotation, type) and issubclass(annotation, Enum)
-    ):
-        return pa.string()
-    return None
 
 
 def _struct(model: type[BaseModel], names: list[str], extra: list[pa.Field]) -> pa.StructType:
