@@ -11,15 +11,16 @@ CONFIG ?= configs/quickstart.yaml
 
 LAB_STAMP := $(VENV)/.lab-installed-stamp
 
-# The tests and tools: labkit with the dev extra (Ray, pytest, mypy, ruff, ...).
-$(STAMP): pyproject.toml
+# The tests and tools: labkit with the dev extra (Ray, pytest, mypy, ruff, ...). Both installs
+# build the C read path in place (setup.py; labkit runs the same steps in Python without it).
+$(STAMP): pyproject.toml setup.py labkit/measurement/_readpath.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP) $(LAB_STAMP)
 
 # The main job: labkit and its own dependencies only (what `pip install labkit` gets).
-$(LAB_STAMP): pyproject.toml
+$(LAB_STAMP): pyproject.toml setup.py labkit/measurement/_readpath.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e .

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from labkit.errors import MalformedStream
+from labkit.measurement.readpath import whole_data_events
 
 __all__ = ["MAX_EVENT_BYTES", "NDJSONParser", "SSEEvent", "SSEParser"]
 
@@ -89,18 +90,13 @@ class SSEParser:
                 chunk = chunk[1:]
         if not chunk:
             return []
-        if (
-            self._single_data_lines
-            and chunk[-2:] == b"\n\n"
-            and not self._partial
-            and self._event_t_ns is None
-            and b"\r" not in chunk
-        ):
+        if self._single_data_lines and not self._partial and self._event_t_ns is None:
             # The common read: whole events of one `data:` line each (one, or several a late
             # read gathered), nothing pending: the same events as the line-by-line path
             # below, without splitting the read into lines. Anything else goes that way.
-            events = self._whole_data_events(chunk, t_ns)
+            events = whole_data_events(chunk, self._max + 6, t_ns, SSEEvent)
             if events is not None:
+                self._dispatched = True
                 return events
         if self._partial:
             if b"\n" not in chunk and b"\r" not in chunk:
@@ -138,23 +134,6 @@ class SSEParser:
             if not out:
                 raise
             self._failure = exc
-        return out
-
-    def _whole_data_events(self, chunk: bytes, t_ns: int) -> list[SSEEvent] | None:
-        """The events of a read that is only ``data: ...`` lines each followed by a blank
-        line; None for any other read, or one with an event over the limit or not UTF-8
-        (the line-by-line path raises those in its order)."""
-        out: list[SSEEvent] = []
-        limit = self._max + 6
-        for part in chunk[:-2].split(b"\n\n"):
-            if part[:6] != b"data: " or part.find(b"\n") >= 0 or len(part) > limit:
-                return None
-            try:
-                data = part[6:].decode("utf-8")
-            except UnicodeDecodeError:
-                return None
-            out.append(SSEEvent(None, data, t_ns))
-        self._dispatched = True
         return out
 
     def _line(self, line: bytes, t_ns: int, out: list[SSEEvent]) -> None:

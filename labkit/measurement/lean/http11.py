@@ -13,6 +13,7 @@ from typing import Protocol
 import httpx
 
 from labkit.measurement.lean.tcp import Connection
+from labkit.measurement.readpath import whole_chunks
 
 __all__ = ["MAX_HEAD", "Body", "ConnectionOwner", "response_framing"]
 
@@ -185,8 +186,6 @@ class Body(httpx.AsyncByteStream):
 
 
 _HEX_DIGITS = frozenset(b"0123456789abcdefABCDEF")
-#: The second byte of a "0x" prefix, which int(, 16) takes and the chunk framing does not.
-_HEX_PREFIX = frozenset((b"x", b"X"))
 
 
 class _Chunked:
@@ -204,18 +203,9 @@ class _Chunked:
         if not buf and self._state == "size":
             # The common read: whole chunks (a server writes each event as one; a read that
             # came late holds several). Anything else goes the general way below.
-            end = data.find(b"\r\n", 0, 18)
-            if end > 0:
-                head = data[:end]
-                if head.isalnum() and head.isascii() and head[1:2] not in _HEX_PREFIX:
-                    size = int(head, 16)  # hex digits, or a ValueError
-                    stop = end + 2 + size
-                    if size and data[stop : stop + 2] == b"\r\n":
-                        if len(data) == stop + 2:
-                            return data[end + 2 : stop], b"", False
-                        more = _whole_chunks(data, stop + 2)
-                        if more is not None:
-                            return data[end + 2 : stop] + more, b"", False
+            payload = whole_chunks(data)
+            if payload is not None:
+                return payload, b"", False
         buf += data
         out = bytearray()
         while True:
@@ -260,30 +250,6 @@ class _Chunked:
                 rest = bytes(buf[end + 4 :])
                 buf.clear()
                 return bytes(out), rest, True
-
-
-def _whole_chunks(data: bytes, at: int) -> bytes | None:
-    """The payload of `data` from `at` on when that is whole non-empty chunks with bare hex
-    sizes and nothing else; None otherwise (the general decoder then reads the read)."""
-    parts = []
-    total = len(data)
-    while at < total:
-        end = data.find(b"\r\n", at, at + 18)
-        if end <= at:
-            return None
-        head = data[at:end]
-        if not (head.isalnum() and head.isascii()) or head[1:2] in _HEX_PREFIX:
-            return None
-        try:
-            size = int(head, 16)
-        except ValueError:  # not hex: the general decoder names it
-            return None
-        stop = end + 2 + size
-        if not size or data[stop : stop + 2] != b"\r\n":
-            return None  # the last chunk (size 0), or one cut by the read's end
-        parts.append(data[end + 2 : stop])
-        at = stop + 2
-    return b"".join(parts)
 
 
 def response_framing(

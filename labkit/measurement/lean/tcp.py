@@ -1,6 +1,7 @@
 """One TCP connection of the lean transport, read by a loop reader callback.
 
-The callback (`loop.add_reader`, `sock.recvmsg`) only stamps each read and queues it; the
+The callback (`loop.add_reader`; `recvmsg` in C where `labkit.measurement.readpath` has it)
+only stamps each read and queues it (or pushes it, `push`); the
 reading task frames and decrypts off the callback, so a busy loop delays the framing, never
 the stamp. Kernel stamps where the platform has them (`stamps`), else the callback's clock.
 """
@@ -21,6 +22,7 @@ from labkit.measurement.lean.stamps import (
     STAMP_TYPE,
     STAMP_UNIT,
 )
+from labkit.measurement.readpath import RECV_STAMPED
 
 __all__ = ["READ_SIZE", "Connection", "Origin", "Read", "Trace"]
 
@@ -69,11 +71,11 @@ class Connection:
         #: of it waits for the socket to take it.
         self.t_sent_ns = 0
         self._last_t = 0
-        self._deadline = 0.0  # loop.time() by which the read being awaited must come
+        self._deadline_ns = 0  # perf_counter_ns() by which the read being awaited must come
         self._timer: asyncio.TimerHandle | None = None
         self._ancillary_size = 0  # room for the timestamp cmsg, once the kernel sends one
         self._sink: Sink | None = None  # while `push` runs: the reads go there, not queued
-        self._sink_timeout: float | None = None
+        self._sink_timeout_ns: int | None = None
         self._sink_error: Exception | None = None
         if KERNEL_STAMPS is not None:
             try:
@@ -84,39 +86,66 @@ class Connection:
         loop.add_reader(self._fd, self._on_readable)
 
     def _on_readable(self) -> None:
-        try:
-            data, ancillary, _, _ = self.sock.recvmsg(READ_SIZE, self._ancillary_size)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            self.close()
-            return
-        seen = time.perf_counter_ns()
-        if not data:
-            self.close()
-            return
-        t = seen
-        kernel = False
-        if ancillary:
-            _, kind, cdata = ancillary[0]
-            if kind == STAMP_TYPE and len(cdata) >= STAMP.size:
-                wall = time.time_ns()
-                sec, frac = STAMP.unpack_from(cdata)
-                t = sec * 1_000_000_000 + frac * STAMP_UNIT - (wall - seen)
-                if t > seen:
-                    t = seen
-                elif t < self._last_t:
-                    t = self._last_t
-                kernel = True
+        if RECV_STAMPED is not None:
+            try:
+                got = RECV_STAMPED(
+                    self._fd, READ_SIZE, self._ancillary_size, STAMP_TYPE, STAMP_UNIT, self._last_t
+                )
+            except OSError:
+                self.close()
+                return
+            if got is None:
+                return
+            data, t, seen, kernel = got
+            if not data:
+                self.close()
+                return
+        else:
+            try:
+                data, ancillary, _, _ = self.sock.recvmsg(READ_SIZE, self._ancillary_size)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                self.close()
+                return
+            seen = time.perf_counter_ns()
+            if not data:
+                self.close()
+                return
+            t = seen
+            kernel = False
+            if ancillary:
+                _, kind, cdata = ancillary[0]
+                if kind == STAMP_TYPE and len(cdata) >= STAMP.size:
+                    wall = time.time_ns()
+                    sec, frac = STAMP.unpack_from(cdata)
+                    t = sec * 1_000_000_000 + frac * STAMP_UNIT - (wall - seen)
+                    if t > seen:
+                        t = seen
+                    elif t < self._last_t:
+                        t = self._last_t
+                    kernel = True
         self._last_t = t
         sink = self._sink
-        if sink is not None:
-            self._push(sink, data, t, seen, kernel)
+        if sink is None:
+            self.inbox.append((data, t, seen, kernel))
+            waiter = self._waiter
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
             return
-        self.inbox.append((data, t, seen, kernel))
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        if self._sink_timeout_ns is not None:
+            self._deadline_ns = seen + self._sink_timeout_ns
+        try:
+            done = sink(data, t, seen, kernel)
+        except Exception as exc:  # the pushing task raises it, as a pulled read would
+            self._sink = None
+            self._sink_error = exc  # even when the sink closed the connection (and woke it)
+            done = True
+        if done:
+            self._sink = None
+            waiter = self._waiter
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
 
     async def read_raw(self, timeout: float | None) -> Read | None:
         """The next read off the socket and its stamps; None once the peer has closed."""
@@ -129,29 +158,14 @@ class Connection:
                 # One lazy timer per connection, not one per wait: a wait only moves the
                 # deadline, and the timer, when it fires early, re-arms for the latest one.
                 # A timer made and cancelled on every read cost about 8% of a read's CPU.
-                self._deadline = deadline = loop.time() + timeout
+                self._deadline_ns = time.perf_counter_ns() + int(timeout * 1e9)
                 if self._timer is None:
-                    self._timer = loop.call_at(deadline, self._check_deadline)
+                    self._timer = loop.call_later(timeout, self._check_deadline)
             try:
                 await waiter
             finally:
                 self._waiter = None
         return self.inbox.popleft()
-
-    def _push(self, sink: Sink, data: bytes, t: int, seen: int, kernel: bool) -> None:
-        if self._sink_timeout is not None:
-            self._deadline = self.loop.time() + self._sink_timeout
-        try:
-            done = sink(data, t, seen, kernel)
-        except Exception as exc:  # the pushing task raises it, as a pulled read would
-            self._sink = None
-            self._sink_error = exc  # even when the sink closed the connection (and woke it)
-            done = True
-        waiter = self._waiter
-        if done:
-            self._sink = None
-            if waiter is not None and not waiter.done():
-                waiter.set_result(None)
 
     async def push(self, sink: Sink, timeout: float | None) -> None:
         """Hand each further read to `sink` in the reader callback itself, stamped as
@@ -165,21 +179,21 @@ class Connection:
         assert not self.inbox, "queued reads go first"
         loop = self.loop
         self._sink = sink
-        self._sink_timeout = timeout
+        self._sink_timeout_ns = None if timeout is None else int(timeout * 1e9)
         try:
             while self._sink is not None and not self.closed:
                 waiter = self._waiter = loop.create_future()
                 if timeout is not None:
-                    self._deadline = loop.time() + timeout
+                    self._deadline_ns = time.perf_counter_ns() + int(timeout * 1e9)
                     if self._timer is None:
-                        self._timer = loop.call_at(self._deadline, self._check_deadline)
+                        self._timer = loop.call_later(timeout, self._check_deadline)
                 try:
                     await waiter
                 finally:
                     self._waiter = None
         finally:
             self._sink = None
-            self._sink_timeout = None
+            self._sink_timeout_ns = None
             error, self._sink_error = self._sink_error, None
         if error is not None:
             raise error
@@ -189,10 +203,11 @@ class Connection:
         waiter = self._waiter
         if waiter is None or waiter.done() or self.closed:
             return  # no wait in progress: the next one arms a timer of its own
-        if self.loop.time() >= self._deadline:
+        left_ns = self._deadline_ns - time.perf_counter_ns()
+        if left_ns <= 0:
             waiter.set_exception(TimeoutError())
         else:
-            self._timer = self.loop.call_at(self._deadline, self._check_deadline)
+            self._timer = self.loop.call_later(left_ns / 1e9, self._check_deadline)
 
     read = read_raw
 

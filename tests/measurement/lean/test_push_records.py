@@ -1,7 +1,8 @@
 """The lean transport's pushed reads (`Body.deliver`: each read handed to the recorder in the
 socket's reader callback) record every corpus stream exactly as its pulled reads (iterating
 the body in the reading task) do: the same record, field for field, but for the clock's
-own readings (stamps, when, CPU)."""
+own readings (stamps, when, CPU); and so does the C read path (`labkit.measurement.readpath`)
+against the Python one."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from labkit.measurement import readpath, sse
+from labkit.measurement.lean import http11, tcp
 from labkit.measurement.lean.http11 import Body
 from labkit.measurement.recorder import RecordContext, StreamRecorder
 from labkit.providers import provider_class
@@ -51,6 +54,21 @@ def test_pushed_reads_record_what_pulled_reads_record(
         patch.setattr(Body, "pushes", property(lambda self: False))
         pulled = replay(fixture, "wire", "lean")
     assert _facts(pushed) == _facts(pulled)
+
+
+@pytest.mark.parametrize("fixture", CORPUS, ids=lambda f: f.name)
+def test_the_c_read_path_records_what_the_python_read_path_records(
+    fixture: Fixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert readpath.IMPLEMENTATION == "c", "labkit was built without its C read path"
+    compiled = replay(fixture, "wire", "lean")
+    with monkeypatch.context() as patch:
+        patch.setattr(tcp, "RECV_STAMPED", None)
+        patch.setattr(http11, "whole_chunks", readpath.py_whole_chunks)
+        patch.setattr(sse, "whole_data_events", readpath.py_whole_data_events)
+        python = replay(fixture, "wire", "lean")
+    assert _facts(compiled) == _facts(python)
+    assert compiled.client.stamp_source == python.client.stamp_source
 
 
 def _stream_provider(url: str, read_s: float = 30.0) -> Provider:

@@ -1,0 +1,268 @@
+/* The lean transport's per-read steps in C: the same answers as their Python versions.
+ *
+ * Each streamed token costs one socket read; in Python its stamp, its chunk framing and its
+ * SSE split are some sixty bytecodes across four frames, run cold between context switches.
+ * These functions do the common case of each in one call and return None for anything
+ * else, which the Python code then handles as before (labkit.measurement.readpath
+ * says which runs; tests/measurement/test_readpath.py holds them to the Python ones).
+ *
+ *   recv_stamped(fd, size, ancillary_size, stamp_type, stamp_unit, last_t)
+ *       one recvmsg() and its stamps, as Connection._on_readable took them
+ *   whole_chunks(data)
+ *       the payload of a read of whole non-empty chunks (http11._whole_chunks from 0)
+ *   whole_data_events(chunk, limit, t_ns, event_type)
+ *       the events of a read of whole one-line `data:` events (SSEParser._whole_data_events)
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#define MAX_READ (64 * 1024)
+
+static char read_buffer[MAX_READ];
+static PyObject *name_event, *name_data, *name_t_ns;
+
+static inline int64_t clock_ns(clockid_t clock) {
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static PyObject *recv_stamped(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "recv_stamped takes 6 arguments");
+        return NULL;
+    }
+    int fd = PyLong_AsLong(args[0]);
+    Py_ssize_t size = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t ancillary_size = PyLong_AsSsize_t(args[2]);
+    long stamp_type = PyLong_AsLong(args[3]);
+    long long stamp_unit = PyLong_AsLongLong(args[4]);
+    long long last_t = PyLong_AsLongLong(args[5]);
+    if (PyErr_Occurred()) return NULL;
+    if (size <= 0 || size > MAX_READ) size = MAX_READ;
+    /* CMSG_SPACE(16) on every 64-bit ABI; the caller's size is at most that. */
+    union {
+        char buf[64];
+        struct cmsghdr align;
+    } control;
+    if (ancillary_size < 0 || ancillary_size > (Py_ssize_t)sizeof(control.buf))
+        ancillary_size = sizeof(control.buf);
+    struct iovec iov = {read_buffer, (size_t)size};
+    struct msghdr msg;
+    memset(&msg, 0, sizeof(msg));
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ancillary_size ? control.buf : NULL;
+    msg.msg_controllen = (size_t)ancillary_size;
+    ssize_t n = recvmsg(fd, &msg, 0);
+    if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) Py_RETURN_NONE;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    int64_t seen = clock_ns(CLOCK_MONOTONIC);
+    int64_t t = seen;
+    int kernel = 0;
+    if (n > 0 && ancillary_size && msg.msg_controllen >= sizeof(struct cmsghdr)) {
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+        if (cm != NULL && cm->cmsg_type == stamp_type &&
+            cm->cmsg_len >= CMSG_LEN(2 * sizeof(long))) {
+            int64_t wall = clock_ns(CLOCK_REALTIME);
+            long parts[2];
+            memcpy(parts, CMSG_DATA(cm), sizeof(parts));
+            t = (int64_t)parts[0] * 1000000000 + (int64_t)parts[1] * stamp_unit - (wall - seen);
+            if (t > seen)
+                t = seen;
+            else if (t < last_t)
+                t = last_t;
+            kernel = 1;
+        }
+    }
+    PyObject *data = PyBytes_FromStringAndSize(read_buffer, n);
+    if (data == NULL) return NULL;
+    PyObject *out = PyTuple_New(4);
+    if (out == NULL) {
+        Py_DECREF(data);
+        return NULL;
+    }
+    PyObject *t_obj = PyLong_FromLongLong(t);
+    PyObject *seen_obj = PyLong_FromLongLong(seen);
+    if (t_obj == NULL || seen_obj == NULL) {
+        Py_XDECREF(t_obj);
+        Py_XDECREF(seen_obj);
+        Py_DECREF(data);
+        Py_DECREF(out);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(out, 0, data);
+    PyTuple_SET_ITEM(out, 1, t_obj);
+    PyTuple_SET_ITEM(out, 2, seen_obj);
+    PyObject *flag = kernel ? Py_True : Py_False;
+    Py_INCREF(flag);
+    PyTuple_SET_ITEM(out, 3, flag);
+    return out;
+}
+
+static inline int hex_value(unsigned char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* A chunk head's digits, as the Python decoder reads them: its CRLF within 18 bytes. */
+#define MAX_HEX_DIGITS 16
+
+static PyObject *whole_chunks(PyObject *self, PyObject *arg) {
+    if (!PyBytes_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "whole_chunks takes bytes");
+        return NULL;
+    }
+    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(arg);
+    Py_ssize_t total = PyBytes_GET_SIZE(arg);
+    /* Two passes: check the framing and add up the payload, then copy it. */
+    Py_ssize_t at = 0, payload = 0, chunks = 0, first_start = 0;
+    while (at < total) {
+        Py_ssize_t digits = 0;
+        int64_t size = 0;
+        while (at + digits < total && digits <= MAX_HEX_DIGITS) {
+            int v = hex_value(data[at + digits]);
+            if (v < 0) break;
+            /* Past any read's length: not whole here, as in Python (kept from overflowing). */
+            if (size > total) size = total + 1;
+            size = size * 16 + v;
+            digits++;
+        }
+        if (digits == 0 || digits > MAX_HEX_DIGITS) Py_RETURN_NONE;
+        Py_ssize_t end = at + digits;
+        if (end + 1 >= total || data[end] != '\r' || data[end + 1] != '\n') Py_RETURN_NONE;
+        if (size == 0 || size > total) Py_RETURN_NONE;
+        Py_ssize_t stop = end + 2 + (Py_ssize_t)size;
+        if (stop + 2 > total || data[stop] != '\r' || data[stop + 1] != '\n') Py_RETURN_NONE;
+        if (chunks == 0) first_start = end + 2;
+        payload += (Py_ssize_t)size;
+        chunks++;
+        at = stop + 2;
+    }
+    if (chunks == 1)
+        return PyBytes_FromStringAndSize((const char *)data + first_start, payload);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, payload);
+    if (out == NULL) return NULL;
+    char *dst = PyBytes_AS_STRING(out);
+    at = 0;
+    while (at < total) {
+        Py_ssize_t digits = 0;
+        int64_t size = 0;
+        int v;
+        while ((v = hex_value(data[at + digits])) >= 0) {
+            size = size * 16 + v;
+            digits++;
+        }
+        memcpy(dst, data + at + digits + 2, (size_t)size);
+        dst += size;
+        at += digits + 2 + (Py_ssize_t)size + 2;
+    }
+    return out;
+}
+
+/* One event object of `type` (SSEEvent: a slots dataclass) without running its __init__. */
+static PyObject *new_event(PyTypeObject *type, PyObject *data, PyObject *t_ns) {
+    PyObject *event = type->tp_alloc(type, 0);
+    if (event == NULL) return NULL;
+    if (PyObject_SetAttr(event, name_event, Py_None) < 0 ||
+        PyObject_SetAttr(event, name_data, data) < 0 ||
+        PyObject_SetAttr(event, name_t_ns, t_ns) < 0) {
+        Py_DECREF(event);
+        return NULL;
+    }
+    return event;
+}
+
+static PyObject *whole_data_events(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4 || !PyBytes_Check(args[0]) || !PyType_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "whole_data_events takes (bytes, limit, t_ns, event type)");
+        return NULL;
+    }
+    const char *chunk = PyBytes_AS_STRING(args[0]);
+    Py_ssize_t total = PyBytes_GET_SIZE(args[0]);
+    Py_ssize_t limit = PyLong_AsSsize_t(args[1]);
+    if (limit == -1 && PyErr_Occurred()) return NULL;
+    PyObject *t_ns = args[2];
+    PyTypeObject *type = (PyTypeObject *)args[3];
+    if (total < 2 || chunk[total - 2] != '\n' || chunk[total - 1] != '\n' ||
+        memchr(chunk, '\r', (size_t)total) != NULL)
+        Py_RETURN_NONE;
+    Py_ssize_t body = total - 2; /* the parts are chunk[:-2] split on "\n\n" */
+    /* Check every part before making anything: most reads pass, the rest cost nothing. */
+    Py_ssize_t at = 0, parts = 0;
+    for (;;) {
+        const char *nl = memchr(chunk + at, '\n', (size_t)(body - at));
+        Py_ssize_t end = nl == NULL ? body : nl - chunk;
+        Py_ssize_t length = end - at;
+        if (length < 6 || memcmp(chunk + at, "data: ", 6) != 0 || length > limit)
+            Py_RETURN_NONE;
+        parts++;
+        if (nl == NULL) break;
+        /* A "\n" inside a part, or a blank line that is not "\n\n", fails the check. */
+        if (end + 1 >= body || chunk[end + 1] != '\n') Py_RETURN_NONE;
+        at = end + 2;
+    }
+    PyObject *out = PyList_New(parts);
+    if (out == NULL) return NULL;
+    at = 0;
+    for (Py_ssize_t i = 0; i < parts; i++) {
+        const char *nl = memchr(chunk + at, '\n', (size_t)(body - at));
+        Py_ssize_t end = nl == NULL ? body : nl - chunk;
+        PyObject *data = PyUnicode_DecodeUTF8(chunk + at + 6, end - at - 6, NULL);
+        if (data == NULL) {
+            Py_DECREF(out);
+            if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+                PyErr_Clear();
+                Py_RETURN_NONE;
+            }
+            return NULL;
+        }
+        PyObject *event = new_event(type, data, t_ns);
+        Py_DECREF(data);
+        if (event == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, event);
+        at = end + 2;
+    }
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"recv_stamped", (PyCFunction)(void (*)(void))recv_stamped, METH_FASTCALL,
+     "recv_stamped(fd, size, ancillary_size, stamp_type, stamp_unit, last_t) -> "
+     "(data, t_ns, seen_ns, kernel_stamped), or None when the socket has nothing now."},
+    {"whole_chunks", whole_chunks, METH_O,
+     "whole_chunks(data) -> the payload of whole non-empty chunks, or None."},
+    {"whole_data_events", (PyCFunction)(void (*)(void))whole_data_events, METH_FASTCALL,
+     "whole_data_events(chunk, limit, t_ns, event_type) -> the events of whole one-line "
+     "data: events, or None."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_readpath",
+    "The lean transport's per-read steps in C (labkit.measurement.readpath).", -1,
+    methods,
+};
+
+PyMODINIT_FUNC PyInit__readpath(void) {
+    name_event = PyUnicode_InternFromString("event");
+    name_data = PyUnicode_InternFromString("data");
+    name_t_ns = PyUnicode_InternFromString("t_ns");
+    if (name_event == NULL || name_data == NULL || name_t_ns == NULL) return NULL;
+    return PyModule_Create(&module);
+}
