@@ -555,20 +555,18 @@ class StreamRecorder(BaseRecorder):
         parse_ns = 0
         terminator_ns: int | None = None
 
-        def on_read(chunk: bytes) -> bool:
-            """Frame, parse and stamp one read; True once the stream's end is in."""
+        def on_read(chunk: bytes, t: int, seen: int, kernel: bool) -> bool:
+            """Frame, parse and stamp one read (the lean transport's stamps of it: arrival,
+            when labkit saw it, whether the kernel stamped it); True once the stream's end
+            is in."""
             nonlocal parse_ns, terminator_ns
             t_read = clock()
-            seen = 0
             if arrival is None:
                 t = t_read
                 if late is not None:
                     late(t)
-            else:
-                t = arrival.t_ns
-                if kernel_reads is not None:
-                    seen = arrival.seen_ns
-                    kernel_reads.append((t, seen, arrival.kernel_stamped))
+            elif kernel_reads is not None:
+                kernel_reads.append((t, seen, kernel))
             if read_windows is None:
                 for ev in feed(chunk, t):
                     stamp(on_event(ev), ev.t_ns)
@@ -606,7 +604,11 @@ class StreamRecorder(BaseRecorder):
                     m.end_ns = clock()
                     m.error = not_a_stream(response.status_code, response.headers, document, redact)
                     return
-            if on_read(chunk):
+            if arrival is None:
+                done = on_read(chunk, 0, 0, False)
+            else:
+                done = on_read(chunk, arrival.t_ns, arrival.seen_ns, arrival.kernel_stamped)
+            if done:
                 break
             if deliver is not None:
                 await deliver(on_read)

@@ -32,16 +32,29 @@ def load_event_object(data: str) -> dict[str, Any]:
     Undecodable JSON, JSON nested too deeply for the decoder (RecursionError) and JSON that
     is not an object are malformed streams, each named with what arrived.
     """
+    fast = _FAST
     try:
-        obj = fastjson.loads(data)
+        obj = fast(data) if fast is not None else json.loads(data)
+    except Exception:
+        obj = _decode_or_name(data)
+    if type(obj) is not dict:
+        raise MalformedStream(f"event data is a JSON {type(obj).__name__}, not an object")
+    return obj
+
+
+_FAST = fastjson.FAST
+
+
+def _decode_or_name(data: str) -> Any:
+    """`json.loads` decides what the fast decoder refused: a value, or a `MalformedStream`
+    naming why not."""
+    try:
+        return json.loads(data)
     except ValueError as exc:
         msg = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
         raise MalformedStream(f"event data is not JSON: {msg} ({describe(data)})") from None
     except RecursionError:
         raise MalformedStream("event data is JSON nested too deeply to decode") from None
-    if type(obj) is not dict:
-        raise MalformedStream(f"event data is a JSON {type(obj).__name__}, not an object")
-    return obj
 
 
 def wire_count(value: Any, field: str) -> int | None:

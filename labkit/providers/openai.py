@@ -213,7 +213,6 @@ class OpenAIChatParser(StreamParser):
                 else:
                     self._pending_timings = None
                     self._read_timings(timings)
-        self._extra(obj)
         return cls
 
     def _read_timings(self, timings: dict[str, Any]) -> None:
@@ -377,9 +376,6 @@ class OpenAIChatParser(StreamParser):
                         if cls < EventClass.OUTPUT:
                             cls = EventClass.OUTPUT
         return cls
-
-    def _extra(self, obj: dict[str, Any]) -> None:
-        """Hook for compatible servers that add fields to chunks."""
 
     def want_logprobs(self, top_k: int) -> bool:
         """Read each choice's `logprobs.content` from now on (`labkit.providers.logprobs`).

@@ -90,12 +90,12 @@ class Body(httpx.AsyncByteStream):
         conn = self._conn
         return type(conn) is Connection and conn.kernel_stamping
 
-    async def deliver(self, on_payload: Callable[[bytes], bool]) -> None:
-        """Hand the rest of the body to `on_payload`, each payload as its read arrives, in
-        the connection's reader callback (`Connection.push`: no task wake-up per read);
-        until the body ends or `on_payload` returns True. The same payloads, stamps (read
-        them off this body in `on_payload`) and errors as iterating; where it stopped,
-        iterating goes on. Only where `pushes`."""
+    async def deliver(self, on_payload: Callable[[bytes, int, int, bool], bool]) -> None:
+        """Hand the rest of the body to `on_payload` (payload, `t_ns`, `seen_ns`,
+        `kernel_stamped`), each payload as its read arrives, in the connection's reader
+        callback (`Connection.push`: no task wake-up per read); until the body ends or
+        `on_payload` returns True. The same payloads, stamps and errors as iterating; where
+        it stopped, iterating goes on. Only where `pushes`."""
         conn = self._conn
         buf = conn.buffer
         while not self._complete:  # what is in already
@@ -108,7 +108,7 @@ class Body(httpx.AsyncByteStream):
             else:
                 break
             payload = self._take(data, t, seen, kernel)
-            if payload and on_payload(payload):
+            if payload and on_payload(payload, t, seen, kernel):
                 return
         if not self._complete:
             stopped = False
@@ -116,7 +116,7 @@ class Body(httpx.AsyncByteStream):
             def sink(data: bytes, t: int, seen: int, kernel: bool) -> bool:
                 nonlocal stopped
                 payload = self._take(data, t, seen, kernel)
-                if payload and on_payload(payload):
+                if payload and on_payload(payload, t, seen, kernel):
                     stopped = True
                 return stopped or self._complete
 
