@@ -1,9 +1,10 @@
 """One TCP connection of the lean transport, read by a loop reader callback.
 
-The callback (`loop.add_reader`; `recvmsg` in C where `labkit.measurement.readpath` has it)
-only stamps each read and queues it (or pushes it, `push`); the
-reading task frames and decrypts off the callback, so a busy loop delays the framing, never
-the stamp. Kernel stamps where the platform has them (`stamps`), else the callback's clock.
+The callback (`loop.add_reader`; the read and its stamp in C where
+`labkit.measurement.readpath` has it) only stamps each read and queues it, or hands it to
+the sink `push` was given; the reading task frames and decrypts off the callback, so a busy
+loop delays the framing, never the stamp. Kernel stamps where the platform has them
+(`stamps`), else the callback's clock.
 """
 
 from __future__ import annotations
