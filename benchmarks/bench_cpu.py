@@ -19,7 +19,9 @@ level and round the two sides alternate which goes first, so machine noise hits 
   as a user pays it. Summed over rounds; each round's is printed. Beside it, *in level*:
   the tree's CPU read from /proc every 50 ms, interpolated from the level's first request
   to its last byte, over the level's events (steadier on a shared host: no start-up in it,
-  nor the figures computed after the level).
+  nor the figures computed after the level). The target line (half the CPU per token at
+  32 streams) passes only when both figures say so: the marginal one swings by tens of µs a
+  round, so one lucky run could pass on it alone.
 - Stamp error = client stamp − server send stamp per output event; TTFT error = client
   TTFT − true TTFT (first send − client t_start); matched by response id and position
   (`bench_load.Accum`), over the full runs' measured records.
@@ -833,10 +835,15 @@ def print_summary(
         bo, ao = levels[32][b.name], levels[32][a.name]
         ratio = bl._ratio(ao["cpu_us_per_token"], bo["cpu_us_per_token"])
         b_in, a_in = bo["cpu_us_per_token_in_level"], ao["cpu_us_per_token_in_level"]
+        # Both figures must agree: the marginal one alone swings by tens of µs a round (a
+        # short run's start-up), so one lucky run could pass on it.
+        ok_marginal = bl._le(ratio, CPU_RATIO_TARGET)
+        ok_in_level = bl._le(bl._ratio(a_in, b_in), CPU_RATIO_TARGET)
         targets.append(
             (
-                f"32 streams: CPU per token after <= {CPU_RATIO_TARGET:g} x before",
-                bl._le(ratio, CPU_RATIO_TARGET),
+                f"32 streams: CPU per token after <= {CPU_RATIO_TARGET:g} x before, marginal "
+                "and within the level",
+                None if ok_marginal is None or ok_in_level is None else ok_marginal and ok_in_level,
                 f"{_us(bo['cpu_us_per_token']).strip()} → "
                 f"{_us(ao['cpu_us_per_token']).strip()} µs ({bl._f(ratio, '.2f')}x); in level "
                 f"{_us(b_in).strip()} → {_us(a_in).strip()} µs "
