@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from labkit.errors import MalformedStream
 from labkit.measurement import fastjson
+from labkit.providers import _wire
 from labkit.providers._wire import load_event_object
 
 pytestmark = pytest.mark.unit
@@ -58,6 +59,7 @@ def decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     """Each test runs with msgspec (where installed) and with the pure-json fallback."""
     if request.param == "json":
         monkeypatch.setattr(fastjson, "_fast", None)
+        monkeypatch.setattr(_wire, "_FAST", None)  # the per-event path calls msgspec itself
     elif fastjson.DECODER != "msgspec":
         pytest.fail("msgspec is a labkit dependency: install it")
     return str(request.param)
@@ -99,6 +101,12 @@ def test_any_value_json_writes_reads_back_as_json_reads_it(value: Any, ascii_onl
 @given(data=st.text(alphabet='{}[]":,0123456789.eE+-\\/uabfnrtlsNIy \t\n\x00\x7fé\ud800'))
 def test_any_fragment_decodes_or_fails_exactly_as_json_does(data: str) -> None:
     assert outcome(data) == json_outcome(data)
+
+
+@pytest.mark.parametrize("data", [d for d in EDGE_CASES if d.startswith("{")])
+def test_an_event_object_decodes_exactly_as_json_does(decoder: str, data: str) -> None:
+    value = load_event_object(data)
+    assert (type(value).__name__, json.dumps(value)) == json_outcome(data)
 
 
 @pytest.mark.parametrize(
