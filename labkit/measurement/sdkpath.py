@@ -135,7 +135,11 @@ def _watch_sse(client: Any, adapter: SDKAdapter) -> None:
     decoder per stream with the client's `_make_sse_decoder`)."""
     make = getattr(client, "_make_sse_decoder", None)
     if make is not None:
-        client._make_sse_decoder = lambda: _WatchedDecoder(make(), adapter)
+        # Whatever the SDK passes on (anthropic 2.16 passes the request's options) goes to
+        # its own maker.
+        client._make_sse_decoder = lambda *args, **kwargs: _WatchedDecoder(
+            make(*args, **kwargs), adapter
+        )
 
 
 def sdk_supported(provider: Provider) -> bool:
