@@ -588,3 +588,23 @@ def test_sdk_path_cpu_ms_includes_labkits_reading_of_each_object(
     assert rec.error is None, rec.error
     assert len(reads) >= 5
     assert rec.app.cpu_ms is not None and rec.app.cpu_ms >= len(reads) * burn_ns / 1e6
+
+
+@pytest.mark.unit
+def test_the_watched_decoder_maker_takes_what_each_sdk_version_passes() -> None:
+    from types import SimpleNamespace
+
+    from labkit.measurement.sdkpath import _watch_sse, _WatchedDecoder
+
+    seen: list[tuple[Any, ...]] = []
+
+    class Client:
+        def _make_sse_decoder(self, options: Any = None) -> object:  # anthropic >= 2.16
+            seen.append((options,))
+            return object()
+
+    client = Client()
+    _watch_sse(client, SimpleNamespace(consumed_by_sdk=lambda event, data: False))  # type: ignore[arg-type]
+    assert isinstance(client._make_sse_decoder(), _WatchedDecoder)  # earlier SDKs: no argument
+    assert isinstance(client._make_sse_decoder("options"), _WatchedDecoder)
+    assert seen == [(None,), ("options",)]
