@@ -37,9 +37,9 @@ def _fast_decoder() -> Callable[[str | bytes], Any] | None:
 
 _fast = _fast_decoder()
 
-#: msgspec's decoder, for a caller on the per-event path that calls it itself (one call
-#: less) and hands what it refuses to `loads`; None without msgspec.
-FAST = _fast
+#: The first decoder, for a caller on the per-event path that calls it itself (one call
+#: less) and hands what it refuses to `json.loads`: msgspec's, or `json.loads` without it.
+FAST: Callable[[str | bytes], Any] = json.loads if _fast is None else _fast
 
 #: The decoder that runs first: ``msgspec`` or ``json``.
 DECODER = "json" if _fast is None else "msgspec"

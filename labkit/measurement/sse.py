@@ -45,6 +45,7 @@ class SSEParser:
 
     __slots__ = (
         "_data",
+        "_data_line_max",
         "_dispatched",
         "_event",
         "_event_bytes",
@@ -69,6 +70,7 @@ class SSEParser:
         self._event_bytes = 0  # data bytes of the event being assembled
         self._event_t_ns: int | None = None
         self._max = max_event_bytes
+        self._data_line_max = max_event_bytes + len(b"data: ")  # a one-line event, whole
         self._failure: Exception | None = None
         self._dispatched = False
         #: Comment lines (`: keep-alive`) read before the first event, and the stamp of the
@@ -94,7 +96,7 @@ class SSEParser:
             # The common read: whole events of one `data:` line each (one, or several a late
             # read gathered), nothing pending: the same events as the line-by-line path
             # below, without splitting the read into lines. Anything else goes that way.
-            events = whole_data_events(chunk, self._max + 6, t_ns, SSEEvent)
+            events = whole_data_events(chunk, self._data_line_max, t_ns, SSEEvent)
             if events is not None:
                 self._dispatched = True
                 return events

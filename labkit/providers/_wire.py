@@ -32,10 +32,9 @@ def load_event_object(data: str) -> dict[str, Any]:
     Undecodable JSON, JSON nested too deeply for the decoder (RecursionError) and JSON that
     is not an object are malformed streams, each named with what arrived.
     """
-    fast = _FAST
     try:
-        obj = fast(data) if fast is not None else json.loads(data)
-    except Exception:
+        obj = _FAST(data)
+    except Exception:  # what the fast decoder refuses, json decides
         obj = _decode_or_name(data)
     if type(obj) is not dict:
         raise MalformedStream(f"event data is a JSON {type(obj).__name__}, not an object")

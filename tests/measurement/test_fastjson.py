@@ -59,7 +59,7 @@ def decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     """Each test runs with msgspec (where installed) and with the pure-json fallback."""
     if request.param == "json":
         monkeypatch.setattr(fastjson, "_fast", None)
-        monkeypatch.setattr(_wire, "_FAST", None)  # the per-event path calls msgspec itself
+        monkeypatch.setattr(_wire, "_FAST", json.loads)  # the per-event path calls msgspec itself
     elif fastjson.DECODER != "msgspec":
         pytest.fail("msgspec is a labkit dependency: install it")
     return str(request.param)
