@@ -68,7 +68,7 @@ test-ray: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check labkit tests benchmarks
-	$(BIN)/ruff format --check labkit
+	$(BIN)/ruff format --check labkit tests benchmarks
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -36,9 +36,7 @@ def _local_setup() -> None:
 
 def _children_named(parent: int, name: str) -> list[int]:
     """Pids of live processes whose program is `name` and whose parent is `parent`."""
-    return [
-        p.pid for p in processes(parent=parent) if Path(p.cmdline.split(" ")[0]).name == name
-    ]
+    return [p.pid for p in processes(parent=parent) if Path(p.cmdline.split(" ")[0]).name == name]
 
 
 def _run(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess[str]:

@@ -81,9 +81,7 @@ def test_the_runs_alone_give_what_the_walk_over_every_event_gave(gathered: float
     rng = random.Random(int(gathered * 100))
     for events in (1, 2, 3, 17, 100, 400):
         output, reads, windows = _stream(rng, events, gathered)
-        assert _kernel_lateness(output, reads, windows) == _per_event_walk(
-            output, reads, windows
-        )
+        assert _kernel_lateness(output, reads, windows) == _per_event_walk(output, reads, windows)
 
 
 def test_the_record_fields_match_the_walk_over_every_event() -> None:

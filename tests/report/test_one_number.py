@@ -157,9 +157,7 @@ def test_report_summary_lab_json_answers_and_charts_agree(tmp_path: Path) -> Non
             assert term["server prefill\nms p50"] == cell(s.ttft_split.provider_prefill_ms)
             for text in stats_row.values():
                 assert text in md
-        single = next(
-            a for a in lab.answers if a.provider == provider and a.experiment == "single"
-        )
+        single = next(a for a in lab.answers if a.provider == provider and a.experiment == "single")
         assert describe(by_key[(provider, "single")].ttft_ms.p50) in single.answer
 
     queued = by_key[(QUEUED, "attribution")].ttft_split

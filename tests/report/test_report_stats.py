@@ -86,9 +86,7 @@ def test_split_table_says_not_reported_for_a_provider_that_reports_nothing(
     ]
     _, blocks, stats = build_blocks(load_run(write_run(tmp_path / "run", recs)))
     assert stats[0].ttft_split.provider_prefill_ms is None
-    (table,) = [
-        b for b in blocks if isinstance(b, Table) and "network + front end" in b.columns
-    ]
+    (table,) = [b for b in blocks if isinstance(b, Table) and "network + front end" in b.columns]
     row = dict(zip(table.columns, table.rows[0], strict=True))
     assert row["client TTFT"].startswith("310")
     assert row["provider queue"] == row["provider prefill"] == NOT_REPORTED
