@@ -11,6 +11,7 @@ or in the call, form data, auth, event hooks, redirects followed) takes httpx's 
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -24,6 +25,13 @@ __all__ = ["MeasuredClient"]
 URLS_KEPT = 64
 
 _log = logging.getLogger("httpx")
+#: Request headers that set how its body is framed: httpx keeps a caller's own.
+_FRAMING = frozenset({"content-length", "transfer-encoding"})
+
+
+def json_bytes(body: Any) -> bytes:
+    """A JSON body's bytes exactly as httpx encodes ``json=`` (`httpx._content.encode_json`)."""
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
 
 
 class MeasuredClient(httpx.AsyncClient):
@@ -42,6 +50,7 @@ class MeasuredClient(httpx.AsyncClient):
         )
         self._urls: dict[str, httpx.URL] = {}
         self._urls_base: httpx.URL | None = None
+        self._templates: dict[tuple[Any, ...], httpx.Headers] = {}
 
     def build_request(  # type: ignore[override]
         self,
@@ -92,8 +101,44 @@ class MeasuredClient(httpx.AsyncClient):
                 self.timeout if isinstance(timeout, UseClientDefault) else httpx.Timeout(timeout)
             )
             extensions = dict(**extensions, timeout=chosen.as_dict())
+        if kwargs.keys() == {"json", "headers"} and type(kwargs["headers"]) is dict:
+            request = self._json_request(
+                method, merged, kwargs["json"], kwargs["headers"], extensions
+            )
+            if request is not None:
+                return request
         headers = self._merge_headers(kwargs.pop("headers", None))
         return httpx.Request(method, merged, headers=headers, extensions=extensions, **kwargs)
+
+    def _json_request(
+        self,
+        method: str,
+        url: httpx.URL,
+        body: Any,
+        headers: dict[str, str],
+        extensions: dict[str, Any],
+    ) -> httpx.Request | None:
+        """httpx's request of a JSON `body` with `headers`, its headers copied from the
+        ones httpx built for the same method, URL, client and request headers (kept per
+        those: a provider sends the same few), only the Content-Length its own; None where
+        a header of the request's own sets the body's framing (httpx's path then)."""
+        key = (method, url, tuple(self._headers.multi_items()), tuple(headers.items()))
+        template = self._templates.get(key)
+        if template is None:
+            if any(name.lower() in _FRAMING for name in headers):
+                return None
+            template = httpx.Request(
+                method, url, headers=self._merge_headers(headers), json={}
+            ).headers
+            if len(self._templates) < URLS_KEPT:
+                self._templates[key] = template
+        content = json_bytes(body)
+        request = httpx.Request(
+            method, url, headers=template, stream=httpx.ByteStream(content), extensions=extensions
+        )
+        request.headers["Content-Length"] = str(len(content))
+        request._content = content  # what httpx's read() of a body it encoded keeps
+        return request
 
     async def send(
         self,

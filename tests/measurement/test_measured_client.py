@@ -48,6 +48,10 @@ def _same(a: httpx.Request, b: httpx.Request) -> None:
         {"content": b'{"a": 1}', "headers": {"content-type": "application/json"}},
         {"json": BODY, "timeout": 3.0},
         {"json": BODY, "extensions": {"timeout": {"read": 1.0}}},
+        {"json": BODY, "headers": {"Content-Type": "application/x-ndjson"}},
+        {"json": BODY, "headers": {"content-length": "5"}},  # httpx's own path
+        {"json": BODY, "headers": {"Transfer-Encoding": "chunked"}},  # httpx's own path
+        {"json": [1, "é", None], "headers": {}},
         {"params": {"q": "1"}},  # httpx's own path
         {"cookies": {"c": "1"}},  # httpx's own path
     ],
@@ -58,6 +62,32 @@ def test_build_request_is_httpx_s(args: dict[str, Any]) -> None:
         _same(
             plain.build_request("POST", path, **args), measured.build_request("POST", path, **args)
         )
+
+
+def test_a_json_request_s_kept_headers_follow_the_body_and_the_client() -> None:
+    """The headers kept for a JSON request (`MeasuredClient._json_request`) carry each body's
+    own length, change with the client's headers, and share nothing between requests."""
+    plain, measured = _pair()
+    for body in (BODY, {"short": 1}, {**BODY, "max_tokens": 10_000}):
+        args: dict[str, Any] = {"json": body, "headers": {"authorization": "Bearer k"}}
+        a = plain.build_request("POST", "/chat/completions", **args)
+        b = measured.build_request("POST", "/chat/completions", **args)
+        _same(a, b)
+    for client in (plain, measured):
+        client.headers["x-added"] = "later"  # in place, after a template was kept
+    args = {"json": BODY, "headers": {"authorization": "Bearer k"}}
+    _same(
+        plain.build_request("POST", "/chat/completions", **args),
+        measured.build_request("POST", "/chat/completions", **args),
+    )
+    first = measured.build_request("POST", "/chat/completions", **args)
+    first.headers["connection"] = "close"
+    first.extensions["trace"] = "t"
+    second = measured.build_request("POST", "/chat/completions", **args)
+    assert "trace" not in second.extensions
+    assert second.headers["connection"] == "keep-alive"
+    with pytest.raises(ValueError, match="JSON compliant"):
+        measured.build_request("POST", "/x", json={"f": float("nan")}, headers={})
 
 
 def test_a_path_s_url_is_kept_and_renewed_with_the_base_url() -> None:
