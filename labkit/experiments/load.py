@@ -77,6 +77,8 @@ _DEFAULT_REQUESTS = 32
 _NS = 1_000_000_000
 # An open loop without max_concurrency may have any number of requests in flight.
 _UNCAPPED_CONNECTIONS = 1024
+#: The generator of a request whose plan draws nothing (no token ranges): never drawn from.
+_NO_DRAWS = random.Random(0)
 _SETTLE_S = 0.02  # the set-up's pending callbacks run before the first request's clock
 
 TokenTarget = PositiveInt | tuple[PositiveInt, PositiveInt]
@@ -234,6 +236,7 @@ class LoadExperiment(PacedExperiment[LoadState, LoadLevelPlan]):
         self._stream_eps: float | None = None
         self._request_events: float | None = None
         self._capacity_eps: float | None = None
+        self._prompts: list[Prompt] | None = None  # the settings' prompts, with their ids
 
     @property
     def _s(self) -> LoadSettings:
@@ -338,7 +341,9 @@ class LoadExperiment(PacedExperiment[LoadState, LoadLevelPlan]):
             "target": level.target,
             "level_run": level_run,
         }
-        rng = random.Random(f"{s.seed}:{level.index}:{i}")
+        # Seeding costs more than the rest of a request's plan: only where a draw needs it.
+        drawn = s.input_tokens is not None or s.output_tokens is not None
+        rng = random.Random(f"{s.seed}:{level.index}:{i}") if drawn else _NO_DRAWS
         if s.input_tokens is not None:
             n_in = _draw(s.input_tokens, rng)
             # A unique head per request keeps prompt caches from serving one from another.
@@ -346,8 +351,9 @@ class LoadExperiment(PacedExperiment[LoadState, LoadLevelPlan]):
             prompt = Prompt(id=f"synthetic-{n_in}", text=text)
             tags["target_input_tokens"] = n_in
         else:
-            prompts = prompt_list(s.prompts)
-            prompt = prompts[i % len(prompts)]
+            if self._prompts is None:
+                self._prompts = prompt_list(s.prompts)
+            prompt = self._prompts[i % len(self._prompts)]
         if s.output_tokens is not None:
             n_out = _draw(s.output_tokens, rng)
             params["max_tokens"] = tags["target_output_tokens"] = n_out
