@@ -8,6 +8,7 @@ span id is random. All of it is computed before the request's clock starts.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from collections.abc import Mapping
@@ -35,14 +36,17 @@ def _nonzero(value: bytes) -> str:
     return value.hex() if any(value) else "0" * (2 * len(value) - 1) + "1"
 
 
+@functools.lru_cache(maxsize=64)
 def trace_id_of(run_id: str) -> str:
     """The run's trace id (32 hex digits)."""
     return _nonzero(_digest("trace", run_id)[:16])
 
 
+@functools.lru_cache(maxsize=1024)
 def span_id_of(run_id: str, *path: str) -> str:
     """The span id (16 hex digits) of the run (`path` empty), of an experiment of a
-    provider (`provider, experiment`) or of a level of it (`provider, experiment, level`)."""
+    provider (`provider, experiment`) or of a level of it (`provider, experiment, level`);
+    kept for the next request of the same level (a digest per request otherwise)."""
     return _nonzero(_digest("span", run_id, *path)[:8])
 
 
