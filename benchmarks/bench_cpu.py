@@ -22,6 +22,13 @@ level and round the two sides alternate which goes first, so machine noise hits 
   nor the figures computed after the level). The target line (half the CPU per token at
   32 streams) passes only when both figures say so: the marginal one swings by tens of µs a
   round, so one lucky run could pass on it alone.
+- Each request asks for no ``max_tokens`` (`bench_load.runner_config`), so it carries the
+  script's ``--tokens`` (before 2026-12-02 the load experiment's default 64 cut it short,
+  whatever the header said: per-request work was then spread over 64 tokens).
+- Floor, beside each level: CPU per token of `bench_load.raw_leg`, a bare asyncio protocol
+  client in this process (no HTTP library, no JSON decoding, no record, no self-check; a
+  regex finds each event's text), over the same replies, as many runs as rounds: what one
+  Python event loop spends reading these streams at all (`floor_us_per_token`).
 - Stamp error = client stamp − server send stamp per output event; TTFT error = client
   TTFT − true TTFT (first send − client t_start); matched by response id and position
   (`bench_load.Accum`), over the full runs' measured records.
@@ -548,6 +555,7 @@ def measure_level(
         "requests": n,
         "short_requests": n_short,
         "server_late_p99_ms": late,
+        "floor_us_per_token": floor_us_per_token(srv, url, level, n, args.rounds),
     }
     for side in sides:
         got = per[side.name]
@@ -566,6 +574,21 @@ def measure_level(
         }
     print_level(level, out, sides)
     return out
+
+
+def floor_us_per_token(srv: ScriptedServer, url: str, level: int, n: int, rounds: int) -> float:
+    """The floor beside the level: CPU per token of `bench_load.raw_leg` (a bare asyncio
+    protocol client in this process: no HTTP library, no JSON, no record, no self-check;
+    its regex finds each event's text) over the same replies, `rounds` runs of `n`
+    requests. What one Python event loop spends reading these streams at all."""
+    cpu = 0.0
+    events = 0
+    for _ in range(rounds):
+        got = bl.raw_leg(url, level, n)
+        srv.stamps()
+        cpu += got.cpu_s
+        events += sum(len(r.stamps_ns) for r in got.streams)
+    return 1e6 * cpu / events if events else float("nan")
 
 
 def _us(x: float | None) -> str:
@@ -593,6 +616,10 @@ def print_level(level: int, out: dict[str, Any], sides: list[Side]) -> None:
         )
         if f["unmatched_streams"] or f["errors"]:
             print(f"    ! {f['unmatched_streams']} unmatched streams; errors: {f['errors']}")
+    print(
+        f"  {'floor (bare asyncio)':<22} |    {'':>6}  {_us(out['floor_us_per_token'])}  |"
+        " bench_load's raw leg, in this process: no HTTP library, JSON or record"
+    )
 
 
 def measure_hosted(
@@ -811,10 +838,10 @@ def print_summary(
     b, a = sides
     print(f"\n### before ({b.label}) → after ({a.label})\n")
     print(
-        "| streams | CPU µs/token | ratio | in level | stamp error p50 / p99 ms |"
+        "| streams | CPU µs/token | ratio | in level | floor | stamp error p50 / p99 ms |"
         " TTFT error p50 / p99 ms | flagged |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for level, out in levels.items():
         bo, ao = out[b.name], out[a.name]
         bf, af = bo["figures"], ao["figures"]
@@ -823,7 +850,7 @@ def print_summary(
             f"| {level} | {bl._cell(bo['cpu_us_per_token'], ao['cpu_us_per_token'], '.1f')} |"
             f" {bl._f(ratio, '.2f')}x |"
             f" {bl._cell(bo['cpu_us_per_token_in_level'], ao['cpu_us_per_token_in_level'], '.1f')}"
-            " |"
+            f" | {_us(out.get('floor_us_per_token')).strip()} |"
             f" {bl._cell(bf['event_err_ms']['p50'], af['event_err_ms']['p50'], '.3f')} /"
             f" {bl._cell(bf['event_err_ms']['p99'], af['event_err_ms']['p99'], '.3f')} |"
             f" {bl._cell(bf['ttft_err_ms']['p50'], af['ttft_err_ms']['p50'], '.3f')} /"

@@ -405,22 +405,27 @@ def labkit_sdk_leg(base_url: str, concurrency: int, n_requests: int) -> LegResul
     return run_like_labkit(run())
 
 
-def runner_config(base_url: str, concurrency: int, n: int, workers: int | str) -> dict[str, Any]:
+def runner_config(
+    base_url: str, concurrency: int, n: int, workers: int | str, max_tokens: int | None = None
+) -> dict[str, Any]:
     """The config of a `load` experiment at one concurrency level against `base_url`: `n`
-    measured requests (one warm-up), read by `workers` processes (`auto`: labkit chooses)."""
+    measured requests (one warm-up), read by `workers` processes (`auto`: labkit chooses).
+    Each request asks for `max_tokens` (the server sends the smaller of that and its
+    script's count); None: no `max_tokens` at all, as the other legs send, so the script's
+    count (the load experiment's own default, 64, would cut a longer script short)."""
+    experiment = {
+        "kind": "load",
+        "concurrency": [concurrency],
+        "requests": n,
+        "warmup": 1,
+        "workers": workers,
+        "prompts": [PROMPT],
+        "params": {} if max_tokens is None else {"max_tokens": max_tokens},
+    }
     return {
         "name": "bench-load",
         "providers": [{"id": "s", "kind": "openai_compatible", "model": "m", "base_url": base_url}],
-        "experiments": [
-            {
-                "kind": "load",
-                "concurrency": [concurrency],
-                "requests": n,
-                "warmup": 1,
-                "workers": workers,
-                "prompts": [PROMPT],
-            }
-        ],
+        "experiments": [experiment],
     }
 
 
