@@ -4,13 +4,14 @@ the loop's select() — where sockets are read — between each two; and the rec
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 
 import httpx
 import pytest
 import respx
 
 from labkit.measurement.recorder import RecordContext, StreamRecorder
-from labkit.measurement.turns import take_turn
+from labkit.measurement.turns import STEPS_PER_EXTRA_TURN, take_turn
 from tests.measurement.test_recorder import ADAPTERS
 from tests.providers.streams import chat
 
@@ -50,6 +51,31 @@ def test_steps_that_come_together_take_one_iteration_each_in_order() -> None:
     assert [i for i, _ in ran] == list(range(6))  # first come, first served
     iterations = [n for _, n in ran]
     assert len(set(iterations)) == 6  # never two in one iteration: a select() between each
+
+
+def test_a_long_queue_shares_iterations_in_order() -> None:
+    """Under `STEPS_PER_EXTRA_TURN` queued, one step an iteration; a longer queue runs one
+    more per that many queued, first come first served, a select() between batches."""
+    loop = _CountingSelectorLoop()
+    ran: list[tuple[int, int]] = []
+    n = 5 * STEPS_PER_EXTRA_TURN
+
+    async def step(i: int) -> None:
+        await take_turn()
+        ran.append((i, loop.selects))
+
+    async def main() -> None:
+        await asyncio.gather(*(step(i) for i in range(n)))
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert [i for i, _ in ran] == list(range(n))
+    per_iteration = Counter(selects for _, selects in ran)
+    assert max(per_iteration.values()) == 1 + (n - 1) // STEPS_PER_EXTRA_TURN  # the first: alone
+    assert len(per_iteration) < n  # fewer iterations than steps
+    assert list(per_iteration.values())[-3:] == [1, 1, 1]  # the queue's tail: one each
 
 
 def test_a_step_alone_does_not_wait_and_a_cancelled_waiter_does_not_block_the_next() -> None:
