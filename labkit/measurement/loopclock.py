@@ -193,6 +193,10 @@ class TimedSelector(selectors.DefaultSelector):
         history = self.history
         history.append((returned, entered, blocked, woken))
         sockets = self._sockets
+        # One window object per select() for what all its sockets share (the collector
+        # tracks tuples, and each report is kept until read or pushed out).
+        woke_window = (woken, woken, True)
+        since_window = (previous_return, entered, False)
         for key, mask in ready:
             if not mask & _READ:
                 continue
@@ -203,10 +207,10 @@ class TimedSelector(selectors.DefaultSelector):
                 window = state.unread
                 state.unread = None
             elif blocked:
-                window = (woken, woken, True)
+                window = woke_window
             elif 0 <= state.watched_from < n - 1:
                 # Watched by the previous select(), which saw it empty: the bytes came since.
-                window = (previous_return, entered, False)
+                window = since_window
             else:
                 window = (state.seen_empty_ns, entered, False)
             state.seen_empty_ns = returned

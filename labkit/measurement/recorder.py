@@ -145,10 +145,14 @@ class Measurement:
     cancelled: bool = False
     #: Where the stamps come from (`ClientTimings.stamp_source`) and, for user stamps, which
     #: report each read came from (`labkit.measurement.loopclock`); on the lean transport each
-    #: read's (stamp, seen, kernel-stamped).
+    #: read's stamp, when labkit saw it and whether the kernel stamped it (`kernel_reads`).
     stamp_source: Literal["kernel", "user"] | None = None
     lateness: LatenessTracker | None = None
-    kernel_reads: list[tuple[int, int, bool]] | None = None
+    # Three flat lists, not a tuple a read: a tuple is an object the cyclic collector tracks,
+    # and one per read kept for the stream's life made most of a level's young collections.
+    read_stamps: list[int] | None = None
+    read_seen: list[int] = field(default_factory=list)
+    read_kernel: list[bool] = field(default_factory=list)
     read_windows: dict[int, tuple[int, int, bool]] | None = None
     cpu_start_ns: int = 0
     parse_ns: int | None = None
@@ -196,6 +200,12 @@ class Measurement:
             self.output_ns.append(t_ns)
         elif cls == EventClass.DONE:
             self.done = True
+
+    def kernel_reads(self) -> list[tuple[int, int, bool]] | None:
+        """Each read's (stamp, seen, kernel-stamped) on the lean transport; None elsewhere."""
+        if self.read_stamps is None:
+            return None
+        return list(zip(self.read_stamps, self.read_seen, self.read_kernel, strict=True))
 
     def read_server_request_id(self, headers: Mapping[str, str]) -> None:
         """Keep the request id the server answered with, whatever its parser reads."""
@@ -401,7 +411,7 @@ class BaseRecorder:
         )
         if m.output_ns and m.stamp_source is not None:
             stamp_self_check(
-                timings, m.stamp_source, m.output_ns, m.lateness, m.kernel_reads, m.read_windows
+                timings, m.stamp_source, m.output_ns, m.lateness, m.kernel_reads(), m.read_windows
             )
         return timings
 
@@ -536,13 +546,14 @@ class StreamRecorder(BaseRecorder):
         arrival = response.extensions.get("labkit.arrival")
         # The lean transport says per read whether its stamp is the kernel's and when labkit
         # saw it; a user-space stamp's lateness is estimated from the loop's select() times.
-        kernel_reads: list[tuple[int, int, bool]] | None = None
+        read_stamps: list[int] | None = None
+        read_seen, read_kernel = m.read_seen, m.read_kernel
         late: Callable[[int], None] | None = None
         selector = loop_clock()
         read_windows: dict[int, tuple[int, int, bool]] | None = None
         if arrival is not None and hasattr(arrival, "kernel_stamped"):
             m.stamp_source = "kernel"
-            kernel_reads = m.kernel_reads = []
+            read_stamps = m.read_stamps = []
             if selector is not None:
                 read_windows = m.read_windows = {}
                 window_before = selector.window_before
@@ -565,8 +576,10 @@ class StreamRecorder(BaseRecorder):
                 t = t_read
                 if late is not None:
                     late(t)
-            elif kernel_reads is not None:
-                kernel_reads.append((t, seen, kernel))
+            elif read_stamps is not None:
+                read_stamps.append(t)
+                read_seen.append(seen)
+                read_kernel.append(kernel)
             if read_windows is None:
                 for ev in feed(chunk, t):
                     stamp(on_event(ev), ev.t_ns)
