@@ -16,8 +16,8 @@ queued faster than one an iteration went (some 300 iterations a second, each rea
 hundred sockets), so the level's first wave took 3.5 s to start, and a thousand finished
 streams waited at once, holding their requests' objects (one young collection of 28,000 of
 them stopped the loop for 35 ms, and the next tokens of every stream were read together).
-So many streams have gaps long enough for a few steps between two reads: a level can only
-be held where streams × events per stream per second is what one loop reads.
+Where that many streams are held at all, each stream's events are far apart (one loop reads
+only so many events a second in all), so a few steps between two reads gather none.
 """
 
 from __future__ import annotations
