@@ -221,3 +221,18 @@ def test_before_after_table_pairs_levels_clients_and_targets(
     assert "| 32 | labkit | 0.10 → 0.10 / 4.00 → 1.00 |" in out
     assert "| a target | MISS (4.0) | PASS (1.0) |" in out
     assert bench_load._strict_json({"x": [float("nan"), 1.0]}) == {"x": [None, 1.0]}
+
+
+def test_the_runner_config_asks_for_the_script_s_tokens_unless_told() -> None:
+    """The load experiment's own default (64 tokens) would cut a longer script short: the
+    bench's runs ask for no `max_tokens` (as its other legs send) unless one is given."""
+    from labkit.config import parse_config
+    from labkit.experiments.load import LoadSettings
+
+    for max_tokens, params in ((None, {}), (100, {"max_tokens": 100})):
+        config = parse_config(
+            bench_load.runner_config("http://127.0.0.1:9/v1", 32, 64, 1, max_tokens)
+        )
+        (settings,) = config.experiments
+        assert isinstance(settings, LoadSettings)
+        assert settings.params == params
