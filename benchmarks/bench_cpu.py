@@ -577,10 +577,8 @@ def measure_level(
 
 
 def floor_us_per_token(srv: ScriptedServer, url: str, level: int, n: int, rounds: int) -> float:
-    """The floor beside the level: CPU per token of `bench_load.raw_leg` (a bare asyncio
-    protocol client in this process: no HTTP library, no JSON, no record, no self-check;
-    its regex finds each event's text) over the same replies, `rounds` runs of `n`
-    requests. What one Python event loop spends reading these streams at all."""
+    """The floor beside a level (the module docstring): `bench_load.raw_leg`'s CPU per
+    token over the same replies, `rounds` runs of `n` requests."""
     cpu = 0.0
     events = 0
     for _ in range(rounds):

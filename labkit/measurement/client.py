@@ -11,12 +11,12 @@ or in the call, form data, auth, event hooks, redirects followed) takes httpx's 
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
 import httpx
 from httpx._client import USE_CLIENT_DEFAULT, ClientState, UseClientDefault
+from httpx._content import encode_json
 from httpx._transports.base import AsyncBaseTransport
 
 __all__ = ["MeasuredClient"]
@@ -27,11 +27,6 @@ URLS_KEPT = 64
 _log = logging.getLogger("httpx")
 #: Request headers that set how its body is framed: httpx keeps a caller's own.
 _FRAMING = frozenset({"content-length", "transfer-encoding"})
-
-
-def json_bytes(body: Any) -> bytes:
-    """A JSON body's bytes exactly as httpx encodes ``json=`` (`httpx._content.encode_json`)."""
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
 
 
 class MeasuredClient(httpx.AsyncClient):
@@ -132,12 +127,10 @@ class MeasuredClient(httpx.AsyncClient):
             ).headers
             if len(self._templates) < URLS_KEPT:
                 self._templates[key] = template
-        content = json_bytes(body)
-        request = httpx.Request(
-            method, url, headers=template, stream=httpx.ByteStream(content), extensions=extensions
-        )
-        request.headers["Content-Length"] = str(len(content))
-        request._content = content  # what httpx's read() of a body it encoded keeps
+        content_headers, stream = encode_json(body)  # httpx's own encoding of `json=`
+        request = httpx.Request(method, url, headers=template, stream=stream, extensions=extensions)
+        request.headers["Content-Length"] = content_headers["Content-Length"]
+        request._content = b"".join(stream)  # what httpx's read() of a body it encoded keeps
         return request
 
     async def send(
