@@ -10,7 +10,7 @@ import httpx
 import pytest
 import respx
 
-from labkit.measurement.lateness import stamp_self_check
+from labkit.measurement.lateness import KernelReads, stamp_self_check
 from labkit.measurement.loopclock import LatenessTracker, TimedSelector
 from labkit.records import ClientTimings
 from labkit.selfcheck import (
@@ -127,7 +127,7 @@ def test_a_level_pools_every_events_estimate_where_records_keep_them() -> None:
 def test_records_keep_each_events_estimate_in_stream_order() -> None:
     timings = ClientTimings()
     reads = [(10, 10, True), (5_000_000, 5_000_000, True)]
-    stamp_self_check(timings, "kernel", [10, 5_000_000], None, reads)
+    stamp_self_check(timings, "kernel", [10, 5_000_000], None, KernelReads.of(reads))
     assert timings.stamp_lateness_ms == [0.0, 0.0]
     assert len(timings.stamp_lateness_ms) == 2
 
@@ -135,7 +135,7 @@ def test_records_keep_each_events_estimate_in_stream_order() -> None:
 def test_kernel_stamps_report_the_read_lag_and_no_lateness() -> None:
     timings = ClientTimings()
     reads = [(10, 2_000_010, True), (3_000_000, 7_000_000, True), (8_000_000, 8_000_000, True)]
-    stamp_self_check(timings, "kernel", [10, 3_000_000, 8_000_000], None, reads)
+    stamp_self_check(timings, "kernel", [10, 3_000_000, 8_000_000], None, KernelReads.of(reads))
     assert timings.stamp_source == "kernel"
     assert timings.stamp_lateness_ms_p99 == 0.0 and timings.ttft_lateness_ms == 0.0
     assert timings.read_lag_ms_p50 == 2.0 and timings.read_lag_ms_p99 == pytest.approx(3.96)
@@ -149,28 +149,33 @@ def test_events_gathered_in_one_kernel_stamped_read_are_late_but_its_last() -> N
     reads = [(0, 1_000_000, True), (9_000_000, 12_000_000, True)]
     busy = {9_000_000: (1_000_000, 10_000_000, False)}
     output = [0] + [9_000_000] * 4
-    stamp_self_check(timings, "kernel", output, None, reads, busy)
+    stamp_self_check(timings, "kernel", output, None, KernelReads.of(reads), busy)
     assert timings.stamp_lateness_ms_max == 6.0 and timings.stamp_lateness_ms_p50 == 2.0
     # Woken by them (a select blocked from 2 ms, back at 9.1 ms): they came together.
     woken = ClientTimings()
     woke = {9_000_000: (2_000_000, 9_100_000, True)}
-    stamp_self_check(woken, "kernel", output, None, reads, woke)
+    stamp_self_check(woken, "kernel", output, None, KernelReads.of(reads), woke)
     assert woken.stamp_lateness_ms_max == 0.0
     # Back only at 11 ms, long after the last segment: labkit woke late, they came since 2 ms.
     late = ClientTimings()
     stamp_self_check(
-        late, "kernel", output, None, reads, {9_000_000: (2_000_000, 11_000_000, True)}
+        late,
+        "kernel",
+        output,
+        None,
+        KernelReads.of(reads),
+        {9_000_000: (2_000_000, 11_000_000, True)},
     )
     assert late.stamp_lateness_ms_max == 5.25
     # Nothing known of the loop: they count as on time.
     bare = ClientTimings()
-    stamp_self_check(bare, "kernel", output, None, reads)
+    stamp_self_check(bare, "kernel", output, None, KernelReads.of(reads))
     assert bare.stamp_lateness_ms_max == 0.0
 
 
 def test_reads_without_a_kernel_stamp_are_user_stamps() -> None:
     timings = ClientTimings()
-    stamp_self_check(timings, "kernel", [5], None, [(5, 5, False)])
+    stamp_self_check(timings, "kernel", [5], None, KernelReads.of([(5, 5, False)]))
     assert timings.stamp_source == "user" and timings.stamp_lateness_ms_p99 is None
 
 
@@ -236,7 +241,7 @@ def _stalled_level(woken_ns: int) -> list[Any]:
     records = []
     for _ in range(32):
         timings = ClientTimings()
-        stamp_self_check(timings, "kernel", output, None, reads, window)
+        stamp_self_check(timings, "kernel", output, None, KernelReads.of(reads), window)
         client = {
             name: getattr(timings, name)
             for name in (

@@ -8,24 +8,62 @@ The fields and how a level is judged from them: `labkit.selfcheck` and docs/meas
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from labkit.measurement.loopclock import LatenessTracker
 from labkit.records import ClientTimings
 from labkit.selfcheck import WAKE_SLACK_NS
 from labkit.timing import percentile
 
-__all__ = ["stamp_self_check"]
+__all__ = ["KernelReads", "stamp_self_check"]
+
+
+class KernelReads(NamedTuple):
+    """Each read of a stream on the lean transport, as three columns (the recorder's own
+    lists, not copied): its stamp, when labkit saw it, whether the kernel stamped it."""
+
+    stamps: Sequence[int]
+    seen: Sequence[int]
+    kernel: Sequence[bool]
+
+    @classmethod
+    def of(cls, reads: Sequence[tuple[int, int, bool]]) -> KernelReads:
+        """The columns of (stamp, seen, kernel-stamped) rows."""
+        return cls([r[0] for r in reads], [r[1] for r in reads], [r[2] for r in reads])
 
 
 def _ms(values_ns: Sequence[int]) -> list[float]:
     return sorted([v / 1e6 for v in values_ns])
 
 
+def _percentile_ms(sorted_ns: Sequence[int], q: float) -> float:
+    """`percentile` of ``sorted_ns`` in ms: the same value as over each ``v / 1e6``, with
+    only the two values it interpolates between converted (division keeps the order)."""
+    pos = (len(sorted_ns) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_ns) - 1)
+    low = sorted_ns[lo] / 1e6
+    return low + (sorted_ns[hi] / 1e6 - low) * (pos - lo)
+
+
+def _read_lags_ns(output_ns: Sequence[int], reads: KernelReads) -> list[int]:
+    """Sorted, each output event's read's lag (seen - stamp) of the first read with its
+    stamp; events whose stamp no read has are left out."""
+    seen_of = dict(zip(reversed(reads.stamps), reversed(reads.seen), strict=True))
+    seen = list(map(seen_of.get, output_ns))
+    if None in seen:
+        lags = [s - t for s, t in zip(seen, output_ns, strict=True) if s is not None]
+    else:
+        lags = list(map(operator.sub, seen, output_ns))
+    lags.sort()
+    return lags
+
+
 def _kernel_lateness(
     output_ns: Sequence[int],
-    reads: Sequence[tuple[int, int, bool]],
+    reads: KernelReads,
     windows: Mapping[int, tuple[int, int, bool]],
 ) -> list[int] | None:
     """Each output event's lateness under kernel stamps; None if a read had none.
@@ -37,7 +75,7 @@ def _kernel_lateness(
     ``lo + j (stamp - lo) / k``; where the first of them woke the loop (at ``lo``), the
     j-th at ``lo + (j - 1) (stamp - lo) / (k - 1)``.
     """
-    if not all(kernel for _, _, kernel in reads):
+    if not all(reads.kernel):
         return None
     n = len(output_ns)
     out = [0] * n
@@ -63,10 +101,7 @@ def _kernel_lateness(
         if not woke:
             if previous_seen is None:
                 # The seen time of the read before each read (the first read of a stamp).
-                previous_seen = {
-                    stamp: seen
-                    for (stamp, _, _), (_, seen, _) in zip(reads[:0:-1], reads[-2::-1], strict=True)
-                }
+                previous_seen = dict(zip(reads.stamps[:0:-1], reads.seen[-2::-1], strict=True))
             lo = max(entered_or_floor, previous_seen.get(t, entered_or_floor))
         elif t < latest - WAKE_SLACK_NS:
             # The last segment came well before the select() it should have woken
@@ -88,22 +123,22 @@ def stamp_self_check(
     source: Literal["kernel", "user"],
     output_ns: Sequence[int],
     lateness: LatenessTracker | None,
-    kernel_reads: Sequence[tuple[int, int, bool]] | None,
+    kernel_reads: KernelReads | None,
     read_windows: Mapping[int, tuple[int, int, bool]] | None = None,
 ) -> None:
     """Fill a record's stamp self-check fields from what its recorder saw per read.
 
     `output_ns` are the output events' stamps, each the stamp of the read that brought the
     event's first byte; `lateness` (user stamps) knows which select() report each read came
-    from; `kernel_reads` (lean transport) has each read's (stamp, seen, kernel-stamped).
+    from; `kernel_reads` (lean transport) has each read's stamp, seen time and whether the
+    kernel stamped it.
     """
     if source == "kernel":
-        reads = kernel_reads or ()
-        seen_of = {t: seen for t, seen, _ in reversed(reads)}  # a stamp's first read wins
-        lags = _ms([seen_of[t] - t for t in output_ns if t in seen_of])
+        reads = kernel_reads or KernelReads((), (), ())
+        lags = _read_lags_ns(output_ns, reads)
         if lags:
-            timings.read_lag_ms_p50 = percentile(lags, 50)
-            timings.read_lag_ms_p99 = percentile(lags, 99)
+            timings.read_lag_ms_p50 = _percentile_ms(lags, 50)
+            timings.read_lag_ms_p99 = _percentile_ms(lags, 99)
         in_order = _kernel_lateness(output_ns, reads, read_windows or {})
         if in_order is None:  # the kernel gave no stamp: stamped when read, no estimate
             timings.stamp_source = "user"

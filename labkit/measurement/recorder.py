@@ -47,7 +47,7 @@ from labkit.measurement.failures import (
     tls_problem,
     undecodable_body,
 )
-from labkit.measurement.lateness import stamp_self_check
+from labkit.measurement.lateness import KernelReads, stamp_self_check
 from labkit.measurement.loopclock import LatenessTracker, loop_clock, socket_fd
 from labkit.measurement.sse import SSEParser
 from labkit.measurement.turns import take_start_turn, take_turn
@@ -201,11 +201,12 @@ class Measurement:
         elif cls == EventClass.DONE:
             self.done = True
 
-    def kernel_reads(self) -> list[tuple[int, int, bool]] | None:
-        """Each read's (stamp, seen, kernel-stamped) on the lean transport; None elsewhere."""
+    def kernel_reads(self) -> KernelReads | None:
+        """Each read's stamp, seen time and whether the kernel stamped it, on the lean
+        transport (the lists themselves); None elsewhere."""
         if self.read_stamps is None:
             return None
-        return list(zip(self.read_stamps, self.read_seen, self.read_kernel, strict=True))
+        return KernelReads(self.read_stamps, self.read_seen, self.read_kernel)
 
     def read_server_request_id(self, headers: Mapping[str, str]) -> None:
         """Keep the request id the server answered with, whatever its parser reads."""

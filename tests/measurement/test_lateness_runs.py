@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
-from labkit.measurement.lateness import _kernel_lateness, stamp_self_check
+from labkit.measurement.lateness import KernelReads, _kernel_lateness, stamp_self_check
 from labkit.records import ClientTimings
 from labkit.selfcheck import WAKE_SLACK_NS
 from labkit.timing import percentile
@@ -81,14 +81,16 @@ def test_the_runs_alone_give_what_the_walk_over_every_event_gave(gathered: float
     rng = random.Random(int(gathered * 100))
     for events in (1, 2, 3, 17, 100, 400):
         output, reads, windows = _stream(rng, events, gathered)
-        assert _kernel_lateness(output, reads, windows) == _per_event_walk(output, reads, windows)
+        assert _kernel_lateness(output, KernelReads.of(reads), windows) == _per_event_walk(
+            output, reads, windows
+        )
 
 
 def test_the_record_fields_match_the_walk_over_every_event() -> None:
     rng = random.Random(7)
     output, reads, windows = _stream(rng, 300, 0.3)
     timings = ClientTimings()
-    stamp_self_check(timings, "kernel", output, None, reads, windows)
+    stamp_self_check(timings, "kernel", output, None, KernelReads.of(reads), windows)
     expected = _per_event_walk(output, reads, windows)
     assert any(expected)
     per_event = sorted(v / 1e6 for v in expected)

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from labkit.measurement import loopclock
-from labkit.measurement.lateness import stamp_self_check
+from labkit.measurement.lateness import KernelReads, stamp_self_check
 from labkit.records import ClientTimings
 
 pytestmark = pytest.mark.integration
@@ -84,7 +84,9 @@ def _lateness_ms(window: tuple[int, int, bool], stamp_ns: int) -> float:
     """The estimate for two events read at once under the second's kernel stamp."""
     timings = ClientTimings()
     reads = [(stamp_ns, stamp_ns, True)]
-    stamp_self_check(timings, "kernel", [stamp_ns, stamp_ns], None, reads, {stamp_ns: window})
+    stamp_self_check(
+        timings, "kernel", [stamp_ns, stamp_ns], None, KernelReads.of(reads), {stamp_ns: window}
+    )
     assert timings.stamp_lateness_ms_max is not None
     return timings.stamp_lateness_ms_max
 
