@@ -6,6 +6,8 @@ switches: the read and its kernel stamp (`tcp.Connection`), its chunk framing
 of each in one call (setup.py builds it on Linux; a build without a compiler skips it) and
 answers None for anything else, which the Python code then reads its general way. Both give
 the same answers (tests/measurement/test_readpath.py); `IMPLEMENTATION` says which runs.
+`chunked_data_events` runs the framing's and the SSE split's common cases back to back, for
+a reader that takes a chunked body's read as it came (`SSEParser.feed_whole_chunks`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,13 @@ import importlib
 from collections.abc import Callable
 from typing import Any, Literal
 
-__all__ = ["IMPLEMENTATION", "RECV_STAMPED", "whole_chunks", "whole_data_events"]
+__all__ = [
+    "IMPLEMENTATION",
+    "RECV_STAMPED",
+    "chunked_data_events",
+    "whole_chunks",
+    "whole_data_events",
+]
 
 
 #: ``recv_stamped(fd, size, ancillary_size, stamp_type, stamp_unit, last_t)``: one
@@ -88,3 +96,11 @@ whole_chunks: Callable[[bytes], bytes | None] = (
 whole_data_events: Callable[[bytes, int, int, Any], list[Any] | None] = (
     _C.whole_data_events if _C is not None else py_whole_data_events
 )
+
+
+def chunked_data_events(data: bytes, limit: int, t_ns: int, event_type: Any) -> list[Any] | None:
+    """The events of a read as it came off a chunked body: whole non-empty chunks
+    (`whole_chunks`) whose payload is whole one-line ``data:`` events
+    (`whole_data_events`); None where either is not so."""
+    payload = whole_chunks(data)
+    return None if payload is None else whole_data_events(payload, limit, t_ns, event_type)

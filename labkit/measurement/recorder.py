@@ -540,6 +540,7 @@ class StreamRecorder(BaseRecorder):
         reply that is plainly a document (HTML, JSON) is read up to a cap and named instead."""
         clock = self._clock
         feed = sse.feed
+        feed_whole_chunks = sse.feed_whole_chunks
         on_event = parser.on_event
         stamp = m.event
         # The lean transport stamps each read on arrival (labkit.measurement.lean); through
@@ -567,12 +568,20 @@ class StreamRecorder(BaseRecorder):
         parse_ns = 0
         terminator_ns: int | None = None
 
-        def on_read(chunk: bytes, t: int, seen: int, kernel: bool) -> bool:
+        def on_read(
+            chunk: bytes, t: int, seen: int, kernel: bool, framed: bool = False, /
+        ) -> bool | None:
             """Frame, parse and stamp one read (the lean transport's stamps of it: arrival,
             when labkit saw it, whether the kernel stamped it); True once the stream's end
-            is in."""
+            is in. `framed`: the read as the lean body got it, chunk framing and all, taken
+            only when it is the common read (`SSEParser.feed_whole_chunks`), else None."""
             nonlocal parse_ns, terminator_ns
             t_read = clock()
+            events = None
+            if framed:
+                events = feed_whole_chunks(chunk, t)
+                if events is None:
+                    return None
             if arrival is None:
                 t = t_read
                 if late is not None:
@@ -581,12 +590,14 @@ class StreamRecorder(BaseRecorder):
                 read_stamps.append(t)
                 read_seen.append(seen)
                 read_kernel.append(kernel)
+            if events is None:
+                events = feed(chunk, t)
             if read_windows is None:
-                for ev in feed(chunk, t):
+                for ev in events:
                     stamp(on_event(ev), ev.t_ns)
             else:
                 before = len(output_ns)
-                for ev in feed(chunk, t):
+                for ev in events:
                     stamp(on_event(ev), ev.t_ns)
                 if len(output_ns) - before > 1:
                     # Several events under one kernel stamp (its last segment's): when the
@@ -625,7 +636,8 @@ class StreamRecorder(BaseRecorder):
             if done:
                 break
             if deliver is not None:
-                await deliver(on_read)
+                # Each read is offered as it came first: its chunks and SSE events in one call.
+                await deliver(on_read, offer_framed=True)
                 break
         ended = m.done or parser.ended
         for ev in () if ended else sse.close():

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from labkit.errors import MalformedStream
-from labkit.measurement.readpath import whole_data_events
+from labkit.measurement.readpath import chunked_data_events, whole_data_events
 
 __all__ = ["MAX_EVENT_BYTES", "NDJSONParser", "SSEEvent", "SSEParser"]
 
@@ -137,6 +137,24 @@ class SSEParser:
                 raise
             self._failure = exc
         return out
+
+    def feed_whole_chunks(self, data: bytes, t_ns: int) -> list[SSEEvent] | None:
+        """The events of one read of a chunked body as it came (chunk framing and all),
+        when it is the common read: whole chunks of whole one-line ``data:`` events, and
+        nothing pending here. None otherwise, with nothing consumed: the caller de-chunks
+        the read and `feed`s it. One call where framing and `feed` take several."""
+        if (
+            self._partial
+            or self._event_t_ns is not None
+            or self._skip_lf
+            or self._failure is not None
+            or not self._single_data_lines
+        ):
+            return None
+        events = chunked_data_events(data, self._data_line_max, t_ns, SSEEvent)
+        if events is not None:
+            self._dispatched = True
+        return events
 
     def _line(self, line: bytes, t_ns: int, out: list[SSEEvent]) -> None:
         if not line:

@@ -7,7 +7,7 @@ from ``response.extensions["labkit.arrival"]``). Errors are httpx's own exceptio
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Protocol
 
 import httpx
@@ -16,6 +16,16 @@ from labkit.measurement.lean.tcp import Connection
 from labkit.measurement.readpath import whole_chunks
 
 __all__ = ["MAX_HEAD", "Body", "ConnectionOwner", "response_framing"]
+
+
+class OnPayload(Protocol):
+    """What `Body.deliver` hands each read to: its payload and stamps (`t_ns`, `seen_ns`,
+    `kernel_stamped`); True once no more is wanted. With ``framed``, the read as it came
+    (chunk framing and all), offered first: None back leaves it, to come again de-chunked."""
+
+    def __call__(
+        self, data: bytes, t_ns: int, seen_ns: int, kernel: bool, framed: bool = False, /
+    ) -> bool | None: ...
 
 
 class ConnectionOwner(Protocol):
@@ -90,12 +100,17 @@ class Body(httpx.AsyncByteStream):
         conn = self._conn
         return type(conn) is Connection and conn.kernel_stamping
 
-    async def deliver(self, on_payload: Callable[[bytes, int, int, bool], bool]) -> None:
+    async def deliver(self, on_payload: OnPayload, offer_framed: bool = False) -> None:
         """Hand the rest of the body to `on_payload` (payload, `t_ns`, `seen_ns`,
         `kernel_stamped`), each payload as its read arrives, in the connection's reader
         callback (`Connection.push`: no task wake-up per read); until the body ends or
         `on_payload` returns True. The same payloads, stamps and errors as iterating; where
-        it stopped, iterating goes on. Only where `pushes`."""
+        it stopped, iterating goes on. Only where `pushes`.
+
+        `offer_framed`: a chunked body first offers each pushed read as it came, while no
+        chunk is part-read (``on_payload(read, t, seen, kernel, True)``); a reader that
+        takes it (True or False back) does the framing's common case and its own in one
+        call. None back: the read is de-chunked here and handed over as always."""
         conn = self._conn
         buf = conn.buffer
         while not self._complete:  # what is in already
@@ -112,9 +127,18 @@ class Body(httpx.AsyncByteStream):
                 return
         if not self._complete:
             stopped = False
+            chunked = self._chunked if offer_framed else None
 
             def sink(data: bytes, t: int, seen: int, kernel: bool) -> bool:
                 nonlocal stopped
+                if chunked is not None and not chunked.buf and chunked.state == "size":
+                    taken = on_payload(data, t, seen, kernel, True)
+                    if taken is not None:  # whole non-empty chunks: the body goes on
+                        self._last = (t, seen, kernel)
+                        self.t_ns, self.seen_ns, self.kernel_stamped = t, seen, kernel
+                        if taken:
+                            stopped = True
+                        return stopped
                 payload = self._take(data, t, seen, kernel)
                 if payload and on_payload(payload, t, seen, kernel):
                     stopped = True
@@ -192,15 +216,15 @@ class _Chunked:
     """Decodes ``Transfer-Encoding: chunked`` incrementally."""
 
     def __init__(self) -> None:
-        self._buf = bytearray()
+        self.buf = bytearray()  # bytes of a chunk head, data or trailer not yet whole
         self._left = 0  # payload bytes left in the current chunk
-        self._state = "size"  # size | data | crlf | trailer
+        self.state = "size"  # size | data | crlf | trailer: what the next byte starts
 
     def feed(self, data: bytes) -> tuple[bytes, bytes, bool]:
         """(payload, bytes past the body, whether the body ended); ValueError when the
         framing is broken (a chunk size that is not hex, no CRLF after a chunk)."""
-        buf = self._buf
-        if not buf and self._state == "size":
+        buf = self.buf
+        if not buf and self.state == "size":
             # The common read: whole chunks (a server writes each event as one; a read that
             # came late holds several). Anything else goes the general way below.
             payload = whole_chunks(data)
@@ -209,22 +233,22 @@ class _Chunked:
         buf += data
         out = bytearray()
         while True:
-            if self._state == "data":
+            if self.state == "data":
                 take = min(self._left, len(buf))
                 out += buf[:take]
                 del buf[:take]
                 self._left -= take
                 if self._left:
                     return bytes(out), b"", False
-                self._state = "crlf"
-            if self._state == "crlf":
+                self.state = "crlf"
+            if self.state == "crlf":
                 if len(buf) < 2:
                     return bytes(out), b"", False
                 if buf[:2] != b"\r\n":
                     raise ValueError(f"no CRLF after a chunk's data but {bytes(buf[:2])!r}")
                 del buf[:2]
-                self._state = "size"
-            if self._state == "size":
+                self.state = "size"
+            if self.state == "size":
                 end = buf.find(b"\r\n")
                 if end < 0:
                     return bytes(out), b"", False
@@ -234,12 +258,12 @@ class _Chunked:
                 size = int(field, 16)
                 del buf[: end + 2]
                 if size == 0:
-                    self._state = "trailer"
+                    self.state = "trailer"
                 else:
                     self._left = size
-                    self._state = "data"
+                    self.state = "data"
                     continue
-            if self._state == "trailer":
+            if self.state == "trailer":
                 if buf.startswith(b"\r\n"):
                     rest = bytes(buf[2:])
                     buf.clear()
