@@ -21,15 +21,20 @@ _BODY_SENT = ("http11.send_request_body.complete", "http2.send_request_body.comp
 _SENT = ("http11.send_request_headers.complete", "http2.send_request_headers.complete")
 
 
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    """Linear-interpolated percentile (numpy's default) of an already sorted sequence."""
+def percentile(sorted_values: Sequence[float], q: float, scale: float = 1.0) -> float:
+    """Linear-interpolated percentile (numpy's default) of an already sorted sequence; with
+    `scale`, of each value divided by it (only the two values it interpolates between are
+    converted: division keeps the order)."""
     if not sorted_values:
         raise ValueError("percentile of an empty sequence")
     pos = (len(sorted_values) - 1) * q / 100.0
     lo = int(pos)
     hi = min(lo + 1, len(sorted_values) - 1)
     frac = pos - lo
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * frac
+    low, high = sorted_values[lo], sorted_values[hi]
+    if scale != 1.0:
+        low, high = low / scale, high / scale
+    return low + (high - low) * frac
 
 
 def derive_client_timings(

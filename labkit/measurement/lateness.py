@@ -38,16 +38,6 @@ def _ms(values_ns: Sequence[int]) -> list[float]:
     return sorted([v / 1e6 for v in values_ns])
 
 
-def _percentile_ms(sorted_ns: Sequence[int], q: float) -> float:
-    """`percentile` of ``sorted_ns`` in ms: the same value as over each ``v / 1e6``, with
-    only the two values it interpolates between converted (division keeps the order)."""
-    pos = (len(sorted_ns) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_ns) - 1)
-    low = sorted_ns[lo] / 1e6
-    return low + (sorted_ns[hi] / 1e6 - low) * (pos - lo)
-
-
 def _read_lags_ns(output_ns: Sequence[int], reads: KernelReads) -> list[int]:
     """Sorted, each output event's read's lag (seen - stamp) of the first read with its
     stamp; events whose stamp no read has are left out."""
@@ -137,8 +127,8 @@ def stamp_self_check(
         reads = kernel_reads or KernelReads((), (), ())
         lags = _read_lags_ns(output_ns, reads)
         if lags:
-            timings.read_lag_ms_p50 = _percentile_ms(lags, 50)
-            timings.read_lag_ms_p99 = _percentile_ms(lags, 99)
+            timings.read_lag_ms_p50 = percentile(lags, 50, scale=1e6)
+            timings.read_lag_ms_p99 = percentile(lags, 99, scale=1e6)
         in_order = _kernel_lateness(output_ns, reads, read_windows or {})
         if in_order is None:  # the kernel gave no stamp: stamped when read, no estimate
             timings.stamp_source = "user"

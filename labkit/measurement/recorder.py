@@ -637,7 +637,7 @@ class StreamRecorder(BaseRecorder):
                 break
             if deliver is not None:
                 # Each read is offered as it came first: its chunks and SSE events in one call.
-                await deliver(on_read, offer_framed=True)
+                await deliver(on_read)
                 break
         ended = m.done or parser.ended
         for ev in () if ended else sse.close():

@@ -100,17 +100,17 @@ class Body(httpx.AsyncByteStream):
         conn = self._conn
         return type(conn) is Connection and conn.kernel_stamping
 
-    async def deliver(self, on_payload: OnPayload, offer_framed: bool = False) -> None:
+    async def deliver(self, on_payload: OnPayload) -> None:
         """Hand the rest of the body to `on_payload` (payload, `t_ns`, `seen_ns`,
         `kernel_stamped`), each payload as its read arrives, in the connection's reader
         callback (`Connection.push`: no task wake-up per read); until the body ends or
         `on_payload` returns True. The same payloads, stamps and errors as iterating; where
         it stopped, iterating goes on. Only where `pushes`.
 
-        `offer_framed`: a chunked body first offers each pushed read as it came, while no
-        chunk is part-read (``on_payload(read, t, seen, kernel, True)``); a reader that
-        takes it (True or False back) does the framing's common case and its own in one
-        call. None back: the read is de-chunked here and handed over as always."""
+        A chunked body first offers each pushed read as it came, while no chunk is
+        part-read (``on_payload(read, t, seen, kernel, True)``); a reader that takes it (True
+        or False back) does the framing's common case and its own in one call. None back:
+        the read is de-chunked here and handed over as always."""
         conn = self._conn
         buf = conn.buffer
         while not self._complete:  # what is in already
@@ -127,7 +127,7 @@ class Body(httpx.AsyncByteStream):
                 return
         if not self._complete:
             stopped = False
-            chunked = self._chunked if offer_framed else None
+            chunked = self._chunked
 
             def sink(data: bytes, t: int, seen: int, kernel: bool) -> bool:
                 nonlocal stopped
