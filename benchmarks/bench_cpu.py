@@ -472,19 +472,27 @@ def _server_pinned(srv: ScriptedServer, cpus: set[int] | None) -> None:
 
 
 def _check_tree(side: Side) -> str:
-    """Where `side`'s child imports labkit from (it must be its tree)."""
+    """Where `side`'s child imports labkit from (it must be its tree), and which read path
+    it runs (``c``, ``python``, or ``none`` before there was a choice)."""
     env = dict(os.environ, PYTHONPATH=str(side.tree))
     out = subprocess.run(
-        [sys.executable, "-c", "import labkit; print(labkit.__file__)"],
+        [
+            sys.executable,
+            "-c",
+            "import labkit; print(labkit.__file__)\n"
+            "try:\n from labkit.measurement.readpath import IMPLEMENTATION as read_path\n"
+            "except ImportError:\n read_path = 'none'\nprint(read_path)",
+        ],
         cwd=side.tree,
         env=env,
         capture_output=True,
         text=True,
         check=True,
-    ).stdout.strip()
-    if not Path(out).resolve().is_relative_to(side.tree.resolve()):
-        raise SystemExit(f"{side.name}: labkit imported from {out}, not {side.tree}")
-    return out
+    ).stdout.split()
+    where, read_path = out[0], out[1]
+    if not Path(where).resolve().is_relative_to(side.tree.resolve()):
+        raise SystemExit(f"{side.name}: labkit imported from {where}, not {side.tree}")
+    return f"{where} (read path: {read_path})"
 
 
 def _late(server: dict[str, Any]) -> float | None:

@@ -1417,7 +1417,24 @@ def archive_labkit(rev: str, tree: Path) -> Path:
         ["git", "-C", str(_REPO), "archive", rev, "labkit"], capture_output=True, check=True
     ).stdout
     subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    _build_read_path(tree)
     return tree
+
+
+def _build_read_path(tree: Path) -> None:
+    """Compile the C read path where the archived revision has one, in place and as setup.py
+    builds it (git archive carries the source, not this checkout's build): "before" then runs
+    the code a user of that revision runs, not its Python fallback. Without a compiler it
+    stays the fallback, as that user's would."""
+    if not (tree / "labkit" / "measurement" / "_readpath.c").exists():
+        return
+    build = (
+        "from setuptools import Extension, setup; setup(name='labkit', script_args=["
+        "'-q', 'build_ext', '--inplace'], ext_modules=[Extension("
+        "'labkit.measurement._readpath', ['labkit/measurement/_readpath.c'], "
+        "extra_compile_args=['-O2'], optional=True)])"
+    )
+    subprocess.run([sys.executable, "-c", build], cwd=tree, capture_output=True, check=False)
 
 
 def before_after(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
