@@ -8,6 +8,7 @@ answers None for anything else, which the Python code then reads its general way
 the same answers (tests/measurement/test_readpath.py); `IMPLEMENTATION` says which runs.
 `chunked_data_events` runs the framing's and the SSE split's common cases back to back, for
 a reader that takes a chunked body's read as it came (`SSEParser.feed_whole_chunks`).
+`TIMED_SELECT` is the event loop's timed ``select()`` (`loopclock.TimedSelector`) in one call.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from typing import Any, Literal
 __all__ = [
     "IMPLEMENTATION",
     "RECV_STAMPED",
+    "TIMED_SELECT",
+    "TIMED_SELECT_BLOCKED_NS",
     "chunked_data_events",
     "whole_chunks",
     "whole_data_events",
@@ -96,6 +99,15 @@ whole_chunks: Callable[[bytes], bytes | None] = (
 whole_data_events: Callable[[bytes, int, int, Any], list[Any] | None] = (
     _C.whole_data_events if _C is not None else py_whole_data_events
 )
+
+
+#: ``timed_select(selector, timeout, woken)``: `loopclock.TimedSelector.select` on an epoll
+#: selector in one call (the poll, the clocks, the counters and each socket's report), and
+#: the `loopclock.BLOCKED_NS` it was built with; None without the C module.
+TIMED_SELECT: Callable[[Any, float | None, Any], list[Any]] | None = getattr(
+    _C, "timed_select", None
+)
+TIMED_SELECT_BLOCKED_NS: int | None = getattr(_C, "BLOCKED_NS", None)
 
 
 def chunked_data_events(data: bytes, limit: int, t_ns: int, event_type: Any) -> list[Any] | None:

@@ -25,6 +25,17 @@ pytestmark = pytest.mark.unit
 MS = 1_000_000
 
 
+@pytest.fixture(autouse=True, params=["c", "python"])
+def select_implementation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test here runs on both `TimedSelector.select`s: the C one (where labkit was
+    built with it) and `_select_py`."""
+    if request.param == "python":
+        monkeypatch.setattr(loopclock, "_SELECT_C", None)
+    elif loopclock._SELECT_C is None:
+        pytest.skip("labkit was built without readpath.TIMED_SELECT")
+    return str(request.param)
+
+
 class ScriptedClock:
     """Returns the given stamps in order, one per call."""
 
