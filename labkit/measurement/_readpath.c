@@ -12,6 +12,8 @@
  *       the payload of a read of whole non-empty chunks (http11._whole_chunks from 0)
  *   whole_data_events(chunk, limit, t_ns, event_type)
  *       the events of a read of whole one-line `data:` events (SSEParser._whole_data_events)
+ *   chunked_data_events(data, limit, t_ns, event_type)
+ *       the two above in one call, for a chunked body's read as it came
  *   timed_select(selector, timeout, woken)
  *       TimedSelector.select on an epoll selector, the poll included (loopclock._select_py)
  */
@@ -125,15 +127,12 @@ static inline int hex_value(unsigned char c) {
 /* A chunk head's digits, as the Python decoder reads them: its CRLF within 18 bytes. */
 #define MAX_HEX_DIGITS 16
 
-static PyObject *whole_chunks(PyObject *self, PyObject *arg) {
-    if (!PyBytes_Check(arg)) {
-        PyErr_SetString(PyExc_TypeError, "whole_chunks takes bytes");
-        return NULL;
-    }
-    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(arg);
-    Py_ssize_t total = PyBytes_GET_SIZE(arg);
-    /* Two passes: check the framing and add up the payload, then copy it. */
-    Py_ssize_t at = 0, payload = 0, chunks = 0, first_start = 0;
+/* The chunks of a read that is whole non-empty chunks with bare hex sizes and nothing else:
+ * their count (-1: not such a read), the first one's payload offset and the payloads' sum. */
+static Py_ssize_t frame_chunks(const unsigned char *data, Py_ssize_t total,
+                               Py_ssize_t *first_start, Py_ssize_t *payload) {
+    Py_ssize_t at = 0, chunks = 0;
+    *payload = 0;
     while (at < total) {
         Py_ssize_t digits = 0;
         int64_t size = 0;
@@ -145,23 +144,23 @@ static PyObject *whole_chunks(PyObject *self, PyObject *arg) {
             size = size * 16 + v;
             digits++;
         }
-        if (digits == 0 || digits > MAX_HEX_DIGITS) Py_RETURN_NONE;
+        if (digits == 0 || digits > MAX_HEX_DIGITS) return -1;
         Py_ssize_t end = at + digits;
-        if (end + 1 >= total || data[end] != '\r' || data[end + 1] != '\n') Py_RETURN_NONE;
-        if (size == 0 || size > total) Py_RETURN_NONE;
+        if (end + 1 >= total || data[end] != '\r' || data[end + 1] != '\n') return -1;
+        if (size == 0 || size > total) return -1;
         Py_ssize_t stop = end + 2 + (Py_ssize_t)size;
-        if (stop + 2 > total || data[stop] != '\r' || data[stop + 1] != '\n') Py_RETURN_NONE;
-        if (chunks == 0) first_start = end + 2;
-        payload += (Py_ssize_t)size;
+        if (stop + 2 > total || data[stop] != '\r' || data[stop + 1] != '\n') return -1;
+        if (chunks == 0) *first_start = end + 2;
+        *payload += (Py_ssize_t)size;
         chunks++;
         at = stop + 2;
     }
-    if (chunks == 1)
-        return PyBytes_FromStringAndSize((const char *)data + first_start, payload);
-    PyObject *out = PyBytes_FromStringAndSize(NULL, payload);
-    if (out == NULL) return NULL;
-    char *dst = PyBytes_AS_STRING(out);
-    at = 0;
+    return chunks;
+}
+
+/* The payloads of `chunks` framed chunks (frame_chunks said so) copied into `dst`. */
+static void copy_payloads(const unsigned char *data, Py_ssize_t total, char *dst) {
+    Py_ssize_t at = 0;
     while (at < total) {
         Py_ssize_t digits = 0;
         int64_t size = 0;
@@ -174,6 +173,23 @@ static PyObject *whole_chunks(PyObject *self, PyObject *arg) {
         dst += size;
         at += digits + 2 + (Py_ssize_t)size + 2;
     }
+}
+
+static PyObject *whole_chunks(PyObject *self, PyObject *arg) {
+    if (!PyBytes_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "whole_chunks takes bytes");
+        return NULL;
+    }
+    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(arg);
+    Py_ssize_t total = PyBytes_GET_SIZE(arg);
+    Py_ssize_t first_start = 0, payload = 0;
+    Py_ssize_t chunks = frame_chunks(data, total, &first_start, &payload);
+    if (chunks < 0) Py_RETURN_NONE;
+    if (chunks == 1)
+        return PyBytes_FromStringAndSize((const char *)data + first_start, payload);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, payload);
+    if (out == NULL) return NULL;
+    copy_payloads(data, total, PyBytes_AS_STRING(out));
     return out;
 }
 
@@ -190,18 +206,11 @@ static PyObject *new_event(PyTypeObject *type, PyObject *data, PyObject *t_ns) {
     return event;
 }
 
-static PyObject *whole_data_events(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 4 || !PyBytes_Check(args[0]) || !PyType_Check(args[3])) {
-        PyErr_SetString(PyExc_TypeError,
-                        "whole_data_events takes (bytes, limit, t_ns, event type)");
-        return NULL;
-    }
-    const char *chunk = PyBytes_AS_STRING(args[0]);
-    Py_ssize_t total = PyBytes_GET_SIZE(args[0]);
-    Py_ssize_t limit = PyLong_AsSsize_t(args[1]);
-    if (limit == -1 && PyErr_Occurred()) return NULL;
-    PyObject *t_ns = args[2];
-    PyTypeObject *type = (PyTypeObject *)args[3];
+/* The events of `chunk` when it is only one-line `data: ` events each followed by a blank
+ * line (`\n` ends only), each line at most `limit` bytes and UTF-8; a new reference to
+ * None for anything else, NULL on an error. */
+static PyObject *data_events(const char *chunk, Py_ssize_t total, Py_ssize_t limit,
+                             PyObject *t_ns, PyTypeObject *type) {
     if (total < 2 || chunk[total - 2] != '\n' || chunk[total - 1] != '\n' ||
         memchr(chunk, '\r', (size_t)total) != NULL)
         Py_RETURN_NONE;
@@ -244,6 +253,44 @@ static PyObject *whole_data_events(PyObject *self, PyObject *const *args, Py_ssi
         PyList_SET_ITEM(out, i, event);
         at = end + 2;
     }
+    return out;
+}
+
+static PyObject *whole_data_events(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4 || !PyBytes_Check(args[0]) || !PyType_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "whole_data_events takes (bytes, limit, t_ns, event type)");
+        return NULL;
+    }
+    Py_ssize_t limit = PyLong_AsSsize_t(args[1]);
+    if (limit == -1 && PyErr_Occurred()) return NULL;
+    return data_events(PyBytes_AS_STRING(args[0]), PyBytes_GET_SIZE(args[0]), limit, args[2],
+                       (PyTypeObject *)args[3]);
+}
+
+/* whole_chunks then whole_data_events in one call, the payload not copied out of a read
+ * of one chunk. */
+static PyObject *chunked_data_events(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4 || !PyBytes_Check(args[0]) || !PyType_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "chunked_data_events takes (bytes, limit, t_ns, event type)");
+        return NULL;
+    }
+    Py_ssize_t limit = PyLong_AsSsize_t(args[1]);
+    if (limit == -1 && PyErr_Occurred()) return NULL;
+    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    Py_ssize_t total = PyBytes_GET_SIZE(args[0]);
+    Py_ssize_t first_start = 0, payload = 0;
+    Py_ssize_t chunks = frame_chunks(data, total, &first_start, &payload);
+    if (chunks < 0) Py_RETURN_NONE;
+    if (chunks == 1)
+        return data_events((const char *)data + first_start, payload, limit, args[2],
+                           (PyTypeObject *)args[3]);
+    char *joined = PyMem_Malloc(payload > 0 ? (size_t)payload : 1);
+    if (joined == NULL) return PyErr_NoMemory();
+    copy_payloads(data, total, joined);
+    PyObject *out = data_events(joined, payload, limit, args[2], (PyTypeObject *)args[3]);
+    PyMem_Free(joined);
     return out;
 }
 
@@ -527,6 +574,9 @@ static PyMethodDef methods[] = {
     {"whole_data_events", (PyCFunction)(void (*)(void))whole_data_events, METH_FASTCALL,
      "whole_data_events(chunk, limit, t_ns, event_type) -> the events of whole one-line "
      "data: events, or None."},
+    {"chunked_data_events", (PyCFunction)(void (*)(void))chunked_data_events, METH_FASTCALL,
+     "chunked_data_events(data, limit, t_ns, event_type) -> whole_data_events of "
+     "whole_chunks(data), or None where either is None."},
     {"timed_select", (PyCFunction)(void (*)(void))timed_select, METH_FASTCALL,
      "timed_select(selector, timeout, woken) -> TimedSelector.select on an epoll selector."},
     {NULL, NULL, 0, NULL},

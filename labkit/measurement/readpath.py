@@ -110,9 +110,16 @@ TIMED_SELECT: Callable[[Any, float | None, Any], list[Any]] | None = getattr(
 TIMED_SELECT_BLOCKED_NS: int | None = getattr(_C, "BLOCKED_NS", None)
 
 
-def chunked_data_events(data: bytes, limit: int, t_ns: int, event_type: Any) -> list[Any] | None:
+def py_chunked_data_events(data: bytes, limit: int, t_ns: int, event_type: Any) -> list[Any] | None:
     """The events of a read as it came off a chunked body: whole non-empty chunks
     (`whole_chunks`) whose payload is whole one-line ``data:`` events
     (`whole_data_events`); None where either is not so."""
     payload = whole_chunks(data)
     return None if payload is None else whole_data_events(payload, limit, t_ns, event_type)
+
+
+#: `py_chunked_data_events` in one C call where labkit was built with it (a read of one
+#: chunk is split where it lies, not copied out first).
+chunked_data_events: Callable[[bytes, int, int, Any], list[Any] | None] = getattr(
+    _C, "chunked_data_events", py_chunked_data_events
+)
