@@ -20,20 +20,9 @@ from labkit.measurement.loopclock import (
     run,
 )
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("select_implementation")]
 
 MS = 1_000_000
-
-
-@pytest.fixture(autouse=True, params=["c", "python"])
-def select_implementation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every test here runs on both `TimedSelector.select`s: the C one (where labkit was
-    built with it) and `_select_py`."""
-    if request.param == "python":
-        monkeypatch.setattr(loopclock, "_SELECT_C", None)
-    elif loopclock._SELECT_C is None:
-        pytest.skip("labkit was built without readpath.TIMED_SELECT")
-    return str(request.param)
 
 
 class ScriptedClock:

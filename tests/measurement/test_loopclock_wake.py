@@ -27,24 +27,13 @@ from labkit.measurement import loopclock
 from labkit.measurement.lateness import KernelReads, stamp_self_check
 from labkit.records import ClientTimings
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("select_implementation")]
 
 GAP_S = 0.03
 #: The spinner's gap: shorter than the idle thread's usual wait for the CPU (EEVDF gives it
 #: the CPU after some tens of milliseconds, not never).
 SPIN_GAP_S = 0.005
 MS = 1_000_000
-
-
-@pytest.fixture(autouse=True, params=["c", "python"])
-def select_implementation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every test here runs on both `TimedSelector.select`s: the C one (where labkit was
-    built with it) and `_select_py`."""
-    if request.param == "python":
-        monkeypatch.setattr(loopclock, "_SELECT_C", None)
-    elif loopclock._SELECT_C is None:
-        pytest.skip("labkit was built without readpath.TIMED_SELECT")
-    return str(request.param)
 
 
 @pytest.fixture
