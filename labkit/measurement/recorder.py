@@ -651,7 +651,8 @@ class StreamRecorder(BaseRecorder):
         m.end_ns = clock() if terminator_ns is None else terminator_ns
         m.parse_ns = parse_ns
         parser.read_framing(sse, m.t_start)
-        if ended:
+        if ended and not (body is not None and body.complete):
+            # A body that has ended has nothing to drain (closing it keeps the connection).
             await drain_after_terminator(chunks)
 
     def _transport_error(

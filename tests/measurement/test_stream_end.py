@@ -179,3 +179,88 @@ def test_a_body_that_ends_after_its_terminator_keeps_its_connection(transport: s
     first, second = asyncio.run(main())
     assert first.error is None and second.error is None
     assert first.client.new_connection and not second.client.new_connection
+
+
+async def _keep_alive_server(
+    events: list[bytes], end_apart_s: float | None
+) -> tuple[asyncio.Server, list[int]]:
+    """A keep-alive server of chunked streams on 127.0.0.1: `events`, then the body's end in
+    the same write as the last event (`end_apart_s` None) or that many seconds later in a
+    write of its own. The list counts the connections it accepted."""
+    accepted = [0]
+    head = http_head(200, {"content-type": "text/event-stream", "transfer-encoding": "chunked"})
+    chunks = [b"%x\r\n%s\r\n" % (len(e), e) for e in events]
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted[0] += 1
+        try:
+            while True:
+                request_head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in request_head.split(b"\r\n"):
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value)
+                await reader.readexactly(length)
+                writer.write(head + b"".join(chunks[:-1]))
+                if end_apart_s is None:
+                    writer.write(chunks[-1] + b"0\r\n\r\n")
+                else:
+                    writer.write(chunks[-1])
+                    await writer.drain()
+                    await asyncio.sleep(end_apart_s)
+                    writer.write(b"0\r\n\r\n")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass  # the client closed its connection
+        finally:
+            writer.close()
+
+    return await asyncio.start_server(serve, "127.0.0.1", 0), accepted
+
+
+@pytest.mark.parametrize("end_apart_s", [None, 0.05], ids=["end-with-terminator", "end-later"])
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_body_is_drained_only_while_it_has_not_ended(
+    transport: str, end_apart_s: float | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A body whose end came with its terminator is closed at once; one still open after the
+    # terminator is read to its end. Either way the next request reuses the connection.
+    from labkit.measurement import recorder as recorder_module
+
+    drained: list[bool] = []
+    drain = recorder_module.drain_after_terminator
+
+    async def counted(rest: object) -> None:
+        drained.append(True)
+        await drain(rest)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(recorder_module, "drain_after_terminator", counted)
+    events = list(openai_events(["Hel", "lo"], usage=oa_usage(3, 2)))
+
+    async def main() -> tuple[list[RequestRecord], int]:
+        server, accepted = await _keep_alive_server(events, end_apart_s)
+        port = server.sockets[0].getsockname()[1]
+        provider = _provider("openai_compatible", f"http://127.0.0.1:{port}/v1", transport)
+        try:
+            recorder = StreamRecorder()
+            records = [
+                await recorder.record(provider, chat(), RecordContext("r", "t")) for _ in range(3)
+            ]
+        finally:
+            await provider.aclose()
+            server.close()
+            await server.wait_closed()
+            await asyncio.sleep(0.01)  # let the handler see its connection end
+        return records, accepted[0]
+
+    records, connections = asyncio.run(main())
+    for rec in records:
+        assert rec.error is None, rec.error
+        assert rec.output_text == "Hello"
+    assert connections == 1
+    assert [r.client.new_connection for r in records] == [True, False, False]
+    if transport == "lean":
+        assert len(drained) == (0 if end_apart_s is None else 3)
+    else:  # httpx's own body: labkit cannot see its end, so it always reads on
+        assert len(drained) == 3

@@ -90,7 +90,7 @@ class Body(httpx.AsyncByteStream):
             payload = self._take(data, t, seen, kernel)
             if payload:
                 yield payload
-        await self._finish()
+        await self.aclose()
 
     @property
     def pushes(self) -> bool:
@@ -154,7 +154,7 @@ class Body(httpx.AsyncByteStream):
                 return
             if not self._complete:  # the peer closed
                 self._closed_early()
-        await self._finish()
+        await self.aclose()
 
     def _take(self, data: bytes, t: int, seen: int, kernel: bool) -> bytes:
         """The payload of one read (its stamps kept); marks the body complete at its end."""
@@ -195,14 +195,18 @@ class Body(httpx.AsyncByteStream):
             request=self._request,
         )
 
-    async def _finish(self) -> None:
-        self._conn.buffer_stamp = self._last
-        await self.aclose()
+    @property
+    def complete(self) -> bool:
+        """Whether the body has ended: nothing more of it can arrive (closing it then keeps
+        the connection for the next request, as reading it to its end would)."""
+        return self._complete
 
     async def aclose(self) -> None:
         if self._released:
             return
         self._released = True
+        # Bytes read past the body wait for the next response with the stamps they came with.
+        self._conn.buffer_stamp = self._last
         if self._complete and self._keep_alive and self._conn.usable:
             self._transport.release(self._conn)
         else:
