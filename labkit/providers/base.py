@@ -403,6 +403,11 @@ class StreamParser(ABC):
         self.count_locally: Callable[[str], TokenCount | None] | None = None
         #: Tool calls as they stream, by their index in the reply (`add_tool_call_delta`).
         self.tool_call_parts: dict[int, list[str]] = {}
+        #: Whether the stream's terminator was seen when it is no `EventClass.DONE` event
+        #: (Ollama's `done: true` line may carry text): nothing more follows, so the recorder
+        #: stops reading there even if the server keeps the body open. A plain attribute,
+        #: not a property: the recorder reads it after every read.
+        self.ended = False
 
     def add_tool_call_delta(self, index: Any, call_id: Any, name: Any, arguments: Any) -> None:
         """Collect one streamed piece of tool call `index`: its id and name when they come,
@@ -515,13 +520,6 @@ class StreamParser(ABC):
         """The collected logprobs (the record's `logprobs`); None when none were asked."""
         collector = self._logprobs
         return collector.result() if collector is not None else None
-
-    @property
-    def ended(self) -> bool:
-        """Whether the stream's terminator was seen when it is no `EventClass.DONE` event
-        (Ollama's `done: true` line may carry text): nothing more follows, so the recorder
-        stops reading there even if the server keeps the body open. Default: False."""
-        return False
 
 
 #: Tokens a reported output count may hold beyond its streamed content before the content

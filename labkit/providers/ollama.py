@@ -156,6 +156,7 @@ class OllamaParser(StreamParser):
         if done is not True:
             raise MalformedStream(f"done is {describe(done)}, not a boolean")
         self._done = True
+        self.ended = True  # the `done: true` line is the stream's last
         self._read_done(obj)
         return cls if cls != EventClass.IGNORE else EventClass.DONE
 
@@ -192,11 +193,6 @@ class OllamaParser(StreamParser):
     @property
     def finished(self) -> bool:
         """Whether the `done: true` object arrived."""
-        return self._done
-
-    @property
-    def ended(self) -> bool:
-        """The `done: true` line is the stream's last (`StreamParser.ended`)."""
         return self._done
 
     def stop_reason(self) -> StopReason | None:
