@@ -53,6 +53,10 @@ level and round the two sides alternate which goes first, so machine noise hits 
   was (`_STEPPED`: a reader callback by name, a task's step by the functions it resumed
   and suspended in, the loop's own time around them): no profiler's inflation, about a
   microsecond of overhead per callback, and the request's life cut where it awaits.
+  Beside it, one event-loop wake-up's CPU measured apart (`wake_cost_us`: a sleep in
+  ``epoll_wait`` ended by a loopback write), times the loop's iterations per token: the
+  part of the loop's own time that is the kernel putting a thread to sleep and waking it,
+  which every event loop pays, the floor's too (about 20-40 µs a wake-up on this host).
 
 Run: ``make bench-cpu`` (about 10 minutes on 2 cores; ``BEFORE=REV``) = ``.venv/bin/python
 benchmarks/bench_cpu.py --json results/bench-cpu.json``; smaller: ``--rounds 1
@@ -790,6 +794,58 @@ def measure_steps(
     return out
 
 
+#: One event-loop wake-up's CPU on this host, measured apart: a fresh interpreter forks a
+#: writer that sends a byte over a socketpair every `_WAKE_GAP_S` (busy-waiting, so its own
+#: sleeps do not disturb the reader's core), and sleeps in ``epoll_wait`` for each, reading
+#: it when woken; its user + system CPU over the wake-ups it had.
+_WAKE_PROBE = """
+import os, resource, select, socket, sys, time
+wakes, gap = int(sys.argv[1]), float(sys.argv[2])
+reader, writer = socket.socketpair()
+pid = os.fork()
+if pid == 0:
+    reader.close()
+    for _ in range(wakes):
+        until = time.perf_counter() + gap
+        while time.perf_counter() < until:
+            pass
+        writer.send(b"x")
+    os._exit(0)
+writer.close()
+poller = select.epoll()
+poller.register(reader.fileno(), select.EPOLLIN)
+before, got, polls = resource.getrusage(resource.RUSAGE_SELF), 0, 0
+while got < wakes:
+    polls += 1
+    if poller.poll(-1):
+        data = reader.recv(65536)
+        if not data:
+            break
+        got += len(data)
+after = resource.getrusage(resource.RUSAGE_SELF)
+os.waitpid(pid, 0)
+cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+print(1e6 * cpu / polls)
+"""
+_WAKE_GAP_S = 0.0003
+
+
+def wake_cost_us(wakes: int = 20_000) -> float | None:
+    """CPU (µs) of one event-loop wake-up on this host: a sleep in ``epoll_wait`` ended by a
+    loopback write, and the read (`_WAKE_PROBE`); None where the probe cannot run."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _WAKE_PROBE, str(wakes), str(_WAKE_GAP_S)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        return float(done.stdout.strip())
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+
+
 def print_steps(level: int, steps: dict[str, Any], sides: list[Side]) -> None:
     print(
         f"\n### where the CPU per token went at {level} streams, by event-loop callback and"
@@ -802,6 +858,14 @@ def print_steps(level: int, steps: dict[str, Any], sides: list[Side]) -> None:
             f"  {got['loop_own_us_per_token']:6.2f}  the loop itself (selector, timers,"
             f" scheduling; {got['loop_iterations_per_token']:.2f} iterations per token)"
         )
+        wake = steps.get("wake_us")
+        if wake is not None:
+            print(
+                f"          of which its wake-ups about"
+                f" {wake * got['loop_iterations_per_token']:.2f}"
+                f" ({wake:.1f} µs of CPU per epoll sleep and wake-up on this host, measured"
+                " apart: the kernel's, paid by any event loop, the floor's too)"
+            )
         for key, us in got["rows_us_per_token"].items():
             print(f"  {us:6.2f}  {key} ({got['rows_calls_per_token'][key]:.2f})")
 
@@ -1001,6 +1065,7 @@ def main() -> None:
                 profile = measure_profile(sides, srv, args.profile_level, args, work, measured)
                 print_profile(args.profile_level, profile, sides)
                 profile["steps"] = measure_steps(sides, srv, args.profile_level, args, work)
+                profile["steps"]["wake_us"] = wake_cost_us()
                 print_steps(args.profile_level, profile["steps"], sides)
             if args.hosted_streams:
                 _server_pinned(srv, server_cpus)
