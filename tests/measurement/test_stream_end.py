@@ -27,7 +27,14 @@ from tests.providers.streams import (
     responses_events,
     sse,
 )
-from tests.support.misbehaving import HOLD, MisbehavingServer, Reply, http_head, record_requests
+from tests.support.misbehaving import (
+    HOLD,
+    MisbehavingServer,
+    Reply,
+    http_head,
+    next_request,
+    record_requests,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -195,13 +202,7 @@ async def _keep_alive_server(
         accepted[0] += 1
         try:
             while True:
-                request_head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in request_head.split(b"\r\n"):
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value)
-                await reader.readexactly(length)
+                await next_request(reader)
                 writer.write(head + b"".join(chunks[:-1]))
                 if end_apart_s is None:
                     writer.write(chunks[-1] + b"0\r\n\r\n")

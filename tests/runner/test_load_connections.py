@@ -17,6 +17,7 @@ from labkit.providers import provider_class
 from labkit.records import RequestRecord
 from labkit.runner import RunOptions, prepare_run
 from tests.providers.streams import chat, oa_usage, openai_events
+from tests.support.misbehaving import next_request
 
 pytestmark = pytest.mark.integration
 
@@ -54,13 +55,7 @@ class CountingServer:
         self.connects.append(time.perf_counter_ns())
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value)
-                await reader.readexactly(length)
+                head = await next_request(reader)
                 self.requests.append(time.perf_counter_ns())
                 self.paths.append(head.split(b" ", 2)[1])
                 await self._stream(writer)

@@ -132,6 +132,19 @@ def read_request(conn: socket.socket, buf: bytes) -> tuple[bytes, bytes, bytes] 
     return head, buf[:length], buf[length:]
 
 
+async def next_request(reader: asyncio.StreamReader) -> bytes:
+    """The head of the next HTTP/1.1 request on a kept-alive connection of an asyncio server,
+    its body read past; `asyncio.IncompleteReadError` once the client has closed."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    await reader.readexactly(length)
+    return head
+
+
 def repeat(block: bytes, times: int) -> Iterator[bytes]:
     """`block` written `times` times (a huge body without holding it in memory)."""
     for _ in range(times):
