@@ -256,14 +256,21 @@ static PyObject *data_events(const char *chunk, Py_ssize_t total, Py_ssize_t lim
     return out;
 }
 
-static PyObject *whole_data_events(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+/* Checks the (bytes, limit, t_ns, event type) arguments of `name` and reads the limit:
+ * 0, or -1 with the error set. */
+static int event_args(const char *name, PyObject *const *args, Py_ssize_t nargs,
+                      Py_ssize_t *limit) {
     if (nargs != 4 || !PyBytes_Check(args[0]) || !PyType_Check(args[3])) {
-        PyErr_SetString(PyExc_TypeError,
-                        "whole_data_events takes (bytes, limit, t_ns, event type)");
-        return NULL;
+        PyErr_Format(PyExc_TypeError, "%s takes (bytes, limit, t_ns, event type)", name);
+        return -1;
     }
-    Py_ssize_t limit = PyLong_AsSsize_t(args[1]);
-    if (limit == -1 && PyErr_Occurred()) return NULL;
+    *limit = PyLong_AsSsize_t(args[1]);
+    return *limit == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+static PyObject *whole_data_events(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    Py_ssize_t limit;
+    if (event_args("whole_data_events", args, nargs, &limit) < 0) return NULL;
     return data_events(PyBytes_AS_STRING(args[0]), PyBytes_GET_SIZE(args[0]), limit, args[2],
                        (PyTypeObject *)args[3]);
 }
@@ -271,13 +278,8 @@ static PyObject *whole_data_events(PyObject *self, PyObject *const *args, Py_ssi
 /* whole_chunks then whole_data_events in one call, the payload not copied out of a read
  * of one chunk. */
 static PyObject *chunked_data_events(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 4 || !PyBytes_Check(args[0]) || !PyType_Check(args[3])) {
-        PyErr_SetString(PyExc_TypeError,
-                        "chunked_data_events takes (bytes, limit, t_ns, event type)");
-        return NULL;
-    }
-    Py_ssize_t limit = PyLong_AsSsize_t(args[1]);
-    if (limit == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t limit;
+    if (event_args("chunked_data_events", args, nargs, &limit) < 0) return NULL;
     const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(args[0]);
     Py_ssize_t total = PyBytes_GET_SIZE(args[0]);
     Py_ssize_t first_start = 0, payload = 0;
@@ -319,13 +321,6 @@ static int parse_schedstat(PyObject *line, int64_t out[3]) {
     return p == end;
 }
 
-static int set_attr_steal(PyObject *obj, PyObject *name, PyObject *value) {
-    if (value == NULL) return -1;
-    int rc = PyObject_SetAttr(obj, name, value);
-    Py_DECREF(value);
-    return rc;
-}
-
 static PyObject *arrival(PyObject *lo, PyObject *hi, int closed) {
     return PyTuple_Pack(3, lo, hi, closed ? Py_True : Py_False);
 }
@@ -341,7 +336,7 @@ static PyObject *timed_select(PyObject *module, PyObject *const *args, Py_ssize_
     PyObject *clock = NULL, *previous_return = NULL, *schedstat = NULL, *counters = NULL;
     PyObject *entered = NULL, *returned = NULL, *ready = NULL, *fd_list = NULL;
     PyObject *woken = NULL, *woke_window = NULL, *since_window = NULL, *sockets = NULL;
-    PyObject *result = NULL;
+    PyObject *result = NULL, *n_obj = NULL;
     long long n;
 
     /* Nonzero: a select() that may block (asyncio passes None, 0 or a positive float). */
@@ -364,7 +359,8 @@ static PyObject *timed_select(PyObject *module, PyObject *const *args, Py_ssize_
         Py_DECREF(selects);
         if (n == -1 && PyErr_Occurred()) goto done;
         n += 1;
-        if (set_attr_steal(sel, n_selects, PyLong_FromLongLong(n)) < 0) goto done;
+        n_obj = PyLong_FromLongLong(n);
+        if (n_obj == NULL || PyObject_SetAttr(sel, n_selects, n_obj) < 0) goto done;
     }
     if (may_block) {
         schedstat = PyObject_GetAttr(sel, n_schedstat);
@@ -484,8 +480,6 @@ static PyObject *timed_select(PyObject *module, PyObject *const *args, Py_ssize_
     woke_window = arrival(woken, woken, 1);
     since_window = arrival(previous_return, entered, 0);
     if (sockets == NULL || woke_window == NULL || since_window == NULL) goto done;
-    PyObject *n_obj = PyLong_FromLongLong(n);
-    if (n_obj == NULL) goto done;
     Py_ssize_t count = PyList_GET_SIZE(ready);
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *pair = PyList_GET_ITEM(ready, i);
@@ -495,10 +489,10 @@ static PyObject *timed_select(PyObject *module, PyObject *const *args, Py_ssize_
         if (state != NULL) {
             Py_INCREF(state);
         } else if (PyErr_Occurred()) {
-            goto loop_failed;
+            goto done;
         } else {
             state = PyObject_CallMethodOneArg(sel, n_socket, fd);
-            if (state == NULL) goto loop_failed;
+            if (state == NULL) goto done;
         }
         PyObject *window = NULL;
         PyObject *unread = PyObject_GetAttr(state, n_unread);
@@ -542,11 +536,8 @@ static PyObject *timed_select(PyObject *module, PyObject *const *args, Py_ssize_
     state_failed:
         Py_XDECREF(window);
         Py_DECREF(state);
-    loop_failed:
-        Py_DECREF(n_obj);
         goto done;
     }
-    Py_DECREF(n_obj);
     result = ready;
     ready = NULL;
 done:
@@ -562,6 +553,7 @@ done:
     Py_XDECREF(woke_window);
     Py_XDECREF(since_window);
     Py_XDECREF(sockets);
+    Py_XDECREF(n_obj);
     return result;
 }
 

@@ -102,7 +102,6 @@ class OllamaParser(StreamParser):
 
     def __init__(self) -> None:
         super().__init__()
-        self._done = False
         self._tool_called = False
 
     def on_event(self, event: SSEEvent) -> int:
@@ -155,7 +154,6 @@ class OllamaParser(StreamParser):
             return cls
         if done is not True:
             raise MalformedStream(f"done is {describe(done)}, not a boolean")
-        self._done = True
         self.ended = True  # the `done: true` line is the stream's last
         self._read_done(obj)
         return cls if cls != EventClass.IGNORE else EventClass.DONE
@@ -193,13 +191,13 @@ class OllamaParser(StreamParser):
     @property
     def finished(self) -> bool:
         """Whether the `done: true` object arrived."""
-        return self._done
+        return self.ended
 
     def stop_reason(self) -> StopReason | None:
         """`done_reason` mapped (a done object without one, from servers before it existed,
         is a natural end); a turn that called a tool ends with `stop`, which is `tool_call`
         here. None until the done object arrived."""
-        if not self._done:
+        if not self.ended:
             return None
         raw = self.stop_reason_raw or "stop"
         if self._tool_called and raw == "stop":
