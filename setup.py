@@ -1,8 +1,8 @@
-"""labkit's C read path (labkit/measurement/_readpath.c), built where it can be.
+"""labkit's C read path (labkit/wire/_readpath.c), built where it can be.
 
 Everything else is in pyproject.toml. The extension is optional: without a C compiler, or off
 Linux, labkit installs without it and runs the same steps in Python
-(labkit.measurement.readpath).
+(labkit.wire.readpath).
 """
 
 import sys
@@ -13,8 +13,8 @@ extensions = []
 if sys.platform.startswith("linux"):
     extensions.append(
         Extension(
-            "labkit.measurement._readpath",
-            ["labkit/measurement/_readpath.c"],
+            "labkit.wire._readpath",
+            ["labkit/wire/_readpath.c"],
             extra_compile_args=["-O2"],
             optional=True,
         )

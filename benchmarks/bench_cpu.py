@@ -104,12 +104,12 @@ COMPONENTS: list[tuple[str, tuple[str, ...]]] = [
     (
         "transport / socket reads",
         (
-            "labkit/measurement/lean/tcp.py",
-            "labkit/measurement/lean/stamps.py",
-            "labkit/measurement/lean/tls.py",
-            "labkit/measurement/lean/transport.py",
-            "labkit/measurement/connections.py",
-            "labkit/measurement/proxies.py",
+            "labkit/wire/lean/tcp.py",
+            "labkit/wire/lean/stamps.py",
+            "labkit/wire/lean/tls.py",
+            "labkit/wire/lean/transport.py",
+            "labkit/wire/connections.py",
+            "labkit/wire/proxies.py",
             "httpx/",
             "httpcore/",
             "anyio/",
@@ -119,17 +119,23 @@ COMPONENTS: list[tuple[str, tuple[str, ...]]] = [
             "_ssl.",
         ),
     ),
-    ("HTTP framing", ("labkit/measurement/lean/http11.py", "labkit/measurement/lean/", "h11/")),
-    ("SSE split", ("labkit/measurement/sse.py",)),
+    ("HTTP framing", ("labkit/wire/lean/http11.py", "labkit/wire/lean/", "h11/")),
+    ("SSE split", ("labkit/wire/sse.py",)),
     (
         "provider parser + JSON decode",
-        ("labkit/providers/", "labkit/measurement/fastjson.py", "json/decoder.py", "json/__init__"),
+        ("labkit/providers/", "labkit/wire/fastjson.py", "json/decoder.py", "json/__init__"),
     ),
-    ("self-check / lateness", ("labkit/selfcheck.py", "labkit/measurement/lateness.py")),
-    ("asyncio / selector", ("asyncio/", "selectors.py", "labkit/measurement/loopclock.py")),
+    ("self-check / lateness", ("labkit/analysis/selfcheck.py", "labkit/measurement/lateness.py")),
+    ("asyncio / selector", ("asyncio/", "selectors.py", "labkit/wire/loopclock.py")),
     (
         "recorder / measurement",
-        ("labkit/measurement/", "labkit/timing.py", "labkit/tracing/", "labkit/clocksync.py"),
+        (
+            "labkit/measurement/",
+            "labkit/wire/",
+            "labkit/timing.py",
+            "labkit/tracing/",
+            "labkit/clocksync.py",
+        ),
     ),
     ("record assembly (pydantic)", ("labkit/records.py", "pydantic/", "pydantic_core")),
     # (a builtin write counts for its caller: the record file's, or the progress display's)
@@ -149,7 +155,6 @@ COMPONENTS: list[tuple[str, tuple[str, ...]]] = [
         (
             "labkit/analysis/",
             "labkit/figures.py",
-            "labkit/slo.py",
             "numpy/",
             "scipy/",
             "statsmodels/",
@@ -158,7 +163,12 @@ COMPONENTS: list[tuple[str, tuple[str, ...]]] = [
     ),
     (
         "runner, pacing, progress",
-        ("labkit/runner/", "labkit/experiments/", "labkit/pacing.py", "labkit/cli/", "rich/"),
+        (
+            "labkit/runner/",
+            "labkit/experiments/",
+            "labkit/cli/",
+            "rich/",
+        ),
     ),
     # Start-up (imports, class creation): the short run's cancels it; what is left is noise.
     ("start-up left over", ("<frozen importlib", "importlib/", "__build_class__", "inspect.py")),
@@ -484,7 +494,7 @@ def _check_tree(side: Side) -> str:
             sys.executable,
             "-c",
             "import labkit; print(labkit.__file__)\n"
-            "try:\n from labkit.measurement.readpath import IMPLEMENTATION as read_path\n"
+            "try:\n from labkit.wire.readpath import IMPLEMENTATION as read_path\n"
             "except ImportError:\n read_path = 'none'\nprint(read_path)",
         ],
         cwd=side.tree,

@@ -94,7 +94,7 @@ def _run_child(megabytes: int) -> dict[str, float]:
 
 def sse_event_seconds(megabytes: int, raise_limit: bool) -> tuple[float, str]:
     """Seconds to feed one `megabytes` event in 64 KiB reads, and how it ended."""
-    from labkit.measurement.sse import SSEParser
+    from labkit.wire.sse import SSEParser
 
     size = megabytes * 1024 * 1024
     try:

@@ -32,7 +32,7 @@ from pathlib import Path
 import httpx
 import trustme
 
-from labkit.measurement.lean import LeanTransport
+from labkit.wire.lean import LeanTransport
 
 SERVER = r"""
 import asyncio, ssl, sys, time

@@ -91,7 +91,7 @@ Events are matched to the server's stamps by response id and position. Per level
   server's own TTFT (first send − t_recv): TTFT error plus the request path.
 
 A level that misses the load targets passes only if it is *flagged client-bound* by labkit's
-own rule (`labkit.selfcheck`, where present): the median record's ``loop_lag_ms`` above
+own rule (`labkit.analysis.selfcheck`, where present): the median record's ``loop_lag_ms`` above
 ``CLIENT_BOUND_LAG_MS`` (3 ms). Records whose worst stamp error exceeds 3 ms while their own
 ``loop_lag_ms`` stays under 3 ms are counted as *unflagged* (per-record error the per-record
 self-check did not show), as a check on the self-check itself.
@@ -205,18 +205,18 @@ try:  # the measurement package; a checkout from before it (--labkit-src) has fl
 except ImportError:
     from labkit.recorder import RecordContext, StreamRecorder  # type: ignore[no-redef]
 try:  # labkit's own client-bound rule, where this labkit has it
-    from labkit.selfcheck import CLIENT_BOUND_LAG_MS
+    from labkit.analysis.selfcheck import CLIENT_BOUND_LAG_MS
 except ImportError:
     CLIENT_BOUND_LAG_MS = 3.0
 try:  # the event loop labkit's runner and workers run on, where this labkit has one
-    from labkit.measurement.loopclock import run as run_like_labkit
+    from labkit.wire.loopclock import run as run_like_labkit
 except ImportError:
     try:
         from labkit.loopclock import run as run_like_labkit  # type: ignore[no-redef]
     except ImportError:
         run_like_labkit = asyncio.run
 try:  # labkit's own judgement of a group of records (its flag and, newer, its lateness p99)
-    from labkit.selfcheck import level_lag
+    from labkit.analysis.selfcheck import level_lag
 except ImportError:
     level_lag = None
 
@@ -730,7 +730,7 @@ def _peak_in_flight(streams: list[StreamResult]) -> int:
 
 
 def _self_check(records: list[Any]) -> dict[str, Any] | None:
-    """labkit's own verdict on a level's records (`labkit.selfcheck.level_lag`): its
+    """labkit's own verdict on a level's records (`labkit.analysis.selfcheck.level_lag`): its
     client-bound flag and, where this labkit estimates it, its stamp lateness p99 over the
     level's events."""
     if level_lag is None or not records:
@@ -1000,7 +1000,7 @@ Verdict = tuple[str, bool | None, str]
 
 
 def _flagged(f: dict[str, Any]) -> tuple[bool, str]:
-    """labkit's own client-bound flag for a level (`labkit.selfcheck.level_lag` on its
+    """labkit's own client-bound flag for a level (`labkit.analysis.selfcheck.level_lag` on its
     records; without it, the median record's loop lag over `CLIENT_BOUND_LAG_MS`), and why."""
     check = f.get("self_check")
     if check is not None:
@@ -1371,9 +1371,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "= t_recv - client t_start (request build, pool, write, loopback, server read). TTFT - "
         "srv TTFT = what the client reports over the server's own TTFT (TTFT error + req path)."
         " self-est = labkit's own estimate of its stamps' lateness: its pooled p99 over the "
-        "level's events (labkit.selfcheck.level_lag) where labkit has one, else the p99 over "
-        "records of client.loop_lag_ms; per record: the record's estimate over its own stamp "
-        "error p99; TTFT self-est = client.ttft_lateness_ms. labkit's flag = level_lag's "
+        "level's events (labkit.analysis.selfcheck.level_lag) where labkit has one, else the "
+        "p99 over records of client.loop_lag_ms; per record: the record's estimate over its own "
+        "stamp error p99; TTFT self-est = client.ttft_lateness_ms. labkit's flag = level_lag's "
         "client-bound verdict. peak in flight = most streams open at once (t_start"
         " to last stamp). CPU/wall = share of one core this process used (near 1: "
         "client-bound). req sent = labkit's own client.request_sent_ms (request written)."
@@ -1431,7 +1431,7 @@ def _build_read_path(tree: Path) -> None:
     build = (
         "from setuptools import Extension, setup; setup(name='labkit', script_args=["
         "'-q', 'build_ext', '--inplace'], ext_modules=[Extension("
-        "'labkit.measurement._readpath', ['labkit/measurement/_readpath.c'], "
+        "'labkit.wire._readpath', ['labkit/wire/_readpath.c'], "
         "extra_compile_args=['-O2'], optional=True)])"
     )
     subprocess.run([sys.executable, "-c", build], cwd=tree, capture_output=True, check=False)

@@ -70,8 +70,8 @@ def stream(with_logprobs: bool) -> list[bytes]:
 
 def time_one(chunks: list[bytes], asked: bool) -> float:
     """CPU ns per event of framing + parsing `chunks` once."""
-    from labkit.measurement.sse import SSEParser
     from labkit.providers.llamacpp import LlamaCppParser
+    from labkit.wire.sse import SSEParser
 
     sse = SSEParser()
     parser = LlamaCppParser()

@@ -134,8 +134,8 @@ def _in_flight_max(records: list[RequestRecord]) -> int:
 def run_leg(base_url: str, leg: str, streams: int, requests: int, skew_ns: int) -> LegOutcome:
     """One executor at one level, through labkit's runner."""
     from labkit.config import parse_config
-    from labkit.measurement import loopclock
     from labkit.runner import RunOptions, prepare_run
+    from labkit.wire import loopclock
 
     config = parse_config(_config(base_url, leg, streams, requests))
     cpu0, wall0 = time.process_time(), time.perf_counter()

@@ -31,12 +31,12 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from labkit.measurement.loopclock import LatenessTracker, TimedSelector
 from labkit.measurement.recorder import RecordContext, StreamRecorder
-from labkit.measurement.sse import SSEParser
 from labkit.providers.base import ChatRequest
 from labkit.providers.fake import FakeProvider, FakeSettings
 from labkit.providers.openai import OpenAIChatParser
+from labkit.wire.loopclock import LatenessTracker, TimedSelector
+from labkit.wire.sse import SSEParser
 
 N_EVENTS = 20_000
 N_SDK_EVENTS = 2_000

@@ -17,9 +17,9 @@ import json
 import time
 from collections.abc import Callable
 
-from labkit.measurement.sse import SSEEvent
 from labkit.providers.llamacpp import LlamaCppParser
 from labkit.providers.openai import OpenAIChatParser
+from labkit.wire.sse import SSEEvent
 
 N_EVENTS = 20_000
 TIMINGS = {

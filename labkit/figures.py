@@ -1074,7 +1074,7 @@ class RequestStats(_Figures):
     client_bound: str | None = Field(
         default=None,
         description="The self-check's reason where it flagged the group's stamps as late "
-        "(`labkit.selfcheck`); every latency of the group then holds labkit's own delay.",
+        "(`labkit.analysis.selfcheck`); every latency of the group then holds labkit's own delay.",
     )
 
 

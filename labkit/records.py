@@ -173,14 +173,14 @@ class ClientTimings(_Model):
     stamp_source: Literal["kernel", "user"] | None = Field(
         default=None,
         description="Where the output events' stamps come from: `kernel` (the kernel's "
-        "receive time of the read, labkit.measurement.lean) or `user` (when the read "
+        "receive time of the read, labkit.wire.lean) or `user` (when the read "
         "reached labkit's code: httpx, the SDK path); null when no event was stamped.",
     )
     stamp_lateness_ms_p50: float | None = Field(
         default=None,
         description="Median over the output events of how late their stamps are (self-check): "
         "0 for kernel stamps; for user stamps labkit's estimate from its event loop's "
-        "select() times (labkit.measurement.loopclock). Null where no estimate was possible.",
+        "select() times (labkit.wire.loopclock). Null where no estimate was possible.",
     )
     stamp_lateness_ms_p99: float | None = Field(
         default=None,

@@ -24,9 +24,9 @@ from rich.text import Text
 from labkit import scrub
 from labkit.config import looks_like_key, parse_config
 from labkit.errors import ConfigError, ProviderUnavailable
-from labkit.measurement.proxies import is_loopback, proxy_for
 from labkit.providers import provider_class, provider_kinds
 from labkit.terminal import SafeConsole
+from labkit.wire.proxies import is_loopback, proxy_for
 
 pytestmark = pytest.mark.unit
 

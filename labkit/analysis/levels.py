@@ -11,14 +11,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from labkit.analysis.selfcheck import level_lag
+from labkit.analysis.slo import SLO, judge
 from labkit.analysis.split import ttft_beyond_prefill_of
 from labkit.analysis.stats import p_of, quantiles
 from labkit.clocksync import HostClock, driver_start_ns, level_clock
 from labkit.figures import LoadLevel, LoadLevelCache, Percentiles
 from labkit.records import RequestRecord
-from labkit.selfcheck import level_lag
 from labkit.server_metrics import ServerMetricsSample, server_level_metrics
-from labkit.slo import SLO, judge
 
 __all__ = ["Level", "level_cache", "level_figures"]
 

@@ -3,7 +3,7 @@
 Rules (docs/measurement.md): warm-up requests are stored but never in statistics; failed
 requests are left out of the latency statistics and counted by error kind. Each metric's
 p50, p90 and p99 carry their distribution-free interval (`labkit.analysis.stats`). A group
-the self-check flags (`labkit.selfcheck`: stamps late by labkit's own doing) carries the
+the self-check flags (`labkit.analysis.selfcheck`: stamps late by labkit's own doing) carries the
 reason, and every renderer marks its numbers.
 
 The runner stores the result in lab.json (`LabResults.requests`); the run summary, the
@@ -19,11 +19,11 @@ from collections.abc import Iterable
 import numpy as np
 
 from labkit.analysis.columns import Columns
+from labkit.analysis.selfcheck import client_bound_note, level_lag_of
 from labkit.analysis.split import NEGATIVE_DECODE_GAP, decode_gaps, ttft_split_of
 from labkit.analysis.stats import median, quantiles
 from labkit.figures import Percentiles, RequestStats
 from labkit.records import RequestRecord
-from labkit.selfcheck import client_bound_note, level_lag_of
 
 __all__ = [
     "FIELDS",

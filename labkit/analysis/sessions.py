@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from labkit.analysis.requests import cached_tokens
-from labkit.experiments.common import latest_pass
+from labkit.analysis.selection import latest_pass
 from labkit.figures import CriticalPath, SessionFigures, SessionRow, SessionStep
 from labkit.records import RequestRecord
 from labkit.timing import percentile

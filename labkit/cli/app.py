@@ -42,7 +42,6 @@ from labkit.cli.truth import register as register_truth
 from labkit.config import load_config
 from labkit.errors import LabkitError
 from labkit.experiments import experiment_kinds
-from labkit.measurement import loopclock
 from labkit.providers import provider_kinds
 from labkit.providers.fake import FakeSchedule, FakeServerTimings
 from labkit.records import ErrorKind
@@ -61,6 +60,7 @@ from labkit.runner.summary import load_tables
 from labkit.safefiles import write_new_file
 from labkit.scrub import guard_std_streams
 from labkit.terminal import SafeConsole
+from labkit.wire import loopclock
 from labkit.wording import client_bound_line
 
 __all__ = ["app", "main"]

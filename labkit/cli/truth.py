@@ -49,10 +49,10 @@ def score_command(
     ] = None,
 ) -> None:
     """Score a benchmark client against the truth server: its error per request and metric."""
+    from labkit.scoring.peers import read_results
+    from labkit.scoring.render import score_table, summary_lines, write_score
+    from labkit.scoring.score import score
     from labkit.truth.log import read_truth_log
-    from labkit.truth.peers import read_results
-    from labkit.truth.render import score_table, summary_lines, write_score
-    from labkit.truth.score import score
 
     console = SafeConsole(highlight=False)
     try:
@@ -93,8 +93,8 @@ def import_command(
     model: Annotated[str, typer.Option(help="Model of the records.")] = "unknown",
 ) -> None:
     """Turn a peer's results into a labkit run folder (report, compare, read_runs read it)."""
-    from labkit.truth.imports import import_results
-    from labkit.truth.peers import read_results
+    from labkit.scoring.imports import import_results
+    from labkit.scoring.peers import read_results
 
     console = SafeConsole(highlight=False)
     try:

@@ -27,6 +27,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
 from labkit.analysis.requests import client_bound_reason
+from labkit.analysis.selection import measured
 from labkit.analysis.split import (
     NEGATIVE_DECODE_GAP,
     QUEUE_SOURCES,
@@ -42,7 +43,6 @@ from labkit.experiments.base import (
     PlannedRequest,
     register_experiment,
 )
-from labkit.experiments.common import measured
 from labkit.figures import AttributionFigures, AttributionRow
 from labkit.figures import AttributionKey as K
 from labkit.providers.base import ChatRequest, ClientPath, Provider, sdk_available

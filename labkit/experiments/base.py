@@ -30,6 +30,7 @@ from pydantic import (
     field_validator,
 )
 
+from labkit.analysis.slo import SLO, judge, parse_slos
 from labkit.clocksync import HostClock
 from labkit.figures import Figures
 from labkit.providers.base import (
@@ -41,7 +42,7 @@ from labkit.providers.base import (
 )
 from labkit.records import LabAnswer, RequestRecord
 from labkit.server_metrics import ServerMetricsSample
-from labkit.slo import SLO, judge, parse_slos, slo_sentence
+from labkit.wording import slo_sentence
 
 __all__ = [
     "Experiment",
@@ -83,7 +84,7 @@ class ExperimentSettings(BaseModel):
         default=None,
         description="Service-level objectives, `<client metric>_p<percentile>: bound_ms` "
         "(`ttft_ms_p90: 500`): the answer gives the share of requests meeting each, and "
-        "goodput (requests/s meeting all); see `labkit.slo`.",
+        "goodput (requests/s meeting all); see `labkit.analysis.slo`.",
     )
 
     @field_validator("slo")

@@ -46,9 +46,9 @@ from pydantic import (
 )
 
 from labkit.analysis.requests import cached_tokens
+from labkit.analysis.selection import latest_pass
 from labkit.analysis.stats import p_of
 from labkit.experiments.base import ExperimentSettings, PlannedRequest, register_experiment
-from labkit.experiments.common import latest_pass
 from labkit.experiments.paced import LevelContext, LevelPlan, PacedExperiment, SendFn, Share
 from labkit.figures import ConversationFigures, ConversationTurn, ConversationVariant, LinearFit
 from labkit.providers.base import ChatRequest, Provider, SamplingParams

@@ -12,7 +12,7 @@ Prompts are fixed (``prompts``) or synthetic, sized to ``input_tokens`` (and the
 ``output_tokens``), drawn per request from ``seed``. Streams can be read by several worker
 processes (``workers``), as one Python process reading many fast streams falls behind them;
 every record says how late labkit may have stamped its events (``client.stamp_lateness_ms``),
-and a level whose stamps ran late is flagged client-bound (`labkit.selfcheck`).
+and a level whose stamps ran late is flagged client-bound (`labkit.analysis.selfcheck`).
 """
 
 from __future__ import annotations
@@ -37,10 +37,11 @@ from pydantic import (
 )
 
 from labkit.analysis.levels import Level, level_figures
+from labkit.analysis.selection import latest_pass
 from labkit.clocksync import clock_note
 from labkit.errors import ConfigError
 from labkit.experiments.base import ExperimentSettings, PlannedRequest, register_experiment
-from labkit.experiments.common import Prompt, latest_pass, prompt_list
+from labkit.experiments.common import Prompt, prompt_list
 from labkit.experiments.paced import (
     HostProcesses,
     LevelContext,
@@ -49,6 +50,7 @@ from labkit.experiments.paced import (
     SendFn,
     Share,
 )
+from labkit.experiments.pacing import arrival_offsets_ns, closed_loop, open_loop
 from labkit.figures import LoadFigures
 from labkit.measurement.capacity import (
     WorkersChoice,
@@ -58,11 +60,15 @@ from labkit.measurement.capacity import (
     process_capacity,
 )
 from labkit.measurement.capacity import stream_events_per_s as warmup_events_per_s
-from labkit.pacing import arrival_offsets_ns, closed_loop, open_loop
 from labkit.providers.base import ChatRequest, Provider, ProviderSettings, SamplingParams
 from labkit.records import ErrorKind, LabAnswer, RequestRecord
-from labkit.slo import slo_sentence
-from labkit.wording import cache_sentence, goodput_sentence, load_answer, server_queue_sentence
+from labkit.wording import (
+    cache_sentence,
+    goodput_sentence,
+    load_answer,
+    server_queue_sentence,
+    slo_sentence,
+)
 from labkit.workloads import PromptSizing, SharedPrefix, measure_sizing
 
 __all__ = [

@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, NonNegativeInt, PositiveInt
 
 from labkit.analysis.requests import client_bound_reason
+from labkit.analysis.selection import measured
 from labkit.analysis.stats import fit_prompt_cost, median_of
 from labkit.errors import ConfigError
 from labkit.experiments.base import (
@@ -29,7 +30,6 @@ from labkit.experiments.base import (
     PlannedRequest,
     register_experiment,
 )
-from labkit.experiments.common import measured
 from labkit.figures import CacheEffect, LinearFit, MarginalCost, PrefillDecodeFigures, PrefillPoint
 from labkit.providers.base import ChatRequest, Provider, ProviderSettings
 from labkit.records import LabAnswer, RequestRecord

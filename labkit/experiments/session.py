@@ -30,9 +30,9 @@ from pydantic import (
     model_validator,
 )
 
+from labkit.analysis.selection import latest_pass
 from labkit.analysis.sessions import session_figures
 from labkit.experiments.base import ExperimentSettings, PlannedRequest, register_experiment
-from labkit.experiments.common import latest_pass
 from labkit.experiments.paced import LevelContext, LevelPlan, PacedExperiment, SendFn, Share
 from labkit.providers.base import ChatRequest, Provider, ProviderSettings, SamplingParams
 from labkit.providers.tools import ToolChoice, ToolFormat, ToolResult, ToolSpec

@@ -8,6 +8,7 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from labkit.analysis.requests import client_bound_reason
+from labkit.analysis.selection import measured, stop_counts
 from labkit.analysis.stats import median, median_of, p_of
 from labkit.experiments.base import (
     Experiment,
@@ -15,7 +16,7 @@ from labkit.experiments.base import (
     PlannedRequest,
     register_experiment,
 )
-from labkit.experiments.common import Prompt, measured, prompt_list, stop_counts
+from labkit.experiments.common import Prompt, prompt_list
 from labkit.figures import RequestTimeline, SingleFigures
 from labkit.providers.base import ChatRequest, Provider
 from labkit.records import LabAnswer, RequestRecord

@@ -15,7 +15,7 @@ and worker processes), each chosen from the ones before it:
    the top. In ``mode: concurrency`` the bisection is over closed-loop stream counts
    between 1 and `throughput_concurrency`.
 
-Each level's verdict is `pass`, `fail` or `undecided` at 95% (`labkit.slo`): a level
+Each level's verdict is `pass`, `fail` or `undecided` at 95% (`labkit.analysis.slo`): a level
 whose requests cannot tell runs again, twice as long, until its verdict is decided or it
 would exceed `max_requests_per_level` (it then stays undecided, and says so). A pass, an
 undecided one included, is one continuous run, so a rate above capacity has the time to
@@ -43,11 +43,11 @@ from typing import ClassVar, Literal
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
 from labkit.analysis.levels import Level, level_figures
+from labkit.analysis.selection import latest_pass
 from labkit.analysis.stats import median
 from labkit.clocksync import driver_start_ns
 from labkit.errors import ConfigError
 from labkit.experiments.base import ExperimentSettings, register_experiment
-from labkit.experiments.common import latest_pass
 from labkit.experiments.load import LoadExperiment, LoadLevelPlan, LoadSettings
 from labkit.experiments.paced import LevelContext
 from labkit.figures import LoadLevel, SLOReport, SweepFigures, SweepProbe, Verdict

@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, NonNegativeInt, PositiveInt
 
+from labkit.analysis.selection import measured
 from labkit.analysis.stats import median_of
 from labkit.experiments.base import (
     Experiment,
@@ -28,7 +29,7 @@ from labkit.experiments.base import (
     PlannedRequest,
     register_experiment,
 )
-from labkit.experiments.common import Prompt, measured
+from labkit.experiments.common import Prompt
 from labkit.figures import (
     TokenizerCount,
     TokenizerSpread,

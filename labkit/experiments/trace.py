@@ -10,12 +10,13 @@ Two formats:
   ``time_unit`` (ms by default).
 
 Request ``i`` is sent at ``(timestamp_i - timestamp_0) / speedup`` after the replay starts,
-on the absolute clock (`labkit.pacing.open_loop`: a late send never delays the next), bounded
-by ``max_requests`` and ``duration_s``. Prompts are built to the stated lengths with load's
-synthetic words, calibrated with the provider's token counter; a Mooncake block's text is
-the same wherever its hash id appears (so the prefix cache sees the trace's sharing), and
-new for every replay pass. Outputs decode exactly ``output_length`` tokens where the
-provider can. The answer's figures are one load level (`TraceFigures.replay`), cache hits included.
+on the absolute clock (`labkit.experiments.pacing.open_loop`: a late send never delays the
+next), bounded by ``max_requests`` and ``duration_s``. Prompts are built to the stated
+lengths with load's synthetic words, calibrated with the provider's token counter; a
+Mooncake block's text is the same wherever its hash id appears (so the prefix cache sees the
+trace's sharing), and new for every replay pass. Outputs decode exactly ``output_length``
+tokens where the provider can. The answer's figures are one load level
+(`TraceFigures.replay`), cache hits included.
 """
 
 from __future__ import annotations
@@ -37,12 +38,12 @@ from pydantic import (
 )
 
 from labkit.analysis.levels import Level, level_figures
+from labkit.analysis.selection import latest_pass
 from labkit.errors import ConfigError
 from labkit.experiments.base import ExperimentSettings, PlannedRequest, register_experiment
-from labkit.experiments.common import latest_pass
 from labkit.experiments.paced import LevelContext, LevelPlan, PacedExperiment, SendFn, Share
+from labkit.experiments.pacing import open_loop
 from labkit.figures import TraceFigures
-from labkit.pacing import open_loop
 from labkit.providers.base import ChatRequest, Provider, ProviderSettings, SamplingParams
 from labkit.records import ErrorKind, LabAnswer, RequestRecord
 from labkit.wording import trace_answer

@@ -38,8 +38,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from labkit.measurement import fastjson
 from labkit.records import RequestRecord
+from labkit.wire import fastjson
 
 __all__ = [
     "BUDGET_SHARE",

@@ -3,7 +3,7 @@
 How late each output event's stamp is by labkit's own doing: 0 under kernel receive stamps
 except for events one read brought together (spread over the loop's window for the read),
 and for stamps taken in user space the timed loop's estimate (`loopclock.LatenessTracker`).
-The fields and how a level is judged from them: `labkit.selfcheck` and docs/measurement.md.
+The fields and how a level is judged from them: `labkit.analysis.selfcheck` and docs/measurement.md.
 """
 
 from __future__ import annotations
@@ -12,12 +12,14 @@ import operator
 from collections.abc import Mapping, Sequence
 from typing import Literal, NamedTuple
 
-from labkit.measurement.loopclock import LatenessTracker
 from labkit.records import ClientTimings
-from labkit.selfcheck import WAKE_SLACK_NS
 from labkit.timing import percentile
+from labkit.wire.loopclock import LatenessTracker
 
-__all__ = ["KernelReads", "stamp_self_check"]
+__all__ = ["WAKE_SLACK_NS", "KernelReads", "stamp_self_check"]
+
+#: A select() woken by bytes returns within this of their arrival unless labkit was late.
+WAKE_SLACK_NS = 500_000
 
 
 class KernelReads(NamedTuple):

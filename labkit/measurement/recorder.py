@@ -1,7 +1,7 @@
 """The stream recorder: sends one streaming request and turns what it saw into a record.
 
 It owns the clock. Connection phases come from httpx's ``trace`` extension; response bytes
-are read as the transport delivers them, reassembled into SSE events (`labkit.measurement.sse`) and
+are read as the transport delivers them, reassembled into SSE events (`labkit.wire.sse`) and
 stamped with `time.perf_counter_ns` when the read that brought each event's first byte
 returned. The provider's parser only classifies events and collects fields; the recorder
 derives every timing (`labkit.timing`). The thread's CPU clock is read at ``t_start`` and
@@ -48,9 +48,6 @@ from labkit.measurement.failures import (
     undecodable_body,
 )
 from labkit.measurement.lateness import KernelReads, stamp_self_check
-from labkit.measurement.loopclock import LatenessTracker, loop_clock, socket_fd
-from labkit.measurement.sse import SSEParser
-from labkit.measurement.turns import take_start_turn, take_turn
 from labkit.providers.base import (
     ChatRequest,
     EventClass,
@@ -68,6 +65,9 @@ from labkit.records import (
     StopReason,
 )
 from labkit.timing import derive_client_timings
+from labkit.wire.loopclock import LatenessTracker, loop_clock, socket_fd
+from labkit.wire.sse import SSEParser
+from labkit.wire.turns import take_start_turn, take_turn
 
 __all__ = [
     "DRAIN_AFTER_TERMINATOR_S",
@@ -144,7 +144,7 @@ class Measurement:
     error: RecordError | None = None
     cancelled: bool = False
     #: Where the stamps come from (`ClientTimings.stamp_source`) and, for user stamps, which
-    #: report each read came from (`labkit.measurement.loopclock`); on the lean transport each
+    #: report each read came from (`labkit.wire.loopclock`); on the lean transport each
     #: read's stamp, when labkit saw it and whether the kernel stamped it (`kernel_reads`).
     stamp_source: Literal["kernel", "user"] | None = None
     lateness: LatenessTracker | None = None
@@ -176,7 +176,7 @@ class Measurement:
 
     def stamped_in_user_space(self, extensions: Mapping[str, Any]) -> Callable[[int], None] | None:
         """Note that this stream is stamped when its reads reach labkit's code; returns the
-        per-read step of the lateness estimate (`labkit.measurement.loopclock`) for the
+        per-read step of the lateness estimate (`labkit.wire.loopclock`) for the
         response with these `extensions`, or None where there is none (another loop, no socket)."""
         self.stamp_source = "user"
         selector = loop_clock()
@@ -235,7 +235,7 @@ class BaseRecorder:
         self._set_up_for: dict[int, tuple[Provider, int]] = {}
 
     async def set_up(self, provider: Provider) -> None:
-        """Do this path's one-off set-up for `provider` now, once (`labkit.measurement.setup`):
+        """Do this path's one-off set-up for `provider` now, once (`labkit.wire.setup`):
         `record` calls it before its first request's clock starts, the runner and each
         executor's workers before a level's, so that no set-up of labkit's falls inside a
         measured interval, warm-up or not. Best effort: what fails here the first request
@@ -543,7 +543,7 @@ class StreamRecorder(BaseRecorder):
         feed_whole_chunks = sse.feed_whole_chunks
         on_event = parser.on_event
         stamp = m.event
-        # The lean transport stamps each read on arrival (labkit.measurement.lean); through
+        # The lean transport stamps each read on arrival (labkit.wire.lean); through
         # httpx the stamp is when the read reaches this loop.
         arrival = response.extensions.get("labkit.arrival")
         # The lean transport says per read whether its stamp is the kernel's and when labkit

@@ -10,7 +10,7 @@ TTFT and decode is the SDK's overhead. The SDKs' retries are off.
 What is the provider's own — which SDK, how its client is built, how one request is opened,
 what each yielded event is called — comes from the provider's `SDKAdapter`
 (`Provider.sdk`, in `labkit/providers/`); this module owns the clock, and the HTTP client
-comes from the provider's `Connections` (`labkit.measurement.connections`).
+comes from the provider's `Connections` (`labkit.wire.connections`).
 
 Connection phases are measured as on the wire path: the SDK gets an `httpx2.AsyncClient` of
 labkit's whose request hook puts httpcore2's ``trace`` extension on every request, stamping
@@ -49,17 +49,17 @@ from labkit.measurement.failures import (
     tls_problem,
     undecodable_body,
 )
-from labkit.measurement.proxies import proxy_for
 from labkit.measurement.recorder import (
     BaseRecorder,
     Clock,
     Measurement,
     drain_after_terminator,
 )
-from labkit.measurement.setup import DRY_RUN_BODY, DRY_RUN_URL, import_network_backends
-from labkit.measurement.sse import SSEEvent
 from labkit.providers.base import ChatRequest, Provider, SDKAdapter, StreamParser
 from labkit.records import ErrorKind, RecordError, RequestRecord
+from labkit.wire.proxies import proxy_for
+from labkit.wire.setup import DRY_RUN_BODY, DRY_RUN_URL, import_network_backends
+from labkit.wire.sse import SSEEvent
 
 __all__ = ["SDKRecorder", "sdk_supported"]
 
@@ -185,7 +185,7 @@ class SDKRecorder(BaseRecorder):
 
     async def _set_up(self, provider: Provider) -> None:
         """The SDK client built, and one dry run of it — the same request as a measured one,
-        answered in-process with the adapter's `dry_run_stream` (`labkit.measurement.setup`)
+        answered in-process with the adapter's `dry_run_stream` (`labkit.wire.setup`)
         and read as a measured one is — so the SDK's imports, platform detection, stream and
         event models are set up before any clock."""
         import_network_backends()

@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 from labkit.errors import MalformedStream
-from labkit.measurement import fastjson
+from labkit.wire import fastjson
 
 __all__ = [
     "describe",

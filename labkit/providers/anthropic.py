@@ -16,8 +16,6 @@ import httpx
 from pydantic import Field
 
 from labkit.errors import MalformedStream
-from labkit.measurement.connections import TOKENIZE, own_request
-from labkit.measurement.sse import SSEEvent
 from labkit.providers._wire import (
     describe,
     load_event_object,
@@ -41,6 +39,8 @@ from labkit.providers.base import (
 from labkit.providers.tools import AnthropicTools, ToolFormat
 from labkit.records import ErrorKind, RecordError, StopReason
 from labkit.tokenizers import Tokenized
+from labkit.wire.connections import TOKENIZE, own_request
+from labkit.wire.sse import SSEEvent
 
 __all__ = ["ANTHROPIC_VERSION", "AnthropicParser", "AnthropicProvider", "AnthropicSettings"]
 

@@ -44,9 +44,6 @@ from pydantic import (
 )
 
 from labkit.errors import MalformedStream, ProviderUnavailable
-from labkit.measurement.connections import Connections
-from labkit.measurement.proxies import is_loopback, proxy_for, unusable_because
-from labkit.measurement.sse import SSEEvent, SSEParser
 from labkit.provider_stats import LaterStats
 from labkit.providers.logprobs import LogprobCollector
 from labkit.records import (
@@ -59,6 +56,9 @@ from labkit.records import (
 )
 from labkit.scrub import register_environment_credentials, register_secret
 from labkit.tokenizers import Tokenized
+from labkit.wire.connections import Connections
+from labkit.wire.proxies import is_loopback, proxy_for, unusable_because
+from labkit.wire.sse import SSEEvent, SSEParser
 
 if TYPE_CHECKING:  # tools import records only; the annotation needs no runtime import
     from labkit.providers.tools import ToolFormat
@@ -193,7 +193,7 @@ class ProviderSettings(BaseModel):
     )
     transport: Literal["auto", "httpx", "lean"] = Field(
         default="auto",
-        description="How the wire path reads HTTP: `httpx`, or `lean` (labkit.measurement.lean: "
+        description="How the wire path reads HTTP: `httpx`, or `lean` (labkit.wire.lean: "
         "HTTP/1.1 over TCP or TLS, every read stamped by the kernel on arrival, a tenth of "
         "httpx's CPU per chunk); `auto` uses lean for load levels on an http or https URL "
         "without a proxy, httpx otherwise.",
@@ -577,7 +577,7 @@ class SDKAdapter(ABC):
     #: The SDK's package name, for messages and the manifest (`openai`, `anthropic`).
     package: str
     #: A few events of the SDK's protocol, as a server sends them: the set-up's dry run
-    #: (labkit.measurement.setup) has the SDK decode them, so its event models are built
+    #: (labkit.wire.setup) has the SDK decode them, so its event models are built
     #: before the first measured request.
     dry_run_stream: ClassVar[bytes] = b""
 
@@ -641,7 +641,7 @@ class Provider(ABC):
         self._api_key = api_key
         self.server_build: str | None = None
         #: The HTTP clients this provider's requests travel on, built by the measurement
-        #: core (`labkit.measurement.connections`): handed in, or built here from the
+        #: core (`labkit.wire.connections`): handed in, or built here from the
         #: settings for `pool_size` requests in flight (a load level's; None: `concurrency`).
         self.connections = connections or connections_for(settings, pool_size)
         self.connections.warm_up = self.warm_up_request
@@ -689,7 +689,7 @@ class Provider(ABC):
 
     def new_framer(self) -> SSEParser:
         """The framing of this provider's response bodies: SSE (default), or
-        `labkit.measurement.sse.NDJSONParser` for newline-delimited JSON streams."""
+        `labkit.wire.sse.NDJSONParser` for newline-delimited JSON streams."""
         return SSEParser()
 
     @abstractmethod

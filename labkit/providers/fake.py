@@ -31,7 +31,6 @@ from pydantic import (
     PositiveInt,
 )
 
-from labkit.measurement.connections import Connections
 from labkit.providers.base import (
     Provider,
     ProviderSettings,
@@ -45,6 +44,7 @@ from labkit.providers.openai_compatible import (
     OpenAICompatibleSettings,
 )
 from labkit.tokenizers import Tokenized
+from labkit.wire.connections import Connections
 
 __all__ = [
     "FakeDrop",

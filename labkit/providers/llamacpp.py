@@ -20,7 +20,6 @@ import httpx
 from pydantic import Field, PositiveInt, model_validator
 
 from labkit.filenames import safe_filename
-from labkit.measurement.connections import DESCRIBE, TOKENIZE, own_request
 from labkit.providers._wire import wire_count
 from labkit.providers.base import (
     ManagedServerHandle,
@@ -34,6 +33,7 @@ from labkit.providers.openai import OpenAIChatParser
 from labkit.providers.openai_compatible import OpenAICompatibleProvider, tokenize_reply
 from labkit.providers.tools import GrammarTools, ToolFormat
 from labkit.tokenizers import Tokenized
+from labkit.wire.connections import DESCRIBE, TOKENIZE, own_request
 
 if TYPE_CHECKING:  # the local server is imported only when a run starts one
     from labkit.local import ManagedServer

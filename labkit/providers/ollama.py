@@ -27,8 +27,6 @@ import httpx
 from pydantic import Field
 
 from labkit.errors import MalformedStream
-from labkit.measurement.connections import DESCRIBE, own_request
-from labkit.measurement.sse import NDJSONParser, SSEEvent, SSEParser
 from labkit.providers._wire import (
     describe,
     load_event_object,
@@ -48,6 +46,8 @@ from labkit.providers.base import (
 )
 from labkit.providers.tools import OllamaTools, ToolFormat
 from labkit.records import ErrorKind, RecordError, StopReason
+from labkit.wire.connections import DESCRIBE, own_request
+from labkit.wire.sse import NDJSONParser, SSEEvent, SSEParser
 
 __all__ = ["OllamaParser", "OllamaProvider", "OllamaSettings"]
 

@@ -19,7 +19,6 @@ import httpx
 from pydantic import Field
 
 from labkit.errors import MalformedStream
-from labkit.measurement.sse import SSEEvent
 from labkit.providers._wire import (
     describe,
     load_event_object,
@@ -53,6 +52,7 @@ from labkit.providers.server_timings import (
 from labkit.providers.tools import OpenAIChatTools, ToolFormat
 from labkit.records import ErrorKind, RecordError, StopReason
 from labkit.tokenizers import Tokenized, tokenizer_for_model
+from labkit.wire.sse import SSEEvent
 
 __all__ = ["OpenAIChatParser", "OpenAIProvider", "OpenAISettings"]
 

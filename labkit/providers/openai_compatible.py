@@ -21,7 +21,6 @@ from urllib.parse import urlsplit
 import httpx
 from pydantic import Field, field_validator
 
-from labkit.measurement.connections import STATS_LATER, TOKENIZE, own_request
 from labkit.provider_stats import LaterStats
 from labkit.providers.base import (
     ChatRequest,
@@ -33,6 +32,7 @@ from labkit.providers.base import (
 from labkit.providers.openai import OpenAIProvider
 from labkit.providers.server_timings import Server
 from labkit.tokenizers import Tokenized, vocab_pieces
+from labkit.wire.connections import STATS_LATER, TOKENIZE, own_request
 
 __all__ = ["OpenAICompatibleProvider", "OpenAICompatibleSettings", "tokenize_reply"]
 

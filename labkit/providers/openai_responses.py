@@ -29,8 +29,6 @@ from typing import Any, ClassVar
 import httpx
 
 from labkit.errors import MalformedStream
-from labkit.measurement.connections import TOKENIZE, own_request
-from labkit.measurement.sse import SSEEvent
 from labkit.providers._wire import (
     describe,
     load_event_object,
@@ -55,6 +53,8 @@ from labkit.providers.openai import OpenAIProvider, OpenAISettings
 from labkit.providers.openai_responses_sdk import OpenAIResponsesSDK, split_instructions
 from labkit.providers.tools import ResponsesTools, ToolFormat
 from labkit.records import ErrorKind, RecordError, StopReason
+from labkit.wire.connections import TOKENIZE, own_request
+from labkit.wire.sse import SSEEvent
 
 __all__ = ["OpenAIResponsesParser", "OpenAIResponsesProvider"]
 

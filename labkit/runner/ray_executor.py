@@ -52,6 +52,7 @@ from typing import Any, TypedDict
 
 from pydantic import BaseModel, computed_field
 
+from labkit.analysis.selfcheck import level_lag
 from labkit.clocksync import (
     ClockOffset,
     HostClock,
@@ -63,14 +64,13 @@ from labkit.clocksync import (
 from labkit.config import RayExecutorSettings
 from labkit.errors import ProviderUnavailable, RunError
 from labkit.experiments import LevelPlan, PacedExperiment, PlannedRequest
-from labkit.measurement import loopclock
 from labkit.providers import Provider
 from labkit.records import ErrorKind, RecordError, RequestRecord, StopReason
 from labkit.runner.executor import Executor, LevelSink
 from labkit.runner.jobs import LevelJob, Ready, Recorded, Sending, decode, encode
 from labkit.runner.ray_address import check_ray_address
 from labkit.runner.worker_body import build_worker, run_worker
-from labkit.selfcheck import level_lag
+from labkit.wire import loopclock
 
 __all__ = ["RAY_LEVELS_FILE", "ActorClock", "LevelActor", "RayExecutor", "RayLevel", "ray_module"]
 
@@ -313,7 +313,7 @@ class RayLevel(BaseModel):
     lost: int = 0
     #: The nodes whose actor died mid-level.
     died: list[str] = []
-    #: The nodes whose actor's event loop ran late while reading (`labkit.selfcheck`).
+    #: The nodes whose actor's event loop ran late while reading (`labkit.analysis.selfcheck`).
     client_bound_hosts: list[str] = []
 
     @computed_field  # type: ignore[prop-decorator]

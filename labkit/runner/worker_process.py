@@ -15,11 +15,11 @@ import sys
 
 from labkit.errors import RunError
 from labkit.experiments import PlannedRequest
-from labkit.measurement import loopclock
 from labkit.records import RequestRecord
 from labkit.runner.jobs import JobMessage, Ready, Recorded, Start, decode, encode
 from labkit.runner.worker_body import build_worker, run_worker
 from labkit.scrub import guard_std_streams
+from labkit.wire import loopclock
 
 __all__ = ["main"]
 

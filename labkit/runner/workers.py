@@ -32,11 +32,11 @@ from typing import Any
 from labkit.errors import RunError
 from labkit.experiments import LevelPlan, PacedExperiment
 from labkit.filenames import safe_filename
+from labkit.oslimits import raise_open_files_limit
 from labkit.providers import Provider
 from labkit.records import RequestRecord
 from labkit.runner.executor import Executor, InProcessExecutor, LevelSink, Measurer
 from labkit.runner.jobs import JobMessage, LevelJob, Ready, Recorded, Start, decode, encode
-from labkit.truth.process import raise_open_files_limit
 
 __all__ = ["HostExecutor", "WorkerProcessExecutor", "open_files_for"]
 

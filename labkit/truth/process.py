@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import socket
 import subprocess
 import sys
@@ -17,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SCHEDULE_KEYS", "TruthServer", "raise_open_files_limit"]
+__all__ = ["SCHEDULE_KEYS", "TruthServer"]
 
 #: The schedule's settings and their types (`labkit.truth.schedule.TruthSchedule`'s fields).
 SCHEDULE_KEYS: dict[str, type] = {
@@ -32,17 +31,6 @@ SCHEDULE_KEYS: dict[str, type] = {
     "slots": int,
 }
 _TREE = Path(__file__).resolve().parents[2]
-
-
-def raise_open_files_limit(wanted: int) -> int:
-    """Raise this process's soft open-files limit towards `wanted` (at most the hard limit);
-    return the soft limit now in force. Children inherit it."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-    if soft != resource.RLIM_INFINITY and soft < target:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-        soft = target
-    return int(soft)
 
 
 class TruthServer:

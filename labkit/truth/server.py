@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from labkit.errors import LabkitError
-from labkit.truth.process import raise_open_files_limit
+from labkit.oslimits import raise_open_files_limit
 from labkit.truth.schedule import (
     Plan,
     TruthSchedule,
@@ -42,7 +42,7 @@ from labkit.truth.schedule import (
 )
 from labkit.truth.shapes import Shape, shape_for
 
-__all__ = ["Server", "main", "raise_open_files_limit", "serve"]
+__all__ = ["Server", "main", "serve"]
 
 _WORDS = [
     b" tokens",

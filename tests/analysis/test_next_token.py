@@ -16,7 +16,6 @@ from labkit.analysis.next_token import NOT_INSPECTED, step_of, variant_figures
 from labkit.errors import MalformedStream
 from labkit.experiments.next_token import NextTokenExperiment, NextTokenSettings
 from labkit.figures import NextTokenFigures
-from labkit.measurement.sse import SSEEvent
 from labkit.providers.logprobs import LOGPROB_FLOOR, LogprobCollector
 from labkit.providers.openai import OpenAIChatParser
 from labkit.records import (
@@ -26,6 +25,7 @@ from labkit.records import (
     RequestRecord,
     TokenCandidate,
 )
+from labkit.wire.sse import SSEEvent
 from labkit.wording import divergence_sentence, next_token_answer
 from tests.providers.streams import make_provider
 from tests.support.records import make_record

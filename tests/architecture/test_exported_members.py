@@ -36,7 +36,7 @@ def _declared_all(package: str) -> list[str] | None:
 
 def test_every_package_is_listed() -> None:
     assert "labkit" in PACKAGES
-    for expected in ("labkit.analysis", "labkit.measurement", "labkit.measurement.lean"):
+    for expected in ("labkit.analysis", "labkit.measurement", "labkit.wire.lean"):
         assert expected in PACKAGES
 
 

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
+from labkit.analysis.selection import measured
 from labkit.experiments.attribution import AttributionExperiment, AttributionSettings
-from labkit.experiments.common import measured
 from labkit.experiments.determinism import (
     DeterminismExperiment,
     DeterminismSettings,

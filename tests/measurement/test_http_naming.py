@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from labkit.measurement.failures import proxy_refused, tls_problem, undecodable_body
-from labkit.measurement.proxies import is_loopback
 from labkit.records import ErrorKind, RecordError
+from labkit.wire.proxies import is_loopback
 
 pytestmark = pytest.mark.unit
 

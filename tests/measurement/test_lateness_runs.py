@@ -8,9 +8,13 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
-from labkit.measurement.lateness import KernelReads, _kernel_lateness, stamp_self_check
+from labkit.measurement.lateness import (
+    WAKE_SLACK_NS,
+    KernelReads,
+    _kernel_lateness,
+    stamp_self_check,
+)
 from labkit.records import ClientTimings
-from labkit.selfcheck import WAKE_SLACK_NS
 from labkit.timing import percentile
 
 pytestmark = pytest.mark.unit

@@ -17,10 +17,10 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from labkit.measurement.lean.http11 import Body
 from labkit.measurement.recorder import StreamRecorder
 from labkit.providers import Provider
 from labkit.records import RequestRecord
+from labkit.wire.lean.http11 import Body
 from tests.providers.streams import make_provider, oa_usage, openai_events
 from tests.support.misbehaving import MisbehavingServer, body_reply, record_requests, sse_reply
 

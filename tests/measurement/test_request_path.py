@@ -21,10 +21,10 @@ from typing import Any
 import httpx
 import pytest
 
-from labkit.measurement.client import MeasuredClient
-from labkit.measurement.lean import tcp, transport
 from labkit.measurement.recorder import RecordContext, StreamRecorder
 from labkit.records import RequestRecord
+from labkit.wire.client import MeasuredClient
+from labkit.wire.lean import tcp, transport
 from tests.providers.streams import chat, make_provider
 from tests.support.misbehaving import read_request
 

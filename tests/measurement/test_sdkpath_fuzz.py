@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from labkit.errors import MalformedStream
-from labkit.measurement.sse import SSEEvent
 from labkit.providers import Provider, sdk_available
 from labkit.providers.base import StreamParser
 from labkit.providers.sdk import model_view
+from labkit.wire.sse import SSEEvent
 from tests.providers.streams import SSE_HEADERS, chat, make_provider
 from tests.providers.streams.corpus import load_corpus
 from tests.support.fuzz_streams import KINDS, PLANTED_KEY, PROVIDER_SETTINGS, mutated_streams

@@ -16,11 +16,11 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from labkit.measurement.lean import kernel_stamps_available
 from labkit.measurement.recorder import RecordContext, StreamRecorder
 from labkit.measurement.sdkpath import SDKRecorder
 from labkit.providers import Provider, sdk_available
 from labkit.records import RequestRecord
+from labkit.wire.lean import kernel_stamps_available
 from tests.providers.streams import chat, make_provider
 from tests.providers.streams.corpus import Fixture, check_record, load_corpus
 

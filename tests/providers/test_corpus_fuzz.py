@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from labkit.errors import MalformedStream
-from labkit.measurement.sse import SSEEvent
 from labkit.providers.base import Provider, StreamParser
+from labkit.wire.sse import SSEEvent
 from tests.providers.streams import make_provider
 from tests.providers.streams.corpus import Fixture, load_corpus
 

@@ -11,9 +11,9 @@ import respx
 
 from labkit.errors import MalformedStream
 from labkit.measurement.recorder import RecordContext
-from labkit.measurement.sse import SSEEvent
 from labkit.providers.base import EventClass, Provider, StreamParser
 from labkit.records import RequestRecord, StopReason
+from labkit.wire.sse import SSEEvent
 from tests.providers.streams import (
     ScriptedClock,
     chat,

@@ -18,10 +18,10 @@ import respx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labkit.measurement.sse import SSEEvent
 from labkit.providers import Provider
 from labkit.providers.base import EventClass
 from labkit.providers.openai_responses import CLIENT_TOOL_ITEMS
+from labkit.wire.sse import SSEEvent
 from tests.providers.streams import ScriptedClock, chat, make_provider, record_one, sse_response
 from tests.support.fuzz_streams import PROVIDER_SETTINGS
 

@@ -11,11 +11,11 @@ import pytest
 import respx
 
 from labkit.errors import MalformedStream
-from labkit.measurement.sse import NDJSONParser, SSEEvent
 from labkit.providers import sdk_available
 from labkit.providers.base import EventClass
 from labkit.providers.ollama import OllamaParser
 from labkit.records import ErrorKind, StopReason
+from labkit.wire.sse import NDJSONParser, SSEEvent
 from tests.providers.streams import (
     ScriptedClock,
     chat,

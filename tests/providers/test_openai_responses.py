@@ -14,11 +14,11 @@ import pytest
 import respx
 
 from labkit.errors import MalformedStream, ProviderUnavailable
-from labkit.measurement.sse import SSEEvent
 from labkit.providers import sdk_available
 from labkit.providers.base import EventClass
 from labkit.providers.openai_responses import OpenAIResponsesParser, event_class
 from labkit.records import ErrorKind, StopReason
+from labkit.wire.sse import SSEEvent
 from tests.providers.streams import chat, make_provider, record_one, sse, sse_response
 
 pytestmark = pytest.mark.unit

@@ -9,11 +9,11 @@ import httpx
 import pytest
 
 from labkit.errors import MalformedStream
-from labkit.measurement.sse import SSEEvent, SSEParser
 from labkit.providers.base import EventClass
 from labkit.providers.llamacpp import LlamaCppParser
 from labkit.providers.openai import OpenAIChatParser
 from labkit.records import ErrorKind
+from labkit.wire.sse import SSEEvent, SSEParser
 
 pytestmark = pytest.mark.unit
 

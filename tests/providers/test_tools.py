@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from labkit.measurement.sse import SSEEvent
 from labkit.providers import Provider, provider_class
 from labkit.providers.anthropic import AnthropicParser
 from labkit.providers.ollama import OllamaParser
@@ -25,6 +24,7 @@ from labkit.providers.tools import (
     ToolSpec,
 )
 from labkit.records import RecordToolCall
+from labkit.wire.sse import SSEEvent
 from tests.support.records import make_record
 
 pytestmark = pytest.mark.unit

@@ -105,7 +105,7 @@ def test_a_client_faster_than_the_server_is_marked_client_bound() -> None:
 def test_answers_in_one_event_leave_decode_empty_everywhere_it_is_read(tmp_path: Path) -> None:
     # Each answer came in one output event: decode is null (not 0.0) with its reason, and
     # the statistics, the split, the SLO verdict and the report read null as "no value".
-    from labkit.slo import parse_slos
+    from labkit.analysis.slo import parse_slos
 
     recs = [
         make_record(

@@ -21,22 +21,22 @@ from typing import Any
 import pytest
 
 from labkit.analysis.levels import Level, level_figures
-from labkit.config import parse_config
-from labkit.errors import ConfigError
-from labkit.experiments.load import LoadExperiment, LoadSettings
-from labkit.fakeserver import FakeServer
-from labkit.measurement import loopclock
-from labkit.pacing import arrival_offsets_ns, closed_loop, open_loop
-from labkit.providers.fake import FakeSchedule
-from labkit.records import RequestRecord
-from labkit.runner import RunOptions, prepare_run
-from labkit.runner.run import RunResult
-from labkit.selfcheck import (
+from labkit.analysis.selfcheck import (
     CLIENT_BOUND_FIX,
     CPU_STARVED_FIX,
     SATURATED_CPU_SHARE,
     client_bound_notes,
 )
+from labkit.config import parse_config
+from labkit.errors import ConfigError
+from labkit.experiments.load import LoadExperiment, LoadSettings
+from labkit.experiments.pacing import arrival_offsets_ns, closed_loop, open_loop
+from labkit.fakeserver import FakeServer
+from labkit.providers.fake import FakeSchedule
+from labkit.records import RequestRecord
+from labkit.runner import RunOptions, prepare_run
+from labkit.runner.run import RunResult
+from labkit.wire import loopclock
 from labkit.wording import CLIENT_BOUND_MARK
 from tests.support.processes import children_of
 from tests.support.signals import default_sigint

@@ -161,7 +161,7 @@ def test_a_node_killed_mid_level_keeps_its_records_and_loses_only_what_was_in_fl
 
 
 def test_resume_reruns_the_partial_level(scenarios: dict[str, Any]) -> None:
-    from labkit.experiments.common import latest_pass
+    from labkit.analysis.selection import latest_pass
 
     run_dir = scenarios["kill"]["run_dir"]
     latest = latest_pass(_measured(_records(run_dir)))

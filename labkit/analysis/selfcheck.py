@@ -1,0 +1,325 @@
+"""labkit's check on itself: are the stamps late, by labkit's own doing?
+
+A stamp is late when the bytes it stamps waited for labkit: in the socket while the event
+loop was busy elsewhere, or in a queue behind other streams' work. Every record says what
+its output events' stamps are late by (``client.stamp_lateness_ms_p50/_p99``, the first
+token's ``client.ttft_lateness_ms``): 0 for kernel receive stamps (`labkit.wire.lean`, which
+also reports how long labkit took to read them, ``client.read_lag_ms_*``); for stamps taken
+in user space (httpx, the SDK path) labkit's estimate from its event loop's ``select()``
+times (`labkit.wire.loopclock`).
+
+A group of records (a load level) is flagged client-bound when its stamps are late enough
+to matter for what it measures: the 99th percentile over its output events above
+`late_stamp_limit_ms` (`LATE_STAMP_MS`, or `LATE_STAMP_ITL_SHARE` of the level's median
+inter-token gap if larger), or the 99th percentile of its first-token
+lateness above `late_ttft_limit_ms` (`LATE_TTFT_MS`, or `LATE_TTFT_SHARE` of its median
+TTFT if larger). A loop that was merely busy while the kernel stamped is no flag.
+
+Records without the estimate (older runs, a loop without `labkit.wire.loopclock`) are
+judged by the older rule: the median stream's ``client.loop_lag_ms`` (timer lateness while the
+stream was read) above `CLIENT_BOUND_LAG_MS`.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from labkit.records import RequestRecord
+from labkit.timing import percentile
+
+if TYPE_CHECKING:
+    from labkit.analysis.columns import Columns
+
+__all__ = [
+    "CLIENT_BOUND",
+    "CLIENT_BOUND_FIX",
+    "CLIENT_BOUND_LAG_MS",
+    "CPU_STARVED_FIX",
+    "LATE_STAMP_ITL_SHARE",
+    "LATE_STAMP_MS",
+    "LATE_TTFT_MS",
+    "LATE_TTFT_SHARE",
+    "SATURATED_CPU_SHARE",
+    "LagSummary",
+    "RecordLateness",
+    "client_bound_note",
+    "client_bound_notes",
+    "late_stamp_limit_ms",
+    "late_ttft_limit_ms",
+    "lateness_of",
+    "level_lag",
+    "level_lag_of",
+    "pooled_p99",
+    "record_lateness",
+    "summarize_lag",
+]
+
+#: Median per-stream loop lag above which timings are flagged as labkit's own delay
+#: (records without a stamp-lateness estimate only).
+CLIENT_BOUND_LAG_MS = 3.0
+#: Event stamps late by more than this (99th percentile) are late whatever the stream ...
+LATE_STAMP_MS = 2.0
+#: ... and on slow streams, by more than this share of the level's median inter-token gap.
+LATE_STAMP_ITL_SHARE = 0.1
+#: A first-token stamp later than this (or `LATE_TTFT_SHARE` of the median TTFT) is late.
+LATE_TTFT_MS = 1.0
+LATE_TTFT_SHARE = 0.02
+#: Below this share of one CPU, a late loop was waiting for a CPU, not doing labkit's work.
+SATURATED_CPU_SHARE = 0.6
+CLIENT_BOUND = "client-bound: timings include labkit's own delay"
+CLIENT_BOUND_FIX = (
+    "read fewer streams per process (raise the load experiment's `workers`, lower its "
+    "concurrency, or run fewer providers at once)"
+)
+CPU_STARVED_FIX = (
+    "labkit's process was waiting for a CPU rather than busy, so another process (a local "
+    "llama-server using every core?) holds the CPUs; leave labkit a core (e.g. llama.cpp "
+    "`threads:` below the core count) or run the server on another machine"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordLateness:
+    """One record's stamp lateness, as the level's flag reads it."""
+
+    events: int
+    p50: float
+    p99: float
+    ttft: float | None = None
+    max: float | None = None
+    #: Every event's estimate, ascending, where the record keeps them (exact pooling).
+    values: tuple[float, ...] | None = None
+
+    def share_above(self, value: float) -> float:
+        """The share of the record's events estimated later than `value`: counted where the
+        record keeps every event's estimate, else linear between its median, 99th percentile
+        and maximum (which overstates it when a few gathered reads carry all the lateness)."""
+        if self.values:
+            return (len(self.values) - bisect.bisect_right(self.values, value)) / len(self.values)
+        top = self.max if self.max is not None else self.p99
+        if value >= top:
+            return 0.0
+        if value >= self.p99:
+            return 0.01 * (top - value) / (top - self.p99)
+        if value >= self.p50:
+            return 0.01 + 0.49 * (self.p99 - value) / (self.p99 - self.p50)
+        return min(1.0, 0.5 + 0.5 * (self.p50 - value) / max(abs(self.p50), 1e-3))
+
+
+def record_lateness(record: RequestRecord) -> RecordLateness | None:
+    """The record's stamp lateness; None when it has no estimate."""
+    c = record.client
+    if c.stamp_lateness_ms_p50 is None or c.stamp_lateness_ms_p99 is None:
+        return None
+    return lateness_of(
+        len(c.event_offsets_ms),
+        c.stamp_lateness_ms_p50,
+        c.stamp_lateness_ms_p99,
+        c.ttft_lateness_ms,
+        c.stamp_lateness_ms_max,
+        c.stamp_lateness_ms,
+    )
+
+
+def lateness_of(
+    events: int,
+    p50: float,
+    p99: float,
+    ttft: float | None,
+    most: float | None,
+    per_event: Sequence[float] | None,
+) -> RecordLateness:
+    """A `RecordLateness` from a record's fields (from a record, or a row of the records
+    frame): each event's estimate kept sorted where the record has them."""
+    values = tuple(sorted(per_event)) if per_event else None
+    return RecordLateness(len(values) if values else events, p50, p99, ttft, most, values)
+
+
+def late_stamp_limit_ms(itl_ms_p50: float | None) -> float:
+    """The event-stamp lateness (p99) that distorts a level whose median gap is given."""
+    return max(LATE_STAMP_MS, LATE_STAMP_ITL_SHARE * (itl_ms_p50 or 0.0))
+
+
+def late_ttft_limit_ms(ttft_ms_p50: float | None) -> float:
+    """The first-token stamp lateness (p99) that distorts a level whose median TTFT is given."""
+    return max(LATE_TTFT_MS, LATE_TTFT_SHARE * (ttft_ms_p50 or 0.0))
+
+
+def pooled_p99(records: Sequence[RecordLateness], share: float = 0.01) -> float:
+    """The 99th percentile over all the records' events: exact where every record keeps its
+    events' estimates (`RecordLateness.values`), else the value that 1% (`share`) of the
+    events are estimated to exceed, from each record's median, 99th percentile and maximum."""
+    if all(r.values for r in records):
+        pooled = sorted(v for r in records for v in r.values or ())
+        return percentile(pooled, 100.0 * (1.0 - share))
+    total = sum(r.events for r in records)
+    lo = min(r.p50 for r in records)
+    hi = max(r.max if r.max is not None else r.p99 for r in records)
+    for _ in range(40):
+        mid = (lo + hi) / 2.0
+        if sum(r.events * r.share_above(mid) for r in records) > share * total:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def _weighted_median(pairs: list[tuple[float, int]]) -> float:
+    pairs.sort()
+    half = sum(w for _, w in pairs) / 2.0
+    seen = 0
+    for value, weight in pairs:
+        seen += weight
+        if seen >= half:
+            return value
+    return pairs[-1][0]
+
+
+@dataclass(frozen=True, slots=True)
+class LagSummary:
+    """A group's stamp lateness and loop lag, the flag, and how busy labkit's thread was.
+
+    `late_p50`/`late_p99`: over the group's output events (the records' medians weighted by
+    their events; `pooled_p99`); `ttft_late_p99` over its first tokens. `n`, `p50`, `max`: the
+    records' ``loop_lag_ms``.
+    """
+
+    n: int
+    p50: float | None
+    max: float | None
+    client_bound: bool
+    cpu_share: float | None = None
+    late_p50: float | None = None
+    late_p99: float | None = None
+    ttft_late_p99: float | None = None
+    late_limit_ms: float | None = None
+    ttft_limit_ms: float | None = None
+
+    @property
+    def fix(self) -> str:
+        """What to do about it: more processes when labkit was busy, else free a CPU."""
+        if self.cpu_share is not None and self.cpu_share < SATURATED_CPU_SHARE:
+            return CPU_STARVED_FIX
+        return CLIENT_BOUND_FIX
+
+
+def summarize_lag(
+    lags: Iterable[float],
+    cpu_shares: Iterable[float] = (),
+    lateness: Iterable[RecordLateness] = (),
+    *,
+    itl_ms_p50: float | None = None,
+    ttft_ms_p50: float | None = None,
+) -> LagSummary:
+    """The flag from a group's per-record stamp lateness (else its ``loop_lag_ms``), with
+    labkit's CPU shares; `itl_ms_p50` and `ttft_ms_p50` set the limits (see the module)."""
+    ordered = sorted(lags)
+    shares = sorted(cpu_shares)
+    share = percentile(shares, 50) if shares else None
+    lag_p50 = percentile(ordered, 50) if ordered else None
+    lag_max = ordered[-1] if ordered else None
+    late = [r for r in lateness if r.events]
+    if late:
+        p50 = _weighted_median([(r.p50, r.events) for r in late])
+        p99 = pooled_p99(late)
+        firsts = sorted(r.ttft for r in late if r.ttft is not None)
+        ttft_p99 = percentile(firsts, 99) if firsts else None
+        limit, ttft_limit = late_stamp_limit_ms(itl_ms_p50), late_ttft_limit_ms(ttft_ms_p50)
+        bound = p99 > limit or (ttft_p99 is not None and ttft_p99 > ttft_limit)
+        return LagSummary(
+            len(ordered), lag_p50, lag_max, bound, share, p50, p99, ttft_p99, limit, ttft_limit
+        )
+    if not ordered:
+        return LagSummary(0, None, None, False, share)
+    assert lag_p50 is not None
+    return LagSummary(len(ordered), lag_p50, lag_max, lag_p50 > CLIENT_BOUND_LAG_MS, share)
+
+
+def level_lag(records: Iterable[RequestRecord]) -> LagSummary:
+    """`level_lag_of` a group of records."""
+    from labkit.analysis.columns import Columns
+
+    return level_lag_of(Columns.of_records(list(records)))
+
+
+def _sorted_present(values: Any) -> list[float]:
+    return sorted(float(v) for v in values[~np.isnan(values)])
+
+
+def level_lag_of(cols: Columns) -> LagSummary:
+    """The stamp lateness and loop lag of a group of records, as columns.
+
+    `cpu_share` is the median over streams of labkit's thread CPU time during the stream
+    (`app.cpu_ms`, which covers every stream the thread read meanwhile) over the stream's
+    wall time: near 1, labkit itself was the bottleneck.
+    """
+    itl = _sorted_present(cols.num("client.itl_ms_p50"))
+    ttft = _sorted_present(cols.num("client.ttft_ms"))
+    cpu, e2e = cols.num("app.cpu_ms"), cols.num("client.e2e_ms")
+    busy = ~np.isnan(cpu) & ~np.isnan(e2e) & (e2e != 0)
+    p50, p99 = cols.num("client.stamp_lateness_ms_p50"), cols.num("client.stamp_lateness_ms_p99")
+    estimated = np.flatnonzero(~np.isnan(p50) & ~np.isnan(p99))
+    events, first = cols.num("client.n_events"), cols.num("client.ttft_lateness_ms")
+    most = cols.num("client.stamp_lateness_ms_max")
+    per_event = cols.objects("client.stamp_lateness_ms")
+    lateness = [
+        lateness_of(
+            0 if np.isnan(events[i]) else int(events[i]),
+            float(p50[i]),
+            float(p99[i]),
+            None if np.isnan(first[i]) else float(first[i]),
+            None if np.isnan(most[i]) else float(most[i]),
+            per_event[i],
+        )
+        for i in estimated
+    ]
+    return summarize_lag(
+        _sorted_present(cols.num("client.loop_lag_ms")),
+        (cpu[busy] / e2e[busy]).tolist(),
+        lateness,
+        itl_ms_p50=percentile(itl, 50) if itl else None,
+        ttft_ms_p50=percentile(ttft, 50) if ttft else None,
+    )
+
+
+def client_bound_note(where: str, lag: LagSummary) -> str:
+    """The sentence that flags a client-bound group, with its fix."""
+    busy = f", labkit busy {lag.cpu_share:.0%} of one CPU" if lag.cpu_share is not None else ""
+    if lag.late_p99 is not None:
+        ttft = (
+            f", first tokens p99 {lag.ttft_late_p99:.1f} ms (limit {lag.ttft_limit_ms:.1f})"
+            if lag.ttft_late_p99 is not None
+            else ""
+        )
+        why = (
+            f"stamps late by p50 {lag.late_p50:.2f} / p99 {lag.late_p99:.1f} ms (limit "
+            f"{lag.late_limit_ms:.1f}){ttft}{busy}"
+        )
+    else:
+        why = (
+            f"median stream saw the event loop {lag.p50:.1f} ms late, worst {lag.max:.1f} ms{busy}"
+        )
+    return f"{where}: {CLIENT_BOUND} ({why}); {lag.fix}."
+
+
+def client_bound_notes(records: Iterable[RequestRecord]) -> list[str]:
+    """One line per provider × experiment (× load level) that was client-bound (warm-ups,
+    which stats leave out, are left out here too)."""
+    groups: dict[tuple[str, str, str], list[RequestRecord]] = {}
+    for r in records:
+        if r.warmup:
+            continue
+        level = str(r.tags.get("level", ""))
+        groups.setdefault((r.provider, r.experiment, level), []).append(r)
+    notes = []
+    for (provider, experiment, level), recs in groups.items():
+        lag = level_lag(recs)
+        if lag.client_bound:
+            where = f"{provider} · {experiment}" + (f" · {level}" if level else "")
+            notes.append(client_bound_note(where, lag))
+    return notes

@@ -1,0 +1,163 @@
+"""The stamp-lateness estimate over a real socket, where the truth is known.
+
+The server (a thread of this process, on the same monotonic clock) stamps each write; the
+client's loop is held 30 ms by a callback that fires with the same read, so the event's
+user-space stamp is at least 30 ms after its bytes came.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import select
+import selectors
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from labkit.measurement.recorder import RecordContext, StreamRecorder
+from labkit.providers import Provider, provider_class
+from labkit.records import RequestRecord
+from labkit.wire import loopclock
+from tests.providers.streams import chat, oa_chunk, oa_usage, sse
+from tests.support.misbehaving import MisbehavingServer, http_head
+
+pytestmark = pytest.mark.integration
+
+HOLD_S = 0.03
+
+
+def _provider(base_url: str, transport: str) -> Provider:
+    cls = provider_class("openai_compatible")
+    settings = cls.settings_model.model_validate(
+        {
+            "id": "p",
+            "kind": "openai_compatible",
+            "model": "m",
+            "base_url": base_url,
+            "transport": transport,
+        }
+    )
+    return cls(settings)
+
+
+class _Script:
+    """Headers and a role chunk, then waits for the client to be ready; then "Hello"
+    (stamped), and the rest."""
+
+    def __init__(self) -> None:
+        self.armed = threading.Event()
+        self.sent_ns: int | None = None
+
+    def reply(self, _head: bytes) -> Iterator[bytes | float]:
+        yield http_head(200, {"content-type": "text/event-stream", "connection": "close"})
+        yield sse(oa_chunk(role="assistant"))
+        self.armed.wait(10)
+        self.sent_ns = time.perf_counter_ns()
+        yield sse(oa_chunk("Hello"))
+        yield 0.1  # after the hold: read on time
+        yield sse(oa_chunk(" world", finish="stop"))
+        yield sse(oa_chunk(choices=False, usage=oa_usage(5, 2)))
+        yield b"data: [DONE]\n\n"
+
+
+def _peer_port(fd: int) -> int | None:
+    with contextlib.suppress(OSError):
+        sock = socket.socket(fileno=os.dup(fd))
+        with sock:
+            if sock.family in (socket.AF_INET, socket.AF_INET6):
+                return int(sock.getpeername()[1])
+    return None
+
+
+async def _hold_the_loop_on_next_read(script: _Script, port: int) -> None:
+    """Once the client's socket is drained, watch a duplicate of it: when the next bytes
+    come, the loop is held for HOLD_S in the same turn that reads them."""
+    loop = asyncio.get_running_loop()
+    selector = loopclock.loop_clock()
+    assert selector is not None
+    fd = None
+    while fd is None:
+        await asyncio.sleep(0.005)
+        fd = next((f for f in selector.get_map() if _peer_port(f) == port), None)
+    dup = os.dup(fd)
+    while select.select([dup], [], [], 0)[0]:  # the role chunk not read yet
+        await asyncio.sleep(0.005)
+    # And the client reads again: httpx's stream (anyio) stops watching its socket between
+    # its receives; bytes that came while it did not watch are known to the estimate only
+    # as somewhere in that time, and the test would see half the hold (not a wrong answer).
+    while not (key := selector.get_map().get(fd)) or not key.events & selectors.EVENT_READ:
+        await asyncio.sleep(0.001)
+
+    def hold() -> None:
+        loop.remove_reader(dup)
+        time.sleep(HOLD_S)
+
+    loop.add_reader(dup, hold)
+    script.armed.set()
+    await asyncio.sleep(0.2)
+    os.close(dup)
+
+
+def _record(transport: str) -> tuple[RequestRecord, int]:
+    script = _Script()
+    with MisbehavingServer(script.reply) as server:
+
+        async def main() -> RequestRecord:
+            provider = _provider(server.base_url + "/v1", transport)
+            holder = asyncio.create_task(_hold_the_loop_on_next_read(script, server.port))
+            try:
+                return await StreamRecorder().record(provider, chat(), RecordContext("r", "t"))
+            finally:
+                await holder
+                await provider.aclose()
+
+        record = loopclock.run(main())
+    assert script.sent_ns is not None
+    return record, script.sent_ns
+
+
+def test_a_user_stamp_held_back_by_the_loop_is_estimated_late() -> None:
+    record, sent_ns = _record("httpx")
+    c = record.client
+    assert record.error is None and c.ttft_ms is not None
+    true_lateness_ms = (record.t_start_mono_ns + c.ttft_ms * 1e6 - sent_ns) / 1e6
+    assert true_lateness_ms >= HOLD_S * 1000
+    assert c.stamp_source == "user"
+    assert c.ttft_lateness_ms is not None and c.ttft_lateness_ms >= 20.0
+    # The estimate is of labkit's own delay: never more than the truth by much.
+    assert c.ttft_lateness_ms <= true_lateness_ms + 5.0
+    # The second event was read on time.
+    assert c.stamp_lateness_ms_p50 is not None and c.stamp_lateness_ms_p50 < c.ttft_lateness_ms
+
+
+def test_kernel_stamps_are_not_late_and_the_read_lag_is_reported() -> None:
+    script = _Script()
+    with MisbehavingServer(script.reply) as server:
+
+        async def hold_while_hello_arrives() -> None:
+            await asyncio.sleep(0.05)  # headers and the role chunk read
+            script.armed.set()
+            time.sleep(HOLD_S)  # the loop is held: "Hello" waits in the socket
+
+        async def main() -> RequestRecord:
+            provider = _provider(server.base_url + "/v1", "lean")
+            holder = asyncio.create_task(hold_while_hello_arrives())
+            try:
+                return await StreamRecorder().record(provider, chat(), RecordContext("r", "t"))
+            finally:
+                await holder
+                await provider.aclose()
+
+        record = loopclock.run(main())
+    c = record.client
+    assert record.error is None and c.ttft_ms is not None and script.sent_ns is not None
+    true_lateness_ms = (record.t_start_mono_ns + c.ttft_ms * 1e6 - script.sent_ns) / 1e6
+    assert true_lateness_ms < 5.0  # the kernel's stamp: on time though read late
+    assert c.stamp_source == "kernel"
+    assert c.ttft_lateness_ms == 0.0 and c.stamp_lateness_ms_p99 == 0.0
+    assert c.read_lag_ms_p99 is not None and c.read_lag_ms_p99 >= 20.0
