@@ -379,7 +379,9 @@ class Usage(_Model):
         description="Output tokens the stream itself delivered (visible text, streamed "
         "reasoning, tool calls): the count decode time is taken over. Smaller than "
         "output_tokens when reasoning was counted but never streamed (OpenAI reasoning "
-        "models); larger when streamed reasoning is left out of output_tokens (xAI).",
+        "models), and by one when llama.cpp or vLLM counted the end token of a reply that "
+        "stopped on its own; larger when streamed reasoning is left out of output_tokens "
+        "(xAI).",
     )
     # --- the stream's account of the output count (issue 24) ---
     output_count_unaccounted: bool | None = Field(

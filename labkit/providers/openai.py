@@ -56,6 +56,9 @@ from labkit.wire.sse import SSEEvent
 
 __all__ = ["OpenAIChatParser", "OpenAIProvider", "OpenAISettings"]
 
+#: Servers whose output count includes the end token they sampled but never stream.
+_END_TOKEN_COUNTERS = frozenset({"llamacpp", "vllm"})
+
 _STOP_REASONS = {
     "stop": StopReason.END,
     "length": StopReason.LENGTH,
@@ -440,9 +443,13 @@ class OpenAIChatParser(StreamParser):
         never arrived as deltas (gpt-5, o-series) is taken out. xAI leaves reasoning out of
         `completion_tokens` (`total_tokens = prompt + completion + reasoning`): streamed
         reasoning is added in, hidden reasoning was never counted there to begin with.
+        llama.cpp and vLLM count the end-of-generation token a reply that stopped on its
+        own ends with, and never stream it: it is taken out (`_counts_end_token`).
         """
         u = self.usage
         output, reasoning = u.output_tokens, u.reasoning_tokens
+        if output is not None and output > 0 and self._counts_end_token():
+            return output - 1
         if output is None or not reasoning:
             return output
         total, prompt = self._total_tokens, u.input_tokens
@@ -452,6 +459,18 @@ class OpenAIChatParser(StreamParser):
         if not self._reasoning_streamed:
             return max(output - reasoning, 0)
         return output
+
+    def _counts_end_token(self) -> bool:
+        """Whether `completion_tokens` holds an end token the stream never carried: the
+        reply stopped on its own (`finish_reason` stop, no tool call) on a server that
+        counts the end token it sampled (llama.cpp: `predicted_n` and `completion_tokens`
+        are the content chunks + 1, measured on llama-server b0.3.36; vLLM:
+        `len(output.token_ids)`, EOS included), known from the server's own timings or the
+        entry's `server:`."""
+        if self.stop_reason_raw != "stop" or self.tool_call_parts or self._refused:
+            return False
+        server = self.provider_timings.source or self._server
+        return server in _END_TOKEN_COUNTERS
 
     def stop_reason(self) -> StopReason | None:
         """Map `finish_reason` to the contract's reasons; an answer that was a refusal
