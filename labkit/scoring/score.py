@@ -73,6 +73,7 @@ class MetricScore:
     metric: ScoreMetric
     p50: Quantile
     p99: Quantile
+    #: The error of largest magnitude, with its sign (-9.87 ms, not the signed maximum).
     max: float | None
     mean: float | None
 
@@ -171,12 +172,18 @@ def _client_values(req: ClientRequest, t: TruthRequest, start: float | None) -> 
     }
 
 
+def _largest(values: list[float]) -> float | None:
+    """The value of largest magnitude, sign kept: an error of -9.87 ms is larger than one of
+    +0.18 ms (None for no values)."""
+    return max(values, key=abs) if values else None
+
+
 def _summary(metric: ScoreMetric, values: list[float]) -> MetricScore:
     return MetricScore(
         metric,
         quantile(values, 0.5),
         quantile(values, 0.99),
-        max(values) if values else None,
+        _largest(values),
         sum(values) / len(values) if values else None,
     )
 
@@ -215,7 +222,7 @@ def score(results: ClientResults, truth: TruthLog) -> Score:
         if req.ok and stamps is not None and len(stamps) == len(t.events_ns):
             event_errors = [(c - s) / 1e6 for c, s in zip(stamps, t.events_ns, strict=True)]
             errors["event_stamp"] += event_errors
-            row["event_stamp_error_max"] = max(event_errors) if event_errors else None
+            row["event_stamp_error_max"] = _largest(event_errors)
         rows.append(row)
     metrics = [_summary(m, errors[m.name]) for m in METRICS]
     not_measured = [m.metric.name for m in metrics if m.n == 0]

@@ -11,7 +11,7 @@ from labkit import read_runs
 from labkit.errors import ConfigError
 from labkit.report.compare import NOT_MEASURED, compare_runs
 from labkit.scoring.imports import import_results
-from labkit.scoring.peers import detect, read_results
+from labkit.scoring.peers import ClientRequest, ClientResults, detect, read_results
 from labkit.scoring.score import TIME_SLACK_MS, score
 from labkit.truth.log import read_truth_log
 
@@ -142,3 +142,22 @@ def test_the_score_and_import_commands(tmp_path: Path) -> None:
     assert "cannot read the truth log" in missing.output and "Traceback" not in missing.output
     with pytest.raises(ConfigError, match="cannot read"):
         read_results(tmp_path, "labkit")  # a folder without records.jsonl
+
+
+def test_the_largest_error_is_the_one_of_largest_magnitude_with_its_sign() -> None:
+    truth = read_truth_log(PEERS / "labkit/truth.jsonl")
+    first, second = truth.requests[:2]
+    results = ClientResults(tool="a client", version=None, path=PEERS)
+    for index, (t, error_ms) in enumerate(((first, -9.87), (second, 0.18))):
+        start = t.t_start_ns
+        results.requests.append(
+            ClientRequest(
+                index=index,
+                request_id=t.id,
+                start_mono_ns=start,
+                ttft_ms=(t.events_ns[0] - start) / 1e6 + error_ms,
+            )
+        )
+    s = score(results, truth)
+    assert s.metric("ttft").max == pytest.approx(-9.87)
+    assert s.metric("ttft").n == 2
