@@ -62,6 +62,23 @@ def _ms_ns(ms: float) -> int:
     return round(ms * 1e6)
 
 
+#: Request parameters and their GenAI semantic-convention attributes, by the type the
+#: conventions give them (int, double).
+_INT_PARAMS = (
+    ("max_tokens", "gen_ai.request.max_tokens"),
+    ("max_completion_tokens", "gen_ai.request.max_tokens"),
+    ("max_output_tokens", "gen_ai.request.max_tokens"),
+    ("seed", "gen_ai.request.seed"),
+)
+_DOUBLE_PARAMS = (
+    ("temperature", "gen_ai.request.temperature"),
+    ("top_p", "gen_ai.request.top_p"),
+    ("top_k", "gen_ai.request.top_k"),
+    ("frequency_penalty", "gen_ai.request.frequency_penalty"),
+    ("presence_penalty", "gen_ai.request.presence_penalty"),
+)
+
+
 def _put(attrs: Attributes, key: str, value: object) -> None:
     """Set `key` where `value` is a value OpenTelemetry takes (None and others left out)."""
     if isinstance(value, bool | int | float | str):
@@ -149,15 +166,12 @@ def _request_attributes(r: RequestRecord) -> Attributes:
     _put(attrs, "gen_ai.provider.name", r.provider_kind)
     _put(attrs, "gen_ai.system", r.provider_kind)  # the name before semconv 1.37
     _put(attrs, "gen_ai.request.model", r.model)
-    for param, key in (
-        ("max_tokens", "gen_ai.request.max_tokens"),
-        ("max_completion_tokens", "gen_ai.request.max_tokens"),
-        ("max_output_tokens", "gen_ai.request.max_tokens"),
-        ("temperature", "gen_ai.request.temperature"),
-        ("top_p", "gen_ai.request.top_p"),
-        ("seed", "gen_ai.request.seed"),
-    ):
+    for param, key in _INT_PARAMS:
         _put(attrs, key, r.params.get(param))
+    for param, key in _DOUBLE_PARAMS:
+        value = r.params.get(param)
+        # the conventions type these double: a YAML `temperature: 0` goes out as 0.0
+        _put(attrs, key, float(value) if isinstance(value, int | float) else value)
     _put(attrs, "gen_ai.response.id", r.response_id)
     if r.stop_reason_raw is not None:
         attrs["gen_ai.response.finish_reasons"] = [r.stop_reason_raw]

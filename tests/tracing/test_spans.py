@@ -103,7 +103,8 @@ def test_a_span_holds_the_genai_attributes_and_labkits_timings_as_events() -> No
         )
     ).model_copy(
         update={
-            "params": {"max_tokens": 5, "temperature": 0.0},
+            # as YAML gives them: `temperature: 0` and `top_p: 1` are ints there
+            "params": {"max_tokens": 5, "temperature": 0, "top_p": 1, "seed": 7},
             "response_id": "c-1",
             "stop_reason_raw": "stop",
         }
@@ -115,6 +116,10 @@ def test_a_span_holds_the_genai_attributes_and_labkits_timings_as_events() -> No
     assert a["gen_ai.provider.name"] == "openai"
     assert a["gen_ai.request.model"] == "gpt-x"
     assert a["gen_ai.request.max_tokens"] == 5
+    # the semantic conventions type temperature and top_p double, max_tokens and seed int
+    assert type(a["gen_ai.request.temperature"]) is float and a["gen_ai.request.temperature"] == 0
+    assert type(a["gen_ai.request.top_p"]) is float and a["gen_ai.request.top_p"] == 1
+    assert type(a["gen_ai.request.max_tokens"]) is int and type(a["gen_ai.request.seed"]) is int
     assert a["gen_ai.usage.input_tokens"] == 7 and a["gen_ai.usage.output_tokens"] == 5
     assert tuple(a["gen_ai.response.finish_reasons"]) == ("stop",)
     assert a["gen_ai.response.id"] == "c-1"
