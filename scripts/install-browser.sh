@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
-# Install Debian's chromium for the report's headless-browser test (tests/report/test_html_browser.py).
-# Idempotent: does nothing when /usr/bin/chromium is already there.
+# Install Debian's chromium and the fonts the report's pages need for the headless-browser
+# tests (tests/report/test_*_browser.py): Noto CJK and Noto Color Emoji, without which
+# Japanese and emoji tokens are drawn as empty boxes. Idempotent: installs only what is missing.
 set -euo pipefail
 
-if [ -x /usr/bin/chromium ]; then
-    echo "chromium already installed: $(/usr/bin/chromium --version 2>/dev/null || echo /usr/bin/chromium)"
+PACKAGES=(chromium fonts-dejavu-core fonts-noto-cjk fonts-noto-color-emoji)
+missing=()
+for package in "${PACKAGES[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+        missing+=("$package")
+    fi
+done
+if [ "${#missing[@]}" -eq 0 ]; then
+    echo "chromium and fonts already installed: $(/usr/bin/chromium --version 2>/dev/null || echo /usr/bin/chromium)"
     exit 0
 fi
 
@@ -15,5 +23,5 @@ fi
 
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends chromium fonts-dejavu-core
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 /usr/bin/chromium --version

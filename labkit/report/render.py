@@ -181,7 +181,8 @@ def render_markdown(blocks: list[Block], run_dir: Path, files_dir: str = "report
 # --- HTML --------------------------------------------------------------------------------
 
 _CSS = """
-body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif,
+"Noto Sans CJK JP","Noto Color Emoji","Apple Color Emoji","Segoe UI Emoji";
 margin:2rem auto;max-width:1200px;padding:0 1rem;color:#1f2328;background:#fff;line-height:1.5}
 h1{border-bottom:2px solid #d0d7de;padding-bottom:.3rem}
 h2{border-bottom:1px solid #d0d7de;padding-bottom:.2rem;margin-top:2rem}
@@ -197,8 +198,9 @@ ul.warn{padding-left:2rem}
 figure{margin:1rem 0}
 figcaption{color:#59636e;font-size:.85rem}
 .chart{max-width:100%;overflow-x:auto}
-.spans{font-family:ui-monospace,monospace;font-size:.8rem;margin:.3rem 0;max-width:100%;
-overflow-wrap:anywhere}
+.spans{font-family:ui-monospace,"DejaVu Sans Mono",monospace,"Noto Sans Mono CJK JP",
+"Noto Color Emoji","Apple Color Emoji","Segoe UI Emoji";font-size:.8rem;margin:.3rem 0;
+max-width:100%;overflow-wrap:anywhere}
 .spans .who{color:#59636e;display:block}
 .spans span.t{padding:0 1px;border-radius:2px;white-space:pre-wrap}
 .t0{background:#ddf4ff}.t1{background:#fff1c2}.t2{background:#dafbe1}.t3{background:#ffe2e0}
