@@ -127,10 +127,6 @@ class AttributionExperiment(Experiment):
         if warmups:
             warmups[-1].request.fresh_connection = True
         yield from warmups
-        slots = provider.exclusive_slots()
-        server_tags: dict[str, str | int | float | bool] = {}
-        if slots is not None:
-            server_tags = {"server_slots": slots, "in_flight_max": provider.settings.concurrency}
         for trial in range(self._s.repeats):
             fresh = trial % 2 == 0
             request = ChatRequest(
@@ -141,7 +137,7 @@ class AttributionExperiment(Experiment):
                 key=f"{self.name}/{trial}",
                 request=request,
                 trial=trial,
-                tags={"connection": "fresh" if fresh else "reused", **server_tags},
+                tags={"connection": "fresh" if fresh else "reused"},
             )
 
     def analyze(self, provider_id: str, model: str, records: list[RequestRecord]) -> LabAnswer:

@@ -172,8 +172,24 @@ class Experiment(ABC):
         time, so a plan that can grow large (repeats) is best a generator."""
 
     def requests_for(self, provider: Provider) -> Iterator[PlannedRequest]:
-        """The plan as the runner sends it: `plan`, on the client paths of `paths_for`."""
-        return self.on_paths(provider, self.plan(provider))
+        """The plan as the runner sends it: `plan`, on the client paths of `paths_for`, each
+        request tagged with what rules its server queue out (`server_tags`)."""
+        return self.on_paths(provider, self.server_tagged(provider, self.plan(provider)))
+
+    def server_tagged(
+        self, provider: Provider, plan: Iterable[PlannedRequest]
+    ) -> Iterator[PlannedRequest]:
+        """`plan` with `server_slots` and `in_flight_max` tagged where labkit alone uses the
+        server (`Provider.exclusive_slots`): the one rule by which every experiment on that
+        server knows its queue is 0 (`labkit.analysis.split.queues`), sent one at a time or
+        up to the provider's `concurrency`."""
+        slots = provider.exclusive_slots()
+        if slots is None:
+            yield from plan
+            return
+        tags = {"server_slots": slots, "in_flight_max": provider.settings.concurrency}
+        for planned in plan:
+            yield dataclasses.replace(planned, tags={**planned.tags, **tags})
 
     def planned_count(self, provider: Provider) -> int | None:
         """How many requests `requests_for` will yield, when that is known without drawing

@@ -204,3 +204,33 @@ def test_planned_count_is_what_the_plan_yields(entry: dict[str, Any], paths: lis
     )
     drawn = len(list(exp.requests_for(provider)))
     assert drawn > 0 and exp.planned_count(provider) == drawn
+
+
+@pytest.mark.parametrize("kind", ["single", "determinism", "prefill_decode", "attribution"])
+def test_every_sequential_experiment_on_a_managed_server_rules_its_queue_out_alike(
+    kind: str,
+) -> None:
+    """One server, one story: each experiment's requests to a managed llama-server carry
+    its slots and the requests in flight, so the split says queue 0 for all of them."""
+    providers, [exp] = _lab(
+        "[{id: local, kind: llamacpp, managed: true, slots: 2, base_url: 'http://x'}]",
+        f"[{{kind: {kind}, repeats: 2, warmup: 1}}]",
+    )
+    try:
+        planned = list(exp.requests_for(providers[0]))
+    finally:
+        _close(providers)
+    assert planned
+    assert all(p.tags["server_slots"] == 2 and p.tags["in_flight_max"] == 1 for p in planned)
+
+
+def test_a_server_others_may_share_gets_no_queue_tags() -> None:
+    providers, [exp] = _lab(
+        "[{id: remote, kind: llamacpp, managed: false, base_url: 'http://x'}]",
+        "[{kind: single, repeats: 1}]",
+    )
+    try:
+        planned = list(exp.requests_for(providers[0]))
+    finally:
+        _close(providers)
+    assert planned and not any("server_slots" in p.tags for p in planned)
