@@ -15,31 +15,25 @@ from typing import Any
 
 from labkit.analysis.stats import _number, describe
 from labkit.figures import (
-    AttributionFigures,
-    AttributionKey,
-    AttributionRow,
-    ConversationFigures,
-    ConversationVariant,
-    DeterminismFigures,
     Estimate,
     LoadLevel,
     LoadLevelCache,
-    NextTokenFigures,
-    PrefillDecodeFigures,
     PromptCost,
     Quantile,
     RequestStats,
-    SessionFigures,
-    SingleFigures,
     SLOCheck,
     SLOReport,
-    SweepFigures,
-    TokenChoice,
-    TokenizerSpread,
-    TokenRatioFigures,
     TTFTSplit,
-    VariantRow,
 )
+from labkit.figures.attribution import AttributionFigures, AttributionKey, AttributionRow
+from labkit.figures.conversation import ConversationFigures, ConversationVariant
+from labkit.figures.determinism import DeterminismFigures, VariantRow
+from labkit.figures.next_token import NextTokenFigures, TokenChoice
+from labkit.figures.prefill_decode import PrefillDecodeFigures
+from labkit.figures.session import SessionFigures
+from labkit.figures.single import SingleFigures
+from labkit.figures.sweep import SweepFigures
+from labkit.figures.token_ratio import TokenizerSpread, TokenRatioFigures
 
 __all__ = [
     "CLIENT_BOUND_MARK",

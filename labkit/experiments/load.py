@@ -51,7 +51,7 @@ from labkit.experiments.paced import (
     Share,
 )
 from labkit.experiments.pacing import arrival_offsets_ns, closed_loop, open_loop
-from labkit.figures import LoadFigures
+from labkit.figures.load import LoadFigures
 from labkit.measurement.capacity import (
     WorkersChoice,
     choose_workers,

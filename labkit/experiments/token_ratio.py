@@ -30,7 +30,7 @@ from labkit.experiments.base import (
     register_experiment,
 )
 from labkit.experiments.common import Prompt
-from labkit.figures import (
+from labkit.figures.token_ratio import (
     TokenizerCount,
     TokenizerSpread,
     TokenPieces,

@@ -19,14 +19,11 @@ from typing import Any
 
 import vl_convert
 
-from labkit.figures import (
-    AttributionFigures,
-    AttributionKey,
-    DeterminismFigures,
-    PrefillDecodeFigures,
-    SingleFigures,
-    TokenRatioFigures,
-)
+from labkit.figures.attribution import AttributionFigures, AttributionKey
+from labkit.figures.determinism import DeterminismFigures
+from labkit.figures.prefill_decode import PrefillDecodeFigures
+from labkit.figures.single import SingleFigures
+from labkit.figures.token_ratio import TokenRatioFigures
 from labkit.records import LabAnswer, LabResults
 from labkit.report.native import for_native_renderer
 from labkit.report.next_token_chart import next_token_charts

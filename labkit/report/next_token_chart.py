@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from labkit.figures import DeterminismFigures, NextTokenFigures
+from labkit.figures.determinism import DeterminismFigures
+from labkit.figures.next_token import NextTokenFigures
 from labkit.records import LabResults
 from labkit.wording import divergence_sentence
 

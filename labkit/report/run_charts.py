@@ -14,7 +14,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from labkit.figures import LoadFigures, LoadLevel, TraceFigures
+from labkit.figures import LoadLevel
+from labkit.figures.load import LoadFigures
+from labkit.figures.trace import TraceFigures
 from labkit.records import LabResults
 from labkit.report.charts import _SCHEMA, Chart
 from labkit.report.load import ensure_columns

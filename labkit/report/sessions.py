@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from labkit.figures import SessionFigures
+from labkit.figures.session import SessionFigures
 from labkit.records import LabResults
 from labkit.report.charts import _SCHEMA, Chart
 from labkit.report.render import Block, ChartBlock, Heading, Para, Table, fmt_num

@@ -10,7 +10,8 @@ token. A term that cannot be derived says why; a client-bound value is marked.
 from __future__ import annotations
 
 from labkit.analysis.split import NEGATIVE_DECODE_GAP
-from labkit.figures import AttributionFigures, RequestStats
+from labkit.figures import RequestStats
+from labkit.figures.attribution import AttributionFigures
 from labkit.records import LabResults
 from labkit.report.render import Block, Heading, Para, Table
 from labkit.report.stats import where

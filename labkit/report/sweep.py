@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from labkit.figures import LoadFigures, LoadLevel, SweepFigures
+from labkit.figures import LoadLevel
+from labkit.figures.load import LoadFigures
+from labkit.figures.sweep import SweepFigures
 from labkit.records import LabResults
 from labkit.report.charts import _SCHEMA, Chart
 from labkit.report.load import RunData

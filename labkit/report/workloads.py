@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from labkit.figures import ConversationFigures, LoadFigures, LoadLevel, TraceFigures
+from labkit.figures import LoadLevel
+from labkit.figures.conversation import ConversationFigures
+from labkit.figures.load import LoadFigures
+from labkit.figures.trace import TraceFigures
 from labkit.records import LabResults
 from labkit.report.charts import _SCHEMA, Chart
 from labkit.report.render import Block, ChartBlock, Heading, Para, Table, fmt_num

@@ -8,14 +8,10 @@ from collections.abc import Callable
 
 from rich.table import Table
 
-from labkit.figures import (
-    LoadFigures,
-    LoadLevel,
-    Quantile,
-    RequestStats,
-    SweepFigures,
-    TraceFigures,
-)
+from labkit.figures import LoadLevel, Quantile, RequestStats
+from labkit.figures.load import LoadFigures
+from labkit.figures.sweep import SweepFigures
+from labkit.figures.trace import TraceFigures
 from labkit.records import LabResults
 from labkit.wording import CLIENT_BOUND_MARK, cell, group_label
 
