@@ -48,7 +48,7 @@ from labkit.figures.attribution import AttributionKey as K
 from labkit.providers.base import ChatRequest, ClientPath, Provider, sdk_available
 from labkit.records import LabAnswer, RequestRecord
 from labkit.timing import percentile
-from labkit.wording import attribution_answer
+from labkit.wording.attribution import attribution_answer
 
 __all__ = ["AttributionExperiment", "AttributionSettings"]
 

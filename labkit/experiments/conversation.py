@@ -54,7 +54,7 @@ from labkit.figures import LinearFit
 from labkit.figures.conversation import ConversationFigures, ConversationTurn, ConversationVariant
 from labkit.providers.base import ChatRequest, Provider, SamplingParams
 from labkit.records import ErrorKind, LabAnswer, RequestRecord
-from labkit.wording import conversation_answer
+from labkit.wording.conversation import conversation_answer
 from labkit.workloads import PromptSizing, answered, build_history, measure_sizing, with_user
 
 __all__ = [

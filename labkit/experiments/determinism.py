@@ -33,7 +33,7 @@ from labkit.tokenizers import (
     display_piece,
     offline_tokenizer,
 )
-from labkit.wording import determinism_answer
+from labkit.wording.determinism import determinism_answer
 
 __all__ = [
     "DeterminismExperiment",

@@ -39,7 +39,7 @@ from labkit.figures.prefill_decode import (
 )
 from labkit.providers.base import ChatRequest, Provider, ProviderSettings
 from labkit.records import LabAnswer, RequestRecord
-from labkit.wording import prefill_decode_answer
+from labkit.wording.prefill_decode import prefill_decode_answer
 from labkit.workloads import PromptSizing, measure_sizing
 
 __all__ = ["PrefillDecodeExperiment", "PrefillDecodeSettings"]

@@ -55,7 +55,7 @@ from labkit.figures.sweep import SweepFigures, SweepProbe
 from labkit.providers.base import Provider, ProviderSettings
 from labkit.records import LabAnswer, RequestRecord
 from labkit.server_metrics import ServerMetricsSample
-from labkit.wording import sweep_answer
+from labkit.wording.sweep import sweep_answer
 
 __all__ = ["SweepExperiment", "SweepSettings"]
 

@@ -46,7 +46,7 @@ from labkit.experiments.pacing import open_loop
 from labkit.figures.trace import TraceFigures
 from labkit.providers.base import ChatRequest, Provider, ProviderSettings, SamplingParams
 from labkit.records import ErrorKind, LabAnswer, RequestRecord
-from labkit.wording import trace_answer
+from labkit.wording.trace import trace_answer
 from labkit.workloads import (
     PromptSizing,
     TraceEntry,

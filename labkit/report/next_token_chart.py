@@ -15,7 +15,7 @@ from typing import Any
 from labkit.figures.determinism import DeterminismFigures
 from labkit.figures.next_token import NextTokenFigures
 from labkit.records import LabResults
-from labkit.wording import divergence_sentence
+from labkit.wording.next_token import divergence_sentence
 
 __all__ = ["Picture", "divergence_chart", "next_token_charts", "tokens_chart"]
 
