@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeAlias
 from pydantic import Field, TypeAdapter, ValidationError
 
 from labkit.figures.base import _Figures, figures_models
-from labkit.figures.levels import LoadLevel, LoadLevelCache, ServerLevelMetrics
+from labkit.figures.levels import LoadLevel, LoadLevelCache, RunsLevels, ServerLevelMetrics
 from labkit.figures.requests import RequestStats, TTFTSplit
 from labkit.figures.slo import SLOCheck, SLOReport, Verdict
 from labkit.figures.stats import (
@@ -47,6 +47,7 @@ __all__ = [
     "Proportion",
     "Quantile",
     "RequestStats",
+    "RunsLevels",
     "SLOCheck",
     "SLOReport",
     "ServerLevelMetrics",

@@ -3,6 +3,7 @@ with the server's own metrics and the prompt-cache hits over it."""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Literal
 
 from pydantic import Field
@@ -11,7 +12,7 @@ from labkit.figures.base import _Figures
 from labkit.figures.slo import SLOReport
 from labkit.figures.stats import Percentiles
 
-__all__ = ["LoadLevel", "LoadLevelCache", "ServerLevelMetrics"]
+__all__ = ["LoadLevel", "LoadLevelCache", "RunsLevels", "ServerLevelMetrics"]
 
 
 class ServerLevelMetrics(_Figures):
@@ -138,3 +139,16 @@ class LoadLevel(_Figures):
         if self.mode == "rate" and self.arrival:
             return f"{self.title} ({self.arrival})"
         return self.title
+
+
+class RunsLevels(ABC):
+    """Figures of a kind that runs load levels: the run summary shows each answer's levels
+    as a table, without knowing its kind."""
+
+    @abstractmethod
+    def levels_run(self) -> list[LoadLevel]:
+        """The levels the answer ran, in the order they ran."""
+
+    def levels_title(self) -> str:
+        """What the table's title adds after `experiment · provider` (default: nothing)."""
+        return ""

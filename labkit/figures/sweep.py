@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from labkit.figures.base import _Figures, register_figures
-from labkit.figures.levels import LoadLevel
+from labkit.figures.levels import LoadLevel, RunsLevels
 from labkit.figures.slo import Verdict, _ExperimentFigures
 
 __all__ = ["SweepFigures", "SweepProbe"]
@@ -43,7 +43,7 @@ class SweepProbe(_Figures):
 
 
 @register_figures
-class SweepFigures(_ExperimentFigures):
+class SweepFigures(_ExperimentFigures, RunsLevels):
     """`sweep`: the probes in the order they ran, and the knee they bracket."""
 
     kind: Literal["sweep"] = "sweep"
@@ -67,3 +67,12 @@ class SweepFigures(_ExperimentFigures):
         default=None, description="Completed requests/s of the throughput probe."
     )
     stopped: str = Field(default="", description="Why the sweep stopped, in words.")
+
+    def levels_run(self) -> list[LoadLevel]:
+        """Each probe's level, in the order they ran."""
+        return [p.level for p in self.probes]
+
+    def levels_title(self) -> str:
+        """The knee and why the sweep stopped."""
+        knee = "no knee" if self.knee is None else f"knee {self.knee:.3g}"
+        return f" · {knee} (stopped: {self.stopped})"
