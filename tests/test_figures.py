@@ -106,3 +106,74 @@ def test_figures_with_a_kind_are_validated_strictly() -> None:
 
 def test_every_experiment_kind_has_its_figures_model() -> None:
     assert set(experiment_kinds()) == FIGURE_KINDS
+
+
+#: `labkit.figures.__all__` before each kind's figures had their own module.
+_NAMES_BEFORE_THE_SPLIT = [
+    "FIGURE_KINDS",
+    "AttributionFigures",
+    "AttributionKey",
+    "AttributionRow",
+    "CacheEffect",
+    "ConversationFigures",
+    "ConversationTurn",
+    "ConversationVariant",
+    "CriticalPath",
+    "DeterminismFigures",
+    "Divergence",
+    "Estimate",
+    "Figures",
+    "GreedyMiss",
+    "LinearFit",
+    "LoadFigures",
+    "LoadLevel",
+    "LoadLevelCache",
+    "MarginalCost",
+    "NextTokenFigures",
+    "NextTokenStep",
+    "NextTokenVariant",
+    "Percentiles",
+    "PrefillDecodeFigures",
+    "PrefillPoint",
+    "PromptCost",
+    "Proportion",
+    "Quantile",
+    "RequestStats",
+    "RequestTimeline",
+    "SLOCheck",
+    "SLOReport",
+    "ServerLevelMetrics",
+    "SessionFigures",
+    "SessionRow",
+    "SessionStep",
+    "SingleFigures",
+    "SweepFigures",
+    "SweepProbe",
+    "TTFTSplit",
+    "TokenChoice",
+    "TokenPieces",
+    "TokenRatioFigures",
+    "TokenRatioRow",
+    "TokenizerCount",
+    "TokenizerSpread",
+    "TraceFigures",
+    "VariantRow",
+    "Verdict",
+    "read_figures",
+]
+
+
+@pytest.mark.parametrize("name", _NAMES_BEFORE_THE_SPLIT)
+def test_every_name_labkit_figures_exported_still_imports_from_it(name: str) -> None:
+    namespace: dict[str, object] = {}
+    exec(f"from labkit.figures import {name}", namespace)
+    assert namespace[name] is not None
+
+
+def test_a_kind_model_is_the_one_its_own_module_defines() -> None:
+    import labkit.figures
+    from labkit.figures.load import LoadFigures as own
+
+    assert labkit.figures.LoadFigures is own
+    with pytest.raises(AttributeError):
+        _ = labkit.figures.NoSuchFigures

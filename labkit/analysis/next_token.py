@@ -14,7 +14,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from labkit.figures import (
+from labkit.figures.next_token import (
     Divergence,
     GreedyMiss,
     NextTokenFigures,

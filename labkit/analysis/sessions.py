@@ -17,7 +17,7 @@ from collections import defaultdict
 
 from labkit.analysis.requests import cached_tokens
 from labkit.analysis.selection import latest_pass
-from labkit.figures import CriticalPath, SessionFigures, SessionRow, SessionStep
+from labkit.figures.session import CriticalPath, SessionFigures, SessionRow, SessionStep
 from labkit.records import RequestRecord
 from labkit.timing import percentile
 

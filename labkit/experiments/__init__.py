@@ -1,19 +1,13 @@
-"""Experiment kinds, registered by `kind`; importing this package registers the built-ins."""
+"""Experiment kinds, registered by `kind`; importing this package registers the built-ins.
 
-from labkit.experiments import (
-    attribution,
-    conversation,
-    determinism,
-    load,
-    next_token,
-    paced,
-    prefill_decode,
-    session,
-    single,
-    sweep,
-    token_ratio,
-    trace,
-)
+Each kind is one module here that registers its class (`@register_experiment`); the package
+imports every module it holds (pkgutil), so a new kind's module is found without a list to
+edit.
+"""
+
+import importlib
+import pkgutil
+
 from labkit.experiments.base import (
     Experiment,
     ExperimentSettings,
@@ -32,19 +26,10 @@ __all__ = [
     "PacedExperiment",
     "PlannedRequest",
     "Share",
-    "attribution",
-    "conversation",
-    "determinism",
     "experiment_class",
     "experiment_kinds",
-    "load",
-    "next_token",
-    "paced",
-    "prefill_decode",
     "register_experiment",
-    "session",
-    "single",
-    "sweep",
-    "token_ratio",
-    "trace",
 ]
+
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")

@@ -43,12 +43,12 @@ from labkit.experiments.base import (
     PlannedRequest,
     register_experiment,
 )
-from labkit.figures import AttributionFigures, AttributionRow
-from labkit.figures import AttributionKey as K
+from labkit.figures.attribution import AttributionFigures, AttributionRow
+from labkit.figures.attribution import AttributionKey as K
 from labkit.providers.base import ChatRequest, ClientPath, Provider, sdk_available
 from labkit.records import LabAnswer, RequestRecord
 from labkit.timing import percentile
-from labkit.wording import attribution_answer
+from labkit.wording.attribution import attribution_answer
 
 __all__ = ["AttributionExperiment", "AttributionSettings"]
 

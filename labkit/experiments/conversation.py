@@ -50,10 +50,11 @@ from labkit.analysis.selection import latest_pass
 from labkit.analysis.stats import p_of
 from labkit.experiments.base import ExperimentSettings, PlannedRequest, register_experiment
 from labkit.experiments.paced import LevelContext, LevelPlan, PacedExperiment, SendFn, Share
-from labkit.figures import ConversationFigures, ConversationTurn, ConversationVariant, LinearFit
+from labkit.figures import LinearFit
+from labkit.figures.conversation import ConversationFigures, ConversationTurn, ConversationVariant
 from labkit.providers.base import ChatRequest, Provider, SamplingParams
 from labkit.records import ErrorKind, LabAnswer, RequestRecord
-from labkit.wording import conversation_answer
+from labkit.wording.conversation import conversation_answer
 from labkit.workloads import PromptSizing, answered, build_history, measure_sizing, with_user
 
 __all__ = [

@@ -23,7 +23,8 @@ from labkit.experiments.base import (
     register_experiment,
 )
 from labkit.experiments.variants import Variant, logprob_request
-from labkit.figures import DeterminismFigures, NextTokenFigures, VariantRow
+from labkit.figures.determinism import DeterminismFigures, VariantRow
+from labkit.figures.next_token import NextTokenFigures
 from labkit.providers.base import ChatRequest, Provider
 from labkit.records import MAX_TOP_LOGPROBS, LabAnswer, RequestRecord
 from labkit.tokenizers import (
@@ -32,7 +33,7 @@ from labkit.tokenizers import (
     display_piece,
     offline_tokenizer,
 )
-from labkit.wording import determinism_answer
+from labkit.wording.determinism import determinism_answer
 
 __all__ = [
     "DeterminismExperiment",

@@ -51,7 +51,7 @@ from labkit.experiments.paced import (
     Share,
 )
 from labkit.experiments.pacing import arrival_offsets_ns, closed_loop, open_loop
-from labkit.figures import LoadFigures
+from labkit.figures.load import LoadFigures
 from labkit.measurement.capacity import (
     WorkersChoice,
     choose_workers,
@@ -62,13 +62,8 @@ from labkit.measurement.capacity import (
 from labkit.measurement.capacity import stream_events_per_s as warmup_events_per_s
 from labkit.providers.base import ChatRequest, Provider, ProviderSettings, SamplingParams
 from labkit.records import ErrorKind, LabAnswer, RequestRecord
-from labkit.wording import (
-    cache_sentence,
-    goodput_sentence,
-    load_answer,
-    server_queue_sentence,
-    slo_sentence,
-)
+from labkit.wording import cache_sentence, goodput_sentence, server_queue_sentence, slo_sentence
+from labkit.wording.load import load_answer
 from labkit.workloads import PromptSizing, SharedPrefix, measure_sizing
 
 __all__ = [

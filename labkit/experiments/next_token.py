@@ -25,7 +25,7 @@ from labkit.experiments.base import (
 from labkit.experiments.variants import Variant, logprob_request
 from labkit.providers.base import ChatRequest, Provider
 from labkit.records import MAX_TOP_LOGPROBS, LabAnswer, RequestRecord
-from labkit.wording import next_token_answer
+from labkit.wording.next_token import next_token_answer
 
 __all__ = ["NextTokenExperiment", "NextTokenSettings"]
 

@@ -30,10 +30,16 @@ from labkit.experiments.base import (
     PlannedRequest,
     register_experiment,
 )
-from labkit.figures import CacheEffect, LinearFit, MarginalCost, PrefillDecodeFigures, PrefillPoint
+from labkit.figures import LinearFit
+from labkit.figures.prefill_decode import (
+    CacheEffect,
+    MarginalCost,
+    PrefillDecodeFigures,
+    PrefillPoint,
+)
 from labkit.providers.base import ChatRequest, Provider, ProviderSettings
 from labkit.records import LabAnswer, RequestRecord
-from labkit.wording import prefill_decode_answer
+from labkit.wording.prefill_decode import prefill_decode_answer
 from labkit.workloads import PromptSizing, measure_sizing
 
 __all__ = ["PrefillDecodeExperiment", "PrefillDecodeSettings"]

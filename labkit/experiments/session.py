@@ -37,7 +37,7 @@ from labkit.experiments.paced import LevelContext, LevelPlan, PacedExperiment, S
 from labkit.providers.base import ChatRequest, Provider, ProviderSettings, SamplingParams
 from labkit.providers.tools import ToolChoice, ToolFormat, ToolResult, ToolSpec
 from labkit.records import ErrorKind, LabAnswer, RecordToolCall, RequestRecord
-from labkit.wording import session_answer
+from labkit.wording.session import session_answer
 from labkit.workloads import PromptSizing, measure_sizing
 from labkit.workloads.agent_traces import (
     AgentTrace,

@@ -17,10 +17,10 @@ from labkit.experiments.base import (
     register_experiment,
 )
 from labkit.experiments.common import Prompt, prompt_list
-from labkit.figures import RequestTimeline, SingleFigures
+from labkit.figures.single import RequestTimeline, SingleFigures
 from labkit.providers.base import ChatRequest, Provider
 from labkit.records import LabAnswer, RequestRecord
-from labkit.wording import single_answer
+from labkit.wording.single import single_answer
 
 __all__ = ["SingleExperiment", "SingleSettings"]
 

@@ -50,11 +50,12 @@ from labkit.errors import ConfigError
 from labkit.experiments.base import ExperimentSettings, register_experiment
 from labkit.experiments.load import LoadExperiment, LoadLevelPlan, LoadSettings
 from labkit.experiments.paced import LevelContext
-from labkit.figures import LoadLevel, SLOReport, SweepFigures, SweepProbe, Verdict
+from labkit.figures import LoadLevel, SLOReport, Verdict
+from labkit.figures.sweep import SweepFigures, SweepProbe
 from labkit.providers.base import Provider, ProviderSettings
 from labkit.records import LabAnswer, RequestRecord
 from labkit.server_metrics import ServerMetricsSample
-from labkit.wording import sweep_answer
+from labkit.wording.sweep import sweep_answer
 
 __all__ = ["SweepExperiment", "SweepSettings"]
 

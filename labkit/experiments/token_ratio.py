@@ -30,7 +30,7 @@ from labkit.experiments.base import (
     register_experiment,
 )
 from labkit.experiments.common import Prompt
-from labkit.figures import (
+from labkit.figures.token_ratio import (
     TokenizerCount,
     TokenizerSpread,
     TokenPieces,
@@ -40,7 +40,7 @@ from labkit.figures import (
 from labkit.providers.base import ChatRequest, Provider, TokenCount
 from labkit.records import LabAnswer, RequestRecord
 from labkit.tokenizers import Tokenized, display_piece, offline_tokenizer
-from labkit.wording import token_ratio_answer
+from labkit.wording.token_ratio import token_ratio_answer
 
 __all__ = ["DEFAULT_TEXTS", "TokenRatioExperiment", "TokenRatioSettings"]
 

@@ -43,10 +43,10 @@ from labkit.errors import ConfigError
 from labkit.experiments.base import ExperimentSettings, PlannedRequest, register_experiment
 from labkit.experiments.paced import LevelContext, LevelPlan, PacedExperiment, SendFn, Share
 from labkit.experiments.pacing import open_loop
-from labkit.figures import TraceFigures
+from labkit.figures.trace import TraceFigures
 from labkit.providers.base import ChatRequest, Provider, ProviderSettings, SamplingParams
 from labkit.records import ErrorKind, LabAnswer, RequestRecord
-from labkit.wording import trace_answer
+from labkit.wording.trace import trace_answer
 from labkit.workloads import (
     PromptSizing,
     TraceEntry,

@@ -6,10 +6,12 @@ It reads run folders (records.jsonl, manifest.json, lab.json) and imports only
     load.py     run folders → DataFrame (one row per record, dotted contract names)
     stats.py    the request statistics (labkit.analysis.requests) as a table and summary.csv
     split.py    whose time is it: each group's TTFT split, rendered
-    charts.py   the five questions' pictures as Vega-Lite specs (interactive in HTML, PNG in
-                Markdown through vl-convert)
-    run_charts.py  the sections' pictures: distributions, client vs server, server queue,
-                load curves (workloads.py and sweep.py: conversation, cache hits, goodput)
+    charts.py   a picture as a Vega-Lite spec (interactive in HTML, PNG in Markdown
+                through vl-convert)
+    run_charts.py  the sections' pictures: distributions, client vs server, server queue
+    kinds/      each experiment kind's pictures and section, one module per kind,
+                registered by kind (the five questions' pictures, load levels,
+                conversations, sessions, sweeps, the attribution table)
     render.py   Markdown and self-contained HTML
     build.py    write_report: report.md, report.html, summary.csv, summary.parquet
     compare.py  runs side by side as a gate: changes with bootstrap intervals, verdicts,

@@ -1,27 +1,27 @@
 """`write_report`: one run folder → report.md, report.html, summary.csv, summary.parquet.
 
 Section order: the lab's answers first (from ``lab.json``), each with its chart, then what
-is missing from the run, the run and its providers, the statistics, errors and the
-provider/client split, each section with its own picture. Every gap is said in words: a
-provider that failed every request, a provider that reports no usage or no timings of its
-own, a truncated ``records.jsonl``, a picture that could not be drawn.
+is missing from the run, the run and its providers, each experiment kind's own section
+(`labkit.report.kinds`), the statistics, errors and the provider/client split, each
+section with its own picture. Every gap is said in words: a provider that failed every
+request, a provider that reports no usage or no timings of its own, a truncated
+``records.jsonl``, a picture that could not be drawn.
 """
 
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from labkit.analysis.requests import FIELDS as REQUEST_FIELDS
-from labkit.clocksync import clock_note
 from labkit.errors import RunError
-from labkit.figures import LoadLevel, Percentiles, Quantile, RequestStats, ServerLevelMetrics
+from labkit.figures import Percentiles, Quantile, RequestStats
 from labkit.records import LabAnswer
-from labkit.report.charts import Chart, TokenSpans, question_charts
+from labkit.report.charts import Chart, TokenSpans
+from labkit.report.kinds import kind_sections, lab_questions, question_charts
 from labkit.report.later import later_stats_section
 from labkit.report.load import RunData, ensure_columns, load_run
 from labkit.report.render import (
@@ -32,43 +32,27 @@ from labkit.report.render import (
     Para,
     Table,
     TokenSpansBlock,
-    fmt_num,
     html_page,
     render_markdown,
 )
 from labkit.report.run_charts import (
     client_vs_server_chart,
-    load_curves_chart,
-    load_rows,
     request_distributions,
     server_queue_chart,
 )
-from labkit.report.sessions import session_section
-from labkit.report.split import NOT_REPORTED, attribution_section, split_section
+from labkit.report.split import NOT_REPORTED, split_section
 from labkit.report.stats import run_stats, stats_frame, where
-from labkit.report.sweep import sweep_section
-from labkit.report.workloads import cache_hits_chart, conversation_section
 from labkit.safefiles import write_new_file
 from labkit.scrub import for_people, scrub_frame
 from labkit.server_metrics import ServerMetricsSample, read_server_metrics
 from labkit.wording import CLIENT_BOUND_MARK, cell, client_bound_line
 
 __all__ = [
-    "LAB_EXPERIMENTS",
     "REPORT_COLUMNS",
     "ReportPaths",
     "build_blocks",
     "missing_notes",
     "write_report",
-]
-
-# The lab's five questions, in the order the report answers them.
-LAB_EXPERIMENTS: list[str] = [
-    "single",
-    "token_ratio",
-    "determinism",
-    "prefill_decode",
-    "attribution",
 ]
 
 
@@ -268,7 +252,8 @@ def _lab_section(run: RunData) -> list[Block]:
     by_exp: dict[str, list[LabAnswer]] = {}
     for ans in run.lab.answers:
         by_exp.setdefault(ans.experiment, []).append(ans)
-    order = LAB_EXPERIMENTS + sorted(set(by_exp) - set(LAB_EXPERIMENTS))
+    questions = lab_questions()
+    order = questions + sorted(set(by_exp) - set(questions))
     pictures = question_charts(run.lab)
     for i, exp in enumerate(order, start=1):
         answers = by_exp.get(exp)
@@ -289,131 +274,6 @@ def _lab_section(run: RunData) -> list[Block]:
         if gaps:
             blocks.append(Bullets(gaps, "note"))
     return blocks
-
-
-_LOAD_VIEW: list[tuple[Callable[[LoadLevel], float | None], str, int | None]] = [
-    (lambda r: r.workers, "procs", 0),
-    (lambda r: r.ok, "ok", 0),
-    (lambda r: r.failed, "failed", 0),
-    (lambda r: r.achieved_rate_rps, "req/s", 2),
-    (lambda r: r.mean_in_flight, "in flight", 1),
-    (lambda r: r.output_tokens_per_s, "out tok/s", 0),
-    (lambda r: r.ttft_ms_p50, "TTFT p50", None),
-    (lambda r: r.ttft_ms_p90, "TTFT p90", None),
-    (lambda r: r.ttft_ms_p99, "TTFT p99", None),
-    (lambda r: r.decode_ms_per_token_p50, "decode ms/tok p50", None),
-    (lambda r: r.decode_ms_per_token_p99, "decode ms/tok p99", None),
-    (lambda r: r.queue_ms_p99, "queue p99", None),
-    (lambda r: r.stamp_lateness_ms_p99, "stamps late p99", None),
-]
-
-
-# Where the experiment has SLOs: goodput beside the completed rate, and the share that met.
-_SLO_VIEW: list[tuple[Callable[[LoadLevel], float | None], str, int | None]] = [
-    (lambda r: r.completed_rps, "completed req/s", 2),
-    (lambda r: r.slo.goodput_rps if r.slo else None, "goodput req/s", 2),
-    (
-        lambda r: 100 * r.slo.good / r.slo.requests if r.slo and r.slo.requests else None,
-        "% good",
-        0,
-    ),
-]
-
-
-# Where a level ran across hosts (Ray): how many, and how far their clocks may be off.
-_HOSTS_VIEW: list[tuple[Callable[[LoadLevel], float | None], str, int | None]] = [
-    (lambda r: r.hosts, "hosts", 0),
-    (lambda r: r.clock_uncertainty_ms, "clock ± ms", 3),
-]
-
-
-_SERVER_VIEW: list[tuple[Callable[[ServerLevelMetrics], float | None], str, int | None]] = [
-    (lambda m: m.scrapes, "scrapes", 0),
-    (lambda m: m.running_p50, "running p50", 1),
-    (lambda m: m.running_max, "running max", 0),
-    (lambda m: m.waiting_p50, "waiting p50", 1),
-    (lambda m: m.waiting_max, "waiting max", 0),
-    (lambda m: None if m.kv_cache_use_max is None else 100 * m.kv_cache_use_max, "KV use max %", 1),
-    (lambda m: m.ttft_ms_p50, "server TTFT p50", None),
-    (lambda m: m.ttft_ms_p90, "server TTFT p90", None),
-    (lambda m: m.itl_ms_p50, "server ITL p50", None),
-    (lambda m: m.itl_ms_p90, "server ITL p90", None),
-]
-
-
-def _server_table(rows: list[LoadLevel]) -> list[Block]:
-    """The server's own metrics per level, beside labkit's TTFT and ITL (none: empty)."""
-    measured = [(row, row.server) for row in rows if row.server is not None]
-    if not measured:
-        return []
-    sources = sorted({f"{k}: {v}" for _, m in measured for k, v in m.sources.items()})
-    # A server that exports no such metric (llama-server: no histograms) gets no column.
-    view = [col for col in _SERVER_VIEW if any(col[0](m) is not None for _, m in measured)]
-    cells = [
-        [row.display_title, fmt_num(row.ttft_ms_p50), fmt_num(row.decode_ms_per_token_p50)]
-        + [fmt_num(get(m), digits) for get, _label, digits in view]
-        for row, m in measured
-    ]
-    labels = ["level", "labkit TTFT p50", "labkit ms/tok p50"]
-    labels += [label for _, label, _ in view]
-    return [
-        Para(
-            "The server's own metrics over each level (scraped from its /metrics, stored in "
-            "server-metrics-<provider>.jsonl): requests running and waiting in the server, "
-            "its KV-cache use, and its TTFT and inter-token latency from histogram bucket "
-            "deltas across the level, beside labkit's client-side figures. Read from "
-            + (", ".join(sources) or "no known metric")
-            + ".",
-            "note",
-        ),
-        Table(labels, cells, set(range(1, len(labels)))),
-    ]
-
-
-def _level_cell(
-    row: LoadLevel, get: Callable[[LoadLevel], float | None], label: str, digits: int | None
-) -> str:
-    """A level's cell: its TTFT percentiles with their intervals (`LoadLevel.ttft`) where
-    it has them, any other figure as a number."""
-    if label.startswith("TTFT p") and row.ttft is not None:
-        return cell(getattr(row.ttft, label.removeprefix("TTFT ")))
-    return fmt_num(get(row), digits)
-
-
-def _load_section(run: RunData) -> list[Block]:
-    """One table per provider × load experiment: a row per level."""
-    found = load_rows(run.lab)
-    if not found:
-        return []
-    blocks: list[Block] = [
-        Heading("Load levels"),
-        Para(
-            "Per level: requests ok and failed, the achieved request rate (starts per second; "
-            "compare with the target of a rate level), mean requests in flight, output "
-            "tokens/s of all streams together, client TTFT and decode percentiles (ms), the "
-            "wait inside labkit before sending (queue, never part of TTFT) and how late "
-            "labkit stamped its events (p99). A level marked client-bound has timings that "
-            "include labkit's own delay.",
-            "note",
-        ),
-    ]
-    for provider, experiment, rows in found:
-        blocks.append(Heading(f"{provider} · {experiment}", 3))
-        view = _LOAD_VIEW + (_SLO_VIEW if any(row.slo for row in rows) else [])
-        view = view + (_HOSTS_VIEW if any(row.hosts for row in rows) else [])
-        cells = [
-            [row.display_title + (" — client-bound" if row.client_bound else "")]
-            + [_level_cell(row, get, label, digits) for get, label, digits in view]
-            for row in rows
-        ]
-        numeric = set(range(1, len(view) + 1))
-        blocks.append(Table(["level"] + [label for _, label, _ in view], cells, numeric))
-        clock = "".join(clock_note(r.title, r.clock_uncertainty_ms, r.ttft_ms_p50) for r in rows)
-        if clock:
-            blocks.append(Para(clock.strip(), "note"))
-        blocks += _server_table(rows)
-    charts = (load_curves_chart(run.lab), cache_hits_chart(run.lab))
-    return blocks + [ChartBlock(c) for c in charts if c is not None]
 
 
 def _run_section(run: RunData) -> list[Block]:
@@ -594,10 +454,7 @@ def build_blocks(run: RunData) -> tuple[str, list[Block], list[RequestStats]]:
     blocks += _run_section(run)
     queue = server_queue_chart(_scraped(run))  # only where a server's /metrics was scraped
     blocks += [Heading("The server's queue", 3), ChartBlock(queue)] if queue else []
-    blocks += _load_section(run)
-    blocks += conversation_section(run.lab)
-    blocks += session_section(run.lab)
-    blocks += sweep_section(run)
+    blocks += kind_sections(run, "after_run")
     blocks += later_stats_section(run)
     blocks += _stats_section(stats)
     charted = _only(df, _CHART_COLUMNS)
@@ -606,7 +463,7 @@ def build_blocks(run: RunData) -> tuple[str, list[Block], list[RequestStats]]:
         blocks += _errors_section(df)
     blocks += split_section(stats)
     blocks += [ChartBlock(c) for c in (client_vs_server_chart(charted),) if c is not None]
-    blocks += attribution_section(run.lab)
+    blocks += kind_sections(run, "after_split")
     return title, blocks, stats
 
 

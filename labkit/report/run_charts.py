@@ -14,8 +14,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from labkit.figures import LoadFigures, LoadLevel, TraceFigures
-from labkit.records import LabResults
 from labkit.report.charts import _SCHEMA, Chart
 from labkit.report.load import ensure_columns
 from labkit.server_metrics import ServerMetricsSample
@@ -27,8 +25,6 @@ __all__ = [
     "facet_spec",
     "legend_pick",
     "level_axis_title",
-    "load_curves_chart",
-    "load_rows",
     "measured",
     "request_distributions",
     "server_queue_chart",
@@ -234,86 +230,10 @@ def client_vs_server_chart(df: pd.DataFrame) -> Chart | None:
     )
 
 
-def load_rows(lab: LabResults | None) -> list[tuple[str, str, list[LoadLevel]]]:
-    """(provider, experiment, level rows) of every load answer in `lab.json`, a trace
-    replay as its one level."""
-    found = []
-    for ans in lab.answers if lab is not None else []:
-        if isinstance(ans.figures, TraceFigures):
-            found.append((ans.provider, ans.experiment, [ans.figures.replay]))
-        elif isinstance(ans.figures, LoadFigures) and ans.figures.levels:
-            found.append((ans.provider, ans.experiment, ans.figures.levels))
-    return found
-
-
 def level_axis_title(modes: set[str]) -> str:
     """The load axis' title for levels of these modes (mixed: plain "level")."""
     axes = {"concurrency": "concurrency (streams in flight)", "rate": "offered rate (requests/s)"}
     return axes.get(modes.pop(), "level") if len(modes) == 1 else "level"
-
-
-def load_curves_chart(lab: LabResults | None) -> Chart | None:
-    """Aggregate output tokens/s and TTFT p50/p99 against each load level, per provider."""
-    found = load_rows(lab)
-    several = len({e for _, e, _ in found}) > 1
-    values: list[dict[str, Any]] = []
-    for provider, experiment, rows in found:
-        series = f"{provider} · {experiment}" if several else provider
-        for r in rows:
-            if not r.ok:
-                continue
-            at = {"series": series, "level": r.target, "title": r.display_title}
-            bound = "client-bound" if r.client_bound else "ok"
-            for panel, stat, v in (
-                ("output tokens/s, all streams", "aggregate", r.output_tokens_per_s),
-                ("TTFT (ms)", "p50", r.ttft_ms_p50),
-                ("TTFT (ms)", "p99", r.ttft_ms_p99),
-            ):
-                if v is not None:
-                    values.append({**at, "panel": panel, "stat": stat, "v": v, "bound": bound})
-    if not values:
-        return None
-    log = max(v["level"] for v in values) >= 16
-    x = {
-        "field": "level",
-        "type": "quantitative",
-        "title": level_axis_title({r.mode for _, _, rows in found for r in rows}),
-        "scale": {"type": "log", "base": 2} if log else {"zero": False},
-    }
-    layer = [
-        {
-            "params": [legend_pick("series")],
-            "mark": {"type": "line", "point": {"size": 40}},
-            "encoding": {
-                "x": x,
-                "y": {"field": "v", "type": "quantitative", "title": None},
-                "color": {"field": "series", "type": "nominal"},
-                "strokeDash": {"field": "stat", "type": "nominal", "title": None},
-                "opacity": PICKED,
-                "tooltip": [
-                    {"field": "series"},
-                    {"field": "title", "title": "level"},
-                    {"field": "stat"},
-                    {"field": "v", "format": ".1f", "title": "value"},
-                    {"field": "bound", "title": "labkit"},
-                ],
-            },
-        },
-        {
-            "transform": [{"filter": "datum.bound == 'client-bound'"}],
-            "mark": {"type": "point", "size": 220, "color": "#cf222e", "strokeWidth": 2},
-            "encoding": {"x": x, "y": {"field": "v", "type": "quantitative"}},
-        },
-    ]
-    spec = facet_spec(values, "panel", ["output tokens/s, all streams", "TTFT (ms)"], layer)
-    return Chart(
-        "load_curves",
-        "Throughput and TTFT per load level",
-        spec,
-        "Left: output tokens/s of all streams together, per level. Right: client TTFT p50 "
-        "and p99. A red ring marks a client-bound level, whose timings include labkit's own "
-        "delay.",
-    )
 
 
 def server_queue_chart(scraped: dict[str, list[ServerMetricsSample]]) -> Chart | None:

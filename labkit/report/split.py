@@ -10,13 +10,12 @@ token. A term that cannot be derived says why; a client-bound value is marked.
 from __future__ import annotations
 
 from labkit.analysis.split import NEGATIVE_DECODE_GAP
-from labkit.figures import AttributionFigures, RequestStats
-from labkit.records import LabResults
+from labkit.figures import RequestStats
 from labkit.report.render import Block, Heading, Para, Table
 from labkit.report.stats import where
 from labkit.wording import CLIENT_BOUND_MARK, cell, marked
 
-__all__ = ["NOT_DERIVABLE", "NOT_REPORTED", "attribution_section", "split_section"]
+__all__ = ["NOT_DERIVABLE", "NOT_REPORTED", "split_section"]
 
 NOT_REPORTED = "not reported"
 NOT_DERIVABLE = "not derivable"
@@ -108,31 +107,4 @@ def split_section(stats: list[RequestStats]) -> list[Block]:
         )
     if notes:
         blocks.append(Para(" ".join(notes), "note"))
-    return blocks
-
-
-def attribution_section(lab: LabResults | None) -> list[Block]:
-    """Every measurement of each attribution answer: owner, median, source, or why there is
-    none (the answer's words name only the largest; the rest lives here)."""
-    blocks: list[Block] = []
-    for ans in lab.answers if lab is not None else []:
-        f = ans.figures
-        if not isinstance(f, AttributionFigures) or not f.rows:
-            continue
-        if not blocks:
-            blocks.append(Heading("Attribution: every measurement", 3))
-        rows = [
-            [
-                r.measurement,
-                r.owner,
-                marked("—" if r.value_ms is None else f"{r.value_ms:.3f}", r.client_bound),
-                r.source,
-                r.note or "",
-            ]
-            for r in f.rows
-        ]
-        blocks += [
-            Para(f"{ans.provider} · {ans.experiment}: medians over {f.n} requests, in ms.", "note"),
-            Table(["measurement", "owner", "median ms", "source", "note"], rows, {2}),
-        ]
     return blocks

@@ -8,14 +8,7 @@ from collections.abc import Callable
 
 from rich.table import Table
 
-from labkit.figures import (
-    LoadFigures,
-    LoadLevel,
-    Quantile,
-    RequestStats,
-    SweepFigures,
-    TraceFigures,
-)
+from labkit.figures import LoadLevel, Quantile, RequestStats, RunsLevels
 from labkit.records import LabResults
 from labkit.wording import CLIENT_BOUND_MARK, cell, group_label
 
@@ -127,22 +120,14 @@ def _level_cell(
 
 
 def load_tables(lab: LabResults) -> list[Table]:
-    """One table per load answer: a row per level, client-bound levels marked."""
-    tables = []
+    """One table per answer that ran load levels (`RunsLevels`): a row per level,
+    client-bound levels marked."""
+    tables: list[Table] = []
     for ans in lab.answers:
-        if isinstance(ans.figures, LoadFigures):
-            levels = ans.figures.levels
-            title = f"{ans.experiment} · {ans.provider}"
-        elif isinstance(ans.figures, TraceFigures):
-            levels = [ans.figures.replay]  # a trace replay: one level
-            title = f"{ans.experiment} · {ans.provider}"
-        elif isinstance(ans.figures, SweepFigures):
-            f = ans.figures
-            levels = [p.level for p in f.probes]
-            knee = "no knee" if f.knee is None else f"knee {f.knee:.3g}"
-            title = f"{ans.experiment} · {ans.provider} · {knee} (stopped: {f.stopped})"
-        else:
+        if not isinstance(ans.figures, RunsLevels):
             continue
+        levels = ans.figures.levels_run()
+        title = f"{ans.experiment} · {ans.provider}{ans.figures.levels_title()}"
         table = Table(title=title, title_justify="left")
         table.add_column("level", no_wrap=True)
         table.add_column("procs", justify="right")

@@ -26,7 +26,7 @@ from labkit.records import (
     TokenCandidate,
 )
 from labkit.wire.sse import SSEEvent
-from labkit.wording import divergence_sentence, next_token_answer
+from labkit.wording.next_token import divergence_sentence, next_token_answer
 from tests.providers.streams import make_provider
 from tests.support.records import make_record
 

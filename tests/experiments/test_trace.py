@@ -14,7 +14,7 @@ from labkit.config import parse_config
 from labkit.errors import ConfigError
 from labkit.experiments.trace import TraceExperiment, TraceSettings
 from labkit.figures import TraceFigures
-from labkit.report.run_charts import load_rows
+from labkit.report.kinds.load import load_rows
 from labkit.runner import RunOptions, prepare_run
 from labkit.runner.summary import load_tables
 from labkit.workloads import TraceEntry, read_trace

@@ -9,17 +9,13 @@ import pytest
 import vl_convert
 
 from labkit.records import LabResults
-from labkit.report.charts import (
-    Chart,
-    TokenSpans,
-    anatomy_chart,
-    chars_per_token_chart,
-    determinism_chart,
-    prefill_chart,
-    question_charts,
-    token_spans,
-    whose_time_chart,
-)
+from labkit.report.charts import Chart, TokenSpans
+from labkit.report.kinds import question_charts
+from labkit.report.kinds.attribution import whose_time_chart
+from labkit.report.kinds.determinism import determinism_chart
+from labkit.report.kinds.prefill_decode import prefill_chart
+from labkit.report.kinds.single import anatomy_chart
+from labkit.report.kinds.token_ratio import chars_per_token_chart, token_spans
 from labkit.report.render import ChartBlock, TokenSpansBlock, fmt_num, render_html
 from tests.report.report_builders import picture_lab
 

@@ -22,7 +22,7 @@ from labkit.records import (
     TokenCandidate,
 )
 from labkit.report import write_report
-from labkit.wording import divergence_sentence
+from labkit.wording.next_token import divergence_sentence
 from tests.report.report_builders import write_run
 from tests.report.test_html_browser import _CHART_MARKS, Cdp, _evaluate, browser
 from tests.support.records import make_record

@@ -18,7 +18,7 @@ from labkit.figures import AttributionFigures, Quantile, RequestStats
 from labkit.records import LabResults, RequestRecord
 from labkit.report import load_run, write_report
 from labkit.report.build import build_blocks
-from labkit.report.charts import whose_time_chart
+from labkit.report.kinds.attribution import whose_time_chart
 from labkit.report.render import Bullets, Table
 from labkit.report.split import NOT_DERIVABLE
 from labkit.runner.summary import summary_table

@@ -7,9 +7,9 @@ import pytest
 
 from labkit.figures import CriticalPath, SessionFigures, SessionRow, SessionStep
 from labkit.records import LabAnswer, LabResults
+from labkit.report.kinds.session import critical_path_chart, session_section, session_timeline_chart
 from labkit.report.render import ChartBlock, Table
-from labkit.report.sessions import critical_path_chart, session_section, session_timeline_chart
-from labkit.wording import session_answer
+from labkit.wording.session import session_answer
 
 pytestmark = pytest.mark.unit
 

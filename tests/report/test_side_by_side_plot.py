@@ -6,7 +6,7 @@ import pytest
 
 from labkit.figures import TokenizerCount, TokenRatioFigures
 from labkit.records import LabAnswer, LabResults
-from labkit.report.charts import chars_per_token_chart
+from labkit.report.kinds.token_ratio import chars_per_token_chart
 
 pytestmark = pytest.mark.unit
 

@@ -15,8 +15,9 @@ from labkit.figures import (
     TraceFigures,
 )
 from labkit.records import LabAnswer, LabResults
+from labkit.report.kinds.conversation import conversation_chart, conversation_section
+from labkit.report.kinds.load import cache_hits_chart
 from labkit.report.render import ChartBlock, Table
-from labkit.report.workloads import cache_hits_chart, conversation_chart, conversation_section
 
 pytestmark = pytest.mark.unit
 

@@ -9,29 +9,18 @@ the candidates at that step with the branches the replies took.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from labkit.figures import DeterminismFigures, NextTokenFigures
+from labkit.figures.determinism import DeterminismFigures
+from labkit.figures.next_token import NextTokenFigures
 from labkit.records import LabResults
-from labkit.wording import divergence_sentence
+from labkit.report.charts import _SCHEMA, _WIDTH, Chart
+from labkit.report.kinds import KindReport, Picture, register_report
+from labkit.wording.next_token import divergence_sentence
 
-__all__ = ["Picture", "divergence_chart", "next_token_charts", "tokens_chart"]
-
-
-@dataclass(frozen=True)
-class Picture:
-    """One picture's parts, as `labkit.report.charts.Chart` takes them (that module builds
-    the report's charts from these, so this one does not import it)."""
-
-    name: str
-    title: str
-    spec: dict[str, Any]
-    caption: str
+__all__ = ["divergence_chart", "next_token_charts", "tokens_chart"]
 
 
-_SCHEMA = "https://vega.github.io/schema/vega-lite/v5.json"
-_WIDTH = 760
 _MAX_STEPS_SHOWN = 48
 
 
@@ -51,7 +40,7 @@ def _candidates_text(cands: list[Any]) -> str:
     return " · ".join(f"{c.token!r} {c.p:.2f}" for c in cands)
 
 
-def tokens_chart(lab: LabResults | None) -> Picture | None:
+def tokens_chart(lab: LabResults | None) -> Chart | None:
     """Every reply as tokens shaded by their probability; the divergence step outlined."""
     values: list[dict[str, Any]] = []
     for provider, fig in _seen(lab):
@@ -128,7 +117,7 @@ def tokens_chart(lab: LabResults | None) -> Picture | None:
             },
         ],
     }
-    return Picture(
+    return Chart(
         "q3_next_token",
         "3. The next token: each reply's tokens shaded by their probability",
         spec,
@@ -138,7 +127,7 @@ def tokens_chart(lab: LabResults | None) -> Picture | None:
     )
 
 
-def divergence_chart(lab: LabResults | None) -> Picture | None:
+def divergence_chart(lab: LabResults | None) -> Chart | None:
     """At each variant's divergence step: the candidates and the branches the replies took."""
     values: list[dict[str, Any]] = []
     sentences: list[str] = []
@@ -194,7 +183,7 @@ def divergence_chart(lab: LabResults | None) -> Picture | None:
             },
         },
     }
-    return Picture(
+    return Chart(
         "q3_divergence",
         "3. Where the replies diverged: the candidates at that step",
         spec,
@@ -202,6 +191,13 @@ def divergence_chart(lab: LabResults | None) -> Picture | None:
     )
 
 
-def next_token_charts(lab: LabResults | None) -> list[Picture]:
+def next_token_charts(lab: LabResults | None) -> list[Chart]:
     """The two pictures, where any answer inspected the candidates."""
     return [c for c in (tokens_chart(lab), divergence_chart(lab)) if c is not None]
+
+
+def _pictures(lab: LabResults | None) -> list[Picture]:
+    return [*next_token_charts(lab)] or ["next token: no candidates were returned."]
+
+
+register_report(KindReport("next_token", pictures=_pictures))

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from labkit.figures import SessionFigures
+from labkit.figures.session import SessionFigures
 from labkit.records import LabResults
 from labkit.report.charts import _SCHEMA, Chart
+from labkit.report.kinds import KindReport, register_report
 from labkit.report.render import Block, ChartBlock, Heading, Para, Table, fmt_num
 
 __all__ = ["critical_path_chart", "session_section", "session_timeline_chart"]
@@ -143,3 +144,6 @@ def session_section(lab: LabResults | None) -> list[Block]:
         blocks.append(Table(labels, cells, set(range(2, len(labels)))))
     charts = [critical_path_chart(lab), session_timeline_chart(lab)]
     return blocks + [ChartBlock(c) for c in charts if c is not None]
+
+
+register_report(KindReport("session", section=lambda run: session_section(run.lab), rank=30))

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from labkit.figures import LoadFigures, LoadLevel, SweepFigures
+from labkit.figures import LoadLevel
+from labkit.figures.load import LoadFigures
+from labkit.figures.sweep import SweepFigures
 from labkit.records import LabResults
 from labkit.report.charts import _SCHEMA, Chart
+from labkit.report.kinds import KindReport, register_report
 from labkit.report.load import RunData
 from labkit.report.render import Block, ChartBlock, Heading, Para, Table, fmt_num
 from labkit.report.run_charts import PICKED, legend_pick, level_axis_title
@@ -207,3 +210,6 @@ def sweep_section(run: RunData) -> list[Block]:
         labels += ["TTFT p90", "decode ms/tok p50", "verdict", "requests", "why not"]
         blocks.append(Table(labels, cells, {0, 3, 4, 5, 6}))
     return blocks
+
+
+register_report(KindReport("sweep", section=sweep_section, rank=40))

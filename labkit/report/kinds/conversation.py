@@ -1,20 +1,18 @@
-"""The report's part for workloads: conversations (TTFT and cache reuse per turn) and the
-cache hits of shared-prefix and trace levels beside the TTFT they bought.
-
-Drawn from the typed figures in `lab.json` only; a run without such answers adds nothing.
-"""
+"""`conversation` in the report: a table per provider × conversation experiment (a row per
+cache variant and turn), and TTFT and cache reuse per turn."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from labkit.figures import ConversationFigures, LoadFigures, LoadLevel, TraceFigures
+from labkit.figures.conversation import ConversationFigures
 from labkit.records import LabResults
-from labkit.report.charts import _SCHEMA, Chart
+from labkit.report.charts import Chart
+from labkit.report.kinds import KindReport, register_report
 from labkit.report.render import Block, ChartBlock, Heading, Para, Table, fmt_num
 from labkit.report.run_charts import PICKED, facet_spec, legend_pick
 
-__all__ = ["cache_hits_chart", "conversation_chart", "conversation_section"]
+__all__ = ["conversation_chart", "conversation_section"]
 
 
 def _conversations(lab: LabResults | None) -> list[tuple[str, str, ConversationFigures]]:
@@ -23,24 +21,6 @@ def _conversations(lab: LabResults | None) -> list[tuple[str, str, ConversationF
         for a in (lab.answers if lab is not None else [])
         if isinstance(a.figures, ConversationFigures) and a.figures.turns
     ]
-
-
-def _cached_levels(lab: LabResults | None) -> list[tuple[str, str, LoadLevel]]:
-    """(provider, experiment, level) of every load level and trace replay with cache counts."""
-    found: list[tuple[str, str, LoadLevel]] = []
-    for a in lab.answers if lab is not None else []:
-        if isinstance(a.figures, LoadFigures):
-            rows = a.figures.levels
-        elif isinstance(a.figures, TraceFigures):
-            rows = [a.figures.replay]
-        else:
-            continue
-        found += [
-            (a.provider, a.experiment, row)
-            for row in rows
-            if row.cache is not None and row.cache.cached_share is not None and row.ok
-        ]
-    return found
 
 
 def conversation_chart(lab: LabResults | None) -> Chart | None:
@@ -92,65 +72,6 @@ def conversation_chart(lab: LabResults | None) -> Chart | None:
     )
 
 
-def cache_hits_chart(lab: LabResults | None) -> Chart | None:
-    """Per load level with cache counts: the cached share of prompt tokens against TTFT,
-    with the TTFT of hits and misses."""
-    values: list[dict[str, Any]] = []
-    for provider, experiment, row in _cached_levels(lab):
-        cache = row.cache
-        assert cache is not None and cache.cached_share is not None  # _cached_levels keeps these
-        at = {"level": f"{provider} · {experiment} · {row.display_title}"}
-        for what, v in (
-            ("level", row.ttft_ms_p50),
-            ("hits", cache.ttft_ms_p50_hit),
-            ("misses", cache.ttft_ms_p50_miss),
-        ):
-            if v is not None:
-                values.append({**at, "share": 100 * cache.cached_share, "what": what, "v": v})
-    if not values:
-        return None
-    spec = {
-        "$schema": _SCHEMA,
-        "data": {"values": values},
-        "width": 500,
-        "height": 260,
-        "mark": {"type": "point", "filled": True, "size": 80},
-        "encoding": {
-            "x": {
-                "field": "share",
-                "type": "quantitative",
-                "title": "prompt tokens served from the provider's cache (%)",
-                "scale": {"domain": [0, 100]},
-            },
-            "y": {"field": "v", "type": "quantitative", "title": "TTFT p50 (ms)"},
-            "color": {"field": "level", "type": "nominal", "legend": {"labelLimit": 360}},
-            "shape": {
-                "field": "what",
-                "type": "nominal",
-                "title": None,
-                "scale": {
-                    "domain": ["level", "hits", "misses"],
-                    "range": ["circle", "triangle-down", "triangle-up"],
-                },
-            },
-            "tooltip": [
-                {"field": "level"},
-                {"field": "what"},
-                {"field": "share", "format": ".0f", "title": "cached %"},
-                {"field": "v", "format": ".1f", "title": "TTFT p50"},
-            ],
-        },
-    }
-    return Chart(
-        "cache_hits",
-        "Cache hits vs TTFT per level",
-        spec,
-        "Each load or trace level whose provider counted cached prompt tokens: the share it "
-        "served from its cache against the level's TTFT p50 (circle); ▼ the TTFT p50 of its "
-        "hits (at least half the prompt cached), ▲ of the rest.",
-    )
-
-
 def conversation_section(lab: LabResults | None) -> list[Block]:
     """A table per provider × conversation experiment: a row per cache variant and turn."""
     found = _conversations(lab)
@@ -188,3 +109,8 @@ def conversation_section(lab: LabResults | None) -> list[Block]:
         blocks.append(Table(labels, cells, set(range(1, len(labels)))))
     chart = conversation_chart(lab)
     return blocks + ([ChartBlock(chart)] if chart else [])
+
+
+register_report(
+    KindReport("conversation", section=lambda run: conversation_section(run.lab), rank=20)
+)

@@ -1,0 +1,60 @@
+"""The words every table and answer shares: a value in ms, a median with its interval,
+a table cell, the client-bound mark, and how a group of requests is named."""
+
+from __future__ import annotations
+
+from labkit.analysis.stats import _number, describe
+from labkit.figures import Quantile, RequestStats
+
+__all__ = ["CLIENT_BOUND_MARK", "cell", "client_bound_line", "group_label", "marked", "ms", "say"]
+
+
+#: How a value the self-check flagged is marked wherever it is shown.
+CLIENT_BOUND_MARK = "⚠ client-bound"
+
+
+def ms(value: float | None, digits: int = 1, signed: bool = False) -> str:
+    """`12.3 ms` (`+12.3 ms` when `signed`), or `n/a` for a missing value."""
+    if value is None:
+        return "n/a"
+    return f"{value:{'+' if signed else ''}.{digits}f} ms"
+
+
+def say(q: Quantile | None, unit: str = "ms") -> str:
+    """A median or percentile with its interval and n (`describe`), or `n/a`."""
+    return "n/a" if q is None else describe(q, unit)
+
+
+def cell(q: Quantile | None) -> str:
+    """A median or percentile in a table cell, where n has its own column: `describe`'s
+    rule, short — `412 [398–430]` (the 95% interval in brackets), `412 (no CI: n<6)` for a
+    median of too few requests, `needs ≥ 299` for a tail percentile of too few (never the
+    largest value in its place), `—` for none."""
+    if q is None or q.value is None:
+        return "—"
+    if q.lo is not None and q.hi is not None:
+        dash = " to " if q.lo < 0 or q.hi < 0 else "–"  # `-0.70 to -0.48`, not `-0.70–-0.48`
+        return f"{_number(q.value)} [{_number(q.lo)}{dash}{_number(q.hi)}]"
+    if q.q == 0.5:
+        return f"{_number(q.value)} (no CI: n<{q.min_n})"
+    return f"needs ≥ {q.min_n}"
+
+
+def marked(text: str, reason: str | None) -> str:
+    """`text` with the client-bound mark where `reason` is set (the reason is in the
+    report's notes; the mark says where it applies)."""
+    return f"{text} [{CLIENT_BOUND_MARK}]" if reason else text
+
+
+def group_label(s: RequestStats) -> str:
+    """`experiment`, `experiment (sdk)` for the SDK path, `(all levels)` where the group
+    pools load levels: how every table names a group of the request statistics."""
+    name = s.experiment + (f" ({s.client_path})" if s.client_path != "wire" else "")
+    return name + (" (all levels)" if s.levels else "")
+
+
+def client_bound_line(s: RequestStats) -> str:
+    """`provider · experiment · <the self-check's reason>` for a flagged group (the run's
+    warning and the report's note say the same)."""
+    path = f" ({s.client_path})" if s.client_path != "wire" else ""
+    return f"{s.provider} · {s.experiment}{path} · {s.client_bound}"  # the reason names levels
