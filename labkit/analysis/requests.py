@@ -20,7 +20,7 @@ import numpy as np
 
 from labkit.analysis.columns import Columns
 from labkit.analysis.selfcheck import client_bound_note, level_lag_of
-from labkit.analysis.split import NEGATIVE_DECODE_GAP, decode_gaps, ttft_split_of
+from labkit.analysis.split import NEGATIVE_DECODE_GAP, decode_gaps, prefills, ttft_split_of
 from labkit.analysis.stats import median, quantiles
 from labkit.figures import Percentiles, RequestStats
 from labkit.records import RequestRecord
@@ -157,6 +157,7 @@ def _stats_of(cols: Columns) -> RequestStats:
         input_tokens_p50=median(_present(ok.num("usage.input_tokens"))).value,
         output_tokens_p50=median(_present(ok.num("usage.output_tokens"))).value,
         stop_reasons=_counts(ok.text("stop_reason")),
+        provider_prefill_ms=median(_present(prefills(ok)[0])),
         provider_decode_ms_per_token=median(
             _present(ok.num("provider_timings.decode_ms_per_token"))
         ),

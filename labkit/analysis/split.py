@@ -1,17 +1,21 @@
-"""Whose time is it? TTFT split into the provider's queue, its prefill, and the rest.
+"""Whose time is it? TTFT split into labkit's own time, the provider's queue and prefill,
+and the rest.
 
 The one definition (docs/measurement.md, "Attribution"), per request:
 
-    network + front end = client.ttft_ms − provider queue − provider prefill
+    network + front end = client.ttft_ms − labkit's own − provider queue − provider prefill
 
+- labkit's own time inside the clock: `client.send_ms` plus the first token's stamp
+  lateness (`client.ttft_lateness_ms`, 0 under kernel stamps);
 - the queue: `provider_timings.queue_ms` where the provider reports it; else 0 by
   construction where labkit alone used a managed server and never had more requests in
   flight than its slots (tags `server_slots`, `in_flight_max`); else the wait from the
   headers to the first event of a stream kept alive with comments; else not derivable;
 - the prefill: `provider_timings.prefill_ms`, else `provider_timings.server_ttft_ms`.
 
-`ttft_split` is the aggregate (medians with their intervals) that the attribution answer,
-its chart, the report's split table and the run summary all render.
+`ttft_split` is the aggregate that the attribution answer, its chart and the report's split
+table render: each part's mean over the requests that had every part, so the parts add up to
+the mean TTFT exactly (medians do not), each with its interval.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from labkit.analysis.columns import Columns
-from labkit.analysis.stats import median
+from labkit.analysis.stats import mean
 from labkit.figures import TTFTSplit
 from labkit.records import RequestRecord
 
@@ -33,6 +37,7 @@ __all__ = [
     "decode_gaps",
     "keepalive_wait_of",
     "keepalive_waits",
+    "labkit_owns",
     "network_front_end_of",
     "network_front_ends",
     "prefill_of",
@@ -58,6 +63,10 @@ NO_QUEUE = (
     "(not a managed server used by labkit alone within its slots)"
 )
 NO_PREFILL = "the provider reports no prefill time"
+NO_LABKIT_SEND = (
+    "labkit's own send was not observed (a transport without trace events): it is inside "
+    "network and front end"
+)
 
 
 def keepalive_waits(cols: Columns) -> np.ndarray:
@@ -100,9 +109,24 @@ def prefills(cols: Columns) -> tuple[np.ndarray, np.ndarray]:
     return value, how
 
 
+def labkit_owns(cols: Columns) -> np.ndarray:
+    """labkit's own time inside each request's TTFT: its send (`client.send_ms`) plus the
+    first token's stamp lateness where estimated (NaN: the send not observed)."""
+    late = cols.num("client.ttft_lateness_ms")
+    result: np.ndarray = cols.num("client.send_ms") + np.where(np.isnan(late), 0.0, late)
+    return result
+
+
 def network_front_ends(cols: Columns) -> np.ndarray:
-    """TTFT − queue − prefill of each request (NaN: a term is missing)."""
-    result: np.ndarray = cols.num("client.ttft_ms") - queues(cols)[0] - prefills(cols)[0]
+    """TTFT − labkit's own − queue − prefill of each request (NaN: a term is missing); where
+    labkit's own time was not observed, it stays inside (as `ttft_split_of` says)."""
+    own = labkit_owns(cols)
+    result: np.ndarray = (
+        cols.num("client.ttft_ms")
+        - np.where(np.isnan(own), 0.0, own)
+        - queues(cols)[0]
+        - prefills(cols)[0]
+    )
     return result
 
 
@@ -177,34 +201,50 @@ def ttft_split(records: Iterable[RequestRecord], client_bound: str | None = None
     return ttft_split_of(Columns.of_records(list(records)), client_bound)
 
 
-def _present(values: np.ndarray) -> np.ndarray:
-    kept: np.ndarray = values[~np.isnan(values)]
-    return kept
-
-
 def ttft_split_of(cols: Columns, client_bound: str | None = None) -> TTFTSplit:
-    """TTFT split into provider queue, provider prefill, and network + front end: medians
-    over the requests that had each term, their sources, and the terms not derivable.
+    """TTFT split into labkit's own time, the provider's queue and prefill, and network +
+    front end: each part's mean over the requests that had every part (so they add up to
+    those requests' mean TTFT), their sources, and the terms not derivable.
 
     `cols` are the measured requests (no warm-up, no failure); `client_bound` is the
     self-check's reason where it flagged them (carried on the figure, shown marked).
     """
+    ttft = cols.num("client.ttft_ms")
+    own = labkit_owns(cols)
     queue, queue_how = queues(cols)
     prefill, prefill_how = prefills(cols)
-    queue_values, prefill_values = _present(queue), _present(prefill)
-    rest = _present(cols.num("client.ttft_ms") - queue - prefill)
-    missing = ([] if queue_values.size else [NO_QUEUE]) + (
-        [] if prefill_values.size else [NO_PREFILL]
+    has_ttft = ~np.isnan(ttft)
+    # A term enters the split where some request has it; the split is over the requests
+    # that have every term that entered, so its parts add up to their mean TTFT.
+    terms = {
+        name: values
+        for name, values in (("labkit_ms", own), ("queue", queue), ("prefill", prefill))
+        if (has_ttft & ~np.isnan(values)).any()
+    }
+    missing = ([] if "labkit_ms" in terms else [NO_LABKIT_SEND]) + (
+        ([] if "queue" in terms else [NO_QUEUE]) + ([] if "prefill" in terms else [NO_PREFILL])
     )
-    send = _present(cols.num("client.send_ms"))
-    return TTFTSplit(
-        ttft_ms=median(_present(cols.num("client.ttft_ms"))),
-        provider_queue_ms=median(queue_values) if queue_values.size else None,
-        queue_source=_joined({str(h) for h in queue_how if h is not None}),
-        provider_prefill_ms=median(prefill_values) if prefill_values.size else None,
-        prefill_source=_joined({str(h) for h in prefill_how if h is not None}),
-        network_front_end_ms=median(rest) if rest.size else None,
+    rows = has_ttft.copy()
+    for values in terms.values():
+        rows &= ~np.isnan(values)
+    split = TTFTSplit(
+        n_requests=len(cols),
         not_derived=missing,
         client_bound=client_bound,
-        client_send_ms=median(send) if send.size else None,
+        queue_source=_joined({str(h) for h in queue_how[rows] if h is not None}),
+        prefill_source=_joined({str(h) for h in prefill_how[rows] if h is not None}),
+    )
+    if not rows.any():
+        return split
+    rest = ttft[rows] - sum((values[rows] for values in terms.values()), np.zeros(rows.sum()))
+    whole = "queue" in terms and "prefill" in terms
+    return split.model_copy(
+        update={
+            "ttft_ms": mean(ttft[rows]),
+            "labkit_ms": mean(own[rows]) if "labkit_ms" in terms else None,
+            "provider_queue_ms": mean(queue[rows]) if "queue" in terms else None,
+            "provider_prefill_ms": mean(prefill[rows]) if "prefill" in terms else None,
+            "network_front_end_ms": mean(rest) if whole else None,
+            "unsplit_ms": None if whole else mean(rest),
+        }
     )

@@ -14,15 +14,17 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from labkit.figures import Estimate, PromptCost, Proportion, Quantile
+from labkit.figures import Estimate, Mean, PromptCost, Proportion, Quantile
 from labkit.records import RequestRecord
 from labkit.timing import percentile
 
 __all__ = [
     "CONFIDENCE",
     "describe",
+    "describe_mean",
     "describe_share",
     "fit_prompt_cost",
+    "mean",
     "median",
     "median_of",
     "min_n",
@@ -123,6 +125,24 @@ def quantiles(
     """Several quantiles of the same values (p50, p90, p99 by default), in the order of `qs`."""
     xs = values if isinstance(values, np.ndarray) else np.asarray(list(values), dtype=float)
     return [quantile(xs, q, confidence) for q in qs]
+
+
+def mean(values: Iterable[float], confidence: float = CONFIDENCE) -> Mean:
+    """The mean of `values` with its t-interval (scipy.stats.t over the standard error);
+    no interval under 2 values, and none wider than the values' spread when all are equal."""
+    xs = np.asarray(values if isinstance(values, np.ndarray) else list(values), dtype=float)
+    n = int(xs.size)
+    if n == 0:
+        return Mean(n=0, confidence=confidence)
+    value = float(xs.mean())
+    if n < 2:
+        return Mean(value=value, n=n, confidence=confidence)
+    if float(xs.max()) == float(xs.min()):  # every value equal (a queue 0 by construction)
+        return Mean(value=value, lo=value, hi=value, n=n, confidence=confidence)
+    from scipy import stats as sps
+
+    lo, hi = sps.t.interval(confidence, n - 1, loc=value, scale=float(sps.sem(xs)))
+    return Mean(value=value, lo=float(lo), hi=float(hi), n=n, confidence=confidence)
 
 
 def proportion(k: int, n: int, confidence: float = CONFIDENCE) -> Proportion:
@@ -238,6 +258,22 @@ def describe(figure: Quantile, unit: str = "ms") -> str:
     if figure.q == 0.5:
         return f"{_number(figure.value)}{suffix} (n={figure.n}; an interval needs {figure.min_n})"
     return f"{_name(figure.q)} needs ≥ {figure.min_n} requests (n={figure.n})"
+
+
+def describe_mean(figure: Mean, unit: str = "ms") -> str:
+    """A mean as every renderer shows it: ``12.3 ms (95% CI 11.8–12.9, n=6)``; ``12.3 ms
+    (n=1; an interval needs 2)``; ``no requests (n=0)``."""
+    suffix = f" {unit}" if unit else ""
+    if figure.value is None:
+        return "no requests (n=0)"
+    if figure.lo is None or figure.hi is None:
+        return f"{_number(figure.value)}{suffix} (n={figure.n}; an interval needs 2)"
+    if figure.lo == figure.hi == figure.value:
+        return f"{_number(figure.value)}{suffix} (all {figure.n} the same)"
+    return (
+        f"{_number(figure.value)}{suffix} ({figure.confidence:.0%} CI "
+        f"{_number(figure.lo)}–{_number(figure.hi)}, n={figure.n})"
+    )
 
 
 def describe_share(figure: Proportion) -> str:

@@ -36,13 +36,14 @@ from labkit.analysis.split import (
     ttft_beyond_prefill_of,
     ttft_split,
 )
-from labkit.analysis.stats import median_of
+from labkit.analysis.stats import median, median_of
 from labkit.experiments.base import (
     Experiment,
     ExperimentSettings,
     PlannedRequest,
     register_experiment,
 )
+from labkit.figures import Quantile
 from labkit.figures.attribution import AttributionFigures, AttributionRow
 from labkit.figures.attribution import AttributionKey as K
 from labkit.providers.base import ChatRequest, ClientPath, Provider, sdk_available
@@ -212,7 +213,7 @@ class AttributionExperiment(Experiment):
         split = ttft_split(ok, bound)
         row(
             K.PROVIDER_QUEUE,
-            "provider queue (before the request was scheduled)",
+            "provider queue (before the request was scheduled, mean)",
             PROVIDER,
             split.provider_queue_ms.value if split.provider_queue_ms else None,
             QUEUE_SOURCES.get(split.queue_source or "", "provider_timings.queue_ms"),
@@ -245,10 +246,11 @@ class AttributionExperiment(Experiment):
         )
         row(
             K.NETWORK_FRONT_END,
-            "network and front end (TTFT − provider queue − prefill)",
+            "network and front end (TTFT − labkit's own − provider queue − prefill, mean)",
             NETWORK,
             split.network_front_end_ms.value if split.network_front_end_ms else None,
-            "client.ttft_ms - provider queue - provider prefill",
+            "mean over requests of client.ttft_ms - labkit's own (client.send_ms + "
+            "client.ttft_lateness_ms) - provider queue - provider prefill",
             "cannot be separated: " + "; ".join(split.not_derived),
             bound,
         )
@@ -396,7 +398,9 @@ class AttributionExperiment(Experiment):
             no_sdk,
         )
 
-        ttft = split.ttft_ms.value if split.ttft_ms else None
+        ttft = median_of(ok, lambda r: r.client.ttft_ms)
+        gaps = [g for g in map(decode_gap_of, ok) if g is not None]
+        gap = median(gaps) if gaps else None
         f = AttributionFigures(
             rows=rows,
             ttft_ms_p50=ttft,
@@ -418,6 +422,15 @@ class AttributionExperiment(Experiment):
                 pairs, lambda r: r.provider_timings.decode_ms_per_token
             ),
             ttft_split=split,
+            sdk_ttft=_paired(pairs, lambda r: r.client.ttft_ms) if pairs else None,
+            decode_gap=gap,
+            decode_gap_client_bound=(
+                NEGATIVE_DECODE_GAP if gap is not None and (gap.value or 0) < 0 else bound
+            )
+            if gap is not None
+            else None,
+            prepare_ms=median(_values(ok, lambda r: r.app.prepare_ms)),
+            parse_ms=median(_values(ok, lambda r: r.app.parse_cpu_ms)),
         )
         if not ok or ttft is None:
             return self.answer(
@@ -438,13 +451,29 @@ class AttributionExperiment(Experiment):
         return "no SDK request succeeded"
 
 
+def _differences(
+    pairs: list[tuple[RequestRecord, RequestRecord]],
+    get: Callable[[RequestRecord], float | None],
+) -> list[float]:
+    """get(sdk) − get(wire) of each (wire, sdk) pair where both are known."""
+    values = ((get(w), get(s)) for w, s in pairs)
+    return [b - a for a, b in values if a is not None and b is not None]
+
+
 def _pair_diff(
     pairs: list[tuple[RequestRecord, RequestRecord]],
     get: Callable[[RequestRecord], float | None],
 ) -> float | None:
     """Median over (wire, sdk) pairs of get(sdk) − get(wire)."""
-    values = ((get(w), get(s)) for w, s in pairs)
-    return _median([b - a for a, b in values if a is not None and b is not None])
+    return _median(_differences(pairs, get))
+
+
+def _paired(
+    pairs: list[tuple[RequestRecord, RequestRecord]],
+    get: Callable[[RequestRecord], float | None],
+) -> Quantile:
+    """The paired median of get(sdk) − get(wire), with its distribution-free interval."""
+    return median(_differences(pairs, get))
 
 
 def _values(

@@ -29,6 +29,7 @@ from labkit.figures.slo import SLOCheck, SLOReport, Verdict
 from labkit.figures.stats import (
     Estimate,
     LinearFit,
+    Mean,
     Percentiles,
     PromptCost,
     Proportion,
@@ -42,6 +43,7 @@ __all__ = [
     "LinearFit",
     "LoadLevel",
     "LoadLevelCache",
+    "Mean",
     "Percentiles",
     "PromptCost",
     "Proportion",

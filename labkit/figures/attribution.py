@@ -11,6 +11,7 @@ from pydantic import Field
 from labkit.figures.base import _Figures, register_figures
 from labkit.figures.requests import TTFTSplit
 from labkit.figures.slo import _ExperimentFigures
+from labkit.figures.stats import Quantile
 
 __all__ = ["AttributionFigures", "AttributionKey", "AttributionRow"]
 
@@ -85,8 +86,28 @@ class AttributionFigures(_ExperimentFigures):
     sdk_server_decode_ms_per_token: float | None = None
     ttft_split: TTFTSplit | None = Field(
         default=None,
-        description="Median TTFT split into provider queue, provider prefill "
-        "and network + front end, as far as the provider reports (None before this split).",
+        description="The mean TTFT split into labkit's own time, provider queue, provider "
+        "prefill and network + front end, parts that add up to it, as far as the provider "
+        "reports (None before this split).",
+    )
+    sdk_ttft: Quantile | None = Field(
+        default=None,
+        description="Median over trials of TTFT through the SDK minus on the wire, paired by "
+        "trial, with its interval (None: the SDK path was not measured).",
+    )
+    decode_gap: Quantile | None = Field(
+        default=None,
+        description="Median per request of client minus provider decode ms per token, with its "
+        "interval (None: the provider reports no decode).",
+    )
+    decode_gap_client_bound: str | None = Field(
+        default=None, description="Why the decode gap holds labkit's own delay (None: not)."
+    )
+    prepare_ms: Quantile | None = Field(
+        default=None, description="Median app.prepare_ms: labkit's work before the clock."
+    )
+    parse_ms: Quantile | None = Field(
+        default=None, description="Median app.parse_cpu_ms: labkit's parsing of the stream."
     )
 
     def row(self, key: AttributionKey) -> AttributionRow:

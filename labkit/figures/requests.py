@@ -5,21 +5,33 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, model_validator
 
 from labkit.figures.base import _Figures
-from labkit.figures.stats import Percentiles, Quantile
+from labkit.figures.stats import Mean, Percentiles, Quantile
 
-__all__ = ["RequestStats", "TTFTSplit"]
+__all__ = ["OLDER_SPLIT", "RequestStats", "TTFTSplit"]
 
 
 class TTFTSplit(_Figures):
-    """TTFT split by owner: the provider's queue, the provider's prefill, and the rest
-    (network and serving front end); each a median, with its interval, over the requests
-    that had it (`labkit.analysis.split`, the one definition)."""
+    """TTFT split by owner into parts that add up (`labkit.analysis.split`, the one
+    definition): over the requests that had every part, the mean TTFT is labkit's own time
+    inside the clock + the provider's queue + its prefill + the network and serving front
+    end, each a `Mean` with its interval, and they sum to `ttft_ms` exactly. Where the
+    provider reports no prefill, `unsplit_ms` (TTFT − labkit's own time) holds the provider
+    and the network together, and no part of it is guessed."""
 
-    ttft_ms: Quantile | None = None
-    provider_queue_ms: Quantile | None = None
+    ttft_ms: Mean | None = Field(
+        default=None, description="Mean client TTFT of the requests the parts are over."
+    )
+    labkit_ms: Mean | None = Field(
+        default=None,
+        description="labkit's own time inside the clock: `client.send_ms` (t_start to the "
+        "request handed to the kernel, less a connection opened inside) plus the first "
+        "token's stamp lateness (`client.ttft_lateness_ms`, 0 under kernel stamps). None: "
+        "not observed, so it is inside network and front end (said in `not_derived`).",
+    )
+    provider_queue_ms: Mean | None = None
     queue_source: str | None = Field(
         default=None,
         description="`reported` by the provider; `idle`: 0 by construction (labkit alone "
@@ -27,11 +39,18 @@ class TTFTSplit(_Figures):
         "`keepalive`: the wait between the headers and the first event while the server "
         "sent keep-alive comments; joined with ` / ` when requests differed.",
     )
-    provider_prefill_ms: Quantile | None = None
+    provider_prefill_ms: Mean | None = None
     prefill_source: str | None = Field(default=None, description="The field the prefill came from.")
-    network_front_end_ms: Quantile | None = Field(
-        default=None, description="Median per request of TTFT − queue − prefill."
+    network_front_end_ms: Mean | None = Field(
+        default=None,
+        description="Mean per request of TTFT − labkit's own time − queue − prefill.",
     )
+    unsplit_ms: Mean | None = Field(
+        default=None,
+        description="Where queue or prefill is not derivable: mean of TTFT − labkit's own "
+        "time, the provider and the network together.",
+    )
+    n_requests: int = Field(default=0, description="Measured requests of the group.")
     not_derived: list[str] = Field(
         default_factory=list, description="The terms that could not be derived, and why."
     )
@@ -40,23 +59,35 @@ class TTFTSplit(_Figures):
         description="Why labkit's self-check flagged these requests' stamps as late "
         "(client-bound): every term holds labkit's own delay. None: not flagged.",
     )
-    # -- TTFT's client-side part (issue 30) --
-    client_send_ms: Quantile | None = Field(
-        default=None,
-        description="Median per request of `client.send_ms`: the client's own side of the "
-        "request path (t_start to the request's last byte handed to the kernel, less a "
-        "connection opened inside), a part of network + front end.",
-    )
 
-    @field_validator(
-        "ttft_ms", "provider_queue_ms", "provider_prefill_ms", "network_front_end_ms", mode="before"
-    )
+    @model_validator(mode="before")
     @classmethod
-    def _older_median(cls, value: Any) -> Any:
-        """A lab.json from before intervals held a plain median: kept, its n unknown (0)."""
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return {"q": 0.5, "value": float(value), "n": 0, "min_n": 6}
-        return value
+    def _older_medians(cls, data: Any) -> Any:
+        """A lab.json from before the split added up held medians (Quantile-shaped parts,
+        `client_send_ms`): read as not derived, since medians are not a partition."""
+        if not isinstance(data, dict):
+            return data
+        parts = ("ttft_ms", "provider_queue_ms", "provider_prefill_ms", "network_front_end_ms")
+        old = "client_send_ms" in data or any(_a_median(data.get(k)) for k in parts)
+        if not old:
+            return data
+        return {
+            "queue_source": data.get("queue_source"),
+            "prefill_source": data.get("prefill_source"),
+            "not_derived": [OLDER_SPLIT],
+            "client_bound": data.get("client_bound"),
+        }
+
+
+def _a_median(value: Any) -> bool:
+    """A part as older labkit wrote it: a plain number, or a Quantile's dict."""
+    if isinstance(value, dict):
+        return "q" in value
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+#: What an older lab.json's split reads as (its parts were medians, which do not add up).
+OLDER_SPLIT = "written by an older labkit as medians, which do not add up to a TTFT: not shown"
 
 
 class RequestStats(_Figures):
@@ -86,6 +117,11 @@ class RequestStats(_Figures):
     input_tokens_p50: float | None = None
     output_tokens_p50: float | None = None
     stop_reasons: dict[str, int] = Field(default_factory=dict)
+    provider_prefill_ms: Quantile = Field(
+        default_factory=lambda: Quantile(q=0.5, n=0, min_n=6),
+        description="Median of the provider's prefill (provider_timings.prefill_ms, else "
+        "server_ttft_ms).",
+    )
     provider_decode_ms_per_token: Quantile = Field(
         description="Median of provider_timings.decode_ms_per_token."
     )

@@ -11,7 +11,15 @@ from pydantic import Field
 
 from labkit.figures.base import _Figures
 
-__all__ = ["Estimate", "LinearFit", "Percentiles", "PromptCost", "Proportion", "Quantile"]
+__all__ = [
+    "Estimate",
+    "LinearFit",
+    "Mean",
+    "Percentiles",
+    "PromptCost",
+    "Proportion",
+    "Quantile",
+]
 
 
 class Quantile(_Figures):
@@ -39,6 +47,18 @@ class Quantile(_Figures):
     def supported(self) -> bool:
         """Whether n is enough for an interval (`lo` and `hi` are set)."""
         return self.n >= self.min_n
+
+
+class Mean(_Figures):
+    """The mean of a metric over n requests, with its 95% t-interval (Student's t on the
+    sample's standard error). Means add: the parts of a split of TTFT, each a `Mean` over the
+    same requests, sum exactly to the TTFT's `Mean` — which medians do not."""
+
+    value: float | None = Field(default=None, description="The mean; None when n == 0.")
+    lo: float | None = Field(default=None, description="Interval's lower bound (None: n < 2).")
+    hi: float | None = Field(default=None, description="Interval's upper bound (None: n < 2).")
+    n: int = Field(description="Values the mean is over.")
+    confidence: float = 0.95
 
 
 class Proportion(_Figures):

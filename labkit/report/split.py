@@ -2,9 +2,10 @@
 `labkit.analysis.split`, the definition in docs/measurement.md "Attribution"), rendered.
 
 One row per provider × experiment × client path, over the requests that enter statistics:
-median client TTFT, the provider's queue and prefill (and where each came from), network +
-front end (TTFT − queue − prefill, median per request), and client − provider decode per
-token. A term that cannot be derived says why; a client-bound value is marked.
+the mean client TTFT and its parts, which add up to it — labkit's own time inside the clock,
+the provider's queue and prefill (and where each came from), network + front end — then
+the provider's decode per token and client − provider decode (medians). A term that cannot
+be derived says why; a client-bound value is marked.
 """
 
 from __future__ import annotations
@@ -24,11 +25,11 @@ _LABELS = [
     "provider",
     "experiment",
     "n",
-    "client TTFT",
-    "provider queue",
-    "provider prefill",
-    "network + front end",
-    "of which client send",
+    "client TTFT (mean)",
+    "= labkit's own",
+    "+ provider queue",
+    "+ provider prefill",
+    "+ network + front end",
     "decode ms/tok: provider",
     "client − provider",
 ]
@@ -43,16 +44,16 @@ def split_section(stats: list[RequestStats]) -> list[Block]:
     blocks: list[Block] = [
         Heading("Provider vs client: whose time is it?"),
         Para(
-            "Medians over successful, non-warm-up requests (ms), each with its 95% interval in "
-            "brackets, "
-            "one row per experiment and client path. Network + front end is, per request, "
-            "client TTFT − provider queue − provider prefill (the same definition as the "
-            "attribution answer and its chart); the queue is the provider's own, or 0 by "
-            "construction on a managed server within its slots; the prefill is the "
-            "provider's prefill, else its own TTFT. Of which client send: the client's own "
-            "side of the request path (client.send_ms, median per request). "
-            "Client − provider decode is the median "
-            f"per request. {CLIENT_BOUND_MARK}: the value holds labkit's own delay.",
+            "Each group's mean client TTFT split into parts that add up to it (ms, each with "
+            "its 95% interval in brackets), over the successful, non-warm-up requests that had "
+            "every part; one row per experiment and client path. labkit's own is its time "
+            "inside the clock (client.send_ms and the first token's stamp lateness); the queue "
+            "is the provider's own, or 0 by construction on a managed server within its "
+            "slots; the prefill is the provider's prefill, else its own TTFT; network + front "
+            "end is the rest (the same definition as the attribution answer and its chart). "
+            "Where the provider reports no prefill, provider and network share one cell. "
+            "Decode per token: medians per request. "
+            f"{CLIENT_BOUND_MARK}: the value holds labkit's own delay.",
             "note",
         ),
     ]
@@ -74,11 +75,12 @@ def split_section(stats: list[RequestStats]) -> list[Block]:
             if split.provider_prefill_ms
             else NOT_REPORTED
         )
-        rest = (
-            marked(cell(split.network_front_end_ms), split.client_bound)
-            if split.network_front_end_ms
-            else NOT_DERIVABLE
-        )
+        if split.network_front_end_ms:
+            rest = marked(cell(split.network_front_end_ms), split.client_bound)
+        elif split.unsplit_ms:
+            rest = marked(cell(split.unsplit_ms), split.client_bound) + " (with the provider's)"
+        else:
+            rest = NOT_DERIVABLE
         has_server_decode = s.provider_decode_ms_per_token.n > 0
         rows.append(
             [
@@ -86,10 +88,10 @@ def split_section(stats: list[RequestStats]) -> list[Block]:
                 where(s),
                 str(s.n),
                 marked(cell(split.ttft_ms), split.client_bound),
+                cell(split.labkit_ms) if split.labkit_ms else NOT_REPORTED,
                 queue,
                 prefill,
                 rest,
-                cell(split.client_send_ms) if split.client_send_ms else NOT_REPORTED,
                 cell(s.provider_decode_ms_per_token) if has_server_decode else NOT_REPORTED,
                 marked(cell(s.decode_gap_ms_per_token), s.decode_gap_client_bound)
                 if s.decode_gap_ms_per_token.n

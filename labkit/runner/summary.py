@@ -58,7 +58,6 @@ def summary_table(lab: LabResults | list[RequestStats], title: str = "labkit run
             continue
         name = group_label(s)
         name += f"\n{CLIENT_BOUND_MARK}" if s.client_bound else ""
-        split = s.ttft_split
         gap_mark = " ⚠" if s.decode_gap_client_bound else ""
         table.add_row(
             s.provider,
@@ -66,7 +65,7 @@ def summary_table(lab: LabResults | list[RequestStats], title: str = "labkit run
             f"{s.n}/{s.errors}",
             _two_lines(s.ttft_ms.p50),
             _two_lines(s.ttft_ms.p90),
-            _two_lines(split.provider_prefill_ms),
+            _two_lines(s.provider_prefill_ms),
             _two_lines(s.decode_ms_per_token.p50) + gap_mark,
             _two_lines(s.provider_decode_ms_per_token),
             f"{_ms(s.input_tokens_p50, 0)}/{_ms(s.output_tokens_p50, 0)}",

@@ -2,97 +2,115 @@
 
 from __future__ import annotations
 
-from labkit.figures import Quantile, TTFTSplit
-from labkit.figures.attribution import AttributionFigures, AttributionKey, AttributionRow
-from labkit.wording.common import marked, ms, say
+from labkit.analysis.stats import _number
+from labkit.figures import Mean, Quantile, TTFTSplit
+from labkit.figures.attribution import AttributionFigures
+from labkit.wording.common import marked, say
 
-__all__ = ["attribution_answer"]
-
-
-def _pct(part: float | None, whole: float | None) -> str:
-    return "" if part is None or not whole else f"{100 * part / whole:.0f}%"
-
-
-def _provider_part(split: TTFTSplit) -> tuple[float | None, str]:
-    """The provider's own part of the median TTFT (queue + prefill medians) and its name."""
-    queue = split.provider_queue_ms.value if split.provider_queue_ms else None
-    prefill = split.provider_prefill_ms.value if split.provider_prefill_ms else None
-    own = [v for v in (queue, prefill) if v is not None]
-    if not own:
-        return None, ""
-    what = "queue and prefill" if len(own) == 2 else ("prefill" if prefill is not None else "queue")
-    return sum(own), what
-
+__all__ = ["attribution_answer", "difference_words"]
 
 _QUEUE_WORDS = {
-    "reported": "as it reports it",
+    "reported": "as the provider reports it",
     "idle": "0 by construction: labkit alone used the server, within its slots",
     "keepalive": "the wait behind its keep-alive comments",
 }
 
 
+def _pct(part: Mean | None, whole: Mean | None) -> str:
+    if part is None or part.value is None or whole is None or not whole.value:
+        return ""
+    return f"{100 * part.value / whole.value:.0f}%"
+
+
+def _part(q: Mean | Quantile | None) -> str:
+    """A secondary figure inside a sentence: `3.1 ms [2.9–3.3]` (its 95% interval)."""
+    if q is None or q.value is None:
+        return "n/a"
+    if q.lo is None or q.hi is None:
+        return f"{_number(q.value)} ms (n={q.n})"
+    if q.lo == q.hi == q.value:  # every request the same (a queue 0 by construction)
+        return f"{_number(q.value)} ms"
+    dash = " to " if q.lo < 0 or q.hi < 0 else "–"
+    return f"{_number(q.value)} ms [{_number(q.lo)}{dash}{_number(q.hi)}]"
+
+
+def difference_words(q: Quantile | None, what: str, unit: str = "ms") -> str:
+    """A paired difference said with its interval, and "no difference detectable" when the
+    interval holds 0 (a claim on noise is never made)."""
+    if q is None or q.value is None:
+        return f"{what}: not measured"
+    if q.lo is None or q.hi is None:
+        return f"{what}: {q.value:+.2f} {unit} (n={q.n}; too few for an interval, no claim)"
+    spread = f"95% CI {q.lo:+.2f} to {q.hi:+.2f}, n={q.n}"
+    if q.lo <= 0 <= q.hi:
+        return f"{what}: no difference detectable ({q.value:+.2f} {unit}, {spread})"
+    return f"{what}: {q.value:+.2f} {unit} ({spread})"
+
+
 def attribution_answer(f: AttributionFigures, sdk_why_not: str | None = None) -> str:
-    """The provider's share of TTFT with the median and its interval, then the network,
-    labkit's own time and the SDK's (`sdk_why_not`: why the SDK path was not measured,
-    where it was asked for)."""
+    """The mean TTFT split into parts that add up to it (each with its interval), then the
+    client's decode against the server's, the SDK's difference and labkit's own work outside
+    the clock (`sdk_why_not`: why the SDK path was not measured, where it was asked for)."""
     split = f.ttft_split or TTFTSplit()
-    ttft = split.ttft_ms
-    own, what = _provider_part(split)
-    whole = ttft.value if ttft else None
-    if own is not None and whole and split.network_front_end_ms is not None:
+    ttft, own = split.ttft_ms, split.labkit_ms
+    if ttft is None or ttft.value is None:
+        return "No request had a time to first token to split."
+    labkit_part = f", labkit's own send {_part(own)} ({_pct(own, ttft)})" if own else ""
+    if split.provider_prefill_ms is not None and split.network_front_end_ms is not None:
+        queue, prefill = split.provider_queue_ms, split.provider_prefill_ms
+        provider = (queue.value or 0.0) + (prefill.value or 0.0) if queue else prefill.value
+        share = f"{100 * (provider or 0.0) / ttft.value:.0f}%"
         text = marked(
-            f"{_pct(own, whole)} of the median wait for the first token, {say(ttft)}, was "
-            f"the provider's own work ({what}); network and front end took "
-            f"{say(split.network_front_end_ms)}.",
+            f"Of the mean wait for the first token, {say(ttft)}, {share} was the provider's "
+            f"own work (prefill {_part(prefill)}, queue {_part(queue)}); network and front end "
+            f"took {_part(split.network_front_end_ms)} ({_pct(split.network_front_end_ms, ttft)})"
+            f"{labkit_part}.",
             split.client_bound,
         )
-        queue = _QUEUE_WORDS.get(split.queue_source or "", "from mixed sources")
-        text += f" The provider's queue was {ms(_value(split.provider_queue_ms))} ({queue})."
-    elif own is not None and whole:
-        text = marked(
-            f"{_pct(own, whole)} of the median wait for the first token, {say(ttft)}, was "
-            f"the provider's {what}; the rest could not be split further.",
-            split.client_bound,
-        )
-        text += " Not derived: " + "; ".join(split.not_derived) + "."
+        why = _QUEUE_WORDS.get(split.queue_source or "", "from mixed sources")
+        text += f" The queue was {why}."
     else:
+        known = [
+            f"{name} {_part(q)}"
+            for name, q in (
+                ("queue", split.provider_queue_ms),
+                ("prefill", split.provider_prefill_ms),
+            )
+            if q is not None
+        ]
+        together = {
+            (True, False): "the prefill, network and front end",
+            (False, True): "the queue, network and front end",
+        }.get(
+            (split.provider_queue_ms is not None, split.provider_prefill_ms is not None),
+            "the provider and the network",
+        )
         text = marked(
-            f"{say(ttft)} median wait for the first token; this provider reports no timings "
-            "of its own, so its work, queueing and the network cannot be separated.",
+            f"Of the mean wait for the first token, {say(ttft)}, "
+            + (f"the provider's {', '.join(known)}; " if known else "")
+            + f"{together} together took {_part(split.unsplit_ms)}{labkit_part} ("
+            + "; ".join(split.not_derived)
+            + ").",
             split.client_bound,
         )
-    gap = _row(f, AttributionKey.DECODE_CLIENT_MINUS_PROVIDER)
-    if gap is not None and gap.value_ms is not None:
+    if f.decode_gap is not None:
         text += " " + marked(
-            f"Client decode per token was {ms(abs(gap.value_ms), 2)} "
-            f"{'above' if gap.value_ms >= 0 else 'below'} the server's own "
-            f"{ms(f.value(AttributionKey.DECODE_PER_TOKEN), 2)}.",
-            gap.client_bound,
+            difference_words(f.decode_gap, "Client minus server decode per token") + ".",
+            f.decode_gap_client_bound,
         )
-    prepare = f.value(AttributionKey.REQUEST_PREPARATION)
-    parse = f.value(AttributionKey.STREAM_PARSING)
-    if f.sdk_measured and f.sdk_ttft_ms is not None:
-        later = "later" if f.sdk_ttft_ms >= 0 else "earlier"
-        text += (
-            f" The official SDK made the first token {ms(abs(f.sdk_ttft_ms), 2)} {later} "
-            f"(median of {f.n_sdk_pairs} pairs); labkit itself took {ms(prepare, 2)} to "
-            f"prepare a request and {ms(parse, 2)} to parse its stream."
-        )
+    outside = [
+        f"{_part(q)} to {what}"
+        for q, what in ((f.prepare_ms, "prepare a request"), (f.parse_ms, "parse its stream"))
+        if q is not None and q.value is not None
+    ]
+    labkit_outside = f"outside the clock labkit took {' and '.join(outside)}" if outside else ""
+    if f.sdk_measured and f.sdk_ttft is not None:
+        text += f" {difference_words(f.sdk_ttft, 'The official SDK on TTFT')}"
+        text += f"; {labkit_outside}." if labkit_outside else "."
     else:
-        text += (
-            f" labkit itself took {ms(prepare, 2)} to prepare a request (before the clock "
-            f"starts) and {ms(parse, 2)} to parse its stream"
-        )
-        text += f"; the SDK path was not measured: {sdk_why_not}." if sdk_why_not else "."
+        if labkit_outside:
+            text += f" {labkit_outside[0].upper()}{labkit_outside[1:]}"
+            text += f"; the SDK path was not measured: {sdk_why_not}." if sdk_why_not else "."
+        elif sdk_why_not:
+            text += f" The SDK path was not measured: {sdk_why_not}."
     return text
-
-
-def _value(q: Quantile | None) -> float | None:
-    return None if q is None else q.value
-
-
-def _row(f: AttributionFigures, key: AttributionKey) -> AttributionRow | None:
-    try:
-        return f.row(key)
-    except KeyError:
-        return None

@@ -3,8 +3,8 @@ a table cell, the client-bound mark, and how a group of requests is named."""
 
 from __future__ import annotations
 
-from labkit.analysis.stats import _number, describe
-from labkit.figures import Quantile, RequestStats
+from labkit.analysis.stats import _number, describe, describe_mean
+from labkit.figures import Mean, Quantile, RequestStats
 
 __all__ = ["CLIENT_BOUND_MARK", "cell", "client_bound_line", "group_label", "marked", "ms", "say"]
 
@@ -20,21 +20,26 @@ def ms(value: float | None, digits: int = 1, signed: bool = False) -> str:
     return f"{value:{'+' if signed else ''}.{digits}f} ms"
 
 
-def say(q: Quantile | None, unit: str = "ms") -> str:
-    """A median or percentile with its interval and n (`describe`), or `n/a`."""
-    return "n/a" if q is None else describe(q, unit)
+def say(q: Quantile | Mean | None, unit: str = "ms") -> str:
+    """A median, percentile or mean with its interval and n (`describe`, `describe_mean`),
+    or `n/a`."""
+    if q is None:
+        return "n/a"
+    return describe_mean(q, unit) if isinstance(q, Mean) else describe(q, unit)
 
 
-def cell(q: Quantile | None) -> str:
-    """A median or percentile in a table cell, where n has its own column: `describe`'s
-    rule, short — `412 [398–430]` (the 95% interval in brackets), `412 (no CI: n<6)` for a
-    median of too few requests, `needs ≥ 299` for a tail percentile of too few (never the
-    largest value in its place), `—` for none."""
+def cell(q: Quantile | Mean | None) -> str:
+    """A median, percentile or mean in a table cell, where n has its own column:
+    `describe`'s rule, short — `412 [398–430]` (the 95% interval in brackets), `412 (no CI:
+    n<6)` for a median (or mean) of too few requests, `needs ≥ 299` for a tail percentile of
+    too few (never the largest value in its place), `—` for none."""
     if q is None or q.value is None:
         return "—"
     if q.lo is not None and q.hi is not None:
         dash = " to " if q.lo < 0 or q.hi < 0 else "–"  # `-0.70 to -0.48`, not `-0.70–-0.48`
         return f"{_number(q.value)} [{_number(q.lo)}{dash}{_number(q.hi)}]"
+    if isinstance(q, Mean):
+        return f"{_number(q.value)} (no CI: n<2)"
     if q.q == 0.5:
         return f"{_number(q.value)} (no CI: n<{q.min_n})"
     return f"needs ≥ {q.min_n}"

@@ -239,7 +239,8 @@ def test_attribution_derives_what_it_can_and_says_what_it_cannot() -> None:
     assert rows[AttributionKey.PREFILL].value_ms is None
     assert rows[AttributionKey.PREFILL].note == "not reported by this provider"
     assert "cannot be separated" in rows[AttributionKey.TTFT_MINUS_PREFILL].note
-    assert "reports no timings of its own" in answer.answer
+    assert "the provider and the network together took" in answer.answer
+    assert "no prefill time" in answer.answer and "no queue time" in answer.answer
 
 
 def test_single_excludes_warmups_and_failures() -> None:

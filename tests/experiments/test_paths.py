@@ -155,7 +155,9 @@ def test_attribution_states_the_sdk_cost_per_request_and_per_event() -> None:
     assert rows[AttributionKey.SDK_ADDED_CPU_PER_EVENT].value_ms == pytest.approx(0.15)
     assert rows[AttributionKey.SDK_ADDED_CPU_PER_EVENT].owner == "application (labkit)"
     # The answer says the SDK's cost on TTFT; the per-event figures live in its rows.
-    assert "SDK made the first token 2.50 ms later (median of 4 pairs)" in answer.answer
+    # 4 pairs are too few for a median's interval: the difference is stated, no claim made
+    assert f.sdk_ttft is not None and f.sdk_ttft.value == pytest.approx(2.5) and f.sdk_ttft.n == 4
+    assert "SDK on TTFT: +2.50 ms (n=4; too few for an interval, no claim)" in answer.answer
 
 
 def test_attribution_says_how_much_of_the_sdk_difference_is_the_servers() -> None:
@@ -173,7 +175,7 @@ def test_attribution_says_when_the_sdk_was_not_measured() -> None:
     wire_only = [_pair(t, 100.0, [100.0, 110.0], 1.0, "wire") for t in range(2)]
     answer = AttributionExperiment(AttributionSettings()).analyze("p", "m", wire_only)
     assert answer.status == "ok" and answer.figures.sdk_measured is False
-    assert "the SDK path was not measured: the fake kind has no official SDK." in answer.answer
+    assert "The SDK path was not measured: the fake kind has no official SDK." in answer.answer
     rows = {r.key: r for r in answer.figures.rows}
     assert rows[AttributionKey.SDK_EVENT_DELAY].value_ms is None
     assert "not measured" in rows[AttributionKey.SDK_EVENT_DELAY].note

@@ -19,8 +19,10 @@ from labkit.figures import (
     LoadFigures,
     LoadLevel,
     LoadLevelCache,
+    Mean,
     PrefillDecodeFigures,
     PrefillPoint,
+    Quantile,
     RequestTimeline,
     SingleFigures,
     SLOReport,
@@ -196,24 +198,39 @@ def _attribution(prefill: float | None, gap: float | None) -> AttributionFigures
         for key, value in values.items()
     ]
     ttft = (prefill or 0) + (gap or 300)
+
+    def mean(value: float) -> Mean:
+        return Mean(value=value, lo=value - 1, hi=value + 1, n=4)
+
     split = (
         TTFTSplit(
-            ttft_ms=ttft,
-            provider_queue_ms=0.0,
+            ttft_ms=mean(ttft),
+            provider_queue_ms=Mean(value=0.0, lo=0.0, hi=0.0, n=4),
             queue_source="idle",
-            provider_prefill_ms=prefill,
-            network_front_end_ms=gap,
+            provider_prefill_ms=mean(prefill),
+            network_front_end_ms=mean(gap) if gap is not None else None,
+            unsplit_ms=None if gap is not None else mean(ttft - prefill),
         )
         if prefill is not None
         else TTFTSplit(
-            ttft_ms=ttft,
+            ttft_ms=mean(ttft),
+            unsplit_ms=mean(ttft),
             not_derived=[
+                "labkit's own send was not observed (a transport without trace events): it "
+                "is inside network and front end",
                 "the provider reports no queue time",
                 "the provider reports no prefill time",
             ],
         )
     )
-    return AttributionFigures(rows=rows, ttft_ms_p50=ttft, n=4, ttft_split=split)
+    return AttributionFigures(
+        rows=rows,
+        ttft_ms_p50=ttft,
+        n=4,
+        ttft_split=split,
+        prepare_ms=Quantile(q=0.5, value=0.3, n=4, min_n=6),
+        parse_ms=Quantile(q=0.5, value=0.6, n=4, min_n=6),
+    )
 
 
 def picture_lab(run_id: str = "run-1") -> LabResults:

@@ -14,7 +14,7 @@ from labkit.analysis.requests import request_stats
 from labkit.analysis.stats import describe
 from labkit.experiments.attribution import AttributionExperiment, AttributionSettings
 from labkit.experiments.single import SingleExperiment, SingleSettings
-from labkit.figures import AttributionFigures, Quantile, RequestStats
+from labkit.figures import AttributionFigures, Mean, Quantile, RequestStats
 from labkit.records import LabResults, RequestRecord
 from labkit.report import load_run, write_report
 from labkit.report.build import build_blocks
@@ -22,7 +22,7 @@ from labkit.report.kinds.attribution import whose_time_chart
 from labkit.report.render import Bullets, Table
 from labkit.report.split import NOT_DERIVABLE
 from labkit.runner.summary import summary_table
-from labkit.wording import CLIENT_BOUND_MARK, cell
+from labkit.wording import CLIENT_BOUND_MARK, cell, say
 from tests.report.report_builders import write_run
 from tests.support.records import make_record
 
@@ -95,7 +95,7 @@ def _summary_rows(lab: LabResults) -> dict[tuple[str, str], dict[str, str]]:
     return rows
 
 
-def _cell(q: Quantile | None) -> str:
+def _cell(q: Quantile | Mean | None) -> str:
     return NOT_DERIVABLE if q is None else cell(q)
 
 
@@ -110,12 +110,13 @@ def test_report_summary_lab_json_answers_and_charts_agree(tmp_path: Path) -> Non
     paths = write_report(folder)
     md = paths.md.read_text(encoding="utf-8")
     page = paths.html.read_text(encoding="utf-8")
-    split_table = _table(blocks, "network + front end")
+    split_table = _table(blocks, "+ network + front end")
     stats_table = _table(blocks, "TTFT p50")
     summary = _summary_rows(lab)
     chart, _missing = whose_time_chart(lab)
     assert chart is not None
     bars = {(v["provider"], v["part"]): v["ms"] for v in chart.spec["data"]["values"]}
+    bar_of = {(v["provider"], v["part"]): v["bar"] for v in chart.spec["data"]["values"]}
     by_key: dict[tuple[str, str], RequestStats] = {(s.provider, s.experiment): s for s in stats}
 
     for provider in (QUEUED, SERVER_TTFT):
@@ -129,22 +130,26 @@ def test_report_summary_lab_json_answers_and_charts_agree(tmp_path: Path) -> Non
         assert split == group.ttft_split
         # The report's split table renders it, in report.md and report.html alike.
         row = _row(split_table, provider, "attribution")
-        assert row["client TTFT"] == _cell(split.ttft_ms)
-        assert row["network + front end"] == _cell(split.network_front_end_ms)
-        assert row["provider prefill"].startswith(_cell(split.provider_prefill_ms))
+        assert row["client TTFT (mean)"] == _cell(split.ttft_ms)
+        if split.network_front_end_ms is not None:
+            assert row["+ network + front end"] == _cell(split.network_front_end_ms)
+        else:
+            assert row["+ network + front end"].startswith(_cell(split.unsplit_ms))
+        assert row["+ provider prefill"].startswith(_cell(split.provider_prefill_ms))
         for text in row.values():
             assert text in md and html.escape(text) in page
-        # The chart draws the same medians.
+        # The chart draws the same means, on the TTFT's bar.
         assert split.provider_prefill_ms is not None
         assert bars[(provider, "provider: prefill")] == split.provider_prefill_ms.value
+        assert bar_of[(provider, "provider: prefill")] == f"{provider}: TTFT"
         if split.network_front_end_ms is not None:
             assert bars[(provider, "network and serving front end")] == (
                 split.network_front_end_ms.value
             )
         else:
             assert (provider, "network and serving front end") not in bars
-        # The answer says the same median TTFT.
-        assert split.ttft_ms is not None and describe(split.ttft_ms) in answer.answer
+        # The answer says the same mean TTFT.
+        assert split.ttft_ms is not None and say(split.ttft_ms) in answer.answer
         # The statistics table, the summary and lab.json agree on every group's percentiles.
         for experiment in ("attribution", "single"):
             s = by_key[(provider, experiment)]
@@ -154,7 +159,7 @@ def test_report_summary_lab_json_answers_and_charts_agree(tmp_path: Path) -> Non
             assert term["TTFT ms\np90 [95% CI]"] == cell(s.ttft_ms.p90) == "needs ≥ 29"
             assert stats_row["decode ms/tok p50"] == term["decode\nms/tok p50"]
             assert stats_row["n"] == term["ok/err"].split("/")[0] == "7"
-            assert term["server prefill\nms p50"] == cell(s.ttft_split.provider_prefill_ms)
+            assert term["server prefill\nms p50"] == cell(s.provider_prefill_ms)
             for text in stats_row.values():
                 assert text in md
         single = next(a for a in lab.answers if a.provider == provider and a.experiment == "single")
@@ -162,11 +167,13 @@ def test_report_summary_lab_json_answers_and_charts_agree(tmp_path: Path) -> Non
 
     queued = by_key[(QUEUED, "attribution")].ttft_split
     assert queued.queue_source == "reported" and queued.network_front_end_ms is not None
-    # TTFT − queue − prefill per request: 100+7i − (3+i) − (60+2i) = 37+4i, median 49
+    # TTFT − queue − prefill per request: 100+7i − (3+i) − (60+2i) = 37+4i, mean 49
     assert queued.network_front_end_ms.value == 49.0
     only_ttft = by_key[(SERVER_TTFT, "attribution")].ttft_split
     assert only_ttft.prefill_source == "provider_timings.server_ttft_ms"
     assert only_ttft.network_front_end_ms is None and only_ttft.not_derived
+    # TTFT − server TTFT per request: 100+7i − (80+i) = 20+6i, mean 38: queue and network
+    assert only_ttft.unsplit_ms is not None and only_ttft.unsplit_ms.value == 38.0
 
 
 def test_an_old_run_without_statistics_in_lab_json_gets_them_from_its_records(
@@ -198,15 +205,19 @@ def test_a_client_bound_group_is_marked_wherever_it_is_shown(tmp_path: Path) -> 
     assert answer.figures.ttft_split.client_bound == reason  # the answer's figure carries it
     assert CLIENT_BOUND_MARK in answer.answer
     _, blocks, _ = build_blocks(load_run(write_run(tmp_path / "run", recs, lab=lab)))
-    for column in ("network + front end", "TTFT p50"):
+    for column in ("+ network + front end", "TTFT p50"):
         row = _row(_table(blocks, column), QUEUED, "attribution")
         assert CLIENT_BOUND_MARK in row["experiment"]
         other = _row(_table(blocks, column), SERVER_TTFT, "attribution")
         assert CLIENT_BOUND_MARK not in other["experiment"]
     chart, _ = whose_time_chart(lab)
     assert chart is not None
-    bars = {v["provider"] for v in chart.spec["data"]["values"]}
-    assert bars == {f"{QUEUED} {CLIENT_BOUND_MARK}", SERVER_TTFT}  # the chart's bar too
+    bars = {
+        v["bar"]
+        for v in chart.spec["data"]["values"]
+        if v["bar"].endswith("TTFT") or "⚠" in v["bar"]
+    }
+    assert bars == {f"{QUEUED}: TTFT {CLIENT_BOUND_MARK}", f"{SERVER_TTFT}: TTFT"}  # the chart too
     marked = [key for key in _summary_rows(lab) if CLIENT_BOUND_MARK in key[1]]
     assert marked == [(QUEUED, f"attribution {CLIENT_BOUND_MARK}")]  # the terminal's too
     assert any(

@@ -52,7 +52,7 @@ def test_groups_by_provider_experiment_model_and_path_and_keeps_all_failed_group
     assert b.error_kinds == {"connection": 2}
 
 
-def test_split_is_the_median_per_request_difference(tmp_path: Path) -> None:
+def test_split_is_the_mean_ttft_in_parts_that_add_up(tmp_path: Path) -> None:
     recs = [
         make_record(
             ttft_ms=t, prefill_ms=p, decode_ms_per_token=d, provider_decode_ms_per_token=pd_
@@ -68,10 +68,15 @@ def test_split_is_the_median_per_request_difference(tmp_path: Path) -> None:
     recs.append(make_record(ttft_ms=1e6, prefill_ms=0.0, error_kind="protocol"))
     (s,) = run_stats(None, write_run(tmp_path / "run", recs))
     split = s.ttft_split
-    assert split.ttft_ms is not None and split.ttft_ms.value == 125.0
-    assert split.provider_prefill_ms is not None and split.provider_prefill_ms.value == 100.0
-    # median of per-request differences (10, 25, 30), not a difference of medians
-    assert split.network_front_end_ms is not None and split.network_front_end_ms.value == 25.0
+    # the failed request stays out; means over the three: TTFT 425/3, prefill 360/3
+    assert split.ttft_ms is not None and split.ttft_ms.value == pytest.approx(425 / 3)
+    assert split.provider_prefill_ms is not None
+    assert split.provider_prefill_ms.value == pytest.approx(120.0)
+    assert split.provider_queue_ms is not None and split.provider_queue_ms.value == 0.0
+    # network and front end is the rest, so the parts add up: (10 + 25 + 30) / 3
+    assert split.network_front_end_ms is not None
+    assert split.network_front_end_ms.value == pytest.approx(65 / 3)
+    assert s.provider_prefill_ms.value == 100.0  # the prefill's median, for the summary
     assert s.decode_gap_ms_per_token.value == 3.0  # (2, 3, 4)
     assert s.provider_decode_ms_per_token.value == 10.0
     assert s.decode_gap_client_bound is None
@@ -86,11 +91,12 @@ def test_split_table_says_not_reported_for_a_provider_that_reports_nothing(
     ]
     _, blocks, stats = build_blocks(load_run(write_run(tmp_path / "run", recs)))
     assert stats[0].ttft_split.provider_prefill_ms is None
-    (table,) = [b for b in blocks if isinstance(b, Table) and "network + front end" in b.columns]
+    (table,) = [b for b in blocks if isinstance(b, Table) and "+ network + front end" in b.columns]
     row = dict(zip(table.columns, table.rows[0], strict=True))
-    assert row["client TTFT"].startswith("310")
-    assert row["provider queue"] == row["provider prefill"] == NOT_REPORTED
-    assert row["network + front end"] == row["client − provider"] == NOT_DERIVABLE
+    assert row["client TTFT (mean)"].startswith("310")
+    assert row["+ provider queue"] == row["+ provider prefill"] == NOT_REPORTED
+    assert row["+ network + front end"].endswith("(with the provider's)")
+    assert row["client − provider"] == NOT_DERIVABLE
 
 
 def test_a_client_faster_than_the_server_is_marked_client_bound() -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from labkit.figures.attribution import AttributionFigures, AttributionKey
+from labkit.figures import Mean, Quantile
+from labkit.figures.attribution import AttributionFigures
 from labkit.records import LabResults
 from labkit.report.charts import _FADE, Chart, _base, _by_kind, _provider_menu, _zoom
 from labkit.report.kinds import KindReport, Picture, register_report
@@ -14,77 +15,56 @@ from labkit.wording import CLIENT_BOUND_MARK, marked
 
 __all__ = ["attribution_section", "whose_time_chart"]
 
+_LABKIT = "labkit: its own time inside the clock (send)"
 _QUEUE = "provider: queue"
-
-
 _PREFILL = "provider: prefill"
-
-
 _NETWORK = "network and serving front end"
+_UNSPLIT = "provider + network, not separable"
+_PREPARE = "labkit: preparing the request (before the clock)"
+_PARSE = "labkit: parsing the stream (the whole stream)"
+_ORDER = [_LABKIT, _QUEUE, _PREFILL, _NETWORK, _UNSPLIT, _PREPARE, _PARSE]
 
 
-_PREPARE = "labkit: preparing the request"
-
-
-_PARSE = "labkit: parsing the stream"
-
-
-_UNSPLIT = "provider + network, not separable (client TTFT)"
-
-
-_ORDER = [_QUEUE, _PREFILL, _NETWORK, _UNSPLIT, _PREPARE, _PARSE]
+def _value(q: Mean | Quantile | None) -> float | None:
+    return None if q is None else q.value
 
 
 def whose_time_chart(lab: LabResults | None) -> tuple[Chart | None, list[str]]:
-    """One stacked bar per provider, and a sentence per part that could not be derived."""
+    """Per provider, the mean TTFT as one stacked bar of parts that add up to it, and beside
+    it labkit's work outside the clock; a sentence per part that could not be derived."""
     values: list[dict[str, Any]] = []
     missing: list[str] = []
     for ans, fig in _by_kind(lab, AttributionFigures):
         split = fig.ttft_split
+        if split is None or split.ttft_ms is None:
+            missing.append(f"{ans.provider}: no TTFT to split.")
+            continue
         # The bar of a split the self-check flagged says so (its reason: "What is missing").
-        who = ans.provider + (f" {CLIENT_BOUND_MARK}" if split and split.client_bound else "")
-        # The answer's own TTFTSplit (labkit.analysis.split): the medians it states.
-        parts: list[tuple[str, float | None]] = [
-            (_QUEUE, split.provider_queue_ms.value if split and split.provider_queue_ms else None),
-            (
-                _PREFILL,
-                (split.provider_prefill_ms.value if split.provider_prefill_ms else None)
-                if split
-                else fig.value(AttributionKey.PREFILL),
-            ),
-            (
-                _NETWORK,
-                (split.network_front_end_ms.value if split.network_front_end_ms else None)
-                if split
-                else fig.value(AttributionKey.TTFT_MINUS_PREFILL),
-            ),
+        mark = f" {CLIENT_BOUND_MARK}" if split.client_bound else ""
+        inside = f"{ans.provider}: TTFT{mark}"
+        outside = f"{ans.provider}: outside the clock"
+        parts = [
+            (inside, _LABKIT, _value(split.labkit_ms)),
+            (inside, _QUEUE, _value(split.provider_queue_ms)),
+            (inside, _PREFILL, _value(split.provider_prefill_ms)),
+            (inside, _NETWORK, _value(split.network_front_end_ms)),
+            (inside, _UNSPLIT, _value(split.unsplit_ms)),
+            (outside, _PREPARE, _value(fig.prepare_ms)),
+            (outside, _PARSE, _value(fig.parse_ms)),
         ]
-        if all(v is None for _, v in parts) and fig.ttft_ms_p50 is not None:
-            parts.append((_UNSPLIT, fig.ttft_ms_p50))
-        for key, label in (
-            (AttributionKey.REQUEST_PREPARATION, _PREPARE),
-            (AttributionKey.STREAM_PARSING, _PARSE),
-        ):
-            try:
-                parts.append((label, fig.value(key)))
-            except KeyError:
-                parts.append((label, None))
-        for label, value in parts:
+        for bar, label, value in parts:
             if value is None:
-                # The split says why its own terms are missing; name the others here.
-                if split is None or label not in (_QUEUE, _PREFILL):
-                    missing.append(f"{ans.provider}: {label} not derived.")
                 continue
             values.append(
                 {
-                    "provider": who,
+                    "provider": ans.provider,
+                    "bar": bar,
                     "part": label,
                     "ms": max(value, 0.0),
                     "order": _ORDER.index(label),
                 }
             )
-        if split is not None:
-            missing += [f"{ans.provider}: not derived: {why}." for why in split.not_derived]
+        missing += [f"{ans.provider}: not derived: {why}." for why in split.not_derived]
     if not values:
         return None, missing
     spec = _base("Whose time is it?", values)
@@ -92,8 +72,8 @@ def whose_time_chart(lab: LabResults | None) -> tuple[Chart | None, list[str]]:
     spec["params"] = [_zoom(), _provider_menu(values)]
     spec["encoding"] = {
         "opacity": _FADE,
-        "y": {"field": "provider", "type": "nominal", "title": None},
-        "x": {"field": "ms", "type": "quantitative", "title": "ms (medians)", "stack": True},
+        "y": {"field": "bar", "type": "nominal", "title": None, "sort": None},
+        "x": {"field": "ms", "type": "quantitative", "title": "ms (means)", "stack": True},
         "color": {
             "field": "part",
             "type": "nominal",
@@ -101,18 +81,20 @@ def whose_time_chart(lab: LabResults | None) -> tuple[Chart | None, list[str]]:
             "legend": {"orient": "bottom", "columns": 2, "labelLimit": 360},
         },
         "order": {"field": "order"},
-        "tooltip": [{"field": "provider"}, {"field": "part"}, {"field": "ms", "format": ".2f"}],
+        "tooltip": [{"field": "bar"}, {"field": "part"}, {"field": "ms", "format": ".2f"}],
     }
     return (
         Chart(
             "q5_whose_time",
-            "5. Whose time is it? One stacked bar per provider",
+            "5. Whose time is it? The mean TTFT, part by part",
             spec,
-            "Medians of the attribution experiment: the provider's queue and prefill, the "
-            "network and serving front end (client TTFT − queue − prefill), and labkit's own time "
-            "(preparing the request, before the clock starts, and parsing the stream). A "
-            "provider that reports no prefill gets one bar of its whole client TTFT: "
-            "its parts cannot be separated.",
+            "Per provider, the top bar is the mean time to the first token of the attribution "
+            "requests, split into parts that add up to it: labkit's own time inside the clock "
+            "(sending the request), the provider's queue and prefill, and the network and "
+            "serving front end (the rest). A provider that reports no prefill has one part for "
+            "itself and the network together. The bar below is labkit's work outside the "
+            "clock, not part of the TTFT: preparing the request before the clock starts, and "
+            "parsing the whole stream (medians).",
         ),
         missing,
     )
