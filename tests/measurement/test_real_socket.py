@@ -197,6 +197,7 @@ def test_cli_against_the_fake_server(tmp_path: Path, server_thread: FakeServer) 
         "    model: fake\n"
         "experiments:\n"
         "  - kind: single\n"
+        "    prompt_cache: as_sent\n"
         "    prompts: ['Explain what a token is.']\n"
         "    repeats: 3\n"
         "    warmup: 1\n",

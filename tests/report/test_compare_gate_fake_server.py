@@ -32,6 +32,7 @@ providers:
     model: fake-model
 experiments:
   - kind: single
+    prompt_cache: as_sent
     prompts: ["Explain what a token is.", "Name three prime numbers."]
     repeats: 12
     warmup: 1

@@ -39,7 +39,8 @@ def _slow_config(tmp_path: Path, *, repeats: int = 150, first_token_ms: int = 5)
         "name: slow\n"
         "providers: [{id: fake, kind: fake, "
         f"schedule: {{first_token_ms: {first_token_ms}, token_interval_ms: 1, tokens: 2}}}}]\n"
-        f"experiments: [{{kind: single, prompts: [a, b], repeats: {repeats}}}]\n"
+        f"experiments: [{{kind: single, prompt_cache: as_sent, "
+        f"prompts: [a, b], repeats: {repeats}}}]\n"
     )
     return path
 

@@ -194,7 +194,7 @@ def test_a_dead_metrics_endpoint_never_fails_the_run(tmp_path: Path) -> None:
                     ],
                     "experiments": [
                         {"kind": "load", "concurrency": [2], "requests": 4},
-                        {"kind": "single", "repeats": 2},
+                        {"kind": "single", "prompt_cache": "as_sent", "repeats": 2},
                     ],
                 }
             )
@@ -228,7 +228,7 @@ def test_metrics_url_may_be_a_path_on_the_base_url_host(tmp_path: Path) -> None:
                         "metrics_url": "/metrics",
                     }
                 ],
-                "experiments": [{"kind": "single"}],
+                "experiments": [{"kind": "single", "prompt_cache": "as_sent"}],
             }
         )
         settings = config.providers[0]

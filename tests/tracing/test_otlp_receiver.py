@@ -229,7 +229,12 @@ def _run(tmp_path: Path, receiver: OTLPReceiver) -> tuple[RunResult, list[dict[s
                         }
                     ],
                     "experiments": [
-                        {"kind": "single", "repeats": 2, "paths": ["wire", "sdk"]},
+                        {
+                            "kind": "single",
+                            "prompt_cache": "as_sent",
+                            "repeats": 2,
+                            "paths": ["wire", "sdk"],
+                        },
                         {"kind": "load", "concurrency": [1, 2], "requests": 4, "warmup": 1},
                     ],
                     "tracing": {"otlp_endpoint": receiver.url, "file": True},
