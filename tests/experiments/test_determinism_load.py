@@ -1,6 +1,7 @@
 """`determinism_load` on the fake provider, the whole run path in process: identical replies
 at every level, a divergence at a scripted step between scripted candidates, and a provider
-that cannot return logprobs (compared on a ruler, its candidates named as not inspected)."""
+that cannot return logprobs (compared on a ruler, its candidates named as not inspected);
+and the report's picture of the replies."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from labkit.config import parse_config
 from labkit.experiments.determinism_load import DeterminismLoadSettings
 from labkit.figures.determinism_load import DeterminismLoadFigures
 from labkit.providers.fake import FakeProvider, FakeTransport
-from labkit.records import LabAnswer, RequestRecord
+from labkit.records import LabAnswer, LabResults, RequestRecord
+from labkit.report.kinds.determinism_load import determinism_load_chart
 from labkit.runner import RunOptions, prepare_run, run_lab
 from tests.support.records import make_record
 
@@ -163,6 +165,24 @@ def test_a_divergence_at_a_known_step_names_its_candidates(
     )
     assert "first different at token 3, where the top two candidates were" in answer.answer
     assert ": a near-tie that batched arithmetic can flip" in answer.answer
+    chart = determinism_load_chart(LabResults(run_id="r", answers=[answer]))
+    assert chart is not None and chart.png.startswith(b"\x89PNG")
+    rows: dict[str, list[str]] = {}
+    for v in chart.spec["data"]["values"]:
+        rows.setdefault(v["row"], []).append(v["status"])
+    # One row per distinct reply of each level: c1's one reply, c2's two.
+    assert sorted(rows) == [
+        "f · concurrency 1 · reply 1 (4 of 4)",
+        "f · concurrency 2 · reply 1 (2 of 4)",
+        "f · concurrency 2 · reply 2 (2 of 4)",
+    ]
+    same = "same as the level's first reply"
+    assert rows["f · concurrency 2 · reply 2 (2 of 4)"] == [
+        same,
+        same,
+        "first different token",
+        "after divergence",
+    ]
     assert "after the same prefix the replies ranked first ' sea' (p 0.51) and " in (
         answer.answer
     ) or "after the same prefix the replies ranked first ' shore' (p 0.50) and " in (answer.answer)
