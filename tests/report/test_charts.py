@@ -127,6 +127,7 @@ def test_no_figures_no_pictures_and_a_sentence_for_each() -> None:
         "single",
         "token_ratio",
         "determinism",
+        "determinism_load",
         "next_token",
         "prefill_decode",
         "attribution",
