@@ -298,9 +298,9 @@ class GrammarTools(ToolFormat):
         return [{"role": "assistant", "content": said or text}]
 
     def results(self, results: list[ToolResult]) -> list[Message]:
-        """One user message telling what each tool returned."""
-        body = "\n\n".join(f"The {r.call.name} tool returned: {r.content}" for r in results)
-        return [{"role": "user", "content": body}]
+        """One user message holding each tool's text as it returned it (no lead-in: the
+        bundled model repeats a "The tool returned:" lead-in until max_tokens)."""
+        return [{"role": "user", "content": "\n\n".join(r.content for r in results)}]
 
     def closing(self, choice: ToolChoice) -> list[Message]:
         """On a turn not forced to call: ask for the answer in words."""
