@@ -181,7 +181,7 @@ def test_subagents_fan_out_and_their_slowest_branch_is_on_the_critical_path(
     for row in figures.sessions:
         assert row.agents == 3 and row.complete
         assert row.critical.total_ms == pytest.approx(row.duration_ms)
-    assert "finished 3 of 3 sessions" in answer.answer
+    assert "completed 3 of 3 sessions" in answer.answer
 
 
 def test_a_cut_session_resumes_from_its_first_unfinished_step(tmp_path: Path) -> None:
