@@ -78,7 +78,7 @@ def test_a_client_that_distrusts_the_ca_does_not_stop_the_server(server: Scripte
 def test_path_script_sets_tokens_interval_and_event_size(server: ScriptedServer) -> None:
     server.stamps()
     url = server.url(tokens=2, interval_ms=20, event_bytes=1_000_000)
-    assert url.endswith("/event_bytes=1000000/interval_ms=20.0/tokens=2/v1")
+    assert url.endswith("/event_bytes=1000000/token_interval_ms=20.0/tokens=2/v1")
     resp = _post(url, True, BODY)
     events = _content_events(resp.content)
     assert len(events) == 2

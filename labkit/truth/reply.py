@@ -1,0 +1,372 @@
+"""What the fake server answers a request with, before any byte is framed.
+
+`read_request` takes what a request body asks for (API, streaming, ``max_tokens``, the prompt
+as text, tools, ...); `Responder.reply` turns it and a `TruthSchedule` into a `Reply`: the
+timing `Plan`, the text or tool-call piece of every output event, the token counts and the
+stop reason. The truth server and the in-process fake provider both answer through it, so
+they send the same replies. The server's own tokenizer (`pieces`) cuts a prompt into
+whitespace pieces: a run of printable ASCII with the white space before it, any other
+character on its own; ``/tokenize`` answers with the same cut.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from labkit.truth.schedule import Plan, TruthSchedule, plan
+
+__all__ = [
+    "WORDS",
+    "Reply",
+    "Request",
+    "Responder",
+    "ToolCall",
+    "pieces",
+    "read_request",
+    "token_id",
+]
+
+#: The scripted reply's words, one token each, cycled.
+WORDS = (
+    " tokens",
+    " are",
+    " the",
+    " pieces",
+    " a",
+    " model",
+    " reads",
+    " and",
+    " writes",
+    " one",
+    " at",
+    " a",
+    " time",
+)
+#: The chat template's special tokens and their ids.
+SPECIAL_IDS = {"<|im_start|>": 1, "<|im_end|>": 2}
+_SPECIAL = re.compile(r"(<\|im_start\|>|<\|im_end\|>)")
+_PIECE = re.compile(r"\s*[!-~]+|\s*[^\x00-\x7f]|\s*\S|\s+")
+_FIRST_ID = 1000
+_ID_SPAN = 1 << 20
+
+
+def pieces(text: str) -> list[str]:
+    """`text` cut into the server's tokens: a special token whole, a run of printable ASCII
+    with the white space before it, any other character (with its white space) alone, and
+    trailing white space."""
+    out: list[str] = []
+    for part in _SPECIAL.split(text):
+        if part in SPECIAL_IDS:
+            out.append(part)
+        elif part:
+            out.extend(_PIECE.findall(part))
+    return out
+
+
+def token_id(piece: str) -> int:
+    """A piece's id: fixed for the special tokens, else from a CRC of its bytes."""
+    special = SPECIAL_IDS.get(piece)
+    if special is not None:
+        return special
+    return _FIRST_ID + zlib.crc32(piece.encode("utf-8")) % _ID_SPAN
+
+
+@dataclass(frozen=True)
+class Request:
+    """What one request body asks of the server."""
+
+    api: str
+    stream: bool = False
+    model: str | None = None
+    max_tokens: int | None = None
+    #: The prompt's messages as (role, text); one message of role "" for a raw prompt.
+    messages: tuple[tuple[str, str], ...] = ()
+    #: Offered tools: (name, JSON schema of the arguments).
+    tools: tuple[tuple[str, dict[str, Any]], ...] = ()
+    tool_choice: Any = None
+    #: Tool results in the history (a tool step done).
+    tool_results: int = 0
+
+    @property
+    def prompt_text(self) -> str:
+        """The prompt as the server reads it: the messages' texts, one per line."""
+        return "\n".join(text for _, text in self.messages)
+
+
+def _text(content: Any) -> str:
+    """The text of a message's content: a string, or the text parts of a list."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        out = []
+        for part in content:
+            if isinstance(part, dict):
+                for key in ("text", "output", "content", "arguments"):
+                    value = part.get(key)
+                    if isinstance(value, str):
+                        out.append(value)
+                        break
+                    if isinstance(value, list):
+                        out.append(_text(value))
+                        break
+            elif isinstance(part, str):
+                out.append(part)
+        return "".join(out)
+    return ""
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _tools(body: dict[str, Any]) -> tuple[tuple[str, dict[str, Any]], ...]:
+    out = []
+    for tool in body.get("tools") or ():
+        if not isinstance(tool, dict):
+            continue
+        inner = tool.get("function")
+        function: dict[str, Any] = inner if isinstance(inner, dict) else tool
+        name = function.get("name")
+        schema = function.get("parameters") or function.get("input_schema") or {}
+        if isinstance(name, str) and name:
+            out.append((name, schema if isinstance(schema, dict) else {}))
+    return tuple(out)
+
+
+def read_request(api: str, body: bytes) -> Request:
+    """The request a body of `api` (chat, completions, responses, messages) makes; ValueError,
+    its message for the client, when the body cannot be served."""
+    try:
+        obj = json.loads(body or b"{}")
+    except ValueError:
+        raise ValueError("the body is not JSON") from None
+    if not isinstance(obj, dict):
+        raise ValueError("the body is not a JSON object")
+    listed = obj.get("messages", [])
+    if not isinstance(listed, list) or not all(isinstance(m, dict) for m in listed):
+        raise ValueError("messages must be a list of objects")
+    for key in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
+        value = obj.get(key)
+        if value is not None and (_int(value) is None or value < 0):
+            raise ValueError(f"{key} must be a non-negative integer")
+    messages: list[tuple[str, str]] = []
+    results = 0
+    if api == "completions":
+        prompt = obj.get("prompt")
+        text = prompt if isinstance(prompt, str) else _text(prompt)
+        messages.append(("", text))
+    elif api == "responses":
+        if isinstance(obj.get("instructions"), str):
+            messages.append(("system", obj["instructions"]))
+        items = obj.get("input")
+        if isinstance(items, str):
+            messages.append(("user", items))
+        for item in items if isinstance(items, list) else ():
+            if not isinstance(item, dict):
+                continue
+            if item.get("type") == "function_call_output":
+                results += 1
+                messages.append(("tool", _text([item])))
+            elif item.get("type") == "function_call":
+                messages.append(("assistant", str(item.get("arguments") or "")))
+            else:
+                messages.append((str(item.get("role") or "user"), _text(item.get("content"))))
+    else:
+        system = obj.get("system")
+        if system is not None:
+            messages.append(("system", _text(system) if not isinstance(system, str) else system))
+        for m in obj.get("messages") or ():
+            if not isinstance(m, dict):
+                continue
+            role = str(m.get("role") or "user")
+            content = m.get("content")
+            if role == "tool":
+                results += 1
+            elif isinstance(content, list):
+                results += sum(
+                    1 for p in content if isinstance(p, dict) and p.get("type") == "tool_result"
+                )
+            messages.append((role, _text(content)))
+    cap = None
+    for key in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
+        cap = _int(obj.get(key))
+        if cap is not None:
+            break
+    model = obj.get("model")
+    return Request(
+        api=api,
+        stream=obj.get("stream") is True,
+        model=model if isinstance(model, str) and model else None,
+        max_tokens=cap,
+        messages=tuple(messages),
+        tools=_tools(obj),
+        tool_choice=obj.get("tool_choice"),
+        tool_results=results,
+    )
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool call of a reply: its id, name and whole arguments (JSON text)."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass
+class Reply:
+    """One answer: its timing, what each output event carries, the counts and the end."""
+
+    rid: str
+    request: Request
+    schedule: TruthSchedule
+    model: str
+    plan: Plan
+    prompt_tokens: int
+    #: The text each output event carries (its tokens' pieces; tool calls: argument pieces).
+    texts: list[str]
+    #: The tool calls (empty: a text reply); event i carries a piece of call `call_of[i]`.
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    call_of: list[int] = field(default_factory=list)
+    #: The Chat finish_reason: stop (or the schedule's), length, tool_calls.
+    finish_reason: str = "stop"
+
+    @property
+    def output_tokens(self) -> int:
+        """Tokens streamed (or in the body)."""
+        return self.plan.output_tokens
+
+    @property
+    def usage_output_tokens(self) -> int:
+        """Output tokens the usage reports."""
+        return self.plan.output_tokens
+
+    @property
+    def capped(self) -> bool:
+        """Ended by the request's max_tokens."""
+        return self.plan.capped
+
+    @property
+    def text(self) -> str:
+        """The whole visible text (empty for a tool-call reply)."""
+        return "" if self.tool_calls else "".join(self.texts)
+
+    def first_of_call(self, i: int) -> bool:
+        """Whether output event `i` opens its tool call."""
+        return i == 0 or self.call_of[i] != self.call_of[i - 1]
+
+
+def _argument_frame(schema: dict[str, Any]) -> tuple[str, str, bool]:
+    """The JSON text before and after a call's streamed words, and whether the words go in:
+    the schema's first string property gets them, every other required property a fixed
+    value of its type."""
+    raw_props = schema.get("properties")
+    props: dict[str, Any] = raw_props if isinstance(raw_props, dict) else {}
+    required = [r for r in schema.get("required") or () if isinstance(r, str)]
+    fixed: dict[str, Any] = {}
+    words_in: str | None = None
+    for name in required or list(props):
+        spec = props.get(name)
+        kind = spec.get("type") if isinstance(spec, dict) else None
+        if words_in is None and kind in ("string", None):
+            words_in = name
+            continue
+        fixed[name] = _FIXED.get(str(kind))
+    if not props and not required:
+        words_in = "query"  # no schema: the shape labkit's tools default to
+    head = json.dumps(fixed)[:-1]
+    if words_in is None:
+        return head, "}", False
+    return head + (", " if fixed else "") + json.dumps(words_in) + ': "', '"}', True
+
+
+_FIXED: dict[str, Any] = {"integer": 1, "number": 1.5, "boolean": True, "array": [], "object": {}}
+
+
+class Responder:
+    """Answers requests under a schedule: ids, the scripted words, tool calls.
+
+    `prefix`: makes the response ids of this server unique (``chatcmpl-PREFIX-N``).
+    """
+
+    def __init__(self, prefix: str, *, model: str = "labkit-truth", seed: int = 0) -> None:
+        self.prefix = prefix
+        self.model = model
+        self.rng = random.Random(seed)
+        self.count = 0
+
+    def reply(self, schedule: TruthSchedule, request: Request) -> Reply:
+        """The answer to `request` under `schedule` (overrides applied)."""
+        rid = f"chatcmpl-{self.prefix}-{self.count}"
+        self.count += 1
+        prompt_tokens = len(pieces(request.prompt_text))
+        planned = plan(schedule, prompt_tokens, request.max_tokens, self.rng)
+        texts = []
+        k = 0
+        for n in planned.event_tokens:
+            texts.append("".join(WORDS[(k + j) % len(WORDS)] for j in range(n)))
+            k += n
+        reply = Reply(
+            rid=rid,
+            request=request,
+            schedule=schedule,
+            model=request.model or self.model,
+            plan=planned,
+            prompt_tokens=prompt_tokens,
+            texts=texts,
+            finish_reason="length" if planned.capped else schedule.finish_reason,
+        )
+        calls = self._calls(schedule, request, len(texts))
+        if calls:
+            self._tool_reply(reply, calls)
+        return reply
+
+    @staticmethod
+    def _calls(schedule: TruthSchedule, request: Request, events: int) -> int:
+        """How many tool calls the reply makes (0: a text answer)."""
+        if not request.tools or request.tool_choice == "none" or not events:
+            return 0
+        if request.tool_results >= schedule.tool_calls:
+            return 0
+        return min(schedule.parallel_tool_calls, events)
+
+    @staticmethod
+    def _tool_reply(reply: Reply, calls: int) -> None:
+        """Turn `reply`'s events into the pieces of `calls` tool calls of the first offered
+        tool (or the one `tool_choice` names): each call's arguments are a JSON object whose
+        first string property holds the words of its events."""
+        request = reply.request
+        chosen = request.tools[0]
+        choice = request.tool_choice
+        if isinstance(choice, dict):
+            wanted = (choice.get("function") or {}).get("name") or choice.get("name")
+            chosen = next((t for t in request.tools if t[0] == wanted), chosen)
+        name, schema = chosen
+        head, tail, with_words = _argument_frame(schema)
+        n = len(reply.texts)
+        call_of = [i * calls // n for i in range(n)]
+        texts = []
+        for i, words in enumerate(reply.texts):
+            opens = i == 0 or call_of[i] != call_of[i - 1]
+            piece = (words.lstrip() if opens else words) if with_words else ""
+            if opens:
+                piece = head + piece
+            if i == n - 1 or call_of[i + 1] != call_of[i]:
+                piece += tail
+            texts.append(piece)
+        step = request.tool_results
+        joined: dict[int, list[str]] = {}
+        for i, piece in enumerate(texts):
+            joined.setdefault(call_of[i], []).append(piece)
+        reply.texts = texts
+        reply.call_of = call_of
+        reply.tool_calls = [
+            ToolCall(f"call_{step}_{c}", name, "".join(parts)) for c, parts in joined.items()
+        ]
+        reply.finish_reason = "tool_calls"
