@@ -60,6 +60,9 @@ class TruthRequest(BaseModel):
     comments_ns: list[int] = Field(default_factory=list, description="Keep-alive comments sent.")
     t_end_ns: int = Field(description="Clock right before the end of the response was sent.")
     prompt_tokens: int = Field(description="The server's count (spaces in the request body).")
+    cached_tokens: int = Field(
+        default=0, description="Prompt tokens read from the prefix cache (0: none, no cache)."
+    )
     output_tokens: int
     capped: bool = Field(description="Ended by the request's max_tokens.")
     finish_reason: str | None = Field(

@@ -18,6 +18,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from labkit.truth.cache import PrefixCache
 from labkit.truth.schedule import Plan, TruthSchedule, plan
 
 __all__ = [
@@ -91,6 +92,8 @@ class Request:
     tool_choice: Any = None
     #: Tool results in the history (a tool step done).
     tool_results: int = 0
+    #: llama.cpp's ``cache_prompt`` (false: the prefix cache is not read).
+    cache_prompt: bool = True
 
     @property
     def prompt_text(self) -> str:
@@ -207,6 +210,7 @@ def read_request(api: str, body: bytes) -> Request:
         tools=_tools(obj),
         tool_choice=obj.get("tool_choice"),
         tool_results=results,
+        cache_prompt=obj.get("cache_prompt") is not False,
     )
 
 
@@ -229,6 +233,8 @@ class Reply:
     model: str
     plan: Plan
     prompt_tokens: int
+    #: Prompt tokens read from the prefix cache (0 without one).
+    cached_tokens: int
     #: The text each output event carries (its tokens' pieces; tool calls: argument pieces).
     texts: list[str]
     #: The tool calls (empty: a text reply); event i carries a piece of call `call_of[i]`.
@@ -300,25 +306,34 @@ class Responder:
         self.model = model
         self.rng = random.Random(seed)
         self.count = 0
+        self.cache = PrefixCache()
 
     def reply(self, schedule: TruthSchedule, request: Request) -> Reply:
         """The answer to `request` under `schedule` (overrides applied)."""
         rid = f"chatcmpl-{self.prefix}-{self.count}"
         self.count += 1
-        prompt_tokens = len(pieces(request.prompt_text))
-        planned = plan(schedule, prompt_tokens, request.max_tokens, self.rng)
+        prompt = [token_id(p) for p in pieces(request.prompt_text)]
+        cached = 0
+        if schedule.cache_tokens and request.cache_prompt:
+            cached = self.cache.lookup(prompt, schedule.cache_ttl_s)
+        planned = plan(schedule, len(prompt), request.max_tokens, self.rng, cached)
+        words = [WORDS[k % len(WORDS)] for k in range(planned.output_tokens)]
         texts = []
         k = 0
         for n in planned.event_tokens:
-            texts.append("".join(WORDS[(k + j) % len(WORDS)] for j in range(n)))
+            texts.append("".join(words[k : k + n]))
             k += n
+        if schedule.cache_tokens:
+            output = [token_id(w) for w in words]
+            self.cache.store(prompt + output, schedule.cache_tokens, schedule.cache_ttl_s)
         reply = Reply(
             rid=rid,
             request=request,
             schedule=schedule,
             model=request.model or self.model,
             plan=planned,
-            prompt_tokens=prompt_tokens,
+            prompt_tokens=len(prompt),
+            cached_tokens=cached,
             texts=texts,
             finish_reason="length" if planned.capped else schedule.finish_reason,
         )

@@ -86,6 +86,23 @@ class TruthSchedule(BaseModel):
         description="Requests served at once; the rest wait, in arrival order, for a free slot "
         "before their first token's wait starts (null or 0: no limit).",
     )
+    # --- the prefix cache ---
+    cache_tokens: int = Field(
+        default=0,
+        ge=0,
+        description="The prefix cache's capacity in tokens (0: no cache): a prompt's prefix "
+        "shared with an earlier request's prompt and reply is cached, the least recently used "
+        "evicted first.",
+    )
+    cache_ttl_s: float = Field(
+        default=0.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="A cache entry's lifetime after its last use, in seconds (0: no limit).",
+    )
+    cached_ms_per_token: float = _ms(
+        0.0, "Token 1 later by this per cached prompt token (the rest: prefill_ms_per_token)."
+    )
     queue_ms: float = _ms(
         0.0,
         "A wait before service starts, reported as the server's queue time (before the "
@@ -189,8 +206,10 @@ def plan(
     prompt_tokens: int,
     max_tokens: int | None,
     rng: random.Random,
+    cached_tokens: int = 0,
 ) -> Plan:
-    """The timing of one response under `schedule` (overrides already applied)."""
+    """The timing of one response under `schedule` (overrides already applied): token 1
+    after the fixed part, each uncached prompt token's prefill and each cached one's read."""
     n = schedule.tokens
     capped = bool(max_tokens) and max_tokens is not None and max_tokens < n
     if capped and max_tokens is not None:
@@ -203,7 +222,10 @@ def plan(
             return ms
         return max(0.0, ms + rng.uniform(-schedule.jitter_ms, schedule.jitter_ms))
 
-    first = jittered(schedule.first_token_ms + schedule.prefill_ms_per_token * prompt_tokens)
+    prefill = schedule.prefill_ms_per_token * (prompt_tokens - cached_tokens)
+    first = jittered(
+        schedule.first_token_ms + prefill + schedule.cached_ms_per_token * cached_tokens
+    )
     gaps = [jittered(schedule.token_interval_ms * per) for _ in sizes[1:]]
     return Plan(first_ms=first, gaps_ms=gaps, event_tokens=sizes, capped=capped)
 

@@ -710,6 +710,7 @@ class Server:
             "comments_ns": stream.comments,
             "t_end_ns": t_end,
             "prompt_tokens": reply.prompt_tokens,
+            "cached_tokens": reply.cached_tokens,
             "output_tokens": output,
             "capped": reply.capped,
             "finish_reason": None if stream.failed else reply.finish_reason,

@@ -63,11 +63,11 @@ def slot_timings(reply: Reply, t: Timings) -> dict[str, Any]:
     """llama.cpp's ``timings`` as llama-server b1-0c1e570 sends them: ``prompt_n`` the tokens
     prefilled (not cached), ``predicted_per_token_ms`` = ``predicted_ms`` / (``predicted_n``
     − 1), as that build divides."""
-    prompt_n = reply.prompt_tokens
+    prompt_n = reply.prompt_tokens - reply.cached_tokens
     predicted_n = reply.usage_output_tokens
     steps = predicted_n - 1
     return {
-        "cache_n": 0,
+        "cache_n": reply.cached_tokens,
         "prompt_n": prompt_n,
         "prompt_ms": t.prefill_ms,
         "prompt_per_token_ms": t.prefill_ms / prompt_n if prompt_n else None,
@@ -566,11 +566,23 @@ class Render:
     # -- counts and stop reasons ---------------------------------------------------------
 
     def _chat_usage(self) -> dict[str, Any]:
-        p, n = self.reply.prompt_tokens, self.reply.usage_output_tokens
-        return {"prompt_tokens": p, "completion_tokens": n, "total_tokens": p + n}
+        reply = self.reply
+        p, n = reply.prompt_tokens, reply.usage_output_tokens
+        usage: dict[str, Any] = {"prompt_tokens": p, "completion_tokens": n, "total_tokens": p + n}
+        if reply.schedule.cache_tokens:
+            usage["prompt_tokens_details"] = {"cached_tokens": reply.cached_tokens}
+        return usage
 
     def _messages_input(self) -> dict[str, Any]:
-        return {"input_tokens": self.reply.prompt_tokens}
+        """Anthropic's input counts: with a cache, `input_tokens` are the uncached ones."""
+        reply = self.reply
+        if not reply.schedule.cache_tokens:
+            return {"input_tokens": reply.prompt_tokens}
+        return {
+            "input_tokens": reply.prompt_tokens - reply.cached_tokens,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": reply.cached_tokens,
+        }
 
     def _messages_stop(self) -> str:
         reply = self.reply
@@ -602,8 +614,14 @@ class Render:
             "model": reply.model,
             "incomplete_details": {"reason": "max_output_tokens"} if reply.capped else None,
             "output": output,
-            "usage": {"input_tokens": p, "output_tokens": n, "total_tokens": p + n},
+            "usage": self._responses_usage(p, n),
         }
+
+    def _responses_usage(self, p: int, n: int) -> dict[str, Any]:
+        usage: dict[str, Any] = {"input_tokens": p, "output_tokens": n, "total_tokens": p + n}
+        if self.reply.schedule.cache_tokens:
+            usage["input_tokens_details"] = {"cached_tokens": self.reply.cached_tokens}
+        return usage
 
     def body(self, t: Timings) -> bytes:
         """The whole answer of a non-streaming request."""
