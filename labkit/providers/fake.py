@@ -127,6 +127,13 @@ async def _served(reply: Reply, t_start: float, wait_ms: float) -> AsyncIterator
         return
     if s.fail == "drop":
         raise FakeDrop
+    planned = reply.plan
+    if planned.event_tokens:
+        end = due + planned.end_gap_ms / 1000.0
+    else:  # nothing streamed: the end at once, or the end token's time
+        end = first if planned.end_token else t_start
+    if (delay := end - loop.time()) > 0:
+        await asyncio.sleep(delay)
     timings = Timings(s.queue_ms + wait_ms, reply.plan.first_ms, reply.plan.decode_ms)
     for piece in render.end(timings):
         yield piece

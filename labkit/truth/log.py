@@ -63,8 +63,16 @@ class TruthRequest(BaseModel):
     cached_tokens: int = Field(
         default=0, description="Prompt tokens read from the prefix cache (0: none, no cache)."
     )
-    output_tokens: int
-    capped: bool = Field(description="Ended by the request's max_tokens.")
+    output_tokens: int = Field(description="Output tokens sent (streamed, or in the body).")
+    end_token: bool = Field(
+        default=False, description="An end token ended the reply: counted, never sent."
+    )
+    usage_output_tokens: int | None = Field(
+        default=None,
+        description="Output tokens the server counts, as its usage reports them: the sent ones "
+        "and the end token (None: a failed reply; older logs: absent, = output_tokens).",
+    )
+    capped: bool = Field(description="Ended by a length: max_tokens, or ignore_eos.")
     finish_reason: str | None = Field(
         default=None,
         description="How the reply ended, in Chat's words (stop, length, tool_calls, ...); "

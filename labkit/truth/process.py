@@ -35,6 +35,7 @@ SCHEDULE_KEYS: dict[str, type] = {
     "queue_ms": float,
     "finish_reason": str,
     "usage": bool,
+    "end_token": bool,
     "fail": str,
     "fail_status": int,
     "fail_after_tokens": int,

@@ -94,6 +94,8 @@ class Request:
     tool_results: int = 0
     #: llama.cpp's ``cache_prompt`` (false: the prefix cache is not read).
     cache_prompt: bool = True
+    #: llama.cpp's and vLLM's ``ignore_eos``: the reply never stops on its own.
+    ignore_eos: bool = False
 
     @property
     def prompt_text(self) -> str:
@@ -211,6 +213,7 @@ def read_request(api: str, body: bytes) -> Request:
         tool_choice=obj.get("tool_choice"),
         tool_results=results,
         cache_prompt=obj.get("cache_prompt") is not False,
+        ignore_eos=obj.get("ignore_eos") is True,
     )
 
 
@@ -250,8 +253,8 @@ class Reply:
 
     @property
     def usage_output_tokens(self) -> int:
-        """Output tokens the usage reports."""
-        return self.plan.output_tokens
+        """Output tokens the usage reports: the end token too."""
+        return self.plan.output_tokens + self.plan.end_token
 
     @property
     def capped(self) -> bool:
@@ -316,7 +319,9 @@ class Responder:
         cached = 0
         if schedule.cache_tokens and request.cache_prompt:
             cached = self.cache.lookup(prompt, schedule.cache_ttl_s)
-        planned = plan(schedule, len(prompt), request.max_tokens, self.rng, cached)
+        planned = plan(
+            schedule, len(prompt), request.max_tokens, self.rng, cached, request.ignore_eos
+        )
         words = [WORDS[k % len(WORDS)] for k in range(planned.output_tokens)]
         texts = []
         k = 0

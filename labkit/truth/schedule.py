@@ -115,6 +115,12 @@ class TruthSchedule(BaseModel):
         default="stop", min_length=1, description="Chat finish_reason of a reply not capped."
     )
     usage: bool = Field(default=True, description="Send the usage (Chat: the usage chunk).")
+    end_token: bool = Field(
+        default=False,
+        description="A reply that stops on its own ends with an end token, decoded one token "
+        "interval after the last output event and counted in the usage but never streamed "
+        "(as llama.cpp and vLLM count it).",
+    )
 
     # --- failures ---
     fail: Literal["none", "http_status", "stream_error", "drop"] = Field(
@@ -188,17 +194,21 @@ class Plan:
     first_ms: float
     gaps_ms: list[float] = field(default_factory=list)
     event_tokens: list[int] = field(default_factory=list)
-    capped: bool = False  # ended by the request's max_tokens
+    capped: bool = False  # ended by a length: the request's max_tokens, or ignore_eos
+    #: An end token after the output (counted, not streamed), `end_gap_ms` after the last
+    #: output event (after the start of service when there is none: then at `first_ms`).
+    end_token: bool = False
+    end_gap_ms: float = 0.0
 
     @property
     def output_tokens(self) -> int:
-        """Tokens in the whole response."""
+        """Tokens streamed (or in the body)."""
         return sum(self.event_tokens)
 
     @property
     def decode_ms(self) -> float:
-        """From the first output event to the last."""
-        return sum(self.gaps_ms)
+        """From the first output event to the last token decoded (the end token included)."""
+        return sum(self.gaps_ms) + (self.end_gap_ms if self.event_tokens else 0.0)
 
 
 def plan(
@@ -207,12 +217,19 @@ def plan(
     max_tokens: int | None,
     rng: random.Random,
     cached_tokens: int = 0,
+    ignore_eos: bool = False,
 ) -> Plan:
     """The timing of one response under `schedule` (overrides already applied): token 1
-    after the fixed part, each uncached prompt token's prefill and each cached one's read."""
+    after the fixed part, each uncached prompt token's prefill and each cached one's read.
+    `ignore_eos`: the reply never stops on its own: `max_tokens` long (else `tokens`), ended
+    by that length."""
     n = schedule.tokens
     capped = bool(max_tokens) and max_tokens is not None and max_tokens < n
-    if capped and max_tokens is not None:
+    if schedule.end_token and max_tokens == n and n:
+        capped = True  # the end token would be one past max_tokens: a length stop
+    if ignore_eos:
+        capped, n = True, max_tokens if max_tokens else n
+    elif capped and max_tokens is not None:
         n = max_tokens
     per = schedule.tokens_per_event
     sizes = [per] * (n // per) + ([n % per] if n % per else [])
@@ -227,7 +244,16 @@ def plan(
         schedule.first_token_ms + prefill + schedule.cached_ms_per_token * cached_tokens
     )
     gaps = [jittered(schedule.token_interval_ms * per) for _ in sizes[1:]]
-    return Plan(first_ms=first, gaps_ms=gaps, event_tokens=sizes, capped=capped)
+    end_token = schedule.end_token and not capped
+    end_gap = jittered(schedule.token_interval_ms) if end_token and sizes else 0.0
+    return Plan(
+        first_ms=first,
+        gaps_ms=gaps,
+        event_tokens=sizes,
+        capped=capped,
+        end_token=end_token,
+        end_gap_ms=end_gap,
+    )
 
 
 def load_request_schedules(path: Path, base: TruthSchedule) -> list[TruthSchedule]:

@@ -56,7 +56,7 @@ CLIENT_ID_HEADERS = ("x-request-id", "x-correlation-id", "request-id")
 
 _WAKEUP = object()  # the selector key of the signal wake-up socket
 # action kinds in a stream's timetable
-_COMMENT, _EVENT, _BODY, _HEADERS, _ADMIT, _FAIL = range(6)
+_COMMENT, _EVENT, _BODY, _HEADERS, _ADMIT, _FAIL, _END = range(7)
 
 
 def _frame(payload: bytes) -> bytes:
@@ -151,23 +151,30 @@ class _Stream:
         s = reply.schedule
         self.t_start = t_start
         self.k = 0
-        due = t_start + int(reply.plan.first_ms * 1e6)
-        events = [due]
-        for gap in reply.plan.gaps_ms:
-            due += int(gap * 1e6)
-            events.append(due)
+        planned = reply.plan
+        first = t_start + int(planned.first_ms * 1e6)
+        events = [first] if planned.event_tokens else []
+        for gap in planned.gaps_ms:
+            events.append(events[-1] + int(gap * 1e6))
+        if events:
+            end = events[-1] + int(planned.end_gap_ms * 1e6)
+        else:  # nothing streamed: the end at once, or the end token's time
+            end = first if planned.end_token else t_start
         fail_at = self._fail_index() if s.fail in ("stream_error", "drop") else None
         if not self.stream:
-            self.actions = [(events[-1], _FAIL if fail_at is not None else _BODY)]
+            self.actions = [(end, _FAIL if fail_at is not None else _BODY)]
             return
         if fail_at is not None:
-            tail = events[fail_at] if fail_at < len(events) else events[-1]
+            tail = events[fail_at] if fail_at < len(events) else end
             actions = [(t, _EVENT) for t in events[:fail_at]] + [(tail, _FAIL)]
         else:
             actions = [(t, _EVENT) for t in events]
+            if end != (events[-1] if events else None):
+                actions.append((end, _END))  # the end token's decode, or no event at all
         if s.keepalive_ms > 0:
             step = int(s.keepalive_ms * 1e6)
-            actions += [(t, _COMMENT) for t in range(t_start + step, events[0], step)]
+            stop = events[0] if events else end
+            actions += [(t, _COMMENT) for t in range(t_start + step, stop, step)]
             actions.sort()
         self.actions = actions
 
@@ -712,6 +719,8 @@ class Server:
             "prompt_tokens": reply.prompt_tokens,
             "cached_tokens": reply.cached_tokens,
             "output_tokens": output,
+            "end_token": reply.plan.end_token and not stream.failed,
+            "usage_output_tokens": None if stream.failed else reply.usage_output_tokens,
             "capped": reply.capped,
             "finish_reason": None if stream.failed else reply.finish_reason,
             "tool_calls": [vars(c) for c in reply.tool_calls] if not stream.failed else [],
@@ -791,8 +800,11 @@ class Server:
         if kind == _EVENT:
             self._send(conn, stream.event_frame(), stream.sends, stream.sent)
             stream.i += 1
-            if stream.i < len(stream.reply.plan.event_tokens):
+            if stream.k < len(stream.actions):  # the end (or an end token) is due later
                 return False
+            self._finish(stream, time.perf_counter_ns())
+            return True
+        if kind == _END:
             self._finish(stream, time.perf_counter_ns())
             return True
         if kind == _COMMENT:

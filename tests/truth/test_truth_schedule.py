@@ -68,3 +68,18 @@ def test_the_process_launcher_knows_every_schedule_setting() -> None:
     for key, kind in SCHEDULE_KEYS.items():
         default = TruthSchedule.model_fields[key].default
         assert default is None or isinstance(default, kind), key
+
+
+def test_an_end_token_is_decoded_after_a_reply_that_stops_on_its_own() -> None:
+    s = TruthSchedule(first_token_ms=5, token_interval_ms=2, tokens=4, end_token=True)
+    stop = plan(s, 3, None, random.Random(0))
+    assert stop.end_token and not stop.capped and stop.output_tokens == 4
+    assert stop.end_gap_ms == 2 and stop.decode_ms == 3 * 2 + 2
+    # a reply cut by max_tokens (or exactly as long: its end token would be one too many)
+    for cap in (3, 4):
+        cut = plan(s, 3, cap, random.Random(0))
+        assert cut.capped and not cut.end_token and cut.end_gap_ms == 0
+    # ignore_eos: never stops on its own, so max_tokens long
+    long = plan(s, 3, 10, random.Random(0), ignore_eos=True)
+    assert long.output_tokens == 10 and long.capped and not long.end_token
+    assert plan(s.with_overrides({"end_token": False}), 3, None, random.Random(0)).end_gap_ms == 0
