@@ -54,6 +54,9 @@ class TruthRequest(BaseModel):
         "= t_read_ns).",
     )
     t_start_ns: int = Field(description="Service started (a slot granted); = t_read_ns unqueued.")
+    t_headers_ns: int | None = Field(
+        default=None, description="The response's status line and headers sent."
+    )
     events_ns: list[int] = Field(description="Clock right before each output event's send.")
     events_sent_ns: list[int] = Field(description="Clock right after each output event's send.")
     event_tokens: list[int] = Field(description="Tokens each output event carried.")

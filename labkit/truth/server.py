@@ -711,6 +711,7 @@ class Server:
             "t_read_ns": stream.t_read,
             "t_admit_ns": stream.t_admit,
             "t_start_ns": stream.t_start,
+            "t_headers_ns": stream.t_headers,
             "events_ns": stream.sends,
             "events_sent_ns": stream.sent,
             "event_tokens": sent if stream.stream else ([output] if output else []),
