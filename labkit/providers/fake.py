@@ -166,9 +166,13 @@ class FakeTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """One scripted response."""
-        t_admit = asyncio.get_running_loop().time()
+        loop = asyncio.get_running_loop()
+        t_read = loop.time()
         reply = self._responder.reply(self.schedule, read_request("chat", request.content))
         s = reply.schedule
+        t_admit = t_read + s.frontend_ms / 1000.0
+        if (wait := t_admit - loop.time()) > 0:
+            await asyncio.sleep(wait)  # the front end: nothing sent, no timing reports it
         headers = {"x-request-id": reply.rid}
         if s.fail == "http_status":
             if s.retry_after_s is not None:
@@ -177,7 +181,7 @@ class FakeTransport(httpx.AsyncBaseTransport):
             return httpx.Response(s.fail_status, headers=headers, content=error_body(reply))
         source = fake_stream(reply, self._slots, t_admit)
         if s.queue_ms and s.server_timings != "deepseek":
-            await asyncio.sleep(s.queue_ms / 1000.0)  # nothing is sent before service
+            await asyncio.sleep(max(0.0, t_admit + s.queue_ms / 1000.0 - loop.time()))
         return httpx.Response(
             200,
             headers={

@@ -53,6 +53,11 @@ class TruthRequest(BaseModel):
         description="The server's clock started: its queue from here (older logs: absent, "
         "= t_read_ns).",
     )
+    frontend_ms: float = Field(
+        default=0.0,
+        description="The front end's delay: read to the server's clock starting, in no timing "
+        "the server reports (t_admit_ns − t_read_ns, as scheduled).",
+    )
     t_start_ns: int = Field(description="Service started (a slot granted); = t_read_ns unqueued.")
     t_headers_ns: int | None = Field(
         default=None, description="The response's status line and headers sent."

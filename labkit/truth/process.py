@@ -29,6 +29,7 @@ SCHEDULE_KEYS: dict[str, type] = {
     "keepalive_ms": float,
     "event_bytes": int,
     "slots": int,
+    "frontend_ms": float,
     "cache_tokens": int,
     "cache_ttl_s": float,
     "cached_ms_per_token": float,

@@ -86,6 +86,12 @@ class TruthSchedule(BaseModel):
         description="Requests served at once; the rest wait, in arrival order, for a free slot "
         "before their first token's wait starts (null or 0: no limit).",
     )
+    frontend_ms: float = _ms(
+        0.0,
+        "A front end's delay between reading the request and the server's clock starting: "
+        "nothing is sent during it and no timing the server reports holds it.",
+    )
+
     # --- the prefix cache ---
     cache_tokens: int = Field(
         default=0,

@@ -56,7 +56,7 @@ CLIENT_ID_HEADERS = ("x-request-id", "x-correlation-id", "request-id")
 
 _WAKEUP = object()  # the selector key of the signal wake-up socket
 # action kinds in a stream's timetable
-_COMMENT, _EVENT, _BODY, _HEADERS, _ADMIT, _FAIL, _END = range(7)
+_COMMENT, _EVENT, _BODY, _HEADERS, _ADMIT, _FAIL, _END, _HTTP_ERROR = range(8)
 
 
 def _frame(payload: bytes) -> bytes:
@@ -132,6 +132,9 @@ class _Stream:
         comments during the queue."""
         s = self.reply.schedule
         self.t_admit = t_admit
+        if s.fail == "http_status":  # answered by the server, once past the front end
+            self.actions, self.k = [(t_admit, _HTTP_ERROR)], 0
+            return
         admit = t_admit + int(s.queue_ms * 1e6)
         actions: list[tuple[int, int]] = []
         if self.stream:
@@ -214,7 +217,7 @@ class _Stream:
             queue_ms=queue,
             prefill_ms=reply.plan.first_ms,
             decode_ms=reply.plan.decode_ms,
-            headers_ms=(headers - self.t_read) / 1e6,
+            headers_ms=(headers - self.t_admit) / 1e6,
         )
 
 
@@ -564,10 +567,7 @@ class Server:
         client_id = next((headers[h] for h in CLIENT_ID_HEADERS if h in headers), None)
         stream = _Stream(conn, reply, t_read, client_id, headers.get("traceparent"))
         conn.busy = True
-        if schedule.fail == "http_status":
-            self._http_error(stream)
-            return
-        stream.before_service(t_read)
+        stream.before_service(t_read + int(schedule.frontend_ms * 1e6))
         self._push(stream)
 
     def _push(self, stream: _Stream) -> None:
@@ -710,6 +710,7 @@ class Server:
             "fail": s.fail if stream.failed else None,
             "t_read_ns": stream.t_read,
             "t_admit_ns": stream.t_admit,
+            "frontend_ms": s.frontend_ms,
             "t_start_ns": stream.t_start,
             "t_headers_ns": stream.t_headers,
             "events_ns": stream.sends,
@@ -823,6 +824,9 @@ class Server:
             return False
         if kind == _FAIL:
             return self._fail(stream)
+        if kind == _HTTP_ERROR:
+            self._http_error(stream)
+            return True
         return self._body(stream)
 
     def _body(self, stream: _Stream) -> bool:

@@ -36,8 +36,9 @@ def _sse(obj: Any, event: str | None = None) -> bytes:
 class Timings:
     """What the server did for one reply, in ms, as its own timings report it: the wait
     for service (`queue_ms`: the schedule's queue and a slot's), the prefill (start of
-    service to token 1), the decode (token 1 to the last), and the time from the request's
-    read to the headers (`headers_ms`, OpenAI's ``openai-processing-ms``)."""
+    service to token 1), the decode (token 1 to the last), and the time from the server's
+    clock starting (past the front end) to the headers (`headers_ms`, OpenAI's
+    ``openai-processing-ms``)."""
 
     queue_ms: float
     prefill_ms: float
