@@ -17,7 +17,20 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from labkit.errors import ConfigError
 
-__all__ = ["TruthLog", "TruthRequest", "TruthToolCall", "read_truth_log"]
+__all__ = ["TruthLog", "TruthRequest", "TruthStep", "TruthToolCall", "read_truth_log"]
+
+
+class TruthStep(BaseModel):
+    """One output token the server drew, and the distribution it drew it from: the
+    candidates (the token among them) with their true probabilities, likeliest first."""
+
+    token: str
+    candidates: list[tuple[str, float]]
+
+    @property
+    def probability(self) -> float:
+        """The drawn token's probability."""
+        return dict(self.candidates)[self.token]
 
 
 class TruthToolCall(BaseModel):
@@ -87,6 +100,13 @@ class TruthRequest(BaseModel):
         "None for a failed one.",
     )
     tool_calls: list[TruthToolCall] = Field(default_factory=list, description="Calls made.")
+    temperature: float | None = Field(default=None, description="The request's temperature.")
+    seed: int | None = Field(default=None, description="The request's seed.")
+    steps: list[TruthStep] = Field(
+        default_factory=list,
+        description="Each output token's draw (with sampling, or logprobs asked): the token "
+        "and its candidates' true probabilities.",
+    )
     queue_ms: float = Field(
         default=0.0, description="The wait for service: t_start_ns − t_admit_ns, in ms."
     )

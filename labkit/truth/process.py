@@ -37,6 +37,8 @@ SCHEDULE_KEYS: dict[str, type] = {
     "finish_reason": str,
     "usage": bool,
     "end_token": bool,
+    "sampling": bool,
+    "candidates": int,
     "fail": str,
     "fail_status": int,
     "fail_after_tokens": int,

@@ -1,9 +1,10 @@
 """What the fake server answers a request with, before any byte is framed.
 
 `read_request` takes what a request body asks for (API, streaming, ``max_tokens``, the prompt
-as text, tools, ...); `Responder.reply` turns it and a `TruthSchedule` into a `Reply`: the
-timing `Plan`, the text or tool-call piece of every output event, the token counts and the
-stop reason. The truth server and the in-process fake provider both answer through it, so
+as text, tools, sampling, ...); `Responder.reply` turns it and a `TruthSchedule` into a
+`Reply`: the timing `Plan`, the text or tool-call piece of every output event, each token's
+known distribution (`Step`, with sampling or logprobs), the token counts and the stop
+reason. The truth server and the in-process fake provider both answer through it, so
 they send the same replies. The server's own tokenizer (`pieces`) cuts a prompt into
 whitespace pieces: a run of printable ASCII with the white space before it, any other
 character on its own; ``/tokenize`` answers with the same cut.
@@ -12,6 +13,7 @@ character on its own; ``/tokenize`` answers with the same cut.
 from __future__ import annotations
 
 import json
+import math
 import random
 import re
 import zlib
@@ -22,11 +24,14 @@ from labkit.truth.cache import PrefixCache
 from labkit.truth.schedule import Plan, TruthSchedule, plan
 
 __all__ = [
+    "VOCABULARY",
     "WORDS",
     "Reply",
     "Request",
     "Responder",
+    "Step",
     "ToolCall",
+    "distribution",
     "pieces",
     "read_request",
     "token_id",
@@ -47,6 +52,37 @@ WORDS = (
     " at",
     " a",
     " time",
+)
+#: The tokens sampling draws from (each one token of the server's tokenizer).
+VOCABULARY = (
+    " a",
+    " and",
+    " answer",
+    " are",
+    " at",
+    " be",
+    " clock",
+    " each",
+    " first",
+    " is",
+    " it",
+    " last",
+    " model",
+    " next",
+    " of",
+    " one",
+    " pieces",
+    " reads",
+    " runs",
+    " server",
+    " step",
+    " the",
+    " time",
+    " token",
+    " tokens",
+    " while",
+    " word",
+    " writes",
 )
 #: The chat template's special tokens and their ids.
 SPECIAL_IDS = {"<|im_start|>": 1, "<|im_end|>": 2}
@@ -96,6 +132,12 @@ class Request:
     cache_prompt: bool = True
     #: llama.cpp's and vLLM's ``ignore_eos``: the reply never stops on its own.
     ignore_eos: bool = False
+    #: Sampling: the temperature (None: the API's default, 1) and the seed (None: none).
+    temperature: float | None = None
+    seed: int | None = None
+    #: Alternatives per token asked for (`top_logprobs`, llama.cpp's `n_probs`; 0 with
+    #: `logprobs: true` alone); None: no logprobs asked.
+    top_logprobs: int | None = None
 
     @property
     def prompt_text(self) -> str:
@@ -214,7 +256,61 @@ def read_request(api: str, body: bytes) -> Request:
         tool_results=results,
         cache_prompt=obj.get("cache_prompt") is not False,
         ignore_eos=obj.get("ignore_eos") is True,
+        temperature=_number(obj.get("temperature")),
+        seed=_int(obj.get("seed")),
+        top_logprobs=_top_logprobs(api, obj),
     )
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _top_logprobs(api: str, obj: dict[str, Any]) -> int | None:
+    """The alternatives per token a body asks for; None when it asks for no logprobs."""
+    top = _int(obj.get("top_logprobs"))
+    if top is None:
+        top = _int(obj.get("n_probs"))
+    if api == "responses":
+        include = obj.get("include") or ()
+        asked = "message.output_text.logprobs" in include if isinstance(include, list) else False
+        return (top or 0) if asked or top is not None else None
+    if obj.get("logprobs") is True or top is not None:
+        return max(top or 0, 0)
+    return None
+
+
+@dataclass(frozen=True)
+class Step:
+    """One output token and the distribution it was drawn from: the candidates (the token
+    among them) with the probabilities the server reports, likeliest first."""
+
+    token: str
+    candidates: tuple[tuple[str, float], ...]
+
+    @property
+    def probability(self) -> float:
+        """The chosen token's probability."""
+        return dict(self.candidates)[self.token]
+
+
+def distribution(prompt_key: int, step: int, k: int) -> list[tuple[str, float]]:
+    """The known next-token distribution at `step` of a prompt (`prompt_key`, its CRC): `k`
+    candidates of `VOCABULARY` and their logits, likeliest first; the same every time."""
+    draw = random.Random(prompt_key * 1_000_003 + step)
+    words = draw.sample(VOCABULARY, min(k, len(VOCABULARY)))
+    logits = [draw.gauss(0.0, 2.0) for _ in words]
+    return sorted(zip(words, logits, strict=True), key=lambda wl: -wl[1])
+
+
+def _softmax(logits: list[float], temperature: float) -> list[float]:
+    scaled = [x / temperature for x in logits]
+    top = max(scaled)
+    weights = [math.exp(x - top) for x in scaled]
+    total = sum(weights)
+    return [w / total for w in weights]
 
 
 @dataclass(frozen=True)
@@ -245,6 +341,8 @@ class Reply:
     call_of: list[int] = field(default_factory=list)
     #: The Chat finish_reason: stop (or the schedule's), length, tool_calls.
     finish_reason: str = "stop"
+    #: Each output token's step (with sampling, or logprobs asked; else empty).
+    steps: list[Step] = field(default_factory=list)
 
     @property
     def output_tokens(self) -> int:
@@ -322,7 +420,11 @@ class Responder:
         planned = plan(
             schedule, len(prompt), request.max_tokens, self.rng, cached, request.ignore_eos
         )
-        words = [WORDS[k % len(WORDS)] for k in range(planned.output_tokens)]
+        steps = self._steps(schedule, request, planned.output_tokens)
+        if schedule.sampling:
+            words = [s.token for s in steps]
+        else:
+            words = [WORDS[k % len(WORDS)] for k in range(planned.output_tokens)]
         texts = []
         k = 0
         for n in planned.event_tokens:
@@ -341,11 +443,41 @@ class Responder:
             cached_tokens=cached,
             texts=texts,
             finish_reason="length" if planned.capped else schedule.finish_reason,
+            steps=steps,
         )
         calls = self._calls(schedule, request, len(texts))
         if calls:
             self._tool_reply(reply, calls)
         return reply
+
+    def _steps(self, schedule: TruthSchedule, request: Request, n: int) -> list[Step]:
+        """Each output token's step: drawn from its known distribution with sampling (at
+        temperature 0 the likeliest, reported with the distribution at temperature 1, as
+        llama.cpp reports it); the scripted word, certain, without."""
+        if not schedule.sampling:
+            if request.top_logprobs is None:
+                return []
+            return [Step(w, ((w, 1.0),)) for w in (WORDS[k % len(WORDS)] for k in range(n))]
+        key = zlib.crc32(request.prompt_text.encode("utf-8"))
+        temperature = 1.0 if request.temperature is None else max(request.temperature, 0.0)
+        draw = self.rng if request.seed is None else random.Random(request.seed * 1_000_003 + key)
+        steps = []
+        for i in range(n):
+            candidates = distribution(key, i, schedule.candidates)
+            logits = [logit for _, logit in candidates]
+            probs = _softmax(logits, temperature or 1.0)
+            if temperature == 0:
+                chosen = 0
+            else:
+                u, chosen = draw.random(), len(probs) - 1
+                for j, p in enumerate(probs):
+                    u -= p
+                    if u < 0:
+                        chosen = j
+                        break
+            pairs = tuple((word, p) for (word, _), p in zip(candidates, probs, strict=True))
+            steps.append(Step(candidates[chosen][0], pairs))
+        return steps
 
     @staticmethod
     def _calls(schedule: TruthSchedule, request: Request, events: int) -> int:

@@ -128,6 +128,18 @@ class TruthSchedule(BaseModel):
         "(as llama.cpp and vLLM count it).",
     )
 
+    # --- sampling ---
+    sampling: bool = Field(
+        default=False,
+        description="Each output token is drawn from a known next-token distribution over "
+        "`candidates` tokens (fixed by the prompt and the step) at the request's temperature "
+        "(0: the likeliest), seeded by the request's seed (none: the server's own draws). "
+        "Off: the scripted words.",
+    )
+    candidates: int = Field(
+        default=5, ge=1, le=20, description="Candidate tokens of each sampling step."
+    )
+
     # --- failures ---
     fail: Literal["none", "http_status", "stream_error", "drop"] = Field(
         default="none", description="Failure to inject."

@@ -118,7 +118,11 @@ class _Stream:
         self.sends: list[int] = []
         self.sent: list[int] = []
         self.comments: list[int] = []
-        plain = reply.request.api == "chat" and not reply.tool_calls
+        plain = (
+            reply.request.api == "chat"
+            and not reply.tool_calls
+            and reply.request.top_logprobs is None
+        )
         self.event_bytes = reply.schedule.event_bytes if plain else 0
         self.pad = b""
 
@@ -726,6 +730,9 @@ class Server:
             "capped": reply.capped,
             "finish_reason": None if stream.failed else reply.finish_reason,
             "tool_calls": [vars(c) for c in reply.tool_calls] if not stream.failed else [],
+            "temperature": reply.request.temperature,
+            "seed": reply.request.seed,
+            "steps": [{"token": step.token, "candidates": step.candidates} for step in reply.steps],
             "queue_ms": timings.queue_ms,
             "prefill_ms": reply.plan.first_ms,
             "decode_ms": reply.plan.decode_ms,

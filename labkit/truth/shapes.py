@@ -12,10 +12,11 @@ event is built without a JSON encoder (the scripted words are plain ASCII).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
-from labkit.truth.reply import Reply
+from labkit.truth.reply import Reply, token_id
 from labkit.truth.schedule import CPP_SHAPE, PROCESSING_HEADER_SHAPE
 
 __all__ = ["SHAPES", "Render", "Shape", "Timings", "error_body", "shape_for", "timing_headers"]
@@ -181,6 +182,13 @@ class Render:
         self.api = reply.request.api
         self.seq = 0
         self._parts: tuple[bytes, bytes] | None = None
+        #: Alternatives per token asked for (None: no logprobs); llama-server's entries
+        #: carry token ids.
+        self.logprobs = reply.request.top_logprobs if reply.steps else None
+        self._ids = reply.schedule.server_timings == CPP_SHAPE
+        self._starts = [0]
+        for n in reply.plan.event_tokens:
+            self._starts.append(self._starts[-1] + n)
         r, m = reply.rid.encode(), reply.model.encode()
         self._chunk_head = (
             b'{"id":"%s","object":"chat.completion.chunk","created":%d,"model":"%s",'
@@ -340,10 +348,60 @@ class Render:
     def event(self, i: int) -> bytes:
         """Output event `i`'s payload(s)."""
         reply = self.reply
-        if not reply.tool_calls:
-            pre, post = self.text_parts()
-            return pre + reply.texts[i].encode() + post
-        return self._tool_event(i)
+        if reply.tool_calls:
+            return self._tool_event(i)
+        if self.logprobs is not None and self.api in ("chat", "responses"):
+            return self._logprob_event(i)
+        pre, post = self.text_parts()
+        return pre + reply.texts[i].encode() + post
+
+    # -- logprobs ----------------------------------------------------------------------
+
+    def _entry(self, token: str, p: float) -> dict[str, Any]:
+        entry: dict[str, Any] = {}
+        if self._ids:  # llama-server's entries lead with the token's id
+            entry["id"] = token_id(token)
+        entry["token"] = token
+        if self.api == "chat":
+            entry["bytes"] = list(token.encode("utf-8"))
+        entry["logprob"] = math.log(p) if p > 0 else -9999.0
+        return entry
+
+    def logprob_entries(self, first: int, n: int) -> list[dict[str, Any]]:
+        """The logprobs entries of output tokens `first` .. `first + n - 1`, each with the
+        `top_logprobs` alternatives asked for."""
+        k = self.logprobs or 0
+        out = []
+        for step in self.reply.steps[first : first + n]:
+            entry = self._entry(step.token, step.probability)
+            entry["top_logprobs"] = [self._entry(t, p) for t, p in step.candidates[:k]]
+            out.append(entry)
+        return out
+
+    def _logprob_event(self, i: int) -> bytes:
+        reply = self.reply
+        first, n = self._starts[i], reply.plan.event_tokens[i]
+        entries = self.logprob_entries(first, n)
+        if self.api == "responses":
+            return _sse(
+                {
+                    "type": "response.output_text.delta",
+                    "sequence_number": self._next(),
+                    "item_id": "msg_" + reply.rid,
+                    "output_index": 0,
+                    "content_index": 0,
+                    "delta": reply.texts[i],
+                    "logprobs": entries,
+                },
+                "response.output_text.delta",
+            )
+        choice = {
+            "index": 0,
+            "delta": {"content": reply.texts[i]},
+            "logprobs": {"content": entries},
+            "finish_reason": None,
+        }
+        return self._chunk([choice])
 
     def _tool_event(self, i: int) -> bytes:
         reply, api = self.reply, self.api
@@ -672,10 +730,13 @@ class Render:
                 ]
             else:
                 answer_message["content"] = reply.text
+            logprobs = None
+            if self.logprobs is not None and not reply.tool_calls:
+                logprobs = {"content": self.logprob_entries(0, reply.output_tokens)}
             choice = {
                 "index": 0,
                 "message": answer_message,
-                "logprobs": None,
+                "logprobs": logprobs,
                 "finish_reason": reply.finish_reason,
             }
             fields, _ = server_fields(reply, t)
