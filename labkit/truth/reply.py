@@ -481,10 +481,15 @@ class Responder:
 
     @staticmethod
     def _calls(schedule: TruthSchedule, request: Request, events: int) -> int:
-        """How many tool calls the reply makes (0: a text answer)."""
+        """How many tool calls the reply makes (0: a text answer): while the history holds
+        fewer tool results than `tool_calls`, or whenever the request forces a call
+        (``required``, Anthropic's ``any``, or a named tool)."""
         if not request.tools or request.tool_choice == "none" or not events:
             return 0
-        if request.tool_results >= schedule.tool_calls:
+        choice = request.tool_choice
+        kind = choice.get("type") if isinstance(choice, dict) else choice
+        forced = kind in ("required", "any", "tool", "function")
+        if request.tool_results >= schedule.tool_calls and not forced:
             return 0
         return min(schedule.parallel_tool_calls, events)
 

@@ -164,7 +164,7 @@ class TruthSchedule(BaseModel):
         ge=0,
         description="A request offering `tools` (and no `tool_choice: none`) is answered with "
         "tool calls while its history holds fewer than this many tool results, then with "
-        "text: a session of this many tool steps.",
+        "text: a session of this many tool steps (a request forcing a call always gets one).",
     )
     parallel_tool_calls: int = Field(
         default=1, ge=1, description="Tool calls in one reply (their arguments share its events)."
