@@ -30,6 +30,7 @@ SCHEDULE_KEYS: dict[str, type] = {
     "event_bytes": int,
     "slots": int,
     "frontend_ms": float,
+    "chat_template": bool,
     "cache_tokens": int,
     "cache_ttl_s": float,
     "cached_ms_per_token": float,

@@ -141,8 +141,16 @@ class Request:
 
     @property
     def prompt_text(self) -> str:
-        """The prompt as the server reads it: the messages' texts, one per line."""
+        """The prompt without a template: the messages' texts, one per line."""
         return "\n".join(text for _, text in self.messages)
+
+    def prompt(self, template: bool) -> str:
+        """The prompt the server counts: with `template`, a chat's messages framed as
+        ChatML (a raw Completions prompt never is)."""
+        if not template or self.api == "completions":
+            return self.prompt_text
+        turns = [f"<|im_start|>{role}\n{text}<|im_end|>\n" for role, text in self.messages]
+        return "".join(turns) + "<|im_start|>assistant\n"
 
 
 def _text(content: Any) -> str:
@@ -408,12 +416,29 @@ class Responder:
         self.rng = random.Random(seed)
         self.count = 0
         self.cache = PrefixCache()
+        #: Every piece the server has cut or sent, by id (for ``/detokenize``).
+        self.vocabulary: dict[int, str] = {token_id(p): p for p in (*WORDS, *VOCABULARY)}
+        self.vocabulary.update({i: p for p, i in SPECIAL_IDS.items()})
+
+    def tokenize(self, text: str) -> list[int]:
+        """`text`'s token ids by the server's tokenizer (`pieces`); each piece is kept for
+        `detokenize`."""
+        ids = []
+        for piece in pieces(text):
+            i = token_id(piece)
+            self.vocabulary[i] = piece
+            ids.append(i)
+        return ids
+
+    def detokenize(self, ids: list[int]) -> str:
+        """The text of token ids the server knows (an unknown id is left out)."""
+        return "".join(self.vocabulary.get(i, "") for i in ids)
 
     def reply(self, schedule: TruthSchedule, request: Request) -> Reply:
         """The answer to `request` under `schedule` (overrides applied)."""
         rid = f"chatcmpl-{self.prefix}-{self.count}"
         self.count += 1
-        prompt = [token_id(p) for p in pieces(request.prompt_text)]
+        prompt = self.tokenize(request.prompt(schedule.chat_template))
         cached = 0
         if schedule.cache_tokens and request.cache_prompt:
             cached = self.cache.lookup(prompt, schedule.cache_ttl_s)

@@ -92,6 +92,13 @@ class TruthSchedule(BaseModel):
         "nothing is sent during it and no timing the server reports holds it.",
     )
 
+    chat_template: bool = Field(
+        default=False,
+        description="Frame a chat prompt's messages in a ChatML template (<|im_start|>role, "
+        "the text, <|im_end|>; then the assistant's turn): the tokens the server counts, "
+        "which /apply-template shows. Off: the messages' texts, one per line.",
+    )
+
     # --- the prefix cache ---
     cache_tokens: int = Field(
         default=0,

@@ -51,6 +51,16 @@ _SLEEP_MIN_NS = 30_000  # below this, spin instead of sleeping
 _BACKLOG = 4096
 _KEEPALIVE = b": keep-alive\n\n"
 _DEEPSEEK_KEEPALIVE_MS = 100.0  # DeepSeek's comment period during its queue, when unset
+#: The context each slot says it holds (`/props`, `/slots`, vLLM's `max_model_len`).
+CONTEXT_TOKENS = 32768
+#: What `/props` says the server is.
+BUILD_INFO = "labkit-truth-server (not llama.cpp)"
+#: The template `chat_template` applies, as `/props` shows it.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
 #: Client request-id headers a truth log keeps (the first present).
 CLIENT_ID_HEADERS = ("x-request-id", "x-correlation-id", "request-id")
 
@@ -501,10 +511,13 @@ class Server:
 
     # -- requests -------------------------------------------------------------------------------
 
-    def _schedule_for(self, path: str) -> TruthSchedule:
+    def _schedule_for(self, path: str, count: bool = True) -> TruthSchedule:
+        """The schedule of a request to `path`: the next per-request one (`count`: a
+        request to an API, which takes its turn), with the path's own settings applied."""
         base = self.schedule
         if self.per_request:
-            base = self.per_request[next(self.arrivals) % len(self.per_request)]
+            turn = next(self.arrivals) if count else 0
+            base = self.per_request[turn % len(self.per_request)]
         return base.with_overrides(_overrides(path))
 
     def _route(
@@ -517,8 +530,13 @@ class Server:
         t_read: int,
     ) -> None:
         shape = shape_for(path) if method == "POST" else None
+        endpoint = path.split("?", 1)[0].rsplit("/", 1)[-1]
         if shape is not None:
             self._serve(conn, shape, path, headers, body, t_read)
+        elif method == "POST" and endpoint in ("tokenize", "detokenize", "apply-template"):
+            self._tokens(conn, endpoint, path, body)
+        elif method == "GET" and endpoint in ("props", "slots"):
+            self._describe(conn, endpoint, path)
         elif method == "GET" and path.startswith("/stamps"):
             late = sorted(self.late_ns)
 
@@ -543,9 +561,73 @@ class Server:
         elif method == "GET" and path.split("?", 1)[0] == "/metrics":
             self._simple(conn, self._metrics(), content_type=b"text/plain; version=0.0.4")
         elif method in ("GET", "HEAD") and path.startswith(("/health", "/v1/health")):
-            self._simple(conn, b"ok")
+            self._simple(conn, b'{"status":"ok"}')
         else:
             self._simple(conn, _error("not found"), b"404 Not Found")
+
+    def _tokens(self, conn: _Conn, endpoint: str, path: str, body: bytes) -> None:
+        """llama-server's ``/tokenize`` (and vLLM's, asked with `prompt`), ``/detokenize``
+        and ``/apply-template``, by the server's own tokenizer and template."""
+        try:
+            obj = json.loads(body or b"{}")
+            if not isinstance(obj, dict):
+                raise ValueError("the body is not a JSON object")
+            schedule = self._schedule_for(path, count=False)
+            responder = self.responder
+            answer: dict[str, Any]
+            if endpoint == "apply-template":
+                request = read_request("chat", body)
+                answer = {"prompt": request.prompt(schedule.chat_template)}
+            elif endpoint == "detokenize":
+                ids = [i for i in obj.get("tokens") or () if isinstance(i, int)]
+                answer = {"content": responder.detokenize(ids)}
+            elif isinstance(obj.get("prompt"), str):  # vLLM's and SGLang's request
+                ids = responder.tokenize(obj["prompt"])
+                answer = {"tokens": ids, "count": len(ids), "max_model_len": CONTEXT_TOKENS}
+                if obj.get("return_token_strs"):
+                    answer["token_strs"] = [responder.vocabulary[i] for i in ids]
+            else:
+                text = obj.get("content")
+                ids = responder.tokenize(text if isinstance(text, str) else "")
+                if obj.get("with_pieces"):
+                    answer = {"tokens": [{"id": i, "piece": responder.vocabulary[i]} for i in ids]}
+                else:
+                    answer = {"tokens": ids}
+        except (ValueError, LabkitError) as exc:
+            self._simple(conn, _error(str(exc)), b"400 Bad Request")
+            return
+        self._simple(conn, json.dumps(answer).encode())
+
+    def _describe(self, conn: _Conn, endpoint: str, path: str) -> None:
+        """llama-server's ``/props`` (saying it is the truth server) and ``/slots``."""
+        try:
+            schedule = self._schedule_for(path, count=False)
+        except LabkitError as exc:
+            self._simple(conn, _error(str(exc)), b"400 Bad Request")
+            return
+        slots = schedule.slots or 1
+        if endpoint == "slots":
+            states = [
+                {"id": i, "n_ctx": CONTEXT_TOKENS, "is_processing": i < self.active}
+                for i in range(slots)
+            ]
+            self._simple(conn, json.dumps(states).encode())
+            return
+        props = {
+            "default_generation_settings": {"n_ctx": CONTEXT_TOKENS, "params": {}},
+            "total_slots": slots,
+            "model_path": self.model,
+            "model_alias": self.model,
+            "chat_template": CHAT_TEMPLATE if schedule.chat_template else "",
+            "bos_token": "<|im_start|>",
+            "eos_token": "<|im_end|>",
+            "build_info": BUILD_INFO,
+            "modalities": {"vision": False, "audio": False},
+            "endpoint_slots": True,
+            "endpoint_props": False,
+            "endpoint_metrics": True,
+        }
+        self._simple(conn, json.dumps(props).encode())
 
     def _serve(
         self,
