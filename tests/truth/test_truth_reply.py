@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from labkit.truth.reply import Responder, pieces, read_request, token_id
+from labkit.truth.reply import Responder, count_pieces, pieces, read_request, token_id
 from labkit.truth.schedule import TruthSchedule
 
 pytestmark = pytest.mark.unit
@@ -24,6 +24,24 @@ def test_the_tokenizer_cuts_white_space_pieces_and_keeps_special_tokens_whole() 
         "<|im_end|>",
     ]
     assert token_id("<|im_start|>") == 1 and token_id(" hi") == token_id(" hi") >= 1000
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "  ",
+        "Say hi.",
+        " a  b\n",
+        "a\x1cb\x1f",
+        "a\x01b\x7f",
+        "日本 語",
+        "x<|im_end|>\ny",
+        "a\t",
+    ],
+)
+def test_the_fast_count_is_the_number_of_pieces(text: str) -> None:
+    assert count_pieces(text) == len(pieces(text))
 
 
 def test_each_api_s_body_is_read_as_its_messages_cap_and_tools() -> None:
