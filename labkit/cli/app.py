@@ -24,7 +24,7 @@ import math
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated, get_args
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -43,7 +43,6 @@ from labkit.config import load_config
 from labkit.errors import LabkitError
 from labkit.experiments import experiment_kinds
 from labkit.providers import provider_kinds
-from labkit.providers.fake import FakeSchedule, FakeServerTimings
 from labkit.records import ErrorKind
 from labkit.runner import (
     ProviderOutcome,
@@ -417,112 +416,6 @@ def _write_report(folder: Path) -> None:
         err_console.print(f"[yellow]report not written:[/] {escape(str(exc))}")
         return
     console.print(f"report: [bold]{escape(str(paths.html))}[/] (and {escape(paths.md.name)})")
-
-
-@app.command("fake-server")
-def fake_server(
-    port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0: any free port).")] = 8000,
-    first_token_ms: Annotated[float, typer.Option(help="Delay of the first token.")] = 50.0,
-    token_interval_ms: Annotated[float, typer.Option(help="Gap between tokens.")] = 10.0,
-    tokens: Annotated[int, typer.Option(help="Tokens per response.")] = 32,
-    server_timings: Annotated[
-        str,
-        typer.Option(
-            help="Server timings to emit: none, groq, cerebras, fireworks, vllm, tgi, "
-            "llamacpp, deepseek."
-        ),
-    ] = "none",
-    queue_ms: Annotated[
-        float, typer.Option(help="Scripted server queue before each response starts.")
-    ] = 0.0,
-    slots: Annotated[
-        int, typer.Option(help="Requests served at once, the rest queued (0: no limit).")
-    ] = 0,
-    truth: Annotated[
-        Path | None,
-        typer.Option(
-            help="Serve the truth server instead (Chat Completions, Completions, Responses, "
-            "Anthropic Messages; `labkit score` reads its log) and write its truth log here."
-        ),
-    ] = None,
-    jitter_ms: Annotated[
-        float, typer.Option(help="--truth: random ± jitter on every wait (seeded).")
-    ] = 0.0,
-    prefill_ms_per_token: Annotated[
-        float, typer.Option(help="--truth: first token later by this per prompt token.")
-    ] = 0.0,
-    tokens_per_event: Annotated[
-        int, typer.Option(help="--truth: tokens per stream event (bursts).")
-    ] = 1,
-    keepalive_ms: Annotated[
-        float, typer.Option(help="--truth: `: keep-alive` comment period before token 1.")
-    ] = 0.0,
-    schedule_file: Annotated[
-        Path | None,
-        typer.Option(help="--truth: per-request schedules, one JSON object a line, cycled."),
-    ] = None,
-    seed: Annotated[int, typer.Option(help="--truth: seed of the jitter.")] = 0,
-) -> None:
-    """Serve the fake provider's schedule as an OpenAI-compatible server on 127.0.0.1."""
-    from labkit.fakeserver import FakeServer
-
-    if truth is not None:
-        if server_timings != "none" or queue_ms:
-            raise fail("--server-timings and --queue-ms are not served with --truth")
-        from labkit.cli.truth import serve_truth
-
-        serve_truth(
-            port=port,
-            truth_log=truth,
-            ttft_ms=first_token_ms,
-            interval_ms=token_interval_ms,
-            tokens=tokens,
-            slots=slots,
-            jitter_ms=jitter_ms,
-            prefill_ms_per_token=prefill_ms_per_token,
-            tokens_per_event=tokens_per_event,
-            keepalive_ms=keepalive_ms,
-            schedule_file=schedule_file,
-            seed=seed,
-        )
-        return
-    _check_range("--port", port, 0, 65535)
-    _check_range("--first-token-ms", first_token_ms, 0, finite=True)
-    _check_range("--token-interval-ms", token_interval_ms, 0, finite=True)
-    _check_range("--tokens", tokens, 0)
-    _check_range("--queue-ms", queue_ms, 0, finite=True)
-    _check_range("--slots", slots, 0)
-    shapes = get_args(FakeServerTimings)
-    if server_timings not in shapes:
-        raise fail(f"--server-timings must be one of {', '.join(shapes)}")
-    schedule = FakeSchedule(
-        first_token_ms=first_token_ms,
-        token_interval_ms=token_interval_ms,
-        tokens=tokens,
-        server_timings=server_timings,  # checked just above
-        queue_ms=queue_ms,
-        slots=slots or None,
-    )
-    server = FakeServer(schedule, port=port)
-
-    async def serve() -> None:
-        await server.start()
-        console.print(f"fake OpenAI-compatible server at [bold]{server.base_url}[/] (Ctrl-C stops)")
-        loop = asyncio.get_running_loop()
-        serving = asyncio.current_task()
-        assert serving is not None
-        loop.add_signal_handler(signal.SIGTERM, serving.cancel)
-        try:
-            await server.serve_forever()
-        finally:
-            await server.stop()
-
-    try:
-        asyncio.run(serve())
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        pass
-    except OSError as exc:
-        raise fail(f"cannot serve on 127.0.0.1:{port}: {exc.strerror or exc}") from None
 
 
 @app.command()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,11 +19,11 @@ import pytest
 from typer.testing import CliRunner
 
 from labkit.cli import app
-from labkit.fakeserver import FakeServer
 from labkit.measurement.recorder import RecordContext, StreamRecorder
 from labkit.providers import provider_class
 from labkit.providers.fake import FakeSchedule
 from labkit.records import ErrorKind, RequestRecord
+from labkit.truth.process import TruthServer
 from tests.providers.streams import chat
 
 pytestmark = pytest.mark.integration
@@ -54,7 +53,7 @@ async def measure(
     """`runs` requests, each on a fresh provider (a fresh TCP connection); the first
     `warmup` are dropped (the first connection of a process pays for lazy imports)."""
     records = []
-    async with FakeServer(schedule) as server:
+    with TruthServer.of(schedule) as server:
         for i in range(warmup + runs):
             provider = compat_provider(server.base_url, **settings)
             try:
@@ -118,7 +117,7 @@ def test_recorder_measures_the_schedule_over_real_sockets() -> None:
 def test_pooled_connection_has_no_connect_phase() -> None:
     async def go() -> list[RequestRecord]:
         quick = FakeSchedule(first_token_ms=5, token_interval_ms=1, tokens=4)
-        async with FakeServer(quick) as server:
+        with TruthServer.of(quick) as server:
             provider = compat_provider(server.base_url)
             try:
                 recorder = StreamRecorder()
@@ -158,35 +157,13 @@ def test_real_drop_mid_stream_and_real_http_error() -> None:
 
 
 @pytest.fixture
-def server_thread() -> Iterator[FakeServer]:
-    """The fake server on its own event loop in a background thread (for the CLI case)."""
-    server = FakeServer(SCHEDULE)
-    loop = asyncio.new_event_loop()
-    ready = threading.Event()
-
-    def serve() -> None:
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(server.start())
-        ready.set()
-        loop.run_forever()
-        loop.run_until_complete(server.stop())
-        pending = asyncio.all_tasks(loop)
-        for task in pending:
-            task.cancel()
-        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-        loop.close()
-
-    thread = threading.Thread(target=serve, name="fake-server", daemon=True)
-    thread.start()
-    assert ready.wait(10)
-    try:
+def server_thread() -> Iterator[TruthServer]:
+    """The fake server in its own process (for the CLI case)."""
+    with TruthServer.of(SCHEDULE) as server:
         yield server
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
 
 
-def test_cli_against_the_fake_server(tmp_path: Path, server_thread: FakeServer) -> None:
+def test_cli_against_the_fake_server(tmp_path: Path, server_thread: TruthServer) -> None:
     cfg = tmp_path / "sock.yaml"
     cfg.write_text(
         "name: sock\n"

@@ -18,7 +18,6 @@ import pytest
 import respx
 
 from labkit.experiments.attribution import AttributionExperiment, AttributionSettings
-from labkit.fakeserver import FakeServer
 from labkit.figures import AttributionKey
 from labkit.measurement.recorder import RecordContext, StreamRecorder
 from labkit.measurement.sdkpath import SDKRecorder, sdk_supported
@@ -27,6 +26,7 @@ from labkit.providers.base import ChatRequest, Provider
 from labkit.providers.fake import FakeSchedule
 from labkit.providers.sdk import model_view
 from labkit.records import ErrorKind, RequestRecord, StopReason
+from labkit.truth.process import TruthServer
 from tests.providers.streams import (
     SSE_HEADERS,
     chat,
@@ -51,7 +51,7 @@ def _request() -> ChatRequest:
 @pytest.mark.integration
 def test_sdk_path_on_real_sockets_matches_the_schedule_and_the_wire_path() -> None:
     async def main() -> tuple[list[float], list[float], list[float]]:
-        async with FakeServer(SCHEDULE) as server:
+        with TruthServer.of(SCHEDULE) as server:
             provider = _provider("openai_compatible", model="fake", base_url=server.base_url)
             sdk = SDKRecorder()
             wire = StreamRecorder()
@@ -328,7 +328,7 @@ SHORT = FakeSchedule(first_token_ms=20.0, token_interval_ms=2.0, tokens=8)
 @pytest.mark.integration
 def test_sdk_path_measures_connection_phases_on_real_sockets() -> None:
     async def main() -> list[RequestRecord]:
-        async with FakeServer(SHORT) as server:
+        with TruthServer.of(SHORT) as server:
             provider = _provider("openai_compatible", model="fake", base_url=server.base_url)
             sdk = SDKRecorder()
             closing = _request()
@@ -385,7 +385,7 @@ def test_attribution_pairs_paths_and_connections_on_real_sockets() -> None:
     exp = AttributionExperiment(AttributionSettings(repeats=4, warmup=1))
 
     async def main() -> list[RequestRecord]:
-        async with FakeServer(SHORT) as server:
+        with TruthServer.of(SHORT) as server:
             provider = _provider("openai_compatible", model="fake", base_url=server.base_url)
             plan = list(exp.requests_for(provider))
             wire, sdk = StreamRecorder(), SDKRecorder()

@@ -58,6 +58,8 @@ class FakeServerProcess:
                 "2",
                 "--tokens",
                 "8",
+                "--log",
+                os.devnull,
             ],
             cwd=ROOT,
             env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"},

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import os
 import signal
 import statistics
 import subprocess
@@ -31,11 +32,11 @@ from labkit.config import parse_config
 from labkit.errors import ConfigError
 from labkit.experiments.load import LoadExperiment, LoadSettings
 from labkit.experiments.pacing import arrival_offsets_ns, closed_loop, open_loop
-from labkit.fakeserver import FakeServer
 from labkit.providers.fake import FakeSchedule
 from labkit.records import RequestRecord
 from labkit.runner import RunOptions, prepare_run
 from labkit.runner.run import RunResult
+from labkit.truth.process import TruthServer
 from labkit.wire import loopclock
 from labkit.wording import CLIENT_BOUND_MARK
 from tests.support.processes import children_of
@@ -260,7 +261,7 @@ def _run(
     transport: str = "auto",
 ) -> RunResult:
     async def main() -> RunResult:
-        async with FakeServer(schedule) as server:
+        with TruthServer.of(schedule) as server:
             config = _config(experiment, server.base_url, transport=transport)
             runner = prepare_run(config, RunOptions(out_dir=tmp_path))
             extra = asyncio.create_task(during()) if during else None
@@ -347,7 +348,7 @@ def test_a_blocked_event_loop_is_flagged_client_bound(tmp_path: Path) -> None:
 def fake_server_process(*args: str) -> Iterator[str]:
     """`labkit fake-server` in a process of its own, so its work is not on labkit's loop."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "labkit", "fake-server", "--port", "0", *args],
+        [sys.executable, "-m", "labkit", "fake-server", "--port", "0", "--log", os.devnull, *args],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -508,7 +509,7 @@ def test_resume_runs_again_only_the_level_that_was_cut_short(tmp_path: Path) -> 
     path.write_text("\n".join(keep + cut) + "\n")  # the run "died" halfway through c2
 
     async def resume() -> RunResult:
-        async with FakeServer(SCHEDULE) as server:
+        with TruthServer.of(SCHEDULE) as server:
             runner = prepare_resume(first.folder.path)
             # The new server has a new port: point the provider at it.
             settings = runner.config.providers[0].model_copy(update={"base_url": server.base_url})
