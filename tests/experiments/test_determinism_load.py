@@ -126,14 +126,14 @@ def test_identical_replies_at_every_level(tmp_path: Path) -> None:
     # Each record carries its level; a level's requests are all the same request.
     assert sorted(r.tags["concurrency"] for r in records) == [1] * 4 + [2] * 4
     assert {r.tags["level"] for r in records} == {"c1", "c2"}
-    # The fake ignores `logprobs`: asked, none came back.
-    assert not f.inspected and f.not_inspected_because == "no reply carried logprobs"
+    # The fake answers `logprobs` as the truth server does: each step's candidates came back.
+    assert f.inspected and f.not_inspected_because is None
     assert all(r.params.get("top_logprobs") == 2 for r in records)
     assert answer.answer.startswith(
         "Identical requests at temperature 0: at concurrency 1, all 4 replies were identical; "
         "at concurrency 2, all 4 replies were identical, the same as at concurrency 1"
     )
-    assert "Candidates not inspected: no reply carried logprobs" in answer.answer
+    assert "Candidates not inspected" not in answer.answer
     assert "Batch setting not reported; server_build not reported" in answer.answer
     assert "determinism mode not reported." in answer.answer
 
