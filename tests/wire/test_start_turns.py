@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from tests.wire.test_turns import _CountingSelectorLoop
 
 from labkit.wire.turns import take_start_turn, take_turn
+from tests.wire.test_turns import _CountingSelectorLoop
 
 pytestmark = pytest.mark.unit
 

@@ -19,7 +19,6 @@ from pathlib import Path
 import httpx
 import pytest
 import trustme
-from tests.wire.lean.test_lean import read_request, serve
 
 from labkit.fakeserver import FakeServer
 from labkit.measurement.recorder import RecordContext, StreamRecorder
@@ -29,6 +28,7 @@ from labkit.providers.fake import FakeSchedule
 from labkit.records import ErrorKind, RequestRecord
 from labkit.wire.lean import LeanTransport, kernel_stamps_available
 from tests.providers.streams import chat
+from tests.wire.lean.test_lean import read_request, serve
 
 pytestmark = pytest.mark.integration
 

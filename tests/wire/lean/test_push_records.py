@@ -11,7 +11,6 @@ import contextlib
 from typing import Any
 
 import pytest
-from tests.wire.lean.test_lean import Handler, read_request, serve
 
 from labkit.measurement.recorder import RecordContext, StreamRecorder
 from labkit.providers import provider_class
@@ -23,6 +22,7 @@ from labkit.wire.lean.http11 import Body
 from tests.providers.streams import chat
 from tests.providers.streams.corpus import Fixture, load_corpus
 from tests.providers.test_corpus import replay
+from tests.wire.lean.test_lean import Handler, read_request, serve
 
 pytestmark = pytest.mark.integration
 
