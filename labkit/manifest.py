@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 __all__ = [
     "FOLDER_FORMAT",
@@ -19,6 +19,7 @@ __all__ = [
     "LaterStatsManifest",
     "Manifest",
     "ProviderManifest",
+    "ReadPathManifest",
     "RunStatus",
     "ScrapeManifest",
 ]
@@ -89,6 +90,43 @@ class ProviderManifest(BaseModel):
     #: Whether the provider went through its whole plan (every planned request has a
     #: record); a resume leaves a finished provider as it is.
     finished: bool | None = None
+
+
+class ReadPathManifest(BaseModel):
+    """Which read path measured the run (`labkit.wire.readpath`): a token's read steps in C,
+    or their Python twins, and why Python where the C path was not used. The two give the
+    same answers; they differ in CPU per token, so a run's cost is read against this."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    implementation: Literal["c", "python"]
+    #: Why Python: ``switched_off`` (``LABKIT_READPATH=python``) or ``not_built`` (labkit
+    #: was installed without its C extension); None for C.
+    reason: Literal["switched_off", "not_built"] | None = None
+    #: More on `reason`: the switch's setting, or why the extension did not load.
+    detail: str | None = None
+    #: Steps that run in Python although the C path is in use, each with why (the timed
+    #: ``select()`` where CPython's selector lacks the private attributes the C one reads).
+    python_steps: dict[str, str] = Field(default_factory=dict)
+
+    def describe(self) -> str:
+        """This read path in a few words (the report, errors): ``c``, ``python (switched
+        off: LABKIT_READPATH=python)``, ``c (timed_select in Python: ...)``."""
+        words: str = self.implementation
+        if self.reason is not None:
+            why = self.reason.replace("_", " ")
+            words += f" ({why}: {self.detail})" if self.detail else f" ({why})"
+        for step, why in self.python_steps.items():
+            words += f" ({step} in Python: {why})"
+        return words
+
+    def same_steps(self, other: ReadPathManifest) -> bool:
+        """Whether `other` runs the same code: the same implementation and the same steps
+        in Python (why each is so may differ: not built here, switched off there)."""
+        return (
+            self.implementation == other.implementation
+            and self.python_steps.keys() == other.python_steps.keys()
+        )
 
 
 class Manifest(BaseModel):

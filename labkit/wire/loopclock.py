@@ -42,7 +42,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-import select
 import selectors
 import sys
 import threading
@@ -52,7 +51,7 @@ from collections import deque
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
-from labkit.wire.readpath import TIMED_SELECT, TIMED_SELECT_BLOCKED_NS
+from labkit.wire.readpath import TIMED_SELECT, TIMED_SELECT_BLOCKED_NS, selector_problem
 
 __all__ = [
     "BLOCKED_NS",
@@ -124,8 +123,12 @@ class TimedSelector(selectors.DefaultSelector):
         #: woken), woken the earliest time the bytes can have woken it (`_woken`).
         self.history: deque[tuple[int, int, bool, int]] = deque(maxlen=HISTORY_KEPT)
         # Runs once per loop iteration: in C where it can (its epoll poll and key look-up
-        # are the default selector's own, done in the same call).
-        self._select_c = _SELECT_C if type(getattr(self, "_selector", None)) is _EPOLL else None
+        # are the default selector's own, done in the same call, through CPython's private
+        # `_selector` and `_fd_to_key`: checked here, the Python select() where missing).
+        select_c = _SELECT_C
+        if select_c is not None and selector_problem(self) is not None:
+            select_c = None
+        self._select_c = select_c
 
     def _socket(self, fd: int) -> _Socket:
         state = self._sockets.get(fd)
@@ -312,7 +315,6 @@ def thread_schedstat() -> Callable[[], bytes] | None:
 
 _POLL = selectors.DefaultSelector.select
 _READ = selectors.EVENT_READ
-_EPOLL = getattr(select, "epoll", None)
 #: `TimedSelector.select` in C, where it was built with this module's `BLOCKED_NS`.
 _SELECT_C = TIMED_SELECT if TIMED_SELECT_BLOCKED_NS == BLOCKED_NS else None
 
