@@ -154,3 +154,6 @@ class Manifest(BaseModel):
     folder_format: int | None = None
     #: Providers whose plan did not finish, each with why (status ``incomplete``).
     unfinished: dict[str, str] | None = None
+    #: The read path every process of the run measured with (worker processes and Ray
+    #: actors are held to the runner's); absent in folders written before it was recorded.
+    read_path: ReadPathManifest | None = None

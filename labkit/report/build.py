@@ -20,6 +20,7 @@ from labkit.analysis.requests import FIELDS as REQUEST_FIELDS
 from labkit.clocksync import clock_note
 from labkit.errors import RunError
 from labkit.figures import LoadLevel, Percentiles, Quantile, RequestStats, ServerLevelMetrics
+from labkit.manifest import ReadPathManifest
 from labkit.records import LabAnswer
 from labkit.report.charts import Chart, TokenSpans, question_charts
 from labkit.report.later import later_stats_section
@@ -416,6 +417,17 @@ def _load_section(run: RunData) -> list[Block]:
     return blocks + [ChartBlock(c) for c in charts if c is not None]
 
 
+def _read_path_text(raw: object) -> str | None:
+    """The manifest's read path in a few words (`ReadPathManifest.describe`); None where
+    the manifest has none (written before it was recorded), as it is where unreadable."""
+    if raw is None:
+        return None
+    try:
+        return ReadPathManifest.model_validate(raw).describe()
+    except ValueError:
+        return f"unreadable: {str(raw)[:80]}"
+
+
 def _run_section(run: RunData) -> list[Block]:
     m = run.manifest
     df = run.records
@@ -427,6 +439,7 @@ def _run_section(run: RunData) -> list[Block]:
         ("ended", m.get("ended_at")),
         ("records", len(df)),
         ("labkit", m.get("labkit_version")),
+        ("read path", _read_path_text(m.get("read_path"))),
         ("config", m.get("config_path")),
     ]
     host = m.get("host")
