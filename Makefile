@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 CONFIG ?= configs/quickstart.yaml
 
-.PHONY: lab test test-unit test-integration test-e2e test-ray lint typecheck docs check setup browser format bench bench-load bench-load-long bench-cpu bench-ray clean
+.PHONY: lab test test-unit test-integration test-e2e test-ray lint typecheck sanitize docs check setup browser format bench bench-load bench-load-long bench-cpu bench-ray bench-readpath clean
 
 LAB_STAMP := $(VENV)/.lab-installed-stamp
 
@@ -72,6 +72,14 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+
+## The C read path (labkit/wire/_readpath.c) built with AddressSanitizer and
+## UndefinedBehaviorSanitizer into a throwaway folder (the in-place build is left alone), and
+## the read path's fuzz and equivalence tests run on it: an out-of-bounds read or undefined
+## behaviour stops them and fails (scripts/sanitize.py; about a minute on 2 cores; gcc and
+## its libasan/libubsan).
+sanitize: $(STAMP)
+	$(BIN)/python scripts/sanitize.py
 
 ## The reference pages under docs/ built into site/ (git-ignored); --strict: a broken link or
 ## anchor, or a page missing from mkdocs.yml's nav, fails.
