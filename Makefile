@@ -123,6 +123,13 @@ bench-cpu: $(STAMP)
 	$(BIN)/python benchmarks/bench_cpu.py $(if $(BEFORE),--before $(BEFORE)) \
 		--json results/bench-cpu.json
 
+## The C read path against its Python twins in one run of this tree: each C function's cost
+## per call against its twin, and a 32-stream level's CPU per token with LABKIT_READPATH=c,
+## =python and each C function left out, beside an A/A (C against C) that gives the noise
+## (benchmarks/bench_readpath.py; about 6 minutes on 2 cores).
+bench-readpath: $(STAMP)
+	$(BIN)/python benchmarks/bench_readpath.py
+
 ## Streams held in flight and stamp error: one process, worker processes and Ray actors, at
 ## 32, 256 and 1,000 streams (the Ray leg inside unshare -n; unavailable without Ray).
 bench-ray: $(STAMP)
