@@ -12,8 +12,6 @@
  *       the payload of a read of whole non-empty chunks (http11._whole_chunks from 0)
  *   whole_data_events(chunk, limit, t_ns, event_type)
  *       the events of a read of whole one-line `data:` events (SSEParser._whole_data_events)
- *   chunked_data_events(data, limit, t_ns, event_type)
- *       the two above in one call, for a chunked body's read as it came
  *   timed_select(selector, timeout, woken)
  *       TimedSelector.select on an epoll selector, the poll included (loopclock._select_py)
  */
@@ -273,27 +271,6 @@ static PyObject *whole_data_events(PyObject *self, PyObject *const *args, Py_ssi
     if (event_args("whole_data_events", args, nargs, &limit) < 0) return NULL;
     return data_events(PyBytes_AS_STRING(args[0]), PyBytes_GET_SIZE(args[0]), limit, args[2],
                        (PyTypeObject *)args[3]);
-}
-
-/* whole_chunks then whole_data_events in one call, the payload not copied out of a read
- * of one chunk. */
-static PyObject *chunked_data_events(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    Py_ssize_t limit;
-    if (event_args("chunked_data_events", args, nargs, &limit) < 0) return NULL;
-    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(args[0]);
-    Py_ssize_t total = PyBytes_GET_SIZE(args[0]);
-    Py_ssize_t first_start = 0, payload = 0;
-    Py_ssize_t chunks = frame_chunks(data, total, &first_start, &payload);
-    if (chunks < 0) Py_RETURN_NONE;
-    if (chunks == 1)
-        return data_events((const char *)data + first_start, payload, limit, args[2],
-                           (PyTypeObject *)args[3]);
-    char *joined = PyMem_Malloc(payload > 0 ? (size_t)payload : 1);
-    if (joined == NULL) return PyErr_NoMemory();
-    copy_payloads(data, total, joined);
-    PyObject *out = data_events(joined, payload, limit, args[2], (PyTypeObject *)args[3]);
-    PyMem_Free(joined);
-    return out;
 }
 
 /* ---- TimedSelector.select (loopclock.py, `_select_py` there is the reference) ---------- */
@@ -566,9 +543,6 @@ static PyMethodDef methods[] = {
     {"whole_data_events", (PyCFunction)(void (*)(void))whole_data_events, METH_FASTCALL,
      "whole_data_events(chunk, limit, t_ns, event_type) -> the events of whole one-line "
      "data: events, or None."},
-    {"chunked_data_events", (PyCFunction)(void (*)(void))chunked_data_events, METH_FASTCALL,
-     "chunked_data_events(data, limit, t_ns, event_type) -> whole_data_events of "
-     "whole_chunks(data), or None where either is None."},
     {"timed_select", (PyCFunction)(void (*)(void))timed_select, METH_FASTCALL,
      "timed_select(selector, timeout, woken) -> TimedSelector.select on an epoll selector."},
     {NULL, NULL, 0, NULL},

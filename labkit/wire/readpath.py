@@ -7,7 +7,9 @@ of each in one call (setup.py builds it on Linux; a build without a compiler ski
 answers None for anything else, which the Python code then reads its general way. Both give
 the same answers (tests/wire/test_readpath.py); `READ_PATH` says which runs and why.
 `chunked_data_events` runs the framing's and the SSE split's common cases back to back, for
-a reader that takes a chunked body's read as it came (`SSEParser.feed_whole_chunks`).
+a reader that takes a chunked body's read as it came (`SSEParser.feed_whole_chunks`): in
+Python over the two steps (a fused C version saved 0.06 µs a read, within the noise of a
+loaded level: docs/accuracy.md, `make bench-readpath`).
 `TIMED_SELECT` is the event loop's timed ``select()`` (`loopclock.TimedSelector`) in one call.
 
 ``LABKIT_READPATH`` (read once, at import) chooses: unset or ``auto``, C where built, else
@@ -221,13 +223,11 @@ TIMED_SELECT_BLOCKED_NS: int | None = getattr(_C, "BLOCKED_NS", None)
 def py_chunked_data_events(data: bytes, limit: int, t_ns: int, event_type: Any) -> list[Any] | None:
     """The events of a read as it came off a chunked body: whole non-empty chunks
     (`whole_chunks`) whose payload is whole one-line ``data:`` events
-    (`whole_data_events`); None where either is not so."""
+    (`whole_data_events`); None where either is not so. Each step in C where it is."""
     payload = whole_chunks(data)
     return None if payload is None else whole_data_events(payload, limit, t_ns, event_type)
 
 
-#: `py_chunked_data_events` in one C call where labkit was built with it (a read of one
-#: chunk is split where it lies, not copied out first).
-chunked_data_events: Callable[[bytes, int, int, Any], list[Any] | None] = getattr(
-    _C, "chunked_data_events", py_chunked_data_events
-)
+#: `py_chunked_data_events`, the two steps' C versions chained in Python where labkit runs
+#: them: the name a reader binds.
+chunked_data_events: Callable[[bytes, int, int, Any], list[Any] | None] = py_chunked_data_events

@@ -134,33 +134,6 @@ def test_whole_data_events_in_c_is_the_python_fast_path(read: bytes, limit: int)
         assert _line_by_line(read, limit - 6) == compiled
 
 
-@st.composite
-def _chunked_sse_reads(draw: st.DrawFn) -> bytes:
-    """SSE reads cut into chunks (one or several, now and then with an odd head or tail)."""
-    body = draw(_sse_reads())
-    cuts = sorted(draw(st.lists(st.integers(0, len(body)), max_size=3)))
-    pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
-    read = b"".join(
-        _chunk(p, draw(_heads) if draw(st.integers(0, 9)) == 0 else None) for p in pieces if p
-    )
-    return read + draw(st.sampled_from([b"", b"", b"0\r\n\r\n", b"3\r\nab"]))
-
-
-@unit
-@settings(max_examples=400, derandomize=True)
-@given(
-    st.one_of(_chunked_sse_reads(), _chunked_reads(), st.binary(max_size=60)),
-    st.integers(min_value=6, max_value=40),
-)
-@example(_chunk(b'data: {"a": 1}\n\n') + _chunk(b"data: [DONE]\n\n"), MAX_EVENT_BYTES + 6)
-@example(_chunk(b"data: 12") + _chunk(b"3456\n\n"), 12)
-@example(_chunk(b"data: 1234567\n\n"), 12)
-@example(_chunk(b"data: 12") + _chunk(b"34567\n\n"), 12)
-def test_chunked_data_events_in_c_is_the_two_steps_in_python(read: bytes, limit: int) -> None:
-    compiled = _C.chunked_data_events(read, limit, 7, SSEEvent)
-    assert compiled == readpath.py_chunked_data_events(read, limit, 7, SSEEvent)
-
-
 def _line_by_line(read: bytes, max_event_bytes: int) -> list[SSEEvent]:
     parser = SSEParser(max_event_bytes)
     # a partial line first takes the parser off its fast path; then the read's own lines
@@ -174,8 +147,6 @@ def test_a_malformed_event_type_is_a_type_error_not_a_crash() -> None:
         _C.whole_data_events(b"data: a\n\n", 10, 1, "not a type")
     with pytest.raises(TypeError):
         _C.whole_chunks("not bytes")
-    with pytest.raises(TypeError):
-        _C.chunked_data_events(b"3\r\nabc\r\n", 10, 1, "not a type")
 
 
 needs_stamps = pytest.mark.skipif(KERNEL_STAMPS is None, reason="no kernel receive stamps here")
