@@ -126,7 +126,7 @@ bench-cpu: $(STAMP)
 ## The C read path against its Python twins in one run of this tree: each C function's cost
 ## per call against its twin, and a 32-stream level's CPU per token with LABKIT_READPATH=c,
 ## =python and each C function left out, beside an A/A (C against C) that gives the noise
-## (benchmarks/bench_readpath.py; about 6 minutes on 2 cores).
+## (benchmarks/bench_readpath.py; about 8 minutes on 2 cores).
 bench-readpath: $(STAMP)
 	$(BIN)/python benchmarks/bench_readpath.py
 

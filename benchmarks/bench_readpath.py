@@ -10,13 +10,9 @@ against itself) that says how large a difference the run's noise makes.
   the figure is the median over `--rounds` rounds, in µs per call. `recv_stamped`: one
   kernel-stamped read of one chat event off a loopback TCP socket
   (`tcp.Connection._on_readable` with ``RECV_STAMPED`` and without it; only the call is
-  timed, the send before it is not). `whole_chunks`, `whole_data_events` and
-  `chunked_data_events`: a read of one chat event (about 230 bytes, the common read at 32
-  streams) and one of four (a read that came late). `timed_select`: a
-  `loopclock.TimedSelector` with 32 pipes registered and two of them readable, the
-  thread's scheduler counters read as in a loop. Where a C step is built of others
-  (`chunked_data_events`), a second twin is its Python composition over the C steps it
-  chains: what labkit runs where only it is left out.
+  timed, the send before it is not). `whole_chunks` and `whole_data_events`: a read of one
+  chat event (about 230 bytes, the common read at 32 streams) and one of four (a read that
+  came late).
 - In the loop: a real ``labkit run`` of a 32-stream ``load`` level (``workers: 1``, so the
   process measured reads every stream) against the truth server
   (`benchmarks/scripted_server.py`), this tree in a child process per run; its CPU per
@@ -29,9 +25,9 @@ against itself) that says how large a difference the run's noise makes.
   less the C leg's; the noise is the A/A difference. A gain no larger than the noise is
   within it.
 
-Run: ``make bench-readpath`` (about 6 minutes on 2 cores) = ``.venv/bin/python
+Run: ``make bench-readpath`` (about 8 minutes on 2 cores) = ``.venv/bin/python
 benchmarks/bench_readpath.py``. Options: ``--rounds 5 --calls 20000`` (micro), ``--loop-rounds
-3 --streams 32 --requests-scale 1 --without F,G`` (the loop; ``--without`` picks the
+8 --streams 32 --requests-scale 1 --without F,G`` (the loop; ``--without`` picks the
 functions left out one at a time, default every one), ``--no-loop``, ``--json OUT``; the stream's
 shape as bench_load's (``--tokens 100 --interval-ms 2 --ttft-ms 50``). A benchmark, not a
 test: on 2 shared cores the figures are noisy; judge a gain against the A/A beside it.
@@ -43,9 +39,7 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import select
-import selectors
 import statistics
 import sys
 import tempfile
@@ -59,7 +53,7 @@ import bench_cpu as bc
 import bench_load as bl  # this tree's labkit and scripted_server first on sys.path
 from scripted_server import ScriptedServer, raise_open_files_limit
 
-from labkit.wire import loopclock, readpath
+from labkit.wire import readpath
 from labkit.wire.lean import stamps, tcp
 from labkit.wire.sse import MAX_EVENT_BYTES, SSEEvent
 
@@ -122,19 +116,8 @@ def _loop_timer(calls: int, c: Callable[[], Any], py: Callable[[], Any]) -> Call
 
 
 def framing_cases(compiled: Any, calls: int) -> list[Case]:
-    """`whole_chunks`, `whole_data_events` and `chunked_data_events` on `READS`."""
+    """`whole_chunks` and `whole_data_events` on `READS`."""
     out: list[Case] = []
-
-    def pure_chunked(data: bytes, limit: int, t_ns: int, kind: Any) -> list[Any] | None:
-        payload = readpath.py_whole_chunks(data)
-        if payload is None:
-            return None
-        return readpath.py_whole_data_events(payload, limit, t_ns, kind)
-
-    def over_c(data: bytes, limit: int, t_ns: int, kind: Any) -> list[Any] | None:
-        payload = compiled.whole_chunks(data)
-        return None if payload is None else compiled.whole_data_events(payload, limit, t_ns, kind)
-
     for label, events in READS.items():
         payload = b"".join(events)
         framed = b"".join(_chunk(e) for e in events)
@@ -165,22 +148,6 @@ def framing_cases(compiled: Any, calls: int) -> list[Case]:
                     ),
                 )
             )
-        if hasattr(compiled, "chunked_data_events"):
-            c_ch = compiled.chunked_data_events
-            for twin, py_ch in (("Python", pure_chunked), ("Python over the C steps", over_c)):
-                assert c_ch(framed, LIMIT, 1, SSEEvent) == py_ch(framed, LIMIT, 1, SSEEvent)
-                out.append(
-                    Case(
-                        "chunked_data_events",
-                        label,
-                        twin,
-                        _loop_timer(
-                            calls,
-                            lambda c=c_ch, d=framed: c(d, LIMIT, 1, SSEEvent),
-                            lambda p=py_ch, d=framed: p(d, LIMIT, 1, SSEEvent),
-                        ),
-                    )
-                )
     return out
 
 
@@ -222,52 +189,14 @@ def recv_case(compiled: Any, calls: int) -> Iterator[Case | None]:
         loop.close()
 
 
-@contextlib.contextmanager
-def select_case(compiled: Any, calls: int) -> Iterator[Case | None]:
-    """`timed_select` against `TimedSelector._select_py`: 32 pipes, two readable."""
-    if not hasattr(compiled, "timed_select") or loopclock._SELECT_C is None:
-        yield None
-        return
-    selector = loopclock.TimedSelector(schedstat=loopclock.thread_schedstat())
-    pipes = [os.pipe() for _ in range(32)]
-    try:
-        for r, _ in pipes:
-            selector.register(r, selectors.EVENT_READ)
-
-        def run(side: str) -> float:
-            selector._select_c = compiled.timed_select if side == "c" else None
-            total = 0
-            for i in range(calls):
-                ready = (pipes[i % 32], pipes[(i + 7) % 32])
-                for _, w in ready:
-                    os.write(w, b"x")
-                t0 = time.perf_counter_ns()
-                got = selector.select(0.001)
-                total += time.perf_counter_ns() - t0
-                assert len(got) == 2, got
-                for r, _ in ready:
-                    os.read(r, 16)
-            return total / calls / 1e3
-
-        yield Case("timed_select", "32 pipes, 2 readable", "Python", run)
-    finally:
-        selector.close()
-        for r, w in pipes:
-            os.close(r)
-            os.close(w)
-
-
 def measure_micro(rounds: int, calls: int) -> list[dict[str, Any]]:
     """Every case, `rounds` rounds, the C function, its twin and the C function again in a
     rotating order per round."""
     compiled, why = readpath.compiled_module()
     if compiled is None:
         raise SystemExit(f"labkit is built without its C read path here ({why})")
-    with (
-        recv_case(compiled, max(calls // 10, 500)) as recv,
-        select_case(compiled, max(calls // 10, 500)) as sel,
-    ):
-        cases = [c for c in [recv, *framing_cases(compiled, calls), sel] if c is not None]
+    with recv_case(compiled, max(calls // 10, 500)) as recv:
+        cases = [c for c in [recv, *framing_cases(compiled, calls)] if c is not None]
         sides = ["c", "python", "again"]
         for rnd in range(rounds):
             for case in cases:
@@ -299,11 +228,11 @@ def print_micro(rows: list[dict[str, Any]], rounds: int, calls: int) -> None:
 # --- in the loop ----------------------------------------------------------------------------
 
 #: Runs `labkit run` with one C step left out: its Python twin bound where the C one was,
-#: before the run imports anything else (sse, http11, tcp and loopclock bind them at import).
+#: before the run imports anything else (sse, http11 and tcp bind them at import).
 _WITHOUT = """
 import runpy, sys
 step, sys.argv = STEP, ["labkit", *sys.argv[1:]]
-from labkit.wire import loopclock, readpath, sse
+from labkit.wire import readpath, sse
 from labkit.wire.lean import http11, tcp
 if step == "recv_stamped":
     tcp.RECV_STAMPED = readpath.RECV_STAMPED = None
@@ -311,10 +240,6 @@ elif step == "whole_chunks":
     http11.whole_chunks = readpath.whole_chunks = readpath.py_whole_chunks
 elif step == "whole_data_events":
     sse.whole_data_events = readpath.whole_data_events = readpath.py_whole_data_events
-elif step == "chunked_data_events":
-    sse.chunked_data_events = readpath.chunked_data_events = readpath.py_chunked_data_events
-elif step == "timed_select":
-    loopclock._SELECT_C = None
 else:
     raise SystemExit("no such step: " + step)
 runpy.run_module("labkit", run_name="__main__", alter_sys=True)
@@ -324,8 +249,9 @@ runpy.run_module("labkit", run_name="__main__", alter_sys=True)
 def c_steps() -> list[str]:
     """The C functions this tree's extension has, in read order."""
     compiled, _ = readpath.compiled_module()
-    order = ["recv_stamped", "whole_chunks", "whole_data_events", "chunked_data_events"]
-    return [s for s in [*order, "timed_select"] if hasattr(compiled, s)]
+    return [
+        s for s in ("recv_stamped", "whole_chunks", "whole_data_events") if hasattr(compiled, s)
+    ]
 
 
 def loop_sides(work: Path, without: list[str]) -> list[bc.Side]:
@@ -447,7 +373,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5, help="micro rounds")
     parser.add_argument("--calls", type=int, default=20_000, help="micro calls per timing")
-    parser.add_argument("--loop-rounds", type=int, default=3)
+    parser.add_argument("--loop-rounds", type=int, default=8)
     parser.add_argument("--streams", type=int, default=32)
     parser.add_argument("--requests-scale", type=float, default=1.0)
     parser.add_argument(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, JsonValue
 
 __all__ = [
     "FOLDER_FORMAT",
@@ -105,28 +105,15 @@ class ReadPathManifest(BaseModel):
     reason: Literal["switched_off", "not_built"] | None = None
     #: More on `reason`: the switch's setting, or why the extension did not load.
     detail: str | None = None
-    #: Steps that run in Python although the C path is in use, each with why (the timed
-    #: ``select()`` where CPython's selector lacks the private attributes the C one reads).
-    python_steps: dict[str, str] = Field(default_factory=dict)
 
     def describe(self) -> str:
         """This read path in a few words (the report, errors): ``c``, ``python (switched
-        off: LABKIT_READPATH=python)``, ``c (timed_select in Python: ...)``."""
+        off: LABKIT_READPATH=python)``, ``python (not built: ...)``."""
         words: str = self.implementation
         if self.reason is not None:
             why = self.reason.replace("_", " ")
             words += f" ({why}: {self.detail})" if self.detail else f" ({why})"
-        for step, why in self.python_steps.items():
-            words += f" ({step} in Python: {why})"
         return words
-
-    def same_steps(self, other: ReadPathManifest) -> bool:
-        """Whether `other` runs the same code: the same implementation and the same steps
-        in Python (why each is so may differ: not built here, switched off there)."""
-        return (
-            self.implementation == other.implementation
-            and self.python_steps.keys() == other.python_steps.keys()
-        )
 
 
 class Manifest(BaseModel):

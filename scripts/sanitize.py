@@ -3,13 +3,12 @@
 Builds `labkit/wire/_readpath.c` with ``gcc -fsanitize=address,undefined`` into a throwaway
 folder (the in-place build is left as it is), then runs the read path's tests in a child
 interpreter that imports that build as ``labkit.wire._readpath``: the fuzz tests holding
-each C function to its Python twin, the timed ``select()``'s, the SSE whole-chunk and
-whole-event readers', the private-attribute checks and the corpus through the lean
-transport. The child preloads the ASan runtime (an uninstrumented Python must load it
-first), allocates every object with malloc (``PYTHONMALLOC=malloc``: pymalloc's arenas
-would hide a read past a small bytes object), leaves leaks unchecked (CPython leaves memory
-to the OS at exit) and stops at the first error of either sanitizer, so an out-of-bounds
-read or undefined behaviour fails the run. Extra arguments go to pytest.
+each C function to its Python twin, the SSE whole-chunk and whole-event readers' and the
+corpus through the lean transport. The child preloads the ASan runtime (an uninstrumented
+Python must load it first), allocates every object with malloc (``PYTHONMALLOC=malloc``:
+pymalloc's arenas would hide a read past a small bytes object), leaves leaks unchecked
+(CPython leaves memory to the OS at exit) and stops at the first error of either sanitizer,
+so an out-of-bounds read or undefined behaviour fails the run. Extra arguments go to pytest.
 """
 
 from __future__ import annotations
@@ -30,11 +29,8 @@ SOURCE = REPO / "labkit" / "wire" / "_readpath.c"
 MODULE = "labkit.wire._readpath"
 TESTS = [
     "tests/wire/test_readpath.py",
-    "tests/wire/test_timed_select.py",
     "tests/wire/test_sse_whole_chunks.py",
     "tests/wire/test_sse_whole_events.py",
-    "tests/wire/test_private_attributes.py",
-    "tests/wire/test_loopclock.py",
     "tests/wire/lean/test_push_records.py",
 ]
 FLAGS = [

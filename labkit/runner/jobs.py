@@ -110,7 +110,7 @@ class LevelJob(BaseModel):
         ``LABKIT_READPATH``): a run's records are all measured on the one its manifest
         names."""
         wanted = self.read_path
-        if wanted is None or wanted.same_steps(READ_PATH):
+        if wanted is None or wanted.implementation == READ_PATH.implementation:
             return
         raise RunError(
             f"this worker runs the {READ_PATH.describe()} read path, the runner the "

@@ -9,28 +9,21 @@ the same answers (tests/wire/test_readpath.py); `READ_PATH` says which runs and 
 `chunked_data_events` runs the framing's and the SSE split's common cases back to back, for
 a reader that takes a chunked body's read as it came (`SSEParser.feed_whole_chunks`): in
 Python over the two steps (a fused C version saved 0.06 µs a read, within the noise of a
-loaded level: docs/accuracy.md, `make bench-readpath`).
-`TIMED_SELECT` is the event loop's timed ``select()`` (`loopclock.TimedSelector`) in one call.
+loaded level: docs/accuracy.md, `make bench-readpath`); so does the event loop's timed
+``select()`` (`loopclock.TimedSelector`), whose C version saved about 0.7 µs a ``select()``,
+some 0.3 µs a token, and read CPython's private selector attributes.
 
 ``LABKIT_READPATH`` (read once, at import) chooses: unset or ``auto``, C where built, else
 Python; ``c``, C or an error where it is not built; ``python``, the Python twin of every C
 step even where the extension is built (the extension is then not loaded). Any other value is
 a `ConfigError`. Worker processes inherit the variable; Ray actors get it in their
 ``runtime_env``, and every worker is held to the runner's read path (`labkit.runner`).
-
-The timed ``select()`` in C reads two private attributes of CPython's epoll selector
-(``_selector``, the ``select.epoll`` it polls, and ``_fd_to_key``, its dict of
-`selectors.SelectorKey` by descriptor) and a key's tuple layout: where this Python's
-selector lacks them (`selector_problem`), the Python ``select()`` runs instead and
-`READ_PATH.python_steps` says why.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
-import select
-import selectors
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -43,12 +36,9 @@ __all__ = [
     "READ_PATH",
     "RECV_STAMPED",
     "SETTINGS",
-    "TIMED_SELECT",
-    "TIMED_SELECT_BLOCKED_NS",
     "choose",
     "chunked_data_events",
     "compiled_module",
-    "selector_problem",
     "setting",
     "whole_chunks",
     "whole_data_events",
@@ -86,43 +76,9 @@ def compiled_module() -> tuple[Any | None, str | None]:
         return None, f"{type(exc).__name__}: {exc}"
 
 
-def selector_problem(selector: Any = None) -> str | None:
-    """Why the C timed ``select()`` cannot read `selector` (default: a fresh
-    `selectors.EpollSelector`, this Python's), or None where it can: CPython's private
-    ``_selector`` must be a ``select.epoll`` and ``_fd_to_key`` a dict, and a
-    `selectors.SelectorKey` the tuple ``(fileobj, fd, events, data)``."""
-    key = selectors.SelectorKey
-    if not issubclass(key, tuple) or key._fields[:3] != ("fileobj", "fd", "events"):
-        return "selectors.SelectorKey is not the tuple (fileobj, fd, events, data)"
-    epoll = getattr(select, "epoll", None)
-    if epoll is None:
-        return "select has no epoll"
-    probe = None
-    if selector is None:
-        kind = getattr(selectors, "EpollSelector", None)
-        if kind is None:
-            return "selectors has no EpollSelector"
-        try:
-            selector = probe = kind()
-        except OSError as exc:
-            return f"selectors.EpollSelector() failed: {exc}"
-    try:
-        name = type(selector).__qualname__
-        if type(getattr(selector, "_selector", None)) is not epoll:
-            return f"{name} has no _selector of type select.epoll"
-        if type(getattr(selector, "_fd_to_key", None)) is not dict:
-            return f"{name} has no _fd_to_key dict"
-        return None
-    finally:
-        if probe is not None:
-            probe.close()
-
-
-def choose(
-    wanted: Setting, built: bool, not_built: str | None, selector: str | None
-) -> ReadPathManifest:
-    """The read path for a setting, whether the extension loaded (else `not_built` says
-    why) and `selector_problem`'s answer; ConfigError for ``c`` without the extension."""
+def choose(wanted: Setting, built: bool, not_built: str | None) -> ReadPathManifest:
+    """The read path for a setting and whether the extension loaded (else `not_built` says
+    why); ConfigError for ``c`` without the extension."""
     if wanted == "python":
         return ReadPathManifest(
             implementation="python", reason="switched_off", detail=f"{ENV_VAR}=python"
@@ -134,18 +90,13 @@ def choose(
                 "reinstall it with a C compiler and Python's headers, or unset the variable"
             )
         return ReadPathManifest(implementation="python", reason="not_built", detail=not_built)
-    steps = {} if selector is None else {"timed_select": selector}
-    return ReadPathManifest(implementation="c", reason=None, detail=None, python_steps=steps)
+    return ReadPathManifest(implementation="c", reason=None, detail=None)
 
 
 _SETTING = setting(os.environ.get(ENV_VAR))
 _C, _NOT_BUILT = (None, None) if _SETTING == "python" else compiled_module()
 #: The read path this process runs, and why Python where it does (a run's manifest).
-READ_PATH = choose(
-    _SETTING, _C is not None, _NOT_BUILT, selector_problem() if _C is not None else None
-)
-if READ_PATH.implementation == "python":
-    _C = None
+READ_PATH = choose(_SETTING, _C is not None, _NOT_BUILT)
 
 #: Which read path runs: ``"c"`` (labkit built with `_readpath`) or ``"python"``.
 IMPLEMENTATION: Literal["c", "python"] = READ_PATH.implementation
@@ -209,15 +160,6 @@ whole_chunks: Callable[[bytes], bytes | None] = (
 whole_data_events: Callable[[bytes, int, int, Any], list[Any] | None] = (
     _C.whole_data_events if _C is not None else py_whole_data_events
 )
-
-
-#: ``timed_select(selector, timeout, woken)``: `loopclock.TimedSelector.select` on an epoll
-#: selector in one call (the poll, the clocks, the counters and each socket's report), and
-#: the `loopclock.BLOCKED_NS` it was built with; None without the C module.
-TIMED_SELECT: Callable[[Any, float | None, Any], list[Any]] | None = (
-    None if "timed_select" in READ_PATH.python_steps else getattr(_C, "timed_select", None)
-)
-TIMED_SELECT_BLOCKED_NS: int | None = getattr(_C, "BLOCKED_NS", None)
 
 
 def py_chunked_data_events(data: bytes, limit: int, t_ns: int, event_type: Any) -> list[Any] | None:

@@ -102,23 +102,18 @@ def test_one_record(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("read_path", "shown"),
     [
-        ({"implementation": "c", "reason": None, "detail": None, "python_steps": {}}, "| c |"),
+        ({"implementation": "c", "reason": None, "detail": None}, "| c |"),
         (
             {
                 "implementation": "python",
                 "reason": "switched_off",
                 "detail": "LABKIT_READPATH=python",
-                "python_steps": {},
             },
             "| python (switched off: LABKIT_READPATH=python) |",
         ),
         (
             {"implementation": "python", "reason": "not_built", "detail": "ImportError: x"},
             "| python (not built: ImportError: x) |",
-        ),
-        (
-            {"implementation": "c", "python_steps": {"timed_select": "no _fd_to_key dict"}},
-            "| c (timed_select in Python: no _fd_to_key dict) |",
         ),
         ({"implementation": "rust"}, "| unreadable: {'implementation': 'rust'} |"),
     ],

@@ -104,7 +104,7 @@ def test_a_fresh_run_writes_the_keys_it_always_wrote(tmp_path: Path) -> None:
     # the read path this process runs, every key written (tests/wire/test_readpath_switch.py
     # covers each value)
     assert manifest["read_path"] == READ_PATH.model_dump(mode="json")
-    assert set(manifest["read_path"]) == {"implementation", "reason", "detail", "python_steps"}
+    assert set(manifest["read_path"]) == {"implementation", "reason", "detail"}
 
 
 def _resumable(tmp_path: Path, read_path: dict[str, Any] | None) -> Path:

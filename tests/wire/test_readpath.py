@@ -44,7 +44,6 @@ def test_labkit_is_built_with_its_c_read_path_on_linux() -> None:
     assert readpath.IMPLEMENTATION == "c"
     assert readpath.whole_chunks is _C.whole_chunks
     assert readpath.RECV_STAMPED is _C.recv_stamped
-    assert readpath.TIMED_SELECT is _C.timed_select
 
 
 def _chunk(payload: bytes, head: bytes | None = None) -> bytes:

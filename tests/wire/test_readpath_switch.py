@@ -24,9 +24,8 @@ pytestmark = pytest.mark.unit
 #: module that reads a token actually bound.
 _PROBE = """
 import json, sys
-from labkit.wire import readpath, sse, loopclock
+from labkit.wire import readpath, sse
 from labkit.wire.lean import http11, tcp
-selector = loopclock.TimedSelector()
 print(json.dumps({
     "read_path": readpath.READ_PATH.model_dump(mode="json"),
     "implementation": readpath.IMPLEMENTATION,
@@ -35,9 +34,7 @@ print(json.dumps({
     "whole_chunks": http11.whole_chunks.__module__ or "c",
     "whole_data_events": sse.whole_data_events.__module__ or "c",
     "chunked_data_events": sse.chunked_data_events.__module__ or "c",
-    "timed_select": selector._select_c is not None,
 }))
-selector.close()
 """
 
 
@@ -64,7 +61,6 @@ def test_python_runs_every_python_twin_though_the_extension_is_built() -> None:
             "implementation": "python",
             "reason": "switched_off",
             "detail": "LABKIT_READPATH=python",
-            "python_steps": {},
         },
         "implementation": "python",
         "extension_loaded": False,
@@ -72,7 +68,6 @@ def test_python_runs_every_python_twin_though_the_extension_is_built() -> None:
         "whole_chunks": "labkit.wire.readpath",
         "whole_data_events": "labkit.wire.readpath",
         "chunked_data_events": "labkit.wire.readpath",
-        "timed_select": False,
     }
 
 
@@ -80,13 +75,8 @@ def test_python_runs_every_python_twin_though_the_extension_is_built() -> None:
 @pytest.mark.parametrize("value", [None, "c"])
 def test_unset_auto_or_c_run_the_c_steps_where_built(value: str | None) -> None:
     got = _probed(value)
-    assert got["read_path"] == {
-        "implementation": "c",
-        "reason": None,
-        "detail": None,
-        "python_steps": {},
-    }
-    assert got["extension_loaded"] and got["recv_stamped"] and got["timed_select"]
+    assert got["read_path"] == {"implementation": "c", "reason": None, "detail": None}
+    assert got["extension_loaded"] and got["recv_stamped"]
     # a C function has no __module__ of its own
     for step in ("whole_chunks", "whole_data_events"):
         assert got[step] != "labkit.wire.readpath", step
@@ -119,37 +109,24 @@ def test_setting_refuses_an_unknown_value() -> None:
 
 
 def test_choose_says_why_python() -> None:
-    assert readpath.choose("python", True, None, None) == ReadPathManifest(
+    assert readpath.choose("python", True, None) == ReadPathManifest(
         implementation="python", reason="switched_off", detail="LABKIT_READPATH=python"
     )
     missing = "ModuleNotFoundError: No module named 'labkit.wire._readpath'"
-    assert readpath.choose("auto", False, missing, None) == ReadPathManifest(
+    assert readpath.choose("auto", False, missing) == ReadPathManifest(
         implementation="python", reason="not_built", detail=missing
     )
-    assert readpath.choose("auto", True, None, None) == ReadPathManifest(implementation="c")
+    assert readpath.choose("auto", True, None) == ReadPathManifest(implementation="c")
 
 
 def test_c_without_the_extension_is_an_error_not_a_silent_fallback() -> None:
     with pytest.raises(ConfigError, match=r"LABKIT_READPATH=c but labkit was installed without"):
-        readpath.choose("c", False, "ImportError: x", None)
+        readpath.choose("c", False, "ImportError: x")
 
 
-def test_a_selector_the_c_select_cannot_read_runs_that_step_in_python() -> None:
-    got = readpath.choose("auto", True, None, "EpollSelector has no _fd_to_key dict")
-    assert got.implementation == "c"
-    assert got.python_steps == {"timed_select": "EpollSelector has no _fd_to_key dict"}
-    assert got.describe() == "c (timed_select in Python: EpollSelector has no _fd_to_key dict)"
-
-
-def test_a_read_path_in_words_and_which_differ() -> None:
-    switched = readpath.choose("python", True, None, None)
-    not_built = readpath.choose("auto", False, "ImportError: x", None)
+def test_a_read_path_in_words() -> None:
+    switched = readpath.choose("python", True, None)
+    not_built = readpath.choose("auto", False, "ImportError: x")
     assert switched.describe() == "python (switched off: LABKIT_READPATH=python)"
     assert not_built.describe() == "python (not built: ImportError: x)"
     assert ReadPathManifest(implementation="c").describe() == "c"
-    # why Python may differ between two processes; the code they run may not
-    assert switched.same_steps(not_built)
-    assert not switched.same_steps(ReadPathManifest(implementation="c"))
-    assert not ReadPathManifest(implementation="c").same_steps(
-        ReadPathManifest(implementation="c", python_steps={"timed_select": "x"})
-    )
