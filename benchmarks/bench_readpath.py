@@ -10,9 +10,10 @@ against itself) that says how large a difference the run's noise makes.
   the figure is the median over `--rounds` rounds, in µs per call. `recv_stamped`: one
   kernel-stamped read of one chat event off a loopback TCP socket
   (`tcp.Connection._on_readable` with ``RECV_STAMPED`` and without it; only the call is
-  timed, the send before it is not). `whole_chunks` and `whole_data_events`: a read of one
-  chat event (about 230 bytes, the common read at 32 streams) and one of four (a read that
-  came late).
+  timed, the send before it is not). `whole_data_events`: a read of one chat event (about
+  230 bytes, the common read at 32 streams) and one of four (a read that came late). The
+  functions this bench found within the noise (`chunked_data_events`, `whole_chunks`,
+  `timed_select`) are Python now: docs/accuracy.md keeps their figures.
 - In the loop: a real ``labkit run`` of a 32-stream ``load`` level (``workers: 1``, so the
   process measured reads every stream) against the truth server
   (`benchmarks/scripted_server.py`), this tree in a child process per run; its CPU per
@@ -70,7 +71,7 @@ def _chunk(payload: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(payload), payload)
 
 
-#: The reads the framing and SSE steps are timed on: one event, and four a late read gathered.
+#: The reads the SSE split is timed on: one event, and four a late read gathered.
 READS = {"1 event": [EVENT], "4 events": [EVENT] * 4}
 
 # --- micro ----------------------------------------------------------------------------------
@@ -115,39 +116,21 @@ def _loop_timer(calls: int, c: Callable[[], Any], py: Callable[[], Any]) -> Call
     return run
 
 
-def framing_cases(compiled: Any, calls: int) -> list[Case]:
-    """`whole_chunks` and `whole_data_events` on `READS`."""
+def sse_cases(compiled: Any, calls: int) -> list[Case]:
+    """`whole_data_events` on `READS`."""
     out: list[Case] = []
+    if not hasattr(compiled, "whole_data_events"):
+        return out
+    c_ev, py_ev = compiled.whole_data_events, readpath.py_whole_data_events
     for label, events in READS.items():
         payload = b"".join(events)
-        framed = b"".join(_chunk(e) for e in events)
-        assert compiled.whole_chunks(framed) == readpath.py_whole_chunks(framed) == payload
-        if hasattr(compiled, "whole_chunks"):
-            c_fn, py_fn = compiled.whole_chunks, readpath.py_whole_chunks
-            out.append(
-                Case(
-                    "whole_chunks",
-                    label,
-                    "Python",
-                    _loop_timer(
-                        calls, lambda c=c_fn, d=framed: c(d), lambda p=py_fn, d=framed: p(d)
-                    ),
-                )
-            )
-        if hasattr(compiled, "whole_data_events"):
-            c_ev, py_ev = compiled.whole_data_events, readpath.py_whole_data_events
-            out.append(
-                Case(
-                    "whole_data_events",
-                    label,
-                    "Python",
-                    _loop_timer(
-                        calls,
-                        lambda c=c_ev, d=payload: c(d, LIMIT, 1, SSEEvent),
-                        lambda p=py_ev, d=payload: p(d, LIMIT, 1, SSEEvent),
-                    ),
-                )
-            )
+        assert c_ev(payload, LIMIT, 1, SSEEvent) == py_ev(payload, LIMIT, 1, SSEEvent)
+        timer = _loop_timer(
+            calls,
+            lambda d=payload: c_ev(d, LIMIT, 1, SSEEvent),
+            lambda d=payload: py_ev(d, LIMIT, 1, SSEEvent),
+        )
+        out.append(Case("whole_data_events", label, "Python", timer))
     return out
 
 
@@ -196,7 +179,7 @@ def measure_micro(rounds: int, calls: int) -> list[dict[str, Any]]:
     if compiled is None:
         raise SystemExit(f"labkit is built without its C read path here ({why})")
     with recv_case(compiled, max(calls // 10, 500)) as recv:
-        cases = [c for c in [recv, *framing_cases(compiled, calls)] if c is not None]
+        cases = [c for c in [recv, *sse_cases(compiled, calls)] if c is not None]
         sides = ["c", "python", "again"]
         for rnd in range(rounds):
             for case in cases:
@@ -228,16 +211,14 @@ def print_micro(rows: list[dict[str, Any]], rounds: int, calls: int) -> None:
 # --- in the loop ----------------------------------------------------------------------------
 
 #: Runs `labkit run` with one C step left out: its Python twin bound where the C one was,
-#: before the run imports anything else (sse, http11 and tcp bind them at import).
+#: before the run imports anything else (sse and tcp bind them at import).
 _WITHOUT = """
 import runpy, sys
 step, sys.argv = STEP, ["labkit", *sys.argv[1:]]
 from labkit.wire import readpath, sse
-from labkit.wire.lean import http11, tcp
+from labkit.wire.lean import tcp
 if step == "recv_stamped":
     tcp.RECV_STAMPED = readpath.RECV_STAMPED = None
-elif step == "whole_chunks":
-    http11.whole_chunks = readpath.whole_chunks = readpath.py_whole_chunks
 elif step == "whole_data_events":
     sse.whole_data_events = readpath.whole_data_events = readpath.py_whole_data_events
 else:
@@ -249,9 +230,7 @@ runpy.run_module("labkit", run_name="__main__", alter_sys=True)
 def c_steps() -> list[str]:
     """The C functions this tree's extension has, in read order."""
     compiled, _ = readpath.compiled_module()
-    return [
-        s for s in ("recv_stamped", "whole_chunks", "whole_data_events") if hasattr(compiled, s)
-    ]
+    return [s for s in ("recv_stamped", "whole_data_events") if hasattr(compiled, s)]
 
 
 def loop_sides(work: Path, without: list[str]) -> list[bc.Side]:

@@ -1,15 +1,15 @@
 /* The lean transport's per-read steps in C: the same answers as their Python versions.
  *
- * Each streamed token costs one socket read; in Python its stamp, its chunk framing and its
- * SSE split are some sixty bytecodes across four frames, run cold between context switches.
- * These functions do the common case of each in one call and return None for anything
- * else, which the Python code then handles as before (labkit.wire.readpath
- * says which runs; tests/wire/test_readpath.py holds them to the Python ones).
+ * Each streamed token costs one socket read; in Python its stamp and its SSE split run as
+ * bytecodes across several frames, cold between context switches. These functions do the
+ * common case of each in one call and return None for anything else, which the Python code
+ * then handles as before (labkit.wire.readpath says which runs; tests/wire/test_readpath.py
+ * holds them to the Python ones). The chunk framing, the framing and split chained, and the
+ * timed select() were here too and left: each saved less than the noise of a loaded level
+ * (docs/accuracy.md, make bench-readpath).
  *
  *   recv_stamped(fd, size, ancillary_size, stamp_type, stamp_unit, last_t)
  *       one recvmsg() and its stamps, as Connection._on_readable took them
- *   whole_chunks(data)
- *       the payload of a read of whole non-empty chunks (http11._whole_chunks from 0)
  *   whole_data_events(chunk, limit, t_ns, event_type)
  *       the events of a read of whole one-line `data:` events (SSEParser._whole_data_events)
  */
@@ -109,82 +109,6 @@ static PyObject *recv_stamped(PyObject *self, PyObject *const *args, Py_ssize_t 
     return out;
 }
 
-static inline int hex_value(unsigned char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
-/* A chunk head's digits, as the Python decoder reads them: its CRLF within 18 bytes. */
-#define MAX_HEX_DIGITS 16
-
-/* The chunks of a read that is whole non-empty chunks with bare hex sizes and nothing else:
- * their count (-1: not such a read), the first one's payload offset and the payloads' sum. */
-static Py_ssize_t frame_chunks(const unsigned char *data, Py_ssize_t total,
-                               Py_ssize_t *first_start, Py_ssize_t *payload) {
-    Py_ssize_t at = 0, chunks = 0;
-    *payload = 0;
-    while (at < total) {
-        Py_ssize_t digits = 0;
-        int64_t size = 0;
-        while (at + digits < total && digits <= MAX_HEX_DIGITS) {
-            int v = hex_value(data[at + digits]);
-            if (v < 0) break;
-            /* Past any read's length: not whole here, as in Python (kept from overflowing). */
-            if (size > total) size = total + 1;
-            size = size * 16 + v;
-            digits++;
-        }
-        if (digits == 0 || digits > MAX_HEX_DIGITS) return -1;
-        Py_ssize_t end = at + digits;
-        if (end + 1 >= total || data[end] != '\r' || data[end + 1] != '\n') return -1;
-        if (size == 0 || size > total) return -1;
-        Py_ssize_t stop = end + 2 + (Py_ssize_t)size;
-        if (stop + 2 > total || data[stop] != '\r' || data[stop + 1] != '\n') return -1;
-        if (chunks == 0) *first_start = end + 2;
-        *payload += (Py_ssize_t)size;
-        chunks++;
-        at = stop + 2;
-    }
-    return chunks;
-}
-
-/* The payloads of `chunks` framed chunks (frame_chunks said so) copied into `dst`. */
-static void copy_payloads(const unsigned char *data, Py_ssize_t total, char *dst) {
-    Py_ssize_t at = 0;
-    while (at < total) {
-        Py_ssize_t digits = 0;
-        int64_t size = 0;
-        int v;
-        while ((v = hex_value(data[at + digits])) >= 0) {
-            size = size * 16 + v;
-            digits++;
-        }
-        memcpy(dst, data + at + digits + 2, (size_t)size);
-        dst += size;
-        at += digits + 2 + (Py_ssize_t)size + 2;
-    }
-}
-
-static PyObject *whole_chunks(PyObject *self, PyObject *arg) {
-    if (!PyBytes_Check(arg)) {
-        PyErr_SetString(PyExc_TypeError, "whole_chunks takes bytes");
-        return NULL;
-    }
-    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(arg);
-    Py_ssize_t total = PyBytes_GET_SIZE(arg);
-    Py_ssize_t first_start = 0, payload = 0;
-    Py_ssize_t chunks = frame_chunks(data, total, &first_start, &payload);
-    if (chunks < 0) Py_RETURN_NONE;
-    if (chunks == 1)
-        return PyBytes_FromStringAndSize((const char *)data + first_start, payload);
-    PyObject *out = PyBytes_FromStringAndSize(NULL, payload);
-    if (out == NULL) return NULL;
-    copy_payloads(data, total, PyBytes_AS_STRING(out));
-    return out;
-}
-
 /* One event object of `type` (SSEEvent: a slots dataclass) without running its __init__. */
 static PyObject *new_event(PyTypeObject *type, PyObject *data, PyObject *t_ns) {
     PyObject *event = type->tp_alloc(type, 0);
@@ -271,8 +195,6 @@ static PyMethodDef methods[] = {
     {"recv_stamped", (PyCFunction)(void (*)(void))recv_stamped, METH_FASTCALL,
      "recv_stamped(fd, size, ancillary_size, stamp_type, stamp_unit, last_t) -> "
      "(data, t_ns, seen_ns, kernel_stamped), or None when the socket has nothing now."},
-    {"whole_chunks", whole_chunks, METH_O,
-     "whole_chunks(data) -> the payload of whole non-empty chunks, or None."},
     {"whole_data_events", (PyCFunction)(void (*)(void))whole_data_events, METH_FASTCALL,
      "whole_data_events(chunk, limit, t_ns, event_type) -> the events of whole one-line "
      "data: events, or None."},

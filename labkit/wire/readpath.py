@@ -3,15 +3,17 @@
 One token is one socket read on the lean transport, and its steps run cold between context
 switches: the read and its kernel stamp (`tcp.Connection`), its chunk framing
 (`whole_chunks`) and its SSE split (`whole_data_events`). `_readpath.c` does the common case
-of each in one call (setup.py builds it on Linux; a build without a compiler skips it) and
-answers None for anything else, which the Python code then reads its general way. Both give
-the same answers (tests/wire/test_readpath.py); `READ_PATH` says which runs and why.
+of the read (`RECV_STAMPED`) and of the SSE split in one call each (setup.py builds it on
+Linux; a build without a compiler skips it) and answers None for anything else, which the
+Python code then reads its general way. Both give the same answers
+(tests/wire/test_readpath.py); `READ_PATH` says which runs and why.
 `chunked_data_events` runs the framing's and the SSE split's common cases back to back, for
-a reader that takes a chunked body's read as it came (`SSEParser.feed_whole_chunks`): in
-Python over the two steps (a fused C version saved 0.06 µs a read, within the noise of a
-loaded level: docs/accuracy.md, `make bench-readpath`); so does the event loop's timed
-``select()`` (`loopclock.TimedSelector`), whose C version saved about 0.7 µs a ``select()``,
-some 0.3 µs a token, and read CPython's private selector attributes.
+a reader that takes a chunked body's read as it came (`SSEParser.feed_whole_chunks`).
+
+The framing, that chain and the event loop's timed ``select()`` (`loopclock.TimedSelector`)
+are Python whatever the setting: their C versions saved some 1, 0.06 and 0.3 µs a token,
+within the noise of a 32-stream level on the 2-core host (docs/accuracy.md, `make
+bench-readpath`), and the select's read CPython's private selector attributes.
 
 ``LABKIT_READPATH`` (read once, at import) chooses: unset or ``auto``, C where built, else
 Python; ``c``, C or an error where it is not built; ``python``, the Python twin of every C
@@ -153,9 +155,8 @@ def py_whole_data_events(chunk: bytes, limit: int, t_ns: int, event_type: Any) -
 
 RECV_STAMPED: RecvStamped | None = _C.recv_stamped if _C is not None else None
 
-whole_chunks: Callable[[bytes], bytes | None] = (
-    _C.whole_chunks if _C is not None else py_whole_chunks
-)
+#: The framing's common case: Python whatever the read path (`py_whole_chunks`).
+whole_chunks: Callable[[bytes], bytes | None] = py_whole_chunks
 
 whole_data_events: Callable[[bytes, int, int, Any], list[Any] | None] = (
     _C.whole_data_events if _C is not None else py_whole_data_events

@@ -42,7 +42,7 @@ def test_labkit_is_built_with_its_c_read_path_on_linux() -> None:
     if readpath.READ_PATH.reason == "switched_off":
         return  # LABKIT_READPATH=python: tests/wire/test_readpath_switch.py
     assert readpath.IMPLEMENTATION == "c"
-    assert readpath.whole_chunks is _C.whole_chunks
+    assert readpath.whole_data_events is _C.whole_data_events
     assert readpath.RECV_STAMPED is _C.recv_stamped
 
 
@@ -79,12 +79,11 @@ def _python_chunked(data: bytes) -> tuple[bytes, bytes, bool] | str:
 @given(st.one_of(_chunked_reads(), st.binary(max_size=80)))
 @example(_chunk(b"a" * 300) + _chunk(b"b"))
 @example(_chunk(b"x", b"0" * 15 + b"1"))
-def test_whole_chunks_in_c_is_the_python_fast_path(read: bytes) -> None:
-    compiled = _C.whole_chunks(read)
-    assert compiled == readpath.py_whole_chunks(read)
-    if compiled is not None and read:
-        # and what the whole decoder makes of the read
-        assert _python_chunked(read) == (compiled, b"", False)
+def test_whole_chunks_is_what_the_whole_decoder_makes_of_the_read(read: bytes) -> None:
+    # Python only since its C version left (docs/accuracy.md): held to the general decoder
+    fast = readpath.py_whole_chunks(read)
+    if fast is not None and read:
+        assert _python_chunked(read) == (fast, b"", False)
 
 
 def _sse_line(text: str) -> bytes:
@@ -144,8 +143,6 @@ def _line_by_line(read: bytes, max_event_bytes: int) -> list[SSEEvent]:
 def test_a_malformed_event_type_is_a_type_error_not_a_crash() -> None:
     with pytest.raises(TypeError):
         _C.whole_data_events(b"data: a\n\n", 10, 1, "not a type")
-    with pytest.raises(TypeError):
-        _C.whole_chunks("not bytes")
 
 
 needs_stamps = pytest.mark.skipif(KERNEL_STAMPS is None, reason="no kernel receive stamps here")
