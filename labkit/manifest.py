@@ -19,6 +19,7 @@ __all__ = [
     "LaterStatsManifest",
     "Manifest",
     "ProviderManifest",
+    "ReadPathManifest",
     "RunStatus",
     "ScrapeManifest",
 ]
@@ -91,6 +92,30 @@ class ProviderManifest(BaseModel):
     finished: bool | None = None
 
 
+class ReadPathManifest(BaseModel):
+    """Which read path measured the run (`labkit.wire.readpath`): a token's read steps in C,
+    or their Python twins, and why Python where the C path was not used. The two give the
+    same answers; they differ in CPU per token, so a run's cost is read against this."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    implementation: Literal["c", "python"]
+    #: Why Python: ``switched_off`` (``LABKIT_READPATH=python``) or ``not_built`` (labkit
+    #: was installed without its C extension); None for C.
+    reason: Literal["switched_off", "not_built"] | None = None
+    #: More on `reason`: the switch's setting, or why the extension did not load.
+    detail: str | None = None
+
+    def describe(self) -> str:
+        """This read path in a few words (the report, errors): ``c``, ``python (switched
+        off: LABKIT_READPATH=python)``, ``python (not built: ...)``."""
+        words: str = self.implementation
+        if self.reason is not None:
+            why = self.reason.replace("_", " ")
+            words += f" ({why}: {self.detail})" if self.detail else f" ({why})"
+        return words
+
+
 class Manifest(BaseModel):
     """``manifest.json``: every field optional, present once written (see the module)."""
 
@@ -116,3 +141,6 @@ class Manifest(BaseModel):
     folder_format: int | None = None
     #: Providers whose plan did not finish, each with why (status ``incomplete``).
     unfinished: dict[str, str] | None = None
+    #: The read path every process of the run measured with (worker processes and Ray
+    #: actors are held to the runner's); absent in folders written before it was recorded.
+    read_path: ReadPathManifest | None = None

@@ -19,6 +19,7 @@ import pandas as pd
 from labkit.analysis.requests import FIELDS as REQUEST_FIELDS
 from labkit.errors import RunError
 from labkit.figures import Percentiles, Quantile, RequestStats
+from labkit.manifest import ReadPathManifest
 from labkit.records import LabAnswer
 from labkit.report.charts import Chart, TokenSpans
 from labkit.report.kinds import kind_sections, lab_questions, question_charts
@@ -276,6 +277,17 @@ def _lab_section(run: RunData) -> list[Block]:
     return blocks
 
 
+def _read_path_text(raw: object) -> str | None:
+    """The manifest's read path in a few words (`ReadPathManifest.describe`); None where
+    the manifest has none (written before it was recorded), as it is where unreadable."""
+    if raw is None:
+        return None
+    try:
+        return ReadPathManifest.model_validate(raw).describe()
+    except ValueError:
+        return f"unreadable: {str(raw)[:80]}"
+
+
 def _run_section(run: RunData) -> list[Block]:
     m = run.manifest
     df = run.records
@@ -287,6 +299,7 @@ def _run_section(run: RunData) -> list[Block]:
         ("ended", m.get("ended_at")),
         ("records", len(df)),
         ("labkit", m.get("labkit_version")),
+        ("read path", _read_path_text(m.get("read_path"))),
         ("config", m.get("config_path")),
     ]
     host = m.get("host")

@@ -26,7 +26,13 @@ from labkit.config import LabConfig, parse_config
 from labkit.errors import LabkitError, ProviderUnavailable, RunError
 from labkit.experiments import Experiment, PacedExperiment, PlannedRequest, experiment_class
 from labkit.experiments.paced import connections_needed
-from labkit.manifest import FOLDER_FORMAT, Manifest, ProviderManifest, RunStatus
+from labkit.manifest import (
+    FOLDER_FORMAT,
+    Manifest,
+    ProviderManifest,
+    ReadPathManifest,
+    RunStatus,
+)
 from labkit.measurement.recorder import StreamRecorder
 from labkit.measurement.sdkpath import SDKRecorder
 from labkit.providers import ManagedServerHandle, Provider, ProviderSettings, provider_class
@@ -46,6 +52,7 @@ from labkit.tracing.settings import (
     otlp_metrics_endpoint,
     otlp_traces_endpoint,
 )
+from labkit.wire.readpath import READ_PATH
 
 __all__ = ["ProviderOutcome", "RunOptions", "RunResult", "Runner", "run_lab"]
 
@@ -670,6 +677,7 @@ def prepare_run(config: LabConfig, options: RunOptions) -> Runner:
             ended_at=None,
             status="running",
             folder_format=FOLDER_FORMAT,
+            read_path=READ_PATH,
         )
     )
     return Runner(config, folder)
@@ -690,6 +698,7 @@ def prepare_resume(run_dir: Path, on_warning: Callable[[str], None] | None = Non
             on_warning(message)
 
     try:
+        _same_read_path(folder.manifest.read_path, run_dir)
         config = parse_config(folder.manifest.config, f"{run_dir}/manifest.json")
         previous = folder.read_records(on_skip=skip, refuse_newer=True)
     except LabkitError:
@@ -721,6 +730,19 @@ def prepare_resume(run_dir: Path, on_warning: Callable[[str], None] | None = Non
         done_keys={(p, k) for p, k in done if k},
         previous=previous,
         finished_before=finished,
+    )
+
+
+def _same_read_path(recorded: ReadPathManifest | None, run_dir: Path) -> None:
+    """RunError where this process would read a resumed run's streams on another read path
+    than its records were measured on (C against Python: their CPU per token differs); a
+    folder from before the read path was recorded is resumed as it is."""
+    if recorded is None or recorded.implementation == READ_PATH.implementation:
+        return
+    raise RunError(
+        f"cannot resume {run_dir}: its records were measured on the {recorded.describe()} read "
+        f"path and this labkit runs the {READ_PATH.describe()} one; resume it with the same "
+        "read path (LABKIT_READPATH, docs/configuration.md)"
     )
 
 

@@ -99,6 +99,38 @@ def test_one_record(tmp_path: Path) -> None:
     assert row["ttft_ms.p50"] == row["ttft_ms.p99"] == 123.0
 
 
+@pytest.mark.parametrize(
+    ("read_path", "shown"),
+    [
+        ({"implementation": "c", "reason": None, "detail": None}, "| c |"),
+        (
+            {
+                "implementation": "python",
+                "reason": "switched_off",
+                "detail": "LABKIT_READPATH=python",
+            },
+            "| python (switched off: LABKIT_READPATH=python) |",
+        ),
+        (
+            {"implementation": "python", "reason": "not_built", "detail": "ImportError: x"},
+            "| python (not built: ImportError: x) |",
+        ),
+        ({"implementation": "rust"}, "| unreadable: {'implementation': 'rust'} |"),
+    ],
+)
+def test_the_run_table_shows_the_read_path(
+    tmp_path: Path, read_path: dict[str, object], shown: str
+) -> None:
+    run_dir = write_run(tmp_path / "run", [make_record()], manifest={"read_path": read_path})
+    rows = [line for line in _md(write_report(run_dir).md).splitlines() if "read path" in line]
+    assert len(rows) == 1 and re.sub(r" +", " ", rows[0]).endswith(shown), rows
+
+
+def test_a_run_from_before_the_read_path_was_recorded_shows_none(tmp_path: Path) -> None:
+    md = _md(write_report(write_run(tmp_path / "run", [make_record()])).md)
+    assert "read path" not in md
+
+
 def test_provider_without_usage(tmp_path: Path) -> None:
     recs = [
         make_record(
