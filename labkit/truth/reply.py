@@ -17,7 +17,7 @@ import math
 import random
 import re
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from labkit.truth.cache import PrefixCache
@@ -150,6 +150,9 @@ class Request:
     #: Alternatives per token asked for (`top_logprobs`, llama.cpp's `n_probs`; 0 with
     #: `logprobs: true` alone); None: no logprobs asked.
     top_logprobs: int | None = None
+    #: The tool a llama.cpp `grammar` forces the reply to call as JSON text (labkit's
+    #: forced-call grammar, `FORCED_CALL_MARK`): its first `name` alternative; None: none.
+    grammar_call: str | None = None
 
     @property
     def prompt_text(self) -> str:
@@ -279,7 +282,23 @@ def read_request(api: str, body: bytes) -> Request:
         temperature=_number(obj.get("temperature")),
         seed=_int(obj.get("seed")),
         top_logprobs=_top_logprobs(api, obj),
+        grammar_call=_grammar_call(obj.get("grammar")),
     )
+
+
+#: The first line of the GBNF grammar labkit forces a tool call with on a llama.cpp model
+#: whose template knows no tools (`labkit.providers.tools.GrammarTools`).
+FORCED_CALL_MARK = "# labkit: a forced tool call"
+_GRAMMAR_NAME = re.compile(r'^name ::= "\\"([A-Za-z0-9_.-]+)\\""', re.MULTILINE)
+
+
+def _grammar_call(grammar: Any) -> str | None:
+    """The tool a forced-call grammar makes the reply call (its first name), else None: the
+    server cannot run a grammar, but it can answer the one labkit sends as llama.cpp would."""
+    if not isinstance(grammar, str) or not grammar.startswith(FORCED_CALL_MARK):
+        return None
+    match = _GRAMMAR_NAME.search(grammar)
+    return match.group(1) if match else None
 
 
 def _number(value: Any) -> float | None:
@@ -361,6 +380,9 @@ class Reply:
     call_of: list[int] = field(default_factory=list)
     #: The Chat finish_reason: stop (or the schedule's), length, tool_calls.
     finish_reason: str = "stop"
+    #: A call made as text, as a grammar forced it (logged as the reply's tool calls; the
+    #: reply itself is content, as llama.cpp sends it).
+    text_calls: list[ToolCall] = field(default_factory=list)
     #: Each output token's step (with sampling, or logprobs asked; else empty).
     steps: list[Step] = field(default_factory=list)
 
@@ -488,10 +510,43 @@ class Responder:
             finish_reason="length" if planned.capped else schedule.finish_reason,
             steps=steps,
         )
+        if request.grammar_call is not None:
+            self._grammar_reply(reply, request.grammar_call)
+            return reply
         calls = self._calls(schedule, request, len(texts))
         if calls:
             self._tool_reply(reply, calls)
         return reply
+
+    @staticmethod
+    def _grammar_reply(reply: Reply, name: str) -> None:
+        """The reply a forced-call grammar allows: one call's JSON as text, a piece an event
+        on the schedule's gaps, ended on its own (the grammar is complete), logged as the
+        call it makes (`text_calls`)."""
+        words = "".join(WORDS).strip().split()
+        query = ""
+        for word in words:  # the grammar's words: [a-z][a-z ]{0,15}
+            if len(query) + len(word) + (1 if query else 0) > 16:
+                break
+            query = f"{query} {word}" if query else word
+        arguments = json.dumps({"query": query})
+        text = f'{{"name": "{name}", "arguments": {arguments}}}'
+        cut = pieces(text)
+        planned = reply.plan
+        interval = planned.gaps_ms[0] if planned.gaps_ms else reply.schedule.token_interval_ms
+        gaps = [*planned.gaps_ms, *[interval] * max(0, len(cut) - 1 - len(planned.gaps_ms))]
+        reply.plan = replace(
+            planned,
+            gaps_ms=gaps[: len(cut) - 1],
+            event_tokens=[1] * len(cut),
+            capped=False,
+            end_token=reply.schedule.end_token,
+            end_gap_ms=interval if reply.schedule.end_token else 0.0,
+        )
+        reply.texts = cut
+        reply.steps = []
+        reply.finish_reason = "stop"
+        reply.text_calls = [ToolCall(f"text_{reply.request.tool_results}", name, arguments)]
 
     def _steps(self, schedule: TruthSchedule, request: Request, n: int) -> list[Step]:
         """Each output token's step: drawn from its known distribution with sampling (at

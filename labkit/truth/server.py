@@ -39,6 +39,7 @@ from labkit.truth.shapes import (
     Shape,
     Timings,
     error_body,
+    json_text,
     server_fields,
     shape_for,
     timing_headers,
@@ -218,7 +219,7 @@ class _Stream:
         if not self.pad:
             return _frame(payload)
         pre, post = self.render.text_parts()
-        text = self.reply.texts[self.i].encode()
+        text = json_text(self.reply.texts[self.i])
         size = len(pre) + len(text) + len(self.pad) + len(post)
         return b"".join((b"%x\r\n" % size, pre, text, self.pad, post, b"\r\n"))
 
@@ -811,7 +812,9 @@ class Server:
             "usage_output_tokens": None if stream.failed else reply.usage_output_tokens,
             "capped": reply.capped,
             "finish_reason": None if stream.failed else reply.finish_reason,
-            "tool_calls": [vars(c) for c in reply.tool_calls] if not stream.failed else [],
+            "tool_calls": [vars(c) for c in reply.tool_calls or reply.text_calls]
+            if not stream.failed
+            else [],
             "temperature": reply.request.temperature,
             "seed": reply.request.seed,
             "steps": [{"token": step.token, "candidates": step.candidates} for step in reply.steps],

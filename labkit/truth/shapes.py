@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,17 @@ _CREATED = 1700000000
 
 def _dumps(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
+
+
+_NEEDS_ESCAPE = re.compile(r'["\\\x00-\x1f]')
+
+
+def json_text(text: str) -> bytes:
+    """`text` as the inside of a JSON string: as it is (the script's words need nothing), or
+    escaped where it holds a quote, a backslash or a control character (a call as text)."""
+    if _NEEDS_ESCAPE.search(text) is None:
+        return text.encode()
+    return json.dumps(text, ensure_ascii=False)[1:-1].encode()
 
 
 def _sse(obj: Any, event: str | None = None) -> bytes:
@@ -353,7 +365,7 @@ class Render:
         if self.logprobs is not None and self.api in ("chat", "responses"):
             return self._logprob_event(i)
         pre, post = self.text_parts()
-        return pre + reply.texts[i].encode() + post
+        return pre + json_text(reply.texts[i]) + post
 
     # -- logprobs ----------------------------------------------------------------------
 
