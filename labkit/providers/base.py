@@ -252,6 +252,13 @@ class ProviderSettings(BaseModel):
             raise ValueError(f"provider kind {kind!r} has no official SDK; use client: wire")
         return value
 
+    @classmethod
+    def answered_at(cls, entry: dict[str, Any], root: str, key_env: str) -> dict[str, Any] | None:
+        """This kind's config `entry` rewritten so a server speaking its protocol at `root`
+        answers it, its key (if it needs one) read from `key_env` (`labkit run --truth`
+        points every provider at the truth server so); None: no stand-in speaks it."""
+        return None
+
     def resolved_base_url(self) -> str:
         """The API root, without a trailing slash."""
         url = self.base_url

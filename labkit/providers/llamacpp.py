@@ -67,6 +67,12 @@ class LlamaCppSettings(ProviderSettings):
     )
     ctx_size: PositiveInt = Field(default=4096, description="Context tokens per slot.")
     slots: PositiveInt = Field(default=1, description="Parallel slots (-np).")
+    exclusive: bool = Field(
+        default=False,
+        description="An existing server (`managed: false`) that labkit alone uses, with "
+        "`slots` slots: its queue is then 0 by construction while no more requests are in "
+        "flight than its slots, as on a managed one (`labkit run --truth` sets it).",
+    )
     threads: PositiveInt | None = Field(
         default=None,
         description="CPU threads (-t); default on CPU: every core but one, so the measuring "
@@ -84,6 +90,15 @@ class LlamaCppSettings(ProviderSettings):
         elif not self.managed and self.base_url is None:
             raise ValueError("managed: false needs a base_url (the existing server's root)")
         return self
+
+    @classmethod
+    def answered_at(cls, entry: dict[str, Any], root: str, key_env: str) -> dict[str, Any] | None:
+        """The entry as an existing llama-server at `root` (its root, no `/v1`) that labkit
+        alone uses (`exclusive`: the queue rule of a managed one holds); what only a managed
+        server takes is dropped."""
+        managed_only = ("managed", "model_path", "server_path", "backend", "gpu_layers", "threads")
+        kept = {k: v for k, v in entry.items() if k not in managed_only}
+        return {**kept, "managed": False, "exclusive": True, "base_url": root}
 
     def resolved_base_url(self) -> str:
         """The server root; a trailing `/v1` is dropped."""
@@ -240,9 +255,12 @@ class LlamaCppProvider(OpenAICompatibleProvider):
         return None
 
     def exclusive_slots(self) -> int | None:
-        """A managed llama-server's slots (`-np`): labkit started it, nobody else uses it."""
+        """A managed llama-server's slots (`-np`): labkit started it, nobody else uses it;
+        or an existing one's that the config says labkit alone uses (`exclusive`)."""
         s = self.settings
-        return s.slots if isinstance(s, LlamaCppSettings) and s.managed else None
+        if not isinstance(s, LlamaCppSettings):
+            return None
+        return s.slots if s.managed or s.exclusive else None
 
     def prompt_cache_params(self, enabled: bool) -> SamplingParams:
         """llama-server's `cache_prompt`: reuse the slot's KV cache for a shared prefix."""
