@@ -225,6 +225,7 @@ class TokenRatioExperiment(Experiment):
             rows.append(
                 TokenRatioRow(
                     text_id=t.id,
+                    text=t.text,
                     chars=chars,
                     bytes=size,
                     tokens=tokens,

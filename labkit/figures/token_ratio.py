@@ -17,6 +17,9 @@ class TokenRatioRow(_Figures):
     """One text: its size in characters, bytes and tokens, and the 4-characters rule."""
 
     text_id: str
+    text: str | None = Field(
+        default=None, description="The text itself (None in a lab.json written before)."
+    )
     chars: int
     bytes: int
     tokens: int | None = None

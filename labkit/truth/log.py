@@ -9,7 +9,7 @@ clock can be put on the monotonic one). Every other line is one finished request
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +131,8 @@ class TruthLog:
     mono_ns: int
     wall_ns: int
     requests: list[TruthRequest]
+    #: The server's schedule, as its first line gives it (empty: an older log).
+    schedule: dict[str, Any] = field(default_factory=dict)
 
     def mono_from_wall(self, wall_ns: float) -> float:
         """A wall-clock time (ns since the epoch) on the server's monotonic clock."""
@@ -163,4 +165,11 @@ def read_truth_log(path: Path | str) -> TruthLog:
             if number == len(lines):  # a server killed mid-write leaves a cut last line
                 break
             raise ConfigError(f"{path} line {number} is not a truth record: {exc}") from None
-    return TruthLog(path, int(anchor["mono_ns"]), int(anchor["wall_ns"]), requests)
+    schedule = anchor.get("schedule")
+    return TruthLog(
+        path,
+        int(anchor["mono_ns"]),
+        int(anchor["wall_ns"]),
+        requests,
+        schedule if isinstance(schedule, dict) else {},
+    )
