@@ -231,6 +231,14 @@ def run(
         Path | None, typer.Option("--resume", help="Finish an interrupted run folder.")
     ] = None,
     report: Annotated[bool, typer.Option(help="Write the report at the end.")] = True,
+    truth: Annotated[
+        bool,
+        typer.Option(
+            "--truth",
+            help="Answer every provider with the truth server (a server that knows what it "
+            "did), then grade every answer against its log (grade.md in the run folder).",
+        ),
+    ] = False,
 ) -> None:
     """Run a config against every available provider and write a run folder."""
     try:
@@ -241,33 +249,60 @@ def run(
                 CONFIG=config,
                 **{"--example": example, "--out": out, "--repeats": repeats},
                 **{"--provider": provider, "--experiment": experiment},
+                **{"--truth": truth or None},
             )
         if sum(x is not None for x in (config, example, resume)) > 1:
             raise fail("give one of CONFIG, --example NAME or --resume RUN_DIR")
         if example is not None:
             config = example_path(example)
+        options = RunOptions(
+            out_dir=out,
+            repeats=repeats,
+            providers=provider,
+            experiments=experiment,
+            config_path=str(config),
+        )
         if resume is not None:
             runner = prepare_resume(resume, on_warning=_warn)
         elif config is None:
             raise fail("give a CONFIG to run (or --example quickstart), or --resume RUN_DIR")
+        elif truth:
+            return _run_with_truth(config, options, report)
         else:
-            cfg = load_config(config)
-            runner = prepare_run(
-                cfg,
-                RunOptions(
-                    out_dir=out,
-                    repeats=repeats,
-                    providers=provider,
-                    experiments=experiment,
-                    config_path=str(config),
-                ),
-            )
+            runner = prepare_run(load_config(config), options)
     except LabkitError as exc:
         raise fail(str(exc)) from None
     try:
         _run_and_report(runner, report)
     finally:
         runner.folder.release()
+
+
+def _run_with_truth(config: Path, options: RunOptions, report: bool) -> None:
+    """`run --truth`: the truth server answers every provider; the answers are graded."""
+    from labkit.cli.truthrun import TruthLab, print_grade, write_grade
+    from labkit.config import load_config_data, parse_config
+    from labkit.scoring.grading import grade_run
+    from labkit.truth.log import read_truth_log
+
+    with TruthLab(load_config_data(config)) as lab:
+        console.print(f"truth server: http://127.0.0.1:{lab.server.port} (answers every provider)")
+        runner = prepare_run(parse_config(lab.config, str(config)), options)
+        try:
+            _run_and_report(runner, report)
+        finally:
+            runner.folder.release()
+        folder = runner.folder.path
+        try:
+            log = lab.keep_log(folder)
+            grade = grade_run(folder, read_truth_log(log))
+            paths = write_grade(grade, folder)
+        except (LabkitError, OSError) as exc:
+            raise fail(f"the run is kept in {folder}, but it could not be graded: {exc}") from None
+    print_grade(grade, console)
+    console.print(
+        f"grade: {escape(str(paths[1]))} (and {paths[0].name}); truth log: {escape(str(log))}"
+    )
 
 
 def _refuse_with_resume(**given: object) -> None:

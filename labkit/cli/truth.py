@@ -52,7 +52,8 @@ def score_command(
         typer.Option(help="Also write score.md, score.json and the picture to this folder."),
     ] = None,
 ) -> None:
-    """Score a benchmark client against the truth server: its error per request and metric."""
+    """Score a benchmark client against the truth server: its error per request and metric;
+    a labkit lab run's answers are graded too (every stated figure and fact)."""
     from labkit.scoring.peers import read_results
     from labkit.scoring.render import score_table, summary_lines, write_score
     from labkit.scoring.score import score
@@ -77,6 +78,18 @@ def score_command(
     console.print(table)
     for line in summary_lines(result):
         console.print(Text(line), soft_wrap=True)
+    if (results / "lab.json").is_file():  # a lab run: its answers are graded too
+        from labkit.cli.truthrun import print_grade, write_grade
+        from labkit.scoring.grading import grade_run
+
+        try:
+            grade = grade_run(results, truth)
+            paths += write_grade(grade, out) if out is not None else []
+        except LabkitError as exc:
+            raise _fail(exc) from None
+        except OSError as exc:
+            raise _fail(LabkitError(f"cannot write the grade: {exc.strerror or exc}")) from None
+        print_grade(grade, console)
     for path in paths:
         console.print(Text(f"written: {path}"), soft_wrap=True)
 
