@@ -278,3 +278,16 @@ def test_each_provider_sends_a_tool_turn_in_its_own_body(
     assert sent[-2:] == _turn(fmt)[-2:]  # the call and its result, as the format built them
     assert "You are an agent." in json.dumps(body)  # the system prompt where the API takes it
     assert len(request.prompt_text) > 0  # structured content is sized, never a crash
+
+
+def test_the_truth_server_knows_the_forced_call_grammar() -> None:
+    """The fake server answers the grammar `GrammarTools` forces a call with as llama.cpp
+    would: it finds it by the same first line, and the tool by its `name` rule."""
+    from labkit.providers.tools import FORCED_CALL_MARK, GrammarTools, ToolSpec
+    from labkit.truth.reply import FORCED_CALL_MARK as SERVED_MARK
+    from labkit.truth.reply import _grammar_call
+
+    assert FORCED_CALL_MARK == SERVED_MARK
+    spec = ToolSpec(name="lookup", description="d", parameters={})
+    params = GrammarTools().params([spec], "required")
+    assert _grammar_call(params["grammar"]) == "lookup"
