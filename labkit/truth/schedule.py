@@ -216,7 +216,7 @@ LAB_SCHEDULE: dict[str, Any] = {
     "token_interval_ms": 4.0,
     "jitter_ms": 0.3,
     "frontend_ms": 2.0,
-    "tokens": 20,
+    "tokens": 12,
     "chat_template": True,
     "end_token": True,
     "sampling": True,
