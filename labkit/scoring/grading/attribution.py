@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from labkit.figures.attribution import AttributionFigures
+from labkit.figures.attribution import AttributionKey as K
 from labkit.records import LabAnswer, RequestRecord
 from labkit.scoring.grading.base import (
     Check,
@@ -18,6 +19,13 @@ from labkit.scoring.grading.base import (
 from labkit.truth.log import TruthRequest
 
 __all__ = ["grade_attribution"]
+
+
+def _row(f: AttributionFigures, key: K) -> float | None:
+    try:
+        return f.value(key)
+    except KeyError:
+        return None
 
 
 def _labkit_own(r: RequestRecord) -> float:
@@ -62,7 +70,12 @@ def grade_attribution(answer: LabAnswer, records: list[RequestRecord], truth: Tr
             if split.queue_source == "idle"
             else fact(who, "queue as reported", True, True)
         )
-    if f.decode_gap is not None:
+    # lab.json written before the intervals held the gap and the SDK's difference as rows'
+    # plain medians: graded as figures stated without an interval
+    gap_stated = (
+        f.decode_gap if f.decode_gap is not None else _row(f, K.DECODE_CLIENT_MINUS_PROVIDER)
+    )
+    if gap_stated is not None:
         gaps = [
             (d - r.provider_timings.decode_ms_per_token)
             if (d := true_decode_ms_per_token(t)) is not None
@@ -71,8 +84,9 @@ def grade_attribution(answer: LabAnswer, records: list[RequestRecord], truth: Tr
             for r, t in wire
         ]
         name = "client − server decode per token (median)"
-        checks.append(figure(who, name, f.decode_gap, median_of(gaps), "ms/token"))
-    if f.sdk_ttft is not None:
+        checks.append(figure(who, name, gap_stated, median_of(gaps), "ms/token"))
+    sdk_stated = f.sdk_ttft if f.sdk_ttft is not None else f.sdk_ttft_ms
+    if sdk_stated is not None:
         sdk = {r.trial: (r, t) for r, t in pairs if r.app.client_path == "sdk"}
         diffs = [
             (a - b)
@@ -83,15 +97,11 @@ def grade_attribution(answer: LabAnswer, records: list[RequestRecord], truth: Tr
             if r.app.client_path == "wire" and r.trial in sdk
         ]
         true_diff = median_of(diffs)
-        checks.append(
-            figure(who, "SDK minus wire TTFT (paired median)", f.sdk_ttft, true_diff, "ms")
-        )
+        name = "SDK minus wire TTFT (paired median)"
+        checks.append(figure(who, name, sdk_stated, true_diff, "ms"))
         q = f.sdk_ttft
-        if (
-            q.lo is not None
-            and q.hi is not None
-            and not q.lo <= 0 <= q.hi
-            and true_diff is not None
-        ):
+        # a difference claimed (its interval excludes 0): its sign must be the true one
+        claimed = q is not None and q.lo is not None and q.hi is not None and not q.lo <= 0 <= q.hi
+        if claimed and q is not None and q.lo is not None and true_diff is not None:
             checks.append(fact(who, "the SDK's TTFT is later", q.lo > 0, true_diff > 0))
     return checks
