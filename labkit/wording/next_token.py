@@ -3,6 +3,7 @@ greedy check (also quoted by `determinism` with `top_logprobs`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from labkit.figures.next_token import NextTokenFigures, TokenChoice
@@ -36,14 +37,19 @@ def _params_words(params: dict[str, Any]) -> str:
     return ", ".join(words)
 
 
-def divergence_sentence(f: NextTokenFigures) -> str:
+def divergence_sentence(f: NextTokenFigures, replies: Mapping[str, str] | None = None) -> str:
     """Where repeats diverged (the earliest split) and between which candidates, then what
-    temperature 0 did: the sentence lab question 3 quotes from the candidates."""
+    temperature 0 did: the sentence lab question 3 quotes from the candidates. `replies`:
+    words on each variant's replies (`2 different replies of 2`), said beside its
+    parameters."""
     split = [v for v in f.variants if v.divergence is not None]
     if split:
         v = min(split, key=lambda v: v.divergence.step if v.divergence else 0)
         d = v.divergence
         assert d is not None
+        which = _params_words(v.params) or v.variant
+        if replies and v.variant in replies:
+            which += f": {replies[v.variant]}"
         branches = d.taken[:2]
         if len(branches) == 2:
             a, b = branches
@@ -58,10 +64,7 @@ def divergence_sentence(f: NextTokenFigures) -> str:
                 how += f", both below the top candidate {_choice(top)}"
         else:
             how = f"one took {_choice(branches[0])}"
-        text = (
-            f"the replies diverged at token {d.step + 1} ({_params_words(v.params) or v.variant}), "
-            f"where {how}"
-        )
+        text = f"the replies diverged at token {d.step + 1} ({which}), where {how}"
     else:
         text = "no repeats diverged: each variant's replies took the same token at every step"
     greedy = [v for v in f.variants if v.greedy is not None]

@@ -181,6 +181,10 @@ def test_the_divergence_names_both_branches_and_their_probabilities() -> None:
         "The replies diverged at token 2 (temperature 1.0), where ' a' (p 0.41) and ' the' "
         "(p 0.38) were nearly tied; at temperature 0 the top candidate is always taken."
     )
+    # Another answer's words on the variant's replies are said beside its parameters.
+    assert "token 2 (temperature 1.0: 2 different replies of 2), where" in divergence_sentence(
+        figures, {"t1": "2 different replies of 2"}
+    )
 
 
 def test_at_temperature_0_a_missed_top_candidate_is_said_with_its_margin() -> None:

@@ -73,6 +73,7 @@ def test_determinism_marks_the_first_divergent_token_only_once() -> None:
         "after divergence",
     ]
     assert second[3]["token"] == " day"
+    assert [v["i"] for v in second] == [1, 2, 3, 4, 5, 6, 7]  # token 1 is the first
     greedy = [v for v in _values(chart) if str(v["row"]).startswith("local · t0")]
     assert {v["status"] for v in greedy} == {"same as repeat 1"}
 
