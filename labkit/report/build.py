@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from labkit.analysis.requests import FIELDS as REQUEST_FIELDS
+from labkit.analysis.selfcheck import client_bound_advice
 from labkit.errors import RunError
 from labkit.figures import Percentiles, Quantile, RequestStats
 from labkit.manifest import ReadPathManifest
@@ -133,7 +134,8 @@ def _only(df: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
 
 def missing_notes(run: RunData, stats: list[RequestStats]) -> list[str]:
     """Plain sentences on everything the run lacks (empty when nothing is missing), the
-    groups the self-check flagged client-bound (`stats`, with its reason) among them."""
+    groups the self-check flagged client-bound (`stats`, with its reason) among them, and
+    one line of advice for them (`client_bound_advice`)."""
     notes = list(run.problems)
     df = ensure_columns(
         _only(run.records, _NOTE_COLUMNS),
@@ -147,6 +149,8 @@ def missing_notes(run: RunData, stats: list[RequestStats]) -> list[str]:
     if "usage.output_tokens_source" not in df.columns:
         df = df.assign(**{"usage.output_tokens_source": None})
     notes += [client_bound_line(g) for g in stats if g.client_bound]
+    advice = client_bound_advice(stats, run.manifest)
+    notes += [f"Client-bound advice: {advice}"] if advice is not None else []
     status = run.manifest.get("status")
     if status and status != "completed":
         notes.append(f"The run's status is '{status}': results may be partial.")
