@@ -328,7 +328,8 @@ def client_bound_note(where: str, lag: LagSummary) -> str:
             late.append(f"stamps late p99 {lag.late_p99:.1f} ms (limit {lag.late_limit_ms:.1f})")
         ttft, limit = lag.ttft_late_p99, lag.ttft_limit_ms
         if ttft is not None and limit is not None and ttft > limit:
-            late.append(f"first tokens late p99 {ttft:.1f} ms (limit {limit:.1f})")
+            head = "first tokens" if late else "first tokens late p99"
+            late.append(f"{head} {ttft:.1f} ms (limit {limit:.1f})")
     elif lag.p50 is not None:
         late.append(
             f"event loop late {lag.p50:.1f} ms in the median stream (limit "

@@ -288,6 +288,11 @@ def test_a_flagged_groups_reason_is_one_short_line_with_its_cause() -> None:
     assert client_bound_note("c8", busy) == (
         "c8: client-bound: first tokens late p99 3.8 ms (limit 1.0), labkit busy 90% of one CPU"
     )
+    both = LagSummary(8, 0.2, 1.0, True, 0.05, 0.3, 6.9, 5.1, 2.0, 1.0)
+    assert client_bound_note("x", both) == (
+        "x: client-bound: stamps late p99 6.9 ms (limit 2.0), first tokens 5.1 ms (limit 1.0), "
+        "labkit waited for a CPU"
+    )
     assert waited.cause == "waited" and busy.cause == "busy"
     # The level's own fix never guesses what held the CPUs: the run's advice says it.
     assert busy.fix == CLIENT_BOUND_FIX and "threads" not in waited.fix
