@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, JsonValue
 
 __all__ = [
     "FOLDER_FORMAT",
+    "HostCPUManifest",
     "HostInfo",
     "LaterStatsManifest",
     "Manifest",
@@ -45,6 +46,28 @@ class HostInfo(BaseModel):
     platform: str
     python: str
     cpu_count: int | None
+
+
+class HostCPUManifest(BaseModel):
+    """How busy the host's CPUs were while the run measured (its last session): every CPU's
+    busy time from Linux's ``/proc/stat``, and labkit's own share of it (its process and the
+    children it waited for: managed servers, worker processes). What the client-bound advice
+    reads to say what held the CPUs labkit waited for."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: Seconds between the two readings.
+    wall_s: float
+    #: CPUs the host has (``/proc/stat``'s per-CPU lines).
+    cpus: int | None
+    #: Every CPU's non-idle time summed (user, nice, system, irq, softirq), in CPU seconds.
+    busy_cpu_s: float
+    #: labkit's process and its children that ended (managed servers, worker processes).
+    labkit_cpu_s: float
+    #: busy − labkit (never below 0): the other processes on the host.
+    others_cpu_s: float
+    #: Time a hypervisor gave this machine's CPUs to other guests (``steal``); None: unknown.
+    steal_cpu_s: float | None = None
 
 
 class ScrapeManifest(BaseModel):
@@ -144,3 +167,7 @@ class Manifest(BaseModel):
     #: The read path every process of the run measured with (worker processes and Ray
     #: actors are held to the runner's); absent in folders written before it was recorded.
     read_path: ReadPathManifest | None = None
+    #: How busy the host's CPUs were during the run, and whose work it was; absent where it
+    #: could not be read (no ``/proc/stat``; a Ray run, whose actors are not labkit's
+    #: children) and in folders written before it was recorded.
+    host_cpu: HostCPUManifest | None = None

@@ -31,6 +31,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 
+from labkit.analysis.selfcheck import client_bound_advice
 from labkit.cli.examples import example_path
 from labkit.cli.examples import register as register_init
 from labkit.cli.local import register as register_local
@@ -391,15 +392,20 @@ def _check_range(
 def _print_summary(
     result: RunResult, out: Console, *, outcomes: bool = True, answers: bool = True
 ) -> None:
-    """The summary table, load levels, client-bound warnings, the providers that did not
-    run (`outcomes`), and the lab's answers (`answers`)."""
+    """The summary table, load levels, client-bound warnings (a line per flagged group, and
+    one line of advice for the run), the providers that did not run (`outcomes`), and the
+    lab's answers (`answers`)."""
     if any(not r.warmup for r in result.records):
         out.print(summary_table(result.lab, title=f"run {result.folder.run_id}"))
     for table in load_tables(result.lab):
         out.print(table)
-    for group in result.lab.requests or []:
-        if group.client_bound:
-            out.print(f"[bold yellow]warning:[/] {escape(client_bound_line(group))}")
+    flagged = [g for g in result.lab.requests or [] if g.client_bound]
+    for group in flagged:  # one short line each, then one line of advice for the run
+        out.print(f"[bold yellow]warning:[/] {escape(client_bound_line(group))}")
+    manifest = result.folder.manifest.model_dump(mode="json", exclude_unset=True)
+    advice = client_bound_advice(flagged, manifest)
+    if advice is not None:
+        out.print(f"[bold yellow]advice:[/] {escape(advice)}")
     internal = [r.error for r in result.records if r.error and r.error.kind == ErrorKind.INTERNAL]
     if internal:
         out.print(

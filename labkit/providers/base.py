@@ -721,6 +721,13 @@ class Provider(ABC):
         has that tokenizer locally; None otherwise."""
         return None
 
+    async def count_chat_prompt(self, messages: list[dict[str, str]]) -> TokenCount | None:
+        """The provider's own count of a chat prompt as its usage would count it
+        (`usage.input_tokens`): the messages inside the chat template's framing, counted
+        without generating anything; None where the provider offers no such count. May call
+        its API; raises httpx.HTTPError or ValueError when the answer is unusable."""
+        return None
+
     def exclusive_slots(self) -> int | None:
         """How many requests the server runs at once when labkit alone uses it (a local
         server this run started: its slots), so that a request never waits in the server's

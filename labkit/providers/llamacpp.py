@@ -20,6 +20,7 @@ import httpx
 from pydantic import Field, PositiveInt, model_validator
 
 from labkit.filenames import safe_filename
+from labkit.providers._wire import describe as describe_value
 from labkit.providers._wire import wire_count
 from labkit.providers.base import (
     ManagedServerHandle,
@@ -242,6 +243,25 @@ class LlamaCppProvider(OpenAICompatibleProvider):
     async def count_tokens(self, text: str) -> TokenCount | None:
         """Exact count from `/tokenize`."""
         return TokenCount(len(await self.tokenize(text)), "llamacpp:/tokenize")
+
+    async def count_chat_prompt(self, messages: list[dict[str, str]]) -> TokenCount | None:
+        """The prompt a chat request would be: the messages through the model's chat template
+        (`/apply-template`), then cut as the server cuts a prompt (`/tokenize` with its
+        special tokens, as `usage.prompt_tokens` counts them). Nothing is generated."""
+        resp = await own_request(
+            self.client, "POST", "/apply-template", TOKENIZE, json={"messages": messages}
+        )
+        resp.raise_for_status()
+        prompt = resp.json().get("prompt")
+        if not isinstance(prompt, str):
+            raise ValueError(f"/apply-template answered no prompt text ({describe_value(prompt)})")
+        body = {"content": prompt, "add_special": True}
+        resp = await own_request(self.client, "POST", "/tokenize", TOKENIZE, json=body)
+        resp.raise_for_status()
+        tokens = resp.json().get("tokens")
+        if not isinstance(tokens, list):
+            raise ValueError(f"/tokenize answered no token list ({describe_value(tokens)})")
+        return TokenCount(len(tokens), "llamacpp:/apply-template + /tokenize")
 
     async def tokenized(self, text: str) -> Tokenized | None:
         """The model's own ids and pieces from `/tokenize` with `with_pieces` (no BOS)."""

@@ -620,15 +620,20 @@ class RayExecutor(Executor):
                     "in flight recorded as lost; the level is partial (labkit run --resume "
                     "runs it again)"
                 )
+        waited = False
         for host in hosts:
             measured = [r for a in actors if a.host == host for r in a.records if not r.warmup]
-            if level_lag(measured).client_bound:
+            lag = level_lag(measured)
+            if lag.client_bound:
                 level.client_bound_hosts.append(host)
+                waited = waited or lag.cause == "waited"
         if level.client_bound_hosts:
+            # Where an actor waited for a CPU, more workers on its node would wait too.
+            fix = "free those nodes' CPUs or add nodes" if waited else "add workers or nodes"
             on_message(
                 f"{experiment.name}: level {label}: client-bound on "
                 f"{', '.join(level.client_bound_hosts)} (the actor's event loop ran late "
-                "while reading); add workers or nodes"
+                f"while reading); {fix}"
             )
         return level
 

@@ -39,6 +39,7 @@ from labkit.providers import ManagedServerHandle, Provider, ProviderSettings, pr
 from labkit.records import ErrorKind, LabAnswer, LabResults, RecordError, RequestRecord
 from labkit.runner.executor import Executor, Measurer
 from labkit.runner.gcpolicy import level_gc
+from labkit.runner.hostcpu import host_cpu_between, read_cpu
 from labkit.runner.later import LaterReport, fetch_later_stats
 from labkit.runner.ray_executor import RayExecutor
 from labkit.runner.results import RunFolder, host_info, new_run_id, package_versions
@@ -215,6 +216,8 @@ class Runner:
         """Run every provider; always leaves a consistent manifest behind."""
         status: RunStatus = "failed"
         unfinished: dict[str, str] | None = None
+        # Ray's actors are not labkit's children: their CPU time would read as others'.
+        cpu_start = read_cpu() if self.config.executor is None else None
         try:
             tasks = [
                 asyncio.create_task(self._run_provider(s, o), name=f"provider:{s.id}")
@@ -233,18 +236,20 @@ class Runner:
         finally:
             await self.executor.close()
             self.folder.close()
-            self.folder.write_manifest(
-                Manifest(
-                    ended_at=datetime.now(UTC).isoformat(),
-                    status=status,
-                    records=len(self._records),
-                    providers={
-                        o.id: self._finished_before.get(o.id) or o.manifest_entry()
-                        for o in self.outcomes
-                    },
-                    unfinished=unfinished or None,
-                )
+            cpu_end = read_cpu() if cpu_start is not None else None
+            update = Manifest(
+                ended_at=datetime.now(UTC).isoformat(),
+                status=status,
+                records=len(self._records),
+                providers={
+                    o.id: self._finished_before.get(o.id) or o.manifest_entry()
+                    for o in self.outcomes
+                },
+                unfinished=unfinished or None,
             )
+            if cpu_start is not None and cpu_end is not None:
+                update.host_cpu = host_cpu_between(cpu_start, cpu_end)
+            self.folder.write_manifest(update)
         if self.folder.write_error is not None:
             # Every record after the failed write would be lost: the run stops here, its
             # manifest says why, and `--resume` finishes it.

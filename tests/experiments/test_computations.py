@@ -21,10 +21,13 @@ from labkit.experiments.token_ratio import (
     TokenRatioSettings,
     whole_characters,
 )
-from labkit.figures import AttributionKey, LinearFit
+from labkit.figures import AttributionKey, LinearFit, NextTokenFigures
+from labkit.figures.determinism import DeterminismFigures, VariantRow
+from labkit.figures.next_token import Divergence, NextTokenStep, NextTokenVariant, TokenChoice
 from labkit.providers.base import TokenCount
 from labkit.records import RequestRecord
 from labkit.tokenizers import offline_tokenizer
+from labkit.wording.determinism import determinism_answer
 from labkit.wording.prefill_decode import prompt_cost_lead, prompt_cost_model_sentence
 from tests.providers.streams import make_provider
 from tests.support.records import make_record
@@ -167,6 +170,53 @@ def test_determinism_names_the_controlling_parameter() -> None:
     assert rows["t1-seed"].identical is True
     assert "Above temperature 0 without a seed, replies varied." in answer.answer
     assert "A seed made sampled replies repeat." in answer.answer
+    # Compared by characters (no tokenizer here), said 1-based: "a " shared, the 3rd differs.
+    split = "The earliest split came at character 3 (temperature 1.0: 2 different replies of 2)."
+    assert split in answer.answer
+
+
+def test_determinism_says_where_the_replies_diverged_once() -> None:
+    """With the candidates, the divergence sentence says where the replies split; the answer
+    does not say it again from the compared outputs."""
+    rows = [
+        VariantRow(
+            variant="t0", params={"temperature": 0}, n=2, identical=True, distinct_outputs=1
+        ),
+        VariantRow(
+            variant="t1",
+            params={"temperature": 1.0},
+            n=2,
+            identical=False,
+            distinct_outputs=2,
+            first_divergent_token=0,
+        ),
+    ]
+    step = NextTokenStep(token="A", p=0.4, entropy_bits=1.5)
+    seen = NextTokenFigures(
+        top_k=2,
+        inspected=True,
+        variants=[
+            NextTokenVariant(
+                variant="t1",
+                params={"temperature": 1.0},
+                replies=[[step], [step.model_copy(update={"token": "B"})]],
+                divergence=Divergence(
+                    step=0,
+                    prefix="",
+                    taken=[TokenChoice(token="A", p=0.4), TokenChoice(token="B", p=0.35)],
+                ),
+            )
+        ],
+    )
+    text = determinism_answer(
+        DeterminismFigures(variants=rows, tokenizer="llamacpp:/tokenize", next_token=seen)
+    )
+    assert text.count("token 1") == 1 and "earliest split" not in text, text
+    assert "diverged at token 1 (temperature 1.0: 2 different replies of 2)" in text, text
+    without = determinism_answer(DeterminismFigures(variants=rows, tokenizer="llamacpp:/tokenize"))
+    assert "The earliest split came at token 1 (temperature 1.0: 2 different replies of 2)." in (
+        without
+    )
 
 
 def test_token_ratio_rows_and_rule_of_four() -> None:

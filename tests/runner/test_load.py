@@ -24,7 +24,7 @@ import pytest
 from labkit.analysis.levels import Level, level_figures
 from labkit.analysis.selfcheck import (
     CLIENT_BOUND_FIX,
-    CPU_STARVED_FIX,
+    CPU_WAITED_NOTE,
     SATURATED_CPU_SHARE,
     client_bound_notes,
 )
@@ -339,7 +339,7 @@ def test_a_blocked_event_loop_is_flagged_client_bound(tmp_path: Path) -> None:
     # labkit's own thread was the busy one, so the fix is more processes — unless the whole
     # machine was saturated by others meanwhile (labkit then got under 60% of a CPU).
     busy = row.labkit_cpu_share >= SATURATED_CPU_SHARE
-    assert (CLIENT_BOUND_FIX if busy else CPU_STARVED_FIX) in answer.answer
+    assert (CLIENT_BOUND_FIX if busy else CPU_WAITED_NOTE) in answer.answer
     notes = client_bound_notes(result.records)
     assert len(notes) == 1 and "s · load · c2" in notes[0]
 

@@ -59,6 +59,9 @@ def test_the_llamacpp_client_reads_the_fake_server_s_endpoints(tmp_path: Path) -
                 assert rec.usage.input_tokens == len(counted.json()["tokens"])
                 # 3 special tokens, "user", "\n" before the last and "assistant", "\n" after
                 assert rec.usage.input_tokens == len(ids) + 7
+                # The provider's own count of the chat prompt, nothing generated, says the same.
+                whole = await provider.count_chat_prompt(messages)
+                assert whole is not None and whole.tokens == rec.usage.input_tokens
                 return rec.usage.input_tokens
             finally:
                 await provider.aclose()
