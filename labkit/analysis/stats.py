@@ -130,7 +130,9 @@ def quantiles(
 
 def mean(values: Iterable[float], confidence: float = CONFIDENCE) -> Mean:
     """The mean of `values` with its t-interval (scipy.stats.t over the standard error);
-    no interval under 2 values, and none wider than the values' spread when all are equal."""
+    no interval under 2 values, none wider than the values' spread when all are equal, and
+    none below 0 for values that cannot be (a skewed sample of durations can reach below it,
+    which no mean of them can)."""
     xs = np.asarray(values if isinstance(values, np.ndarray) else list(values), dtype=float)
     n = int(xs.size)
     if n == 0:
@@ -143,6 +145,8 @@ def mean(values: Iterable[float], confidence: float = CONFIDENCE) -> Mean:
     from scipy import stats as sps
 
     lo, hi = sps.t.interval(confidence, n - 1, loc=value, scale=float(sps.sem(xs)))
+    if float(xs.min()) >= 0:  # a duration's mean is not negative: the bound stops at 0
+        lo = max(float(lo), 0.0)
     return Mean(value=value, lo=float(lo), hi=float(hi), n=n, confidence=confidence)
 
 

@@ -90,9 +90,9 @@ def cost_lead(f: PrefillDecodeFigures) -> str | None:
         else ""
     )
     return (
-        f"Reading a prompt token added {_estimate(read)} to the time to first token, "
-        f"generating one took {say(write)}{times}: the prompt is read in one pass, the reply "
-        "made one token at a time."
+        f"{_estimate(read)} more to the first token for each prompt token read, "
+        f"{say(write)} for each token generated{times}: the prompt is read in one pass, the "
+        "reply made one token at a time."
     )
 
 

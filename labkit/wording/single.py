@@ -38,10 +38,10 @@ def _lead(f: SingleFigures) -> str:
     )
     if cold is not None and cached is not None:
         return (
-            f"Sent cold, none of its {_tokens(cold.input_tokens_p50)} input tokens cached, a "
-            f"request waited {say(cold.ttft)} for its first token; sent again with "
-            f"{_tokens(cached.cached_tokens_p50)} of them cached, {say(cached.ttft)}: the "
-            f"repeat read its prompt from the KV cache instead of computing it{asked}."
+            f"{say(cold.ttft)} to the first token sent cold, none of its "
+            f"{_tokens(cold.input_tokens_p50)} input tokens cached; {say(cached.ttft)} sent "
+            f"again with {_tokens(cached.cached_tokens_p50)} of them cached: the repeat read "
+            f"its prompt from the KV cache instead of computing it{asked}."
         )
     run = cold or cached
     assert run is not None

@@ -105,8 +105,7 @@ def test_prefill_decode_fit_from_records() -> None:
     assert f.server_prefill_model.ms_per_token.value == pytest.approx(0.45)
     # The lesson leads: a prompt token's cost against a generated token's, with intervals
     assert answer.answer.startswith(
-        "Reading a prompt token added 0.5 ms (95% CI 0.5 to 0.5) to the time to first token, "
-        "generating one took "
+        "0.5 ms (95% CI 0.5 to 0.5) more to the first token for each prompt token read, "
     )
     assert f.prompt_token_ms is not None and f.prompt_token_ms.value == pytest.approx(0.5)
     assert f.generated_vs_prompt is not None
