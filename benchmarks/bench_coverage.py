@@ -40,6 +40,7 @@ SCHEDULED: dict[str, float] = {
     "prefill_decode · local · a prompt token's cost": _PROMPT,
     "prefill_decode · local · a generated token's cost": _DECODE,
     "prefill_decode · local · generated / prompt token cost": _DECODE / _PROMPT,
+    "prefill_decode · local · decode per token against prompt tokens (slope)": 0.0,
     "attribution · local · provider queue (mean)": 0.0,
 }
 FLAG = 0.90
