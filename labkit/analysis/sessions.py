@@ -20,6 +20,7 @@ from collections import defaultdict
 
 from labkit.analysis.requests import cached_tokens
 from labkit.analysis.selection import latest_pass
+from labkit.analysis.stats import median
 from labkit.figures.session import (
     CriticalPath,
     SessionEnd,
@@ -213,6 +214,7 @@ def session_figures(
         critical=total,
         incomplete=dict(incomplete),
         completion_ms_p50=_p([r.duration_ms for r in done], 50),
+        completion=median([r.duration_ms for r in done]) if done else None,
         completion_ms_p90=_p([r.duration_ms for r in done], 90),
         steps_p50=_p([float(r.steps) for r in rows], 50),
         tool_call_first_ms_p50=_p(

@@ -7,6 +7,7 @@ from typing import Literal, TypeAlias
 from pydantic import Field
 
 from labkit.figures.base import _Figures, register_figures
+from labkit.figures.stats import Quantile
 
 __all__ = ["CriticalPath", "SessionEnd", "SessionFigures", "SessionRow", "SessionStep"]
 
@@ -117,6 +118,11 @@ class SessionFigures(_Figures):
         "`length`, `step_limit`, `failed`, `refused`); empty when all completed.",
     )
     completion_ms_p50: float | None = None
+    completion: Quantile | None = Field(
+        default=None,
+        description="The completed sessions' completion time, median with its interval "
+        "(what the answer says; None in a lab.json written before).",
+    )
     completion_ms_p90: float | None = None
     steps_p50: float | None = None
     tool_call_first_ms_p50: float | None = None

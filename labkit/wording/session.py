@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from labkit.figures.session import SessionFigures
+from labkit.wording.common import say
 
 __all__ = ["session_answer"]
 
@@ -27,7 +28,9 @@ def session_answer(provider: str, figures: SessionFigures) -> str:
     why = [f"{n} {_WHY.get(end, end)}" for end, n in sorted(figures.incomplete.items()) if n]
     if why:
         head += f" ({', '.join(why)})"
-    if figures.completion_ms_p50 is not None:
+    if figures.completion is not None and figures.completion.value is not None:
+        head += f", a median {say(figures.completion)} each"
+    elif figures.completion_ms_p50 is not None:  # a lab.json written before the interval
         head += f" in {figures.completion_ms_p50 / 1000:.2f} s (median)"
     if total <= 0:
         return head + "."
