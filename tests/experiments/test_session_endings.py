@@ -78,7 +78,7 @@ def test_a_session_that_answered_is_complete() -> None:
     figures = _figures(answer)
     assert [(r.complete, r.ended) for r in figures.sessions] == [(True, "answer")] * 2
     assert figures.incomplete == {} and answer.status == "ok"
-    assert "completed 2 of 2 sessions in " in answer.answer  # no reasons given
+    assert "completed 2 of 2 sessions, a median " in answer.answer  # no reasons given
     calls = [r for r in records if r.tool_calls]
     assert calls and all(r.stop_reason == StopReason.TOOL_CALL for r in calls)
     assert all(c.source == "provider" for r in calls for c in r.tool_calls or [])
