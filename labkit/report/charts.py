@@ -121,3 +121,78 @@ def _zoom() -> dict[str, Any]:
 
 def _base(title: str, values: list[dict[str, Any]]) -> dict[str, Any]:
     return {"$schema": _SCHEMA, "title": title, "data": {"values": values}, "width": _WIDTH}
+
+
+#: The statuses of an aligned reply's tokens, as `aligned_replies` colours them.
+SAME, FIRST_DIFFERENT, AFTER = "same as the first reply", "first different token", "after it"
+
+
+def aligned_cells(
+    provider: str, rows: list[tuple[str, list[str]]], shown: int
+) -> list[dict[str, Any]]:
+    """Replies as rows of token cells (the first `shown` tokens, numbered from 1), each
+    token marked the same as the first row's, the first that differs, or after it."""
+    if not rows:
+        return []
+    first = rows[0][1]
+    values: list[dict[str, Any]] = []
+    for row, out in rows:
+        diverged = False
+        for i, piece in enumerate(out[:shown]):
+            same = not diverged and i < len(first) and first[i] == piece
+            status = SAME if same else AFTER
+            if not same and not diverged:
+                status, diverged = FIRST_DIFFERENT, True
+            values.append(
+                {
+                    "provider": provider,
+                    "row": row,
+                    "i": i + 1,
+                    "token": piece,
+                    "label": piece[:5],
+                    "status": status,
+                }
+            )
+    return values
+
+
+def aligned_replies(
+    name: str, heading: str, title: str, subtitle: str, values: list[dict[str, Any]], caption: str
+) -> Chart:
+    """Replies aligned token by token (`aligned_cells`) under `heading`: the first token that
+    differs from the first reply red, everything after it orange; hover a cell for its token."""
+    spec = _base(title, values)
+    spec["height"] = {"step": 22}
+    spec["title"] = {"text": title, "subtitle": subtitle}
+    enc_x = {"field": "i", "type": "ordinal", "title": "output token", "axis": {"labelAngle": 0}}
+    enc_y = {"field": "row", "type": "nominal", "title": None, "sort": None}
+    spec["layer"] = [
+        {
+            "mark": {"type": "rect", "stroke": "#ffffff"},
+            "params": [_provider_menu(values)],
+            "encoding": {
+                "x": enc_x,
+                "y": enc_y,
+                "opacity": _FADE,
+                "color": {
+                    "field": "status",
+                    "type": "nominal",
+                    "scale": {
+                        "domain": [SAME, FIRST_DIFFERENT, AFTER],
+                        "range": ["#d8e8f6", "#cf222e", "#f6d5a8"],
+                    },
+                },
+                "tooltip": [
+                    {"field": "row", "title": "reply"},
+                    {"field": "i", "title": "token #"},
+                    {"field": "token"},
+                    {"field": "status"},
+                ],
+            },
+        },
+        {
+            "mark": {"type": "text", "fontSize": 8, "limit": 30},
+            "encoding": {"x": enc_x, "y": enc_y, "text": {"field": "label"}},
+        },
+    ]
+    return Chart(name, heading, spec, caption)

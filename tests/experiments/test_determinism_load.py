@@ -176,12 +176,12 @@ def test_a_divergence_at_a_known_step_names_its_candidates(
         "f · concurrency 2 · reply 1 (2 of 4)",
         "f · concurrency 2 · reply 2 (2 of 4)",
     ]
-    same = "same as the level's first reply"
+    same = "same as the first reply"
     assert rows["f · concurrency 2 · reply 2 (2 of 4)"] == [
         same,
         same,
         "first different token",
-        "after divergence",
+        "after it",
     ]
     assert "after the same prefix the replies ranked first ' sea' (p 0.51) and " in (
         answer.answer

@@ -67,18 +67,18 @@ def test_determinism_marks_the_first_divergent_token_only_once() -> None:
     assert chart is not None
     second = [v for v in _values(chart) if v["row"] == "local · t1 · repeat 2"]
     assert [v["status"] for v in second] == [
-        "same as repeat 1",
-        "same as repeat 1",
-        "same as repeat 1",
-        "first divergent token",
-        "after divergence",
-        "after divergence",
-        "after divergence",
+        "same as the first reply",
+        "same as the first reply",
+        "same as the first reply",
+        "first different token",
+        "after it",
+        "after it",
+        "after it",
     ]
     assert second[3]["token"] == " day"
     assert [v["i"] for v in second] == [1, 2, 3, 4, 5, 6, 7]  # token 1 is the first
     greedy = [v for v in _values(chart) if str(v["row"]).startswith("local · t0")]
-    assert {v["status"] for v in greedy} == {"same as repeat 1"}
+    assert {v["status"] for v in greedy} == {"same as the first reply"}
 
 
 def test_chars_per_token_has_the_four_character_rule_and_every_tokenizer() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 from labkit.figures.determinism_load import DeterminismLoadFigures
 from labkit.records import LabResults
-from labkit.report.charts import _FADE, Chart, _base, _by_kind, _provider_menu
+from labkit.report.charts import Chart, _by_kind, aligned_cells, aligned_replies
 from labkit.report.kinds import KindReport, Picture, register_report
 
 __all__ = ["determinism_load_chart"]
@@ -28,79 +28,24 @@ def determinism_load_chart(lab: LabResults | None) -> Chart | None:
     values: list[dict[str, Any]] = []
     for ans, fig in _by_kind(lab, DeterminismLoadFigures):
         for level in fig.levels:
-            replies = _distinct(level.outputs)
-            if not replies:
-                continue
-            first = replies[0][0]
-            for k, (out, n) in enumerate(replies):
-                row = (
+            rows = [
+                (
                     f"{ans.provider} · concurrency {level.concurrency} · reply {k + 1} "
-                    f"({n} of {level.n})"
+                    f"({n} of {level.n})",
+                    out,
                 )
-                diverged = False
-                for i, piece in enumerate(out[:_MAX_TOKENS_SHOWN]):
-                    same = i < len(first) and first[i] == piece and not diverged
-                    status = "same as the level's first reply" if same else "after divergence"
-                    if not same and not diverged:
-                        status, diverged = "first different token", True
-                    values.append(
-                        {
-                            "provider": ans.provider,
-                            "row": row,
-                            "i": i + 1,
-                            "token": piece,
-                            "label": piece[:5],
-                            "status": status,
-                        }
-                    )
+                for k, (out, n) in enumerate(_distinct(level.outputs))
+            ]
+            values += aligned_cells(ans.provider, rows, _MAX_TOKENS_SHOWN)
     if not values:
         return None
-    rows = len({v["row"] for v in values})
-    spec = _base("Determinism under load", values)
-    spec["height"] = {"step": 22}
-    spec["title"] = {
-        "text": "Determinism under load",
-        "subtitle": f"{rows} rows: each level's distinct replies",
-    }
-    enc_x = {"field": "i", "type": "ordinal", "title": "output token", "axis": {"labelAngle": 0}}
-    enc_y = {"field": "row", "type": "nominal", "title": None, "sort": None}
-    spec["layer"] = [
-        {
-            "mark": {"type": "rect", "stroke": "#ffffff"},
-            "params": [_provider_menu(values)],
-            "encoding": {
-                "x": enc_x,
-                "y": enc_y,
-                "opacity": _FADE,
-                "color": {
-                    "field": "status",
-                    "type": "nominal",
-                    "scale": {
-                        "domain": [
-                            "same as the level's first reply",
-                            "first different token",
-                            "after divergence",
-                        ],
-                        "range": ["#d8e8f6", "#cf222e", "#f6d5a8"],
-                    },
-                },
-                "tooltip": [
-                    {"field": "row", "title": "reply"},
-                    {"field": "i", "title": "token #"},
-                    {"field": "token"},
-                    {"field": "status"},
-                ],
-            },
-        },
-        {
-            "mark": {"type": "text", "fontSize": 8, "limit": 30},
-            "encoding": {"x": enc_x, "y": enc_y, "text": {"field": "label"}},
-        },
-    ]
-    return Chart(
+    rows_shown = len({v["row"] for v in values})
+    return aligned_replies(
         "determinism_load",
         "Determinism under load: each level's distinct replies aligned token by token",
-        spec,
+        "Determinism under load",
+        f"{rows_shown} rows: each level's distinct replies",
+        values,
         "One row per distinct reply of each concurrency level (how many of the level's "
         f"replies gave it in brackets); a cell per output token (the first {_MAX_TOKENS_SHOWN}). "
         "Red: the first token that differs from the level's first reply; orange: everything "
