@@ -19,8 +19,9 @@ import pytest
 
 from labkit.clocksync import driver_start_ns, read_clock_log
 from labkit.records import ErrorKind, RequestRecord
+from tests.support.extras import requires_ray
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, requires_ray]
 
 SCENARIOS = Path(__file__).with_name("scenarios.py")
 ROOT = Path(__file__).parents[3]
