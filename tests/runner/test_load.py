@@ -39,6 +39,7 @@ from labkit.runner.run import RunResult
 from labkit.wire import loopclock
 from labkit.wording import CLIENT_BOUND_MARK
 from tests.support.processes import children_of
+from tests.support.records import most_in_flight
 from tests.support.signals import default_sigint
 
 NS = 1_000_000_000
@@ -278,17 +279,6 @@ def _levels(result: RunResult) -> list[dict[str, Any]]:
     return list(answer.figures.levels)
 
 
-def _most_in_flight(records: list[RequestRecord]) -> int:
-    """The most requests in flight at once, from their own start and end stamps."""
-    edges = sorted(
-        edge
-        for r in records
-        if r.t_start_mono_ns is not None and r.client.e2e_ms is not None
-        for edge in ((r.t_start_mono_ns, 1), (r.t_start_mono_ns + round(r.client.e2e_ms * 1e6), -1))
-    )
-    return max(itertools.accumulate(step for _, step in edges))
-
-
 @pytest.mark.integration
 def test_load_levels_through_the_runner(tmp_path: Path) -> None:
     result = _run({"concurrency": [1, 4], "requests": 8, "warmup": 1}, tmp_path)
@@ -306,9 +296,9 @@ def test_load_levels_through_the_runner(tmp_path: Path) -> None:
         level = [r for r in records if r.tags["level"] == row.level]
         assert all((r.client.last_token_ms or 0) >= 20 + 15 * 4 for r in level)
         # A closed loop of n streams never has more than n requests in flight.
-        assert _most_in_flight(level) <= int(row.target)
+        assert most_in_flight(level) <= int(row.target)
         assert row.mean_in_flight is not None and row.mean_in_flight <= row.target + 1e-9
-    assert _most_in_flight([r for r in records if r.tags["level"] == "c1"]) == 1
+    assert most_in_flight([r for r in records if r.tags["level"] == "c1"]) == 1
     print(
         f"\nc4 over c1: {rows[1].output_tokens_per_s / rows[0].output_tokens_per_s:.2f}x the "
         f"tokens/s, {rows[1].mean_in_flight:.2f} in flight on average"
