@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 CONFIG ?= configs/quickstart.yaml
 
-.PHONY: lab test test-unit test-integration test-e2e test-ray lint typecheck docs check setup browser format bench bench-load bench-load-long bench-cpu bench-ray clean
+.PHONY: bench-coverage lab test test-unit test-integration test-e2e test-ray lint typecheck sanitize docs check setup browser format bench bench-load bench-load-long bench-cpu bench-ray bench-readpath clean
 
 LAB_STAMP := $(VENV)/.lab-installed-stamp
 
@@ -76,10 +76,19 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+## The C read path (labkit/wire/_readpath.c) built with AddressSanitizer and
+## UndefinedBehaviorSanitizer into a throwaway folder (the in-place build is left alone), and
+## the read path's fuzz and equivalence tests run on it: an out-of-bounds read or undefined
+## behaviour stops them and fails (scripts/sanitize.py; about a minute on 2 cores; gcc and
+## its libasan/libubsan).
+sanitize: $(STAMP)
+	$(BIN)/python scripts/sanitize.py
+
 ## The reference pages under docs/ built into site/ (git-ignored); --strict: a broken link or
-## anchor, or a page missing from mkdocs.yml's nav, fails.
+## anchor, or a page missing from mkdocs.yml's nav, fails. Not --quiet: it hides the warnings
+## from --strict's count, and the build then passes whatever they say.
 docs: $(STAMP)
-	$(BIN)/mkdocs build --strict --quiet
+	$(BIN)/mkdocs build --strict
 
 check: lint typecheck docs test
 
@@ -117,6 +126,18 @@ bench-load-long: $(STAMP)
 bench-cpu: $(STAMP)
 	$(BIN)/python benchmarks/bench_cpu.py $(if $(BEFORE),--before $(BEFORE)) \
 		--json results/bench-cpu.json
+
+## The C read path against its Python twins in one run of this tree: each C function's cost
+## per call against its twin, and a 32-stream level's CPU per token with LABKIT_READPATH=c,
+## =python and each C function left out, beside an A/A (C against C) that gives the noise
+## (benchmarks/bench_readpath.py; about 8 minutes on 2 cores).
+bench-readpath: $(STAMP)
+	$(BIN)/python benchmarks/bench_readpath.py
+
+## How often the lab's stated 95% intervals hold the truth: the quickstart 20 times against
+## the truth server, seeded, graded (about 10 minutes on 2 cores).
+bench-coverage: $(STAMP)
+	$(BIN)/python benchmarks/bench_coverage.py --runs 20
 
 ## Streams held in flight and stamp error: one process, worker processes and Ray actors, at
 ## 32, 256 and 1,000 streams (the Ray leg inside unshare -n; unavailable without Ray).

@@ -234,12 +234,16 @@ runpy.run_module("labkit", run_name="__main__", alter_sys=True)
 
 @dataclass
 class Side:
-    """One labkit under test: its tree, its cache folder, and what it measured."""
+    """One labkit under test: its tree, its cache folder, and what it measured; `env` is
+    added to its runs' environment, and `prelude` (Python source, given labkit's arguments
+    in ``sys.argv[1:]``) runs each ``labkit run`` in place of ``python -m labkit``."""
 
     name: str
     tree: Path
     cache: Path
     label: str
+    env: dict[str, str] = field(default_factory=dict)
+    prelude: str | None = None
 
 
 @dataclass
@@ -253,6 +257,8 @@ class RunOut:
     log: str
     #: (perf_counter_ns, the tree's CPU s so far), every `SAMPLE_S` while it ran.
     samples: list[tuple[int, float]] = field(default_factory=list)
+    #: The run's manifest.json `read_path` (None for a labkit that did not record it).
+    read_path: dict[str, Any] | None = None
 
     @property
     def events(self) -> int:
@@ -337,12 +343,14 @@ def run_labkit(
     cfg.write_text(json.dumps(config))  # JSON is YAML
     args = ["run", str(cfg), "--out", str(work / "runs"), "--no-report"]
     command = [sys.executable, "-m", "labkit", *args]
+    if side.prelude is not None:
+        command = [sys.executable, "-c", side.prelude, *args]
     if profile is not None:
         command = [sys.executable, "-c", _PROFILED, str(profile), *args]
     if steps is not None:
         command = [sys.executable, "-c", _STEPPED, str(steps), *args]
     env = dict(os.environ, PYTHONPATH=str(side.tree), LABKIT_CACHE_DIR=str(side.cache))
-    env.update(NO_COLOR="1", COLUMNS="200")
+    env.update(NO_COLOR="1", COLUMNS="200", **side.env)
     log = work / "labkit.log"
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     wall0 = time.perf_counter()
@@ -373,7 +381,8 @@ def run_labkit(
         if line.strip()
     ]
     levels = list(_load_levels(json.loads((folder / "lab.json").read_text())))
-    return RunOut(cpu, wall, records, levels, text, samples)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    return RunOut(cpu, wall, records, levels, text, samples, manifest.get("read_path"))
 
 
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
@@ -488,7 +497,7 @@ def _server_pinned(srv: ScriptedServer, cpus: set[int] | None) -> None:
 def _check_tree(side: Side) -> str:
     """Where `side`'s child imports labkit from (it must be its tree), and which read path
     it runs (``c``, ``python``, or ``none`` before there was a choice)."""
-    env = dict(os.environ, PYTHONPATH=str(side.tree))
+    env = dict(os.environ, PYTHONPATH=str(side.tree), **side.env)
     out = subprocess.run(
         [
             sys.executable,

@@ -5,9 +5,10 @@ by hand, `perf_counter_ns` after every `recv`, the first read holding output tex
 the first token. labkit and the bare client alternate on the same server (each request on a
 fresh connection, as llama-server closes them anyway), so the machine's drift hits both.
 
-Servers: the fake schedule on 127.0.0.1 (`labkit.fakeserver`: first token at 80 ms, 20 ms per
-token) and, with `--llama`, the real llama-server with the bundled model (set up by
-`labkit setup`). Prints medians side by side and labkit − bare. Not a test.
+Servers: the fake schedule on 127.0.0.1 (the truth server, `labkit.truth`, in a process of its
+own: first token at 80 ms, 20 ms per token) and, with `--llama`, the real llama-server with
+the bundled model (set up by `labkit setup`). Prints medians side by side and labkit − bare.
+Not a test.
 
 Run: `make bench` or `.venv/bin/python benchmarks/bench_fidelity.py [--llama] [--runs N]`.
 """
@@ -20,17 +21,16 @@ import json
 import re
 import socket
 import statistics
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.parse import urlsplit
 
-from labkit.fakeserver import FakeServer
 from labkit.measurement.recorder import RecordContext, StreamRecorder
 from labkit.providers import provider_class
 from labkit.providers.base import ChatRequest, Provider
 from labkit.providers.fake import FakeSchedule
+from labkit.truth.process import TruthServer
 
 _CONTENT = re.compile(rb'"content":"(?!")')
 _SERVER_DECODE = re.compile(rb'"predicted_per_token_ms":([0-9.]+)')
@@ -135,25 +135,9 @@ def compare(kind: str, base_url: str, path: str, params: dict[str, object], runs
 
 @contextmanager
 def fake_server(schedule: FakeSchedule) -> Iterator[str]:
-    """The fake schedule served from a background thread's own event loop."""
-    loop = asyncio.new_event_loop()
-    server = FakeServer(schedule)
-    ready = threading.Event()
-
-    def serve() -> None:
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(server.start())
-        ready.set()
-        loop.run_forever()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    ready.wait()
-    try:
+    """The fake schedule served by the truth server, in a process of its own."""
+    with TruthServer.of(schedule) as server:
         yield server.base_url
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(5)
 
 
 def main() -> None:

@@ -1425,13 +1425,18 @@ def _build_read_path(tree: Path) -> None:
     """Compile the C read path where the archived revision has one, in place and as setup.py
     builds it (git archive carries the source, not this checkout's build): "before" then runs
     the code a user of that revision runs, not its Python fallback. Without a compiler it
-    stays the fallback, as that user's would."""
-    if not (tree / "labkit" / "measurement" / "_readpath.c").exists():
+    stays the fallback, as that user's would. The source moved from labkit/measurement to
+    labkit/wire (120f7cf); each revision's own place is built."""
+    for package in ("wire", "measurement"):
+        source = f"labkit/{package}/_readpath.c"
+        if (tree / source).exists():
+            break
+    else:
         return
     build = (
         "from setuptools import Extension, setup; setup(name='labkit', script_args=["
-        "'-q', 'build_ext', '--inplace'], ext_modules=[Extension("
-        "'labkit.wire._readpath', ['labkit/wire/_readpath.c'], "
+        f"'-q', 'build_ext', '--inplace'], ext_modules=[Extension("
+        f"'labkit.{package}._readpath', ['{source}'], "
         "extra_compile_args=['-O2'], optional=True)])"
     )
     subprocess.run([sys.executable, "-c", build], cwd=tree, capture_output=True, check=False)

@@ -31,7 +31,14 @@ from labkit.experiments import ExperimentSettings, experiment_class, experiment_
 from labkit.providers import ProviderSettings, provider_class, provider_kinds, sdk_available
 from labkit.tracing.settings import TracingSettings
 
-__all__ = ["LabConfig", "RayExecutorSettings", "load_config", "looks_like_key", "parse_config"]
+__all__ = [
+    "LabConfig",
+    "RayExecutorSettings",
+    "load_config",
+    "load_config_data",
+    "looks_like_key",
+    "parse_config",
+]
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: How keys (not variable names) begin: OpenAI/Anthropic/Stripe `sk-`/`sk_`, Groq `gsk_`,
@@ -286,6 +293,12 @@ def _ray_installed() -> bool:
 
 def load_config(path: str | Path) -> LabConfig:
     """Read and validate a YAML config file (bounded: `labkit.boundedyaml`)."""
+    return parse_config(load_config_data(path), str(path))
+
+
+def load_config_data(path: str | Path) -> Any:
+    """A YAML config file as data, read within `labkit.boundedyaml`'s bounds, not yet
+    validated (`parse_config` does that); one clear `ConfigError` where it cannot be read."""
     p = Path(path)
     try:
         with p.open("rb") as f:
@@ -297,7 +310,7 @@ def load_config(path: str | Path) -> LabConfig:
         raise ConfigError(f"{p}: cannot read config: {exc}") from None
     except ValueError:  # open's only ValueError: a NUL byte in the path
         raise ConfigError(f"{str(p)!r}: a path may not contain a NUL byte") from None
-    return parse_config(load_yaml_text(text, str(p)), str(p))
+    return load_yaml_text(text, str(p))
 
 
 def load_yaml_text(text: str, source: str = "<config>") -> Any:

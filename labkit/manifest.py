@@ -15,10 +15,12 @@ from pydantic import BaseModel, ConfigDict, JsonValue
 
 __all__ = [
     "FOLDER_FORMAT",
+    "HostCPUManifest",
     "HostInfo",
     "LaterStatsManifest",
     "Manifest",
     "ProviderManifest",
+    "ReadPathManifest",
     "RunStatus",
     "ScrapeManifest",
 ]
@@ -44,6 +46,28 @@ class HostInfo(BaseModel):
     platform: str
     python: str
     cpu_count: int | None
+
+
+class HostCPUManifest(BaseModel):
+    """How busy the host's CPUs were while the run measured (its last session): every CPU's
+    busy time from Linux's ``/proc/stat``, and labkit's own share of it (its process and the
+    children it waited for: managed servers, worker processes). What the client-bound advice
+    reads to say what held the CPUs labkit waited for."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: Seconds between the two readings.
+    wall_s: float
+    #: CPUs the host has (``/proc/stat``'s per-CPU lines).
+    cpus: int | None
+    #: Every CPU's non-idle time summed (user, nice, system, irq, softirq), in CPU seconds.
+    busy_cpu_s: float
+    #: labkit's process and its children that ended (managed servers, worker processes).
+    labkit_cpu_s: float
+    #: busy − labkit (never below 0): the other processes on the host.
+    others_cpu_s: float
+    #: Time a hypervisor gave this machine's CPUs to other guests (``steal``); None: unknown.
+    steal_cpu_s: float | None = None
 
 
 class ScrapeManifest(BaseModel):
@@ -91,6 +115,30 @@ class ProviderManifest(BaseModel):
     finished: bool | None = None
 
 
+class ReadPathManifest(BaseModel):
+    """Which read path measured the run (`labkit.wire.readpath`): a token's read steps in C,
+    or their Python twins, and why Python where the C path was not used. The two give the
+    same answers; they differ in CPU per token, so a run's cost is read against this."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    implementation: Literal["c", "python"]
+    #: Why Python: ``switched_off`` (``LABKIT_READPATH=python``) or ``not_built`` (labkit
+    #: was installed without its C extension); None for C.
+    reason: Literal["switched_off", "not_built"] | None = None
+    #: More on `reason`: the switch's setting, or why the extension did not load.
+    detail: str | None = None
+
+    def describe(self) -> str:
+        """This read path in a few words (the report, errors): ``c``, ``python (switched
+        off: LABKIT_READPATH=python)``, ``python (not built: ...)``."""
+        words: str = self.implementation
+        if self.reason is not None:
+            why = self.reason.replace("_", " ")
+            words += f" ({why}: {self.detail})" if self.detail else f" ({why})"
+        return words
+
+
 class Manifest(BaseModel):
     """``manifest.json``: every field optional, present once written (see the module)."""
 
@@ -116,3 +164,10 @@ class Manifest(BaseModel):
     folder_format: int | None = None
     #: Providers whose plan did not finish, each with why (status ``incomplete``).
     unfinished: dict[str, str] | None = None
+    #: The read path every process of the run measured with (worker processes and Ray
+    #: actors are held to the runner's); absent in folders written before it was recorded.
+    read_path: ReadPathManifest | None = None
+    #: How busy the host's CPUs were during the run, and whose work it was; absent where it
+    #: could not be read (no ``/proc/stat``; a Ray run, whose actors are not labkit's
+    #: children) and in folders written before it was recorded.
+    host_cpu: HostCPUManifest | None = None

@@ -453,11 +453,21 @@ class RequestTrace(_Model):
 
 
 class RecordToolCall(_Model):
-    """One tool call a reply made, as the provider streamed it (labkit extension)."""
+    """One tool call a reply made: as the provider streamed it, or as labkit read it from
+    the reply's text on a turn a grammar forced to call (labkit extension)."""
 
-    id: str = Field(description="The provider's call id (`call_...`, `toolu_...`).")
+    id: str = Field(
+        description="The provider's call id (`call_...`, `toolu_...`); `text_N` for a call "
+        "read from the text."
+    )
     name: str = Field(description="The function called.")
     arguments: str = Field(default="", description="Its arguments, the JSON text as streamed.")
+    source: Literal["provider", "text"] = Field(
+        default="provider",
+        description="`provider`: the provider sent it as a call object; `text`: the provider "
+        "sent text only (the call's JSON, forced by a grammar) and labkit read the call from "
+        "it (`ToolFormat.calls_in_text`).",
+    )
 
 
 class RequestRecord(_Model):

@@ -216,7 +216,8 @@ def test_ctrl_c_keeps_records_leaves_no_server_and_resume_finishes(tmp_path: Pat
     cfg = tmp_path / "long.yaml"
     cfg.write_text(
         "name: long\nproviders: [{id: local, kind: llamacpp, ctx_size: 1024}]\n"
-        "experiments: [{kind: single, repeats: 12, warmup: 0, params: {max_tokens: 24}}]\n"
+        "experiments: [{kind: single, prompt_cache: as_sent, repeats: 12, warmup: 0, "
+        "params: {max_tokens: 24}}]\n"
     )
     out = tmp_path / "runs"
     proc = _start(["run", str(cfg), "--out", str(out), "--no-report"])

@@ -98,7 +98,8 @@ def test_a_proxy_echoing_its_credentials_leaves_no_trace(
             "transport: httpx}\n"
             for m in ("echo-ok", "echo-407")
         )
-        + "experiments: [{kind: single, prompts: [a], repeats: 2, warmup: 0}]\n"
+        + "experiments: [{kind: single, prompt_cache: as_sent, "
+        "prompts: [a], repeats: 2, warmup: 0}]\n"
     )
     out = tmp_path / "out"
     result = CliRunner().invoke(app, ["run", str(config), "--out", str(out)])

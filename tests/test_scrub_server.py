@@ -122,7 +122,7 @@ def server() -> Iterator[EchoServer]:
         srv.server_close()
 
 
-SINGLE = "{kind: single, prompts: [hi], repeats: 1, warmup: 0}"
+SINGLE = "{kind: single, prompt_cache: as_sent, prompts: [hi], repeats: 1, warmup: 0}"
 
 
 def config(

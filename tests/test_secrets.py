@@ -34,6 +34,7 @@ providers:
     api_key_env: LABKIT_TEST_ANTHROPIC_KEY
 experiments:
   - kind: single
+    prompt_cache: as_sent
     prompts: ["hi"]
     repeats: 2
     warmup: 0

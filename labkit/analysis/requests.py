@@ -19,7 +19,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from labkit.analysis.columns import Columns
-from labkit.analysis.selfcheck import client_bound_note, level_lag_of
+from labkit.analysis.selfcheck import Cause, client_bound_note, level_lag_of
 from labkit.analysis.split import NEGATIVE_DECODE_GAP, decode_gaps, prefills, ttft_split_of
 from labkit.analysis.stats import median, quantiles
 from labkit.figures import Percentiles, RequestStats
@@ -110,15 +110,23 @@ def client_bound_reason(records: Iterable[RequestRecord]) -> str | None:
 def client_bound_reason_of(cols: Columns) -> str | None:
     """The self-check's reason where it flags these records (warm-ups left out), judged per
     load level where they carry one, as the load table judges them; None: not flagged."""
+    return _client_bound_of(cols)[0]
+
+
+def _client_bound_of(cols: Columns) -> tuple[str | None, list[Cause]]:
+    """`client_bound_reason_of`, and the causes of the flagged levels (distinct, in order)."""
     measured = cols.take(~cols.flag("warmup"))
     levels = np.array(["" if v is None else v for v in measured.text("tags.level")], dtype=object)
-    notes = []
+    notes: list[str] = []
+    causes: list[Cause] = []
     for level in dict.fromkeys(levels.tolist()):  # in the order the levels first appear
         lag = level_lag_of(measured.take(levels == level))
         if lag.client_bound:
-            note = client_bound_note(level, lag)  # `c8: client-bound (...)`
+            note = client_bound_note(level, lag)  # `c8: client-bound: ...`
             notes.append(note if level else note.removeprefix(": "))
-    return "; ".join(notes) or None
+            if lag.cause is not None and lag.cause not in causes:
+                causes.append(lag.cause)
+    return "; ".join(notes) or None, causes
 
 
 def _counts(values: np.ndarray) -> dict[str, int]:
@@ -136,7 +144,7 @@ def _stats_of(cols: Columns) -> RequestStats:
     measured = cols.take(~warmup)
     is_ok = measured.flag("ok")
     ok, failed = measured.take(is_ok), measured.take(~is_ok)
-    bound = client_bound_reason_of(measured)
+    bound, causes = _client_bound_of(measured)
     gap = median(_present(decode_gaps(ok)))
     levels = {str(v) for v in cols.text("tags.level") if v is not None}
     return RequestStats(
@@ -167,6 +175,7 @@ def _stats_of(cols: Columns) -> RequestStats:
         ),
         ttft_split=ttft_split_of(ok, bound),
         client_bound=bound,
+        client_bound_causes=causes,
     )
 
 

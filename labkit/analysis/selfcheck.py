@@ -18,17 +18,26 @@ TTFT if larger). A loop that was merely busy while the kernel stamped is no flag
 Records without the estimate (older runs, a loop without `labkit.wire.loopclock`) are
 judged by the older rule: the median stream's ``client.loop_lag_ms`` (timer lateness while the
 stream was read) above `CLIENT_BOUND_LAG_MS`.
+
+A flagged group's reason (`client_bound_note`) says what was late and its cause: labkit busy
+(its thread used most of a CPU) or labkit waiting for a CPU. What to do about it is said once
+for the run (`client_bound_advice`), from what is true of the host: labkit busy → more
+processes, fewer streams each; labkit waiting → what held the CPUs, from the run's manifest (a
+managed server whose threads leave labkit no core, else the other processes' CPU time measured
+during the run, `Manifest.host_cpu`).
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from labkit.figures import RequestStats
+from labkit.manifest import HostCPUManifest
 from labkit.records import RequestRecord
 from labkit.timing import percentile
 
@@ -36,17 +45,22 @@ if TYPE_CHECKING:
     from labkit.analysis.columns import Columns
 
 __all__ = [
+    "BUSY",
     "CLIENT_BOUND",
     "CLIENT_BOUND_FIX",
     "CLIENT_BOUND_LAG_MS",
-    "CPU_STARVED_FIX",
+    "CPU_WAITED",
+    "CPU_WAITED_NOTE",
     "LATE_STAMP_ITL_SHARE",
     "LATE_STAMP_MS",
     "LATE_TTFT_MS",
     "LATE_TTFT_SHARE",
+    "OTHERS_HELD_CPUS",
     "SATURATED_CPU_SHARE",
+    "Cause",
     "LagSummary",
     "RecordLateness",
+    "client_bound_advice",
     "client_bound_note",
     "client_bound_notes",
     "late_stamp_limit_ms",
@@ -71,16 +85,26 @@ LATE_TTFT_MS = 1.0
 LATE_TTFT_SHARE = 0.02
 #: Below this share of one CPU, a late loop was waiting for a CPU, not doing labkit's work.
 SATURATED_CPU_SHARE = 0.6
-CLIENT_BOUND = "client-bound: timings include labkit's own delay"
+#: The flag, as every reason starts: the group's timings include labkit's own delay.
+CLIENT_BOUND = "client-bound"
+#: Why a group was late (`LagSummary.cause`): labkit's thread busy, or waiting for a CPU.
+Cause = Literal["busy", "waited"]
+#: A flagged group's cause, said in its reason.
+BUSY = "labkit busy"
+CPU_WAITED = "labkit waited for a CPU"
+#: What to do where labkit itself was busy (`LoadLevel.client_bound_fix`, the run's advice).
 CLIENT_BOUND_FIX = (
     "read fewer streams per process (raise the load experiment's `workers`, lower its "
     "concurrency, or run fewer providers at once)"
 )
-CPU_STARVED_FIX = (
-    "labkit's process was waiting for a CPU rather than busy, so another process (a local "
-    "llama-server using every core?) holds the CPUs; leave labkit a core (e.g. llama.cpp "
-    "`threads:` below the core count) or run the server on another machine"
+#: A level where labkit waited (`LoadLevel.client_bound_fix`): no fix from the level alone.
+CPU_WAITED_NOTE = (
+    "labkit's process waited for a CPU rather than being busy (the run's client-bound advice "
+    "says what held the CPUs)"
 )
+#: Other processes using at least this many of the host's CPUs on average over the run are
+#: named as what held them.
+OTHERS_HELD_CPUS = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,11 +225,18 @@ class LagSummary:
     ttft_limit_ms: float | None = None
 
     @property
+    def cause(self) -> Cause | None:
+        """`waited` where labkit's thread used under `SATURATED_CPU_SHARE` of a CPU (it was
+        late waiting for one), `busy` where more; None where its CPU time is unknown."""
+        if self.cpu_share is None:
+            return None
+        return "waited" if self.cpu_share < SATURATED_CPU_SHARE else "busy"
+
+    @property
     def fix(self) -> str:
-        """What to do about it: more processes when labkit was busy, else free a CPU."""
-        if self.cpu_share is not None and self.cpu_share < SATURATED_CPU_SHARE:
-            return CPU_STARVED_FIX
-        return CLIENT_BOUND_FIX
+        """What the level alone says to do: more processes when labkit was busy; where it
+        waited for a CPU, that the run's advice says what held the CPUs."""
+        return CPU_WAITED_NOTE if self.cause == "waited" else CLIENT_BOUND_FIX
 
 
 def summarize_lag(
@@ -288,23 +319,27 @@ def level_lag_of(cols: Columns) -> LagSummary:
 
 
 def client_bound_note(where: str, lag: LagSummary) -> str:
-    """The sentence that flags a client-bound group, with its fix."""
-    busy = f", labkit busy {lag.cpu_share:.0%} of one CPU" if lag.cpu_share is not None else ""
-    if lag.late_p99 is not None:
-        ttft = (
-            f", first tokens p99 {lag.ttft_late_p99:.1f} ms (limit {lag.ttft_limit_ms:.1f})"
-            if lag.ttft_late_p99 is not None
-            else ""
+    """`where: client-bound: stamps late p99 3.3 ms (limit 2.0), labkit waited for a CPU`:
+    what was late beyond its limit and the cause, in one short line (what to do is the
+    run's `client_bound_advice`)."""
+    late: list[str] = []
+    if lag.late_p99 is not None and lag.late_limit_ms is not None:
+        if lag.late_p99 > lag.late_limit_ms:
+            late.append(f"stamps late p99 {lag.late_p99:.1f} ms (limit {lag.late_limit_ms:.1f})")
+        ttft, limit = lag.ttft_late_p99, lag.ttft_limit_ms
+        if ttft is not None and limit is not None and ttft > limit:
+            head = "first tokens" if late else "first tokens late p99"
+            late.append(f"{head} {ttft:.1f} ms (limit {limit:.1f})")
+    elif lag.p50 is not None:
+        late.append(
+            f"event loop late {lag.p50:.1f} ms in the median stream (limit "
+            f"{CLIENT_BOUND_LAG_MS:.1f})"
         )
-        why = (
-            f"stamps late by p50 {lag.late_p50:.2f} / p99 {lag.late_p99:.1f} ms (limit "
-            f"{lag.late_limit_ms:.1f}){ttft}{busy}"
-        )
-    else:
-        why = (
-            f"median stream saw the event loop {lag.p50:.1f} ms late, worst {lag.max:.1f} ms{busy}"
-        )
-    return f"{where}: {CLIENT_BOUND} ({why}); {lag.fix}."
+    if lag.cause == "waited":
+        late.append(CPU_WAITED)
+    elif lag.cause == "busy" and lag.cpu_share is not None:
+        late.append(f"{BUSY} {lag.cpu_share:.0%} of one CPU")
+    return f"{where}: {CLIENT_BOUND}: {', '.join(late)}"
 
 
 def client_bound_notes(records: Iterable[RequestRecord]) -> list[str]:
@@ -323,3 +358,112 @@ def client_bound_notes(records: Iterable[RequestRecord]) -> list[str]:
             where = f"{provider} · {experiment}" + (f" · {level}" if level else "")
             notes.append(client_bound_note(where, lag))
     return notes
+
+
+def client_bound_advice(
+    groups: Iterable[RequestStats], manifest: Mapping[str, Any] | None
+) -> str | None:
+    """One line of advice for a run whose `groups` include flagged ones, chosen from what is
+    true: where labkit was busy, more processes and fewer streams each; where it waited for
+    a CPU, what held the CPUs (`manifest`, the run's manifest.json: a managed server whose
+    threads leave labkit no core, else other processes' CPU time during the run); None where
+    nothing was flagged or no flagged group's cause is known (a lab.json from before the
+    causes were kept: its reasons carry their own fix)."""
+    causes = {c for g in groups if g.client_bound for c in g.client_bound_causes}
+    if not causes:
+        return None
+    parts = []
+    if "busy" in causes:
+        parts.append(f"labkit was busy reading streams: {CLIENT_BOUND_FIX}")
+    if "waited" in causes:
+        parts.append(_waited_advice(manifest or {}))
+    return f"the flagged timings include labkit's own delay; {'; '.join(parts)}."
+
+
+def _server_threads(manifest: Mapping[str, Any]) -> dict[str, int]:
+    """The CPU threads of each managed server the run started on this host (by provider):
+    those whose manifest entry says its `threads` and runs on the CPU."""
+    threads: dict[str, int] = {}
+    providers = manifest.get("providers")
+    for pid, entry in providers.items() if isinstance(providers, Mapping) else ():
+        server = entry.get("server") if isinstance(entry, Mapping) else None
+        if not isinstance(server, Mapping) or server.get("backend") not in ("cpu", None):
+            continue
+        n = server.get("threads")
+        if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+            threads[str(pid)] = n
+    return threads
+
+
+def _host_cpu(manifest: Mapping[str, Any]) -> HostCPUManifest | None:
+    raw = manifest.get("host_cpu")
+    try:
+        return HostCPUManifest.model_validate(raw) if raw is not None else None
+    except ValueError:
+        return None
+
+
+def _cpus(manifest: Mapping[str, Any], measured: HostCPUManifest | None) -> int | None:
+    if measured is not None and measured.cpus:
+        return measured.cpus
+    host = manifest.get("host")
+    n = host.get("cpu_count") if isinstance(host, Mapping) else None
+    return n if isinstance(n, int) and n > 0 else None
+
+
+def _waited_advice(manifest: Mapping[str, Any]) -> str:
+    """What held the CPUs labkit waited for, and what to do: never lower threads already 1."""
+    servers = _server_threads(manifest)
+    measured = _host_cpu(manifest)
+    cpus = _cpus(manifest, measured)
+    total = sum(servers.values())
+    if cpus is not None and servers and total >= cpus:
+        if cpus == 1:
+            return (
+                f"{CPU_WAITED}: this host has 1 CPU, which the managed server's thread shares "
+                "with labkit; run the server on another machine"
+            )
+        if len(servers) == 1:
+            ((pid, n),) = servers.items()
+            return (
+                f"{CPU_WAITED}: the managed server of '{pid}' ran {n} threads on this host's "
+                f"{cpus} CPUs, leaving labkit no core; set its `threads:` to {cpus - 1}"
+            )
+        each = ", ".join(f"'{p}' {n}" for p, n in servers.items())
+        return (
+            f"{CPU_WAITED}: the managed servers ran {total} threads ({each}) on this host's "
+            f"{cpus} CPUs, leaving labkit no core; give them fewer than {cpus} `threads:` in all"
+        )
+    of_cpus = f" of its {cpus} CPUs" if cpus is not None else ""
+    if measured is not None and measured.wall_s > 0:
+        others = measured.others_cpu_s / measured.wall_s
+        own = measured.labkit_cpu_s / measured.wall_s
+        used = f"labkit and the servers it started {own:.1f}"
+        if others >= OTHERS_HELD_CPUS:
+            return (
+                f"{CPU_WAITED}: other processes on this host used {others:.1f}{of_cpus} on "
+                f"average during the run ({used}); measure when the host is quieter, or from "
+                "another machine"
+            )
+        crowded = [(p, n) for p, n in servers.items() if n > 1]
+        if crowded:
+            fix = f"give the managed server of '{crowded[0][0]}' fewer `threads:` (it ran "
+            fix += f"{crowded[0][1]}), or run it on another machine"
+        elif servers:
+            fix = "run the server on another machine"
+        else:
+            fix = "measure from a machine with more CPUs"
+        return (
+            f"{CPU_WAITED}, while other processes used {others:.1f}{of_cpus} on average "
+            f"during the run ({used}); {fix}"
+        )
+    if servers and cpus is not None:
+        return (
+            f"{CPU_WAITED}, although the managed servers' {total} threads left "
+            f"{cpus - total}{of_cpus} free: other processes on this host held them; look at "
+            "what else ran there, or measure from another machine"
+        )
+    return (
+        f"{CPU_WAITED}: other work on this host held the CPUs; look at what else ran there, "
+        "or measure from another machine"
+    )

@@ -9,6 +9,9 @@ prefill (send to first output, less that queue) and decode (first output to the 
 end), and the time from the stream's end to labkit holding the reply (`read_ns`: the record
 built) is labkit's. A fan-out's wait is the slowest sub-agent's own path, plus labkit's time
 around it. The terms so add up to the session's time from its start to its last answer read.
+
+A session is complete only when its main agent ended with an answer (`session_end`): a last
+turn cut by `max_tokens`, still calling tools at `max_steps`, failed or refused is not.
 """
 
 from __future__ import annotations
@@ -17,11 +20,17 @@ from collections import defaultdict
 
 from labkit.analysis.requests import cached_tokens
 from labkit.analysis.selection import latest_pass
-from labkit.figures.session import CriticalPath, SessionFigures, SessionRow, SessionStep
-from labkit.records import RequestRecord
+from labkit.figures.session import (
+    CriticalPath,
+    SessionEnd,
+    SessionFigures,
+    SessionRow,
+    SessionStep,
+)
+from labkit.records import RequestRecord, StopReason
 from labkit.timing import percentile
 
-__all__ = ["agent_path", "session_figures", "session_steps", "turn_split"]
+__all__ = ["agent_path", "session_end", "session_figures", "session_steps", "turn_split"]
 
 
 def turn_split(record: RequestRecord) -> CriticalPath:
@@ -94,6 +103,22 @@ def agent_path(agent: str, agents: dict[str, list[RequestRecord]]) -> tuple[Crit
     return path, t0, t
 
 
+def session_end(last: RequestRecord) -> SessionEnd:
+    """How a session ended, from its main agent's last turn: `answer` only when that turn
+    succeeded, called no tool (`final`) and stopped on its own. A replayed trace's turns
+    are sent at their recorded lengths (`trace_calls` tagged), so there `length` is the
+    trace's own end, not a cut."""
+    if last.error is not None:
+        return "failed"
+    if not last.tags.get("final"):
+        return "step_limit"
+    if last.stop_reason == StopReason.LENGTH and "trace_calls" not in last.tags:
+        return "length"
+    if last.stop_reason in (StopReason.CONTENT_FILTER, StopReason.REFUSAL):
+        return "refused"
+    return "answer"
+
+
 def _cached_share(r: RequestRecord) -> float | None:
     cached = cached_tokens(r)
     total = r.usage.input_tokens
@@ -127,13 +152,15 @@ def session_figures(
         ok = [r for r in turns if r.error is None]
         root_last = agents["0"][-1]
         resumed = any(r.tags.get("resumed") for r in turns)
-        complete = root_last.error is None and bool(root_last.tags.get("final"))
+        ended = session_end(root_last)
+        complete = ended == "answer"
         duration = (t_end - t0) / 1e6
         meets = None if slo_ms is None else complete and duration <= slo_ms
         rows.append(
             SessionRow(
                 session=session,
                 complete=complete,
+                ended=ended,
                 resumed=resumed,
                 steps=len(turns),
                 failed_steps=len(turns) - len(ok),
@@ -173,6 +200,10 @@ def session_figures(
                 )
             )
     done = [row for row in rows if row.complete and not row.resumed]
+    incomplete: dict[str, int] = defaultdict(int)
+    for row in rows:
+        if not row.complete and row.ended is not None:
+            incomplete[row.ended] += 1
     span_s = (max(ends) - min(starts)) / 1e9 if starts and max(ends) > min(starts) else None
     good = [row for row in done if row.meets_slo is not False]
     return SessionFigures(
@@ -180,6 +211,7 @@ def session_figures(
         sessions=rows,
         steps=steps,
         critical=total,
+        incomplete=dict(incomplete),
         completion_ms_p50=_p([r.duration_ms for r in done], 50),
         completion_ms_p90=_p([r.duration_ms for r in done], 90),
         steps_p50=_p([float(r.steps) for r in rows], 50),

@@ -33,6 +33,7 @@ __all__ = [
     "proportion",
     "quantile",
     "quantiles",
+    "ratio_of_costs",
 ]
 
 #: The confidence of every interval labkit states.
@@ -129,7 +130,9 @@ def quantiles(
 
 def mean(values: Iterable[float], confidence: float = CONFIDENCE) -> Mean:
     """The mean of `values` with its t-interval (scipy.stats.t over the standard error);
-    no interval under 2 values, and none wider than the values' spread when all are equal."""
+    no interval under 2 values, none wider than the values' spread when all are equal, and
+    none below 0 for values that cannot be (a skewed sample of durations can reach below it,
+    which no mean of them can)."""
     xs = np.asarray(values if isinstance(values, np.ndarray) else list(values), dtype=float)
     n = int(xs.size)
     if n == 0:
@@ -142,7 +145,64 @@ def mean(values: Iterable[float], confidence: float = CONFIDENCE) -> Mean:
     from scipy import stats as sps
 
     lo, hi = sps.t.interval(confidence, n - 1, loc=value, scale=float(sps.sem(xs)))
+    if float(xs.min()) >= 0:  # a duration's mean is not negative: the bound stops at 0
+        lo = max(float(lo), 0.0)
     return Mean(value=value, lo=float(lo), hi=float(hi), n=n, confidence=confidence)
+
+
+def ratio_of_costs(
+    tokens: Sequence[float],
+    ttft_ms: Sequence[float],
+    decode_ms_per_token: Sequence[float],
+    confidence: float = CONFIDENCE,
+) -> Estimate | None:
+    """Median decode ms per generated token over the TTFT line's ms per prompt token, with a
+    percentile bootstrap interval over the requests (scipy.stats.bootstrap, seeded, so one run
+    states one interval); None under 3 requests, 2 distinct lengths, or a slope ≤ 0.
+
+    A resample whose line does not rise (a prompt token that costs nothing) has no finite
+    ratio: it counts as infinite, so where enough resamples do, the interval has no upper
+    bound (`hi` None) rather than a made-up one.
+    """
+    x, y, d = (np.asarray(v, dtype=float) for v in (tokens, ttft_ms, decode_ms_per_token))
+    if x.size < 3 or np.unique(x).size < 2:
+        return None
+
+    def ratio(idx: np.ndarray) -> float:
+        xs = x[idx]
+        if np.unique(xs).size < 2:
+            return math.inf
+        slope = float(np.polyfit(xs, y[idx], 1)[0])
+        return float(np.median(d[idx])) / slope if slope > 0 else math.inf
+
+    value = ratio(np.arange(x.size))
+    if not math.isfinite(value):
+        return None
+    import warnings
+
+    from scipy import stats as sps
+
+    with warnings.catch_warnings():
+        # every resample the same (data on one exact line): the interval is that one value
+        warnings.simplefilter("ignore", sps.DegenerateDataWarning)
+        warnings.simplefilter("ignore", RuntimeWarning)
+        result = sps.bootstrap(
+            (np.arange(x.size),),
+            ratio,
+            vectorized=False,
+            n_resamples=999,
+            confidence_level=confidence,
+            method="percentile",
+            rng=np.random.default_rng(0),
+        )
+    tail = (1 - confidence) / 2 * 100
+    # order statistics, not interpolation: an infinite resample stays one, never inf − inf
+    lo, hi = np.percentile(result.bootstrap_distribution, [tail, 100 - tail], method="inverted_cdf")
+    return Estimate(
+        value=value,
+        lo=float(lo) if math.isfinite(lo) else None,
+        hi=float(hi) if math.isfinite(hi) else None,
+    )
 
 
 def proportion(k: int, n: int, confidence: float = CONFIDENCE) -> Proportion:

@@ -24,13 +24,14 @@ import math
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated, get_args
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 
+from labkit.analysis.selfcheck import client_bound_advice
 from labkit.cli.examples import example_path
 from labkit.cli.examples import register as register_init
 from labkit.cli.local import register as register_local
@@ -43,7 +44,6 @@ from labkit.config import load_config
 from labkit.errors import LabkitError
 from labkit.experiments import experiment_kinds
 from labkit.providers import provider_kinds
-from labkit.providers.fake import FakeSchedule, FakeServerTimings
 from labkit.records import ErrorKind
 from labkit.runner import (
     ProviderOutcome,
@@ -232,6 +232,14 @@ def run(
         Path | None, typer.Option("--resume", help="Finish an interrupted run folder.")
     ] = None,
     report: Annotated[bool, typer.Option(help="Write the report at the end.")] = True,
+    truth: Annotated[
+        bool,
+        typer.Option(
+            "--truth",
+            help="Answer every provider with the truth server (a server that knows what it "
+            "did), then grade every answer against its log (grade.md in the run folder).",
+        ),
+    ] = False,
 ) -> None:
     """Run a config against every available provider and write a run folder."""
     try:
@@ -242,33 +250,60 @@ def run(
                 CONFIG=config,
                 **{"--example": example, "--out": out, "--repeats": repeats},
                 **{"--provider": provider, "--experiment": experiment},
+                **{"--truth": truth or None},
             )
         if sum(x is not None for x in (config, example, resume)) > 1:
             raise fail("give one of CONFIG, --example NAME or --resume RUN_DIR")
         if example is not None:
             config = example_path(example)
+        options = RunOptions(
+            out_dir=out,
+            repeats=repeats,
+            providers=provider,
+            experiments=experiment,
+            config_path=str(config),
+        )
         if resume is not None:
             runner = prepare_resume(resume, on_warning=_warn)
         elif config is None:
             raise fail("give a CONFIG to run (or --example quickstart), or --resume RUN_DIR")
+        elif truth:
+            return _run_with_truth(config, options, report)
         else:
-            cfg = load_config(config)
-            runner = prepare_run(
-                cfg,
-                RunOptions(
-                    out_dir=out,
-                    repeats=repeats,
-                    providers=provider,
-                    experiments=experiment,
-                    config_path=str(config),
-                ),
-            )
+            runner = prepare_run(load_config(config), options)
     except LabkitError as exc:
         raise fail(str(exc)) from None
     try:
         _run_and_report(runner, report)
     finally:
         runner.folder.release()
+
+
+def _run_with_truth(config: Path, options: RunOptions, report: bool) -> None:
+    """`run --truth`: the truth server answers every provider; the answers are graded."""
+    from labkit.cli.truthrun import TruthLab, print_grade, write_grade
+    from labkit.config import load_config_data, parse_config
+    from labkit.scoring.grading import grade_run
+    from labkit.truth.log import read_truth_log
+
+    with TruthLab(load_config_data(config)) as lab:
+        console.print(f"truth server: http://127.0.0.1:{lab.server.port} (answers every provider)")
+        runner = prepare_run(parse_config(lab.config, str(config)), options)
+        try:
+            _run_and_report(runner, report)
+        finally:
+            runner.folder.release()
+        folder = runner.folder.path
+        try:
+            log = lab.keep_log(folder)
+            grade = grade_run(folder, read_truth_log(log))
+            paths = write_grade(grade, folder)
+        except (LabkitError, OSError) as exc:
+            raise fail(f"the run is kept in {folder}, but it could not be graded: {exc}") from None
+    print_grade(grade, console)
+    console.print(
+        f"grade: {escape(str(paths[1]))} (and {paths[0].name}); truth log: {escape(str(log))}"
+    )
 
 
 def _refuse_with_resume(**given: object) -> None:
@@ -357,15 +392,20 @@ def _check_range(
 def _print_summary(
     result: RunResult, out: Console, *, outcomes: bool = True, answers: bool = True
 ) -> None:
-    """The summary table, load levels, client-bound warnings, the providers that did not
-    run (`outcomes`), and the lab's answers (`answers`)."""
+    """The summary table, load levels, client-bound warnings (a line per flagged group, and
+    one line of advice for the run), the providers that did not run (`outcomes`), and the
+    lab's answers (`answers`)."""
     if any(not r.warmup for r in result.records):
         out.print(summary_table(result.lab, title=f"run {result.folder.run_id}"))
     for table in load_tables(result.lab):
         out.print(table)
-    for group in result.lab.requests or []:
-        if group.client_bound:
-            out.print(f"[bold yellow]warning:[/] {escape(client_bound_line(group))}")
+    flagged = [g for g in result.lab.requests or [] if g.client_bound]
+    for group in flagged:  # one short line each, then one line of advice for the run
+        out.print(f"[bold yellow]warning:[/] {escape(client_bound_line(group))}")
+    manifest = result.folder.manifest.model_dump(mode="json", exclude_unset=True)
+    advice = client_bound_advice(flagged, manifest)
+    if advice is not None:
+        out.print(f"[bold yellow]advice:[/] {escape(advice)}")
     internal = [r.error for r in result.records if r.error and r.error.kind == ErrorKind.INTERNAL]
     if internal:
         out.print(
@@ -417,112 +457,6 @@ def _write_report(folder: Path) -> None:
         err_console.print(f"[yellow]report not written:[/] {escape(str(exc))}")
         return
     console.print(f"report: [bold]{escape(str(paths.html))}[/] (and {escape(paths.md.name)})")
-
-
-@app.command("fake-server")
-def fake_server(
-    port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0: any free port).")] = 8000,
-    first_token_ms: Annotated[float, typer.Option(help="Delay of the first token.")] = 50.0,
-    token_interval_ms: Annotated[float, typer.Option(help="Gap between tokens.")] = 10.0,
-    tokens: Annotated[int, typer.Option(help="Tokens per response.")] = 32,
-    server_timings: Annotated[
-        str,
-        typer.Option(
-            help="Server timings to emit: none, groq, cerebras, fireworks, vllm, tgi, "
-            "llamacpp, deepseek."
-        ),
-    ] = "none",
-    queue_ms: Annotated[
-        float, typer.Option(help="Scripted server queue before each response starts.")
-    ] = 0.0,
-    slots: Annotated[
-        int, typer.Option(help="Requests served at once, the rest queued (0: no limit).")
-    ] = 0,
-    truth: Annotated[
-        Path | None,
-        typer.Option(
-            help="Serve the truth server instead (Chat Completions, Completions, Responses, "
-            "Anthropic Messages; `labkit score` reads its log) and write its truth log here."
-        ),
-    ] = None,
-    jitter_ms: Annotated[
-        float, typer.Option(help="--truth: random ± jitter on every wait (seeded).")
-    ] = 0.0,
-    prefill_ms_per_token: Annotated[
-        float, typer.Option(help="--truth: first token later by this per prompt token.")
-    ] = 0.0,
-    tokens_per_event: Annotated[
-        int, typer.Option(help="--truth: tokens per stream event (bursts).")
-    ] = 1,
-    keepalive_ms: Annotated[
-        float, typer.Option(help="--truth: `: keep-alive` comment period before token 1.")
-    ] = 0.0,
-    schedule_file: Annotated[
-        Path | None,
-        typer.Option(help="--truth: per-request schedules, one JSON object a line, cycled."),
-    ] = None,
-    seed: Annotated[int, typer.Option(help="--truth: seed of the jitter.")] = 0,
-) -> None:
-    """Serve the fake provider's schedule as an OpenAI-compatible server on 127.0.0.1."""
-    from labkit.fakeserver import FakeServer
-
-    if truth is not None:
-        if server_timings != "none" or queue_ms:
-            raise fail("--server-timings and --queue-ms are not served with --truth")
-        from labkit.cli.truth import serve_truth
-
-        serve_truth(
-            port=port,
-            truth_log=truth,
-            ttft_ms=first_token_ms,
-            interval_ms=token_interval_ms,
-            tokens=tokens,
-            slots=slots,
-            jitter_ms=jitter_ms,
-            prefill_ms_per_token=prefill_ms_per_token,
-            tokens_per_event=tokens_per_event,
-            keepalive_ms=keepalive_ms,
-            schedule_file=schedule_file,
-            seed=seed,
-        )
-        return
-    _check_range("--port", port, 0, 65535)
-    _check_range("--first-token-ms", first_token_ms, 0, finite=True)
-    _check_range("--token-interval-ms", token_interval_ms, 0, finite=True)
-    _check_range("--tokens", tokens, 0)
-    _check_range("--queue-ms", queue_ms, 0, finite=True)
-    _check_range("--slots", slots, 0)
-    shapes = get_args(FakeServerTimings)
-    if server_timings not in shapes:
-        raise fail(f"--server-timings must be one of {', '.join(shapes)}")
-    schedule = FakeSchedule(
-        first_token_ms=first_token_ms,
-        token_interval_ms=token_interval_ms,
-        tokens=tokens,
-        server_timings=server_timings,  # checked just above
-        queue_ms=queue_ms,
-        slots=slots or None,
-    )
-    server = FakeServer(schedule, port=port)
-
-    async def serve() -> None:
-        await server.start()
-        console.print(f"fake OpenAI-compatible server at [bold]{server.base_url}[/] (Ctrl-C stops)")
-        loop = asyncio.get_running_loop()
-        serving = asyncio.current_task()
-        assert serving is not None
-        loop.add_signal_handler(signal.SIGTERM, serving.cancel)
-        try:
-            await server.serve_forever()
-        finally:
-            await server.stop()
-
-    try:
-        asyncio.run(serve())
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        pass
-    except OSError as exc:
-        raise fail(f"cannot serve on 127.0.0.1:{port}: {exc.strerror or exc}") from None
 
 
 @app.command()

@@ -22,7 +22,7 @@ from pydantic import Field, NonNegativeInt, PositiveInt
 
 from labkit.analysis.requests import client_bound_reason
 from labkit.analysis.selection import measured
-from labkit.analysis.stats import fit_prompt_cost, median_of
+from labkit.analysis.stats import fit_prompt_cost, median, median_of, ratio_of_costs
 from labkit.errors import ConfigError
 from labkit.experiments.base import (
     Experiment,
@@ -30,7 +30,7 @@ from labkit.experiments.base import (
     PlannedRequest,
     register_experiment,
 )
-from labkit.figures import LinearFit
+from labkit.figures import Estimate, LinearFit
 from labkit.figures.prefill_decode import (
     CacheEffect,
     MarginalCost,
@@ -228,6 +228,12 @@ class PrefillDecodeExperiment(Experiment):
                     ),
                     cached_tokens=median_of(group, lambda r: r.provider_timings.cached_tokens),
                     n=len(group),
+                    ttft_values=[r.client.ttft_ms for r in group if r.client.ttft_ms is not None],
+                    decode_values=[
+                        r.client.decode_ms_per_token
+                        for r in group
+                        if r.client.decode_ms_per_token is not None
+                    ],
                 )
             )
         xs = [float(r.usage.input_tokens or 0) for r in cold]
@@ -237,12 +243,19 @@ class PrefillDecodeExperiment(Experiment):
             [float(r.usage.input_tokens or 0) for r in with_prefill],
             [float(r.provider_timings.prefill_ms or 0) for r in with_prefill],
         )
-        decode_pts = [
-            (p.input_tokens, p.decode_ms_per_token)
-            for p in points
-            if p.input_tokens is not None and p.decode_ms_per_token is not None
-        ]
-        decode_fit = LinearFit.least_squares([x for x, _ in decode_pts], [y for _, y in decode_pts])
+        decoded = [r for r in cold if r.client.decode_ms_per_token is not None]
+        decode_xs = [float(r.usage.input_tokens or 0) for r in decoded]
+        decode_ys = [float(r.client.decode_ms_per_token or 0) for r in decoded]
+        decode_fit = LinearFit.least_squares(decode_xs, decode_ys)
+        prompt_token = (
+            Estimate(value=fit.ms_per_token, lo=fit.ms_per_token_lo, hi=fit.ms_per_token_hi)
+            if fit is not None
+            else None
+        )
+        generated = median(decode_ys) if decode_ys else None
+        ratio = ratio_of_costs(
+            decode_xs, [float(r.client.ttft_ms or 0) for r in decoded], decode_ys
+        )
         cold_hits = sum(1 for r in cold if (r.provider_timings.cached_tokens or 0) > 0)
         switches = {str(r.tags["cache_params"]) for r in cold if "cache_params" in r.tags}
         cache = self._cache_figures(ok)
@@ -263,6 +276,9 @@ class PrefillDecodeExperiment(Experiment):
             marginal_ms_per_token=segments if fit is not None else [],
             ttft_model=ttft_model,
             server_prefill_model=server_model,
+            prompt_token_ms=prompt_token,
+            generated_token_ms=generated,
+            generated_vs_prompt=ratio,
             client_bound=client_bound_reason(r for r in records if not r.warmup),
         )
         if ttft_model is None:

@@ -431,7 +431,8 @@ class SessionExperiment(PacedExperiment[SessionState, SessionPlan]):
             }
             if parent is not None:
                 tags.update(parent=parent, joins_step=joins_step if joins_step is not None else 0)
-            request = ChatRequest(list(history), params, f"session-s{todo.index}")
+            turn = [*history, *fmt.closing(choice)]
+            request = ChatRequest(turn, params, f"session-s{todo.index}")
             planned = PlannedRequest(key=key, request=request, trial=step, tags=tags)
             record, memo = await self._send_turn(todo, planned, send, fmt.calls_in)
             tool_ms, subagents, compacted = 0.0, 0, False

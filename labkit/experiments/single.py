@@ -1,13 +1,22 @@
-"""`single`: a short prompt, measured end to end — tokens in and out, TTFT, decode, stop."""
+"""`single`: a short prompt, measured end to end — tokens in and out, TTFT, decode, stop.
+
+By default (`prompt_cache: cold_and_cached`) each repeat is a pair: the request sent cold,
+with the provider's prompt cache switched off for it (`Provider.prompt_cache_params`; where
+a provider has no such switch, a fresh nonce opens the prompt so no cached prefix matches),
+then at once the same request again with the cache on. The provider's own cached-token
+counts say which requests really were cold or cached, and the answer gives both TTFTs apart:
+a repeat's short TTFT is a KV-cache hit, not the time to read the prompt.
+"""
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterator
 from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from labkit.analysis.requests import client_bound_reason
+from labkit.analysis.requests import cached_tokens, client_bound_reason
 from labkit.analysis.selection import measured, stop_counts
 from labkit.analysis.stats import median, median_of, p_of
 from labkit.experiments.base import (
@@ -17,7 +26,7 @@ from labkit.experiments.base import (
     register_experiment,
 )
 from labkit.experiments.common import Prompt, prompt_list
-from labkit.figures.single import RequestTimeline, SingleFigures
+from labkit.figures.single import PromptCacheRun, RequestTimeline, SingleFigures
 from labkit.providers.base import ChatRequest, Provider
 from labkit.records import LabAnswer, RequestRecord
 from labkit.wording.single import single_answer
@@ -38,6 +47,12 @@ class SingleSettings(ExperimentSettings):
         min_length=1,
         description="Prompts (strings, or {id, text}).",
     )
+    prompt_cache: Literal["cold_and_cached", "as_sent"] = Field(
+        default="cold_and_cached",
+        description="`cold_and_cached`: each repeat sent cold (the provider's prompt cache "
+        "off, or a fresh nonce first) and then again with the cache on, the two TTFTs given "
+        "apart; `as_sent`: each repeat sent once, as the params say.",
+    )
 
 
 @register_experiment
@@ -52,24 +67,49 @@ class SingleExperiment(Experiment):
     )
 
     def plan(self, provider: Provider) -> Iterator[PlannedRequest]:
-        """Warm-ups on the first prompt, then every prompt `repeats` times (drawn lazily)."""
+        """Warm-ups on the first prompt, then every prompt `repeats` times (drawn lazily),
+        each a cold and a cached send under `cold_and_cached`."""
         s = self.settings
         assert isinstance(s, SingleSettings)
         prompts = prompt_list(s.prompts)
         yield from self.warmups(prompts[0].id, prompts[0].text)
+        pairs = s.prompt_cache == "cold_and_cached"
+        cache_off, cache_on = (
+            provider.prompt_cache_params(False),
+            provider.prompt_cache_params(True),
+        )
         for p in prompts:
             for trial in range(s.repeats):
-                yield PlannedRequest(
-                    key=f"{self.name}/{p.id}/{trial}",
-                    request=ChatRequest(self.messages(p.text), dict(s.params), p.id),
-                    trial=trial,
-                )
+                if not pairs:
+                    yield PlannedRequest(
+                        key=f"{self.name}/{p.id}/{trial}",
+                        request=ChatRequest(self.messages(p.text), dict(s.params), p.id),
+                        trial=trial,
+                    )
+                    continue
+                # Without a switch, a nonce at the very start leaves no cached prefix to match.
+                messages = self.messages(p.text)
+                if not cache_off:
+                    messages = [
+                        {"role": "system", "content": f"Request {secrets.token_hex(4)}."},
+                        *messages,
+                    ]
+                for state, params in (("cold", cache_off), ("cached", cache_on)):
+                    yield PlannedRequest(
+                        key=f"{self.name}/{p.id}/{trial}/{state}",
+                        request=ChatRequest(
+                            [dict(m) for m in messages], {**s.params, **params}, p.id
+                        ),
+                        trial=trial,
+                        tags={"cache": state},
+                    )
 
     def planned_per_path(self, provider: Provider) -> int | None:
-        """Warm-ups and prompts × repeats."""
+        """Warm-ups and prompts × repeats (twice each under `cold_and_cached`)."""
         s = self.settings
         assert isinstance(s, SingleSettings)
-        return s.warmup + len(prompt_list(s.prompts)) * s.repeats
+        sends = 2 if s.prompt_cache == "cold_and_cached" else 1
+        return s.warmup + len(prompt_list(s.prompts)) * s.repeats * sends
 
     def analyze(self, provider_id: str, model: str, records: list[RequestRecord]) -> LabAnswer:
         """Medians of the stages, token counts and the stop reasons seen."""
@@ -91,6 +131,7 @@ class SingleExperiment(Experiment):
             ttft_ms_p90=p_of(ok, lambda r: r.client.ttft_ms, 90),
             last_token_ms_p50=median_of(ok, lambda r: r.client.last_token_ms),
             e2e_ms_p50=median_of(ok, lambda r: r.client.e2e_ms),
+            reply_ms_p50=median_of(ok, _reply_ms),
             decode_ms_per_token_p50=decode.value,
             provider_prefill_ms_p50=median_of(ok, lambda r: r.provider_timings.prefill_ms),
             provider_decode_ms_per_token_p50=median_of(
@@ -110,9 +151,67 @@ class SingleExperiment(Experiment):
                 f,
                 status="failed",
             )
+        cold, cached, uncached = _by_cache(ok)
+        f = f.model_copy(
+            update={
+                "cold": _cache_run("cold", cold),
+                "cached": _cache_run("cached", cached),
+                "repeats_uncached": uncached,
+                "cache_hits": sum(1 for r in ok if (cached_tokens(r) or 0) > 0),
+            }
+        )
         answer = single_answer(f)
-        f = f.model_copy(update={"timeline": _timeline(ok, f.ttft_ms_p50)})
+        shown = cold or ok  # the anatomy of a cold request: its prefill is the prompt's
+        ttft_shown = median([r.client.ttft_ms for r in shown if r.client.ttft_ms is not None])
+        f = f.model_copy(update={"timeline": _timeline(shown, ttft_shown.value)})
         return self.answer(provider_id, model, answer, f, status="ok" if not failed else "partial")
+
+
+def _reply_ms(r: RequestRecord) -> float | None:
+    """The reply after its first token: last token − first token."""
+    c = r.client
+    return None if c.last_token_ms is None or c.ttft_ms is None else c.last_token_ms - c.ttft_ms
+
+
+def _by_cache(
+    ok: list[RequestRecord],
+) -> tuple[list[RequestRecord], list[RequestRecord], int]:
+    """The paired requests (tag `cache`) as cold and cached, by the provider's own cached
+    tokens where it counts them (a `cached` send it served with none is cold), else as
+    labkit asked; and how many `cached` sends had no cached token."""
+    cold: list[RequestRecord] = []
+    cached: list[RequestRecord] = []
+    uncached = 0
+    for r in ok:
+        asked = r.tags.get("cache")
+        if asked not in ("cold", "cached"):
+            continue
+        count = cached_tokens(r)
+        if count is None:
+            (cached if asked == "cached" else cold).append(r)
+        elif count > 0:
+            cached.append(r)
+        else:
+            cold.append(r)
+            uncached += asked == "cached"
+    return cold, cached, uncached
+
+
+def _cache_run(
+    state: Literal["cold", "cached"], records: list[RequestRecord]
+) -> PromptCacheRun | None:
+    """One cache state's figures (None: no such request)."""
+    if not records:
+        return None
+    return PromptCacheRun(
+        state=state,
+        n=len(records),
+        ttft=median([r.client.ttft_ms for r in records if r.client.ttft_ms is not None]),
+        input_tokens_p50=median_of(records, lambda r: r.usage.input_tokens),
+        cached_tokens_p50=median_of(records, cached_tokens),
+        provider_prefill_ms_p50=median_of(records, lambda r: r.provider_timings.prefill_ms),
+        confirmed=all(cached_tokens(r) is not None for r in records),
+    )
 
 
 def _timeline(ok: list[RequestRecord], ttft_p50: float | None) -> RequestTimeline | None:

@@ -5,7 +5,10 @@ Token counts come from the provider's own counter (llama.cpp `/tokenize`, Anthro
 `Provider.count_locally`), and from the
 provider's usage when each text is sent as a prompt. Usage counts include the chat
 template's framing, so a one-character baseline prompt is sent too and its framing
-subtracted. The answer measures the "4 characters per token" rule of thumb against each.
+subtracted. The answer measures the "4 characters per token" rule of thumb against each,
+and says how many tokens the chat framing adds around a message: from that baseline's
+usage when sent, else counted without generating (`Provider.count_chat_prompt` less the
+text's own tokens, `Provider.tokenize`), or why it could not be measured.
 
 Side by side: every text is also cut by every tokenizer at hand — the offline OpenAI
 encodings (`cl100k_base`, `o200k_base`; `o200k_harmony` cuts plain text as `o200k_base`
@@ -112,6 +115,8 @@ class TokenRatioExperiment(Experiment):
         self._side_by_side: dict[str, dict[str, int]] = {}
         # tokenizer label -> text id -> (piece texts, tokens per piece), for the report's spans
         self._pieces: dict[str, dict[str, tuple[list[str], list[int]]]] = {}
+        # provider id -> the chat framing counted without generating: (tokens, source) or why not
+        self._framing: dict[str, tuple[int, str] | str] = {}
 
     @property
     def _s(self) -> TokenRatioSettings:
@@ -135,6 +140,7 @@ class TokenRatioExperiment(Experiment):
                 text_id: count.tokens for text_id, count in local.items() if count is not None
             }
         await self._cut_side_by_side(provider, texts)
+        self._framing[provider.id] = await _counted_framing(provider)
 
     async def _cut_side_by_side(self, provider: Provider, texts: list[Prompt]) -> None:
         """Add the offline encodings (once) and this provider's own tokenizer to the table."""
@@ -225,6 +231,7 @@ class TokenRatioExperiment(Experiment):
             rows.append(
                 TokenRatioRow(
                     text_id=t.id,
+                    text=t.text,
                     chars=chars,
                     bytes=size,
                     tokens=tokens,
@@ -251,6 +258,7 @@ class TokenRatioExperiment(Experiment):
             side_by_side=side_by_side(self._s.texts, self._side_by_side),
             spread=spread,
             input_tokens_local_diffs=local_diffs,
+            **self._framing_figures(provider_id, baseline_usage, baseline_tokens),
             pieces=[
                 TokenPieces(
                     text_id=t.id,
@@ -276,8 +284,7 @@ class TokenRatioExperiment(Experiment):
                 figures,
                 status="failed",
             )
-        framing = baseline_usage - baseline_tokens if baseline_usage is not None else None
-        answer = token_ratio_answer(figures, framing)
+        answer = token_ratio_answer(figures)
         return self.answer(
             provider_id,
             model,
@@ -285,6 +292,37 @@ class TokenRatioExperiment(Experiment):
             figures,
             status="ok" if len(measured_rows) == len(rows) else "partial",
         )
+
+    def _framing_figures(
+        self, provider_id: str, baseline_usage: float | None, baseline_tokens: int
+    ) -> dict[str, Any]:
+        """The chat framing's figures: from the sent baseline's usage where it was sent,
+        else as counted without generating, else why neither measured it."""
+        if baseline_usage is not None:
+            return {
+                "chat_framing_tokens": baseline_usage - baseline_tokens,
+                "chat_framing_source": "usage",
+            }
+        counted = self._framing.get(provider_id, "the provider was not asked")
+        if isinstance(counted, str):
+            why = counted if self._s.send else f"not sent (send: false), and {counted}"
+            return {"chat_framing_missing": why}
+        return {"chat_framing_tokens": counted[0], "chat_framing_source": counted[1]}
+
+
+async def _counted_framing(provider: Provider) -> tuple[int, str] | str:
+    """The tokens the provider's chat template adds around the one-character baseline as a
+    user message, counted without generating: (tokens, how), or why it could not be."""
+    try:
+        whole = await provider.count_chat_prompt([{"role": "user", "content": _BASELINE_TEXT}])
+        own = await provider.tokenize(_BASELINE_TEXT) if whole is not None else None
+    except Exception as exc:  # a failing counter is reported, not fatal
+        return f"counting the chat prompt failed: {type(exc).__name__}: {exc}"[:200]
+    if whole is None:
+        return "the provider cannot count a chat prompt without generating"
+    if own is None:
+        return "the provider cannot count the text alone"
+    return whole.tokens - len(own), whole.source
 
 
 def _piece_texts(cuts: dict[str, Tokenized]) -> dict[str, tuple[list[str], list[int]]]:

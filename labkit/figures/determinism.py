@@ -21,7 +21,12 @@ class VariantRow(_Figures):
     n: int
     identical: bool | None = None
     distinct_outputs: int
-    first_divergent_token: int | None = None
+    first_divergent_token: int | None = Field(
+        default=None,
+        description="0-based index of the first compared unit (token of `tokenizer`, or "
+        "character) where a repeat differs from the first: the count of units they shared. "
+        "Every rendering says positions 1-based (token 1 is the first).",
+    )
     common_prefix_tokens: int | None = None
     output_tokens: list[int] = Field(default_factory=list)
     system_fingerprints: list[str] = Field(default_factory=list)

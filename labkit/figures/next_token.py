@@ -42,7 +42,10 @@ class NextTokenStep(_Figures):
 class Divergence(_Figures):
     """Where the repeats of one variant first took different tokens, and how likely each was."""
 
-    step: int = Field(description="0-based index of the first output token that differs.")
+    step: int = Field(
+        description="0-based index of the first output token that differs (said 1-based: "
+        "token 1 is the first)."
+    )
     prefix: str = Field(description="The text all repeats shared before it.")
     taken: list[TokenChoice] = Field(
         description="What each distinct branch took there, with its probability (first "
@@ -59,7 +62,7 @@ class Divergence(_Figures):
 class GreedyMiss(_Figures):
     """A step at temperature 0 where the token taken was not the top candidate."""
 
-    step: int
+    step: int = Field(description="0-based index of the output token (said 1-based).")
     taken: TokenChoice
     top: TokenChoice
     margin: float = Field(description="Probability of the top candidate minus the second's.")

@@ -8,7 +8,7 @@ from pydantic import Field
 
 from labkit.figures.base import _Figures, register_figures
 from labkit.figures.slo import _ExperimentFigures
-from labkit.figures.stats import LinearFit, PromptCost
+from labkit.figures.stats import Estimate, LinearFit, PromptCost, Quantile
 
 __all__ = ["CacheEffect", "MarginalCost", "PrefillDecodeFigures", "PrefillPoint"]
 
@@ -24,6 +24,12 @@ class PrefillPoint(_Figures):
     provider_decode_ms_per_token: float | None = None
     cached_tokens: float | None = None
     n: int = 0
+    ttft_values: list[float] = Field(
+        default_factory=list, description="Each cold request's TTFT (the spread, drawn)."
+    )
+    decode_values: list[float] = Field(
+        default_factory=list, description="Each cold request's decode ms per token."
+    )
 
 
 class MarginalCost(_Figures):
@@ -55,12 +61,28 @@ class PrefillDecodeFigures(_ExperimentFigures):
     fit: LinearFit | None = Field(default=None, description="Client TTFT against input tokens.")
     server_prefill_fit: LinearFit | None = None
     decode_fit: LinearFit | None = Field(
-        default=None, description="Client decode ms/token against input tokens."
+        default=None,
+        description="Client decode ms/token against input tokens, over every cold request.",
     )
     cold_cache_hits: int = 0
     cache_control: str = ""
     cache: CacheEffect | None = None
     marginal_ms_per_token: list[MarginalCost] = Field(default_factory=list)
+    prompt_token_ms: Estimate | None = Field(
+        default=None,
+        description="What one prompt token costs to read: the straight line's slope of TTFT "
+        "against input tokens over every cold request (ms per token, 95% CI).",
+    )
+    generated_token_ms: Quantile | None = Field(
+        default=None,
+        description="What one generated token costs: median client decode ms per output "
+        "token over the cold requests, with its interval.",
+    )
+    generated_vs_prompt: Estimate | None = Field(
+        default=None,
+        description="generated_token_ms / prompt_token_ms: how many prompt tokens are read in "
+        "the time one token is generated (95% percentile-bootstrap interval over requests).",
+    )
     ttft_model: PromptCost | None = Field(
         default=None, description="Client TTFT against input tokens, the model the data chose."
     )

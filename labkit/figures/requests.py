@@ -3,7 +3,7 @@ its TTFT split by owner."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -136,4 +136,10 @@ class RequestStats(_Figures):
         default=None,
         description="The self-check's reason where it flagged the group's stamps as late "
         "(`labkit.analysis.selfcheck`); every latency of the group then holds labkit's own delay.",
+    )
+    client_bound_causes: list[Literal["busy", "waited"]] = Field(
+        default_factory=list,
+        description="Why its flagged levels were late: `busy` (labkit's thread used most of "
+        "a CPU), `waited` (it waited for a CPU); empty where not flagged or its CPU time is "
+        "unknown. The run's client-bound advice is chosen from them.",
     )

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, TypeAlias
 
 from pydantic import Field
 
 from labkit.figures.base import _Figures, register_figures
 
-__all__ = ["CriticalPath", "SessionFigures", "SessionRow", "SessionStep"]
+__all__ = ["CriticalPath", "SessionEnd", "SessionFigures", "SessionRow", "SessionStep"]
+
+#: How a session's main agent ended: `answer` (a final turn that stopped on its own, the
+#: only complete ending), `length` (its last turn cut by `max_tokens`), `step_limit`
+#: (`max_steps` ran out while it still called tools), `failed` (its last turn failed),
+#: `refused` (its last turn stopped by a content filter or a refusal).
+SessionEnd: TypeAlias = Literal["answer", "length", "step_limit", "failed", "refused"]
 
 
 class CriticalPath(_Figures):
@@ -73,7 +79,14 @@ class SessionRow(_Figures):
     """One session as a job."""
 
     session: int
-    complete: bool = Field(description="Ended with a final answer (not the step limit).")
+    complete: bool = Field(
+        description="Ended with an answer: its main agent's last turn succeeded, called no "
+        "tool and stopped on its own (`ended` is `answer`)."
+    )
+    ended: SessionEnd | None = Field(
+        default=None,
+        description="How its main agent ended (`SessionEnd`); null in lab.json written before.",
+    )
     resumed: bool = Field(default=False, description="Finished by a resumed run.")
     steps: int
     failed_steps: int = 0
@@ -97,6 +110,11 @@ class SessionFigures(_Figures):
     critical: CriticalPath = Field(
         default_factory=CriticalPath,
         description="Summed over the sessions measured in one run (resumed ones left out).",
+    )
+    incomplete: dict[str, int] = Field(
+        default_factory=dict,
+        description="Sessions that did not complete, counted by how they ended (`SessionEnd`: "
+        "`length`, `step_limit`, `failed`, `refused`); empty when all completed.",
     )
     completion_ms_p50: float | None = None
     completion_ms_p90: float | None = None

@@ -10,7 +10,7 @@ from labkit.figures.base import _Figures, register_figures
 from labkit.figures.slo import _ExperimentFigures
 from labkit.figures.stats import Quantile
 
-__all__ = ["RequestTimeline", "SingleFigures"]
+__all__ = ["PromptCacheRun", "RequestTimeline", "SingleFigures"]
 
 
 class RequestTimeline(_Figures):
@@ -28,6 +28,28 @@ class RequestTimeline(_Figures):
     provider_decode_ms: float | None = None
 
 
+class PromptCacheRun(_Figures):
+    """The requests of one cache state (`cold`: nothing of the prompt cached; `cached`: sent
+    again, its prefix read from the KV cache), as the provider's own cached-token counts say
+    (or, where it reports none, as labkit asked: `confirmed` false)."""
+
+    state: Literal["cold", "cached"]
+    n: int
+    ttft: Quantile = Field(description="Client TTFT, median with its interval.")
+    input_tokens_p50: float | None = None
+    cached_tokens_p50: float | None = Field(
+        default=None, description="Median prompt tokens the provider served from its cache."
+    )
+    provider_prefill_ms_p50: float | None = Field(
+        default=None, description="The server's own prompt reading (its prefill), median."
+    )
+    confirmed: bool = Field(
+        default=True,
+        description="Whether the provider's cached-token counts confirm the state; false: it "
+        "reports none, and the state is what labkit asked for.",
+    )
+
+
 @register_figures
 class SingleFigures(_ExperimentFigures):
     """`single`: medians of each stage over the measured requests."""
@@ -43,6 +65,11 @@ class SingleFigures(_ExperimentFigures):
     ttft_ms_p90: float | None = None
     last_token_ms_p50: float | None = None
     e2e_ms_p50: float | None = None
+    reply_ms_p50: float | None = Field(
+        default=None,
+        description="Median per request of last_token_ms − ttft_ms: the reply after its "
+        "first token, the same cold or cached.",
+    )
     decode_ms_per_token_p50: float | None = None
     provider_prefill_ms_p50: float | None = None
     provider_decode_ms_per_token_p50: float | None = None
@@ -50,6 +77,22 @@ class SingleFigures(_ExperimentFigures):
         default_factory=dict, description="How often each stop reason occurred."
     )
     timeline: RequestTimeline | None = None
+    cold: PromptCacheRun | None = Field(
+        default=None, description="The requests nothing of whose prompt was cached."
+    )
+    cached: PromptCacheRun | None = Field(
+        default=None, description="The requests sent again with their prompt cached."
+    )
+    cache_hits: int = Field(
+        default=0,
+        description="Requests the provider served with part of their prompt from its cache "
+        "(cached tokens > 0), whichever way they were sent.",
+    )
+    repeats_uncached: int = Field(
+        default=0,
+        description="Requests sent again for a cache hit that the provider served with no "
+        "cached token (it caches no prompt this short, or not at all).",
+    )
     ttft: Quantile | None = Field(
         default=None, description="Client TTFT median with its interval (the answer's lead)."
     )

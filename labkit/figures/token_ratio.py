@@ -17,6 +17,9 @@ class TokenRatioRow(_Figures):
     """One text: its size in characters, bytes and tokens, and the 4-characters rule."""
 
     text_id: str
+    text: str | None = Field(
+        default=None, description="The text itself (None in a lab.json written before)."
+    )
     chars: int
     bytes: int
     tokens: int | None = None
@@ -82,4 +85,19 @@ class TokenRatioFigures(_ExperimentFigures):
     )
     pieces: list[TokenPieces] = Field(
         default_factory=list, description="Token boundaries of each text, per tokenizer."
+    )
+    chat_framing_tokens: float | None = Field(
+        default=None,
+        description="Tokens the provider's chat template adds around a text sent as one "
+        "user message (its count of the whole prompt less the text's own tokens); None: "
+        "not measured (`chat_framing_missing` says why).",
+    )
+    chat_framing_source: str | None = Field(
+        default=None,
+        description="How it was measured: `usage` (a sent one-character message's "
+        "usage.input_tokens less its own tokens), or the provider's count of the chat "
+        "prompt without generating (`llamacpp:/apply-template + /tokenize`).",
+    )
+    chat_framing_missing: str | None = Field(
+        default=None, description="Why the framing could not be measured."
     )

@@ -7,9 +7,9 @@
    own service time, tens of µs, far inside the error budget). Measured once per host,
    Python and labkit version (`process_capacity`, cached in labkit's cache folder,
    ``~/.cache/labkit`` or ``$LABKIT_CACHE_DIR``), when the level could need it: streams of
-   a `labkit.fakeserver` served from a thread on loopback, read by the real recorder and
-   transport on the calling thread; its CPU (`time.thread_time_ns`, the server thread's own
-   left out) per event read.
+   the fake server (`labkit.truth.process.TruthServer`, a process of its own) on loopback,
+   read by the real recorder and transport on the calling thread; its CPU
+   (`time.thread_time_ns`) per event read.
 2. *Load* — the level's events per second: its streams × one stream's events/s, as the
    warm-up measured it (`stream_events_per_s`); a server gives no stream more under load.
 3. *Room* — the CPUs left free: this process's CPUs minus what the provider's server takes
@@ -30,13 +30,11 @@ import json
 import math
 import os
 import platform
-import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 from labkit.records import RequestRecord
 from labkit.wire import fastjson
@@ -223,48 +221,23 @@ async def process_capacity(cache: Path | None = None) -> Capacity:
     return measured
 
 
-@contextlib.contextmanager
-def _server_thread(schedule: Any) -> Iterator[str]:
-    """A `labkit.fakeserver` on its own event loop in a thread; yields its base URL."""
-    from labkit.fakeserver import FakeServer
-
-    loop = asyncio.new_event_loop()
-    server = FakeServer(schedule)
-    started = threading.Event()
-
-    def serve() -> None:
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(server.start())
-        started.set()
-        loop.run_forever()
-
-    thread = threading.Thread(target=serve, name="labkit-capacity", daemon=True)
-    thread.start()
-    started.wait(timeout=10)
-    try:
-        yield server.base_url
-    finally:
-        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(timeout=10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
-        loop.close()
-
-
 async def calibrate() -> Capacity:
     """Measure what one process pays per event: `_CALIBRATION_STREAMS` streams at a time of
     `_CALIBRATION_TOKENS` tokens each, every `_CALIBRATION_INTERVAL_MS`, read on loopback by
     the real recorder and transport; CPU of this thread per output event."""
     from labkit.measurement.recorder import RecordContext, StreamRecorder
     from labkit.providers.base import ChatRequest
-    from labkit.providers.fake import FakeSchedule, loopback_reader
+    from labkit.providers.fake import loopback_reader
+    from labkit.truth.process import TruthServer
 
-    schedule = FakeSchedule(
+    server = TruthServer(
         first_token_ms=1.0,
         token_interval_ms=_CALIBRATION_INTERVAL_MS,
         tokens=_CALIBRATION_TOKENS,
     )
-    with _server_thread(schedule) as base_url:
-        provider = loopback_reader(base_url, _CALIBRATION_STREAMS)
+    await asyncio.to_thread(server.start)
+    try:
+        provider = loopback_reader(server.base_url, _CALIBRATION_STREAMS)
         recorder = StreamRecorder()
         request = ChatRequest(
             [{"role": "user", "content": "calibration"}], {"max_tokens": _CALIBRATION_TOKENS}
@@ -285,6 +258,8 @@ async def calibrate() -> Capacity:
             cpu_ns = time.thread_time_ns() - cpu0
         finally:
             await provider.aclose()
+    finally:
+        await asyncio.to_thread(server.stop)
     if events == 0:
         raise RuntimeError("capacity calibration read no events")
     return Capacity(cpu_ns / 1000.0 / events, events)

@@ -60,6 +60,7 @@ from labkit.records import (
     ClientTimings,
     ErrorKind,
     RecordError,
+    RecordToolCall,
     RequestRecord,
     RequestTrace,
     StopReason,
@@ -734,6 +735,15 @@ def settle_counts_and_stop(
     return StopReason.CANCELLED if error.kind == ErrorKind.CANCELLED else StopReason.ERROR
 
 
+def _text_tool_calls(
+    provider: Provider, params: dict[str, Any], text: str
+) -> list[RecordToolCall] | None:
+    """The calls a reply without call objects wrote as its text, where the provider's tool
+    format forced that turn to call (`ToolFormat.calls_in_text`); None: none."""
+    fmt = provider.tool_format()
+    return fmt.calls_in_text(params, text) if fmt is not None else None
+
+
 def assemble_record(
     *,
     provider: Provider,
@@ -751,6 +761,11 @@ def assemble_record(
     prompt = request.prompt_text
     parsed: dict[str, Any] = {}
     if parser is not None:
+        calls = parser.finished_tool_calls()
+        if calls is None and error is None:
+            read = _text_tool_calls(provider, m.params, parser.output_text)
+            if read:
+                calls, stop = read, StopReason.TOOL_CALL
         parsed = {
             "provider_timings": parser.provider_timings,
             "usage": parser.usage,
@@ -760,7 +775,7 @@ def assemble_record(
             "system_fingerprint": parser.system_fingerprint,
             "rate_limits": parser.rate_limits,
             "output_text": parser.output_text if ctx.store_text else None,
-            "tool_calls": parser.finished_tool_calls(),
+            "tool_calls": calls,
             "logprobs": parser.logprobs(),
         }
     if m.server_request_id is not None and parsed.get("request_id") is None:

@@ -84,6 +84,13 @@ class AnthropicSettings(ProviderSettings):
     default_base_url: ClassVar[str | None] = "https://api.anthropic.com"
     key_required: ClassVar[bool] = True
 
+    @classmethod
+    def answered_at(cls, entry: dict[str, Any], root: str, key_env: str) -> dict[str, Any] | None:
+        """The entry at `root` (the API root; the kind adds its own path), keyed by
+        `key_env`."""
+        kept = {k: v for k, v in entry.items() if k not in ("base_url", "base_url_env")}
+        return {**kept, "base_url": root, "api_key_env": key_env}
+
     def resolved_base_url(self) -> str:
         """The API root without `/v1` (the SDK's and `ANTHROPIC_BASE_URL`'s convention);
         a `base_url` ending in `/v1` is accepted too, so both paths reach one endpoint."""

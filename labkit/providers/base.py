@@ -252,6 +252,13 @@ class ProviderSettings(BaseModel):
             raise ValueError(f"provider kind {kind!r} has no official SDK; use client: wire")
         return value
 
+    @classmethod
+    def answered_at(cls, entry: dict[str, Any], root: str, key_env: str) -> dict[str, Any] | None:
+        """This kind's config `entry` rewritten so a server speaking its protocol at `root`
+        answers it, its key (if it needs one) read from `key_env` (`labkit run --truth`
+        points every provider at the truth server so); None: no stand-in speaks it."""
+        return None
+
     def resolved_base_url(self) -> str:
         """The API root, without a trailing slash."""
         url = self.base_url
@@ -712,6 +719,13 @@ class Provider(ABC):
     def count_locally(self, text: str) -> TokenCount | None:
         """An offline count of `text` with the model's own tokenizer (no I/O), where labkit
         has that tokenizer locally; None otherwise."""
+        return None
+
+    async def count_chat_prompt(self, messages: list[dict[str, str]]) -> TokenCount | None:
+        """The provider's own count of a chat prompt as its usage would count it
+        (`usage.input_tokens`): the messages inside the chat template's framing, counted
+        without generating anything; None where the provider offers no such count. May call
+        its API; raises httpx.HTTPError or ValueError when the answer is unusable."""
         return None
 
     def exclusive_slots(self) -> int | None:

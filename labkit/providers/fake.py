@@ -1,35 +1,23 @@
 """An in-process provider with a scripted schedule, for demos and tests.
 
 It speaks OpenAI's Chat Completions stream through an in-process httpx transport, so the
-whole recorder path runs: first token after `first_token_ms`, then one token every
-`token_interval_ms`, `tokens` in all, then the chosen finish reason — or a chosen failure.
-The same stream is served over real sockets by `labkit.fakeserver`.
-
-With `server_timings` the stream also carries one server's own account of itself, in that
-server's documented shape (`labkit.providers.server_timings`), with the schedule's values:
-queue = `queue_ms` (a wait before the response starts; DeepSeek's shape sends the headers
-first and `: keep-alive` comments during it), prefill = `first_token_ms`, decode = the
-gaps between the output events, total = their sum.
+whole recorder path runs. Its schedule is the truth server's (`labkit.truth.schedule`,
+``FakeSchedule`` is `TruthSchedule`) and its replies are the truth server's
+(`labkit.truth.reply` plans them, `labkit.truth.shapes` frames them): the same request gets
+the same stream in-process as from ``labkit fake-server`` over a socket, which also logs
+when it sent each event. Only the timing differs: here asyncio sleeps, there a scheduler
+loop in its own process.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any, ClassVar, Literal
+from typing import ClassVar
 
 import httpx
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    NonNegativeFloat,
-    NonNegativeInt,
-    PositiveFloat,
-    PositiveInt,
-)
+from pydantic import Field
 
 from labkit.providers.base import (
     Provider,
@@ -44,6 +32,9 @@ from labkit.providers.openai_compatible import (
     OpenAICompatibleSettings,
 )
 from labkit.tokenizers import Tokenized
+from labkit.truth.reply import Reply, Responder, read_request
+from labkit.truth.schedule import ServerTimings, TruthSchedule
+from labkit.truth.shapes import Render, Timings, error_body, timing_headers
 from labkit.wire.connections import Connections
 
 __all__ = [
@@ -55,304 +46,97 @@ __all__ = [
     "FakeTransport",
     "fake_stream",
     "loopback_reader",
-    "queue_before_headers",
-    "timing_headers",
 ]
 
+#: The fake's schedule: the truth server's (`labkit.truth.schedule.TruthSchedule`).
+FakeSchedule = TruthSchedule
 #: The server timing shapes the fake can emit (`FakeSchedule.server_timings`).
-FakeServerTimings = Literal[
-    "none", "groq", "cerebras", "fireworks", "vllm", "tgi", "llamacpp", "deepseek"
-]
+FakeServerTimings = ServerTimings
 
-_WORDS = [
-    "tokens",
-    "are",
-    "the",
-    "pieces",
-    "a",
-    "model",
-    "reads",
-    "and",
-    "writes",
-    "one",
-    "at",
-    "a",
-    "time",
-    "while",
-    "the",
-    "clock",
-    "runs",
-]
-
-
-class FakeSchedule(BaseModel):
-    """When each token is sent, how the stream ends, and what can go wrong."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    first_token_ms: NonNegativeFloat = Field(default=50.0, description="Delay of token 1.")
-    token_interval_ms: NonNegativeFloat = Field(default=10.0, description="Gap between tokens.")
-    tokens: NonNegativeInt = Field(default=16, description="Tokens to send (capped by max_tokens).")
-    tokens_per_event: int = Field(default=1, ge=1, description="Tokens carried by each event.")
-    finish_reason: str = Field(default="stop", description="OpenAI finish_reason to send.")
-    usage: bool = Field(default=True, description="Send the usage chunk.")
-    fail: Literal["none", "http_status", "stream_error", "drop"] = Field(
-        default="none", description="Failure to inject."
-    )
-    fail_status: int = Field(default=500, ge=400, le=599, description="Status for http_status.")
-    fail_after_tokens: NonNegativeInt = Field(
-        default=0, description="Tokens sent before a stream_error or drop."
-    )
-    retry_after_s: float | None = Field(default=None, description="retry-after on a 429.")
-    server_timings: FakeServerTimings = Field(
-        default="none",
-        description="Which server's own timings the stream carries, in its documented shape.",
-    )
-    queue_ms: NonNegativeFloat = Field(
-        default=0.0,
-        description="A wait before the response starts, reported as the server's queue time.",
-    )
-    keepalive_interval_ms: PositiveFloat = Field(
-        default=100.0, description="`: keep-alive` comment period during the queue (deepseek)."
-    )
-
-    def decode_ms(self, events: int) -> float:
-        """The scripted time from the first output event to the last."""
-        return max(events - 1, 0) * self.token_interval_ms
-
-    def total_ms(self, events: int) -> float:
-        """Queue, prefill and decode: the whole scripted request."""
-        return self.queue_ms + self.first_token_ms + self.decode_ms(events)
-
-    slots: PositiveInt | None = Field(
-        default=None,
-        description="Requests decoded at once; the rest wait, in arrival order, for a free "
-        "slot before their first token's delay starts (null: no limit). Its capacity is "
-        "1000 × slots / (first_token_ms + (tokens - 1) × token_interval_ms) requests/s.",
-    )
-
-    # --- tool calls (`session` experiments) ---
-    tool_calls: NonNegativeInt = Field(
-        default=0,
-        description="A request offering `tools` (and no `tool_choice: none`) is answered "
-        "with tool calls while its history holds fewer than this many tool results (role "
-        "`tool` messages), then with text: a session of this many tool steps.",
-    )
-    parallel_tool_calls: PositiveInt = Field(
-        default=1, description="Tool calls in one reply (their arguments share its events)."
-    )
-
-    def new_slots(self) -> asyncio.Semaphore | None:
-        """The slots one server shares between its requests (None: unlimited)."""
-        return None if self.slots is None else asyncio.Semaphore(self.slots)
+_DEEPSEEK_KEEPALIVE_S = 0.1  # DeepSeek's comment period during its queue, when unset
 
 
 class FakeDrop(Exception):
     """Raised by `fake_stream` where the connection should be cut."""
 
 
-def _chunk(obj: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
-
-
-def requested_tokens(schedule: FakeSchedule, body: dict[str, Any]) -> int:
-    """Tokens to send for a request body: the schedule's, capped by its max_tokens."""
-    cap = body.get("max_tokens") or body.get("max_completion_tokens")
-    return min(schedule.tokens, int(cap)) if cap else schedule.tokens
-
-
-def _events(schedule: FakeSchedule, body: dict[str, Any]) -> tuple[int, int]:
-    n_tokens = requested_tokens(schedule, body)
-    return n_tokens, -(-n_tokens // schedule.tokens_per_event)
-
-
-def scripted_tool_calls(schedule: FakeSchedule, body: dict[str, Any]) -> int:
-    """How many tool calls the reply to `body` makes (0: a text answer)."""
-    if not body.get("tools") or body.get("tool_choice") == "none":
-        return 0
-    results = sum(1 for m in body.get("messages", []) if m.get("role") == "tool")
-    return schedule.parallel_tool_calls if results < schedule.tool_calls else 0
-
-
-def _tool_delta(event: int, n_events: int, calls: int, step: int, name: str) -> dict[str, Any]:
-    """Event `event`'s piece of the reply's `calls` tool calls: each call's first event
-    carries its id and name, the rest pieces of its arguments."""
-    index = event * calls // max(n_events, 1)
-    first = event == -(-index * n_events // calls)
-    piece: dict[str, Any] = {"index": index, "function": {"arguments": "" if first else " "}}
-    if first:
-        piece["id"] = f"call_{step}_{index}"
-        piece["type"] = "function"
-        piece["function"] = {"name": name, "arguments": '{"query": "q'}
-    if event == n_events - 1 or (event + 1) * calls // max(n_events, 1) != index:
-        piece["function"]["arguments"] += '"}'
-    return {"tool_calls": [piece]}
-
-
-def queue_before_headers(schedule: FakeSchedule) -> float:
-    """Seconds to wait before sending the response headers (the scripted queue, except in
-    DeepSeek's shape, which answers at once and keeps the stream alive while it waits)."""
-    return 0.0 if schedule.server_timings == "deepseek" else schedule.queue_ms / 1000.0
-
-
-def timing_headers(schedule: FakeSchedule, body: dict[str, Any]) -> dict[str, str]:
-    """The response headers of the chosen shape: TGI's timings (whole ms), Fireworks' TTFT
-    (seconds)."""
-    s = schedule
-    _, n_events = _events(s, body)
-    if s.server_timings == "tgi":
-        total = f"{s.total_ms(n_events):.0f}"
-        per_token = s.token_interval_ms / s.tokens_per_event
-        return {
-            "x-compute-time": total,
-            "x-total-time": total,
-            "x-queue-time": f"{s.queue_ms:.0f}",
-            "x-inference-time": f"{s.first_token_ms + s.decode_ms(n_events):.0f}",
-            "x-time-per-token": f"{per_token:.0f}",
-        }
-    if s.server_timings == "fireworks":
-        return {"fireworks-server-time-to-first-token": f"{s.first_token_ms / 1000:.6f}"}
-    return {}
-
-
-def _seconds_split(s: FakeSchedule, n_events: int) -> dict[str, float]:
-    return {
-        "queue_time": s.queue_ms / 1000,
-        "prompt_time": s.first_token_ms / 1000,
-        "completion_time": s.decode_ms(n_events) / 1000,
-        "total_time": s.total_ms(n_events) / 1000,
-    }
-
-
-def _llamacpp_timings(s: FakeSchedule, sent: int, events_sent: int, prompt_n: int) -> Any:
-    decode = s.decode_ms(events_sent)
-    return {
-        "cache_n": 0,
-        "prompt_n": prompt_n,
-        "prompt_ms": s.first_token_ms,
-        "predicted_n": sent,
-        "predicted_ms": decode,
-        "predicted_per_token_ms": s.token_interval_ms / s.tokens_per_event,
-        "predicted_per_second": 1000.0 * s.tokens_per_event / s.token_interval_ms
-        if s.token_interval_ms
-        else None,
-    }
-
-
-def _final_fields(s: FakeSchedule, n_events: int, sent: int, prompt_n: int) -> dict[str, Any]:
-    """The last chunk's timing fields of the chosen shape."""
-    kind = s.server_timings
-    if kind == "groq":
-        usage: dict[str, float] = {"prompt_tokens": prompt_n, "completion_tokens": sent}
-        usage.update(_seconds_split(s, n_events))
-        return {"x_groq": {"id": "req_fake", "usage": usage}}
-    if kind == "cerebras":
-        return {"time_info": {**_seconds_split(s, n_events), "created": 0}}
-    if kind == "fireworks":
-        return {
-            "perf_metrics": {
-                "fireworks-prompt-tokens": prompt_n,
-                "fireworks-server-time-to-first-token": s.first_token_ms / 1000,
-                "fireworks-server-processing-time": s.total_ms(n_events) / 1000,
-            }
-        }
-    if kind == "vllm":
-        decode = s.decode_ms(n_events)
-        return {
-            "metrics": {
-                "queue_time_ms": s.queue_ms,
-                "time_to_first_token_ms": s.first_token_ms,
-                "generation_time_ms": decode,
-                "mean_itl_ms": s.token_interval_ms / s.tokens_per_event,
-                "tokens_per_second": 1000.0 * (sent - 1) / decode if decode else None,
-            }
-        }
-    if kind == "llamacpp":
-        return {"timings": _llamacpp_timings(s, sent, n_events, prompt_n)}
-    return {}
+def _planned(reply: Reply) -> Timings:
+    """The timings the reply's headers carry: the plan's (no slot's wait)."""
+    return Timings(reply.schedule.queue_ms, reply.plan.first_ms, reply.plan.decode_ms)
 
 
 async def fake_stream(
-    schedule: FakeSchedule, body: dict[str, Any], slots: asyncio.Semaphore | None = None
+    reply: Reply, slots: asyncio.Semaphore | None = None, t_admit: float | None = None
 ) -> AsyncIterator[bytes]:
-    """The SSE bytes of one response, each piece sent at its scheduled time; with `slots`,
-    the schedule starts once a slot is free and the slot is held to the stream's end."""
+    """The SSE payloads of one reply, each yielded at its scheduled time: the schedule's
+    queue (DeepSeek's shape: keep-alive comments during it), a slot (with `slots`, held to
+    the stream's end), then the output events from the start of service; `t_admit`: the
+    loop time the server's clock started (default: now)."""
+    loop = asyncio.get_running_loop()
+    s = reply.schedule
+    admit = loop.time() if t_admit is None else t_admit
+    due = admit + s.queue_ms / 1000.0
+    if s.server_timings == "deepseek" and s.queue_ms:
+        period = s.keepalive_ms / 1000.0 or _DEEPSEEK_KEEPALIVE_S
+        while (left := due - loop.time()) > period:
+            await asyncio.sleep(period)
+            yield b": keep-alive\n\n"
+    if (left := due - loop.time()) > 0:
+        await asyncio.sleep(left)
     if slots is None:
-        async for piece in _scheduled(schedule, body):
+        async for piece in _served(reply, due, 0.0):
             yield piece
         return
     async with slots:
-        async for piece in _scheduled(schedule, body):
+        start = max(due, loop.time())
+        async for piece in _served(reply, start, (start - due) * 1000.0):
             yield piece
 
 
-async def _scheduled(schedule: FakeSchedule, body: dict[str, Any]) -> AsyncIterator[bytes]:
+async def _served(reply: Reply, t_start: float, wait_ms: float) -> AsyncIterator[bytes]:
     loop = asyncio.get_running_loop()
-    n_tokens, n_events = _events(schedule, body)
-    if schedule.server_timings == "deepseek" and schedule.queue_ms:
-        end = loop.time() + schedule.queue_ms / 1000.0
-        while (left := end - loop.time()) > 0:
+    s = reply.schedule
+    render = Render(reply)
+    for piece in render.head():
+        yield piece
+    first = t_start + reply.plan.first_ms / 1000.0
+    if s.keepalive_ms > 0:
+        comment = t_start + s.keepalive_ms / 1000.0
+        while comment < first:
+            await asyncio.sleep(max(0.0, comment - loop.time()))
             yield b": keep-alive\n\n"
-            await asyncio.sleep(min(left, schedule.keepalive_interval_ms / 1000.0))
-    t0 = loop.time()
-    prompt = " ".join(str(m.get("content") or "") for m in body.get("messages", []))
-    calls = scripted_tool_calls(schedule, body)
-    step = sum(1 for m in body.get("messages", []) if m.get("role") == "tool")
-    tool_name = str(((body.get("tools") or [{}])[0].get("function") or {}).get("name", "tool"))
-    prompt_n = len(prompt.split())
-    per_token = schedule.server_timings == "llamacpp"
-    rid = "chatcmpl-fake-" + uuid.uuid4().hex[:12]
-    base = {"id": rid, "object": "chat.completion.chunk", "model": body.get("model", "fake")}
-
-    def at(ms: float) -> float:
-        return t0 + ms / 1000.0
-
-    sent = 0
-    for i in range(n_events):
-        delay = at(schedule.first_token_ms + i * schedule.token_interval_ms) - loop.time()
+            comment += s.keepalive_ms / 1000.0
+    due, sent = first, 0
+    failing = s.fail in ("stream_error", "drop")
+    for i, n in enumerate(reply.plan.event_tokens):
+        if i:
+            due += reply.plan.gaps_ms[i - 1] / 1000.0
+        delay = due - loop.time()
         if delay > 0:
             await asyncio.sleep(delay)
-        if schedule.fail in ("stream_error", "drop") and sent >= schedule.fail_after_tokens:
+        if failing and sent >= s.fail_after_tokens:
             break
         if i == 0:
-            role = {"index": 0, "delta": {"role": "assistant", "content": ""}}
-            yield _chunk({**base, "choices": [role]})
-        k = min(schedule.tokens_per_event, n_tokens - sent)
-        words = [_WORDS[(sent + j) % len(_WORDS)] for j in range(k)]
-        text = "".join((" " if sent + j else "") + w for j, w in enumerate(words))
-        sent += k
-        delta = _tool_delta(i, n_events, calls, step, tool_name) if calls else {"content": text}
-        chunk: dict[str, Any] = {**base, "choices": [{"index": 0, "delta": delta}]}
-        if per_token:  # llama.cpp's timings_per_token: cumulative timings on every chunk
-            chunk["timings"] = _llamacpp_timings(schedule, sent, i + 1, prompt_n)
-        yield _chunk(chunk)
-    if schedule.fail == "stream_error":
-        yield _chunk({"error": {"type": "server_error", "message": "scripted failure"}})
-        yield b"data: [DONE]\n\n"
+            for piece in render.opening():
+                yield piece
+        yield render.event(i)
+        sent += n
+    if s.fail == "stream_error":
+        for piece in render.error():
+            yield piece
         return
-    if schedule.fail == "drop":
+    if s.fail == "drop":
         raise FakeDrop
-    finish = "tool_calls" if calls else schedule.finish_reason
-    if n_tokens < schedule.tokens and not calls:
-        finish = "length"
-    final = _final_fields(schedule, n_events, sent, prompt_n)
-    on_finish = not schedule.usage or schedule.server_timings in ("groq", "fireworks")
-    finish_chunk = {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}
-    yield _chunk({**finish_chunk, **final} if on_finish else finish_chunk)
-    if schedule.usage:
-        usage: dict[str, float] = {"prompt_tokens": prompt_n, "completion_tokens": sent}
-        usage_chunk = {**base, "choices": [], "usage": usage}
-        yield _chunk(usage_chunk if on_finish else {**usage_chunk, **final})
-    yield b"data: [DONE]\n\n"
-
-
-def error_body(schedule: FakeSchedule) -> tuple[dict[str, str], bytes]:
-    """Headers and JSON body of the scripted HTTP error."""
-    headers = {"content-type": "application/json"}
-    if schedule.retry_after_s is not None:
-        headers["retry-after"] = f"{schedule.retry_after_s:g}"
-    body = {"error": {"type": "scripted_error", "message": f"scripted HTTP {schedule.fail_status}"}}
-    return headers, json.dumps(body).encode()
+    planned = reply.plan
+    if planned.event_tokens:
+        end = due + planned.end_gap_ms / 1000.0
+    else:  # nothing streamed: the end at once, or the end token's time
+        end = first if planned.end_token else t_start
+    if (delay := end - loop.time()) > 0:
+        await asyncio.sleep(delay)
+    timings = Timings(s.queue_ms + wait_ms, reply.plan.first_ms, reply.plan.decode_ms)
+    for piece in render.end(timings):
+        yield piece
 
 
 class _Stream(httpx.AsyncByteStream):
@@ -377,25 +161,35 @@ class FakeTransport(httpx.AsyncBaseTransport):
 
     def __init__(self, schedule: FakeSchedule) -> None:
         self.schedule = schedule
-        self._slots = schedule.new_slots()
+        self._slots = asyncio.Semaphore(schedule.slots) if schedule.slots else None
+        self._responder = Responder("fake-" + uuid.uuid4().hex[:8], model="fake-model")
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """One scripted response."""
-        if self.schedule.fail == "http_status":
-            headers, body = error_body(self.schedule)
-            return httpx.Response(self.schedule.fail_status, headers=headers, content=body)
-        payload = json.loads(request.content or b"{}")
-        wait = queue_before_headers(self.schedule)
-        if wait:
-            await asyncio.sleep(wait)
+        loop = asyncio.get_running_loop()
+        t_read = loop.time()
+        reply = self._responder.reply(self.schedule, read_request("chat", request.content))
+        s = reply.schedule
+        t_admit = t_read + s.frontend_ms / 1000.0
+        if (wait := t_admit - loop.time()) > 0:
+            await asyncio.sleep(wait)  # the front end: nothing sent, no timing reports it
+        headers = {"x-request-id": reply.rid}
+        if s.fail == "http_status":
+            if s.retry_after_s is not None:
+                headers["retry-after"] = f"{s.retry_after_s:g}"
+            headers["content-type"] = "application/json"
+            return httpx.Response(s.fail_status, headers=headers, content=error_body(reply))
+        source = fake_stream(reply, self._slots, t_admit)
+        if s.queue_ms and s.server_timings != "deepseek":
+            await asyncio.sleep(max(0.0, t_admit + s.queue_ms / 1000.0 - loop.time()))
         return httpx.Response(
             200,
             headers={
                 "content-type": "text/event-stream",
-                "x-request-id": uuid.uuid4().hex,
-                **timing_headers(self.schedule, payload),
+                **headers,
+                **timing_headers(reply, _planned(reply)),
             },
-            stream=_Stream(fake_stream(self.schedule, payload, self._slots)),
+            stream=_Stream(source),
         )
 
 
@@ -449,9 +243,9 @@ class FakeProvider(OpenAICompatibleProvider):
 
 
 def loopback_reader(base_url: str, streams: int) -> Provider:
-    """A provider that reads a `labkit.fakeserver` at `base_url` as a load level reads a
-    plain-HTTP server (`transport: auto`, a pool of `streams`): how `labkit.measurement.capacity`
-    measures what one process can read on this host."""
+    """A provider that reads the fake server (`labkit.truth`) at `base_url` as a load level
+    reads a plain-HTTP server (`transport: auto`, a pool of `streams`): how
+    `labkit.measurement.capacity` measures what one process can read on this host."""
     settings = OpenAICompatibleSettings(
         id="capacity", kind=OpenAICompatibleProvider.kind, model="fake-model", base_url=base_url
     )

@@ -20,6 +20,7 @@ import httpx
 from pydantic import Field, PositiveInt, model_validator
 
 from labkit.filenames import safe_filename
+from labkit.providers._wire import describe as describe_value
 from labkit.providers._wire import wire_count
 from labkit.providers.base import (
     ManagedServerHandle,
@@ -67,6 +68,12 @@ class LlamaCppSettings(ProviderSettings):
     )
     ctx_size: PositiveInt = Field(default=4096, description="Context tokens per slot.")
     slots: PositiveInt = Field(default=1, description="Parallel slots (-np).")
+    exclusive: bool = Field(
+        default=False,
+        description="An existing server (`managed: false`) that labkit alone uses, with "
+        "`slots` slots: its queue is then 0 by construction while no more requests are in "
+        "flight than its slots, as on a managed one (`labkit run --truth` sets it).",
+    )
     threads: PositiveInt | None = Field(
         default=None,
         description="CPU threads (-t); default on CPU: every core but one, so the measuring "
@@ -84,6 +91,15 @@ class LlamaCppSettings(ProviderSettings):
         elif not self.managed and self.base_url is None:
             raise ValueError("managed: false needs a base_url (the existing server's root)")
         return self
+
+    @classmethod
+    def answered_at(cls, entry: dict[str, Any], root: str, key_env: str) -> dict[str, Any] | None:
+        """The entry as an existing llama-server at `root` (its root, no `/v1`) that labkit
+        alone uses (`exclusive`: the queue rule of a managed one holds); what only a managed
+        server takes is dropped."""
+        managed_only = ("managed", "model_path", "server_path", "backend", "gpu_layers", "threads")
+        kept = {k: v for k, v in entry.items() if k not in managed_only}
+        return {**kept, "managed": False, "exclusive": True, "base_url": root}
 
     def resolved_base_url(self) -> str:
         """The server root; a trailing `/v1` is dropped."""
@@ -228,6 +244,25 @@ class LlamaCppProvider(OpenAICompatibleProvider):
         """Exact count from `/tokenize`."""
         return TokenCount(len(await self.tokenize(text)), "llamacpp:/tokenize")
 
+    async def count_chat_prompt(self, messages: list[dict[str, str]]) -> TokenCount | None:
+        """The prompt a chat request would be: the messages through the model's chat template
+        (`/apply-template`), then cut as the server cuts a prompt (`/tokenize` with its
+        special tokens, as `usage.prompt_tokens` counts them). Nothing is generated."""
+        resp = await own_request(
+            self.client, "POST", "/apply-template", TOKENIZE, json={"messages": messages}
+        )
+        resp.raise_for_status()
+        prompt = resp.json().get("prompt")
+        if not isinstance(prompt, str):
+            raise ValueError(f"/apply-template answered no prompt text ({describe_value(prompt)})")
+        body = {"content": prompt, "add_special": True}
+        resp = await own_request(self.client, "POST", "/tokenize", TOKENIZE, json=body)
+        resp.raise_for_status()
+        tokens = resp.json().get("tokens")
+        if not isinstance(tokens, list):
+            raise ValueError(f"/tokenize answered no token list ({describe_value(tokens)})")
+        return TokenCount(len(tokens), "llamacpp:/apply-template + /tokenize")
+
     async def tokenized(self, text: str) -> Tokenized | None:
         """The model's own ids and pieces from `/tokenize` with `with_pieces` (no BOS)."""
         body = {"content": text, "with_pieces": True}
@@ -240,9 +275,12 @@ class LlamaCppProvider(OpenAICompatibleProvider):
         return None
 
     def exclusive_slots(self) -> int | None:
-        """A managed llama-server's slots (`-np`): labkit started it, nobody else uses it."""
+        """A managed llama-server's slots (`-np`): labkit started it, nobody else uses it;
+        or an existing one's that the config says labkit alone uses (`exclusive`)."""
         s = self.settings
-        return s.slots if isinstance(s, LlamaCppSettings) and s.managed else None
+        if not isinstance(s, LlamaCppSettings):
+            return None
+        return s.slots if s.managed or s.exclusive else None
 
     def prompt_cache_params(self, enabled: bool) -> SamplingParams:
         """llama-server's `cache_prompt`: reuse the slot's KV cache for a shared prefix."""

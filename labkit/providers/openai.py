@@ -80,6 +80,13 @@ class OpenAISettings(ProviderSettings):
     default_base_url: ClassVar[str | None] = "https://api.openai.com/v1"
     key_required: ClassVar[bool] = True
 
+    @classmethod
+    def answered_at(cls, entry: dict[str, Any], root: str, key_env: str) -> dict[str, Any] | None:
+        """The entry at `root` (the API root; the kind adds its own path), keyed by
+        `key_env`."""
+        kept = {k: v for k, v in entry.items() if k not in ("base_url", "base_url_env")}
+        return {**kept, "base_url": root, "api_key_env": key_env}
+
     def resolved_base_url(self) -> str:
         """The API root; a bare server URL gets `/v1`, as the SDK's convention has it."""
         return with_root_path(super().resolved_base_url(), "/v1")

@@ -76,6 +76,13 @@ class OpenAICompatibleSettings(ProviderSettings):
             check_base_url(value)
         return value
 
+    @classmethod
+    def answered_at(cls, entry: dict[str, Any], root: str, key_env: str) -> dict[str, Any] | None:
+        """The entry at `root` (the API root; the kind adds its own path), keyed by
+        `key_env`."""
+        kept = {k: v for k, v in entry.items() if k not in ("base_url", "base_url_env")}
+        return {**kept, "base_url": root, "api_key_env": key_env}
+
     def resolved_base_url(self) -> str:
         """The API root; a bare server URL (`http://host:8000`) gets `/v1`."""
         return with_root_path(super().resolved_base_url(), "/v1")

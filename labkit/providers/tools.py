@@ -7,13 +7,16 @@ The formats: OpenAI Chat (`tools`, `tool_calls`, role `tool`), the Responses API
 (`function_call` / `function_call_output` items), Anthropic (`tool_use` / `tool_result`
 blocks), Ollama (`tool_calls` with object arguments, role `tool`), and llama.cpp's
 grammar-forced call for a model whose chat template knows no tools (the bundled SmolLM2):
-the reply is forced by a JSON schema to ``{"name": ..., "arguments": {...}}``.
+the reply is forced by a grammar to ``{"name": ..., "arguments": {...}}``, the recorder reads
+the call back from that text into the record's `tool_calls` (`ToolFormat.calls_in_text`),
+and the call and its result go back to the model as plain-language messages.
 """
 
 from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from typing import Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -21,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from labkit.records import RecordToolCall, RequestRecord
 
 __all__ = [
+    "FORCED_CALL_MARK",
     "AnthropicTools",
     "GrammarTools",
     "OllamaTools",
@@ -90,6 +94,18 @@ class ToolFormat(ABC):
     @abstractmethod
     def results(self, results: list[ToolResult]) -> list[Message]:
         """The messages (or items) that append the tools' results."""
+
+    def closing(self, choice: ToolChoice) -> list[Message]:
+        """Messages that end one turn's request after the history, not kept in it (none for
+        a provider that takes tools natively)."""
+        return []
+
+    def calls_in_text(self, params: Mapping[str, Any], text: str) -> list[RecordToolCall] | None:
+        """The calls a reply wrote as text on a turn this format forced to call (`params`:
+        the request's parameters as sent); None where the provider sends its calls as its
+        own call objects, or the turn was not forced. The recorder asks this of every
+        reply without a call object, so it must be cheap."""
+        return None
 
     def calls_in(self, record: RequestRecord) -> list[RecordToolCall]:
         """The tool calls of one reply (none: a final answer)."""
@@ -241,55 +257,71 @@ class OllamaTools(ToolFormat):
         return [{"role": "tool", "tool_name": r.call.name, "content": r.content} for r in results]
 
 
+#: The first line of the grammar `GrammarTools` forces a call with: how a forced turn is known
+#: again from the request's parameters as the record keeps them.
+FORCED_CALL_MARK = "# labkit: a forced tool call"
+
+
+def _query_words(call: RecordToolCall) -> str:
+    args = _arguments(call)
+    return ", ".join(f'{k} "{v}"' for k, v in args.items()) or "no arguments"
+
+
 class GrammarTools(ToolFormat):
-    """llama.cpp with a chat template that knows no tools: a JSON schema (llama-server's
-    `json_schema`, compiled to a grammar) forces the reply to be a call, and the call is read
-    from the reply's text; the call and the result travel as plain messages."""
+    """llama.cpp with a chat template that knows no tools: a GBNF grammar (llama-server's
+    `grammar`) forces the reply to be one call's JSON, compact, and the recorder reads the
+    call from that text (`calls_in_text`). The call and its result go back as plain-language
+    messages, and the turn that is not forced ends with a short instruction to answer in
+    words: a small model shown JSON answers with JSON."""
 
     native = False
 
     def params(self, tools: list[ToolSpec], choice: ToolChoice) -> dict[str, Any]:
-        """`json_schema` forcing a call under `required`; nothing otherwise (the model
-        answers in text)."""
+        """`grammar` forcing a call under `required`; nothing otherwise (the model answers
+        in text)."""
         if choice != "required":
             return {}
-        return {
-            "json_schema": {
-                "type": "object",
-                "properties": {
-                    "name": {"enum": [t.name for t in tools]},
-                    "arguments": {
-                        "type": "object",
-                        # Short words only: a small model's free string can run past
-                        # max_tokens and leave the call's JSON unfinished.
-                        "properties": {"query": {"type": "string", "pattern": "^[a-z ]{1,16}$"}},
-                        "required": ["query"],
-                    },
-                },
-                "required": ["name", "arguments"],
-            }
-        }
+        names = " | ".join(f'"\\"{t.name}\\""' for t in tools)
+        # Fixed layout, no free whitespace, short lower-case words: a small model given a
+        # JSON schema's free whitespace or string pads the call until max_tokens cuts it.
+        grammar = (
+            f"{FORCED_CALL_MARK}\n"
+            'root ::= "{\\"name\\": " name ", \\"arguments\\": {\\"query\\": \\"" '
+            '[a-z] [a-z ]{0,15} "\\"}}"\n'
+            f"name ::= {names}\n"
+        )
+        return {"grammar": grammar}
 
     def assistant(self, text: str, calls: list[RecordToolCall]) -> list[Message]:
-        """The reply as it was written (the call's JSON)."""
-        return [{"role": "assistant", "content": text}]
+        """The call told in words (the forced JSON is not shown back to the model)."""
+        said = " ".join(f"I called the {c.name} tool with {_query_words(c)}." for c in calls)
+        return [{"role": "assistant", "content": said or text}]
 
     def results(self, results: list[ToolResult]) -> list[Message]:
-        """One user message holding the results."""
-        body = "\n".join(
-            f"<tool_response name={r.call.name}>\n{r.content}\n</tool_response>" for r in results
-        )
-        return [{"role": "user", "content": body}]
+        """One user message holding each tool's text as it returned it (no lead-in: the
+        bundled model repeats a "The tool returned:" lead-in until max_tokens)."""
+        return [{"role": "user", "content": "\n\n".join(r.content for r in results)}]
 
-    def calls_in(self, record: RequestRecord) -> list[RecordToolCall]:
-        """The call written as the reply's JSON text, on a turn that was forced to call (a
-        free answer that looks like a call, imitating the history, is an answer)."""
-        if record.tool_calls:
-            return list(record.tool_calls)
-        if "json_schema" not in record.params:
+    def closing(self, choice: ToolChoice) -> list[Message]:
+        """On a turn not forced to call: ask for the answer in words."""
+        if choice == "required":
             return []
+        return [
+            {
+                "role": "user",
+                "content": "Now give your final answer to the task in one or two plain sentences.",
+            }
+        ]
+
+    def calls_in_text(self, params: Mapping[str, Any], text: str) -> list[RecordToolCall] | None:
+        """On a turn this format forced (its grammar among `params`): the call the reply's
+        text holds, named `text_0`; none when the text is no complete call (cut by
+        `max_tokens`). A free answer that looks like a call is an answer."""
+        grammar = params.get("grammar")
+        if not isinstance(grammar, str) or not grammar.startswith(FORCED_CALL_MARK):
+            return None
         try:
-            value = json.loads(record.output_text or "")
+            value = json.loads(text)
         except ValueError:
             return []
         if not isinstance(value, dict) or not isinstance(value.get("name"), str):
@@ -297,8 +329,9 @@ class GrammarTools(ToolFormat):
         args = value.get("arguments")
         return [
             RecordToolCall(
-                id=f"call_{record.record_id[:12]}",
+                id="text_0",
                 name=value["name"],
                 arguments=json.dumps(args if isinstance(args, dict) else {}),
+                source="text",
             )
         ]

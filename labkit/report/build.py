@@ -11,14 +11,18 @@ request, a provider that reports no usage or no timings of its own, a truncated
 from __future__ import annotations
 
 import gc
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from labkit.analysis.requests import FIELDS as REQUEST_FIELDS
+from labkit.analysis.selfcheck import client_bound_advice
 from labkit.errors import RunError
 from labkit.figures import Percentiles, Quantile, RequestStats
+from labkit.manifest import ReadPathManifest
 from labkit.records import LabAnswer
 from labkit.report.charts import Chart, TokenSpans
 from labkit.report.kinds import kind_sections, lab_questions, question_charts
@@ -50,6 +54,7 @@ from labkit.wording import CLIENT_BOUND_MARK, cell, client_bound_line
 __all__ = [
     "REPORT_COLUMNS",
     "ReportPaths",
+    "asked_experiments",
     "build_blocks",
     "missing_notes",
     "write_report",
@@ -129,7 +134,8 @@ def _only(df: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
 
 def missing_notes(run: RunData, stats: list[RequestStats]) -> list[str]:
     """Plain sentences on everything the run lacks (empty when nothing is missing), the
-    groups the self-check flagged client-bound (`stats`, with its reason) among them."""
+    groups the self-check flagged client-bound (`stats`, with its reason) among them, and
+    one line of advice for them (`client_bound_advice`)."""
     notes = list(run.problems)
     df = ensure_columns(
         _only(run.records, _NOTE_COLUMNS),
@@ -143,6 +149,8 @@ def missing_notes(run: RunData, stats: list[RequestStats]) -> list[str]:
     if "usage.output_tokens_source" not in df.columns:
         df = df.assign(**{"usage.output_tokens_source": None})
     notes += [client_bound_line(g) for g in stats if g.client_bound]
+    advice = client_bound_advice(stats, run.manifest)
+    notes += [f"Client-bound advice: {advice}"] if advice is not None else []
     status = run.manifest.get("status")
     if status and status != "completed":
         notes.append(f"The run's status is '{status}': results may be partial.")
@@ -238,6 +246,24 @@ def _answer_line(ans: LabAnswer) -> str:
     return f"{who}{flag}: {ans.answer}"
 
 
+def asked_experiments(manifest: Mapping[str, Any]) -> list[str]:
+    """The experiments the run's config asked for, by name (`kind`, `kind#1` where a kind
+    repeats, as the runner names them), in config order; empty where the manifest holds no
+    config (a folder from before it was recorded): then only answers are shown."""
+    config = manifest.get("config")
+    entries = config.get("experiments") if isinstance(config, dict) else None
+    names: list[str] = []
+    seen: dict[str, int] = {}
+    for entry in entries if isinstance(entries, list) else []:
+        kind = entry.get("kind") if isinstance(entry, dict) else None
+        if not isinstance(kind, str):
+            continue
+        n = seen.get(kind, 0)
+        seen[kind] = n + 1
+        names.append(kind if n == 0 else f"{kind}#{n}")
+    return names
+
+
 def _lab_section(run: RunData) -> list[Block]:
     blocks: list[Block] = [Heading("Lab answers")]
     if run.lab is None:
@@ -252,14 +278,18 @@ def _lab_section(run: RunData) -> list[Block]:
     by_exp: dict[str, list[LabAnswer]] = {}
     for ans in run.lab.answers:
         by_exp.setdefault(ans.experiment, []).append(ans)
-    questions = lab_questions()
-    order = questions + sorted(set(by_exp) - set(questions))
+    asked = asked_experiments(run.manifest)
+    shown = set(by_exp) | set(asked)
+    questions = [q for q in lab_questions() if q in shown]
+    order = questions + sorted(shown - set(questions))
     pictures = question_charts(run.lab)
     for i, exp in enumerate(order, start=1):
         answers = by_exp.get(exp)
-        if not answers:
+        if not answers:  # asked for by the config, and no answer came
             blocks.append(Heading(f"{i}. {exp}", 3))
-            blocks.append(Para(f"The {exp} experiment was not run or produced no answer.", "note"))
+            blocks.append(
+                Para(f"The config asked for {exp}, but the run produced no answer for it.", "note")
+            )
             continue
         blocks.append(Heading(f"{i}. {exp}: {answers[0].question}", 3))
         blocks.append(Bullets([_answer_line(a) for a in answers]))
@@ -276,6 +306,17 @@ def _lab_section(run: RunData) -> list[Block]:
     return blocks
 
 
+def _read_path_text(raw: object) -> str | None:
+    """The manifest's read path in a few words (`ReadPathManifest.describe`); None where
+    the manifest has none (written before it was recorded), as it is where unreadable."""
+    if raw is None:
+        return None
+    try:
+        return ReadPathManifest.model_validate(raw).describe()
+    except ValueError:
+        return f"unreadable: {str(raw)[:80]}"
+
+
 def _run_section(run: RunData) -> list[Block]:
     m = run.manifest
     df = run.records
@@ -287,6 +328,7 @@ def _run_section(run: RunData) -> list[Block]:
         ("ended", m.get("ended_at")),
         ("records", len(df)),
         ("labkit", m.get("labkit_version")),
+        ("read path", _read_path_text(m.get("read_path"))),
         ("config", m.get("config_path")),
     ]
     host = m.get("host")

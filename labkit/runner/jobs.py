@@ -23,10 +23,13 @@ from pydantic import (
     model_validator,
 )
 
+from labkit.errors import RunError
 from labkit.experiments import ExperimentSettings, LevelPlan, PacedExperiment, experiment_class
 from labkit.experiments.paced import RecordTags
+from labkit.manifest import ReadPathManifest
 from labkit.providers import Provider, ProviderSettings, SamplingParams, provider_class
 from labkit.records import RequestRecord
+from labkit.wire.readpath import READ_PATH
 
 __all__ = [
     "JobMessage",
@@ -64,6 +67,10 @@ class LevelJob(BaseModel):
     propagate_trace: bool = Field(
         default=True, description="Send each request's trace context (`tracing.headers`)."
     )
+    read_path: ReadPathManifest | None = Field(
+        default=None,
+        description="The runner's read path, which the worker must run too (`check_read_path`).",
+    )
 
     @classmethod
     def of(
@@ -94,6 +101,21 @@ class LevelJob(BaseModel):
             store_text=store_text,
             tags=tags or {},
             propagate_trace=propagate_trace,
+            read_path=READ_PATH,
+        )
+
+    def check_read_path(self) -> None:
+        """RunError where this process runs another read path than the runner that sent
+        the job (a Ray node without labkit's C build, a worker with another
+        ``LABKIT_READPATH``): a run's records are all measured on the one its manifest
+        names."""
+        wanted = self.read_path
+        if wanted is None or wanted.implementation == READ_PATH.implementation:
+            return
+        raise RunError(
+            f"this worker runs the {READ_PATH.describe()} read path, the runner the "
+            f"{wanted.describe()} one: build labkit's C read path here too, or run with "
+            "LABKIT_READPATH=python everywhere"
         )
 
     def for_worker(self, worker: int, workers: int) -> LevelJob:

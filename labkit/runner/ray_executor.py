@@ -71,6 +71,7 @@ from labkit.runner.jobs import LevelJob, Ready, Recorded, Sending, decode, encod
 from labkit.runner.ray_address import check_ray_address
 from labkit.runner.worker_body import build_worker, run_worker
 from labkit.wire import loopclock
+from labkit.wire.readpath import ENV_VAR, READ_PATH
 
 __all__ = ["RAY_LEVELS_FILE", "ActorClock", "LevelActor", "RayExecutor", "RayLevel", "ray_module"]
 
@@ -195,10 +196,11 @@ class LevelActor:
 
     async def prepare(self) -> str | None:
         """Build the provider and experiment; the problem in one line where the provider
-        cannot run on this node (its key variable unset), else None."""
+        cannot run on this node (its key variable unset, another read path than the
+        driver's), else None."""
         try:
             self._built = build_worker(self._job)
-        except ProviderUnavailable as exc:
+        except (ProviderUnavailable, RunError) as exc:
             return str(exc)
         return None
 
@@ -402,11 +404,16 @@ class RayExecutor(Executor):
 
     def _options(self, k: int) -> _ActorOptions:
         s = self.settings
+        # The event loop a worker process runs (asyncio's own), not Ray's uvloop default.
+        env = {"RAY_USE_UVLOOP": "0"}
+        if READ_PATH.implementation == "python":
+            # The driver's Python read path on every node (an actor on the C path is
+            # refused: `LevelJob.check_read_path`).
+            env[ENV_VAR] = "python"
         options: _ActorOptions = {
             "num_cpus": s.cpus_per_worker,
             "max_restarts": 0,
-            # The event loop a worker process runs (asyncio's own), not Ray's uvloop default.
-            "runtime_env": {"env_vars": {"RAY_USE_UVLOOP": "0"}},
+            "runtime_env": {"env_vars": env},
         }
         if isinstance(s.placement, list):
             options["resources"] = {s.placement[k % len(s.placement)]: 0.001}
@@ -613,15 +620,20 @@ class RayExecutor(Executor):
                     "in flight recorded as lost; the level is partial (labkit run --resume "
                     "runs it again)"
                 )
+        waited = False
         for host in hosts:
             measured = [r for a in actors if a.host == host for r in a.records if not r.warmup]
-            if level_lag(measured).client_bound:
+            lag = level_lag(measured)
+            if lag.client_bound:
                 level.client_bound_hosts.append(host)
+                waited = waited or lag.cause == "waited"
         if level.client_bound_hosts:
+            # Where an actor waited for a CPU, more workers on its node would wait too.
+            fix = "free those nodes' CPUs or add nodes" if waited else "add workers or nodes"
             on_message(
                 f"{experiment.name}: level {label}: client-bound on "
                 f"{', '.join(level.client_bound_hosts)} (the actor's event loop ran late "
-                "while reading); add workers or nodes"
+                f"while reading); {fix}"
             )
         return level
 

@@ -26,13 +26,20 @@ from labkit.config import LabConfig, parse_config
 from labkit.errors import LabkitError, ProviderUnavailable, RunError
 from labkit.experiments import Experiment, PacedExperiment, PlannedRequest, experiment_class
 from labkit.experiments.paced import connections_needed
-from labkit.manifest import FOLDER_FORMAT, Manifest, ProviderManifest, RunStatus
+from labkit.manifest import (
+    FOLDER_FORMAT,
+    Manifest,
+    ProviderManifest,
+    ReadPathManifest,
+    RunStatus,
+)
 from labkit.measurement.recorder import StreamRecorder
 from labkit.measurement.sdkpath import SDKRecorder
 from labkit.providers import ManagedServerHandle, Provider, ProviderSettings, provider_class
 from labkit.records import ErrorKind, LabAnswer, LabResults, RecordError, RequestRecord
 from labkit.runner.executor import Executor, Measurer
 from labkit.runner.gcpolicy import level_gc
+from labkit.runner.hostcpu import host_cpu_between, read_cpu
 from labkit.runner.later import LaterReport, fetch_later_stats
 from labkit.runner.ray_executor import RayExecutor
 from labkit.runner.results import RunFolder, host_info, new_run_id, package_versions
@@ -46,6 +53,7 @@ from labkit.tracing.settings import (
     otlp_metrics_endpoint,
     otlp_traces_endpoint,
 )
+from labkit.wire.readpath import READ_PATH
 
 __all__ = ["ProviderOutcome", "RunOptions", "RunResult", "Runner", "run_lab"]
 
@@ -208,6 +216,8 @@ class Runner:
         """Run every provider; always leaves a consistent manifest behind."""
         status: RunStatus = "failed"
         unfinished: dict[str, str] | None = None
+        # Ray's actors are not labkit's children: their CPU time would read as others'.
+        cpu_start = read_cpu() if self.config.executor is None else None
         try:
             tasks = [
                 asyncio.create_task(self._run_provider(s, o), name=f"provider:{s.id}")
@@ -226,18 +236,20 @@ class Runner:
         finally:
             await self.executor.close()
             self.folder.close()
-            self.folder.write_manifest(
-                Manifest(
-                    ended_at=datetime.now(UTC).isoformat(),
-                    status=status,
-                    records=len(self._records),
-                    providers={
-                        o.id: self._finished_before.get(o.id) or o.manifest_entry()
-                        for o in self.outcomes
-                    },
-                    unfinished=unfinished or None,
-                )
+            cpu_end = read_cpu() if cpu_start is not None else None
+            update = Manifest(
+                ended_at=datetime.now(UTC).isoformat(),
+                status=status,
+                records=len(self._records),
+                providers={
+                    o.id: self._finished_before.get(o.id) or o.manifest_entry()
+                    for o in self.outcomes
+                },
+                unfinished=unfinished or None,
             )
+            if cpu_start is not None and cpu_end is not None:
+                update.host_cpu = host_cpu_between(cpu_start, cpu_end)
+            self.folder.write_manifest(update)
         if self.folder.write_error is not None:
             # Every record after the failed write would be lost: the run stops here, its
             # manifest says why, and `--resume` finishes it.
@@ -670,6 +682,7 @@ def prepare_run(config: LabConfig, options: RunOptions) -> Runner:
             ended_at=None,
             status="running",
             folder_format=FOLDER_FORMAT,
+            read_path=READ_PATH,
         )
     )
     return Runner(config, folder)
@@ -690,6 +703,7 @@ def prepare_resume(run_dir: Path, on_warning: Callable[[str], None] | None = Non
             on_warning(message)
 
     try:
+        _same_read_path(folder.manifest.read_path, run_dir)
         config = parse_config(folder.manifest.config, f"{run_dir}/manifest.json")
         previous = folder.read_records(on_skip=skip, refuse_newer=True)
     except LabkitError:
@@ -721,6 +735,19 @@ def prepare_resume(run_dir: Path, on_warning: Callable[[str], None] | None = Non
         done_keys={(p, k) for p, k in done if k},
         previous=previous,
         finished_before=finished,
+    )
+
+
+def _same_read_path(recorded: ReadPathManifest | None, run_dir: Path) -> None:
+    """RunError where this process would read a resumed run's streams on another read path
+    than its records were measured on (C against Python: their CPU per token differs); a
+    folder from before the read path was recorded is resumed as it is."""
+    if recorded is None or recorded.implementation == READ_PATH.implementation:
+        return
+    raise RunError(
+        f"cannot resume {run_dir}: its records were measured on the {recorded.describe()} read "
+        f"path and this labkit runs the {READ_PATH.describe()} one; resume it with the same "
+        "read path (LABKIT_READPATH, docs/configuration.md)"
     )
 
 

@@ -45,7 +45,9 @@ class WorkerLink(Protocol):
 def build_worker(job: LevelJob) -> tuple[Provider, PacedExperiment[Any, Any]]:
     """The provider and experiment `job` describes, the experiment's state restored; the
     API key is read here, from the variable the provider's settings name
-    (ProviderUnavailable when unset)."""
+    (ProviderUnavailable when unset); RunError where this process runs another read path
+    than the runner (`LevelJob.check_read_path`)."""
+    job.check_read_path()
     settings = job.provider
     provider = provider_class(settings.kind)(
         settings, api_key=settings.check_available(), pool_size=job.pool_size

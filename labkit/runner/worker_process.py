@@ -13,7 +13,7 @@ import asyncio
 import signal
 import sys
 
-from labkit.errors import RunError
+from labkit.errors import LabkitError, RunError
 from labkit.experiments import PlannedRequest
 from labkit.records import RequestRecord
 from labkit.runner.jobs import JobMessage, Ready, Recorded, Start, decode, encode
@@ -77,7 +77,12 @@ def main() -> None:
     # simply ends a worker that has measured nothing yet).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     guard_std_streams(stdout=False, controls=True)  # stderr is the worker's log
-    sys.exit(loopclock.run(_worker_main()))
+    try:
+        code = loopclock.run(_worker_main())
+    except LabkitError as exc:  # one line in the log, which the runner's error quotes
+        sys.stderr.write(f"labkit worker: {exc}\n")
+        code = 2
+    sys.exit(code)
 
 
 if __name__ == "__main__":

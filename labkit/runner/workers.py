@@ -140,7 +140,10 @@ async def _run_in_workers(
             async with asyncio.timeout(_READY_TIMEOUT_S):
                 ready = await _read_records(proc, on_record)
             if not ready:
-                raise RunError(f"worker process {k} did not start; see {logs[k]}")
+                said = _last_line(logs[k])
+                raise RunError(
+                    f"worker process {k} did not start{f' ({said})' if said else ''}; see {logs[k]}"
+                )
         t0 = time.perf_counter_ns() + _START_MARGIN_NS
         for proc in procs:
             assert proc.stdin is not None
@@ -178,6 +181,18 @@ async def _run_in_workers(
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await proc.wait()
         raise
+
+
+def _last_line(log: Path) -> str | None:
+    """A worker's own one-line error (``labkit worker: ...``) at the end of its log."""
+    try:
+        with log.open("rb") as f:
+            f.seek(max(0, f.seek(0, 2) - 4096))
+            lines = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    last = lines[-1] if lines else ""
+    return last.removeprefix("labkit worker: ") if last.startswith("labkit worker: ") else None
 
 
 class HostExecutor(Executor):

@@ -9,14 +9,36 @@ clock can be put on the monotonic one). Every other line is one finished request
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from labkit.errors import ConfigError
 
-__all__ = ["TruthLog", "TruthRequest", "read_truth_log"]
+__all__ = ["TruthLog", "TruthRequest", "TruthStep", "TruthToolCall", "read_truth_log"]
+
+
+class TruthStep(BaseModel):
+    """One output token the server drew, and the distribution it drew it from: the
+    candidates (the token among them) with their true probabilities, likeliest first."""
+
+    token: str
+    candidates: list[tuple[str, float]]
+
+    @property
+    def probability(self) -> float:
+        """The drawn token's probability."""
+        return dict(self.candidates)[self.token]
+
+
+class TruthToolCall(BaseModel):
+    """A tool call the server made: its id, the tool's name and the arguments (JSON text)."""
+
+    id: str
+    name: str
+    arguments: str
 
 
 class TruthRequest(BaseModel):
@@ -28,19 +50,77 @@ class TruthRequest(BaseModel):
     client_request_id: str | None = Field(
         default=None, description="The client's own x-request-id (or x-correlation-id), if sent."
     )
+    traceparent: str | None = Field(default=None, description="The W3C traceparent sent.")
     api: str = Field(description="chat, completions, responses or messages.")
     stream: bool
     model: str
+    status: int | None = Field(
+        default=200, description="The HTTP status sent (None: the connection was cut first)."
+    )
+    fail: str | None = Field(
+        default=None, description="The scripted failure served: http_status, stream_error, drop."
+    )
     t_read_ns: int = Field(description="The request read whole (clock after its last recv).")
+    t_admit_ns: int | None = Field(
+        default=None,
+        description="The server's clock started: its queue from here (older logs: absent, "
+        "= t_read_ns).",
+    )
+    frontend_ms: float = Field(
+        default=0.0,
+        description="The front end's delay: read to the server's clock starting, in no timing "
+        "the server reports (t_admit_ns − t_read_ns, as scheduled).",
+    )
     t_start_ns: int = Field(description="Service started (a slot granted); = t_read_ns unqueued.")
+    t_headers_ns: int | None = Field(
+        default=None, description="The response's status line and headers sent."
+    )
     events_ns: list[int] = Field(description="Clock right before each output event's send.")
     events_sent_ns: list[int] = Field(description="Clock right after each output event's send.")
     event_tokens: list[int] = Field(description="Tokens each output event carried.")
     comments_ns: list[int] = Field(default_factory=list, description="Keep-alive comments sent.")
     t_end_ns: int = Field(description="Clock right before the end of the response was sent.")
     prompt_tokens: int = Field(description="The server's count (spaces in the request body).")
-    output_tokens: int
-    capped: bool = Field(description="Ended by the request's max_tokens.")
+    cached_tokens: int = Field(
+        default=0, description="Prompt tokens read from the prefix cache (0: none, no cache)."
+    )
+    output_tokens: int = Field(description="Output tokens sent (streamed, or in the body).")
+    end_token: bool = Field(
+        default=False, description="An end token ended the reply: counted, never sent."
+    )
+    usage_output_tokens: int | None = Field(
+        default=None,
+        description="Output tokens the server counts, as its usage reports them: the sent ones "
+        "and the end token (None: a failed reply; older logs: absent, = output_tokens).",
+    )
+    capped: bool = Field(description="Ended by a length: max_tokens, or ignore_eos.")
+    finish_reason: str | None = Field(
+        default=None,
+        description="How the reply ended, in Chat's words (stop, length, tool_calls, ...); "
+        "None for a failed one.",
+    )
+    tool_calls: list[TruthToolCall] = Field(default_factory=list, description="Calls made.")
+    temperature: float | None = Field(default=None, description="The request's temperature.")
+    seed: int | None = Field(default=None, description="The request's seed.")
+    steps: list[TruthStep] = Field(
+        default_factory=list,
+        description="Each output token's draw (with sampling, or logprobs asked): the token "
+        "and its candidates' true probabilities.",
+    )
+    queue_ms: float = Field(
+        default=0.0, description="The wait for service: t_start_ns − t_admit_ns, in ms."
+    )
+    prefill_ms: float | None = Field(
+        default=None, description="Service start to the first output event, as planned (ms)."
+    )
+    decode_ms: float | None = Field(
+        default=None, description="First output event to the last, as planned (ms)."
+    )
+    reported: dict[str, Any] | None = Field(
+        default=None,
+        description="The server's own timings as the reply carried them: `headers` and the "
+        "last chunk's `fields` (None: the schedule's server_timings is none).",
+    )
 
 
 @dataclass(frozen=True)
@@ -51,6 +131,8 @@ class TruthLog:
     mono_ns: int
     wall_ns: int
     requests: list[TruthRequest]
+    #: The server's schedule, as its first line gives it (empty: an older log).
+    schedule: dict[str, Any] = field(default_factory=dict)
 
     def mono_from_wall(self, wall_ns: float) -> float:
         """A wall-clock time (ns since the epoch) on the server's monotonic clock."""
@@ -71,7 +153,7 @@ def read_truth_log(path: Path | str) -> TruthLog:
     if not isinstance(anchor, dict) or anchor.get("truth_log") != 1:
         raise ConfigError(
             f"{path} is not a truth log (its first line is not the clock anchor "
-            "`labkit fake-server --truth` writes)"
+            "`labkit fake-server` writes)"
         )
     requests = []
     for number, line in enumerate(lines[1:], 2):
@@ -83,4 +165,11 @@ def read_truth_log(path: Path | str) -> TruthLog:
             if number == len(lines):  # a server killed mid-write leaves a cut last line
                 break
             raise ConfigError(f"{path} line {number} is not a truth record: {exc}") from None
-    return TruthLog(path, int(anchor["mono_ns"]), int(anchor["wall_ns"]), requests)
+    schedule = anchor.get("schedule")
+    return TruthLog(
+        path,
+        int(anchor["mono_ns"]),
+        int(anchor["wall_ns"]),
+        requests,
+        schedule if isinstance(schedule, dict) else {},
+    )

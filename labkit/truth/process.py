@@ -16,30 +16,52 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SCHEDULE_KEYS", "TruthServer"]
+__all__ = ["ALIASES", "SCHEDULE_KEYS", "TruthServer"]
 
 #: The schedule's settings and their types (`labkit.truth.schedule.TruthSchedule`'s fields).
 SCHEDULE_KEYS: dict[str, type] = {
-    "ttft_ms": float,
-    "interval_ms": float,
+    "first_token_ms": float,
+    "token_interval_ms": float,
     "tokens": int,
-    "event_bytes": int,
+    "tokens_per_event": int,
     "jitter_ms": float,
     "prefill_ms_per_token": float,
-    "tokens_per_event": int,
     "keepalive_ms": float,
+    "event_bytes": int,
     "slots": int,
+    "frontend_ms": float,
+    "chat_template": bool,
+    "cache_tokens": int,
+    "cache_ttl_s": float,
+    "cached_ms_per_token": float,
+    "queue_ms": float,
+    "finish_reason": str,
+    "usage": bool,
+    "end_token": bool,
+    "sampling": bool,
+    "candidates": int,
+    "fail": str,
+    "fail_status": int,
+    "fail_after_tokens": int,
+    "retry_after_s": float,
+    "server_timings": str,
+    "tool_calls": int,
+    "parallel_tool_calls": int,
 }
+#: Older names of settings, still read.
+ALIASES = {"ttft_ms": "first_token_ms", "interval_ms": "token_interval_ms"}
 _TREE = Path(__file__).resolve().parents[2]
 
 
 class TruthServer:
-    """``with TruthServer(ttft_ms=5, tokens=4) as srv: srv.base_url``.
+    """``with TruthServer(first_token_ms=5, tokens=4) as srv: srv.base_url``.
 
-    Keyword settings: `SCHEDULE_KEYS`. `truth_log`: where the server writes its truth log
-    (then `stamps` answers nothing: the log has them); `schedule_file`: per-request
-    schedules; `tls`: also serve HTTPS (`tls_base_url`) with a certificate from a throw-away
-    `trustme` CA whose PEM is `ca_file` (point ``SSL_CERT_FILE`` at it to trust it).
+    Keyword settings: `SCHEDULE_KEYS` (or `ALIASES`). The server always writes a truth log:
+    at `truth_log`, or in a temporary folder removed on `stop` (`log_path` says where; the
+    server flushes it whenever it is idle); `stamps` also answers. `schedule_file`:
+    per-request schedules; `model`: the model name `/v1/models` lists; `tls`: also serve
+    HTTPS (`tls_base_url`) with a certificate from a throw-away `trustme` CA whose PEM is
+    `ca_file` (point ``SSL_CERT_FILE`` at it to trust it).
     """
 
     def __init__(
@@ -48,14 +70,16 @@ class TruthServer:
         truth_log: Path | None = None,
         schedule_file: Path | None = None,
         seed: int = 0,
+        model: str | None = None,
         tls: bool = False,
-        **schedule: float,
+        **schedule: Any,
     ) -> None:
-        self._check(schedule)
-        self.args = [f"--{k.replace('_', '-')}={SCHEDULE_KEYS[k](v)}" for k, v in schedule.items()]
-        self.args.append(f"--seed={seed}")
-        if truth_log is not None:
-            self.args.append(f"--truth={truth_log}")
+        self.args = [f"--{k.replace('_', '-')}={v}" for k, v in self._values(schedule).items()]
+        self.args += [f"--seed={seed}", "--stamps"]
+        self._logs: tempfile.TemporaryDirectory[str] | None = None
+        self.truth_log = truth_log
+        if model is not None:
+            self.args.append(f"--model={model}")
         if schedule_file is not None:
             self.args.append(f"--schedule-file={schedule_file}")
         self.tls = tls
@@ -65,11 +89,31 @@ class TruthServer:
         self._certs: tempfile.TemporaryDirectory[str] | None = None
         self.ca_file: Path | None = None
 
+    @classmethod
+    def of(cls, schedule: Any, **options: Any) -> TruthServer:
+        """A server following `schedule`: a `FakeSchedule` (its settings that differ from the
+        defaults) or a mapping of settings; `options` as the constructor's."""
+        dump = getattr(schedule, "model_dump", None)
+        values = dump(exclude_defaults=True) if dump is not None else dict(schedule)
+        return cls(**values, **options)
+
     @staticmethod
-    def _check(script: dict[str, float]) -> None:
-        unknown = set(script) - set(SCHEDULE_KEYS)
+    def _values(script: dict[str, Any]) -> dict[str, str]:
+        """`script` by the settings' names, each value as the server reads it."""
+        named = {ALIASES.get(k, k): v for k, v in script.items()}
+        unknown = set(named) - set(SCHEDULE_KEYS)
         if unknown:
             raise ValueError(f"unknown script keys {sorted(unknown)}; known: {list(SCHEDULE_KEYS)}")
+        out = {}
+        for key, value in named.items():
+            kind = SCHEDULE_KEYS[key]
+            if value is None:
+                continue
+            if kind is bool:
+                out[key] = "true" if value else "false"
+            else:
+                out[key] = str(kind(value))
+        return out
 
     @property
     def base_url(self) -> str:
@@ -81,14 +125,13 @@ class TruthServer:
         """The same over HTTPS, ``https://127.0.0.1:TLS_PORT/v1``."""
         return self.url(tls=True)
 
-    def url(self, *, tls: bool = False, **script: float) -> str:
+    def url(self, *, tls: bool = False, **script: Any) -> str:
         """An API root whose requests follow `script` (``interval_ms=62.5`` ...) instead of
         the server's own settings, over HTTPS when `tls`."""
         if tls and not self.tls_port:
             raise RuntimeError("this server was started without tls=True")
-        self._check(script)
         scheme, port = ("https", self.tls_port) if tls else ("http", self.port)
-        prefix = "".join(f"/{k}={SCHEDULE_KEYS[k](v)}" for k, v in sorted(script.items()))
+        prefix = "".join(f"/{k}={v}" for k, v in sorted(self._values(script).items()))
         return f"{scheme}://127.0.0.1:{port}{prefix}/v1"
 
     def _write_certs(self) -> list[str]:
@@ -110,10 +153,22 @@ class TruthServer:
     def start(self) -> None:
         """Start the process and wait for its port(s)."""
         tls_args = self._write_certs() if self.tls else []
+        if self.truth_log is None:
+            self._logs = tempfile.TemporaryDirectory(prefix="truth-log-")
+        log = ["--truth", str(self.log_path)]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_TREE), env.get("PYTHONPATH")]))
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "labkit.truth.server", "--port", "0", *self.args, *tls_args],
+            [
+                sys.executable,
+                "-m",
+                "labkit.truth.server",
+                "--port",
+                "0",
+                *self.args,
+                *log,
+                *tls_args,
+            ],
             stdout=subprocess.PIPE,
             env=env,
         )
@@ -145,17 +200,40 @@ class TruthServer:
         if self._certs is not None:
             self._certs.cleanup()
             self._certs = None
+        if self._logs is not None:
+            self._logs.cleanup()
+            self._logs = None
 
-    def stamps(self) -> dict[str, Any]:
-        """The send stamps collected since the last call (the server forgets them)."""
+    @property
+    def log_path(self) -> Path:
+        """The truth log (`labkit.truth.log.read_truth_log` reads it)."""
+        if self.truth_log is not None:
+            return Path(self.truth_log)
+        if self._logs is None:
+            raise RuntimeError("the server is not running: its temporary log is gone")
+        return Path(self._logs.name) / "truth.jsonl"
+
+    def get(self, path: str) -> bytes:
+        """The body of ``GET path`` on the server (``/metrics``, ``/props``, ...)."""
         with socket.create_connection(("127.0.0.1", self.port)) as sock:
-            sock.sendall(b"GET /stamps HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            request = f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            sock.sendall(request.encode())
             data = b""
             while chunk := sock.recv(1 << 20):
                 data += chunk
-        _, _, body = data.partition(b"\r\n\r\n")
-        result: dict[str, Any] = json.loads(body)
+        return data.partition(b"\r\n\r\n")[2]
+
+    def stamps(self) -> dict[str, Any]:
+        """The send stamps collected since the last call (the server forgets them)."""
+        result: dict[str, Any] = json.loads(self.get("/stamps"))
         return result
+
+    def serving(self) -> int:
+        """Requests being served now (holding a slot): ``llamacpp:requests_processing``."""
+        for line in self.get("/metrics").decode().splitlines():
+            if line.startswith("llamacpp:requests_processing "):
+                return int(float(line.split()[1]))
+        return 0
 
     def __enter__(self) -> TruthServer:
         self.start()

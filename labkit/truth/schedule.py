@@ -1,66 +1,235 @@
-"""When the truth server sends each event of a response: the schedules it can follow.
+"""The one schedule of labkit's fake server: when each event is sent and what the reply is.
 
-A `TruthSchedule` is the server's setting; `plan` turns it, one request's overrides (a URL
-segment ``KEY=VALUE`` or a line of the per-request file) and the request's prompt size and
-``max_tokens`` into a `Plan`: the wait from the start of service to the first output event,
-the gaps between output events, and how many tokens each event carries. The shapes real
-servers have are settings: a prefill that grows with the prompt (``prefill_ms_per_token``),
-bursts of several tokens per event (``tokens_per_event``), ``: keep-alive`` comments while
-the first token is awaited (``keepalive_ms``), random jitter on every wait (``jitter_ms``,
-seeded) and slots that queue the requests beyond them (``slots``, applied by the server).
+`TruthSchedule` is the setting of the truth server (`labkit fake-server`) and of the
+in-process fake provider (`kind: fake`, whose ``schedule:`` it is, as `FakeSchedule`); every
+field can be overridden per request (a URL segment ``KEY=VALUE`` or a line of the
+per-request file). `plan` turns it and one request into a `Plan`: the wait from the start of
+service to the first output event, the gaps between output events and the tokens each
+carries. Both servers plan with it, so a schedule means the same in-process and on a socket.
+The older names ``ttft_ms``, ``interval_ms`` and ``keepalive_interval_ms`` are still read.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
 from labkit.errors import ConfigError
 
-__all__ = ["Plan", "TruthSchedule", "load_request_schedules", "plan"]
+__all__ = [
+    "LAB_SCHEDULE",
+    "Plan",
+    "ServerTimings",
+    "TruthSchedule",
+    "load_request_schedules",
+    "plan",
+]
+
+#: The server whose own timings a reply carries, in its documented shape (`server_timings`).
+ServerTimings = Literal[
+    "none", "openai", "groq", "cerebras", "fireworks", "vllm", "tgi", "llamacpp", "deepseek"
+]
+#: The shape of llama-server's ``timings`` (and of its other endpoints' answers).
+CPP_SHAPE: str = "llamacpp"
+#: The shape with OpenAI's ``openai-processing-ms`` header.
+PROCESSING_HEADER_SHAPE: str = "openai"
 
 
-@dataclass(frozen=True)
-class TruthSchedule:
-    """The truth server's schedule; every field can be overridden per request."""
+def _ms(default: float, description: str, *aliases: str) -> Any:
+    """A non-negative, finite number of milliseconds."""
+    alias = AliasChoices(*aliases) if aliases else None
+    return Field(
+        default=default, ge=0, allow_inf_nan=False, description=description, validation_alias=alias
+    )
 
-    ttft_ms: float = 50.0
-    interval_ms: float = 2.0
-    tokens: int = 100
-    event_bytes: int = 0
-    jitter_ms: float = 0.0
-    prefill_ms_per_token: float = 0.0
-    tokens_per_event: int = 1
-    keepalive_ms: float = 0.0
-    slots: int = 0
 
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if not math.isfinite(value) or value < 0:
-                raise ConfigError(f"schedule {f.name} must be a finite number >= 0 (got {value})")
-        if self.tokens_per_event < 1:
-            raise ConfigError("schedule tokens_per_event must be at least 1")
+class TruthSchedule(BaseModel):
+    """When each token is sent, how the reply ends, and what can go wrong."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    # --- timing ---
+    first_token_ms: float = _ms(
+        50.0,
+        "The fixed part of the wait for token 1, from the start of service.",
+        "first_token_ms",
+        "ttft_ms",
+    )
+    token_interval_ms: float = _ms(
+        10.0,
+        "Time per output token (with tokens_per_event k, an event every k intervals).",
+        "token_interval_ms",
+        "interval_ms",
+    )
+    tokens: int = Field(default=16, ge=0, description="Tokens per reply (capped by max_tokens).")
+    tokens_per_event: int = Field(default=1, ge=1, description="Tokens carried by each event.")
+    jitter_ms: float = _ms(0.0, "Random ± jitter on every wait (seeded by the server's seed).")
+    prefill_ms_per_token: float = _ms(0.0, "Token 1 later by this per prompt token.")
+    keepalive_ms: float = _ms(
+        0.0,
+        "`: keep-alive` SSE comment period before token 1 (0: none; DeepSeek's shape sends "
+        "them during its queue every 100 ms by default).",
+        "keepalive_ms",
+        "keepalive_interval_ms",
+    )
+    event_bytes: int = Field(
+        default=0, ge=0, description="Pad each Chat event to about this many bytes (0: none)."
+    )
+    slots: int | None = Field(
+        default=None,
+        ge=0,
+        description="Requests served at once; the rest wait, in arrival order, for a free slot "
+        "before their first token's wait starts (null or 0: no limit).",
+    )
+    frontend_ms: float = _ms(
+        0.0,
+        "A front end's delay between reading the request and the server's clock starting: "
+        "nothing is sent during it and no timing the server reports holds it.",
+    )
+
+    chat_template: bool = Field(
+        default=False,
+        description="Frame a chat prompt's messages in a ChatML template (<|im_start|>role, "
+        "the text, <|im_end|>; then the assistant's turn): the tokens the server counts, "
+        "which /apply-template shows. Off: the messages' texts, one per line.",
+    )
+
+    # --- the prefix cache ---
+    cache_tokens: int = Field(
+        default=0,
+        ge=0,
+        description="The prefix cache's capacity in tokens (0: no cache): a prompt's prefix "
+        "shared with an earlier request's prompt and reply is cached, the least recently used "
+        "evicted first.",
+    )
+    cache_ttl_s: float = Field(
+        default=0.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="A cache entry's lifetime after its last use, in seconds (0: no limit).",
+    )
+    cached_ms_per_token: float = _ms(
+        0.0, "Token 1 later by this per cached prompt token (the rest: prefill_ms_per_token)."
+    )
+    queue_ms: float = _ms(
+        0.0,
+        "A wait before service starts, reported as the server's queue time (before the "
+        "headers, except in DeepSeek's shape, which sends them first and keep-alive comments "
+        "during it).",
+    )
+
+    # --- the reply's end ---
+    finish_reason: str = Field(
+        default="stop", min_length=1, description="Chat finish_reason of a reply not capped."
+    )
+    usage: bool = Field(default=True, description="Send the usage (Chat: the usage chunk).")
+    end_token: bool = Field(
+        default=False,
+        description="A reply that stops on its own ends with an end token, decoded one token "
+        "interval after the last output event and counted in the usage but never streamed "
+        "(as llama.cpp and vLLM count it).",
+    )
+
+    # --- sampling ---
+    sampling: bool = Field(
+        default=False,
+        description="Each output token is drawn from a known next-token distribution over "
+        "`candidates` tokens (fixed by the prompt and the step) at the request's temperature "
+        "(0: the likeliest), seeded by the request's seed (none: the server's own draws). "
+        "Off: the scripted words.",
+    )
+    candidates: int = Field(
+        default=5, ge=1, le=20, description="Candidate tokens of each sampling step."
+    )
+
+    # --- failures ---
+    fail: Literal["none", "http_status", "stream_error", "drop"] = Field(
+        default="none", description="Failure to inject."
+    )
+    fail_status: int = Field(default=500, ge=400, le=599, description="Status for http_status.")
+    fail_after_tokens: int = Field(
+        default=0, ge=0, description="Tokens sent before a stream_error or drop."
+    )
+    retry_after_s: float | None = Field(
+        default=None, ge=0, allow_inf_nan=False, description="retry-after on an http_status."
+    )
+
+    # --- the provider's own account ---
+    server_timings: ServerTimings = Field(
+        default="none",
+        description="Which server's own timings the reply carries, in its documented shape.",
+    )
+
+    # --- tool calls ---
+    tool_calls: int = Field(
+        default=0,
+        ge=0,
+        description="A request offering `tools` (and no `tool_choice: none`) is answered with "
+        "tool calls while its history holds fewer than this many tool results, then with "
+        "text: a session of this many tool steps (a request forcing a call always gets one).",
+    )
+    parallel_tool_calls: int = Field(
+        default=1, ge=1, description="Tool calls in one reply (their arguments share its events)."
+    )
+
+    def decode_ms(self, events: int) -> float:
+        """The scripted time from the first output event to the last (no jitter)."""
+        return max(events - 1, 0) * self.token_interval_ms * self.tokens_per_event
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> TruthSchedule:
-        """This schedule with `overrides` (names of its fields) applied; ConfigError on an
-        unknown name or a value of the wrong kind."""
-        kinds = {f.name: (int if f.type in ("int", int) else float) for f in fields(self)}
-        unknown = set(overrides) - set(kinds)
-        if unknown:
-            raise ConfigError(
-                f"unknown schedule keys {sorted(unknown)}; known: {', '.join(sorted(kinds))}"
-            )
+        """This schedule with `overrides` (its field names, or the older aliases; values may
+        be strings, as a URL segment gives them) applied; ConfigError on an unknown name or
+        a value of the wrong kind."""
+        if not overrides:
+            return self
+        named = {_ALIASES.get(k, k): v for k, v in overrides.items()}
         try:
-            values: dict[str, Any] = {k: kinds[k](v) for k, v in overrides.items()}
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"bad schedule value: {exc}") from None
-        return replace(self, **values)
+            return TruthSchedule.model_validate({**self.model_dump(), **named})
+        except ValidationError as exc:
+            unknown = [str(e["loc"][0]) for e in exc.errors() if e["type"] == "extra_forbidden"]
+            if unknown:
+                known = ", ".join(sorted(TruthSchedule.model_fields))
+                raise ConfigError(
+                    f"unknown schedule keys {sorted(unknown)}; known: {known}"
+                ) from None
+            first = exc.errors()[0]
+            raise ConfigError(
+                f"bad schedule value for {'.'.join(map(str, first['loc']))}: {first['msg']}"
+            ) from None
+
+
+#: The older names of settings, still read, and the settings they name.
+#: The lab's truth server: every mechanism the lessons are about, on a schedule a learner's
+#: 2-core host serves quickly (`labkit run --truth`). A prompt token costs 1 ms to read cold
+#: and 0.02 ms from the cache, a generated token 4 ms; a 2 ms front end no timing reports.
+LAB_SCHEDULE: dict[str, Any] = {
+    "first_token_ms": 8.0,
+    "prefill_ms_per_token": 1.0,
+    "cached_ms_per_token": 0.02,
+    "cache_tokens": 100_000,
+    "token_interval_ms": 4.0,
+    "jitter_ms": 0.3,
+    "frontend_ms": 2.0,
+    "tokens": 12,
+    "chat_template": True,
+    "end_token": True,
+    "sampling": True,
+    "candidates": 5,
+    "server_timings": CPP_SHAPE,
+    "slots": 1,
+}
+
+_ALIASES = {
+    "ttft_ms": "first_token_ms",
+    "interval_ms": "token_interval_ms",
+    "keepalive_interval_ms": "keepalive_ms",
+}
 
 
 @dataclass(frozen=True)
@@ -71,12 +240,21 @@ class Plan:
     first_ms: float
     gaps_ms: list[float] = field(default_factory=list)
     event_tokens: list[int] = field(default_factory=list)
-    capped: bool = False  # ended by the request's max_tokens
+    capped: bool = False  # ended by a length: the request's max_tokens, or ignore_eos
+    #: An end token after the output (counted, not streamed), `end_gap_ms` after the last
+    #: output event (after the start of service when there is none: then at `first_ms`).
+    end_token: bool = False
+    end_gap_ms: float = 0.0
 
     @property
     def output_tokens(self) -> int:
-        """Tokens in the whole response."""
+        """Tokens streamed (or in the body)."""
         return sum(self.event_tokens)
+
+    @property
+    def decode_ms(self) -> float:
+        """From the first output event to the last token decoded (the end token included)."""
+        return sum(self.gaps_ms) + (self.end_gap_ms if self.event_tokens else 0.0)
 
 
 def plan(
@@ -84,11 +262,20 @@ def plan(
     prompt_tokens: int,
     max_tokens: int | None,
     rng: random.Random,
+    cached_tokens: int = 0,
+    ignore_eos: bool = False,
 ) -> Plan:
-    """The timing of one response under `schedule` (overrides already applied)."""
+    """The timing of one response under `schedule` (overrides already applied): token 1
+    after the fixed part, each uncached prompt token's prefill and each cached one's read.
+    `ignore_eos`: the reply never stops on its own: `max_tokens` long (else `tokens`), ended
+    by that length."""
     n = schedule.tokens
     capped = bool(max_tokens) and max_tokens is not None and max_tokens < n
-    if capped and max_tokens is not None:
+    if schedule.end_token and max_tokens == n and n:
+        capped = True  # the end token would be one past max_tokens: a length stop
+    if ignore_eos:
+        capped, n = True, max_tokens if max_tokens else n
+    elif capped and max_tokens is not None:
         n = max_tokens
     per = schedule.tokens_per_event
     sizes = [per] * (n // per) + ([n % per] if n % per else [])
@@ -98,14 +285,26 @@ def plan(
             return ms
         return max(0.0, ms + rng.uniform(-schedule.jitter_ms, schedule.jitter_ms))
 
-    first = jittered(schedule.ttft_ms + schedule.prefill_ms_per_token * prompt_tokens)
-    gaps = [jittered(schedule.interval_ms * per) for _ in sizes[1:]]
-    return Plan(first_ms=first, gaps_ms=gaps, event_tokens=sizes, capped=capped)
+    prefill = schedule.prefill_ms_per_token * (prompt_tokens - cached_tokens)
+    first = jittered(
+        schedule.first_token_ms + prefill + schedule.cached_ms_per_token * cached_tokens
+    )
+    gaps = [jittered(schedule.token_interval_ms * per) for _ in sizes[1:]]
+    end_token = schedule.end_token and not capped
+    end_gap = jittered(schedule.token_interval_ms) if end_token and sizes else 0.0
+    return Plan(
+        first_ms=first,
+        gaps_ms=gaps,
+        event_tokens=sizes,
+        capped=capped,
+        end_token=end_token,
+        end_gap_ms=end_gap,
+    )
 
 
 def load_request_schedules(path: Path, base: TruthSchedule) -> list[TruthSchedule]:
     """The per-request schedules of a JSON Lines file: one object of overrides per line
-    (``{"ttft_ms": 120, "tokens": 40}``), used in the order requests arrive, cycling."""
+    (``{"first_token_ms": 120, "tokens": 40}``), used in the order requests arrive, cycling."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:

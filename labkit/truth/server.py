@@ -1,15 +1,15 @@
-"""The truth server: a scripted LLM API server that logs when it truly sent every event.
+"""The truth server: labkit's fake LLM API server, which logs when it truly sent every event.
 
-One thread, one loop, its own process (`TruthServer` starts it; ``labkit fake-server
---truth LOG`` runs it in the foreground), so it shares neither the GIL nor the event loop
-of the client it measures. It serves OpenAI Chat Completions, Completions, Responses and
-Anthropic Messages (`labkit.truth.shapes`), streaming or not, plus ``GET /v1/models`` and
-``/health``, on the schedule `labkit.truth.schedule` plans per request. Right before an
-event's bytes are handed to ``send`` it reads ``time.perf_counter_ns()`` (CLOCK_MONOTONIC,
-the clock of any client on this host), and right after; with a truth log each finished
-request becomes one JSON line (`labkit.truth.log`), keyed by the response id the server
-returns in the ``x-request-id`` header and in the stream's ``id``. ``GET /stamps`` returns
-and forgets the same per request (the benchmarks' interface).
+One thread, one loop, its own process (`TruthServer` starts it; ``labkit fake-server`` runs
+it in the foreground), so it shares neither the GIL nor the event loop of the client it
+measures. It serves OpenAI Chat Completions, Completions, Responses and Anthropic Messages
+(`labkit.truth.shapes`), streaming or not, plus ``GET /v1/models`` and ``/health``, answering
+each request as `labkit.truth.reply` does under its `TruthSchedule`. Right before an event's
+bytes are handed to ``send`` it reads ``time.perf_counter_ns()`` (CLOCK_MONOTONIC, the clock
+of any client on this host), and right after; each finished request becomes one JSON line
+of the truth log (`labkit.truth.log`), keyed by the response id (the stream's ``id``; the
+``x-request-id`` header echoes the client's own, as vLLM does, else it is that id too).
+``GET /stamps`` returns and forgets the same per request (the benchmarks' interface).
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ import heapq
 import itertools
 import json
 import os
-import random
-import re
 import selectors
 import signal
 import socket
@@ -34,44 +32,42 @@ from typing import IO, Any
 
 from labkit.errors import LabkitError
 from labkit.oslimits import raise_open_files_limit
-from labkit.truth.schedule import (
-    Plan,
-    TruthSchedule,
-    load_request_schedules,
-    plan,
+from labkit.truth.reply import Reply, Responder, read_request
+from labkit.truth.schedule import TruthSchedule, load_request_schedules
+from labkit.truth.shapes import (
+    Render,
+    Shape,
+    Timings,
+    error_body,
+    json_text,
+    server_fields,
+    shape_for,
+    timing_headers,
 )
-from labkit.truth.shapes import Shape, shape_for
 
 __all__ = ["Server", "main", "serve"]
 
-_WORDS = [
-    b" tokens",
-    b" are",
-    b" the",
-    b" pieces",
-    b" a",
-    b" model",
-    b" reads",
-    b" and",
-    b" writes",
-    b" one",
-    b" at",
-    b" a",
-    b" time",
-]
 _EPOLL_MARGIN_NS = 1_500_000  # wait in epoll only while the next event is further than this
 _SLEEP_MIN_NS = 30_000  # below this, spin instead of sleeping
 _BACKLOG = 4096
-_MAX_TOKENS = re.compile(rb'"max(?:_completion|_output)?_tokens"\s*:\s*(\d+)')
-_STREAM = re.compile(rb'"stream"\s*:\s*true')
-_MODEL = re.compile(rb'"model"\s*:\s*"([^"\\]{1,200})"')
 _KEEPALIVE = b": keep-alive\n\n"
+_DEEPSEEK_KEEPALIVE_MS = 100.0  # DeepSeek's comment period during its queue, when unset
+#: The context each slot says it holds (`/props`, `/slots`, vLLM's `max_model_len`).
+CONTEXT_TOKENS = 32768
+#: What `/props` says the server is.
+BUILD_INFO = "labkit-truth-server (not llama.cpp)"
+#: The template `chat_template` applies, as `/props` shows it.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
 #: Client request-id headers a truth log keeps (the first present).
 CLIENT_ID_HEADERS = ("x-request-id", "x-correlation-id", "request-id")
 
 _WAKEUP = object()  # the selector key of the signal wake-up socket
 # action kinds in a stream's timetable
-_COMMENT, _EVENT, _BODY = 0, 1, 2
+_COMMENT, _EVENT, _BODY, _HEADERS, _ADMIT, _FAIL, _END, _HTTP_ERROR = range(8)
 
 
 def _frame(payload: bytes) -> bytes:
@@ -83,112 +79,161 @@ class _Stream:
     """One response: what it sends, when, and the stamps of each send."""
 
     __slots__ = (
-        "_gaps",
         "actions",
-        "capped",
+        "admitted",
         "client_id",
         "comments",
         "conn",
         "event_bytes",
-        "event_tokens",
-        "first_ms",
+        "failed",
         "i",
         "k",
-        "model",
         "pad",
-        "parts",
-        "prompt_tokens",
-        "rid",
+        "render",
+        "reply",
+        "reported_headers",
         "sends",
         "sent",
-        "sent_tokens",
-        "shape",
-        "stream",
+        "t_admit",
+        "t_headers",
         "t_read",
         "t_start",
-        "words",
+        "traceparent",
+        "wait_ns",
     )
 
     def __init__(
         self,
         conn: _Conn,
-        rid: str,
-        shape: Shape,
-        model: str,
-        stream: bool,
-        planned: Plan,
-        prompt_tokens: int,
+        reply: Reply,
         t_read: int,
-        event_bytes: int,
         client_id: str | None,
+        traceparent: str | None,
     ) -> None:
         self.conn = conn
-        self.rid = rid
-        self.shape = shape
-        self.model = model
-        self.stream = stream
-        self.event_tokens = planned.event_tokens
-        self.first_ms = planned.first_ms
-        self.capped = planned.capped
-        self.prompt_tokens = prompt_tokens
+        self.reply = reply
+        self.render = Render(reply)
         self.t_read = t_read
+        self.t_admit = t_read
         self.t_start = t_read
+        self.t_headers: int | None = None
+        self.reported_headers: dict[str, str] = {}
         self.client_id = client_id
+        self.traceparent = traceparent
+        self.admitted = False
+        self.wait_ns = 0  # waited for a slot, beyond the schedule's queue
+        self.failed = False
         self.i = 0  # output events sent
         self.k = 0  # timetable actions done
         self.actions: list[tuple[int, int]] = []
         self.sends: list[int] = []
         self.sent: list[int] = []
         self.comments: list[int] = []
-        self.words: list[bytes] = []
-        self.event_bytes = event_bytes if shape.api == "chat" else 0
+        plain = (
+            reply.request.api == "chat"
+            and not reply.tool_calls
+            and reply.request.top_logprobs is None
+        )
+        self.event_bytes = reply.schedule.event_bytes if plain else 0
         self.pad = b""
-        self.parts: tuple[bytes, bytes] | None = None  # an event's bytes around its text
-        self.sent_tokens = 0
-        self._gaps = planned.gaps_ms
 
-    def timetable(self, t_start: int, keepalive_ms: float) -> None:
-        """Fix the absolute due time of every send from the start of service."""
-        self.t_start = t_start
-        due = t_start + int(self.first_ms * 1e6)
-        events = [due]
-        for gap in self._gaps:
-            due += int(gap * 1e6)
-            events.append(due)
-        if not self.stream or not events:
-            self.actions = [(events[-1] if events else t_start, _BODY)]
+    @property
+    def stream(self) -> bool:
+        return self.reply.request.stream
+
+    def before_service(self, t_admit: int) -> None:
+        """The actions from the request's read to its admission (asking for a slot): the
+        headers (after the schedule's queue, except in DeepSeek's shape) and keep-alive
+        comments during the queue."""
+        s = self.reply.schedule
+        self.t_admit = t_admit
+        if s.fail == "http_status":  # answered by the server, once past the front end
+            self.actions, self.k = [(t_admit, _HTTP_ERROR)], 0
             return
-        actions = [(t, _EVENT) for t in events]
-        if keepalive_ms > 0:
-            step = int(keepalive_ms * 1e6)
-            actions += [(t, _COMMENT) for t in range(t_start + step, events[0], step)]
+        admit = t_admit + int(s.queue_ms * 1e6)
+        actions: list[tuple[int, int]] = []
+        if self.stream:
+            early = s.server_timings == "deepseek"
+            headers = t_admit if early else admit
+            actions.append((headers, _HEADERS))
+            period = s.keepalive_ms or (_DEEPSEEK_KEEPALIVE_MS if early else 0.0)
+            if period > 0 and early:
+                step = int(period * 1e6)
+                actions += [(t, _COMMENT) for t in range(headers + step, admit, step)]
+        actions.append((admit, _ADMIT))
+        self.actions, self.k = actions, 0
+
+    def timetable(self, t_start: int) -> None:
+        """Fix the absolute due time of every send from the start of service."""
+        reply = self.reply
+        s = reply.schedule
+        self.t_start = t_start
+        self.k = 0
+        planned = reply.plan
+        first = t_start + int(planned.first_ms * 1e6)
+        events = [first] if planned.event_tokens else []
+        for gap in planned.gaps_ms:
+            events.append(events[-1] + int(gap * 1e6))
+        if events:
+            end = events[-1] + int(planned.end_gap_ms * 1e6)
+        else:  # nothing streamed: the end at once, or the end token's time
+            end = first if planned.end_token else t_start
+        fail_at = self._fail_index() if s.fail in ("stream_error", "drop") else None
+        if not self.stream:
+            self.actions = [(end, _FAIL if fail_at is not None else _BODY)]
+            return
+        if fail_at is not None:
+            tail = events[fail_at] if fail_at < len(events) else end
+            actions = [(t, _EVENT) for t in events[:fail_at]] + [(tail, _FAIL)]
+        else:
+            actions = [(t, _EVENT) for t in events]
+            if end != (events[-1] if events else None):
+                actions.append((end, _END))  # the end token's decode, or no event at all
+        if s.keepalive_ms > 0:
+            step = int(s.keepalive_ms * 1e6)
+            stop = events[0] if events else end
+            actions += [(t, _COMMENT) for t in range(t_start + step, stop, step)]
             actions.sort()
         self.actions = actions
 
-    def text(self) -> str:
-        """The whole output text so far."""
-        return b"".join(self.words).decode()
+    def _fail_index(self) -> int:
+        """The output event a scripted failure replaces (its count: after the last)."""
+        sent = 0
+        for i, n in enumerate(self.reply.plan.event_tokens):
+            if sent >= self.reply.schedule.fail_after_tokens:
+                return i
+            sent += n
+        return len(self.reply.plan.event_tokens)
 
     def event_frame(self) -> bytes:
-        """The next output event, framed (its text: the next tokens of `_WORDS`)."""
-        n = self.event_tokens[self.i]
-        if n == 1:
-            piece = _WORDS[self.sent_tokens % len(_WORDS)]
-        else:
-            piece = b"".join(_WORDS[(self.sent_tokens + j) % len(_WORDS)] for j in range(n))
-        self.sent_tokens += n
-        self.words.append(piece)
-        if self.parts is None or self.shape.api == "responses":  # its events are numbered
-            self.parts = self.shape.event_parts(self.rid, self.model, 3 + self.i)
-            if self.event_bytes and not self.pad:
-                self.pad = b"x" * max(
-                    0, self.event_bytes - len(self.parts[0]) - len(self.parts[1]) - 8
-                )
-        pre, post = self.parts
+        """The next output event, framed (the first after the API's opening events)."""
+        if self.i == 0:
+            opening = b"".join(_frame(p) for p in self.render.opening())
+            return opening + self._event_frame() if opening else self._event_frame()
+        return self._event_frame()
+
+    def _event_frame(self) -> bytes:
+        payload = self.render.event(self.i)
+        if self.event_bytes and not self.pad:
+            self.pad = b"x" * max(0, self.event_bytes - len(payload) - 8)
         if not self.pad:
-            return _frame(pre + piece + post)
-        size = len(pre) + len(piece) + len(self.pad) + len(post)
-        return b"".join((b"%x\r\n" % size, pre, piece, self.pad, post, b"\r\n"))
+            return _frame(payload)
+        pre, post = self.render.text_parts()
+        text = json_text(self.reply.texts[self.i])
+        size = len(pre) + len(text) + len(self.pad) + len(post)
+        return b"".join((b"%x\r\n" % size, pre, text, self.pad, post, b"\r\n"))
+
+    def timings(self, now: int) -> Timings:
+        """What the server did, as its own timings report it (`Timings`)."""
+        reply = self.reply
+        queue = reply.schedule.queue_ms + self.wait_ns / 1e6
+        headers = self.t_headers if self.t_headers is not None else now
+        return Timings(
+            queue_ms=queue,
+            prefill_ms=reply.plan.first_ms,
+            decode_ms=reply.plan.decode_ms,
+            headers_ms=(headers - self.t_admit) / 1e6,
+        )
 
 
 class _Conn:
@@ -264,6 +309,10 @@ def _overrides(path: str) -> dict[str, str]:
     return out
 
 
+def _error(message: str) -> bytes:
+    return json.dumps({"error": {"message": message}}).encode()
+
+
 class Server:
     """The single-threaded scheduler loop (see the module docstring).
 
@@ -289,7 +338,7 @@ class Server:
         self.schedule = schedule
         self.per_request = per_request or []
         self.model = model
-        self.rng = random.Random(seed)
+        self.responder = Responder(os.urandom(4).hex(), model=model, seed=seed)
         self.listener = _listen(host, port)
         self.port = self.listener.getsockname()[1]
         self.sel = selectors.DefaultSelector()
@@ -301,14 +350,13 @@ class Server:
             self.sel.register(tls_listener, selectors.EVENT_READ, _Listener(tls_listener, tls))
         self.heap: list[tuple[int, int, _Stream]] = []
         self.seq = itertools.count()
-        self.ids = itertools.count()
         self.arrivals = itertools.count()
-        self.prefix = os.urandom(4).hex()
         self.keep_stamps = keep_stamps
         self.done: dict[str, dict[str, Any]] = {}
         self.stalls = 0
         self.late_ns: list[int] = []  # how late each wake-up was against its due time
         self.active = 0
+        self.totals = {"prompt": 0, "predicted": 0}
         self.waiting: collections.deque[_Stream] = collections.deque()
         self.log = truth_log
         self.stopping = False
@@ -319,7 +367,7 @@ class Server:
                 "clock": "CLOCK_MONOTONIC (time.perf_counter_ns)",
                 "mono_ns": time.perf_counter_ns(),
                 "wall_ns": time.time_ns(),
-                "schedule": {k: v for k, v in vars(schedule).items() if not k.startswith("_")},
+                "schedule": schedule.model_dump(),
                 "per_request_schedules": len(self.per_request),
                 "seed": seed,
             }
@@ -464,14 +512,14 @@ class Server:
 
     # -- requests -------------------------------------------------------------------------------
 
-    def _schedule_for(self, path: str) -> TruthSchedule:
+    def _schedule_for(self, path: str, count: bool = True) -> TruthSchedule:
+        """The schedule of a request to `path`: the next per-request one (`count`: a
+        request to an API, which takes its turn), with the path's own settings applied."""
         base = self.schedule
         if self.per_request:
-            base = self.per_request[next(self.arrivals) % len(self.per_request)]
-        overrides = _overrides(path)
-        if not overrides:
-            return base
-        return base.with_overrides(overrides)
+            turn = next(self.arrivals) if count else 0
+            base = self.per_request[turn % len(self.per_request)]
+        return base.with_overrides(_overrides(path))
 
     def _route(
         self,
@@ -483,47 +531,13 @@ class Server:
         t_read: int,
     ) -> None:
         shape = shape_for(path) if method == "POST" else None
+        endpoint = path.split("?", 1)[0].rsplit("/", 1)[-1]
         if shape is not None:
-            try:
-                schedule = self._schedule_for(path)
-            except LabkitError as exc:  # a bad KEY=VALUE segment
-                self._simple(conn, json.dumps({"error": {"message": str(exc)}}).encode(), b"400")
-                return
-            cap = _MAX_TOKENS.search(body)
-            model = _MODEL.search(body)
-            planned = plan(
-                schedule,
-                body.count(b" "),
-                int(cap[1]) if cap else None,
-                self.rng,
-            )
-            client_id = next((headers[h] for h in CLIENT_ID_HEADERS if h in headers), None)
-            stream = _Stream(
-                conn,
-                f"chatcmpl-{self.prefix}-{next(self.ids)}",
-                shape,
-                model[1].decode() if model else self.model,
-                bool(_STREAM.search(body)),
-                planned,
-                body.count(b" "),
-                t_read,
-                schedule.event_bytes,
-                client_id,
-            )
-            conn.busy = True
-            if stream.stream:
-                head = shape.head(stream.rid, stream.model, stream.prompt_tokens)
-                self._send(
-                    conn,
-                    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                    b"cache-control: no-cache\r\ntransfer-encoding: chunked\r\n"
-                    b"x-request-id: " + stream.rid.encode() + b"\r\n\r\n"
-                    b"" + b"".join(_frame(p) for p in head),
-                )
-            if schedule.slots and self.active >= schedule.slots:
-                self.waiting.append(stream)
-            else:
-                self._start(stream, t_read)
+            self._serve(conn, shape, path, headers, body, t_read)
+        elif method == "POST" and endpoint in ("tokenize", "detokenize", "apply-template"):
+            self._tokens(conn, endpoint, path, body)
+        elif method == "GET" and endpoint in ("props", "slots"):
+            self._describe(conn, endpoint, path)
         elif method == "GET" and path.startswith("/stamps"):
             late = sorted(self.late_ns)
 
@@ -545,67 +559,274 @@ class Server:
                 ],
             }
             self._simple(conn, json.dumps(models).encode())
+        elif method == "GET" and path.split("?", 1)[0] == "/metrics":
+            self._simple(conn, self._metrics(), content_type=b"text/plain; version=0.0.4")
         elif method in ("GET", "HEAD") and path.startswith(("/health", "/v1/health")):
-            self._simple(conn, b"ok")
+            self._simple(conn, b'{"status":"ok"}')
         else:
-            self._simple(conn, b'{"error":{"message":"not found"}}', b"404 Not Found")
+            self._simple(conn, _error("not found"), b"404 Not Found")
 
-    def _start(self, stream: _Stream, now: int) -> None:
-        """Begin serving `stream` (its slot granted at `now`)."""
-        self.active += 1
-        if stream.stream and not stream.event_tokens:  # max_tokens 0 or a 0-token script
-            stream.t_start = now
-            self._finish(stream, now)
+    def _tokens(self, conn: _Conn, endpoint: str, path: str, body: bytes) -> None:
+        """llama-server's ``/tokenize`` (and vLLM's, asked with `prompt`), ``/detokenize``
+        and ``/apply-template``, by the server's own tokenizer and template."""
+        try:
+            obj = json.loads(body or b"{}")
+            if not isinstance(obj, dict):
+                raise ValueError("the body is not a JSON object")
+            schedule = self._schedule_for(path, count=False)
+            responder = self.responder
+            answer: dict[str, Any]
+            if endpoint == "apply-template":
+                request = read_request("chat", body)
+                answer = {"prompt": request.prompt(schedule.chat_template)}
+            elif endpoint == "detokenize":
+                ids = [i for i in obj.get("tokens") or () if isinstance(i, int)]
+                answer = {"content": responder.detokenize(ids)}
+            elif isinstance(obj.get("prompt"), str):  # vLLM's and SGLang's request
+                ids = responder.tokenize(obj["prompt"])
+                answer = {"tokens": ids, "count": len(ids), "max_model_len": CONTEXT_TOKENS}
+                if obj.get("return_token_strs"):
+                    answer["token_strs"] = [responder.vocabulary[i] for i in ids]
+            else:
+                text = obj.get("content")
+                ids = responder.tokenize(text if isinstance(text, str) else "")
+                if obj.get("with_pieces"):
+                    answer = {"tokens": [{"id": i, "piece": responder.vocabulary[i]} for i in ids]}
+                else:
+                    answer = {"tokens": ids}
+        except (ValueError, LabkitError) as exc:
+            self._simple(conn, _error(str(exc)), b"400 Bad Request")
             return
-        stream.timetable(now, self.schedule.keepalive_ms)
-        heapq.heappush(self.heap, (stream.actions[0][0], next(self.seq), stream))
+        self._simple(conn, json.dumps(answer).encode())
 
-    def _simple(self, conn: _Conn, body: bytes, status: bytes = b"200 OK") -> None:
+    def _describe(self, conn: _Conn, endpoint: str, path: str) -> None:
+        """llama-server's ``/props`` (saying it is the truth server) and ``/slots``."""
+        try:
+            schedule = self._schedule_for(path, count=False)
+        except LabkitError as exc:
+            self._simple(conn, _error(str(exc)), b"400 Bad Request")
+            return
+        slots = schedule.slots or 1
+        if endpoint == "slots":
+            states = [
+                {"id": i, "n_ctx": CONTEXT_TOKENS, "is_processing": i < self.active}
+                for i in range(slots)
+            ]
+            self._simple(conn, json.dumps(states).encode())
+            return
+        props = {
+            "default_generation_settings": {"n_ctx": CONTEXT_TOKENS, "params": {}},
+            "total_slots": slots,
+            "model_path": self.model,
+            "model_alias": self.model,
+            "chat_template": CHAT_TEMPLATE if schedule.chat_template else "",
+            "bos_token": "<|im_start|>",
+            "eos_token": "<|im_end|>",
+            "build_info": BUILD_INFO,
+            "modalities": {"vision": False, "audio": False},
+            "endpoint_slots": True,
+            "endpoint_props": False,
+            "endpoint_metrics": True,
+        }
+        self._simple(conn, json.dumps(props).encode())
+
+    def _serve(
+        self,
+        conn: _Conn,
+        shape: Shape,
+        path: str,
+        headers: dict[str, str],
+        body: bytes,
+        t_read: int,
+    ) -> None:
+        """Answer one API request: plan its reply and put its first actions on the heap."""
+        try:
+            schedule = self._schedule_for(path)
+        except LabkitError as exc:  # a bad KEY=VALUE segment
+            self._simple(conn, _error(str(exc)), b"400 Bad Request")
+            return
+        try:
+            request = read_request(shape.api, body)
+        except ValueError as exc:
+            self._simple(conn, _error(str(exc)), b"400 Bad Request")
+            return
+        reply = self.responder.reply(schedule, request)
+        client_id = next((headers[h] for h in CLIENT_ID_HEADERS if h in headers), None)
+        stream = _Stream(conn, reply, t_read, client_id, headers.get("traceparent"))
+        conn.busy = True
+        stream.before_service(t_read + int(schedule.frontend_ms * 1e6))
+        self._push(stream)
+
+    def _push(self, stream: _Stream) -> None:
+        heapq.heappush(self.heap, (stream.actions[stream.k][0], next(self.seq), stream))
+
+    def _headers(self, stream: _Stream, status: bytes, kind: bytes, extra: dict[str, str]) -> bytes:
+        reply = stream.reply
+        echoed = stream.client_id if stream.client_id is not None else reply.rid
+        lines = [
+            b"HTTP/1.1 " + status,
+            b"content-type: " + kind,
+            b"x-request-id: " + echoed.encode("latin-1", "replace"),
+        ]
+        lines += [f"{k}: {v}".encode() for k, v in extra.items()]
+        return b"\r\n".join(lines) + b"\r\n"
+
+    def _send_headers(self, stream: _Stream, now: int) -> None:
+        stream.t_headers = now
+        reply = stream.reply
+        extra = timing_headers(reply, stream.timings(now))
+        stream.reported_headers = extra
+        head = self._headers(stream, b"200 OK", b"text/event-stream", extra)
+        self._send(
+            stream.conn,
+            head
+            + b"cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n"
+            + b"".join(_frame(p) for p in stream.render.head()),
+        )
+
+    def _http_error(self, stream: _Stream) -> None:
+        """The scripted HTTP error, sent at once (no slot is taken)."""
+        s = stream.reply.schedule
+        body = error_body(stream.reply)
+        extra = {} if s.retry_after_s is None else {"retry-after": f"{s.retry_after_s:g}"}
+        status = b"%d Scripted Error" % s.fail_status
+        head = self._headers(stream, status, b"application/json", extra)
+        now = time.perf_counter_ns()
+        stream.t_headers = now
+        self._send(stream.conn, head + b"content-length: %d\r\n\r\n" % len(body) + body)
+        stream.failed = True
+        self._finish(stream, now, status=s.fail_status)
+
+    def _start(self, stream: _Stream, t_start: int) -> None:
+        """Begin serving `stream` (its slot granted at `t_start`): its service timetable."""
+        self.active += 1
+        stream.admitted = True
+        due = stream.t_admit + int(stream.reply.schedule.queue_ms * 1e6)
+        stream.wait_ns = max(0, t_start - due)
+        stream.timetable(t_start)
+
+    def _simple(
+        self,
+        conn: _Conn,
+        body: bytes,
+        status: bytes = b"200 OK",
+        content_type: bytes = b"application/json",
+    ) -> None:
         self._send(
             conn,
-            b"HTTP/1.1 " + status + b"\r\ncontent-type: application/json\r\n"
+            b"HTTP/1.1 " + status + b"\r\ncontent-type: " + content_type + b"\r\n"
             b"content-length: %d\r\n\r\n" % len(body) + body,
         )
         if conn.close_after:
             self._close_when_flushed(conn)
 
+    def _metrics(self) -> bytes:
+        """Prometheus text in llama-server's names: requests served now, waiting for a slot,
+        and the totals of prompt and output tokens."""
+        lines = []
+        for name, kind, help_text, value in (
+            ("requests_processing", "gauge", "Number of requests processing", self.active),
+            ("requests_deferred", "gauge", "Number of requests deferred", len(self.waiting)),
+            (
+                "prompt_tokens_total",
+                "counter",
+                "Number of prompt tokens processed",
+                self.totals["prompt"],
+            ),
+            (
+                "tokens_predicted_total",
+                "counter",
+                "Number of generation tokens processed",
+                self.totals["predicted"],
+            ),
+        ):
+            lines += [
+                f"# HELP llamacpp:{name} {help_text}",
+                f"# TYPE llamacpp:{name} {kind}",
+                f"llamacpp:{name} {value}",
+            ]
+        return ("\n".join(lines) + "\n").encode()
+
     def _close_when_flushed(self, conn: _Conn) -> None:
         if not conn.outbuf:
             self._drop(conn)
 
-    def _finish(self, stream: _Stream, t_end: int) -> None:
+    def _release(self, stream: _Stream) -> None:
+        """Free `stream`'s slot and start the next waiting request that is still there."""
+        if not stream.admitted:
+            return
+        stream.admitted = False
+        self.active -= 1
+        while self.waiting:
+            nxt = self.waiting.popleft()
+            if nxt.conn.sock.fileno() < 0:
+                continue
+            self._start(nxt, time.perf_counter_ns())
+            self._push(nxt)
+            return
+
+    @staticmethod
+    def _reported(stream: _Stream, timings: Timings) -> dict[str, Any] | None:
+        """The server's own timings as the reply carried them (None: its shape has none)."""
+        reply = stream.reply
+        if reply.schedule.server_timings == "none" or stream.failed:
+            return None
+        fields = server_fields(reply, timings)[0] if reply.request.api == "chat" else {}
+        return {"headers": stream.reported_headers, "fields": fields}
+
+    def _finish(self, stream: _Stream, t_end: int, status: int | None = 200) -> None:
         conn = stream.conn
-        output = sum(stream.event_tokens)
-        if stream.stream:
-            end = stream.shape.end(
-                stream.rid,
-                stream.model,
-                stream.text(),
-                stream.prompt_tokens,
-                output,
-                stream.capped,
-                3 + stream.i,
-            )
+        reply = stream.reply
+        sent = reply.plan.event_tokens[: stream.i] if stream.stream else reply.plan.event_tokens
+        if stream.failed and not stream.stream:
+            sent = []
+        output = sum(sent)
+        s = reply.schedule
+        timings = stream.timings(t_end)
+        if stream.stream and not stream.failed:
+            end = stream.render.end(timings)
             self._send(conn, b"".join(_frame(p) for p in end) + b"0\r\n\r\n")
         entry = {
-            "id": stream.rid,
+            "id": reply.rid,
             "client_request_id": stream.client_id,
-            "api": stream.shape.api,
+            "traceparent": stream.traceparent,
+            "api": reply.request.api,
             "stream": stream.stream,
-            "model": stream.model,
+            "model": reply.model,
+            "status": status,
+            "fail": s.fail if stream.failed else None,
             "t_read_ns": stream.t_read,
+            "t_admit_ns": stream.t_admit,
+            "frontend_ms": s.frontend_ms,
             "t_start_ns": stream.t_start,
+            "t_headers_ns": stream.t_headers,
             "events_ns": stream.sends,
             "events_sent_ns": stream.sent,
-            "event_tokens": stream.event_tokens if stream.stream else [output],
+            "event_tokens": sent if stream.stream else ([output] if output else []),
             "comments_ns": stream.comments,
             "t_end_ns": t_end,
-            "prompt_tokens": stream.prompt_tokens,
+            "prompt_tokens": reply.prompt_tokens,
+            "cached_tokens": reply.cached_tokens,
             "output_tokens": output,
-            "capped": stream.capped,
+            "end_token": reply.plan.end_token and not stream.failed,
+            "usage_output_tokens": None if stream.failed else reply.usage_output_tokens,
+            "capped": reply.capped,
+            "finish_reason": None if stream.failed else reply.finish_reason,
+            "tool_calls": [vars(c) for c in reply.tool_calls or reply.text_calls]
+            if not stream.failed
+            else [],
+            "temperature": reply.request.temperature,
+            "seed": reply.request.seed,
+            "steps": [{"token": step.token, "candidates": step.candidates} for step in reply.steps],
+            "queue_ms": timings.queue_ms,
+            "prefill_ms": reply.plan.first_ms,
+            "decode_ms": reply.plan.decode_ms,
+            "reported": self._reported(stream, timings),
         }
+        self.totals["prompt"] += reply.prompt_tokens
+        self.totals["predicted"] += output
         if self.keep_stamps:
-            self.done[stream.rid] = {
+            self.done[reply.rid] = {
                 "t_recv": stream.t_read,
                 "sends": stream.sends,
                 "sent": stream.sent,
@@ -614,9 +835,9 @@ class Server:
         if self.log is not None:
             self.log.write(json.dumps(entry) + "\n")
         conn.busy = False
-        self.active -= 1
-        if self.waiting:
-            self._start(self.waiting.popleft(), time.perf_counter_ns())
+        self._release(stream)
+        if conn.sock.fileno() < 0:
+            return
         if conn.close_after:
             self._close_when_flushed(conn)
         elif conn.inbuf:  # a request that arrived while this stream was served
@@ -642,14 +863,16 @@ class Server:
                 length = -1
             if len(parts) != 3 or length < 0:
                 conn.inbuf, conn.close_after = b"", True
-                self._simple(conn, b'{"error":{"message":"bad request"}}', b"400 Bad Request")
+                self._simple(conn, _error("malformed HTTP request"), b"400 Bad Request")
                 return
             if "chunked" in headers.get("transfer-encoding", "").lower():
                 try:
                     unchunked = _unchunk(buf, end + 4)
                 except ValueError:  # a chunk size that is not hex
                     conn.inbuf, conn.close_after = b"", True
-                    self._simple(conn, b'{"error":{"message":"bad chunk"}}', b"400 Bad Request")
+                    self._simple(
+                        conn, _error("malformed HTTP request (a chunk size)"), b"400 Bad Request"
+                    )
                     return
                 if unchunked is None:
                     return
@@ -664,35 +887,77 @@ class Server:
 
     # -- the scheduler --------------------------------------------------------------------------
 
-    def _act(self, stream: _Stream, kind: int) -> bool:
-        """Do one timetable action; True when the stream is finished."""
+    def _act(self, stream: _Stream, kind: int, due: int) -> bool:
+        """Do one timetable action due at `due`; True when the stream leaves the heap
+        (finished, or waiting for a slot)."""
         conn = stream.conn
-        if kind == _COMMENT:
-            self._send(conn, _frame(_KEEPALIVE), stream.comments)
-            return False
         if kind == _EVENT:
             self._send(conn, stream.event_frame(), stream.sends, stream.sent)
             stream.i += 1
-            if stream.i < len(stream.event_tokens):
+            if stream.k < len(stream.actions):  # the end (or an end token) is due later
                 return False
             self._finish(stream, time.perf_counter_ns())
             return True
-        output = sum(stream.event_tokens)
-        stream.words = [
-            b"".join(_WORDS[j % len(_WORDS)] for j in range(output)),
-        ]
-        body = stream.shape.body(
-            stream.rid, stream.model, stream.text(), stream.prompt_tokens, output, stream.capped
-        )
+        if kind == _END:
+            self._finish(stream, time.perf_counter_ns())
+            return True
+        if kind == _COMMENT:
+            self._send(conn, _frame(_KEEPALIVE), stream.comments)
+            return False
+        if kind == _HEADERS:
+            self._send_headers(stream, time.perf_counter_ns())
+            return False
+        if kind == _ADMIT:
+            slots = stream.reply.schedule.slots
+            if slots and self.active >= slots:
+                self.waiting.append(stream)
+                return True
+            self._start(stream, due)
+            return False
+        if kind == _FAIL:
+            return self._fail(stream)
+        if kind == _HTTP_ERROR:
+            self._http_error(stream)
+            return True
+        return self._body(stream)
+
+    def _body(self, stream: _Stream) -> bool:
+        reply = stream.reply
+        now = time.perf_counter_ns()
+        stream.t_headers = now
+        timings = stream.timings(now)
+        body = stream.render.body(timings)
+        extra = timing_headers(reply, timings)
+        stream.reported_headers = extra
+        head = self._headers(stream, b"200 OK", b"application/json", extra)
         self._send(
-            conn,
-            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-            b"x-request-id: %s\r\ncontent-length: %d\r\n\r\n%s"
-            % (stream.rid.encode(), len(body), body),
+            stream.conn,
+            head + b"content-length: %d\r\n\r\n%s" % (len(body), body),
             stream.sends,
             stream.sent,
         )
         self._finish(stream, stream.sends[-1] if stream.sends else time.perf_counter_ns())
+        return True
+
+    def _fail(self, stream: _Stream) -> bool:
+        """The scripted failure: an error event (or, not streaming, a 500), or the
+        connection cut."""
+        conn = stream.conn
+        stream.failed = True
+        now = time.perf_counter_ns()
+        if stream.reply.schedule.fail == "drop":
+            self._drop(conn)
+            self._finish(stream, now, status=200 if stream.stream else None)
+            return True
+        if stream.stream:
+            frames = stream.render.error()
+            self._send(conn, b"".join(_frame(p) for p in frames) + b"0\r\n\r\n")
+            self._finish(stream, now)
+            return True
+        body = error_body(stream.reply)
+        head = self._headers(stream, b"500 Internal Server Error", b"application/json", {})
+        self._send(conn, head + b"content-length: %d\r\n\r\n" % len(body) + body)
+        self._finish(stream, now, status=500)
         return True
 
     def _send_due(self) -> None:
@@ -709,13 +974,11 @@ class Server:
                 first = False
             if stream.conn.sock.fileno() < 0:  # the client went away
                 heapq.heappop(heap)
-                self.active -= 1
-                if self.waiting:
-                    self._start(self.waiting.popleft(), clock())
+                self._release(stream)
                 continue
             _, kind = stream.actions[stream.k]
             stream.k += 1
-            if self._act(stream, kind) or stream.k >= len(stream.actions):
+            if self._act(stream, kind, due) or stream.k >= len(stream.actions):
                 heapq.heappop(heap)
             else:
                 heapq.heapreplace(heap, (stream.actions[stream.k][0], next(self.seq), stream))
@@ -782,6 +1045,7 @@ def serve(
     model: str = "labkit-truth",
     tls: ssl.SSLContext | None = None,
     tls_port: int = 0,
+    keep_stamps: bool = False,
     on_ready: Any = None,
 ) -> None:
     """Run a `Server` in this process until SIGTERM or Ctrl-C; `on_ready(server)` is called
@@ -797,7 +1061,7 @@ def serve(
             tls=tls,
             tls_port=tls_port,
             truth_log=log,
-            keep_stamps=log is None,
+            keep_stamps=keep_stamps or log is None,
             per_request=per_request,
             model=model,
             seed=seed,
@@ -821,11 +1085,12 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
-    for name, value in vars(TruthSchedule()).items():
-        parser.add_argument("--" + name.replace("_", "-"), type=type(value), default=value)
+    for name in TruthSchedule.model_fields:  # values as text: the schedule reads them
+        parser.add_argument("--" + name.replace("_", "-"), dest=name, default=None)
     parser.add_argument("--truth", type=Path, default=None, help="write the truth log here")
     parser.add_argument("--schedule-file", type=Path, default=None)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--stamps", action="store_true", help="also answer GET /stamps")
     parser.add_argument("--model", default="labkit-truth")
     parser.add_argument("--tls-cert", default=None, help="PEM chain: also serve HTTPS")
     parser.add_argument("--tls-key", default=None)
@@ -840,7 +1105,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.tls_cert:
         tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         tls.load_cert_chain(args.tls_cert, args.tls_key)
-    schedule = TruthSchedule(**{k: getattr(args, k) for k in vars(TruthSchedule())})
+    settings = {k: getattr(args, k) for k in TruthSchedule.model_fields}
+    schedule = TruthSchedule().with_overrides({k: v for k, v in settings.items() if v is not None})
 
     def ready(server: Server) -> None:
         print(f"PORT {server.port}", flush=True)
@@ -857,6 +1123,7 @@ def main(argv: list[str] | None = None) -> None:
         model=args.model,
         tls=tls,
         tls_port=args.tls_port,
+        keep_stamps=args.stamps,
         on_ready=ready,
     )
 

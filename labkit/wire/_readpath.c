@@ -1,37 +1,29 @@
 /* The lean transport's per-read steps in C: the same answers as their Python versions.
  *
- * Each streamed token costs one socket read; in Python its stamp, its chunk framing and its
- * SSE split are some sixty bytecodes across four frames, run cold between context switches.
- * These functions do the common case of each in one call and return None for anything
- * else, which the Python code then handles as before (labkit.wire.readpath
- * says which runs; tests/wire/test_readpath.py holds them to the Python ones).
+ * Each streamed token costs one socket read; in Python its stamp and its SSE split run as
+ * bytecodes across several frames, cold between context switches. These functions do the
+ * common case of each in one call and return None for anything else, which the Python code
+ * then handles as before (labkit.wire.readpath says which runs; tests/wire/test_readpath.py
+ * holds them to the Python ones). The chunk framing, the framing and split chained, and the
+ * timed select() were here too and left: each saved less than the noise of a loaded level
+ * (docs/accuracy.md, make bench-readpath).
  *
  *   recv_stamped(fd, size, ancillary_size, stamp_type, stamp_unit, last_t)
  *       one recvmsg() and its stamps, as Connection._on_readable took them
- *   whole_chunks(data)
- *       the payload of a read of whole non-empty chunks (http11._whole_chunks from 0)
  *   whole_data_events(chunk, limit, t_ns, event_type)
  *       the events of a read of whole one-line `data:` events (SSEParser._whole_data_events)
- *   chunked_data_events(data, limit, t_ns, event_type)
- *       the two above in one call, for a chunked body's read as it came
- *   timed_select(selector, timeout, woken)
- *       TimedSelector.select on an epoll selector, the poll included (loopclock._select_py)
  */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include <errno.h>
-#include <math.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <time.h>
 
 #define MAX_READ (64 * 1024)
-/* loopclock.BLOCKED_NS: a select() that took longer blocked (checked equal at import). */
-#define BLOCKED_NS 50000
 
 static char read_buffer[MAX_READ];
 static PyObject *name_event, *name_data, *name_t_ns;
@@ -117,82 +109,6 @@ static PyObject *recv_stamped(PyObject *self, PyObject *const *args, Py_ssize_t 
     return out;
 }
 
-static inline int hex_value(unsigned char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
-/* A chunk head's digits, as the Python decoder reads them: its CRLF within 18 bytes. */
-#define MAX_HEX_DIGITS 16
-
-/* The chunks of a read that is whole non-empty chunks with bare hex sizes and nothing else:
- * their count (-1: not such a read), the first one's payload offset and the payloads' sum. */
-static Py_ssize_t frame_chunks(const unsigned char *data, Py_ssize_t total,
-                               Py_ssize_t *first_start, Py_ssize_t *payload) {
-    Py_ssize_t at = 0, chunks = 0;
-    *payload = 0;
-    while (at < total) {
-        Py_ssize_t digits = 0;
-        int64_t size = 0;
-        while (at + digits < total && digits <= MAX_HEX_DIGITS) {
-            int v = hex_value(data[at + digits]);
-            if (v < 0) break;
-            /* Past any read's length: not whole here, as in Python (kept from overflowing). */
-            if (size > total) size = total + 1;
-            size = size * 16 + v;
-            digits++;
-        }
-        if (digits == 0 || digits > MAX_HEX_DIGITS) return -1;
-        Py_ssize_t end = at + digits;
-        if (end + 1 >= total || data[end] != '\r' || data[end + 1] != '\n') return -1;
-        if (size == 0 || size > total) return -1;
-        Py_ssize_t stop = end + 2 + (Py_ssize_t)size;
-        if (stop + 2 > total || data[stop] != '\r' || data[stop + 1] != '\n') return -1;
-        if (chunks == 0) *first_start = end + 2;
-        *payload += (Py_ssize_t)size;
-        chunks++;
-        at = stop + 2;
-    }
-    return chunks;
-}
-
-/* The payloads of `chunks` framed chunks (frame_chunks said so) copied into `dst`. */
-static void copy_payloads(const unsigned char *data, Py_ssize_t total, char *dst) {
-    Py_ssize_t at = 0;
-    while (at < total) {
-        Py_ssize_t digits = 0;
-        int64_t size = 0;
-        int v;
-        while ((v = hex_value(data[at + digits])) >= 0) {
-            size = size * 16 + v;
-            digits++;
-        }
-        memcpy(dst, data + at + digits + 2, (size_t)size);
-        dst += size;
-        at += digits + 2 + (Py_ssize_t)size + 2;
-    }
-}
-
-static PyObject *whole_chunks(PyObject *self, PyObject *arg) {
-    if (!PyBytes_Check(arg)) {
-        PyErr_SetString(PyExc_TypeError, "whole_chunks takes bytes");
-        return NULL;
-    }
-    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(arg);
-    Py_ssize_t total = PyBytes_GET_SIZE(arg);
-    Py_ssize_t first_start = 0, payload = 0;
-    Py_ssize_t chunks = frame_chunks(data, total, &first_start, &payload);
-    if (chunks < 0) Py_RETURN_NONE;
-    if (chunks == 1)
-        return PyBytes_FromStringAndSize((const char *)data + first_start, payload);
-    PyObject *out = PyBytes_FromStringAndSize(NULL, payload);
-    if (out == NULL) return NULL;
-    copy_payloads(data, total, PyBytes_AS_STRING(out));
-    return out;
-}
-
 /* One event object of `type` (SSEEvent: a slots dataclass) without running its __init__. */
 static PyObject *new_event(PyTypeObject *type, PyObject *data, PyObject *t_ns) {
     PyObject *event = type->tp_alloc(type, 0);
@@ -275,302 +191,13 @@ static PyObject *whole_data_events(PyObject *self, PyObject *const *args, Py_ssi
                        (PyTypeObject *)args[3]);
 }
 
-/* whole_chunks then whole_data_events in one call, the payload not copied out of a read
- * of one chunk. */
-static PyObject *chunked_data_events(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    Py_ssize_t limit;
-    if (event_args("chunked_data_events", args, nargs, &limit) < 0) return NULL;
-    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(args[0]);
-    Py_ssize_t total = PyBytes_GET_SIZE(args[0]);
-    Py_ssize_t first_start = 0, payload = 0;
-    Py_ssize_t chunks = frame_chunks(data, total, &first_start, &payload);
-    if (chunks < 0) Py_RETURN_NONE;
-    if (chunks == 1)
-        return data_events((const char *)data + first_start, payload, limit, args[2],
-                           (PyTypeObject *)args[3]);
-    char *joined = PyMem_Malloc(payload > 0 ? (size_t)payload : 1);
-    if (joined == NULL) return PyErr_NoMemory();
-    copy_payloads(data, total, joined);
-    PyObject *out = data_events(joined, payload, limit, args[2], (PyTypeObject *)args[3]);
-    PyMem_Free(joined);
-    return out;
-}
-
-/* ---- TimedSelector.select (loopclock.py, `_select_py` there is the reference) ---------- */
-
-static PyObject *n_clock, *n_returned_ns, *n_selects, *n_schedstat, *n_entered_ns, *n_selector,
-    *n_poll, *n_fd_to_key, *n_history, *n_sockets, *n_socket, *n_unread, *n_watched_from,
-    *n_seen_empty_ns, *n_reported_by, *n_reports, *n_append;
-
-/* The three counters of a schedstat line ("run wait runs\n"); 0 when it is not one. */
-static int parse_schedstat(PyObject *line, int64_t out[3]) {
-    if (!PyBytes_Check(line)) return 0;
-    const char *p = PyBytes_AS_STRING(line), *end = p + PyBytes_GET_SIZE(line);
-    for (int i = 0; i < 3; i++) {
-        while (p < end && (*p == ' ' || *p == '\n' || *p == '\t')) p++;
-        if (p == end || *p < '0' || *p > '9') return 0;
-        int64_t v = 0;
-        int digits = 0;
-        while (p < end && *p >= '0' && *p <= '9') {
-            if (++digits > 18) return 0;
-            v = v * 10 + (*p++ - '0');
-        }
-        out[i] = v;
-    }
-    while (p < end && (*p == ' ' || *p == '\n' || *p == '\t')) p++;
-    return p == end;
-}
-
-static PyObject *arrival(PyObject *lo, PyObject *hi, int closed) {
-    return PyTuple_Pack(3, lo, hi, closed ? Py_True : Py_False);
-}
-
-/* timed_select(selector, timeout, woken): TimedSelector.select on an epoll selector, with
- * `woken` (loopclock._woken) for a wake it cannot place from the counters alone. */
-static PyObject *timed_select(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "timed_select takes (selector, timeout, woken)");
-        return NULL;
-    }
-    PyObject *sel = args[0], *timeout = args[1], *woken_fn = args[2];
-    PyObject *clock = NULL, *previous_return = NULL, *schedstat = NULL, *counters = NULL;
-    PyObject *entered = NULL, *returned = NULL, *ready = NULL, *fd_list = NULL;
-    PyObject *woken = NULL, *woke_window = NULL, *since_window = NULL, *sockets = NULL;
-    PyObject *result = NULL, *n_obj = NULL;
-    long long n;
-
-    /* Nonzero: a select() that may block (asyncio passes None, 0 or a positive float). */
-    int may_block = 1;
-    double poll_timeout = -1.0;
-    if (timeout != Py_None) {
-        double t = PyFloat_AsDouble(timeout);
-        if (t == -1.0 && PyErr_Occurred()) return NULL;
-        may_block = t != 0.0;
-        poll_timeout = t <= 0 ? 0.0 : ceil(t * 1e3) * 1e-3;
-    }
-    clock = PyObject_GetAttr(sel, n_clock);
-    if (clock == NULL) goto done;
-    previous_return = PyObject_GetAttr(sel, n_returned_ns);
-    if (previous_return == NULL) goto done;
-    {
-        PyObject *selects = PyObject_GetAttr(sel, n_selects);
-        if (selects == NULL) goto done;
-        n = PyLong_AsLongLong(selects);
-        Py_DECREF(selects);
-        if (n == -1 && PyErr_Occurred()) goto done;
-        n += 1;
-        n_obj = PyLong_FromLongLong(n);
-        if (n_obj == NULL || PyObject_SetAttr(sel, n_selects, n_obj) < 0) goto done;
-    }
-    if (may_block) {
-        schedstat = PyObject_GetAttr(sel, n_schedstat);
-        if (schedstat == NULL) goto done;
-        if (schedstat == Py_None) {
-            Py_CLEAR(schedstat);
-        } else {
-            counters = PyObject_CallNoArgs(schedstat);
-            if (counters == NULL) goto done;
-        }
-    }
-    entered = PyObject_CallNoArgs(clock);
-    if (entered == NULL) goto done;
-    {
-        PyObject *epoll = PyObject_GetAttr(sel, n_selector);
-        if (epoll == NULL) goto done;
-        PyObject *fd_to_key = PyObject_GetAttr(sel, n_fd_to_key);
-        if (fd_to_key == NULL) {
-            Py_DECREF(epoll);
-            goto done;
-        }
-        Py_ssize_t registered = PyObject_Length(fd_to_key);
-        PyObject *poll_args[3] = {epoll, PyFloat_FromDouble(poll_timeout),
-                                  PyLong_FromSsize_t(registered > 1 ? registered : 1)};
-        if (registered < 0 || poll_args[1] == NULL || poll_args[2] == NULL) {
-            Py_XDECREF(poll_args[1]);
-            Py_XDECREF(poll_args[2]);
-            Py_DECREF(epoll);
-            Py_DECREF(fd_to_key);
-            goto done;
-        }
-        fd_list = PyObject_VectorcallMethod(n_poll, poll_args, 3, NULL);
-        Py_DECREF(poll_args[1]);
-        Py_DECREF(poll_args[2]);
-        Py_DECREF(epoll);
-        ready = PyList_New(0);
-        if (ready == NULL) {
-            Py_DECREF(fd_to_key);
-            goto done;
-        }
-        if (fd_list == NULL) {
-            Py_DECREF(fd_to_key);
-            if (!PyErr_ExceptionMatches(PyExc_InterruptedError)) goto done;
-            PyErr_Clear();
-        } else {
-            Py_ssize_t count = PyList_GET_SIZE(fd_list);
-            for (Py_ssize_t i = 0; i < count; i++) {
-                PyObject *item = PyList_GET_ITEM(fd_list, i);
-                PyObject *fd = PyTuple_GET_ITEM(item, 0);
-                long event = PyLong_AsLong(PyTuple_GET_ITEM(item, 1));
-                long events = 0;
-                if (event & ~EPOLLIN) events |= 2; /* EVENT_WRITE */
-                if (event & ~EPOLLOUT) events |= 1; /* EVENT_READ */
-                PyObject *key = PyDict_GetItemWithError(fd_to_key, fd);
-                if (key == NULL) {
-                    if (PyErr_Occurred()) {
-                        Py_DECREF(fd_to_key);
-                        goto done;
-                    }
-                    continue;
-                }
-                long key_events = PyLong_AsLong(PyTuple_GET_ITEM(key, 2));
-                PyObject *mask = PyLong_FromLong(events & key_events);
-                PyObject *pair = mask == NULL ? NULL : PyTuple_Pack(2, key, mask);
-                Py_XDECREF(mask);
-                if (pair == NULL || PyList_Append(ready, pair) < 0) {
-                    Py_XDECREF(pair);
-                    Py_DECREF(fd_to_key);
-                    goto done;
-                }
-                Py_DECREF(pair);
-            }
-            Py_DECREF(fd_to_key);
-        }
-    }
-    returned = PyObject_CallNoArgs(clock);
-    if (returned == NULL) goto done;
-    if (PyObject_SetAttr(sel, n_returned_ns, returned) < 0 ||
-        PyObject_SetAttr(sel, n_entered_ns, entered) < 0)
-        goto done;
-    if (PyList_GET_SIZE(ready) == 0) {
-        result = ready;
-        ready = NULL;
-        goto done;
-    }
-    int64_t entered_ns = PyLong_AsLongLong(entered), returned_ns = PyLong_AsLongLong(returned);
-    if (PyErr_Occurred()) goto done;
-    int blocked = may_block && returned_ns - entered_ns > BLOCKED_NS;
-    if (blocked && schedstat != NULL) {
-        PyObject *after = PyObject_CallNoArgs(schedstat);
-        if (after == NULL) goto done;
-        int64_t before_c[3], after_c[3];
-        if (parse_schedstat(counters, before_c) && parse_schedstat(after, after_c) &&
-            after_c[2] - before_c[2] - 1 <= 0) {
-            int64_t at = returned_ns - (after_c[1] - before_c[1]);
-            woken = PyLong_FromLongLong(at > entered_ns ? at : entered_ns);
-        } else {
-            PyObject *woken_args[4] = {entered, returned, counters, after};
-            woken = PyObject_Vectorcall(woken_fn, woken_args, 4, NULL);
-        }
-        Py_DECREF(after);
-        if (woken == NULL) goto done;
-    } else {
-        woken = Py_NewRef(returned);
-    }
-    {
-        PyObject *history = PyObject_GetAttr(sel, n_history);
-        if (history == NULL) goto done;
-        PyObject *entry = PyTuple_Pack(4, returned, entered, blocked ? Py_True : Py_False, woken);
-        PyObject *got = entry == NULL ? NULL : PyObject_CallMethodOneArg(history, n_append, entry);
-        Py_XDECREF(entry);
-        Py_DECREF(history);
-        if (got == NULL) goto done;
-        Py_DECREF(got);
-    }
-    sockets = PyObject_GetAttr(sel, n_sockets);
-    woke_window = arrival(woken, woken, 1);
-    since_window = arrival(previous_return, entered, 0);
-    if (sockets == NULL || woke_window == NULL || since_window == NULL) goto done;
-    Py_ssize_t count = PyList_GET_SIZE(ready);
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *pair = PyList_GET_ITEM(ready, i);
-        if (!(PyLong_AsLong(PyTuple_GET_ITEM(pair, 1)) & 1)) continue;
-        PyObject *fd = PyTuple_GET_ITEM(PyTuple_GET_ITEM(pair, 0), 1);
-        PyObject *state = PyDict_GetItemWithError(sockets, fd);
-        if (state != NULL) {
-            Py_INCREF(state);
-        } else if (PyErr_Occurred()) {
-            goto done;
-        } else {
-            state = PyObject_CallMethodOneArg(sel, n_socket, fd);
-            if (state == NULL) goto done;
-        }
-        PyObject *window = NULL;
-        PyObject *unread = PyObject_GetAttr(state, n_unread);
-        if (unread == NULL) goto state_failed;
-        if (unread != Py_None) {
-            window = unread;
-            if (PyObject_SetAttr(state, n_unread, Py_None) < 0) goto state_failed;
-        } else {
-            Py_DECREF(unread);
-            if (blocked) {
-                window = Py_NewRef(woke_window);
-            } else {
-                PyObject *watched = PyObject_GetAttr(state, n_watched_from);
-                if (watched == NULL) goto state_failed;
-                long long from = PyLong_AsLongLong(watched);
-                Py_DECREF(watched);
-                if (from == -1 && PyErr_Occurred()) goto state_failed;
-                if (0 <= from && from < n - 1) {
-                    window = Py_NewRef(since_window);
-                } else {
-                    PyObject *empty = PyObject_GetAttr(state, n_seen_empty_ns);
-                    if (empty == NULL) goto state_failed;
-                    window = arrival(empty, entered, 0);
-                    Py_DECREF(empty);
-                    if (window == NULL) goto state_failed;
-                }
-            }
-        }
-        if (PyObject_SetAttr(state, n_seen_empty_ns, returned) < 0 ||
-            PyObject_SetAttr(state, n_reported_by, n_obj) < 0)
-            goto state_failed;
-        PyObject *reports = PyObject_GetAttr(state, n_reports);
-        if (reports == NULL) goto state_failed;
-        PyObject *got = PyObject_CallMethodOneArg(reports, n_append, window);
-        Py_DECREF(reports);
-        if (got == NULL) goto state_failed;
-        Py_DECREF(got);
-        Py_DECREF(window);
-        Py_DECREF(state);
-        continue;
-    state_failed:
-        Py_XDECREF(window);
-        Py_DECREF(state);
-        goto done;
-    }
-    result = ready;
-    ready = NULL;
-done:
-    Py_XDECREF(clock);
-    Py_XDECREF(previous_return);
-    Py_XDECREF(schedstat);
-    Py_XDECREF(counters);
-    Py_XDECREF(entered);
-    Py_XDECREF(returned);
-    Py_XDECREF(ready);
-    Py_XDECREF(fd_list);
-    Py_XDECREF(woken);
-    Py_XDECREF(woke_window);
-    Py_XDECREF(since_window);
-    Py_XDECREF(sockets);
-    Py_XDECREF(n_obj);
-    return result;
-}
-
 static PyMethodDef methods[] = {
     {"recv_stamped", (PyCFunction)(void (*)(void))recv_stamped, METH_FASTCALL,
      "recv_stamped(fd, size, ancillary_size, stamp_type, stamp_unit, last_t) -> "
      "(data, t_ns, seen_ns, kernel_stamped), or None when the socket has nothing now."},
-    {"whole_chunks", whole_chunks, METH_O,
-     "whole_chunks(data) -> the payload of whole non-empty chunks, or None."},
     {"whole_data_events", (PyCFunction)(void (*)(void))whole_data_events, METH_FASTCALL,
      "whole_data_events(chunk, limit, t_ns, event_type) -> the events of whole one-line "
      "data: events, or None."},
-    {"chunked_data_events", (PyCFunction)(void (*)(void))chunked_data_events, METH_FASTCALL,
-     "chunked_data_events(data, limit, t_ns, event_type) -> whole_data_events of "
-     "whole_chunks(data), or None where either is None."},
-    {"timed_select", (PyCFunction)(void (*)(void))timed_select, METH_FASTCALL,
-     "timed_select(selector, timeout, woken) -> TimedSelector.select on an epoll selector."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -585,25 +212,5 @@ PyMODINIT_FUNC PyInit__readpath(void) {
     name_data = PyUnicode_InternFromString("data");
     name_t_ns = PyUnicode_InternFromString("t_ns");
     if (name_event == NULL || name_data == NULL || name_t_ns == NULL) return NULL;
-    struct {
-        PyObject **name;
-        const char *text;
-    } names[] = {
-        {&n_clock, "_clock"}, {&n_returned_ns, "returned_ns"}, {&n_selects, "selects"},
-        {&n_schedstat, "schedstat"}, {&n_entered_ns, "entered_ns"}, {&n_selector, "_selector"},
-        {&n_poll, "poll"}, {&n_fd_to_key, "_fd_to_key"}, {&n_history, "history"},
-        {&n_sockets, "_sockets"}, {&n_socket, "_socket"}, {&n_unread, "unread"},
-        {&n_watched_from, "watched_from"}, {&n_seen_empty_ns, "seen_empty_ns"},
-        {&n_reported_by, "reported_by"}, {&n_reports, "reports"}, {&n_append, "append"},
-    };
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        *names[i].name = PyUnicode_InternFromString(names[i].text);
-        if (*names[i].name == NULL) return NULL;
-    }
-    PyObject *m = PyModule_Create(&module);
-    if (m != NULL && PyModule_AddIntConstant(m, "BLOCKED_NS", BLOCKED_NS) < 0) {
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
+    return PyModule_Create(&module);
 }

@@ -30,9 +30,8 @@ a GIL held by a C call beyond that, and any wake delay where the counters are mi
 Kernel receive stamps (`labkit.wire.lean`) are exact but for reads that gathered
 events; this places those and the stamps taken in user space (httpx, the SDKs).
 
-Cost: two clock reads per ``select()`` (the whole call in C where labkit was built with
-`readpath.TIMED_SELECT`), one ``pread`` of the counters (~1 µs) per one that may block and a
-second for one that did; per socket reported, a dictionary look-up and a
+Cost: two clock reads per ``select()``, one ``pread`` of the counters (~1 µs) per one that
+may block and a second for one that did; per socket reported, a dictionary look-up and a
 queued tuple; per read, a few list appends; per event, its share of one pass at the end of
 the stream (benchmarks/bench_recorder.py measures them).
 """
@@ -42,7 +41,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-import select
 import selectors
 import sys
 import threading
@@ -51,8 +49,6 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
-
-from labkit.wire.readpath import TIMED_SELECT, TIMED_SELECT_BLOCKED_NS
 
 __all__ = [
     "BLOCKED_NS",
@@ -123,9 +119,6 @@ class TimedSelector(selectors.DefaultSelector):
         #: The latest select() calls that reported something: (returned, entered, blocked,
         #: woken), woken the earliest time the bytes can have woken it (`_woken`).
         self.history: deque[tuple[int, int, bool, int]] = deque(maxlen=HISTORY_KEPT)
-        # Runs once per loop iteration: in C where it can (its epoll poll and key look-up
-        # are the default selector's own, done in the same call).
-        self._select_c = _SELECT_C if type(getattr(self, "_selector", None)) is _EPOLL else None
 
     def _socket(self, fd: int) -> _Socket:
         state = self._sockets.get(fd)
@@ -181,14 +174,7 @@ class TimedSelector(selectors.DefaultSelector):
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         """``select()``, noting when it was entered and returned and what each readable
-        socket's bytes are late by (in C where `readpath.TIMED_SELECT` is built and the
-        default selector is epoll; the same steps as `_select_py`)."""
-        select_c = self._select_c
-        if select_c is not None:
-            return select_c(self, timeout, _woken)
-        return self._select_py(timeout)
-
-    def _select_py(self, timeout: float | None) -> list[tuple[selectors.SelectorKey, int]]:
+        socket's bytes are late by."""
         clock = self._clock
         previous_return = self.returned_ns
         self.selects = n = self.selects + 1
@@ -312,9 +298,6 @@ def thread_schedstat() -> Callable[[], bytes] | None:
 
 _POLL = selectors.DefaultSelector.select
 _READ = selectors.EVENT_READ
-_EPOLL = getattr(select, "epoll", None)
-#: `TimedSelector.select` in C, where it was built with this module's `BLOCKED_NS`.
-_SELECT_C = TIMED_SELECT if TIMED_SELECT_BLOCKED_NS == BLOCKED_NS else None
 
 
 _CLOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, TimedSelector] = (

@@ -3,30 +3,105 @@
 One token is one socket read on the lean transport, and its steps run cold between context
 switches: the read and its kernel stamp (`tcp.Connection`), its chunk framing
 (`whole_chunks`) and its SSE split (`whole_data_events`). `_readpath.c` does the common case
-of each in one call (setup.py builds it on Linux; a build without a compiler skips it) and
-answers None for anything else, which the Python code then reads its general way. Both give
-the same answers (tests/wire/test_readpath.py); `IMPLEMENTATION` says which runs.
+of the read (`RECV_STAMPED`) and of the SSE split in one call each (setup.py builds it on
+Linux; a build without a compiler skips it) and answers None for anything else, which the
+Python code then reads its general way. Both give the same answers
+(tests/wire/test_readpath.py); `READ_PATH` says which runs and why.
 `chunked_data_events` runs the framing's and the SSE split's common cases back to back, for
 a reader that takes a chunked body's read as it came (`SSEParser.feed_whole_chunks`).
-`TIMED_SELECT` is the event loop's timed ``select()`` (`loopclock.TimedSelector`) in one call.
+
+The framing, that chain and the event loop's timed ``select()`` (`loopclock.TimedSelector`)
+are Python whatever the setting: their C versions saved some 1, 0.06 and 0.3 µs a token,
+within the noise of a 32-stream level on the 2-core host (docs/accuracy.md, `make
+bench-readpath`), and the select's read CPython's private selector attributes.
+
+``LABKIT_READPATH`` (read once, at import) chooses: unset or ``auto``, C where built, else
+Python; ``c``, C or an error where it is not built; ``python``, the Python twin of every C
+step even where the extension is built (the extension is then not loaded). Any other value is
+a `ConfigError`. Worker processes inherit the variable; Ray actors get it in their
+``runtime_env``, and every worker is held to the runner's read path (`labkit.runner`).
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable
 from typing import Any, Literal
 
+from labkit.errors import ConfigError
+from labkit.manifest import ReadPathManifest
+
 __all__ = [
+    "ENV_VAR",
     "IMPLEMENTATION",
+    "READ_PATH",
     "RECV_STAMPED",
-    "TIMED_SELECT",
-    "TIMED_SELECT_BLOCKED_NS",
+    "SETTINGS",
+    "choose",
     "chunked_data_events",
+    "compiled_module",
+    "setting",
     "whole_chunks",
     "whole_data_events",
 ]
 
+#: The switch: which read path labkit runs (`SETTINGS`).
+ENV_VAR = "LABKIT_READPATH"
+#: `ENV_VAR`'s values: ``auto`` (the default: C where built, else Python), ``c`` (C, an
+#: error where not built) and ``python`` (the Python twins, the extension not loaded).
+Setting = Literal["auto", "c", "python"]
+SETTINGS: tuple[Setting, ...] = ("auto", "c", "python")
+
+
+def setting(value: str | None) -> Setting:
+    """`ENV_VAR`'s value as a setting (unset or empty: ``auto``); ConfigError, naming the
+    variable and the values it takes, for anything else."""
+    if value is None or value == "":
+        return "auto"
+    for known in SETTINGS:
+        if value == known:
+            return known
+    raise ConfigError(
+        f"{ENV_VAR}={value!r} is not a read path: use 'c', 'python' or 'auto' (the default, "
+        "unset: C where labkit was built with it, else Python)"
+    )
+
+
+def compiled_module() -> tuple[Any | None, str | None]:
+    """The built extension (`labkit.wire._readpath`) and None, or None and why it did not
+    load; loaded whatever the switch says (the tests and benchmarks set it beside the
+    Python twins)."""
+    try:
+        return importlib.import_module("labkit.wire._readpath"), None
+    except ImportError as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def choose(wanted: Setting, built: bool, not_built: str | None) -> ReadPathManifest:
+    """The read path for a setting and whether the extension loaded (else `not_built` says
+    why); ConfigError for ``c`` without the extension."""
+    if wanted == "python":
+        return ReadPathManifest(
+            implementation="python", reason="switched_off", detail=f"{ENV_VAR}=python"
+        )
+    if not built:
+        if wanted == "c":
+            raise ConfigError(
+                f"{ENV_VAR}=c but labkit was installed without its C read path ({not_built}); "
+                "reinstall it with a C compiler and Python's headers, or unset the variable"
+            )
+        return ReadPathManifest(implementation="python", reason="not_built", detail=not_built)
+    return ReadPathManifest(implementation="c", reason=None, detail=None)
+
+
+_SETTING = setting(os.environ.get(ENV_VAR))
+_C, _NOT_BUILT = (None, None) if _SETTING == "python" else compiled_module()
+#: The read path this process runs, and why Python where it does (a run's manifest).
+READ_PATH = choose(_SETTING, _C is not None, _NOT_BUILT)
+
+#: Which read path runs: ``"c"`` (labkit built with `_readpath`) or ``"python"``.
+IMPLEMENTATION: Literal["c", "python"] = READ_PATH.implementation
 
 #: ``recv_stamped(fd, size, ancillary_size, stamp_type, stamp_unit, last_t)``: one
 #: ``recvmsg()`` and its stamps as `Connection` takes them, ``(data, t_ns, seen_ns,
@@ -78,48 +153,24 @@ def py_whole_data_events(chunk: bytes, limit: int, t_ns: int, event_type: Any) -
     return out
 
 
-def _compiled() -> Any | None:
-    try:
-        return importlib.import_module("labkit.wire._readpath")
-    except ImportError:
-        return None
-
-
-_C = _compiled()
-
-#: Which read path runs: ``"c"`` (labkit built with `_readpath`) or ``"python"``.
-IMPLEMENTATION: Literal["c", "python"] = "c" if _C is not None else "python"
-
 RECV_STAMPED: RecvStamped | None = _C.recv_stamped if _C is not None else None
 
-whole_chunks: Callable[[bytes], bytes | None] = (
-    _C.whole_chunks if _C is not None else py_whole_chunks
-)
+#: The framing's common case: Python whatever the read path (`py_whole_chunks`).
+whole_chunks: Callable[[bytes], bytes | None] = py_whole_chunks
 
 whole_data_events: Callable[[bytes, int, int, Any], list[Any] | None] = (
     _C.whole_data_events if _C is not None else py_whole_data_events
 )
 
 
-#: ``timed_select(selector, timeout, woken)``: `loopclock.TimedSelector.select` on an epoll
-#: selector in one call (the poll, the clocks, the counters and each socket's report), and
-#: the `loopclock.BLOCKED_NS` it was built with; None without the C module.
-TIMED_SELECT: Callable[[Any, float | None, Any], list[Any]] | None = getattr(
-    _C, "timed_select", None
-)
-TIMED_SELECT_BLOCKED_NS: int | None = getattr(_C, "BLOCKED_NS", None)
-
-
 def py_chunked_data_events(data: bytes, limit: int, t_ns: int, event_type: Any) -> list[Any] | None:
     """The events of a read as it came off a chunked body: whole non-empty chunks
     (`whole_chunks`) whose payload is whole one-line ``data:`` events
-    (`whole_data_events`); None where either is not so."""
+    (`whole_data_events`); None where either is not so. Each step in C where it is."""
     payload = whole_chunks(data)
     return None if payload is None else whole_data_events(payload, limit, t_ns, event_type)
 
 
-#: `py_chunked_data_events` in one C call where labkit was built with it (a read of one
-#: chunk is split where it lies, not copied out first).
-chunked_data_events: Callable[[bytes, int, int, Any], list[Any] | None] = getattr(
-    _C, "chunked_data_events", py_chunked_data_events
-)
+#: `py_chunked_data_events`, the two steps' C versions chained in Python where labkit runs
+#: them: the name a reader binds.
+chunked_data_events: Callable[[bytes, int, int, Any], list[Any] | None] = py_chunked_data_events

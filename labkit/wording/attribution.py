@@ -61,9 +61,9 @@ def attribution_answer(f: AttributionFigures, sdk_why_not: str | None = None) ->
         provider = (queue.value or 0.0) + (prefill.value or 0.0) if queue else prefill.value
         share = f"{100 * (provider or 0.0) / ttft.value:.0f}%"
         text = marked(
-            f"Of the mean wait for the first token, {say(ttft)}, {share} was the provider's "
-            f"own work (prefill {_part(prefill)}, queue {_part(queue)}); network and front end "
-            f"took {_part(split.network_front_end_ms)} ({_pct(split.network_front_end_ms, ttft)})"
+            f"{say(ttft)} mean wait for the first token: {share} the provider's own work "
+            f"(prefill {_part(prefill)}, queue {_part(queue)}); network and front end "
+            f"{_part(split.network_front_end_ms)} ({_pct(split.network_front_end_ms, ttft)})"
             f"{labkit_part}.",
             split.client_bound,
         )
@@ -86,7 +86,7 @@ def attribution_answer(f: AttributionFigures, sdk_why_not: str | None = None) ->
             "the provider and the network",
         )
         text = marked(
-            f"Of the mean wait for the first token, {say(ttft)}, "
+            f"{say(ttft)} mean wait for the first token: "
             + (f"the provider's {', '.join(known)}; " if known else "")
             + f"{together} together took {_part(split.unsplit_ms)}{labkit_part} ("
             + "; ".join(split.not_derived)

@@ -51,22 +51,32 @@ def determinism_answer(f: DeterminismFigures) -> str:
             else " A seed did not make sampled replies repeat here."
         )
     diverged = [r for r in judged if not r.identical and r.first_divergent_token is not None]
-    if diverged:
-        first = min(diverged, key=lambda r: r.first_divergent_token or 0)
-        where = (
-            "at the first token"
-            if not first.first_divergent_token
-            else f"after {first.first_divergent_token} identical tokens"
-        )
-        text += (
-            f" The earliest split came {where} ({_variant_words(first)}: "
-            f"{first.distinct_outputs} different replies of {first.n})."
-        )
     seen = f.next_token
+    replies = {r.variant: f"{r.distinct_outputs} different replies of {r.n}" for r in judged}
+    # With the candidates the divergence sentence says where the replies split, once.
+    said = seen is not None and seen.inspected and any(v.divergence for v in seen.variants)
+    if diverged and not said:
+        first = min(diverged, key=lambda r: r.first_divergent_token or 0)
+        text += (
+            f" The earliest split came at {_position(f, first.first_divergent_token or 0)} "
+            f"({_variant_words(first)}: {replies[first.variant]})."
+        )
     if seen is not None:
         text += (
-            " " + divergence_sentence(seen)
+            " " + divergence_sentence(seen, replies)
             if seen.inspected
             else f" Its candidates were not inspected: {seen.not_inspected_because}."
         )
     return text
+
+
+def _position(f: DeterminismFigures, index: int) -> str:
+    """`token 3` for the 0-based `index` of the outputs' compared units, 1-based as every
+    position is said (`character 3` where the outputs were compared by characters, and the
+    ruler named where it is not the model's own tokenizer)."""
+    if f.tokenizer.startswith("characters"):
+        return f"character {index + 1}"
+    ruler = f.tokenizer.removeprefix("tiktoken:").removesuffix(" (common ruler)")
+    if f.tokenizer.startswith("tiktoken:"):
+        return f"token {index + 1} (of {ruler}, a common ruler)"
+    return f"token {index + 1}"

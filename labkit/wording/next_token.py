@@ -3,9 +3,11 @@ greedy check (also quoted by `determinism` with `top_logprobs`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from statistics import median
 from typing import Any
 
-from labkit.figures.next_token import NextTokenFigures, TokenChoice
+from labkit.figures.next_token import NextTokenFigures, NextTokenVariant, TokenChoice
 
 __all__ = ["divergence_sentence", "next_token_answer"]
 
@@ -36,14 +38,33 @@ def _params_words(params: dict[str, Any]) -> str:
     return ", ".join(words)
 
 
-def divergence_sentence(f: NextTokenFigures) -> str:
-    """Where repeats diverged (the earliest split) and between which candidates, then what
-    temperature 0 did: the sentence lab question 3 quotes from the candidates."""
+def _bits(bits: float) -> str:
+    """An entropy as said: at least this many bits (the figures' entropy is a lower bound:
+    the candidates beyond the top ones count as one outcome)."""
+    return f"at least {bits:.2f} bits"
+
+
+def _entropy_at(v: NextTokenVariant, step: int) -> float | None:
+    """The first reply's entropy at `step` (0-based), where it has that step."""
+    reply = v.replies[0] if v.replies else []
+    return reply[step].entropy_bits if step < len(reply) else None
+
+
+def divergence_sentence(f: NextTokenFigures, replies: Mapping[str, str] | None = None) -> str:
+    """Where repeats diverged (the earliest split), how sure the model was there (the step's
+    entropy) and between which candidates, then what temperature 0 did: the sentence lab
+    question 3 quotes from the candidates. `replies`: words on each variant's replies
+    (`2 different replies of 2`), said beside its parameters."""
     split = [v for v in f.variants if v.divergence is not None]
     if split:
         v = min(split, key=lambda v: v.divergence.step if v.divergence else 0)
         d = v.divergence
         assert d is not None
+        which = _params_words(v.params) or v.variant
+        if replies and v.variant in replies:
+            which += f": {replies[v.variant]}"
+        entropy = _entropy_at(v, d.step)
+        where = f", a step of {_bits(entropy)} of entropy," if entropy is not None else ","
         branches = d.taken[:2]
         if len(branches) == 2:
             a, b = branches
@@ -58,10 +79,7 @@ def divergence_sentence(f: NextTokenFigures) -> str:
                 how += f", both below the top candidate {_choice(top)}"
         else:
             how = f"one took {_choice(branches[0])}"
-        text = (
-            f"the replies diverged at token {d.step + 1} ({_params_words(v.params) or v.variant}), "
-            f"where {how}"
-        )
+        text = f"the replies diverged at token {d.step + 1} ({which}){where} where {how}"
     else:
         text = "no repeats diverged: each variant's replies took the same token at every step"
     greedy = [v for v in f.variants if v.greedy is not None]
@@ -77,8 +95,9 @@ def divergence_sentence(f: NextTokenFigures) -> str:
 
 
 def next_token_answer(f: NextTokenFigures, provider_id: str) -> str:
-    """The divergence sentence, and how sure the model was at a typical step; or, for a
-    provider without logprobs, that it was not inspected and why."""
+    """The divergence sentence, and how sure the model was at a typical step (how often the
+    top candidate had p >= 0.9, the median step's entropy in bits); or, for a provider
+    without logprobs, that it was not inspected and why."""
     if not f.inspected:
         return (
             f"{provider_id} was not inspected: {f.not_inspected_because}, so its candidates "
@@ -90,6 +109,8 @@ def next_token_answer(f: NextTokenFigures, provider_id: str) -> str:
         surest = sum(1 for s in steps if s.candidates and s.candidates[0].p >= 0.9)
         text += (
             f" The top candidate had p >= 0.9 at {surest} of {len(steps)} steps; the others "
-            f"are where a sampled reply can turn (top {f.top_k} candidates per step)."
+            f"are where a sampled reply can turn (top {f.top_k} candidates per step). The "
+            f"median step's entropy was {_bits(median(s.entropy_bits for s in steps))} "
+            "(0: one certain candidate)."
         )
     return text

@@ -5,9 +5,14 @@ from __future__ import annotations
 
 from labkit.figures import Estimate, PromptCost
 from labkit.figures.prefill_decode import PrefillDecodeFigures
-from labkit.wording.common import marked
+from labkit.wording.common import marked, say
 
-__all__ = ["prefill_decode_answer", "prompt_cost_lead", "prompt_cost_model_sentence"]
+__all__ = [
+    "cost_lead",
+    "prefill_decode_answer",
+    "prompt_cost_lead",
+    "prompt_cost_model_sentence",
+]
 
 
 def _g(value: float | None) -> str:
@@ -63,39 +68,82 @@ def prompt_cost_model_sentence(m: PromptCost) -> str:
     return f"{chose}; {_intercept_words(m)}."
 
 
+def _estimate(e: Estimate, unit: str = " ms", digits: str = ".3g") -> str:
+    """`12.3 ms (95% CI 11.0 to 13.6)`; `(95% CI at least 11.0)` where the interval has no
+    upper bound; the value alone where it has no interval."""
+    if e.lo is not None and e.hi is None:
+        return f"{e.value:{digits}}{unit} (95% CI at least {e.lo:{digits}})"
+    if e.lo is None or e.hi is None:
+        return f"{e.value:{digits}}{unit} (no interval)"
+    return f"{e.value:{digits}}{unit} (95% CI {e.lo:{digits}} to {e.hi:{digits}})"
+
+
+def cost_lead(f: PrefillDecodeFigures) -> str | None:
+    """The lesson in one sentence: what a prompt token costs to read against what a
+    generated token costs, and their ratio with its interval (None: not measured)."""
+    read, write, ratio = f.prompt_token_ms, f.generated_token_ms, f.generated_vs_prompt
+    if read is None or write is None or write.value is None:
+        return None
+    times = (
+        f"; one generated token cost as much as {_estimate(ratio, '', '.3g')} prompt tokens"
+        if ratio is not None
+        else ""
+    )
+    return (
+        f"{_estimate(read)} more to the first token for each prompt token read, "
+        f"{say(write)} for each token generated{times}: the prompt is read in one pass, the "
+        "reply made one token at a time."
+    )
+
+
+def _decode_words(f: PrefillDecodeFigures) -> str | None:
+    """Whether decode per token moved with the prompt's length, said plainly."""
+    d = f.decode_fit
+    lengths = [p.input_tokens for p in f.points if p.input_tokens is not None]
+    if d is None or d.ms_per_token_lo is None or d.ms_per_token_hi is None or not lengths:
+        return None
+    span = f"{min(lengths):,.0f}–{max(lengths):,.0f}"
+    per_k = d.ms_per_token * 1000
+    interval = f"95% CI {d.ms_per_token_lo * 1000:+.2f} to {d.ms_per_token_hi * 1000:+.2f}"
+    if d.ms_per_token_lo <= 0 <= d.ms_per_token_hi:
+        return (
+            f"Decode per token showed no dependence on the prompt's length over {span} tokens "
+            f"({per_k:+.2f} ms per 1,000 prompt tokens, {interval})."
+        )
+    grew = "grew" if per_k > 0 else "fell"
+    return (
+        f"Decode per token {grew} with the prompt: {per_k:+.2f} ms per 1,000 prompt tokens "
+        f"({interval}), over {span} tokens."
+    )
+
+
+def _cache_words(f: PrefillDecodeFigures) -> str | None:
+    cache = f.cache
+    if f.cold_cache_hits:
+        return f"Warning: {f.cold_cache_hits} cold requests still hit a prompt cache."
+    if cache is None or cache.hit_ttft_ms is None or cache.prime_ttft_ms is None:
+        return None
+    cached = (
+        f"{cache.hit_cached_tokens:.0f} tokens read from the cache"
+        if cache.hit_cached_tokens is not None
+        else "no cached-token count reported"
+    )
+    return (
+        f"Sending the same {cache.prefix_tokens}-token prefix again, TTFT went from "
+        f"{cache.prime_ttft_ms:.1f} ms (once, cold) to {cache.hit_ttft_ms:.1f} ms (median of "
+        f"{cache.n_hits}, {cached}): too few sends for an interval, the size of the change is "
+        "the lesson."
+    )
+
+
 def prefill_decode_answer(f: PrefillDecodeFigures) -> str:
-    """The marginal cost of a prompt token (the lead), the model behind it, decode across
-    the sweep, and a cold cache hit (a warning) or what a cached prefix did to TTFT."""
+    """What a prompt token costs against a generated one (the lead), whether decode moved
+    with the prompt, and a cold cache hit (a warning) or what a cached prefix did; the
+    model's statistics are the report's (`prompt_cost_lead`, `prompt_cost_model_sentence`)."""
     m = f.ttft_model
     if m is None:
         return "Not enough successful requests at two or more prompt lengths to fit."
-    parts = [marked(prompt_cost_lead(m), f.client_bound), prompt_cost_model_sentence(m)]
-    decodes = [p.decode_ms_per_token for p in f.points if p.decode_ms_per_token is not None]
-    if decodes:
-        trend = ""
-        d = f.decode_fit
-        if d is not None:
-            trend = f" ({d.ms_per_token * 1000:+.2f} ms per 1,000 prompt tokens"
-            if d.ms_per_token_lo is not None and d.ms_per_token_hi is not None:
-                trend += (
-                    f", 95% CI {d.ms_per_token_lo * 1000:+.2f} to {d.ms_per_token_hi * 1000:+.2f}"
-                )
-            trend += ")"
-        parts.append(
-            f"Decode took {min(decodes):.2f}–{max(decodes):.2f} ms per output token across "
-            f"the sweep{trend}."
-        )
-    cache = f.cache
-    if f.cold_cache_hits:
-        parts.append(f"Warning: {f.cold_cache_hits} cold requests still hit a prompt cache.")
-    elif cache and cache.hit_ttft_ms is not None and cache.prime_ttft_ms is not None:
-        cached = (
-            f" ({cache.hit_cached_tokens:.0f} tokens cached)"
-            if cache.hit_cached_tokens is not None
-            else " (no cached-token count reported)"
-        )
-        parts.append(
-            f"Sending the same {cache.prefix_tokens}-token prefix again, TTFT went from "
-            f"{cache.prime_ttft_ms:.1f} ms to {cache.hit_ttft_ms:.1f} ms{cached}."
-        )
+    lead = cost_lead(f) or prompt_cost_lead(m)
+    parts = [marked(lead, f.client_bound)]
+    parts += [s for s in (_decode_words(f), _cache_words(f)) if s]
     return " ".join(parts)

@@ -7,13 +7,26 @@ from labkit.figures.session import SessionFigures
 __all__ = ["session_answer"]
 
 
+#: Why a session did not complete, as the sentence counts it (`SessionEnd`).
+_WHY = {
+    "length": "cut by max_tokens on the last turn",
+    "step_limit": "still calling tools at max_steps",
+    "failed": "ended on a failed turn",
+    "refused": "refused or filtered on the last turn",
+}
+
+
 def session_answer(provider: str, figures: SessionFigures) -> str:
-    """`session`: "X finished the job in N s; M% of it was waiting on the provider's prefill,
-    ..." from the sessions' summed critical path."""
+    """`session`: "X completed 2 of 3 sessions (1 cut by max_tokens on the last turn) in
+    N s (median); along the critical path M% decode, ..." from the sessions' summed
+    critical path. A session completes only when it ended with an answer."""
     path = figures.critical
     total = path.total_ms
     done = sum(r.complete for r in figures.sessions)
-    head = f"{provider} finished {done} of {len(figures.sessions)} sessions"
+    head = f"{provider} completed {done} of {len(figures.sessions)} sessions"
+    why = [f"{n} {_WHY.get(end, end)}" for end, n in sorted(figures.incomplete.items()) if n]
+    if why:
+        head += f" ({', '.join(why)})"
     if figures.completion_ms_p50 is not None:
         head += f" in {figures.completion_ms_p50 / 1000:.2f} s (median)"
     if total <= 0:

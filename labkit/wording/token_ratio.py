@@ -9,10 +9,10 @@ from labkit.figures.token_ratio import TokenizerSpread, TokenRatioFigures
 __all__ = ["token_ratio_answer"]
 
 
-def token_ratio_answer(f: TokenRatioFigures, framing_tokens: float | None) -> str:
+def token_ratio_answer(f: TokenRatioFigures) -> str:
     """Characters per token across the texts, how far the 4-characters rule is off, and
-    what the chat framing and the other tokenizers add (`framing_tokens`: usage of the
-    empty prompt minus its own tokens; None: unknown)."""
+    what the chat framing (`chat_framing_tokens`, or why it is unknown) and the other
+    tokenizers add."""
     rows = [
         r
         for r in f.rows
@@ -38,8 +38,8 @@ def token_ratio_answer(f: TokenRatioFigures, framing_tokens: float | None) -> st
             f"{len(f.input_tokens_local_diffs)} requests (by {min(off):+d} to {max(off):+d} "
             "tokens beyond the chat framing)."
         )
-    elif framing_tokens is not None:
-        text += f" The chat framing adds about {framing_tokens:.0f} tokens to every prompt."
+    else:
+        text += _framing_sentence(f)
     widest = _widest(f.spread)
     if widest is not None:
         text += (
@@ -48,6 +48,23 @@ def token_ratio_answer(f: TokenRatioFigures, framing_tokens: float | None) -> st
             f"({widest.ratio:.2f}×)."
         )
     return text
+
+
+def _framing_sentence(f: TokenRatioFigures) -> str:
+    """How many tokens the chat template adds around a text sent as one message, and how
+    that was measured; or why it could not be."""
+    if f.chat_framing_tokens is None:
+        why = f.chat_framing_missing or "not measured"
+        return f" The chat framing around a message could not be measured: {why}."
+    how = (
+        "from the usage of a sent one-character message"
+        if f.chat_framing_source == "usage"
+        else f"counted by {f.chat_framing_source}, nothing generated"
+    )
+    return (
+        f" As a chat message, a text costs {f.chat_framing_tokens:.0f} more tokens: the chat "
+        f"template's framing ({how})."
+    )
 
 
 def _widest(spread: Sequence[TokenizerSpread]) -> TokenizerSpread | None:

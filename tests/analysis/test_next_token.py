@@ -177,10 +177,29 @@ def test_the_divergence_names_both_branches_and_their_probabilities() -> None:
     greedy = variant_figures("t0", {"temperature": 0}, [a, a])
     assert greedy.divergence is None and greedy.greedy is True
     figures = NextTokenFigures(top_k=3, inspected=True, variants=[v, greedy])
+    bits = entropy([0.41, 0.38, 0.1, 0.11], base=2)  # the three candidates and the rest
     assert divergence_sentence(figures) == (
-        "The replies diverged at token 2 (temperature 1.0), where ' a' (p 0.41) and ' the' "
-        "(p 0.38) were nearly tied; at temperature 0 the top candidate is always taken."
+        f"The replies diverged at token 2 (temperature 1.0), a step of at least {bits:.2f} "
+        "bits of entropy, where ' a' (p 0.41) and ' the' (p 0.38) were nearly tied; at "
+        "temperature 0 the top candidate is always taken."
     )
+    # Another answer's words on the variant's replies are said beside its parameters.
+    assert "token 2 (temperature 1.0: 2 different replies of 2), a step" in divergence_sentence(
+        figures, {"t1": "2 different replies of 2"}
+    )
+
+
+def test_the_answer_says_how_sure_the_model_was_in_bits() -> None:
+    sure = ("Once", 0.97, [("Once", 0.97), ("A", 0.02)])
+    split = [(" a", 0.5), (" the", 0.5)]
+    a = rec("t1", [sure, sure, (" a", 0.5, split)])
+    b = rec("t1", [sure, sure, (" the", 0.5, split)])
+    v = variant_figures("t1", {"temperature": 1.0}, [a, b])
+    text = next_token_answer(NextTokenFigures(top_k=3, inspected=True, variants=[v]), "local")
+    # The median of the six steps is a near-certain one; the split step is a coin toss.
+    typical = entropy([0.97, 0.02, 0.01], base=2)
+    assert f"The median step's entropy was at least {typical:.2f} bits" in text, text
+    assert "diverged at token 3 (temperature 1.0), a step of at least 1.00 bits" in text, text
 
 
 def test_at_temperature_0_a_missed_top_candidate_is_said_with_its_margin() -> None:

@@ -12,13 +12,18 @@ import respx
 
 from labkit.analysis.selfcheck import (
     CLIENT_BOUND,
+    CLIENT_BOUND_FIX,
+    LagSummary,
     RecordLateness,
+    client_bound_advice,
+    client_bound_note,
     client_bound_notes,
     late_stamp_limit_ms,
     level_lag,
     pooled_p99,
     summarize_lag,
 )
+from labkit.figures import RequestStats
 from labkit.measurement.lateness import KernelReads, stamp_self_check
 from labkit.records import ClientTimings
 from labkit.wire.loopclock import LatenessTracker, TimedSelector
@@ -268,3 +273,97 @@ def test_a_stall_that_the_wake_counters_saw_flags_the_level() -> None:
     quiet = _stalled_level(woken_ns=330_100_000)
     assert quiet[0].client.stamp_lateness_ms_max == 0.0
     assert not level_lag(quiet).client_bound and client_bound_notes(quiet) == []
+
+
+# --- the reason in one short line, and one line of advice for the run ------------------------
+
+
+def test_a_flagged_groups_reason_is_one_short_line_with_its_cause() -> None:
+    waited = LagSummary(8, 0.2, 1.0, True, 0.05, 0.3, 3.3, 0.2, 2.0, 1.0)
+    assert client_bound_note("local · determinism", waited) == (
+        "local · determinism: client-bound: stamps late p99 3.3 ms (limit 2.0), "
+        "labkit waited for a CPU"
+    )
+    busy = LagSummary(8, 0.2, 1.0, True, 0.9, 0.3, 1.0, 3.8, 2.0, 1.0)
+    assert client_bound_note("c8", busy) == (
+        "c8: client-bound: first tokens late p99 3.8 ms (limit 1.0), labkit busy 90% of one CPU"
+    )
+    both = LagSummary(8, 0.2, 1.0, True, 0.05, 0.3, 6.9, 5.1, 2.0, 1.0)
+    assert client_bound_note("x", both) == (
+        "x: client-bound: stamps late p99 6.9 ms (limit 2.0), first tokens 5.1 ms (limit 1.0), "
+        "labkit waited for a CPU"
+    )
+    assert waited.cause == "waited" and busy.cause == "busy"
+    # The level's own fix never guesses what held the CPUs: the run's advice says it.
+    assert busy.fix == CLIENT_BOUND_FIX and "threads" not in waited.fix
+
+
+def _flagged(*causes: str) -> list[RequestStats]:
+    return [
+        RequestStats.model_construct(client_bound="client-bound: ...", client_bound_causes=[c])
+        for c in causes
+    ]
+
+
+def _manifest(threads: int | None, cpus: int, host_cpu: dict[str, Any] | None = None) -> Any:
+    server = {"backend": "cpu", "threads": threads}
+    manifest: dict[str, Any] = {
+        "host": {"cpu_count": cpus},
+        "providers": {"local": {"kind": "k", "model": "m", "status": "ok", "server": server}},
+    }
+    if host_cpu is not None:
+        manifest["host_cpu"] = host_cpu
+    return manifest
+
+
+def _measured(others: float, labkit: float, wall: float = 10.0) -> dict[str, Any]:
+    return {
+        "wall_s": wall,
+        "cpus": 2,
+        "busy_cpu_s": (others + labkit) * wall,
+        "labkit_cpu_s": labkit * wall,
+        "others_cpu_s": others * wall,
+    }
+
+
+def test_a_busy_labkit_is_told_to_read_fewer_streams_per_process() -> None:
+    advice = client_bound_advice(_flagged("busy"), _manifest(1, 2))
+    assert advice is not None and CLIENT_BOUND_FIX in advice and "CPU" not in advice
+
+
+def test_a_server_whose_threads_take_every_core_is_told_its_threads() -> None:
+    advice = client_bound_advice(_flagged("waited", "waited"), _manifest(4, 4))
+    assert advice is not None
+    assert "the managed server of 'local' ran 4 threads on this host's 4 CPUs" in advice
+    assert "set its `threads:` to 3" in advice
+
+
+def test_other_processes_that_held_the_cpus_are_named_never_threads_already_1() -> None:
+    advice = client_bound_advice(_flagged("waited"), _manifest(1, 2, _measured(1.4, 0.6)))
+    assert advice is not None and "threads" not in advice
+    assert "other processes on this host used 1.4 of its 2 CPUs on average" in advice
+    assert "(labkit and the servers it started 0.6)" in advice
+    # Without the measurement (an older manifest), still no threads advice for 1 of 2.
+    unmeasured = client_bound_advice(_flagged("waited"), _manifest(1, 2))
+    assert unmeasured is not None and "`threads:`" not in unmeasured
+    assert "left 1 of its 2 CPUs free: other processes on this host held them" in unmeasured
+    # One CPU for both: no thread to take off, the server goes elsewhere.
+    alone = client_bound_advice(_flagged("waited"), _manifest(1, 1))
+    assert alone is not None and "`threads:`" not in alone and "another machine" in alone
+
+
+def test_a_quiet_host_gets_the_numbers_and_a_fix_that_is_possible() -> None:
+    advice = client_bound_advice(_flagged("waited"), _manifest(1, 2, _measured(0.1, 1.8)))
+    assert advice is not None and "`threads:`" not in advice
+    assert "other processes used 0.1 of its 2 CPUs" in advice
+    assert "run the server on another machine" in advice
+
+
+def test_both_causes_are_advised_in_one_line_and_none_without_causes() -> None:
+    advice = client_bound_advice(_flagged("busy", "waited"), _manifest(1, 2, _measured(1, 1)))
+    assert advice is not None and "\n" not in advice
+    assert CLIENT_BOUND_FIX in advice and "other processes on this host used" in advice
+    assert client_bound_advice([], _manifest(1, 2)) is None
+    # A lab.json from before the causes were kept: its reasons carried their own fix.
+    old = RequestStats.model_construct(client_bound="client-bound: ...", client_bound_causes=[])
+    assert client_bound_advice([old], _manifest(1, 2)) is None

@@ -164,3 +164,20 @@ def test_the_prompt_cost_model_is_chosen_by_the_data() -> None:
     assert straight.curvature_p is not None and straight.curvature_p >= 0.05
     assert straight.intercept_reading == "positive"
     assert fit_prompt_cost([16, 16, 16], [1, 2, 3]) is None
+
+
+def test_a_generated_token_against_a_prompt_token_is_a_ratio_with_its_interval() -> None:
+    from labkit.analysis.stats import ratio_of_costs
+
+    rng = np.random.default_rng(3)
+    tokens = [64, 128, 256, 512] * 4
+    ttft = [30 + 0.5 * n + rng.normal(0, 2) for n in tokens]  # 0.5 ms a prompt token
+    decode = [10 + rng.normal(0, 0.3) for _ in tokens]  # 10 ms a generated token
+    r = ratio_of_costs(tokens, ttft, decode)
+    assert r is not None and r.lo is not None and r.hi is not None
+    assert r.lo < 20 < r.hi and r.value == pytest.approx(20, rel=0.05)
+    assert ratio_of_costs(tokens, ttft, decode) == r  # seeded: one run, one interval
+    # a prompt that costs nothing to read has no ratio; too few lengths, no interval's end
+    assert ratio_of_costs(tokens, [30.0] * len(tokens), decode) is None
+    few = ratio_of_costs([16, 16, 128, 128], [10.0, 10.0, 66.0, 66.0], [9.0] * 4)
+    assert few is not None and few.value == pytest.approx(18) and few.hi is None

@@ -40,7 +40,7 @@ LAYERS: dict[str, tuple[set[str], set[str]]] = {
     "platform": ({"local", "tokenizers", "tracing", "server_metrics", "truth"}, {"contracts"}),
     "wire": ({"wire"}, {"platform"}),
     "providers": ({"providers"}, {"wire"}),
-    "measurement": ({"measurement", "workloads", "fakeserver"}, {"providers"}),
+    "measurement": ({"measurement", "workloads"}, {"providers"}),
     "analysis": ({"analysis"}, {"platform"}),
     "wording": ({"wording"}, {"analysis"}),
     "report": ({"report", "rundata"}, {"wording"}),

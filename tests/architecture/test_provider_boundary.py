@@ -39,9 +39,10 @@ ALLOWED: dict[tuple[str, str], str] = {
     # PyPI distribution names, not provider kinds.
     ("runner/results.py", "_PACKAGES"): "package names for package_versions()",
     ("measurement/sdkpath.py", "_SDK_PACKAGES"): "packages whose exceptions are the SDKs' own",
-    # The fake server streams the fake provider's schedule: that module is its source.
-    ("fakeserver.py", "labkit.providers.fake"): "the fake server serves FakeSchedule",
-    ("cli/app.py", "labkit.providers.fake"): "`labkit fake-server` takes a FakeSchedule",
+    # The fake server speaks each provider's wire: the shapes whose names are also kinds.
+    ("truth/schedule.py", "ServerTimings"): "the server timing shapes the fake server sends",
+    ("truth/schedule.py", "CPP_SHAPE"): "llama-server's timings shape, served by the fake",
+    ("truth/schedule.py", "PROCESSING_HEADER_SHAPE"): "the processing-ms header's shape",
     ("measurement/capacity.py", "labkit.providers.fake"): "calibration reads a fake server",
 }
 

@@ -71,14 +71,14 @@ def test_https_serves_the_same_script_and_stamps_it(server: ScriptedServer) -> N
 def test_a_client_that_distrusts_the_ca_does_not_stop_the_server(server: ScriptedServer) -> None:
     with pytest.raises(httpx.ConnectError):
         _post(server.tls_base_url, True, BODY)  # certifi's roots: the throw-away CA is unknown
-    assert httpx.get(f"http://127.0.0.1:{server.port}/health").text == "ok"
+    assert httpx.get(f"http://127.0.0.1:{server.port}/health").json() == {"status": "ok"}
     assert _post(server.tls_base_url, _tls(server), BODY).status_code == 200
 
 
 def test_path_script_sets_tokens_interval_and_event_size(server: ScriptedServer) -> None:
     server.stamps()
     url = server.url(tokens=2, interval_ms=20, event_bytes=1_000_000)
-    assert url.endswith("/event_bytes=1000000/interval_ms=20.0/tokens=2/v1")
+    assert url.endswith("/event_bytes=1000000/token_interval_ms=20.0/tokens=2/v1")
     resp = _post(url, True, BODY)
     events = _content_events(resp.content)
     assert len(events) == 2

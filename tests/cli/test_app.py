@@ -162,6 +162,7 @@ providers:
     model: gpt-4.1-mini
 experiments:
   - kind: single
+    prompt_cache: as_sent
     prompts: ["hi"]
     repeats: 2
     warmup: 0

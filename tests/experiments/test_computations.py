@@ -21,10 +21,14 @@ from labkit.experiments.token_ratio import (
     TokenRatioSettings,
     whole_characters,
 )
-from labkit.figures import AttributionKey, LinearFit
+from labkit.figures import AttributionKey, LinearFit, NextTokenFigures
+from labkit.figures.determinism import DeterminismFigures, VariantRow
+from labkit.figures.next_token import Divergence, NextTokenStep, NextTokenVariant, TokenChoice
 from labkit.providers.base import TokenCount
 from labkit.records import RequestRecord
 from labkit.tokenizers import offline_tokenizer
+from labkit.wording.determinism import determinism_answer
+from labkit.wording.prefill_decode import prompt_cost_lead, prompt_cost_model_sentence
 from tests.providers.streams import make_provider
 from tests.support.records import make_record
 
@@ -99,12 +103,24 @@ def test_prefill_decode_fit_from_records() -> None:
     assert m.intercept_reading == "positive"
     assert f.server_prefill_model is not None
     assert f.server_prefill_model.ms_per_token.value == pytest.approx(0.45)
+    # The lesson leads: a prompt token's cost against a generated token's, with intervals
     assert answer.answer.startswith(
+        "0.5 ms (95% CI 0.5 to 0.5) more to the first token for each prompt token read, "
+    )
+    assert f.prompt_token_ms is not None and f.prompt_token_ms.value == pytest.approx(0.5)
+    assert f.generated_vs_prompt is not None
+    assert f.generated_token_ms is not None and f.generated_token_ms.value is not None
+    assert f.generated_vs_prompt.value == pytest.approx(f.generated_token_ms.value / 0.5)
+    assert "F-test" not in answer.answer and "fixed part" not in answer.answer
+    # ... and the statistics behind the model are the report's
+    assert prompt_cost_lead(m).startswith(
         "0.5 ms (95% CI 0.5 to 0.5) more to the first token per extra prompt token, over "
         "16–1,024 tokens"
     )
-    assert "fixed part 20 ms" in answer.answer
-    assert "TTFT went from 530.0 ms to 40.0 ms (1020 tokens cached)" in answer.answer
+    assert "fixed part 20 ms" in prompt_cost_model_sentence(m)
+    assert "TTFT went from 530.0 ms (once, cold) to 40.0 ms (median of 1, 1020 tokens" in (
+        answer.answer
+    )
 
 
 def test_prefill_decode_flags_a_cache_hit_in_the_cold_sweep() -> None:
@@ -153,6 +169,53 @@ def test_determinism_names_the_controlling_parameter() -> None:
     assert rows["t1-seed"].identical is True
     assert "Above temperature 0 without a seed, replies varied." in answer.answer
     assert "A seed made sampled replies repeat." in answer.answer
+    # Compared by characters (no tokenizer here), said 1-based: "a " shared, the 3rd differs.
+    split = "The earliest split came at character 3 (temperature 1.0: 2 different replies of 2)."
+    assert split in answer.answer
+
+
+def test_determinism_says_where_the_replies_diverged_once() -> None:
+    """With the candidates, the divergence sentence says where the replies split; the answer
+    does not say it again from the compared outputs."""
+    rows = [
+        VariantRow(
+            variant="t0", params={"temperature": 0}, n=2, identical=True, distinct_outputs=1
+        ),
+        VariantRow(
+            variant="t1",
+            params={"temperature": 1.0},
+            n=2,
+            identical=False,
+            distinct_outputs=2,
+            first_divergent_token=0,
+        ),
+    ]
+    step = NextTokenStep(token="A", p=0.4, entropy_bits=1.5)
+    seen = NextTokenFigures(
+        top_k=2,
+        inspected=True,
+        variants=[
+            NextTokenVariant(
+                variant="t1",
+                params={"temperature": 1.0},
+                replies=[[step], [step.model_copy(update={"token": "B"})]],
+                divergence=Divergence(
+                    step=0,
+                    prefix="",
+                    taken=[TokenChoice(token="A", p=0.4), TokenChoice(token="B", p=0.35)],
+                ),
+            )
+        ],
+    )
+    text = determinism_answer(
+        DeterminismFigures(variants=rows, tokenizer="llamacpp:/tokenize", next_token=seen)
+    )
+    assert text.count("token 1") == 1 and "earliest split" not in text, text
+    assert "diverged at token 1 (temperature 1.0: 2 different replies of 2)" in text, text
+    without = determinism_answer(DeterminismFigures(variants=rows, tokenizer="llamacpp:/tokenize"))
+    assert "The earliest split came at token 1 (temperature 1.0: 2 different replies of 2)." in (
+        without
+    )
 
 
 def test_token_ratio_rows_and_rule_of_four() -> None:
@@ -302,10 +365,12 @@ def test_prefill_decode_chooses_a_curve_when_prefill_is_superlinear() -> None:
     # d(0.001 n²)/dn = 0.002 n: 0.2 ms at 100 tokens, 4 ms at 2,000.
     assert m.marginal_at_min.value == pytest.approx(0.2)
     assert m.marginal_at_max.value == pytest.approx(4.0)
-    lead, rest = answer.answer.split(": prefill per token grows with the prompt. ")
+    lead = prompt_cost_lead(m)
     assert lead.startswith("0.2 ms (95% CI 0.2 to 0.2) more to the first token per extra prompt")
     assert ", 4 ms (4 to 4) at 2,000" in lead and len(lead.split()) <= 35
-    assert rest.startswith("A straight line fits worse than a curve (F-test p = ")
+    assert prompt_cost_model_sentence(m).startswith(
+        "A straight line fits worse than a curve (F-test p = "
+    )
 
 
 def test_prefill_decode_never_states_a_negative_fixed_part_as_a_fact() -> None:
@@ -314,14 +379,17 @@ def test_prefill_decode_never_states_a_negative_fixed_part_as_a_fact() -> None:
     answer = exp.analyze("p", "m", _cold({512: [99.0, 101.0], 1024: [399.0, 401.0]}))
     m = answer.figures.ttft_model
     assert m is not None and m.intercept_reading == "negative" and m.curvature_p is None
-    assert "is not physical: a straight line is the wrong model over this range" in answer.answer
+    assert "is not physical: a straight line is the wrong model over this range" in (
+        prompt_cost_model_sentence(m)
+    )
     # Noise around a line through the origin: the fixed part is said to be indistinct from 0.
     noisy = {n: [0.5 * n + 5, 0.5 * n - 5] for n in (16, 256, 512, 1024)}
     answer = exp.analyze("p", "m", _cold(noisy))
     m = answer.figures.ttft_model
     assert m is not None and m.model == "linear" and m.intercept_reading == "zero"
-    assert "A curve fits no better than the line (F-test p = 1.00, n = 8)" in answer.answer
-    assert "no fixed part distinguishable from 0 (95% CI -7.84 to 7.84 ms)" in answer.answer
+    sentence = prompt_cost_model_sentence(m)
+    assert "A curve fits no better than the line (F-test p = 1.00, n = 8)" in sentence
+    assert "no fixed part distinguishable from 0 (95% CI -7.84 to 7.84 ms)" in sentence
 
 
 def test_single_keeps_the_median_requests_timeline_for_the_anatomy_picture() -> None:

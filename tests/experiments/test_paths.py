@@ -45,7 +45,7 @@ def test_client_sdk_sends_every_request_of_that_provider_through_the_sdk() -> No
         " {id: c, kind: anthropic, model: claude-haiku-4-5, client: sdk},"
         " {id: l, kind: llamacpp, base_url: 'http://127.0.0.1:9', client: sdk},"
         " {id: w, kind: openai_compatible, base_url: 'http://127.0.0.1:9/v1', model: m}]",
-        "[{kind: single, prompts: [a, b], repeats: 2, warmup: 1}]",
+        "[{kind: single, prompt_cache: as_sent, prompts: [a, b], repeats: 2, warmup: 1}]",
     )
     try:
         assert [p.settings.client for p in providers] == ["sdk", "sdk", "sdk", "wire"]
@@ -62,7 +62,8 @@ def test_client_sdk_sends_every_request_of_that_provider_through_the_sdk() -> No
 def test_two_paths_interleave_each_planned_request_wire_then_sdk() -> None:
     providers, (single, attribution) = _lab(
         "[{id: o, kind: openai, model: gpt-4.1-mini}, {id: f, kind: fake}]",
-        "[{kind: single, prompts: [a], repeats: 2, warmup: 1, paths: [wire, sdk]},"
+        "[{kind: single, prompt_cache: as_sent, "
+        "prompts: [a], repeats: 2, warmup: 1, paths: [wire, sdk]},"
         " {kind: attribution, repeats: 2}]",
     )
     openai, fake = providers
@@ -187,7 +188,13 @@ def test_attribution_says_when_the_sdk_was_not_measured() -> None:
 @pytest.mark.parametrize(
     "entry",
     [
-        {"kind": "single", "prompts": ["a", "b"], "repeats": 3, "warmup": 1},
+        {
+            "kind": "single",
+            "prompt_cache": "as_sent",
+            "prompts": ["a", "b"],
+            "repeats": 3,
+            "warmup": 1,
+        },
         {"kind": "determinism", "prompt": "p", "repeats": 2},
         {"kind": "attribution", "prompt": "p", "repeats": 4},
         {"kind": "token_ratio", "repeats": 2},
@@ -229,7 +236,7 @@ def test_every_sequential_experiment_on_a_managed_server_rules_its_queue_out_ali
 def test_a_server_others_may_share_gets_no_queue_tags() -> None:
     providers, [exp] = _lab(
         "[{id: remote, kind: llamacpp, managed: false, base_url: 'http://x'}]",
-        "[{kind: single, repeats: 1}]",
+        "[{kind: single, prompt_cache: as_sent, repeats: 1}]",
     )
     try:
         planned = list(exp.requests_for(providers[0]))

@@ -17,7 +17,6 @@ from labkit.analysis.sessions import session_figures
 from labkit.config import parse_config
 from labkit.experiments.base import PlannedRequest
 from labkit.experiments.session import SessionExperiment, SessionSettings, SessionTodo
-from labkit.fakeserver import FakeServer
 from labkit.figures import SessionFigures
 from labkit.measurement.recorder import StreamRecorder
 from labkit.providers.fake import FakeSchedule
@@ -26,6 +25,7 @@ from labkit.records import RequestRecord
 from labkit.runner import RunOptions, prepare_run
 from labkit.runner.executor import Measurer
 from labkit.runner.run import RunResult, prepare_resume
+from labkit.truth.process import TruthServer
 from labkit.workloads.agent_traces import read_agent_trace, session_trace, write_agent_trace
 
 pytestmark = pytest.mark.integration
@@ -52,7 +52,7 @@ def _direct(fail_key: str | None = None) -> tuple[list[RequestRecord], dict[int,
     """Two sessions run by the experiment itself, each timed from outside."""
 
     async def go() -> tuple[list[RequestRecord], dict[int, float]]:
-        async with FakeServer(SCHEDULE) as server:
+        with TruthServer.of(SCHEDULE) as server:
             good = _provider(server.base_url)
             bad = _provider("http://127.0.0.1:9", "f")  # nothing listens: a connection error
             exp = SessionExperiment(
@@ -154,7 +154,7 @@ def _config(base_url: str, store_text: bool = True, **experiment: Any) -> Any:
 
 def _run(tmp_path: Path, schedule: FakeSchedule = SCHEDULE, **experiment: Any) -> RunResult:
     async def go() -> RunResult:
-        async with FakeServer(schedule) as server:
+        with TruthServer.of(schedule) as server:
             config = _config(server.base_url, **experiment)
             return await prepare_run(config, RunOptions(out_dir=tmp_path)).run()
 
@@ -183,7 +183,7 @@ def test_subagents_fan_out_and_their_slowest_branch_is_on_the_critical_path(
     for row in figures.sessions:
         assert row.agents == 3 and row.complete
         assert row.critical.total_ms == pytest.approx(row.duration_ms)
-    assert "finished 3 of 3 sessions" in answer.answer
+    assert "completed 3 of 3 sessions" in answer.answer
 
 
 def test_a_cut_session_resumes_from_its_first_unfinished_step(tmp_path: Path) -> None:
@@ -201,7 +201,7 @@ def test_a_cut_session_resumes_from_its_first_unfinished_step(tmp_path: Path) ->
     )
 
     async def resume() -> RunResult:
-        async with FakeServer(SCHEDULE) as server:
+        with TruthServer.of(SCHEDULE) as server:
             runner = prepare_resume(first.folder.path)
             runner.config.providers[0].base_url = server.base_url
             return await runner.run()
@@ -251,7 +251,7 @@ def test_sessions_run_over_two_worker_processes(tmp_path: Path) -> None:
     from labkit.runner.workers import WorkerProcessExecutor
 
     async def go() -> RunResult:
-        async with FakeServer(SCHEDULE) as server:
+        with TruthServer.of(SCHEDULE) as server:
             runner = prepare_run(
                 _config(server.base_url, store_text=False), RunOptions(out_dir=tmp_path)
             )

@@ -119,3 +119,46 @@ def test_tokenizers_that_agree_are_said_to() -> None:
     # english: every tokenizer agrees, so the widest spread named is japanese's
     assert "japanese took 8 to 9 tokens" in answer.answer
     assert {s.text_id: s.ratio for s in answer.figures.spread}["english"] == 1.0
+
+
+def test_the_chat_framing_is_counted_without_sending() -> None:
+    provider = provider_with({"english": 6, "japanese": 8})
+
+    async def count_chat_prompt(messages: list[dict[str, str]]) -> TokenCount:
+        assert messages == [{"role": "user", "content": "."}]
+        return TokenCount(31, "stub:/apply-template + /tokenize")
+
+    async def tokenize(text: str) -> list[int]:
+        return [30]
+
+    provider.count_chat_prompt = count_chat_prompt  # type: ignore[method-assign]
+    provider.tokenize = tokenize  # type: ignore[method-assign]
+    answer = prepared(provider).analyze("local", "tiny-model", [])
+    assert answer.figures.chat_framing_tokens == 30
+    assert answer.figures.chat_framing_source == "stub:/apply-template + /tokenize"
+    assert (
+        "As a chat message, a text costs 30 more tokens: the chat template's framing "
+        "(counted by stub:/apply-template + /tokenize, nothing generated)."
+    ) in answer.answer
+
+
+def test_a_framing_that_could_not_be_measured_is_said_so() -> None:
+    answer = prepared(provider_with({"english": 6, "japanese": 8})).analyze("local", "m", [])
+    assert answer.figures.chat_framing_tokens is None
+    assert (
+        "The chat framing around a message could not be measured: not sent (send: false), "
+        "and the provider cannot count a chat prompt without generating."
+    ) in answer.answer
+
+
+def test_a_sent_baseline_measures_the_framing_from_usage() -> None:
+    exp = TokenRatioExperiment(TokenRatioSettings(texts=TEXTS))
+    recs = [
+        make_record(experiment="token_ratio", prompt_id="__baseline__", input_tokens=9),
+        make_record(experiment="token_ratio", prompt_id="english", input_tokens=14),
+    ]
+    answer = exp.analyze("local", "m", recs)
+    assert answer.figures.chat_framing_tokens == 8 and answer.figures.chat_framing_source == "usage"
+    assert "costs 8 more tokens: the chat template's framing (from the usage of a sent " in (
+        answer.answer
+    )

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from labkit.config import parse_config
-from labkit.fakeserver import FakeServer
 from labkit.measurement.capacity import BUDGET_SHARE, Capacity, calibrate
 from labkit.providers.fake import FakeSchedule
 from labkit.runner import RunOptions, prepare_run
 from labkit.runner.run import RunResult
+from labkit.truth.process import TruthServer
 
 pytestmark = pytest.mark.integration
 
@@ -44,7 +44,7 @@ def test_an_auto_choice_of_two_processes_is_tagged_on_their_records(
     schedule = FakeSchedule(first_token_ms=5, token_interval_ms=0.25, tokens=40)
 
     async def main() -> RunResult:
-        async with FakeServer(schedule) as server:
+        with TruthServer.of(schedule) as server:
             config = parse_config(
                 {
                     "name": "auto",

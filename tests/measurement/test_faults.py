@@ -174,7 +174,7 @@ def test_an_impossible_port_is_a_config_error() -> None:
         "providers": [
             {"id": "a", "kind": "openai_compatible", "model": "m", "base_url": "http://h:99999/v1"}
         ],
-        "experiments": [{"kind": "single", "prompts": ["hi"]}],
+        "experiments": [{"kind": "single", "prompt_cache": "as_sent", "prompts": ["hi"]}],
     }
     with pytest.raises(ConfigError, match=r"providers\[0\]\.base_url: .*Port out of range"):
         parse_config(data)
@@ -205,7 +205,15 @@ def _two_provider_config(good: str, bad: str, tmp_path: Path) -> dict[str, objec
             {"id": "good", "kind": "openai_compatible", "model": "m", "base_url": good},
             {"id": "bad", "kind": "openai_compatible", "model": "m", "base_url": bad},
         ],
-        "experiments": [{"kind": "single", "prompts": ["hi"], "repeats": 3, "warmup": 0}],
+        "experiments": [
+            {
+                "kind": "single",
+                "prompt_cache": "as_sent",
+                "prompts": ["hi"],
+                "repeats": 3,
+                "warmup": 0,
+            }
+        ],
     }
 
 

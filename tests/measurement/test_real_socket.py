@@ -1,6 +1,6 @@
-"""labkit over real loopback sockets: against the truth server (`labkit.truth`, a process of
-its own that logs when it really sent every event) and the fake schedule (`labkit.fakeserver`,
-for its faults).
+"""labkit over real loopback sockets, against the truth server (`labkit.truth`, a process of
+its own that logs when it really sent every event; `TruthServer.of` a fake schedule for its
+faults).
 
 The truth server sends token 1 `FIRST_MS` after it has read the request, then one every
 `STEP_MS`. What is asserted holds on any host, busy or idle: the record's shape (every token,
@@ -22,7 +22,6 @@ import pytest
 from typer.testing import CliRunner
 
 from labkit.cli import app
-from labkit.fakeserver import FakeServer
 from labkit.measurement.recorder import RecordContext, StreamRecorder
 from labkit.providers import provider_class
 from labkit.providers.fake import FakeSchedule
@@ -68,8 +67,8 @@ async def measure_at(
 async def measure(
     schedule: FakeSchedule, runs: int, warmup: int = 0, **settings: object
 ) -> list[RequestRecord]:
-    """`measure_at` the fake server serving `schedule`."""
-    async with FakeServer(schedule) as server:
+    """`measure_at` the truth server following `schedule`."""
+    with TruthServer.of(schedule) as server:
         return await measure_at(server.base_url, runs, warmup, **settings)
 
 
@@ -115,7 +114,7 @@ def test_recorder_measures_the_schedule_over_real_sockets(tmp_path: Path) -> Non
 def test_pooled_connection_has_no_connect_phase() -> None:
     async def go() -> list[RequestRecord]:
         quick = FakeSchedule(first_token_ms=5, token_interval_ms=1, tokens=4)
-        async with FakeServer(quick) as server:
+        with TruthServer.of(quick) as server:
             provider = compat_provider(server.base_url)
             try:
                 recorder = StreamRecorder()
@@ -167,6 +166,7 @@ def test_cli_against_the_truth_server(tmp_path: Path) -> None:
             "    model: fake\n"
             "experiments:\n"
             "  - kind: single\n"
+            "    prompt_cache: as_sent\n"
             "    prompts: ['Explain what a token is.']\n"
             "    repeats: 3\n"
             "    warmup: 1\n",

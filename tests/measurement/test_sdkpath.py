@@ -19,7 +19,6 @@ import pytest
 import respx
 
 from labkit.experiments.attribution import AttributionExperiment, AttributionSettings
-from labkit.fakeserver import FakeServer
 from labkit.figures import AttributionKey
 from labkit.measurement.recorder import RecordContext, StreamRecorder
 from labkit.measurement.sdkpath import SDKRecorder, sdk_supported
@@ -337,7 +336,7 @@ SHORT = FakeSchedule(first_token_ms=20.0, token_interval_ms=2.0, tokens=8)
 @pytest.mark.integration
 def test_sdk_path_measures_connection_phases_on_real_sockets() -> None:
     async def main() -> list[RequestRecord]:
-        async with FakeServer(SHORT) as server:
+        with TruthServer.of(SHORT) as server:
             provider = _provider("openai_compatible", model="fake", base_url=server.base_url)
             sdk = SDKRecorder()
             closing = _request()
@@ -391,7 +390,7 @@ def test_attribution_pairs_paths_and_connections_on_real_sockets() -> None:
     exp = AttributionExperiment(AttributionSettings(repeats=4, warmup=1))
 
     async def main() -> list[RequestRecord]:
-        async with FakeServer(SHORT) as server:
+        with TruthServer.of(SHORT) as server:
             provider = _provider("openai_compatible", model="fake", base_url=server.base_url)
             plan = list(exp.requests_for(provider))
             wire, sdk = StreamRecorder(), SDKRecorder()
@@ -441,7 +440,7 @@ def test_attribution_pairs_paths_and_connections_on_real_sockets() -> None:
     assert f.sdk_ttft_ms == pytest.approx(statistics.median(paired))
     assert f.sdk_event_delay_ms is not None
     print(f"SDK minus wire: TTFT {f.sdk_ttft_ms:.2f} ms, event delay {f.sdk_event_delay_ms:.2f} ms")
-    assert "median of 4 pairs" in answer.answer
+    assert "The official SDK on TTFT" in answer.answer and "n=4" in answer.answer
     rows = {r.key: r for r in f.rows}
     assert rows[AttributionKey.TCP_CONNECT].value_ms is not None
     assert rows[AttributionKey.SDK_EVENT_DELAY].value_ms == f.sdk_event_delay_ms

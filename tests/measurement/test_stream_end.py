@@ -168,11 +168,11 @@ def test_the_sdk_path_stops_at_the_terminator_too(shape: str, host: str) -> None
 def test_a_body_that_ends_after_its_terminator_keeps_its_connection(transport: str) -> None:
     # A well-behaved server: `[DONE]`, then the chunked body's end in a write of its own. The
     # rest of the body is drained, so the next request reuses the connection.
-    from labkit.fakeserver import FakeServer
     from labkit.providers.fake import FakeSchedule
+    from labkit.truth.process import TruthServer
 
     async def main() -> list[RequestRecord]:
-        async with FakeServer(FakeSchedule(first_token_ms=1, token_interval_ms=1, tokens=3)) as s:
+        with TruthServer.of(FakeSchedule(first_token_ms=1, token_interval_ms=1, tokens=3)) as s:
             provider = _provider("openai_compatible", s.base_url + "/v1", transport)
             try:
                 recorder = StreamRecorder()

@@ -244,7 +244,15 @@ def test_the_runner_starts_and_stops_a_managed_server(
         {
             "name": "managed",
             "providers": [{"id": "f", "kind": "fake", "schedule": schedule.model_dump()}],
-            "experiments": [{"kind": "single", "prompts": ["hi"], "repeats": 1, "warmup": 0}],
+            "experiments": [
+                {
+                    "kind": "single",
+                    "prompt_cache": "as_sent",
+                    "prompts": ["hi"],
+                    "repeats": 1,
+                    "warmup": 0,
+                }
+            ],
         }
     )
     runner = prepare_run(cfg, RunOptions(out_dir=tmp_path))

@@ -172,6 +172,37 @@ def test_tokenize_and_props() -> None:
     assert build == "b1-0c1e570"
 
 
+def test_a_chat_prompt_is_counted_through_the_template_without_generating() -> None:
+    messages = [{"role": "user", "content": "."}]
+    templated = "<|im_start|>user\n.<|im_end|>\n<|im_start|>assistant\n"
+
+    async def go():
+        provider = llama()
+        try:
+            return await provider.count_chat_prompt(messages)
+        finally:
+            await provider.aclose()
+
+    with respx.mock() as router:  # any other request (a generation) would fail: not mocked
+        applied = router.post(ROOT + "/apply-template").mock(
+            return_value=httpx.Response(200, json={"prompt": templated})
+        )
+        tok = router.post(ROOT + "/tokenize").mock(
+            return_value=httpx.Response(200, json={"tokens": [1, 4093, 198, 30, 2, 198, 1, 520]})
+        )
+        count = asyncio.run(go())
+    assert count is not None and count.tokens == 8
+    assert count.source == "llamacpp:/apply-template + /tokenize"
+    assert json.loads(applied.calls[0].request.content) == {"messages": messages}
+    # Cut as the server cuts a chat prompt: its special tokens included.
+    assert json.loads(tok.calls[0].request.content) == {"content": templated, "add_special": True}
+
+    with respx.mock() as router:
+        router.post(ROOT + "/apply-template").mock(return_value=httpx.Response(200, json={}))
+        with pytest.raises(ValueError, match="no prompt text"):
+            asyncio.run(go())
+
+
 def test_server_build_lands_in_the_record() -> None:
     async def go():
         from labkit.measurement.recorder import RecordContext, StreamRecorder

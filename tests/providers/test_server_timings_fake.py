@@ -1,19 +1,23 @@
-"""The fake server emits each server's timing shape over a real socket on 127.0.0.1, and
-labkit reads back exactly what the schedule scripted, on the wire path and the SDK path."""
+"""The fake server (the truth server, in its own process) emits each server's timing shape
+over a real socket on 127.0.0.1, and labkit reads back exactly what the schedule scripted and
+the truth log says was reported, on the wire path and the SDK path."""
 
 from __future__ import annotations
 
 import asyncio
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from labkit.fakeserver import FakeServer
 from labkit.measurement.recorder import RecordContext, StreamRecorder
 from labkit.measurement.sdkpath import SDKRecorder
 from labkit.providers import provider_class
 from labkit.providers.fake import FakeSchedule
 from labkit.records import RequestRecord
+from labkit.truth.log import TruthRequest, read_truth_log
+from labkit.truth.process import TruthServer
 from tests.providers.streams import chat
 
 pytestmark = pytest.mark.integration
@@ -30,15 +34,22 @@ def _schedule(shape: str) -> FakeSchedule:
         tokens=TOKENS,
         server_timings=shape,  # type: ignore[arg-type]
         queue_ms=QUEUE_MS,
-        keepalive_interval_ms=10.0,
+        keepalive_ms=10.0,
     )
 
 
 def record(shape: str, path: str = "wire", kind: str = "openai_compatible", **extra: Any):
     """One request to a fake server emitting `shape`."""
+    return served(shape, path, kind, **extra)[0]
+
+
+def served(
+    shape: str, path: str = "wire", kind: str = "openai_compatible", **extra: Any
+) -> tuple[RequestRecord, TruthRequest]:
+    """One request to a fake server emitting `shape`: the record and the truth log's line."""
 
     async def go() -> RequestRecord:
-        async with FakeServer(_schedule(shape)) as server:
+        with TruthServer.of(_schedule(shape), truth_log=log) as server:
             cls = provider_class(kind)
             base = server.base_url.removesuffix("/v1") if kind == "llamacpp" else server.base_url
             settings = {"id": "fake", "kind": kind, "model": "fake", "base_url": base, **extra}
@@ -53,13 +64,28 @@ def record(shape: str, path: str = "wire", kind: str = "openai_compatible", **ex
                     await recorder.aclose()
                 await provider.aclose()
 
-    rec = asyncio.run(go())
+    with tempfile.TemporaryDirectory() as folder:
+        log = Path(folder) / "truth.jsonl"
+        rec = asyncio.run(go())
+        (truth,) = read_truth_log(log).requests
     assert rec.error is None, rec.error
     assert rec.usage.output_tokens == TOKENS
-    return rec
+    assert truth.id == rec.response_id and truth.output_tokens == TOKENS
+    return rec, truth
 
 
 PATHS = ["wire", "sdk"]
+
+
+@pytest.mark.parametrize(
+    ("shape", "key"), [("cerebras", "time_info"), ("vllm", "metrics"), ("llamacpp", "timings")]
+)
+def test_the_timings_read_back_are_those_the_truth_log_says_were_sent(shape: str, key: str) -> None:
+    rec, truth = served(shape)
+    assert truth.reported is not None
+    assert rec.provider_timings.raw == truth.reported["fields"][key]
+    assert truth.queue_ms == QUEUE_MS and truth.prefill_ms == FIRST_MS
+    assert truth.decode_ms == DECODE_MS
 
 
 @pytest.mark.parametrize("path", PATHS)

@@ -1,6 +1,7 @@
 """Tool calls in each provider's own format (`Provider.tool_format`): the definitions, the
 assistant's call and the tool's result as each API takes them, and the calls each stream
-parser collects from its provider's tool-call events."""
+parser collects from its provider's tool-call events; and the grammar-forced call of a model
+without native tools, read back from the reply's text into the record's `tool_calls`."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 from typing import Any
 
 import pytest
+import respx
 
 from labkit.providers import Provider, provider_class
 from labkit.providers.anthropic import AnthropicParser
@@ -15,6 +17,7 @@ from labkit.providers.ollama import OllamaParser
 from labkit.providers.openai import OpenAIChatParser
 from labkit.providers.openai_responses import OpenAIResponsesParser
 from labkit.providers.tools import (
+    FORCED_CALL_MARK,
     AnthropicTools,
     GrammarTools,
     OllamaTools,
@@ -23,9 +26,9 @@ from labkit.providers.tools import (
     ToolResult,
     ToolSpec,
 )
-from labkit.records import RecordToolCall
+from labkit.records import RecordToolCall, StopReason
 from labkit.wire.sse import SSEEvent
-from tests.support.records import make_record
+from tests.providers.streams import load_sse, openai_events, split_every
 
 pytestmark = pytest.mark.unit
 
@@ -99,20 +102,79 @@ def test_ollama_objects_and_no_tools_under_none() -> None:
     assert assistant["tool_calls"][0]["function"]["arguments"] == {"query": "x"}
 
 
-def test_grammar_forces_a_call_and_reads_it_from_the_text() -> None:
+def test_grammar_forces_a_compact_call_and_reads_it_from_the_text() -> None:
     fmt = GrammarTools()
-    schema = fmt.params(TOOLS, "required")["json_schema"]
-    assert schema["properties"]["name"]["enum"] == ["lookup"]
-    assert fmt.params(TOOLS, "none") == {}
+    params = fmt.params([*TOOLS, ToolSpec(name="other")], "required")
+    grammar = params["grammar"]
+    assert grammar.startswith(FORCED_CALL_MARK)
+    assert '"\\"lookup\\"" | "\\"other\\""' in grammar  # only the offered names
+    assert fmt.params(TOOLS, "none") == {} and fmt.params(TOOLS, "auto") == {}
     text = '{"name": "lookup", "arguments": {"query": "rivers"}}'
-    call = make_record(output_text=text)
-    call.params = {"json_schema": schema}
-    (found,) = fmt.calls_in(call)
-    assert fmt.calls_in(make_record(output_text=text)) == []  # a free answer imitating one
-    assert found.name == "lookup" and json.loads(found.arguments) == {"query": "rivers"}
-    cut = make_record(output_text='{"name": "lookup", "argu')
-    cut.params = {"json_schema": schema}
-    assert fmt.calls_in(cut) == []
+    (found,) = fmt.calls_in_text(params, text) or []
+    assert (found.id, found.name, found.source) == ("text_0", "lookup", "text")
+    assert json.loads(found.arguments) == {"query": "rivers"}
+    assert fmt.calls_in_text({}, text) is None  # not forced: a free answer imitating a call
+    assert fmt.calls_in_text({"grammar": "root ::= [a-z]+"}, text) is None  # not labkit's
+    assert fmt.calls_in_text(params, '{"name": "lookup", "argu') == []  # cut by max_tokens
+
+
+@pytest.mark.parametrize(
+    "fmt", [OpenAIChatTools(), ResponsesTools(), AnthropicTools(), OllamaTools()]
+)
+def test_native_formats_read_no_call_from_text(fmt: Any) -> None:
+    text = '{"name": "lookup", "arguments": {"query": "x"}}'
+    assert fmt.calls_in_text({"grammar": FORCED_CALL_MARK}, text) is None
+    assert fmt.closing("none") == [] and fmt.closing("required") == []
+
+
+def test_grammar_history_tells_the_call_and_result_in_words() -> None:
+    fmt = GrammarTools()
+    (assistant,) = fmt.assistant('{"name": "lookup", "arguments": {"query": "x"}}', [CALL])
+    assert assistant["role"] == "assistant" and "{" not in assistant["content"]
+    assert "lookup" in assistant["content"] and '"x"' in assistant["content"]
+    (result,) = fmt.results([ToolResult(call=CALL, content="found it")])
+    assert result["role"] == "user" and "found it" in result["content"]
+    assert "{" not in result["content"]
+    assert fmt.closing("required") == []  # a forced turn needs no words
+    for choice in ("none", "auto"):
+        (closing,) = fmt.closing(choice)  # type: ignore[arg-type]
+        assert closing["role"] == "user" and closing["content"]
+
+
+LLAMA = "http://127.0.0.1:8080"
+
+
+def _forced(params: dict[str, Any], chunks: list[bytes]) -> Any:
+    from labkit.providers.base import ChatRequest
+    from tests.providers.streams import make_provider, record_one, sse_response
+
+    request = ChatRequest([{"role": "user", "content": "Task 1"}], {"max_tokens": 64, **params})
+    with respx.mock() as router:
+        router.post(LLAMA + "/v1/chat/completions").mock(return_value=sse_response(chunks))
+        return record_one(make_provider("llamacpp", base_url=LLAMA), request)
+
+
+def test_a_recorded_forced_call_is_a_tool_call_in_the_record() -> None:
+    # The bundled llama-server's reply to a forced turn: the call's JSON as text, "stop".
+    raw = load_sse("llamacpp_forced_call.sse")
+    params = GrammarTools().params(TOOLS, "required")
+    record = _forced(params, split_every(raw, 97))
+    assert record.error is None
+    assert record.output_text == '{"name": "lookup", "arguments": {"query": "lookup"}}'
+    assert record.tool_calls == [
+        RecordToolCall(id="text_0", name="lookup", arguments='{"query": "lookup"}', source="text")
+    ]
+    assert record.stop_reason == StopReason.TOOL_CALL and record.stop_reason_raw == "stop"
+    # The same text on a turn nobody forced is an answer.
+    free = _forced({}, split_every(raw, 97))
+    assert free.tool_calls is None and free.stop_reason == StopReason.END
+
+
+def test_a_forced_call_cut_by_max_tokens_is_no_call() -> None:
+    pieces = ['{"name": "lookup", ', '"arguments": {"query": "riv']
+    events = list(openai_events(pieces, finish="length"))
+    record = _forced(GrammarTools().params(TOOLS, "required"), events)
+    assert record.tool_calls is None and record.stop_reason == StopReason.LENGTH
 
 
 def ev(data: Any, name: str | None = None) -> SSEEvent:
@@ -216,3 +278,16 @@ def test_each_provider_sends_a_tool_turn_in_its_own_body(
     assert sent[-2:] == _turn(fmt)[-2:]  # the call and its result, as the format built them
     assert "You are an agent." in json.dumps(body)  # the system prompt where the API takes it
     assert len(request.prompt_text) > 0  # structured content is sized, never a crash
+
+
+def test_the_truth_server_knows_the_forced_call_grammar() -> None:
+    """The fake server answers the grammar `GrammarTools` forces a call with as llama.cpp
+    would: it finds it by the same first line, and the tool by its `name` rule."""
+    from labkit.providers.tools import FORCED_CALL_MARK, GrammarTools, ToolSpec
+    from labkit.truth.reply import FORCED_CALL_MARK as SERVED_MARK
+    from labkit.truth.reply import _grammar_call
+
+    assert FORCED_CALL_MARK == SERVED_MARK
+    spec = ToolSpec(name="lookup", description="d", parameters={})
+    params = GrammarTools().params([spec], "required")
+    assert _grammar_call(params["grammar"]) == "lookup"

@@ -8,11 +8,14 @@ import json
 import pytest
 import vl_convert
 
-from labkit.records import LabResults
+from labkit.figures.determinism import DeterminismFigures
+from labkit.figures.next_token import NextTokenFigures, NextTokenStep, NextTokenVariant
+from labkit.records import LabAnswer, LabResults
 from labkit.report.charts import Chart, TokenSpans
 from labkit.report.kinds import question_charts
 from labkit.report.kinds.attribution import whose_time_chart
 from labkit.report.kinds.determinism import determinism_chart
+from labkit.report.kinds.next_token import tokens_chart
 from labkit.report.kinds.prefill_decode import prefill_chart
 from labkit.report.kinds.single import anatomy_chart
 from labkit.report.kinds.token_ratio import chars_per_token_chart, token_spans
@@ -73,6 +76,7 @@ def test_determinism_marks_the_first_divergent_token_only_once() -> None:
         "after divergence",
     ]
     assert second[3]["token"] == " day"
+    assert [v["i"] for v in second] == [1, 2, 3, 4, 5, 6, 7]  # token 1 is the first
     greedy = [v for v in _values(chart) if str(v["row"]).startswith("local · t0")]
     assert {v["status"] for v in greedy} == {"same as repeat 1"}
 
@@ -127,6 +131,7 @@ def test_no_figures_no_pictures_and_a_sentence_for_each() -> None:
         "single",
         "token_ratio",
         "determinism",
+        "determinism_load",
         "next_token",
         "prefill_decode",
         "attribution",
@@ -150,3 +155,34 @@ def test_html_embeds_each_spec_once_and_marks_where_vega_goes() -> None:
 
 def test_a_table_value_that_rounds_to_zero_has_no_sign() -> None:
     assert [fmt_num(v) for v in (-0.001, 0.0, -0.3, -1234.5)] == ["0.00", "0.00", "-0.30", "-1,234"]
+
+
+def test_the_next_token_picture_labels_every_token_with_its_entropy() -> None:
+    step = NextTokenStep(token="Once", p=0.6, entropy_bits=1.37)
+    seen = NextTokenFigures(
+        top_k=2,
+        inspected=True,
+        variants=[NextTokenVariant(variant="t0", params={"temperature": 0}, replies=[[step]])],
+    )
+    lab = LabResults(
+        run_id="r",
+        answers=[
+            LabAnswer(
+                experiment="determinism",
+                provider="local",
+                question="?",
+                answer="!",
+                figures=DeterminismFigures(next_token=seen),
+            )
+        ],
+    )
+    chart = tokens_chart(lab)
+    assert chart is not None
+    (value,) = _values(chart)
+    assert value["i"] == 1 and value["entropy_bits"] == 1.37  # token 1 is the first
+    # Shown, not only on hover: a text mark writes each step's entropy in its cell.
+    texts = [layer["encoding"]["text"] for layer in chart.spec["layer"] if "text" in str(layer)]
+    assert {"field": "entropy_bits", "format": ".1f"} in texts
+    assert "entropy in bits" in chart.caption
+    svg = vl_convert.vegalite_to_svg(chart.spec)
+    assert "1.4" in svg and "Once" in svg

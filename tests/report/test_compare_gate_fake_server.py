@@ -32,6 +32,7 @@ providers:
     model: fake-model
 experiments:
   - kind: single
+    prompt_cache: as_sent
     prompts: ["Explain what a token is.", "Name three prime numbers."]
     repeats: 12
     warmup: 1
@@ -57,6 +58,8 @@ class FakeServerProcess:
                 "2",
                 "--tokens",
                 "8",
+                "--log",
+                os.devnull,
             ],
             cwd=ROOT,
             env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"},

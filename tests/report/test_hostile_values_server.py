@@ -82,7 +82,8 @@ def test_infinite_durations_and_a_control_character_id_end_well(
         "name: hostile\n"
         f"providers: [{{id: {json.dumps(HOSTILE_ID)}, kind: openai_compatible, model: m, "
         f"base_url: {json.dumps(server)}}}]\n"
-        "experiments: [{kind: single, prompts: [a, b], repeats: 3, warmup: 0}]\n"
+        "experiments: [{kind: single, prompt_cache: as_sent, "
+        "prompts: [a, b], repeats: 3, warmup: 0}]\n"
     )
     out = tmp_path / "out"
     done = subprocess.run(

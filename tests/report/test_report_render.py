@@ -8,7 +8,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from labkit.records import LabAnswer, LabResults
 from labkit.report import write_report
+from labkit.report.build import asked_experiments
 from tests.report.report_builders import full_lab, mixed_records, write_run
 from tests.support.records import make_record
 
@@ -97,6 +99,66 @@ def test_one_record(tmp_path: Path) -> None:
     assert "local: only 1 successful request; every percentile is that one value." in md
     row = pd.read_csv(paths.csv).iloc[0]
     assert row["ttft_ms.p50"] == row["ttft_ms.p99"] == 123.0
+
+
+def test_only_an_asked_experiment_without_an_answer_gets_a_stub(tmp_path: Path) -> None:
+    # A run of one load experiment, and a determinism run that produced no answer: the lab's
+    # other questions were never asked, so they get no "no answer" stub.
+    answer = LabAnswer(
+        experiment="load", provider="local", question="How does load move TTFT?", answer="Up."
+    )
+    config = {"experiments": [{"kind": "load"}, {"kind": "determinism"}, {"kind": "load"}]}
+    run_dir = write_run(
+        tmp_path / "run",
+        [make_record(experiment="load")],
+        manifest={"config": config},
+        lab=LabResults(run_id="run-1", answers=[answer]),
+    )
+    md = _md(write_report(run_dir).md)
+    lab = md.split("## What is missing")[0]
+    headings = [line for line in lab.splitlines() if line.startswith("### ")]
+    assert headings == [
+        "### 1. determinism",
+        "### 2. load: How does load move TTFT?",
+        "### 3. load#1",
+    ]
+    assert "The config asked for determinism, but the run produced no answer for it." in lab
+    for unasked in ("single", "token_ratio", "prefill_decode", "attribution"):
+        assert unasked not in lab
+    assert asked_experiments({"config": config}) == ["load", "determinism", "load#1"]
+    assert asked_experiments({}) == []  # a manifest without its config: answers only
+
+
+@pytest.mark.parametrize(
+    ("read_path", "shown"),
+    [
+        ({"implementation": "c", "reason": None, "detail": None}, "| c |"),
+        (
+            {
+                "implementation": "python",
+                "reason": "switched_off",
+                "detail": "LABKIT_READPATH=python",
+            },
+            "| python (switched off: LABKIT_READPATH=python) |",
+        ),
+        (
+            {"implementation": "python", "reason": "not_built", "detail": "ImportError: x"},
+            "| python (not built: ImportError: x) |",
+        ),
+        ({"implementation": "rust"}, "| unreadable: {'implementation': 'rust'} |"),
+    ],
+)
+def test_the_run_table_shows_the_read_path(
+    tmp_path: Path, read_path: dict[str, object], shown: str
+) -> None:
+    run_dir = write_run(tmp_path / "run", [make_record()], manifest={"read_path": read_path})
+    rows = [line for line in _md(write_report(run_dir).md).splitlines() if "read path" in line]
+    assert len(rows) == 1 and re.sub(r" +", " ", rows[0]).endswith(shown), rows
+
+
+def test_a_run_from_before_the_read_path_was_recorded_shows_none(tmp_path: Path) -> None:
+    md = _md(write_report(write_run(tmp_path / "run", [make_record()])).md)
+    assert "read path" not in md
 
 
 def test_provider_without_usage(tmp_path: Path) -> None:

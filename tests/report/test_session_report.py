@@ -60,7 +60,7 @@ def test_sessions_get_a_table_a_breakdown_and_timelines() -> None:
 
 def test_the_answer_names_the_biggest_share_first() -> None:
     text = session_answer("local", _figures())
-    assert text.startswith("local finished 1 of 1 sessions in 1.00 s (median); ")
+    assert text.startswith("local completed 1 of 1 sessions in 1.00 s (median); ")
     assert "45% tools, 30% the provider's prefill, 20% decode, 4% labkit itself, 1% " in text
 
 
@@ -69,3 +69,24 @@ def test_a_provider_without_a_queue_says_prefill_holds_it() -> None:
     assert "the provider's prefill (queue included)" in session_answer("local", figures)
     (table,) = [b for b in session_section(_lab(figures)) if isinstance(b, Table)]
     assert table.rows[0][7] == "—"
+
+
+def test_sessions_that_did_not_complete_say_why() -> None:
+    figures = _figures()
+    cut = figures.sessions[0].model_copy(
+        update={"session": 1, "complete": False, "ended": "length"}
+    )
+    stuck = cut.model_copy(update={"session": 2, "ended": "step_limit"})
+    figures = figures.model_copy(
+        update={
+            "sessions": [figures.sessions[0], cut, stuck],
+            "incomplete": {"length": 1, "step_limit": 1},
+        }
+    )
+    text = session_answer("local", figures)
+    assert text.startswith(
+        "local completed 1 of 3 sessions (1 cut by max_tokens on the last turn, 1 still calling "
+        "tools at max_steps) in 1.00 s (median); "
+    )
+    (table,) = [b for b in session_section(_lab(figures)) if isinstance(b, Table)]
+    assert [row[1] for row in table.rows] == ["yes", "no: length", "no: step_limit"]

@@ -34,7 +34,8 @@ def _config(tmp_path: Path, *, name: str = "faults", repeats: int = 3, extra: st
     path.write_text(
         f"name: {json.dumps(name)}\n{extra}"
         f"providers: [{{id: fake, kind: fake, schedule: {FAST}}}]\n"
-        f"experiments: [{{kind: single, prompts: [a, b], repeats: {repeats}}}]\n"
+        f"experiments: [{{kind: single, prompt_cache: as_sent, "
+        f"prompts: [a, b], repeats: {repeats}}}]\n"
     )
     return path
 
@@ -126,7 +127,7 @@ def test_the_llama_server_log_of_an_unsafe_provider_id_stays_in_the_run_folder(
             "name": "ids",
             "output_dir": str(tmp_path / "out"),
             "providers": [{"id": "../../escape/p", "kind": "llamacpp", "model": "m"}],
-            "experiments": [{"kind": "single", "prompts": ["a"]}],
+            "experiments": [{"kind": "single", "prompt_cache": "as_sent", "prompts": ["a"]}],
         },
         "test",
     )
@@ -209,7 +210,15 @@ def test_a_failed_record_write_stops_run_lab_itself_with_a_run_error(
             "name": "direct",
             "output_dir": str(tmp_path / "out"),
             "providers": [{"id": "fake", "kind": "fake", "schedule": {"tokens": 3}}],
-            "experiments": [{"kind": "single", "prompts": ["a"], "repeats": 4, "warmup": 0}],
+            "experiments": [
+                {
+                    "kind": "single",
+                    "prompt_cache": "as_sent",
+                    "prompts": ["a"],
+                    "repeats": 4,
+                    "warmup": 0,
+                }
+            ],
         }
     )
     runner = prepare_run(cfg, RunOptions())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import resource
 import signal
 import subprocess
@@ -39,7 +40,8 @@ def _slow_config(tmp_path: Path, *, repeats: int = 150, first_token_ms: int = 5)
         "name: slow\n"
         "providers: [{id: fake, kind: fake, "
         f"schedule: {{first_token_ms: {first_token_ms}, token_interval_ms: 1, tokens: 2}}}}]\n"
-        f"experiments: [{{kind: single, prompts: [a, b], repeats: {repeats}}}]\n"
+        f"experiments: [{{kind: single, prompt_cache: as_sent, "
+        f"prompts: [a, b], repeats: {repeats}}}]\n"
     )
     return path
 
@@ -120,7 +122,7 @@ def test_sigterm_is_like_ctrl_c_and_resume_finishes_the_run(tmp_path: Path) -> N
 def _fake_server_process() -> Iterator[str]:
     proc = subprocess.Popen(
         [*LABKIT, "fake-server", "--port", "0", "--first-token-ms", "20",
-         "--token-interval-ms", "50", "--tokens", "40"],
+         "--token-interval-ms", "50", "--tokens", "40", "--log", os.devnull],
         stdout=subprocess.PIPE,
         text=True,
     )  # fmt: skip
@@ -380,17 +382,17 @@ def test_the_fake_server_answers_a_malformed_request_with_400_and_keeps_serving(
 ) -> None:
     import asyncio
 
-    from labkit.fakeserver import FakeServer
     from labkit.providers.fake import FakeSchedule
+    from labkit.truth.process import TruthServer
 
     async def exchange() -> tuple[bytes, bytes]:
-        async with FakeServer(FakeSchedule(first_token_ms=0, tokens=1)) as server:
+        with TruthServer.of(FakeSchedule(first_token_ms=0, tokens=1)) as server:
             reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
             writer.write(request_bytes)
             bad = await asyncio.wait_for(reader.read(4096), 10)
             writer.close()
             reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
-            body = b'{"messages": [{"role": "user", "content": "hi"}]}'
+            body = b'{"messages": [{"role": "user", "content": "hi"}], "stream": true}'
             writer.write(
                 b"POST /v1/chat/completions HTTP/1.1\r\nconnection: close\r\n"
                 b"content-length: %d\r\n\r\n%s" % (len(body), body)

@@ -37,7 +37,7 @@ def test_huge_repeats_start_at_once_and_ctrl_c_stops_them(tmp_path: Path) -> Non
             "name: huge\n"
             "providers: [{id: s, kind: openai_compatible, model: m, concurrency: 4, "
             f"base_url: '{server.base_url}'}}]\n"
-            "experiments: [{kind: single, prompts: [hi], warmup: 0}]\n"
+            "experiments: [{kind: single, prompt_cache: as_sent, prompts: [hi], warmup: 0}]\n"
         )
         out = tmp_path / "runs"
         t0 = time.monotonic()

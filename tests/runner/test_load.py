@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import os
 import signal
 import statistics
 import subprocess
@@ -23,7 +24,7 @@ import pytest
 from labkit.analysis.levels import Level, level_figures
 from labkit.analysis.selfcheck import (
     CLIENT_BOUND_FIX,
-    CPU_STARVED_FIX,
+    CPU_WAITED_NOTE,
     SATURATED_CPU_SHARE,
     client_bound_notes,
 )
@@ -31,11 +32,11 @@ from labkit.config import parse_config
 from labkit.errors import ConfigError
 from labkit.experiments.load import LoadExperiment, LoadSettings
 from labkit.experiments.pacing import arrival_offsets_ns, closed_loop, open_loop
-from labkit.fakeserver import FakeServer
 from labkit.providers.fake import FakeSchedule
 from labkit.records import RequestRecord
 from labkit.runner import RunOptions, prepare_run
 from labkit.runner.run import RunResult
+from labkit.truth.process import TruthServer
 from labkit.wire import loopclock
 from labkit.wording import CLIENT_BOUND_MARK
 from tests.support.processes import children_of
@@ -261,7 +262,7 @@ def _run(
     transport: str = "auto",
 ) -> RunResult:
     async def main() -> RunResult:
-        async with FakeServer(schedule) as server:
+        with TruthServer.of(schedule) as server:
             config = _config(experiment, server.base_url, transport=transport)
             runner = prepare_run(config, RunOptions(out_dir=tmp_path))
             extra = asyncio.create_task(during()) if during else None
@@ -352,7 +353,7 @@ def test_a_blocked_event_loop_is_flagged_client_bound(tmp_path: Path) -> None:
     # labkit's own thread was the busy one, so the fix is more processes — unless the whole
     # machine was saturated by others meanwhile (labkit then got under 60% of a CPU).
     busy = row.labkit_cpu_share >= SATURATED_CPU_SHARE
-    assert (CLIENT_BOUND_FIX if busy else CPU_STARVED_FIX) in answer.answer
+    assert (CLIENT_BOUND_FIX if busy else CPU_WAITED_NOTE) in answer.answer
     notes = client_bound_notes(result.records)
     assert len(notes) == 1 and "s · load · c2" in notes[0]
 
@@ -361,7 +362,7 @@ def test_a_blocked_event_loop_is_flagged_client_bound(tmp_path: Path) -> None:
 def fake_server_process(*args: str) -> Iterator[str]:
     """`labkit fake-server` in a process of its own, so its work is not on labkit's loop."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "labkit", "fake-server", "--port", "0", *args],
+        [sys.executable, "-m", "labkit", "fake-server", "--port", "0", "--log", os.devnull, *args],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -523,7 +524,7 @@ def test_resume_runs_again_only_the_level_that_was_cut_short(tmp_path: Path) -> 
     path.write_text("\n".join(keep + cut) + "\n")  # the run "died" halfway through c2
 
     async def resume() -> RunResult:
-        async with FakeServer(SCHEDULE) as server:
+        with TruthServer.of(SCHEDULE) as server:
             runner = prepare_resume(first.folder.path)
             # The new server has a new port: point the provider at it.
             settings = runner.config.providers[0].model_copy(update={"base_url": server.base_url})

@@ -12,11 +12,12 @@ import pytest
 from labkit.config import parse_config
 from labkit.errors import RunError
 from labkit.manifest import Manifest
-from labkit.runner import RunOptions, prepare_run
+from labkit.runner import RunOptions, prepare_resume, prepare_run
 from labkit.runner.later import LaterReport
 from labkit.runner.results import RunFolder
 from labkit.runner.run import ProviderOutcome
 from labkit.runner.scrape import ScrapeReport
+from labkit.wire.readpath import READ_PATH
 
 pytestmark = pytest.mark.unit
 
@@ -96,9 +97,60 @@ def test_a_fresh_run_writes_the_keys_it_always_wrote(tmp_path: Path) -> None:
         "ended_at",
         "status",
         "folder_format",
+        "read_path",
     ]
     assert manifest["ended_at"] is None and manifest["status"] == "running"
     assert set(manifest["host"]) == {"hostname", "platform", "python", "cpu_count"}
+    # the read path this process runs, every key written (tests/wire/test_readpath_switch.py
+    # covers each value)
+    assert manifest["read_path"] == READ_PATH.model_dump(mode="json")
+    assert set(manifest["read_path"]) == {"implementation", "reason", "detail"}
+
+
+def _resumable(tmp_path: Path, read_path: dict[str, Any] | None) -> Path:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    experiments = [{"kind": "single", "prompts": ["hi"], "repeats": 1}]
+    manifest = {**OLD_MANIFEST, "config": {**OLD_MANIFEST["config"], "experiments": experiments}}
+    if read_path is not None:
+        manifest["read_path"] = read_path
+    (run_dir / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    (run_dir / "records.jsonl").write_text("", encoding="utf-8")
+    return run_dir
+
+
+def _other_read_path() -> dict[str, Any]:
+    if READ_PATH.implementation == "c":
+        return {"implementation": "python", "reason": "switched_off", "detail": "x"}
+    return {"implementation": "c"}
+
+
+def test_a_resume_on_another_read_path_is_refused_in_one_line(tmp_path: Path) -> None:
+    run_dir = _resumable(tmp_path, _other_read_path())
+    with pytest.raises(RunError) as caught:
+        prepare_resume(run_dir)
+    message = str(caught.value)
+    assert message.startswith(f"cannot resume {run_dir}: its records were measured on the ")
+    assert f"this labkit runs the {READ_PATH.describe()} one" in message
+    assert "LABKIT_READPATH" in message and "\n" not in message
+    # and the folder is not left locked
+    RunFolder.open_existing(run_dir).release()
+
+
+@pytest.mark.parametrize("recorded", ["same", "none"])
+def test_a_resume_on_the_same_read_path_or_an_unrecorded_one_goes_on(
+    tmp_path: Path, recorded: str
+) -> None:
+    run_dir = _resumable(
+        tmp_path, READ_PATH.model_dump(mode="json") if recorded == "same" else None
+    )
+    runner = prepare_resume(run_dir)
+    runner.folder.release()
+    # a folder from before the read path was recorded stays without one: its earlier
+    # records' read path is not known
+    assert _read(run_dir).get("read_path") == (
+        READ_PATH.model_dump(mode="json") if recorded == "same" else None
+    )
 
 
 def test_a_provider_entry_has_every_key_even_when_unknown(tmp_path: Path) -> None:

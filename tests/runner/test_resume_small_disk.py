@@ -54,7 +54,8 @@ def _interrupted_run(out: Path, tmp_path: Path) -> Path:
     config = tmp_path / "c.yaml"
     config.write_text(
         f"name: small\nproviders: [{{id: fake, kind: fake, schedule: {FAST}}}]\n"
-        "experiments: [{kind: single, prompts: [a], repeats: 6, warmup: 0}]\n"
+        "experiments: [{kind: single, prompt_cache: as_sent, "
+        "prompts: [a], repeats: 6, warmup: 0}]\n"
     )
     result = CliRunner().invoke(app, ["run", str(config), "--out", str(out), "--no-report"])
     assert result.exit_code == 0, result.output

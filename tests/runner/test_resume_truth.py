@@ -27,7 +27,8 @@ def _config(tmp_path: Path, providers: str, name: str = "truth") -> Path:
     path = tmp_path / f"{name}.yaml"
     path.write_text(
         f"name: {name}\nproviders: [{providers}]\n"
-        "experiments: [{kind: single, prompts: [a, b], repeats: 3, warmup: 0}]\n"
+        "experiments: [{kind: single, prompt_cache: as_sent, "
+        "prompts: [a, b], repeats: 3, warmup: 0}]\n"
     )
     return path
 

@@ -21,7 +21,15 @@ def config(retries: int) -> dict:
     return {
         "name": "retries",
         "providers": [{"id": "gpt", "kind": "openai", "model": "gpt-4.1-mini", "retries": retries}],
-        "experiments": [{"kind": "single", "prompts": ["hi"], "repeats": 1, "warmup": 0}],
+        "experiments": [
+            {
+                "kind": "single",
+                "prompt_cache": "as_sent",
+                "prompts": ["hi"],
+                "repeats": 1,
+                "warmup": 0,
+            }
+        ],
     }
 
 

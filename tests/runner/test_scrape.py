@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from labkit.config import parse_config
-from labkit.fakeserver import FakeServer
 from labkit.providers import provider_class
 from labkit.providers.fake import FakeSchedule
 from labkit.report import write_report
@@ -23,6 +22,7 @@ from labkit.runner.run import RunResult
 from labkit.runner.scrape import MetricsScraper
 from labkit.runner.summary import load_tables
 from labkit.server_metrics import metrics_file_name, read_server_metrics
+from labkit.truth.process import TruthServer
 from tests.runner.fake_metrics import MetricsServer, shape, vllm_body
 from tests.support.misbehaving import MisbehavingServer, body_reply, http_head, repeat
 
@@ -107,7 +107,7 @@ def _run_load(
     tmp_path: Path, metrics_url: str, experiment: dict[str, Any] | None = None
 ) -> RunResult:
     async def main() -> RunResult:
-        async with FakeServer(SCHEDULE) as chat:
+        with TruthServer.of(SCHEDULE) as chat:
             provider = {
                 "id": "s",
                 "kind": "openai_compatible",
@@ -178,7 +178,7 @@ def test_a_dead_metrics_endpoint_never_fails_the_run(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{port}/metrics"
 
     async def main() -> RunResult:
-        async with FakeServer(SCHEDULE) as chat:
+        with TruthServer.of(SCHEDULE) as chat:
             config = parse_config(
                 {
                     "name": "dead",
@@ -194,7 +194,7 @@ def test_a_dead_metrics_endpoint_never_fails_the_run(tmp_path: Path) -> None:
                     ],
                     "experiments": [
                         {"kind": "load", "concurrency": [2], "requests": 4},
-                        {"kind": "single", "repeats": 2},
+                        {"kind": "single", "prompt_cache": "as_sent", "repeats": 2},
                     ],
                 }
             )
@@ -228,7 +228,7 @@ def test_metrics_url_may_be_a_path_on_the_base_url_host(tmp_path: Path) -> None:
                         "metrics_url": "/metrics",
                     }
                 ],
-                "experiments": [{"kind": "single"}],
+                "experiments": [{"kind": "single", "prompt_cache": "as_sent"}],
             }
         )
         settings = config.providers[0]

@@ -97,7 +97,12 @@ def _run(fake: FakeOpenRouter, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
                  "base_url": fake.server.base_url + "/api/v1", "api_key_env": "OR_TEST_KEY",
                  "generation_stats": True}
             ],
-            "experiments": [{"kind": "single", "repeats": 3, "warmup": 1}],
+            "experiments": [{
+                "kind": "single",
+                "prompt_cache": "as_sent",
+                "repeats": 3,
+                "warmup": 1,
+            }],
         }
     )  # fmt: skip
     return asyncio.run(prepare_run(config, RunOptions(out_dir=tmp_path)).run())
@@ -168,7 +173,7 @@ def test_openrouter_is_detected_from_its_host() -> None:
             {
                 "name": "x",
                 "providers": [{"id": "p", "kind": "openai_compatible", "model": "m", **extra}],
-                "experiments": [{"kind": "single"}],
+                "experiments": [{"kind": "single", "prompt_cache": "as_sent"}],
             }
         )
         settings = config.providers[0]

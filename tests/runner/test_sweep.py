@@ -28,7 +28,6 @@ import pytest
 
 from labkit.config import parse_config
 from labkit.experiments.sweep import SweepSettings
-from labkit.fakeserver import FakeServer
 from labkit.figures import LoadFigures, SweepFigures, SweepProbe
 from labkit.providers.fake import FakeSchedule
 from labkit.records import RequestRecord
@@ -36,6 +35,7 @@ from labkit.report import write_report
 from labkit.runner import RunOptions, prepare_resume, prepare_run
 from labkit.runner.run import RunResult
 from labkit.runner.summary import load_tables
+from labkit.truth.process import TruthServer
 from tests.support.sweeps import check_sweep
 
 pytestmark = pytest.mark.integration
@@ -67,7 +67,7 @@ def _settings(experiment: dict[str, Any]) -> SweepSettings:
 
 def _run(experiment: dict[str, Any], tmp_path: Path) -> RunResult:
     async def main() -> RunResult:
-        async with FakeServer(SCHEDULE) as server:
+        with TruthServer.of(SCHEDULE) as server:
             runner = prepare_run(_config(experiment, server.base_url), RunOptions(out_dir=tmp_path))
             return await runner.run()
 
@@ -140,7 +140,7 @@ def test_a_concurrency_sweep_finds_the_slot_count_and_resume_reuses_its_probes(
     before = passes()
 
     async def resume() -> RunResult:
-        async with FakeServer(SCHEDULE) as server:
+        with TruthServer.of(SCHEDULE) as server:
             runner = prepare_resume(first.folder.path)
             settings = runner.config.providers[0].model_copy(update={"base_url": server.base_url})
             runner.config = runner.config.model_copy(update={"providers": [settings]})
@@ -166,7 +166,8 @@ def _server_process() -> Iterator[str]:
     sweep's streams share no event loop with it, so its 40 req/s hold on a busy host."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "labkit", "fake-server", "--port", "0", "--first-token-ms",
-         "20", "--token-interval-ms", "10", "--tokens", "9", "--slots", str(SLOTS)],
+         "20", "--token-interval-ms", "10", "--tokens", "9", "--slots", str(SLOTS),
+         "--log", os.devnull],
         env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

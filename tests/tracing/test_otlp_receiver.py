@@ -28,13 +28,14 @@ from typer.testing import CliRunner
 
 from labkit.cli import app
 from labkit.config import parse_config
-from labkit.fakeserver import FakeServer
 from labkit.providers.fake import FakeSchedule
 from labkit.runner import RunOptions, prepare_run
 from labkit.runner.run import RunResult
 from labkit.tracing.context import span_id_of, trace_id_of
 from labkit.tracing.export import read_run_records
 from labkit.tracing.settings import METRICS_FILE, TRACES_FILE
+from labkit.truth.log import read_truth_log
+from labkit.truth.process import TruthServer
 
 pytestmark = pytest.mark.integration
 
@@ -215,8 +216,8 @@ def sent_metrics(
 
 
 def _run(tmp_path: Path, receiver: OTLPReceiver) -> tuple[RunResult, list[dict[str, str]]]:
-    async def main() -> tuple[RunResult, list[dict[str, str]]]:
-        async with FakeServer(SCHEDULE) as server:
+    async def main() -> RunResult:
+        with TruthServer.of(SCHEDULE, truth_log=log) as server:
             config = parse_config(
                 {
                     "name": "traced",
@@ -229,16 +230,23 @@ def _run(tmp_path: Path, receiver: OTLPReceiver) -> tuple[RunResult, list[dict[s
                         }
                     ],
                     "experiments": [
-                        {"kind": "single", "repeats": 2, "paths": ["wire", "sdk"]},
+                        {
+                            "kind": "single",
+                            "prompt_cache": "as_sent",
+                            "repeats": 2,
+                            "paths": ["wire", "sdk"],
+                        },
                         {"kind": "load", "concurrency": [1, 2], "requests": 4, "warmup": 1},
                     ],
                     "tracing": {"otlp_endpoint": receiver.url, "file": True},
                 }
             )
-            result = await prepare_run(config, RunOptions(out_dir=tmp_path)).run()
-            return result, server.request_headers
+            return await prepare_run(config, RunOptions(out_dir=tmp_path)).run()
 
-    return asyncio.run(main())
+    log = tmp_path / "truth.jsonl"
+    result = asyncio.run(main())
+    # What the server saw: the truth log keeps each request's traceparent.
+    return result, [{"traceparent": t.traceparent or ""} for t in read_truth_log(log).requests]
 
 
 def test_a_runs_spans_reach_an_otlp_receiver_with_the_ids_the_server_saw(

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture()
 def served(tmp_path: Path) -> Iterator[tuple[TruthServer, Path]]:
     log = tmp_path / "truth.jsonl"
-    with TruthServer(truth_log=log, ttft_ms=5, interval_ms=1, tokens=4) as srv:
+    with TruthServer(truth_log=log, first_token_ms=5, token_interval_ms=1, tokens=4) as srv:
         yield srv, log
 
 
@@ -100,7 +100,7 @@ def test_client_request_ids_slots_and_keepalive_comments(tmp_path: Path) -> None
     log = tmp_path / "truth.jsonl"
     body = {"model": "m", "messages": [], "stream": True}
     with TruthServer(
-        truth_log=log, ttft_ms=20, interval_ms=1, tokens=2, slots=1, keepalive_ms=5
+        truth_log=log, first_token_ms=20, token_interval_ms=1, tokens=2, slots=1, keepalive_ms=5
     ) as srv:
         with httpx.Client(timeout=30) as http:
             first = http.post(
@@ -124,7 +124,9 @@ def test_slots_queue_the_requests_beyond_them(tmp_path: Path) -> None:
 
     log = tmp_path / "truth.jsonl"
     body = {"model": "m", "messages": [], "stream": True}
-    with TruthServer(truth_log=log, ttft_ms=30, interval_ms=1, tokens=2, slots=1) as srv:
+    with TruthServer(
+        truth_log=log, first_token_ms=30, token_interval_ms=1, tokens=2, slots=1
+    ) as srv:
 
         def post(_: int) -> int:
             with httpx.Client(timeout=30) as http:
@@ -139,11 +141,15 @@ def test_slots_queue_the_requests_beyond_them(tmp_path: Path) -> None:
 
 def test_per_request_schedules_bursts_and_prefill_are_served_as_logged(tmp_path: Path) -> None:
     log, plan = tmp_path / "truth.jsonl", tmp_path / "plan.jsonl"
-    plan.write_text('{"tokens": 5, "tokens_per_event": 2}\n{"tokens": 3, "ttft_ms": 40}\n')
+    plan.write_text('{"tokens": 5, "tokens_per_event": 2}\n{"tokens": 3, "first_token_ms": 40}\n')
     body = {"model": "m", "messages": [{"role": "user", "content": "a b c d"}], "stream": True}
     with (
         TruthServer(
-            truth_log=log, schedule_file=plan, ttft_ms=5, interval_ms=1, prefill_ms_per_token=1
+            truth_log=log,
+            schedule_file=plan,
+            first_token_ms=5,
+            token_interval_ms=1,
+            prefill_ms_per_token=1,
         ) as srv,
         httpx.Client(timeout=30) as http,
     ):
@@ -152,7 +158,7 @@ def test_per_request_schedules_bursts_and_prefill_are_served_as_logged(tmp_path:
     burst, slow = read_truth_log(log).requests
     assert burst.event_tokens == [2, 2, 1] and burst.output_tokens == 5
     assert slow.event_tokens == [1, 1, 1]
-    prompt = slow.prompt_tokens  # the server's count: the spaces in the body
+    prompt = slow.prompt_tokens  # the server's count: the words of the prompt
     assert prompt > 0
     assert slow.events_ns[0] - slow.t_start_ns >= (40 + prompt) * 1_000_000
     assert burst.events_ns[0] - burst.t_start_ns >= (5 + prompt) * 1_000_000
@@ -164,7 +170,7 @@ def test_a_chunked_body_is_read_and_a_malformed_request_gets_a_400(tmp_path: Pat
     log = tmp_path / "truth.jsonl"
     body = b'{"model": "m", "stream": true, "max_tokens": 2}'
     chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
-    with TruthServer(truth_log=log, ttft_ms=1, interval_ms=1) as srv:
+    with TruthServer(truth_log=log, first_token_ms=1, token_interval_ms=1) as srv:
         with socket.create_connection(("127.0.0.1", srv.port)) as sock:
             sock.sendall(
                 b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
@@ -177,6 +183,6 @@ def test_a_chunked_body_is_read_and_a_malformed_request_gets_a_400(tmp_path: Pat
         with socket.create_connection(("127.0.0.1", srv.port)) as sock:
             sock.sendall(b"NONSENSE\r\n\r\n")
             assert sock.recv(65536).startswith(b"HTTP/1.1 400")
-        assert httpx.get(f"http://127.0.0.1:{srv.port}/health").text == "ok"
+        assert httpx.get(f"http://127.0.0.1:{srv.port}/health").json() == {"status": "ok"}
     (only,) = read_truth_log(log).requests
     assert only.output_tokens == 2

@@ -20,7 +20,7 @@ from labkit.wire.loopclock import (
     run,
 )
 
-pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("select_implementation")]
+pytestmark = pytest.mark.unit
 
 MS = 1_000_000
 

@@ -1,11 +1,11 @@
 """Every request labkit makes of its own has a deadline and a size bound, on real servers.
 
 Describing a server (`/props`, `/api/version`), tokenizing (`/tokenize`, `count_tokens`,
-`input_tokens`), fetching stats after the run and scraping `/metrics` each meet a server on
-127.0.0.1 or ::1 that never finishes its answer (a byte at a time, forever) and one that
-sends far too much; each ends with an error naming the bound, and the provider is free.
-The bounds are shrunk here so the tests are short; their real values are in
-docs/guarantees.md. A Ray address where nothing listens is refused before Ray starts.
+`input_tokens`, `/apply-template`), fetching stats after the run and scraping `/metrics`
+each meet a server on 127.0.0.1 or ::1 that never finishes its answer (a byte at a time,
+forever) and one that sends far too much; each ends with an error naming the bound, and
+the provider is free. The bounds are shrunk here so the tests are short; their real values
+are in docs/guarantees.md. A Ray address where nothing listens is refused before Ray starts.
 """
 
 from __future__ import annotations
@@ -67,6 +67,14 @@ CASES: list[tuple[str, str, str, dict[str, Any], str, Call]] = [
     ("ollama-describe", "ollama", "", {}, "DESCRIBE", lambda p: p.describe()),
     ("llamacpp-tokenize", "llamacpp", "", {}, "TOKENIZE", lambda p: p.tokenize("hi")),
     ("llamacpp-tokenized", "llamacpp", "", {}, "TOKENIZE", lambda p: p.tokenized("hi")),
+    (
+        "llamacpp-chat-prompt",
+        "llamacpp",
+        "",
+        {},
+        "TOKENIZE",
+        lambda p: p.count_chat_prompt([{"role": "user", "content": "hi"}]),
+    ),
     (
         "compatible-tokenized",
         "openai_compatible",

@@ -29,7 +29,8 @@ unit = pytest.mark.unit
 #: Real sockets: the integration tier.
 integration = pytest.mark.integration
 
-_C = readpath._C
+#: The built extension, whatever LABKIT_READPATH says (held to the Python twins here).
+_C, _NOT_BUILT = readpath.compiled_module()
 
 
 @unit
@@ -37,10 +38,12 @@ def test_labkit_is_built_with_its_c_read_path_on_linux() -> None:
     if not sys.platform.startswith("linux"):
         assert readpath.IMPLEMENTATION == "python"
         return
-    assert readpath.IMPLEMENTATION == "c", "setup.py did not build labkit/wire/_readpath.c"
-    assert readpath.whole_chunks is _C.whole_chunks
+    assert _C is not None, f"setup.py did not build labkit/wire/_readpath.c ({_NOT_BUILT})"
+    if readpath.READ_PATH.reason == "switched_off":
+        return  # LABKIT_READPATH=python: tests/wire/test_readpath_switch.py
+    assert readpath.IMPLEMENTATION == "c"
+    assert readpath.whole_data_events is _C.whole_data_events
     assert readpath.RECV_STAMPED is _C.recv_stamped
-    assert readpath.TIMED_SELECT is _C.timed_select
 
 
 def _chunk(payload: bytes, head: bytes | None = None) -> bytes:
@@ -76,12 +79,11 @@ def _python_chunked(data: bytes) -> tuple[bytes, bytes, bool] | str:
 @given(st.one_of(_chunked_reads(), st.binary(max_size=80)))
 @example(_chunk(b"a" * 300) + _chunk(b"b"))
 @example(_chunk(b"x", b"0" * 15 + b"1"))
-def test_whole_chunks_in_c_is_the_python_fast_path(read: bytes) -> None:
-    compiled = _C.whole_chunks(read)
-    assert compiled == readpath.py_whole_chunks(read)
-    if compiled is not None and read:
-        # and what the whole decoder makes of the read
-        assert _python_chunked(read) == (compiled, b"", False)
+def test_whole_chunks_is_what_the_whole_decoder_makes_of_the_read(read: bytes) -> None:
+    # Python only since its C version left (docs/accuracy.md): held to the general decoder
+    fast = readpath.py_whole_chunks(read)
+    if fast is not None and read:
+        assert _python_chunked(read) == (fast, b"", False)
 
 
 def _sse_line(text: str) -> bytes:
@@ -130,34 +132,6 @@ def test_whole_data_events_in_c_is_the_python_fast_path(read: bytes, limit: int)
         assert _line_by_line(read, limit - 6) == compiled
 
 
-@st.composite
-def _chunked_sse_reads(draw: st.DrawFn) -> bytes:
-    """SSE reads cut into chunks (one or several, now and then with an odd head or tail)."""
-    body = draw(_sse_reads())
-    cuts = sorted(draw(st.lists(st.integers(0, len(body)), max_size=3)))
-    pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
-    read = b"".join(
-        _chunk(p, draw(_heads) if draw(st.integers(0, 9)) == 0 else None) for p in pieces if p
-    )
-    return read + draw(st.sampled_from([b"", b"", b"0\r\n\r\n", b"3\r\nab"]))
-
-
-@unit
-@settings(max_examples=400, derandomize=True)
-@given(
-    st.one_of(_chunked_sse_reads(), _chunked_reads(), st.binary(max_size=60)),
-    st.integers(min_value=6, max_value=40),
-)
-@example(_chunk(b'data: {"a": 1}\n\n') + _chunk(b"data: [DONE]\n\n"), MAX_EVENT_BYTES + 6)
-@example(_chunk(b"data: 12") + _chunk(b"3456\n\n"), 12)
-@example(_chunk(b"data: 1234567\n\n"), 12)
-@example(_chunk(b"data: 12") + _chunk(b"34567\n\n"), 12)
-def test_chunked_data_events_in_c_is_the_two_steps_in_python(read: bytes, limit: int) -> None:
-    compiled = _C.chunked_data_events(read, limit, 7, SSEEvent)
-    assert compiled == readpath.py_chunked_data_events(read, limit, 7, SSEEvent)
-    assert readpath.chunked_data_events is _C.chunked_data_events
-
-
 def _line_by_line(read: bytes, max_event_bytes: int) -> list[SSEEvent]:
     parser = SSEParser(max_event_bytes)
     # a partial line first takes the parser off its fast path; then the read's own lines
@@ -169,10 +143,6 @@ def _line_by_line(read: bytes, max_event_bytes: int) -> list[SSEEvent]:
 def test_a_malformed_event_type_is_a_type_error_not_a_crash() -> None:
     with pytest.raises(TypeError):
         _C.whole_data_events(b"data: a\n\n", 10, 1, "not a type")
-    with pytest.raises(TypeError):
-        _C.whole_chunks("not bytes")
-    with pytest.raises(TypeError):
-        _C.chunked_data_events(b"3\r\nabc\r\n", 10, 1, "not a type")
 
 
 needs_stamps = pytest.mark.skipif(KERNEL_STAMPS is None, reason="no kernel receive stamps here")

@@ -35,7 +35,7 @@ def determinism_chart(lab: LabResults | None) -> Chart | None:
                         {
                             "provider": ans.provider,
                             "row": f"{ans.provider} · {v.variant} · repeat {k + 1}",
-                            "i": i,
+                            "i": i + 1,  # 1-based: token 1 is the first
                             "token": piece,
                             "label": piece[:5],
                             "status": status,

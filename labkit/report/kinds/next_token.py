@@ -2,9 +2,10 @@
 
 Two Vega-Lite specs from the typed figures of `next_token` answers and of `determinism`
 answers run with `top_logprobs` (`NextTokenFigures`): each reply as a row of tokens, each
-shaded by the probability the model gave it (hover for the candidates and the step's
-entropy), the step where repeats first diverged outlined; and, per variant that diverged,
-the candidates at that step with the branches the replies took.
+shaded by the probability the model gave it and labelled under its text with the step's
+entropy in bits (hover for the candidates), the step where repeats first diverged
+outlined; and, per variant that diverged, the candidates at that step with the branches
+the replies took. Token positions are said 1-based (token 1 is the first).
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ def _candidates_text(cands: list[Any]) -> str:
 
 
 def tokens_chart(lab: LabResults | None) -> Chart | None:
-    """Every reply as tokens shaded by their probability; the divergence step outlined."""
+    """Every reply as tokens shaded by their probability, each labelled with its step's
+    entropy; the divergence step outlined."""
     values: list[dict[str, Any]] = []
     for provider, fig in _seen(lab):
         for v in fig.variants:
@@ -73,15 +75,17 @@ def tokens_chart(lab: LabResults | None) -> Chart | None:
         {"field": "entropy_bits", "title": "entropy (bits)", "format": ".2f"},
         {"field": "candidates"},
     ]
+    ink = {"condition": {"test": "datum.p > 0.6", "value": "#ffffff"}, "value": "#000000"}
     spec: dict[str, Any] = {
         "$schema": _SCHEMA,
         "title": {
             "text": "The next token, seen",
-            "subtitle": "each token shaded by the probability the model gave it",
+            "subtitle": "each token shaded by the probability the model gave it; under it, "
+            "the step's entropy in bits",
         },
         "data": {"values": values},
         "width": _WIDTH,
-        "height": {"step": 22},
+        "height": {"step": 30},
         "layer": [
             {
                 "mark": {"type": "rect", "stroke": "#ffffff"},
@@ -103,27 +107,38 @@ def tokens_chart(lab: LabResults | None) -> Chart | None:
                 "encoding": {"x": enc_x, "y": enc_y},
             },
             {
-                "mark": {"type": "text", "fontSize": 8, "limit": 30},
+                "mark": {"type": "text", "fontSize": 8, "limit": 30, "dy": -5},
                 "encoding": {
                     "x": enc_x,
                     "y": enc_y,
                     "text": {"field": "label"},
                     "tooltip": tooltip,
-                    "color": {
-                        "condition": {"test": "datum.p > 0.6", "value": "#ffffff"},
-                        "value": "#000000",
-                    },
+                    "color": ink,
+                },
+            },
+            {  # the step's entropy, under the token's text
+                "mark": {"type": "text", "fontSize": 7, "dy": 7},
+                "encoding": {
+                    "x": enc_x,
+                    "y": enc_y,
+                    "text": {"field": "entropy_bits", "format": ".1f"},
+                    "tooltip": tooltip,
+                    "color": ink,
                 },
             },
         ],
     }
     return Chart(
         "q3_next_token",
-        "3. The next token: each reply's tokens shaded by their probability",
+        "3. The next token: each reply's tokens shaded by their probability, with each "
+        "step's entropy",
         spec,
         f"One row per repeat of each variant, a cell per output token (the first "
-        f"{_MAX_STEPS_SHOWN}), darker where the model was surer; outlined in red: where the "
-        "repeats first took different tokens. Hover a cell for its candidates.",
+        f"{_MAX_STEPS_SHOWN}, token 1 the first), darker where the model was surer; the "
+        "small number under each token is the step's entropy in bits (at least: the "
+        "candidates beyond the top ones count as one outcome; 0 is certain), higher where "
+        "the model spread its probability; outlined in red: where the repeats first took "
+        "different tokens. Hover a cell for its candidates.",
     )
 
 

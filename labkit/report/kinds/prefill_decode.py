@@ -9,6 +9,9 @@ from labkit.figures.prefill_decode import PrefillDecodeFigures
 from labkit.records import LabResults
 from labkit.report.charts import _SCHEMA, _WIDTH, Chart, _by_kind, _provider_picker, _zoom
 from labkit.report.kinds import KindReport, Picture, register_report
+from labkit.report.load import RunData
+from labkit.report.render import Block, Heading, Para, Table
+from labkit.wording.prefill_decode import prompt_cost_lead, prompt_cost_model_sentence
 
 __all__ = ["prefill_chart"]
 
@@ -53,10 +56,24 @@ def prefill_chart(lab: LabResults | None) -> Chart | None:
                     "provider": ans.provider,
                     "tokens": p.input_tokens,
                     "ttft_ms": p.ttft_ms,
-                    "decode": p.decode_ms_per_token,
+                    "decode_median": p.decode_ms_per_token,
                     "what": "cold prompt (median)",
                 }
             )
+            # every request, so a median of two with an outlier shows as what it is
+            points += [
+                {"provider": ans.provider, "tokens": p.input_tokens, "decode": d, "what": "request"}
+                for d in p.decode_values
+            ]
+            points += [
+                {
+                    "provider": ans.provider,
+                    "tokens": p.input_tokens,
+                    "ttft_ms": t,
+                    "what": "request",
+                }
+                for t in p.ttft_values
+            ]
         points += [{"provider": ans.provider, **p} for p in _model_line(fig)]
         cache = fig.cache
         if cache is not None and cache.hit_ttft_ms is not None:
@@ -111,26 +128,46 @@ def prefill_chart(lab: LabResults | None) -> Chart | None:
             },
         ],
     }
+    decode_y = {"type": "quantitative", "title": "decode (ms/token)"}
     decode = {
         "width": _WIDTH // 2 - 20,
         "title": "decode ms/token vs prompt tokens",
-        "transform": [{"filter": "datum.decode != null"}],
-        "mark": {"type": "line", "point": True},
-        "encoding": {
-            "x": x,
-            "y": {"field": "decode", "type": "quantitative", "title": "decode (ms/token)"},
-            "color": color,
-            "tooltip": tip,
-        },
+        "layer": [
+            {
+                "transform": [{"filter": "datum.decode != null"}],
+                "mark": {"type": "point", "opacity": 0.6},
+                "encoding": {
+                    "x": x,
+                    "y": {"field": "decode", **decode_y},
+                    "color": color,
+                    "tooltip": tip,
+                },
+            },
+            {
+                "transform": [{"filter": "datum.decode_median != null"}],
+                "mark": {"type": "line", "point": {"filled": True, "size": 60}},
+                "encoding": {
+                    "x": x,
+                    "y": {"field": "decode_median", **decode_y},
+                    "color": color,
+                    "tooltip": [
+                        {"field": "provider"},
+                        {"field": "tokens", "format": ".0f"},
+                        {"field": "decode_median", "format": ".2f", "title": "median ms/token"},
+                    ],
+                },
+            },
+        ],
     }
     spec = {"$schema": _SCHEMA, "data": {"values": points}, "hconcat": [ttft, decode]}
     return Chart(
         "q4_prefill_decode",
         "4. Prefill and decode against prompt length",
         spec,
-        "Left: median TTFT at each prompt length, the model the answer states (a line, or a "
-        "curve where the data chose one; fitted on every cold request) and the cache-hit point. "
-        "Right: decode ms per output token at each prompt length.",
+        "Left: every cold request's TTFT and the median at each prompt length, the model fitted "
+        "on them (a line, or a curve where the data chose one) and the cache-hit point. Right: "
+        "every cold request's decode ms per output token (points) and the median at each "
+        "length (line): a lone high point is one request, not the length.",
     )
 
 
@@ -138,4 +175,41 @@ def _pictures(lab: LabResults | None) -> list[Picture]:
     return [prefill_chart(lab) or "prefill vs decode: no sweep points."]
 
 
-register_report(KindReport("prefill_decode", question=4, pictures=_pictures))
+def model_section(run: RunData) -> list[Block]:
+    """The statistics behind question 4's answer: which model of TTFT against prompt tokens
+    the data chose (and the test that chose it), its fixed part, and the marginal cost at
+    the shortest and the longest prompt, per provider; the answer keeps to the lesson."""
+    rows = []
+    for ans, fig in _by_kind(run.lab, PrefillDecodeFigures):
+        for what, m in (
+            ("client TTFT", fig.ttft_model),
+            ("server prefill", fig.server_prefill_model),
+        ):
+            if m is not None:
+                rows.append(
+                    [ans.provider, what, prompt_cost_lead(m), prompt_cost_model_sentence(m)]
+                )
+    if not rows:
+        return []
+    return [
+        Heading("Prefill: the model behind question 4", 3),
+        Para(
+            "Ordinary least squares of each cold request's latency against its prompt tokens: "
+            "a straight line, or a line with a quadratic term where an F-test of that term "
+            "gives p < 0.05; every interval 95%.",
+            "note",
+        ),
+        Table(["provider", "latency", "marginal cost", "model"], rows),
+    ]
+
+
+register_report(
+    KindReport(
+        "prefill_decode",
+        question=4,
+        pictures=_pictures,
+        section=model_section,
+        place="after_split",
+        rank=20,
+    )
+)

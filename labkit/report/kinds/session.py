@@ -116,7 +116,10 @@ def session_section(lab: LabResults | None) -> list[Block]:
         Para(
             "Each session measured as a job: its completion time and the split of that time "
             "along its critical path (ms). The terms add up to the completion time; where a "
-            "provider reports no queue (—), any queueing is inside its prefill.",
+            "provider reports no queue (—), any queueing is inside its prefill. A session is "
+            "complete only when it ended with an answer; otherwise the table says how it "
+            "ended (length: its last turn cut by max_tokens; step_limit: still calling tools "
+            "at max_steps; failed; refused).",
             "note",
         ),
     ]
@@ -127,7 +130,7 @@ def session_section(lab: LabResults | None) -> list[Block]:
         cells = [
             [
                 str(r.session),
-                "yes" if r.complete else "no",
+                "yes" if r.complete else f"no: {r.ended}" if r.ended else "no",
                 str(r.steps),
                 str(r.failed_steps),
                 str(r.agents),

@@ -13,8 +13,9 @@ __all__ = ["anatomy_chart"]
 
 
 def anatomy_chart(lab: LabResults | None) -> Chart | None:
-    """Per provider, the median request's timeline: the client's milestones and every token,
-    with the server's own prefill and decode drawn on a lane beside it."""
+    """Per provider, the timeline of the request with the median TTFT (a cold one, where the
+    experiment sent its prompts cold and cached): the client's milestones and every token
+    (numbered from 1), with the server's own prefill and decode drawn on a lane beside it."""
     values: list[dict[str, Any]] = []
     for ans, fig in _by_kind(lab, SingleFigures):
         t = fig.timeline
@@ -23,7 +24,7 @@ def anatomy_chart(lab: LabResults | None) -> Chart | None:
         client, server = f"{ans.provider} · client", f"{ans.provider} · server"
         for i, offset in enumerate(t.event_offsets_ms):
             values.append(
-                {"provider": ans.provider, "lane": client, "what": f"token {i}", "t": offset}
+                {"provider": ans.provider, "lane": client, "what": f"token {i + 1}", "t": offset}
             )
         for what, at in (
             ("headers", t.headers_ms),

@@ -3,7 +3,9 @@
 Builders yield/return ``data: ...\\n\\n`` events; `ChunkStream` serves chosen byte chunks
 (optionally with a scripted clock or real sleeps between them, and an exception at the end)
 through a respx route as ``httpx.Response(200, stream=ChunkStream(...))``. The ``*.sse`` files
-next to this module are hand-written, recorded-style streams built from docs/providers.md.
+next to this module are hand-written, recorded-style streams built from docs/providers.md,
+but ``llamacpp_forced_call.sse``: the bundled llama-server's reply to a grammar-forced tool call
+(`GrammarTools`), as it sent it (the model path in ``model`` cut to the file name).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 `python tests/runner/ray/scenarios.py OUT_DIR` (re-executed by test_ray_executor.py, with the
 repository root on PYTHONPATH for `tests.support`, under ``unshare -n``, where every Ray node
 is 127.0.0.1 and nothing but loopback exists). It starts one fake server
-(`labkit.fakeserver`) and runs, writing ``OUT_DIR/scenarios.json`` for the
+(`labkit.truth`, in a process of its own) and runs, writing ``OUT_DIR/scenarios.json`` for the
 tests to judge:
 
 - ``interrupt``: `labkit run` on a local Ray cluster of its own, SIGINT mid-level;
@@ -36,46 +36,25 @@ KEY = "sk-raytest-" + uuid.uuid4().hex
 TAG_ENV = "LABKIT_RAY_TEST_TAG"
 
 
+_SERVERS: list[Any] = []
+
+
 def _serve(schedule: dict[str, Any]) -> str:
-    from labkit.fakeserver import FakeServer
-    from labkit.providers.fake import FakeSchedule
-
-    return _on_thread(FakeServer(FakeSchedule.model_validate(schedule))).base_url
-
-
-def _on_thread(server: Any) -> Any:
-    """`server` started and serving on a thread of its own."""
-    started = threading.Event()
-
-    def run() -> None:
-        async def main() -> None:
-            await server.start()
-            started.set()
-            await asyncio.Event().wait()
-
-        asyncio.run(main())
-
-    threading.Thread(target=run, daemon=True).start()
-    started.wait(10)
-    return server
+    return _serve_counting(schedule).base_url
 
 
 def _serve_counting(schedule: dict[str, Any]) -> Any:
-    """A fake server on a thread that counts the chat streams it is sending right now."""
-    from labkit.fakeserver import FakeServer
-    from labkit.providers.fake import FakeSchedule
+    """The fake server in a process of its own (stopped when this process ends); its
+    `serving()` counts the streams it is sending right now."""
+    import atexit
 
-    class CountingServer(FakeServer):
-        streaming = 0
+    from labkit.truth.process import TruthServer
 
-        async def _chat(self, *args: Any, **kwargs: Any) -> None:
-            self.streaming += 1
-            try:
-                await super()._chat(*args, **kwargs)
-            finally:
-                self.streaming -= 1
-
-    return _on_thread(CountingServer(FakeSchedule.model_validate(schedule)))
+    server = TruthServer(**schedule)
+    server.start()
+    atexit.register(server.stop)
+    _SERVERS.append(server)
+    return server
 
 
 def _config(
@@ -505,7 +484,7 @@ async def _kill_and_resume(
     run_dir = runner.folder.path
     task = asyncio.create_task(run_lab(runner))
     async with asyncio.timeout(120):
-        while _measured_lines(run_dir) < 4 or server.streaming < 2:
+        while _measured_lines(run_dir) < 4 or await asyncio.to_thread(server.serving) < 2:
             await asyncio.sleep(0.01)
     await asyncio.to_thread(cluster.remove_node, node_c)
     await task

@@ -263,4 +263,4 @@ def test_agent_sessions_run_on_actors(scenarios: dict[str, Any]) -> None:
     assert len(records) == 4 * 5 and all(r.error is None for r in records)
     assert len({r.host for r in records}) == 2
     (answer,) = _lab(run_dir).answers
-    assert answer.status == "ok" and "finished 4 of 4 sessions" in answer.answer, answer.answer
+    assert answer.status == "ok" and "completed 4 of 4 sessions" in answer.answer, answer.answer

@@ -15,12 +15,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import httpx
 import pytest
 
-from labkit.fakeserver import FakeServer
 from labkit.measurement.recorder import RecordContext, StreamRecorder
 from labkit.providers import provider_class
 from labkit.providers.base import Provider
 from labkit.providers.fake import FakeSchedule
 from labkit.records import ErrorKind, RequestRecord
+from labkit.truth.process import TruthServer
 from labkit.wire.lean import LeanTransport, lean_applies
 from labkit.wire.lean.http11 import _Chunked
 from tests.providers.streams import chat
@@ -179,7 +179,7 @@ def test_the_recorder_reads_the_same_stream_through_both_transports() -> None:
     schedule = FakeSchedule(first_token_ms=20, token_interval_ms=5, tokens=12)
 
     async def main() -> tuple[list[RequestRecord], list[RequestRecord]]:
-        async with FakeServer(schedule) as server:
+        with TruthServer.of(schedule) as server:
             out: dict[str, list[RequestRecord]] = {}
             for transport in ("lean", "httpx"):
                 provider = _provider(server.base_url, transport)
@@ -218,7 +218,7 @@ def test_a_failure_mid_stream_is_recorded_through_the_lean_transport() -> None:
                         fail_after_tokens=3)  # fmt: skip
 
     async def main() -> RequestRecord:
-        async with FakeServer(drop) as server:
+        with TruthServer.of(drop) as server:
             provider = _provider(server.base_url, "lean")
             try:
                 return await StreamRecorder().record(provider, chat(), RecordContext("t", "t"))

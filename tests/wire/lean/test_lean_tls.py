@@ -14,18 +14,17 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 import trustme
 
-from labkit.fakeserver import FakeServer
 from labkit.measurement.recorder import RecordContext, StreamRecorder
 from labkit.providers import provider_class
 from labkit.providers.base import Provider
 from labkit.providers.fake import FakeSchedule
 from labkit.records import ErrorKind, RequestRecord
+from labkit.truth.process import TruthServer
 from labkit.wire.lean import LeanTransport, kernel_stamps_available
 from tests.providers.streams import chat
 from tests.wire.lean.test_lean import read_request, serve
@@ -148,24 +147,6 @@ def test_untrusted_certificates_and_wrong_hostnames_are_refused(ca: trustme.CA) 
     asyncio.run(main())
 
 
-class _TLSFakeServer(FakeServer):
-    """The fake provider's server behind TLS."""
-
-    def __init__(self, schedule: FakeSchedule, context: ssl.SSLContext) -> None:
-        super().__init__(schedule)
-        self._context = context
-
-    @property
-    def base_url(self) -> str:
-        return f"https://{self.host}:{self.port}/v1"
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(
-            self._handle, self.host, self.port, ssl=self._context
-        )
-        self.port = self._server.sockets[0].getsockname()[1]
-
-
 def _provider(url: str) -> Provider:
     cls = provider_class("openai_compatible")
     settings = cls.settings_model.model_validate(
@@ -174,22 +155,16 @@ def _provider(url: str) -> Provider:
     return cls(settings, pool_size=4)
 
 
-@pytest.fixture
-def trusted(ca: trustme.CA, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Providers built now trust `ca` (httpx's context reads SSL_CERT_FILE)."""
-    pem = tmp_path / "ca.pem"
-    ca.cert_pem.write_to_path(str(pem))
-    monkeypatch.setenv("SSL_CERT_FILE", str(pem))
-
-
 def test_the_recorder_over_tls_measures_the_handshake_then_reuses(
-    ca: trustme.CA, trusted: None
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     schedule = FakeSchedule(first_token_ms=20, token_interval_ms=5, tokens=8)
 
     async def main() -> list[RequestRecord]:
-        async with _TLSFakeServer(schedule, server_context(ca)) as server:
-            provider = _provider(server.base_url)
+        with TruthServer.of(schedule, tls=True) as server:
+            # Providers built now trust the server's throw-away CA (httpx reads SSL_CERT_FILE).
+            monkeypatch.setenv("SSL_CERT_FILE", str(server.ca_file))
+            provider = _provider(server.tls_base_url)
             assert provider.connections.lean  # a load level on https reads through lean
             recorder = StreamRecorder()
             ctx = RecordContext("t", "t")
@@ -210,12 +185,12 @@ def test_the_recorder_over_tls_measures_the_handshake_then_reuses(
     assert second.client.connect_ms is None and second.client.tls_ms is None
 
 
-def test_an_untrusted_server_is_a_connection_record(ca: trustme.CA) -> None:
+def test_an_untrusted_server_is_a_connection_record() -> None:
     schedule = FakeSchedule(first_token_ms=1, token_interval_ms=1, tokens=2)
 
     async def main() -> RequestRecord:
-        async with _TLSFakeServer(schedule, server_context(ca)) as server:
-            provider = _provider(server.base_url)  # the system's CAs: not this one
+        with TruthServer.of(schedule, tls=True) as server:
+            provider = _provider(server.tls_base_url)  # the system's CAs: not this one
             try:
                 return await StreamRecorder().record(provider, chat(), RecordContext("t", "t"))
             finally:

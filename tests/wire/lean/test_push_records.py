@@ -66,6 +66,9 @@ def test_the_c_read_path_records_what_the_python_read_path_records(
         patch.setattr(tcp, "RECV_STAMPED", None)
         patch.setattr(http11, "whole_chunks", readpath.py_whole_chunks)
         patch.setattr(sse, "whole_data_events", readpath.py_whole_data_events)
+        # and the two as a pushed read's chunked_data_events chains them
+        patch.setattr(readpath, "whole_chunks", readpath.py_whole_chunks)
+        patch.setattr(readpath, "whole_data_events", readpath.py_whole_data_events)
         python = replay(fixture, "wire", "lean")
     assert _facts(compiled) == _facts(python)
     assert compiled.client.stamp_source == python.client.stamp_source

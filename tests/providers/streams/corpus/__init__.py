@@ -89,10 +89,14 @@ def load_corpus() -> list[Fixture]:
 
 
 def tool_calls_of(record: Any) -> list[dict[str, str]] | None:
-    """A record's tool calls as the sidecar writes them (None: it made none)."""
+    """A record's tool calls as the sidecar writes them (None: it made none): `source` only
+    where it is not `provider` (every corpus stream sends its calls as call objects)."""
     if record.tool_calls is None:
         return None
-    return [call.model_dump() for call in record.tool_calls]
+    return [
+        call.model_dump(exclude={"source"} if call.source == "provider" else set())
+        for call in record.tool_calls
+    ]
 
 
 def check_record(record: Any, expect: dict[str, Any]) -> None:

@@ -1,0 +1,131 @@
+"""`make sanitize`: labkit's C read path under AddressSanitizer and UndefinedBehaviorSanitizer.
+
+Builds `labkit/wire/_readpath.c` with ``gcc -fsanitize=address,undefined`` into a throwaway
+folder (the in-place build is left as it is), then runs the read path's tests in a child
+interpreter that imports that build as ``labkit.wire._readpath``: the fuzz tests holding
+each C function to its Python twin, the SSE whole-chunk and whole-event readers' and the
+corpus through the lean transport. The child preloads the ASan runtime (an uninstrumented
+Python must load it first), allocates every object with malloc (``PYTHONMALLOC=malloc``:
+pymalloc's arenas would hide a read past a small bytes object), leaves leaks unchecked
+(CPython leaves memory to the OS at exit) and stops at the first error of either sanitizer,
+so an out-of-bounds read or undefined behaviour fails the run. Extra arguments go to pytest.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SOURCE = REPO / "labkit" / "wire" / "_readpath.c"
+MODULE = "labkit.wire._readpath"
+TESTS = [
+    "tests/wire/test_readpath.py",
+    "tests/wire/test_sse_whole_chunks.py",
+    "tests/wire/test_sse_whole_events.py",
+    "tests/wire/lean/test_push_records.py",
+]
+FLAGS = [
+    "-fsanitize=address,undefined",
+    "-fno-sanitize-recover=all",
+    "-fno-omit-frame-pointer",
+    "-O1",
+    "-g",
+]
+
+
+def build(folder: Path) -> Path:
+    """The extension built with the sanitizers into `folder`."""
+    target = folder / f"_readpath{sysconfig.get_config_var('EXT_SUFFIX')}"
+    command = [
+        os.environ.get("CC", "gcc"),
+        "-shared",
+        "-fPIC",
+        *FLAGS,
+        f"-I{sysconfig.get_paths()['include']}",
+        str(SOURCE),
+        "-o",
+        str(target),
+    ]
+    print(" ".join(command), flush=True)
+    subprocess.run(command, check=True)
+    return target
+
+
+def runtime() -> str:
+    """The ASan runtime gcc links against (preloaded into the child)."""
+    cc = os.environ.get("CC", "gcc")
+    found = subprocess.run(
+        [cc, "-print-file-name=libasan.so"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    if not os.path.isabs(found):
+        raise SystemExit(f"{cc} has no AddressSanitizer runtime (libasan.so)")
+    return found
+
+
+class _Sanitized(importlib.abc.MetaPathFinder):
+    """Finds `MODULE` in the sanitized build rather than beside labkit's sources."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: object = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != MODULE:
+            return None
+        return importlib.util.spec_from_file_location(fullname, self.path)
+
+
+def child(library: str, pytest_args: list[str]) -> int:
+    """Run the tests with `library` as the extension."""
+    sys.meta_path.insert(0, _Sanitized(library))
+    from labkit.wire import readpath
+
+    loaded, why = readpath.compiled_module()
+    where = None if loaded is None else os.path.realpath(loaded.__file__)
+    if where != os.path.realpath(library):
+        print(f"the sanitized build was not loaded ({why or where})", file=sys.stderr)
+        return 2
+    if readpath.IMPLEMENTATION != "c":
+        print(f"labkit runs the {readpath.READ_PATH.describe()} read path", file=sys.stderr)
+        return 2
+    print(f"{MODULE} from {library}", flush=True)
+    import pytest
+
+    # --capture=sys: a sanitizer writes its report to fd 2 as it stops the process, which
+    # pytest's default fd capture would swallow.
+    args = ["-q", "-p", "no:cacheprovider", "--capture=sys", *TESTS, *pytest_args]
+    return int(pytest.main(args))
+
+
+def main() -> None:
+    """Build, then run the tests in a child that preloads the sanitizers' runtime."""
+    args = sys.argv[1:]
+    if args[:1] == ["--child"]:
+        sys.exit(child(args[1], args[2:]))
+    with tempfile.TemporaryDirectory(prefix="labkit-sanitize-") as tmp:
+        library = build(Path(tmp))
+        env = {k: v for k, v in os.environ.items() if k not in ("LABKIT_READPATH", "PYTHONMALLOC")}
+        env.update(
+            LD_PRELOAD=runtime(),
+            PYTHONMALLOC="malloc",
+            ASAN_OPTIONS="detect_leaks=0:abort_on_error=0:halt_on_error=1",
+            UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1",
+        )
+        done = subprocess.run(
+            [sys.executable, __file__, "--child", str(library), *args], cwd=REPO, env=env
+        )
+    sys.exit(done.returncode)
+
+
+if __name__ == "__main__":
+    main()

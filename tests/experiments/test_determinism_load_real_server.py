@@ -1,0 +1,90 @@
+"""`determinism_load` on the real llama-server with several slots (no mocks, no skips): every
+level is there with its replies, and what the answer says about them agrees with the texts
+the records hold, whichever way the replies came out."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from labkit.analysis.determinism_load import SERVER_TOKENS
+from labkit.figures.determinism_load import DeterminismLoadFigures
+from labkit.local import ensure_setup
+from labkit.records import LabResults, RequestRecord
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+REPEATS = 3
+
+CONFIG = f"""
+name: determinism-load-real
+providers:
+  - {{id: local, kind: llamacpp, ctx_size: 512, slots: 3}}
+experiments:
+  - {{kind: determinism_load, repeats: {REPEATS}, concurrency: [1, 3], top_logprobs: 2,
+      params: {{temperature: 0, max_tokens: 16}}}}
+"""
+
+
+def test_levels_replies_and_divergence_agree_with_the_records(tmp_path: Path) -> None:
+    ensure_setup()
+    cfg = tmp_path / "detload.yaml"
+    cfg.write_text(CONFIG)
+    result = subprocess.run(
+        [sys.executable, "-m", "labkit", "run", str(cfg), "--out", str(tmp_path), "--no-report"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    (run_dir,) = [p for p in tmp_path.iterdir() if (p / "lab.json").exists()]
+    (answer,) = LabResults.model_validate_json((run_dir / "lab.json").read_text()).answers
+    f = answer.figures
+    assert isinstance(f, DeterminismLoadFigures) and answer.status == "ok", answer.answer
+    records = [
+        RequestRecord.from_json_line(line)
+        for line in (run_dir / "records.jsonl").read_text().splitlines()
+        if line.strip()
+    ]
+    measured = [r for r in records if not r.warmup]
+    assert f.server_slots == 3 and f.inspected
+    assert [row.concurrency for row in f.levels] == [1, 3]
+    for row in f.levels:
+        mine = sorted(
+            (r for r in measured if r.tags["concurrency"] == row.concurrency),
+            key=lambda r: r.trial,
+        )
+        texts = [r.output_text or "" for r in mine]
+        assert len(mine) == row.n == REPEATS and all(r.error is None for r in mine)
+        assert all(r.tags["level"] == f"c{row.concurrency}" for r in mine)
+        assert row.distinct_outputs == len(set(texts))
+        assert row.identical == (len(set(texts)) == 1)
+        assert row.peak_in_flight is not None and 1 <= row.peak_in_flight <= row.concurrency
+        assert row.server_builds and row.tokens_from == SERVER_TOKENS
+        assert len(row.outputs) == REPEATS
+        k = row.first_different_token
+        if k is None:
+            assert row.identical and all(out == row.outputs[0] for out in row.outputs)
+            assert f"at concurrency {row.concurrency}, all {REPEATS} replies were identical" in (
+                answer.answer
+            )
+        else:
+            # The same k - 1 tokens in every reply, then a reply that differs (or ended).
+            assert not row.identical
+            shared = row.outputs[0][: k - 1]
+            assert all(out[: k - 1] == shared for out in row.outputs)
+            assert len({tuple(out[k - 1 : k]) for out in row.outputs}) > 1
+            assert all(t.startswith("".join(shared)) for t in texts)
+            assert f"first different at token {k}" in answer.answer
+            if row.divergence is not None:
+                assert row.divergence.step == k - 1
+                assert len({c.token for c in row.divergence.taken}) >= 2
+    assert "The server decodes up to 3 requests in one batch (3 slots)" in answer.answer
+    assert "determinism mode not reported" in answer.answer

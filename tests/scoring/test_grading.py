@@ -1,0 +1,149 @@
+"""How an answer is graded against the truth: an interval covers the true value or misses
+it, a fact is right or wrong, and the graders catch the untruths the lab once taught — a
+cache hit's TTFT stated as a cold one, decode per token divided by a token that never
+arrived, a split whose queue is not the server's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from labkit.figures import Mean, Quantile
+from labkit.figures.single import PromptCacheRun, SingleFigures
+from labkit.records import LabAnswer, RequestRecord
+from labkit.scoring.grading import grade_table
+from labkit.scoring.grading.base import Grade, Truth, fact, figure, true_decode_ms_per_token
+from labkit.scoring.grading.single import grade_single
+from labkit.truth.log import TruthLog, TruthRequest
+from tests.support.records import make_record
+
+pytestmark = pytest.mark.unit
+
+T0 = 1_000_000_000
+
+
+def test_an_interval_covers_the_truth_or_misses_it() -> None:
+    q = Quantile(q=0.5, value=10.0, lo=9.0, hi=11.0, n=6, min_n=6)
+    assert figure("a", "x", q, 10.9, "ms", 0.0).ok is True
+    missed = figure("a", "x", q, 11.5, "ms", 0.0)
+    assert missed.ok is False and missed.why == "off by +1.5 ms"
+    assert figure("a", "x", q, 11.5, "ms", 1.0).ok is True  # the transit the server cannot see
+    assert figure("a", "x", None, 11.5, "ms").ok is None  # not stated: not graded as right
+    # without an interval, the value must hold within the tolerance
+    assert figure("a", "x", 10.0, 10.05, "ms/token").ok is True
+    assert figure("a", "x", 10.0, 10.5, "ms/token").ok is False
+
+
+def test_a_fact_is_right_or_wrong() -> None:
+    assert fact("a", "identical", True, True).ok is True
+    assert fact("a", "identical", True, False).ok is False
+
+
+def _truth(
+    tid: str,
+    start: int,
+    *,
+    first_ms: float,
+    gap_ms: float,
+    events: int,
+    cached: int = 0,
+    end_token: bool = False,
+) -> TruthRequest:
+    sends = [start + int((first_ms + k * gap_ms) * 1e6) for k in range(events)]
+    return TruthRequest(
+        id=tid,
+        api="chat",
+        stream=True,
+        model="m",
+        t_read_ns=start,
+        t_start_ns=start,
+        events_ns=sends,
+        events_sent_ns=sends,
+        event_tokens=[1] * events,
+        t_end_ns=sends[-1],
+        prompt_tokens=38,
+        cached_tokens=cached,
+        output_tokens=events,
+        end_token=end_token,
+        usage_output_tokens=events + end_token,
+        capped=not end_token,
+        prefill_ms=first_ms,
+    )
+
+
+def _pair(i: int, cached: int, first_ms: float) -> tuple[RequestRecord, TruthRequest]:
+    start = T0 + i * 10**9
+    t = _truth(f"r{i}", start, first_ms=first_ms, gap_ms=4.0, events=11, cached=cached)
+    r = make_record(ttft_ms=first_ms, decode_ms_per_token=4.0, output_tokens=11)
+    r.response_id = t.id
+    r.t_start_mono_ns = start
+    r.tags = {"cache": "cached" if cached else "cold"}
+    return r, t
+
+
+def _single(
+    records: list[RequestRecord], figures: SingleFigures, truth: list[TruthRequest]
+) -> Grade:
+    log = TruthLog(Path("truth.jsonl"), 0, 0, truth)
+    answer = LabAnswer(
+        experiment="single", provider="local", model="m", question="q", answer="a", figures=figures
+    )
+    return Grade(
+        run="r", truth="t", checks=grade_single(answer, records, Truth(log)), matched=1, unmatched=0
+    )
+
+
+def test_a_cache_hits_ttft_said_to_be_the_cold_one_is_caught() -> None:
+    """The quickstart once warmed up on its own prompt: every measured TTFT was a cache hit's,
+    and the answer called it the time to first token. The server knows none was cold."""
+    pairs = [_pair(i, cached=37, first_ms=9.0 + i / 10) for i in range(6)]
+    records, truth = [r for r, _ in pairs], [t for _, t in pairs]
+    for r in records:
+        r.tags = {"cache": "cold"}  # labkit asked for them cold...
+    hit = Quantile(q=0.5, value=9.25, lo=9.0, hi=9.5, n=6, min_n=6)
+    said_cold = SingleFigures(
+        n=6,
+        failed=0,
+        cold=PromptCacheRun(state="cold", n=6, ttft=hit, input_tokens_p50=38, cached_tokens_p50=0),
+        decode_per_token=Quantile(q=0.5, value=4.0, lo=4.0, hi=4.0, n=6, min_n=6),
+        stop_reasons={"length": 6},
+    )
+    grade = _single(records, said_cold, truth)
+    wrong = {c.name for c in grade.wrong}
+    assert "cold requests" in wrong  # ...but the server served all six from its cache
+    assert "cached requests" in wrong
+
+
+def test_decode_divided_by_a_token_that_never_arrived_is_caught() -> None:
+    """llama.cpp counts an end token it never streams: 11 events, 10 gaps of 4 ms, and a
+    count of 12 made decode 40 / 11 = 3.64 ms. The truth is 4 ms a token."""
+    pairs = [_pair(i, cached=0, first_ms=40.0) for i in range(6)]
+    records, truth = [r for r, _ in pairs], [t for _, t in pairs]
+    assert true_decode_ms_per_token(truth[0]) == pytest.approx(4.0)
+    low = Quantile(q=0.5, value=40 / 11, lo=40 / 11, hi=40 / 11, n=6, min_n=6)
+    figures = SingleFigures(
+        n=6,
+        failed=0,
+        cold=PromptCacheRun(
+            state="cold",
+            n=6,
+            ttft=Quantile(q=0.5, value=40.0, lo=40.0, hi=40.0, n=6, min_n=6),
+            input_tokens_p50=38,
+            cached_tokens_p50=0,
+            provider_prefill_ms_p50=40.0,
+        ),
+        decode_per_token=low,
+        stop_reasons={"length": 6},
+    )
+    grade = _single(records, figures, truth)
+    (missed,) = grade.wrong
+    assert missed.name == "decode per token (median)" and missed.true_value == pytest.approx(4.0)
+    cols, rows = grade_table(grade)
+    assert any(row[-1].startswith("MISSED") for row in rows) and cols[-1] == "graded"
+
+
+def test_a_mean_is_graded_like_any_interval() -> None:
+    m = Mean(value=12.9, lo=12.8, hi=13.1, n=6)
+    assert figure("a", "TTFT (mean)", m, 12.73, "ms").ok is True  # within the transit
+    assert figure("a", "TTFT (mean)", m, 12.73, "ms", 0.0).ok is False
