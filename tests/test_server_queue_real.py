@@ -17,7 +17,7 @@ import pytest
 
 from labkit.figures import AttributionKey
 from labkit.local import ensure_setup
-from labkit.records import LabResults
+from labkit.records import LabResults, RequestRecord
 
 pytestmark = pytest.mark.e2e
 
@@ -75,6 +75,15 @@ def test_queue_is_zero_when_idle_and_rises_past_the_slots(tmp_path: Path) -> Non
     load = got["load"]
     c1, c3 = load.figures.levels
     assert c1.ttft_beyond_prefill_ms_p50 is not None and c3.ttft_beyond_prefill_ms_p50 is not None
-    # Three requests on one slot: the later ones wait for the earlier ones' decode.
-    assert c3.ttft_beyond_prefill_ms_p50 > c1.ttft_beyond_prefill_ms_p50 * 1.2 + 1.0, (c1, c3)
+    # Three requests on one slot: most wait for at least one other's whole decode, as the
+    # server itself timed it (a slower host decodes slower and waits as much longer).
+    lines = (run_dir / "records.jsonl").read_text().splitlines()
+    records = [RequestRecord.from_json_line(line) for line in lines if line]
+    decodes = [
+        r.provider_timings.decode_ms
+        for r in records
+        if r.tags.get("level") == "c3" and not r.warmup and r.provider_timings.decode_ms
+    ]
+    assert len(decodes) == 6
+    assert c3.ttft_beyond_prefill_ms_p50 >= min(decodes), (c3, decodes)
     assert "more per request" in load.answer and "derived" in load.answer, load.answer

@@ -130,11 +130,12 @@ def test_run_fake_config_writes_records_and_manifest(tmp_path: Path) -> None:
         assert rec.params == {"temperature": 0, "max_tokens": 64}
         c = rec.client
         assert c.queue_ms is not None and c.queue_ms >= 0
-        # Lower bounds only (a real sleep never returns early): 40 ms to the first token, 5 ms
-        # between tokens, 10 % under it for the stamps of a late first token.
+        # Floors only (a real sleep never returns early, on the schedule's absolute times):
+        # 40 ms to the first token, token 24 at 40 + 23 × 5 ms.
         assert c.ttft_ms >= 40.0
-        assert c.e2e_ms >= c.last_token_ms >= c.ttft_ms
-        assert c.decode_ms_per_token is not None and c.decode_ms_per_token >= 5.0 * 0.9
+        assert c.e2e_ms >= c.last_token_ms >= 40.0 + 23 * 5.0
+        assert c.last_token_ms >= c.ttft_ms
+        assert c.decode_ms_per_token is not None and c.decode_ms_per_token > 0
         assert c.stamp_source == "user"  # stamped in user space (no socket: no estimate)
         assert rec.app.prepare_ms is not None and rec.app.parse_cpu_ms is not None
     assert len({r.record_id for r in records}) == 7

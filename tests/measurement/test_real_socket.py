@@ -1,9 +1,13 @@
-"""labkit against a known schedule over real loopback sockets (`labkit.fakeserver`).
+"""labkit over real loopback sockets, against the truth server (`labkit.truth`, a process of
+its own that logs when it really sent every event; `TruthServer.of` a fake schedule for its
+faults).
 
-The fake server sends token 1 at `first_token_ms` and one more every `token_interval_ms`
-(absolute times from when it starts answering, so delays do not accumulate). Measured
-TTFT and decode ms/token must land within a stated tolerance of the schedule, and the
-connection phases must be present (real sockets emit httpcore trace events; mocks do not).
+The truth server sends token 1 `FIRST_MS` after it has read the request, then one every
+`STEP_MS`. What is asserted holds on any host, busy or idle: the record's shape (every token,
+every connection phase: real sockets emit httpcore trace events, mocks do not), its phases in
+order, and its agreement with the truth log on one clock (each stamp no earlier than the send it
+stamps: `tests.support.truth`). How close labkit's TTFT and stamps come to the truth depends on
+the host; the test prints it, and `make bench-load` measures it (`benchmarks/bench_load.py`).
 
 Run with ``-s`` to see the measured errors.
 """
@@ -12,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,8 +26,10 @@ from labkit.measurement.recorder import RecordContext, StreamRecorder
 from labkit.providers import provider_class
 from labkit.providers.fake import FakeSchedule
 from labkit.records import ErrorKind, RequestRecord
+from labkit.truth.log import TruthLog, read_truth_log
 from labkit.truth.process import TruthServer
 from tests.providers.streams import chat
+from tests.support.truth import assert_agrees_with_truth
 
 pytestmark = pytest.mark.integration
 
@@ -32,13 +37,6 @@ FIRST_MS = 80.0
 STEP_MS = 20.0
 TOKENS = 32
 RUNS = 5
-# Margins: the fake server's sleeps wake late by a few ms when the 2 shared cores are busy, and
-# client stamps add a loop turn; medians over RUNS absorb one slow run, the max bounds outliers.
-TTFT_TOL_MS = 15.0  # median over the runs of |ttft - 80| < 15 ms
-TTFT_MAX_MS = 40.0  # and no single run further off than this (a busy 2-core CI box)
-DECODE_TOL = 0.10  # decode ms/token within 10 % of 20 ms (late wake-ups cancel over 31 gaps)
-
-SCHEDULE = FakeSchedule(first_token_ms=FIRST_MS, token_interval_ms=STEP_MS, tokens=TOKENS)
 
 
 def compat_provider(base_url: str, **settings: object):
@@ -47,71 +45,70 @@ def compat_provider(base_url: str, **settings: object):
     return cls(cls.settings_model.model_validate({**data, **settings}))
 
 
-async def measure(
-    schedule: FakeSchedule, runs: int, warmup: int = 0, **settings: object
+async def measure_at(
+    base_url: str, runs: int, warmup: int = 0, **settings: object
 ) -> list[RequestRecord]:
-    """`runs` requests, each on a fresh provider (a fresh TCP connection); the first
-    `warmup` are dropped (the first connection of a process pays for lazy imports)."""
+    """`runs` requests to `base_url`, each on a fresh provider (a fresh TCP connection); the
+    first `warmup` are dropped (the first connection of a process pays for lazy imports)."""
     records = []
-    with TruthServer.of(schedule) as server:
-        for i in range(warmup + runs):
-            provider = compat_provider(server.base_url, **settings)
-            try:
-                records.append(
-                    await StreamRecorder().record(
-                        provider, chat(), RecordContext(run_id="sock", experiment="t", trial=i)
-                    )
+    for i in range(warmup + runs):
+        provider = compat_provider(base_url, **settings)
+        try:
+            records.append(
+                await StreamRecorder().record(
+                    provider, chat(), RecordContext(run_id="sock", experiment="t", trial=i)
                 )
-            finally:
-                await provider.aclose()
+            )
+        finally:
+            await provider.aclose()
     return records[warmup:]
 
 
-def errors(records: list[RequestRecord]) -> tuple[float, float]:
-    ttft_err = statistics.median(abs(r.client.ttft_ms - FIRST_MS) for r in records)
-    decode_err = statistics.median(
-        abs(r.client.decode_ms_per_token - STEP_MS) / STEP_MS for r in records
-    )
-    return ttft_err, decode_err
+async def measure(
+    schedule: FakeSchedule, runs: int, warmup: int = 0, **settings: object
+) -> list[RequestRecord]:
+    """`measure_at` the truth server following `schedule`."""
+    with TruthServer.of(schedule) as server:
+        return await measure_at(server.base_url, runs, warmup, **settings)
 
 
-def check_schedule(records: list[RequestRecord], label: str) -> None:
+def check_schedule(records: list[RequestRecord], truth: TruthLog, label: str) -> None:
+    """Each record whole, its phases in order, and in agreement with the truth log."""
     for r in records:
         c = r.client
         assert r.error is None, r.error
         assert r.usage.output_tokens == TOKENS and r.usage.output_tokens_source == "provider"
         assert len(c.event_offsets_ms) == TOKENS
-        assert abs(c.ttft_ms - FIRST_MS) < TTFT_MAX_MS, c.ttft_ms
-        assert abs(c.decode_ms_per_token - STEP_MS) < DECODE_TOL * STEP_MS, c.decode_ms_per_token
-        assert c.connect_ms is not None and c.connect_ms > 0
         assert c.tls_ms is None  # plain HTTP
         assert c.request_sent_ms is not None and c.headers_ms is not None
+        assert c.ttft_ms is not None and c.last_token_ms is not None and c.e2e_ms is not None
+        assert c.decode_ms_per_token is not None and c.itl_ms_p50 is not None
+        assert c.connect_ms is not None and c.connect_ms > 0
         assert c.connect_ms <= c.request_sent_ms <= c.headers_ms <= c.first_event_ms
         assert c.e2e_ms >= c.last_token_ms >= c.ttft_ms
-        assert c.itl_ms_p50 == pytest.approx(STEP_MS, abs=STEP_MS * DECODE_TOL)
-    ttft_err, decode_err = errors(records)
-    assert ttft_err < TTFT_TOL_MS
-    assert decode_err < DECODE_TOL
-    # The server starts its schedule when it has read the request, about when the client
-    # gets the headers: TTFT - headers_ms is the schedule seen without connection set-up.
-    after_headers = statistics.median(
-        abs(r.client.ttft_ms - r.client.headers_ms - FIRST_MS) for r in records
+    served = assert_agrees_with_truth(records, truth)
+    # The server never sends early: so labkit, which starts first, never sees TTFT under it.
+    assert all(t.events_ns[0] - t.t_read_ns >= FIRST_MS * 1e6 for t in served)
+    assert all(r.client.ttft_ms is not None and r.client.ttft_ms >= FIRST_MS for r in records)
+    after_send_ms = statistics.median(
+        ((r.t_start_mono_ns or 0) + (r.client.ttft_ms or 0) * 1e6 - t.events_ns[0]) / 1e6
+        for r, t in zip(records, served, strict=True)
     )
-    ttfts = [round(r.client.ttft_ms, 2) for r in records]
-    decodes = [round(r.client.decode_ms_per_token, 3) for r in records]
     print(
-        f"\n[{label}] schedule: first token {FIRST_MS:g} ms, {STEP_MS:g} ms/token, {TOKENS} tokens;"
-        f" {len(records)} runs\n"
-        f"[{label}] TTFT ms {ttfts} -> median |error| {ttft_err:.2f} ms"
-        f" (TTFT - headers_ms: median |error| {after_headers:.2f} ms)\n"
-        f"[{label}] decode ms/token {decodes} -> median |error| {decode_err * 100:.2f} %"
-        f" ({decode_err * STEP_MS:.3f} ms/token)"
+        f"\n[{label}] first token {FIRST_MS:g} ms after the read, {STEP_MS:g} ms/token, "
+        f"{TOKENS} tokens; {len(records)} runs\n"
+        f"[{label}] TTFT ms {[round(r.client.ttft_ms or 0, 2) for r in records]}; labkit's "
+        f"first-token stamp after the server's send: median {after_send_ms:.3f} ms\n"
+        f"[{label}] decode ms/token "
+        f"{[round(r.client.decode_ms_per_token or 0, 3) for r in records]}"
     )
 
 
-def test_recorder_measures_the_schedule_over_real_sockets() -> None:
-    records = asyncio.run(measure(SCHEDULE, RUNS, warmup=1))
-    check_schedule(records, "recorder")
+def test_recorder_measures_the_schedule_over_real_sockets(tmp_path: Path) -> None:
+    log = tmp_path / "truth.jsonl"
+    with TruthServer(truth_log=log, ttft_ms=FIRST_MS, interval_ms=STEP_MS, tokens=TOKENS) as srv:
+        records = asyncio.run(measure_at(srv.base_url, RUNS, warmup=1))
+    check_schedule(records, read_truth_log(log), "recorder")
 
 
 def test_pooled_connection_has_no_connect_phase() -> None:
@@ -156,47 +153,36 @@ def test_real_drop_mid_stream_and_real_http_error() -> None:
     assert rec.error.status == 429 and rec.error.retry_after_s == 2.0
 
 
-@pytest.fixture
-def server_thread() -> Iterator[TruthServer]:
-    """The fake server in its own process (for the CLI case)."""
-    with TruthServer.of(SCHEDULE) as server:
-        yield server
-
-
-def test_cli_against_the_fake_server(tmp_path: Path, server_thread: TruthServer) -> None:
-    cfg = tmp_path / "sock.yaml"
-    cfg.write_text(
-        "name: sock\n"
-        "providers:\n"
-        "  - id: local\n"
-        "    kind: openai_compatible\n"
-        f"    base_url: {server_thread.base_url}\n"
-        "    model: fake\n"
-        "experiments:\n"
-        "  - kind: single\n"
-        "    prompt_cache: as_sent\n"
-        "    prompts: ['Explain what a token is.']\n"
-        "    repeats: 3\n"
-        "    warmup: 1\n",
-        encoding="utf-8",
-    )
-    result = CliRunner().invoke(app, ["run", str(cfg), "--out", str(tmp_path), "--no-report"])
+def test_cli_against_the_truth_server(tmp_path: Path) -> None:
+    log = tmp_path / "truth.jsonl"
+    with TruthServer(truth_log=log, ttft_ms=FIRST_MS, interval_ms=STEP_MS, tokens=TOKENS) as srv:
+        cfg = tmp_path / "sock.yaml"
+        cfg.write_text(
+            "name: sock\n"
+            "providers:\n"
+            "  - id: local\n"
+            "    kind: openai_compatible\n"
+            f"    base_url: {srv.base_url}\n"
+            "    model: fake\n"
+            "experiments:\n"
+            "  - kind: single\n"
+            "    prompt_cache: as_sent\n"
+            "    prompts: ['Explain what a token is.']\n"
+            "    repeats: 3\n"
+            "    warmup: 1\n",
+            encoding="utf-8",
+        )
+        out = tmp_path / "runs"
+        result = CliRunner().invoke(app, ["run", str(cfg), "--out", str(out), "--no-report"])
     assert result.exit_code == 0, result.output
-    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    (run,) = [p for p in out.iterdir() if p.is_dir()]
     lines = (run / "records.jsonl").read_text(encoding="utf-8").splitlines()
     records = [RequestRecord.from_json_line(x) for x in lines]
     assert [r.warmup for r in records] == [True, False, False, False]
-    measured = [r for r in records if not r.warmup]
-    # The runner reuses its connection after the warm-up: TTFT/decode still match.
-    for r in measured:
-        assert r.error is None
-        assert abs(r.client.ttft_ms - FIRST_MS) < TTFT_MAX_MS
-        assert abs(r.client.decode_ms_per_token - STEP_MS) < DECODE_TOL * STEP_MS
-        assert r.client.headers_ms is not None and r.client.request_sent_ms is not None
     assert records[0].client.connect_ms is not None  # the warm-up opened the connection
-    ttft_err, decode_err = errors(measured)
-    assert ttft_err < TTFT_TOL_MS and decode_err < DECODE_TOL
-    print(
-        f"\n[cli] TTFT median |error| {ttft_err:.2f} ms, decode median |error| "
-        f"{decode_err * 100:.2f} % over {len(measured)} runs"
-    )
+    # The runner reuses its connection after the warm-up: no connect phase, the rest agrees.
+    measured = records[1:]
+    assert all(r.client.connect_ms is None for r in measured)
+    assert all(r.client.headers_ms is not None and r.client.request_sent_ms for r in measured)
+    assert_agrees_with_truth(records, read_truth_log(log))
+    assert all(r.client.ttft_ms is not None and r.client.ttft_ms >= FIRST_MS for r in records)

@@ -11,6 +11,7 @@ import asyncio
 import json
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -26,6 +27,7 @@ from labkit.providers.base import ChatRequest, Provider
 from labkit.providers.fake import FakeSchedule
 from labkit.providers.sdk import model_view
 from labkit.records import ErrorKind, RequestRecord, StopReason
+from labkit.truth.log import read_truth_log
 from labkit.truth.process import TruthServer
 from tests.providers.streams import (
     SSE_HEADERS,
@@ -35,8 +37,7 @@ from tests.providers.streams import (
     split_every,
     sse_response,
 )
-
-SCHEDULE = FakeSchedule(first_token_ms=60.0, token_interval_ms=15.0, tokens=20)
+from tests.support.truth import assert_agrees_with_truth
 
 
 def _provider(kind: str, **data: object) -> Provider:
@@ -49,35 +50,42 @@ def _request() -> ChatRequest:
 
 
 @pytest.mark.integration
-def test_sdk_path_on_real_sockets_matches_the_schedule_and_the_wire_path() -> None:
-    async def main() -> tuple[list[float], list[float], list[float]]:
-        with TruthServer.of(SCHEDULE) as server:
-            provider = _provider("openai_compatible", model="fake", base_url=server.base_url)
-            sdk = SDKRecorder()
-            wire = StreamRecorder()
-            sdk_ttft, wire_ttft, sdk_decode = [], [], []
-            for i in range(4):
-                ctx = RecordContext(run_id="r", experiment="t", trial=i)
-                s = await sdk.record(provider, _request(), ctx)
-                w = await wire.record(provider, _request(), ctx)
-                assert s.error is None and w.error is None
-                assert s.app.client_path == "sdk" and w.app.client_path == "wire"
-                assert s.usage.output_tokens == 20 and s.stop_reason == StopReason.END
-                assert s.output_text == w.output_text
-                if i:  # the first SDK request pays for imports and client set-up
-                    sdk_ttft.append(s.client.ttft_ms or 0)
-                    wire_ttft.append(w.client.ttft_ms or 0)
-                    sdk_decode.append(s.client.decode_ms_per_token or 0)
-            await sdk.aclose()
-            await provider.aclose()
-            return sdk_ttft, wire_ttft, sdk_decode
+def test_sdk_path_on_real_sockets_agrees_with_the_truth_like_the_wire_path(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "truth.jsonl"
 
-    sdk_ttft, wire_ttft, sdk_decode = asyncio.run(main())
-    sdk_p50, wire_p50 = statistics.median(sdk_ttft), statistics.median(wire_ttft)
+    async def main(base_url: str) -> tuple[list[RequestRecord], list[RequestRecord]]:
+        provider = _provider("openai_compatible", model="fake", base_url=base_url)
+        sdk = SDKRecorder()
+        wire = StreamRecorder()
+        sdk_records, wire_records = [], []
+        for i in range(4):
+            ctx = RecordContext(run_id="r", experiment="t", trial=i)
+            s = await sdk.record(provider, _request(), ctx)
+            w = await wire.record(provider, _request(), ctx)
+            assert s.error is None and w.error is None
+            assert s.app.client_path == "sdk" and w.app.client_path == "wire"
+            assert s.usage.output_tokens == 20 and s.stop_reason == StopReason.END
+            assert s.output_text == w.output_text
+            sdk_records.append(s)
+            wire_records.append(w)
+        await sdk.aclose()
+        await provider.aclose()
+        return sdk_records, wire_records
+
+    with TruthServer(truth_log=log, ttft_ms=60, interval_ms=15, tokens=20) as srv:
+        sdk_records, wire_records = asyncio.run(main(srv.base_url))
+    truth = read_truth_log(log)
+    # Both paths: every event stamped no earlier than the server sent it, on one clock.
+    assert_agrees_with_truth(sdk_records, truth)
+    assert_agrees_with_truth(wire_records, truth)
+    for s, w in zip(sdk_records, wire_records, strict=True):
+        assert len(s.client.event_offsets_ms) == len(w.client.event_offsets_ms) == 20
+        assert (s.client.ttft_ms or 0) >= 60 and (w.client.ttft_ms or 0) >= 60
+    sdk_p50 = statistics.median(r.client.ttft_ms or 0 for r in sdk_records[1:])
+    wire_p50 = statistics.median(r.client.ttft_ms or 0 for r in wire_records[1:])
     print(f"median TTFT: sdk {sdk_p50:.2f} ms, wire {wire_p50:.2f} ms")
-    # Margins as in test_real_socket: late wake-ups on a busy 2-core machine, medians of 3 runs.
-    assert abs(statistics.median(sdk_ttft) - 60.0) < 15.0
-    assert abs(statistics.median(sdk_decode) - 15.0) / 15.0 < 0.10
 
 
 def _mock_sdk(handler) -> SDKRecorder:  # type: ignore[no-untyped-def]
@@ -348,9 +356,6 @@ def test_sdk_path_measures_connection_phases_on_real_sockets() -> None:
         assert c.request_sent_ms is not None and c.headers_ms is not None
         assert c.ttft_ms is not None and c.e2e_ms is not None
         assert 0 < c.request_sent_ms <= c.headers_ms <= c.ttft_ms <= c.e2e_ms
-        # Headers come before the first token's wait (20 ms on SHORT's schedule); a lower bound
-        # with 5 ms to spare, as the server's sleep can only run long.
-        assert c.ttft_ms - c.headers_ms > 15.0
         assert rec.app.cpu_ms is not None and 0 < rec.app.cpu_ms < c.e2e_ms
     assert first.client.connect_ms is not None and reconnected.client.connect_ms is not None
     assert 0 < reconnected.client.connect_ms <= reconnected.client.request_sent_ms  # type: ignore[operator]
@@ -424,9 +429,17 @@ def test_attribution_pairs_paths_and_connections_on_real_sockets() -> None:
     assert f.n_sdk_pairs == 4 and f.n_event_delay_pairs == 4 and f.n_cpu_pairs == 4
     assert f.n_cpu_wire == 4 and f.n_cpu_sdk == 4
     assert f.cpu_us_per_event_wire > 0 and f.cpu_us_per_event_sdk > 0
-    # The SDK's own cost is well under a millisecond per event; 15 ms leaves room for the
-    # scheduling noise of a shared machine in medians of 4 pairs.
-    assert abs(f.sdk_ttft_ms) < 15.0 and abs(f.sdk_event_delay_ms) < 15.0
+    # The SDK's TTFT figure: the median over the 4 trials of the SDK's TTFT minus the wire
+    # path's (what the SDK costs is a figure of the host: printed, not bounded).
+    by_key = {r.plan_key: r for r in records}
+    paired = [
+        (by_key[f"attribution/{t}/sdk"].client.ttft_ms or 0)
+        - (by_key[f"attribution/{t}"].client.ttft_ms or 0)
+        for t in range(4)
+    ]
+    assert f.sdk_ttft_ms == pytest.approx(statistics.median(paired))
+    assert f.sdk_event_delay_ms is not None
+    print(f"SDK minus wire: TTFT {f.sdk_ttft_ms:.2f} ms, event delay {f.sdk_event_delay_ms:.2f} ms")
     assert "The official SDK on TTFT" in answer.answer and "n=4" in answer.answer
     rows = {r.key: r for r in f.rows}
     assert rows[AttributionKey.TCP_CONNECT].value_ms is not None

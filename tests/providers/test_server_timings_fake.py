@@ -147,14 +147,18 @@ def test_deepseek_keepalives_count_the_wait_before_the_first_event() -> None:
     # The comments arrive after the headers and before the first event, which waited the
     # scripted queue after the headers.
     assert client.headers_ms <= pt.keepalive_last_ms <= client.first_event_ms
-    assert client.first_event_ms - client.headers_ms >= QUEUE_MS * 0.9
+    # The server waits the queue, then the first token's delay, after the request came: a
+    # floor (a sleep never returns early), whatever the host adds.
+    assert client.first_event_ms >= QUEUE_MS + FIRST_MS
 
 
 def test_the_queue_delays_the_first_byte_and_ttft_holds_queue_and_prefill() -> None:
     rec = record("groq")
-    assert rec.client.headers_ms is not None and rec.client.headers_ms >= QUEUE_MS * 0.9
+    # Floors, as a sleep never returns early: the headers after the queue, the first token
+    # after the queue and its own delay.
+    assert rec.client.headers_ms is not None and rec.client.headers_ms >= QUEUE_MS
     assert rec.client.ttft_ms is not None
-    assert rec.client.ttft_ms >= (QUEUE_MS + FIRST_MS) * 0.9
+    assert rec.client.ttft_ms >= QUEUE_MS + FIRST_MS
 
 
 def test_a_forced_server_hint_reads_only_that_shape() -> None:

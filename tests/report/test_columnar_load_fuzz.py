@@ -91,9 +91,9 @@ def _lines_named(run: load.RunData) -> list[str]:
     return [m for p in run.problems for m in re.findall(r"\(line [^)]*\)", p)]
 
 
-@settings(
-    max_examples=100, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+# The profile's example count (tests/conftest.py: 60 in CI, 600 with HYPOTHESIS_PROFILE=dev):
+# each example reads a run three ways, the unit tier's slowest test at 100.
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_mutation, max_size=4), st.binary(max_size=6))
 def test_a_mangled_run_reads_at_once_as_line_by_line(
     mutations: list[tuple[int, object, int, str]], raw_tail: bytes

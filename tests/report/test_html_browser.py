@@ -82,7 +82,7 @@ class Cdp:
         return msg
 
     def send(
-        self, method: str, session: str | None = None, timeout: float = 20.0, **params: Any
+        self, method: str, session: str | None = None, timeout: float = 60.0, **params: Any
     ) -> dict[str, Any]:
         self._next += 1
         msg: dict[str, Any] = {"id": self._next, "method": method, "params": params}
@@ -99,7 +99,7 @@ class Cdp:
                 return result
             self.events.append(reply)
 
-    def wait_for(self, method: str, timeout: float = 20.0) -> dict[str, Any]:
+    def wait_for(self, method: str, timeout: float = 60.0) -> dict[str, Any]:
         for ev in self.events:
             if ev.get("method") == method:
                 return ev
@@ -268,7 +268,7 @@ def test_html_report_in_headless_chromium(tmp_path: Path, browser: Cdp, copies: 
     browser.send("Page.navigate", session, url=url)
     browser.wait_for("Page.loadEventFired")
     # vega-embed draws asynchronously: wait until every chart has its marks (or time out).
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60  # a hang guard: generous for a busy host
     marks = _evaluate(browser, session, _CHART_MARKS)
     while not all(n > 0 for _, n in marks) and time.monotonic() < deadline:
         time.sleep(0.2)

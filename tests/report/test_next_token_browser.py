@@ -103,7 +103,7 @@ def test_the_next_token_pictures_in_headless_chromium(tmp_path: Path, browser: C
     )
     browser.send("Page.navigate", session, url=paths.html.resolve().as_uri())
     browser.wait_for("Page.loadEventFired")
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60  # a hang guard: generous for a busy host
     marks = dict(_evaluate(browser, session, _CHART_MARKS))
     while not all(n > 0 for n in marks.values()) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -113,7 +113,7 @@ def test_the_next_token_pictures_in_headless_chromium(tmp_path: Path, browser: C
     x, y = _evaluate(browser, session, _HOVER_TARGET)
     browser.send("Input.dispatchMouseEvent", session, type="mouseMoved", x=x, y=y)
     tip = ""
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # a hang guard: generous for a busy host
     while "candidates" not in tip and time.monotonic() < deadline:
         time.sleep(0.2)
         reply = browser.send(

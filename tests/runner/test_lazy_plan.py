@@ -1,8 +1,9 @@
 """A huge plan starts sending at once, holds only what is in flight, and stops on Ctrl-C.
 
 `labkit run --repeats 100000000` against a fast server on 127.0.0.1, in a real subprocess:
-records must appear within seconds (the plan is drawn lazily, not built first), and SIGINT
-must end the run promptly with the manifest `interrupted` and every record kept.
+records appear while the process holds a few hundred MB at most (the plan is drawn lazily:
+10^8 planned requests built first would take gigabytes, and minutes before the first
+record), and SIGINT ends the run with the manifest `interrupted` and every record kept.
 """
 
 from __future__ import annotations
@@ -59,15 +60,14 @@ def test_huge_repeats_start_at_once_and_ctrl_c_stops_them(tmp_path: Path) -> Non
             preexec_fn=_default_sigint,
         )
         records_path = None
-        # Generous: the interpreter's start and labkit's imports take seconds on a busy box;
-        # building 10^8 planned requests first would take minutes and gigabytes.
-        while time.monotonic() - t0 < 30:
+        # A hang guard only: what shows the plan is lazy is the memory held (below).
+        while time.monotonic() - t0 < 600:
             found = list(out.glob("*/records.jsonl")) if out.exists() else []
             if found and len(found[0].read_text().splitlines()) >= 20:
                 records_path = found[0]
                 break
             time.sleep(0.1)
-        assert records_path is not None, "no records within 30 s: the plan was not lazy"
+        assert records_path is not None, "no records within 600 s: the plan was not lazy"
         rss_kib = int(
             next(
                 line.split()[1]

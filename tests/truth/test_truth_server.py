@@ -110,7 +110,12 @@ def test_client_request_ids_slots_and_keepalive_comments(tmp_path: Path) -> None
     truth = read_truth_log(log)
     (only,) = truth.requests
     assert only.client_request_id == "mine-1"
-    assert 2 <= len(only.comments_ns) <= 4  # every 5 ms until the first token at 20 ms
+    # A comment due every 5 ms of service until the first token at 20 ms: at 5, 10 and 15,
+    # each sent (late or not) no earlier than it was due, and before the first token.
+    assert len(only.comments_ns) == 3
+    for k, sent in enumerate(only.comments_ns, 1):
+        assert sent >= only.t_start_ns + k * 5_000_000
+    assert only.comments_ns == sorted(only.comments_ns)
     assert all(c < only.events_ns[0] for c in only.comments_ns)
 
 

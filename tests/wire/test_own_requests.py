@@ -28,6 +28,7 @@ from labkit.runner.scrape import MetricsScraper
 from labkit.wire import connections
 from labkit.wire.connections import AnswerTooLarge, Bound, DeadlinePassed
 from tests.providers.streams import make_provider
+from tests.support.extras import requires_ray
 from tests.support.misbehaving import MisbehavingServer, Reply, http_head, repeat
 
 pytestmark = pytest.mark.integration
@@ -221,6 +222,7 @@ def test_a_warm_up_that_never_ends_is_given_up(monkeypatch: pytest.MonkeyPatch) 
         assert any(r.startswith(b"GET /health") for r in server.requests)
 
 
+@requires_ray
 def test_the_ray_executor_checks_its_address_before_ray_starts(tmp_path: Path) -> None:
     # Ray is imported, never initialised: the check refuses the address first.
     from labkit.config import RayExecutorSettings

@@ -21,6 +21,7 @@ from labkit.records import ClientTimings, ErrorKind, RequestRecord, StopReason
 from labkit.runner import ray_executor
 from labkit.runner.jobs import Sending
 from labkit.runner.ray_executor import RayExecutor, _Actor, _lost_record
+from tests.support.extras import requires_ray
 
 pytestmark = pytest.mark.unit
 
@@ -34,6 +35,7 @@ def _data(executor: Any) -> dict[str, Any]:
     }
 
 
+@requires_ray  # parse_config refuses `executor: ray` where Ray is not installed
 def test_the_executor_block_has_defaults_and_takes_placements() -> None:
     config = parse_config(_data({"kind": "ray"}))
     assert config.executor == RayExecutorSettings()
@@ -165,6 +167,7 @@ def test_the_level_names_the_hosts_whose_actor_was_client_bound(tmp_path: Path) 
     assert any("gone/10.0.0.3/cccc died" in m and "partial" in m for m in messages)
 
 
+@requires_ray
 def test_the_shipped_ray_config_validates() -> None:
     from labkit.config import load_config
     from labkit.runner.run import validate_experiments

@@ -19,8 +19,9 @@ import pytest
 
 from labkit.clocksync import driver_start_ns, read_clock_log
 from labkit.records import ErrorKind, RequestRecord
+from tests.support.extras import requires_ray
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, requires_ray]
 
 SCENARIOS = Path(__file__).with_name("scenarios.py")
 ROOT = Path(__file__).parents[3]
@@ -111,14 +112,20 @@ def test_a_skewed_actor_clock_is_corrected_by_its_measured_offset(
     skewed = [h for h, rs in by_host.items() if rs[0].clock and rs[0].clock.offset_ns < -skew / 2]
     assert len(skewed) == 1
     for host, recs in by_host.items():
-        assert recs[0].clock is not None
         expected = -skew if host in skewed else 0
-        # Same host underneath: the estimate recovers the injected skew to within 50 ms.
-        assert abs(recs[0].clock.offset_ns - expected) < 50_000_000
-    raw = [min(int(r.t_start_mono_ns or 0) for r in recs) for recs in by_host.values()]
-    corrected = [min(int(driver_start_ns(r) or 0) for r in recs) for recs in by_host.values()]
-    assert abs(raw[0] - raw[1]) > skew * 0.8  # uncorrected, the actors' starts are 3 s apart
-    assert abs(corrected[0] - corrected[1]) < 500_000_000  # corrected, one common start
+        for r in recs:
+            # Same host underneath, so the true offset is the injected skew: each estimate
+            # holds it within its own uncertainty (half its round trip), however slow the
+            # round trip was; and each start is corrected by the estimate.
+            clock = r.clock
+            assert clock is not None
+            assert abs(clock.offset_ns - expected) <= clock.uncertainty_ns, clock
+            if clock.offset_after_ns is not None and clock.uncertainty_after_ns is not None:
+                assert abs(clock.offset_after_ns - expected) <= clock.uncertainty_after_ns
+            moved = (driver_start_ns(r) or 0) - (r.t_start_mono_ns or 0)
+            assert abs(moved - expected) <= max(
+                clock.uncertainty_ns, clock.uncertainty_after_ns or 0
+            )
 
 
 def test_no_key_passes_through_ray(scenarios: dict[str, Any]) -> None:

@@ -13,8 +13,9 @@ import pytest
 
 from labkit.local import ensure_setup
 from labkit.records import RequestRecord
+from tests.support.extras import requires_ray
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, requires_ray]
 
 ROOT = Path(__file__).parents[3]
 

@@ -137,18 +137,19 @@ def test_a_stalled_pushed_stream_times_out_as_a_read_timeout() -> None:
 
 
 def test_a_pushed_stream_cancelled_mid_way_keeps_what_it_read() -> None:
-    async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def stops(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)
         writer.write(_HEAD)
-        for text in "abcdefghij":
+        for text in "abc":  # three of the stream's events, then nothing until cancelled
             writer.write(_event(text))
             await writer.drain()
-            await asyncio.sleep(0.03)
+        await asyncio.sleep(30)
 
-    record = _record_against(slow, cancel_after_s=0.12)
+    # Cancelled half a second after the start: a generous wait for three events already sent.
+    record = _record_against(stops, cancel_after_s=0.5)
     assert record.error is not None and record.error.kind == ErrorKind.CANCELLED
-    assert 2 <= len(record.client.event_offsets_ms) < 10
-    assert record.output_text == "abcdefghij"[: len(record.client.event_offsets_ms)]
+    assert 1 <= len(record.client.event_offsets_ms) <= 3
+    assert record.output_text == "abc"[: len(record.client.event_offsets_ms)]
 
 
 def test_broken_framing_in_a_pushed_read_costs_one_record() -> None:
