@@ -21,6 +21,7 @@ from labkit.wire.lean.stamps import (
     STAMP_TYPE,
     STAMP_UNIT,
     loopback_pair,
+    read_is_stamped,
 )
 from labkit.wire.sse import MAX_EVENT_BYTES, SSEEvent, SSEParser
 
@@ -152,6 +153,11 @@ needs_stamps = pytest.mark.skipif(KERNEL_STAMPS is None, reason="no kernel recei
 @needs_stamps
 def test_recv_stamped_reads_a_kernel_stamped_segment() -> None:
     with loopback_pair() as (sender, receiver):
+        # The kernel turns receive stamping on for the host a moment after the first socket
+        # asks (deferred work): a segment sent before then comes unstamped. Wait for it.
+        deadline = time.monotonic() + 60  # a hang guard, not a bound
+        while not read_is_stamped(sender, receiver, b"x") and time.monotonic() < deadline:
+            time.sleep(0.002)
         receiver.setblocking(False)
         assert (
             _C.recv_stamped(receiver.fileno(), 65536, ANC_SIZE, STAMP_TYPE, STAMP_UNIT, 0) is None
