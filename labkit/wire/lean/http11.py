@@ -7,15 +7,17 @@ from ``response.extensions["labkit.arrival"]``). Errors are httpx's own exceptio
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import re
+from collections.abc import AsyncIterator, Iterable
 from typing import Protocol
 
+import h11
 import httpx
 
 from labkit.wire.lean.tcp import Connection
 from labkit.wire.readpath import whole_chunks
 
-__all__ = ["MAX_HEAD", "Body", "ConnectionOwner", "response_framing"]
+__all__ = ["MAX_HEAD", "Body", "ConnectionOwner", "HeadParser", "response_framing"]
 
 
 class OnPayload(Protocol):
@@ -38,7 +40,10 @@ class ConnectionOwner(Protocol):
         """Close `conn`."""
 
 
-MAX_HEAD = 64 * 1024
+#: The longest unfinished head or framing line (a response head, a chunk size line, a
+#: trailer) before the response is refused: httpcore's bound for h11 (``Receive buffer too
+#: long``).
+MAX_HEAD = 100 * 1024
 
 
 class Body(httpx.AsyncByteStream):
@@ -67,11 +72,16 @@ class Body(httpx.AsyncByteStream):
         self._released = False
         self._chunked = _Chunked() if framing == "chunked" else None
         self._last = conn.buffer_stamp  # the stamps of the latest read taken
+        # Broken framing found after a payload decoded from the same read: raised once that
+        # payload is handed on.
+        self._broken: httpx.RemoteProtocolError | None = None
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         conn = self._conn
         buf = conn.buffer
         while not self._complete:
+            if self._broken is not None:
+                raise self._broken
             if buf:
                 data = bytes(buf)
                 buf.clear()
@@ -114,6 +124,8 @@ class Body(httpx.AsyncByteStream):
         conn = self._conn
         buf = conn.buffer
         while not self._complete:  # what is in already
+            if self._broken is not None:
+                raise self._broken
             if buf:
                 data = bytes(buf)
                 buf.clear()
@@ -125,6 +137,8 @@ class Body(httpx.AsyncByteStream):
             payload = self._take(data, t, seen, kernel)
             if payload and on_payload(payload, t, seen, kernel):
                 return
+        if self._broken is not None:
+            raise self._broken
         if not self._complete:
             stopped = False
             chunked = self._chunked
@@ -142,6 +156,8 @@ class Body(httpx.AsyncByteStream):
                 payload = self._take(data, t, seen, kernel)
                 if payload and on_payload(payload, t, seen, kernel):
                     stopped = True
+                if self._broken is not None and not stopped:
+                    raise self._broken
                 return stopped or self._complete
 
             try:
@@ -163,11 +179,15 @@ class Body(httpx.AsyncByteStream):
         if chunked is not None:
             try:
                 payload, rest, done = chunked.feed(data)
-            except ValueError as exc:
+            except FramingError as exc:
                 self._conn.close()
-                raise httpx.RemoteProtocolError(
+                error = httpx.RemoteProtocolError(
                     f"broken chunked framing: {exc}", request=self._request
-                ) from None
+                )
+                if not exc.payload:
+                    raise error from None
+                self._broken = error
+                payload, rest, done = exc.payload, b"", False
             if done:
                 self._conn.buffer += rest
                 self._complete = True
@@ -213,11 +233,47 @@ class Body(httpx.AsyncByteStream):
             self._transport.discard(self._conn)
 
 
-_HEX_DIGITS = frozenset(b"0123456789abcdefABCDEF")
+# h11's patterns (h11/_abnf.py, 0.16), copied: h11 keeps them private, and the chunked body
+# is framed here, not by h11 (tests/wire/lean/test_http_parity.py holds the copies to h11's).
+_FIELD_VALUE = rb"(?:[^\x00\s]+(?:[ \t]+[^\x00\s]+)*)?"
+HEADER_FIELD = re.compile(rb"[-!#$%&'*+.^_`|~0-9a-zA-Z]+:[ \t]*" + _FIELD_VALUE + rb"[ \t]*")
+CHUNK_HEADER = re.compile(rb"([0-9A-Fa-f]{1,20})(?:;.*)?[ \t]*\r\n")
+_OBS_FOLD = re.compile(rb"[ \t]+")
+_BLANK_LINE = re.compile(rb"\n\r?\n")
+
+
+class FramingError(ValueError):
+    """Broken chunked framing; `payload` is what the same read decoded before it."""
+
+    def __init__(self, message: str, payload: bytes = b"") -> None:
+        super().__init__(message)
+        self.payload = payload
+
+
+def check_field_lines(lines: Iterable[bytes]) -> None:
+    """ValueError unless `lines` are header fields as h11 reads them: obsolete line folding
+    (a line starting with SP or HTAB continues the one before) joined first, then each
+    ``token ":" OWS value OWS``, the value without NUL or whitespace other than SP and HTAB
+    inside it."""
+    joined: list[bytes] = []
+    for line in lines:
+        fold = _OBS_FOLD.match(line)
+        if fold:
+            if not joined:
+                raise ValueError("continuation line at start of headers")
+            joined[-1] += b" " + line[fold.end() :]
+        else:
+            joined.append(line)
+    for line in joined:
+        if not HEADER_FIELD.fullmatch(line):
+            raise ValueError(f"illegal header line: {line[:40]!r}")
 
 
 class _Chunked:
-    """Decodes ``Transfer-Encoding: chunked`` incrementally."""
+    """Decodes ``Transfer-Encoding: chunked`` incrementally, by h11's rules: a chunk header
+    is 1 to 20 hex digits, an optional ``;`` extension, optional trailing SP/HTAB and CRLF
+    (a bare LF does not end it); each chunk's data is followed by exactly CRLF; the trailer
+    ends at a blank line (LF or CRLF line ends) and each of its lines is a header field."""
 
     def __init__(self) -> None:
         self.buf = bytearray()  # bytes of a chunk head, data or trailer not yet whole
@@ -225,8 +281,8 @@ class _Chunked:
         self.state = "size"  # size | data | crlf | trailer: what the next byte starts
 
     def feed(self, data: bytes) -> tuple[bytes, bytes, bool]:
-        """(payload, bytes past the body, whether the body ended); ValueError when the
-        framing is broken (a chunk size that is not hex, no CRLF after a chunk)."""
+        """(payload, bytes past the body, whether the body ended); FramingError (a
+        ValueError carrying the payload decoded before it) when the framing is broken."""
         buf = self.buf
         if not buf and self.state == "size":
             # The common read: whole chunks (a server writes each event as one; a read that
@@ -236,6 +292,12 @@ class _Chunked:
                 return payload, b"", False
         buf += data
         out = bytearray()
+        try:
+            return self._decode(buf, out)
+        except ValueError as exc:
+            raise FramingError(str(exc), bytes(out)) from None
+
+    def _decode(self, buf: bytearray, out: bytearray) -> tuple[bytes, bytes, bool]:
         while True:
             if self.state == "data":
                 take = min(self._left, len(buf))
@@ -246,20 +308,21 @@ class _Chunked:
                     return bytes(out), b"", False
                 self.state = "crlf"
             if self.state == "crlf":
+                if buf[:2] != b"\r\n"[: len(buf[:2])]:
+                    raise ValueError(f"no CRLF after a chunk's data but {bytes(buf[:2])!r}")
                 if len(buf) < 2:
                     return bytes(out), b"", False
-                if buf[:2] != b"\r\n":
-                    raise ValueError(f"no CRLF after a chunk's data but {bytes(buf[:2])!r}")
                 del buf[:2]
                 self.state = "size"
             if self.state == "size":
                 end = buf.find(b"\r\n")
                 if end < 0:
+                    self._bound(buf, "chunk size line")
                     return bytes(out), b"", False
-                field = bytes(buf[:end]).split(b";", 1)[0].strip()
-                if not field or not all(c in _HEX_DIGITS for c in field):
-                    raise ValueError(f"malformed chunk size {field[:20]!r}")
-                size = int(field, 16)
+                head = CHUNK_HEADER.fullmatch(buf, 0, end + 2)
+                if head is None:
+                    raise ValueError(f"malformed chunk size line {bytes(buf[: min(end, 40)])!r}")
+                size = int(head[1], 16)
                 del buf[: end + 2]
                 if size == 0:
                     self.state = "trailer"
@@ -268,32 +331,77 @@ class _Chunked:
                     self.state = "data"
                     continue
             if self.state == "trailer":
-                if buf.startswith(b"\r\n"):
-                    rest = bytes(buf[2:])
+                if buf[:1] == b"\n" or buf[:2] == b"\r\n":
+                    skip = 1 if buf[:1] == b"\n" else 2
+                    rest = bytes(buf[skip:])
                     buf.clear()
                     return bytes(out), rest, True
-                end = buf.find(b"\r\n\r\n")
-                if end < 0:
+                blank = _BLANK_LINE.search(buf)
+                if blank is None:
+                    self._bound(buf, "trailer")
                     return bytes(out), b"", False
-                rest = bytes(buf[end + 4 :])
+                lines = bytes(buf[: blank.start()]).split(b"\n")
+                check_field_lines(line.removesuffix(b"\r") for line in lines)
+                rest = bytes(buf[blank.end() :])
                 buf.clear()
                 return bytes(out), rest, True
 
+    @staticmethod
+    def _bound(buf: bytearray, what: str) -> None:
+        if len(buf) > MAX_HEAD:
+            raise ValueError(f"{what} longer than {MAX_HEAD} bytes")
+
+
+class HeadParser:
+    """A response head read by h11, the parser httpx reads HTTP/1.1 with: the status line,
+    the header fields (obsolete line folding, bare LF line ends, NUL and other controls,
+    Content-Length and Transfer-Encoding values as h11 takes or refuses them), interim 1xx
+    responses skipped, `MAX_HEAD` bytes at most while unfinished."""
+
+    def __init__(self, method: str) -> None:
+        self._h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD)
+        # h11 reads a response only after a request (its method decides a HEAD's framing,
+        # an Upgrade what a 101 means); none of these bytes are sent.
+        self._h11.send(
+            h11.Request(
+                method=method, target=b"/", headers=[(b"host", b"_"), (b"content-length", b"0")]
+            )
+        )
+
+    def feed(self, data: bytes, request: httpx.Request) -> h11.Response | None:
+        """The final response's head once `data` completes it, else None (more is needed);
+        httpx.RemoteProtocolError for a head httpx would refuse."""
+        self._h11.receive_data(data)
+        while True:
+            try:
+                event = self._h11.next_event()
+            except h11.RemoteProtocolError as exc:
+                raise httpx.RemoteProtocolError(str(exc)[:200], request=request) from None
+            if event is h11.NEED_DATA:
+                return None
+            if isinstance(event, h11.Response):
+                return event
+            if not isinstance(event, h11.InformationalResponse):  # pragma: no cover
+                raise httpx.RemoteProtocolError(f"unexpected {event!r}"[:200], request=request)
+
+    @property
+    def rest(self) -> bytes:
+        """The bytes read past the head (the body's start)."""
+        return bytes(self._h11.trailing_data[0])
+
 
 def response_framing(
-    method: str, status: int, headers: list[tuple[bytes, bytes]], request: httpx.Request
+    method: str, status: int, headers: list[tuple[bytes, bytes]]
 ) -> tuple[str, int]:
-    """How the body ends: ("none"|"chunked"|"length"|"close", content length)."""
+    """How the body ends: ("none"|"chunked"|"length"|"close", content length), from headers
+    h11 has checked (`HeadParser`: Transfer-Encoding is ``chunked`` alone, Content-Length one
+    decimal value of at most 20 digits)."""
     if method == "HEAD" or status in (204, 304):
         return "none", 0
-    for name, value in headers:
-        if name == b"transfer-encoding" and b"chunked" in value.lower():
+    for name, _ in headers:
+        if name == b"transfer-encoding":
             return "chunked", 0
     for name, value in headers:
         if name == b"content-length":
-            if not value.isdigit():
-                raise httpx.RemoteProtocolError(
-                    f"malformed content-length {value[:40]!r}", request=request
-                )
             return "length", int(value)
     return "close", 0

@@ -34,7 +34,7 @@ from typing import Any
 
 import httpx
 
-from labkit.wire.lean.http11 import MAX_HEAD, Body, response_framing
+from labkit.wire.lean.http11 import Body, HeadParser, response_framing
 from labkit.wire.lean.outgoing import PREPARED, Outgoing, request_bytes
 from labkit.wire.lean.stamps import hold_kernel_stamps
 from labkit.wire.lean.tcp import Connection, Origin, Trace
@@ -249,11 +249,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
                 # the first read of the response began.
                 await self._trace_sent(trace, conn.t_sent_ns)
             await trace("http11.receive_response_headers.complete", {"labkit_t_ns": t_head})
-        try:
-            framing, length = response_framing(request.method, status, headers, request)
-        except httpx.RemoteProtocolError:
-            self.discard(conn)
-            raise
+        framing, length = response_framing(request.method, status, headers)
         connection = b",".join(v for k, v in headers if k == b"connection").lower()
         keep_alive = framing != "close" and b"close" not in connection
         if version == b"HTTP/1.0":
@@ -283,35 +279,18 @@ class LeanTransport(httpx.AsyncBaseTransport):
     async def _read_head(
         conn: Connection, request: httpx.Request, read_timeout: float | None
     ) -> tuple[int, list[tuple[bytes, bytes]], int, bytes]:
+        """The status, header fields, arrival stamp and HTTP version of the response head
+        (h11's reading of it: `HeadParser`); the bytes past it stay in `conn.buffer`."""
         buf = conn.buffer
         stamp = conn.buffer_stamp
+        parser = HeadParser(request.method)
         while True:
-            end = buf.find(b"\r\n\r\n")
-            if end >= 0:
-                head = bytes(buf[:end])
-                del buf[: end + 4]
-                lines = head.split(b"\r\n")
-                parts = lines[0].split(b" ", 2)
-                if (
-                    len(parts) < 2
-                    or not parts[0].startswith(b"HTTP/1.")
-                    or len(parts[1]) != 3
-                    or not parts[1].isdigit()
-                ):
-                    raise httpx.RemoteProtocolError(
-                        f"malformed status line {lines[0][:80]!r}", request=request
-                    )
-                status = int(parts[1])
-                if 100 <= status < 200 and status != 101:
-                    continue  # an interim response (100 Continue): the real one follows
-                headers = []
-                for line in lines[1:]:
-                    name, _, value = line.partition(b":")
-                    headers.append((name.strip().lower(), value.strip()))
+            head = parser.feed(bytes(buf), request) if buf else None
+            buf.clear()
+            if head is not None:
+                buf += parser.rest
                 conn.buffer_stamp = stamp
-                return status, headers, stamp[0], parts[0]
-            if len(buf) > MAX_HEAD:
-                raise httpx.RemoteProtocolError("response headers too large", request=request)
+                return head.status_code, list(head.headers), stamp[0], b"HTTP/" + head.http_version
             try:
                 got = await conn.read(read_timeout)
             except TimeoutError:
