@@ -12,15 +12,31 @@ is ``None`` (``null``), never ``0``.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from labkit.figures import Figures, RequestStats, read_figures
 
 __all__ = [
+    "MAX_ERROR_TEXT",
+    "MAX_LOGPROBS_JSON",
+    "MAX_RATE_LIMIT_HEADERS",
+    "MAX_RAW_JSON",
+    "MAX_RECORD_JSON",
+    "MAX_SERVER_TEXT",
+    "MAX_TOKEN_TEXT",
     "AppTimings",
     "ClientTimings",
     "DecodeNullReason",
@@ -38,6 +54,8 @@ __all__ = [
     "StopReason",
     "TokenCandidate",
     "Usage",
+    "bound_raw",
+    "cut_text",
 ]
 
 
@@ -74,6 +92,91 @@ class ErrorKind(StrEnum):
 DecodeNullReason = Literal["one_output_event", "one_token", "hidden_output"]
 
 
+# --- server text: what a server sends is stored at a bounded length -------------------------
+# A record keeps strings a server chose (ids, stop reasons, header values, logprob tokens,
+# timing objects); each is cut to a bound at the record's construction, so a hostile or
+# broken server cannot make one record arbitrarily large (docs/measurement.md, "Bounds").
+
+#: The most characters kept of a short string a server supplied: an id, a stop reason, a
+#: backend fingerprint or build, a header's name or value, a tool call's id or name.
+MAX_SERVER_TEXT = 256
+#: The most characters kept of an error's message (it may quote what the server sent).
+MAX_ERROR_TEXT = 1000
+#: The most characters kept of a logprob token's text (the longest tokens of today's
+#: vocabularies, runs of spaces or punctuation, are some 128 characters).
+MAX_TOKEN_TEXT = 256
+#: The most rate-limit headers a record keeps (providers send 4 to 12).
+MAX_RATE_LIMIT_HEADERS = 16
+#: The most bytes of JSON kept of `ProviderTimings.raw`; a larger object is replaced by a
+#: note of its size.
+MAX_RAW_JSON = 16 * 1024
+#: The most bytes of JSON of a record's `logprobs` group; steps past it are dropped
+#: (`OutputLogprobs.truncated`). 2,048 steps of 20 alternatives take about 2.3 MB with
+#: tokens of 5 characters, so the steps bound comes first for ordinary text.
+MAX_LOGPROBS_JSON = 2_500_000
+#: A record's JSON line is at most this many bytes beside its reply: `output_text`, the tool
+#: calls' `arguments` and the per-event lists (`client.event_offsets_ms` and the like), which
+#: grow with the reply the request asked for.
+MAX_RECORD_JSON = 2_600_000
+
+
+def cut_text(text: str, limit: int = MAX_SERVER_TEXT) -> str:
+    """`text`, or where it is longer than `limit` characters its start and a marker saying
+    it was cut and from how many characters (``…[cut from 60000 chars]``), `limit`
+    characters in all: cutting again changes nothing."""
+    if len(text) <= limit:
+        return text
+    marker = f"…[cut from {len(text)} chars]"
+    if limit < 2 * len(marker):
+        return text[:limit]
+    return text[: limit - len(marker)] + marker
+
+
+def _cut_optional(text: str | None) -> str | None:
+    return None if text is None else cut_text(text)
+
+
+def _cut_headers(headers: dict[str, str] | None) -> dict[str, str] | None:
+    if headers is None:
+        return None
+    kept = list(headers.items())[:MAX_RATE_LIMIT_HEADERS]
+    return {cut_text(name): cut_text(value) for name, value in kept}
+
+
+def _json_bytes(value: Any) -> int:
+    """The bytes of `value` as JSON (non-ASCII as UTF-8, as records are written)."""
+    return len(json.dumps(value, ensure_ascii=False, default=str).encode("utf-8"))
+
+
+def _cut_strings(value: Any) -> Any:
+    """`value` with every string in it (keys too) cut to `MAX_SERVER_TEXT`."""
+    if isinstance(value, str):
+        return cut_text(value)
+    if isinstance(value, dict):
+        return {cut_text(str(k)): _cut_strings(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_cut_strings(v) for v in value]
+    return value
+
+
+def bound_raw(raw: Any) -> Any:
+    """A provider's timing object as a record keeps it: its strings cut to
+    `MAX_SERVER_TEXT`, and replaced by a note of its size where its JSON is still over
+    `MAX_RAW_JSON` bytes."""
+    if raw is None:
+        return None
+    kept = _cut_strings(raw)
+    size = _json_bytes(kept)
+    if size > MAX_RAW_JSON:
+        return {"cut": f"the provider's timing object was {size} bytes of JSON, not kept"}
+    return kept
+
+
+#: A short string a server supplied, cut to `MAX_SERVER_TEXT` characters.
+ServerText = Annotated[str, AfterValidator(lambda t: cut_text(t))]
+OptionalServerText = Annotated[str | None, AfterValidator(_cut_optional)]
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=False)
 
@@ -82,7 +185,9 @@ class RecordError(_Model):
     """A failed request's error. The record keeps every timing it reached."""
 
     kind: ErrorKind = Field(description="Error class; see ErrorKind.")
-    message: str = Field(description="One-line human message, free of secrets.")
+    message: Annotated[str, AfterValidator(lambda t: cut_text(t, MAX_ERROR_TEXT))] = Field(
+        description="One-line human message, free of secrets (at most `MAX_ERROR_TEXT` characters)."
+    )
     status: int | None = Field(default=None, description="HTTP status when one was received.")
     retry_after_s: float | None = Field(
         default=None, description="The provider's `retry-after` header, in seconds."
@@ -456,11 +561,11 @@ class RecordToolCall(_Model):
     """One tool call a reply made: as the provider streamed it, or as labkit read it from
     the reply's text on a turn a grammar forced to call (labkit extension)."""
 
-    id: str = Field(
+    id: ServerText = Field(
         description="The provider's call id (`call_...`, `toolu_...`); `text_N` for a call "
         "read from the text."
     )
-    name: str = Field(description="The function called.")
+    name: ServerText = Field(description="The function called.")
     arguments: str = Field(default="", description="Its arguments, the JSON text as streamed.")
     source: Literal["provider", "text"] = Field(
         default="provider",
@@ -510,15 +615,21 @@ class RequestRecord(_Model):
     app: AppTimings = Field(default_factory=AppTimings)
     usage: Usage = Field(default_factory=Usage)
     stop_reason: StopReason | None = Field(default=None, description="Normalised stop reason.")
-    stop_reason_raw: str | None = Field(default=None, description="The provider's own string.")
-    response_id: str | None = Field(default=None, description="Provider's response id.")
-    request_id: str | None = Field(
+    stop_reason_raw: OptionalServerText = Field(
+        default=None, description="The provider's own string."
+    )
+    response_id: OptionalServerText = Field(default=None, description="Provider's response id.")
+    request_id: OptionalServerText = Field(
         default=None, description="Provider's request id header (x-request-id, request-id)."
     )
-    system_fingerprint: str | None = Field(default=None, description="OpenAI backend id.")
-    server_build: str | None = Field(default=None, description="llama.cpp /props build_info.")
-    rate_limits: dict[str, str] | None = Field(
-        default=None, description="Rate-limit response headers as sent (labkit extension)."
+    system_fingerprint: OptionalServerText = Field(default=None, description="OpenAI backend id.")
+    server_build: OptionalServerText = Field(
+        default=None, description="llama.cpp /props build_info."
+    )
+    rate_limits: Annotated[dict[str, str] | None, AfterValidator(_cut_headers)] = Field(
+        default=None,
+        description="Rate-limit response headers as sent, the first `MAX_RATE_LIMIT_HEADERS` "
+        "(labkit extension).",
     )
     plan_key: str | None = Field(
         default=None,
@@ -547,6 +658,15 @@ class RequestRecord(_Model):
         description="Per output token, its log-probability and top alternatives, when the "
         "experiment asked for them and the provider gave them (null otherwise).",
     )
+
+    @model_validator(mode="after")
+    def _bound_raw(self) -> RequestRecord:
+        # `provider_timings` is filled in place while a stream is read, so its `raw` is
+        # bounded here, where the record is made, rather than where it was assigned.
+        timings = self.provider_timings
+        if timings.raw is not None:
+            timings.raw = bound_raw(timings.raw)
+        return self
 
     @property
     def ok(self) -> bool:
@@ -612,17 +732,21 @@ MAX_TOP_LOGPROBS = 20
 MAX_LOGPROB_STEPS = 2048
 
 
+#: A logprob token's text, cut to `MAX_TOKEN_TEXT` characters.
+TokenText = Annotated[str, AfterValidator(lambda t: cut_text(t, MAX_TOKEN_TEXT))]
+
+
 class TokenCandidate(_Model):
     """One token the model could have produced at a step, and its log-probability."""
 
-    token: str = Field(description="The token's text as the provider sent it.")
+    token: TokenText = Field(description="The token's text as the provider sent it.")
     logprob: float = Field(description="Natural log of its probability (<= 0).")
 
 
 class LogprobStep(_Model):
     """One output token: the token chosen, its log-probability, and the top alternatives."""
 
-    token: str = Field(description="The chosen token's text as the provider sent it.")
+    token: TokenText = Field(description="The chosen token's text as the provider sent it.")
     logprob: float = Field(description="Natural log of the chosen token's probability.")
     top: list[TokenCandidate] = Field(
         default_factory=list,
@@ -641,8 +765,38 @@ class OutputLogprobs(_Model):
         default_factory=list, description="One per output token, in order."
     )
     truncated: bool = Field(
-        default=False, description="True when steps past `MAX_LOGPROB_STEPS` were dropped."
+        default=False,
+        description="True when steps past `MAX_LOGPROB_STEPS` or past `MAX_LOGPROBS_JSON` "
+        "bytes of JSON were dropped.",
     )
+
+    @model_validator(mode="after")
+    def _within_json_budget(self) -> OutputLogprobs:
+        """Drop the steps past `MAX_LOGPROBS_JSON` bytes of JSON (an upper estimate)."""
+        total = 64
+        for i, step in enumerate(self.steps):
+            total += _STEP_JSON + _ENTRY_JSON + _text_json_bytes(step.token)
+            for alt in step.top:
+                total += _ENTRY_JSON + _text_json_bytes(alt.token)
+            if total > MAX_LOGPROBS_JSON:
+                del self.steps[i:]
+                self.truncated = True
+                break
+        return self
+
+
+#: The JSON of one logprob entry beside its token's text, at the most: ``{"token":`` and
+#: ``,"logprob":``, a float's 24 characters at the longest, the brace and a comma.
+_ENTRY_JSON = 46
+#: What a step adds to its entry: ``,"top":[]``.
+_STEP_JSON = 9
+
+
+def _text_json_bytes(text: str) -> int:
+    """The bytes of `text` as a JSON string (exact for plain ASCII, the common case)."""
+    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
+        return len(text) + 2
+    return _json_bytes(text)
 
 
 RequestRecord.model_rebuild()  # `logprobs` names a model defined after the record
