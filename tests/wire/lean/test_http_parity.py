@@ -233,6 +233,64 @@ def test_the_lean_reader_and_httpx_read_any_response_alike(reply: bytes, writes:
     assert by_lean == by_httpx
 
 
+_OK_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+_BODY = sse(oa_chunk("Hello"))
+
+
+def _chunked(size_line: bytes) -> bytes:
+    return _OK_HEAD + b"transfer-encoding: chunked\r\n\r\n" + size_line + b"\r\n" + _BODY
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("reply", "error"),
+    [
+        (_chunked(b"0" * 30 + b"%02x" % len(_BODY)) + b"\r\n0\r\n\r\n", "RemoteProtocolError"),
+        (_chunked(b" %x" % len(_BODY)) + b"\r\n0\r\n\r\n", "RemoteProtocolError"),
+        (_chunked(b"0" * 17 + b"%x" % len(_BODY)) + b"\r\n0\r\n\r\n", None),
+        (_OK_HEAD + b"content-length: " + b"1" * 21 + b"\r\n\r\n" + _BODY, "RemoteProtocolError"),
+        (_OK_HEAD + b"content-length: 18446744073709551616\r\n\r\n" + _BODY, "RemoteProtocolError"),
+        (_OK_HEAD + b"x-nul: a\x00b\r\ncontent-length: 5\r\n\r\nhello", "RemoteProtocolError"),
+        (b"HTTP/1.1 200 OK\nx-a: 1\n  folded\ncontent-length: 5\n\nhello", None),
+        (
+            b"HTTP/1.1 200 OK\r\n folded first\r\ncontent-length: 5\r\n\r\nhello",
+            "RemoteProtocolError",
+        ),
+        (
+            _OK_HEAD + b"transfer-encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+            "RemoteProtocolError",
+        ),
+        (_chunked(b"%x" % len(_BODY)) + b"\r\n0\r\n\n", None),
+        (_chunked(b"%x" % len(_BODY)) + b"XX", "RemoteProtocolError"),
+    ],
+    ids=[
+        "32-digit-chunk-size",
+        "space-before-chunk-size",
+        "20-digit-chunk-size",
+        "21-digit-content-length",
+        "content-length-past-64-bits",  # 20 digits: both take it, then the body is short
+        "nul-in-a-header",
+        "bare-lf-and-obs-fold",
+        "fold-before-any-field",
+        "transfer-encoding-not-chunked-alone",
+        "trailer-ended-by-bare-lf",
+        "payload-then-broken-framing",
+    ],
+)
+def test_the_responses_of_the_issue_are_read_alike(reply: bytes, error: str | None) -> None:
+    async def both(base_url: str) -> tuple[Outcome, Outcome]:
+        return await _read(base_url, httpx.AsyncHTTPTransport()), await _read(
+            base_url, LeanTransport()
+        )
+
+    with MisbehavingServer(lambda _: [reply]) as server:
+        by_httpx, by_lean = asyncio.run(both(server.base_url))
+    assert by_lean == by_httpx
+    assert by_lean[3] == error
+    if reply.endswith(b"XX"):
+        assert by_lean[2] == _BODY  # what was decoded before the break came first
+
+
 # --- what was decoded before broken framing reaches the record ------------------------------
 
 _HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
