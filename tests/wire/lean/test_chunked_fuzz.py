@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from labkit.wire.lean.http11 import _Chunked
+from labkit.wire.lean.http11 import FramingError, _Chunked
 
 pytestmark = pytest.mark.unit
 
@@ -98,3 +98,35 @@ def test_sizes_python_would_accept_but_http_does_not_are_refused(size: bytes) ->
     # int(b"+5", 16), int(b"1_0", 16) and int(b" 5", 16) all parse in Python.
     with pytest.raises(ValueError):
         _decode([size + b"\r\nabcde\r\n0\r\n\r\n"])
+
+
+def _handed_on(reads: list[bytes]) -> tuple[bytes, bool]:
+    """Every payload handed on, the one a FramingError carries included; whether it broke."""
+    decoder = _Chunked()
+    out = b""
+    for read in reads:
+        try:
+            payload, _, done = decoder.feed(read)
+        except FramingError as exc:
+            return out + exc.payload, True
+        out += payload
+        if done:
+            break
+    return out, False
+
+
+@given(
+    chunks=st.lists(st.binary(min_size=1, max_size=60), min_size=1, max_size=5),
+    fault=st.sampled_from([b"zz\r\n", b" 5\r\nabcde\r\n", b"1" * 21 + b"\r\n", b"3\r\nabcXY"]),
+    positions=st.lists(st.integers(0, 1000), max_size=6),
+)
+def test_the_payload_before_broken_framing_is_handed_on_wherever_the_reads_end(
+    chunks: list[bytes], fault: bytes, positions: list[int]
+) -> None:
+    # As h11 hands on each chunk before the one that breaks: the same bytes, then the error,
+    # whether the fault came in the read of the chunks before it or in one of its own.
+    body = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks) + fault
+    whole = _handed_on([body])
+    assert whole == _handed_on(_cuts(body, positions))
+    assert whole[1]
+    assert whole[0] in (b"".join(chunks), b"".join(chunks) + b"abc")

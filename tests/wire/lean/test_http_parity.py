@@ -32,7 +32,7 @@ from labkit.measurement.recorder import RecordContext, StreamRecorder
 from labkit.providers import provider_class
 from labkit.records import ErrorKind, RequestRecord
 from labkit.wire.lean import LeanTransport
-from labkit.wire.lean.http11 import CHUNK_HEADER, HEADER_FIELD, check_field_lines
+from labkit.wire.lean.http11 import CHUNK_HEADER, HEADER_FIELD, HeadParser, check_field_lines
 from tests.providers.streams import chat, oa_chunk, sse
 from tests.support.misbehaving import MisbehavingServer
 
@@ -347,3 +347,30 @@ def test_h11_is_the_parser_httpx_reads_with() -> None:
     from httpcore._async import http11
 
     assert http11.h11 is h11
+
+
+@pytest.mark.unit
+@given(
+    data=st.one_of(
+        st.binary(max_size=300),
+        st.lists(st.sampled_from([*_STATUS_LINES, *_FIELDS, b"", b"content-length: 5"]))
+        .flatmap(lambda lines: st.sampled_from(_LINE_ENDS).map(lambda end: end.join(lines)))
+        .map(lambda head: head + b"\r\n\r\n"),
+    ),
+    positions=st.lists(st.integers(0, 400), max_size=4),
+)
+def test_any_head_is_parsed_or_refused_with_one_protocol_error(
+    data: bytes, positions: list[int]
+) -> None:
+    parser = HeadParser("POST")
+    request = httpx.Request("POST", "http://127.0.0.1/")
+    bounds = sorted({0, len(data), *(p % (len(data) + 1) for p in positions)})
+    try:
+        for a, b in itertools.pairwise(bounds):
+            head = parser.feed(data[a:b], request)
+            if head is not None:
+                assert 200 <= head.status_code <= 999
+                assert data.endswith(parser.rest)
+                return
+    except httpx.RemoteProtocolError as exc:
+        assert "\n" not in str(exc) and len(str(exc)) <= 200
