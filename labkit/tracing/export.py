@@ -426,7 +426,8 @@ def export_run_folder(
     records = RunRecords(run_dir)
     run_id = _manifest_run_id(run_dir) or next((r.run_id for r in records), None)
     if run_id is None:
-        raise RunError(f"{run_dir}: no records to export")
+        not_records = f" ({records.skipped} line(s) were not records)" if records.skipped else ""
+        raise RunError(f"{run_dir}: no records to export{not_records}")
     report = export_run(run_id, records, settings, file=file, metrics_file=metrics_file)
     if records.skipped:
         report.problems.append(f"{records.skipped} line(s) of records.jsonl were not records")

@@ -95,3 +95,14 @@ def test_fuzz_the_records_reader_of_export_otel(
     (run / "records.jsonl").write_bytes(body)
     records = RunRecords(run)
     assert len(list(records)) >= 1  # never raises: a line that is no record is counted
+
+
+def test_a_records_file_of_no_records_is_one_line(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "records.jsonl").write_bytes(b'{"a":' * 100_000 + b"\n\xff\xfe\n")
+    result = CliRunner().invoke(app, ["export-otel", str(run)])
+    assert result.exit_code == 1
+    assert (
+        result.output.strip() == f"error: {run}: no records to export (2 line(s) were not records)"
+    )
