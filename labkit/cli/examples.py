@@ -18,6 +18,7 @@ import typer
 from rich.markup import escape
 
 from labkit.errors import ConfigError, LabkitError
+from labkit.safefiles import write_new_file
 from labkit.terminal import SafeConsole
 
 __all__ = ["example_names", "example_path", "example_text", "register", "write_examples"]
@@ -54,14 +55,17 @@ def example_text(name: str) -> str:
 def write_examples(folder: Path, *, overwrite: bool = False) -> list[Path]:
     """Write every example (configs and the traces they replay) under `folder`; return the
     files written. A different file already there is refused unless `overwrite`, and none
-    is written then; an identical one is left as it is."""
+    is written then; an identical one is left as it is. Each file is written new
+    (`labkit.safefiles`): a link where one goes is replaced, never written through, and a
+    link where a subfolder goes is refused (it would put files outside `folder`)."""
     plan: list[tuple[Path, bytes]] = []
     clashes: list[str] = []
     for name, item in _files(_EXAMPLES):
         target = folder / name
+        _refuse_linked_subfolder(folder, target)
         data = item.read_bytes()
-        if target.exists():
-            if target.is_file() and target.read_bytes() == data:
+        if target.is_symlink() or target.exists():
+            if not target.is_symlink() and target.is_file() and target.read_bytes() == data:
                 continue
             clashes.append(str(target))
         plan.append((target, data))
@@ -73,10 +77,20 @@ def write_examples(folder: Path, *, overwrite: bool = False) -> list[Path]:
     try:
         for target, data in plan:
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
+            write_new_file(target, data)
     except OSError as exc:
-        raise ConfigError(f"cannot write the examples to {folder}: {exc.strerror or exc}") from exc
+        raise ConfigError(f"cannot write the examples to {folder}: {exc.strerror or exc}") from None
     return [target for target, _ in plan]
+
+
+def _refuse_linked_subfolder(folder: Path, target: Path) -> None:
+    """ConfigError where a folder between `folder` and `target` is a symbolic link."""
+    for parent in target.relative_to(folder).parents:
+        if parent != Path(".") and (folder / parent).is_symlink():
+            raise ConfigError(
+                f"{folder / parent} is a symbolic link; labkit writes no file through a link "
+                "(remove it and run init again); nothing written"
+            )
 
 
 def example_path(name: str) -> Path:

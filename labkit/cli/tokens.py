@@ -19,6 +19,10 @@ request. Everything works with no key and no network:
 
 Pieces come from tokenizers and servers, so every control character in them is shown as
 an escape (`display_piece`) before it reaches the terminal.
+
+The text is at most `MAX_TEXT_BYTES` (4 MiB, UTF-8): every tokenizer holds all of its ids
+and pieces (a 50 MB file took 2.1 GiB) and all of them are printed; a longer text, or a
+file that is not UTF-8, is refused in one line (the file is never read past the cap).
 """
 
 from __future__ import annotations
@@ -44,8 +48,11 @@ from labkit.tokenizers import (
     offline_tokenizer,
 )
 
-__all__ = ["LOCAL", "register", "tokens_command"]
+__all__ = ["LOCAL", "MAX_TEXT_BYTES", "register", "tokens_command"]
 
+#: The most text `labkit tokens` cuts (UTF-8 bytes): every token of it is held as ids and
+#: pieces by each tokenizer (about 40 bytes of memory per byte of text) and printed.
+MAX_TEXT_BYTES = 4 * 1024 * 1024
 #: The name of the bundled model's tokenizer on the command line.
 LOCAL = "local"
 DEFAULT_TOKENIZERS = ("cl100k_base", "o200k_base", LOCAL)
@@ -69,7 +76,11 @@ def tokens_command(
     text: Annotated[str | None, typer.Argument(help="The text to cut (or use --file).")] = None,
     file: Annotated[
         Path | None,
-        typer.Option("--file", "-f", help="Read the text from this file (UTF-8; - for stdin)."),
+        typer.Option(
+            "--file",
+            "-f",
+            help="Read the text from this file (UTF-8, at most 4 MiB; - for stdin).",
+        ),
     ] = None,
     tokenizer: Annotated[
         list[str] | None,
@@ -116,17 +127,38 @@ def register(app: typer.Typer) -> None:
 
 
 def _read_text(text: str | None, file: Path | None) -> str:
+    """The text to cut: the argument, or the file (``-``: stdin) read up to
+    `MAX_TEXT_BYTES` and decoded as UTF-8; anything else is one LabkitError line."""
     if (text is None) == (file is None):
         raise LabkitError("give the text as an argument or with --file, not both")
     if file is not None:
         try:
             if str(file) == "-":
-                return sys.stdin.read()
-            return file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise LabkitError(f"cannot read {file}: {exc}") from None
+                data = sys.stdin.buffer.read(MAX_TEXT_BYTES + 1)
+            else:
+                with file.open("rb") as f:
+                    data = f.read(MAX_TEXT_BYTES + 1)
+        except OSError as exc:
+            raise LabkitError(f"cannot read {file}: {exc.strerror or exc}") from None
+        _refuse_longer(len(data), str(file))
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = data.count(b"\n", 0, exc.start) + 1
+            raise LabkitError(
+                f"{file}:{line}: not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})"
+            ) from None
     assert text is not None
+    _refuse_longer(len(text.encode("utf-8", "surrogatepass")), "the text")
     return text
+
+
+def _refuse_longer(size: int, what: str) -> None:
+    if size > MAX_TEXT_BYTES:
+        raise LabkitError(
+            f"{what} is over {MAX_TEXT_BYTES // 2**20} MiB; labkit tokens shows every token "
+            f"of what it cuts, so it takes at most {MAX_TEXT_BYTES // 2**20} MiB of text"
+        )
 
 
 def _cut(name: str, text: str, *, explicit: bool) -> _Row:

@@ -50,7 +50,7 @@ def export_otel_command(
 ) -> None:
     """Export a run's records as OpenTelemetry spans and metrics (the same ones the run
     itself sends; the metrics' data points are the same, their timestamps the export's)."""
-    out = SafeConsole(highlight=False)
+    out = SafeConsole(highlight=False, soft_wrap=True)
     err = SafeConsole(stderr=True, highlight=False, soft_wrap=True)
     try:
         settings = TracingSettings(otlp_endpoint=endpoint)

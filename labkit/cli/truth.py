@@ -111,12 +111,13 @@ def import_command(
 ) -> None:
     """Turn a peer's results into a labkit run folder (report, compare, read_runs read it)."""
     from labkit.scoring.imports import import_results
-    from labkit.scoring.peers import read_results
+    from labkit.scoring.peers import stream_results
 
     console = SafeConsole(highlight=False)
     try:
+        header, requests = stream_results(results, fmt)
         run = import_results(
-            read_results(results, fmt), out, provider=provider, experiment=experiment, model=model
+            header, out, provider=provider, experiment=experiment, model=model, requests=requests
         )
     except LabkitError as exc:
         raise _fail(exc) from None

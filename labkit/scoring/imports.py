@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from labkit.errors import RunError
+from pydantic import ValidationError
+
+from labkit.errors import ConfigError, RunError
 from labkit.records import ClientTimings, ErrorKind, RecordError, RequestRecord, Usage
 from labkit.scoring.peers import ClientRequest, ClientResults
 
@@ -95,22 +99,30 @@ def to_records(
 ) -> list[RequestRecord]:
     """The peer's requests as labkit records (a start on the monotonic clock only is
     placed at the results file's modification time: its wall time is not known)."""
+    return list(_iter_records(results, results.requests, run_id, provider, experiment, model))
+
+
+def _iter_records(
+    results: ClientResults,
+    requests: Iterable[ClientRequest],
+    run_id: str,
+    provider: str,
+    experiment: str,
+    model: str,
+) -> Iterator[RequestRecord]:
     try:
         fallback = datetime.fromtimestamp(os.path.getmtime(results.path), UTC)
-    except OSError:
+    except (OSError, ValueError, OverflowError):
         fallback = datetime.now(UTC)
     tool = results.tool.split()[0]
-    return [
-        _record(r, tool, run_id, provider, experiment, model, fallback) for r in results.requests
-    ]
-
-
-def _not_measured(records: list[RequestRecord]) -> list[str]:
-    names = []
-    for name in ClientTimings.model_fields:
-        if not any(getattr(r.client, name) not in (None, []) for r in records):
-            names.append(f"client.{name}")
-    return names
+    for req in requests:
+        try:
+            yield _record(req, tool, run_id, provider, experiment, model, fallback)
+        except (ValidationError, ValueError, OverflowError, OSError) as exc:
+            first = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+            raise ConfigError(
+                f"{results.path}: request {req.index} is no labkit record ({first[:120]})"
+            ) from None
 
 
 def import_results(
@@ -120,28 +132,81 @@ def import_results(
     provider: str | None = None,
     experiment: str = "load",
     model: str = "unknown",
+    requests: Iterable[ClientRequest] | None = None,
 ) -> ImportedRun:
-    """Write `results` as a run folder under `out_dir` (named after the tool and the time)."""
+    """Write `results` as a run folder under `out_dir` (named after the tool and the time).
+
+    `requests` (default: ``results.requests``) are written one at a time as they come
+    (`labkit.scoring.peers.stream_results` reads them so), into a hidden folder renamed to
+    its name when every one is written: a results file found faulty half-way leaves no
+    run folder behind.
+    """
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-    run_id = f"{results.tool.split()[0]}-import-{stamp}"
+    tool = results.tool.split()[0]
+    run_id = f"{tool}-import-{stamp}"
     folder = out_dir / run_id
+    if folder.exists() or folder.is_symlink():
+        raise RunError(f"cannot create run folder {folder}: it exists")
+    partial = out_dir / f".{run_id}.partial"
     try:
-        folder.mkdir(parents=True, exist_ok=False)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        partial.mkdir()
     except OSError as exc:
         raise RunError(f"cannot create run folder {folder}: {exc.strerror or exc}") from None
-    records = to_records(results, run_id, provider or results.tool.split()[0], experiment, model)
-    missing = _not_measured(records)
-    ended = max((r.started_at for r in records), default=datetime.now(UTC))
-    started = min((r.started_at for r in records), default=ended)
+    try:
+        written = _write_run(
+            results, requests, partial, run_id, provider or tool, experiment, model
+        )
+        partial.rename(folder)
+    except OSError as exc:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise RunError(f"cannot write the run folder {folder}: {exc.strerror or exc}") from None
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    return ImportedRun(folder, *written)
+
+
+def _write_run(
+    results: ClientResults,
+    requests: Iterable[ClientRequest] | None,
+    folder: Path,
+    run_id: str,
+    provider: str,
+    experiment: str,
+    model: str,
+) -> tuple[int, list[str]]:
+    """Write records.jsonl a record at a time, then manifest.json and peer.json; the count
+    and the fields no record has a value of."""
+    rows = results.requests if requests is None else requests
+    measured: set[str] = set()
+    count = 0
+    started: datetime | None = None
+    ended: datetime | None = None
+    with (folder / "records.jsonl").open("w", encoding="utf-8") as f:
+        for rec in _iter_records(results, rows, run_id, provider, experiment, model):
+            f.write(rec.model_dump_json() + "\n")
+            count += 1
+            measured.update(
+                name
+                for name in ClientTimings.model_fields
+                if getattr(rec.client, name) not in (None, [])
+            )
+            started = rec.started_at if started is None else min(started, rec.started_at)
+            ended = rec.started_at if ended is None else max(ended, rec.started_at)
+    if count == 0:
+        raise ConfigError(f"{results.path}: no requests to import")
+    missing = [f"client.{name}" for name in ClientTimings.model_fields if name not in measured]
+    ended = ended or datetime.now(UTC)
     manifest = {
         "run_id": run_id,
         "name": f"{results.label} (imported)",
         "labkit_version": None,
         "packages": {results.tool.split()[0]: results.version},
-        "started_at": started.isoformat(),
+        "started_at": (started or ended).isoformat(),
         "ended_at": ended.isoformat(),
         "status": "completed",
-        "records": len(records),
+        "records": count,
     }
     peer = {
         "tool": results.tool,
@@ -149,12 +214,6 @@ def import_results(
         "source": str(results.path),
         "not_measured": missing,
     }
-    try:
-        with (folder / "records.jsonl").open("w", encoding="utf-8") as f:
-            for rec in records:
-                f.write(rec.model_dump_json() + "\n")
-        (folder / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", "utf-8")
-        (folder / PEER_FILE).write_text(json.dumps(peer, indent=2) + "\n", "utf-8")
-    except OSError as exc:
-        raise RunError(f"cannot write the run folder {folder}: {exc.strerror or exc}") from None
-    return ImportedRun(folder, len(records), missing)
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", "utf-8")
+    (folder / PEER_FILE).write_text(json.dumps(peer, indent=2) + "\n", "utf-8")
+    return count, missing

@@ -10,22 +10,50 @@ not measure a thing; `labkit.scoring.score` compares them with the truth, and
 Clocks: labkit and vLLM's bench stamp on the host's monotonic clock (``perf_counter``), the
 truth server's clock; GuideLLM and AIPerf stamp request starts on the wall clock
 (``time.time``), which the truth log's anchor converts.
+
+A results file comes from another program, so every value is checked where it is read:
+a time or count must be a finite number ≥ 0, an object an object, a list a list; anything
+else is a `ConfigError` of one line naming the file, the line (JSONL) or the JSON path, and
+the fault. JSONL files (AIPerf's, labkit's) are read a line at a time (`stream_results`),
+each line at most `MAX_LINE_BYTES`; GuideLLM's and vLLM's files are one JSON document,
+which Python's json reads whole (no incremental parser is installed), so one larger than
+`MAX_DOCUMENT_BYTES` is refused.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from labkit.errors import ConfigError
 
-__all__ = ["READERS", "ClientRequest", "ClientResults", "detect", "read_results"]
+__all__ = [
+    "MAX_DOCUMENT_BYTES",
+    "MAX_LINE_BYTES",
+    "READERS",
+    "ClientRequest",
+    "ClientResults",
+    "detect",
+    "read_results",
+    "stream_results",
+]
+
+#: The largest single-document results file read (GuideLLM, vLLM): json holds it whole,
+#: at about 6 times its size in memory.
+MAX_DOCUMENT_BYTES = 128 * 1024 * 1024
+#: The longest line of a JSONL results file (AIPerf, labkit).
+MAX_LINE_BYTES = 16 * 1024 * 1024
+#: The longest text (an id, an error message) kept from a results file.
+_MAX_TEXT = 300
+#: The latest wall-clock start accepted (9999-12-31, the last second a datetime holds).
+_MAX_WALL_S = 253_402_300_799.0
 
 
-@dataclass
+@dataclass(slots=True)
 class ClientRequest:
     """One request as a client reported it (ms; None: the client did not measure it)."""
 
@@ -61,27 +89,188 @@ class ClientResults:
         return f"{self.tool} {self.version}" if self.version else self.tool
 
 
-def _ms(seconds: Any) -> float | None:
-    return None if seconds is None else float(seconds) * 1000.0
+#: A reader: the file's header (tool, version; no requests) and its requests, one at a time.
+Reader = Callable[[Path], tuple[ClientResults, Iterator[ClientRequest]]]
 
 
-def _num(x: Any) -> float | None:
-    return None if x is None else float(x)
+# -- values -----------------------------------------------------------------------------------
+
+
+class _NotFinite(ValueError):
+    """A JSON number that is not finite (NaN, Infinity, 1e999)."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NotFinite(f"{name} is not a number JSON allows")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotFinite(f"{text[:40]} is out of range for a number")
+    return value
+
+
+def _loads(text: str, where: str, *, document: bool = False) -> Any:
+    """`text` as JSON, strictly: NaN/Infinity and out-of-range numbers refused, nesting
+    deeper than the interpreter's stack refused; every fault one ConfigError line."""
+    try:
+        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except json.JSONDecodeError as exc:
+        where += f":{exc.lineno}" if document else ""
+        raise ConfigError(f"{where}: not JSON ({exc.msg}, column {exc.colno})") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: JSON nested too deeply") from None
+    except ValueError as exc:  # _NotFinite, an integer of too many digits
+        raise ConfigError(f"{where}: {str(exc).splitlines()[0][:120]}") from None
+
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "text", bool: "true/false"}.get(
+        type(value), "null" if value is None else "a number"
+    )
+
+
+def _object(value: Any, where: str) -> dict[str, Any]:
+    """`value` as an object (null: an empty one)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: expected an object, got {_kind(value)}")
+    return value
+
+
+def _list(value: Any, where: str) -> list[Any]:
+    """`value` as a list (null: an empty one)."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: expected a list, got {_kind(value)}")
+    return value
+
+
+def _number(value: Any, where: str, scale: float = 1.0) -> float | None:
+    """`value` × `scale` as a finite number ≥ 0 (null: None)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{where}: expected a number, got {_kind(value)}")
+    try:
+        number = float(value) * scale
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise ConfigError(f"{where}: {_kind(value)} out of range")
+    if number < 0:
+        raise ConfigError(f"{where}: negative ({value:.6g}); a time or count is never below 0")
+    return number
+
+
+def _wall_start_ns(value: Any, where: str, scale_to_s: float) -> float | None:
+    seconds = _number(value, where, scale_to_s)
+    if seconds is not None and seconds > _MAX_WALL_S:
+        raise ConfigError(f"{where}: {seconds:.6g} s is no wall-clock time (after year 9999)")
+    return None if seconds is None else seconds * 1e9
+
+
+def _text(value: Any, where: str) -> str | None:
+    """`value` as a short text (a number as its digits; empty and null: None)."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        return value[:_MAX_TEXT]
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    raise ConfigError(f"{where}: expected text, got {_kind(value)}")
+
+
+def _error_text(value: Any) -> str | None:
+    """A client's error, whatever its shape, as a short text (None: no error)."""
+    if value is None or value is False or value == "" or value == {}:
+        return None
+    text = value if isinstance(value, str) else json.dumps(value)
+    return text[:_MAX_TEXT]
+
+
+# -- files ------------------------------------------------------------------------------------
+
+
+def _document(path: Path) -> dict[str, Any]:
+    """A single-document results file, size-bounded, as a JSON object."""
+    try:
+        with path.open("rb") as f:
+            data = f.read(MAX_DOCUMENT_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise ConfigError(
+            f"{path}: larger than {MAX_DOCUMENT_BYTES // 2**20} MiB; a single JSON document "
+            "is read whole, so labkit refuses one this large"
+        )
+    doc = _loads(_utf8(data, path), str(path), document=True)
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path}: expected a JSON object, got {_kind(doc)}")
+    return doc
+
+
+def _utf8(data: bytes, path: Path, first_line: int = 1) -> str:
+    """`data` (from line `first_line` of `path` on) as text; one line naming the first byte
+    that is not UTF-8 and its line otherwise."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = first_line + data.count(b"\n", 0, exc.start)
+        raise ConfigError(f"{path}:{line}: not UTF-8 (byte 0x{data[exc.start]:02x})") from None
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """The non-blank lines of a JSONL file with their numbers, read one at a time."""
+    try:
+        f: IO[bytes] = path.open("rb")
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    with f:
+        number = 0
+        while True:
+            try:
+                raw = f.readline(MAX_LINE_BYTES + 1)
+            except OSError as exc:
+                raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+            if not raw:
+                return
+            number += 1
+            if len(raw) > MAX_LINE_BYTES:
+                raise ConfigError(
+                    f"{path}:{number}: line longer than {MAX_LINE_BYTES // 2**20} MiB"
+                )
+            if raw.strip():
+                yield number, _utf8(raw, path, number)
 
 
 # -- labkit ---------------------------------------------------------------------------------
 
 
-def read_labkit(path: Path) -> ClientResults:
+def read_labkit(path: Path) -> tuple[ClientResults, Iterator[ClientRequest]]:
     """A labkit run folder (or its records.jsonl): measured (non-warm-up) records."""
+    records_path = path / "records.jsonl" if path.is_dir() else path
+    out = ClientResults("labkit", _labkit_version(), path)
+    return out, _labkit_requests(records_path)
+
+
+def _labkit_requests(records_path: Path) -> Iterator[ClientRequest]:
+    from pydantic import ValidationError
+
     from labkit.records import RequestRecord
 
-    records_path = path / "records.jsonl" if path.is_dir() else path
-    out = ClientResults("labkit", None, path)
-    for line in records_path.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
-        rec = RequestRecord.model_validate_json(line)
+    index = 0
+    for number, line in _lines(records_path):
+        where = f"{records_path}:{number}"
+        try:
+            rec = RequestRecord.model_validate_json(line)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            loc = ".".join(str(p) for p in first["loc"]) or "record"
+            raise ConfigError(f"{where}: not a labkit record ({loc}: {first['msg']})") from None
         if rec.warmup:
             continue
         c = rec.client
@@ -92,25 +281,21 @@ def read_labkit(path: Path) -> ClientResults:
             if c.last_token_ms is not None and c.ttft_ms is not None
             else None
         )
-        out.requests.append(
-            ClientRequest(
-                index=len(out.requests),
-                ok=rec.error is None,
-                request_id=rec.response_id or rec.request_id,
-                start_mono_ns=t0,
-                ttft_ms=c.ttft_ms,
-                itl_ms=c.decode_ms_per_token,
-                decode_ms=decode,
-                e2e_ms=c.e2e_ms,
-                output_tokens=rec.usage.output_tokens,
-                input_tokens=rec.usage.input_tokens,
-                event_stamps_ns=stamps or None,
-                error=rec.error.message if rec.error else None,
-            )
+        yield ClientRequest(
+            index=index,
+            ok=rec.error is None,
+            request_id=rec.response_id or rec.request_id,
+            start_mono_ns=t0,
+            ttft_ms=_number(c.ttft_ms, f"{where} client.ttft_ms"),
+            itl_ms=_number(c.decode_ms_per_token, f"{where} client.decode_ms_per_token"),
+            decode_ms=_number(decode, f"{where} decode (client.last_token_ms - ttft_ms)"),
+            e2e_ms=_number(c.e2e_ms, f"{where} client.e2e_ms"),
+            output_tokens=_number(rec.usage.output_tokens, f"{where} usage.output_tokens"),
+            input_tokens=_number(rec.usage.input_tokens, f"{where} usage.input_tokens"),
+            event_stamps_ns=stamps or None,
+            error=rec.error.message if rec.error else None,
         )
-        if out.version is None:
-            out.version = _labkit_version()
-    return out
+        index += 1
 
 
 def _labkit_version() -> str | None:
@@ -125,7 +310,7 @@ def _labkit_version() -> str | None:
 # -- vLLM's bench ---------------------------------------------------------------------------
 
 
-def read_vllm(path: Path) -> ClientResults:
+def read_vllm(path: Path) -> tuple[ClientResults, Iterator[ClientRequest]]:
     """``vllm bench serve --save-result --save-detailed``'s JSON: per-request lists.
 
     ``start_times`` are ``time.perf_counter()`` seconds (the monotonic clock), ``ttfts``
@@ -134,142 +319,162 @@ def read_vllm(path: Path) -> ClientResults:
     not at the end of the response, so they are its decode's end (TTFT + the gaps), and its
     end-to-end is not measured. It keeps no request ids (matched by time).
     """
-    doc = _json(path)
+    return _vllm(_document(path), path)
+
+
+def _vllm(doc: dict[str, Any], path: Path) -> tuple[ClientResults, Iterator[ClientRequest]]:
     starts = doc.get("start_times")
     if not isinstance(starts, list):
         raise ConfigError(
             f"{path}: no per-request lists (start_times): run vllm bench serve with "
             "--save-result --save-detailed"
         )
-    out = ClientResults(
-        "vllm bench serve", doc.get("vllm_version") or doc.get("version"), path, unmeasured=()
-    )
+    version = _text(doc.get("vllm_version") or doc.get("version"), f"{path}: version")
+    out = ClientResults("vllm bench serve", version, path, unmeasured=())
     n = len(starts)
 
     def col(name: str) -> list[Any]:
         values = doc.get(name)
         return values if isinstance(values, list) and len(values) == n else [None] * n
 
-    ttfts, itls = col("ttfts"), col("itls")
-    outs, ins, errors = col("output_lens"), col("input_lens"), col("errors")
-    for i in range(n):
-        gaps = itls[i] or []
-        ok = not errors[i]
-        out.requests.append(
-            ClientRequest(
+    def requests() -> Iterator[ClientRequest]:
+        ttfts, itls = col("ttfts"), col("itls")
+        outs, ins, errors = col("output_lens"), col("input_lens"), col("errors")
+        for i in range(n):
+            where = f"{path}: request {i}"
+            gaps = [_number(g, f"{where} itls", 1000.0) for g in _list(itls[i], f"{where} itls")]
+            known = [g for g in gaps if g is not None]
+            error = _error_text(errors[i])
+            ok = error is None
+            ttft = _number(ttfts[i], f"{where} ttfts", 1000.0)
+            yield ClientRequest(
                 index=i,
                 ok=ok,
-                start_mono_ns=float(starts[i]) * 1e9,
-                ttft_ms=_ms(ttfts[i]) if ok else None,
-                itl_ms=1000.0 * sum(gaps) / len(gaps) if gaps else None,
-                decode_ms=1000.0 * sum(gaps) if ok else None,
+                start_mono_ns=_number(starts[i], f"{where} start_times", 1e9),
+                ttft_ms=ttft if ok else None,
+                itl_ms=sum(known) / len(known) if known else None,
+                decode_ms=sum(known) if ok else None,
                 e2e_ms=None,  # `latencies` end at the last token (see the docstring)
-                output_tokens=_num(outs[i]),
-                input_tokens=_num(ins[i]),
-                error=errors[i] or None,
+                output_tokens=_number(outs[i], f"{where} output_lens"),
+                input_tokens=_number(ins[i], f"{where} input_lens"),
+                error=error,
             )
-        )
-    return out
+
+    return out, requests()
 
 
 # -- GuideLLM ---------------------------------------------------------------------------------
 
 
-def _guidellm_requests(doc: dict[str, Any]) -> Iterator[tuple[bool, dict[str, Any]]]:
-    for bench in doc.get("benchmarks") or []:
-        requests = bench.get("requests") or {}
-        for status, ok in (("successful", True), ("errored", False), ("incomplete", False)):
-            for req in requests.get(status) or []:
-                yield ok, req
-
-
-def read_guidellm(path: Path) -> ClientResults:
+def read_guidellm(path: Path) -> tuple[ClientResults, Iterator[ClientRequest]]:
     """GuideLLM's benchmarks JSON (``--outputs benchmarks.json``): every benchmark's
     successful, errored and incomplete requests with their own timings (wall clock)."""
-    doc = _json(path)
+    return _guidellm(_document(path), path)
+
+
+def _guidellm(doc: dict[str, Any], path: Path) -> tuple[ClientResults, Iterator[ClientRequest]]:
     if "benchmarks" not in doc:
         raise ConfigError(f"{path}: not a GuideLLM benchmarks file (no `benchmarks`)")
-    version = (doc.get("metadata") or {}).get("guidellm_version")
+    metadata = _object(doc.get("metadata"), f"{path}: metadata")
+    version = _text(metadata.get("guidellm_version"), f"{path}: metadata.guidellm_version")
     out = ClientResults("guidellm", version, path)
-    for ok, req in _guidellm_requests(doc):
-        info = req.get("info") or req.get("request_info") or {}
-        timings = info.get("timings") or {}
-        start = timings.get("request_start") or req.get("request_start_time")
-        ttft = req.get("time_to_first_token_ms")
-        itl = req.get("inter_token_latency_ms")
-        e2e = req.get("request_latency")
-        out_tokens = req.get("output_tokens")
-        first, last = timings.get("first_token_iteration"), timings.get("last_token_iteration")
-        decode = _ms(float(last) - float(first)) if first is not None and last is not None else None
-        out.requests.append(
-            ClientRequest(
-                index=len(out.requests),
-                ok=ok,
-                request_id=req.get("response_id") or req.get("request_id"),
-                start_wall_ns=float(start) * 1e9 if start is not None else None,
-                ttft_ms=_num(ttft),
-                itl_ms=_num(itl),
-                decode_ms=decode,
-                e2e_ms=_ms(e2e),
-                output_tokens=_num(out_tokens),
-                input_tokens=_num(req.get("prompt_tokens")),
-                error=info.get("error") if not ok else None,
-            )
-        )
-    return out
+    benchmarks = _list(doc["benchmarks"], f"{path}: benchmarks")
+
+    def requests() -> Iterator[ClientRequest]:
+        index = 0
+        for b, bench in enumerate(benchmarks):
+            at = f"{path}: benchmarks[{b}]"
+            groups = _object(_object(bench, at).get("requests"), f"{at}.requests")
+            for status, ok in (("successful", True), ("errored", False), ("incomplete", False)):
+                for r, req in enumerate(_list(groups.get(status), f"{at}.requests.{status}")):
+                    where = f"{at}.requests.{status}[{r}]"
+                    yield _guidellm_request(index, ok, _object(req, where), where)
+                    index += 1
+
+    return out, requests()
+
+
+def _guidellm_request(index: int, ok: bool, req: dict[str, Any], where: str) -> ClientRequest:
+    info = _object(req.get("info") or req.get("request_info"), f"{where}.info")
+    timings = _object(info.get("timings"), f"{where}.info.timings")
+    start = timings.get("request_start") or req.get("request_start_time")
+    first = _number(timings.get("first_token_iteration"), f"{where} first_token_iteration")
+    last = _number(timings.get("last_token_iteration"), f"{where} last_token_iteration")
+    decode = None
+    if first is not None and last is not None:
+        decode = _number(last - first, f"{where} decode (last - first token iteration)", 1000.0)
+    return ClientRequest(
+        index=index,
+        ok=ok,
+        request_id=_text(req.get("response_id") or req.get("request_id"), f"{where}.request_id"),
+        start_wall_ns=_wall_start_ns(start, f"{where} request_start", 1.0),
+        ttft_ms=_number(req.get("time_to_first_token_ms"), f"{where}.time_to_first_token_ms"),
+        itl_ms=_number(req.get("inter_token_latency_ms"), f"{where}.inter_token_latency_ms"),
+        decode_ms=decode,
+        e2e_ms=_number(req.get("request_latency"), f"{where}.request_latency", 1000.0),
+        output_tokens=_number(req.get("output_tokens"), f"{where}.output_tokens"),
+        input_tokens=_number(req.get("prompt_tokens"), f"{where}.prompt_tokens"),
+        error=None if ok else _error_text(info.get("error")),
+    )
 
 
 # -- AIPerf -----------------------------------------------------------------------------------
 
+_AIPERF_UNITS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1000.0, "sec": 1000.0}
 
-def _metric(metrics: dict[str, Any], name: str) -> float | None:
+
+def _metric(metrics: dict[str, Any], name: str, where: str) -> float | None:
+    """AIPerf's metric `name` (``{"value": v, "unit": u}``; times in ms), None if absent or
+    a per-chunk list."""
     m = metrics.get(name)
-    if isinstance(m, dict):
-        value = m.get("value")
-        unit = str(m.get("unit") or "ms")
-        if value is None:
-            return None
-        if isinstance(value, list):
-            return None
-        scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1000.0, "sec": 1000.0}.get(unit, 1.0)
-        return float(value) * scale if unit in ("ns", "us", "ms", "s", "sec") else float(value)
-    return _num(m) if isinstance(m, int | float) else None
+    if not isinstance(m, dict):
+        return _number(m, f"{where} metrics.{name}")
+    value = m.get("value")
+    if isinstance(value, list):
+        return None
+    unit = m.get("unit")
+    scale = _AIPERF_UNITS.get(unit, 1.0) if isinstance(unit, str) else 1.0
+    return _number(value, f"{where} metrics.{name}.value", scale)
 
 
-def read_aiperf(path: Path) -> ClientResults:
+def read_aiperf(path: Path) -> tuple[ClientResults, Iterator[ClientRequest]]:
     """AIPerf's ``profile_export.jsonl``: one record per request, its metadata (the
     ``x_request_id`` it sent, the wall-clock start in ns) and its metrics with units."""
     out = ClientResults("aiperf", _aiperf_version(path), path)
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{path} line {number} is not JSON: {exc.msg}") from None
-        meta = rec.get("metadata") or {}
-        metrics = rec.get("metrics") or {}
-        ttft = _metric(metrics, "time_to_first_token")
-        e2e = _metric(metrics, "request_latency")
-        decode = _metric(metrics, "decode_duration")
-        error = rec.get("error")
-        out.requests.append(
-            ClientRequest(
-                index=len(out.requests),
-                ok=not error,
-                request_id=meta.get("x_request_id") or meta.get("x_correlation_id"),
-                start_wall_ns=_num(meta.get("request_start_ns")),
-                ttft_ms=ttft,
-                itl_ms=_metric(metrics, "inter_token_latency"),
-                decode_ms=decode,
-                e2e_ms=e2e,
-                output_tokens=_metric(metrics, "output_sequence_length")
-                or _metric(metrics, "output_token_count"),
-                input_tokens=_metric(metrics, "input_sequence_length"),
-                error=json.dumps(error) if error else None,
+    return out, _aiperf_requests(path)
+
+
+def _aiperf_requests(path: Path) -> Iterator[ClientRequest]:
+    for index, (number, line) in enumerate(_lines(path)):
+        where = f"{path}:{number}"
+        rec = _loads(line, where)
+        if not isinstance(rec, dict) or not (
+            isinstance(rec.get("metadata"), dict) or isinstance(rec.get("metrics"), dict)
+        ):
+            raise ConfigError(
+                f"{where}: not an AIPerf per-request record (expected an object with "
+                "`metadata` and `metrics`)"
             )
+        meta = _object(rec.get("metadata"), f"{where} metadata")
+        metrics = _object(rec.get("metrics"), f"{where} metrics")
+        error = _error_text(rec.get("error"))
+        request_id = meta.get("x_request_id") or meta.get("x_correlation_id")
+        yield ClientRequest(
+            index=index,
+            ok=error is None,
+            request_id=_text(request_id, f"{where} metadata.x_request_id"),
+            start_wall_ns=_wall_start_ns(
+                meta.get("request_start_ns"), f"{where} metadata.request_start_ns", 1e-9
+            ),
+            ttft_ms=_metric(metrics, "time_to_first_token", where),
+            itl_ms=_metric(metrics, "inter_token_latency", where),
+            decode_ms=_metric(metrics, "decode_duration", where),
+            e2e_ms=_metric(metrics, "request_latency", where),
+            output_tokens=_metric(metrics, "output_sequence_length", where)
+            or _metric(metrics, "output_token_count", where),
+            input_tokens=_metric(metrics, "input_sequence_length", where),
+            error=error,
         )
-    return out
 
 
 def _aiperf_version(path: Path) -> str | None:
@@ -278,60 +483,91 @@ def _aiperf_version(path: Path) -> str | None:
     if not summary.is_file():
         return None
     try:
-        version = json.loads(summary.read_text(encoding="utf-8")).get("aiperf_version")
-    except (OSError, ValueError, AttributeError):
+        version = _document(summary).get("aiperf_version")
+    except ConfigError:
         return None
-    return str(version) if version else None
-
-
-def _json(path: Path) -> dict[str, Any]:
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path} is not JSON: {exc.msg}") from None
-    if not isinstance(doc, dict):
-        raise ConfigError(f"{path} is not a JSON object")
-    return doc
+    return version[:_MAX_TEXT] if isinstance(version, str) and version else None
 
 
 #: The readers by name.
-READERS: dict[str, Callable[[Path], ClientResults]] = {
+READERS: dict[str, Reader] = {
     "labkit": read_labkit,
     "guidellm": read_guidellm,
     "aiperf": read_aiperf,
     "vllm": read_vllm,
 }
+#: What each reader expects, for the line that says a file holds no requests.
+_EXPECTED = {
+    "labkit": "request records (records.jsonl)",
+    "guidellm": "GuideLLM's benchmarks[].requests.successful/errored/incomplete",
+    "aiperf": "AIPerf's per-request records, one JSON object a line",
+    "vllm": "vLLM's per-request lists (start_times, ttfts, itls, ...)",
+}
 
 
 def detect(path: Path) -> str:
     """Which reader a results file needs, from its shape; ConfigError when none fits."""
+    name, _ = _detect(path)
+    return name
+
+
+def _detect(path: Path) -> tuple[str, dict[str, Any] | None]:
+    """The reader's name, and the document when reading it was needed to tell."""
     if path.is_dir() or path.name == "records.jsonl":
-        return "labkit"
+        return "labkit", None
     if path.suffix == ".jsonl":
-        return "aiperf"
-    doc = _json(path)
+        return "aiperf", None
+    doc = _document(path)
     if "benchmarks" in doc:
-        return "guidellm"
+        return "guidellm", doc
     if "start_times" in doc or "ttfts" in doc:
-        return "vllm"
+        return "vllm", doc
     raise ConfigError(
         f"cannot tell which client wrote {path}; say it with --format ({', '.join(READERS)})"
     )
 
 
-def read_results(path: Path | str, fmt: str | None = None) -> ClientResults:
-    """Read a client's results with the reader `fmt` (None: `detect`)."""
+def stream_results(
+    path: Path | str, fmt: str | None = None
+) -> tuple[ClientResults, Iterator[ClientRequest]]:
+    """A client's results file (`fmt`, None: `detect`): its header, and its requests read
+    as they are asked for. A fault found while reading is a ConfigError of one line, and a
+    file that holds no request at all is one too."""
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"{path}: no such file or folder")
-    name = fmt or detect(path)
-    if name not in READERS:
-        raise ConfigError(f"unknown results format {name!r}; known: {', '.join(READERS)}")
+    doc = None
+    if fmt is None:
+        fmt, doc = _detect(path)
+    if fmt not in READERS:
+        raise ConfigError(f"unknown results format {fmt!r}; known: {', '.join(READERS)}")
     try:
-        return READERS[name](path)
+        if doc is not None and fmt == "guidellm":
+            header, rows = _guidellm(doc, path)
+        elif doc is not None:
+            header, rows = _vllm(doc, path)
+        else:
+            header, rows = READERS[fmt](path)
     except OSError as exc:
-        raise ConfigError(f"cannot read {path} as {name} results: {exc.strerror or exc}") from None
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(f"{path} does not read as {name} results: {exc}") from None
+        raise ConfigError(f"cannot read {path} as {fmt} results: {exc.strerror or exc}") from None
+    return header, _checked(rows, path, fmt)
+
+
+def _checked(rows: Iterator[ClientRequest], path: Path, fmt: str) -> Iterator[ClientRequest]:
+    count = 0
+    try:
+        for row in rows:
+            count += 1
+            yield row
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path} as {fmt} results: {exc.strerror or exc}") from None
+    if count == 0:
+        raise ConfigError(f"{path}: no requests in it (expected {_EXPECTED[fmt]})")
+
+
+def read_results(path: Path | str, fmt: str | None = None) -> ClientResults:
+    """Read a client's results with the reader `fmt` (None: `detect`), every request held
+    (`stream_results` reads them one at a time)."""
+    results, rows = stream_results(path, fmt)
+    results.requests.extend(rows)
+    return results

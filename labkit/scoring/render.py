@@ -9,12 +9,15 @@ shows each request's error per time metric, so a bias and its spread read at a g
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 from labkit.analysis.stats import describe
 from labkit.report.charts import Chart
+from labkit.safefiles import write_new_file
 from labkit.scoring.score import METRICS, Score
+from labkit.scrub import for_people, scrub_json
 
 __all__ = ["score_chart", "score_markdown", "score_table", "write_score"]
 
@@ -61,13 +64,21 @@ def summary_lines(s: Score) -> list[str]:
     return lines
 
 
+def _markdown_text(text: str) -> str:
+    """Text from a peer's file fit for one Markdown line or table cell: no terminal
+    controls, no line breaks, no secret, `|` escaped."""
+    return for_people(text).replace("\n", " ").replace("\t", " ").replace("|", "\\|")
+
+
 def score_markdown(s: Score) -> str:
-    """The score as GitHub-flavoured Markdown."""
+    """The score as GitHub-flavoured Markdown (a peer's own text in it cleaned of terminal
+    controls and line breaks)."""
     cols, rows = score_table(s)
-    out = [f"## How exact is {s.client}?", "", *summary_lines(s), ""]
+    lines = [_markdown_text(line) for line in summary_lines(s)]
+    out = [f"## How exact is {_markdown_text(s.client)}?", "", *lines, ""]
     out.append("| " + " | ".join(cols) + " |")
     out.append("|" + "|".join("---" for _ in cols) + "|")
-    out += ["| " + " | ".join(r) + " |" for r in rows]
+    out += ["| " + " | ".join(_markdown_text(c) for c in r) + " |" for r in rows]
     return "\n".join(out) + "\n"
 
 
@@ -136,16 +147,34 @@ def score_json(s: Score) -> dict[str, Any]:
     }
 
 
+def _finite(data: Any) -> Any:
+    """`data` with every NaN or infinity as None (JSON has neither)."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return None
+    if isinstance(data, dict):
+        return {k: _finite(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [_finite(v) for v in data]
+    return data
+
+
+def _strict_json(data: Any) -> str:
+    """`data` as standard JSON (no NaN: null), scrubbed of secrets."""
+    return scrub_json(json.dumps(_finite(data), indent=1, allow_nan=False)) + "\n"
+
+
 def write_score(s: Score, folder: Path) -> list[Path]:
-    """Write score.md, score.json, score.vl.json and score.png into `folder`."""
+    """Write score.md, score.json, score.vl.json and score.png into `folder`, each as a new
+    file (`labkit.safefiles`: a link planted at one of the names is replaced, never
+    written through)."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / "score.md", folder / "score.json"]
-    paths[0].write_text(score_markdown(s), encoding="utf-8")
-    paths[1].write_text(json.dumps(score_json(s), indent=1) + "\n", encoding="utf-8")
+    write_new_file(paths[0], score_markdown(s))
+    write_new_file(paths[1], _strict_json(score_json(s)))
     chart = score_chart(s)
     if chart is not None:
         spec_path, png_path = folder / "score.vl.json", folder / "score.png"
-        spec_path.write_text(json.dumps(chart.spec, indent=1) + "\n", encoding="utf-8")
-        png_path.write_bytes(chart.png)
+        write_new_file(spec_path, _strict_json(chart.spec))
+        write_new_file(png_path, chart.png)
         paths += [spec_path, png_path]
     return paths

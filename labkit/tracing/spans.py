@@ -12,10 +12,11 @@ lists them.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
@@ -117,7 +118,7 @@ class _Group:
         self.errors += errors
 
 
-def _wall_offset(records: Sequence[RequestRecord]) -> int | None:
+def _wall_offset(records: Iterable[RequestRecord]) -> int | None:
     """The run's monotonic → wall mapping: the median over its records of wall start minus
     start on the driver's clock (None: no record has a monotonic start)."""
     offsets = [
@@ -272,21 +273,47 @@ def record_spans(run_id: str, records: Iterable[RequestRecord]) -> list[Readable
     return list(iter_record_spans(run_id, records))
 
 
-def iter_record_spans(run_id: str, records: Iterable[RequestRecord]) -> Iterator[ReadableSpan]:
-    """`record_spans`, one at a time: a record's span is built only when it is asked for,
-    so an export in batches holds one batch of spans, not the run's."""
-    mine = [r for r in records if r.run_id == run_id]
-    if not mine:
-        return
+def _encodable(span: ReadableSpan) -> str | None:
+    """None when OTLP can encode `span`, else why not (a time outside 1970..2554, text
+    that is no Unicode)."""
+    try:
+        encode_spans([span])
+    except Exception as exc:  # the encoder's own error: protobuf's ValueError, ...
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:160]
+    return None
+
+
+def iter_record_spans(
+    run_id: str,
+    records: Iterable[RequestRecord],
+    skipped: list[tuple[str, str]] | None = None,
+) -> Iterator[ReadableSpan]:
+    """`record_spans`, one at a time: the group spans, then each record's span built only
+    when it is asked for, so an export in batches holds one batch of spans.
+
+    `records` is read three times (the run's clock mapping, the groups, the spans): a list,
+    or a re-iterable that reads them from a file each time (`labkit.tracing.export.RunRecords`),
+    so no pass holds them all; a one-shot iterator is made a list first. A record whose
+    span OTLP cannot encode is left out, of its groups too, and added to `skipped` as
+    (record id, why): one bad record costs its own span, never its batch.
+    """
+    if iter(records) is records:
+        records = list(records)
+    offset = _wall_offset(r for r in records if r.run_id == run_id)
     resource = run_resource(run_id)
-    offset = _wall_offset(mine)
-    placed = sorted((_place(r, run_id, offset) for r in mine), key=lambda p: p.start_ns)
     trace_id = trace_id_of(run_id)
     run = _Group(span_id_of(run_id), None, f"labkit run {run_id}", {"labkit.run_id": run_id})
     experiments: dict[tuple[str, str], _Group] = {}
     levels: dict[tuple[str, str, str], _Group] = {}
-    for p in placed:
-        r = p.record
+    left_out: set[int] = set()
+    for index, r in enumerate(x for x in records if x.run_id == run_id):
+        p = _place(r, run_id, offset)
+        why = _encodable(_request_span(p, resource))
+        if why is not None:
+            left_out.add(index)
+            if skipped is not None:
+                skipped.append((r.record_id, why))
+            continue
         failed = int(r.error is not None)
         exp = experiments.get((r.provider, r.experiment))
         if exp is None:
@@ -316,7 +343,10 @@ def iter_record_spans(run_id: str, records: Iterable[RequestRecord]) -> Iterator
             group.cover(p.start_ns, p.end_ns, 1, failed)
         exp.cover(p.start_ns, p.end_ns, 1, failed)
         run.cover(p.start_ns, p.end_ns, 1, failed)
+    if run.requests == 0:
+        return
     for group in (run, *experiments.values(), *levels.values()):
         yield _group_span(group, trace_id, resource)
-    for p in placed:
-        yield _request_span(p, resource)
+    for index, r in enumerate(x for x in records if x.run_id == run_id):
+        if index not in left_out:
+            yield _request_span(_place(r, run_id, offset), resource)

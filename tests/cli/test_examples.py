@@ -60,3 +60,35 @@ def test_run_example_refuses_an_unknown_name_or_a_second_config() -> None:
     result = CliRunner().invoke(app, ["run", "x.yaml", "--example", "quickstart"])
     assert result.exit_code == 1
     assert "one of CONFIG, --example NAME or --resume" in result.stderr
+
+
+def test_init_force_replaces_a_planted_link_and_never_writes_through_it(tmp_path: Path) -> None:
+    outside = tmp_path / "outside.txt"
+    outside.write_text("mine", encoding="utf-8")
+    folder = tmp_path / "configs"
+    folder.mkdir()
+    (folder / "quickstart.yaml").symlink_to(outside)
+    (folder / "load.yaml").symlink_to(tmp_path / "dangling.yaml")  # would create it outside
+    refused = CliRunner().invoke(app, ["init", str(folder)])
+    assert refused.exit_code == 1 and "already there and different" in refused.stderr
+    result = CliRunner().invoke(app, ["init", str(folder), "--force"])
+    assert result.exit_code == 0, result.output
+    assert outside.read_text(encoding="utf-8") == "mine"
+    assert not (tmp_path / "dangling.yaml").exists()
+    for name in ("quickstart.yaml", "load.yaml"):
+        assert not (folder / name).is_symlink()
+        assert (folder / name).read_bytes() == (EXAMPLES / name).read_bytes()
+
+
+def test_init_refuses_a_linked_subfolder_in_one_line(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    folder = tmp_path / "configs"
+    folder.mkdir()
+    (folder / "traces").symlink_to(elsewhere, target_is_directory=True)
+    for args in (["init", str(folder)], ["init", str(folder), "--force"]):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 1
+        assert "traces is a symbolic link" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.output
+    assert list(elsewhere.iterdir()) == [] and list(folder.iterdir()) == [folder / "traces"]

@@ -155,3 +155,33 @@ def test_a_terminal_gets_alternating_colours_and_no_separators() -> None:
     assert line.plain == "hello world\\x1b[2J"
     styles = [str(span.style) for span in line.spans]
     assert styles == ["black on cyan", "black on yellow", "black on cyan"]
+
+
+def test_a_file_over_the_cap_is_one_line_and_is_not_read_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tokens_cli, "MAX_TEXT_BYTES", 64)
+    at_cap = tmp_path / "at.txt"
+    at_cap.write_text("a" * 64)
+    code, out, _ = run("--file", str(at_cap), "-t", "cl100k_base")
+    assert code == 0 and out.startswith("64 characters, 64 UTF-8 bytes")
+    over = tmp_path / "over.txt"
+    over.write_text("a" * 65)
+    for args, stdin in (
+        (["--file", str(over)], None),
+        (["--file", "-"], "b" * 65),
+        (["c" * 65], None),
+    ):
+        result = CliRunner().invoke(app, ["tokens", *args, "-t", "cl100k_base"], input=stdin)
+        assert result.exit_code == 1
+        assert "over 0 MiB; labkit tokens shows every token" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1 and result.stdout == ""
+
+
+def test_a_file_that_is_not_utf8_names_its_line_and_byte(tmp_path: Path) -> None:
+    f = tmp_path / "latin1.txt"
+    f.write_bytes(b"first line\ncaf\xe9\n")
+    code, out, err = run("--file", str(f))
+    assert code == 1 and out == ""
+    assert f"{f}:2: not UTF-8 (byte 0xe9 at offset 14)" in err.replace("\n", "")
+    assert "Traceback" not in err
