@@ -16,16 +16,21 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from labkit.errors import ConfigError
+from labkit.jsonlines import iter_lines, one_line
 
 __all__ = ["TruthLog", "TruthRequest", "TruthStep", "TruthToolCall", "read_truth_log"]
 
 
-class TruthStep(BaseModel):
+@dataclass(frozen=True, slots=True)
+class TruthStep:
     """One output token the server drew, and the distribution it drew it from: the
-    candidates (the token among them) with their true probabilities, likeliest first."""
+    candidates (the token among them) with their true probabilities, likeliest first.
+    (A slotted dataclass: a log holds many, and a model instance costs five times more.)"""
+
+    __pydantic_config__ = ConfigDict(allow_inf_nan=False)
 
     token: str
-    candidates: list[tuple[str, float]]
+    candidates: tuple[tuple[str, float], ...]
 
     @property
     def probability(self) -> float:
@@ -44,7 +49,7 @@ class TruthToolCall(BaseModel):
 class TruthRequest(BaseModel):
     """One request as the server saw it and sent it."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
 
     id: str = Field(description="The response id: x-request-id header and the stream's id.")
     client_request_id: str | None = Field(
@@ -140,36 +145,37 @@ class TruthLog:
 
 
 def read_truth_log(path: Path | str) -> TruthLog:
-    """Read a truth log; one clear `ConfigError` when `path` is not one."""
+    """Read a truth log a line at a time (memory: the requests kept, never the file's text);
+    one clear `ConfigError` line, naming the file and line, when `path` is not one. A last
+    line cut mid-write (a server killed while writing it) is left out."""
     path = Path(path)
+    lines = iter_lines(path, "truth log", last_may_be_cut=True)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise ConfigError(f"cannot read the truth log {path}: {exc.strerror or exc}") from None
-    try:
-        anchor = json.loads(lines[0]) if lines else None
-    except json.JSONDecodeError:
+        first = next(lines, None)
+        anchor = json.loads(first.data) if first is not None and first.number == 1 else None
+    except (ConfigError, ValueError, RecursionError):
         anchor = None
     if not isinstance(anchor, dict) or anchor.get("truth_log") != 1:
         raise ConfigError(
             f"{path} is not a truth log (its first line is not the clock anchor "
             "`labkit fake-server` writes)"
         )
+    mono_ns, wall_ns = anchor.get("mono_ns"), anchor.get("wall_ns")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (mono_ns, wall_ns)):
+        raise ConfigError(
+            f"{path}:1: the clock anchor's mono_ns and wall_ns must be whole numbers of ns"
+        )
     requests = []
-    for number, line in enumerate(lines[1:], 2):
-        if not line.strip():
-            continue
+    for line in lines:
         try:
-            requests.append(TruthRequest.model_validate_json(line))
+            requests.append(TruthRequest.model_validate_json(line.data))
         except ValidationError as exc:
-            if number == len(lines):  # a server killed mid-write leaves a cut last line
+            if line.cut:
                 break
-            raise ConfigError(f"{path} line {number} is not a truth record: {exc}") from None
+            raise ConfigError(
+                f"{path}:{line.number}: not a truth record: {one_line(exc)}"
+            ) from None
     schedule = anchor.get("schedule")
     return TruthLog(
-        path,
-        int(anchor["mono_ns"]),
-        int(anchor["wall_ns"]),
-        requests,
-        schedule if isinstance(schedule, dict) else {},
+        path, int(mono_ns), int(wall_ns), requests, schedule if isinstance(schedule, dict) else {}
     )
