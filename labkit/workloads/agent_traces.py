@@ -6,6 +6,11 @@ before a turn), plus labkit's optional keys for sub-agent branches that other re
 ``agent``, ``parent_agent``, ``joins_step`` and ``tool_calls``. Rows of one (session, agent)
 are its steps in file order. `session_trace` writes labkit's own `session` records in it, so
 a run replays elsewhere. Why this format: docs/experiments.md, "Agent sessions".
+
+A trace is read within labkit's limits (the ``MAX_`` constants below): what it asks for is
+built in full when it is replayed (prompts of its lengths, its gaps slept, its sub-agents run
+side by side), so a value past a limit is refused with one line naming ``file:line``, as is
+a session whose agents are not one tree under its main agent ``"0"``.
 """
 
 from __future__ import annotations
@@ -15,12 +20,22 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PrivateAttr
 
 from labkit.errors import ConfigError
+from labkit.jsonlines import iter_json_lines
 from labkit.records import RequestRecord
 
 __all__ = [
+    "MAX_AGENTS",
+    "MAX_DELAY_MS",
+    "MAX_DEPTH",
+    "MAX_FANOUT",
+    "MAX_OUTPUT_TOKENS",
+    "MAX_PROMPT_TOKENS",
+    "MAX_STEPS",
+    "MAX_TOOL_CALLS",
+    "MAX_TURNS",
     "AgentTrace",
     "TraceAgent",
     "TraceSession",
@@ -30,17 +45,40 @@ __all__ = [
     "write_agent_trace",
 ]
 
+#: A prompt's length in tokens (a trace's input_length; a session's task, tool result and
+#: summary sizes): the longest context windows served today are about a million tokens.
+MAX_PROMPT_TOKENS = 1_048_576
+#: A reply's length in tokens (a trace's output_length).
+MAX_OUTPUT_TOKENS = 131_072
+#: A gap before a turn, or a simulated tool's latency (ms): one hour.
+MAX_DELAY_MS = 3_600_000.0
+#: Tool calls one turn makes.
+MAX_TOOL_CALLS = 1_024
+#: Steps of one agent.
+MAX_STEPS = 4_096
+#: Agents of one session, and the sub-agents one step waits for (its fan-out).
+MAX_AGENTS = 4_096
+MAX_FANOUT = 1_024
+#: Sub-agents nested in one another.
+MAX_DEPTH = 32
+#: Turns (rows) of a whole trace.
+MAX_TURNS = 1_000_000
+#: The longest session id or agent path.
+MAX_NAME_CHARS = 256
+
 
 class TraceStep(BaseModel):
     """One model turn of an agent."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    input_tokens: NonNegativeInt
-    output_tokens: NonNegativeInt
-    delay_ms: NonNegativeFloat = Field(default=0.0, description="Tool or think gap before it.")
-    hash_ids: list[int] = Field(default_factory=list)
-    tool_calls: NonNegativeInt = 0
+    input_tokens: NonNegativeInt = Field(le=MAX_PROMPT_TOKENS)
+    output_tokens: NonNegativeInt = Field(le=MAX_OUTPUT_TOKENS)
+    delay_ms: NonNegativeFloat = Field(
+        default=0.0, le=MAX_DELAY_MS, description="Tool or think gap before it."
+    )
+    hash_ids: list[int] = Field(default_factory=list, max_length=MAX_PROMPT_TOKENS)
+    tool_calls: NonNegativeInt = Field(default=0, le=MAX_TOOL_CALLS)
 
 
 class TraceAgent(BaseModel):
@@ -51,7 +89,7 @@ class TraceAgent(BaseModel):
     path: str = "0"
     parent: str | None = None
     joins_step: int | None = Field(
-        default=None, description="The parent's step that waits for this agent's answer."
+        default=None, ge=0, description="The parent's step that waits for this agent's answer."
     )
     steps: list[TraceStep] = Field(default_factory=list)
 
@@ -63,14 +101,36 @@ class TraceSession(BaseModel):
 
     id: str
     agents: list[TraceAgent] = Field(default_factory=list)
+    _by_path: dict[str, TraceAgent] | None = PrivateAttr(default=None)
+    _by_join: dict[tuple[str, int], list[TraceAgent]] | None = PrivateAttr(default=None)
+
+    def _index(self) -> tuple[dict[str, TraceAgent], dict[tuple[str, int], list[TraceAgent]]]:
+        """The agents by path and by the step they join, indexed once (a fan-out of n
+        sub-agents then costs n, not n times the session's agents)."""
+        if self._by_path is None or self._by_join is None:
+            by_join: dict[tuple[str, int], list[TraceAgent]] = defaultdict(list)
+            for a in self.agents:
+                if a.parent is not None and a.joins_step is not None:
+                    by_join[(a.parent, a.joins_step)].append(a)
+            self._by_path = {a.path: a for a in self.agents}
+            self._by_join = dict(by_join)
+        return self._by_path, self._by_join
+
+    def __eq__(self, other: object) -> bool:
+        """Equal sessions: the same id and agents (their index is no part of them)."""
+        if not isinstance(other, TraceSession):
+            return NotImplemented
+        return self.id == other.id and self.agents == other.agents
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as every model
 
     def children(self, parent: str, joins_step: int) -> list[TraceAgent]:
         """The sub-agents `parent`'s step `joins_step` waits for."""
-        return [a for a in self.agents if a.parent == parent and a.joins_step == joins_step]
+        return self._index()[1].get((parent, joins_step), [])
 
     def agent(self, path: str) -> TraceAgent | None:
         """The agent at `path`."""
-        return next((a for a in self.agents if a.path == path), None)
+        return self._index()[0].get(path)
 
 
 class AgentTrace(BaseModel):
@@ -80,65 +140,202 @@ class AgentTrace(BaseModel):
 
     sessions: list[TraceSession] = Field(default_factory=list)
 
+    def longest_delay_ms(self) -> float:
+        """The longest gap before any turn (0 for none)."""
+        return max(
+            (t.delay_ms for s in self.sessions for a in s.agents for t in a.steps), default=0.0
+        )
 
-def _int(row: dict[str, Any], key: str, path: Path, line: int, default: int | None = None) -> int:
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"a {type(value).__name__}"
+
+
+def _count(row: dict[str, Any], key: str, cap: int, where: str, default: int | None = None) -> int:
+    """A whole number from 0 to `cap` (one line naming `key` otherwise)."""
     value = row.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise ConfigError(f"{path}:{line}: {key} must be a non-negative number, got {value!r}")
-    return int(value)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{where}: {key} must be a whole number >= 0, got {_shown(value)}")
+    if value > cap:
+        raise ConfigError(f"{where}: {key} {value} is over labkit's limit of {cap}")
+    return value
 
 
-def _delay(row: dict[str, Any], path: Path, line: int) -> float:
-    value = row.get("delay") or 0
+def _delay(row: dict[str, Any], where: str) -> float:
+    value = row.get("delay")
+    if value is None:
+        return 0.0
     if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise ConfigError(f"{path}:{line}: delay must be a non-negative number of ms")
+        raise ConfigError(f"{where}: delay must be a number of ms >= 0, got {_shown(value)}")
+    if value > MAX_DELAY_MS:
+        raise ConfigError(
+            f"{where}: delay {value} ms is over labkit's limit of {MAX_DELAY_MS:.0f} ms"
+        )
     return float(value)
 
 
+def _name(row: dict[str, Any], key: str, where: str, default: str | None) -> str | None:
+    """A session id or an agent path: a string or a whole number, not long."""
+    value = row.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ConfigError(f"{where}: {key} must be a string or a whole number")
+    text = str(value)
+    if not text or len(text) > MAX_NAME_CHARS:
+        raise ConfigError(f"{where}: {key} must be 1 to {MAX_NAME_CHARS} characters")
+    return text
+
+
+def _hash_ids(row: dict[str, Any], where: str) -> list[int]:
+    hash_ids = row.get("hash_ids")
+    if hash_ids is None:
+        return []
+    if not isinstance(hash_ids, list) or not all(
+        isinstance(h, int) and not isinstance(h, bool) for h in hash_ids
+    ):
+        raise ConfigError(f"{where}: hash_ids must be a list of whole numbers")
+    if len(hash_ids) > MAX_PROMPT_TOKENS:
+        raise ConfigError(
+            f"{where}: {len(hash_ids)} hash_ids, over labkit's limit of {MAX_PROMPT_TOKENS}"
+        )
+    return hash_ids
+
+
+def _new_agent(
+    row: dict[str, Any], where: str, path: str, parent: str | None, joins: int | None
+) -> TraceAgent:
+    """The agent a row names first: the main agent ``0`` has no parent, every other one
+    a parent and the parent's step it joins."""
+    if (parent is None) != (joins is None):
+        raise ConfigError(f"{where}: parent_agent and joins_step come together or not at all")
+    if parent is None and path != "0":
+        raise ConfigError(
+            f'{where}: agent {path!r} has no parent_agent (only the main agent "0" has none)'
+        )
+    if parent is not None and path == "0":
+        raise ConfigError(f'{where}: the main agent "0" cannot have a parent_agent')
+    return TraceAgent(path=path, parent=parent, joins_step=joins)
+
+
 def read_agent_trace(path: Path) -> AgentTrace:
-    """The sessions of an agent trace file (see the module's docstring); one clear message
-    for the first bad line."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise ConfigError(f"cannot read agent trace {path}: {exc.strerror}") from None
+    """The sessions of an agent trace file (see the module's docstring), read a line at a
+    time within labkit's limits; ConfigError, one line naming ``file:line``, for the first
+    bad line, and for a session whose agents do not form one tree under ``"0"``."""
     sessions: dict[str, dict[str, TraceAgent]] = {}
-    for n, text in enumerate(lines, 1):
-        if not text.strip():
-            continue
-        try:
-            row = json.loads(text)
-        except ValueError as exc:
-            raise ConfigError(f"{path}:{n}: not a JSON object ({exc})") from None
+    first_row: dict[tuple[str, str], int] = {}
+    for turns, line in enumerate(iter_json_lines(path, "agent trace"), 1):
+        where = f"{path}:{line.number}"
+        row = line.value
         if not isinstance(row, dict):
-            raise ConfigError(f"{path}:{n}: not a JSON object")
-        session = str(row.get("session_id", f"row{n}"))
-        agent_path = str(row.get("agent", "0"))
+            raise ConfigError(f"{where}: not a JSON object")
+        if turns > MAX_TURNS:
+            raise ConfigError(f"{where}: more than labkit's limit of {MAX_TURNS} turns in a trace")
+        session = _name(row, "session_id", where, f"row{line.number}")
+        agent_path = _name(row, "agent", where, "0")
+        parent = _name(row, "parent_agent", where, None)
+        assert session is not None and agent_path is not None
+        joins = None
+        if row.get("joins_step") is not None:
+            joins = _count(row, "joins_step", MAX_STEPS, where)
         agents = sessions.setdefault(session, {})
-        if agent_path not in agents:
-            joins = row.get("joins_step")
-            agents[agent_path] = TraceAgent(
-                path=agent_path,
-                parent=None if row.get("parent_agent") is None else str(row["parent_agent"]),
-                joins_step=None if joins is None else _int(row, "joins_step", path, n),
+        agent = agents.get(agent_path)
+        if agent is None:
+            if len(agents) >= MAX_AGENTS:
+                raise ConfigError(
+                    f"{where}: session {session!r} has more than labkit's limit of "
+                    f"{MAX_AGENTS} agents"
+                )
+            agent = agents[agent_path] = _new_agent(row, where, agent_path, parent, joins)
+            first_row[(session, agent_path)] = line.number
+        elif ("parent_agent" in row or "joins_step" in row) and (parent, joins) != (
+            agent.parent,
+            agent.joins_step,
+        ):
+            raise ConfigError(
+                f"{where}: agent {agent_path!r} of session {session!r} names another "
+                f"parent_agent or joins_step than on line {first_row[(session, agent_path)]}"
             )
-        hash_ids = row.get("hash_ids") or []
-        if not isinstance(hash_ids, list) or not all(isinstance(h, int) for h in hash_ids):
-            raise ConfigError(f"{path}:{n}: hash_ids must be a list of integers")
-        agents[agent_path].steps.append(
+        if len(agent.steps) >= MAX_STEPS:
+            raise ConfigError(
+                f"{where}: agent {agent_path!r} has more than labkit's limit of {MAX_STEPS} steps"
+            )
+        agent.steps.append(
             TraceStep(
-                input_tokens=_int(row, "input_length", path, n),
-                output_tokens=_int(row, "output_length", path, n, 1),
-                delay_ms=_delay(row, path, n),
-                hash_ids=hash_ids,
-                tool_calls=_int(row, "tool_calls", path, n, 0),
+                input_tokens=_count(row, "input_length", MAX_PROMPT_TOKENS, where),
+                output_tokens=_count(row, "output_length", MAX_OUTPUT_TOKENS, where, 1),
+                delay_ms=_delay(row, where),
+                hash_ids=_hash_ids(row, where),
+                tool_calls=_count(row, "tool_calls", MAX_TOOL_CALLS, where, 0),
             )
         )
     if not sessions:
         raise ConfigError(f"agent trace {path} holds no turns")
+    for session, agents in sessions.items():
+        _check_tree(path, session, agents, first_row)
     return AgentTrace(
         sessions=[TraceSession(id=k, agents=list(v.values())) for k, v in sessions.items()]
     )
+
+
+def _check_tree(
+    path: Path, session: str, agents: dict[str, TraceAgent], first_row: dict[tuple[str, str], int]
+) -> None:
+    """Refuse, in one line, a session whose agents are not one tree under ``"0"``: no main
+    agent, a parent with no turns in the session, a joined step the parent does not have,
+    parents in a cycle, sub-agents nested deeper than `MAX_DEPTH` or a step waiting for more
+    than `MAX_FANOUT`. Linear in the agents: each one's depth is found once."""
+    if "0" not in agents:
+        line = min(first_row[(session, a)] for a in agents)
+        raise ConfigError(f'{path}:{line}: session {session!r} has no main agent "0"')
+    depth: dict[str, int] = {"0": 0}
+    fanout: dict[tuple[str, int], int] = defaultdict(int)
+    for name, agent in agents.items():
+        where = f"{path}:{first_row[(session, name)]}"
+        if agent.parent is None or agent.joins_step is None:
+            continue
+        parent = agents.get(agent.parent)
+        if parent is None:
+            raise ConfigError(
+                f"{where}: agent {name!r} of session {session!r} names parent_agent "
+                f"{agent.parent!r}, which has no turns in the session"
+            )
+        if agent.joins_step >= len(parent.steps):
+            raise ConfigError(
+                f"{where}: agent {name!r} of session {session!r} joins step {agent.joins_step} "
+                f"of agent {agent.parent!r}, which has steps 0 to {len(parent.steps) - 1}"
+            )
+        key = (agent.parent, agent.joins_step)
+        fanout[key] += 1
+        if fanout[key] > MAX_FANOUT:
+            raise ConfigError(
+                f"{where}: step {agent.joins_step} of agent {agent.parent!r} in session "
+                f"{session!r} waits for more than labkit's limit of {MAX_FANOUT} sub-agents"
+            )
+        # Walk up to an agent of known depth; a walk that comes back on itself is a cycle.
+        chain = [name]
+        up = agent.parent
+        while up not in depth:
+            if up in chain:
+                cycle = " -> ".join([*chain[chain.index(up) :], up])
+                raise ConfigError(
+                    f"{where}: the parent_agent links of session {session!r} form a cycle: {cycle}"
+                )
+            chain.append(up)
+            next_up = agents[up].parent
+            assert next_up is not None  # only "0" has none, and "0" has a depth
+            up = next_up
+        base = depth[up]
+        for k, link in enumerate(reversed(chain), 1):
+            depth[link] = base + k
+        if depth[name] > MAX_DEPTH:
+            raise ConfigError(
+                f"{where}: session {session!r} nests sub-agents {depth[name]} deep, over "
+                f"labkit's limit of {MAX_DEPTH}"
+            )
 
 
 def session_trace(records: list[RequestRecord], block_tokens: int = 512) -> AgentTrace:
