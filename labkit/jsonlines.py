@@ -15,7 +15,7 @@ import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from pydantic import ValidationError
 
@@ -106,9 +106,15 @@ def iter_lines(
     too long or not UTF-8. `what` names the file in messages ("truth log"). `last_may_be_cut`:
     a last line without its newline is marked `cut` (a writer killed mid-line)."""
     try:
-        file = path.open("rb")
+        file = path.open("rb")  # here, not in the generator: a missing file fails at the call
     except OSError as exc:
         raise ConfigError(f"cannot read the {what} {path}: {exc.strerror or exc}") from None
+    return _lines(file, path, what, max_line_bytes, last_may_be_cut)
+
+
+def _lines(
+    file: BinaryIO, path: Path, what: str, max_line_bytes: int, last_may_be_cut: bool
+) -> Iterator[RawLine]:
     with file:
         number = 0
         while True:
@@ -142,8 +148,8 @@ def iter_json_lines(
 ) -> Iterator[JsonLine]:
     """Each non-blank line of `path` decoded (`what` names the file in messages: "schedule
     file"); ConfigError ``path:line: reason`` on the first bad one."""
-    for line in iter_lines(path, what, max_line_bytes=max_line_bytes):
-        yield JsonLine(line.number, _decode(line.data, path, line.number))
+    lines = iter_lines(path, what, max_line_bytes=max_line_bytes)
+    return (JsonLine(line.number, _decode(line.data, path, line.number)) for line in lines)
 
 
 def _decode(raw: bytes, path: Path, number: int) -> Any:

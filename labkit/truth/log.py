@@ -161,7 +161,7 @@ def read_truth_log(path: Path | str) -> TruthLog:
             "`labkit fake-server` writes)"
         )
     mono_ns, wall_ns = anchor.get("mono_ns"), anchor.get("wall_ns")
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (mono_ns, wall_ns)):
+    if not (_whole(mono_ns) and _whole(wall_ns)):
         raise ConfigError(
             f"{path}:1: the clock anchor's mono_ns and wall_ns must be whole numbers of ns"
         )
@@ -176,6 +176,11 @@ def read_truth_log(path: Path | str) -> TruthLog:
                 f"{path}:{line.number}: not a truth record: {one_line(exc)}"
             ) from None
     schedule = anchor.get("schedule")
+    assert isinstance(mono_ns, int) and isinstance(wall_ns, int)
     return TruthLog(
-        path, int(mono_ns), int(wall_ns), requests, schedule if isinstance(schedule, dict) else {}
+        path, mono_ns, wall_ns, requests, schedule if isinstance(schedule, dict) else {}
     )
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
