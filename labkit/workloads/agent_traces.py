@@ -15,8 +15,10 @@ a session whose agents are not one tree under its main agent ``"0"``.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegative
 from labkit.errors import ConfigError
 from labkit.jsonlines import iter_json_lines
 from labkit.records import RequestRecord
+from labkit.safefiles import write_new_file
 
 __all__ = [
     "MAX_AGENTS",
@@ -40,6 +43,7 @@ __all__ = [
     "TraceAgent",
     "TraceSession",
     "TraceStep",
+    "agent_trace_text",
     "read_agent_trace",
     "session_trace",
     "write_agent_trace",
@@ -275,26 +279,32 @@ def read_agent_trace(path: Path) -> AgentTrace:
     if not sessions:
         raise ConfigError(f"agent trace {path} holds no turns")
     for session, agents in sessions.items():
-        _check_tree(path, session, agents, first_row)
+        _check_tree(session, agents, functools.partial(_where, path, first_row, session))
     return AgentTrace(
         sessions=[TraceSession(id=k, agents=list(v.values())) for k, v in sessions.items()]
     )
 
 
+def _where(path: Path, first_row: dict[tuple[str, str], int], session: str, name: str) -> str:
+    """``file:line`` of agent `name`'s first row."""
+    return f"{path}:{first_row[(session, name)]}"
+
+
 def _check_tree(
-    path: Path, session: str, agents: dict[str, TraceAgent], first_row: dict[tuple[str, str], int]
+    session: str, agents: dict[str, TraceAgent], where_of: Callable[[str], str]
 ) -> None:
     """Refuse, in one line, a session whose agents are not one tree under ``"0"``: no main
     agent, a parent with no turns in the session, a joined step the parent does not have,
     parents in a cycle, sub-agents nested deeper than `MAX_DEPTH` or a step waiting for more
     than `MAX_FANOUT`. Linear in the agents: each one's depth is found once."""
     if "0" not in agents:
-        line = min(first_row[(session, a)] for a in agents)
-        raise ConfigError(f'{path}:{line}: session {session!r} has no main agent "0"')
+        raise ConfigError(
+            f'{where_of(next(iter(agents)))}: session {session!r} has no main agent "0"'
+        )
     depth: dict[str, int] = {"0": 0}
     fanout: dict[tuple[str, int], int] = defaultdict(int)
     for name, agent in agents.items():
-        where = f"{path}:{first_row[(session, name)]}"
+        where = where_of(name)
         if agent.parent is None or agent.joins_step is None:
             continue
         parent = agents.get(agent.parent)
@@ -338,48 +348,145 @@ def _check_tree(
             )
 
 
-def session_trace(records: list[RequestRecord], block_tokens: int = 512) -> AgentTrace:
+class _Turn:
+    """What `session_trace` takes from one record: its agent, step and sizes."""
+
+    __slots__ = (
+        "agent",
+        "calls",
+        "input_tokens",
+        "joins",
+        "output_tokens",
+        "parent",
+        "step",
+        "tool_ms",
+    )
+
+    def __init__(self, r: RequestRecord) -> None:
+        """ValueError (its reason) for tags or counts no trace row can hold."""
+        tags = r.tags
+        self.agent = str(tags["agent"])
+        parent = tags.get("parent")
+        self.parent = None if parent is None else str(parent)
+        if len(self.agent) > MAX_NAME_CHARS or len(self.parent or "") > MAX_NAME_CHARS:
+            raise ValueError("an agent path too long")
+        self.step = _whole_tag(tags.get("step", 0), "step", MAX_STEPS * 4)
+        joins = tags.get("joins_step")
+        self.joins = None if joins is None else _whole_tag(joins, "joins_step", MAX_STEPS * 4)
+        self.calls = _whole_tag(tags.get("calls", 0), "calls", MAX_TOOL_CALLS)
+        tool_ms = tags.get("tool_ms", 0.0)
+        if isinstance(tool_ms, bool) or not isinstance(tool_ms, int | float):
+            raise ValueError("tool_ms is not a number")
+        if not 0 <= tool_ms <= MAX_DELAY_MS:  # NaN fails both
+            raise ValueError(f"tool_ms {tool_ms} is not from 0 to {MAX_DELAY_MS:.0f}")
+        self.tool_ms = float(tool_ms)
+        self.input_tokens = r.usage.input_tokens or 0
+        self.output_tokens = r.usage.output_tokens or 0
+        if not 0 <= self.input_tokens <= MAX_PROMPT_TOKENS:
+            raise ValueError(f"input tokens {self.input_tokens} out of 0 to {MAX_PROMPT_TOKENS}")
+        if not 0 <= self.output_tokens <= MAX_OUTPUT_TOKENS:
+            raise ValueError(f"output tokens {self.output_tokens} out of 0 to {MAX_OUTPUT_TOKENS}")
+
+
+def _whole_tag(value: Any, name: str, cap: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= cap:
+        raise ValueError(f"tag {name} is not a whole number from 0 to {cap}")
+    return value
+
+
+def session_trace(
+    records: list[RequestRecord],
+    block_tokens: int = 512,
+    on_skip: Callable[[str], None] | None = None,
+) -> AgentTrace:
     """labkit's `session` records as an agent trace: per session and agent its successful
     steps in order, the tool gap before each, and hash ids where each step's prompt extends
-    the step before it (a session's history is its prompt prefix)."""
-    by_agent: dict[tuple[int, str], list[RequestRecord]] = defaultdict(list)
+    the step before it (a session's history is its prompt prefix). What a trace cannot hold
+    is left out, with `on_skip` told why: a record with tags or counts out of range, a
+    sub-agent whose parent (or the parent's joined step) never succeeded, a session without
+    its main agent's turns. The trace written reads back with `read_agent_trace`."""
+    skip = on_skip or (lambda _reason: None)
+    by_agent: dict[tuple[int, str], list[_Turn]] = defaultdict(list)
     for r in records:
         session = r.tags.get("session")
         if r.warmup or r.error is not None or "agent" not in r.tags or not isinstance(session, int):
             continue
-        by_agent[(session, str(r.tags["agent"]))].append(r)
-    sessions: dict[int, TraceSession] = {}
+        try:
+            turn = _Turn(r)
+        except ValueError as exc:
+            skip(f"session {session}: a turn left out ({exc})")
+            continue
+        by_agent[(session, turn.agent)].append(turn)
+    turns_of: dict[int, dict[str, list[_Turn]]] = defaultdict(dict)
+    for (session, path), turns in sorted(by_agent.items()):
+        turns.sort(key=lambda t: t.step)
+        turns_of[session][path] = turns
+    sessions: list[TraceSession] = []
     next_id = 0
-    for (session, path), recs in sorted(by_agent.items()):
-        recs.sort(key=lambda r: int(r.tags.get("step", 0)))
-        parent = recs[0].tags.get("parent")
-        joins = recs[0].tags.get("joins_step")
-        agent = TraceAgent(
-            path=path,
-            parent=None if parent is None else str(parent),
-            joins_step=None if joins is None else int(joins),
-        )
-        ids: list[int] = []
-        for r in recs:
-            blocks = (r.usage.input_tokens or 0) // block_tokens
-            while len(ids) < blocks:
-                ids.append(next_id)
-                next_id += 1
-            agent.steps.append(
-                TraceStep(
-                    input_tokens=r.usage.input_tokens or 0,
-                    output_tokens=r.usage.output_tokens or 0,
-                    delay_ms=float(r.tags.get("tool_ms", 0.0)),
-                    hash_ids=ids[:blocks],
-                    tool_calls=int(r.tags.get("calls", 0)),
-                )
+    for session, agents in sorted(turns_of.items()):
+        if "0" not in agents:
+            skip(f"session {session}: left out, no turn of its main agent succeeded")
+            continue
+        out = TraceSession(id=f"s{session}")
+        for path, turns in agents.items():
+            joins = _joined_step(path, turns[0], agents)
+            if isinstance(joins, str):
+                skip(f"session {session}: agent {path} left out ({joins})")
+                continue
+            agent = TraceAgent(
+                path=path, parent=turns[0].parent if joins is not None else None, joins_step=joins
             )
-        sessions.setdefault(session, TraceSession(id=f"s{session}")).agents.append(agent)
-    return AgentTrace(sessions=list(sessions.values()))
+            ids: list[int] = []
+            for t in turns:
+                blocks = t.input_tokens // block_tokens
+                while len(ids) < blocks:
+                    ids.append(next_id)
+                    next_id += 1
+                agent.steps.append(
+                    TraceStep(
+                        input_tokens=t.input_tokens,
+                        output_tokens=t.output_tokens,
+                        delay_ms=t.tool_ms,
+                        hash_ids=ids[:blocks],
+                        tool_calls=t.calls,
+                    )
+                )
+            out.agents.append(agent)
+        kept = {a.path for a in out.agents}
+        while lost := [a for a in out.agents if a.parent is not None and a.parent not in kept]:
+            for a in lost:  # sub-agents of an agent left out
+                skip(f"session {session}: agent {a.path} left out (its parent {a.parent} is)")
+                kept.discard(a.path)
+            out.agents = [a for a in out.agents if a.path in kept]
+        try:
+            _check_tree(out.id, {a.path: a for a in out.agents}, lambda name: f"agent {name}")
+        except ConfigError as exc:
+            skip(f"session {session}: left out ({exc})")
+            continue
+        sessions.append(out)
+    return AgentTrace(sessions=sessions)
 
 
-def write_agent_trace(trace: AgentTrace, path: Path) -> None:
-    """Write `trace` as JSONL rows (AIPerf's keys, labkit's three where there are branches)."""
+def _joined_step(path: str, first: _Turn, agents: dict[str, list[_Turn]]) -> int | str | None:
+    """The index, among its parent's successful turns, of the turn sub-agent `path` joins
+    (None: the main agent; a string: why it cannot be written). A run counts failed turns
+    in its steps, a trace only the successful ones: the joined turn is the parent's first
+    success at or after the step the run names."""
+    if path == "0":
+        return None
+    if first.parent is None or first.joins is None:
+        return "it names no parent"
+    parent = agents.get(first.parent)
+    if parent is None:
+        return f"no turn of its parent {first.parent} succeeded"
+    index = sum(1 for t in parent if t.step < first.joins)
+    if index >= len(parent):
+        return f"the step of {first.parent} it joins never succeeded"
+    return index
+
+
+def agent_trace_text(trace: AgentTrace) -> str:
+    """`trace` as JSONL rows (AIPerf's keys, labkit's three where there are branches)."""
     rows: list[str] = []
     for session in trace.sessions:
         for agent in session.agents:
@@ -397,4 +504,10 @@ def write_agent_trace(trace: AgentTrace, path: Path) -> None:
                     row["parent_agent"] = agent.parent
                     row["joins_step"] = agent.joins_step
                 rows.append(json.dumps(row))
-    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return "\n".join(rows) + "\n"
+
+
+def write_agent_trace(trace: AgentTrace, path: Path) -> None:
+    """Write `trace` as JSONL rows at `path` (`agent_trace_text`): a new file renamed into
+    place, so a link planted at `path` is replaced, never written through."""
+    write_new_file(path, agent_trace_text(trace))
