@@ -41,12 +41,12 @@ def session_trace_command(
             reason = f" ({skipped[0]})" if skipped else ""
             raise LabkitError(f"{run_dir} holds no session records a trace can hold{reason}")
         path = out or run_dir / "agent_trace.jsonl"
-        write_new_file(path, agent_trace_text(trace))  # replaces a planted link, never follows
-    except (LabkitError, OSError) as exc:
-        message = (
-            f"cannot write {exc.filename}: {exc.strerror}" if isinstance(exc, OSError) else exc
-        )
-        errors.print(Text(f"error: {message}", style="red"), soft_wrap=True)
+        try:  # a new file renamed into place: a link planted at `path` is replaced, not followed
+            write_new_file(path, agent_trace_text(trace))
+        except OSError as exc:
+            raise LabkitError(f"cannot write {path}: {exc.strerror or exc}") from None
+    except LabkitError as exc:
+        errors.print(Text(f"error: {exc}", style="red"), soft_wrap=True)
         raise typer.Exit(1) from None
     if skipped:
         more = f" (first: {skipped[0]})" if len(skipped) > 1 else f": {skipped[0]}"
