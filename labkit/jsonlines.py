@@ -1,7 +1,8 @@
 """Reading JSON Lines files that may come from anywhere (a truth log, a schedule file, an
-agent trace), one line at a time: memory bounded by the longest line allowed, never by the
+agent trace) one line at a time: memory bounded by the longest line allowed, never by the
 file; every way a line can be wrong is one `ConfigError` line naming ``file:line`` (a leaf
-module: imports only labkit.errors).
+module: imports only labkit.errors and pydantic). A reader that may stop early reads in
+``with contextlib.closing(...)``, so the file is closed at once.
 
 Refused, each with its reason: a line longer than the cap, bytes that are not UTF-8, text
 that is not JSON, ``NaN`` and ``Infinity`` (JSON has no such numbers; Python's decoder
@@ -11,9 +12,10 @@ never recurses into a RecursionError).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -100,7 +102,7 @@ class JsonLine:
 
 def iter_lines(
     path: Path, what: str, *, max_line_bytes: int = MAX_LINE_BYTES, last_may_be_cut: bool = False
-) -> Iterator[RawLine]:
+) -> Generator[RawLine, None, None]:
     """Each non-blank line of `path` as UTF-8 bytes, undecoded (for a parser of its own,
     such as pydantic's ``model_validate_json``); ConfigError ``path:line: reason`` for a line
     too long or not UTF-8. `what` names the file in messages ("truth log"). `last_may_be_cut`:
@@ -114,7 +116,7 @@ def iter_lines(
 
 def _lines(
     file: BinaryIO, path: Path, what: str, max_line_bytes: int, last_may_be_cut: bool
-) -> Iterator[RawLine]:
+) -> Generator[RawLine, None, None]:
     with file:
         number = 0
         while True:
@@ -145,11 +147,18 @@ def _lines(
 
 def iter_json_lines(
     path: Path, what: str, *, max_line_bytes: int = MAX_LINE_BYTES
-) -> Iterator[JsonLine]:
+) -> Generator[JsonLine, None, None]:
     """Each non-blank line of `path` decoded (`what` names the file in messages: "schedule
     file"); ConfigError ``path:line: reason`` on the first bad one."""
-    lines = iter_lines(path, what, max_line_bytes=max_line_bytes)
-    return (JsonLine(line.number, _decode(line.data, path, line.number)) for line in lines)
+    return _json_lines(iter_lines(path, what, max_line_bytes=max_line_bytes), path)
+
+
+def _json_lines(
+    lines: Generator[RawLine, None, None], path: Path
+) -> Generator[JsonLine, None, None]:
+    with contextlib.closing(lines):  # the file is closed when this generator is
+        for line in lines:
+            yield JsonLine(line.number, _decode(line.data, path, line.number))
 
 
 def _decode(raw: bytes, path: Path, number: int) -> Any:

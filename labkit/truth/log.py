@@ -8,7 +8,9 @@ clock can be put on the monotonic one). Every other line is one finished request
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from labkit.errors import ConfigError
-from labkit.jsonlines import iter_lines, one_line
+from labkit.jsonlines import RawLine, iter_lines, one_line
 
 __all__ = ["TruthLog", "TruthRequest", "TruthStep", "TruthToolCall", "read_truth_log"]
 
@@ -149,7 +151,32 @@ def read_truth_log(path: Path | str) -> TruthLog:
     one clear `ConfigError` line, naming the file and line, when `path` is not one. A last
     line cut mid-write (a server killed while writing it) is left out."""
     path = Path(path)
-    lines = iter_lines(path, "truth log", last_may_be_cut=True)
+    with contextlib.closing(iter_lines(path, "truth log", last_may_be_cut=True)) as lines:
+        anchor = _anchor(path, lines)
+        mono_ns, wall_ns = anchor.get("mono_ns"), anchor.get("wall_ns")
+        if not (_whole(mono_ns) and _whole(wall_ns)):
+            raise ConfigError(
+                f"{path}:1: the clock anchor's mono_ns and wall_ns must be whole numbers of ns"
+            )
+        requests = []
+        for line in lines:
+            try:
+                requests.append(TruthRequest.model_validate_json(line.data))
+            except ValidationError as exc:
+                if line.cut:
+                    break
+                raise ConfigError(
+                    f"{path}:{line.number}: not a truth record: {one_line(exc)}"
+                ) from None
+    schedule = anchor.get("schedule")
+    assert isinstance(mono_ns, int) and isinstance(wall_ns, int)
+    return TruthLog(
+        path, mono_ns, wall_ns, requests, schedule if isinstance(schedule, dict) else {}
+    )
+
+
+def _anchor(path: Path, lines: Iterator[RawLine]) -> dict[str, Any]:
+    """The clock anchor, the first line (one clear line if it is not one)."""
     try:
         first = next(lines, None)
         anchor = json.loads(first.data) if first is not None and first.number == 1 else None
@@ -160,26 +187,7 @@ def read_truth_log(path: Path | str) -> TruthLog:
             f"{path} is not a truth log (its first line is not the clock anchor "
             "`labkit fake-server` writes)"
         )
-    mono_ns, wall_ns = anchor.get("mono_ns"), anchor.get("wall_ns")
-    if not (_whole(mono_ns) and _whole(wall_ns)):
-        raise ConfigError(
-            f"{path}:1: the clock anchor's mono_ns and wall_ns must be whole numbers of ns"
-        )
-    requests = []
-    for line in lines:
-        try:
-            requests.append(TruthRequest.model_validate_json(line.data))
-        except ValidationError as exc:
-            if line.cut:
-                break
-            raise ConfigError(
-                f"{path}:{line.number}: not a truth record: {one_line(exc)}"
-            ) from None
-    schedule = anchor.get("schedule")
-    assert isinstance(mono_ns, int) and isinstance(wall_ns, int)
-    return TruthLog(
-        path, mono_ns, wall_ns, requests, schedule if isinstance(schedule, dict) else {}
-    )
+    return anchor
 
 
 def _whole(value: Any) -> bool:

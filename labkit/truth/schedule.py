@@ -11,8 +11,9 @@ The older names ``ttft_ms``, ``interval_ms`` and ``keepalive_interval_ms`` are s
 
 from __future__ import annotations
 
+import contextlib
 import random
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -20,7 +21,7 @@ from typing import Any, Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from labkit.errors import ConfigError
-from labkit.jsonlines import iter_json_lines, one_line
+from labkit.jsonlines import JsonLine, iter_json_lines, one_line
 
 __all__ = [
     "LAB_SCHEDULE",
@@ -363,8 +364,13 @@ def load_request_schedules(path: Path, base: TruthSchedule) -> list[TruthSchedul
     """The per-request schedules of a JSON Lines file: one object of overrides per line
     (``{"first_token_ms": 120, "tokens": 40}``), used in the order requests arrive, cycling;
     at most `MAX_SCHEDULES`. ConfigError, one line naming ``file:line``, for a bad line."""
+    with contextlib.closing(iter_json_lines(path, "schedule file", max_line_bytes=65_536)) as lines:
+        return _schedules(path, lines, base)
+
+
+def _schedules(path: Path, lines: Iterator[JsonLine], base: TruthSchedule) -> list[TruthSchedule]:
     out: list[TruthSchedule] = []
-    for line in iter_json_lines(path, "schedule file", max_line_bytes=65_536):
+    for line in lines:
         where = f"{path}:{line.number}"
         if not isinstance(line.value, dict):
             raise ConfigError(f"{where}: not a JSON object")

@@ -15,6 +15,7 @@ a session whose agents are not one tree under its main agent ``"0"``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 from collections import defaultdict
@@ -25,7 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PrivateAttr
 
 from labkit.errors import ConfigError
-from labkit.jsonlines import iter_json_lines
+from labkit.jsonlines import JsonLine, iter_json_lines
 from labkit.records import RequestRecord
 from labkit.safefiles import write_new_file
 
@@ -183,7 +184,9 @@ def _delay(row: dict[str, Any], where: str) -> float:
 
 def _name(row: dict[str, Any], key: str, where: str, default: str | None) -> str | None:
     """A session id or an agent path: a string or a whole number, not long."""
-    value = row.get(key, default)
+    value = row.get(key)
+    if value is None:  # absent, or null: the default
+        value = default
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, str | int):
@@ -225,57 +228,68 @@ def _new_agent(
     return TraceAgent(path=path, parent=parent, joins_step=joins)
 
 
+def _read_row(
+    path: Path,
+    line: JsonLine,
+    turns: int,
+    sessions: dict[str, dict[str, TraceAgent]],
+    first_row: dict[tuple[str, str], int],
+) -> None:
+    """Add one row of the trace (its `turns`-th) to `sessions`."""
+    where = f"{path}:{line.number}"
+    row = line.value
+    if not isinstance(row, dict):
+        raise ConfigError(f"{where}: not a JSON object")
+    if turns > MAX_TURNS:
+        raise ConfigError(f"{where}: more than labkit's limit of {MAX_TURNS} turns in a trace")
+    session = _name(row, "session_id", where, f"row{line.number}")
+    agent_path = _name(row, "agent", where, "0")
+    parent = _name(row, "parent_agent", where, None)
+    assert session is not None and agent_path is not None
+    joins = None
+    if row.get("joins_step") is not None:
+        joins = _count(row, "joins_step", MAX_STEPS, where)
+    agents = sessions.setdefault(session, {})
+    agent = agents.get(agent_path)
+    if agent is None:
+        if len(agents) >= MAX_AGENTS:
+            raise ConfigError(
+                f"{where}: session {session!r} has more than labkit's limit of {MAX_AGENTS} agents"
+            )
+        agent = agents[agent_path] = _new_agent(row, where, agent_path, parent, joins)
+        first_row[(session, agent_path)] = line.number
+    elif ("parent_agent" in row or "joins_step" in row) and (parent, joins) != (
+        agent.parent,
+        agent.joins_step,
+    ):
+        raise ConfigError(
+            f"{where}: agent {agent_path!r} of session {session!r} names another "
+            f"parent_agent or joins_step than on line {first_row[(session, agent_path)]}"
+        )
+    if len(agent.steps) >= MAX_STEPS:
+        raise ConfigError(
+            f"{where}: agent {agent_path!r} has more than labkit's limit of {MAX_STEPS} steps"
+        )
+    agent.steps.append(
+        TraceStep(
+            input_tokens=_count(row, "input_length", MAX_PROMPT_TOKENS, where),
+            output_tokens=_count(row, "output_length", MAX_OUTPUT_TOKENS, where, 1),
+            delay_ms=_delay(row, where),
+            hash_ids=_hash_ids(row, where),
+            tool_calls=_count(row, "tool_calls", MAX_TOOL_CALLS, where, 0),
+        )
+    )
+
+
 def read_agent_trace(path: Path) -> AgentTrace:
     """The sessions of an agent trace file (see the module's docstring), read a line at a
     time within labkit's limits; ConfigError, one line naming ``file:line``, for the first
     bad line, and for a session whose agents do not form one tree under ``"0"``."""
     sessions: dict[str, dict[str, TraceAgent]] = {}
     first_row: dict[tuple[str, str], int] = {}
-    for turns, line in enumerate(iter_json_lines(path, "agent trace"), 1):
-        where = f"{path}:{line.number}"
-        row = line.value
-        if not isinstance(row, dict):
-            raise ConfigError(f"{where}: not a JSON object")
-        if turns > MAX_TURNS:
-            raise ConfigError(f"{where}: more than labkit's limit of {MAX_TURNS} turns in a trace")
-        session = _name(row, "session_id", where, f"row{line.number}")
-        agent_path = _name(row, "agent", where, "0")
-        parent = _name(row, "parent_agent", where, None)
-        assert session is not None and agent_path is not None
-        joins = None
-        if row.get("joins_step") is not None:
-            joins = _count(row, "joins_step", MAX_STEPS, where)
-        agents = sessions.setdefault(session, {})
-        agent = agents.get(agent_path)
-        if agent is None:
-            if len(agents) >= MAX_AGENTS:
-                raise ConfigError(
-                    f"{where}: session {session!r} has more than labkit's limit of "
-                    f"{MAX_AGENTS} agents"
-                )
-            agent = agents[agent_path] = _new_agent(row, where, agent_path, parent, joins)
-            first_row[(session, agent_path)] = line.number
-        elif ("parent_agent" in row or "joins_step" in row) and (parent, joins) != (
-            agent.parent,
-            agent.joins_step,
-        ):
-            raise ConfigError(
-                f"{where}: agent {agent_path!r} of session {session!r} names another "
-                f"parent_agent or joins_step than on line {first_row[(session, agent_path)]}"
-            )
-        if len(agent.steps) >= MAX_STEPS:
-            raise ConfigError(
-                f"{where}: agent {agent_path!r} has more than labkit's limit of {MAX_STEPS} steps"
-            )
-        agent.steps.append(
-            TraceStep(
-                input_tokens=_count(row, "input_length", MAX_PROMPT_TOKENS, where),
-                output_tokens=_count(row, "output_length", MAX_OUTPUT_TOKENS, where, 1),
-                delay_ms=_delay(row, where),
-                hash_ids=_hash_ids(row, where),
-                tool_calls=_count(row, "tool_calls", MAX_TOOL_CALLS, where, 0),
-            )
-        )
+    with contextlib.closing(iter_json_lines(path, "agent trace")) as lines:
+        for turns, line in enumerate(lines, 1):
+            _read_row(path, line, turns, sessions, first_row)
     if not sessions:
         raise ConfigError(f"agent trace {path} holds no turns")
     for session, agents in sessions.items():
