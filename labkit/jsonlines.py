@@ -180,6 +180,6 @@ def one_line(exc: ValidationError) -> str:
     if not errors:
         return "not valid"
     first = errors[0]
-    where = ".".join(str(p) for p in first["loc"]) or "the value"
+    where = ".".join(str(p) for p in first["loc"])
     more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
-    return f"{where}: {first['msg']}{more}"
+    return f"{where}: {first['msg']}{more}" if where else f"{first['msg']}{more}"

@@ -256,7 +256,11 @@ class TruthSchedule(BaseModel):
                 shown = [k if len(k) <= 40 else k[:40] + "..." for k in sorted(unknown)[:3]]
                 more = f" and {len(unknown) - 3} more" if len(unknown) > 3 else ""
                 raise ConfigError(f"unknown schedule keys {shown}{more}; known: {known}") from None
-            raise ConfigError(f"bad schedule value for {one_line(exc)}") from None
+            if exc.errors()[0]["loc"]:
+                raise ConfigError(f"bad schedule value for {one_line(exc)}") from None
+            raise ConfigError(
+                f"bad schedule: {one_line(exc).removeprefix('Value error, ')}"
+            ) from None
 
 
 #: The older names of settings, still read, and the settings they name.

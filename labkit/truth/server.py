@@ -1128,6 +1128,22 @@ class Server:
                 # then spin (at most _SLEEP_MIN_NS plus the sleep's slack) to the due time
 
 
+def _open_log(path: Path) -> IO[str]:
+    """The truth log, opened for writing as a new or emptied file, never through a link
+    planted at `path` (LabkitError, one line, if there is one)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as exc:
+        if path.is_symlink():
+            raise LabkitError(
+                f"the truth log {path} is a symbolic link; labkit writes no file through a "
+                "link (remove it, or name another file)"
+            ) from None
+        raise LabkitError(f"cannot write the truth log {path}: {exc.strerror or exc}") from None
+    return os.fdopen(fd, "w", encoding="utf-8")
+
+
 def serve(
     schedule: TruthSchedule,
     *,
@@ -1146,7 +1162,7 @@ def serve(
     once it listens. The truth log is flushed and closed on the way out."""
     per_request = load_request_schedules(schedule_file, schedule) if schedule_file else None
     raise_open_files_limit(65536)
-    log = truth_log.open("w", encoding="utf-8") if truth_log is not None else None
+    log = _open_log(truth_log) if truth_log is not None else None
     try:
         server = Server(
             host,
