@@ -282,3 +282,32 @@ def test_a_gap_past_the_limit_after_speedup_is_one_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["run", str(_config(tmp_path, trace, speedup=0.5))])
     assert result.exit_code != 0 and "longest gap at speedup 0.5" in result.output
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "says"),
+    [
+        ("t.jsonl", b'{"timestamp": NaN, "input_length": 3, "output_length": 1}\n', ":1: not JSON"),
+        ("t.jsonl", b'{"timestamp": 1e999, "input_length": 3, "output_length": 1}\n', "finite"),
+        ("t.jsonl", b'{"timestamp": 0, "input_length": 1e30, "output_length": 1}\n', "limits"),
+        (
+            "t.jsonl",
+            b'{"timestamp": 0, "input_length": 3, "output_length": 1}\n\xff\n',
+            ":2: not UTF-8",
+        ),
+        ("t.jsonl", b"[" * 50_000 + b"]" * 50_000, ":1: JSON nested deeper"),
+        ("t.csv", b"timestamp,input_tokens,output_tokens\nnan,3,1\n", ":2: a finite timestamp"),
+        ("t.csv", b"timestamp,input_tokens,output_tokens\n0,3,1\n\xff,1,1\n", "not UTF-8"),
+        ("t.csv", b"timestamp,input_tokens,output_tokens\n0,99999999999,1\n", "limits"),
+    ],
+)
+def test_a_hostile_request_trace_is_one_line(
+    tmp_path: Path, name: str, data: bytes, says: str
+) -> None:
+    from labkit.workloads.traces import read_trace
+
+    path = tmp_path / name
+    path.write_bytes(data)
+    with pytest.raises(ConfigError) as caught:
+        read_trace(path)
+    assert says in str(caught.value) and "\n" not in str(caught.value)
