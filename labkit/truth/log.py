@@ -10,17 +10,75 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, ValidationError
+from pydantic_core import core_schema
 
 from labkit.errors import ConfigError
 from labkit.jsonlines import RawLine, iter_lines, one_line
 
 __all__ = ["TruthLog", "TruthRequest", "TruthStep", "TruthToolCall", "read_truth_log"]
+
+
+class Candidates(Sequence[tuple[str, float]]):
+    """A step's candidates, ``(token, probability)`` pairs likeliest first, held compactly
+    (the tokens in one tuple, the probabilities in one array of doubles: a truth log holds
+    one per output token, and pairs of Python objects cost three times more)."""
+
+    __slots__ = ("_probabilities", "_tokens")
+
+    def __init__(self, pairs: Iterable[tuple[str, float]]) -> None:
+        tokens, probabilities = [], array("d")
+        for token, probability in pairs:
+            tokens.append(token)
+            probabilities.append(probability)
+        self._tokens = tuple(tokens)
+        self._probabilities = probabilities
+
+    def __len__(self) -> int:
+        return len(self._tokens)
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[str, float]: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[tuple[str, float]]: ...
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return list(zip(self._tokens[index], self._probabilities[index], strict=True))
+        return self._tokens[index], self._probabilities[index]
+
+    def __iter__(self) -> Iterator[tuple[str, float]]:
+        return zip(self._tokens, self._probabilities, strict=True)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return list(self) == [tuple(p) for p in other]
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Candidates({list(self)!r})"
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> Any:
+        pairs = core_schema.list_schema(
+            core_schema.tuple_schema(
+                [core_schema.str_schema(), core_schema.float_schema(allow_inf_nan=False)]
+            )
+        )
+        return core_schema.no_info_after_validator_function(
+            cls,
+            core_schema.union_schema([core_schema.is_instance_schema(cls), pairs]),
+            serialization=core_schema.plain_serializer_function_ser_schema(
+                lambda c: [list(p) for p in c]
+            ),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,10 +87,8 @@ class TruthStep:
     candidates (the token among them) with their true probabilities, likeliest first.
     (A slotted dataclass: a log holds many, and a model instance costs five times more.)"""
 
-    __pydantic_config__ = ConfigDict(allow_inf_nan=False)
-
     token: str
-    candidates: tuple[tuple[str, float], ...]
+    candidates: Candidates
 
     @property
     def probability(self) -> float:

@@ -226,3 +226,15 @@ def test_fake_server_writes_no_truth_log_through_a_link(tmp_path: Path) -> None:
     )
     assert result.exit_code == 1 and "is a symbolic link" in result.output
     assert victim.read_text() == "keep me"
+
+
+def test_candidates_are_compact_pairs_that_dump_as_read(tmp_path: Path) -> None:
+    request = read_truth_log(_log(tmp_path, _ANCHOR, json.dumps(_request()))).requests[0]
+    candidates = request.steps[0].candidates
+    assert list(candidates) == [(" a", 0.75), (" b", 0.25)] and candidates[1] == (" b", 0.25)
+    assert json.loads(request.model_dump_json())["steps"] == _request()["steps"]
+    nan = b'{"token": " a", "candidates": [[" a", NaN]]}'
+    line = (
+        json.dumps(_request(steps=[])).encode().replace(b'"steps": []', b'"steps": [' + nan + b"]")
+    )
+    _refused(_log(tmp_path, _ANCHOR, line), ":2: not a truth record: steps.0.candidates")
