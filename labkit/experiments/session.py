@@ -116,7 +116,10 @@ class SessionSettings(ExperimentSettings):
         default=2, le=MAX_FANOUT, description="Sessions in flight at once."
     )
     rate: PositiveFloat | None = Field(
-        default=None, description="Sessions started per second (open loop); null: closed loop."
+        default=None,
+        ge=1000.0 / MAX_DELAY_MS,
+        description="Sessions started per second (open loop; at least one an hour); null: "
+        "closed loop.",
     )
     max_steps: PositiveInt = Field(
         default=8, le=MAX_STEPS, description="Model turns per agent at most."

@@ -232,6 +232,7 @@ def test_fuzzed_bytes_give_one_error_or_a_trace(data: bytes) -> None:
         ({"tool_latency": {"ms": MAX_DELAY_MS + 1}}, "ms"),
         ({"tool_latency": {"script": [1.0, float("nan")]}}, "script"),
         ({"session_slo_ms": float("inf")}, "session_slo_ms"),
+        ({"rate": 1e-300}, "rate"),
     ],
 )
 def test_session_settings_past_the_limits_are_refused(change: dict[str, Any], field: str) -> None:
