@@ -13,8 +13,9 @@ from rich.text import Text
 
 from labkit.errors import LabkitError
 from labkit.runner.results import RunFolder
+from labkit.safefiles import write_new_file
 from labkit.terminal import SafeConsole
-from labkit.workloads.agent_traces import session_trace, write_agent_trace
+from labkit.workloads.agent_traces import agent_trace_text, session_trace
 
 __all__ = ["register", "session_trace_command"]
 
@@ -31,18 +32,25 @@ def session_trace_command(
 ) -> None:
     """Write RUN_DIR's agent sessions as an agent trace (JSONL)."""
     console = SafeConsole(highlight=False)
+    errors = SafeConsole(stderr=True, highlight=False)
+    skipped: list[str] = []
     try:
-        records = RunFolder(run_dir).read_records()
-        trace = session_trace(records, block_tokens)
+        records = RunFolder(run_dir).read_records(on_skip=skipped.append)
+        trace = session_trace(records, block_tokens, on_skip=skipped.append)
         if not trace.sessions:
-            raise LabkitError(f"{run_dir} holds no session records")
+            reason = f" ({skipped[0]})" if skipped else ""
+            raise LabkitError(f"{run_dir} holds no session records a trace can hold{reason}")
         path = out or run_dir / "agent_trace.jsonl"
-        write_agent_trace(trace, path)
-    except (LabkitError, OSError) as exc:
-        SafeConsole(stderr=True, highlight=False).print(
-            Text(f"error: {exc}", style="red"), soft_wrap=True
-        )
+        try:  # a new file renamed into place: a link planted at `path` is replaced, not followed
+            write_new_file(path, agent_trace_text(trace))
+        except OSError as exc:
+            raise LabkitError(f"cannot write {path}: {exc.strerror or exc}") from None
+    except LabkitError as exc:
+        errors.print(Text(f"error: {exc}", style="red"), soft_wrap=True)
         raise typer.Exit(1) from None
+    if skipped:
+        more = f" (first: {skipped[0]})" if len(skipped) > 1 else f": {skipped[0]}"
+        errors.print(Text(f"{len(skipped)} left out{more}", style="yellow"), soft_wrap=True)
     turns = sum(len(a.steps) for s in trace.sessions for a in s.agents)
     console.print(Text(f"{len(trace.sessions)} sessions, {turns} turns: {path}"), soft_wrap=True)
 

@@ -15,9 +15,10 @@ import asyncio
 import random
 import secrets
 import time
+from collections import defaultdict
 from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -32,6 +33,7 @@ from pydantic import (
 
 from labkit.analysis.selection import latest_pass
 from labkit.analysis.sessions import session_figures
+from labkit.errors import ConfigError
 from labkit.experiments.base import ExperimentSettings, PlannedRequest, register_experiment
 from labkit.experiments.paced import LevelContext, LevelPlan, PacedExperiment, SendFn, Share
 from labkit.providers.base import ChatRequest, Provider, ProviderSettings, SamplingParams
@@ -40,6 +42,10 @@ from labkit.records import ErrorKind, LabAnswer, RecordToolCall, RequestRecord
 from labkit.wording.session import session_answer
 from labkit.workloads import PromptSizing, measure_sizing
 from labkit.workloads.agent_traces import (
+    MAX_DELAY_MS,
+    MAX_FANOUT,
+    MAX_PROMPT_TOKENS,
+    MAX_STEPS,
     AgentTrace,
     TraceAgent,
     TraceSession,
@@ -59,27 +65,39 @@ __all__ = [
 
 Message = dict[str, Any]
 
+#: Sessions one experiment runs (each is planned up front).
+MAX_SESSIONS = 100_000
+
 
 class ToolLatency(BaseModel):
     """How long a simulated tool takes: fixed, uniform, exponential, or a fixed script."""
 
     model_config = ConfigDict(extra="forbid")
 
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
     distribution: Literal["fixed", "uniform", "exponential"] = "fixed"
-    ms: NonNegativeFloat = Field(default=100.0, description="Fixed value, or the mean.")
-    max_ms: NonNegativeFloat | None = Field(default=None, description="Uniform: upper bound.")
-    script: list[NonNegativeFloat] | None = Field(
-        default=None, description="Latency of each call in order (cycled); overrides the rest."
+    ms: NonNegativeFloat = Field(
+        default=100.0, le=MAX_DELAY_MS, description="Fixed value, or the mean."
+    )
+    max_ms: NonNegativeFloat | None = Field(
+        default=None, le=MAX_DELAY_MS, description="Uniform: upper bound."
+    )
+    script: list[Annotated[NonNegativeFloat, Field(le=MAX_DELAY_MS)]] | None = Field(
+        default=None,
+        max_length=MAX_STEPS,
+        description="Latency of each call in order (cycled); overrides the rest.",
     )
 
     def draw(self, rng: random.Random, n: int) -> float:
-        """The latency in ms of a session's `n`-th call."""
+        """The latency in ms of a session's `n`-th call (at most `MAX_DELAY_MS`: an
+        exponential draw's tail is cut there)."""
         if self.script:
             return self.script[n % len(self.script)]
         if self.distribution == "uniform":
             return rng.uniform(self.ms, self.max_ms if self.max_ms is not None else self.ms)
         if self.distribution == "exponential":
-            return rng.expovariate(1.0 / self.ms) if self.ms else 0.0
+            return min(rng.expovariate(1.0 / self.ms), MAX_DELAY_MS) if self.ms else 0.0
         return self.ms
 
 
@@ -90,13 +108,22 @@ def _default_tools() -> list[ToolSpec]:
 class SessionSettings(ExperimentSettings):
     """Agent sessions: tool loops with sub-agents and compaction, or a replayed trace."""
 
+    model_config = ConfigDict(allow_inf_nan=False)
+
     kind: Literal["session"] = "session"
-    sessions: PositiveInt = Field(default=4, description="Sessions to run.")
-    concurrency: PositiveInt = Field(default=2, description="Sessions in flight at once.")
-    rate: PositiveFloat | None = Field(
-        default=None, description="Sessions started per second (open loop); null: closed loop."
+    sessions: PositiveInt = Field(default=4, le=MAX_SESSIONS, description="Sessions to run.")
+    concurrency: PositiveInt = Field(
+        default=2, le=MAX_FANOUT, description="Sessions in flight at once."
     )
-    max_steps: PositiveInt = Field(default=8, description="Model turns per agent at most.")
+    rate: PositiveFloat | None = Field(
+        default=None,
+        ge=1000.0 / MAX_DELAY_MS,
+        description="Sessions started per second (open loop; at least one an hour); null: "
+        "closed loop.",
+    )
+    max_steps: PositiveInt = Field(
+        default=8, le=MAX_STEPS, description="Model turns per agent at most."
+    )
     tool_steps: NonNegativeInt | None = Field(
         default=2,
         description="Turns that must call a tool before the answer (then tool_choice none); "
@@ -104,21 +131,31 @@ class SessionSettings(ExperimentSettings):
     )
     tools: list[ToolSpec] = Field(default_factory=_default_tools, min_length=1)
     tool_latency: ToolLatency = Field(default_factory=ToolLatency)
-    tool_result_tokens: PositiveInt = Field(default=48, description="Each tool result's size.")
+    tool_result_tokens: PositiveInt = Field(
+        default=48, le=MAX_PROMPT_TOKENS, description="Each tool result's size."
+    )
     parallel_tools: bool = Field(
         default=True, description="Run one turn's calls side by side (false: one by one)."
     )
     subagents: NonNegativeInt = Field(
-        default=0, description="Sub-agents the main agent's first tool step fans out to."
+        default=0,
+        le=MAX_FANOUT,
+        description="Sub-agents the main agent's first tool step fans out to.",
     )
     subagent_tool_steps: NonNegativeInt = Field(
-        default=1, description="Forced tool turns of each sub-agent."
+        default=1, le=MAX_STEPS, description="Forced tool turns of each sub-agent."
     )
     compact_at_tokens: PositiveInt | None = Field(
-        default=None, description="Compact the history once a turn's prompt passes this."
+        default=None,
+        le=MAX_PROMPT_TOKENS,
+        description="Compact the history once a turn's prompt passes this.",
     )
-    summary_tokens: PositiveInt = Field(default=32, description="A compaction's summary size.")
-    task_tokens: PositiveInt = Field(default=32, description="The task message's size.")
+    summary_tokens: PositiveInt = Field(
+        default=32, le=MAX_PROMPT_TOKENS, description="A compaction's summary size."
+    )
+    task_tokens: PositiveInt = Field(
+        default=32, le=MAX_PROMPT_TOKENS, description="The task message's size."
+    )
     session_slo_ms: PositiveFloat | None = Field(
         default=None, description="Session completion SLO: goodput counts sessions within it."
     )
@@ -211,15 +248,28 @@ class SessionExperiment(PacedExperiment[SessionState, SessionPlan]):
         return self._s.warmup
 
     def validate_for(self, settings: ProviderSettings) -> None:
-        """A generated session needs a provider that takes tools; a trace must read."""
+        """A generated session needs a provider that takes tools; a trace must read, and
+        its longest gap, divided by `speedup`, stay within `MAX_DELAY_MS`."""
         if self._s.trace is not None:
-            read_agent_trace(self._s.trace)
+            self._check_trace(read_agent_trace(self._s.trace))
+
+    def _check_trace(self, trace: AgentTrace) -> AgentTrace:
+        longest = trace.longest_delay_ms() / self._s.speedup
+        if longest > MAX_DELAY_MS:
+            raise ConfigError(
+                f"{self.name}: the trace's longest gap at speedup {self._s.speedup:g} is "
+                f"{longest:.0f} ms, over labkit's limit of {MAX_DELAY_MS:.0f} ms"
+            )
+        return trace
 
     async def prepare(self, provider: Provider) -> None:
-        """Calibrate words per token; take the provider's tool format (or the trace)."""
+        """Calibrate words per token; take the provider's tool format (or the trace, read
+        in a thread: a long one must not hold up the loop, nor a SIGTERM with it)."""
         self._format = provider.tool_format()
         if self._s.trace is not None:
-            self._trace = read_agent_trace(self._s.trace)
+            self._trace = self._check_trace(
+                await asyncio.to_thread(read_agent_trace, self._s.trace)
+            )
             self._exact = provider.exact_length_params()
         self._sizing = await measure_sizing(provider)
 
@@ -289,9 +339,18 @@ class SessionExperiment(PacedExperiment[SessionState, SessionPlan]):
         if self._trace is None and provider.tool_format() is None:
             context.message(f"{self.name}: provider {provider.id!r} takes no tools, skipped")
             return
-        previous = context.previous()
-        todo = [self.resume_point(i, previous) for i in range(self.session_count())]
-        left = [t for t in todo if t is not None]
+        by_session: dict[int, list[RequestRecord]] = defaultdict(list)
+        for record in context.previous():  # grouped once: linear in records and sessions
+            session = record.tags.get("session")
+            if isinstance(session, int) and not isinstance(session, bool):
+                by_session[session].append(record)
+        left: list[SessionTodo] = []
+        for i in range(self.session_count()):
+            todo = self.resume_point(i, by_session.get(i, []))
+            if todo is not None:
+                left.append(todo)
+            if i % 4096 == 4095:
+                await asyncio.sleep(0)  # let a signal's handler run
         if not left:
             context.message(f"{self.name}: every session already measured, skipped")
             return

@@ -8,24 +8,87 @@ clock can be put on the monotonic one). Every other line is one finished request
 
 from __future__ import annotations
 
+import contextlib
 import json
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, ValidationError
+from pydantic_core import core_schema
 
 from labkit.errors import ConfigError
+from labkit.jsonlines import RawLine, iter_lines, one_line
 
 __all__ = ["TruthLog", "TruthRequest", "TruthStep", "TruthToolCall", "read_truth_log"]
 
 
-class TruthStep(BaseModel):
+class Candidates(Sequence[tuple[str, float]]):
+    """A step's candidates, ``(token, probability)`` pairs likeliest first, held compactly
+    (the tokens in one tuple, the probabilities in one array of doubles: a truth log holds
+    one per output token, and pairs of Python objects cost three times more)."""
+
+    __slots__ = ("_probabilities", "_tokens")
+
+    def __init__(self, pairs: Iterable[tuple[str, float]]) -> None:
+        tokens, probabilities = [], array("d")
+        for token, probability in pairs:
+            tokens.append(token)
+            probabilities.append(probability)
+        self._tokens = tuple(tokens)
+        self._probabilities = probabilities
+
+    def __len__(self) -> int:
+        return len(self._tokens)
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[str, float]: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[tuple[str, float]]: ...
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return list(zip(self._tokens[index], self._probabilities[index], strict=True))
+        return self._tokens[index], self._probabilities[index]
+
+    def __iter__(self) -> Iterator[tuple[str, float]]:
+        return zip(self._tokens, self._probabilities, strict=True)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return list(self) == [tuple(p) for p in other]
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Candidates({list(self)!r})"
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> Any:
+        pairs = core_schema.list_schema(
+            core_schema.tuple_schema(
+                [core_schema.str_schema(), core_schema.float_schema(allow_inf_nan=False)]
+            )
+        )
+        return core_schema.no_info_after_validator_function(
+            cls,
+            core_schema.union_schema([core_schema.is_instance_schema(cls), pairs]),
+            serialization=core_schema.plain_serializer_function_ser_schema(
+                lambda c: [list(p) for p in c]
+            ),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TruthStep:
     """One output token the server drew, and the distribution it drew it from: the
-    candidates (the token among them) with their true probabilities, likeliest first."""
+    candidates (the token among them) with their true probabilities, likeliest first.
+    (A slotted dataclass: a log holds many, and a model instance costs five times more.)"""
 
     token: str
-    candidates: list[tuple[str, float]]
+    candidates: Candidates
 
     @property
     def probability(self) -> float:
@@ -44,7 +107,7 @@ class TruthToolCall(BaseModel):
 class TruthRequest(BaseModel):
     """One request as the server saw it and sent it."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
 
     id: str = Field(description="The response id: x-request-id header and the stream's id.")
     client_request_id: str | None = Field(
@@ -140,36 +203,48 @@ class TruthLog:
 
 
 def read_truth_log(path: Path | str) -> TruthLog:
-    """Read a truth log; one clear `ConfigError` when `path` is not one."""
+    """Read a truth log a line at a time (memory: the requests kept, never the file's text);
+    one clear `ConfigError` line, naming the file and line, when `path` is not one. A last
+    line cut mid-write (a server killed while writing it) is left out."""
     path = Path(path)
+    with contextlib.closing(iter_lines(path, "truth log", last_may_be_cut=True)) as lines:
+        anchor = _anchor(path, lines)
+        mono_ns, wall_ns = anchor.get("mono_ns"), anchor.get("wall_ns")
+        if not (_whole(mono_ns) and _whole(wall_ns)):
+            raise ConfigError(
+                f"{path}:1: the clock anchor's mono_ns and wall_ns must be whole numbers of ns"
+            )
+        requests = []
+        for line in lines:
+            try:
+                requests.append(TruthRequest.model_validate_json(line.data))
+            except ValidationError as exc:
+                if line.cut:
+                    break
+                raise ConfigError(
+                    f"{path}:{line.number}: not a truth record: {one_line(exc)}"
+                ) from None
+    schedule = anchor.get("schedule")
+    assert isinstance(mono_ns, int) and isinstance(wall_ns, int)
+    return TruthLog(
+        path, mono_ns, wall_ns, requests, schedule if isinstance(schedule, dict) else {}
+    )
+
+
+def _anchor(path: Path, lines: Iterator[RawLine]) -> dict[str, Any]:
+    """The clock anchor, the first line (one clear line if it is not one)."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise ConfigError(f"cannot read the truth log {path}: {exc.strerror or exc}") from None
-    try:
-        anchor = json.loads(lines[0]) if lines else None
-    except json.JSONDecodeError:
+        first = next(lines, None)
+        anchor = json.loads(first.data) if first is not None and first.number == 1 else None
+    except (ConfigError, ValueError, RecursionError):
         anchor = None
     if not isinstance(anchor, dict) or anchor.get("truth_log") != 1:
         raise ConfigError(
             f"{path} is not a truth log (its first line is not the clock anchor "
             "`labkit fake-server` writes)"
         )
-    requests = []
-    for number, line in enumerate(lines[1:], 2):
-        if not line.strip():
-            continue
-        try:
-            requests.append(TruthRequest.model_validate_json(line))
-        except ValidationError as exc:
-            if number == len(lines):  # a server killed mid-write leaves a cut last line
-                break
-            raise ConfigError(f"{path} line {number} is not a truth record: {exc}") from None
-    schedule = anchor.get("schedule")
-    return TruthLog(
-        path,
-        int(anchor["mono_ns"]),
-        int(anchor["wall_ns"]),
-        requests,
-        schedule if isinstance(schedule, dict) else {},
-    )
+    return anchor
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from labkit.truth.cache import PrefixCache
-from labkit.truth.schedule import Plan, TruthSchedule, plan
+from labkit.truth.schedule import MAX_REPLY_TOKENS, Plan, TruthSchedule, plan
 
 __all__ = [
     "VOCABULARY",
@@ -215,6 +215,8 @@ def read_request(api: str, body: bytes) -> Request:
         obj = json.loads(body or b"{}")
     except ValueError:
         raise ValueError("the body is not JSON") from None
+    except RecursionError:
+        raise ValueError("the body's JSON is nested too deeply") from None
     if not isinstance(obj, dict):
         raise ValueError("the body is not a JSON object")
     listed = obj.get("messages", [])
@@ -267,6 +269,11 @@ def read_request(api: str, body: bytes) -> Request:
         cap = _int(obj.get(key))
         if cap is not None:
             break
+    if obj.get("ignore_eos") is True and cap is not None and cap > MAX_REPLY_TOKENS:
+        raise ValueError(
+            f"max_tokens {cap} with ignore_eos is over the truth server's limit of "
+            f"{MAX_REPLY_TOKENS} tokens"
+        )
     model = obj.get("model")
     return Request(
         api=api,

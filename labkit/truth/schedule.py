@@ -11,16 +11,17 @@ The older names ``ttft_ms``, ``interval_ms`` and ``keepalive_interval_ms`` are s
 
 from __future__ import annotations
 
-import json
+import contextlib
 import random
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from labkit.errors import ConfigError
+from labkit.jsonlines import JsonLine, iter_json_lines, one_line
 
 __all__ = [
     "LAB_SCHEDULE",
@@ -41,11 +42,35 @@ CPP_SHAPE: str = "llamacpp"
 PROCESSING_HEADER_SHAPE: str = "openai"
 
 
+#: Limits on what a schedule (or one request's override of it) may ask for: the server
+#: builds a reply's whole timetable when it starts serving it, and one request must not be
+#: able to take the server's memory or hold its loop. A wait of any kind (ms).
+MAX_WAIT_MS = 3_600_000.0
+#: Tokens of one reply (the schedule's `tokens`, or `max_tokens` with ignore_eos).
+MAX_REPLY_TOKENS = 131_072
+#: Bytes one event is padded to.
+MAX_EVENT_BYTES = 1_048_576
+#: The prefix cache's capacity (tokens).
+MAX_CACHE_TOKENS = 10_000_000
+#: Tool calls: the tool steps of a session, and the calls of one reply.
+MAX_TOOL_CALLS = 1_024
+MAX_PARALLEL_TOOL_CALLS = 128
+#: Lines of a per-request schedule file.
+MAX_SCHEDULES = 100_000
+#: The shortest keep-alive period (ms): a shorter one would plan a comment per microsecond.
+MIN_KEEPALIVE_MS = 1.0
+
+
 def _ms(default: float, description: str, *aliases: str) -> Any:
-    """A non-negative, finite number of milliseconds."""
+    """A non-negative, finite number of milliseconds, at most `MAX_WAIT_MS`."""
     alias = AliasChoices(*aliases) if aliases else None
     return Field(
-        default=default, ge=0, allow_inf_nan=False, description=description, validation_alias=alias
+        default=default,
+        ge=0,
+        le=MAX_WAIT_MS,
+        allow_inf_nan=False,
+        description=description,
+        validation_alias=alias,
     )
 
 
@@ -67,8 +92,15 @@ class TruthSchedule(BaseModel):
         "token_interval_ms",
         "interval_ms",
     )
-    tokens: int = Field(default=16, ge=0, description="Tokens per reply (capped by max_tokens).")
-    tokens_per_event: int = Field(default=1, ge=1, description="Tokens carried by each event.")
+    tokens: int = Field(
+        default=16,
+        ge=0,
+        le=MAX_REPLY_TOKENS,
+        description="Tokens per reply (capped by max_tokens).",
+    )
+    tokens_per_event: int = Field(
+        default=1, ge=1, le=MAX_REPLY_TOKENS, description="Tokens carried by each event."
+    )
     jitter_ms: float = _ms(0.0, "Random ± jitter on every wait (seeded by the server's seed).")
     prefill_ms_per_token: float = _ms(0.0, "Token 1 later by this per prompt token.")
     keepalive_ms: float = _ms(
@@ -79,11 +111,15 @@ class TruthSchedule(BaseModel):
         "keepalive_interval_ms",
     )
     event_bytes: int = Field(
-        default=0, ge=0, description="Pad each Chat event to about this many bytes (0: none)."
+        default=0,
+        ge=0,
+        le=MAX_EVENT_BYTES,
+        description="Pad each Chat event to about this many bytes (0: none).",
     )
     slots: int | None = Field(
         default=None,
         ge=0,
+        le=65_536,
         description="Requests served at once; the rest wait, in arrival order, for a free slot "
         "before their first token's wait starts (null or 0: no limit).",
     )
@@ -104,6 +140,7 @@ class TruthSchedule(BaseModel):
     cache_tokens: int = Field(
         default=0,
         ge=0,
+        le=MAX_CACHE_TOKENS,
         description="The prefix cache's capacity in tokens (0: no cache): a prompt's prefix "
         "shared with an earlier request's prompt and reply is cached, the least recently used "
         "evicted first.",
@@ -111,6 +148,7 @@ class TruthSchedule(BaseModel):
     cache_ttl_s: float = Field(
         default=0.0,
         ge=0,
+        le=MAX_WAIT_MS / 1000,
         allow_inf_nan=False,
         description="A cache entry's lifetime after its last use, in seconds (0: no limit).",
     )
@@ -126,7 +164,10 @@ class TruthSchedule(BaseModel):
 
     # --- the reply's end ---
     finish_reason: str = Field(
-        default="stop", min_length=1, description="Chat finish_reason of a reply not capped."
+        default="stop",
+        min_length=1,
+        max_length=64,
+        description="Chat finish_reason of a reply not capped.",
     )
     usage: bool = Field(default=True, description="Send the usage (Chat: the usage chunk).")
     end_token: bool = Field(
@@ -154,10 +195,17 @@ class TruthSchedule(BaseModel):
     )
     fail_status: int = Field(default=500, ge=400, le=599, description="Status for http_status.")
     fail_after_tokens: int = Field(
-        default=0, ge=0, description="Tokens sent before a stream_error or drop."
+        default=0,
+        ge=0,
+        le=MAX_REPLY_TOKENS,
+        description="Tokens sent before a stream_error or drop.",
     )
     retry_after_s: float | None = Field(
-        default=None, ge=0, allow_inf_nan=False, description="retry-after on an http_status."
+        default=None,
+        ge=0,
+        le=MAX_WAIT_MS / 1000,
+        allow_inf_nan=False,
+        description="retry-after on an http_status.",
     )
 
     # --- the provider's own account ---
@@ -170,13 +218,23 @@ class TruthSchedule(BaseModel):
     tool_calls: int = Field(
         default=0,
         ge=0,
+        le=MAX_TOOL_CALLS,
         description="A request offering `tools` (and no `tool_choice: none`) is answered with "
         "tool calls while its history holds fewer than this many tool results, then with "
         "text: a session of this many tool steps (a request forcing a call always gets one).",
     )
     parallel_tool_calls: int = Field(
-        default=1, ge=1, description="Tool calls in one reply (their arguments share its events)."
+        default=1,
+        ge=1,
+        le=MAX_PARALLEL_TOOL_CALLS,
+        description="Tool calls in one reply (their arguments share its events).",
     )
+
+    @model_validator(mode="after")
+    def _keepalive_period(self) -> TruthSchedule:
+        if 0 < self.keepalive_ms < MIN_KEEPALIVE_MS:
+            raise ValueError(f"keepalive_ms must be 0 (none) or at least {MIN_KEEPALIVE_MS:g} ms")
+        return self
 
     def decode_ms(self, events: int) -> float:
         """The scripted time from the first output event to the last (no jitter)."""
@@ -195,12 +253,13 @@ class TruthSchedule(BaseModel):
             unknown = [str(e["loc"][0]) for e in exc.errors() if e["type"] == "extra_forbidden"]
             if unknown:
                 known = ", ".join(sorted(TruthSchedule.model_fields))
-                raise ConfigError(
-                    f"unknown schedule keys {sorted(unknown)}; known: {known}"
-                ) from None
-            first = exc.errors()[0]
+                shown = [k if len(k) <= 40 else k[:40] + "..." for k in sorted(unknown)[:3]]
+                more = f" and {len(unknown) - 3} more" if len(unknown) > 3 else ""
+                raise ConfigError(f"unknown schedule keys {shown}{more}; known: {known}") from None
+            if exc.errors()[0]["loc"]:
+                raise ConfigError(f"bad schedule value for {one_line(exc)}") from None
             raise ConfigError(
-                f"bad schedule value for {'.'.join(map(str, first['loc']))}: {first['msg']}"
+                f"bad schedule: {one_line(exc).removeprefix('Value error, ')}"
             ) from None
 
 
@@ -266,15 +325,15 @@ def plan(
     ignore_eos: bool = False,
 ) -> Plan:
     """The timing of one response under `schedule` (overrides already applied): token 1
-    after the fixed part, each uncached prompt token's prefill and each cached one's read.
-    `ignore_eos`: the reply never stops on its own: `max_tokens` long (else `tokens`), ended
-    by that length."""
+    after the fixed part, each uncached prompt token's prefill and each cached one's read
+    (the whole wait at most `MAX_WAIT_MS`). `ignore_eos`: the reply never stops on its own:
+    `max_tokens` long (else `tokens`; at most `MAX_REPLY_TOKENS`), ended by that length."""
     n = schedule.tokens
     capped = bool(max_tokens) and max_tokens is not None and max_tokens < n
     if schedule.end_token and max_tokens == n and n:
         capped = True  # the end token would be one past max_tokens: a length stop
     if ignore_eos:
-        capped, n = True, max_tokens if max_tokens else n
+        capped, n = True, min(max_tokens, MAX_REPLY_TOKENS) if max_tokens else n
     elif capped and max_tokens is not None:
         n = max_tokens
     per = schedule.tokens_per_event
@@ -287,7 +346,10 @@ def plan(
 
     prefill = schedule.prefill_ms_per_token * (prompt_tokens - cached_tokens)
     first = jittered(
-        schedule.first_token_ms + prefill + schedule.cached_ms_per_token * cached_tokens
+        min(
+            schedule.first_token_ms + prefill + schedule.cached_ms_per_token * cached_tokens,
+            MAX_WAIT_MS,
+        )
     )
     gaps = [jittered(schedule.token_interval_ms * per) for _ in sizes[1:]]
     end_token = schedule.end_token and not capped
@@ -304,25 +366,24 @@ def plan(
 
 def load_request_schedules(path: Path, base: TruthSchedule) -> list[TruthSchedule]:
     """The per-request schedules of a JSON Lines file: one object of overrides per line
-    (``{"first_token_ms": 120, "tokens": 40}``), used in the order requests arrive, cycling."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise ConfigError(f"cannot read the schedule file {path}: {exc.strerror or exc}") from None
+    (``{"first_token_ms": 120, "tokens": 40}``), used in the order requests arrive, cycling;
+    at most `MAX_SCHEDULES`. ConfigError, one line naming ``file:line``, for a bad line."""
+    with contextlib.closing(iter_json_lines(path, "schedule file", max_line_bytes=65_536)) as lines:
+        return _schedules(path, lines, base)
+
+
+def _schedules(path: Path, lines: Iterator[JsonLine], base: TruthSchedule) -> list[TruthSchedule]:
     out: list[TruthSchedule] = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    for line in lines:
+        where = f"{path}:{line.number}"
+        if not isinstance(line.value, dict):
+            raise ConfigError(f"{where}: not a JSON object")
+        if len(out) >= MAX_SCHEDULES:
+            raise ConfigError(f"{where}: more than labkit's limit of {MAX_SCHEDULES} schedules")
         try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{path} line {number} is not JSON: {exc.msg}") from None
-        if not isinstance(obj, dict):
-            raise ConfigError(f"{path} line {number} is not a JSON object")
-        try:
-            out.append(base.with_overrides(obj))
+            out.append(base.with_overrides(line.value))
         except ConfigError as exc:
-            raise ConfigError(f"{path} line {number}: {exc}") from None
+            raise ConfigError(f"{where}: {exc}") from None
     if not out:
         raise ConfigError(f"the schedule file {path} has no schedules")
     return out

@@ -50,6 +50,17 @@ __all__ = ["Server", "main", "serve"]
 _EPOLL_MARGIN_NS = 1_500_000  # wait in epoll only while the next event is further than this
 _SLEEP_MIN_NS = 30_000  # below this, spin instead of sleeping
 _BACKLOG = 4096
+#: Bounds on what a client can make the server hold: a request head (the request line and
+#: headers) longer than this, or with more header lines, is answered 431 and closed; a body
+#: longer than this (or in more chunks) 413; a request not whole this long after its first
+#: byte, 408. Bytes not yet sent to a client that does not read are held up to the last bound,
+#: then the connection is dropped.
+MAX_HEAD_BYTES = 65_536
+MAX_HEADERS = 100
+MAX_BODY_BYTES = 16 * 1024 * 1024
+MAX_BODY_CHUNKS = 65_536
+REQUEST_TIMEOUT_S = 30.0
+MAX_UNSENT_BYTES = 64 * 1024 * 1024
 _KEEPALIVE = b": keep-alive\n\n"
 _DEEPSEEK_KEEPALIVE_MS = 100.0  # DeepSeek's comment period during its queue, when unset
 #: The context each slot says it holds (`/props`, `/slots`, vLLM's `max_model_len`).
@@ -243,6 +254,7 @@ class _Conn:
         "handshaking",
         "inbuf",
         "outbuf",
+        "partial_since",
         "sock",
         "tls",
         "tls_in",
@@ -263,6 +275,7 @@ class _Conn:
         self.close_after = False
         self.want_write = False
         self.handshaking = tls is not None  # a TLS connection whose handshake is not done
+        self.partial_since = 0  # clock when a request still incomplete began (0: none)
 
 
 class _Listener:
@@ -275,21 +288,37 @@ class _Listener:
         self.tls = tls
 
 
+class _TooLarge(ValueError):
+    """A chunked body over `MAX_BODY_BYTES` or `MAX_BODY_CHUNKS`."""
+
+
 def _unchunk(buf: bytes, at: int) -> tuple[bytes, int] | None:
     """A chunked request body starting at `at`: (the body, where the next request starts),
-    or None while it is incomplete."""
-    body = b""
+    or None while it is incomplete; ValueError for a chunk size that is not hex, _TooLarge
+    past the bounds."""
+    if not buf.startswith(b"0", at) and buf.find(b"\r\n0", at) < 0:
+        return None  # no last chunk yet: not worth parsing what came so far
+    parts: list[bytes] = []
+    size_so_far = 0
     while True:
-        eol = buf.find(b"\r\n", at)
+        eol = buf.find(b"\r\n", at, at + 1024)
         if eol < 0:
+            if len(buf) - at > 1024:
+                raise ValueError("a chunk size line longer than 1024 bytes")
             return None
-        size = int(buf[at:eol].split(b";", 1)[0] or b"0", 16)
+        digits = buf[at:eol].split(b";", 1)[0].strip()
+        if not digits or len(digits) > 16 or digits.strip(b"0123456789abcdefABCDEF"):
+            raise ValueError("a chunk size that is not hex")
+        size = int(digits, 16)
         if size == 0:
             trailer = buf.find(b"\r\n\r\n", eol)
-            return None if trailer < 0 else (body, trailer + 4)
+            return None if trailer < 0 else (b"".join(parts), trailer + 4)
+        size_so_far += size
+        if size_so_far > MAX_BODY_BYTES or len(parts) >= MAX_BODY_CHUNKS:
+            raise _TooLarge
         if len(buf) < eol + 2 + size + 2:
             return None
-        body += buf[eol + 2 : eol + 2 + size]
+        parts.append(buf[eol + 2 : eol + 2 + size])
         at = eol + 2 + size + 2
 
 
@@ -358,6 +387,8 @@ class Server:
         self.active = 0
         self.totals = {"prompt": 0, "predicted": 0}
         self.waiting: collections.deque[_Stream] = collections.deque()
+        #: (deadline, seq, connection, its partial_since) of requests begun, not yet whole
+        self.partial: list[tuple[int, int, _Conn, int]] = []
         self.log = truth_log
         self.stopping = False
         self._wakeup: tuple[socket.socket, socket.socket] | None = None
@@ -408,6 +439,9 @@ class Server:
 
     def _send_raw(self, conn: _Conn, data: bytes) -> None:
         if conn.outbuf:
+            if len(conn.outbuf) + len(data) > MAX_UNSENT_BYTES:
+                self._drop(conn)  # a client that does not read
+                return
             conn.outbuf += data
             self.stalls += 1
             return
@@ -487,6 +521,9 @@ class Server:
             self._send_raw(conn, conn.tls_out.read())
         if data:
             conn.inbuf += data
+            if len(conn.inbuf) > MAX_HEAD_BYTES + MAX_BODY_BYTES:
+                self._drop(conn)  # more than a whole request, sent while one is served
+                return
             self._parse(conn, time.perf_counter_ns())
 
     def _read(self, conn: _Conn) -> None:
@@ -508,6 +545,9 @@ class Server:
             return
         t = time.perf_counter_ns()
         conn.inbuf += data
+        if len(conn.inbuf) > MAX_HEAD_BYTES + MAX_BODY_BYTES:
+            self._drop(conn)  # more than a whole request, sent while one is served
+            return
         self._parse(conn, t)
 
     # -- requests -------------------------------------------------------------------------------
@@ -845,45 +885,97 @@ class Server:
 
     def _parse(self, conn: _Conn, t_read: int) -> None:
         """Serve every complete request in the connection's buffer, one stream at a time;
-        a request that is not HTTP/1.1 as the server reads it gets a 400 and the close."""
+        a request that is not HTTP/1.1 as the server reads it gets a 400 and the close, one
+        past the bounds (`MAX_HEAD_BYTES`, `MAX_HEADERS`, `MAX_BODY_BYTES`) a 431 or 413."""
         while not conn.busy:
             buf = conn.inbuf
-            end = buf.find(b"\r\n\r\n", 0, 65536)
+            end = buf.find(b"\r\n\r\n", 0, MAX_HEAD_BYTES)
             if end < 0:
+                if len(buf) >= MAX_HEAD_BYTES:
+                    self._refuse(
+                        conn, b"431 Request Header Fields Too Large", "request head too long"
+                    )
+                else:
+                    self._incomplete(conn)
                 return
             request_line, *lines = buf[:end].decode("latin-1").split("\r\n")
+            if len(lines) > MAX_HEADERS:
+                self._refuse(
+                    conn,
+                    b"431 Request Header Fields Too Large",
+                    f"more than {MAX_HEADERS} header lines",
+                )
+                return
             headers = {}
             for line in lines:
                 k, _, v = line.partition(":")
                 headers[k.strip().lower()] = v.strip()
             parts = request_line.split(" ", 2)
-            try:
-                length = int(headers.get("content-length", "0") or 0)
-            except ValueError:
-                length = -1
+            declared = headers.get("content-length", "0") or "0"
+            length = int(declared) if declared.isascii() and declared.isdigit() else -1
             if len(parts) != 3 or length < 0:
-                conn.inbuf, conn.close_after = b"", True
-                self._simple(conn, _error("malformed HTTP request"), b"400 Bad Request")
+                self._refuse(conn, b"400 Bad Request", "malformed HTTP request")
+                return
+            if length > MAX_BODY_BYTES:
+                self._refuse(conn, b"413 Content Too Large", f"a body over {MAX_BODY_BYTES} bytes")
                 return
             if "chunked" in headers.get("transfer-encoding", "").lower():
                 try:
                     unchunked = _unchunk(buf, end + 4)
-                except ValueError:  # a chunk size that is not hex
-                    conn.inbuf, conn.close_after = b"", True
-                    self._simple(
-                        conn, _error("malformed HTTP request (a chunk size)"), b"400 Bad Request"
+                except _TooLarge:
+                    self._refuse(
+                        conn,
+                        b"413 Content Too Large",
+                        f"a body over {MAX_BODY_BYTES} bytes or {MAX_BODY_CHUNKS} chunks",
                     )
                     return
+                except ValueError:  # a chunk size that is not hex
+                    self._refuse(conn, b"400 Bad Request", "malformed HTTP request (a chunk size)")
+                    return
                 if unchunked is None:
+                    self._incomplete(conn)
                     return
                 body, rest = unchunked
             else:
                 if len(buf) < end + 4 + length:
+                    self._incomplete(conn)
                     return
                 body, rest = buf[end + 4 : end + 4 + length], end + 4 + length
             conn.inbuf = buf[rest:]
+            conn.partial_since = 0
             conn.close_after = headers.get("connection", "").lower() == "close"
             self._route(conn, parts[0], parts[1], headers, body, t_read)
+
+    def _refuse(self, conn: _Conn, status: bytes, message: str) -> None:
+        """Answer a request the server will not read with `status` and close."""
+        conn.inbuf, conn.close_after, conn.partial_since = b"", True, 0
+        self._simple(conn, _error(message), status)
+
+    def _incomplete(self, conn: _Conn) -> None:
+        """A request has begun but is not whole: it has `REQUEST_TIMEOUT_S` to be."""
+        if conn.partial_since or not conn.inbuf:
+            return
+        conn.partial_since = time.perf_counter_ns()
+        deadline = conn.partial_since + int(REQUEST_TIMEOUT_S * 1e9)
+        heapq.heappush(self.partial, (deadline, next(self.seq), conn, conn.partial_since))
+
+    def _expire(self, now: int) -> None:
+        """408 and close each connection whose request did not become whole in time."""
+        while self.partial and self.partial[0][0] <= now:
+            _, _, conn, since = heapq.heappop(self.partial)
+            if conn.partial_since != since or conn.sock.fileno() < 0:
+                continue  # that request became whole, or the connection is gone
+            if conn.busy:
+                conn.partial_since = 0  # timed again once its stream is done
+            else:
+                self._refuse(conn, b"408 Request Timeout", "the request did not arrive in time")
+
+    def _next_wait(self, wait_s: float | None) -> float | None:
+        """`wait_s` shortened to the next incomplete request's deadline."""
+        if not self.partial:
+            return wait_s
+        left = max(0.0, (self.partial[0][0] - time.perf_counter_ns()) / 1e9)
+        return left if wait_s is None else min(wait_s, left)
 
     # -- the scheduler --------------------------------------------------------------------------
 
@@ -1018,20 +1110,38 @@ class Server:
         select = self.sel.select
         while not self.stopping:
             self._send_due()
+            if self.partial:
+                self._expire(clock())
             if not self.heap:
                 if self.log is not None:
                     self.log.flush()  # idle: the log is readable while the server runs
-                self._handle(select(None))
+                self._handle(select(self._next_wait(None)))
                 continue
             wait = self.heap[0][0] - clock()
             if wait > _EPOLL_MARGIN_NS:
-                self._handle(select((wait - _EPOLL_MARGIN_NS) / 1e9))
+                self._handle(select(self._next_wait((wait - _EPOLL_MARGIN_NS) / 1e9)))
             else:
                 self._handle(select(0))
                 wait = self.heap[0][0] - clock() if self.heap else 0
                 if wait > _SLEEP_MIN_NS:
                     time.sleep((wait - _SLEEP_MIN_NS) / 1e9)
                 # then spin (at most _SLEEP_MIN_NS plus the sleep's slack) to the due time
+
+
+def _open_log(path: Path) -> IO[str]:
+    """The truth log, opened for writing as a new or emptied file, never through a link
+    planted at `path` (LabkitError, one line, if there is one)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as exc:
+        if path.is_symlink():
+            raise LabkitError(
+                f"the truth log {path} is a symbolic link; labkit writes no file through a "
+                "link (remove it, or name another file)"
+            ) from None
+        raise LabkitError(f"cannot write the truth log {path}: {exc.strerror or exc}") from None
+    return os.fdopen(fd, "w", encoding="utf-8")
 
 
 def serve(
@@ -1052,7 +1162,7 @@ def serve(
     once it listens. The truth log is flushed and closed on the way out."""
     per_request = load_request_schedules(schedule_file, schedule) if schedule_file else None
     raise_open_files_limit(65536)
-    log = truth_log.open("w", encoding="utf-8") if truth_log is not None else None
+    log = _open_log(truth_log) if truth_log is not None else None
     try:
         server = Server(
             host,

@@ -8,13 +8,16 @@ ids share that prefix) and CSV (``.csv``: a header ``timestamp,input_tokens,outp
 
 from __future__ import annotations
 
+import contextlib
 import csv
-import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from labkit.errors import ConfigError
+from labkit.jsonlines import iter_json_lines
+from labkit.workloads.agent_traces import MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKENS, MAX_TURNS
 from labkit.workloads.sizing import PromptSizing, filler_text
 
 __all__ = ["TraceEntry", "read_trace", "trace_prompt"]
@@ -32,64 +35,90 @@ class TraceEntry:
 
 def read_trace(path: Path, time_unit: Literal["ms", "s"] = "ms") -> list[TraceEntry]:
     """The entries of a Mooncake JSONL or a `timestamp,input_tokens,output_tokens` CSV
-    trace, in arrival order (ConfigError naming the line for anything else)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"trace {path}: {exc.strerror or exc}") from exc
+    trace, in arrival order, read a line at a time within the agent traces' limits
+    (`labkit.workloads.agent_traces`: lengths, hash ids, `MAX_TURNS` entries; times finite);
+    ConfigError naming ``file:line`` for anything else."""
     scale = 1000.0 if time_unit == "s" else 1.0
     entries: list[TraceEntry] = []
     if path.suffix.lower() == ".csv":
-        rows = csv.DictReader(text.splitlines())
-        need = {"timestamp", "input_tokens", "output_tokens"}
-        if not need <= set(rows.fieldnames or []):
-            raise ConfigError(f"trace {path}: the CSV header must name {', '.join(sorted(need))}")
-        for n, row in enumerate(rows, start=2):
-            entries.append(
-                _entry(path, n, row["timestamp"], row["input_tokens"], row["output_tokens"], scale)
-            )
+        entries = _read_csv(path, scale)
     else:
-        for n, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"trace {path}:{n}: not JSON ({exc.msg})") from exc
-            if not isinstance(obj, dict):
-                raise ConfigError(f"trace {path}:{n}: not a JSON object")
-            entry = _entry(
-                path,
-                n,
-                obj.get("timestamp"),
-                obj.get("input_length"),
-                obj.get("output_length"),
-                scale,
-            )
-            hash_ids = obj.get("hash_ids") or []
-            if not isinstance(hash_ids, list) or not all(isinstance(h, int) for h in hash_ids):
-                raise ConfigError(f"trace {path}:{n}: hash_ids must be a list of integers")
-            entries.append(
-                TraceEntry(
-                    entry.timestamp_ms, entry.input_tokens, entry.output_tokens, tuple(hash_ids)
+        with contextlib.closing(iter_json_lines(path, "trace")) as lines:
+            for line in lines:
+                obj, n = line.value, line.number
+                if not isinstance(obj, dict):
+                    raise ConfigError(f"trace {path}:{n}: not a JSON object")
+                if len(entries) >= MAX_TURNS:
+                    raise ConfigError(f"trace {path}:{n}: more than labkit's limit of {MAX_TURNS}")
+                entry = _entry(
+                    path,
+                    n,
+                    obj.get("timestamp"),
+                    obj.get("input_length"),
+                    obj.get("output_length"),
+                    scale,
                 )
-            )
+                hash_ids = obj.get("hash_ids") or []
+                if not isinstance(hash_ids, list) or not all(
+                    isinstance(h, int) and not isinstance(h, bool) for h in hash_ids
+                ):
+                    raise ConfigError(f"trace {path}:{n}: hash_ids must be a list of integers")
+                if len(hash_ids) > MAX_PROMPT_TOKENS:
+                    raise ConfigError(f"trace {path}:{n}: more than {MAX_PROMPT_TOKENS} hash_ids")
+                entries.append(
+                    TraceEntry(
+                        entry.timestamp_ms, entry.input_tokens, entry.output_tokens, tuple(hash_ids)
+                    )
+                )
     if not entries:
         raise ConfigError(f"trace {path}: no requests")
     return sorted(entries, key=lambda e: e.timestamp_ms)
+
+
+def _read_csv(path: Path, scale: float) -> list[TraceEntry]:
+    try:
+        with path.open(encoding="utf-8", newline="") as f:
+            rows = csv.DictReader(f)
+            need = {"timestamp", "input_tokens", "output_tokens"}
+            if not need <= set(rows.fieldnames or []):
+                raise ConfigError(
+                    f"trace {path}: the CSV header must name {', '.join(sorted(need))}"
+                )
+            entries: list[TraceEntry] = []
+            for n, row in enumerate(rows, start=2):
+                if len(entries) >= MAX_TURNS:
+                    raise ConfigError(f"trace {path}:{n}: more than labkit's limit of {MAX_TURNS}")
+                entries.append(
+                    _entry(
+                        path, n, row["timestamp"], row["input_tokens"], row["output_tokens"], scale
+                    )
+                )
+            return entries
+    except OSError as exc:
+        raise ConfigError(f"trace {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"trace {path}: not UTF-8 text ({exc.reason})") from None
+    except csv.Error as exc:
+        raise ConfigError(f"trace {path}: not CSV ({exc})") from None
 
 
 def _entry(path: Path, line: int, ts: Any, n_in: Any, n_out: Any, scale: float) -> TraceEntry:
     try:
         timestamp = float(ts)
         inputs, outputs = int(n_in), int(n_out)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError):
         raise ConfigError(
             f"trace {path}:{line}: timestamp, input and output lengths must be numbers"
-        ) from exc
-    if timestamp < 0 or inputs < 1 or outputs < 1:
+        ) from None
+    if not (math.isfinite(timestamp) and timestamp >= 0) or inputs < 1 or outputs < 1:
         raise ConfigError(
-            f"trace {path}:{line}: a timestamp >= 0 and lengths >= 1 (got {ts}, {n_in}, {n_out})"
+            f"trace {path}:{line}: a finite timestamp >= 0 and lengths >= 1 (got {ts!r:.40}, "
+            f"{n_in!r:.40}, {n_out!r:.40})"
+        )
+    if inputs > MAX_PROMPT_TOKENS or outputs > MAX_OUTPUT_TOKENS:
+        raise ConfigError(
+            f"trace {path}:{line}: lengths over labkit's limits ({MAX_PROMPT_TOKENS} input, "
+            f"{MAX_OUTPUT_TOKENS} output tokens)"
         )
     return TraceEntry(timestamp * scale, inputs, outputs)
 

@@ -30,7 +30,16 @@ LABKIT = Path(labkit.__file__).parent
 #: Each layer: its units, and the layers it uses (and, through them, theirs).
 LAYERS: dict[str, tuple[set[str], set[str]]] = {
     "foundation": (
-        {"errors", "filenames", "boundedyaml", "scrub", "terminal", "safefiles", "oslimits"},
+        {
+            "errors",
+            "filenames",
+            "boundedyaml",
+            "jsonlines",
+            "scrub",
+            "terminal",
+            "safefiles",
+            "oslimits",
+        },
         set(),
     ),
     "contracts": (

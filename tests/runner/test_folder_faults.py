@@ -388,10 +388,10 @@ def test_the_report_skips_json_lines_that_are_not_records_and_says_so(tmp_path: 
     [
         (["fake-server", "--port", "70000"], "--port must be between 0 and 65535 (got 70000)"),
         (["fake-server", "--port", "-1"], "--port must be between 0 and 65535"),
-        (["fake-server", "--tokens", "-5"], "--tokens must be at least 0 (got -5)"),
+        (["fake-server", "--tokens", "-5"], "--tokens must be between 0 and 131072 (got -5)"),
         (["fake-server", "--first-token-ms", "nan"], "--first-token-ms must be a finite"),
         (["fake-server", "--first-token-ms", "inf"], "--first-token-ms must be a finite"),
-        (["fake-server", "--token-interval-ms", "-1"], "--token-interval-ms must be at least 0"),
+        (["fake-server", "--token-interval-ms", "-1"], "--token-interval-ms must be between 0"),
         (["run", "configs/fake.yaml", "--repeats", "0"], "--repeats must be at least 1"),
         (["run", "configs/fake.yaml", "--repeats", "-3"], "--repeats must be at least 1"),
         (["server", "start", "--port", "70000"], "--port must be between 1 and 65535"),

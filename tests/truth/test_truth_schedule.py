@@ -54,7 +54,7 @@ def test_overrides_and_the_per_request_file(tmp_path: Path) -> None:
         (50, 5, 9.0),
     ]
     f.write_text('{"speed": 3}\n')
-    with pytest.raises(ConfigError, match="line 1: unknown schedule keys"):
+    with pytest.raises(ConfigError, match=r"s.jsonl:1: unknown schedule keys"):
         load_request_schedules(f, TruthSchedule())
     with pytest.raises(ValidationError, match="greater than or equal to 0"):
         TruthSchedule(first_token_ms=-1)

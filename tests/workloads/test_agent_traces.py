@@ -47,7 +47,7 @@ def test_branches_read_back_as_written(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("line", "says"),
     [
-        ("not json", "not a JSON object"),
+        ("not json", "not JSON"),
         ('{"session_id": "a", "input_length": -1}', "input_length"),
         ('{"session_id": "a", "input_length": 3, "hash_ids": ["x"]}', "hash_ids"),
         ('{"session_id": "a", "input_length": 3, "delay": "soon"}', "delay"),
