@@ -5,15 +5,17 @@ module: imports only labkit.errors and pydantic). A reader that may stop early r
 ``with contextlib.closing(...)``, so the file is closed at once.
 
 Refused, each with its reason: a line longer than the cap, bytes that are not UTF-8, text
-that is not JSON, ``NaN`` and ``Infinity`` (JSON has no such numbers; Python's decoder
-takes them), and nesting deeper than `MAX_DEPTH` (checked before decoding, so the decoder
-never recurses into a RecursionError).
+that is not JSON, ``NaN``, ``Infinity`` and ``1e999`` (JSON has no such numbers; Python's
+decoder takes them), and nesting deeper than `MAX_DEPTH` (checked before decoding, so the
+decoder never recurses into a RecursionError). `loads_strict` is the one strict decoder, for
+a document read whole too (a peer's results file).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import re
 from collections.abc import Generator
 from pathlib import Path
@@ -30,6 +32,7 @@ __all__ = [
     "RawLine",
     "iter_json_lines",
     "iter_lines",
+    "loads_strict",
     "one_line",
 ]
 
@@ -74,8 +77,34 @@ def _too_deep(line: bytes, limit: int) -> bool:
     return False
 
 
+class _NotFinite(ValueError):
+    """A JSON number that is not finite (NaN, Infinity, 1e999)."""
+
+
 def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
+    raise _NotFinite(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotFinite(f"{text[:40]} is not a finite number")
+    return value
+
+
+def loads_strict(text: str, where: str, *, document: bool = False) -> Any:
+    """`text` as JSON, strictly: NaN, Infinity and numbers out of a float's range refused,
+    nesting too deep for the decoder refused; every fault one ConfigError ``where: reason``
+    (`document`: `where` gains the line of the fault, for a file that is one document)."""
+    try:
+        return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+    except json.JSONDecodeError as exc:
+        where += f":{exc.lineno}" if document else ""
+        raise ConfigError(f"{where}: not JSON ({exc.msg}, column {exc.colno})") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: JSON nested too deeply") from None
+    except ValueError as exc:  # _NotFinite, an integer of too many digits
+        raise ConfigError(f"{where}: not JSON ({str(exc).splitlines()[0][:120]})") from None
 
 
 class RawLine:
@@ -162,15 +191,9 @@ def _json_lines(
 
 
 def _decode(raw: bytes, path: Path, number: int) -> Any:
-    text = raw.decode("utf-8")  # checked by iter_lines
     if _too_deep(raw, MAX_DEPTH):
         raise ConfigError(f"{path}:{number}: JSON nested deeper than {MAX_DEPTH} levels")
-    try:
-        return json.loads(text, parse_constant=_no_constant)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}:{number}: not JSON ({exc.msg}, column {exc.colno})") from None
-    except (ValueError, RecursionError) as exc:
-        raise ConfigError(f"{path}:{number}: not JSON ({str(exc).splitlines()[0]})") from None
+    return loads_strict(raw.decode("utf-8"), f"{path}:{number}")  # UTF-8 checked by iter_lines
 
 
 def one_line(exc: ValidationError) -> str:

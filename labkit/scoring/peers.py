@@ -22,14 +22,16 @@ which Python's json reads whole (no incremental parser is installed), so one lar
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from labkit.errors import ConfigError
+from labkit.jsonlines import iter_lines, loads_strict
 
 __all__ = [
     "MAX_DOCUMENT_BYTES",
@@ -94,35 +96,6 @@ Reader = Callable[[Path], tuple[ClientResults, Iterator[ClientRequest]]]
 
 
 # -- values -----------------------------------------------------------------------------------
-
-
-class _NotFinite(ValueError):
-    """A JSON number that is not finite (NaN, Infinity, 1e999)."""
-
-
-def _refuse_constant(name: str) -> Any:
-    raise _NotFinite(f"{name} is not a number JSON allows")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise _NotFinite(f"{text[:40]} is out of range for a number")
-    return value
-
-
-def _loads(text: str, where: str, *, document: bool = False) -> Any:
-    """`text` as JSON, strictly: NaN/Infinity and out-of-range numbers refused, nesting
-    deeper than the interpreter's stack refused; every fault one ConfigError line."""
-    try:
-        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
-    except json.JSONDecodeError as exc:
-        where += f":{exc.lineno}" if document else ""
-        raise ConfigError(f"{where}: not JSON ({exc.msg}, column {exc.colno})") from None
-    except RecursionError:
-        raise ConfigError(f"{where}: JSON nested too deeply") from None
-    except ValueError as exc:  # _NotFinite, an integer of too many digits
-        raise ConfigError(f"{where}: {str(exc).splitlines()[0][:120]}") from None
 
 
 def _kind(value: Any) -> str:
@@ -207,7 +180,7 @@ def _document(path: Path) -> dict[str, Any]:
             f"{path}: larger than {MAX_DOCUMENT_BYTES // 2**20} MiB; a single JSON document "
             "is read whole, so labkit refuses one this large"
         )
-    doc = _loads(_utf8(data, path), str(path), document=True)
+    doc = loads_strict(_utf8(data, path), str(path), document=True)
     if not isinstance(doc, dict):
         raise ConfigError(f"{path}: expected a JSON object, got {_kind(doc)}")
     return doc
@@ -220,31 +193,7 @@ def _utf8(data: bytes, path: Path, first_line: int = 1) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = first_line + data.count(b"\n", 0, exc.start)
-        raise ConfigError(f"{path}:{line}: not UTF-8 (byte 0x{data[exc.start]:02x})") from None
-
-
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    """The non-blank lines of a JSONL file with their numbers, read one at a time."""
-    try:
-        f: IO[bytes] = path.open("rb")
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
-    with f:
-        number = 0
-        while True:
-            try:
-                raw = f.readline(MAX_LINE_BYTES + 1)
-            except OSError as exc:
-                raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
-            if not raw:
-                return
-            number += 1
-            if len(raw) > MAX_LINE_BYTES:
-                raise ConfigError(
-                    f"{path}:{number}: line longer than {MAX_LINE_BYTES // 2**20} MiB"
-                )
-            if raw.strip():
-                yield number, _utf8(raw, path, number)
+        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x})") from None
 
 
 # -- labkit ---------------------------------------------------------------------------------
@@ -263,39 +212,41 @@ def _labkit_requests(records_path: Path) -> Iterator[ClientRequest]:
     from labkit.records import RequestRecord
 
     index = 0
-    for number, line in _lines(records_path):
-        where = f"{records_path}:{number}"
-        try:
-            rec = RequestRecord.model_validate_json(line)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            loc = ".".join(str(p) for p in first["loc"]) or "record"
-            raise ConfigError(f"{where}: not a labkit record ({loc}: {first['msg']})") from None
-        if rec.warmup:
-            continue
-        c = rec.client
-        t0 = rec.t_start_mono_ns
-        stamps = [t0 + round(o * 1e6) for o in c.event_offsets_ms] if t0 is not None else None
-        decode = (
-            c.last_token_ms - c.ttft_ms
-            if c.last_token_ms is not None and c.ttft_ms is not None
-            else None
-        )
-        yield ClientRequest(
-            index=index,
-            ok=rec.error is None,
-            request_id=rec.response_id or rec.request_id,
-            start_mono_ns=t0,
-            ttft_ms=_number(c.ttft_ms, f"{where} client.ttft_ms"),
-            itl_ms=_number(c.decode_ms_per_token, f"{where} client.decode_ms_per_token"),
-            decode_ms=_number(decode, f"{where} decode (client.last_token_ms - ttft_ms)"),
-            e2e_ms=_number(c.e2e_ms, f"{where} client.e2e_ms"),
-            output_tokens=_number(rec.usage.output_tokens, f"{where} usage.output_tokens"),
-            input_tokens=_number(rec.usage.input_tokens, f"{where} usage.input_tokens"),
-            event_stamps_ns=stamps or None,
-            error=rec.error.message if rec.error else None,
-        )
-        index += 1
+    lines = iter_lines(records_path, "labkit records file", max_line_bytes=MAX_LINE_BYTES)
+    with contextlib.closing(lines):  # closed at once when a bad line stops the reading
+        for line in lines:
+            where = f"{records_path}:{line.number}"
+            try:
+                rec = RequestRecord.model_validate_json(line.data)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                loc = ".".join(str(p) for p in first["loc"]) or "record"
+                raise ConfigError(f"{where}: not a labkit record ({loc}: {first['msg']})") from None
+            if rec.warmup:
+                continue
+            c = rec.client
+            t0 = rec.t_start_mono_ns
+            stamps = [t0 + round(o * 1e6) for o in c.event_offsets_ms] if t0 is not None else None
+            decode = (
+                c.last_token_ms - c.ttft_ms
+                if c.last_token_ms is not None and c.ttft_ms is not None
+                else None
+            )
+            yield ClientRequest(
+                index=index,
+                ok=rec.error is None,
+                request_id=rec.response_id or rec.request_id,
+                start_mono_ns=t0,
+                ttft_ms=_number(c.ttft_ms, f"{where} client.ttft_ms"),
+                itl_ms=_number(c.decode_ms_per_token, f"{where} client.decode_ms_per_token"),
+                decode_ms=_number(decode, f"{where} decode (client.last_token_ms - ttft_ms)"),
+                e2e_ms=_number(c.e2e_ms, f"{where} client.e2e_ms"),
+                output_tokens=_number(rec.usage.output_tokens, f"{where} usage.output_tokens"),
+                input_tokens=_number(rec.usage.input_tokens, f"{where} usage.input_tokens"),
+                event_stamps_ns=stamps or None,
+                error=rec.error.message if rec.error else None,
+            )
+            index += 1
 
 
 def _labkit_version() -> str | None:
@@ -445,36 +396,38 @@ def read_aiperf(path: Path) -> tuple[ClientResults, Iterator[ClientRequest]]:
 
 
 def _aiperf_requests(path: Path) -> Iterator[ClientRequest]:
-    for index, (number, line) in enumerate(_lines(path)):
-        where = f"{path}:{number}"
-        rec = _loads(line, where)
-        if not isinstance(rec, dict) or not (
-            isinstance(rec.get("metadata"), dict) or isinstance(rec.get("metrics"), dict)
-        ):
-            raise ConfigError(
-                f"{where}: not an AIPerf per-request record (expected an object with "
-                "`metadata` and `metrics`)"
+    lines = iter_lines(path, "AIPerf export", max_line_bytes=MAX_LINE_BYTES)
+    with contextlib.closing(lines):  # closed at once when a bad line stops the reading
+        for index, line in enumerate(lines):
+            where = f"{path}:{line.number}"
+            rec = loads_strict(line.data.decode("utf-8"), where)
+            if not isinstance(rec, dict) or not (
+                isinstance(rec.get("metadata"), dict) or isinstance(rec.get("metrics"), dict)
+            ):
+                raise ConfigError(
+                    f"{where}: not an AIPerf per-request record (expected an object with "
+                    "`metadata` and `metrics`)"
+                )
+            meta = _object(rec.get("metadata"), f"{where} metadata")
+            metrics = _object(rec.get("metrics"), f"{where} metrics")
+            error = _error_text(rec.get("error"))
+            request_id = meta.get("x_request_id") or meta.get("x_correlation_id")
+            yield ClientRequest(
+                index=index,
+                ok=error is None,
+                request_id=_text(request_id, f"{where} metadata.x_request_id"),
+                start_wall_ns=_wall_start_ns(
+                    meta.get("request_start_ns"), f"{where} metadata.request_start_ns", 1e-9
+                ),
+                ttft_ms=_metric(metrics, "time_to_first_token", where),
+                itl_ms=_metric(metrics, "inter_token_latency", where),
+                decode_ms=_metric(metrics, "decode_duration", where),
+                e2e_ms=_metric(metrics, "request_latency", where),
+                output_tokens=_metric(metrics, "output_sequence_length", where)
+                or _metric(metrics, "output_token_count", where),
+                input_tokens=_metric(metrics, "input_sequence_length", where),
+                error=error,
             )
-        meta = _object(rec.get("metadata"), f"{where} metadata")
-        metrics = _object(rec.get("metrics"), f"{where} metrics")
-        error = _error_text(rec.get("error"))
-        request_id = meta.get("x_request_id") or meta.get("x_correlation_id")
-        yield ClientRequest(
-            index=index,
-            ok=error is None,
-            request_id=_text(request_id, f"{where} metadata.x_request_id"),
-            start_wall_ns=_wall_start_ns(
-                meta.get("request_start_ns"), f"{where} metadata.request_start_ns", 1e-9
-            ),
-            ttft_ms=_metric(metrics, "time_to_first_token", where),
-            itl_ms=_metric(metrics, "inter_token_latency", where),
-            decode_ms=_metric(metrics, "decode_duration", where),
-            e2e_ms=_metric(metrics, "request_latency", where),
-            output_tokens=_metric(metrics, "output_sequence_length", where)
-            or _metric(metrics, "output_token_count", where),
-            input_tokens=_metric(metrics, "input_sequence_length", where),
-            error=error,
-        )
 
 
 def _aiperf_version(path: Path) -> str | None:
