@@ -79,6 +79,7 @@ __all__ = [
     "account_for_stream",
     "check_base_url",
     "connections_for",
+    "one_choice",
     "provider_class",
     "provider_kinds",
     "register",
@@ -96,6 +97,19 @@ ResponseHeaders: TypeAlias = Mapping[str, str]
 #: Sampling parameters as the config and the experiments give them (`max_tokens`,
 #: `temperature`, ...): user JSON, which each provider puts into its wire body.
 SamplingParams: TypeAlias = dict[str, JsonValue]
+
+
+def one_choice(params: dict[str, Any]) -> dict[str, Any]:
+    """`params` (or an `extra_body`) unless it asks for several choices per request (`n`
+    above 1): labkit measures one choice per request, and interleaved choices would mix
+    their texts and halve decode per token. Raises ValueError, one line, otherwise."""
+    n = params.get("n")
+    if n is not None and n != 1:
+        raise ValueError(
+            f"n: {n!r} asks for several choices per request; labkit measures one choice per "
+            "request (leave n out or set n: 1, and raise repeats for more samples)"
+        )
+    return params
 
 
 #: What a key may hold to travel as an HTTP header value: printable ASCII (spaces inside).
@@ -236,6 +250,11 @@ class ProviderSettings(BaseModel):
         except (ProviderUnavailable, httpx.InvalidURL):
             return 0
         return 1 if is_loopback(host) else 0
+
+    @field_validator("params", "extra_body")
+    @classmethod
+    def _one_choice(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return one_choice(value)
 
     @field_validator("base_url")
     @classmethod
