@@ -18,8 +18,9 @@ Facts in ``expect`` (only the keys present are checked): ``output_text``; ``ttft
 ``processing_ms``, ``keepalive_comments``, ``timings_source`` (provider timings; numbers
 compared to a relative 1e-9, as seconds become milliseconds); ``tool_calls`` (the record's
 calls, each ``{id, name, arguments}`` with the arguments' complete text, or null: none);
-``error_kind`` (null: no error) and ``error_contains`` (a piece of the error message; null:
-not checked).
+``decode_derived`` (whether ``client.decode_ms_per_token`` is a number),
+``decode_null_reason``; ``error_kind`` (null: no error) and ``error_contains`` (a piece of
+the error message; null: not checked).
 """
 
 from __future__ import annotations
@@ -131,6 +132,8 @@ def check_record(record: Any, expect: dict[str, Any]) -> None:
         "timings_source": lambda: pt.source,
         "error_kind": lambda: record.error and record.error.kind.value,
         "tool_calls": lambda: tool_calls_of(record),
+        "decode_derived": lambda: client.decode_ms_per_token is not None,
+        "decode_null_reason": lambda: client.decode_null_reason,
     }
     for key, want in expect.items():
         if key in facts:
