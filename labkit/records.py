@@ -71,7 +71,9 @@ class ErrorKind(StrEnum):
 
 #: Why `ClientTimings.decode_ms_per_token` is null where output was streamed: a closed set,
 #: extended (never renamed) as new causes are told apart; docs/measurement.md defines each.
-DecodeNullReason = Literal["one_output_event", "one_token", "hidden_output"]
+DecodeNullReason = Literal[
+    "one_output_event", "one_token", "hidden_output", "no_output", "not_read"
+]
 
 
 class _Model(BaseModel):
@@ -209,12 +211,13 @@ class ClientTimings(_Model):
     )
     decode_null_reason: DecodeNullReason | None = Field(
         default=None,
-        description="Why decode_ms_per_token is null although output was streamed: "
+        description="Why decode_ms_per_token is null; set whenever it is null: "
         "`one_output_event` (one event carried the whole answer: no interval to divide), "
         "`one_token` (the stream delivered under 2 tokens), `hidden_output` (the provider "
         "counted output the stream never carried, so the tokens streamed are unknown: "
-        "usage.streamed_output_tokens null). Null when decode was measured or nothing was "
-        "streamed.",
+        "usage.streamed_output_tokens null), `no_output` (no output event arrived: an "
+        "error, an empty stream or one of metadata only), `not_read` (the reply's events "
+        "could not be read into counts: error says why). Null when decode was measured.",
     )
 
     # -- the request path: TTFT's client-side part (issue 30) --

@@ -58,6 +58,7 @@ from labkit.providers.base import (
 from labkit.records import (
     AppTimings,
     ClientTimings,
+    DecodeNullReason,
     ErrorKind,
     RecordError,
     RecordToolCall,
@@ -398,7 +399,11 @@ class BaseRecorder:
         )
 
     def _client_timings(
-        self, m: Measurement, ctx: RecordContext, decode_tokens: int | None
+        self,
+        m: Measurement,
+        ctx: RecordContext,
+        decode_tokens: int | None,
+        uncounted: DecodeNullReason = "hidden_output",
     ) -> ClientTimings:
         timings = derive_client_timings(
             t_start_ns=m.t_start,
@@ -410,6 +415,7 @@ class BaseRecorder:
             output_tokens=decode_tokens,
             queue_ms=ctx.queue_ms,
             connect_ahead_ns=m.connect_ahead_ns,
+            uncounted=uncounted,
         )
         if m.output_ns and m.stamp_source is not None:
             stamp_self_check(
@@ -433,7 +439,7 @@ class BaseRecorder:
             request=request,
             ctx=ctx,
             m=m,
-            client=self._client_timings(m, ctx, None),
+            client=self._client_timings(m, ctx, None, "not_read"),
             app=app,
             stop=StopReason.CANCELLED if m.cancelled else StopReason.ERROR,
             error=error,

@@ -548,12 +548,22 @@ class StreamParser(ABC):
         return collector.result() if collector is not None else None
 
 
-#: Tokens a reported output count may hold beyond its streamed content before the content
-#: "cannot account" for it: special tokens (end of turn, tool-call framing) are counted
-#: but never streamed, and a tool's name arrives outside its argument deltas.
-UNSTREAMED_ALLOWANCE = 64
+#: Tokens a reply's output count may hold beyond its streamed content outside tool calls:
+#: special tokens counted but never streamed (end of turn; llama.cpp and vLLM count the end
+#: token), a reasoning block's delimiters. A few, not dozens: a fixed allowance of 64 let a
+#: short answer's hidden reasoning reported as 0 pass, and decode divide by it (issue 44).
+UNSTREAMED_SPECIAL_TOKENS = 8
+#: ... and per tool call the reply made: its framing (Anthropic's tool-use block, Chat
+#: Completions' call wrapper) is counted, while only its name and arguments stream.
+UNSTREAMED_TOOL_CALL_TOKENS = 48
 #: Slack on a count by the model's own tokenizer (a family's tokenizer, not the exact one).
 LOCAL_COUNT_SLACK = 1.5
+
+
+def unstreamed_allowance(parser: StreamParser) -> int:
+    """The tokens `parser`'s reply may count without streaming them: the special tokens of
+    any reply, and each tool call's framing."""
+    return UNSTREAMED_SPECIAL_TOKENS + UNSTREAMED_TOOL_CALL_TOKENS * len(parser.tool_call_parts)
 
 
 def account_for_stream(parser: StreamParser, count: int) -> int | None:
@@ -562,7 +572,7 @@ def account_for_stream(parser: StreamParser, count: int) -> int | None:
 
     A token carries at least one byte of text, so the content's UTF-8 bytes bound what it
     can hold; where the model's tokenizer is at hand and that bound alone does not decide,
-    its count (with `LOCAL_COUNT_SLACK`) does. Both leave `UNSTREAMED_ALLOWANCE` tokens for
+    its count (with `LOCAL_COUNT_SLACK`) does. Both leave `unstreamed_allowance` tokens for
     what is counted but never streamed. Runs once per record, after the stream.
     """
     usage = parser.usage
@@ -571,17 +581,18 @@ def account_for_stream(parser: StreamParser, count: int) -> int | None:
     parts = parser.text_parts + parser.other_output_parts
     content = "".join(parts)
     held = len(content.encode("utf-8", errors="replace"))
+    allowance = unstreamed_allowance(parser)
     source = "its UTF-8 bytes"
-    if count > held + UNSTREAMED_ALLOWANCE:
+    if count > held + allowance:
         unaccounted = True
-    elif parser.count_locally is not None and count > len(content) / 3 + UNSTREAMED_ALLOWANCE:
+    elif parser.count_locally is not None and count > len(content) / 3 + allowance:
         local = parser.count_locally(content)
         if local is None:
             unaccounted = False
         else:
             held = int(local.tokens * LOCAL_COUNT_SLACK)
             source = f"{local.source}: {local.tokens} tokens"
-            unaccounted = count > held + UNSTREAMED_ALLOWANCE
+            unaccounted = count > held + allowance
     else:
         unaccounted = False
     usage.output_count_unaccounted = unaccounted
@@ -591,8 +602,8 @@ def account_for_stream(parser: StreamParser, count: int) -> int | None:
     parser.streamed_null_reason = (
         f"{count} of the {usage.output_tokens} reported output tokens were taken as streamed "
         f"(reasoning_tokens {'absent' if reasoning is None else reasoning}), but the streamed "
-        f"content holds at most {held + UNSTREAMED_ALLOWANCE} ({source}): output was generated "
-        "and neither streamed nor reported as reasoning"
+        f"content holds at most {held + allowance} ({source}, and {allowance} counted but "
+        "never streamed): output was generated and neither streamed nor reported as reasoning"
     )
     return None
 

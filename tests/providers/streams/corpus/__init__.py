@@ -146,6 +146,11 @@ def check_record(record: Any, expect: dict[str, Any]) -> None:
         assert record.error is not None and expect["error_contains"] in record.error.message, (
             record.error
         )
+    # Every record, whatever its shape or failure: a null decode always says why (issue 44).
+    assert (client.decode_ms_per_token is None) == (client.decode_null_reason is not None), (
+        client.decode_ms_per_token,
+        client.decode_null_reason,
+    )
     ttft = expect.get("ttft", "unchecked")
     if ttft is None:
         assert client.ttft_ms is None
