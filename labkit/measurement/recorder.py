@@ -73,6 +73,7 @@ from labkit.wire.turns import take_start_turn, take_turn
 
 __all__ = [
     "DRAIN_AFTER_TERMINATOR_S",
+    "EMPTY_STREAM_MESSAGE",
     "ERROR_BODY_CAP",
     "BaseRecorder",
     "Measurement",
@@ -378,6 +379,8 @@ class BaseRecorder:
                 if m.first_event_ns is None
                 else self.truncated_message,
             )
+        elif error is None and not m.output_ns and _answered_nothing(parser):
+            error = RecordError(kind=ErrorKind.PROTOCOL, message=EMPTY_STREAM_MESSAGE)
         usage = parser.usage
         if m.local_count is not None:
             usage.input_tokens_local = m.local_count.tokens
@@ -723,6 +726,25 @@ async def drain_after_terminator(rest: AsyncIterator[object]) -> None:
                 reads += 1
                 if reads >= DRAIN_AFTER_TERMINATOR_READS:
                     return
+
+
+#: The error of a stream that ended with its terminator and nothing else (`data: [DONE]`
+#: alone): no output, no output count, no stop reason. A request answered with nothing is
+#: a failed request, never an ok record that has no TTFT to count.
+EMPTY_STREAM_MESSAGE = (
+    "the stream ended with its terminator and carried nothing else (no output, no output "
+    "count, no stop reason): an empty stream"
+)
+
+
+def _answered_nothing(parser: StreamParser) -> bool:
+    """Whether a stream that ended carried no answer at all: no stop reason, no output
+    count and no tool call (its output events are the caller's to check)."""
+    return (
+        parser.stop_reason_raw is None
+        and parser.usage.output_tokens is None
+        and not parser.tool_call_parts
+    )
 
 
 def settle_counts_and_stop(
