@@ -302,6 +302,14 @@ class ProviderTimings(_Model):
         default=None,
         description="Arrival of the last of those comments, in ms from t_start (wire path).",
     )
+    keepalive_gateway: str | None = Field(
+        default=None,
+        description="The gateway those comments came from, known by their text (`openrouter`: "
+        "`: OPENROUTER PROCESSING`): the wait behind them is the gateway's, and holds the "
+        "upstream provider's queue and prefill together, so it is no queue signal. Null: "
+        "the server's own keep-alives (DeepSeek), or no comments (labkit extension, issue "
+        "44).",
+    )
     source: str | None = Field(
         default=None,
         description="Which server shape filled these fields (`groq`, `cerebras`, `fireworks`, "

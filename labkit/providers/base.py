@@ -79,6 +79,7 @@ __all__ = [
     "account_for_stream",
     "check_base_url",
     "connections_for",
+    "gateway_of_comment",
     "one_choice",
     "provider_class",
     "provider_kinds",
@@ -497,12 +498,14 @@ class StreamParser(ABC):
     def read_framing(self, framer: SSEParser, t_start_ns: int) -> None:
         """What the framing saw besides events (wire path): SSE comments before the first
         event (`: keep-alive` while a request waits: DeepSeek) become
-        `provider_timings.keepalive_comments` and `keepalive_last_ms`."""
+        `provider_timings.keepalive_comments` and `keepalive_last_ms`; a gateway's own
+        processing comments (`: OPENROUTER PROCESSING`) name it in `keepalive_gateway`."""
         count = framer.comments_before_first_event
         if count:
             pt = self.provider_timings
             pt.keepalive_comments = count
             pt.keepalive_last_ms = (framer.last_comment_t_ns - t_start_ns) / 1e6
+            pt.keepalive_gateway = gateway_of_comment(framer.first_comment)
 
     def streamed_output_tokens(self, output_events: int) -> int | None:
         """How many output tokens the stream itself delivered: the count decode time is
@@ -546,6 +549,22 @@ class StreamParser(ABC):
         """The collected logprobs (the record's `logprobs`); None when none were asked."""
         collector = self._logprobs
         return collector.result() if collector is not None else None
+
+
+#: Gateways known by the comments they send while they wait for the upstream provider, by
+#: a word of the comment (upper case) → the gateway's name in records. OpenRouter documents
+#: `: OPENROUTER PROCESSING` (openrouter.ai/docs/api-reference/streaming).
+GATEWAY_COMMENTS: dict[bytes, str] = {b"OPENROUTER": "openrouter"}
+
+
+def gateway_of_comment(comment: bytes) -> str | None:
+    """The gateway whose processing comment `comment` is (the text after the colon); None:
+    a server's own keep-alive (DeepSeek's `: keep-alive`), or unknown."""
+    upper = comment.upper()
+    for word, gateway in GATEWAY_COMMENTS.items():
+        if word in upper:
+            return gateway
+    return None
 
 
 #: Tokens a reply's output count may hold beyond its streamed content outside tool calls:

@@ -15,7 +15,8 @@ Facts in ``expect`` (only the keys present are checked): ``output_text``; ``ttft
 ``response_id``, ``system_fingerprint``; ``prefill_ms``, ``prefill_tokens``, ``decode_ms``,
 ``decode_ms_per_token``, ``load_ms``, ``provider_cached_tokens``, ``queue_ms``,
 ``server_ttft_ms``, ``server_total_ms``, ``inference_ms``, ``server_output_tokens_per_s``,
-``processing_ms``, ``keepalive_comments``, ``timings_source`` (provider timings; numbers
+``processing_ms``, ``keepalive_comments``, ``keepalive_gateway``, ``timings_source``
+(provider timings; numbers
 compared to a relative 1e-9, as seconds become milliseconds); ``tool_calls`` (the record's
 calls, each ``{id, name, arguments}`` with the arguments' complete text, or null: none);
 ``decode_derived`` (whether ``client.decode_ms_per_token`` is a number),
@@ -129,6 +130,7 @@ def check_record(record: Any, expect: dict[str, Any]) -> None:
         "server_output_tokens_per_s": lambda: pt.server_output_tokens_per_s,
         "processing_ms": lambda: pt.processing_ms,
         "keepalive_comments": lambda: pt.keepalive_comments,
+        "keepalive_gateway": lambda: pt.keepalive_gateway,
         "timings_source": lambda: pt.source,
         "error_kind": lambda: record.error and record.error.kind.value,
         "tool_calls": lambda: tool_calls_of(record),
