@@ -72,7 +72,7 @@ class ErrorKind(StrEnum):
 #: Why `ClientTimings.decode_ms_per_token` is null where output was streamed: a closed set,
 #: extended (never renamed) as new causes are told apart; docs/measurement.md defines each.
 DecodeNullReason = Literal[
-    "one_output_event", "one_token", "hidden_output", "no_output", "not_read"
+    "one_output_event", "one_token", "hidden_output", "no_output", "not_read", "not_measured"
 ]
 
 
@@ -217,7 +217,9 @@ class ClientTimings(_Model):
         "counted output the stream never carried, so the tokens streamed are unknown: "
         "usage.streamed_output_tokens null), `no_output` (no output event arrived: an "
         "error, an empty stream or one of metadata only), `not_read` (the reply's events "
-        "could not be read into counts: error says why). Null when decode was measured.",
+        "could not be read into counts: error says why), `not_measured` (a record imported "
+        "from another client that reported no decode or no output count). Null when decode "
+        "was measured.",
     )
 
     # -- the request path: TTFT's client-side part (issue 30) --
