@@ -230,6 +230,8 @@ class AnthropicParser(StreamParser):
                 self.other_output_parts.append(thinking)
                 return EventClass.OUTPUT
         elif btype in ("tool_use", "server_tool_use"):
+            if btype == "server_tool_use":
+                self.hosted_calls += 1
             name = wire_str(block.get("name"), "content_block.name")
             if name:  # the name is generated: the block that brings it is output
                 self.other_output_parts.append(name)

@@ -430,6 +430,9 @@ class StreamParser(ABC):
         self.count_locally: Callable[[str], TokenCount | None] | None = None
         #: Tool calls as they stream, by their index in the reply (`add_tool_call_delta`).
         self.tool_call_parts: dict[int, list[str]] = {}
+        #: Calls of hosted tools the reply made (a web search: the server runs it), whose
+        #: framing and input are counted but not kept in `tool_call_parts`.
+        self.hosted_calls = 0
         #: Whether the stream's terminator was seen when it is no `EventClass.DONE` event
         #: (Ollama's `done: true` line may carry text): nothing more follows, so the recorder
         #: stops reading there even if the server keeps the body open. A plain attribute,
@@ -573,7 +576,8 @@ def gateway_of_comment(comment: bytes) -> str | None:
 #: short answer's hidden reasoning reported as 0 pass, and decode divide by it (issue 44).
 UNSTREAMED_SPECIAL_TOKENS = 8
 #: ... and per tool call the reply made: its framing (Anthropic's tool-use block, Chat
-#: Completions' call wrapper) is counted, while only its name and arguments stream.
+#: Completions' call wrapper) is counted, while only its name and arguments stream; a
+#: hosted tool's call (a web search's query) may not stream at all.
 UNSTREAMED_TOOL_CALL_TOKENS = 48
 #: Slack on a count by the model's own tokenizer (a family's tokenizer, not the exact one).
 LOCAL_COUNT_SLACK = 1.5
@@ -581,8 +585,9 @@ LOCAL_COUNT_SLACK = 1.5
 
 def unstreamed_allowance(parser: StreamParser) -> int:
     """The tokens `parser`'s reply may count without streaming them: the special tokens of
-    any reply, and each tool call's framing."""
-    return UNSTREAMED_SPECIAL_TOKENS + UNSTREAMED_TOOL_CALL_TOKENS * len(parser.tool_call_parts)
+    any reply, and each tool call's framing (client and hosted tools)."""
+    calls = len(parser.tool_call_parts) + parser.hosted_calls
+    return UNSTREAMED_SPECIAL_TOKENS + UNSTREAMED_TOOL_CALL_TOKENS * calls
 
 
 def account_for_stream(parser: StreamParser, count: int) -> int | None:

@@ -294,7 +294,10 @@ class OpenAIResponsesParser(StreamParser):
         elif name == "response.output_item.added":
             item = wire_object(obj.get("item"), f"{name}.item") or {}
             self._read_item(item, obj)
-            if _item_type(item) in _CALL_ITEMS:
+            kind = _item_type(item)
+            if kind is not None and kind.endswith("_call") and kind not in CLIENT_TOOL_ITEMS:
+                self.hosted_calls += 1  # a hosted tool's call: counted, its input unstreamed
+            if kind in _CALL_ITEMS:
                 call_name = wire_str(item.get("name"), f"{name}.item.name")
                 if call_name:
                     # The call's generated name opens it: an output event, as on every API
