@@ -89,7 +89,9 @@ class ErrorKind(StrEnum):
 
 #: Why `ClientTimings.decode_ms_per_token` is null where output was streamed: a closed set,
 #: extended (never renamed) as new causes are told apart; docs/measurement.md defines each.
-DecodeNullReason = Literal["one_output_event", "one_token", "hidden_output"]
+DecodeNullReason = Literal[
+    "one_output_event", "one_token", "hidden_output", "no_output", "not_read", "not_measured"
+]
 
 
 # --- server text: what a server sends is stored at a bounded length -------------------------
@@ -314,12 +316,15 @@ class ClientTimings(_Model):
     )
     decode_null_reason: DecodeNullReason | None = Field(
         default=None,
-        description="Why decode_ms_per_token is null although output was streamed: "
+        description="Why decode_ms_per_token is null; set whenever it is null: "
         "`one_output_event` (one event carried the whole answer: no interval to divide), "
         "`one_token` (the stream delivered under 2 tokens), `hidden_output` (the provider "
         "counted output the stream never carried, so the tokens streamed are unknown: "
-        "usage.streamed_output_tokens null). Null when decode was measured or nothing was "
-        "streamed.",
+        "usage.streamed_output_tokens null), `no_output` (no output event arrived: an "
+        "error, an empty stream or one of metadata only), `not_read` (the reply's events "
+        "could not be read into counts: error says why), `not_measured` (a record imported "
+        "from another client that reported no decode or no output count). Null when decode "
+        "was measured.",
     )
 
     # -- the request path: TTFT's client-side part (issue 30) --
@@ -403,6 +408,14 @@ class ProviderTimings(_Model):
     keepalive_last_ms: float | None = Field(
         default=None,
         description="Arrival of the last of those comments, in ms from t_start (wire path).",
+    )
+    keepalive_gateway: str | None = Field(
+        default=None,
+        description="The gateway those comments came from, known by their text (`openrouter`: "
+        "`: OPENROUTER PROCESSING`): the wait behind them is the gateway's, and holds the "
+        "upstream provider's queue and prefill together, so it is no queue signal. Null: "
+        "the server's own keep-alives (DeepSeek), or no comments (labkit extension, issue "
+        "44).",
     )
     source: str | None = Field(
         default=None,

@@ -50,6 +50,7 @@ def derive_client_timings(
     queue_ms: float | None = None,
     loop_lag_ms: float | None = None,
     connect_ahead_ns: int | None = None,
+    uncounted: DecodeNullReason = "hidden_output",
 ) -> ClientTimings:
     """Build `ClientTimings` from stamps taken with one clock.
 
@@ -60,7 +61,8 @@ def derive_client_timings(
     for and hidden reasoning tokens are not; it is null (``decode_null_reason`` says why)
     where it cannot be measured. `connect_ahead_ns`: how long the connection
     opened for this request just before `t_start_ns` took (warm load levels): its
-    ``connect_ms``, outside every offset.
+    ``connect_ms``, outside every offset. `uncounted`: the reason decode is null for when
+    `output_tokens` is None (`hidden_output`, or `not_read` where no parser counted).
     """
 
     def off(t: int | None) -> float | None:
@@ -76,7 +78,7 @@ def derive_client_timings(
     offsets = [(t - t_start_ns) / _NS_PER_MS for t in output_event_ns]
     ttft = offsets[0] if offsets else None
     last = offsets[-1] if offsets else None
-    decode, why_null = _decode(offsets, output_tokens)
+    decode, why_null = _decode(offsets, output_tokens, uncounted)
     gaps = sorted(map(operator.sub, offsets[1:], offsets[:-1]))  # each b - a, in C
     connect_ms = phase(_CONNECTED)
     new_connection: bool | None = True
@@ -129,17 +131,18 @@ def _send_ms(
 
 
 def _decode(
-    offsets: Sequence[float], output_tokens: int | None
+    offsets: Sequence[float], output_tokens: int | None, uncounted: DecodeNullReason
 ) -> tuple[float | None, DecodeNullReason | None]:
-    """Decode ms per token over the output events' offsets, or null and why.
+    """Decode ms per token over the output events' offsets, or null and why (a reason
+    whenever it is null).
 
     It needs two output events: one event that carries the whole answer (however many
     tokens) leaves no interval to divide, which is not a decode of 0 ms per token.
     """
     if not offsets:
-        return None, None  # nothing streamed: the error or the empty stream says why
+        return None, "no_output"
     if output_tokens is None:
-        return None, "hidden_output"
+        return None, uncounted
     if len(offsets) < 2:
         return None, "one_output_event"
     if output_tokens < 2:

@@ -174,6 +174,21 @@ BAD = [
         id="compare_sdk-contradicts-paths",
     ),
     pytest.param(
+        "name: x\n" + GOOD_PROVIDERS + "    params: {n: 2}\nexperiments: [{kind: single}]\n",
+        ["providers[1].params", "n: 2 asks for several choices", "one choice per request"],
+        id="n-above-1-in-provider-params",
+    ),
+    pytest.param(
+        "name: x\n" + GOOD_PROVIDERS + "    extra_body: {n: 4}\nexperiments: [{kind: single}]\n",
+        ["providers[1].extra_body", "n: 4 asks for several choices"],
+        id="n-above-1-in-extra-body",
+    ),
+    pytest.param(
+        "name: x\n" + GOOD_PROVIDERS + "experiments: [{kind: single, params: {n: 3}}]\n",
+        ["experiments[0].params", "n: 3 asks for several choices", "one choice per request"],
+        id="n-above-1-in-experiment-params",
+    ),
+    pytest.param(
         "- just\n- a list\n",
         ["expected a mapping at the top level"],
         id="not-a-mapping",
@@ -242,3 +257,8 @@ def test_missing_file(tmp_path: Path) -> None:
 def test_parse_config_names_its_source() -> None:
     with pytest.raises(ConfigError, match=r"^manifest\.json: invalid config"):
         parse_config({"name": "x", "providers": [{"id": "a", "kind": "fake"}]}, "manifest.json")
+
+
+def test_one_choice_is_accepted(tmp_path: Path) -> None:
+    text = "name: x\n" + GOOD_PROVIDERS + "    params: {n: 1}\nexperiments: [{kind: single}]\n"
+    assert load_config(write(tmp_path, text)).providers[1].params == {"n": 1}

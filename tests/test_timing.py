@@ -5,7 +5,10 @@ from __future__ import annotations
 import httpx
 import pytest
 import respx
+from hypothesis import given
+from hypothesis import strategies as st
 
+from labkit.records import DecodeNullReason
 from labkit.timing import derive_client_timings, percentile
 from tests.providers.streams import (
     ChunkStream,
@@ -83,7 +86,8 @@ def test_decode_is_none_under_two_tokens(tokens: int | None) -> None:
         ([20, 30], 0, "one_token"),
         ([20, 30], None, "hidden_output"),  # the parser could not tell the streamed count
         ([20], None, "hidden_output"),
-        ([], 12, None),  # nothing streamed: the error says why
+        ([], 12, "no_output"),  # nothing streamed: null, and said (issue 44)
+        ([], None, "no_output"),
         ([20, 30], 2, None),  # measured
     ],
 )
@@ -121,6 +125,7 @@ def test_single_event_has_no_itl_and_nothing_is_zero_filled() -> None:
     )
     dumped = empty.model_dump()
     assert dumped.pop("event_offsets_ms") == []
+    assert dumped.pop("decode_null_reason") == "no_output"  # null decode always says why
     assert all(v is None for v in dumped.values()), dumped
 
 
@@ -236,3 +241,29 @@ def test_send_ms_is_the_request_path_less_the_connection_opened_inside_it() -> N
     plain = {"connection.connect_tcp.complete": 2.0, sent: 2.03}
     assert _send_ms(plain) == pytest.approx(0.03)  # no start stamp: all before it counts
     assert _send_ms({"http11.receive_response_headers.complete": 1.0}) is None
+
+
+@given(
+    out_ms=st.lists(st.floats(0, 1e5, allow_nan=False), max_size=6).map(sorted),
+    tokens=st.one_of(st.none(), st.integers(0, 10_000)),
+    uncounted=st.sampled_from(["hidden_output", "not_read"]),
+)
+def test_a_null_decode_always_says_why(
+    out_ms: list[float], tokens: int | None, uncounted: DecodeNullReason
+) -> None:
+    # Every path to a null decode carries its reason, nothing streamed included (issue 44).
+    c = derive_client_timings(
+        t_start_ns=T0,
+        phases_ns={},
+        first_event_ns=None,
+        output_event_ns=[T0 + round(x * MS) for x in out_ms],
+        first_text_ns=None,
+        end_ns=None,
+        output_tokens=tokens,
+        uncounted=uncounted,
+    )
+    assert (c.decode_ms_per_token is None) == (c.decode_null_reason is not None)
+    if not out_ms:
+        assert c.decode_null_reason == "no_output"
+    elif tokens is None:
+        assert c.decode_null_reason == uncounted

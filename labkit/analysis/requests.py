@@ -82,6 +82,7 @@ FIELDS: tuple[str, ...] = (
     "provider_timings.prefill_ms",
     "provider_timings.server_ttft_ms",
     "provider_timings.keepalive_comments",
+    "provider_timings.keepalive_gateway",
     "app.cpu_ms",
     "client.send_ms",
 )

@@ -10,7 +10,11 @@ The one definition (docs/measurement.md, "Attribution"), per request:
 - the queue: `provider_timings.queue_ms` where the provider reports it; else 0 by
   construction where labkit alone used a managed server and never had more requests in
   flight than its slots (tags `server_slots`, `in_flight_max`); else the wait from the
-  headers to the first event of a stream kept alive with comments; else not derivable;
+  headers to the first event of a stream the server itself kept alive with comments; else
+  not derivable. Behind a gateway (its own processing comments: OpenRouter's
+  `: OPENROUTER PROCESSING`, `provider_timings.keepalive_gateway`) that wait holds the
+  upstream's queue and its prefill together, which labkit cannot separate: no queue, and
+  the split says so (`behind_gateway`);
 - the prefill: `provider_timings.prefill_ms`, else `provider_timings.server_ttft_ms`.
 
 `ttft_split` is the aggregate that the attribution answer, its chart and the report's split
@@ -33,8 +37,12 @@ from labkit.records import RequestRecord
 __all__ = [
     "NEGATIVE_DECODE_GAP",
     "QUEUE_SOURCES",
+    "behind_gateway_words",
     "decode_gap_of",
     "decode_gaps",
+    "gateway_wait_of",
+    "gateway_waits",
+    "gateways",
     "keepalive_wait_of",
     "keepalive_waits",
     "labkit_owns",
@@ -55,7 +63,8 @@ QUEUE_SOURCES: dict[str, str] = {
     "reported": "provider_timings.queue_ms",
     "idle": "0 by construction: labkit alone used this managed server, with no more "
     "requests in flight than its slots (tags server_slots, in_flight_max)",
-    "keepalive": "client.first_event_ms - client.headers_ms while keep-alive comments came",
+    "keepalive": "client.first_event_ms - client.headers_ms while the server's own "
+    "keep-alive comments came (never a gateway's: provider_timings.keepalive_gateway)",
 }
 
 NO_QUEUE = (
@@ -69,12 +78,38 @@ NO_LABKIT_SEND = (
 )
 
 
+def gateways(cols: Columns) -> np.ndarray:
+    """The gateway each request's keep-alive comments came from (None: none, or the
+    server's own)."""
+    return cols.text("provider_timings.keepalive_gateway")
+
+
+def behind_gateway_words(names: Iterable[str]) -> str:
+    """Why the queue is not derivable behind the gateways `names`, in one clause."""
+    which = " / ".join(sorted(set(names)))
+    return (
+        f"behind the gateway ({which}) the wait before the first event is the gateway's "
+        "own, holding the upstream provider's queue and its prefill together: labkit cannot "
+        "separate them, so it is no provider queue"
+    )
+
+
 def keepalive_waits(cols: Columns) -> np.ndarray:
-    """Headers to first event, for requests the server kept alive with comments (NaN:
-    none)."""
+    """Headers to first event, for requests the server itself kept alive with comments
+    (NaN: none, or a gateway's processing comments, whose wait is no queue)."""
     kept_alive = cols.num("provider_timings.keepalive_comments") > 0
+    own = np.array([g is None for g in gateways(cols)], dtype=bool)
     wait = cols.num("client.first_event_ms") - cols.num("client.headers_ms")
-    return np.where(kept_alive, wait, np.nan)
+    return np.where(kept_alive & own, wait, np.nan)
+
+
+def gateway_waits(cols: Columns) -> np.ndarray:
+    """Headers to first event, for requests a gateway kept alive with its processing
+    comments (NaN: none): the upstream's queue and prefill together, with the gateway's."""
+    kept_alive = cols.num("provider_timings.keepalive_comments") > 0
+    behind = np.array([g is not None for g in gateways(cols)], dtype=bool)
+    wait = cols.num("client.first_event_ms") - cols.num("client.headers_ms")
+    return np.where(kept_alive & behind, wait, np.nan)
 
 
 def queues(cols: Columns) -> tuple[np.ndarray, np.ndarray]:
@@ -157,6 +192,11 @@ def keepalive_wait_of(r: RequestRecord) -> float | None:
     return _one(keepalive_waits(Columns.of_records([r])))
 
 
+def gateway_wait_of(r: RequestRecord) -> float | None:
+    """`gateway_waits` of one request (None: no gateway's comments, or a stamp missing)."""
+    return _one(gateway_waits(Columns.of_records([r])))
+
+
 def queue_of(r: RequestRecord) -> tuple[float, str] | None:
     """`queues` of one request: its queue and how it was known; None: not derivable."""
     value, how = queues(Columns.of_records([r]))
@@ -221,8 +261,10 @@ def ttft_split_of(cols: Columns, client_bound: str | None = None) -> TTFTSplit:
         for name, values in (("labkit_ms", own), ("queue", queue), ("prefill", prefill))
         if (has_ttft & ~np.isnan(values)).any()
     }
+    behind = sorted({str(g) for g in gateways(cols)[has_ttft] if g is not None})
+    no_queue = behind_gateway_words(behind) if behind else NO_QUEUE
     missing = ([] if "labkit_ms" in terms else [NO_LABKIT_SEND]) + (
-        ([] if "queue" in terms else [NO_QUEUE]) + ([] if "prefill" in terms else [NO_PREFILL])
+        ([] if "queue" in terms else [no_queue]) + ([] if "prefill" in terms else [NO_PREFILL])
     )
     rows = has_ttft.copy()
     for values in terms.values():
@@ -232,6 +274,7 @@ def ttft_split_of(cols: Columns, client_bound: str | None = None) -> TTFTSplit:
         not_derived=missing,
         client_bound=client_bound,
         queue_source=_joined({str(h) for h in queue_how[rows] if h is not None}),
+        behind_gateway=_joined(set(behind)),
         prefill_source=_joined({str(h) for h in prefill_how[rows] if h is not None}),
     )
     if not rows.any():

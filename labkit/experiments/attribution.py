@@ -10,8 +10,10 @@ end (`TTFTSplit`): the queue as the provider reports it (Groq, Cerebras, vLLM, T
 by construction where labkit alone uses a managed server and never has more requests in
 flight than its slots (`Provider.exclusive_slots`: llama.cpp's `timings` have no queue
 field), or the wait between the headers and the first event while the server sent
-keep-alive comments (DeepSeek); the prefill from `prefill_ms`, else the server's own TTFT
-(vLLM, Fireworks: from scheduling). The answer names each term it could not derive.
+keep-alive comments (DeepSeek; behind a gateway that sends its own processing comments,
+OpenRouter, that wait holds the upstream's queue and prefill together and is no queue);
+the prefill from `prefill_ms`, else the server's own TTFT (vLLM, Fireworks: from
+scheduling). The answer names each term it could not derive.
 
 By default (``paths: [wire, sdk]``) every request is also sent through the provider's
 official SDK right after its wire twin, on the same kind of connection: the paired
@@ -32,6 +34,7 @@ from labkit.analysis.split import (
     NEGATIVE_DECODE_GAP,
     QUEUE_SOURCES,
     decode_gap_of,
+    gateway_wait_of,
     keepalive_wait_of,
     ttft_beyond_prefill_of,
     ttft_split,
@@ -243,6 +246,20 @@ class AttributionExperiment(Experiment):
             "client.first_event_ms - client.headers_ms, where provider_timings."
             "keepalive_comments > 0",
             "no keep-alive comments before the first event (or the SDK path, which drops them)",
+        )
+        behind = split.behind_gateway
+        row(
+            K.GATEWAY_WAIT,
+            f"wait behind the gateway's processing comments ({behind}): the upstream's "
+            "queue and prefill together, not separable"
+            if behind
+            else "wait behind a gateway's processing comments",
+            PROVIDER,
+            median_of(ok, gateway_wait_of),
+            "client.first_event_ms - client.headers_ms, where provider_timings."
+            "keepalive_gateway is set",
+            "no gateway's processing comments before the first event (or the SDK path, "
+            "which drops them)",
         )
         row(
             K.NETWORK_FRONT_END,

@@ -39,6 +39,7 @@ from labkit.providers.base import (
     Provider,
     ProviderSettings,
     SamplingParams,
+    one_choice,
 )
 from labkit.records import LabAnswer, RequestRecord
 from labkit.server_metrics import ServerMetricsSample
@@ -68,6 +69,12 @@ class ExperimentSettings(BaseModel):
         default_factory=dict, description="Sampling parameters sent with every request."
     )
     system: str | None = Field(default=None, description="Optional system message.")
+
+    @field_validator("params")
+    @classmethod
+    def _one_choice(cls, value: SamplingParams) -> SamplingParams:
+        return one_choice(value)
+
     paths: list[ClientPath] | None = Field(
         default=None,
         description="Client paths each planned request is sent on: `[wire]`, `[sdk]`, or "

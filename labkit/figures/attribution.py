@@ -42,6 +42,7 @@ class AttributionKey(StrEnum):
     SERVER_TTFT = "server_ttft"
     SERVER_TOTAL = "server_total"
     KEEPALIVE_WAIT = "keepalive_wait"
+    GATEWAY_WAIT = "gateway_wait"
     NETWORK_FRONT_END = "network_front_end"
     CLIENT_SEND = "client_send"
 

@@ -39,6 +39,13 @@ class TTFTSplit(_Figures):
         "`keepalive`: the wait between the headers and the first event while the server "
         "sent keep-alive comments; joined with ` / ` when requests differed.",
     )
+    behind_gateway: str | None = Field(
+        default=None,
+        description="The gateway whose own processing comments came before the first event "
+        "(`provider_timings.keepalive_gateway`: `openrouter`): the wait behind them holds the "
+        "upstream's queue and prefill together, so no queue is derived from it (said in "
+        "`not_derived`); None: no gateway's comments.",
+    )
     provider_prefill_ms: Mean | None = None
     prefill_source: str | None = Field(default=None, description="The field the prefill came from.")
     network_front_end_ms: Mean | None = Field(

@@ -58,6 +58,7 @@ from labkit.providers.base import (
 from labkit.records import (
     AppTimings,
     ClientTimings,
+    DecodeNullReason,
     ErrorKind,
     RecordError,
     RecordToolCall,
@@ -72,6 +73,7 @@ from labkit.wire.turns import take_start_turn, take_turn
 
 __all__ = [
     "DRAIN_AFTER_TERMINATOR_S",
+    "EMPTY_STREAM_MESSAGE",
     "ERROR_BODY_CAP",
     "BaseRecorder",
     "Measurement",
@@ -377,6 +379,8 @@ class BaseRecorder:
                 if m.first_event_ns is None
                 else self.truncated_message,
             )
+        elif error is None and not m.output_ns and _answered_nothing(parser):
+            error = RecordError(kind=ErrorKind.PROTOCOL, message=EMPTY_STREAM_MESSAGE)
         usage = parser.usage
         if m.local_count is not None:
             usage.input_tokens_local = m.local_count.tokens
@@ -398,7 +402,11 @@ class BaseRecorder:
         )
 
     def _client_timings(
-        self, m: Measurement, ctx: RecordContext, decode_tokens: int | None
+        self,
+        m: Measurement,
+        ctx: RecordContext,
+        decode_tokens: int | None,
+        uncounted: DecodeNullReason = "hidden_output",
     ) -> ClientTimings:
         timings = derive_client_timings(
             t_start_ns=m.t_start,
@@ -410,6 +418,7 @@ class BaseRecorder:
             output_tokens=decode_tokens,
             queue_ms=ctx.queue_ms,
             connect_ahead_ns=m.connect_ahead_ns,
+            uncounted=uncounted,
         )
         if m.output_ns and m.stamp_source is not None:
             stamp_self_check(
@@ -433,7 +442,7 @@ class BaseRecorder:
             request=request,
             ctx=ctx,
             m=m,
-            client=self._client_timings(m, ctx, None),
+            client=self._client_timings(m, ctx, None, "not_read"),
             app=app,
             stop=StopReason.CANCELLED if m.cancelled else StopReason.ERROR,
             error=error,
@@ -717,6 +726,25 @@ async def drain_after_terminator(rest: AsyncIterator[object]) -> None:
                 reads += 1
                 if reads >= DRAIN_AFTER_TERMINATOR_READS:
                     return
+
+
+#: The error of a stream that ended with its terminator and nothing else (`data: [DONE]`
+#: alone): no output, no output count, no stop reason. A request answered with nothing is
+#: a failed request, never an ok record that has no TTFT to count.
+EMPTY_STREAM_MESSAGE = (
+    "the stream ended with its terminator and carried nothing else (no output, no output "
+    "count, no stop reason): an empty stream"
+)
+
+
+def _answered_nothing(parser: StreamParser) -> bool:
+    """Whether a stream that ended carried no answer at all: no stop reason, no output
+    count and no tool call (its output events are the caller's to check)."""
+    return (
+        parser.stop_reason_raw is None
+        and parser.usage.output_tokens is None
+        and not parser.tool_call_parts
+    )
 
 
 def settle_counts_and_stop(

@@ -101,10 +101,15 @@ class AnthropicParser(StreamParser):
     """Parses Messages events into text, usage, stop reason and errors.
 
     Output events are those that carry generated content: a non-empty `text_delta`
-    (TEXT), `thinking_delta` or `input_json_delta` (OUTPUT). The empty `input_json_delta`
-    that opens every tool_use block, the empty `thinking_delta` before a signature,
-    `signature_delta`, `citations_delta`, a `redacted_thinking` block (encrypted reasoning
-    arriving whole) and block starts and stops carry no streamed token (META).
+    (TEXT), `thinking_delta` or `input_json_delta` (OUTPUT), and, by the rule every API
+    follows (docs/measurement.md, "Tool calls"), the `content_block_start` of a `tool_use`
+    or `server_tool_use` block, which carries the call's generated name (OUTPUT); a call
+    whose input never streamed (a call without arguments: only an empty
+    `input_json_delta`, or none) has its `content_block_stop` as the output event of the
+    input it generated (`{}`). The empty `input_json_delta` that opens every tool_use
+    block, the empty `thinking_delta` before a signature, `signature_delta`,
+    `citations_delta`, a `redacted_thinking` block (encrypted reasoning arriving whole) and
+    other block starts and stops carry no streamed token (META).
     `usage.output_tokens_details.thinking_tokens` is the reasoning count.
     """
 
@@ -117,6 +122,8 @@ class AnthropicParser(StreamParser):
         self._thinking_streamed = False
         self._thinking_redacted = False
         self._thinking_chars = 0
+        #: Tool call blocks open without a non-empty piece of their input yet, by index.
+        self._calls_without_input: set[int] = set()
 
     def on_headers(self, headers: ResponseHeaders) -> None:
         """`request-id` and the `anthropic-ratelimit-*` headers."""
@@ -166,11 +173,23 @@ class AnthropicParser(StreamParser):
                     self.add_tool_call_delta(index, None, None, partial)
                 if not partial:
                     return EventClass.META
+                if type(index) is int:
+                    self._calls_without_input.discard(index)
                 self.other_output_parts.append(partial)
                 return EventClass.OUTPUT
             return EventClass.META  # signature_delta, citations_delta, future kinds
         if name == "content_block_start":
             return self._block_start(obj)
+        if name == "content_block_stop":
+            calls = self._calls_without_input
+            index = obj.get("index")
+            if calls and type(index) is int and index in calls:
+                # A call whose input never streamed ends here: its generated input (`{}`,
+                # counted in output_tokens) is complete at this event.
+                calls.discard(index)
+                self.other_output_parts.append("{}")
+                return EventClass.OUTPUT
+            return EventClass.META
         if name == "message_start":
             message = wire_object(obj.get("message"), "message_start.message") or {}
             self.response_id = wire_id(message.get("id"), "message.id")
@@ -211,9 +230,15 @@ class AnthropicParser(StreamParser):
                 self.other_output_parts.append(thinking)
                 return EventClass.OUTPUT
         elif btype in ("tool_use", "server_tool_use"):
+            if btype == "server_tool_use":
+                self.hosted_calls += 1
             name = wire_str(block.get("name"), "content_block.name")
-            if name:  # the name is generated, but arrives with the block, not as a delta
+            if name:  # the name is generated: the block that brings it is output
                 self.other_output_parts.append(name)
+                index = obj.get("index")
+                if type(index) is int and not block.get("input"):
+                    self._calls_without_input.add(index)
+                return EventClass.OUTPUT
         elif btype == "text":
             text = wire_str(block.get("text"), "content_block.text")
             if text:

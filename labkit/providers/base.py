@@ -79,6 +79,8 @@ __all__ = [
     "account_for_stream",
     "check_base_url",
     "connections_for",
+    "gateway_of_comment",
+    "one_choice",
     "provider_class",
     "provider_kinds",
     "register",
@@ -96,6 +98,19 @@ ResponseHeaders: TypeAlias = Mapping[str, str]
 #: Sampling parameters as the config and the experiments give them (`max_tokens`,
 #: `temperature`, ...): user JSON, which each provider puts into its wire body.
 SamplingParams: TypeAlias = dict[str, JsonValue]
+
+
+def one_choice(params: dict[str, Any]) -> dict[str, Any]:
+    """`params` (or an `extra_body`) unless it asks for several choices per request (`n`
+    above 1): labkit measures one choice per request, and interleaved choices would mix
+    their texts and halve decode per token. Raises ValueError, one line, otherwise."""
+    n = params.get("n")
+    if n is not None and n != 1:
+        raise ValueError(
+            f"n: {n!r} asks for several choices per request; labkit measures one choice per "
+            "request (leave n out or set n: 1, and raise repeats for more samples)"
+        )
+    return params
 
 
 #: What a key may hold to travel as an HTTP header value: printable ASCII (spaces inside).
@@ -236,6 +251,11 @@ class ProviderSettings(BaseModel):
         except (ProviderUnavailable, httpx.InvalidURL):
             return 0
         return 1 if is_loopback(host) else 0
+
+    @field_validator("params", "extra_body")
+    @classmethod
+    def _one_choice(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return one_choice(value)
 
     @field_validator("base_url")
     @classmethod
@@ -410,6 +430,9 @@ class StreamParser(ABC):
         self.count_locally: Callable[[str], TokenCount | None] | None = None
         #: Tool calls as they stream, by their index in the reply (`add_tool_call_delta`).
         self.tool_call_parts: dict[int, list[str]] = {}
+        #: Calls of hosted tools the reply made (a web search: the server runs it), whose
+        #: framing and input are counted but not kept in `tool_call_parts`.
+        self.hosted_calls = 0
         #: Whether the stream's terminator was seen when it is no `EventClass.DONE` event
         #: (Ollama's `done: true` line may carry text): nothing more follows, so the recorder
         #: stops reading there even if the server keeps the body open. A plain attribute,
@@ -478,12 +501,14 @@ class StreamParser(ABC):
     def read_framing(self, framer: SSEParser, t_start_ns: int) -> None:
         """What the framing saw besides events (wire path): SSE comments before the first
         event (`: keep-alive` while a request waits: DeepSeek) become
-        `provider_timings.keepalive_comments` and `keepalive_last_ms`."""
+        `provider_timings.keepalive_comments` and `keepalive_last_ms`; a gateway's own
+        processing comments (`: OPENROUTER PROCESSING`) name it in `keepalive_gateway`."""
         count = framer.comments_before_first_event
         if count:
             pt = self.provider_timings
             pt.keepalive_comments = count
             pt.keepalive_last_ms = (framer.last_comment_t_ns - t_start_ns) / 1e6
+            pt.keepalive_gateway = gateway_of_comment(framer.first_comment)
 
     def streamed_output_tokens(self, output_events: int) -> int | None:
         """How many output tokens the stream itself delivered: the count decode time is
@@ -529,12 +554,40 @@ class StreamParser(ABC):
         return collector.result() if collector is not None else None
 
 
-#: Tokens a reported output count may hold beyond its streamed content before the content
-#: "cannot account" for it: special tokens (end of turn, tool-call framing) are counted
-#: but never streamed, and a tool's name arrives outside its argument deltas.
-UNSTREAMED_ALLOWANCE = 64
+#: Gateways known by the comments they send while they wait for the upstream provider, by
+#: a word of the comment (upper case) → the gateway's name in records. OpenRouter documents
+#: `: OPENROUTER PROCESSING` (openrouter.ai/docs/api-reference/streaming).
+GATEWAY_COMMENTS: dict[bytes, str] = {b"OPENROUTER": "openrouter"}
+
+
+def gateway_of_comment(comment: bytes) -> str | None:
+    """The gateway whose processing comment `comment` is (the text after the colon); None:
+    a server's own keep-alive (DeepSeek's `: keep-alive`), or unknown."""
+    upper = comment.upper()
+    for word, gateway in GATEWAY_COMMENTS.items():
+        if word in upper:
+            return gateway
+    return None
+
+
+#: Tokens a reply's output count may hold beyond its streamed content outside tool calls:
+#: special tokens counted but never streamed (end of turn; llama.cpp and vLLM count the end
+#: token), a reasoning block's delimiters. A few, not dozens: a fixed allowance of 64 let a
+#: short answer's hidden reasoning reported as 0 pass, and decode divide by it (issue 44).
+UNSTREAMED_SPECIAL_TOKENS = 8
+#: ... and per tool call the reply made: its framing (Anthropic's tool-use block, Chat
+#: Completions' call wrapper) is counted, while only its name and arguments stream; a
+#: hosted tool's call (a web search's query) may not stream at all.
+UNSTREAMED_TOOL_CALL_TOKENS = 48
 #: Slack on a count by the model's own tokenizer (a family's tokenizer, not the exact one).
 LOCAL_COUNT_SLACK = 1.5
+
+
+def unstreamed_allowance(parser: StreamParser) -> int:
+    """The tokens `parser`'s reply may count without streaming them: the special tokens of
+    any reply, and each tool call's framing (client and hosted tools)."""
+    calls = len(parser.tool_call_parts) + parser.hosted_calls
+    return UNSTREAMED_SPECIAL_TOKENS + UNSTREAMED_TOOL_CALL_TOKENS * calls
 
 
 def account_for_stream(parser: StreamParser, count: int) -> int | None:
@@ -543,7 +596,7 @@ def account_for_stream(parser: StreamParser, count: int) -> int | None:
 
     A token carries at least one byte of text, so the content's UTF-8 bytes bound what it
     can hold; where the model's tokenizer is at hand and that bound alone does not decide,
-    its count (with `LOCAL_COUNT_SLACK`) does. Both leave `UNSTREAMED_ALLOWANCE` tokens for
+    its count (with `LOCAL_COUNT_SLACK`) does. Both leave `unstreamed_allowance` tokens for
     what is counted but never streamed. Runs once per record, after the stream.
     """
     usage = parser.usage
@@ -552,17 +605,18 @@ def account_for_stream(parser: StreamParser, count: int) -> int | None:
     parts = parser.text_parts + parser.other_output_parts
     content = "".join(parts)
     held = len(content.encode("utf-8", errors="replace"))
+    allowance = unstreamed_allowance(parser)
     source = "its UTF-8 bytes"
-    if count > held + UNSTREAMED_ALLOWANCE:
+    if count > held + allowance:
         unaccounted = True
-    elif parser.count_locally is not None and count > len(content) / 3 + UNSTREAMED_ALLOWANCE:
+    elif parser.count_locally is not None and count > len(content) / 3 + allowance:
         local = parser.count_locally(content)
         if local is None:
             unaccounted = False
         else:
             held = int(local.tokens * LOCAL_COUNT_SLACK)
             source = f"{local.source}: {local.tokens} tokens"
-            unaccounted = count > held + UNSTREAMED_ALLOWANCE
+            unaccounted = count > held + allowance
     else:
         unaccounted = False
     usage.output_count_unaccounted = unaccounted
@@ -572,8 +626,8 @@ def account_for_stream(parser: StreamParser, count: int) -> int | None:
     parser.streamed_null_reason = (
         f"{count} of the {usage.output_tokens} reported output tokens were taken as streamed "
         f"(reasoning_tokens {'absent' if reasoning is None else reasoning}), but the streamed "
-        f"content holds at most {held + UNSTREAMED_ALLOWANCE} ({source}): output was generated "
-        "and neither streamed nor reported as reasoning"
+        f"content holds at most {held + allowance} ({source}, and {allowance} counted but "
+        "never streamed): output was generated and neither streamed nor reported as reasoning"
     )
     return None
 

@@ -129,6 +129,7 @@ class OpenAIChatParser(StreamParser):
         self._refused = False
         self._total_tokens: int | None = None
         self._last_tool_index: int | None = None  # the tool call the last delta went to
+        self._other_choice: int | None = None  # the first choice index > 0 that arrived
 
     def on_headers(self, headers: ResponseHeaders) -> None:
         """Request id, server processing time and rate-limit headers."""
@@ -183,6 +184,9 @@ class OpenAIChatParser(StreamParser):
             for choice in choices:
                 if type(choice) is not dict:
                     raise MalformedStream(f"a choice is {describe(choice)}, not an object")
+                if choice.get("index"):
+                    self._another_choice(choice.get("index"))
+                    continue  # never merged into choice 0's text, tool calls and count
                 delta = choice.get("delta")
                 if delta:
                     if type(delta) is not dict:
@@ -225,12 +229,30 @@ class OpenAIChatParser(StreamParser):
                     self._read_timings(timings)
         return cls
 
+    def _another_choice(self, index: Any) -> None:
+        """A choice other than the first: labkit reads one choice per request (configs
+        refuse `n` > 1, `labkit.providers.base.one_choice`), so a stream carrying another
+        is recorded as a protocol error naming it, its deltas left unread: merged, the
+        choices would interleave their texts and their tokens would halve decode."""
+        if type(index) is not int or index < 0:
+            raise MalformedStream(f"a choice's index is {describe(index)}, not a count")
+        if self._other_choice is None:
+            self._other_choice = index
+
     def _read_timings(self, timings: dict[str, Any]) -> None:
         """llama.cpp's `timings` object into `provider_timings`."""
         read_llamacpp(self.provider_timings, timings)
 
     def settle(self) -> None:
-        """Read the last token chunk's `timings` when no later chunk replaced them."""
+        """Read the last token chunk's `timings` when no later chunk replaced them; a
+        stream that carried several choices becomes a protocol error (`_another_choice`)."""
+        if self._other_choice is not None and self.error is None:
+            self.error = RecordError(
+                kind=ErrorKind.PROTOCOL,
+                message=f"the stream carried choice {self._other_choice} besides choice 0: "
+                "labkit reads one choice per request (n > 1, or a server answering with "
+                "several); their texts, tool calls and token counts were not merged",
+            )
         timings = self._pending_timings
         if timings is not None:
             self._pending_timings = None

@@ -216,7 +216,10 @@ class OpenAIResponsesParser(StreamParser):
 
     An event is output only when it carries generated content: a non-empty text delta
     (`response.output_text.delta`, `response.refusal.delta`: TEXT) or reasoning and
-    tool-input delta (OUTPUT); an unknown ``*.delta`` event whose `delta` is a non-empty
+    tool-input delta (OUTPUT), the `response.output_item.added` that opens a function or
+    custom tool call with its generated name (OUTPUT, the rule of every API), and the
+    `response.output_item.done` of a client call none of whose input streamed (the call
+    arrives whole there: OUTPUT); an unknown ``*.delta`` event whose `delta` is a non-empty
     string is OUTPUT by that rule (and its type kept in `unknown_event_types`), never
     dropped. Every other event (`response.created`, item and part starts and ends,
     `*.done`, hosted tools' progress) is META; the three terminal events are DONE. Usage
@@ -289,7 +292,18 @@ class OpenAIResponsesParser(StreamParser):
             response = wire_object(obj.get("response"), f"{name}.response") or {}
             self.response_id = wire_id(response.get("id"), "response.id")
         elif name == "response.output_item.added":
-            self._read_item(wire_object(obj.get("item"), f"{name}.item") or {}, obj)
+            item = wire_object(obj.get("item"), f"{name}.item") or {}
+            self._read_item(item, obj)
+            kind = _item_type(item)
+            if kind is not None and kind.endswith("_call") and kind not in CLIENT_TOOL_ITEMS:
+                self.hosted_calls += 1  # a hosted tool's call: counted, its input unstreamed
+            if kind in _CALL_ITEMS:
+                call_name = wire_str(item.get("name"), f"{name}.item.name")
+                if call_name:
+                    # The call's generated name opens it: an output event, as on every API
+                    # (docs/measurement.md, "Tool calls").
+                    self.other_output_parts.append(call_name)
+                    return EventClass.OUTPUT
         elif name == "response.output_item.done":
             item = wire_object(obj.get("item"), f"{name}.item") or {}
             self._read_item(item, obj)

@@ -65,7 +65,7 @@ from labkit.config import RayExecutorSettings
 from labkit.errors import ProviderUnavailable, RunError
 from labkit.experiments import LevelPlan, PacedExperiment, PlannedRequest
 from labkit.providers import Provider
-from labkit.records import ErrorKind, RecordError, RequestRecord, StopReason
+from labkit.records import ClientTimings, ErrorKind, RecordError, RequestRecord, StopReason
 from labkit.runner.executor import Executor, LevelSink
 from labkit.runner.jobs import LevelJob, Ready, Recorded, Sending, decode, encode
 from labkit.runner.ray_address import check_ray_address
@@ -708,6 +708,7 @@ def _lost_record(
         prompt_bytes=notice.prompt_bytes,
         started_at=notice.started_at,
         t_start_mono_ns=notice.t_mono_ns,
+        client=ClientTimings(decode_null_reason="no_output"),  # nothing of it came back
         stop_reason=StopReason.ERROR,
         plan_key=notice.key,
         tags=dict(notice.tags),

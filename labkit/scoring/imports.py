@@ -23,7 +23,14 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from labkit.errors import ConfigError, RunError
-from labkit.records import ClientTimings, ErrorKind, RecordError, RequestRecord, Usage
+from labkit.records import (
+    ClientTimings,
+    DecodeNullReason,
+    ErrorKind,
+    RecordError,
+    RequestRecord,
+    Usage,
+)
 from labkit.scoring.peers import ClientRequest, ClientResults
 
 __all__ = ["PEER_FILE", "ImportedRun", "import_results", "to_records"]
@@ -60,12 +67,16 @@ def _record(
     tokens = req.output_tokens
     per_token = decode / (tokens - 1) if decode is not None and tokens and tokens > 1 else None
     last = req.ttft_ms + decode if req.ttft_ms is not None and decode is not None else None
+    why_null: DecodeNullReason | None = None  # a null decode always says why (issue 44)
+    if per_token is None:
+        why_null = "not_measured" if decode is None or tokens is None else "one_token"
     client = ClientTimings(
         ttft_ms=req.ttft_ms,
         e2e_ms=req.e2e_ms,
         last_token_ms=last,
         decode_ms_per_token=per_token,
         output_tokens_per_s=1000.0 / per_token if per_token else None,
+        decode_null_reason=why_null,
     )
     usage = Usage(
         input_tokens=None if req.input_tokens is None else int(req.input_tokens),

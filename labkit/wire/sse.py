@@ -19,11 +19,13 @@ from dataclasses import dataclass
 from labkit.errors import MalformedStream
 from labkit.wire.readpath import chunked_data_events, whole_data_events
 
-__all__ = ["MAX_EVENT_BYTES", "NDJSONParser", "SSEEvent", "SSEParser"]
+__all__ = ["COMMENT_KEPT_BYTES", "MAX_EVENT_BYTES", "NDJSONParser", "SSEEvent", "SSEParser"]
 
 #: The largest event accepted: far above any chat chunk (a few kB; a tool call's arguments or
 #: llama.cpp's per-token probabilities reach tens of kB), far below what would exhaust memory.
 MAX_EVENT_BYTES = 8 * 1024 * 1024
+#: How much of the first comment before the first event is kept (`SSEParser.first_comment`).
+COMMENT_KEPT_BYTES = 64
 
 
 @dataclass(slots=True)
@@ -57,6 +59,7 @@ class SSEParser:
         "_partial_len",
         "_skip_lf",
         "comments_before_first_event",
+        "first_comment",
         "last_comment_t_ns",
     )
 
@@ -77,6 +80,9 @@ class SSEParser:
         #: last of them: a server's sign that the request is waiting (a queue signal).
         self.comments_before_first_event = 0
         self.last_comment_t_ns = 0
+        #: The first of those comments' text (after the colon, at most `COMMENT_KEPT_BYTES`):
+        #: who sent them (`OPENROUTER PROCESSING`: a gateway's own wait, not a queue).
+        self.first_comment = b""
 
     def feed(self, chunk: bytes, t_ns: int) -> list[SSEEvent]:
         """Parse one read; return the events it completed, in order.
@@ -169,6 +175,8 @@ class SSEParser:
             return
         if line[0] == 0x3A:  # ":" comment / keep-alive
             if not self._dispatched:
+                if not self.comments_before_first_event:
+                    self.first_comment = line[1 : 1 + COMMENT_KEPT_BYTES]
                 self.comments_before_first_event += 1
                 self.last_comment_t_ns = t_ns
             return

@@ -128,6 +128,31 @@ def test_keepalive_comments_measure_the_wait_after_the_headers() -> None:
     assert "no prefill time" in split.not_derived[0]
 
 
+def test_a_gateways_processing_comments_are_no_queue_and_the_answer_says_why() -> None:
+    # OpenRouter's `: OPENROUTER PROCESSING` comments hold its own wait for the upstream:
+    # that provider's queue and prefill together. Never labelled the provider's queue.
+    r = rec(900.0, keepalive_comments=3, keepalive_gateway="openrouter")
+    r.client.headers_ms, r.client.first_event_ms = 5.0, 805.0
+    answer = AttributionExperiment(AttributionSettings()).analyze("gw", "m", [r])
+    split = answer.figures.ttft_split
+    assert split.provider_queue_ms is None and split.queue_source is None
+    assert split.behind_gateway == "openrouter"
+    assert any("behind the gateway (openrouter)" in why for why in split.not_derived)
+    assert "cannot separate" in answer.answer and "queue and its prefill" in answer.answer
+    rows = {r.key: r for r in answer.figures.rows}
+    assert rows[AttributionKey.KEEPALIVE_WAIT].value_ms is None
+    assert rows[AttributionKey.PROVIDER_QUEUE].value_ms is None
+    gateway = rows[AttributionKey.GATEWAY_WAIT]
+    assert gateway.value_ms == 800.0 and "not separable" in gateway.measurement
+
+
+def test_a_servers_own_keepalives_still_measure_its_queue_beside_a_gateway() -> None:
+    own = rec(900.0, keepalive_comments=3, prefill_ms=None)
+    own.client.headers_ms, own.client.first_event_ms = 5.0, 805.0
+    split = ttft_split([own])
+    assert split.queue_source == "keepalive" and split.behind_gateway is None
+
+
 def test_a_provider_reporting_nothing_gets_no_split_and_says_so() -> None:
     split = ttft_split([rec(300.0)])
     assert split.provider_queue_ms is None and split.provider_prefill_ms is None

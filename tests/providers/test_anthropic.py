@@ -191,7 +191,9 @@ def test_thinking_counts_for_ttft_not_ttft_text_and_signature_is_not_output() ->
     assert rec.output_text == "Yes"
 
 
-def test_tool_use_input_json_is_output() -> None:
+def test_tool_use_name_and_input_json_are_output() -> None:
+    # The block start carries the generated name (an output event, as on every API), the
+    # input_json_delta the generated input: two output events, no visible text.
     def ev(obj: dict, name: str) -> bytes:
         return sse(obj, name)
 
@@ -220,7 +222,7 @@ def test_tool_use_input_json_is_output() -> None:
         router.post(URL).mock(return_value=sse_response(chunks))
         rec = record_one(claude())
     assert rec.stop_reason == StopReason.TOOL_CALL
-    assert len(rec.client.event_offsets_ms) == 1 and rec.client.ttft_text_ms is None
+    assert len(rec.client.event_offsets_ms) == 2 and rec.client.ttft_text_ms is None
 
 
 def test_events_without_event_lines_fall_back_to_type() -> None:

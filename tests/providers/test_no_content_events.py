@@ -113,7 +113,9 @@ def anthropic_event(draw: st.DrawFn) -> SSEEvent:
             st.just({"type": "text", "text": ""}),
             st.just({"type": "thinking", "thinking": "", "signature": ""}),
             st.builds(lambda d: {"type": "redacted_thinking", "data": d}, IDS),
-            st.builds(lambda i: {"type": "tool_use", "id": i, "name": "f", "input": {}}, IDS),
+            # A named tool_use block's start carries the generated name (output, issue 44):
+            # only one without a name carries nothing.
+            st.builds(lambda i: {"type": "tool_use", "id": i, "name": "", "input": {}}, IDS),
         )
     )
     name, obj = draw(

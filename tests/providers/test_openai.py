@@ -145,7 +145,15 @@ def test_reasoning_counts_for_ttft_not_ttft_text() -> None:
     events = [
         sse(oa_chunk(role="assistant")),
         sse(oa_chunk(reasoning="Let me think")),
-        sse(oa_chunk(reasoning=" more")),
+        # Reasoning that holds its 38 counted tokens (a count the stream cannot hold is
+        # unaccounted: account_for_stream).
+        sse(
+            oa_chunk(
+                reasoning=" more about which of the two numbers is the larger one, and"
+                " then about how to say it in one word without any other words around it"
+                " at all, since the question asks for exactly one word."
+            )
+        ),
         sse(oa_chunk("Answer")),
         sse(oa_chunk(finish="stop")),
         sse(oa_chunk(choices=False, usage=oa_usage(10, 40, reasoning_tokens=38))),

@@ -95,7 +95,10 @@ def test_headers_usage_and_end() -> None:
         "x-ratelimit-limit-tokens": "9",
     }
     with respx.mock() as router:
-        router.post(URL).mock(return_value=sse_response(stream("A", "B"), headers=headers))
+        # Twenty tokens of text, as the usage counts (a count the text cannot hold is
+        # unaccounted: account_for_stream).
+        text = [f" w{i}" for i in range(20)]
+        router.post(URL).mock(return_value=sse_response(stream(*text), headers=headers))
         rec = record_one(responses())
     assert rec.request_id == "req_9" and rec.provider_timings.processing_ms == 41.0
     assert rec.rate_limits == {"x-ratelimit-limit-tokens": "9"}
@@ -193,6 +196,7 @@ def test_streamed_output_tokens_rules(
     streamed_kind: str | None, output: int, reasoning: int, expected: int | None
 ) -> None:
     parser = OpenAIResponsesParser()
+    parser.on_event(event("response.output_text.delta", delta="answer " * 4))  # holds 14
     if streamed_kind:  # enough streamed text to hold the count (see account_for_stream)
         parser.on_event(event(streamed_kind, delta="thinking " * 40))
     body = completed()

@@ -10,7 +10,7 @@ import pytest
 from labkit import read_runs
 from labkit.errors import ConfigError
 from labkit.report.compare import NOT_MEASURED, compare_runs
-from labkit.scoring.imports import import_results
+from labkit.scoring.imports import import_results, to_records
 from labkit.scoring.peers import ClientRequest, ClientResults, detect, read_results
 from labkit.scoring.score import TIME_SLACK_MS, score
 from labkit.truth.log import read_truth_log
@@ -161,3 +161,23 @@ def test_the_largest_error_is_the_one_of_largest_magnitude_with_its_sign() -> No
     s = score(results, truth)
     assert s.metric("ttft").max == pytest.approx(-9.87)
     assert s.metric("ttft").n == 2
+
+
+@pytest.mark.parametrize(
+    ("decode_ms", "tokens", "reason"),
+    [
+        (90.0, 10.0, None),  # measured
+        (None, 10.0, "not_measured"),  # the peer reported no decode
+        (90.0, None, "not_measured"),  # ... or no output count
+        (90.0, 1.0, "one_token"),
+    ],
+)
+def test_an_imported_null_decode_says_why(
+    tmp_path: Path, decode_ms: float | None, tokens: float | None, reason: str | None
+) -> None:
+    # Every path to a null decode carries its reason, imported records included (issue 44).
+    request = ClientRequest(index=0, ttft_ms=5.0, decode_ms=decode_ms, output_tokens=tokens)
+    results = ClientResults(tool="peer", version=None, path=tmp_path / "r.json", requests=[request])
+    (record,) = to_records(results, "run", "p", "load", "m")
+    assert record.client.decode_null_reason == reason
+    assert (record.client.decode_ms_per_token is None) == (reason is not None)

@@ -58,14 +58,29 @@ def _ollama_built(tokens: list[str]) -> bytes:
 
 
 _OPENAI_BUILT = b"".join(openai_events(["Hi", " there", " é✓"], usage=oa_usage(5, 3)))
+# Beside each kind's text streams, the shapes issue 44 reads by new rules (tool calls
+# without arguments, several choices, a gateway's comments), so their fields are mutated too.
 VALID_STREAMS: dict[str, list[bytes]] = {
-    "openai": [load_sse("openai_chat.sse"), _OPENAI_BUILT],
-    "openai_compatible": [load_sse("openai_chat.sse"), _OPENAI_BUILT],
+    "openai": [
+        load_sse("openai_chat.sse"),
+        _OPENAI_BUILT,
+        load_sse("corpus/openai_two_choices_interleaved.sse"),
+    ],
+    "openai_compatible": [
+        load_sse("openai_chat.sse"),
+        _OPENAI_BUILT,
+        load_sse("corpus/gateway_short_answer_hidden_under_64.sse"),
+    ],
     "llamacpp": [load_sse("llamacpp_chat.sse"), _OPENAI_BUILT],
-    "anthropic": [load_sse("anthropic_messages.sse"), b"".join(anthropic_events(["Hi", " é✓"]))],
+    "anthropic": [
+        load_sse("anthropic_messages.sse"),
+        b"".join(anthropic_events(["Hi", " é✓"])),
+        load_sse("corpus/anthropic_tool_use_no_arguments.sse"),
+    ],
     "openai_responses": [
         load_sse("corpus/openai_responses_reasoning_summary.sse"),
         b"".join(responses_events(["Hi", " é✓"])),
+        load_sse("corpus/openai_responses_function_call_no_arguments.sse"),
     ],
     "ollama": [load_sse("corpus/ollama_thinking.ndjson"), _ollama_built(["Hi", " é✓"])],
 }

@@ -131,6 +131,7 @@ def test_a_lost_request_is_one_record_naming_its_node() -> None:
     assert record.stop_reason == StopReason.ERROR and record.t_start_mono_ns == 123
     assert record.started_at == datetime(2026, 1, 2, tzinfo=UTC)
     assert record.client.ttft_ms is None  # nothing of it came back
+    assert record.client.decode_null_reason == "no_output"  # a null decode says why
 
 
 def _measured_record(lag_ms: float) -> RequestRecord:

@@ -15,11 +15,13 @@ Facts in ``expect`` (only the keys present are checked): ``output_text``; ``ttft
 ``response_id``, ``system_fingerprint``; ``prefill_ms``, ``prefill_tokens``, ``decode_ms``,
 ``decode_ms_per_token``, ``load_ms``, ``provider_cached_tokens``, ``queue_ms``,
 ``server_ttft_ms``, ``server_total_ms``, ``inference_ms``, ``server_output_tokens_per_s``,
-``processing_ms``, ``keepalive_comments``, ``timings_source`` (provider timings; numbers
+``processing_ms``, ``keepalive_comments``, ``keepalive_gateway``, ``timings_source``
+(provider timings; numbers
 compared to a relative 1e-9, as seconds become milliseconds); ``tool_calls`` (the record's
 calls, each ``{id, name, arguments}`` with the arguments' complete text, or null: none);
-``error_kind`` (null: no error) and ``error_contains`` (a piece of the error message; null:
-not checked).
+``decode_derived`` (whether ``client.decode_ms_per_token`` is a number),
+``decode_null_reason``; ``error_kind`` (null: no error) and ``error_contains`` (a piece of
+the error message; null: not checked).
 """
 
 from __future__ import annotations
@@ -128,9 +130,12 @@ def check_record(record: Any, expect: dict[str, Any]) -> None:
         "server_output_tokens_per_s": lambda: pt.server_output_tokens_per_s,
         "processing_ms": lambda: pt.processing_ms,
         "keepalive_comments": lambda: pt.keepalive_comments,
+        "keepalive_gateway": lambda: pt.keepalive_gateway,
         "timings_source": lambda: pt.source,
         "error_kind": lambda: record.error and record.error.kind.value,
         "tool_calls": lambda: tool_calls_of(record),
+        "decode_derived": lambda: client.decode_ms_per_token is not None,
+        "decode_null_reason": lambda: client.decode_null_reason,
     }
     for key, want in expect.items():
         if key in facts:
@@ -143,6 +148,11 @@ def check_record(record: Any, expect: dict[str, Any]) -> None:
         assert record.error is not None and expect["error_contains"] in record.error.message, (
             record.error
         )
+    # Every record, whatever its shape or failure: a null decode always says why (issue 44).
+    assert (client.decode_ms_per_token is None) == (client.decode_null_reason is not None), (
+        client.decode_ms_per_token,
+        client.decode_null_reason,
+    )
     ttft = expect.get("ttft", "unchecked")
     if ttft is None:
         assert client.ttft_ms is None
