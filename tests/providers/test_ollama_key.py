@@ -89,7 +89,8 @@ def _run(tmp_path: Path, server: _OllamaServer, key_env: str | None) -> tuple[An
     key = f", api_key_env: {key_env}" if key_env else ""
     cfg = tmp_path / "c.yaml"
     cfg.write_text(
-        f"name: ollama-key\nproviders: [{{id: o, kind: ollama, model: m, base_url: '{root}'{key}}}]\n"
+        "name: ollama-key\n"
+        f"providers: [{{id: o, kind: ollama, model: m, base_url: '{root}'{key}}}]\n"
         "experiments: [{kind: single, prompts: [hi], repeats: 1, warmup: 0}]\n",
         encoding="utf-8",
     )
