@@ -11,6 +11,7 @@ are in docs/guarantees.md. A Ray address where nothing listens is refused before
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -19,6 +20,8 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from labkit.errors import RunError
 from labkit.providers import Provider
@@ -331,3 +334,28 @@ def test_a_non_ray_server_as_the_address_fails_the_run_in_one_line(tmp_path: Pat
     assert result.exit_code != 0
     assert f"the server at 127.0.0.1:{port}" in result.output, result.output
     assert "is not a Ray cluster" in result.output and "labkit bug" not in result.output
+
+
+def _answer_once(listening: socket.socket, reply: bytes) -> None:
+    conn, _ = listening.accept()
+    with conn, contextlib.suppress(OSError):
+        conn.sendall(reply)
+
+
+@settings(max_examples=60, deadline=None)
+@given(reply=st.binary(max_size=40))
+def test_whatever_an_address_answers_is_ray_or_one_line(reply: bytes) -> None:
+    """The probe's reading of any answer (then a close): a pass only for an HTTP/2 SETTINGS
+    frame header, else one RunError line; never another exception."""
+    import threading
+
+    with socket.create_server(("127.0.0.1", 0)) as listening:
+        port = listening.getsockname()[1]
+        threading.Thread(target=_answer_once, args=(listening, reply), daemon=True).start()
+        try:
+            check_ray_address(f"127.0.0.1:{port}", deadline_s=2.0)
+        except RunError as exc:
+            assert "\n" not in str(exc) and "\r" not in str(exc)
+            assert len(reply) < 9 or reply[3] != 4
+        else:
+            assert len(reply) >= 9 and reply[3] == 4
