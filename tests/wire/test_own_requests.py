@@ -339,6 +339,13 @@ def test_a_non_ray_server_as_the_address_fails_the_run_in_one_line(tmp_path: Pat
 def _answer_once(listening: socket.socket, reply: bytes) -> None:
     conn, _ = listening.accept()
     with conn, contextlib.suppress(OSError):
+        conn.settimeout(2.0)
+        greeting = b""
+        while len(greeting) < 33:  # read it all: a close with it unread would reset instead
+            chunk = conn.recv(64)
+            if not chunk:
+                break
+            greeting += chunk
         conn.sendall(reply)
 
 
