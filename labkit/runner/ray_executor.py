@@ -141,6 +141,8 @@ def _join_failure(address: str, exc: BaseException) -> str:
             "unset): start one with `ray start --head`, or set executor.address to local (a "
             "cluster for this run) or to a cluster's address"
         )
+    if address == "local":
+        return f"could not start a Ray cluster on this host: {type(exc).__name__}: {said}"
     return (
         f"could not join the Ray cluster at executor.address {address!r}: "
         f"{type(exc).__name__}: {said}"
