@@ -90,11 +90,19 @@ _CLIENT_ATTEMPTS = 3
 _JOIN_TIMEOUT_S = 60.0
 
 
+#: Never set: the thread that joined Ray waits on it for the life of the process.
+_JOINER_STAYS = threading.Event()
+
+
 async def _join_within(ray: Any, address: str, deadline_s: float) -> None:
     """`ray.init(address)` in a daemon thread, given up after `deadline_s` (RunError): a
     thread of the default executor left blocked in Ray would hold the process at its exit.
     Off the main thread, too, so that Ray does not take SIGTERM from labkit's own handler
-    (it would exit without the manifest)."""
+    (it would exit without the manifest).
+
+    A joined thread stays, parked: the processes of a cluster Ray starts here (`local`)
+    are bound to the thread that started them (prctl PR_SET_PDEATHSIG fires when that
+    thread ends, not the process), so they live as long as the process does."""
     loop = asyncio.get_running_loop()
     joined: asyncio.Future[None] = loop.create_future()
 
@@ -119,6 +127,8 @@ async def _join_within(ray: Any, address: str, deadline_s: float) -> None:
             error = exc
         with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
             loop.call_soon_threadsafe(settle, error)
+        if error is None:
+            _JOINER_STAYS.wait()
 
     threading.Thread(target=join, name="labkit-ray-join", daemon=True).start()
     try:
