@@ -29,6 +29,7 @@ from labkit.boundedyaml import MAX_BYTES, YAMLLimitError, load_bounded
 from labkit.errors import ConfigError
 from labkit.experiments import ExperimentSettings, experiment_class, experiment_kinds
 from labkit.providers import ProviderSettings, provider_class, provider_kinds, sdk_available
+from labkit.scrub import key_prefix, random_looking
 from labkit.tracing.settings import TracingSettings
 
 __all__ = [
@@ -332,7 +333,8 @@ def load_yaml_text(text: str, source: str = "<config>") -> Any:
 # there), so a secret in it cannot be scrubbed without breaking the resume: it is refused.
 
 #: Key formats with a fixed prefix: OpenAI/Anthropic/Stripe, Groq, Hugging Face, xAI,
-#: GitHub, GitLab, Slack, Google, AWS access key ids.
+#: GitHub, GitLab, Slack, Google, AWS access key ids. What follows the prefix is a key only
+#: where it is random (`labkit.scrub.random_looking`): `xai-grok-4-fast-reasoning` is a name.
 _KEY_LITERAL = re.compile(
     r"(?<![A-Za-z0-9])(?:sk-|sk_|gsk_|hf_|xai-|ghp_|gho_|github_pat_|glpat-|xox[abpr]-|AIza|AKIA)"
     r"[A-Za-z0-9_\-]{16,}"
@@ -350,11 +352,23 @@ _SECRET_BODY_FIELD = re.compile(
 )
 
 
+def _vendor_key(text: str) -> bool:
+    """Whether `text` holds a vendor prefix followed by 16+ random characters (a prefix and
+    words, `hf_novita_sla_metrics_replay`, is a name)."""
+    for found in _KEY_LITERAL.finditer(text):
+        literal = found.group()
+        if literal.startswith(("AIza", "AKIA")):  # no word begins so: any body is a key
+            return True
+        if random_looking(literal[len(key_prefix(literal)) :]):
+            return True
+    return False
+
+
 def looks_like_secret(text: str) -> bool:
     """Whether free text (a run name, a value in a config) holds something key-shaped: a
-    vendor-prefixed key, a random run of 32+ letters and digits in both cases, or URL
-    credentials."""
-    if _KEY_LITERAL.search(text) or _URL_USERINFO.search(text):
+    vendor prefix followed by 16+ random characters (not words: `_vendor_key`), a random run
+    of 32+ letters and digits in both cases, or URL credentials."""
+    if _vendor_key(text) or _URL_USERINFO.search(text):
         return True
     return any(
         any(c.isupper() for c in run)

@@ -11,14 +11,21 @@ may hold a key; what is written or printed goes through one of these at its sink
   HTML entities (decimal, hex, named); mixed forms of these, character by character; base64
   and URL-safe base64 of the key at any alignment inside a larger encoded string (so
   ``Bearer KEY`` and ``user:KEY`` are covered too). A truncated key is scrubbed from its
-  first `FRAGMENT_CHARS` characters on: labkit cuts messages and body excerpts to fixed
-  lengths, which keeps a prefix; a shorter prefix of a real key (32 characters or more)
-  leaves over 20 random characters unknown, and a 10-character run of a random key does not
-  occur in honest text by chance.
+  first `FRAGMENT_CHARS` characters on (after its vendor prefix, if it has one): labkit
+  cuts messages and body excerpts to fixed lengths, which keeps a prefix; a shorter prefix
+  of a real key (32 characters or more) leaves over 20 random characters unknown, and a
+  10-character run of a random key does not occur in honest text by chance.
 - `scrub_json(text)`: the same over a JSON document (records.jsonl lines, manifest.json,
   lab.json), matching each form as JSON escaping wrote it, so the document stays valid.
 - `for_people(text)`: terminal control sequences stripped (`strip_controls`), then scrubbed;
   for everything written for people (consoles, summary.txt, report.md/html, logs).
+
+A key in a documented vendor format (`key_prefix`: ``sk-ant-api03-``, ``sk-proj-``, ``xai-``,
+``hf_``, ...) counts from its prefix plus `FRAGMENT_CHARS` random characters: the prefix alone
+is plain text (docs, names like ``xai-grok-4``) and is never masked by itself.
+
+Whether a vendor-prefixed string is a key or a name that happens to start like one
+(``xai-grok-4-fast-reasoning-stream``) is `random_looking`'s question: see there.
 
 Keys shorter than `MIN_SECRET_CHARS` are not registered: they are placeholders (``EMPTY``,
 ``none``, ``x``) that local servers accept, and masking them would corrupt every output.
@@ -45,6 +52,8 @@ __all__ = [
     "ScrubbedStream",
     "for_people",
     "guard_std_streams",
+    "key_prefix",
+    "random_looking",
     "register_environment_credentials",
     "register_secret",
     "register_url_credentials",
@@ -153,6 +162,60 @@ def _inside_escape(text: str, start: int) -> bool:
 _HEX = frozenset("0123456789abcdefABCDEF")
 
 
+# --- What a key looks like ------------------------------------------------------------------
+
+#: Documented key formats' fixed beginnings, longest first: Anthropic ``sk-ant-api03-``,
+#: OpenAI ``sk-proj-`` / ``sk-svcacct-`` / ``sk-admin-`` / ``sk-``, Stripe ``sk_live_``,
+#: Groq ``gsk_``, Hugging Face ``hf_``, xAI ``xai-``, GitHub ``ghp_`` / ``github_pat_``,
+#: GitLab ``glpat-``, Slack ``xoxb-``, Google ``AIza``, AWS ``AKIA``.
+_VENDOR_PREFIX = re.compile(
+    r"sk-ant-(?:api|admin|sid)\d\d-|sk-(?:proj|svcacct|admin)-|[sr]k_(?:live|test)_|sk-|sk_|"
+    r"gsk_|hf_|xai-|gh[pousr]_|github_pat_|glpat-|xox[abpr]-|AIza|AKIA"
+)
+#: A run (between ``-`` and ``_``) that reads as a word, not as random characters: a word
+#: with a number after it (``grok``, ``Llama31``), CamelCase words (``MetaLlama``), acronyms
+#: and sizes (``GGUF``, ``8B``, ``Q4KM``, ``20261201``), a short tag (``v01``, ``8x22b``).
+_WORD_RUN = re.compile(
+    r"[A-Z]?[a-z]+[0-9]*|(?:[A-Z][a-z]{2,})+[A-Z]?[0-9]*|[A-Z]*[0-9]*[A-Z]*|[a-z0-9]{1,8}"
+)
+#: A vendor-prefixed body with this many characters in runs that are not words is a key.
+RANDOM_CHARS = 8
+
+
+def key_prefix(text: str) -> str:
+    """The documented key prefix `text` starts with (``sk-ant-api03-``, ``xai-``, ...), or
+    ``""``."""
+    found = _VENDOR_PREFIX.match(text)
+    return found.group() if found else ""
+
+
+def _word_like(run: str) -> bool:
+    if _WORD_RUN.fullmatch(run):
+        return True
+    # Lower case and a few digits (``mixtral8x22binstruct``); random hex is mostly digits.
+    return run.isalnum() and run.islower() and sum(c.isdigit() for c in run) * 10 < 3 * len(run)
+
+
+def random_looking(body: str) -> bool:
+    """Whether what follows a key prefix is random characters (a key) rather than words (a
+    name that starts like a key: ``xai-grok-4-fast-reasoning-stream``).
+
+    The body is cut into runs at ``-`` and ``_``; a run is a word when it is lower case, a
+    Title or CamelCase word, an acronym or a number, maybe with a number after (`_WORD_RUN`),
+    or lower case with under 30% digits. It is random when `RANDOM_CHARS` or more of its
+    characters are in runs that are not words: random characters from a key's alphabet mix
+    cases and digits within a run. Measured over 200,000 random bodies of each documented
+    format, none of sk-proj (48+), sk-ant-api03 (95), xai (80), gsk (52), ghp (36) or
+    github_pat was missed, 1 in 200,000 hf (34 letters), 1 in 100,000 Stripe sk_live (24),
+    1 in 900 glpat (20 characters, may hold ``-`` and ``_``). A run of 8+ characters mixing
+    cases out of word order (``GrokFASTer``) still reads as random: write such words apart.
+    """
+    return (
+        sum(len(run) for run in re.split(r"[-_]", body) if run and not _word_like(run))
+        >= RANDOM_CHARS
+    )
+
+
 class _Matcher:
     """Finds registered secrets in one flavour of text (plain or JSON)."""
 
@@ -169,11 +232,13 @@ class _Matcher:
             self.markers.update("\\" + c for c in secret if c in _BACKSLASH_FORMS)
             if " " in secret:
                 self.markers.add("+")
-            head = secret[:FRAGMENT_CHARS]
+            # A vendor prefix is plain text; the key starts where its random part does.
+            cut = len(key_prefix(secret)) + FRAGMENT_CHARS
+            head = secret[:cut]
             self.raw_heads.update({head, json.dumps(head)[1:-1]} if as_json else {head})
             chars = [_char_forms(c, as_json) for c in secret]
-            heads.append("(" + "".join(chars[:FRAGMENT_CHARS]) + ")")
-            self.tails.append([re.compile(c) for c in chars[FRAGMENT_CHARS:]])
+            heads.append("(" + "".join(chars[:cut]) + ")")
+            self.tails.append([re.compile(c) for c in chars[cut:]])
             literals.extend(_base64_cores(secret))
         self.raw_heads.update(literals)
         literal_group = "|".join(re.escape(x) for x in sorted(set(literals), key=len, reverse=True))

@@ -112,12 +112,16 @@ def test_a_json_document_escaping_an_already_escaped_key() -> None:
     assert json.loads(json.loads(out)["body_excerpt"])["message"] == scrub.MASK
 
 
-def test_truncated_keys_are_masked_from_ten_characters() -> None:
+def test_truncated_keys_are_masked_from_ten_characters_after_the_prefix() -> None:
     scrub.register_secret(KEY)
-    for cut in (10, 11, 25, len(KEY) - 1):
+    prefix = len("sk-proj-")  # a vendor prefix is public: ten random characters after it
+    for cut in (prefix + 10, prefix + 11, 25, len(KEY) - 1):
         out = scrub.scrub(f'"body": "bad key {KEY[:cut]}"')
         assert out == '"body": "bad key ***"', cut
-    assert scrub.scrub(f"x {KEY[:9]}") == f"x {KEY[:9]}"  # 9 characters: public prefix only
+    assert scrub.scrub(f"x {KEY[:9]}") == f"x {KEY[:9]}"  # the public prefix and one more
+    plain = "AGENTS: KEY-shaped? No"
+    scrub.register_secret("AGENTS-KEY-1234567")  # no vendor prefix: ten characters
+    assert scrub.scrub("x AGENTS-KEY") == "x ***" and scrub.scrub(plain) == plain
 
 
 def test_no_secret_and_short_placeholders_leave_text_alone() -> None:

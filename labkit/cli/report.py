@@ -114,6 +114,8 @@ def compare_command(
     except LabkitError as exc:
         raise _fail(exc) from None
     folder, gate, text = result.folder, result.gate, result.markdown
+    for note in result.notes:
+        SafeConsole(stderr=True, highlight=False).print(Text(f"note: {note}"), soft_wrap=True)
     if markdown is not None and not to_stdout:
         try:
             markdown.write_text(text, encoding="utf-8")

@@ -11,8 +11,11 @@ a malformed stream, a request that cannot be built (`config`), or labkit's own b
 from __future__ import annotations
 
 import email.utils
+import errno
 import json
 import re
+import socket
+import ssl
 from collections.abc import Callable, Collection, Mapping
 from datetime import UTC, datetime
 
@@ -24,6 +27,7 @@ from labkit.records import ErrorKind, RecordError
 
 __all__ = [
     "REQUEST_INVALID",
+    "connect_failure",
     "error_for",
     "exception_message",
     "http_error",
@@ -307,6 +311,70 @@ def tls_problem(exc: BaseException, phases: Mapping[str, int] | None = None) -> 
             "(use http:// in base_url)"
         )
     return None
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """`exc`, what caused it, and every exception inside a group, depth first."""
+    seen: set[int] = set()
+    out: list[BaseException] = []
+    todo = [exc]
+    while todo:
+        e = todo.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        out.append(e)
+        inner = list(e.exceptions) if isinstance(e, BaseExceptionGroup) else []
+        todo.extend(x for x in (e.__context__, e.__cause__) if x is not None)
+        todo.extend(reversed(inner))
+    return out
+
+
+def _is_connect_error(exc: BaseException) -> bool:
+    """httpx's ConnectError, or the same class of the copy of httpx an SDK bundles."""
+    kind = type(exc)
+    return isinstance(exc, httpx.ConnectError) or (
+        kind.__name__ == "ConnectError" and kind.__module__.startswith("httpx")
+    )
+
+
+def _target(connect: BaseException) -> str:
+    """`HOST:PORT` the failed connect was for (the request's URL), or "the server"."""
+    try:
+        url = httpx.URL(str(connect.request.url))  # type: ignore[attr-defined]
+    except (RuntimeError, AttributeError, httpx.InvalidURL):
+        return "the server"  # raised without its request (a proxy's wrapper)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    host = f"[{url.host}]" if ":" in url.host else url.host
+    return f"{host}:{port}"
+
+
+def connect_failure(exc: BaseException, redact: Callable[[str], str]) -> str | None:
+    """A connect that failed, in words a user acts on (``connection refused by
+    127.0.0.1:9``), not the transport's (httpx says "All connection attempts failed" for a
+    refusal): None where `exc` is no failed connect (`httpx.ConnectError` anywhere in its
+    chain, as the SDKs wrap theirs). A connect through a proxy names the proxy."""
+    chain = _chain(exc)
+    connect = next((e for e in chain if _is_connect_error(e)), None)
+    if connect is None or any(isinstance(e, ssl.SSLError) for e in _chain(connect)):
+        return None  # TLS failures have their own words (`tls_problem`)
+    text = str(connect)
+    proxied = text.find(" (through ")  # `_ProxiedTransport`: the proxy refused, not the host
+    where = text[proxied + len(" (through ") : -1] if proxied >= 0 else _target(connect)
+    errors = [e for e in _chain(connect) if isinstance(e, OSError)]
+    cause = next((e for e in errors if e.errno is not None), errors[0] if errors else None)
+    code = cause.errno if cause is not None else None
+    detail = (cause.strerror if cause is not None else None) or str(cause or connect)
+    if isinstance(cause, socket.gaierror):
+        host = where if proxied >= 0 else where.rpartition(":")[0] or where
+        said = f"{host}: no such host (name lookup failed: {detail})"
+    elif code == errno.ECONNREFUSED:
+        said = f"connection refused by {where} (nothing listens on that port)"
+    elif code in (errno.ENETUNREACH, errno.EHOSTUNREACH):
+        said = f"{where} unreachable: no route to it ({detail})"
+    else:
+        said = f"could not connect to {where}: {detail}"
+    return redact(said)[:300]
 
 
 def undecodable_body(

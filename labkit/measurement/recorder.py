@@ -32,6 +32,7 @@ from httpx._decoders import SUPPORTED_DECODERS
 from labkit.errors import MalformedStream
 from labkit.measurement.failures import (
     REQUEST_INVALID,
+    connect_failure,
     error_for,
     exception_message,
     http_error,
@@ -679,6 +680,8 @@ class StreamRecorder(BaseRecorder):
             return RecordError(kind=kind, message=f"{tls} ({exception_message(exc, redact)})"[:300])
         if isinstance(exc, httpx.TimeoutException):
             return RecordError(kind=ErrorKind.TIMEOUT, message=exception_message(exc, redact))
+        if isinstance(exc, httpx.ConnectError) and (said := connect_failure(exc, redact)):
+            return RecordError(kind=ErrorKind.CONNECTION, message=said)
         if isinstance(exc, httpx.RemoteProtocolError | httpx.NetworkError):
             if m.first_event_ns is not None:
                 where = "mid-stream"

@@ -43,6 +43,7 @@ from contextvars import ContextVar
 from typing import Any, ClassVar, Literal
 
 from labkit.measurement.failures import (
+    connect_failure,
     exception_message,
     http_error,
     proxy_refused,
@@ -328,6 +329,10 @@ class SDKRecorder(BaseRecorder):
             return RecordError(kind=kind, message=f"{tls} ({message})"[:300])
         if "Timeout" in name:
             return RecordError(kind=ErrorKind.TIMEOUT, message=message)
+        said = None if m.via_proxy else connect_failure(exc, redact)
+        if "Connection" in name and said:
+            # The SDKs say "Connection error."; what the connect met is in its cause.
+            return RecordError(kind=ErrorKind.CONNECTION, message=said)
         if "Connection" in name or "Protocol" in name or "Network" in name:
             if m.via_proxy:
                 message = f"{message} (through {m.via_proxy})"[:300]

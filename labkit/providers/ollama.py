@@ -8,7 +8,9 @@ server's own account in nanoseconds: ``total_duration``, ``load_duration``,
 ``prompt_eval_count`` served from the prompt cache), ``prompt_eval_duration``, ``eval_count``,
 ``eval_duration``. A zero field is left out, not sent as 0, so an absent one stays null. An
 error after the 200 arrives as an ``{"error": "..."}`` line; before it, as an HTTP status
-with the same object as its body. No key, no request id, no response id.
+with the same object as its body. No request id, no response id. A local server needs no
+key; where the entry names one (`api_key_env`: ollama.com's hosted API, or a server behind an
+authenticating proxy) it is sent as ``Authorization: Bearer KEY``.
 
 Sampling parameters go under ``options`` (``max_tokens`` becomes ``num_predict``);
 ``think``, ``keep_alive``, ``format`` and ``tools`` are top-level fields. The official
@@ -247,7 +249,15 @@ class OllamaProvider(Provider):
         }
         if options:
             body["options"] = options
-        return self.client.build_request("POST", "/api/chat", json=body)
+        return self.client.build_request(
+            "POST", "/api/chat", json=body, headers=self.request_headers()
+        )
+
+    def request_headers(self) -> dict[str, str]:
+        """``Authorization: Bearer KEY`` where the entry names a key (`api_key_env`): the
+        hosted API (ollama.com) and an authenticating proxy in front of a server read it; a
+        local server ignores it. No key, no header."""
+        return {"authorization": f"Bearer {self._api_key}"} if self._api_key else {}
 
     def new_framer(self) -> SSEParser:
         """Newline-delimited JSON, not SSE."""
@@ -259,7 +269,9 @@ class OllamaProvider(Provider):
 
     async def describe(self) -> dict[str, Any]:
         """`GET /api/version`: the server's version; sets `server_build`."""
-        resp = await own_request(self.client, "GET", "/api/version", DESCRIBE)
+        resp = await own_request(
+            self.client, "GET", "/api/version", DESCRIBE, headers=self.request_headers()
+        )
         resp.raise_for_status()
         version = wire_object(resp.json(), "/api/version") or {}
         self.server_build = wire_str(version.get("version"), "version")

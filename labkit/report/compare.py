@@ -29,7 +29,7 @@ import re
 import warnings
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -75,6 +75,7 @@ __all__ = [
     "comparison_markdown",
     "comparison_rows",
     "parse_threshold",
+    "repeated_notes",
     "write_comparison",
 ]
 
@@ -573,6 +574,8 @@ class CompareResult:
     gate: GateResult | None
     labels: list[str]
     markdown: str
+    #: One line per run folder whose records.jsonl repeats records (each counted once).
+    notes: list[str] = field(default_factory=list)
 
 
 # --- output --------------------------------------------------------------------------------
@@ -760,8 +763,11 @@ def write_comparison(
     summary = _summary_blocks(table, labels, gate, thresholds, how)
     figures: list[Block] = [Heading("Distributions", 2)]
     figures += [ChartBlock(c) for c in _distribution_charts(runs, labels)]
+    notes = repeated_notes(runs, labels)
     sources = Para(
-        "Runs: " + ", ".join(f"{lab} ({r.run_dir})" for lab, r in zip(labels, runs, strict=True)),
+        "Runs: "
+        + ", ".join(f"{lab} ({r.run_dir})" for lab, r in zip(labels, runs, strict=True))
+        + "".join(f". {note}" for note in notes),
         "note",
     )
     try:
@@ -775,4 +781,15 @@ def write_comparison(
     except OSError as exc:
         raise RunError(f"cannot write the comparison into {folder}: {exc}") from exc
     markdown = comparison_markdown(table, labels, gate, thresholds, how)
-    return CompareResult(folder, table, gate, labels, markdown)
+    return CompareResult(folder, table, gate, labels, markdown, notes)
+
+
+def repeated_notes(runs: Sequence[RunData], labels: Sequence[str]) -> list[str]:
+    """One line per run whose records.jsonl repeats records (`RunData.repeated_records`):
+    they were counted once, and the reader is told so."""
+    return [
+        f"{lab}: {r.repeated_records} line(s) of records.jsonl repeat a record already read "
+        "(the same record_id); each record is counted once"
+        for lab, r in zip(labels, runs, strict=True)
+        if r.repeated_records
+    ]

@@ -160,6 +160,8 @@ class RunData:
     lab: LabResults | None = None
     skipped_lines: int = 0
     problems: list[str] = field(default_factory=list)
+    #: Lines that repeat a record already read (the same `record_id`): each counted once.
+    repeated_records: int = 0
 
     @property
     def label(self) -> str:
@@ -478,6 +480,10 @@ def load_run(path: Path | str, columns: Collection[str] | None = None) -> RunDat
             f"(line {where}); line {numbers[0]}: {skipped[numbers[0]]}. A run cut short "
             "leaves a truncated last line."
         )
+    repeated = _drop_repeated_records(frame)
+    if repeated:
+        frame = frame[~repeated.mask].reset_index(drop=True)
+        problems.append(repeated.note)
     manifest: dict[str, Any] = {}
     if (run_dir / MANIFEST_FILE).is_file():
         raw = _read_json(run_dir / MANIFEST_FILE, problems)
@@ -500,7 +506,34 @@ def load_run(path: Path | str, columns: Collection[str] | None = None) -> RunDat
                 )
     if len(frame) and frame["run_id"].isna().all():
         frame["run_id"] = str(manifest.get("run_id", run_dir.name))
-    return RunData(run_dir, frame, manifest, lab, len(skipped), problems)
+    return RunData(
+        run_dir, frame, manifest, lab, len(skipped), problems, repeated.count if repeated else 0
+    )
+
+
+@dataclass(frozen=True)
+class _Repeated:
+    mask: pd.Series
+    count: int
+    note: str
+
+
+def _drop_repeated_records(frame: pd.DataFrame) -> _Repeated | None:
+    """The lines that repeat a `record_id` read before (a records file concatenated or a line
+    copied twice): one request, so it is counted once, the first line kept."""
+    if "record_id" not in frame.columns or not len(frame):
+        return None
+    ids = frame["record_id"]
+    mask = ids.notna() & ids.duplicated(keep="first")
+    count = int(mask.sum())
+    if not count:
+        return None
+    requests = ids[mask].nunique()
+    note = (
+        f"{count} line(s) of {RECORDS_FILE} repeat {requests} record(s) already read (the "
+        "same record_id); each record is counted once."
+    )
+    return _Repeated(mask, count, note)
 
 
 def load_runs(paths: Iterable[Path | str]) -> pd.DataFrame:

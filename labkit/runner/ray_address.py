@@ -1,24 +1,37 @@
-"""A Ray address checked before Ray is asked to join it: nothing listening is one line, fast.
+"""A Ray address checked before Ray is asked to join it: nothing listening, or something
+that is not Ray, is one line, fast.
 
 `ray.init(address=...)` to a port where nothing listens keeps retrying its GCS connection
-for minutes (a run hung past 150 s). Before it, `check_ray_address` opens one TCP
-connection to the address within `RAY_PROBE_DEADLINE_S` and closes it; a refusal, an
-unreachable host or the deadline passing is a `RunError` naming the address and what to
-change. `local` starts a cluster here and `auto` without RAY_ADDRESS finds one on this host:
-neither is probed.
+for minutes (a run hung past 150 s), and to a port where some other server answers it
+retried for 94 s before failing in words of its own. Before it, `check_ray_address` opens
+one TCP connection to the address within `RAY_PROBE_DEADLINE_S` and greets it as an HTTP/2
+client: both of Ray's endpoints (the GCS and Ray Client's server) are gRPC servers, which
+answer with a SETTINGS frame at once. A refusal, an unreachable host, the deadline passing,
+or an answer that is no HTTP/2 SETTINGS within `RAY_ANSWER_DEADLINE_S` (an HTTP/1 server, a
+database, silence) is a `RunError` naming the address and what to change. `local` starts a
+cluster here and `auto` without RAY_ADDRESS finds one on this host: neither is probed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 
 from labkit.errors import RunError
 
-__all__ = ["RAY_CLIENT_PORT", "RAY_PROBE_DEADLINE_S", "check_ray_address", "ray_endpoint"]
+__all__ = [
+    "RAY_ANSWER_DEADLINE_S",
+    "RAY_CLIENT_PORT",
+    "RAY_PROBE_DEADLINE_S",
+    "check_ray_address",
+    "ray_endpoint",
+]
 
 #: How long the TCP connect to a Ray address may take before the run stops with one line.
 RAY_PROBE_DEADLINE_S = 10.0
+#: How long a connected Ray address may take to answer the HTTP/2 greeting.
+RAY_ANSWER_DEADLINE_S = 5.0
 #: Ray Client's port when `ray://host` names none.
 RAY_CLIENT_PORT = 10001
 
@@ -57,13 +70,55 @@ def check_ray_address(address: str, deadline_s: float = RAY_PROBE_DEADLINE_S) ->
     host, port = endpoint
     where = f"{host}:{port}"
     try:
-        with socket.create_connection((host, port), timeout=deadline_s):
-            return
+        with socket.create_connection((host, port), timeout=deadline_s) as sock:
+            answer = _greet(sock, min(deadline_s, RAY_ANSWER_DEADLINE_S))
     except TimeoutError:
         why = f"no answer within {deadline_s:g} s"
     except OSError as exc:
         why = exc.strerror or type(exc).__name__
+    else:
+        if answer is None:
+            return
+        raise RunError(
+            f"the server at {where} (executor.address {address!r}) is not a Ray cluster: "
+            f"{answer}; give the address of the cluster's GCS (host:6379 by default) or "
+            "ray://host:10001 for Ray Client"
+        )
     raise RunError(
         f"no Ray cluster at {where} (executor.address {address!r}): {why}; start one there "
         "(`ray start --head`), or set executor.address to a running cluster or to local"
     )
+
+
+#: An HTTP/2 client's connection preface and an empty SETTINGS frame (RFC 9113, 3.4 and 6.5).
+_HTTP2_GREETING = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+_SETTINGS_FRAME = 0x04
+_FRAME_HEADER = 9
+
+
+def _greet(sock: socket.socket, deadline_s: float) -> str | None:
+    """None when the server on `sock` answers an HTTP/2 greeting with a SETTINGS frame (as
+    every gRPC server does, Ray's among them); else what it did instead, in words."""
+    sock.settimeout(deadline_s)
+    try:
+        sock.sendall(_HTTP2_GREETING)
+        head = b""
+        while len(head) < _FRAME_HEADER:
+            chunk = sock.recv(_FRAME_HEADER - len(head))
+            if not chunk:
+                break
+            head += chunk
+    except TimeoutError:
+        return f"it accepted the connection but said nothing within {deadline_s:g} s"
+    except OSError as exc:
+        return f"it dropped the connection ({exc.strerror or type(exc).__name__})"
+    if len(head) == _FRAME_HEADER and head[3] == _SETTINGS_FRAME:
+        return None
+    if not head:
+        return "it closed the connection without a word"
+    if head.startswith(b"HTTP/"):
+        with contextlib.suppress(OSError):  # the rest of its status line, if it came
+            head += sock.recv(64)
+        status = head.split(b"\r", 1)[0].decode("ascii", "replace")
+        return f"it answered in HTTP/1 ({status!r}), not gRPC"
+    return f"it answered {head!r}, not gRPC's HTTP/2"

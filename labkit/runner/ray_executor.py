@@ -40,6 +40,7 @@ import concurrent.futures
 import contextlib
 import importlib
 import logging
+import os
 import socket
 import threading
 import time
@@ -84,6 +85,80 @@ _START_MARGIN_NS = 200_000_000  # the go call must reach every actor before t0
 _DRAIN_AFTER_CANCEL_S = 15.0
 _OFFSET_SAMPLES = 16
 _CLIENT_ATTEMPTS = 3
+#: How long joining a Ray cluster (`ray.init`) may take, each attempt, before the run stops
+#: with one line (the address answered the gRPC greeting, so this is a backstop).
+_JOIN_TIMEOUT_S = 60.0
+
+
+#: Never set: the thread that joined Ray waits on it for the life of the process.
+_JOINER_STAYS = threading.Event()
+
+
+async def _join_within(ray: Any, address: str, deadline_s: float) -> None:
+    """`ray.init(address)` in a daemon thread, given up after `deadline_s` (RunError): a
+    thread of the default executor left blocked in Ray would hold the process at its exit.
+    Off the main thread, too, so that Ray does not take SIGTERM from labkit's own handler
+    (it would exit without the manifest).
+
+    A joined thread stays, parked: the processes of a cluster Ray starts here (`local`)
+    are bound to the thread that started them (prctl PR_SET_PDEATHSIG fires when that
+    thread ends, not the process), so they live as long as the process does."""
+    loop = asyncio.get_running_loop()
+    joined: asyncio.Future[None] = loop.create_future()
+
+    def settle(error: BaseException | None) -> None:
+        if joined.done():
+            return
+        if error is None:
+            joined.set_result(None)
+        else:
+            joined.set_exception(error)
+
+    def join() -> None:
+        error: BaseException | None = None
+        try:
+            ray.init(
+                address=address,
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+            )
+        except BaseException as exc:  # handed to the awaiting task, raised there
+            error = exc
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+            loop.call_soon_threadsafe(settle, error)
+        if error is None:
+            _JOINER_STAYS.wait()
+
+    threading.Thread(target=join, name="labkit-ray-join", daemon=True).start()
+    try:
+        async with asyncio.timeout(deadline_s):
+            await joined
+    except TimeoutError:
+        raise RunError(
+            f"could not join the Ray cluster at executor.address {address!r} within "
+            f"{deadline_s:g} s; check that the address is the cluster's and that its head is "
+            "up (`ray status`)"
+        ) from None
+
+
+def _join_failure(address: str, exc: BaseException) -> str:
+    """One line for a cluster `ray.init` could not join, in Ray's words where they help."""
+    said = (str(exc) or type(exc).__name__).strip().splitlines()[0][:200]
+    if address == "auto" and not os.environ.get("RAY_ADDRESS"):
+        return (
+            "executor.address auto found no running Ray cluster on this host (RAY_ADDRESS is "
+            "unset): start one with `ray start --head`, or set executor.address to local (a "
+            "cluster for this run) or to a cluster's address"
+        )
+    if address == "local":
+        return f"could not start a Ray cluster on this host: {type(exc).__name__}: {said}"
+    return (
+        f"could not join the Ray cluster at executor.address {address!r}: "
+        f"{type(exc).__name__}: {said}"
+    )
+
+
 _END = object()
 
 _LoseFn = Callable[[Sending, "_Actor"], RequestRecord]
@@ -375,19 +450,15 @@ class RayExecutor(Executor):
             await asyncio.to_thread(check_ray_address, address)  # nothing there: one line
             for attempt in range(1, attempts + 1):
                 try:
-                    await asyncio.to_thread(
-                        ray.init,
-                        address=address,
-                        include_dashboard=False,
-                        log_to_driver=False,
-                        configure_logging=False,
-                    )
+                    await _join_within(ray, address, _JOIN_TIMEOUT_S)
                     break
-                except ConnectionError:
+                except RunError:
+                    raise
+                except Exception as exc:  # Ray's own words for a cluster it cannot join
                     with contextlib.suppress(Exception):
                         await asyncio.to_thread(ray.shutdown)
-                    if attempt == attempts:
-                        raise
+                    if attempt == attempts or not isinstance(exc, ConnectionError):
+                        raise RunError(_join_failure(address, exc)) from None
         self._ray = ray
         self._remote_class = ray.remote(LevelActor)
         return ray

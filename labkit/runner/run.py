@@ -722,6 +722,16 @@ def prepare_resume(run_dir: Path, on_warning: Callable[[str], None] | None = Non
         for pid, entry in (folder.manifest.providers or {}).items()
         if intact and entry.finished and pid in {p.id for p in config.providers}
     }
+    unkeyed = sum(1 for r in previous if not r.plan_key and r.provider not in finished)
+    if unkeyed:
+        folder.release()
+        again = folder.manifest.config_path or "CONFIG"
+        raise RunError(
+            f"cannot resume {run_dir}: {unkeyed} of its records carry no plan key (an older "
+            "labkit wrote them), so which requests were done cannot be told and resuming "
+            "would send every one again; the folder is left as it is: start a new run with "
+            f"labkit run {again}"
+        )
     folder.write_manifest(
         Manifest(
             status="running",

@@ -237,3 +237,29 @@ def test_compare_needs_two_runs(tmp_path: Path) -> None:
     before = write_run(tmp_path / "before", _records("b", [50.0]))
     with pytest.raises(RunError):
         compare_runs([before])
+
+
+def test_repeated_records_are_counted_once_and_said(tmp_path: Path) -> None:
+    """A records file with lines repeated (two copies concatenated, no plan keys to pair
+    them) counts each record once, and the comparison says so in one line per run."""
+    from typer.testing import CliRunner
+
+    from labkit.cli import app
+    from labkit.report.load import load_run
+
+    base = _records("b", _noisy(40, 50.0, 3.0, 1), keyed=False)
+    after = _records("a", _noisy(40, 50.0, 3.0, 2), keyed=False)
+    runs = _pair(tmp_path, base + base[:25], after)
+    loaded = load_run(runs[0])
+    assert loaded.repeated_records == 25 and len(loaded.records) == len(base)
+    assert any("repeat 25 record(s) already read" in p for p in loaded.problems)
+    ttft = _row(compare_runs(runs), "ttft_p50")
+    assert ttft["n_base"] == 40 and ttft["n"] == 40
+    result = write_comparison(runs, tmp_path / "cmp")
+    (note,) = result.notes
+    assert note.startswith("before: 25 line(s) of records.jsonl repeat a record already read")
+    assert "counted once" in (tmp_path / "cmp" / "compare.md").read_text()
+    cli = CliRunner().invoke(app, ["compare", *map(str, runs), "--out", str(tmp_path / "c2")])
+    assert cli.exit_code == 0, cli.output
+    notes = [line for line in cli.stderr.splitlines() if line.startswith("note: ")]
+    assert notes == [f"note: {note}"], cli.stderr

@@ -244,3 +244,22 @@ def test_a_run_folder_holding_a_link_is_not_resumed(tmp_path: Path) -> None:
         "holds a symbolic link (records.jsonl)",
     )
     assert victim.read_text() == "mine\n"
+
+
+def test_records_without_plan_keys_are_not_resent_blindly(tmp_path: Path) -> None:
+    """An older labkit's records carry no plan key: which requests were done cannot be told,
+    so the resume is refused in one line rather than measuring every request a second time."""
+    run_dir = _finished_run(tmp_path)
+    path = run_dir / "records.jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    path.write_text("".join(json.dumps(r | {"plan_key": None}) + "\n" for r in lines))
+    before = _snapshot(run_dir)
+    _refused(
+        _invoke("run", "--resume", str(run_dir)),
+        "3 of its records carry no plan key",
+        "cannot be told",
+        "start a new run with labkit run ",
+    )
+    assert _snapshot(run_dir) == before
+    # The lock was released: a second try is told the same, not that the folder is busy.
+    _refused(_invoke("run", "--resume", str(run_dir)), "carry no plan key")

@@ -11,6 +11,7 @@ are in docs/guarantees.md. A Ray address where nothing listens is refused before
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -19,6 +20,8 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from labkit.errors import RunError
 from labkit.providers import Provider
@@ -187,11 +190,55 @@ def test_a_ray_address_where_nothing_listens_is_one_line_at_once(
     assert f"no Ray cluster at 127.0.0.1:{port}" in message and "ray start --head" in message
 
 
-def test_a_ray_address_that_accepts_passes_the_check() -> None:
-    with socket.create_server(("127.0.0.1", 0)) as listening:
-        port = listening.getsockname()[1]
+@requires_ray  # grpcio comes with the ray extra
+def test_a_grpc_server_passes_the_check() -> None:
+    """Ray's GCS and Ray Client's server are gRPC servers: a real one (grpcio) passes."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import grpc
+
+    server = grpc.server(ThreadPoolExecutor(max_workers=1))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
         check_ray_address(f"127.0.0.1:{port}", deadline_s=5.0)
         check_ray_address(f"ray://127.0.0.1:{port}", deadline_s=5.0)
+    finally:
+        server.stop(None)
+
+
+def _http_server_once(listening: socket.socket) -> None:
+    conn, _ = listening.accept()
+    with conn:
+        conn.recv(1024)
+        conn.sendall(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "said"),
+    [
+        ("http", "it answered in HTTP/1 ('HTTP/1.1 400 Bad Request'), not gRPC"),
+        ("silent", "it accepted the connection but said nothing within 1 s"),
+        ("close", "the connection"),  # closed, or reset when our greeting was unread
+    ],
+)
+def test_an_address_that_answers_but_is_not_ray_is_one_line_at_once(
+    behaviour: str, said: str
+) -> None:
+    """Before, `ray.init` retried such an address for 94 s, then failed as 'a labkit bug'."""
+    import threading
+
+    with socket.create_server(("127.0.0.1", 0)) as listening:
+        port = listening.getsockname()[1]
+        if behaviour == "http":
+            threading.Thread(target=_http_server_once, args=(listening,), daemon=True).start()
+        elif behaviour == "close":
+            threading.Thread(target=lambda: listening.accept()[0].close(), daemon=True).start()
+        with pytest.raises(RunError) as caught:
+            check_ray_address(f"127.0.0.1:{port}", deadline_s=1.0)
+    message = str(caught.value)
+    assert f"the server at 127.0.0.1:{port}" in message and "is not a Ray cluster" in message
+    assert said in message and "\n" not in message
 
 
 def test_which_ray_addresses_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -234,3 +281,88 @@ def test_the_ray_executor_checks_its_address_before_ray_starts(tmp_path: Path) -
     with pytest.raises(RunError, match=f"no Ray cluster at 127.0.0.1:{port}"):
         asyncio.run(executor._connect())
     assert not ray_module().is_initialized()
+
+
+@requires_ray
+def test_address_auto_with_no_cluster_is_one_line_not_a_bug(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`address: auto` with no RAY_ADDRESS and no cluster here: Ray's ConnectionError was
+    reported as 'internal error (a labkit bug)'; now one line saying what to do."""
+    from labkit.config import RayExecutorSettings
+    from labkit.runner.ray_executor import RayExecutor, ray_module
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))  # no cluster's address file is found here
+    executor = RayExecutor(
+        RayExecutorSettings(address="auto"), tmp_path, run_id="r", store_text=False
+    )
+    with pytest.raises(RunError) as caught:
+        asyncio.run(executor._connect())
+    message = str(caught.value)
+    assert message.startswith("executor.address auto found no running Ray cluster on this host")
+    assert "ray start --head" in message and "labkit bug" not in message
+    assert not ray_module().is_initialized()
+
+
+@requires_ray
+def test_a_non_ray_server_as_the_address_fails_the_run_in_one_line(tmp_path: Path) -> None:
+    """End to end: `labkit run` with executor.address at an HTTP server on 127.0.0.1 stops
+    at once with one line naming it, never 'a labkit bug' (the provider is not reached)."""
+    import threading
+
+    from typer.testing import CliRunner
+
+    from labkit.cli import app
+
+    with socket.create_server(("127.0.0.1", 0)) as listening:
+        port = listening.getsockname()[1]
+        threading.Thread(target=_http_server_once, args=(listening,), daemon=True).start()
+        cfg = tmp_path / "c.yaml"
+        cfg.write_text(
+            "name: ray-address\n"
+            f"executor: {{kind: ray, address: '127.0.0.1:{port}'}}\n"
+            "providers: [{id: fake, kind: fake, schedule: {first_token_ms: 0, "
+            "token_interval_ms: 0, tokens: 2}}]\n"
+            "experiments: [{kind: load, concurrency: [1], requests: 1, warmup: 0, "
+            "prompts: [hi]}]\n",
+            encoding="utf-8",
+        )
+        result = CliRunner().invoke(
+            app, ["run", str(cfg), "--out", str(tmp_path / "out"), "--no-report"]
+        )
+    assert result.exit_code != 0
+    assert f"the server at 127.0.0.1:{port}" in result.output, result.output
+    assert "is not a Ray cluster" in result.output and "labkit bug" not in result.output
+
+
+def _answer_once(listening: socket.socket, reply: bytes) -> None:
+    conn, _ = listening.accept()
+    with conn, contextlib.suppress(OSError):
+        conn.settimeout(2.0)
+        greeting = b""
+        while len(greeting) < 33:  # read it all: a close with it unread would reset instead
+            chunk = conn.recv(64)
+            if not chunk:
+                break
+            greeting += chunk
+        conn.sendall(reply)
+
+
+@settings(max_examples=60, deadline=None)
+@given(reply=st.binary(max_size=40))
+def test_whatever_an_address_answers_is_ray_or_one_line(reply: bytes) -> None:
+    """The probe's reading of any answer (then a close): a pass only for an HTTP/2 SETTINGS
+    frame header, else one RunError line; never another exception."""
+    import threading
+
+    with socket.create_server(("127.0.0.1", 0)) as listening:
+        port = listening.getsockname()[1]
+        threading.Thread(target=_answer_once, args=(listening, reply), daemon=True).start()
+        try:
+            check_ray_address(f"127.0.0.1:{port}", deadline_s=2.0)
+        except RunError as exc:
+            assert "\n" not in str(exc) and "\r" not in str(exc)
+            assert len(reply) < 9 or reply[3] != 4
+        else:
+            assert len(reply) >= 9 and reply[3] == 4
