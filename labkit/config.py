@@ -339,6 +339,8 @@ _KEY_LITERAL = re.compile(
     r"(?<![A-Za-z0-9])(?:sk-|sk_|gsk_|hf_|xai-|ghp_|gho_|github_pat_|glpat-|xox[abpr]-|AIza|AKIA)"
     r"[A-Za-z0-9_\-]{16,}"
 )
+#: Prefixes after which any 16+ characters are a key, words or not.
+_STRICT_PREFIXES = ("AIza", "AKIA", "glpat-")
 #: A long random run of letters and digits, in both cases: a token, not a word or a model name.
 _RANDOM_RUN = re.compile(r"[A-Za-z0-9]{32,}")
 #: A URL carrying credentials (`scheme://user:password@host`).
@@ -357,7 +359,9 @@ def _vendor_key(text: str) -> bool:
     words, `hf_novita_sla_metrics_replay`, is a name)."""
     for found in _KEY_LITERAL.finditer(text):
         literal = found.group()
-        if literal.startswith(("AIza", "AKIA")):  # no word begins so: any body is a key
+        # No name begins so, and GitLab's 20 random characters may hold `-` and `_`, which
+        # cut them into runs that read as words 1 time in 900: any body is a key.
+        if literal.startswith(_STRICT_PREFIXES):
             return True
         if random_looking(literal[len(key_prefix(literal)) :]):
             return True

@@ -207,8 +207,10 @@ def random_looking(body: str) -> bool:
     cases and digits within a run. Measured over 200,000 random bodies of each documented
     format, none of sk-proj (48+), sk-ant-api03 (95), xai (80), gsk (52), ghp (36) or
     github_pat was missed, 1 in 200,000 hf (34 letters), 1 in 100,000 Stripe sk_live (24),
-    1 in 900 glpat (20 characters, may hold ``-`` and ``_``). A run of 8+ characters mixing
-    cases out of word order (``GrokFASTer``) still reads as random: write such words apart.
+    1 in 900 glpat (20 characters, may hold ``-`` and ``_``: the config check therefore takes
+    any 16+ characters after ``glpat-``, ``AIza`` or ``AKIA`` as a key). A run of 8+
+    characters mixing cases out of word order (``GrokFASTer``) still reads as random: write
+    such words apart.
     """
     return (
         sum(len(run) for run in re.split(r"[-_]", body) if run and not _word_like(run))

@@ -51,6 +51,9 @@ FORMATS: dict[str, Callable[[random.Random], str]] = {
     "github fine-grained": lambda r: (
         "github_pat_" + _draw(r, ALNUM, 22) + "_" + _draw(r, ALNUM, 59)
     ),
+    # GitLab personal access tokens: `glpat-` + 20 URL-safe characters (a body that reads as
+    # words 1 time in 900, so the check takes any body after this prefix as a key).
+    "gitlab": lambda r: "glpat-" + _draw(r, URL_SAFE, 20),
     # Stripe secret keys.
     "stripe": lambda r: "sk_live_" + _draw(r, ALNUM, 24),
 }
@@ -99,7 +102,7 @@ _WORD = st.from_regex(r"[a-z]{1,12}|[0-9]{1,8}|[A-Z][a-z]{2,10}|v[0-9]{1,2}", fu
 
 @settings(max_examples=200, deadline=None)
 @given(
-    prefix=st.sampled_from(["sk-", "sk_", "gsk_", "hf_", "xai-", "ghp_", "glpat-", "xoxb-"]),
+    prefix=st.sampled_from(["sk-", "sk_", "gsk_", "hf_", "xai-", "ghp_", "xoxb-"]),
     words=st.lists(_WORD, min_size=1, max_size=8),
     seps=st.lists(st.sampled_from("-_"), min_size=8, max_size=8),
 )
