@@ -170,6 +170,16 @@ class TruthRequest(BaseModel):
         description="Each output token's draw (with sampling, or logprobs asked): the token "
         "and its candidates' true probabilities.",
     )
+    batch: int | None = Field(
+        default=None,
+        description="The batch the request decoded in, as the schedule's batch flips count it "
+        "(`labkit.truth.batch.batch_seen`; None: not counted, the schedule flips nothing).",
+    )
+    flipped_steps: list[int] = Field(
+        default_factory=list,
+        description="The steps (0-based) whose token that batch flipped to the second "
+        "candidate: `steps` holds the token sent.",
+    )
     queue_ms: float = Field(
         default=0.0, description="The wait for service: t_start_ns − t_admit_ns, in ms."
     )

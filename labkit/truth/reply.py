@@ -20,6 +20,7 @@ import zlib
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from labkit.truth.batch import batch_flips
 from labkit.truth.cache import PrefixCache
 from labkit.truth.schedule import MAX_REPLY_TOKENS, Plan, TruthSchedule, plan
 
@@ -392,6 +393,10 @@ class Reply:
     text_calls: list[ToolCall] = field(default_factory=list)
     #: Each output token's step (with sampling, or logprobs asked; else empty).
     steps: list[Step] = field(default_factory=list)
+    #: The batch the request decoded in (`labkit.truth.batch.batch_seen`; None: not
+    #: counted, the schedule flips nothing) and the steps that batch flipped (0-based).
+    batch: int | None = None
+    flipped_steps: list[int] = field(default_factory=list)
 
     @property
     def output_tokens(self) -> int:
@@ -455,6 +460,9 @@ class Responder:
         self.prefix = prefix
         self.model = model
         self.rng = random.Random(seed)
+        #: The batch's flips draw apart from the rest, so a schedule without them draws
+        #: exactly as before (`labkit.truth.batch`).
+        self.batch_rng = random.Random(f"batch-{seed}")
         self.count = 0
         self.cache = PrefixCache()
         #: The pieces `/tokenize` has cut and the ones replies send, by id (`/detokenize`).
@@ -475,8 +483,9 @@ class Responder:
         """The text of token ids the server knows (an unknown id is left out)."""
         return "".join(self.vocabulary.get(i, "") for i in ids)
 
-    def reply(self, schedule: TruthSchedule, request: Request) -> Reply:
-        """The answer to `request` under `schedule` (overrides applied)."""
+    def reply(self, schedule: TruthSchedule, request: Request, batch: int | None = None) -> Reply:
+        """The answer to `request` under `schedule` (overrides applied); `batch`: the batch
+        it decodes in, where the schedule flips near-ties in large ones (`labkit.truth.batch`)."""
         rid = f"chatcmpl-{self.prefix}-{self.count}"
         self.count += 1
         # Only the cache needs the prompt's pieces (keyed by Python's hash: this process's
@@ -493,6 +502,13 @@ class Responder:
             schedule, prompt_tokens, request.max_tokens, self.rng, cached, request.ignore_eos
         )
         steps = self._steps(schedule, request, planned.output_tokens)
+        flipped: list[int] = []
+        if batch is not None:
+            temperature = 1.0 if request.temperature is None else max(request.temperature, 0.0)
+            cands = [s.candidates for s in steps]
+            flipped = batch_flips(schedule, batch, temperature, cands, self.batch_rng)
+            for i in flipped:
+                steps[i] = Step(steps[i].candidates[1][0], steps[i].candidates)
         if schedule.sampling:
             words = [s.token for s in steps]
         else:
@@ -516,6 +532,8 @@ class Responder:
             texts=texts,
             finish_reason="length" if planned.capped else schedule.finish_reason,
             steps=steps,
+            batch=batch,
+            flipped_steps=flipped,
         )
         if request.grammar_call is not None:
             self._grammar_reply(reply, request.grammar_call)
@@ -552,6 +570,7 @@ class Responder:
         )
         reply.texts = cut
         reply.steps = []
+        reply.flipped_steps = []
         reply.finish_reason = "stop"
         reply.text_calls = [ToolCall(f"text_{reply.request.tool_results}", name, arguments)]
 

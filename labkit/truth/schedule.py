@@ -188,6 +188,31 @@ class TruthSchedule(BaseModel):
     candidates: int = Field(
         default=5, ge=1, le=20, description="Candidate tokens of each sampling step."
     )
+    # --- batch-dependent selection (`labkit.truth.batch`) ---
+    batch_flip_above: int = Field(
+        default=0,
+        ge=0,
+        le=65_536,
+        description="With sampling, a temperature-0 request read while more than this many "
+        "requests are held by the server (itself counted, at most `slots`) has its near-tie "
+        "steps flipped to the second candidate, as kernels that are not batch-invariant do "
+        "(0: off, every batch decodes alike).",
+    )
+    batch_flip_margin: float = Field(
+        default=0.1,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description="A near-tie: a step whose top two probabilities differ by less than this.",
+    )
+    batch_flip_p: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description="The chance that a near-tie step of a request in a large batch flips "
+        "(the server's seeded draws).",
+    )
 
     # --- failures ---
     fail: Literal["none", "http_status", "stream_error", "drop"] = Field(

@@ -32,6 +32,7 @@ from typing import IO, Any
 
 from labkit.errors import LabkitError
 from labkit.oslimits import raise_open_files_limit
+from labkit.truth.batch import batch_seen, flips_on
 from labkit.truth.reply import Reply, Responder, read_request
 from labkit.truth.schedule import TruthSchedule, load_request_schedules
 from labkit.truth.shapes import (
@@ -690,12 +691,19 @@ class Server:
         except ValueError as exc:
             self._simple(conn, _error(str(exc)), b"400 Bad Request")
             return
-        reply = self.responder.reply(schedule, request)
+        batch = batch_seen(schedule, self._held()) if flips_on(schedule) else None
+        reply = self.responder.reply(schedule, request, batch)
         client_id = next((headers[h] for h in CLIENT_ID_HEADERS if h in headers), None)
         stream = _Stream(conn, reply, t_read, client_id, headers.get("traceparent"))
         conn.busy = True
         stream.before_service(t_read + int(schedule.frontend_ms * 1e6))
         self._push(stream)
+
+    def _held(self) -> int:
+        """Requests the server holds now, read and not finished, whose client is still
+        there: in the timetable heap (one entry each) or waiting for a slot."""
+        streams = [s for _, _, s in self.heap] + list(self.waiting)
+        return sum(1 for s in streams if s.conn.sock.fileno() >= 0)
 
     def _push(self, stream: _Stream) -> None:
         heapq.heappush(self.heap, (stream.actions[stream.k][0], next(self.seq), stream))
@@ -858,6 +866,8 @@ class Server:
             "temperature": reply.request.temperature,
             "seed": reply.request.seed,
             "steps": [{"token": step.token, "candidates": step.candidates} for step in reply.steps],
+            "batch": reply.batch,
+            "flipped_steps": reply.flipped_steps,
             "queue_ms": timings.queue_ms,
             "prefill_ms": reply.plan.first_ms,
             "decode_ms": reply.plan.decode_ms,
