@@ -9,8 +9,10 @@ The truth server mimics that with a known truth (schedule keys ``batch_flip_abov
 more than ``batch_flip_above`` requests are held by the server (itself counted, at most the
 schedule's slots: `batch_seen`) takes, at each step whose top two probabilities differ by
 less than ``batch_flip_margin``, the second candidate with probability ``batch_flip_p``
-(the server's own seeded draws). The truth log records the batch each request saw and the
-steps flipped (`TruthRequest.batch`, `TruthRequest.flipped_steps`).
+(the server's own seeded draws), reported as the batch's arithmetic would show it: the two
+probabilities swapped, so the reply is still greedy on what it reports. The truth log
+records the batch each request saw and the steps flipped (`TruthRequest.batch`,
+`TruthRequest.flipped_steps`).
 """
 
 from __future__ import annotations

@@ -507,8 +507,9 @@ class Responder:
             temperature = 1.0 if request.temperature is None else max(request.temperature, 0.0)
             cands = [s.candidates for s in steps]
             flipped = batch_flips(schedule, batch, temperature, cands, self.batch_rng)
-            for i in flipped:
-                steps[i] = Step(steps[i].candidates[1][0], steps[i].candidates)
+            for i in flipped:  # the batch's arithmetic moved the second candidate on top
+                (a, pa), (b, pb), *rest = steps[i].candidates
+                steps[i] = Step(b, ((b, pa), (a, pb), *rest))
         if schedule.sampling:
             words = [s.token for s in steps]
         else:

@@ -1,6 +1,6 @@
 """The truth server's batch-dependent selection (`labkit.truth.batch`): a temperature-0
 request alone decodes its likeliest tokens; one read while more than `batch_flip_above`
-requests are held has its near-tie steps flipped to the second candidate, and the truth log
+requests are held gets its near-tie steps flipped to the second candidate, and the truth log
 says which batch each request saw and which steps flipped."""
 
 from __future__ import annotations
@@ -94,9 +94,14 @@ def test_the_log_says_the_batch_each_request_saw_and_what_it_flipped(tmp_path: P
     for t, text in zip(requests, texts, strict=True):
         assert t.batch is not None and 1 <= t.batch <= 6
         assert t.flipped_steps == (ties if t.batch > ABOVE else [])
-        for i, s in enumerate(t.steps):
-            rank = 1 if i in t.flipped_steps else 0
-            assert s.token == s.candidates[rank][0]
+        for i, (s, alone) in enumerate(zip(t.steps, first.steps, strict=True)):
+            # Greedy on what it reports; at a flip the top two swapped places.
+            assert s.token == s.candidates[0][0]
+            if i in t.flipped_steps:
+                (a, pa), (b, pb) = alone.candidates[:2]
+                assert list(s.candidates[:2]) == [(b, pa), (a, pb)]
+            else:
+                assert s == alone
         assert text == "".join(s.token for s in t.steps)
 
 
