@@ -20,7 +20,21 @@ from labkit.figures.next_token import NextTokenStep, NextTokenVariant
 from labkit.records import RequestRecord
 from labkit.tokenizers import TokenizerUnavailable, display_piece, offline_tokenizer
 
-__all__ = ["SERVER_TOKENS", "first_difference", "level_rows", "peak_in_flight"]
+#: llama-server's counters of its decode calls (/metrics, with ``--metrics``): the calls so
+#: far, and the mean busy slots (sequences) per call so far.
+_DECODES = "llamacpp:n_decode_total"
+_BUSY_PER_DECODE = "llamacpp:n_busy_slots_per_decode"
+
+__all__ = [
+    "SERVER_TOKENS",
+    "batch_changed",
+    "decode_batch",
+    "decode_counters",
+    "first_difference",
+    "level_rows",
+    "peak_in_flight",
+    "shares_batch",
+]
 
 #: `tokens_from` when the replies were compared on their logprob steps.
 SERVER_TOKENS = "the server's tokens (logprob steps)"
@@ -192,3 +206,57 @@ def level_rows(
             row = _against(row, texts, seen, *base)
         rows.append(row)
     return rows
+
+
+def shares_batch(row: DeterminismLoadLevel, slots: int | None) -> bool:
+    """Whether a level's requests can have been decoded in one batch: more than one in
+    flight (the peak seen, else the concurrency), on a server with more than one slot (as
+    far as either is known), and, where the server counted it, more than one sequence per
+    decode on average."""
+    in_flight = row.peak_in_flight if row.peak_in_flight is not None else row.concurrency
+    if row.decode_batch is not None and row.decode_batch <= 1:
+        return False
+    return in_flight > 1 and (slots is None or slots > 1)
+
+
+def batch_changed(rows: Sequence[DeterminismLoadLevel], slots: int | None) -> bool | None:
+    """Whether sharing a batch changed the selection (`DeterminismLoadFigures.
+    batch_changed_selection`): the levels sent one at a time are the baseline; None where
+    there is none, its replies differed, or no level shared a batch."""
+    judged = [r for r in rows if r.identical is not None]
+    alone = [r for r in judged if not shares_batch(r, slots)]
+    shared = [r for r in judged if shares_batch(r, slots)]
+    if not alone or not shared or not all(r.identical for r in alone):
+        return None
+    against_first = bool(rows) and rows[0] in alone
+    return any(
+        not r.identical
+        or (against_first and r.same_as_first_level is not None and r.same_as_first_level < r.n)
+        for r in shared
+    )
+
+
+def decode_counters(text: str) -> tuple[float, float] | None:
+    """llama-server's decode calls so far and the sequences they decoded (calls × mean busy
+    slots per call), from its /metrics text; None where either is missing."""
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in (_DECODES, _BUSY_PER_DECODE):
+            try:
+                found[name] = float(value.split()[0])
+            except (ValueError, IndexError):
+                return None
+    if _DECODES not in found or _BUSY_PER_DECODE not in found:
+        return None
+    return found[_DECODES], found[_DECODES] * found[_BUSY_PER_DECODE]
+
+
+def decode_batch(
+    before: tuple[float, float] | None, after: tuple[float, float] | None
+) -> float | None:
+    """Mean sequences per decode call between two readings of `decode_counters` (None:
+    a reading missing, or no decode call between them)."""
+    if before is None or after is None or after[0] <= before[0]:
+        return None
+    return (after[1] - before[1]) / (after[0] - before[0])

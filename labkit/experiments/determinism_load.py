@@ -18,7 +18,12 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
-from labkit.analysis.determinism_load import level_rows
+from labkit.analysis.determinism_load import (
+    batch_changed,
+    decode_batch,
+    decode_counters,
+    level_rows,
+)
 from labkit.analysis.next_token import NOT_INSPECTED
 from labkit.analysis.selection import latest_pass
 from labkit.experiments.base import ExperimentSettings, PlannedRequest, register_experiment
@@ -28,6 +33,7 @@ from labkit.experiments.variants import logprob_request
 from labkit.figures.determinism_load import DeterminismLoadFigures
 from labkit.providers.base import ChatRequest, Provider
 from labkit.records import MAX_TOP_LOGPROBS, ErrorKind, LabAnswer, RequestRecord
+from labkit.wire.connections import DESCRIBE, own_request
 from labkit.wording.determinism_load import determinism_load_answer
 
 __all__ = [
@@ -106,6 +112,9 @@ class DeterminismLoadExperiment(PacedExperiment[DeterminismLoadState, Determinis
         self._asked: dict[str, bool] = {}  # provider -> logprobs asked (it can return them)
         self._slots: dict[str, int | None] = {}
         self._mode: dict[str, str | None] = {}
+        self._build: dict[str, str | None] = {}
+        #: provider -> concurrency -> mean sequences per decode call during that level
+        self._decode_batch: dict[str, dict[int, float | None]] = {}
 
     @property
     def _s(self) -> DeterminismLoadSettings:
@@ -125,6 +134,20 @@ class DeterminismLoadExperiment(PacedExperiment[DeterminismLoadState, Determinis
         self._slots[provider.id] = slots if isinstance(slots, int) else provider.exclusive_slots()
         mode = described.get("determinism_mode")
         self._mode[provider.id] = mode if isinstance(mode, str) else None
+        build = described.get("build_info")
+        self._build[provider.id] = build if isinstance(build, str) else None
+
+    async def _decode_counters(self, provider: Provider) -> tuple[float, float] | None:
+        """The server's decode calls and the sequences they decoded so far, from its
+        /metrics where it counts them (llama-server); None: not reported (best-effort)."""
+        url = provider.metrics_url()
+        if url is None:
+            return None
+        try:
+            resp = await own_request(provider.client, "GET", url, DESCRIBE)
+        except Exception:  # counting is best-effort: the level's replies are the measurement
+            return None
+        return decode_counters(resp.text) if resp.status_code == 200 else None
 
     def plan(self, provider: Provider) -> list[PlannedRequest]:
         """Only the warm-ups: the levels are paced by `run_share`."""
@@ -164,6 +187,7 @@ class DeterminismLoadExperiment(PacedExperiment[DeterminismLoadState, Determinis
                 context.message(f"{self.name}: concurrency {c} already measured, skipped")
                 continue
             context.expect(self._s.repeats)
+            before = await self._decode_counters(provider)
             yield DeterminismLoadPass(
                 index=index,
                 title=f"concurrency {c}",
@@ -171,6 +195,8 @@ class DeterminismLoadExperiment(PacedExperiment[DeterminismLoadState, Determinis
                 concurrency=c,
                 level_run=secrets.token_hex(3),
             )
+            after = await self._decode_counters(provider)
+            self._decode_batch.setdefault(provider.id, {})[c] = decode_batch(before, after)
 
     def shard_state(self) -> DeterminismLoadState:
         """Nothing: a worker builds every request from the settings."""
@@ -207,7 +233,12 @@ class DeterminismLoadExperiment(PacedExperiment[DeterminismLoadState, Determinis
         levels = [
             (c, [r for r in records if r.tags.get("level") == f"c{c}"]) for c in s.concurrency
         ]
-        rows = level_rows(dict(s.params), levels, logprobs=asked)
+        batches = self._decode_batch.get(provider_id, {})
+        rows = [
+            r.model_copy(update={"decode_batch": batches.get(r.concurrency)})
+            for r in level_rows(dict(s.params), levels, logprobs=asked)
+        ]
+        slots = self._slots.get(provider_id)
         inspected = any(r.logprobs and r.logprobs.steps for r in records if not r.warmup)
         why = None
         if s.top_logprobs is not None and not inspected:
@@ -218,8 +249,10 @@ class DeterminismLoadExperiment(PacedExperiment[DeterminismLoadState, Determinis
             inspected=inspected,
             not_inspected_because=why,
             levels=rows,
-            server_slots=self._slots.get(provider_id),
+            server_slots=slots,
             determinism_mode=self._mode.get(provider_id),
+            server_build=self._build.get(provider_id),
+            batch_changed_selection=batch_changed(rows, slots),
         )
         judged = [r for r in rows if r.identical is not None]
         if not judged:

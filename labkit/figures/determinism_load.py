@@ -86,6 +86,12 @@ class DeterminismLoadLevel(_Figures):
     )
     system_fingerprints: list[str] = Field(default_factory=list)
     server_builds: list[str] = Field(default_factory=list)
+    decode_batch: float | None = Field(
+        default=None,
+        description="Mean sequences the server decoded per batch during the level, from its "
+        "own counters (llama-server /metrics: the change of n_busy_slots_per_decode × "
+        "n_decode_total over the change of n_decode_total); None: not reported.",
+    )
     outputs: list[list[str]] = Field(
         default_factory=list,
         description="Each reply's compared tokens as texts, in send order.",
@@ -112,4 +118,18 @@ class DeterminismLoadFigures(_ExperimentFigures):
         default=None,
         description="The server's batch-invariant or deterministic mode, where it reports "
         "one; None: not reported.",
+    )
+    server_build: str | None = Field(
+        default=None,
+        description="The server's build as it describes itself (llama-server /props "
+        "`build_info`); None: not reported.",
+    )
+    batch_changed_selection: bool | None = Field(
+        default=None,
+        description="Whether sharing a batch changed the selected tokens: True when a level "
+        "whose requests could share a batch gave replies that differed (among themselves, or "
+        "from the first level's) while the replies sent one at a time were identical; False "
+        "when every level's replies were that one reply and some level shared a batch; None: "
+        "not determined (no level one at a time, none shared, or the replies sent one at a "
+        "time already differed).",
     )

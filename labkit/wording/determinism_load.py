@@ -4,7 +4,7 @@ said about its batches, its build and its determinism mode (or that it said noth
 
 from __future__ import annotations
 
-from labkit.analysis.determinism_load import SERVER_TOKENS
+from labkit.analysis.determinism_load import SERVER_TOKENS, shares_batch
 from labkit.figures.determinism_load import DeterminismLoadFigures, DeterminismLoadLevel
 from labkit.figures.next_token import TokenChoice
 from labkit.wording.next_token import NEARLY_TIED
@@ -21,10 +21,9 @@ def _tok(c: TokenChoice) -> str:
 
 
 def _shared_batches(f: DeterminismLoadFigures, row: DeterminismLoadLevel) -> bool:
-    """Whether this level's requests can have been decoded in one batch (more than one in
-    flight, on a server with more than one slot, as far as either is known)."""
-    in_flight = row.peak_in_flight if row.peak_in_flight is not None else row.concurrency
-    return in_flight > 1 and (f.server_slots is None or f.server_slots > 1)
+    """Whether this level's requests can have been decoded in one batch
+    (`labkit.analysis.determinism_load.shares_batch`)."""
+    return shares_batch(row, f.server_slots)
 
 
 def _split_words(f: DeterminismLoadFigures, row: DeterminismLoadLevel) -> str:
@@ -143,9 +142,112 @@ def _probability_words(f: DeterminismLoadFigures) -> str:
     return text + "."
 
 
+def _levels_list(rows: list[DeterminismLoadLevel]) -> str:
+    """`1, 4 and 8`."""
+    names = [str(r.concurrency) for r in rows]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _held(f: DeterminismLoadFigures) -> str:
+    """`temperature 0 and no seed`: the sampling settings every level was sent with."""
+    temperature = f.params.get("temperature")
+    seed = f.params.get("seed")
+    t = f"temperature {temperature}" if temperature is not None else "the default temperature"
+    return f"{t} and " + (f"seed {seed}" if seed is not None else "no seed")
+
+
+def _changed_words(f: DeterminismLoadFigures) -> str:
+    """Where the batch changed the selection: the level with the most distinct replies, where
+    they first differed and the top-two margin there."""
+    shared = [r for r in f.levels if r.identical is not None and _shared_batches(f, r)]
+    moved = [r for r in shared if not r.identical] or [
+        r for r in shared if r.same_as_first_level is not None and r.same_as_first_level < r.n
+    ]
+    row = max(moved, key=lambda r: (r.distinct_outputs, -r.concurrency))
+    if row.identical:
+        where = (
+            f" from token {row.first_level_different_token}"
+            if row.first_level_different_token is not None
+            else ""
+        )
+        return (
+            f"at concurrency {row.concurrency} all {row.n} replies parted from the reply sent "
+            f"one at a time{where}"
+        )
+    text = f"{row.distinct_outputs} distinct replies of {row.n} at concurrency {row.concurrency}"
+    if row.first_different_token is not None:
+        text += f", first different at token {row.first_different_token}"
+    d = row.divergence
+    if d is not None and len(d.candidates) >= 2:
+        a, b = d.candidates[0], d.candidates[1]
+        text += f", where the top two were {_p(a.p)} vs {_p(b.p)} (margin {a.p - b.p:.2f})"
+    return text
+
+
+def _control_words(f: DeterminismLoadFigures) -> str:
+    """Which of temperature, seed and batch controlled the selection, as far as measured:
+    temperature and seed were held fixed at every level, so only the batch varied."""
+    judged = [r for r in f.levels if r.identical is not None]
+    alone = [r for r in judged if not _shared_batches(f, r)]
+    shared = [r for r in judged if _shared_batches(f, r)]
+    held = _held(f)
+    if f.batch_changed_selection is True:
+        return (
+            f"What controlled the selection: the batch. With {held} at every level, the replies "
+            f"sent one at a time were identical, and sharing a batch changed them: "
+            f"{_changed_words(f)}; temperature and seed did not vary here (the determinism "
+            "experiment varies them)."
+        )
+    if f.batch_changed_selection is False:
+        counts = sorted({r.distinct_outputs for r in judged})
+        each = (
+            f"{counts[0]} distinct reply at each" if counts == [1] else "the same reply throughout"
+        )
+        text = (
+            f"What controlled the selection: not the batch. With {held} at every level, batch "
+            f"did not change the selection at concurrency {_levels_list(judged)}: {each}, "
+            "the same at every level"
+        )
+        batches = [r.decode_batch for r in shared if r.decode_batch is not None]
+        if f.server_slots is not None and f.server_slots > 1:
+            text += (
+                f". Why: the server decodes its slots' sequences in one batch (up to "
+                f"{f.server_slots})"
+            )
+            if batches:
+                text += (
+                    f" and decoded on average up to {max(batches):.1f} sequences per batch "
+                    "during these levels (its own counters)"
+                )
+            build = f" {f.server_build}" if f.server_build else ""
+            text += (
+                f", and its build{build} gave every sequence the same tokens whatever shared "
+                "its batch: batch-invariant results here, as measured, not a guarantee of its "
+                "kernels"
+            )
+        return text + "."
+    if alone and not all(r.identical for r in alone):
+        return (
+            f"What controlled the selection is not settled by the batch: with {held}, even "
+            "the replies sent one at a time differed, so something besides the batch moved it."
+        )
+    if not shared:
+        return (
+            "Whether the batch controls the selection was not tested: no level's requests "
+            "shared a batch (one slot, or one in flight at a time)."
+        )
+    return (
+        "Whether the batch controls the selection was not tested: no level sent its "
+        "requests one at a time to compare with (add concurrency 1)."
+    )
+
+
 def _server_words(f: DeterminismLoadFigures) -> str:
-    """The server's batch setting, build and determinism mode, as far as it reported them."""
+    """The server's batch setting (and the batches it counted), build and determinism mode,
+    as far as it reported them."""
     builds = sorted({b for r in f.levels for b in r.server_builds})
+    if f.server_build and f.server_build not in builds:
+        builds.append(f.server_build)
     prints = sorted({p for r in f.levels for p in r.system_fingerprints})
     parts = []
     if f.server_slots is not None:
@@ -157,6 +259,10 @@ def _server_words(f: DeterminismLoadFigures) -> str:
         )
     else:
         parts.append("batch setting not reported")
+    counted = [r for r in f.levels if r.decode_batch is not None]
+    if counted:
+        per = ", ".join(f"{r.decode_batch:.1f} at concurrency {r.concurrency}" for r in counted)
+        parts.append(f"sequences per decode batch, by its own counters: {per}")
     parts.append(f"server_build {', '.join(builds)}" if builds else "server_build not reported")
     parts.append(
         f"system_fingerprint {', '.join(prints)}" if prints else "system_fingerprint not reported"
@@ -178,4 +284,4 @@ def determinism_load_answer(f: DeterminismLoadFigures) -> str:
     if probabilities:
         text += " " + probabilities
     server = _server_words(f)
-    return f"{text} {server[0].upper()}{server[1:]}."
+    return f"{text} {_control_words(f)} {server[0].upper()}{server[1:]}."

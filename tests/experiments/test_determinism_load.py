@@ -135,6 +135,10 @@ def test_identical_replies_at_every_level(tmp_path: Path) -> None:
     )
     assert "Candidates not inspected" not in answer.answer
     assert "Batch setting not reported; server_build not reported" in answer.answer
+    # No slots reported: batch changed nothing where some level shared a batch, else untested.
+    shared = any((r.peak_in_flight or 1) > 1 for r in f.levels)
+    assert f.batch_changed_selection is (False if shared else None)
+    assert ("not the batch" if shared else "was not tested") in answer.answer
     assert "determinism mode not reported." in answer.answer
 
 
@@ -165,6 +169,13 @@ def test_a_divergence_at_a_known_step_names_its_candidates(
     )
     assert "first different at token 3, where the top two candidates were" in answer.answer
     assert ": a near-tie that batched arithmetic can flip" in answer.answer
+    assert f.batch_changed_selection is True
+    assert (
+        "What controlled the selection: the batch. With temperature 0 and no seed at every "
+        "level, the replies sent one at a time were identical, and sharing a batch changed "
+        "them: 2 distinct replies of 4 at concurrency 2, first different at token 3, where the "
+        "top two were 0.51 vs 0.49 (margin 0.02)"
+    ) in answer.answer
     chart = determinism_load_chart(LabResults(run_id="r", answers=[answer]))
     assert chart is not None and chart.png.startswith(b"\x89PNG")
     rows: dict[str, list[str]] = {}
