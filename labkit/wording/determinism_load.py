@@ -180,7 +180,7 @@ def _changed_words(f: DeterminismLoadFigures) -> str:
     d = row.divergence
     if d is not None and len(d.candidates) >= 2:
         a, b = d.candidates[0], d.candidates[1]
-        text += f", where the top two were {_p(a.p)} vs {_p(b.p)} (margin {a.p - b.p:.2f})"
+        text += f", where the top two were {_p(a.p)} vs {_p(b.p)} (margin {_p(a.p - b.p)})"
     return text
 
 
