@@ -199,13 +199,10 @@ def _control_words(f: DeterminismLoadFigures) -> str:
             "experiment varies them)."
         )
     if f.batch_changed_selection is False:
-        counts = sorted({r.distinct_outputs for r in judged})
-        each = (
-            f"{counts[0]} distinct reply at each" if counts == [1] else "the same reply throughout"
-        )
         text = (
             f"What controlled the selection: not the batch. With {held} at every level, batch "
-            f"did not change the selection at concurrency {_levels_list(judged)}: {each}, "
+            f"did not change the selection at concurrency {_levels_list(judged)}: 1 distinct "
+            "reply at each, "
             "the same at every level"
         )
         batches = [r.decode_batch for r in shared if r.decode_batch is not None]

@@ -1,6 +1,8 @@
 """`determinism_load` on the real llama-server with several slots (no mocks, no skips): every
-level is there with its replies, and what the answer says about them agrees with the texts
-the records hold, whichever way the replies came out."""
+level of three is there with its replies, what the answer says about them agrees with the
+texts the records hold, whichever way the replies came out, and so does what it names as
+having controlled the selection (batch, or not), with the server's own count of sequences per
+decode batch beside it."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.analysis.determinism_load import SERVER_TOKENS
+from labkit.analysis.determinism_load import SERVER_TOKENS, shares_batch
 from labkit.figures.determinism_load import DeterminismLoadFigures
 from labkit.local import ensure_setup
 from labkit.records import LabResults, RequestRecord
@@ -19,14 +21,14 @@ from labkit.records import LabResults, RequestRecord
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
-REPEATS = 3
+REPEATS = 4
 
 CONFIG = f"""
 name: determinism-load-real
 providers:
-  - {{id: local, kind: llamacpp, ctx_size: 512, slots: 3}}
+  - {{id: local, kind: llamacpp, ctx_size: 512, slots: 4}}
 experiments:
-  - {{kind: determinism_load, repeats: {REPEATS}, concurrency: [1, 3], top_logprobs: 2,
+  - {{kind: determinism_load, repeats: {REPEATS}, concurrency: [1, 2, 4], top_logprobs: 2,
       params: {{temperature: 0, max_tokens: 16}}}}
 """
 
@@ -54,8 +56,8 @@ def test_levels_replies_and_divergence_agree_with_the_records(tmp_path: Path) ->
         if line.strip()
     ]
     measured = [r for r in records if not r.warmup]
-    assert f.server_slots == 3 and f.inspected
-    assert [row.concurrency for row in f.levels] == [1, 3]
+    assert f.server_slots == 4 and f.inspected and f.server_build
+    assert [row.concurrency for row in f.levels] == [1, 2, 4]
     for row in f.levels:
         mine = sorted(
             (r for r in measured if r.tags["concurrency"] == row.concurrency),
@@ -68,6 +70,8 @@ def test_levels_replies_and_divergence_agree_with_the_records(tmp_path: Path) ->
         assert row.identical == (len(set(texts)) == 1)
         assert row.peak_in_flight is not None and 1 <= row.peak_in_flight <= row.concurrency
         assert row.server_builds and row.tokens_from == SERVER_TOKENS
+        # The server's own counters: sequences per decode batch during the level.
+        assert row.decode_batch is not None and 1 <= row.decode_batch <= 4
         assert len(row.outputs) == REPEATS
         k = row.first_different_token
         if k is None:
@@ -86,5 +90,29 @@ def test_levels_replies_and_divergence_agree_with_the_records(tmp_path: Path) ->
             if row.divergence is not None:
                 assert row.divergence.step == k - 1
                 assert len({c.token for c in row.divergence.taken}) >= 2
-    assert "The server decodes up to 3 requests in one batch (3 slots)" in answer.answer
+    assert "The server decodes up to 4 requests in one batch (4 slots)" in answer.answer
+    assert f.levels[0].decode_batch == 1  # one at a time: one sequence per decode
+    assert "sequences per decode batch, by its own counters: 1.0 at concurrency 1" in (
+        answer.answer
+    )
+    # What controlled the selection, as the levels' counts say.
+    alone, *together = f.levels
+    shared = [r for r in together if shares_batch(r, f.server_slots)]
+    if not alone.identical:
+        assert f.batch_changed_selection is None
+        assert "even the replies sent one at a time differed" in answer.answer
+    elif not shared:
+        assert f.batch_changed_selection is None and "was not tested" in answer.answer
+    elif all(r.identical and r.same_as_first_level == r.n for r in shared):
+        assert f.batch_changed_selection is False
+        assert "What controlled the selection: not the batch." in answer.answer
+        named = ", ".join(str(r.concurrency) for r in f.levels[:-1])
+        assert (
+            f"batch did not change the selection at concurrency {named} and 4: 1 distinct "
+            "reply at each"
+        ) in answer.answer
+        assert f"its build {f.server_build} gave every sequence the same tokens" in answer.answer
+    else:
+        assert f.batch_changed_selection is True
+        assert "What controlled the selection: the batch." in answer.answer
     assert "determinism mode not reported" in answer.answer
