@@ -6,7 +6,7 @@ from __future__ import annotations
 from labkit.figures.determinism import DeterminismFigures, VariantRow
 from labkit.wording.next_token import divergence_sentence
 
-__all__ = ["determinism_answer"]
+__all__ = ["control_sentence", "determinism_answer"]
 
 
 def _variant_words(row: VariantRow) -> str:
@@ -32,7 +32,7 @@ def determinism_answer(f: DeterminismFigures) -> str:
     if greedy and all(r.identical for r in greedy):
         why = "at temperature 0 the reply never changed, seed or not"
     elif greedy:
-        why = "even at temperature 0 replies differed (batching or hardware nondeterminism)"
+        why = "even at temperature 0 replies differed"
     else:
         why = "no variant decoded greedily"
     text = f"{same} of {len(judged)} settings gave the same reply on every repeat: {why}."
@@ -67,7 +67,34 @@ def determinism_answer(f: DeterminismFigures) -> str:
             if seen.inspected
             else f" Its candidates were not inspected: {seen.not_inspected_because}."
         )
-    return text
+    return text + " " + control_sentence(greedy, hot_free, hot_seed)
+
+
+def control_sentence(
+    greedy: list[VariantRow], hot_free: list[VariantRow], hot_seed: list[VariantRow]
+) -> str:
+    """Which of temperature and seed controlled the selection, as far as these repeats
+    measured it; the batch was not varied (the `determinism_load` experiment varies it)."""
+    varied = any(not r.identical for r in hot_free)
+    named = []
+    if greedy and all(r.identical for r in greedy) and varied:
+        named.append("temperature (0 fixed the reply; above 0 without a seed it varied)")
+    if hot_seed and all(r.identical for r in hot_seed) and varied:
+        named.append("seed (it made sampled replies repeat)")
+    if named:
+        text = "What controlled the selection here: " + " and ".join(named) + "."
+    elif not (greedy and not all(r.identical for r in greedy)):
+        text = "Neither temperature nor seed was shown to control the selection in these repeats."
+    else:
+        text = ""
+    if greedy and not all(r.identical for r in greedy):
+        text += (
+            " Not temperature alone: at temperature 0 the replies still differed."
+            if text
+            else "What controlled the selection here: not temperature alone, since at "
+            "temperature 0 the replies still differed."
+        )
+    return text + " The batch was not varied here (`determinism_load` varies it)."
 
 
 def _position(f: DeterminismFigures, index: int) -> str:
