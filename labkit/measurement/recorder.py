@@ -810,7 +810,7 @@ def assemble_record(
             "output_text": parser.output_text if ctx.store_text else None,
             "tool_calls": calls,
             "logprobs": parser.logprobs(),
-            "event_detail": parser.event_detail(),
+            "event_detail": parser.event_detail(keep_text=ctx.store_text),
         }
     if m.server_request_id is not None and parsed.get("request_id") is None:
         parsed["request_id"] = m.server_request_id

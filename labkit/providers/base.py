@@ -589,14 +589,17 @@ class StreamParser(ABC):
         prompt processing); None: this parser reads none (the default)."""
         return None
 
-    def event_detail(self) -> OutputEvents | None:
+    def event_detail(self, keep_text: bool = True) -> OutputEvents | None:
         """The kept per-event detail (the record's `event_detail`); None when not asked.
-        `server_ms` is None when no event carried a server time."""
+        `server_ms` is None when no event carried a server time; `texts` is empty where
+        the text is not kept (`store_text: false`)."""
         texts, times = self._event_texts, self._event_server_ms
         if texts is None or times is None:
             return None
         known = any(t is not None for t in times)
-        return OutputEvents(texts=list(texts), server_ms=list(times) if known else None)
+        return OutputEvents(
+            texts=list(texts) if keep_text else [], server_ms=list(times) if known else None
+        )
 
 
 #: Gateways known by the comments they send while they wait for the upstream provider, by
