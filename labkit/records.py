@@ -44,6 +44,7 @@ __all__ = [
     "LabAnswer",
     "LabResults",
     "LogprobStep",
+    "OutputEvents",
     "OutputLogprobs",
     "ProviderTimings",
     "RecordClock",
@@ -671,6 +672,11 @@ class RequestRecord(_Model):
         description="Per output token, its log-probability and top alternatives, when the "
         "experiment asked for them and the provider gave them (null otherwise).",
     )
+    event_detail: OutputEvents | None = Field(
+        default=None,
+        description="Per output event, its text and the server's own time at it, when the "
+        "experiment asked for them (`token_view`; null otherwise).",
+    )
 
     @model_validator(mode="after")
     def _bound_raw(self) -> RequestRecord:
@@ -810,6 +816,24 @@ def _text_json_bytes(text: str) -> int:
     if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
         return len(text) + 2
     return _json_bytes(text)
+
+
+class OutputEvents(_Model):
+    """Each output event of one reply as it arrived (`RequestRecord.event_detail`), aligned
+    with `client.event_offsets_ms`; absent unless asked for (`ChatRequest.event_detail`)."""
+
+    texts: list[str] = Field(
+        default_factory=list,
+        description='The visible text each output event carried, in order ("" for an event '
+        "of reasoning or a tool call's arguments).",
+    )
+    server_ms: list[float | None] | None = Field(
+        default=None,
+        description="The server's own time at each output event, in ms from the start of its "
+        "prompt processing (llama.cpp with `timings_per_token`: `prompt_ms` + `predicted_ms` "
+        "of the chunk that carried it; null where a chunk had none); null: the API reports "
+        "no per-token time.",
+    )
 
 
 RequestRecord.model_rebuild()  # `logprobs` names a model defined after the record

@@ -290,6 +290,8 @@ class BaseRecorder:
             parser = provider.new_parser()
             if request.top_logprobs is not None:
                 parser.want_logprobs(request.top_logprobs)
+            if request.event_detail:
+                parser.want_event_detail()
             m.params = provider.wire_params(provider.effective_params(request))
             m.local_count = provider.count_input_locally(request)
             await self._exchange(provider, request, parser, m, redact)
@@ -808,6 +810,7 @@ def assemble_record(
             "output_text": parser.output_text if ctx.store_text else None,
             "tool_calls": calls,
             "logprobs": parser.logprobs(),
+            "event_detail": parser.event_detail(keep_text=ctx.store_text),
         }
     if m.server_request_id is not None and parsed.get("request_id") is None:
         parsed["request_id"] = m.server_request_id

@@ -47,6 +47,7 @@ from labkit.errors import MalformedStream, ProviderUnavailable
 from labkit.provider_stats import LaterStats
 from labkit.providers.logprobs import LogprobCollector
 from labkit.records import (
+    OutputEvents,
     OutputLogprobs,
     ProviderTimings,
     RecordError,
@@ -372,6 +373,9 @@ class ChatRequest:
     #: Alternatives per output token to collect logprobs for (`Provider.logprob_params`
     #: puts the ask into `params`); None: none collected, the parser never looks.
     top_logprobs: int | None = None
+    #: Keep each output event's text and the server's own time at it (`token_view`;
+    #: `Provider.event_time_params` puts the ask for server times into `params`).
+    event_detail: bool = False
 
     @property
     def prompt_text(self) -> str:
@@ -552,6 +556,50 @@ class StreamParser(ABC):
         """The collected logprobs (the record's `logprobs`); None when none were asked."""
         collector = self._logprobs
         return collector.result() if collector is not None else None
+
+    # --- per-event detail (asked per request: `ChatRequest.event_detail`) ----------------
+
+    #: Each output event's text, and the server's time at it; None until `want_event_detail`.
+    _event_texts: list[str] | None = None
+    _event_server_ms: list[float | None] | None = None
+
+    def want_event_detail(self) -> None:
+        """Keep each output event's visible text, and the server's own time at it where
+        the parser reads one (`event_server_ms`), from now on. The step wraps `on_event`
+        on this parser alone: a parser not asked pays nothing."""
+        texts: list[str] = []
+        times: list[float | None] = []
+        self._event_texts = texts
+        self._event_server_ms = times
+        inner = self.on_event
+        parts = self.text_parts
+
+        def on_event(event: SSEEvent) -> int:
+            n = len(parts)
+            cls = inner(event)
+            if cls == EventClass.TEXT or cls == EventClass.OUTPUT:
+                texts.append("".join(parts[n:]))
+                times.append(self.event_server_ms())
+            return cls
+
+        self.on_event = on_event  # type: ignore[method-assign]
+
+    def event_server_ms(self) -> float | None:
+        """The server's own time at the output event just read (ms from the start of its
+        prompt processing); None: this parser reads none (the default)."""
+        return None
+
+    def event_detail(self, keep_text: bool = True) -> OutputEvents | None:
+        """The kept per-event detail (the record's `event_detail`); None when not asked.
+        `server_ms` is None when no event carried a server time; `texts` is empty where
+        the text is not kept (`store_text: false`)."""
+        texts, times = self._event_texts, self._event_server_ms
+        if texts is None or times is None:
+            return None
+        known = any(t is not None for t in times)
+        return OutputEvents(
+            texts=list(texts) if keep_text else [], server_ms=list(times) if known else None
+        )
 
 
 #: Gateways known by the comments they send while they wait for the upstream provider, by
@@ -807,6 +855,12 @@ class Provider(ABC):
         """Request parameters that ask for each output token's log-probability and its
         `top_k` most likely alternatives (its parser then reads them, `want_logprobs`);
         empty when the provider cannot return them (Anthropic)."""
+        return {}
+
+    def event_time_params(self) -> SamplingParams:
+        """Request parameters that ask the server for its own time on every output event
+        (its parser reads it, `StreamParser.event_server_ms`); empty when it has none to
+        send (every hosted API labkit knows)."""
         return {}
 
     def metrics_url(self) -> str | None:

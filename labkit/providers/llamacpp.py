@@ -233,6 +233,11 @@ class LlamaCppProvider(OpenAICompatibleProvider):
         """A parser that also reads `timings`."""
         return LlamaCppParser()
 
+    def event_time_params(self) -> SamplingParams:
+        """`timings_per_token: true`: llama-server then sends its cumulative `timings` on
+        every token chunk (tools/server/README.md, "timings_per_token")."""
+        return {"timings_per_token": True}
+
     async def tokenize(self, text: str) -> list[int]:
         """The model's own tokens for raw `text` (no chat template, no BOS)."""
         resp = await own_request(self.client, "POST", "/tokenize", TOKENIZE, json={"content": text})

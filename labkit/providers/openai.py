@@ -24,6 +24,7 @@ from labkit.providers._wire import (
     load_event_object,
     wire_count,
     wire_id,
+    wire_number,
     wire_object,
     wire_str,
 )
@@ -242,6 +243,24 @@ class OpenAIChatParser(StreamParser):
     def _read_timings(self, timings: dict[str, Any]) -> None:
         """llama.cpp's `timings` object into `provider_timings`."""
         read_llamacpp(self.provider_timings, timings)
+
+    #: The per-token `timings` object `event_server_ms` last read (a chunk without one
+    #: leaves `_pending_timings` as the last chunk's: that one is not read twice).
+    _timings_seen: dict[str, Any] | None = None
+
+    def event_server_ms(self) -> float | None:
+        """llama.cpp's own time at the token chunk just read, with `timings_per_token`:
+        its cumulative `prompt_ms` + `predicted_ms` (ms from the start of the prompt's
+        processing); None when the chunk carried no `timings`."""
+        timings = self._pending_timings
+        if timings is None or timings is self._timings_seen:
+            return None
+        self._timings_seen = timings
+        prompt = wire_number(timings.get("prompt_ms"), "timings.prompt_ms")
+        predicted = wire_number(timings.get("predicted_ms"), "timings.predicted_ms")
+        if prompt is None and predicted is None:
+            return None
+        return (prompt or 0.0) + (predicted or 0.0)
 
     def settle(self) -> None:
         """Read the last token chunk's `timings` when no later chunk replaced them; a

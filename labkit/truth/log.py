@@ -165,6 +165,12 @@ class TruthRequest(BaseModel):
     tool_calls: list[TruthToolCall] = Field(default_factory=list, description="Calls made.")
     temperature: float | None = Field(default=None, description="The request's temperature.")
     seed: int | None = Field(default=None, description="The request's seed.")
+    token_ms: list[float] | None = Field(
+        default=None,
+        description="The server's own time at each output event sent, ms from the start of "
+        "service, as its per-token `timings` reported it (`prompt_ms` + `predicted_ms`); "
+        "None: the request asked for none (llama.cpp's `timings_per_token`).",
+    )
     steps: list[TruthStep] = Field(
         default_factory=list,
         description="Each output token's draw (with sampling, or logprobs asked): the token "

@@ -154,6 +154,8 @@ class Request:
     #: The tool a llama.cpp `grammar` forces the reply to call as JSON text (labkit's
     #: forced-call grammar, `FORCED_CALL_MARK`): its first `name` alternative; None: none.
     grammar_call: str | None = None
+    #: llama.cpp's ``timings_per_token``: its cumulative `timings` on every token chunk.
+    timings_per_token: bool = False
 
     @property
     def prompt_text(self) -> str:
@@ -291,6 +293,7 @@ def read_request(api: str, body: bytes) -> Request:
         seed=_int(obj.get("seed")),
         top_logprobs=_top_logprobs(api, obj),
         grammar_call=_grammar_call(obj.get("grammar")),
+        timings_per_token=obj.get("timings_per_token") is True,
     )
 
 

@@ -145,6 +145,7 @@ class _Stream:
             reply.request.api == "chat"
             and not reply.tool_calls
             and reply.request.top_logprobs is None
+            and not reply.request.timings_per_token
         )
         self.event_bytes = reply.schedule.event_bytes if plain else 0
         self.pad = b""
@@ -834,7 +835,7 @@ class Server:
         if stream.stream and not stream.failed:
             end = stream.render.end(timings)
             self._send(conn, b"".join(_frame(p) for p in end) + b"0\r\n\r\n")
-        entry = {
+        entry: dict[str, Any] = {
             "id": reply.rid,
             "client_request_id": stream.client_id,
             "traceparent": stream.traceparent,
@@ -873,6 +874,8 @@ class Server:
             "decode_ms": reply.plan.decode_ms,
             "reported": self._reported(stream, timings),
         }
+        if stream.render.token_times is not None:  # per-token timings were sent
+            entry["token_ms"] = stream.render.token_times[: stream.i]
         self.totals["prompt"] += reply.prompt_tokens
         self.totals["predicted"] += output
         if self.keep_stamps:

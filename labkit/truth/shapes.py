@@ -19,6 +19,7 @@ from typing import Any
 
 from labkit.truth.reply import Reply, token_id
 from labkit.truth.schedule import CPP_SHAPE, PROCESSING_HEADER_SHAPE
+from labkit.truth.token_times import token_times_ms, token_timings, wants_token_times
 
 __all__ = ["SHAPES", "Render", "Shape", "Timings", "error_body", "shape_for", "timing_headers"]
 
@@ -201,6 +202,9 @@ class Render:
         self._starts = [0]
         for n in reply.plan.event_tokens:
             self._starts.append(self._starts[-1] + n)
+        #: Each event's server time (`labkit.truth.token_times`) where the request asked
+        #: llama.cpp's shape for per-token `timings`; None: not asked.
+        self.token_times = token_times_ms(reply) if wants_token_times(reply) else None
         r, m = reply.rid.encode(), reply.model.encode()
         self._chunk_head = (
             b'{"id":"%s","object":"chat.completion.chunk","created":%d,"model":"%s",'
@@ -362,6 +366,8 @@ class Render:
         reply = self.reply
         if reply.tool_calls:
             return self._tool_event(i)
+        if self.token_times is not None:
+            return self._timed_event(i)
         if self.logprobs is not None and self.api in ("chat", "responses"):
             return self._logprob_event(i)
         pre, post = self.text_parts()
@@ -414,6 +420,24 @@ class Render:
             "finish_reason": None,
         }
         return self._chunk([choice])
+
+    def _timed_event(self, i: int) -> bytes:
+        """A Chat token chunk carrying llama.cpp's cumulative per-token `timings` (and its
+        logprobs when asked)."""
+        reply = self.reply
+        first, n = self._starts[i], reply.plan.event_tokens[i]
+        logprobs = (
+            {"content": self.logprob_entries(first, n)} if self.logprobs is not None else None
+        )
+        choice = {
+            "index": 0,
+            "delta": {"content": reply.texts[i]},
+            "logprobs": logprobs,
+            "finish_reason": None,
+        }
+        assert self.token_times is not None
+        timings = token_timings(reply, self.token_times, i, first + n)
+        return self._chunk([choice], timings=timings)
 
     def _tool_event(self, i: int) -> bytes:
         reply, api = self.reply, self.api

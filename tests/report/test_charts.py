@@ -133,6 +133,7 @@ def test_no_figures_no_pictures_and_a_sentence_for_each() -> None:
         "determinism",
         "determinism_load",
         "next_token",
+        "token_view",
         "prefill_decode",
         "attribution",
     }
