@@ -157,7 +157,7 @@ def setting_label(phase: str, setting: float) -> str:
     if phase == "length":
         return f"{setting:,.0f} tokens"
     if phase == "gap":
-        return f"gap {setting:g} s"
+        return f"{setting:g} s idle"
     if phase == "evict":
         return f"after {setting:g} other prompt{'' if setting == 1 else 's'}"
     if phase == "concurrency":
