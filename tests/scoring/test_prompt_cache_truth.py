@@ -107,3 +107,21 @@ def test_the_probe_recovers_the_truth_servers_cache(tmp_path: Path) -> None:
     print(answer.answer)
     for c in grade.checks:
         print(f"{c.name}: stated {c.stated}, true {c.true}")
+
+
+def test_the_example_under_run_truth_is_graded_right(tmp_path: Path) -> None:
+    """`labkit run --truth --example prompt_cache`: the lab's truth server keeps its cache
+    without a lifetime, so the bracket is a lower bound that must hold, and every row's hits
+    are the server's."""
+    out = tmp_path / "runs"
+    args = ["run", "--example", "prompt_cache", "--truth", "--no-report", "--out", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
+    grade = grade_run(run_dir, read_truth_log(run_dir / "truth.jsonl"))
+    wrong = [f"{c.name}: stated {c.stated}, true {c.true} ({c.why})" for c in grade.wrong]
+    assert wrong == [], "\n".join(wrong)
+    checked = {c.name: c.ok for c in grade.checks}
+    assert checked["cache lifetime (bracket)"] is True
+    assert checked["evict · after 3 other prompts: repeats that hit"] is True
+    assert grade.unmatched == 0 and grade.not_graded == []
