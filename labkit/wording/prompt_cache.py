@@ -3,7 +3,7 @@ how long an unused prefix lived, and what length, eviction, concurrency and rout
 
 from __future__ import annotations
 
-from labkit.analysis.stats import _number, describe_share
+from labkit.analysis.stats import _number, describe_share, proportion
 from labkit.figures.prompt_cache import CacheLifetime, CacheProbeRow, PromptCacheFigures
 from labkit.wording.common import say
 
@@ -76,8 +76,6 @@ def prompt_cache_answer(f: PromptCacheFigures) -> str:
             "or a miss (labkit reads OpenAI cached_tokens, Anthropic "
             "cache_read_input_tokens, llama.cpp cache_n)."
         )
-    from labkit.analysis.stats import proportion
-
     lead = f"{describe_share(proportion(hits, judged))} of the repeats found their prefix cached"
     if f.ttft_saved is not None and f.ttft_saved.value is not None:
         lead += f"; a hit cut TTFT by {say(f.ttft_saved)} (paired with its cold prime)"
