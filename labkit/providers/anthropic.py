@@ -327,6 +327,9 @@ class AnthropicProvider(Provider):
     settings_model: ClassVar[type[ProviderSettings]] = AnthropicSettings
 
     sdk: ClassVar[SDKAdapter | None] = AnthropicSDK()
+    #: "The minimum cacheable prompt length is 1024 tokens" for Opus and Sonnet, 2048 for
+    #: Haiku, with `cache_control` marking the prefix (docs.anthropic.com, prompt caching).
+    prompt_cache_min_tokens: ClassVar[int | None] = 1024
 
     def tool_format(self) -> ToolFormat | None:
         """Tools in its own tool-call format (`labkit.providers.tools`)."""

@@ -733,6 +733,9 @@ class Provider(ABC):
     #: The server closes the connection after every streamed response whatever it
     #: advertises, so each request asks for `connection: close` (see `closes_connection`).
     closes_after_each_stream: ClassVar[bool] = False
+    #: The shortest prompt the provider's prompt cache serves, in tokens, as its documents
+    #: state (0: any length); None: not documented (the prompt-cache probe asks for one).
+    prompt_cache_min_tokens: ClassVar[int | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

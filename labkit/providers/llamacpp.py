@@ -83,6 +83,14 @@ class LlamaCppSettings(ProviderSettings):
         default=None, ge=0, description="Layers offloaded to the GPU (-ngl); all on CUDA."
     )
     startup_timeout_s: float = Field(default=120.0, gt=0, description="Wait for /health.")
+    cache_ram_mib: int | None = Field(
+        default=None,
+        ge=-1,
+        description="A managed server's host-memory prompt cache (`--cache-ram`, MiB; 0: off, "
+        "-1: no limit): the prompts it keeps after their slot is reused, restored when they "
+        "come back. Null: llama-server's default (8,192 MiB where it has one). 0 leaves the "
+        "slots as the only cache, so a prompt is evicted when its slot serves another.",
+    )
 
     @model_validator(mode="after")
     def _managed_or_url(self) -> LlamaCppSettings:
@@ -97,7 +105,15 @@ class LlamaCppSettings(ProviderSettings):
         """The entry as an existing llama-server at `root` (its root, no `/v1`) that labkit
         alone uses (`exclusive`: the queue rule of a managed one holds); what only a managed
         server takes is dropped."""
-        managed_only = ("managed", "model_path", "server_path", "backend", "gpu_layers", "threads")
+        managed_only = (
+            "managed",
+            "model_path",
+            "server_path",
+            "backend",
+            "gpu_layers",
+            "threads",
+            "cache_ram_mib",
+        )
         kept = {k: v for k, v in entry.items() if k not in managed_only}
         return {**kept, "managed": False, "exclusive": True, "base_url": root}
 
@@ -158,6 +174,7 @@ class LocalLlamaServer:
             gpu_layers=s.gpu_layers,
             log_path=self._log_path,
             startup_timeout_s=s.startup_timeout_s,
+            extra_args=() if s.cache_ram_mib is None else ("--cache-ram", str(s.cache_ram_mib)),
         )
         return self._server.start()
 
@@ -209,6 +226,8 @@ class LlamaCppProvider(OpenAICompatibleProvider):
     chat_path: ClassVar[str] = "/v1/chat/completions"
     reports_server_timings: ClassVar[bool] = True
     tokenizer_name: ClassVar[str | None] = "llamacpp:/tokenize"
+    #: A slot reuses any common prefix (`cache_prompt`, on by default): no minimum.
+    prompt_cache_min_tokens: ClassVar[int | None] = 0
     # llama-server closes the connection after every streamed response although it
     # advertises keep-alive; a request sent on the pooled connection in the moment before
     # that close fails with "Server disconnected without sending a response". Asking for

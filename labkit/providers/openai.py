@@ -589,6 +589,9 @@ class OpenAIProvider(Provider):
     chat_path: ClassVar[str] = "/chat/completions"
     #: Which server timing shapes the parser reads when the settings name no `server:`.
     default_server: ClassVar[str] = "openai"
+    #: "Caching is enabled for prompts containing 1024 tokens or more", in 128-token steps
+    #: (platform.openai.com/docs/guides/prompt-caching).
+    prompt_cache_min_tokens: ClassVar[int | None] = 1024
 
     def tool_format(self) -> ToolFormat | None:
         """Tools in its own tool-call format (`labkit.providers.tools`)."""

@@ -102,6 +102,7 @@ class OpenAICompatibleProvider(OpenAIProvider):
     kind: ClassVar[str] = "openai_compatible"
     settings_model: ClassVar[type[ProviderSettings]] = OpenAICompatibleSettings
     default_server: ClassVar[str] = "auto"
+    prompt_cache_min_tokens: ClassVar[int | None] = None  # each server its own
 
     def wire_params(self, params: dict[str, Any]) -> dict[str, Any]:
         """Parameters go as they are; Fireworks is asked for its perf metrics."""

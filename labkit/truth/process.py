@@ -34,6 +34,8 @@ SCHEDULE_KEYS: dict[str, type] = {
     "cache_tokens": int,
     "cache_ttl_s": float,
     "cached_ms_per_token": float,
+    "cache_min_tokens": int,
+    "cache_replicas": int,
     "queue_ms": float,
     "finish_reason": str,
     "usage": bool,

@@ -22,6 +22,7 @@ from typing import Any
 
 from labkit.truth.batch import batch_flips
 from labkit.truth.cache import PrefixCache
+from labkit.truth.routing import CacheRouter
 from labkit.truth.schedule import MAX_REPLY_TOKENS, Plan, TruthSchedule, plan
 
 __all__ = [
@@ -143,6 +144,8 @@ class Request:
     tool_results: int = 0
     #: llama.cpp's ``cache_prompt`` (false: the prefix cache is not read).
     cache_prompt: bool = True
+    #: OpenAI's ``prompt_cache_key``: which replica's cache it meets (`labkit.truth.routing`).
+    cache_key: str | None = None
     #: llama.cpp's and vLLM's ``ignore_eos``: the reply never stops on its own.
     ignore_eos: bool = False
     #: Sampling: the temperature (None: the API's default, 1) and the seed (None: none).
@@ -288,6 +291,7 @@ def read_request(api: str, body: bytes) -> Request:
         tool_choice=obj.get("tool_choice"),
         tool_results=results,
         cache_prompt=obj.get("cache_prompt") is not False,
+        cache_key=_cache_key(obj.get("prompt_cache_key")),
         ignore_eos=obj.get("ignore_eos") is True,
         temperature=_number(obj.get("temperature")),
         seed=_int(obj.get("seed")),
@@ -295,6 +299,12 @@ def read_request(api: str, body: bytes) -> Request:
         grammar_call=_grammar_call(obj.get("grammar")),
         timings_per_token=obj.get("timings_per_token") is True,
     )
+
+
+def _cache_key(value: Any) -> str | None:
+    """A `prompt_cache_key` as the routing reads it (a non-empty string, at most 1,024
+    characters kept; anything else: none)."""
+    return value[:1024] if isinstance(value, str) and value else None
 
 
 #: The first line of the GBNF grammar labkit forces a tool call with on a llama.cpp model
@@ -468,6 +478,7 @@ class Responder:
         self.batch_rng = random.Random(f"batch-{seed}")
         self.count = 0
         self.cache = PrefixCache()
+        self.router = CacheRouter(self.cache)
         #: The pieces `/tokenize` has cut and the ones replies send, by id (`/detokenize`).
         self.vocabulary: dict[int, str] = {token_id(p): p for p in (*WORDS, *VOCABULARY)}
         self.vocabulary.update({i: p for p, i in SPECIAL_IDS.items()})
@@ -499,8 +510,10 @@ class Responder:
             prompt = list(map(hash, pieces(text)))
         prompt_tokens = len(prompt) if schedule.cache_tokens else count_pieces(text)
         cached = 0
-        if schedule.cache_tokens and request.cache_prompt:
-            cached = self.cache.lookup(prompt, schedule.cache_ttl_s)
+        cacheable = bool(schedule.cache_tokens) and prompt_tokens >= schedule.cache_min_tokens
+        cache = self.router.cache_for(schedule.cache_replicas, request.cache_key)
+        if cacheable and request.cache_prompt:
+            cached = cache.lookup(prompt, schedule.cache_ttl_s)
         planned = plan(
             schedule, prompt_tokens, request.max_tokens, self.rng, cached, request.ignore_eos
         )
@@ -522,9 +535,9 @@ class Responder:
         for n in planned.event_tokens:
             texts.append("".join(words[k : k + n]))
             k += n
-        if schedule.cache_tokens:
+        if cacheable:
             output = list(map(hash, words))
-            self.cache.store(prompt + output, schedule.cache_tokens, schedule.cache_ttl_s)
+            cache.store(prompt + output, schedule.cache_tokens, schedule.cache_ttl_s)
         reply = Reply(
             rid=rid,
             request=request,

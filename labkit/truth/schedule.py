@@ -155,6 +155,21 @@ class TruthSchedule(BaseModel):
     cached_ms_per_token: float = _ms(
         0.0, "Token 1 later by this per cached prompt token (the rest: prefill_ms_per_token)."
     )
+    cache_min_tokens: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_CACHE_TOKENS,
+        description="The shortest prompt the prefix cache reads or keeps, in tokens (0: any), "
+        "as a hosted API's documented minimum (OpenAI and most Anthropic models 1,024).",
+    )
+    cache_replicas: int = Field(
+        default=1,
+        ge=1,
+        le=1_024,
+        description="Replicas behind the server, each with a prefix cache of its own "
+        "(`labkit.truth.routing`): a request with a `prompt_cache_key` goes to the replica its "
+        "key hashes to, one without to the next replica in turn (1: one cache).",
+    )
     queue_ms: float = _ms(
         0.0,
         "A wait before service starts, reported as the server's queue time (before the "

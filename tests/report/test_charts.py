@@ -136,6 +136,7 @@ def test_no_figures_no_pictures_and_a_sentence_for_each() -> None:
         "token_view",
         "prefill_decode",
         "attribution",
+        "prompt_cache",
     }
     for items in pictures.values():
         assert items and all(isinstance(item, str) for item in items)
