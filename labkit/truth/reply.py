@@ -153,6 +153,9 @@ class Request:
     #: The tool a llama.cpp `grammar` forces the reply to call as JSON text (labkit's
     #: forced-call grammar, `FORCED_CALL_MARK`): its first `name` alternative; None: none.
     grammar_call: str | None = None
+    #: Whether the request asks the model to reason (Chat `reasoning_effort`, Responses
+    #: `reasoning.effort`, other than "none"): the schedule's hidden reasoning applies.
+    reasoning: bool = False
 
     @property
     def prompt_text(self) -> str:
@@ -290,7 +293,21 @@ def read_request(api: str, body: bytes) -> Request:
         seed=_int(obj.get("seed")),
         top_logprobs=_top_logprobs(api, obj),
         grammar_call=_grammar_call(obj.get("grammar")),
+        reasoning=_asks_reasoning(api, obj),
     )
+
+
+def _asks_reasoning(api: str, obj: dict[str, Any]) -> bool:
+    """Whether a body asks for reasoning: Chat's `reasoning_effort` or Responses'
+    `reasoning: {effort}` (OpenAI's API reference), set and not "none"."""
+    if api == "chat":
+        effort = obj.get("reasoning_effort")
+    elif api == "responses":
+        reasoning = obj.get("reasoning")
+        effort = reasoning.get("effort") if isinstance(reasoning, dict) else None
+    else:
+        return False
+    return isinstance(effort, str) and effort not in ("", "none")
 
 
 #: The first line of the GBNF grammar labkit forces a tool call with on a llama.cpp model
@@ -404,6 +421,11 @@ class Reply:
         return self.plan.output_tokens + self.plan.end_token
 
     @property
+    def reasoning_tokens(self) -> int:
+        """Hidden reasoning tokens thought before the first output event (never streamed)."""
+        return self.plan.reasoning_tokens
+
+    @property
     def capped(self) -> bool:
         """Ended by the request's max_tokens."""
         return self.plan.capped
@@ -490,7 +512,13 @@ class Responder:
         if schedule.cache_tokens and request.cache_prompt:
             cached = self.cache.lookup(prompt, schedule.cache_ttl_s)
         planned = plan(
-            schedule, prompt_tokens, request.max_tokens, self.rng, cached, request.ignore_eos
+            schedule,
+            prompt_tokens,
+            request.max_tokens,
+            self.rng,
+            cached,
+            request.ignore_eos,
+            reasoning=request.reasoning,
         )
         steps = self._steps(schedule, request, planned.output_tokens)
         if schedule.sampling:

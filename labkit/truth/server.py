@@ -861,6 +861,8 @@ class Server:
             "queue_ms": timings.queue_ms,
             "prefill_ms": reply.plan.first_ms,
             "decode_ms": reply.plan.decode_ms,
+            "reasoning_tokens": reply.reasoning_tokens,
+            "thinking_ms": reply.plan.thinking_ms if reply.reasoning_tokens else None,
             "reported": self._reported(stream, timings),
         }
         self.totals["prompt"] += reply.prompt_tokens

@@ -638,10 +638,13 @@ class Render:
 
     def _chat_usage(self) -> dict[str, Any]:
         reply = self.reply
-        p, n = reply.prompt_tokens, reply.usage_output_tokens
+        p, r = reply.prompt_tokens, reply.reasoning_tokens
+        n = reply.usage_output_tokens + r
         usage: dict[str, Any] = {"prompt_tokens": p, "completion_tokens": n, "total_tokens": p + n}
         if reply.schedule.cache_tokens:
             usage["prompt_tokens_details"] = {"cached_tokens": reply.cached_tokens}
+        if r:  # OpenAI Chat: hidden reasoning counted inside completion_tokens (API reference)
+            usage["completion_tokens_details"] = {"reasoning_tokens": r}
         return usage
 
     def _messages_input(self) -> dict[str, Any]:
@@ -689,9 +692,13 @@ class Render:
         }
 
     def _responses_usage(self, p: int, n: int) -> dict[str, Any]:
+        r = self.reply.reasoning_tokens
+        n += r
         usage: dict[str, Any] = {"input_tokens": p, "output_tokens": n, "total_tokens": p + n}
         if self.reply.schedule.cache_tokens:
             usage["input_tokens_details"] = {"cached_tokens": self.reply.cached_tokens}
+        if r:  # OpenAI Responses: hidden reasoning counted inside output_tokens (API reference)
+            usage["output_tokens_details"] = {"reasoning_tokens": r}
         return usage
 
     def body(self, t: Timings) -> bytes:
