@@ -35,6 +35,8 @@ SCHEDULE_KEYS: dict[str, type] = {
     "cache_ttl_s": float,
     "cached_ms_per_token": float,
     "queue_ms": float,
+    "reasoning_tokens": int,
+    "reasoning_ms_per_token": float,
     "finish_reason": str,
     "usage": bool,
     "end_token": bool,
@@ -47,8 +49,6 @@ SCHEDULE_KEYS: dict[str, type] = {
     "server_timings": str,
     "tool_calls": int,
     "parallel_tool_calls": int,
-    "reasoning_tokens": int,
-    "reasoning_ms_per_token": float,
 }
 #: Older names of settings, still read.
 ALIASES = {"ttft_ms": "first_token_ms", "interval_ms": "token_interval_ms"}
