@@ -355,8 +355,9 @@ def plan(
     """The timing of one response under `schedule` (overrides already applied): token 1
     after the fixed part, each uncached prompt token's prefill and each cached one's read
     (the whole wait at most `MAX_WAIT_MS`), then, when `reasoning` is asked and the schedule
-    has `reasoning_tokens`, the hidden thinking, each reasoning token jittered. `ignore_eos`: the reply never stops on its own:
-    `max_tokens` long (else `tokens`; at most `MAX_REPLY_TOKENS`), ended by that length."""
+    has `reasoning_tokens`, the hidden thinking, each reasoning token jittered. `ignore_eos`:
+    the reply never stops on its own: `max_tokens` long (else `tokens`; at most
+    `MAX_REPLY_TOKENS`), ended by that length."""
     n = schedule.tokens
     capped = bool(max_tokens) and max_tokens is not None and max_tokens < n
     if schedule.end_token and max_tokens == n and n:

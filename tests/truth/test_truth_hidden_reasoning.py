@@ -64,7 +64,10 @@ def test_the_plan_thinks_inside_the_first_wait_only_when_asked() -> None:
 @pytest.mark.integration
 @pytest.mark.parametrize(
     ("kind", "ask"),
-    [("openai", {"reasoning_effort": "low"}), ("openai_responses", {"reasoning": {"effort": "low"}})],
+    [
+        ("openai", {"reasoning_effort": "low"}),
+        ("openai_responses", {"reasoning": {"effort": "low"}}),
+    ],
 )
 def test_hidden_reasoning_is_counted_never_streamed_and_logged(
     tmp_path: Path, kind: str, ask: dict[str, object]
