@@ -28,6 +28,7 @@ from labkit.wording.thinking import thinking_answer
 
 __all__ = ["ThinkingExperiment", "ThinkingSettings"]
 
+
 class ThinkingSettings(ExperimentSettings):
     """One prompt, sent `repeats` times (2 or more: the interval is across requests) with
     reasoning asked for."""
