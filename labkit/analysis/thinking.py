@@ -6,7 +6,8 @@ is inside the TTFT and nowhere else.
 Each such request's thinking is estimated as its reasoning tokens × its own visible decode
 pace (`client.decode_ms_per_token`, taken over the tokens the stream delivered): the hidden
 tokens are taken to be decoded at the pace the visible ones were. Its TTFT then splits into
-waiting (TTFT − thinking: network, queue and prefill before the thinking began), thinking
+waiting (TTFT − thinking: network, queue and prefill before the thinking began; the
+server's own prefill named where it reports one), thinking
 (estimated) and, after it, answering (the visible stream, measured).
 
 The interval is across the run's requests: each part is a `labkit.analysis.stats.mean` with
@@ -56,6 +57,7 @@ def thinking_estimate(record: RequestRecord) -> ThinkingRequest | None:
         thinking_ms=thinking,
         waiting_ms=c.ttft_ms - thinking,
         answering_ms=c.last_token_ms - c.ttft_ms,
+        server_prefill_ms=record.provider_timings.prefill_ms,
     )
 
 
@@ -94,6 +96,11 @@ def thinking_figures(records: Iterable[RequestRecord], params: dict[str, Any]) -
             "answering_ms",
         )
     }
+    prefills = [e.server_prefill_ms for e in estimates]
+    reported = [p for p in prefills if p is not None]
+    prefill = mean(reported) if len(reported) == len(prefills) else None
     ttft, thinking = parts["ttft_ms"].value, parts["thinking_ms"].value
     share = thinking / ttft if ttft and thinking is not None else None
-    return figures.model_copy(update={**parts, "thinking_share": share})
+    return figures.model_copy(
+        update={**parts, "thinking_share": share, "server_prefill_ms": prefill}
+    )

@@ -38,6 +38,11 @@ class ThinkingRequest(_Figures):
     answering_ms: float = Field(
         description="The visible answer: last_token_ms − ttft_ms (measured)."
     )
+    server_prefill_ms: float | None = Field(
+        default=None,
+        description="Of the waiting, the prefill the server reports (provider_timings."
+        "prefill_ms); None: not reported.",
+    )
 
 
 @register_figures
@@ -72,6 +77,11 @@ class ThinkingFigures(_ExperimentFigures):
         default=None, description="Estimated thinking time: the mean of the requests' estimates."
     )
     waiting_ms: Mean | None = None
+    server_prefill_ms: Mean | None = Field(
+        default=None,
+        description="Of the waiting, the server's own prefill, where every estimated reply "
+        "reports one (None: not reported).",
+    )
     answering_ms: Mean | None = None
     thinking_share: float | None = Field(
         default=None, description="Estimated thinking's share of the mean TTFT."

@@ -421,6 +421,11 @@ class Reply:
         return self.plan.output_tokens + self.plan.end_token
 
     @property
+    def generated_tokens(self) -> int:
+        """Tokens the server decoded, as its own timings count them: hidden reasoning too."""
+        return self.usage_output_tokens + self.plan.reasoning_tokens
+
+    @property
     def reasoning_tokens(self) -> int:
         """Hidden reasoning tokens thought before the first output event (never streamed)."""
         return self.plan.reasoning_tokens

@@ -49,7 +49,8 @@ def _sse(obj: Any, event: str | None = None) -> bytes:
 class Timings:
     """What the server did for one reply, in ms, as its own timings report it: the wait
     for service (`queue_ms`: the schedule's queue and a slot's), the prefill (start of
-    service to token 1), the decode (token 1 to the last), and the time from the server's
+    service to token 1, less any hidden reasoning), the decode (token 1 to the last, hidden
+    reasoning included: decoded, never streamed), and the time from the server's
     clock starting (past the front end) to the headers (`headers_ms`, OpenAI's
     ``openai-processing-ms``)."""
 
@@ -78,7 +79,7 @@ def slot_timings(reply: Reply, t: Timings) -> dict[str, Any]:
     prefilled (not cached), ``predicted_per_token_ms`` = ``predicted_ms`` / (``predicted_n``
     − 1), as that build divides."""
     prompt_n = reply.prompt_tokens - reply.cached_tokens
-    predicted_n = reply.usage_output_tokens
+    predicted_n = reply.generated_tokens
     steps = predicted_n - 1
     return {
         "cache_n": reply.cached_tokens,
@@ -100,7 +101,7 @@ def server_fields(reply: Reply, t: Timings) -> tuple[dict[str, Any], bool]:
     if kind == "groq":
         usage = {
             "prompt_tokens": reply.prompt_tokens,
-            "completion_tokens": reply.usage_output_tokens,
+            "completion_tokens": reply.generated_tokens,
             **_seconds_split(t),
         }
         return {"x_groq": {"id": "req_" + reply.rid, "usage": usage}}, True
@@ -114,7 +115,7 @@ def server_fields(reply: Reply, t: Timings) -> tuple[dict[str, Any], bool]:
         }
         return {"perf_metrics": metrics}, True
     if kind == "vllm":
-        steps = reply.usage_output_tokens - 1
+        steps = reply.generated_tokens - 1
         return {
             "metrics": {
                 "queue_time_ms": t.queue_ms,
@@ -137,7 +138,7 @@ def timing_headers(reply: Reply, t: Timings) -> dict[str, str]:
     kind = reply.schedule.server_timings
     if kind == "tgi":
         total = f"{t.total_ms:.0f}"
-        steps = reply.usage_output_tokens - 1
+        steps = reply.generated_tokens - 1
         return {
             "x-compute-time": total,
             "x-total-time": total,

@@ -30,7 +30,7 @@ SCHEDULE = {
 
 
 def served(
-    tmp_path: Path, kind: str, *requests: ChatRequest, **schedule: float
+    tmp_path: Path, kind: str, *requests: ChatRequest, **schedule: object
 ) -> list[tuple[RequestRecord, TruthRequest]]:
     log = tmp_path / "truth.jsonl"
 
@@ -84,3 +84,24 @@ def test_hidden_reasoning_is_counted_never_streamed_and_logged(
     assert plain.usage.reasoning_tokens in (None, 0)
     assert (plain_truth.reasoning_tokens, plain_truth.thinking_ms) == (0, None)
     assert plain.usage.output_tokens == 6
+
+
+@pytest.mark.integration
+def test_llamacpps_own_timings_count_the_thinking_as_decode_not_prefill(tmp_path: Path) -> None:
+    """llama-server's `timings`: the hidden reasoning is predicted (decoded) tokens, not
+    prompt processing; labkit takes both the end token and the reasoning out of the count
+    its decode divides by."""
+    ((rec, truth),) = served(
+        tmp_path,
+        "llamacpp",
+        chat(reasoning_effort="high"),
+        server_timings="llamacpp",
+        end_token=True,  # as llama-server counts its end token: never streamed
+    )
+    assert rec.error is None and truth.thinking_ms is not None and truth.prefill_ms is not None
+    raw = rec.provider_timings.raw
+    assert raw is not None and raw["predicted_n"] == 6 + 1 + 40
+    assert rec.provider_timings.prefill_ms == pytest.approx(truth.prefill_ms - truth.thinking_ms)
+    assert truth.decode_ms is not None
+    assert raw["predicted_ms"] == pytest.approx(truth.decode_ms + truth.thinking_ms)
+    assert rec.usage.reasoning_tokens == 40 and rec.usage.streamed_output_tokens == 6
