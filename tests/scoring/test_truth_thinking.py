@@ -6,15 +6,25 @@ and the report's picture must name the thinking estimated."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 import yaml
 from typer.testing import CliRunner
 
+from labkit.analysis.thinking import thinking_figures
 from labkit.cli import app
-from labkit.scoring.grading import Grade
+from labkit.measurement.recorder import RecordContext, StreamRecorder
+from labkit.records import LabAnswer, RequestRecord
+from labkit.scoring.grading import Check, Grade
+from labkit.scoring.grading.base import Truth
+from labkit.scoring.grading.thinking import grade_thinking
+from labkit.truth.log import read_truth_log
+from labkit.truth.process import TruthServer
 from labkit.truth.schedule import LAB_SCHEDULE
+from labkit.wording.thinking import thinking_answer
+from tests.providers.streams import chat, make_provider
 
 pytestmark = pytest.mark.integration
 
@@ -51,3 +61,49 @@ def test_the_hidden_thinking_time_is_recovered_within_its_interval(tmp_path: Pat
         assert checks[f"thinking · {provider} · replies with hidden reasoning"].ok is True
     html = (run_dir / "report.html").read_text()
     assert "thinking (estimated)" in html and 'data-chart="thinking"' in html
+
+
+def _graded_thinking(tmp_path: Path, **schedule: float) -> dict[str, Check]:
+    """Eight requests asking for reasoning, recorded against a truth server on `schedule`,
+    estimated and graded."""
+    tmp_path.mkdir()
+    log = tmp_path / "truth.jsonl"
+
+    async def go() -> list[RequestRecord]:
+        with TruthServer(truth_log=log, **schedule) as server:
+            provider = make_provider("openai", api_key="k", base_url=server.base_url)
+            ctx = RecordContext(run_id="r", experiment="thinking")
+            try:
+                return [
+                    await StreamRecorder().record(provider, chat(reasoning_effort="low"), ctx)
+                    for _ in range(8)
+                ]
+            finally:
+                await provider.aclose()
+
+    records = asyncio.run(go())
+    figures = thinking_figures(records, {})
+    answer = LabAnswer(
+        experiment="thinking",
+        provider="p",
+        model="m",
+        question="?",
+        answer=thinking_answer(figures, "p"),
+        figures=figures,
+    )
+    checks = grade_thinking(answer, records, Truth(read_truth_log(log)))
+    return {c.name: c for c in checks}
+
+
+def test_a_thinking_pace_unlike_the_visible_one_is_caught_by_the_grade(tmp_path: Path) -> None:
+    """The estimate's one assumption, made false on purpose: the server thinks 3 times
+    slower than it answers, and the stated interval misses the truth by about that much;
+    at the visible pace the same requests are covered."""
+    base = {"first_token_ms": 5, "token_interval_ms": 2, "tokens": 24, "reasoning_tokens": 60}
+    same = _graded_thinking(tmp_path / "same", **base)
+    slow = _graded_thinking(tmp_path / "slow", **base, reasoning_ms_per_token=6)
+    name = "thinking time, estimated (mean)"
+    assert same[name].ok is True and same["replies with hidden reasoning"].ok is True
+    assert slow[name].ok is False and slow["replies with hidden reasoning"].ok is True
+    assert slow[name].true_value is not None and slow[name].value is not None
+    assert slow[name].true_value == pytest.approx(3 * slow[name].value, rel=0.2)
