@@ -1,5 +1,5 @@
 """`thinking` in the report: each provider's time to the last token as waiting, thinking
-(estimated, hatched apart by colour and named so) and answering, the mean of the requests
+(estimated: a colour of its own, and named so in the legend) and answering, the mean of the requests
 with hidden reasoning and each request beside it."""
 
 from __future__ import annotations
