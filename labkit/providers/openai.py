@@ -496,17 +496,19 @@ class OpenAIChatParser(StreamParser):
         """
         u = self.usage
         output, reasoning = u.output_tokens, u.reasoning_tokens
-        if output is not None and output > 0 and self._counts_end_token():
-            return output - 1
-        if output is None or not reasoning:
-            return output
+        if output is None:
+            return None
+        # the end token and hidden reasoning both out (a server counting both: issue 45)
+        end = 1 if output > 0 and self._counts_end_token() else 0
+        if not reasoning:
+            return output - end
         total, prompt = self._total_tokens, u.input_tokens
         outside = total is not None and prompt is not None and total == prompt + output + reasoning
         if outside:
-            return output + reasoning if self._reasoning_streamed else output
+            return (output + reasoning if self._reasoning_streamed else output) - end
         if not self._reasoning_streamed:
-            return max(output - reasoning, 0)
-        return output
+            return max(output - end - reasoning, 0)
+        return output - end
 
     def _counts_end_token(self) -> bool:
         """Whether `completion_tokens` holds an end token the stream never carried: the

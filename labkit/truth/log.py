@@ -195,6 +195,15 @@ class TruthRequest(BaseModel):
     decode_ms: float | None = Field(
         default=None, description="First output event to the last, as planned (ms)."
     )
+    reasoning_tokens: int = Field(
+        default=0,
+        description="Hidden reasoning tokens thought before the first output event: never "
+        "sent, counted in the usage (0: none; older logs: absent).",
+    )
+    thinking_ms: float | None = Field(
+        default=None,
+        description="The true time of the hidden reasoning, inside prefill_ms (None: none).",
+    )
     reported: dict[str, Any] | None = Field(
         default=None,
         description="The server's own timings as the reply carried them: `headers` and the "

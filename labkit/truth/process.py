@@ -37,6 +37,8 @@ SCHEDULE_KEYS: dict[str, type] = {
     "cache_min_tokens": int,
     "cache_replicas": int,
     "queue_ms": float,
+    "reasoning_tokens": int,
+    "reasoning_ms_per_token": float,
     "finish_reason": str,
     "usage": bool,
     "end_token": bool,

@@ -159,6 +159,9 @@ class Request:
     grammar_call: str | None = None
     #: llama.cpp's ``timings_per_token``: its cumulative `timings` on every token chunk.
     timings_per_token: bool = False
+    #: Whether the request asks the model to reason (Chat `reasoning_effort`, Responses
+    #: `reasoning.effort`, other than "none"): the schedule's hidden reasoning applies.
+    reasoning: bool = False
 
     @property
     def prompt_text(self) -> str:
@@ -298,6 +301,7 @@ def read_request(api: str, body: bytes) -> Request:
         top_logprobs=_top_logprobs(api, obj),
         grammar_call=_grammar_call(obj.get("grammar")),
         timings_per_token=obj.get("timings_per_token") is True,
+        reasoning=_asks_reasoning(api, obj),
     )
 
 
@@ -305,6 +309,19 @@ def _cache_key(value: Any) -> str | None:
     """A `prompt_cache_key` as the routing reads it (a non-empty string, at most 1,024
     characters kept; anything else: none)."""
     return value[:1024] if isinstance(value, str) and value else None
+
+
+def _asks_reasoning(api: str, obj: dict[str, Any]) -> bool:
+    """Whether a body asks for reasoning: Chat's `reasoning_effort` or Responses'
+    `reasoning: {effort}` (OpenAI's API reference), set and not "none"."""
+    if api == "chat":
+        effort = obj.get("reasoning_effort")
+    elif api == "responses":
+        reasoning = obj.get("reasoning")
+        effort = reasoning.get("effort") if isinstance(reasoning, dict) else None
+    else:
+        return False
+    return isinstance(effort, str) and effort not in ("", "none")
 
 
 #: The first line of the GBNF grammar labkit forces a tool call with on a llama.cpp model
@@ -422,6 +439,16 @@ class Reply:
         return self.plan.output_tokens + self.plan.end_token
 
     @property
+    def generated_tokens(self) -> int:
+        """Tokens the server decoded, as its own timings count them: hidden reasoning too."""
+        return self.usage_output_tokens + self.plan.reasoning_tokens
+
+    @property
+    def reasoning_tokens(self) -> int:
+        """Hidden reasoning tokens thought before the first output event (never streamed)."""
+        return self.plan.reasoning_tokens
+
+    @property
     def capped(self) -> bool:
         """Ended by the request's max_tokens."""
         return self.plan.capped
@@ -515,7 +542,13 @@ class Responder:
         if cacheable and request.cache_prompt:
             cached = cache.lookup(prompt, schedule.cache_ttl_s)
         planned = plan(
-            schedule, prompt_tokens, request.max_tokens, self.rng, cached, request.ignore_eos
+            schedule,
+            prompt_tokens,
+            request.max_tokens,
+            self.rng,
+            cached,
+            request.ignore_eos,
+            reasoning=request.reasoning,
         )
         steps = self._steps(schedule, request, planned.output_tokens)
         flipped: list[int] = []

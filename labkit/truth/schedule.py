@@ -177,6 +177,27 @@ class TruthSchedule(BaseModel):
         "during it).",
     )
 
+    # --- hidden reasoning ---
+    reasoning_tokens: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_REPLY_TOKENS,
+        description="Hidden reasoning: a request that asks for reasoning (Chat "
+        "`reasoning_effort`, Responses `reasoning.effort`, other than none) is thought about "
+        "for this many tokens before its first visible token, at reasoning_ms_per_token each; "
+        "they are never streamed and are counted in the usage (Chat "
+        "`completion_tokens_details.reasoning_tokens`, Responses "
+        "`output_tokens_details.reasoning_tokens`), as OpenAI's reasoning models do (0: off).",
+    )
+    reasoning_ms_per_token: float | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_WAIT_MS,
+        allow_inf_nan=False,
+        description="Time per hidden reasoning token (null: token_interval_ms, the visible "
+        "decode pace).",
+    )
+
     # --- the reply's end ---
     finish_reason: str = Field(
         default="stop",
@@ -322,6 +343,8 @@ LAB_SCHEDULE: dict[str, Any] = {
     "candidates": 5,
     "server_timings": CPP_SHAPE,
     "slots": 1,
+    # only requests asking for reasoning think (the `thinking` experiment's); others: as before
+    "reasoning_tokens": 96,
 }
 
 _ALIASES = {
@@ -344,6 +367,10 @@ class Plan:
     #: output event (after the start of service when there is none: then at `first_ms`).
     end_token: bool = False
     end_gap_ms: float = 0.0
+    #: Hidden reasoning before the first output event, inside `first_ms`: its tokens (never
+    #: streamed, counted in the usage) and the time they took.
+    reasoning_tokens: int = 0
+    thinking_ms: float = 0.0
 
     @property
     def output_tokens(self) -> int:
@@ -363,11 +390,14 @@ def plan(
     rng: random.Random,
     cached_tokens: int = 0,
     ignore_eos: bool = False,
+    reasoning: bool = False,
 ) -> Plan:
     """The timing of one response under `schedule` (overrides already applied): token 1
     after the fixed part, each uncached prompt token's prefill and each cached one's read
-    (the whole wait at most `MAX_WAIT_MS`). `ignore_eos`: the reply never stops on its own:
-    `max_tokens` long (else `tokens`; at most `MAX_REPLY_TOKENS`), ended by that length."""
+    (the whole wait at most `MAX_WAIT_MS`), then, when `reasoning` is asked and the schedule
+    has `reasoning_tokens`, the hidden thinking, each reasoning token jittered. `ignore_eos`:
+    the reply never stops on its own: `max_tokens` long (else `tokens`; at most
+    `MAX_REPLY_TOKENS`), ended by that length."""
     n = schedule.tokens
     capped = bool(max_tokens) and max_tokens is not None and max_tokens < n
     if schedule.end_token and max_tokens == n and n:
@@ -391,6 +421,11 @@ def plan(
             MAX_WAIT_MS,
         )
     )
+    thought = schedule.reasoning_tokens if reasoning else 0
+    pace = schedule.reasoning_ms_per_token
+    pace = schedule.token_interval_ms if pace is None else pace
+    thinking = min(sum(jittered(pace) for _ in range(thought)), MAX_WAIT_MS - first)
+    first += thinking
     gaps = [jittered(schedule.token_interval_ms * per) for _ in sizes[1:]]
     end_token = schedule.end_token and not capped
     end_gap = jittered(schedule.token_interval_ms) if end_token and sizes else 0.0
@@ -401,6 +436,8 @@ def plan(
         capped=capped,
         end_token=end_token,
         end_gap_ms=end_gap,
+        reasoning_tokens=thought,
+        thinking_ms=thinking,
     )
 
 

@@ -241,10 +241,11 @@ class _Stream:
         reply = self.reply
         queue = reply.schedule.queue_ms + self.wait_ns / 1e6
         headers = self.t_headers if self.t_headers is not None else now
+        thinking = reply.plan.thinking_ms  # hidden reasoning: decoded, not prefilled
         return Timings(
             queue_ms=queue,
-            prefill_ms=reply.plan.first_ms,
-            decode_ms=reply.plan.decode_ms,
+            prefill_ms=reply.plan.first_ms - thinking,
+            decode_ms=reply.plan.decode_ms + thinking,
             headers_ms=(headers - self.t_admit) / 1e6,
         )
 
@@ -872,6 +873,8 @@ class Server:
             "queue_ms": timings.queue_ms,
             "prefill_ms": reply.plan.first_ms,
             "decode_ms": reply.plan.decode_ms,
+            "reasoning_tokens": reply.reasoning_tokens,
+            "thinking_ms": reply.plan.thinking_ms if reply.reasoning_tokens else None,
             "reported": self._reported(stream, timings),
         }
         if stream.render.token_times is not None:  # per-token timings were sent

@@ -50,7 +50,8 @@ def _sse(obj: Any, event: str | None = None) -> bytes:
 class Timings:
     """What the server did for one reply, in ms, as its own timings report it: the wait
     for service (`queue_ms`: the schedule's queue and a slot's), the prefill (start of
-    service to token 1), the decode (token 1 to the last), and the time from the server's
+    service to token 1, less any hidden reasoning), the decode (token 1 to the last, hidden
+    reasoning included: decoded, never streamed), and the time from the server's
     clock starting (past the front end) to the headers (`headers_ms`, OpenAI's
     ``openai-processing-ms``)."""
 
@@ -79,7 +80,7 @@ def slot_timings(reply: Reply, t: Timings) -> dict[str, Any]:
     prefilled (not cached), ``predicted_per_token_ms`` = ``predicted_ms`` / (``predicted_n``
     − 1), as that build divides."""
     prompt_n = reply.prompt_tokens - reply.cached_tokens
-    predicted_n = reply.usage_output_tokens
+    predicted_n = reply.generated_tokens
     steps = predicted_n - 1
     return {
         "cache_n": reply.cached_tokens,
@@ -101,7 +102,7 @@ def server_fields(reply: Reply, t: Timings) -> tuple[dict[str, Any], bool]:
     if kind == "groq":
         usage = {
             "prompt_tokens": reply.prompt_tokens,
-            "completion_tokens": reply.usage_output_tokens,
+            "completion_tokens": reply.generated_tokens,
             **_seconds_split(t),
         }
         return {"x_groq": {"id": "req_" + reply.rid, "usage": usage}}, True
@@ -115,7 +116,7 @@ def server_fields(reply: Reply, t: Timings) -> tuple[dict[str, Any], bool]:
         }
         return {"perf_metrics": metrics}, True
     if kind == "vllm":
-        steps = reply.usage_output_tokens - 1
+        steps = reply.generated_tokens - 1
         return {
             "metrics": {
                 "queue_time_ms": t.queue_ms,
@@ -138,7 +139,7 @@ def timing_headers(reply: Reply, t: Timings) -> dict[str, str]:
     kind = reply.schedule.server_timings
     if kind == "tgi":
         total = f"{t.total_ms:.0f}"
-        steps = reply.usage_output_tokens - 1
+        steps = reply.generated_tokens - 1
         return {
             "x-compute-time": total,
             "x-total-time": total,
@@ -662,10 +663,13 @@ class Render:
 
     def _chat_usage(self) -> dict[str, Any]:
         reply = self.reply
-        p, n = reply.prompt_tokens, reply.usage_output_tokens
+        p, r = reply.prompt_tokens, reply.reasoning_tokens
+        n = reply.usage_output_tokens + r
         usage: dict[str, Any] = {"prompt_tokens": p, "completion_tokens": n, "total_tokens": p + n}
         if reply.schedule.cache_tokens:
             usage["prompt_tokens_details"] = {"cached_tokens": reply.cached_tokens}
+        if r:  # OpenAI Chat: hidden reasoning counted inside completion_tokens (API reference)
+            usage["completion_tokens_details"] = {"reasoning_tokens": r}
         return usage
 
     def _messages_input(self) -> dict[str, Any]:
@@ -713,9 +717,13 @@ class Render:
         }
 
     def _responses_usage(self, p: int, n: int) -> dict[str, Any]:
+        r = self.reply.reasoning_tokens
+        n += r
         usage: dict[str, Any] = {"input_tokens": p, "output_tokens": n, "total_tokens": p + n}
         if self.reply.schedule.cache_tokens:
             usage["input_tokens_details"] = {"cached_tokens": self.reply.cached_tokens}
+        if r:  # OpenAI Responses: hidden reasoning counted inside output_tokens (API reference)
+            usage["output_tokens_details"] = {"reasoning_tokens": r}
         return usage
 
     def body(self, t: Timings) -> bytes:

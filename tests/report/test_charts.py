@@ -137,6 +137,7 @@ def test_no_figures_no_pictures_and_a_sentence_for_each() -> None:
         "prefill_decode",
         "attribution",
         "prompt_cache",
+        "thinking",
     }
     for items in pictures.values():
         assert items and all(isinstance(item, str) for item in items)
