@@ -109,6 +109,9 @@ class RecordContext:
     queue_ms: float | None = None
     store_text: bool = True
     record_id: str | None = None
+    #: The plan's key for this request (`PlannedRequest.key`), on every record it makes,
+    #: the partial one of a cancelled request too (a resume tells what was done by it).
+    plan_key: str | None = None
     #: The request's trace context (`labkit.tracing.context`) and the headers that carry it,
     #: made before the clock starts; the recorder adds them to the request on either path.
     trace: RequestTrace | None = None
@@ -817,6 +820,7 @@ def assemble_record(
     return RequestRecord(
         run_id=ctx.run_id,
         record_id=ctx.record_id or uuid.uuid4().hex,
+        plan_key=ctx.plan_key,
         experiment=ctx.experiment,
         trial=ctx.trial,
         attempt=ctx.attempt,

@@ -82,13 +82,13 @@ class Measurer:
             queue_ms=queue_ms,
             store_text=self._store_text or planned.on_record is not None,
             record_id=record_id,
+            plan_key=planned.key,
             trace=trace,
             trace_headers=trace_headers(trace),
         )
         sdk_path = planned.request.client_path == "sdk"
         recorder = self._sdk() if sdk_path else self._recorder
         record = await recorder.record(provider, planned.request, ctx)
-        record.plan_key = planned.key
         if planned.on_record is not None:
             planned.on_record(record)
         return record

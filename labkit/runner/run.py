@@ -722,7 +722,15 @@ def prepare_resume(run_dir: Path, on_warning: Callable[[str], None] | None = Non
         for pid, entry in (folder.manifest.providers or {}).items()
         if intact and entry.finished and pid in {p.id for p in config.providers}
     }
-    unkeyed = sum(1 for r in previous if not r.plan_key and r.provider not in finished)
+    # A cancelled request is sent again whatever its key; any other record without one
+    # (an older labkit's) leaves what was done unknown.
+    unkeyed = sum(
+        1
+        for r in previous
+        if not r.plan_key
+        and r.provider not in finished
+        and not (r.error is not None and r.error.kind == ErrorKind.CANCELLED)
+    )
     if unkeyed:
         folder.release()
         again = folder.manifest.config_path or "CONFIG"

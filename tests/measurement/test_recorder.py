@@ -427,7 +427,9 @@ def test_cancelled_request_hands_partial_record_over() -> None:
         recorder = StreamRecorder(on_cancelled=kept.append)
         try:
             task = asyncio.create_task(
-                recorder.record(provider, chat(), RecordContext(run_id="r", experiment="t"))
+                recorder.record(
+                    provider, chat(), RecordContext(run_id="r", experiment="t", plan_key="t/0")
+                )
             )
             await stream.stalled.wait()
             task.cancel()
@@ -448,6 +450,8 @@ def test_cancelled_request_hands_partial_record_over() -> None:
     assert rec.error is not None and rec.error.kind == ErrorKind.CANCELLED
     assert rec.stop_reason == StopReason.CANCELLED
     assert rec.output_text == "a" and rec.client.ttft_ms is not None
+    # The partial record carries its plan key, so a resume can tell which request it was.
+    assert rec.plan_key == "t/0"
 
 
 def test_http_error_retry_after_as_http_date() -> None:
