@@ -372,6 +372,9 @@ class ChatRequest:
     #: Alternatives per output token to collect logprobs for (`Provider.logprob_params`
     #: puts the ask into `params`); None: none collected, the parser never looks.
     top_logprobs: int | None = None
+    #: Connect to this (host, port) instead of the URL's, the URL and its Host header kept:
+    #: a vantage point's route to the same server (`labkit.wire.relay`); None: the URL's.
+    route: tuple[str, int] | None = None
 
     @property
     def prompt_text(self) -> str:

@@ -1,0 +1,159 @@
+"""A TCP relay on 127.0.0.1 that delays each direction's bytes: a network route labkit
+controls, for a vantage point on a machine whose kernel has no netem qdisc.
+
+Every chunk read from one side is written to the other no earlier than its read plus the
+one-way delay (`delay_ms / 2`, each way) plus a seeded uniform jitter in ±`jitter_ms / 2`,
+and never before the chunk read before it (bytes keep their order). A request's TTFT
+therefore grows by the round trip `delay_ms` (the request's bytes one way, the first
+event's the other), in the mean; the TCP handshake is with the relay on loopback and is not
+delayed. The relay runs its own event loop in a thread of its own, so its timers never
+delay the stamps of the loop that measures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+from dataclasses import dataclass
+
+__all__ = ["DelayRelay", "RelayRoute"]
+
+_CHUNK = 65536
+
+
+@dataclass(frozen=True, slots=True)
+class RelayRoute:
+    """What a relay adds: the round trip `delay_ms`, split evenly between the directions,
+    and each chunk's jitter, uniform in ±`jitter_ms / 2` per direction (seeded)."""
+
+    delay_ms: float = 0.0
+    jitter_ms: float = 0.0
+    seed: int = 0
+
+
+class DelayRelay:
+    """A relay from 127.0.0.1:`port` to `upstream` (host, port), adding `route`'s delay.
+
+    `start()` binds and returns the port; `close()` stops it and every connection. One relay
+    serves any number of connections, each with both directions delayed independently.
+    """
+
+    def __init__(self, upstream: tuple[str, int], route: RelayRoute) -> None:
+        self.upstream = upstream
+        self.route = route
+        self._rng = random.Random(route.seed)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.port: int | None = None
+        #: Connections accepted so far.
+        self.connections = 0
+
+    def start(self) -> int:
+        """Bind 127.0.0.1 on a free port, serve in a thread of its own, return the port."""
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        def serve() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            try:
+                self._server = loop.run_until_complete(
+                    asyncio.start_server(self._handle, "127.0.0.1", 0)
+                )
+                self.port = int(self._server.sockets[0].getsockname()[1])
+            except OSError as exc:
+                failure.append(exc)
+                ready.set()
+                loop.close()
+                return
+            ready.set()
+            loop.run_forever()
+            loop.close()
+
+        self._thread = threading.Thread(target=serve, name="labkit-relay", daemon=True)
+        self._thread.start()
+        ready.wait()
+        if failure:
+            raise failure[0]
+        assert self.port is not None
+        return self.port
+
+    def close(self) -> None:
+        """Stop serving and close every connection (idempotent)."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None or loop.is_closed():
+            return
+
+        async def stop() -> None:
+            if self._server is not None:
+                self._server.close()
+            for task in list(self._tasks):
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            loop.stop()
+
+        asyncio.run_coroutine_threadsafe(stop(), loop)
+        thread.join(timeout=5)
+        self._loop = self._thread = None
+
+    def _one_way_s(self) -> float:
+        """One direction's delay for the next chunk, in seconds (never below 0)."""
+        half = self.route.delay_ms / 2
+        jitter = self.route.jitter_ms / 2
+        ms = half + (self._rng.uniform(-jitter, jitter) if jitter else 0.0)
+        return max(ms, 0.0) / 1000.0
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.upstream)
+        except OSError:
+            writer.close()
+            self._tasks.discard(task)
+            return
+        try:
+            await asyncio.gather(self._pump(reader, up_writer), self._pump(up_reader, writer))
+        except (OSError, asyncio.CancelledError):
+            pass
+        finally:
+            for w in (writer, up_writer):
+                w.close()
+            self._tasks.discard(task)
+
+    async def _pump(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        """Copy `src` to `dst`, each chunk held until its due time, in order."""
+        queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+
+        async def deliver() -> None:
+            while True:
+                due, data = await queue.get()
+                wait = due - time.monotonic()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                if not data:
+                    if dst.can_write_eof():
+                        dst.write_eof()
+                    return
+                dst.write(data)
+                await dst.drain()
+
+        sender = asyncio.ensure_future(deliver())
+        last_due = 0.0
+        try:
+            while True:
+                data = await src.read(_CHUNK)
+                last_due = max(last_due, time.monotonic() + self._one_way_s())
+                queue.put_nowait((last_due, data))
+                if not data:
+                    break
+            await sender
+        except (OSError, asyncio.CancelledError):
+            sender.cancel()
+            raise
