@@ -287,6 +287,11 @@ class Experiment(ABC):
             update={"figures": figures, "answer": f"{ans.answer} {slo_sentence(report)}"}
         )
 
+    def cite(self, answer: LabAnswer, others: list[LabAnswer]) -> LabAnswer:
+        """`answer` amended from the run's other answers for the same provider (one that
+        proves or qualifies it); default: unchanged."""
+        return answer
+
     def validate_for(self, settings: ProviderSettings) -> None:  # noqa: B027 - optional hook
         """Raise ConfigError when this experiment cannot run on a provider.
 
