@@ -126,6 +126,9 @@ class PlannedRequest:
     """Called with each of this request's records before it is stored, its output text
     present even under `store_text: false` (the stored copy drops it): what an experiment
     whose next request depends on this one's answer (a conversation) reads."""
+    pause_s: float = 0.0
+    """Idle seconds before this request is sent (one at a time, not in load levels): so it
+    finds the server and this host idle whatever came before it."""
 
 
 class Experiment(ABC):

@@ -538,6 +538,8 @@ class Runner:
     ) -> None:
         if outcome.status == "dead":
             return
+        if planned.pause_s > 0:
+            await asyncio.sleep(planned.pause_s)
         retries = provider.settings.retries
         for attempt in range(1, retries + 2):
             record = await self._measurer.measure(
