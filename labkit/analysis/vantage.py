@@ -18,7 +18,7 @@ from labkit.figures.stats import Mean
 from labkit.figures.vantage import VantageFigures, VantageRow, VantageShift
 from labkit.records import RequestRecord
 
-__all__ = ["provider_share_of", "vantage_figures"]
+__all__ = ["provider_share_of", "route_added_of", "vantage_figures"]
 
 
 def provider_share_of(r: RequestRecord) -> float | None:
@@ -26,6 +26,17 @@ def provider_share_of(r: RequestRecord) -> float | None:
     not derivable)."""
     q, p = queue_of(r), prefill_of(r)
     return None if q is None or p is None else q[0] + p[0]
+
+
+def route_added_of(r: RequestRecord) -> float | None:
+    """What the route truly added to one request's TTFT, by the relay's own account (0 on a
+    direct route; None: a relay that left no account)."""
+    if r.tags.get("vantage_route") == "direct":
+        return 0.0
+    up, down = r.tags.get("vantage_up_ms"), r.tags.get("vantage_down_ms")
+    if isinstance(up, int | float) and isinstance(down, int | float):
+        return float(up) + float(down)
+    return None
 
 
 def _ttft(r: RequestRecord) -> float | None:
@@ -45,6 +56,10 @@ def _diff(
         b - a for a, b in ((get(x), get(y)) for x, y in pairs) if a is not None and b is not None
     ]
     return mean(values) if values else None
+
+
+def _known(m: Mean) -> Mean | None:
+    return m if m.n else None
 
 
 def _holds(m: Mean | None, value: float) -> bool | None:
@@ -77,6 +92,7 @@ def vantage_figures(records: list[RequestRecord], order: list[str]) -> VantageFi
                 ttft_ms=_mean_of(rs, _ttft),
                 provider_ms=_mean_of(rs, provider_share_of),
                 network_ms=_mean_of(rs, network_front_end_of),
+                route_ms=_known(_mean_of(rs, route_added_of)),
             )
         )
     not_derived = []
@@ -103,6 +119,7 @@ def vantage_figures(records: list[RequestRecord], order: list[str]) -> VantageFi
                     ttft_ms=_diff(pairs, _ttft),
                     provider_ms=provider,
                     network_ms=network,
+                    route_ms=_diff(pairs, route_added_of),
                     provider_unchanged=_holds(provider, 0.0),
                     network_matches=_holds(network, configured),
                 )

@@ -24,7 +24,7 @@ and is not implemented; across machines a vantage would be a Ray node (not imple
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, Literal
 
 import httpx
@@ -195,6 +195,20 @@ class VantageExperiment(Experiment):
         for relay in self._relays.pop(provider_id, {}).values():
             relay.close()
 
+    def _relay_account(self, relay: DelayRelay) -> Callable[[RequestRecord], None]:
+        """A record hook tagging what the relay truly held this request, by its own account
+        (`vantage_up_ms`, `vantage_down_ms`: the request up, the first event down)."""
+
+        def tag(record: RequestRecord) -> None:
+            start, ttft = record.t_start_mono_ns, record.client.ttft_ms
+            if start is None or ttft is None:
+                return
+            held = relay.added_ms(start, start + int(ttft * 1e6))
+            if held is not None:
+                record.tags["vantage_up_ms"], record.tags["vantage_down_ms"] = held
+
+        return tag
+
     def _request(self, provider: Provider, v: VantagePoint) -> ChatRequest:
         request = ChatRequest(self.messages(self._s.prompt), dict(self._s.params), "vantage")
         relay = self._relays.get(provider.id, {}).get(v.name)
@@ -223,12 +237,14 @@ class VantageExperiment(Experiment):
         for trial in range(self._s.repeats):
             order = self._s.vantages if trial % 2 == 0 else self._s.vantages[::-1]
             for v in order:
+                relay = self._relays.get(provider.id, {}).get(v.name)
                 yield PlannedRequest(
                     key=f"{self.name}/{trial}/{v.name}",
                     request=self._request(provider, v),
                     trial=trial,
                     tags=self._tags(v),
                     pause_s=self._s.pause_ms / 1000,
+                    on_record=self._relay_account(relay) if relay is not None else None,
                 )
 
     @staticmethod

@@ -28,6 +28,12 @@ class VantageRow(_Figures):
     network_ms: Mean | None = Field(
         default=None, description="Network and serving front end: TTFT − labkit's own − provider."
     )
+    route_ms: Mean | None = Field(
+        default=None,
+        description="What the route truly added to TTFT by the relay's own account (the "
+        "request up plus the first event down; tags `vantage_up_ms` + `vantage_down_ms`); "
+        "None: a direct route, or no account.",
+    )
 
 
 class VantageShift(_Figures):
@@ -41,6 +47,11 @@ class VantageShift(_Figures):
     ttft_ms: Mean | None = None
     provider_ms: Mean | None = None
     network_ms: Mean | None = None
+    route_ms: Mean | None = Field(
+        default=None,
+        description="The routes' truly added delay, this one's minus the reference's, by the "
+        "relay's own account (a direct route adds 0).",
+    )
     provider_unchanged: bool | None = Field(
         default=None, description="The provider share's difference interval holds 0."
     )

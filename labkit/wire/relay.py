@@ -8,6 +8,11 @@ therefore grows by the round trip `delay_ms` (the request's bytes one way, the f
 event's the other), in the mean; the TCP handshake is with the relay on loopback and is not
 delayed. The relay runs its own event loop in a thread of its own, so its timers never
 delay the stamps of the loop that measures.
+
+The relay keeps its own account of what it did (`log`: each chunk's direction, read and
+write on `time.perf_counter_ns`, the clock labkit stamps with), so `added_ms` says what it
+truly added to one request's TTFT: its first chunk up, and the chunk down that brought the
+first event.
 """
 
 from __future__ import annotations
@@ -16,11 +21,14 @@ import asyncio
 import random
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 
 __all__ = ["DelayRelay", "RelayRoute"]
 
 _CHUNK = 65536
+#: Chunks the relay's account keeps (the oldest dropped first).
+_LOG_CHUNKS = 100_000
 #: The part of a delay slept in the thread rather than on the event loop's timer (seconds).
 _COARSE_S = 0.0015
 
@@ -53,6 +61,8 @@ class DelayRelay:
         self.port: int | None = None
         #: Connections accepted so far.
         self.connections = 0
+        #: Each chunk relayed: (upstream?, read ns, written ns), `time.perf_counter_ns`.
+        self.log: deque[tuple[bool, int, int]] = deque(maxlen=_LOG_CHUNKS)
 
     def start(self) -> int:
         """Bind 127.0.0.1 on a free port, serve in a thread of its own, return the port."""
@@ -102,6 +112,18 @@ class DelayRelay:
         thread.join(timeout=5)
         self._loop = self._thread = None
 
+    def added_ms(self, t_start_ns: int, t_first_ns: int) -> tuple[float, float] | None:
+        """What the relay truly held one request, by its own account: (the first chunk
+        read upstream at or after `t_start_ns`, the last chunk written downstream by
+        `t_first_ns`: the one that brought the first event), in ms; None: no such chunks
+        (a request that never went through this relay)."""
+        chunks = list(self.log)
+        up = next((w - r for u, r, w in chunks if u and r >= t_start_ns), None)
+        down = [w - r for u, r, w in chunks if not u and r >= t_start_ns and w <= t_first_ns]
+        if up is None or not down:
+            return None
+        return up / 1e6, down[-1] / 1e6
+
     def _one_way_s(self) -> float:
         """One direction's delay for the next chunk, in seconds (never below 0)."""
         half = self.route.delay_ms / 2
@@ -121,7 +143,9 @@ class DelayRelay:
             self._tasks.discard(task)
             return
         try:
-            await asyncio.gather(self._pump(reader, up_writer), self._pump(up_reader, writer))
+            await asyncio.gather(
+                self._pump(reader, up_writer, True), self._pump(up_reader, writer, False)
+            )
         except (OSError, asyncio.CancelledError):
             pass
         finally:
@@ -129,19 +153,21 @@ class DelayRelay:
                 w.close()
             self._tasks.discard(task)
 
-    async def _pump(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+    async def _pump(
+        self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, upstream: bool
+    ) -> None:
         """Copy `src` to `dst`, each chunk held until its due time, in order."""
-        queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+        queue: asyncio.Queue[tuple[float, int, bytes]] = asyncio.Queue()
 
         async def deliver() -> None:
             while True:
-                due, data = await queue.get()
-                wait = due - time.monotonic()
+                due, t_read, data = await queue.get()
+                wait = due - time.perf_counter()
                 if wait > _COARSE_S:
                     # the loop's timers wake up to a millisecond late (epoll's timeout is
                     # in whole ms): sleep on the loop to just before the due time ...
                     await asyncio.sleep(wait - _COARSE_S)
-                rest = due - time.monotonic()
+                rest = due - time.perf_counter()
                 if rest > 0:
                     time.sleep(rest)  # ... and the rest in the thread, to within ~0.1 ms
                 if not data:
@@ -149,6 +175,7 @@ class DelayRelay:
                         dst.write_eof()
                     return
                 dst.write(data)
+                self.log.append((upstream, t_read, time.perf_counter_ns()))
                 await dst.drain()
 
         sender = asyncio.ensure_future(deliver())
@@ -156,8 +183,9 @@ class DelayRelay:
         try:
             while True:
                 data = await src.read(_CHUNK)
-                last_due = max(last_due, time.monotonic() + self._one_way_s())
-                queue.put_nowait((last_due, data))
+                t_read = time.perf_counter_ns()
+                last_due = max(last_due, t_read / 1e9 + self._one_way_s())
+                queue.put_nowait((last_due, t_read, data))
                 if not data:
                     break
             await sender

@@ -32,7 +32,12 @@ def _shift(s: VantageShift) -> str:
     return (
         f"{s.name} against {s.reference} ({s.configured_ms:+.0f} ms configured, {s.pairs} "
         f"pairs): the provider's share {provider} ({_signed(s.provider_ms)}), the network's "
-        f"and front end's moved {_signed(s.network_ms)} ({network})."
+        f"and front end's moved {_signed(s.network_ms)} ({network})"
+        + (
+            f"; the routes truly added {_signed(s.route_ms)}, by the relay's own account."
+            if s.route_ms is not None and s.route_ms.value is not None
+            else "."
+        )
     )
 
 

@@ -65,7 +65,8 @@ JSON.stringify((() => {
 
 _HOVER_TARGET = """
 JSON.stringify((() => {
-  const bar = document.querySelector('div.chart[data-chart="vantage"] svg g.mark-rect.role-mark path');
+  const svg = 'div.chart[data-chart="vantage"] svg ';
+  const bar = document.querySelector(svg + 'g.mark-rect.role-mark path');
   const box = bar.getBoundingClientRect();
   return [box.x + box.width / 2, box.y + box.height / 2];
 })())

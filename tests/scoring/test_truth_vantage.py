@@ -57,7 +57,7 @@ def test_two_vantages_40_ms_apart_are_graded_right_and_attribution_cites_them(
         "far − near: provider share (paired)",
         "far − near: network share (paired)",
         "far − near: provider share unchanged",
-        "far − near: network share shift against the added 40 ms",
+        "far − near: network share shift against what the routes added",
     ]
     assert {name: checks.get(name) for name in must} == dict.fromkeys(must, True)
     by_kind = {a.experiment: a for a in lab.answers}
@@ -65,6 +65,9 @@ def test_two_vantages_40_ms_apart_are_graded_right_and_attribution_cites_them(
     assert isinstance(f, VantageFigures)
     (shift,) = f.shifts
     assert shift.pairs == 12 and shift.configured_ms == 40
+    # the relay's own account of what each route added is there for every request
+    assert all(v.route_ms is not None and v.route_ms.n == 12 for v in f.vantages)
+    assert shift.route_ms is not None and shift.route_ms.n == 12
     # what the answer states is what the figures hold, and attribution cites it
     attribution = by_kind["attribution"]
     assert isinstance(attribution.figures, AttributionFigures)

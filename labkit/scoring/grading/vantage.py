@@ -2,12 +2,15 @@
 
 The truth server knows each request's queue and prefill (the provider's share) and when it
 read the request (the network's share up to the server, the up-route's delay included);
-the down-route's delay it cannot see is the configured half of the round trip (its jitter
-has mean 0), read from the records' `vantage_delay_ms` tags, the relay's own settings.
+the down-route's hold it cannot see is the relay's own account of the chunk that brought
+the first event (`vantage_down_ms`: the relay stamps each chunk's read and write on the
+clock labkit and the server share), else the configured half of the round trip
+(`vantage_delay_ms` / 2; its jitter has mean 0).
 """
 
 from __future__ import annotations
 
+from labkit.analysis.vantage import route_added_of
 from labkit.figures.vantage import VantageFigures
 from labkit.records import LabAnswer, RequestRecord
 from labkit.scoring.grading.base import TOLERANCE, Check, Truth, fact, figure, register_grader
@@ -16,9 +19,14 @@ from labkit.truth.log import TruthRequest
 __all__ = ["grade_vantage"]
 
 
-def _delay(r: RequestRecord) -> float:
+def _down(r: RequestRecord) -> float:
+    """The down-route's hold of the first event: the relay's account, else half the
+    configured round trip."""
+    held = r.tags.get("vantage_down_ms")
+    if isinstance(held, int | float):
+        return float(held)
     value = r.tags.get("vantage_delay_ms", 0.0)
-    return float(value) if isinstance(value, int | float) else 0.0
+    return float(value) / 2 if isinstance(value, int | float) else 0.0
 
 
 def _provider(t: TruthRequest) -> float | None:
@@ -31,7 +39,7 @@ def _network(r: RequestRecord, t: TruthRequest) -> float | None:
     if r.t_start_mono_ns is None:
         return None
     own = (r.client.send_ms or 0.0) + (r.client.ttft_lateness_ms or 0.0)
-    return (t.t_read_ns - r.t_start_mono_ns) / 1e6 - own + t.frontend_ms + _delay(r) / 2
+    return (t.t_read_ns - r.t_start_mono_ns) / 1e6 - own + t.frontend_ms + _down(r)
 
 
 def _mean(values: list[float | None]) -> float | None:
@@ -44,7 +52,8 @@ def grade_vantage(answer: LabAnswer, records: list[RequestRecord], truth: Truth)
     """Per vantage its provider and network shares; per shift the paired differences and
     the proof's two claims: the provider's share unchanged (a fact: its true paired
     difference within the loopback's tolerance of 0) and the network's shift holding the
-    added delay (a figure whose truth is the routes' configured difference)."""
+    added delay (a figure whose truth is what the routes added by the relay's account,
+    else their configured difference)."""
     f = answer.figures
     if not isinstance(f, VantageFigures):
         return []
@@ -96,7 +105,16 @@ def grade_vantage(answer: LabAnswer, records: list[RequestRecord], truth: Truth)
             checks.append(
                 fact(who, f"{name}: provider share unchanged", s.provider_unchanged, true)
             )
-        # the proof's claim: the network's shift holds the delay the routes were given
-        added = f"{name}: network share shift against the added {s.configured_ms:g} ms"
-        checks.append(figure(who, added, s.network_ms, s.configured_ms, "ms"))
+        # the proof's claim: the network's shift holds the delay the routes added, by the
+        # relay's own account where it has one (a starved host's relay holds longer than
+        # configured), else as configured
+        routes = [
+            (rb - ra)
+            if (ra := route_added_of(a[0])) is not None and (rb := route_added_of(b[0])) is not None
+            else None
+            for a, b in paired
+        ]
+        added_true = _mean(routes) if any(v is not None for v in routes) else s.configured_ms
+        added = f"{name}: network share shift against what the routes added"
+        checks.append(figure(who, added, s.network_ms, added_true, "ms"))
     return checks
