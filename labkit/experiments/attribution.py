@@ -49,10 +49,12 @@ from labkit.experiments.base import (
 from labkit.figures import Quantile
 from labkit.figures.attribution import AttributionFigures, AttributionRow
 from labkit.figures.attribution import AttributionKey as K
+from labkit.figures.vantage import VantageFigures
 from labkit.providers.base import ChatRequest, ClientPath, Provider, sdk_available
 from labkit.records import LabAnswer, RequestRecord
 from labkit.timing import percentile
 from labkit.wording.attribution import attribution_answer
+from labkit.wording.vantage import proof_sentence
 
 __all__ = ["AttributionExperiment", "AttributionSettings"]
 
@@ -454,6 +456,21 @@ class AttributionExperiment(Experiment):
                 provider_id, model, "No successful request to attribute.", f, status="failed"
             )
         return self.answer(provider_id, model, attribution_answer(f, self._sdk_why_not(records)), f)
+
+    def cite(self, answer: LabAnswer, others: list[LabAnswer]) -> LabAnswer:
+        """Where a vantage run of the same provider is in the run, the answer cites its
+        proof of the split (or that it failed) and `split_proven` holds its verdict."""
+        proofs = [a.figures for a in others if isinstance(a.figures, VantageFigures)]
+        f = answer.figures
+        if not proofs or not isinstance(f, AttributionFigures):
+            return answer
+        proof = proofs[0]
+        return answer.model_copy(
+            update={
+                "answer": f"{answer.answer} {proof_sentence(proof)}",
+                "figures": f.model_copy(update={"split_proven": proof.proven}),
+            }
+        )
 
     def _sdk_why_not(self, records: list[RequestRecord]) -> str | None:
         """Why the SDK path was not measured where `paths` asked for it (None: it was, or

@@ -126,6 +126,9 @@ class PlannedRequest:
     """Called with each of this request's records before it is stored, its output text
     present even under `store_text: false` (the stored copy drops it): what an experiment
     whose next request depends on this one's answer (a conversation) reads."""
+    pause_s: float = 0.0
+    """Idle seconds before this request is sent (one at a time, not in load levels): so it
+    finds the server and this host idle whatever came before it."""
 
 
 class Experiment(ABC):
@@ -286,6 +289,11 @@ class Experiment(ABC):
         return ans.model_copy(
             update={"figures": figures, "answer": f"{ans.answer} {slo_sentence(report)}"}
         )
+
+    def cite(self, answer: LabAnswer, others: list[LabAnswer]) -> LabAnswer:
+        """`answer` amended from the run's other answers for the same provider (one that
+        proves or qualifies it); default: unchanged."""
+        return answer
 
     def validate_for(self, settings: ProviderSettings) -> None:  # noqa: B027 - optional hook
         """Raise ConfigError when this experiment cannot run on a provider.

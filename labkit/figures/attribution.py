@@ -110,6 +110,12 @@ class AttributionFigures(_ExperimentFigures):
     parse_ms: Quantile | None = Field(
         default=None, description="Median app.parse_cpu_ms: labkit's parsing of the stream."
     )
+    split_proven: bool | None = Field(
+        default=None,
+        description="A vantage run of the same provider in the run: whether it proved the "
+        "split (provider share unchanged, network share moved by the added delay); None: "
+        "no vantage run, or not derivable.",
+    )
 
     def row(self, key: AttributionKey) -> AttributionRow:
         """The row of `key` (KeyError when the figures have none)."""

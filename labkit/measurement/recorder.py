@@ -468,6 +468,9 @@ class StreamRecorder(BaseRecorder):
     ) -> None:
         clock = self._clock
         http_request = provider.build_request(request, m.params)
+        if request.route is not None:  # a vantage's route: its own address, the same Host
+            host, port = request.route
+            http_request.url = http_request.url.copy_with(host=host, port=port)
         if provider.closes_connection(request):
             http_request.headers["connection"] = "close"
         if m.headers:

@@ -376,6 +376,9 @@ class ChatRequest:
     #: Keep each output event's text and the server's own time at it (`token_view`;
     #: `Provider.event_time_params` puts the ask for server times into `params`).
     event_detail: bool = False
+    #: Connect to this (host, port) instead of the URL's, the URL and its Host header kept:
+    #: a vantage point's route to the same server (`labkit.wire.relay`); None: the URL's.
+    route: tuple[str, int] | None = None
 
     @property
     def prompt_text(self) -> str:

@@ -305,6 +305,13 @@ class Runner:
                             status="failed",
                         )
                     )
+            # each answer may cite another of the same provider (a proof of its split)
+            by_name = {e.name: e for e in self.experiments}
+            theirs = [a for a in answers if a.provider == outcome.id]
+            for i, a in enumerate(answers):
+                citing = by_name.get(a.experiment)
+                if a.provider == outcome.id and citing is not None and a.status != "failed":
+                    answers[i] = citing.cite(a, [b for b in theirs if b is not a])
         return LabResults(
             run_id=self.folder.run_id, answers=answers, requests=request_stats(self._records)
         )
@@ -531,6 +538,8 @@ class Runner:
     ) -> None:
         if outcome.status == "dead":
             return
+        if planned.pause_s > 0:
+            await asyncio.sleep(planned.pause_s)
         retries = provider.settings.retries
         for attempt in range(1, retries + 2):
             record = await self._measurer.measure(
