@@ -4,8 +4,6 @@ the page, and no console errors."""
 
 from __future__ import annotations
 
-import json
-import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +13,7 @@ from labkit.records import LabAnswer, LabResults
 from labkit.report import write_report
 from labkit.wording.determinism_load import determinism_load_answer
 from tests.report.report_builders import write_run
-from tests.report.test_html_browser import _CHART_MARKS, Cdp, _evaluate, browser
+from tests.report.test_html_browser import Cdp, browser
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
@@ -67,38 +65,11 @@ def _lab() -> LabResults:
 def test_the_determinism_load_picture_in_headless_chromium(tmp_path: Path, browser: Cdp) -> None:
     run_dir = write_run(tmp_path / "run", [], lab=_lab())
     paths = write_report(run_dir)
-    target = browser.send("Target.createTarget", url="about:blank")["targetId"]
-    session = browser.send("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
-    for domain in ("Page", "Runtime", "Log"):
-        browser.send(f"{domain}.enable", session)
-    browser.send(
-        "Emulation.setDeviceMetricsOverride",
-        session,
-        width=1280,
-        height=1600,
-        deviceScaleFactor=1,
-        mobile=False,
-    )
-    browser.send("Page.navigate", session, url=paths.html.resolve().as_uri())
-    browser.wait_for("Page.loadEventFired")
-    deadline = time.monotonic() + 60  # a hang guard: generous for a busy host
-    marks = dict(_evaluate(browser, session, _CHART_MARKS))
-    while not marks.get("determinism_load") and time.monotonic() < deadline:
-        time.sleep(0.2)
-        marks = dict(_evaluate(browser, session, _CHART_MARKS))
+    session = browser.open_page(paths.html.resolve().as_uri())
+    marks = browser.chart_marks(session, "determinism_load")
     # Three rows (concurrency 1's one reply, concurrency 4's two) of four token cells.
     assert marks.get("determinism_load", 0) >= 12, marks
-    text = browser.send("Runtime.evaluate", session, expression="document.body.innerText")[
-        "result"
-    ]["value"]
+    text = browser.value(session, "document.body.innerText")
     assert "What controlled the selection: the batch." in text
     assert "2 distinct replies of 4 at concurrency 4, first different at token 3" in text
-
-    events = [e for e in browser.events if e.get("sessionId") == session]
-    errors = [
-        e
-        for e in events
-        if e["method"] == "Runtime.exceptionThrown"
-        or (e["method"] == "Log.entryAdded" and e["params"]["entry"]["level"] == "error")
-    ]
-    assert errors == [], json.dumps(errors)[:500]
+    assert browser.page_errors(session) == []

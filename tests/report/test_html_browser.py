@@ -24,7 +24,7 @@ import select
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +110,71 @@ class Cdp:
             if ev.get("method") == method:
                 return ev
 
+    def open_page(self, url: str, width: int = 1280, height: int = 1600) -> str:
+        """A new tab `width` CSS pixels wide showing `url`, loaded; its session id."""
+        target = self.send("Target.createTarget", url="about:blank")["targetId"]
+        session: str = self.send("Target.attachToTarget", targetId=target, flatten=True)[
+            "sessionId"
+        ]
+        for domain in ("Page", "Runtime", "Log"):
+            self.send(f"{domain}.enable", session)
+        self.send(
+            "Emulation.setDeviceMetricsOverride",
+            session,
+            width=width,
+            height=height,
+            deviceScaleFactor=1,
+            mobile=False,
+        )
+        self.events = [e for e in self.events if e.get("method") != "Page.loadEventFired"]
+        self.send("Page.navigate", session, url=url)
+        self.wait_for("Page.loadEventFired")
+        return session
+
+    def value(self, session: str, expression: str) -> Any:
+        """What `expression` evaluates to in the page (a string, number or boolean)."""
+        return self.send("Runtime.evaluate", session, expression=expression)["result"]["value"]
+
+    def until(
+        self, session: str, expression: str, done: Callable[[Any], bool], as_json: bool = True
+    ) -> Any:
+        """`expression`'s value (JSON-decoded when `as_json`) once `done` holds for it, or
+        the last one after a minute: a hang guard, generous for a busy host, never a bound."""
+        deadline = time.monotonic() + 60
+        while True:
+            raw = self.value(session, expression)
+            got = json.loads(raw) if as_json else raw
+            if done(got) or time.monotonic() >= deadline:
+                return got
+            time.sleep(0.2)
+
+    def chart_marks(self, session: str, *charts: str) -> dict[str, int]:
+        """Each chart's drawn marks, once `charts` (default: every chart) have some."""
+        marks = self.until(
+            session,
+            _CHART_MARKS,
+            lambda got: bool(got) and all(n > 0 for c, n in got if not charts or c in charts),
+        )
+        return dict(marks)
+
+    def tooltip(self, session: str, x: float, y: float, holding: str) -> str:
+        """The tooltip's text after the mouse moves to (`x`, `y`), once it holds `holding`."""
+        self.send("Input.dispatchMouseEvent", session, type="mouseMoved", x=x, y=y)
+        text: str = self.until(session, _TOOLTIP, lambda tip: holding in tip, as_json=False)
+        return text
+
+    def page_errors(self, session: str) -> list[dict[str, Any]]:
+        """The page's uncaught exceptions and error log entries so far."""
+        return [
+            e
+            for e in self.events
+            if e.get("sessionId") == session
+            and (
+                e["method"] == "Runtime.exceptionThrown"
+                or (e["method"] == "Log.entryAdded" and e["params"]["entry"]["level"] == "error")
+            )
+        ]
+
 
 def _high_fd(fd: int) -> int:
     new = fcntl.fcntl(fd, fcntl.F_DUPFD, 10)
@@ -193,6 +258,9 @@ JSON.stringify([...document.querySelectorAll('div.chart')].map(el => [
     + 'svg .mark-line path, svg .mark-text text').length,
 ]))
 """
+
+# The chart tooltip's text ("" while none is shown).
+_TOOLTIP = "(document.querySelector('#vg-tooltip-element') || {}).innerText || ''"
 
 # Each h2 section's box in page coordinates.
 _SECTIONS = """

@@ -4,9 +4,7 @@ shows its candidates, and the PNGs for report.md are written; no console errors.
 
 from __future__ import annotations
 
-import json
 import math
-import time
 from pathlib import Path
 
 import pytest
@@ -24,7 +22,7 @@ from labkit.records import (
 from labkit.report import write_report
 from labkit.wording.next_token import divergence_sentence
 from tests.report.report_builders import write_run
-from tests.report.test_html_browser import _CHART_MARKS, Cdp, _evaluate, browser
+from tests.report.test_html_browser import Cdp, _evaluate, browser
 from tests.support.records import make_record
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
@@ -89,46 +87,10 @@ def test_the_next_token_pictures_in_headless_chromium(tmp_path: Path, browser: C
     assert "report_files/q3_next_token.png" in paths.md.read_text()
     assert (paths.files / "q3_divergence.png").stat().st_size > 0
 
-    target = browser.send("Target.createTarget", url="about:blank")["targetId"]
-    session = browser.send("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
-    for domain in ("Page", "Runtime", "Log"):
-        browser.send(f"{domain}.enable", session)
-    browser.send(
-        "Emulation.setDeviceMetricsOverride",
-        session,
-        width=1280,
-        height=1600,
-        deviceScaleFactor=1,
-        mobile=False,
-    )
-    browser.send("Page.navigate", session, url=paths.html.resolve().as_uri())
-    browser.wait_for("Page.loadEventFired")
-    deadline = time.monotonic() + 60  # a hang guard: generous for a busy host
-    marks = dict(_evaluate(browser, session, _CHART_MARKS))
-    while not all(n > 0 for n in marks.values()) and time.monotonic() < deadline:
-        time.sleep(0.2)
-        marks = dict(_evaluate(browser, session, _CHART_MARKS))
+    session = browser.open_page(paths.html.resolve().as_uri())
+    marks = browser.chart_marks(session)
     assert marks["q3_next_token"] >= 6 and marks["q3_divergence"] >= 3, marks
 
-    x, y = _evaluate(browser, session, _HOVER_TARGET)
-    browser.send("Input.dispatchMouseEvent", session, type="mouseMoved", x=x, y=y)
-    tip = ""
-    deadline = time.monotonic() + 60  # a hang guard: generous for a busy host
-    while "candidates" not in tip and time.monotonic() < deadline:
-        time.sleep(0.2)
-        reply = browser.send(
-            "Runtime.evaluate",
-            session,
-            expression="(document.querySelector('#vg-tooltip-element') || {}).innerText || ''",
-        )
-        tip = reply["result"]["value"]
+    tip = browser.tooltip(session, *_evaluate(browser, session, _HOVER_TARGET), "candidates")
     assert "candidates" in tip and "'Once' 0.60" in tip, tip
-
-    events = [e for e in browser.events if e.get("sessionId") == session]
-    errors = [
-        e
-        for e in events
-        if e["method"] == "Runtime.exceptionThrown"
-        or (e["method"] == "Log.entryAdded" and e["params"]["entry"]["level"] == "error")
-    ]
-    assert errors == [], json.dumps(errors)[:500]
+    assert browser.page_errors(session) == []

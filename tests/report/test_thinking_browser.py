@@ -4,8 +4,6 @@ estimated, the PNG for report.md written; no console errors."""
 
 from __future__ import annotations
 
-import json
-import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +13,7 @@ from labkit.records import LabAnswer, LabResults, RequestRecord
 from labkit.report import write_report
 from labkit.wording.thinking import thinking_answer
 from tests.report.report_builders import write_run
-from tests.report.test_html_browser import _CHART_MARKS, Cdp, _evaluate, browser
+from tests.report.test_html_browser import Cdp, _evaluate, browser
 from tests.support.records import make_record
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
@@ -62,36 +60,11 @@ def test_the_thinking_picture_in_headless_chromium(tmp_path: Path, browser: Cdp)
     assert "report_files/thinking.png" in paths.md.read_text()
     assert (paths.files / "thinking.png").stat().st_size > 0
 
-    target = browser.send("Target.createTarget", url="about:blank")["targetId"]
-    session = browser.send("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
-    for domain in ("Page", "Runtime", "Log"):
-        browser.send(f"{domain}.enable", session)
-    browser.send(
-        "Emulation.setDeviceMetricsOverride",
-        session,
-        width=1280,
-        height=1600,
-        deviceScaleFactor=1,
-        mobile=False,
-    )
-    browser.send("Page.navigate", session, url=paths.html.resolve().as_uri())
-    browser.wait_for("Page.loadEventFired")
-    deadline = time.monotonic() + 60  # a hang guard: generous for a busy host
-    marks = dict(_evaluate(browser, session, _CHART_MARKS))
-    while not marks.get("thinking") and time.monotonic() < deadline:
-        time.sleep(0.2)
-        marks = dict(_evaluate(browser, session, _CHART_MARKS))
-    bars = browser.send("Runtime.evaluate", session, expression=_BARS)["result"]["value"]
+    session = browser.open_page(paths.html.resolve().as_uri())
+    browser.chart_marks(session, "thinking")
+    bars = browser.value(session, _BARS)
     assert bars == 12, bars  # the mean and 3 requests, 3 parts each
     texts = _evaluate(browser, session, _LEGEND)
     assert {"waiting", "thinking (estimated)", "answering"} <= set(texts), texts
     assert "hosted · mean of 3" in texts and "hosted · request 3" in texts, texts
-
-    events = [e for e in browser.events if e.get("sessionId") == session]
-    errors = [
-        e
-        for e in events
-        if e["method"] == "Runtime.exceptionThrown"
-        or (e["method"] == "Log.entryAdded" and e["params"]["entry"]["level"] == "error")
-    ]
-    assert errors == [], json.dumps(errors)[:500]
+    assert browser.page_errors(session) == []

@@ -6,11 +6,9 @@ holds a row per token, hovering a token shows its candidates, and no console err
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +16,7 @@ import pytest
 from labkit.figures.token_view import TokenViewFigures
 from labkit.local import ensure_setup
 from labkit.records import LabResults, RequestRecord
-from tests.report.test_html_browser import _CHART_MARKS, Cdp, _evaluate, browser
+from tests.report.test_html_browser import Cdp, _evaluate, browser
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
@@ -95,49 +93,13 @@ def test_the_token_view_of_the_bundled_model_in_headless_chromium(
     assert repeat.cached_tokens == records[1].provider_timings.cached_tokens
 
     html = run_dir / "report.html"
-    target = browser.send("Target.createTarget", url="about:blank")["targetId"]
-    session = browser.send("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
-    for domain in ("Page", "Runtime", "Log"):
-        browser.send(f"{domain}.enable", session)
-    browser.send(
-        "Emulation.setDeviceMetricsOverride",
-        session,
-        width=1280,
-        height=1600,
-        deviceScaleFactor=1,
-        mobile=False,
-    )
-    browser.send("Page.navigate", session, url=html.resolve().as_uri())
-    browser.wait_for("Page.loadEventFired")
+    session = browser.open_page(html.resolve().as_uri())
     tokens = sum(len(r.rows) for r in f.replies)
-    deadline = time.monotonic() + 60  # a hang guard: generous for a busy host
-    marks = dict(_evaluate(browser, session, _CHART_MARKS))
-    while marks.get("token_view", 0) == 0 and time.monotonic() < deadline:
-        time.sleep(0.2)
-        marks = dict(_evaluate(browser, session, _CHART_MARKS))
+    marks = browser.chart_marks(session, "token_view")
     # a dot and a label per token, on the client's row and on the server's
     assert marks["token_view"] >= 4 * tokens, marks
     assert _evaluate(browser, session, _TABLE_ROWS) == [len(r.rows) for r in f.replies]
 
-    x, y = _evaluate(browser, session, _HOVER_TARGET)
-    browser.send("Input.dispatchMouseEvent", session, type="mouseMoved", x=x, y=y)
-    tip = ""
-    deadline = time.monotonic() + 60  # a hang guard: generous for a busy host
-    while "candidates" not in tip and time.monotonic() < deadline:
-        time.sleep(0.2)
-        reply = browser.send(
-            "Runtime.evaluate",
-            session,
-            expression="(document.querySelector('#vg-tooltip-element') || {}).innerText || ''",
-        )
-        tip = reply["result"]["value"]
+    tip = browser.tooltip(session, *_evaluate(browser, session, _HOVER_TARGET), "candidates")
     assert "candidates" in tip and "server time" in tip, tip
-
-    events = [e for e in browser.events if e.get("sessionId") == session]
-    errors = [
-        e
-        for e in events
-        if e["method"] == "Runtime.exceptionThrown"
-        or (e["method"] == "Log.entryAdded" and e["params"]["entry"]["level"] == "error")
-    ]
-    assert errors == [], json.dumps(errors)[:500]
+    assert browser.page_errors(session) == []

@@ -4,8 +4,6 @@ PNG for report.md is written; no console errors."""
 
 from __future__ import annotations
 
-import json
-import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +14,7 @@ from labkit.records import LabAnswer, LabResults
 from labkit.report import write_report
 from labkit.wording.vantage import vantage_answer
 from tests.report.report_builders import write_run
-from tests.report.test_html_browser import _CHART_MARKS, Cdp, _evaluate, browser
+from tests.report.test_html_browser import Cdp, _evaluate, browser
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
@@ -80,48 +78,12 @@ def test_the_vantage_picture_in_headless_chromium(tmp_path: Path, browser: Cdp) 
     assert (paths.files / "vantage.png").stat().st_size > 0
     assert "The split is proven by a vantage run" in paths.html.read_text()
 
-    target = browser.send("Target.createTarget", url="about:blank")["targetId"]
-    session = browser.send("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
-    for domain in ("Page", "Runtime", "Log"):
-        browser.send(f"{domain}.enable", session)
-    browser.send(
-        "Emulation.setDeviceMetricsOverride",
-        session,
-        width=1280,
-        height=1600,
-        deviceScaleFactor=1,
-        mobile=False,
-    )
-    browser.send("Page.navigate", session, url=paths.html.resolve().as_uri())
-    browser.wait_for("Page.loadEventFired")
-    deadline = time.monotonic() + 60  # a hang guard: generous for a busy host
-    marks = dict(_evaluate(browser, session, _CHART_MARKS))
-    while not marks.get("vantage") and time.monotonic() < deadline:
-        time.sleep(0.2)
-        marks = dict(_evaluate(browser, session, _CHART_MARKS))
+    session = browser.open_page(paths.html.resolve().as_uri())
+    browser.chart_marks(session, "vantage")
     data_marks = _evaluate(browser, session, _DATA_MARKS)
     # two vantages × two shares: four bars and four interval rules
     assert data_marks == {"bars": 4, "rules": 4}, data_marks
 
-    x, y = _evaluate(browser, session, _HOVER_TARGET)
-    browser.send("Input.dispatchMouseEvent", session, type="mouseMoved", x=x, y=y)
-    tip = ""
-    deadline = time.monotonic() + 60  # a hang guard: generous for a busy host
-    while "95% CI low" not in tip and time.monotonic() < deadline:
-        time.sleep(0.2)
-        reply = browser.send(
-            "Runtime.evaluate",
-            session,
-            expression="(document.querySelector('#vg-tooltip-element') || {}).innerText || ''",
-        )
-        tip = reply["result"]["value"]
+    tip = browser.tooltip(session, *_evaluate(browser, session, _HOVER_TARGET), "95% CI low")
     assert "95% CI low" in tip and "local · " in tip, tip
-
-    events = [e for e in browser.events if e.get("sessionId") == session]
-    errors = [
-        e
-        for e in events
-        if e["method"] == "Runtime.exceptionThrown"
-        or (e["method"] == "Log.entryAdded" and e["params"]["entry"]["level"] == "error")
-    ]
-    assert errors == [], json.dumps(errors)[:500]
+    assert browser.page_errors(session) == []
