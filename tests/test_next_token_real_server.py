@@ -5,20 +5,16 @@ divergence point of its repeats, or says there was none."""
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from labkit.figures import DeterminismFigures, NextTokenFigures
-from labkit.local import ensure_setup
-from labkit.records import LabResults, RequestRecord
+from labkit.records import RequestRecord
+from tests.support.lab_runs import run_lab
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parents[1]
 
 CONFIG = """
 name: next-token-real
@@ -31,20 +27,7 @@ experiments:
 
 
 def test_candidates_are_probabilities_and_the_divergence_is_named(tmp_path: Path) -> None:
-    ensure_setup()
-    cfg = tmp_path / "nt.yaml"
-    cfg.write_text(CONFIG)
-    result = subprocess.run(
-        [sys.executable, "-m", "labkit", "run", str(cfg), "--out", str(tmp_path), "--no-report"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "COLUMNS": "200"},
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    (run_dir,) = [p for p in tmp_path.iterdir() if (p / "lab.json").exists()]
-    lab = LabResults.model_validate_json((run_dir / "lab.json").read_text())
+    run_dir, lab = run_lab(tmp_path, CONFIG, "nt.yaml")
     got = {a.experiment: a for a in lab.answers}
 
     seen = got["next_token"].figures

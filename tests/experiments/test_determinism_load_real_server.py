@@ -6,21 +6,17 @@ decode batch beside it."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from labkit.analysis.determinism_load import SERVER_TOKENS, shares_batch
 from labkit.figures.determinism_load import DeterminismLoadFigures
-from labkit.local import ensure_setup
-from labkit.records import LabResults, RequestRecord
+from labkit.records import RequestRecord
+from tests.support.lab_runs import run_lab
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parents[2]
 REPEATS = 4
 
 CONFIG = f"""
@@ -34,20 +30,8 @@ experiments:
 
 
 def test_levels_replies_and_divergence_agree_with_the_records(tmp_path: Path) -> None:
-    ensure_setup()
-    cfg = tmp_path / "detload.yaml"
-    cfg.write_text(CONFIG)
-    result = subprocess.run(
-        [sys.executable, "-m", "labkit", "run", str(cfg), "--out", str(tmp_path), "--no-report"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "COLUMNS": "200"},
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    (run_dir,) = [p for p in tmp_path.iterdir() if (p / "lab.json").exists()]
-    (answer,) = LabResults.model_validate_json((run_dir / "lab.json").read_text()).answers
+    run_dir, lab = run_lab(tmp_path, CONFIG, "detload.yaml")
+    (answer,) = lab.answers
     f = answer.figures
     assert isinstance(f, DeterminismLoadFigures) and answer.status == "ok", answer.answer
     records = [

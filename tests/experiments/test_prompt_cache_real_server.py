@@ -5,21 +5,17 @@ repeat sent after another prompt took the slot is not — counts from llama-serv
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from labkit.analysis.prompt_cache import cached_tokens_of
 from labkit.figures.prompt_cache import PromptCacheFigures
-from labkit.local import ensure_setup
-from labkit.records import LabResults, RequestRecord
+from labkit.records import RequestRecord
+from tests.support.lab_runs import run_lab
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parents[2]
 
 CONFIG = """
 name: prompt-cache-real
@@ -32,20 +28,8 @@ experiments:
 
 
 def test_a_repeat_hits_the_slot_and_misses_once_another_prompt_took_it(tmp_path: Path) -> None:
-    ensure_setup()
-    cfg = tmp_path / "cache.yaml"
-    cfg.write_text(CONFIG)
-    result = subprocess.run(
-        [sys.executable, "-m", "labkit", "run", str(cfg), "--out", str(tmp_path), "--no-report"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "COLUMNS": "200"},
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    (run_dir,) = [p for p in tmp_path.iterdir() if (p / "lab.json").exists()]
-    (answer,) = LabResults.model_validate_json((run_dir / "lab.json").read_text()).answers
+    run_dir, lab = run_lab(tmp_path, CONFIG, "cache.yaml")
+    (answer,) = lab.answers
     f = answer.figures
     assert isinstance(f, PromptCacheFigures) and answer.status == "ok", answer.answer
     assert f.server_slots == 1 and f.context_tokens == 512 and f.cached_reported

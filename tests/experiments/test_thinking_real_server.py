@@ -4,20 +4,16 @@ reason, is said to have no hidden reasoning to estimate, never given a made-up o
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from labkit.figures.thinking import ThinkingFigures
-from labkit.local import ensure_setup
-from labkit.records import LabResults, RequestRecord
+from labkit.records import RequestRecord
+from tests.support.lab_runs import run_lab
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parents[2]
 REPEATS = 3
 
 CONFIG = f"""
@@ -30,20 +26,8 @@ experiments:
 
 
 def test_a_model_that_does_not_reason_is_named_not_estimated(tmp_path: Path) -> None:
-    ensure_setup()
-    cfg = tmp_path / "thinking.yaml"
-    cfg.write_text(CONFIG)
-    result = subprocess.run(
-        [sys.executable, "-m", "labkit", "run", str(cfg), "--out", str(tmp_path), "--no-report"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "COLUMNS": "200"},
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    (run_dir,) = [p for p in tmp_path.iterdir() if (p / "lab.json").exists()]
-    (answer,) = LabResults.model_validate_json((run_dir / "lab.json").read_text()).answers
+    run_dir, lab = run_lab(tmp_path, CONFIG, "thinking.yaml")
+    (answer,) = lab.answers
     f = answer.figures
     assert isinstance(f, ThinkingFigures)
     records = [

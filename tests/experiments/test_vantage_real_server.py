@@ -5,17 +5,14 @@ the paired shift with the records' counts, whichever way the proof came out."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from labkit.figures.vantage import VantageFigures
-from labkit.local import ensure_setup
-from labkit.records import LabResults, RequestRecord
+from labkit.records import RequestRecord
+from tests.support.lab_runs import run_lab
 
 pytestmark = pytest.mark.e2e
 
@@ -25,22 +22,10 @@ REPEATS = 6
 
 
 def test_two_routes_on_the_bundled_model_agree_and_are_paired(tmp_path: Path) -> None:
-    ensure_setup()
     config = yaml.safe_load(EXAMPLE.read_text())
     config["experiments"][0]["repeats"] = REPEATS
-    cfg = tmp_path / "vantage.yaml"
-    cfg.write_text(yaml.safe_dump(config))
-    result = subprocess.run(
-        [sys.executable, "-m", "labkit", "run", str(cfg), "--out", str(tmp_path), "--no-report"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "COLUMNS": "200"},
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    (run_dir,) = [p for p in tmp_path.iterdir() if (p / "lab.json").exists()]
-    (answer,) = LabResults.model_validate_json((run_dir / "lab.json").read_text()).answers
+    run_dir, lab = run_lab(tmp_path, yaml.safe_dump(config), "vantage.yaml")
+    (answer,) = lab.answers
     f = answer.figures
     assert isinstance(f, VantageFigures) and answer.status == "ok", answer.answer
     records = [
