@@ -147,3 +147,19 @@ def test_a_mean_is_graded_like_any_interval() -> None:
     m = Mean(value=12.9, lo=12.8, hi=13.1, n=6)
     assert figure("a", "TTFT (mean)", m, 12.73, "ms").ok is True  # within the transit
     assert figure("a", "TTFT (mean)", m, 12.73, "ms", 0.0).ok is False
+
+
+def test_the_summary_says_plainly_when_no_answer_stated_an_interval_or_a_fact() -> None:
+    from labkit.scoring.grading import grade_summary
+
+    q = Quantile(q=0.5, value=10.0, lo=9.0, hi=11.0, n=6, min_n=6)
+    only_facts = Grade(run="r", truth="t", checks=[fact("a", "x", 1, 1)], matched=1, unmatched=0)
+    assert grade_summary(only_facts)[0] == (
+        "no answer stated an interval; 1 of 1 stated facts were right."
+    )
+    only_figures = Grade(
+        run="r", truth="t", checks=[figure("a", "x", q, 10.0, "ms", 0.0)], matched=1, unmatched=0
+    )
+    assert grade_summary(only_figures)[0] == (
+        "1 of 1 stated intervals covered the truth; no answer stated a fact."
+    )

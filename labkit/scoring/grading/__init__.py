@@ -108,10 +108,17 @@ def grade_summary(grade: Grade) -> list[str]:
     """How many checks held, what was not graded, and the records the log did not know."""
     figures = [c for c in grade.checks if c.kind == "figure" and c.ok is not None]
     facts = [c for c in grade.checks if c.kind == "fact"]
-    lines = [
-        f"{sum(c.ok is True for c in figures)} of {len(figures)} stated intervals covered the "
-        f"truth; {sum(c.ok is True for c in facts)} of {len(facts)} stated facts were right."
-    ]
+    covered = (
+        f"{sum(c.ok is True for c in figures)} of {len(figures)} stated intervals covered the truth"
+        if figures
+        else "no answer stated an interval"
+    )
+    right = (
+        f"{sum(c.ok is True for c in facts)} of {len(facts)} stated facts were right"
+        if facts
+        else "no answer stated a fact"
+    )
+    lines = [f"{covered}; {right}."]
     lines += [f"not graded: {why}" for why in grade.not_graded]
     if grade.unmatched:
         lines.append(f"{grade.unmatched} measured record(s) had no request in the truth log.")
