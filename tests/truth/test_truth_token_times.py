@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from labkit.measurement.recorder import RecordContext, StreamRecorder
+from labkit.records import RequestRecord
 from labkit.truth.log import read_truth_log
 from labkit.truth.process import TruthServer
 from tests.providers.streams import chat, make_provider
@@ -36,7 +37,7 @@ def _token_chunks(text: str) -> list[dict[str, object]]:
 def test_per_token_timings_are_sent_only_when_asked_and_logged(tmp_path: Path) -> None:
     log = tmp_path / "truth.jsonl"
 
-    async def go() -> None:
+    async def go() -> tuple[list[float], RequestRecord]:
         with TruthServer(
             truth_log=log, tokens=6, tokens_per_event=2, jitter_ms=0.3, server_timings="llamacpp"
         ) as srv:
@@ -62,12 +63,15 @@ def test_per_token_timings_are_sent_only_when_asked_and_logged(tmp_path: Path) -
                 rec = await StreamRecorder().record(provider, request, ctx)
             finally:
                 await provider.aclose()
-            assert rec.error is None and rec.event_detail is not None
-            assert "".join(rec.event_detail.texts) == rec.output_text
-            truth = read_truth_log(log).requests
-            assert [t.token_ms is None for t in truth] == [True, False, False]
-            assert truth[1].token_ms == pytest.approx(sent)
-            assert rec.event_detail.server_ms == pytest.approx(truth[2].token_ms)
-            assert len(rec.event_detail.texts) == len(rec.client.event_offsets_ms) == 3
+            return sent, rec
 
-    asyncio.run(go())
+    # The log is read once the server has stopped: it writes a request's line after the
+    # stream has gone out, so on a busy host the client can be done before the line is.
+    sent, rec = asyncio.run(go())
+    assert rec.error is None and rec.event_detail is not None
+    assert "".join(rec.event_detail.texts) == rec.output_text
+    truth = read_truth_log(log).requests
+    assert [t.token_ms is None for t in truth] == [True, False, False]
+    assert truth[1].token_ms == pytest.approx(sent)
+    assert rec.event_detail.server_ms == pytest.approx(truth[2].token_ms)
+    assert len(rec.event_detail.texts) == len(rec.client.event_offsets_ms) == 3
