@@ -52,11 +52,12 @@ LAYERS: dict[str, tuple[set[str], set[str]]] = {
     "measurement": ({"measurement", "workloads"}, {"providers"}),
     "analysis": ({"analysis"}, {"platform"}),
     "wording": ({"wording"}, {"analysis"}),
-    "report": ({"report", "rundata"}, {"wording"}),
+    "report": ({"report", "rundata", "store"}, {"wording"}),
     "experiments": ({"experiments"}, {"measurement", "wording"}),
     "runner": ({"config", "runner"}, {"experiments"}),
     "scoring": ({"scoring"}, {"report"}),
-    "cli": ({"cli", "__init__", "__main__"}, {"runner", "report", "scoring"}),
+    "watch": ({"watch"}, {"runner", "report"}),
+    "cli": ({"cli", "__init__", "__main__"}, {"runner", "report", "scoring", "watch"}),
 }
 
 
