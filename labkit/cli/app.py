@@ -8,6 +8,7 @@
     labkit report RUN_DIR | compare RUN_DIR...       (labkit.cli.report)
     labkit fake-server [--port N] [schedule options, --slots N] [--truth LOG]
     labkit score TRUTH_LOG RESULTS | import-results RESULTS   (labkit.cli.truth)
+    labkit dashboard STORE [-o PAGE] | --figures FILE   (labkit.cli.dashboard)
     labkit kinds
 
 Every user error is one red line on stderr and a non-zero exit, never a traceback. SIGTERM
@@ -32,6 +33,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 
 from labkit.analysis.selfcheck import client_bound_advice
+from labkit.cli.dashboard import register as register_dashboard
 from labkit.cli.examples import example_path
 from labkit.cli.examples import register as register_init
 from labkit.cli.local import register as register_local
@@ -473,6 +475,7 @@ register_tokens(app)
 register_tracing(app)
 register_sessions(app)
 register_truth(app)
+register_dashboard(app)
 
 
 def main() -> None:

@@ -22,6 +22,7 @@ __all__ = [
     "ObservatoryFigures",
     "RollupCell",
     "SameModelVerdict",
+    "SeriesPoint",
     "SplitCell",
     "Window",
 ]
@@ -130,6 +131,18 @@ class SameModelVerdict(_Figures):
     stop_reason_p: float | None = None
 
 
+class SeriesPoint(_Figures):
+    """A metric's median over one stretch of time (a day, or an hour) for one provider ×
+    model: the time series the dashboard draws each change on."""
+
+    provider: str
+    model: str
+    metric: str = Field(description="A probes-frame column, e.g. client.ttft_ms.")
+    start: datetime = Field(description="The stretch's first round (UTC).")
+    end: datetime = Field(description="The stretch's last round (UTC).")
+    median: Quantile
+
+
 class ObservatoryFigures(_Figures):
     """Everything the dashboard shows, computed once from a store."""
 
@@ -143,3 +156,8 @@ class ObservatoryFigures(_Figures):
     changes: list[ChangeEvent] = Field(default_factory=list)
     costs: list[CostFigures] = Field(default_factory=list)
     verdicts: list[SameModelVerdict] = Field(default_factory=list)
+    series: list[SeriesPoint] = Field(
+        default_factory=list,
+        description="Each changed metric's median per stretch of time (the dashboard draws "
+        "changes on it); empty: the change is drawn as its before and after levels.",
+    )
