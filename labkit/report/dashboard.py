@@ -280,21 +280,32 @@ def hour_of_day_chart(cells: Sequence[RollupCell]) -> Chart | None:
     )
 
 
-def _hour_table(cells: Sequence[RollupCell]) -> Table:
-    rows = [
-        [c.provider, c.model, metric_name(c.metric), f"{c.hour:02d}", _q(c.median), _q(c.p90),
-         str(c.median.n)]
-        for c in sorted(
-            (c for c in cells if c.window == "hour_of_day" and c.hour is not None),
-            key=lambda c: (c.provider, c.model, c.metric, c.hour),
-        )
-    ]  # fmt: skip
-    return Table(
-        ["provider", "model", "metric", "hour (UTC)", "median [95 % CI]", "p90 [95 % CI]",
-         "probes"],
-        rows,
-        numeric={3, 4, 5, 6},
-    )  # fmt: skip
+def _hour_tables(cells: Sequence[RollupCell]) -> list[Block]:
+    """Per metric a table: a row per hour, a median and a p90 column (each with its
+    interval) per provider × model, and each hour's probes."""
+    hourly = [c for c in cells if c.window == "hour_of_day" and c.hour is not None]
+    blocks: list[Block] = []
+    for metric in dict.fromkeys(c.metric for c in hourly):
+        mine = [c for c in hourly if c.metric == metric]
+        series = list(dict.fromkeys(_series(c.provider, c.model) for c in mine))
+        by = {(_series(c.provider, c.model), c.hour): c for c in mine}
+        rows: list[list[str]] = []
+        for hour in sorted({c.hour for c in mine if c.hour is not None}):
+            row = [f"{hour:02d}"]
+            for key in series:
+                cell = by.get((key, hour))
+                row += (
+                    [_q(cell.median), _q(cell.p90), str(cell.median.n)] if cell else ["—", "—", "0"]
+                )
+            rows.append(row)
+        columns = ["hour (UTC)"]
+        for key in series:
+            columns += [f"{key}: median [95 % CI]", "p90 [95 % CI]", "probes"]
+        blocks += [
+            Para(f"{metric_name(metric)} by hour of the day:", "note"),
+            Table(columns, rows, numeric=set(range(len(columns)))),
+        ]
+    return blocks
 
 
 def _window_table(cells: Sequence[RollupCell]) -> Table | None:
@@ -582,11 +593,17 @@ def changes_chart(figs: ObservatoryFigures) -> Chart | None:
     )
 
 
+def _change_text(c: ChangeEvent) -> str:
+    if c.kind != "shift" and (c.old_value or c.new_value):
+        return f"{c.old_value or '—'} → {c.new_value or '—'}"
+    return _e(c.delta)
+
+
 def _changes_table(changes: Sequence[ChangeEvent]) -> Table:
     rows = [
         [c.provider, c.model, c.kind, _when(c.at),
          f"{_when(c.at_lo)} – {_when(c.at_hi)}" if c.at_lo or c.at_hi else "—",
-         c.component or "—", _e(c.delta),
+         c.component or "—", _change_text(c),
          fmt_num(c.q_value, 4) if c.q_value is not None else "—", c.sentence]
         for c in sorted(changes, key=lambda c: (c.at, c.provider))
     ]  # fmt: skip
@@ -739,7 +756,7 @@ def dashboard_blocks(figs: ObservatoryFigures) -> list[Block]:
     if hours is None:
         blocks.append(Para("No hour-of-day figures: too few rounds yet.", "note"))
     else:
-        blocks += [ChartBlock(hours), _hour_table(figs.rollups)]
+        blocks += [ChartBlock(hours), *_hour_tables(figs.rollups)]
     windows = _window_table(figs.rollups)
     blocks.append(Heading("The last 72 hours and 14 days", 3))
     blocks.append(windows or Para("No window figures yet.", "note"))

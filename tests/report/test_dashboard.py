@@ -124,6 +124,10 @@ def test_changes_are_drawn_at_their_time_with_their_sentence_and_interval() -> N
     events = [v for v in values if v["row"] == "event"]
     assert [e["kind"] for e in events] == ["fingerprint"]
     assert len([v for v in values if v["row"] == "point"]) == 7
+    table = next(
+        b for b in dashboard_blocks(figs) if isinstance(b, Table) and "finding" in b.columns
+    )
+    assert [r[6] for r in table.rows] == ["180.0 [158.0–202.0]", "fp_0a1b → fp_9f8e"]
     page = dashboard_html(figs)
     for change in figs.changes:
         assert change.sentence.replace("'", "&#x27;") in page
