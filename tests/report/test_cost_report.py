@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from labkit.records import RequestRecord, StopReason, Usage
 from labkit.report import write_report
 from labkit.report.compare import write_comparison
-from labkit.records import RequestRecord, StopReason, Usage
 from tests.report.report_builders import write_run
 from tests.support.records import T0, make_record
 
@@ -28,7 +28,7 @@ def priced_records(n: int = 6, output: int = 100) -> list[RequestRecord]:
                 "usage": Usage(input_tokens=1000, output_tokens=output),
                 "stop_reason": StopReason.END,
             }
-        )  # fmt: skip
+        )
         for _ in range(n)
     ]
 
