@@ -30,6 +30,7 @@ from pydantic import (
 from labkit.boundedyaml import MAX_BYTES, YAMLLimitError, load_bounded
 from labkit.errors import ConfigError
 from labkit.experiments import ExperimentSettings, experiment_class, experiment_kinds
+from labkit.pricing import PriceEntry, PriceTable, check_one_per_date, price_table
 from labkit.providers import ProviderSettings, provider_class, provider_kinds, sdk_available
 from labkit.scrub import key_prefix, random_looking
 from labkit.tracing.settings import TracingSettings
@@ -316,6 +317,23 @@ class LabConfig(BaseModel):
                 raise ValueError(f"header {name} has a value that cannot be sent")
         return value
 
+    prices: list[PriceEntry] = Field(
+        default_factory=list,
+        description="The dated price table (docs/pricing.md): entries of provider, model, "
+        "date, currency and per-1M-token prices. labkit ships none; costs show only where "
+        "it is given.",
+    )
+
+    @field_validator("prices")
+    @classmethod
+    def _one_entry_per_date(cls, value: list[PriceEntry]) -> list[PriceEntry]:
+        check_one_per_date(value)
+        return value
+
+    def price_table(self) -> PriceTable:
+        """The config's prices as a `PriceTable` (empty where none are given)."""
+        return price_table(self.prices)
+
     @field_validator("output_dir", mode="before")
     @classmethod
     def _no_nul(cls, value: Any) -> Any:
@@ -433,6 +451,22 @@ def _sdk_only_without_sdk(data: dict[str, Any], providers: list[ProviderSettings
     ]
 
 
+def _unknown_price_providers(data: dict[str, Any], ids: list[str]) -> list[str]:
+    """A price entry naming a provider id the config does not have (a typo would leave
+    that provider unpriced without a word)."""
+    raw = data.get("prices")
+    entries = raw if isinstance(raw, list) else []
+    return [
+        f"prices[{i}].provider: no provider with id {entry['provider']!r} in providers; "
+        f"expected one of: {', '.join(ids)} (or leave it out to price the model anywhere)"
+        for i, entry in enumerate(entries)
+        if isinstance(entry, dict)
+        and isinstance(entry.get("provider"), str)
+        and ids
+        and entry["provider"] not in ids
+    ]
+
+
 def parse_config(data: Any, source: str = "<config>") -> LabConfig:
     """Validate already-parsed YAML data; raise one ConfigError listing every problem."""
     if not isinstance(data, dict):
@@ -446,6 +480,7 @@ def parse_config(data: Any, source: str = "<config>") -> LabConfig:
     for dup in sorted({i for i in ids if ids.count(i) > 1}):
         errors.append(f"providers: id {dup!r} is used more than once")
     errors.extend(_sdk_only_without_sdk(data, providers))
+    errors.extend(_unknown_price_providers(data, ids))
     config = None
     try:
         config = LabConfig.model_validate(
