@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 import urllib.parse
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from labkit.figures.observatory import (
     SplitCell,
 )
 from labkit.figures.stats import Estimate, Proportion, Quantile
+from labkit.pricing import PriceTable
 from labkit.report.charts import _SCHEMA, Chart
 from labkit.report.render import (
     Block,
@@ -46,6 +47,7 @@ from labkit.safefiles import write_new_file
 
 __all__ = [
     "NOT_SEPARABLE",
+    "NO_ANALYSIS",
     "PARTS",
     "changes_chart",
     "cost_chart",
@@ -744,10 +746,12 @@ def _header(figs: ObservatoryFigures) -> list[Block]:
     return [Heading("labkit observatory", 1), Bullets(lines)]
 
 
-def dashboard_blocks(figs: ObservatoryFigures) -> list[Block]:
-    """The page's blocks: header, hour of day and windows, split, changes, cost, same
-    model; a section with nothing to show says so in a line."""
+def dashboard_blocks(figs: ObservatoryFigures, notes: Sequence[str] = ()) -> list[Block]:
+    """The page's blocks: header (and `notes`: what could not be computed), hour of day and
+    windows, split, changes, cost, same model; a section with nothing to show says so."""
     blocks: list[Block] = _header(figs)
+    if notes:
+        blocks.append(Bullets(list(notes), "warn"))
     if figs.rounds == 0 and not (figs.rollups or figs.splits or figs.changes):
         blocks.append(Para("The store holds no rounds yet: nothing to show.", "warn"))
 
@@ -805,15 +809,17 @@ def dashboard_blocks(figs: ObservatoryFigures) -> list[Block]:
     return blocks
 
 
-def dashboard_html(figs: ObservatoryFigures) -> str:
+def dashboard_html(figs: ObservatoryFigures, notes: Sequence[str] = ()) -> str:
     """The page as one self-contained HTML string (scrubbed, Vega inlined)."""
-    return html_page(dashboard_blocks(figs), f"labkit observatory — {public_url(figs.store)}")
+    return html_page(
+        dashboard_blocks(figs, notes), f"labkit observatory — {public_url(figs.store)}"
+    )
 
 
-def write_dashboard(figs: ObservatoryFigures, page: Path) -> Path:
+def write_dashboard(figs: ObservatoryFigures, page: Path, notes: Sequence[str] = ()) -> Path:
     """Write the page to `page` (replacing it whole) and return its path."""
     page.parent.mkdir(parents=True, exist_ok=True)
-    write_new_file(page, dashboard_html(figs))
+    write_new_file(page, dashboard_html(figs, notes))
     return page
 
 
@@ -833,27 +839,33 @@ def read_figures(path: Path) -> ObservatoryFigures:
         raise RunError(f"{path} is not observatory figures: {where}: {first['msg']}") from None
 
 
-def _compute() -> Callable[..., ObservatoryFigures]:
-    """`labkit.analysis.observatory.compute`, or a clear error where this build lacks it."""
+def _compute() -> Callable[..., ObservatoryFigures] | None:
+    """`labkit.analysis.observatory.compute`, or None where this build lacks it."""
     try:
         module = importlib.import_module("labkit.analysis.observatory")
         compute: Callable[..., ObservatoryFigures] = module.compute
     except (ImportError, AttributeError):
-        raise RunError(
-            "this build has no observatory analysis (labkit.analysis.observatory.compute): "
-            "render saved figures with --figures FILE"
-        ) from None
+        return None
     return compute
 
 
-def figures_from_store(url: str) -> ObservatoryFigures:
-    """Open the store at `url`, read its probes and compute the observatory's figures once."""
+#: What the page and the command say where this build has no observatory analysis.
+NO_ANALYSIS = (
+    "this build has no observatory analysis (labkit.analysis.observatory.compute): "
+    "hour-of-day curves, the split and changes are not computed"
+)
+
+
+def figures_from_store(
+    url: str, *, prices: PriceTable | None = None, watch_id: str | None = None
+) -> tuple[ObservatoryFigures, list[str]]:
+    """Open the store at `url`, read its probes once and compute the observatory's figures
+    (cost too where `prices` gives a price table); with the notes on what could not be
+    computed. A store that does not exist is an error, never created."""
     from labkit.store import open_store
 
     try:
-        store = open_store(url)
-    except NotImplementedError:
-        raise RunError("this build has no store yet (labkit.store.open_store)") from None
+        store = open_store(url, create=False)
     except LabkitError:
         raise
     except Exception as exc:  # a driver's own error: one line, the URL without secrets
@@ -861,7 +873,29 @@ def figures_from_store(url: str) -> ObservatoryFigures:
             f"cannot open the store {public_url(url)}: {exc.__class__.__name__}"
         ) from None
     try:
-        probes = store.probes()
+        probes = store.probes(watch_id)
+        rounds = store.rounds(watch_id)
+        shown = public_url(store.url)
     finally:
         store.close()
-    return _compute()(probes, store=public_url(url))
+    notes: list[str] = []
+    compute = _compute()
+    if compute is not None:
+        figs = compute(probes, store=shown)
+    else:
+        notes.append(NO_ANALYSIS)
+        figs = ObservatoryFigures(store=shown, computed_at=datetime.now(UTC))
+    if len(rounds) and not figs.rounds:
+        at = rounds["at"].dropna()
+        figs = figs.model_copy(
+            update={
+                "rounds": len(rounds),
+                "first_round": at.min().to_pydatetime() if len(at) else None,
+                "last_round": at.max().to_pydatetime() if len(at) else None,
+            }
+        )
+    if prices and not figs.costs:
+        from labkit.analysis.cost import cost_figures
+
+        figs = figs.model_copy(update={"costs": cost_figures(probes, prices)})
+    return figs, notes

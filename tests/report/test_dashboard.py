@@ -216,7 +216,7 @@ def test_the_cli_renders_saved_figures(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        ([], "name a STORE, or saved figures with --figures"),
+        ([], "name a STORE (a DuckDB file or a postgresql:// URL)"),
         (["--figures", "missing.json"], "cannot read the figures file"),
         (["--figures", "bad.json"], "is not observatory figures"),
     ],

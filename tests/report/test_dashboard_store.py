@@ -1,0 +1,150 @@
+"""`labkit dashboard` over a real DuckDB store: the rounds in the header, the cost a hand
+computation gives from usage and the config's price table, the store found from a config's
+``watch.store`` or a watch folder, the analysis handed the store's probes once; every bad
+input one line and exit 1, no store ever created by looking at one."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+import labkit.report.dashboard as dashboard
+from labkit.cli import app
+from labkit.figures.observatory import ObservatoryFigures
+from labkit.records import StopReason, Usage
+from labkit.store import RoundInfo, open_store
+from tests.report.observatory_builders import observatory_figures
+from tests.report.report_builders import write_run
+from tests.support.records import T0, make_record
+
+pytestmark = pytest.mark.unit
+
+#: Made-up prices (labkit ships none): 1.00 in, 3.00 out per 1M tokens.
+PRICES = [{"provider": "a", "model": "m", "date": T0.date().isoformat(), "input": 1.0,
+           "output": 3.0}]  # fmt: skip
+
+
+def _config(path: Path, store: str | None = None) -> Path:
+    data: dict[str, Any] = {
+        "name": "watch",
+        "providers": [
+            {"kind": "openai_compatible", "id": "a", "base_url": "http://x", "model": "m"}
+        ],
+        "experiments": [{"kind": "single"}],
+        "prices": PRICES,
+    }
+    if store is not None:
+        data["watch"] = {"store": store, "every": "10m"}
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def _store(path: Path, tmp: Path, rounds: int = 3) -> Path:
+    """`rounds` watch rounds of four answered requests each (1,000 in, 100 out tokens)."""
+    store = open_store(path)
+    try:
+        for i in range(rounds):
+            run_id = f"round-{i}"
+            records = [
+                make_record(run_id=run_id, provider="a", model="m").model_copy(
+                    update={
+                        "usage": Usage(input_tokens=1000, output_tokens=100),
+                        "stop_reason": StopReason.END,
+                    }
+                )
+                for _ in range(4)
+            ]
+            run = write_run(tmp / run_id, records, manifest={"run_id": run_id})
+            store.load_run(run, RoundInfo(watch_id="w", index=i, at=T0 + timedelta(minutes=10 * i)))
+    finally:
+        store.close()
+    return path
+
+
+def _invoke(*args: str) -> Any:
+    return CliRunner().invoke(app, ["dashboard", *args])
+
+
+def test_the_store_gives_the_header_and_the_cost_by_hand(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(dashboard, "_compute", lambda: None)
+    db = _store(tmp_path / "obs.duckdb", tmp_path)
+    page = tmp_path / "page.html"
+    result = _invoke(str(db), "--config", str(_config(tmp_path / "c.yaml")), "-o", str(page))
+    assert result.exit_code == 0, result.output
+    assert "note: this build has no observatory analysis" in result.output
+    text = page.read_text(encoding="utf-8")
+    assert "rounds: 3" in text
+    assert "first round: 2025-01-01 00:00 UTC; last round: 2025-01-01 00:20 UTC" in text
+    # each request: 1000 × 1.00 / 1e6 + 100 × 3.00 / 1e6 = 0.0013; twelve: 0.0156
+    assert "0.001300" in text and "0.0156" in text
+    assert "this build has no observatory analysis" in text  # said on the page too
+
+
+def test_the_analysis_gets_the_stores_probes_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[tuple[pd.DataFrame, str]] = []
+
+    def compute(probes: pd.DataFrame, *, store: str) -> ObservatoryFigures:
+        seen.append((probes, store))
+        return observatory_figures(store=store)
+
+    monkeypatch.setattr(dashboard, "_compute", lambda: compute)
+    db = _store(tmp_path / "obs.duckdb", tmp_path)
+    page = tmp_path / "page.html"
+    result = _invoke(str(db), "-o", str(page))
+    assert result.exit_code == 0, result.output
+    assert "note:" not in result.output
+    [(probes, store)] = seen
+    assert len(probes) == 12 and list(probes["round.index"].unique()) == [0, 1, 2]
+    assert store == str(db)
+    text = page.read_text(encoding="utf-8")
+    assert "rounds: 2016" in text  # the analysis's own count stands
+    assert text.count('class="chart"') == 4
+
+
+def test_the_store_is_found_from_a_config_or_a_watch_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(dashboard, "_compute", lambda: None)
+    folder = tmp_path / "watch"
+    folder.mkdir()
+    _store(folder / "watch.duckdb", tmp_path)
+    cfg = _config(tmp_path / "c.yaml", store=str(folder / "watch.duckdb"))
+    for args in (["--config", str(cfg)], ["--watch-folder", str(folder)]):
+        page = tmp_path / "page.html"
+        page.unlink(missing_ok=True)
+        result = _invoke(*args, "-o", str(page))
+        assert result.exit_code == 0, result.output
+        assert "rounds: 3" in page.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["missing.duckdb"], "missing.duckdb"),
+        (["--watch-folder", "nowhere"], "nowhere: no such watch folder"),
+        (["--watch-folder", "."], "no watch.duckdb in this watch folder"),
+        (["--config", "c.yaml"], "name a STORE"),
+        (["mysql://u@h/db"], "is not a store"),
+    ],
+)
+def test_bad_input_is_one_line_and_no_store_is_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], says: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    _config(tmp_path / "c.yaml")
+    result = _invoke(*args)
+    assert result.exit_code == 1
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and says in lines[0], result.output
+    assert not (tmp_path / "missing.duckdb").exists()
+    assert not (tmp_path / "dashboard.html").exists()
