@@ -1,9 +1,10 @@
 """`labkit dashboard STORE`: the observatory's page, registered on the app.
 
-The store is named outright (a DuckDB file, a ``postgresql://`` URL), or found: in a
-config's ``watch.store`` / ``watch.store_env`` (``--config``, which also gives the price
-table), or as a watch folder's ``watch.duckdb`` (``--watch-folder``). Every error a user can
-cause is one red ``error: ...`` line on stderr with exit status 1.
+The store is named outright (a DuckDB file, a ``postgresql://`` URL), or found: from a
+watch folder's ``state.json`` (``--watch-folder``: its store, its watch, its config's
+prices), or as `labkit watch` finds it from a config (``--config``, which also gives the
+price table). Every error a user can cause is one red ``error: ...`` line on stderr with
+exit status 1.
 """
 
 from __future__ import annotations
@@ -22,10 +23,7 @@ from labkit.report.dashboard import figures_from_store, read_figures, write_dash
 from labkit.scrub import register_url_credentials
 from labkit.terminal import SafeConsole
 
-__all__ = ["WATCH_STORE", "register", "store_of"]
-
-#: A watch folder's store when its config names none (`labkit.config.WatchSettings.store`).
-WATCH_STORE = "watch.duckdb"
+__all__ = ["register", "store_of"]
 
 
 def _fail(exc: LabkitError) -> typer.Exit:
@@ -35,46 +33,60 @@ def _fail(exc: LabkitError) -> typer.Exit:
     return typer.Exit(1)
 
 
+def _prices(config: Path) -> PriceTable | None:
+    from labkit.config import load_config
+
+    return load_config(config).price_table() or None
+
+
+def _from_watch_folder(folder: Path) -> tuple[str, str, Path | None]:
+    """A watch folder's store URL, watch id and config path, from its state.json."""
+    from labkit.watch.state import STATE_FILE, read_state
+
+    if not folder.is_dir():
+        raise ConfigError(f"{folder}: no such watch folder")
+    state = read_state(folder)
+    if state is None:
+        raise ConfigError(f"{folder}: no watch has run here (no {STATE_FILE})")
+    if state.store_env:
+        url = os.environ.get(state.store_env, "").strip()
+        if not url:
+            raise ConfigError(
+                f"{folder}: the watch's store is in ${state.store_env}, which is not set"
+            )
+        register_url_credentials(url)
+    else:
+        url = state.store
+        if "://" not in url and not Path(url).is_absolute() and not Path(url).exists():
+            url = str(folder / Path(url).name)  # a path relative to where the watch ran
+    config = Path(state.config_path) if state.config_path else None
+    return url, state.watch_id, config if config is not None and config.is_file() else None
+
+
 def store_of(
     store: str | None, config: Path | None, watch_folder: Path | None
-) -> tuple[str, PriceTable | None]:
-    """The store's URL and the price table, from what the command was given: STORE, else the
-    config's ``watch.store`` (or the variable ``watch.store_env`` names), else the watch
-    folder's ``watch.duckdb``."""
-    prices: PriceTable | None = None
-    from_config: str | None = None
-    if config is not None:
+) -> tuple[str, PriceTable | None, str | None]:
+    """The store's URL, the price table and the watch id, from what the command was
+    given: STORE; else a watch folder's state.json (its store, its watch, its config's
+    prices); else a config's ``watch.store`` / ``watch.store_env`` (or the default watch
+    folder's ``watch.duckdb``), as `labkit watch` finds it."""
+    watch_id: str | None = None
+    if store is None and watch_folder is not None:
+        store, watch_id, its_config = _from_watch_folder(watch_folder)
+        config = config or its_config
+    if store is None and config is not None:
         from labkit.config import load_config
+        from labkit.watch.watcher import default_folder, resolve_store_url
 
         cfg = load_config(config)
-        prices = cfg.price_table() or None
-        if cfg.watch is not None and cfg.watch.store_env:
-            from_config = os.environ.get(cfg.watch.store_env) or None
-            if from_config is None and store is None and watch_folder is None:
-                raise ConfigError(
-                    f"{config}: watch.store_env names ${cfg.watch.store_env}, which is not set"
-                )
-            register_url_credentials(from_config)
-        elif cfg.watch is not None and cfg.watch.store:
-            from_config = cfg.watch.store
-    if store is not None:
-        return store, prices
-    if from_config is not None:
-        return from_config, prices
-    if watch_folder is not None:
-        if not watch_folder.is_dir():
-            raise ConfigError(f"{watch_folder}: no such watch folder")
-        found = watch_folder / WATCH_STORE
-        if not found.is_file():
-            raise ConfigError(
-                f"{watch_folder}: no {WATCH_STORE} in this watch folder (a watch that stores "
-                "elsewhere: name its STORE, or --config CONFIG)"
-            )
-        return str(found), prices
-    raise ConfigError(
-        "name a STORE (a DuckDB file or a postgresql:// URL), --config CONFIG with a "
-        "watch.store, --watch-folder DIR, or saved figures with --figures FILE"
-    )
+        store = resolve_store_url(cfg, default_folder(cfg))
+        register_url_credentials(store)
+    if store is None:
+        raise ConfigError(
+            "name a STORE (a DuckDB file or a postgresql:// URL), --watch-folder DIR, "
+            "--config CONFIG (its watch's store), or saved figures with --figures FILE"
+        )
+    return store, (_prices(config) if config is not None else None), watch_id
 
 
 def dashboard_command(
@@ -99,7 +111,10 @@ def dashboard_command(
     ] = None,
     watch_folder: Annotated[
         Path | None,
-        typer.Option("--watch-folder", help="A watch folder: its watch.duckdb is the store."),
+        typer.Option(
+            "--watch-folder",
+            help="A watch folder: its state.json names the store, the watch and its config.",
+        ),
     ] = None,
     watch_id: Annotated[
         str | None, typer.Option("--watch-id", help="Only this watch's rounds.")
@@ -125,8 +140,8 @@ def dashboard_command(
                 raise ConfigError("--figures renders saved figures: give no STORE with it")
             figs = read_figures(figures)
         else:
-            url, prices = store_of(store, config, watch_folder)
-            figs, notes = figures_from_store(url, prices=prices, watch_id=watch_id)
+            url, prices, its_watch = store_of(store, config, watch_folder)
+            figs, notes = figures_from_store(url, prices=prices, watch_id=watch_id or its_watch)
         page = write_dashboard(figs, out, notes)
     except LabkitError as exc:
         raise _fail(exc) from None

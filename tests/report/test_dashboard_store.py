@@ -19,6 +19,7 @@ from labkit.cli import app
 from labkit.figures.observatory import ObservatoryFigures
 from labkit.records import StopReason, Usage
 from labkit.store import RoundInfo, open_store
+from labkit.watch.state import WatchState, write_state
 from tests.report.observatory_builders import observatory_figures
 from tests.report.report_builders import write_run
 from tests.support.records import T0, make_record
@@ -111,6 +112,14 @@ def test_the_analysis_gets_the_stores_probes_once(
     assert text.count('class="chart"') == 4
 
 
+def _state(folder: Path, store: str, config: Path | None, watch_id: str = "w") -> None:
+    write_state(
+        folder,
+        WatchState(watch_id=watch_id, name="watch", config_path=str(config) if config else None,
+                   clock="simulated", anchor=T0, every_s=600.0, store=store),
+    )  # fmt: skip
+
+
 def test_the_store_is_found_from_a_config_or_a_watch_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -119,12 +128,31 @@ def test_the_store_is_found_from_a_config_or_a_watch_folder(
     folder.mkdir()
     _store(folder / "watch.duckdb", tmp_path)
     cfg = _config(tmp_path / "c.yaml", store=str(folder / "watch.duckdb"))
+    _state(folder, str(folder / "watch.duckdb"), cfg)
     for args in (["--config", str(cfg)], ["--watch-folder", str(folder)]):
         page = tmp_path / "page.html"
         page.unlink(missing_ok=True)
         result = _invoke(*args, "-o", str(page))
         assert result.exit_code == 0, result.output
-        assert "rounds: 3" in page.read_text(encoding="utf-8")
+        text = page.read_text(encoding="utf-8")
+        assert "rounds: 3" in text
+        assert "0.001300" in text  # the config's prices: from --config, or the state's config
+
+
+def test_a_watch_folder_shows_its_own_watch_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(dashboard, "_compute", lambda: None)
+    folder = tmp_path / "watch"
+    folder.mkdir()
+    _store(folder / "watch.duckdb", tmp_path)  # watch "w": three rounds
+    _state(folder, "watch.duckdb", None, watch_id="other")  # relative: where the watch ran
+    page = tmp_path / "page.html"
+    result = _invoke("--watch-folder", str(folder), "-o", str(page))
+    assert result.exit_code == 0, result.output
+    text = page.read_text(encoding="utf-8")
+    assert "rounds: 0" in text and "The store holds no rounds yet" in text
+    assert "Cost" not in text  # no config: no prices
 
 
 @pytest.mark.parametrize(
@@ -132,8 +160,9 @@ def test_the_store_is_found_from_a_config_or_a_watch_folder(
     [
         (["missing.duckdb"], "missing.duckdb"),
         (["--watch-folder", "nowhere"], "nowhere: no such watch folder"),
-        (["--watch-folder", "."], "no watch.duckdb in this watch folder"),
-        (["--config", "c.yaml"], "name a STORE"),
+        (["--watch-folder", "."], "no watch has run here (no state.json)"),
+        (["--config", "c.yaml"], "results/watch-watch/watch.duckdb: no store there"),
+        ([], "name a STORE"),
         (["mysql://u@h/db"], "is not a store"),
     ],
 )
@@ -147,4 +176,5 @@ def test_bad_input_is_one_line_and_no_store_is_made(
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and says in lines[0], result.output
     assert not (tmp_path / "missing.duckdb").exists()
+    assert not (tmp_path / "results").exists()
     assert not (tmp_path / "dashboard.html").exists()
