@@ -9,21 +9,24 @@ exit status 1.
 
 from __future__ import annotations
 
+import importlib
 import os
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.text import Text
 
-from labkit.errors import ConfigError, LabkitError
+from labkit.errors import ConfigError, LabkitError, RunError
 from labkit.figures.observatory import ObservatoryFigures
 from labkit.pricing import PriceTable
-from labkit.report.dashboard import figures_from_store, read_figures, write_dashboard
+from labkit.report.dashboard import public_url, read_figures, write_dashboard
 from labkit.scrub import register_url_credentials
 from labkit.terminal import SafeConsole
 
-__all__ = ["register", "store_of"]
+__all__ = ["NO_ANALYSIS", "figures_from_store", "register", "store_of"]
 
 
 def _fail(exc: LabkitError) -> typer.Exit:
@@ -31,6 +34,68 @@ def _fail(exc: LabkitError) -> typer.Exit:
         Text(f"error: {exc}", style="red"), soft_wrap=True
     )
     return typer.Exit(1)
+
+
+def _compute() -> Callable[..., ObservatoryFigures] | None:
+    """`labkit.analysis.observatory.compute`, or None where this build lacks it."""
+    try:
+        module = importlib.import_module("labkit.analysis.observatory")
+        compute: Callable[..., ObservatoryFigures] = module.compute
+    except (ImportError, AttributeError):
+        return None
+    return compute
+
+
+#: What the page and the command say where this build has no observatory analysis.
+NO_ANALYSIS = (
+    "this build has no observatory analysis (labkit.analysis.observatory.compute): "
+    "hour-of-day curves, the split and changes are not computed"
+)
+
+
+def figures_from_store(
+    url: str, *, prices: PriceTable | None = None, watch_id: str | None = None
+) -> tuple[ObservatoryFigures, list[str]]:
+    """Open the store at `url`, read its probes once and compute the observatory's figures
+    (cost too where `prices` gives a price table); with the notes on what could not be
+    computed. A store that does not exist is an error, never created."""
+    from labkit.store import open_store
+
+    try:
+        store = open_store(url, create=False)
+    except LabkitError:
+        raise
+    except Exception as exc:  # a driver's own error: one line, the URL without secrets
+        raise RunError(
+            f"cannot open the store {public_url(url)}: {exc.__class__.__name__}"
+        ) from None
+    try:
+        probes = store.probes(watch_id)
+        rounds = store.rounds(watch_id)
+        shown = public_url(store.url)
+    finally:
+        store.close()
+    notes: list[str] = []
+    compute = _compute()
+    if compute is not None:
+        figs = compute(probes, store=shown)
+    else:
+        notes.append(NO_ANALYSIS)
+        figs = ObservatoryFigures(store=shown, computed_at=datetime.now(UTC))
+    if len(rounds) and not figs.rounds:
+        at = rounds["at"].dropna()
+        figs = figs.model_copy(
+            update={
+                "rounds": len(rounds),
+                "first_round": at.min().to_pydatetime() if len(at) else None,
+                "last_round": at.max().to_pydatetime() if len(at) else None,
+            }
+        )
+    if prices and not figs.costs:
+        from labkit.analysis.cost import cost_figures
+
+        figs = figs.model_copy(update={"costs": cost_figures(probes, prices)})
+    return figs, notes
 
 
 def _prices(config: Path) -> PriceTable | None:

@@ -9,18 +9,19 @@ does not separate is drawn as "not separable", never as zero) with decode per to
 changes on their metric's time series (a rule at each change point, its interval shaded,
 its sentence); cost per request, session and answer and goodput per dollar (when a price
 table gave them); the same-model verdicts. The page only renders: nothing is recomputed.
+Reading a store and computing the figures is `labkit.cli.dashboard`'s (the store's package
+reads run folders through this layer, so the report does not import it).
 """
 
 from __future__ import annotations
 
-import importlib
 import urllib.parse
-from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from labkit.errors import LabkitError, RunError
+from labkit.errors import RunError
 from labkit.figures.observatory import (
     ChangeEvent,
     CostFigures,
@@ -30,7 +31,6 @@ from labkit.figures.observatory import (
     SplitCell,
 )
 from labkit.figures.stats import Estimate, Proportion, Quantile
-from labkit.pricing import PriceTable
 from labkit.report.charts import _SCHEMA, Chart
 from labkit.report.render import (
     Block,
@@ -47,13 +47,11 @@ from labkit.safefiles import write_new_file
 
 __all__ = [
     "NOT_SEPARABLE",
-    "NO_ANALYSIS",
     "PARTS",
     "changes_chart",
     "cost_chart",
     "dashboard_blocks",
     "dashboard_html",
-    "figures_from_store",
     "hour_of_day_chart",
     "interval_text",
     "metric_name",
@@ -837,65 +835,3 @@ def read_figures(path: Path) -> ObservatoryFigures:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "the file"
         raise RunError(f"{path} is not observatory figures: {where}: {first['msg']}") from None
-
-
-def _compute() -> Callable[..., ObservatoryFigures] | None:
-    """`labkit.analysis.observatory.compute`, or None where this build lacks it."""
-    try:
-        module = importlib.import_module("labkit.analysis.observatory")
-        compute: Callable[..., ObservatoryFigures] = module.compute
-    except (ImportError, AttributeError):
-        return None
-    return compute
-
-
-#: What the page and the command say where this build has no observatory analysis.
-NO_ANALYSIS = (
-    "this build has no observatory analysis (labkit.analysis.observatory.compute): "
-    "hour-of-day curves, the split and changes are not computed"
-)
-
-
-def figures_from_store(
-    url: str, *, prices: PriceTable | None = None, watch_id: str | None = None
-) -> tuple[ObservatoryFigures, list[str]]:
-    """Open the store at `url`, read its probes once and compute the observatory's figures
-    (cost too where `prices` gives a price table); with the notes on what could not be
-    computed. A store that does not exist is an error, never created."""
-    from labkit.store import open_store
-
-    try:
-        store = open_store(url, create=False)
-    except LabkitError:
-        raise
-    except Exception as exc:  # a driver's own error: one line, the URL without secrets
-        raise RunError(
-            f"cannot open the store {public_url(url)}: {exc.__class__.__name__}"
-        ) from None
-    try:
-        probes = store.probes(watch_id)
-        rounds = store.rounds(watch_id)
-        shown = public_url(store.url)
-    finally:
-        store.close()
-    notes: list[str] = []
-    compute = _compute()
-    if compute is not None:
-        figs = compute(probes, store=shown)
-    else:
-        notes.append(NO_ANALYSIS)
-        figs = ObservatoryFigures(store=shown, computed_at=datetime.now(UTC))
-    if len(rounds) and not figs.rounds:
-        at = rounds["at"].dropna()
-        figs = figs.model_copy(
-            update={
-                "rounds": len(rounds),
-                "first_round": at.min().to_pydatetime() if len(at) else None,
-                "last_round": at.max().to_pydatetime() if len(at) else None,
-            }
-        )
-    if prices and not figs.costs:
-        from labkit.analysis.cost import cost_figures
-
-        figs = figs.model_copy(update={"costs": cost_figures(probes, prices)})
-    return figs, notes

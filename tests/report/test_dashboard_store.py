@@ -14,7 +14,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-import labkit.report.dashboard as dashboard
+import labkit.cli.dashboard as dashboard
 from labkit.cli import app
 from labkit.figures.observatory import ObservatoryFigures
 from labkit.records import StopReason, Usage
