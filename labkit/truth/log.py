@@ -209,6 +209,16 @@ class TruthRequest(BaseModel):
         description="The server's own timings as the reply carried them: `headers` and the "
         "last chunk's `fields` (None: the schedule's server_timings is none).",
     )
+    sim_time: float | None = Field(
+        default=None,
+        description="The epoch second the request stood for: its X-Labkit-Sim-Time header, "
+        "else the wall clock (None: no header and no drift planted).",
+    )
+    drift: list[dict[str, Any]] | None = Field(
+        default=None,
+        description="The planted changes in effect (`labkit.truth.drift`): each one's kind, "
+        "the component it moved and its true size (None: no header and no drift).",
+    )
 
 
 @dataclass(frozen=True)

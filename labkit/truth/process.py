@@ -52,6 +52,9 @@ SCHEDULE_KEYS: dict[str, type] = {
     "fail_after_tokens": int,
     "retry_after_s": float,
     "server_timings": str,
+    "system_fingerprint": str,
+    "server_build": str,
+    "drift": str,
     "tool_calls": int,
     "parallel_tool_calls": int,
 }
@@ -118,6 +121,8 @@ class TruthServer:
                 continue
             if kind is bool:
                 out[key] = "true" if value else "false"
+            elif isinstance(value, dict):  # a drift, as model_dump gives it: JSON text
+                out[key] = json.dumps(value)
             else:
                 out[key] = str(kind(value))
         return out

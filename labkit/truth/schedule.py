@@ -22,6 +22,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
 from labkit.errors import ConfigError
 from labkit.jsonlines import JsonLine, iter_json_lines, one_line
+from labkit.truth.drift import Drift
 
 __all__ = [
     "LAB_SCHEDULE",
@@ -273,6 +274,27 @@ class TruthSchedule(BaseModel):
     server_timings: ServerTimings = Field(
         default="none",
         description="Which server's own timings the reply carries, in its documented shape.",
+    )
+
+    # --- the server's identity, and how it changes (`labkit.truth.drift`) ---
+    system_fingerprint: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        description="The system_fingerprint Chat chunks carry (null: null, as today).",
+    )
+    server_build: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        description="The build_info /props says (null: the truth server's own).",
+    )
+    drift: Drift | None = Field(
+        default=None,
+        description="Planted changes over (simulated) time, as a JSON object "
+        "(`labkit.truth.drift.Drift`): queue_bump, prefill_step, frontend_step, "
+        "fingerprint_step, build_step; a request's time is its X-Labkit-Sim-Time header, "
+        "else the wall clock (null: none).",
     )
 
     # --- tool calls ---
