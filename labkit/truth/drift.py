@@ -25,12 +25,9 @@ import math
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-
-if TYPE_CHECKING:
-    from labkit.truth.schedule import TruthSchedule
 
 __all__ = [
     "SIM_TIME_HEADER",
@@ -156,7 +153,30 @@ def sim_time(headers: Mapping[str, str], now: float | None = None) -> tuple[floa
     return (time.time() if now is None else now), False
 
 
-def drifted(schedule: TruthSchedule, t: float) -> tuple[TruthSchedule, list[dict[str, Any]]]:
+class _Drifting(Protocol):
+    """What `drifted` reads of a schedule (`labkit.truth.schedule.TruthSchedule`)."""
+
+    @property
+    def drift(self) -> Drift | None: ...
+    @property
+    def queue_ms(self) -> float: ...
+    @property
+    def first_token_ms(self) -> float: ...
+    @property
+    def prefill_ms_per_token(self) -> float: ...
+    @property
+    def cached_ms_per_token(self) -> float: ...
+    @property
+    def frontend_ms(self) -> float: ...
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """The schedule with `update`'s values."""
+        ...
+
+
+S = TypeVar("S", bound=_Drifting)
+
+
+def drifted(schedule: S, t: float) -> tuple[S, list[dict[str, Any]]]:
     """`schedule` as its drift makes it at epoch second `t`, and the changes in effect, each
     ``{"kind", "component", ...its true size}`` (none without a drift)."""
     drift = schedule.drift
