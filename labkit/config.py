@@ -11,6 +11,7 @@ import importlib.util
 import os
 import re
 from pathlib import Path
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import yaml
@@ -23,11 +24,13 @@ from pydantic import (
     SerializeAsAny,
     ValidationError,
     field_validator,
+    model_validator,
 )
 
 from labkit.boundedyaml import MAX_BYTES, YAMLLimitError, load_bounded
 from labkit.errors import ConfigError
 from labkit.experiments import ExperimentSettings, experiment_class, experiment_kinds
+from labkit.pricing import PriceEntry, PriceTable, check_one_per_date, price_table
 from labkit.providers import ProviderSettings, provider_class, provider_kinds, sdk_available
 from labkit.scrub import key_prefix, random_looking
 from labkit.tracing.settings import TracingSettings
@@ -35,6 +38,10 @@ from labkit.tracing.settings import TracingSettings
 __all__ = [
     "LabConfig",
     "RayExecutorSettings",
+    "WatchBudget",
+    "WatchClock",
+    "WatchSettings",
+    "parse_duration",
     "load_config",
     "load_config_data",
     "looks_like_key",
@@ -115,6 +122,154 @@ class RayExecutorSettings(BaseModel):
         return value
 
 
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h|d)?\s*$")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from a duration: a number (seconds) or text such as ``90s``, ``10m``,
+    ``1.5h``, ``1d``; ValueError for anything else."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration such as 10m, 90s or 1h")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        found = _DURATION.match(str(value)) if isinstance(value, str) else None
+        if found is None:
+            raise ValueError("expected a duration such as 10m, 90s or 1h")
+        seconds = float(found.group(1)) * _UNIT_S[found.group(2) or "s"]
+    if not 0 <= seconds < 1e9:
+        raise ValueError("a duration must be between 0 and 10⁹ seconds")
+    return seconds
+
+
+class WatchBudget(BaseModel):
+    """`watch.budget`: what the whole watch may spend before it stops (absent: no bound)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tokens: PositiveInt | None = Field(
+        default=None, description="Input + output tokens over every round (warm-ups included)."
+    )
+    money: PositiveFloat | None = Field(
+        default=None,
+        description="Money over every round, in the price table's currency (needs `prices:`).",
+    )
+
+
+class WatchClock(BaseModel):
+    """`watch.clock`: real time, or a simulated (compressed) clock for tests and demos."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["real", "simulated"] = "real"
+    start: datetime | None = Field(
+        default=None,
+        description="simulated: the first round's simulated time (UTC, e.g. "
+        "2026-01-05T00:00:00Z); rounds run back to back, each standing for its scheduled "
+        "simulated time, sent as the header X-Labkit-Sim-Time.",
+    )
+
+    @field_validator("start")
+    @classmethod
+    def _utc(cls, value: datetime | None) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+    @model_validator(mode="after")
+    def _start_when_simulated(self) -> WatchClock:
+        if self.kind == "simulated" and self.start is None:
+            raise ValueError("a simulated clock needs start (e.g. 2026-01-05T00:00:00Z)")
+        if self.kind == "real" and self.start is not None:
+            raise ValueError("start is for a simulated clock; a real clock starts now")
+        return self
+
+
+class WatchSettings(BaseModel):
+    """`watch:`: run the config's probes on a schedule, each round a run, into a store
+    (`labkit watch`, docs/watch.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    every: float = Field(
+        default=600.0, description="Time between rounds: seconds or 30s / 10m / 1h / 1d."
+    )
+    jitter: float | str = Field(
+        default=0.0,
+        description="Each round starts up to this much after its slot: a fraction of "
+        "`every` (0.1) or a duration (30s); seeded per round, so a restart keeps it.",
+    )
+    store: str | None = Field(
+        default=None,
+        description="Where rounds are stored: a DuckDB file path, or a postgresql:// URL "
+        "without a password (PGPASSWORD); default: watch.duckdb in the watch folder.",
+    )
+    store_env: str | None = Field(
+        default=None,
+        description="The name of an environment variable holding the store URL (one that "
+        "carries a password); instead of `store`.",
+    )
+    budget: WatchBudget = Field(default_factory=WatchBudget)
+    rounds: PositiveInt | None = Field(
+        default=None, description="Stop after this many rounds (missed ones included)."
+    )
+    clock: WatchClock = Field(default_factory=WatchClock)
+    keep_cache: list[str] = Field(
+        default_factory=list,
+        description="Experiments (kinds or names) sent as written: no fresh nonce per round, "
+        "so a provider's prompt cache may serve them from an earlier round.",
+    )
+
+    @field_validator("every", mode="before")
+    @classmethod
+    def _every(cls, value: Any) -> float:
+        seconds = parse_duration(value)
+        if seconds < 1:
+            raise ValueError("every must be at least 1 second")
+        return seconds
+
+    @field_validator("jitter")
+    @classmethod
+    def _jitter(cls, value: float | str) -> float | str:
+        if isinstance(value, float | int) and 0 <= value < 1:
+            return value  # a fraction of `every`
+        parse_duration(value)
+        return value
+
+    @field_validator("clock", mode="before")
+    @classmethod
+    def _clock_word(cls, value: Any) -> Any:
+        return {"kind": value} if isinstance(value, str) else value
+
+    @field_validator("store_env")
+    @classmethod
+    def _env_name(cls, value: str | None) -> str | None:
+        if value is not None and not _ENV_NAME.match(value):
+            raise ValueError("must be the name of an environment variable (letters, digits, _)")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> WatchSettings:
+        if self.jitter_s >= self.every:
+            raise ValueError("jitter must be less than every (rounds would change places)")
+        if self.store is not None and self.store_env is not None:
+            raise ValueError("give store or store_env, not both")
+        return self
+
+    @property
+    def jitter_s(self) -> float:
+        """The jitter in seconds (a fraction resolved against `every`)."""
+        j = self.jitter
+        if isinstance(j, float | int) and 0 <= j < 1:
+            return float(j) * self.every
+        return parse_duration(j)
+
+
+#: Request headers a config may set (`LabConfig.request_headers`): labkit's own.
+_LABKIT_HEADER = re.compile(r"^x-labkit-[a-z0-9-]{1,40}$", re.IGNORECASE)
+
+
 class LabConfig(BaseModel):
     """A whole run: providers × experiments."""
 
@@ -136,6 +291,48 @@ class LabConfig(BaseModel):
         description="W3C trace context on every request and where the run's OpenTelemetry "
         "spans go (`labkit.tracing`, docs/tracing.md).",
     )
+    watch: WatchSettings | None = Field(
+        default=None,
+        description="`labkit watch`: the schedule, store, budget and clock of a watch of "
+        "these probes (docs/watch.md); `labkit run` ignores it.",
+    )
+    request_tags: dict[str, str | int | float | bool] = Field(
+        default_factory=dict,
+        description="Tags put on every record of the run (a watch round's `watch_id`, "
+        "`watch_round`, `watch_nonce`); an experiment's own tag of the same name wins.",
+    )
+    request_headers: dict[str, str] = Field(
+        default_factory=dict,
+        description="Headers sent with every request, labkit's own only (`X-Labkit-…`: a "
+        "simulated watch's `X-Labkit-Sim-Time`).",
+    )
+
+    @field_validator("request_headers")
+    @classmethod
+    def _labkit_headers(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, text in value.items():
+            if not _LABKIT_HEADER.match(name):
+                raise ValueError(f"only X-Labkit-… headers may be set here (got {name[:40]!r})")
+            if any(c in text for c in "\r\n\0") or len(text) > 200:
+                raise ValueError(f"header {name} has a value that cannot be sent")
+        return value
+
+    prices: list[PriceEntry] = Field(
+        default_factory=list,
+        description="The dated price table (docs/pricing.md): entries of provider, model, "
+        "date, currency and per-1M-token prices. labkit ships none; costs show only where "
+        "it is given.",
+    )
+
+    @field_validator("prices")
+    @classmethod
+    def _one_entry_per_date(cls, value: list[PriceEntry]) -> list[PriceEntry]:
+        check_one_per_date(value)
+        return value
+
+    def price_table(self) -> PriceTable:
+        """The config's prices as a `PriceTable` (empty where none are given)."""
+        return price_table(self.prices)
 
     @field_validator("output_dir", mode="before")
     @classmethod
@@ -254,6 +451,22 @@ def _sdk_only_without_sdk(data: dict[str, Any], providers: list[ProviderSettings
     ]
 
 
+def _unknown_price_providers(data: dict[str, Any], ids: list[str]) -> list[str]:
+    """A price entry naming a provider id the config does not have (a typo would leave
+    that provider unpriced without a word)."""
+    raw = data.get("prices")
+    entries = raw if isinstance(raw, list) else []
+    return [
+        f"prices[{i}].provider: no provider with id {entry['provider']!r} in providers; "
+        f"expected one of: {', '.join(ids)} (or leave it out to price the model anywhere)"
+        for i, entry in enumerate(entries)
+        if isinstance(entry, dict)
+        and isinstance(entry.get("provider"), str)
+        and ids
+        and entry["provider"] not in ids
+    ]
+
+
 def parse_config(data: Any, source: str = "<config>") -> LabConfig:
     """Validate already-parsed YAML data; raise one ConfigError listing every problem."""
     if not isinstance(data, dict):
@@ -267,6 +480,7 @@ def parse_config(data: Any, source: str = "<config>") -> LabConfig:
     for dup in sorted({i for i in ids if ids.count(i) > 1}):
         errors.append(f"providers: id {dup!r} is used more than once")
     errors.extend(_sdk_only_without_sdk(data, providers))
+    errors.extend(_unknown_price_providers(data, ids))
     config = None
     try:
         config = LabConfig.model_validate(

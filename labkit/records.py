@@ -475,6 +475,12 @@ class Usage(_Model):
     reasoning_tokens: int | None = Field(
         default=None, description="Reasoning tokens. Included in output_tokens."
     )
+    cache_write_input_tokens: int | None = Field(
+        default=None,
+        description="Prompt tokens written to the provider's cache (Anthropic "
+        "cache_creation_input_tokens). Included in input_tokens; priced at the cache-write "
+        "price (docs/pricing.md).",
+    )
     input_tokens_local: int | None = Field(
         default=None, description="labkit's own count of the prompt."
     )

@@ -8,6 +8,7 @@
     labkit report RUN_DIR | compare RUN_DIR...       (labkit.cli.report)
     labkit fake-server [--port N] [schedule options, --slots N] [--truth LOG]
     labkit score TRUTH_LOG RESULTS | import-results RESULTS   (labkit.cli.truth)
+    labkit watch CONFIG | watch status FOLDER       (labkit.cli.watch)
     labkit kinds
 
 Every user error is one red line on stderr and a non-zero exit, never a traceback. SIGTERM
@@ -40,6 +41,7 @@ from labkit.cli.sessions import register as register_sessions
 from labkit.cli.tokens import register as register_tokens
 from labkit.cli.tracing import register as register_tracing
 from labkit.cli.truth import register as register_truth
+from labkit.cli.watch import register as register_watch
 from labkit.config import load_config
 from labkit.errors import LabkitError
 from labkit.experiments import experiment_kinds
@@ -473,6 +475,7 @@ register_tokens(app)
 register_tracing(app)
 register_sessions(app)
 register_truth(app)
+register_watch(app)
 
 
 def main() -> None:

@@ -266,6 +266,7 @@ class AnthropicParser(StreamParser):
         )
         if write is not None:
             self._cache_write = write
+            self.usage.cache_write_input_tokens = write
         if uncached is not None or read is not None:
             self.usage.input_tokens = self._uncached_input + self._cache_read + self._cache_write
         output = wire_count(usage.get("output_tokens"), f"{where}.output_tokens")

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from labkit.experiments import LevelPlan, PacedExperiment, PlannedRequest, Share
+from labkit.experiments.paced import RecordTags
 from labkit.measurement.recorder import BaseRecorder, RecordContext
 from labkit.providers import Provider
 from labkit.records import RequestRecord
@@ -39,6 +40,8 @@ class Measurer:
         run_id: str,
         store_text: bool,
         propagate_trace: bool = True,
+        request_tags: RecordTags | None = None,
+        request_headers: dict[str, str] | None = None,
     ) -> None:
         self._recorder = recorder
         self._sdk = sdk
@@ -46,6 +49,10 @@ class Measurer:
         self._store_text = store_text
         #: Whether requests carry their trace context (`tracing.headers` in the config).
         self.propagate_trace = propagate_trace
+        #: Tags on every record and headers on every request of the run (a watch round's:
+        #: `LabConfig.request_tags`, `LabConfig.request_headers`); an experiment's tag wins.
+        self.request_tags: RecordTags = dict(request_tags or {})
+        self.request_headers: dict[str, str] = dict(request_headers or {})
 
     async def set_up(self, provider: Provider, paths: Iterable[str]) -> None:
         """Do labkit's one-off set-up of each client path in `paths` for `provider` now
@@ -64,11 +71,12 @@ class Measurer:
     ) -> RequestRecord:
         """`planned`'s record (its `on_record` hook called, text kept for it)."""
         record_id = uuid.uuid4().hex
+        tags = {**self.request_tags, **planned.tags} if self.request_tags else planned.tags
         trace = request_trace(
             self._run_id,
             provider.id,
             experiment,
-            planned.tags,
+            tags,
             record_id,
             propagate=self.propagate_trace,
         )
@@ -78,13 +86,17 @@ class Measurer:
             trial=planned.trial,
             attempt=attempt,
             warmup=planned.warmup,
-            tags=planned.tags,
+            tags=tags,
             queue_ms=queue_ms,
             store_text=self._store_text or planned.on_record is not None,
             record_id=record_id,
             plan_key=planned.key,
             trace=trace,
-            trace_headers=trace_headers(trace),
+            trace_headers=(
+                {**trace_headers(trace), **self.request_headers}
+                if self.request_headers
+                else trace_headers(trace)
+            ),
         )
         sdk_path = planned.request.client_path == "sdk"
         recorder = self._sdk() if sdk_path else self._recorder

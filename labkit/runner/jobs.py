@@ -67,6 +67,12 @@ class LevelJob(BaseModel):
     propagate_trace: bool = Field(
         default=True, description="Send each request's trace context (`tracing.headers`)."
     )
+    request_tags: RecordTags = Field(
+        default_factory=dict, description="The run's tags on every record (`Measurer`)."
+    )
+    request_headers: dict[str, str] = Field(
+        default_factory=dict, description="The run's headers on every request (`Measurer`)."
+    )
     read_path: ReadPathManifest | None = Field(
         default=None,
         description="The runner's read path, which the worker must run too (`check_read_path`).",
@@ -83,6 +89,8 @@ class LevelJob(BaseModel):
         store_text: bool,
         tags: RecordTags | None = None,
         propagate_trace: bool = True,
+        request_tags: RecordTags | None = None,
+        request_headers: dict[str, str] | None = None,
     ) -> LevelJob:
         """The job of `level` (for worker 0 of 1: `for_worker` sets the share)."""
         settings = provider.settings
@@ -101,6 +109,8 @@ class LevelJob(BaseModel):
             store_text=store_text,
             tags=tags or {},
             propagate_trace=propagate_trace,
+            request_tags=request_tags or {},
+            request_headers=request_headers or {},
             read_path=READ_PATH,
         )
 

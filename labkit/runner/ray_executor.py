@@ -431,6 +431,9 @@ class RayExecutor(Executor):
         self._actor_clocks = dict(actor_clocks or {})
         #: Whether requests carry their trace context (`tracing.headers`).
         self.propagate_trace = True
+        #: The run's tags and headers on every record and request (`Measurer`).
+        self.request_tags: dict[str, str | int | float | bool] = {}
+        self.request_headers: dict[str, str] = {}
         self._ray: Any = None
         self._remote_class: Any = None
 
@@ -520,6 +523,8 @@ class RayExecutor(Executor):
             run_id=self._run_id,
             store_text=self._store_text,
             propagate_trace=self.propagate_trace,
+            request_tags=self.request_tags,
+            request_headers=self.request_headers,
         )
 
         def lose(notice: Sending, actor: _Actor) -> RequestRecord:

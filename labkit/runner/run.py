@@ -72,6 +72,9 @@ class RunOptions:
     providers: list[str] | None = None
     experiments: list[str] | None = None
     config_path: str | None = None
+    #: The run folder's name (its run id); None: a new one (`new_run_id`). A watch names
+    #: each round's.
+    run_id: str | None = None
 
 
 @dataclass
@@ -187,6 +190,8 @@ class Runner:
             run_id=folder.run_id,
             store_text=config.store_text,
             propagate_trace=config.tracing.headers,
+            request_tags=config.request_tags,
+            request_headers=config.request_headers,
         )
         #: Where paced levels run, chosen once for the run: a Ray cluster's actors where the
         #: config names one (`executor:`), else this host's processes. Tests may replace it
@@ -197,6 +202,8 @@ class Runner:
                 config.executor, folder.path, run_id=folder.run_id, store_text=config.store_text
             )
             self.executor.propagate_trace = config.tracing.headers
+            self.executor.request_tags = dict(config.request_tags)
+            self.executor.request_headers = dict(config.request_headers)
         else:
             self.executor = HostExecutor(
                 self._measurer,
@@ -676,7 +683,8 @@ def prepare_run(config: LabConfig, options: RunOptions) -> Runner:
     written before any request."""
     config = _select(config, options)
     validate_experiments(config)
-    folder = RunFolder.create(config.output_dir, new_run_id(config.name))
+    run_id = options.run_id if options.run_id is not None else new_run_id(config.name)
+    folder = RunFolder.create(config.output_dir, run_id)
     folder.records_path.touch()  # a valid run folder from the start, even if nothing runs
     folder.write_manifest(
         Manifest(

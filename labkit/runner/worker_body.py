@@ -91,6 +91,8 @@ async def run_worker(
         run_id=job.run_id,
         store_text=job.store_text,
         propagate_trace=job.propagate_trace,
+        request_tags=job.request_tags,
+        request_headers=job.request_headers,
     )
 
     async def send(planned: PlannedRequest, queue_ms: float) -> None:

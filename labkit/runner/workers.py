@@ -31,6 +31,7 @@ from typing import Any
 
 from labkit.errors import RunError
 from labkit.experiments import LevelPlan, PacedExperiment
+from labkit.experiments.paced import RecordTags
 from labkit.filenames import safe_filename
 from labkit.oslimits import raise_open_files_limit
 from labkit.providers import Provider
@@ -74,6 +75,9 @@ class WorkerProcessExecutor(Executor):
         self._processes = processes
         #: Whether requests carry their trace context (`tracing.headers`).
         self.propagate_trace = True
+        #: The run's tags and headers on every record and request (`Measurer`).
+        self.request_tags: RecordTags = {}
+        self.request_headers: dict[str, str] = {}
 
     async def run_level(
         self,
@@ -91,6 +95,8 @@ class WorkerProcessExecutor(Executor):
             store_text=self._store_text,
             tags=level.processes.tags,
             propagate_trace=self.propagate_trace,
+            request_tags=self.request_tags,
+            request_headers=self.request_headers,
         )
         name = safe_filename(f"{provider.id}-{experiment.name}-{level.index}")
         processes = self._processes or level.processes.count
@@ -203,6 +209,8 @@ class HostExecutor(Executor):
         self.in_process = InProcessExecutor(measurer)
         self.workers = WorkerProcessExecutor(run_id=run_id, store_text=store_text, log_dir=log_dir)
         self.workers.propagate_trace = measurer.propagate_trace
+        self.workers.request_tags = measurer.request_tags
+        self.workers.request_headers = measurer.request_headers
 
     async def run_level(
         self,

@@ -4,6 +4,12 @@
 PostgreSQL for a ``postgresql://`` URL. Its schema comes from the record contract (the same
 flattened names as `labkit.rundata`); loads are idempotent (a record loaded twice is one
 row). `Store.probes()` is the hand-off to the observatory's analysis.
+
+Tables: ``records`` (one row per record, keyed by ``run_id`` + ``record_id``, the columns of
+`labkit.read_run`), ``runs`` (one row per run: the manifest's facts), ``rounds`` (one row per
+watch round: ``watch_id``, ``index``, ``at``, ``status``, ``nonce``, ``run_id``),
+``schema_version``; and the view ``probes`` (records joined to their round). The schema's
+versions and how a store is upgraded: docs/migrations.md.
 """
 
 from __future__ import annotations
@@ -14,10 +20,27 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 from pydantic import BaseModel
 
+from labkit.errors import LabkitError
+
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["LoadResult", "RoundInfo", "Store", "open_store"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "LoadResult",
+    "RoundInfo",
+    "Store",
+    "StoreError",
+    "open_store",
+    "redact_url",
+]
+
+#: The schema version this labkit writes (docs/migrations.md, "The store's schema").
+SCHEMA_VERSION = 1
+
+
+class StoreError(LabkitError):
+    """A store that cannot be opened, read or written: one line, the password left out."""
 
 
 class RoundInfo(BaseModel):
@@ -41,7 +64,7 @@ class LoadResult(BaseModel):
 class Store(Protocol):
     """A database of runs and rounds."""
 
-    url: str
+    url: str  # secrets removed: fit for a message, a log or a page
 
     def load_run(self, run_dir: Path, round_info: RoundInfo | None = None) -> LoadResult:
         """Load a run folder's records (and the round it was, for a watch)."""
@@ -57,9 +80,41 @@ class Store(Protocol):
         """Run SQL against the store's tables and views."""
         ...
 
-    def close(self) -> None: ...
+    def rounds(self, watch_id: str | None = None) -> pd.DataFrame:
+        """One row per round (of one watch, or all): ``watch_id``, ``index``, ``at`` (UTC),
+        ``status``, ``nonce``, ``run_id``, ordered by watch and index."""
+        ...
+
+    def close(self) -> None:
+        """Close the connection (the data stays)."""
+        ...
 
 
-def open_store(url: str | Path) -> Store:
-    """The store at `url`: a DuckDB file path, or ``postgresql://…``."""
-    raise NotImplementedError("the store is being built (issue 46)")
+def redact_url(url: str) -> str:
+    """`url` with its password (in the user part or a ``password=`` parameter) removed."""
+    from labkit.store.sql import redact
+
+    return redact(url)
+
+
+def open_store(url: str | Path, *, create: bool = True) -> Store:
+    """The store at `url`: a DuckDB file path, or ``postgresql://…`` (``postgres://``).
+
+    The schema is created, or an older one upgraded in place; a store written by a newer
+    labkit is refused. `create=False`: a DuckDB file that does not exist is an error, not a
+    new store. Raises `StoreError` with one line (the password never in it)."""
+    text = str(url)
+    scheme = text.split("://", 1)[0].lower() if "://" in text else ""
+    if scheme in ("postgresql", "postgres"):
+        from labkit.store.postgres import PostgresStore
+
+        return PostgresStore(text)
+    if scheme and scheme not in ("file", "duckdb"):
+        raise StoreError(
+            f"{redact_url(text)} is not a store: give a DuckDB file path or a "
+            "postgresql://user@host/db URL"
+        )
+    from labkit.store.duck import DuckStore
+
+    path = Path(text.split("://", 1)[1]) if scheme else Path(text)
+    return DuckStore(path, create=create)

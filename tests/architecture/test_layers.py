@@ -43,7 +43,7 @@ LAYERS: dict[str, tuple[set[str], set[str]]] = {
         set(),
     ),
     "contracts": (
-        {"records", "figures", "manifest", "timing", "clocksync", "provider_stats"},
+        {"records", "figures", "manifest", "timing", "clocksync", "provider_stats", "pricing"},
         {"foundation"},
     ),
     "platform": ({"local", "tokenizers", "tracing", "server_metrics", "truth"}, {"contracts"}),

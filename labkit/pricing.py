@@ -1,0 +1,286 @@
+"""Money: a dated price table and what one request cost under it.
+
+The user supplies the prices (``prices:`` in the config, docs/pricing.md); labkit ships none,
+because it could not keep them current. A table holds entries per provider × model, each
+dated: the entry in force at a request's ``started_at`` is the latest one dated at or before
+it. Prices are per million tokens, in the entry's currency.
+
+One cost definition, used everywhere (the report, ``compare``, the observatory, the watch's
+budget): `token_cost`. A record's usage says
+
+- ``input_tokens``: every prompt token, cached reads and cache writes included;
+- ``cached_input_tokens``: prompt tokens read from the provider's cache (OpenAI
+  ``cached_tokens``, Anthropic ``cache_read_input_tokens``), billed at ``cached_read``;
+- ``cache_write_input_tokens``: prompt tokens written to the cache (Anthropic
+  ``cache_creation_input_tokens``), billed at ``cache_write``;
+- ``output_tokens``: every output token, reasoning included (billed as output).
+
+The rest of the prompt, ``input − cached read − cache write``, is billed at ``input``. A
+``cached_read`` or ``cache_write`` price left out is the ``input`` price.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, field_validator
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from labkit.records import RequestRecord, Usage
+
+__all__ = [
+    "PER_TOKENS",
+    "CostBreakdown",
+    "PriceEntry",
+    "PriceTable",
+    "check_one_per_date",
+    "frame_costs",
+    "price_table",
+    "record_cost",
+    "token_cost",
+    "usage_cost",
+]
+
+#: Prices are per this many tokens.
+PER_TOKENS = 1_000_000
+
+
+class PriceEntry(BaseModel):
+    """One model's prices at one provider from one date on (per 1M tokens)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    provider: str | None = Field(
+        default=None,
+        description="A provider id from the config; left out, the entry applies to every "
+        "provider serving `model` that has no entry of its own.",
+    )
+    model: str = Field(min_length=1, description="The model name, as the records give it.")
+    date: datetime = Field(
+        description="From when the prices hold (UTC): a date (its 00:00 UTC) or a date and time."
+    )
+    currency: str = Field(default="USD", min_length=1, max_length=8)
+    input: NonNegativeFloat = Field(description="Uncached prompt tokens, per 1M.")
+    output: NonNegativeFloat = Field(description="Output tokens (reasoning included), per 1M.")
+    cached_read: NonNegativeFloat | None = Field(
+        default=None, description="Prompt tokens read from the cache, per 1M (default: input)."
+    )
+    cache_write: NonNegativeFloat | None = Field(
+        default=None, description="Prompt tokens written to the cache, per 1M (default: input)."
+    )
+
+    @field_validator("date", mode="before")
+    @classmethod
+    def _as_utc(cls, value: Any) -> Any:
+        if isinstance(value, datetime):
+            return value if value.tzinfo else value.replace(tzinfo=UTC)
+        if isinstance(value, date):
+            return datetime(value.year, value.month, value.day, tzinfo=UTC)
+        if isinstance(value, str):
+            try:
+                parsed = datetime.fromisoformat(value)
+            except ValueError:
+                raise ValueError("expected an ISO date, e.g. 2025-06-01") from None
+            return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+        return value
+
+    @property
+    def cached_read_price(self) -> float:
+        """The cached-read price in force (the input price where none is given)."""
+        return self.input if self.cached_read is None else self.cached_read
+
+    @property
+    def cache_write_price(self) -> float:
+        """The cache-write price in force (the input price where none is given)."""
+        return self.input if self.cache_write is None else self.cache_write
+
+    @property
+    def date_iso(self) -> str:
+        """The entry's date as ISO text (a bare date where it is midnight UTC)."""
+        d = self.date.astimezone(UTC)
+        return d.date().isoformat() if d.time() == datetime.min.time() else d.isoformat()
+
+
+class PriceTable(BaseModel):
+    """The config's ``prices:``: dated entries per provider × model."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    entries: tuple[PriceEntry, ...] = ()
+
+    @field_validator("entries")
+    @classmethod
+    def _one_per_date(cls, value: tuple[PriceEntry, ...]) -> tuple[PriceEntry, ...]:
+        check_one_per_date(value)
+        return value
+
+    def __bool__(self) -> bool:
+        return bool(self.entries)
+
+    def entry_for(self, provider: str, model: str, at: datetime) -> PriceEntry | None:
+        """The entry in force for `provider` × `model` at `at`: the latest dated at or before
+        it, the provider's own entries first, then those for any provider. None where no
+        entry is in force (before the first date, or a model the table does not price)."""
+        when = at if at.tzinfo else at.replace(tzinfo=UTC)
+        for scope in (provider, None):
+            dated = [
+                e
+                for e in self.entries
+                if e.provider == scope and e.model == model and e.date <= when
+            ]
+            if dated:
+                return max(dated, key=lambda e: e.date)
+        return None
+
+    def priced(self, provider: str, model: str) -> bool:
+        """Whether the table prices `model` at `provider` at any date."""
+        return any(e.model == model and e.provider in (provider, None) for e in self.entries)
+
+
+def check_one_per_date(entries: Iterable[PriceEntry]) -> None:
+    """Raise ValueError where two entries price one provider × model from one date."""
+    seen: set[tuple[str | None, str, datetime]] = set()
+    for e in entries:
+        key = (e.provider, e.model, e.date)
+        if key in seen:
+            who = f"{e.provider}/{e.model}" if e.provider else e.model
+            raise ValueError(f"two entries for {who} dated {e.date_iso}")
+        seen.add(key)
+
+
+def price_table(entries: Iterable[PriceEntry | dict[str, Any]] | None) -> PriceTable:
+    """A `PriceTable` from entries (or their mappings, as in a config)."""
+    return PriceTable.model_validate({"entries": list(entries or ())})
+
+
+@dataclass(frozen=True)
+class CostBreakdown:
+    """What one request cost, part by part, in `currency` units."""
+
+    input: float
+    cached_read: float
+    cache_write: float
+    output: float
+    currency: str
+    price_date: str
+
+    @property
+    def total(self) -> float:
+        """The request's whole cost."""
+        return self.input + self.cached_read + self.cache_write + self.output
+
+
+def token_cost(
+    price: PriceEntry,
+    input_tokens: int,
+    output_tokens: int,
+    cached_read_tokens: int = 0,
+    cache_write_tokens: int = 0,
+) -> CostBreakdown:
+    """The cost of one request's tokens: the one cost definition (see the module's text).
+
+    `input_tokens` includes the cached reads and cache writes; `output_tokens` includes
+    reasoning. The uncached rest of the prompt is never counted below zero.
+    """
+    uncached = max(0, input_tokens - cached_read_tokens - cache_write_tokens)
+    return CostBreakdown(
+        input=uncached * price.input / PER_TOKENS,
+        cached_read=cached_read_tokens * price.cached_read_price / PER_TOKENS,
+        cache_write=cache_write_tokens * price.cache_write_price / PER_TOKENS,
+        output=output_tokens * price.output / PER_TOKENS,
+        currency=price.currency,
+        price_date=price.date_iso,
+    )
+
+
+def usage_cost(usage: Usage, price: PriceEntry) -> CostBreakdown | None:
+    """A record's `Usage` priced; None where its input or output count is unknown."""
+    if usage.input_tokens is None or usage.output_tokens is None:
+        return None
+    return token_cost(
+        price,
+        usage.input_tokens,
+        usage.output_tokens,
+        usage.cached_input_tokens or 0,
+        usage.cache_write_input_tokens or 0,
+    )
+
+
+def record_cost(record: RequestRecord, table: PriceTable) -> CostBreakdown | None:
+    """What one record cost under `table` (the entry in force at its ``started_at``); None
+    where no entry prices it or its usage is unknown."""
+    entry = table.entry_for(record.provider, record.model, record.started_at)
+    return None if entry is None else usage_cost(record.usage, entry)
+
+
+#: The runs-as-data columns `frame_costs` reads.
+FRAME_COLUMNS: Sequence[str] = (
+    "provider",
+    "model",
+    "started_at",
+    "usage.input_tokens",
+    "usage.output_tokens",
+    "usage.cached_input_tokens",
+    "usage.cache_write_input_tokens",
+)
+
+
+def frame_costs(frame: pd.DataFrame, table: PriceTable) -> pd.DataFrame:
+    """Each row's cost under `table`, for a runs-as-data (or store probes) frame.
+
+    Returns a frame on `frame`'s index with ``cost`` (float, NaN where unpriced or the usage
+    is unknown), ``currency`` and ``price_date`` (None where unpriced). Missing count
+    columns read as unknown (input, output) or 0 (cached read, cache write).
+    """
+    import math
+
+    import pandas as pd
+
+    def col(name: str) -> pd.Series:
+        if name in frame.columns:
+            return frame[name]
+        return pd.Series([None] * len(frame), index=frame.index, dtype=object)
+
+    when = pd.to_datetime(col("started_at"), utc=True, errors="coerce")
+    rows: list[tuple[float, str | None, str | None]] = []
+    for provider, model, at, i_tok, o_tok, c_tok, w_tok in zip(
+        col("provider"),
+        col("model"),
+        when,
+        col("usage.input_tokens"),
+        col("usage.output_tokens"),
+        col("usage.cached_input_tokens"),
+        col("usage.cache_write_input_tokens"),
+        strict=True,
+    ):
+        entry = (
+            None
+            if pd.isna(at) or not isinstance(provider, str) or not isinstance(model, str)
+            else table.entry_for(provider, model, at.to_pydatetime())
+        )
+        if entry is None or _unknown(i_tok) or _unknown(o_tok):
+            rows.append((math.nan, None, None))
+            continue
+        cost = token_cost(
+            entry,
+            int(i_tok),
+            int(o_tok),
+            0 if _unknown(c_tok) else int(c_tok),
+            0 if _unknown(w_tok) else int(w_tok),
+        )
+        rows.append((cost.total, cost.currency, cost.price_date))
+    return pd.DataFrame(rows, index=frame.index, columns=["cost", "currency", "price_date"])
+
+
+def _unknown(value: Any) -> bool:
+    if value is None:
+        return True
+    try:
+        return bool(value != value)  # NaN
+    except (TypeError, ValueError):
+        return False

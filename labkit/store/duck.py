@@ -1,0 +1,82 @@
+"""The default store: one DuckDB file, nothing to install (DuckDB is one of labkit's own
+dependencies)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from labkit.store import StoreError
+from labkit.store.sql import Kind, SqlStore
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+
+__all__ = ["DuckStore"]
+
+
+class DuckStore(SqlStore):
+    """A store in a DuckDB file (one writer at a time: a second process waits or fails)."""
+
+    mark = "?"
+
+    def __init__(self, path: Path, *, create: bool = True) -> None:
+        import duckdb
+
+        self.path = path
+        self.url = str(path)
+        if not create and not path.is_file():
+            raise StoreError(f"{path}: no store there (no such file)")
+        if not path.parent.is_dir():
+            raise StoreError(f"{path}: cannot create a store there (no folder {path.parent})")
+        try:
+            self._con = duckdb.connect(str(path))
+            self._con.execute("SET TimeZone = 'UTC'")
+            self._con.execute("SET enable_progress_bar = false")
+        except duckdb.Error as exc:
+            raise self._fail("not a DuckDB store", exc) from None
+        try:
+            self._migrate()
+        except duckdb.Error as exc:
+            self._con.close()
+            raise self._fail("cannot set up its schema", exc) from None
+        except StoreError:
+            self._con.close()
+            raise
+
+    def _exec(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self._con.execute(sql, list(params))
+
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self._con.execute(sql, list(params)).fetchall()
+
+    def _frame(self, sql: str, params: Sequence[Any] | None = None) -> pd.DataFrame:
+        import duckdb
+
+        try:
+            return self._con.execute(sql, params).df()
+        except duckdb.Error as exc:
+            raise self._fail("the query failed", exc) from None
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        self._con.begin()
+        try:
+            yield
+        except BaseException:
+            self._con.rollback()
+            raise
+        self._con.commit()
+
+    def _stage(self, batch: pa.Table, kinds: dict[str, Kind]) -> None:
+        self._con.register("incoming", batch)
+
+    def _unstage(self) -> None:
+        self._con.unregister("incoming")
+
+    def close(self) -> None:
+        """Close the file (checkpointed: the data is in it)."""
+        self._con.close()
