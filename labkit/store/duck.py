@@ -17,6 +17,15 @@ if TYPE_CHECKING:
 
 __all__ = ["DuckStore"]
 
+#: Where a DuckDB file says what it is (bytes 8–11 of its header).
+_MAGIC = (8, b"DUCK")
+
+
+def _is_duckdb(path: Path) -> bool:
+    with path.open("rb") as fh:
+        fh.seek(_MAGIC[0])
+        return fh.read(len(_MAGIC[1])) == _MAGIC[1]
+
 
 class DuckStore(SqlStore):
     """A store in a DuckDB file (one writer at a time: a second process waits or fails)."""
@@ -30,6 +39,8 @@ class DuckStore(SqlStore):
         self.url = str(path)
         if not create and not path.is_file():
             raise StoreError(f"{path}: no store there (no such file)")
+        if path.is_file() and path.stat().st_size and not _is_duckdb(path):
+            raise StoreError(f"{path}: not a DuckDB store (its first bytes are not DuckDB's)")
         if not path.parent.is_dir():
             raise StoreError(f"{path}: cannot create a store there (no folder {path.parent})")
         try:

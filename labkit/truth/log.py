@@ -186,6 +186,12 @@ class TruthRequest(BaseModel):
         description="The steps (0-based) whose token that batch flipped to the second "
         "candidate: `steps` holds the token sent.",
     )
+    model_variant: str | None = Field(
+        default=None,
+        description="What model the schedule served under the name asked for "
+        "(`labkit.truth.model_variant.variant_label`): None, the truth server's own; else "
+        "e.g. `tokenizer=thirds, model_salt=7`.",
+    )
     queue_ms: float = Field(
         default=0.0, description="The wait for service: t_start_ns − t_admit_ns, in ms."
     )
@@ -208,6 +214,16 @@ class TruthRequest(BaseModel):
         default=None,
         description="The server's own timings as the reply carried them: `headers` and the "
         "last chunk's `fields` (None: the schedule's server_timings is none).",
+    )
+    sim_time: float | None = Field(
+        default=None,
+        description="The epoch second the request stood for: its X-Labkit-Sim-Time header, "
+        "else the wall clock (None: no header and no drift planted).",
+    )
+    drift: list[dict[str, Any]] | None = Field(
+        default=None,
+        description="The planted changes in effect (`labkit.truth.drift`): each one's kind, "
+        "the component it moved and its true size (None: no header and no drift).",
     )
 
 

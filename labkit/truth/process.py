@@ -47,11 +47,17 @@ SCHEDULE_KEYS: dict[str, type] = {
     "batch_flip_above": int,
     "batch_flip_margin": float,
     "batch_flip_p": float,
+    "tokenizer": str,
+    "model_salt": int,
+    "logit_noise": float,
     "fail": str,
     "fail_status": int,
     "fail_after_tokens": int,
     "retry_after_s": float,
     "server_timings": str,
+    "system_fingerprint": str,
+    "server_build": str,
+    "drift": str,
     "tool_calls": int,
     "parallel_tool_calls": int,
 }
@@ -118,6 +124,8 @@ class TruthServer:
                 continue
             if kind is bool:
                 out[key] = "true" if value else "false"
+            elif isinstance(value, dict):  # a drift, as model_dump gives it: JSON text
+                out[key] = json.dumps(value)
             else:
                 out[key] = str(kind(value))
         return out

@@ -22,6 +22,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
 from labkit.errors import ConfigError
 from labkit.jsonlines import JsonLine, iter_json_lines, one_line
+from labkit.truth.drift import Drift
 
 __all__ = [
     "LAB_SCHEDULE",
@@ -250,6 +251,29 @@ class TruthSchedule(BaseModel):
         "(the server's seeded draws).",
     )
 
+    # --- a different model behind one name (`labkit.truth.model_variant`) ---
+    tokenizer: Literal["pieces", "thirds"] = Field(
+        default="pieces",
+        description="How prompts are counted: `pieces`, the server's own tokenizer; "
+        "`thirds`, another tokenizer's counts (non-space runs in pieces of at most three "
+        "characters), as a different model behind the same name would count them.",
+    )
+    model_salt: int = Field(
+        default=0,
+        ge=0,
+        le=2**31 - 1,
+        description="With sampling or logprobs, not 0: every next-token distribution is "
+        "another model's (drawn from the truth server's table under another key).",
+    )
+    logit_noise: float = Field(
+        default=0.0,
+        ge=0,
+        le=10,
+        allow_inf_nan=False,
+        description="A seeded Gaussian of this standard deviation added to each candidate's "
+        "logit, fixed per prompt and step: the same model's numbers from another server.",
+    )
+
     # --- failures ---
     fail: Literal["none", "http_status", "stream_error", "drop"] = Field(
         default="none", description="Failure to inject."
@@ -273,6 +297,27 @@ class TruthSchedule(BaseModel):
     server_timings: ServerTimings = Field(
         default="none",
         description="Which server's own timings the reply carries, in its documented shape.",
+    )
+
+    # --- the server's identity, and how it changes (`labkit.truth.drift`) ---
+    system_fingerprint: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        description="The system_fingerprint Chat chunks carry (null: null, as today).",
+    )
+    server_build: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        description="The build_info /props says (null: the truth server's own).",
+    )
+    drift: Drift | None = Field(
+        default=None,
+        description="Planted changes over (simulated) time, as a JSON object "
+        "(`labkit.truth.drift.Drift`): queue_bump, prefill_step, frontend_step, "
+        "fingerprint_step, build_step; a request's time is its X-Labkit-Sim-Time header, "
+        "else the wall clock (null: none).",
     )
 
     # --- tool calls ---

@@ -33,6 +33,8 @@ from typing import IO, Any
 from labkit.errors import LabkitError
 from labkit.oslimits import raise_open_files_limit
 from labkit.truth.batch import batch_seen, flips_on
+from labkit.truth.drift import drifted, sim_time
+from labkit.truth.model_variant import variant_label
 from labkit.truth.reply import Reply, Responder, read_request
 from labkit.truth.schedule import TruthSchedule, load_request_schedules
 from labkit.truth.shapes import (
@@ -96,6 +98,7 @@ class _Stream:
         "client_id",
         "comments",
         "conn",
+        "drift",
         "event_bytes",
         "failed",
         "i",
@@ -141,6 +144,9 @@ class _Stream:
         self.sends: list[int] = []
         self.sent: list[int] = []
         self.comments: list[int] = []
+        #: The simulated time it stood for and the planted changes in effect (None: no
+        #: header and no drift, and its truth line says nothing of them).
+        self.drift: dict[str, Any] | None = None
         plain = (
             reply.request.api == "chat"
             and not reply.tool_calls
@@ -580,7 +586,7 @@ class Server:
         elif method == "POST" and endpoint in ("tokenize", "detokenize", "apply-template"):
             self._tokens(conn, endpoint, path, body)
         elif method == "GET" and endpoint in ("props", "slots"):
-            self._describe(conn, endpoint, path)
+            self._describe(conn, endpoint, path, headers)
         elif method == "GET" and path.startswith("/stamps"):
             late = sorted(self.late_ns)
 
@@ -642,10 +648,13 @@ class Server:
             return
         self._simple(conn, json.dumps(answer).encode())
 
-    def _describe(self, conn: _Conn, endpoint: str, path: str) -> None:
-        """llama-server's ``/props`` (saying it is the truth server) and ``/slots``."""
+    def _describe(
+        self, conn: _Conn, endpoint: str, path: str, headers: dict[str, str] | None = None
+    ) -> None:
+        """llama-server's ``/props`` (saying it is the truth server, or the schedule's
+        build at the request's time) and ``/slots``."""
         try:
-            schedule = self._schedule_for(path, count=False)
+            schedule = drifted(self._schedule_for(path, count=False), sim_time(headers or {})[0])[0]
         except LabkitError as exc:
             self._simple(conn, _error(str(exc)), b"400 Bad Request")
             return
@@ -665,7 +674,7 @@ class Server:
             "chat_template": CHAT_TEMPLATE if schedule.chat_template else "",
             "bos_token": "<|im_start|>",
             "eos_token": "<|im_end|>",
-            "build_info": BUILD_INFO,
+            "build_info": schedule.server_build or BUILD_INFO,
             "modalities": {"vision": False, "audio": False},
             "endpoint_slots": True,
             "endpoint_props": False,
@@ -688,6 +697,8 @@ class Server:
         except LabkitError as exc:  # a bad KEY=VALUE segment
             self._simple(conn, _error(str(exc)), b"400 Bad Request")
             return
+        t_sim, told = sim_time(headers)
+        schedule, effects = drifted(schedule, t_sim)
         try:
             request = read_request(shape.api, body)
         except ValueError as exc:
@@ -697,6 +708,8 @@ class Server:
         reply = self.responder.reply(schedule, request, batch)
         client_id = next((headers[h] for h in CLIENT_ID_HEADERS if h in headers), None)
         stream = _Stream(conn, reply, t_read, client_id, headers.get("traceparent"))
+        if told or schedule.drift is not None:
+            stream.drift = {"sim_time": t_sim, "drift": effects}
         conn.busy = True
         stream.before_service(t_read + int(schedule.frontend_ms * 1e6))
         self._push(stream)
@@ -870,6 +883,7 @@ class Server:
             "steps": [{"token": step.token, "candidates": step.candidates} for step in reply.steps],
             "batch": reply.batch,
             "flipped_steps": reply.flipped_steps,
+            "model_variant": variant_label(s),
             "queue_ms": timings.queue_ms,
             "prefill_ms": reply.plan.first_ms,
             "decode_ms": reply.plan.decode_ms,
@@ -877,6 +891,8 @@ class Server:
             "thinking_ms": reply.plan.thinking_ms if reply.reasoning_tokens else None,
             "reported": self._reported(stream, timings),
         }
+        if stream.drift is not None:  # the time it stood for, the planted changes in effect
+            entry.update(stream.drift)
         if stream.render.token_times is not None:  # per-token timings were sent
             entry["token_ms"] = stream.render.token_times[: stream.i]
         self.totals["prompt"] += reply.prompt_tokens

@@ -207,9 +207,12 @@ class Render:
         #: llama.cpp's shape for per-token `timings`; None: not asked.
         self.token_times = token_times_ms(reply) if wants_token_times(reply) else None
         r, m = reply.rid.encode(), reply.model.encode()
+        fingerprint = reply.schedule.system_fingerprint
+        self._fingerprint = fingerprint
+        printed = _dumps(fingerprint) if fingerprint is not None else b"null"
         self._chunk_head = (
             b'{"id":"%s","object":"chat.completion.chunk","created":%d,"model":"%s",'
-            b'"system_fingerprint":null,"choices":' % (r, _CREATED, m)
+            b'"system_fingerprint":%s,"choices":' % (r, _CREATED, m, printed)
         )
 
     def _next(self) -> int:
@@ -226,7 +229,7 @@ class Render:
             "model": self.reply.model,
         }
         if self.api == "chat":
-            obj["system_fingerprint"] = None
+            obj["system_fingerprint"] = self._fingerprint
         obj["choices"] = choices
         obj.update(extra)
         return _sse(obj)
