@@ -9,24 +9,26 @@ exit status 1.
 
 from __future__ import annotations
 
-import importlib
+import contextlib
 import os
-from collections.abc import Callable
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.text import Text
 
 from labkit.errors import ConfigError, LabkitError, RunError
-from labkit.figures.observatory import ObservatoryFigures
-from labkit.pricing import PriceTable
+from labkit.figures.observatory import ObservatoryFigures, SameModelVerdict
+from labkit.records import RequestRecord
 from labkit.report.dashboard import public_url, read_figures, write_dashboard
 from labkit.scrub import register_url_credentials
 from labkit.terminal import SafeConsole
 
-__all__ = ["NO_ANALYSIS", "figures_from_store", "register", "store_of"]
+if TYPE_CHECKING:
+    from labkit.config import LabConfig
+
+__all__ = ["Source", "figures_from_store", "register", "same_model_verdicts", "store_of"]
 
 
 def _fail(exc: LabkitError) -> typer.Exit:
@@ -36,72 +38,15 @@ def _fail(exc: LabkitError) -> typer.Exit:
     return typer.Exit(1)
 
 
-def _compute() -> Callable[..., ObservatoryFigures] | None:
-    """`labkit.analysis.observatory.compute`, or None where this build lacks it."""
-    try:
-        module = importlib.import_module("labkit.analysis.observatory")
-        compute: Callable[..., ObservatoryFigures] = module.compute
-    except (ImportError, AttributeError):
-        return None
-    return compute
+@dataclass
+class Source:
+    """Where the page's figures come from: the store, and what a config and a watch folder
+    add (the price table, the watch, the same-model probes' records)."""
 
-
-#: What the page and the command say where this build has no observatory analysis.
-NO_ANALYSIS = (
-    "this build has no observatory analysis (labkit.analysis.observatory.compute): "
-    "hour-of-day curves, the split and changes are not computed"
-)
-
-
-def figures_from_store(
-    url: str, *, prices: PriceTable | None = None, watch_id: str | None = None
-) -> tuple[ObservatoryFigures, list[str]]:
-    """Open the store at `url`, read its probes once and compute the observatory's figures
-    (cost too where `prices` gives a price table); with the notes on what could not be
-    computed. A store that does not exist is an error, never created."""
-    from labkit.store import open_store
-
-    try:
-        store = open_store(url, create=False)
-    except LabkitError:
-        raise
-    except Exception as exc:  # a driver's own error: one line, the URL without secrets
-        raise RunError(
-            f"cannot open the store {public_url(url)}: {exc.__class__.__name__}"
-        ) from None
-    try:
-        probes = store.probes(watch_id)
-        rounds = store.rounds(watch_id)
-        shown = public_url(store.url)
-    finally:
-        store.close()
-    notes: list[str] = []
-    compute = _compute()
-    if compute is not None:
-        figs = compute(probes, store=shown)
-    else:
-        notes.append(NO_ANALYSIS)
-        figs = ObservatoryFigures(store=shown, computed_at=datetime.now(UTC))
-    if len(rounds) and not figs.rounds:
-        at = rounds["at"].dropna()
-        figs = figs.model_copy(
-            update={
-                "rounds": len(rounds),
-                "first_round": at.min().to_pydatetime() if len(at) else None,
-                "last_round": at.max().to_pydatetime() if len(at) else None,
-            }
-        )
-    if prices and not figs.costs:
-        from labkit.analysis.cost import cost_figures
-
-        figs = figs.model_copy(update={"costs": cost_figures(probes, prices)})
-    return figs, notes
-
-
-def _prices(config: Path) -> PriceTable | None:
-    from labkit.config import load_config
-
-    return load_config(config).price_table() or None
+    url: str
+    watch_id: str | None = None
+    config: LabConfig | None = None
+    folder: Path | None = None
 
 
 def _from_watch_folder(folder: Path) -> tuple[str, str, Path | None]:
@@ -128,22 +73,21 @@ def _from_watch_folder(folder: Path) -> tuple[str, str, Path | None]:
     return url, state.watch_id, config if config is not None and config.is_file() else None
 
 
-def store_of(
-    store: str | None, config: Path | None, watch_folder: Path | None
-) -> tuple[str, PriceTable | None, str | None]:
-    """The store's URL, the price table and the watch id, from what the command was
-    given: STORE; else a watch folder's state.json (its store, its watch, its config's
-    prices); else a config's ``watch.store`` / ``watch.store_env`` (or the default watch
-    folder's ``watch.duckdb``), as `labkit watch` finds it."""
+def store_of(store: str | None, config: Path | None, watch_folder: Path | None) -> Source:
+    """The page's source from what the command was given: STORE; else a watch folder's
+    state.json (its store, its watch, its config); else a config's ``watch.store`` /
+    ``watch.store_env`` (or the default watch folder's ``watch.duckdb``), as `labkit watch`
+    finds it."""
+    from labkit.config import load_config
+
     watch_id: str | None = None
     if store is None and watch_folder is not None:
         store, watch_id, its_config = _from_watch_folder(watch_folder)
         config = config or its_config
-    if store is None and config is not None:
-        from labkit.config import load_config
+    cfg = load_config(config) if config is not None else None
+    if store is None and cfg is not None:
         from labkit.watch.watcher import default_folder, resolve_store_url
 
-        cfg = load_config(config)
         store = resolve_store_url(cfg, default_folder(cfg))
         register_url_credentials(store)
     if store is None:
@@ -151,7 +95,95 @@ def store_of(
             "name a STORE (a DuckDB file or a postgresql:// URL), --watch-folder DIR, "
             "--config CONFIG (its watch's store), or saved figures with --figures FILE"
         )
-    return store, (_prices(config) if config is not None else None), watch_id
+    return Source(url=store, watch_id=watch_id, config=cfg, folder=watch_folder)
+
+
+def _same_model_records(folder: Path, name: str) -> list[RequestRecord]:
+    """The records of experiment `name` in every round of a watch folder (``rounds/*``)."""
+    mark = f'"experiment":"{name}"'
+    out: list[RequestRecord] = []
+    rounds = folder / "rounds"
+    for run in sorted(rounds.iterdir()) if rounds.is_dir() else []:
+        try:
+            with (run / "records.jsonl").open(encoding="utf-8", errors="replace") as fh:
+                for line in fh:
+                    if mark in line:
+                        with contextlib.suppress(ValueError):
+                            out.append(RequestRecord.from_json_line(line))
+        except OSError:
+            continue  # a round cut before its records: nothing of it to read
+    return out
+
+
+def same_model_verdicts(source: Source) -> tuple[list[SameModelVerdict], list[str]]:
+    """Each same_model experiment's verdicts (its reference, its tolerance) from the watch
+    folder's rounds; with a note where the config asks for them and no folder holds them."""
+    from labkit.analysis.same_model import verdicts
+    from labkit.experiments.same_model import SameModelSettings
+
+    asked = [
+        (f"same_model#{i}" if i else "same_model", e)
+        for i, e in enumerate(
+            e
+            for e in (source.config.experiments if source.config else [])
+            if e.kind == "same_model"
+        )
+    ]
+    if not asked:
+        return [], []
+    if source.folder is None:
+        return [], [
+            "same-model verdicts are read from a watch folder's rounds: give --watch-folder"
+        ]
+    out: list[SameModelVerdict] = []
+    for name, settings in asked:
+        assert isinstance(settings, SameModelSettings)
+        records = _same_model_records(source.folder, name)
+        if records:
+            out += verdicts(records, settings.reference, settings.tolerance)
+    return out, []
+
+
+def figures_from_store(source: Source) -> tuple[ObservatoryFigures, list[str]]:
+    """Open the store, read its probes once and compute the observatory's figures (cost
+    where the config has prices, same-model verdicts where it has that experiment); with
+    notes on what could not be given. A store that does not exist is an error, never made."""
+    from labkit.analysis.cost import cost_figures
+    from labkit.analysis.observatory import compute
+    from labkit.store import open_store
+
+    try:
+        store = open_store(source.url, create=False)
+    except LabkitError:
+        raise
+    except Exception as exc:  # a driver's own error: one line, the URL without secrets
+        raise RunError(
+            f"cannot open the store {public_url(source.url)}: {exc.__class__.__name__}"
+        ) from None
+    try:
+        probes = store.probes(source.watch_id)
+        rounds = store.rounds(source.watch_id)
+        shown = public_url(store.url)
+    finally:
+        store.close()
+    prices = source.config.price_table() if source.config is not None else None
+    found, notes = same_model_verdicts(source)
+    figs = compute(
+        probes,
+        store=shown,
+        costs=(lambda p: cost_figures(p, prices)) if prices else None,
+        verdicts=(lambda _: found) if found else None,
+    )
+    if len(rounds) and not figs.rounds:
+        at = rounds["at"].dropna()
+        figs = figs.model_copy(
+            update={
+                "rounds": len(rounds),
+                "first_round": at.min().to_pydatetime() if len(at) else None,
+                "last_round": at.max().to_pydatetime() if len(at) else None,
+            }
+        )
+    return figs, notes
 
 
 def dashboard_command(
@@ -205,8 +237,10 @@ def dashboard_command(
                 raise ConfigError("--figures renders saved figures: give no STORE with it")
             figs = read_figures(figures)
         else:
-            url, prices, its_watch = store_of(store, config, watch_folder)
-            figs, notes = figures_from_store(url, prices=prices, watch_id=watch_id or its_watch)
+            source = store_of(store, config, watch_folder)
+            if watch_id is not None:
+                source.watch_id = watch_id
+            figs, notes = figures_from_store(source)
         page = write_dashboard(figs, out, notes)
     except LabkitError as exc:
         raise _fail(exc) from None
