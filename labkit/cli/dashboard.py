@@ -9,7 +9,6 @@ exit status 1.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +18,7 @@ import typer
 from rich.text import Text
 
 from labkit.errors import ConfigError, LabkitError, RunError
-from labkit.figures.observatory import ObservatoryFigures, SameModelVerdict
-from labkit.records import RequestRecord
+from labkit.figures.observatory import ObservatoryFigures
 from labkit.report.dashboard import public_url, read_figures, write_dashboard
 from labkit.scrub import register_url_credentials
 from labkit.terminal import SafeConsole
@@ -28,7 +26,7 @@ from labkit.terminal import SafeConsole
 if TYPE_CHECKING:
     from labkit.config import LabConfig
 
-__all__ = ["Source", "figures_from_store", "register", "same_model_verdicts", "store_of"]
+__all__ = ["Source", "figures_from_store", "register", "store_of"]
 
 
 def _fail(exc: LabkitError) -> typer.Exit:
@@ -98,52 +96,6 @@ def store_of(store: str | None, config: Path | None, watch_folder: Path | None) 
     return Source(url=store, watch_id=watch_id, config=cfg, folder=watch_folder)
 
 
-def _same_model_records(folder: Path, name: str) -> list[RequestRecord]:
-    """The records of experiment `name` in every round of a watch folder (``rounds/*``)."""
-    mark = f'"experiment":"{name}"'
-    out: list[RequestRecord] = []
-    rounds = folder / "rounds"
-    for run in sorted(rounds.iterdir()) if rounds.is_dir() else []:
-        try:
-            with (run / "records.jsonl").open(encoding="utf-8", errors="replace") as fh:
-                for line in fh:
-                    if mark in line:
-                        with contextlib.suppress(ValueError):
-                            out.append(RequestRecord.from_json_line(line))
-        except OSError:
-            continue  # a round cut before its records: nothing of it to read
-    return out
-
-
-def same_model_verdicts(source: Source) -> tuple[list[SameModelVerdict], list[str]]:
-    """Each same_model experiment's verdicts (its reference, its tolerance) from the watch
-    folder's rounds; with a note where the config asks for them and no folder holds them."""
-    from labkit.analysis.same_model import verdicts
-    from labkit.experiments.same_model import SameModelSettings
-
-    asked = [
-        (f"same_model#{i}" if i else "same_model", e)
-        for i, e in enumerate(
-            e
-            for e in (source.config.experiments if source.config else [])
-            if e.kind == "same_model"
-        )
-    ]
-    if not asked:
-        return [], []
-    if source.folder is None:
-        return [], [
-            "same-model verdicts are read from a watch folder's rounds: give --watch-folder"
-        ]
-    out: list[SameModelVerdict] = []
-    for name, settings in asked:
-        assert isinstance(settings, SameModelSettings)
-        records = _same_model_records(source.folder, name)
-        if records:
-            out += verdicts(records, settings.reference, settings.tolerance)
-    return out, []
-
-
 def figures_from_store(source: Source) -> tuple[ObservatoryFigures, list[str]]:
     """Open the store, read its probes once and compute the observatory's figures (cost
     where the config has prices, same-model verdicts where it has that experiment); with
@@ -167,13 +119,19 @@ def figures_from_store(source: Source) -> tuple[ObservatoryFigures, list[str]]:
     finally:
         store.close()
     prices = source.config.price_table() if source.config is not None else None
-    found, notes = same_model_verdicts(source)
+    from labkit.watch.verdicts import same_model_verdicts
+
+    found, notes = same_model_verdicts(source.config, source.folder)
     figs = compute(
         probes,
         store=shown,
         costs=(lambda p: cost_figures(p, prices)) if prices else None,
         verdicts=(lambda _: found) if found else None,
     )
+    if figs.changes and not figs.series:
+        from labkit.analysis.change_series import change_series
+
+        figs = figs.model_copy(update={"series": change_series(probes, figs.changes)})
     if len(rounds) and not figs.rounds:
         at = rounds["at"].dropna()
         figs = figs.model_copy(

@@ -78,6 +78,8 @@ _METRIC_NAMES = {
     "client.e2e_ms": "e2e (ms)",
     "client.decode_ms_per_token": "decode (ms/token)",
     "client.tokens_per_s": "tokens/s",
+    "provider_timings.queue_ms": "provider's queue (ms)",
+    "provider_timings.prefill_ms": "provider's prefill (ms)",
 }
 
 _WINDOW_NAMES = {"72h": "last 72 h", "14d": "last 14 days", "hour_of_day": "hour of day"}
@@ -770,7 +772,11 @@ def dashboard_blocks(figs: ObservatoryFigures, notes: Sequence[str] = ()) -> lis
     else:
         blocks.append(ChartBlock(split))
         unsplit = sorted(
-            {_series(c.provider, c.model) for c in figs.splits if len(c.separable) == 0}
+            {
+                _series(c.provider, c.model)
+                for c in figs.splits
+                if c.network_frontend_ms is None and c.queue_ms is None and c.processing_ms is None
+            }
         )
         if unsplit:
             blocks.append(

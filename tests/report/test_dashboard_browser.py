@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -158,3 +159,41 @@ def test_the_dashboard_reads_without_javascript(tmp_path: Path, browser: Cdp) ->
         assert change.sentence in text
     assert "not separable" in text and "differs: distributions" in text
     assert "350.0 [345.0–355.0]" in text  # beta's peak-hour median with its interval
+
+
+def test_the_analysis_of_a_simulated_week_draws_in_headless_chromium(
+    tmp_path: Path, browser: Cdp
+) -> None:
+    # The observatory's own analysis of its test week (three providers, a prefill that
+    # doubles, a network that grows, a new fingerprint), drawn as the command draws it.
+    from labkit.analysis.change_series import change_series
+    from labkit.analysis.observatory import compute
+    from tests.analysis.test_observatory import DAY0, week
+
+    probes = week()
+    figs = compute(probes, store="week.duckdb", computed_at=DAY0 + timedelta(days=7))
+    figs = figs.model_copy(update={"series": change_series(probes, figs.changes)})
+    shifts = [c for c in figs.changes if c.kind == "shift"]
+    events = [c for c in figs.changes if c.kind != "shift"]
+    assert shifts and events
+
+    page = write_dashboard(figs, tmp_path / "dashboard.html")
+    session = _open(browser, page.resolve().as_uri())
+    drawn = browser.chart_marks(session)
+    assert list(drawn) == ["obs_hour_of_day", "obs_split", "obs_changes"]  # no prices: no cost
+    marks: dict[str, dict[str, int]] = _evaluate(browser, session, _MARKS)
+    points = [p for p in figs.series if p.median.lo is not None]
+    # a day's median per changed series with its interval rule, a red rule per shift, a
+    # grey one per event in each panel of its provider
+    panels = {(c.provider, c.metric) for c in shifts}
+    per_provider = {
+        p: sum(1 for q, _ in panels if q == p) or 1 for p in {c.provider for c in events}
+    }
+    assert marks["obs_changes"]["symbols"] == len(figs.series) == 7 * len(panels)
+    assert marks["obs_changes"]["rules"] == (
+        len(points) + len(shifts) + sum(per_provider[c.provider] for c in events)
+    )
+    assert marks["obs_changes"]["rects"] == len(shifts)
+    tip = browser.tooltip(session, *_evaluate(browser, session, _CHANGE_RULE), "95% CI of")
+    assert any(c.sentence in tip for c in shifts), tip
+    assert browser.page_errors(session) == []
