@@ -84,6 +84,7 @@ _TOP_STR = [
     "stop_reason",
     "stop_reason_raw",
     "server_build",
+    "system_fingerprint",
     "plan_key",
     "host",
 ]
