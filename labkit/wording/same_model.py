@@ -11,10 +11,10 @@ def same_model_answer(figures: SameModelFigures, provider: str) -> str:
     """One sentence with the verdict and its confidence, then the reasons it rests on."""
     if figures.is_reference or figures.verdict is None:
         n = sum(t.tokens is not None for t in figures.texts)
+        stops = ", ".join(f"{k} ×{v}" for k, v in sorted(figures.stop_mix.items())) or "none"
         return (
             f"{provider} is the reference every other provider of this model name is "
-            f"compared with ({n} fixed texts counted, {len(figures.stop_mix)} stop reasons "
-            "seen)."
+            f"compared with ({n} fixed texts counted; prompts' stops: {stops})."
         )
     v = figures.verdict
     lead = {
