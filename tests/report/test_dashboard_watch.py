@@ -1,7 +1,7 @@
 """`labkit dashboard --watch-folder` on a real watch: twelve rounds of two simulated providers
 on a compressed clock (an hour a round), each round a run loaded into the watch's DuckDB
 store; the page says the watch's rounds and times, and gives every hour it watched, for each
-provider, its median with its interval."""
+provider, its median with its interval (none below the schedule's first-token wait)."""
 
 from __future__ import annotations
 
@@ -68,6 +68,6 @@ def test_the_page_of_a_twelve_hour_watch(tmp_path: Path) -> None:
     assert len(medians) == 12 * 2  # a median with its interval, two providers, every hour
     slow = [float(m[0].replace(",", "")) for i, m in enumerate(medians) if i % 2 == 0]
     steady = [float(m[0].replace(",", "")) for i, m in enumerate(medians) if i % 2 == 1]
-    # slow waits 40 ms for its first token, steady 5 ms: every hour tells them apart
-    assert all(s > t for s, t in zip(slow, steady, strict=True))
+    # the truth server holds slow's first token 40 ms and steady's 5 ms: no median below
+    assert min(slow) >= 40 and min(steady) >= 5
     assert 'data-chart="obs_hour_of_day"' in text and 'data-chart="obs_split"' in text
