@@ -50,7 +50,7 @@ def _config(path: Path, store: str | None = None) -> Path:
     return path
 
 
-def _store(path: Path, tmp: Path, rounds: int = 3) -> Path:
+def _store(path: Path | str, tmp: Path, rounds: int = 3) -> Path | str:
     """`rounds` watch rounds of four answered requests each (1,000 in, 100 out tokens)."""
     store = open_store(path)
     try:
