@@ -15,9 +15,10 @@ reads run folders through this layer, so the report does not import it).
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -92,8 +93,8 @@ def public_url(url: str) -> str:
     URL as a page may show it."""
     try:
         parts = urllib.parse.urlsplit(url)
-    except ValueError:
-        return url
+    except ValueError:  # not a URL it can read: whatever stands before an @ goes
+        return re.sub(r"(://)[^/@]*@", r"\1", url)
     if not parts.scheme or parts.scheme.lower() in {"file"} or "://" not in url:
         return url
     netloc = parts.netloc
@@ -117,7 +118,9 @@ def metric_name(metric: str) -> str:
 
 
 def _when(at: datetime | None) -> str:
-    return "—" if at is None else at.strftime("%Y-%m-%d %H:%M UTC")
+    if at is None:
+        return "—"
+    return (at.astimezone(UTC) if at.tzinfo else at).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _iso(at: datetime) -> str:

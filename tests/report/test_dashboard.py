@@ -187,6 +187,8 @@ def test_the_store_password_never_reaches_the_page() -> None:
         "postgresql://u@h/db?sslmode=disable"
     )
     assert public_url("/var/lab/watch.duckdb") == "/var/lab/watch.duckdb"
+    # a URL urllib cannot read still loses what stands before its @
+    assert public_url("postgresql://u:s3cr3t@[::1/db") == "postgresql://[::1/db"
     page = dashboard_html(observatory_figures(store=SECRET_URL))
     assert "s3cr3t" not in page and "Pa55" not in page
     assert "postgresql://watcher@db.lab.internal:5432/obs" in page
