@@ -128,10 +128,13 @@ def _priced(frame: pd.DataFrame, table: PriceTable) -> pd.DataFrame:
 def session_costs(frame: pd.DataFrame, table: PriceTable) -> pd.DataFrame:
     """One row per agent session: ``provider``, ``model``, ``session`` (run id # session),
     ``cost`` (the sum over its priced turns), ``turns`` and ``answered``."""
+    return _sessions_of(_priced(frame, table))
+
+
+def _sessions_of(priced: pd.DataFrame) -> pd.DataFrame:
     import pandas as pd
 
-    rows = _priced(frame, table)
-    rows = rows[_in_session(rows)]
+    rows = priced[_in_session(priced)]
     out = []
     for (provider, model, key), turns in rows.groupby(
         [rows["provider"], rows["model"], _session_key(rows)], sort=True
@@ -152,9 +155,12 @@ def session_costs(frame: pd.DataFrame, table: PriceTable) -> pd.DataFrame:
 def unit_costs(frame: pd.DataFrame, table: PriceTable) -> pd.DataFrame:
     """The units of work with their cost and whether each succeeded: each priced request
     outside a session, and each session whole (``provider``, ``model``, ``cost``, ``ok``)."""
+    return _units_of(_priced(frame, table))
+
+
+def _units_of(rows: pd.DataFrame) -> pd.DataFrame:
     import pandas as pd
 
-    rows = _priced(frame, table)
     single = rows[~_in_session(rows)]
     requests = pd.DataFrame(
         {
@@ -164,7 +170,7 @@ def unit_costs(frame: pd.DataFrame, table: PriceTable) -> pd.DataFrame:
             "ok": _request_ok(single),
         }
     )
-    sessions = session_costs(frame, table).rename(columns={"answered": "ok"})
+    sessions = _sessions_of(rows).rename(columns={"answered": "ok"})
     parts = [p for p in (requests, sessions[["provider", "model", "cost", "ok"]]) if len(p)]
     if not parts:
         return pd.DataFrame(columns=["provider", "model", "cost", "ok"])
@@ -180,8 +186,8 @@ def cost_figures(frame: pd.DataFrame, table: PriceTable) -> list[CostFigures]:
     rows = _priced(frame, table)
     if rows.empty:
         return []
-    units = unit_costs(frame, table)
-    sessions = session_costs(frame, table)
+    units = _units_of(rows)
+    sessions = _sessions_of(rows)
     out: list[CostFigures] = []
     for (provider, model, currency), group in rows.groupby(
         ["provider", "model", "currency"], sort=True
