@@ -88,5 +88,5 @@ def open_store(url: str | Path, *, create: bool = True) -> Store:
         )
     from labkit.store.duck import DuckStore
 
-    path = Path(text.split("://", 1)[1]) if scheme else Path(text)
+    path = (Path(text.split("://", 1)[1]) if scheme else Path(text)).expanduser()
     return DuckStore(path, create=create)
