@@ -8,7 +8,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from labkit.store import StoreError
+from labkit.store.base import StoreError
 from labkit.store.sql import Kind, SqlStore
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ import urllib.parse
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from labkit.store import StoreError
+from labkit.store.base import StoreError
 from labkit.store.sql import SQL_TYPES, Kind, SqlStore, quote, redact
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from labkit.store import SCHEMA_VERSION, LoadResult, RoundInfo, StoreError
+from labkit.store.base import SCHEMA_VERSION, LoadResult, RoundInfo, StoreError
 
 if TYPE_CHECKING:
     import pandas as pd
