@@ -244,3 +244,16 @@ def test_the_shift_test_holds_its_level_when_nothing_changes() -> None:
         assert shift is not None
         ps.append(shift.p)
     assert np.mean(np.array(ps) < 0.05) <= 0.1
+
+
+@pytest.mark.unit
+def test_a_new_build_is_an_event_and_a_build_seen_before_is_not() -> None:
+    frame = week(seed=4, probes=1)
+    frame = frame[frame["provider"] == "steady"].copy()
+    index = frame["round.index"].to_numpy()
+    frame["server_build"] = np.where(index < 100, "b1", np.where(index < 120, "b2", "b1"))
+    (event,) = changes(frame)
+    assert (event.kind, event.old_value, event.new_value) == ("build", "b1", "b2")
+    assert event.at == DAY0 + timedelta(hours=100, minutes=7)
+    assert event.at_lo == DAY0 + timedelta(hours=99, minutes=7)
+    assert "server build changed from b1 to b2" in event.sentence

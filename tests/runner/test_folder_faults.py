@@ -392,6 +392,15 @@ def test_the_report_skips_json_lines_that_are_not_records_and_says_so(tmp_path: 
         (["fake-server", "--first-token-ms", "nan"], "--first-token-ms must be a finite"),
         (["fake-server", "--first-token-ms", "inf"], "--first-token-ms must be a finite"),
         (["fake-server", "--token-interval-ms", "-1"], "--token-interval-ms must be between 0"),
+        (["fake-server", "--drift", "{not json"], "bad schedule value for drift"),
+        (
+            [
+                "fake-server",
+                "--drift",
+                '{"queue_bump": {"start_hour": 30, "end_hour": 2, "ms": 5}}',
+            ],
+            "drift.queue_bump.start_hour: Input should be less than or equal to 23",
+        ),
         (["run", "configs/fake.yaml", "--repeats", "0"], "--repeats must be at least 1"),
         (["run", "configs/fake.yaml", "--repeats", "-3"], "--repeats must be at least 1"),
         (["server", "start", "--port", "70000"], "--port must be between 1 and 65535"),
