@@ -300,7 +300,9 @@ def verdicts(
 ) -> list[SameModelVerdict]:
     """Every provider's verdict against `reference`, from `same_model` records of any runs
     (the observatory's hook: stored probes read back as records). One per provider and
-    model name, the reference left out."""
+    model name, the reference left out. Records, not a runs-as-data frame: the flattened
+    columns leave out ``logprobs``, which the distributions are read from (a round's
+    records are in its run folder, the frame's ``run_dir``)."""
     by: dict[tuple[str, str], list[RequestRecord]] = defaultdict(list)
     for r in records:
         by[(r.provider, r.model)].append(r)
