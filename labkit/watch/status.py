@@ -3,7 +3,7 @@ its folder's state (whether or not a watch runs there now)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from labkit.errors import RunError
@@ -94,8 +94,16 @@ def _next(state: WatchState, pid: int | None, now: datetime | None) -> list[str]
     if state.max_rounds is not None:
         left.append(f"{state.max_rounds - index} rounds left of {state.max_rounds}")
     when = f"round {index} at {_t(due)}"
+    cut = [r for r in state.rounds if r.status == "running"]
+    out = []
+    if cut and not pid:
+        by = sched.due(cut[0].index) + timedelta(seconds=sched.tolerance_s)
+        out.append(
+            f"round {cut[0].index} was cut short: started again by {_t(by)}, the watch "
+            "finishes it; later, it closes it as partial"
+        )
     if not pid:
         when += " if the watch is started again before then"
         if index > nxt:
             when += f" (rounds {nxt}–{index - 1} would be missed)"
-    return [f"next: {when}" + (f"; {', '.join(left)}" if left else "")]
+    return [*out, f"next: {when}" + (f"; {', '.join(left)}" if left else "")]
