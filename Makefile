@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 CONFIG ?= configs/quickstart.yaml
 
-.PHONY: bench-coverage lab test test-unit test-integration test-e2e test-ray lint typecheck sanitize docs check setup browser format bench bench-load bench-load-long bench-cpu bench-ray bench-readpath clean
+.PHONY: bench-coverage bench-store postgres lab test test-unit test-integration test-e2e test-ray lint typecheck sanitize docs check setup browser format bench bench-load bench-load-long bench-cpu bench-ray bench-readpath clean
 
 LAB_STAMP := $(VENV)/.lab-installed-stamp
 
@@ -40,14 +40,19 @@ setup: $(LAB_STAMP)
 browser:
 	bash scripts/install-browser.sh
 
+## Debian's PostgreSQL binaries, for the store's tests against a real server.
+postgres:
+	bash scripts/install-postgres.sh
+
 ## The whole test suite, every tier: the unit tier first (a typo fails before anything is
-## built), then the browser and llama-server set-up, then integration and e2e. BUSY=1 runs
-## those two beside a CPU hog per core (scripts/busy.sh), as CI does: tests assert
-## behaviour, never speed, so they must hold on a busy host.
+## built), then the browser, PostgreSQL and llama-server set-up, then integration and e2e.
+## BUSY=1 runs those two beside a CPU hog per core (scripts/busy.sh), as CI does: tests
+## assert behaviour, never speed, so they must hold on a busy host.
 BUSY ?=
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m unit
 	$(MAKE) --no-print-directory browser
+	$(MAKE) --no-print-directory postgres
 	$(BIN)/labkit setup
 	$(if $(filter 1,$(BUSY)),scripts/busy.sh )$(BIN)/python -m pytest -q -m "not unit"
 
@@ -55,8 +60,9 @@ test: $(STAMP)
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q -m unit
 
-## Real sockets on 127.0.0.1 and real time; still no llama-server or browser.
-test-integration: $(STAMP)
+## Real sockets on 127.0.0.1 and real time (and a real PostgreSQL server); no llama-server or
+## browser.
+test-integration: $(STAMP) postgres
 	$(BIN)/python -m pytest -q -m integration
 
 ## The real llama-server and model, and a real headless browser.

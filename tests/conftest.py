@@ -22,8 +22,8 @@ from hypothesis import settings
 
 TIERS = ("unit", "integration", "e2e")
 
-# The real llama-server fixtures (session-scoped), for tests in any folder.
-pytest_plugins = ["tests.support.local_server"]
+# The real llama-server and PostgreSQL fixtures (session-scoped), for tests in any folder.
+pytest_plugins = ["tests.support.local_server", "tests.support.postgres"]
 
 
 # --- Hypothesis profiles for the property tests --------------------------------------------

@@ -8,6 +8,7 @@
     labkit report RUN_DIR | compare RUN_DIR...       (labkit.cli.report)
     labkit fake-server [--port N] [schedule options, --slots N] [--truth LOG]
     labkit score TRUTH_LOG RESULTS | import-results RESULTS   (labkit.cli.truth)
+    labkit store import STORE RUN... | query STORE SQL [--csv]   (labkit.cli.store)
     labkit watch CONFIG | watch status FOLDER       (labkit.cli.watch)
     labkit kinds
 
@@ -38,6 +39,7 @@ from labkit.cli.examples import register as register_init
 from labkit.cli.local import register as register_local
 from labkit.cli.report import register as register_report
 from labkit.cli.sessions import register as register_sessions
+from labkit.cli.store import register as register_store
 from labkit.cli.tokens import register as register_tokens
 from labkit.cli.tracing import register as register_tracing
 from labkit.cli.truth import register as register_truth
@@ -474,6 +476,7 @@ register_report(app)
 register_tokens(app)
 register_tracing(app)
 register_sessions(app)
+register_store(app)
 register_truth(app)
 register_watch(app)
 

@@ -14,13 +14,10 @@ versions and how a store is upgraded: docs/migrations.md.
 
 from __future__ import annotations
 
-from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from pydantic import BaseModel
-
-from labkit.errors import LabkitError
+from labkit.store.base import SCHEMA_VERSION, LoadResult, RoundInfo, StoreError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -34,31 +31,6 @@ __all__ = [
     "open_store",
     "redact_url",
 ]
-
-#: The schema version this labkit writes (docs/migrations.md, "The store's schema").
-SCHEMA_VERSION = 1
-
-
-class StoreError(LabkitError):
-    """A store that cannot be opened, read or written: one line, the password left out."""
-
-
-class RoundInfo(BaseModel):
-    """One watch round: which watch, which round, and the time it stands for."""
-
-    watch_id: str
-    index: int
-    at: datetime  # UTC; on a compressed clock, the simulated time
-    status: Literal["ok", "throttled", "failed", "partial"] = "ok"
-    nonce: str | None = None
-
-
-class LoadResult(BaseModel):
-    """What one load did: rows added and rows already there (a repeated load adds none)."""
-
-    run_id: str
-    added: int
-    already: int
 
 
 class Store(Protocol):
@@ -116,5 +88,5 @@ def open_store(url: str | Path, *, create: bool = True) -> Store:
         )
     from labkit.store.duck import DuckStore
 
-    path = Path(text.split("://", 1)[1]) if scheme else Path(text)
+    path = (Path(text.split("://", 1)[1]) if scheme else Path(text)).expanduser()
     return DuckStore(path, create=create)

@@ -8,7 +8,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from labkit.store import StoreError
+from labkit.store.base import StoreError
 from labkit.store.sql import Kind, SqlStore
 
 if TYPE_CHECKING:
@@ -16,6 +16,15 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = ["DuckStore"]
+
+#: Where a DuckDB file says what it is (bytes 8–11 of its header).
+_MAGIC = (8, b"DUCK")
+
+
+def _is_duckdb(path: Path) -> bool:
+    with path.open("rb") as fh:
+        fh.seek(_MAGIC[0])
+        return fh.read(len(_MAGIC[1])) == _MAGIC[1]
 
 
 class DuckStore(SqlStore):
@@ -30,6 +39,8 @@ class DuckStore(SqlStore):
         self.url = str(path)
         if not create and not path.is_file():
             raise StoreError(f"{path}: no store there (no such file)")
+        if path.is_file() and path.stat().st_size and not _is_duckdb(path):
+            raise StoreError(f"{path}: not a DuckDB store (its first bytes are not DuckDB's)")
         if not path.parent.is_dir():
             raise StoreError(f"{path}: cannot create a store there (no folder {path.parent})")
         try:

@@ -16,7 +16,7 @@ import urllib.parse
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from labkit.store import StoreError
+from labkit.store.base import StoreError
 from labkit.store.sql import SQL_TYPES, Kind, SqlStore, quote, redact
 
 if TYPE_CHECKING:
@@ -117,6 +117,7 @@ class PostgresStore(SqlStore):
             view = buffer.getbuffer()
             for start in range(0, len(view), 1 << 20):
                 copy.write(view[start : start + (1 << 20)])
+        self._exec("ANALYZE incoming")  # a temporary table has no statistics: the join needs them
 
     def _unstage(self) -> None:
         self._exec("DROP TABLE incoming")

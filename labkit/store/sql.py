@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from labkit.store import SCHEMA_VERSION, LoadResult, RoundInfo, StoreError
+from labkit.store.base import SCHEMA_VERSION, LoadResult, RoundInfo, StoreError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -337,7 +337,10 @@ class SqlStore:
         self._exec(
             f"INSERT INTO runs ({names}) VALUES ({marks}) "
             f"ON CONFLICT (run_id) DO UPDATE SET {update}",
-            [None if v is None else v if isinstance(v, int | datetime) else str(v) for v in row.values()],
+            [
+                None if v is None else v if isinstance(v, int | datetime) else str(v)
+                for v in row.values()
+            ],
         )
 
     def _upsert_round(self, info: RoundInfo, run_id: str) -> None:
@@ -345,7 +348,7 @@ class SqlStore:
         m = self.mark
         self._exec(
             f'INSERT INTO rounds (watch_id, "index", "at", status, nonce, run_id) '
-            f"VALUES ({m}, {m}, {m}, {m}, {m}, {m}) ON CONFLICT (watch_id, \"index\") DO UPDATE "
+            f'VALUES ({m}, {m}, {m}, {m}, {m}, {m}) ON CONFLICT (watch_id, "index") DO UPDATE '
             'SET "at" = excluded."at", status = excluded.status, nonce = excluded.nonce, '
             "run_id = excluded.run_id",
             (info.watch_id, info.index, at.astimezone(UTC), info.status, info.nonce, run_id),
