@@ -451,6 +451,17 @@ def _sdk_only_without_sdk(data: dict[str, Any], providers: list[ProviderSettings
     ]
 
 
+def _unknown_references(experiments: list[ExperimentSettings], ids: list[str]) -> list[str]:
+    """An experiment that compares providers with a `reference` one must name a provider of
+    the config."""
+    return [
+        f"experiments[{i}].reference: no provider with id {ref!r} in providers; expected one "
+        f"of: {', '.join(ids)}"
+        for i, exp in enumerate(experiments)
+        if isinstance(ref := getattr(exp, "reference", None), str) and ids and ref not in ids
+    ]
+
+
 def _unknown_price_providers(data: dict[str, Any], ids: list[str]) -> list[str]:
     """A price entry naming a provider id the config does not have (a typo would leave
     that provider unpriced without a word)."""
@@ -481,6 +492,7 @@ def parse_config(data: Any, source: str = "<config>") -> LabConfig:
         errors.append(f"providers: id {dup!r} is used more than once")
     errors.extend(_sdk_only_without_sdk(data, providers))
     errors.extend(_unknown_price_providers(data, ids))
+    errors.extend(_unknown_references(experiments, ids))
     config = None
     try:
         config = LabConfig.model_validate(

@@ -21,7 +21,7 @@ The rest of the prompt, ``input − cached read − cache write``, is billed at 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any
@@ -187,14 +187,33 @@ def token_cost(
     `input_tokens` includes the cached reads and cache writes; `output_tokens` includes
     reasoning. The uncached rest of the prompt is never counted below zero.
     """
-    uncached = max(0, input_tokens - cached_read_tokens - cache_write_tokens)
+    prices = (price.input, price.output, price.cached_read_price, price.cache_write_price)
+    parts = _parts(prices, input_tokens, output_tokens, cached_read_tokens, cache_write_tokens)
     return CostBreakdown(
-        input=uncached * price.input / PER_TOKENS,
-        cached_read=cached_read_tokens * price.cached_read_price / PER_TOKENS,
-        cache_write=cache_write_tokens * price.cache_write_price / PER_TOKENS,
-        output=output_tokens * price.output / PER_TOKENS,
+        input=float(parts[0]),
+        cached_read=float(parts[1]),
+        cache_write=float(parts[2]),
+        output=float(parts[3]),
         currency=price.currency,
         price_date=price.date_iso,
+    )
+
+
+def _parts(
+    prices: tuple[Any, Any, Any, Any], inp: Any, out: Any, cached: Any, written: Any
+) -> tuple[Any, Any, Any, Any]:
+    """The cost definition itself, on numbers or numpy arrays alike: the uncached prompt
+    (never below 0), cached reads, cache writes and output, each tokens × price per 1M.
+    `prices`: input, output, cached read, cache write."""
+    import numpy as np
+
+    p_in, p_out, p_read, p_write = prices
+    uncached = np.maximum(0, inp - cached - written)
+    return (
+        uncached * p_in / PER_TOKENS,
+        cached * p_read / PER_TOKENS,
+        written * p_write / PER_TOKENS,
+        out * p_out / PER_TOKENS,
     )
 
 
@@ -235,46 +254,75 @@ def frame_costs(frame: pd.DataFrame, table: PriceTable) -> pd.DataFrame:
 
     Returns a frame on `frame`'s index with ``cost`` (float, NaN where unpriced or the usage
     is unknown), ``currency`` and ``price_date`` (None where unpriced). Missing count
-    columns read as unknown (input, output) or 0 (cached read, cache write).
+    columns read as unknown (input, output) or 0 (cached read, cache write). Columnar: each
+    provider × model's rows find their entries by one sorted search, and `_parts` prices
+    them all at once (the same formula `token_cost` uses).
     """
-    import math
-
+    import numpy as np
     import pandas as pd
+
+    n = len(frame)
 
     def col(name: str) -> pd.Series:
         if name in frame.columns:
             return frame[name]
-        return pd.Series([None] * len(frame), index=frame.index, dtype=object)
+        return pd.Series([None] * n, index=frame.index, dtype=object)
+
+    def counts(name: str) -> np.ndarray:
+        return pd.to_numeric(col(name), errors="coerce").to_numpy(dtype=float)
 
     when = pd.to_datetime(col("started_at"), utc=True, errors="coerce")
-    rows: list[tuple[float, str | None, str | None]] = []
-    for provider, model, at, i_tok, o_tok, c_tok, w_tok in zip(
-        col("provider"),
-        col("model"),
-        when,
-        col("usage.input_tokens"),
-        col("usage.output_tokens"),
-        col("usage.cached_input_tokens"),
-        col("usage.cache_write_input_tokens"),
-        strict=True,
-    ):
-        entry = (
-            None
-            if pd.isna(at) or not isinstance(provider, str) or not isinstance(model, str)
-            else table.entry_for(provider, model, at.to_pydatetime())
+    stamps = when.dt.tz_convert(None).to_numpy(dtype="datetime64[ns]")
+    missing_time = np.isnat(stamps)
+    flat = list(table.entries)
+    chosen = np.full(n, -1, dtype=np.int64)
+    keys = pd.DataFrame({"p": col("provider").to_numpy(), "m": col("model").to_numpy()})
+    groups: dict[Any, Any] = dict(keys.groupby(["p", "m"], sort=False).indices)
+    for key, rows in groups.items():
+        provider, model = key
+        where = np.asarray(rows, dtype=np.int64)
+        scopes: tuple[str | None, ...] = (str(provider), None)
+        for scope in scopes:
+            mine = sorted(
+                (k for k, e in enumerate(flat) if e.provider == scope and e.model == str(model)),
+                key=lambda k: flat[k].date,
+            )
+            if not mine:
+                continue
+            dates = np.array(
+                [flat[k].date.astimezone(UTC).replace(tzinfo=None) for k in mine],
+                dtype="datetime64[ns]",
+            )
+            at = np.searchsorted(dates, stamps[where], side="right") - 1
+            take = (at >= 0) & ~missing_time[where] & (chosen[where] == -1)
+            chosen[where[take]] = np.asarray(mine, dtype=np.int64)[at[take]]
+    priced = chosen >= 0
+    pick = np.where(priced, chosen, 0)
+
+    def price(get: Callable[[PriceEntry], float]) -> np.ndarray:
+        values = np.array([get(e) for e in flat] or [np.nan], dtype=float)
+        return np.where(priced, values[pick], np.nan)
+
+    cached = np.nan_to_num(counts("usage.cached_input_tokens"))
+    written = np.nan_to_num(counts("usage.cache_write_input_tokens"))
+    total = sum(
+        _parts(
+            (price(lambda e: e.input), price(lambda e: e.output),
+             price(lambda e: e.cached_read_price), price(lambda e: e.cache_write_price)),
+            counts("usage.input_tokens"), counts("usage.output_tokens"), cached, written,
         )
-        if entry is None or _unknown(i_tok) or _unknown(o_tok):
-            rows.append((math.nan, None, None))
-            continue
-        cost = token_cost(
-            entry,
-            int(i_tok),
-            int(o_tok),
-            0 if _unknown(c_tok) else int(c_tok),
-            0 if _unknown(w_tok) else int(w_tok),
-        )
-        rows.append((cost.total, cost.currency, cost.price_date))
-    return pd.DataFrame(rows, index=frame.index, columns=["cost", "currency", "price_date"])
+    )  # fmt: skip
+    currency: list[str | None] = [e.currency for e in flat] or [None]
+    dated: list[str | None] = [e.date_iso for e in flat] or [None]
+    known = priced & ~np.isnan(total)
+    return pd.DataFrame(
+        {
+            "cost": np.where(known, total, np.nan),
+            "currency": [currency[k] if ok else None for k, ok in zip(pick, known, strict=True)],
+            "price_date": [dated[k] if ok else None for k, ok in zip(pick, known, strict=True)],
+        },
+        index=frame.index,
+    )
 
 
 def _unknown(value: Any) -> bool:

@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from labkit.config import parse_config
 from labkit.errors import ConfigError
-from labkit.pricing import PriceEntry, frame_costs, price_table, token_cost, usage_cost
+from labkit.pricing import (
+    PriceEntry,
+    frame_costs,
+    price_table,
+    record_cost,
+    token_cost,
+    usage_cost,
+)
 from labkit.records import Usage
+from tests.support.records import make_record
 
 pytestmark = pytest.mark.unit
 
@@ -177,3 +188,49 @@ def test_two_entries_of_one_date_are_refused() -> None:
     same = {"model": "m", "date": "2025-01-01", "input": 1, "output": 2}
     with pytest.raises(ConfigError, match="two entries for m dated 2025-01-01"):
         parse_config({**BASE, "prices": [same, {**same, "output": 3}]})
+
+
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.sampled_from(["openai", "anthropic", "my-vllm", "unpriced"]),
+            st.sampled_from(["gpt-x", "claude-x", "open-x"]),
+            st.integers(-400, 400),  # days from 2025-01-01
+            st.integers(0, 100_000),
+            st.integers(0, 5_000),
+            st.integers(0, 50_000),
+            st.integers(0, 50_000),
+        ),
+        max_size=30,
+    )
+)
+@settings(max_examples=60, deadline=None)
+def test_the_columnar_costs_are_each_records_cost(rows: list[tuple[Any, ...]]) -> None:
+    """`frame_costs` (columnar) and `record_cost` (one record) price alike: one definition."""
+    base = datetime(2025, 1, 1, tzinfo=UTC)
+    frame = pd.DataFrame(
+        {
+            "provider": [r[0] for r in rows],
+            "model": [r[1] for r in rows],
+            "started_at": [(base + timedelta(days=r[2], hours=12)).isoformat() for r in rows],
+            "usage.input_tokens": [r[3] for r in rows],
+            "usage.output_tokens": [r[4] for r in rows],
+            "usage.cached_input_tokens": [r[5] for r in rows],
+            "usage.cache_write_input_tokens": [r[6] for r in rows],
+        },
+        dtype=object,
+    )
+    got = frame_costs(frame, TABLE)
+    for k, (provider, model, days, i, o, c, w) in enumerate(rows):
+        record = make_record(
+            provider=provider, model=model, started_at=base + timedelta(days=days, hours=12)
+        ).model_copy(
+            update={"usage": Usage(input_tokens=i, output_tokens=o, cached_input_tokens=c,
+                                   cache_write_input_tokens=w)}
+        )  # fmt: skip
+        want = record_cost(record, TABLE)
+        if want is None:
+            assert pd.isna(got["cost"].iloc[k])
+        else:
+            assert got["cost"].iloc[k] == pytest.approx(want.total, rel=1e-12, abs=1e-15)
+            assert got["price_date"].iloc[k] == want.price_date

@@ -34,6 +34,7 @@ __all__ = [
     "quantile",
     "quantiles",
     "ratio_of_costs",
+    "ratio_of_sums",
 ]
 
 #: The confidence of every interval labkit states.
@@ -197,6 +198,54 @@ def ratio_of_costs(
         )
     tail = (1 - confidence) / 2 * 100
     # order statistics, not interpolation: an infinite resample stays one, never inf − inf
+    lo, hi = np.percentile(result.bootstrap_distribution, [tail, 100 - tail], method="inverted_cdf")
+    return Estimate(
+        value=value,
+        lo=float(lo) if math.isfinite(lo) else None,
+        hi=float(hi) if math.isfinite(hi) else None,
+    )
+
+
+def ratio_of_sums(
+    numerator: Sequence[float], denominator: Sequence[float], confidence: float = CONFIDENCE
+) -> Estimate | None:
+    """Σ numerator / Σ denominator over paired units (a cost per successful answer: each
+    unit's cost over its successes), with a percentile bootstrap interval over the units
+    (scipy.stats.bootstrap, paired, seeded); None where the denominator sums to 0.
+
+    A resample with no success has no finite ratio: it counts as infinite, so where enough
+    resamples do, the interval has no upper bound (`hi` None).
+    """
+    x = np.asarray(numerator, dtype=float)
+    y = np.asarray(denominator, dtype=float)
+    if x.size == 0 or float(y.sum()) <= 0:
+        return None
+    value = float(x.sum() / y.sum())
+    if x.size < 2:
+        return Estimate(value=value)
+
+    def ratio(xs: np.ndarray, ys: np.ndarray) -> float:
+        den = float(ys.sum())
+        return float(xs.sum()) / den if den > 0 else math.inf
+
+    import warnings
+
+    from scipy import stats as sps
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", sps.DegenerateDataWarning)
+        warnings.simplefilter("ignore", RuntimeWarning)
+        result = sps.bootstrap(
+            (x, y),
+            ratio,
+            paired=True,
+            vectorized=False,
+            n_resamples=999,
+            confidence_level=confidence,
+            method="percentile",
+            rng=np.random.default_rng(0),
+        )
+    tail = (1 - confidence) / 2 * 100
     lo, hi = np.percentile(result.bootstrap_distribution, [tail, 100 - tail], method="inverted_cdf")
     return Estimate(
         value=value,

@@ -25,6 +25,7 @@ from labkit.figures import Percentiles, Quantile, RequestStats
 from labkit.manifest import ReadPathManifest
 from labkit.records import LabAnswer
 from labkit.report.charts import Chart, TokenSpans
+from labkit.report.cost import COST_REPORT_COLUMNS, cost_section
 from labkit.report.kinds import kind_sections, lab_questions, question_charts
 from labkit.report.later import later_stats_section
 from labkit.report.load import RunData, ensure_columns, load_run
@@ -80,6 +81,7 @@ REPORT_COLUMNS: frozenset[str] = frozenset(
         "client.e2e_ms",
         "client.output_tokens_per_s",
     }
+    | COST_REPORT_COLUMNS
 )
 
 
@@ -499,6 +501,7 @@ def build_blocks(run: RunData) -> tuple[str, list[Block], list[RequestStats]]:
     blocks += kind_sections(run, "after_run")
     blocks += later_stats_section(run)
     blocks += _stats_section(stats)
+    blocks += cost_section(run)  # only where the run's config gave prices
     charted = _only(df, _CHART_COLUMNS)
     blocks += [ChartBlock(c) for c in (request_distributions(charted),) if c is not None]
     if len(df):

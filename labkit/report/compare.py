@@ -40,6 +40,7 @@ import pandas as pd
 from labkit.analysis.stats import min_n, quantile
 from labkit.errors import ConfigError, RunError
 from labkit.report.charts import Chart
+from labkit.report.cost import comparison_cost_section
 from labkit.report.load import RunData, ensure_columns, load_run
 from labkit.report.render import (
     Block,
@@ -761,7 +762,8 @@ def write_comparison(
     )
     title = "labkit comparison: " + " vs ".join(labels)
     summary = _summary_blocks(table, labels, gate, thresholds, how)
-    figures: list[Block] = [Heading("Distributions", 2)]
+    figures: list[Block] = comparison_cost_section(runs, labels)  # where prices were given
+    figures += [Heading("Distributions", 2)]
     figures += [ChartBlock(c) for c in _distribution_charts(runs, labels)]
     notes = repeated_notes(runs, labels)
     sources = Para(

@@ -290,6 +290,12 @@ class Runner:
     def analyze(self) -> LabResults:
         """Every experiment's answer for every provider that ran."""
         answers: list[LabAnswer] = []
+        named = {exp.name: exp for exp in self.experiments}
+        for exp in self.experiments:  # what an experiment comparing providers reads
+            exp.all_records = {}
+        for r in self._records:
+            if (owner := named.get(r.experiment)) is not None:
+                owner.all_records.setdefault(r.provider, []).append(r)
         for outcome in self.outcomes:
             mine = [r for r in self._records if r.provider == outcome.id]
             if not mine:  # skipped, or failed before its first request: nothing to analyse

@@ -186,6 +186,12 @@ class TruthRequest(BaseModel):
         description="The steps (0-based) whose token that batch flipped to the second "
         "candidate: `steps` holds the token sent.",
     )
+    model_variant: str | None = Field(
+        default=None,
+        description="What model the schedule served under the name asked for "
+        "(`labkit.truth.model_variant.variant_label`): None, the truth server's own; else "
+        "e.g. `tokenizer=thirds, model_salt=7`.",
+    )
     queue_ms: float = Field(
         default=0.0, description="The wait for service: t_start_ns − t_admit_ns, in ms."
     )

@@ -22,6 +22,7 @@ from typing import Any
 
 from labkit.truth.batch import batch_flips
 from labkit.truth.cache import PrefixCache
+from labkit.truth.model_variant import model_distribution, prompt_count
 from labkit.truth.routing import CacheRouter
 from labkit.truth.schedule import MAX_REPLY_TOKENS, Plan, TruthSchedule, plan
 
@@ -535,7 +536,9 @@ class Responder:
         prompt: list[int] = []
         if schedule.cache_tokens:
             prompt = list(map(hash, pieces(text)))
-        prompt_tokens = len(prompt) if schedule.cache_tokens else count_pieces(text)
+        prompt_tokens = (
+            len(prompt) if schedule.cache_tokens else prompt_count(text, schedule, count_pieces)
+        )
         cached = 0
         cacheable = bool(schedule.cache_tokens) and prompt_tokens >= schedule.cache_min_tokens
         cache = self.router.cache_for(schedule.cache_replicas, request.cache_key)
@@ -637,7 +640,7 @@ class Responder:
         draw = self.rng if request.seed is None else random.Random(request.seed * 1_000_003 + key)
         steps = []
         for i in range(n):
-            candidates = distribution(key, i, schedule.candidates)
+            candidates = model_distribution(key, i, schedule, distribution)
             logits = [logit for _, logit in candidates]
             probs = _softmax(logits, temperature or 1.0)
             if temperature == 0:

@@ -250,6 +250,29 @@ class TruthSchedule(BaseModel):
         "(the server's seeded draws).",
     )
 
+    # --- a different model behind one name (`labkit.truth.model_variant`) ---
+    tokenizer: Literal["pieces", "thirds"] = Field(
+        default="pieces",
+        description="How prompts are counted: `pieces`, the server's own tokenizer; "
+        "`thirds`, another tokenizer's counts (non-space runs in pieces of at most three "
+        "characters), as a different model behind the same name would count them.",
+    )
+    model_salt: int = Field(
+        default=0,
+        ge=0,
+        le=2**31 - 1,
+        description="With sampling or logprobs, not 0: every next-token distribution is "
+        "another model's (drawn from the truth server's table under another key).",
+    )
+    logit_noise: float = Field(
+        default=0.0,
+        ge=0,
+        le=10,
+        allow_inf_nan=False,
+        description="A seeded Gaussian of this standard deviation added to each candidate's "
+        "logit, fixed per prompt and step: the same model's numbers from another server.",
+    )
+
     # --- failures ---
     fail: Literal["none", "http_status", "stream_error", "drop"] = Field(
         default="none", description="Failure to inject."

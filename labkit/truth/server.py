@@ -33,6 +33,7 @@ from typing import IO, Any
 from labkit.errors import LabkitError
 from labkit.oslimits import raise_open_files_limit
 from labkit.truth.batch import batch_seen, flips_on
+from labkit.truth.model_variant import variant_label
 from labkit.truth.reply import Reply, Responder, read_request
 from labkit.truth.schedule import TruthSchedule, load_request_schedules
 from labkit.truth.shapes import (
@@ -870,6 +871,7 @@ class Server:
             "steps": [{"token": step.token, "candidates": step.candidates} for step in reply.steps],
             "batch": reply.batch,
             "flipped_steps": reply.flipped_steps,
+            "model_variant": variant_label(s),
             "queue_ms": timings.queue_ms,
             "prefill_ms": reply.plan.first_ms,
             "decode_ms": reply.plan.decode_ms,

@@ -279,3 +279,27 @@ def test_missing_key_names_the_variable() -> None:
     with pytest.raises(ProviderUnavailable, match="ANTHROPIC_API_KEY"):
         settings.resolve_api_key()
     assert settings.resolved_base_url() == "https://api.anthropic.com"
+
+
+def test_cache_writes_are_kept_apart_for_their_price() -> None:
+    # input_tokens 50 uncached, 2,000 read from the cache, 1,000 written to it: the contract's
+    # input_tokens holds all 3,050, and the writes stand apart (priced at cache_write).
+    events = list(
+        anthropic_events(
+            ["a"],
+            input_tokens=50,
+            cache_read=2000,
+            delta_usage={
+                "output_tokens": 4,
+                "input_tokens": 50,
+                "cache_read_input_tokens": 2000,
+                "cache_creation_input_tokens": 1000,
+            },
+        )
+    )
+    with respx.mock() as router:
+        router.post(URL).mock(return_value=sse_response(events))
+        rec = record_one(claude())
+    assert rec.usage.input_tokens == 3050
+    assert rec.usage.cached_input_tokens == 2000
+    assert rec.usage.cache_write_input_tokens == 1000

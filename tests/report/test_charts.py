@@ -138,6 +138,7 @@ def test_no_figures_no_pictures_and_a_sentence_for_each() -> None:
         "attribution",
         "prompt_cache",
         "thinking",
+        "same_model",
         "vantage",
     }
     for items in pictures.values():

@@ -63,7 +63,7 @@ def grade_run(run_dir: Path, log: TruthLog) -> Grade:
     _import_graders()
     records = _records(run_dir)
     lab = _lab(run_dir)
-    truth = Truth(log)
+    truth = Truth(log, records)
     measured = [r for r in records if not r.warmup and r.error is None]
     matched = sum(1 for r in measured if truth.of(r) is not None)
     grade = Grade(

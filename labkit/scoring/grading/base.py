@@ -93,8 +93,10 @@ class Grade(BaseModel):
 class Truth:
     """The truth log, looked up by a record's response id (or the request id it sent)."""
 
-    def __init__(self, log: TruthLog) -> None:
+    def __init__(self, log: TruthLog, run_records: list[RequestRecord] | None = None) -> None:
         self.log = log
+        #: Every record of the graded run: what a grader comparing providers reads.
+        self.run_records: list[RequestRecord] = run_records or []
         self._by_id: dict[str, TruthRequest] = {}
         for t in log.requests:
             self._by_id.setdefault(t.id, t)
