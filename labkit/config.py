@@ -10,8 +10,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-from pathlib import Path
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Literal
 
 import yaml
@@ -41,11 +41,11 @@ __all__ = [
     "WatchBudget",
     "WatchClock",
     "WatchSettings",
-    "parse_duration",
     "load_config",
     "load_config_data",
     "looks_like_key",
     "parse_config",
+    "parse_duration",
 ]
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

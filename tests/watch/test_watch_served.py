@@ -30,6 +30,15 @@ ROUNDS = 4
 REPEATS = 3
 
 
+def _documented_queries() -> list[str]:
+    """The SQL docs/watch.md gives under "Asking the store"."""
+    text = (Path(__file__).parents[2] / "docs" / "watch.md").read_text()
+    section = text.split("## Asking the store", 1)[1].split("\n## ", 1)[0]
+    quoted = section.split('watch.duckdb "', 1)[1].split('"\n```', 1)[0]
+    inline = section.split("rounds by status: `", 1)[1].split("`", 1)[0]
+    return [quoted.replace('\\"', '"'), inline]
+
+
 def _labkit(*args: str) -> list[str]:
     return [sys.executable, "-m", "labkit", *args]
 
@@ -112,8 +121,14 @@ def test_a_watch_killed_mid_round_and_restarted_loses_no_round_and_doubles_none(
     try:
         rounds = store.rounds(state.watch_id)
         probes = store.probes(state.watch_id)
+        by_hour, by_status = (store.query(sql) for sql in _documented_queries())
     finally:
         store.close()
+    # docs/watch.md's queries answer from this store: a round per simulated hour 00-03 UTC.
+    assert list(by_hour["provider"]) == ["up"] * ROUNDS
+    assert list(by_hour["hour"]) == list(range(ROUNDS))
+    assert list(by_hour["n"]) == [REPEATS] * ROUNDS
+    assert by_status.values.tolist() == [["throttled", ROUNDS]]
     assert list(rounds["index"]) == list(range(ROUNDS))  # each round once
     assert set(rounds["status"]) == {"throttled"}
     assert probes["record_id"].is_unique  # no record twice
