@@ -24,6 +24,7 @@ the k-th throttled round in a row, at most 8 periods) are missed, "backing off".
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -61,6 +62,7 @@ STORE_FILE = "watch.duckdb"
 MAX_BACKOFF_PERIODS = 8
 
 Line = Callable[[str], None]
+_DIGITS = re.compile(r"\d+")
 
 
 @dataclass
@@ -383,8 +385,9 @@ class Watch:
             state.throttled_streak = 0
         self._save()
         for message in outcome.messages:
-            if message not in self._said:
-                self._said.add(message)
+            said = _DIGITS.sub("#", message)  # a server's new port each round is no news
+            if said not in self._said:
+                self._said.add(said)
                 self.on_line(f"  {message}")
         self._load(entry)
         self.on_line(self._line(entry))

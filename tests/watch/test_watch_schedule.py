@@ -271,6 +271,29 @@ def test_the_token_budget_stops_the_watch_with_one_line_saying_so(tmp_path: Path
     )
 
 
+def test_the_money_budget_stops_the_watch_in_the_price_tables_currency(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    costly = {i: RoundOutcome(status="ok", ok=2, tokens=10, money=0.75) for i in range(9)}
+    script = Script(clock, outcomes=costly)
+    cfg = _config(tmp_path, budget={"money": 2})
+    cfg = cfg.model_copy(update={"prices": _prices()})
+    watch, lines = _watch(cfg, tmp_path / "w", clock, script, FakeStore())
+    _run(watch)
+    assert [p.index for p in script.ran] == [0, 1]  # a third would make 2.25 of 2
+    assert lines[-1] == (
+        "watch stopped: money budget nearly spent: 1.5000 of 2 EUR, and a round costs about 0.7500"
+    )
+    assert "spent 20 tokens (1.5000 EUR)" in lines[-2]
+    state = read_state(tmp_path / "w")
+    assert state is not None and state.spent_money == 1.5
+
+
+def _prices() -> list[Any]:
+    from labkit.pricing import PriceEntry
+
+    return [PriceEntry(model="m", date=T0, currency="EUR", input=1.0, output=2.0)]
+
+
 def test_a_simulated_clock_runs_rounds_back_to_back_and_resumes_its_time(tmp_path: Path) -> None:
     start = datetime(2026, 1, 5, tzinfo=UTC)
     clock = SimulatedClock(start)
