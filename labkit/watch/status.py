@@ -110,5 +110,6 @@ def _next(state: WatchState, pid: int | None, now: datetime | None) -> list[str]
     if not pid:
         when += " if the watch is started again before then"
         if index > nxt:
-            when += f" (rounds {nxt}–{index - 1} would be missed)"
+            which = f"round {nxt}" if index - 1 == nxt else f"rounds {nxt}–{index - 1}"
+            when += f" ({which} would be missed)"
     return [*out, f"next: {when}" + (f"; {', '.join(left)}" if left else "")]
