@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -444,6 +445,7 @@ class Watch:
             plan.run_id = entry.run_id
             runner = self._runner()
             if not (runner.run_dir(plan) / "manifest.json").exists():
+                _remove_unbegun(runner.run_dir(plan))
                 state.rounds.remove(entry)  # never began: planned again (or missed)
                 self._save()
                 break
@@ -486,6 +488,19 @@ class Watch:
             f"{entry.ok} ok, {entry.throttled} throttled, {entry.failed} failed · {ttft} · "
             f"{spent} · {after}{stored}"
         )
+
+
+def _remove_unbegun(path: Path) -> None:
+    """A round folder killed between its making and its manifest holds no record: it goes,
+    so the round can be made again under its name."""
+    if not path.is_dir() or path.is_symlink():
+        return
+    names = {p.name for p in path.iterdir()}
+    records = path / "records.jsonl"
+    if names <= {".lock", ".reserve", "records.jsonl"} and (
+        not records.exists() or records.stat().st_size == 0
+    ):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _dur(seconds: float) -> str:

@@ -186,6 +186,26 @@ def test_a_watch_killed_mid_round_and_restarted_on_time_finishes_that_round(
     assert any("finishing it now" in line for line in lines)
 
 
+def test_a_round_killed_before_its_manifest_is_made_again_under_its_name(tmp_path: Path) -> None:
+    start = datetime(2026, 1, 5, tzinfo=UTC)
+    clock = SimulatedClock(start)
+    folder = tmp_path / "w"
+    cfg = _config(tmp_path, every="1h", rounds=3, clock={"kind": "simulated", "start": start})
+    script, store = Script(clock, kill_at=1), FakeStore()
+    watch, _ = _watch(cfg, folder, clock, script, store)
+    with pytest.raises(Killed):
+        _run(watch)
+    cut = folder / "rounds" / script.ran[-1].run_id
+    (cut / "manifest.json").unlink()  # killed before the manifest was written
+    (cut / ".lock").touch()
+    again = Script(SimulatedClock(start))
+    watch, _ = _watch(cfg, folder, again.clock, again, store)
+    _run(watch)
+    assert [p.index for p in again.ran] == [1, 2] and again.finished == []
+    assert again.ran[0].run_id == cut.name  # the same slot, the same folder name
+    assert sorted(info.index for _, info in store.loads if info) == [0, 1, 2]
+
+
 def test_rounds_due_while_the_watch_was_down_are_missed_not_run_in_a_burst(
     tmp_path: Path,
 ) -> None:
