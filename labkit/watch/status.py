@@ -3,7 +3,7 @@ its folder's state (whether or not a watch runs there now)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from labkit.errors import RunError
@@ -85,8 +85,21 @@ def _next(state: WatchState, pid: int | None, now: datetime | None) -> list[str]
     if state.max_rounds is not None and nxt >= state.max_rounds:
         return [f"next: nothing; all {state.max_rounds} rounds are done"]
     sched = Schedule(state.watch_id, state.anchor, state.every_s, state.jitter_s)
+    cut = [r for r in state.rounds if r.status == "running"]
+    out = []
+    if cut and not pid and state.clock == "simulated":
+        out.append(f"round {cut[0].index} was cut short: the watch finishes it when started again")
+    elif cut and not pid:
+        by = sched.due(cut[0].index) + timedelta(seconds=sched.tolerance_s)
+        out.append(
+            f"round {cut[0].index} was cut short: started again by {_t(by)}, the watch "
+            "finishes it; later, it closes it as partial"
+        )
     if state.clock == "simulated":
-        return [f"next: round {nxt}, simulated {_t(sched.due(nxt))} (run at once when started)"]
+        return [
+            *out,
+            f"next: round {nxt}, simulated {_t(sched.due(nxt))} (run at once when started)",
+        ]
     now = now or datetime.now(UTC)
     index = sched.first_not_missed(nxt, now)
     due = sched.due(index)
@@ -97,5 +110,6 @@ def _next(state: WatchState, pid: int | None, now: datetime | None) -> list[str]
     if not pid:
         when += " if the watch is started again before then"
         if index > nxt:
-            when += f" (rounds {nxt}–{index - 1} would be missed)"
-    return [f"next: {when}" + (f"; {', '.join(left)}" if left else "")]
+            which = f"round {nxt}" if index - 1 == nxt else f"rounds {nxt}–{index - 1}"
+            when += f" ({which} would be missed)"
+    return [*out, f"next: {when}" + (f"; {', '.join(left)}" if left else "")]

@@ -24,7 +24,9 @@ the k-th throttled round in a row, at most 8 periods) are missed, "backing off".
 from __future__ import annotations
 
 import os
+import re
 import secrets
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -61,6 +63,7 @@ STORE_FILE = "watch.duckdb"
 MAX_BACKOFF_PERIODS = 8
 
 Line = Callable[[str], None]
+_DIGITS = re.compile(r"\d+")
 
 
 @dataclass
@@ -249,7 +252,7 @@ class Watch:
                 continue  # the cap is reached by missed rounds: said at the loop's top
             due = self.schedule.due(index)
             await self.clock.sleep_until(due)
-            if self.schedule.missed(index, self.clock.now()):
+            if not self.clock.simulated and self.schedule.missed(index, self.clock.now()):
                 reason = "the host was late to wake"
                 continue
             await self._round(index)
@@ -383,8 +386,9 @@ class Watch:
             state.throttled_streak = 0
         self._save()
         for message in outcome.messages:
-            if message not in self._said:
-                self._said.add(message)
+            said = _DIGITS.sub("#", message)  # a server's new port each round is no news
+            if said not in self._said:
+                self._said.add(said)
                 self.on_line(f"  {message}")
         self._load(entry)
         self.on_line(self._line(entry))
@@ -441,6 +445,7 @@ class Watch:
             plan.run_id = entry.run_id
             runner = self._runner()
             if not (runner.run_dir(plan) / "manifest.json").exists():
+                _remove_unbegun(runner.run_dir(plan))
                 state.rounds.remove(entry)  # never began: planned again (or missed)
                 self._save()
                 break
@@ -483,6 +488,19 @@ class Watch:
             f"{entry.ok} ok, {entry.throttled} throttled, {entry.failed} failed · {ttft} · "
             f"{spent} · {after}{stored}"
         )
+
+
+def _remove_unbegun(path: Path) -> None:
+    """A round folder killed between its making and its manifest holds no record: it goes,
+    so the round can be made again under its name."""
+    if not path.is_dir() or path.is_symlink():
+        return
+    names = {p.name for p in path.iterdir()}
+    records = path / "records.jsonl"
+    if names <= {".lock", ".reserve", "records.jsonl"} and (
+        not records.exists() or records.stat().st_size == 0
+    ):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _dur(seconds: float) -> str:
