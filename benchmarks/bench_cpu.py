@@ -37,8 +37,10 @@ level and round the two sides alternate which goes first, so machine noise hits 
   whatever the header said: per-request work was then spread over 64 tokens).
 - Floor, beside each level: CPU per token of `bench_load.raw_leg`, a bare asyncio protocol
   client in this process (no HTTP library, no JSON decoding, no record, no self-check; a
-  regex finds each event's text), over the same replies, as many runs as rounds: what one
-  Python event loop spends reading these streams at all (`floor_us_per_token`).
+  regex finds each event's text), over the same replies, one run in each round, last in
+  one round and first in the next, as the sides alternate (so a shared host's load moves
+  the floor with the sides it divides): what one Python event loop spends reading these
+  streams at all (`floor_us_per_token`, summed over rounds; each round's is printed).
 - Stamp error = client stamp − server send stamp per output event; TTFT error = client
   TTFT − true TTFT (first send − client t_start); matched by response id and position
   (`bench_load.Accum`), over the full runs' measured records.
@@ -566,9 +568,23 @@ def measure_level(
         flush=True,
     )
     load = _host_load()
+    floor_cpu: list[float] = []
+    floor_events: list[int] = []
     for rnd in range(args.rounds):
-        order = sides if rnd % 2 == 0 else sides[::-1]
+        # The floor in the same round as both sides, last in one round and first in the
+        # next (as the sides alternate): a shared host's load then moves all three alike.
+        order: list[Side | None] = [*sides, None] if rnd % 2 == 0 else [None, *sides[::-1]]
         for side in order:
+            if side is None:
+                cpu, events = floor_run(srv, url, level, n)
+                floor_cpu.append(cpu)
+                floor_events.append(events)
+                print(
+                    f"   round {rnd + 1} floor  {cpu:6.2f} s CPU / {events} events:"
+                    f" {_us(1e6 * cpu / events if events else None)} µs/token",
+                    flush=True,
+                )
+                continue
             got = per[side.name]
             base = work / f"c{level}-r{rnd}-{side.name}"
             full = run_labkit(side, bl.runner_config(url, level, n, args.workers), base / "f")
@@ -602,7 +618,12 @@ def measure_level(
         "requests": n,
         "short_requests": n_short,
         "server_late_p99_ms": late,
-        "floor_us_per_token": floor_us_per_token(srv, url, level, n, args.rounds),
+        "floor_us_per_token": 1e6 * sum(floor_cpu) / sum(floor_events)
+        if sum(floor_events)
+        else None,
+        "floor_us_per_token_rounds": [
+            1e6 * c / e if e else None for c, e in zip(floor_cpu, floor_events, strict=True)
+        ],
         "host_load": load,
     }
     for side in sides:
@@ -624,17 +645,12 @@ def measure_level(
     return out
 
 
-def floor_us_per_token(srv: ScriptedServer, url: str, level: int, n: int, rounds: int) -> float:
-    """The floor beside a level (the module docstring): `bench_load.raw_leg`'s CPU per
-    token over the same replies, `rounds` runs of `n` requests."""
-    cpu = 0.0
-    events = 0
-    for _ in range(rounds):
-        got = bl.raw_leg(url, level, n)
-        srv.stamps()
-        cpu += got.cpu_s
-        events += sum(len(r.stamps_ns) for r in got.streams)
-    return 1e6 * cpu / events if events else float("nan")
+def floor_run(srv: ScriptedServer, url: str, level: int, n: int) -> tuple[float, int]:
+    """One run of the floor beside a level (the module docstring): `bench_load.raw_leg`
+    over the same replies, `n` requests; its CPU (s) and output events."""
+    got = bl.raw_leg(url, level, n)
+    srv.stamps()
+    return got.cpu_s, sum(len(r.stamps_ns) for r in got.streams)
 
 
 def _us(x: float | None) -> str:
