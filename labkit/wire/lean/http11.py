@@ -352,6 +352,11 @@ class _Chunked:
             raise ValueError(f"{what} longer than {MAX_HEAD} bytes")
 
 
+#: The h11 request event `HeadParser` reads a response after, per method (a few at most).
+_H11_REQUESTS: dict[str, h11.Request] = {}
+_H11_REQUESTS_KEPT = 16
+
+
 class HeadParser:
     """A response head read by h11, the parser httpx reads HTTP/1.1 with: the status line,
     the header fields (obsolete line folding, bare LF line ends, NUL and other controls,
@@ -361,12 +366,17 @@ class HeadParser:
     def __init__(self, method: str) -> None:
         self._h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD)
         # h11 reads a response only after a request (its method decides a HEAD's framing,
-        # an Upgrade what a 101 means); none of these bytes are sent.
-        self._h11.send(
-            h11.Request(
+        # an Upgrade what a 101 means); none of these bytes are sent. The request event is
+        # made once per method (h11's events are frozen): building and validating it was
+        # half of this set-up, paid once per response.
+        request = _H11_REQUESTS.get(method)
+        if request is None:
+            request = h11.Request(
                 method=method, target=b"/", headers=[(b"host", b"_"), (b"content-length", b"0")]
             )
-        )
+            if len(_H11_REQUESTS) < _H11_REQUESTS_KEPT:
+                _H11_REQUESTS[method] = request
+        self._h11.send(request)
 
     def feed(self, data: bytes, request: httpx.Request) -> h11.Response | None:
         """The final response's head once `data` completes it, else None (more is needed);
