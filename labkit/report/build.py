@@ -23,11 +23,21 @@ from labkit.analysis.selfcheck import client_bound_advice
 from labkit.errors import RunError
 from labkit.figures import Percentiles, Quantile, RequestStats
 from labkit.manifest import ReadPathManifest
+from labkit.provider_stats import read_later_stats
 from labkit.records import LabAnswer
 from labkit.report.charts import Chart, TokenSpans
+from labkit.report.columnar import Sidecar, sidecar
 from labkit.report.kinds import kind_sections, lab_questions, question_charts
-from labkit.report.later import later_stats_section
-from labkit.report.load import RunData, ensure_columns, load_run
+from labkit.report.later import later_stats_frame, later_stats_section
+from labkit.report.load import (
+    RunData,
+    ensure_columns,
+    load_run,
+    repeated_note,
+    run_folder,
+    run_meta,
+    skipped_note,
+)
 from labkit.report.render import (
     Block,
     Bullets,
@@ -40,7 +50,10 @@ from labkit.report.render import (
     render_markdown,
 )
 from labkit.report.run_charts import (
+    ServerPoints,
     client_vs_server_chart,
+    client_vs_server_points,
+    request_distribution_values,
     request_distributions,
     server_queue_chart,
 )
@@ -53,10 +66,14 @@ from labkit.wording import CLIENT_BOUND_MARK, cell, client_bound_line
 
 __all__ = [
     "REPORT_COLUMNS",
+    "Parts",
     "ReportPaths",
     "asked_experiments",
     "build_blocks",
+    "load_report_run",
     "missing_notes",
+    "provider_notes",
+    "read_parts",
     "write_report",
 ]
 
@@ -136,18 +153,17 @@ def missing_notes(run: RunData, stats: list[RequestStats]) -> list[str]:
     """Plain sentences on everything the run lacks (empty when nothing is missing), the
     groups the self-check flagged client-bound (`stats`, with its reason) among them, and
     one line of advice for them (`client_bound_advice`)."""
+    notes = _run_notes(run, stats)
+    if not len(run.records):
+        notes.append("records.jsonl holds no records: there is nothing to measure.")
+        return notes
+    return notes + provider_notes(run.records, run.manifest)
+
+
+def _run_notes(run: RunData, stats: list[RequestStats]) -> list[str]:
+    """`missing_notes` of the run as a whole: its problems, the client-bound groups, the
+    manifest's word on each provider."""
     notes = list(run.problems)
-    df = ensure_columns(
-        _only(run.records, _NOTE_COLUMNS),
-        [
-            "usage.output_tokens",
-            "usage.input_tokens",
-            "provider_timings.prefill_ms",
-            "provider_timings.decode_ms_per_token",
-        ],
-    )
-    if "usage.output_tokens_source" not in df.columns:
-        df = df.assign(**{"usage.output_tokens_source": None})
     notes += [client_bound_line(g) for g in stats if g.client_bound]
     advice = client_bound_advice(stats, run.manifest)
     notes += [f"Client-bound advice: {advice}"] if advice is not None else []
@@ -158,11 +174,8 @@ def missing_notes(run: RunData, stats: list[RequestStats]) -> list[str]:
     for pid, why in unfinished.items() if isinstance(unfinished, dict) else []:
         notes.append(f"Provider {pid} did not finish its plan: {why}.")
     providers = run.manifest.get("providers")
-    timings_promised: set[str] = set()
     if isinstance(providers, dict):
         for pid, info in providers.items():
-            if isinstance(info, dict) and info.get("reports_server_timings") is True:
-                timings_promised.add(str(pid))
             later = info.get("stats_later") if isinstance(info, dict) else None
             if isinstance(later, dict) and later.get("missing"):
                 notes.append(
@@ -180,9 +193,29 @@ def missing_notes(run: RunData, stats: list[RequestStats]) -> list[str]:
                 continue
             why = info.get("reason") or info.get("first_error") or "no reason given"
             notes.append(f"Provider {pid} was {info.get('status')}: {why}.")
-    if df.empty:
-        notes.append("records.jsonl holds no records: there is nothing to measure.")
-        return notes
+    return notes
+
+
+def provider_notes(records: pd.DataFrame, manifest: Mapping[str, Any]) -> list[str]:
+    """`missing_notes` of each provider's records (all of a provider's records in
+    `records`: a run read part by part gives one provider's at a time)."""
+    timings_promised: set[str] = set()
+    providers = manifest.get("providers")
+    for pid, info in providers.items() if isinstance(providers, dict) else []:
+        if isinstance(info, dict) and info.get("reports_server_timings") is True:
+            timings_promised.add(str(pid))
+    df = ensure_columns(
+        _only(records, _NOTE_COLUMNS),
+        [
+            "usage.output_tokens",
+            "usage.input_tokens",
+            "provider_timings.prefill_ms",
+            "provider_timings.decode_ms_per_token",
+        ],
+    )
+    if "usage.output_tokens_source" not in df.columns:
+        df = df.assign(**{"usage.output_tokens_source": None})
+    notes: list[str] = []
     for provider, rows in df.groupby("provider", sort=True, dropna=False):
         measured = rows[~rows["warmup"].astype(bool)]
         ok = measured[measured["ok"].astype(bool)]
@@ -317,16 +350,21 @@ def _read_path_text(raw: object) -> str | None:
         return f"unreadable: {str(raw)[:80]}"
 
 
-def _run_section(run: RunData) -> list[Block]:
+def _run_section(run: RunData, parts: Parts | None = None) -> list[Block]:
     m = run.manifest
     df = run.records
+    n = len(df) if parts is None else parts.records
+    if parts is not None:
+        first_id = parts.run_id if n else run.run_dir.name
+    else:
+        first_id = df["run_id"].iloc[0] if len(df) else run.run_dir.name
     facts = [
-        ("run id", m.get("run_id") or (df["run_id"].iloc[0] if len(df) else run.run_dir.name)),
+        ("run id", m.get("run_id") or first_id),
         ("name", m.get("name")),
         ("status", m.get("status")),
         ("started", m.get("started_at")),
         ("ended", m.get("ended_at")),
-        ("records", len(df)),
+        ("records", n),
         ("labkit", m.get("labkit_version")),
         ("read path", _read_path_text(m.get("read_path"))),
         ("config", m.get("config_path")),
@@ -449,10 +487,13 @@ def _errors_section(df: pd.DataFrame) -> list[Block]:
     return blocks
 
 
-def _scraped(run: RunData) -> dict[str, list[ServerMetricsSample]]:
+def _scraped(run: RunData, parts: Parts | None = None) -> dict[str, list[ServerMetricsSample]]:
     """Each provider's scrapes of its server's /metrics, from the run folder."""
     df = run.records
-    providers = {str(p) for p in df["provider"].dropna().unique()} if len(df) else set()
+    if parts is not None:
+        providers = set(parts.providers)
+    else:
+        providers = {str(p) for p in df["provider"].dropna().unique()} if len(df) else set()
     found = {p: read_server_metrics(run.run_dir, p) for p in sorted(providers)}
     return {p: samples for p, samples in found.items() if samples}
 
@@ -480,41 +521,141 @@ def _title(run: RunData) -> str:
     return f"labkit report: {name}" + (f" ({rid})" if rid and rid != name else "")
 
 
-def build_blocks(run: RunData) -> tuple[str, list[Block], list[RequestStats]]:
-    """The report as a title, a list of blocks, and the request statistics it shows."""
+@dataclass
+class Parts:
+    """What the report reads off a run's records, read part by part from its columnar
+    sidecar (`labkit.report.columnar`) so that the whole run is never held: each figure is
+    computed by the same function as from a whole frame, over a part that holds all of its
+    records (a group of the statistics, a provider's notes, a series' points); what spans
+    parts (the failed requests, the points of the charts) is joined."""
+
+    records: int
+    run_id: Any
+    providers: list[str]
+    stats: list[RequestStats]
+    notes: list[str]
+    distributions: list[dict[str, Any]]
+    server_points: ServerPoints
+    failed: pd.DataFrame
+    later: pd.DataFrame
+
+
+def read_parts(run: RunData, side: Sidecar) -> Parts:
+    """`Parts` of `run` (its records frame left empty) from its sidecar, a provider's
+    records at a time (their notes), each provider × experiment's in turn (the rest)."""
+    stats: list[RequestStats] = []
+    notes: list[str] = []
+    distributions: list[dict[str, Any]] = []
+    points = ServerPoints()
+    failed: list[pd.DataFrame] = []
+    later: list[pd.DataFrame] = []
+    first: tuple[int, Any] | None = None
+    records = 0
+    providers = sorted({g.provider for g in side.groups})
+    has_later = any(read_later_stats(run.run_dir, p) for p in providers)
+    for _, frame in side.frames(1, _NOTE_COLUMNS):
+        notes += provider_notes(frame, run.manifest)
+    del frame
+    for _, frame in side.frames(2, REPORT_COLUMNS):
+        records += len(frame)
+        if len(frame) and (first is None or frame["file_offset"].iloc[0] < first[0]):
+            first = (int(frame["file_offset"].iloc[0]), frame["run_id"].iloc[0])
+        part = RunData(run.run_dir, frame, run.manifest, None)
+        stats += run_stats(None, part)
+        charted = _only(frame, _CHART_COLUMNS)
+        distributions += request_distribution_values(charted)
+        points.add(client_vs_server_points(charted))
+        failed.append(frame[~frame["ok"].astype(bool)])
+        if has_later:
+            later.append(later_stats_frame(part))
+    run_id = first[1] if first is not None else None
+    if run_id is None or pd.isna(run_id):
+        run_id = str(run.manifest.get("run_id", run.run_dir.name))
+    joined_later = pd.concat(later, ignore_index=True) if later else pd.DataFrame()
+    return Parts(
+        records,
+        run_id,
+        providers,
+        stats,
+        notes,
+        distributions,
+        points,
+        pd.concat(failed, ignore_index=True),
+        joined_later,
+    )
+
+
+def build_blocks(
+    run: RunData, parts: Parts | None = None
+) -> tuple[str, list[Block], list[RequestStats]]:
+    """The report as a title, a list of blocks, and the request statistics it shows
+    (`parts`: what the report reads off the records, when `run.records` is left empty
+    for a large run read part by part)."""
     df = run.records
-    stats = run_stats(run.lab, run)
+    if parts is None or (run.lab is not None and run.lab.requests is not None):
+        stats = run_stats(run.lab, run)
+    else:
+        stats = parts.stats
     title = _title(run)
     blocks: list[Block] = [Heading(title, 1)]
     blocks += _lab_section(run)
-    notes = missing_notes(run, stats)
+    if parts is None:
+        notes = missing_notes(run, stats)
+    else:
+        notes = _run_notes(run, stats)
+        if not parts.records:
+            notes.append("records.jsonl holds no records: there is nothing to measure.")
+        notes += parts.notes
     blocks.append(Heading("What is missing"))
     if notes:
         blocks.append(Bullets(notes, "warn"))
     else:
         blocks.append(Para("Nothing: every provider answered and reported what it can."))
-    blocks += _run_section(run)
-    queue = server_queue_chart(_scraped(run))  # only where a server's /metrics was scraped
+    blocks += _run_section(run, parts)
+    queue = server_queue_chart(_scraped(run, parts))  # only where a server's /metrics was scraped
     blocks += [Heading("The server's queue", 3), ChartBlock(queue)] if queue else []
     blocks += kind_sections(run, "after_run")
-    blocks += later_stats_section(run)
+    blocks += later_stats_section(run, None if parts is None else parts.later)
     blocks += _stats_section(stats)
     charted = _only(df, _CHART_COLUMNS)
-    blocks += [ChartBlock(c) for c in (request_distributions(charted),) if c is not None]
-    if len(df):
+    distributions = request_distributions(charted, None if parts is None else parts.distributions)
+    blocks += [ChartBlock(c) for c in (distributions,) if c is not None]
+    if parts is None and len(df):
         blocks += _errors_section(df)
+    elif parts is not None and parts.records:
+        blocks += _errors_section(parts.failed)
     blocks += split_section(stats)
-    blocks += [ChartBlock(c) for c in (client_vs_server_chart(charted),) if c is not None]
+    server = client_vs_server_chart(charted, None if parts is None else parts.server_points)
+    blocks += [ChartBlock(c) for c in (server,) if c is not None]
     blocks += kind_sections(run, "after_split")
     return title, blocks, stats
 
 
+def load_report_run(run_dir: Path | str) -> tuple[RunData, Parts | None]:
+    """The run as the report reads it: whole (`load_run` of `REPORT_COLUMNS`), or, a run
+    with a columnar sidecar (`labkit.report.columnar.sidecar`: a large one), its manifest
+    and answers with an empty records frame, and its `Parts` read from the sidecar."""
+    folder = run_folder(run_dir)
+    side = sidecar(folder)
+    if side is None:
+        return load_run(folder, REPORT_COLUMNS), None
+    problems = skipped_note(side.skipped)
+    if side.repeated:
+        problems.append(repeated_note(side.repeated, side.repeated_requests))
+    manifest, lab = run_meta(folder, problems)
+    empty = side.frame(0, 0, REPORT_COLUMNS)
+    run = RunData(
+        folder, empty, manifest, lab, len(side.skipped), problems, side.repeated
+    )
+    return run, read_parts(run, side)
+
+
 def write_report(run_dir: Path | str) -> ReportPaths:
     """Regenerate the report of one run folder; returns where the files were written."""
-    run = load_run(run_dir, REPORT_COLUMNS)
-    title, blocks, stats = build_blocks(run)
+    run, parts = load_report_run(run_dir)
+    title, blocks, stats = build_blocks(run, parts)
     folder = run.run_dir
-    del run  # the records are in the blocks' figures now: their memory goes to the drawing
+    del run, parts  # the records are in the blocks' figures now: their memory goes to the drawing
     gc.collect()
     paths = ReportPaths(
         md=folder / "report.md",

@@ -27,7 +27,7 @@ import os
 import re
 import types
 import typing
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -455,35 +455,39 @@ def _read_json(path: Path, problems: list[str]) -> Any:
         return None
 
 
-def load_run(path: Path | str, columns: Collection[str] | None = None) -> RunData:
-    """Load one run folder. Raises `RunError` when it is not a run folder.
-
-    `columns`: keep only these columns of the frame (with the record's identity and its
-    tags), for a reader of a large run that needs a few.
-    """
+def run_folder(path: Path | str) -> Path:
+    """`path` as a run folder; raises `RunError` when it is not one."""
     run_dir = Path(path)
     if not run_dir.is_dir():
         raise RunError(f"{run_dir} is not a run folder (no such directory)")
-    records_path = run_dir / RECORDS_FILE
-    if not records_path.is_file():
+    if not (run_dir / RECORDS_FILE).is_file():
         raise RunError(f"{run_dir} is not a run folder: {RECORDS_FILE} is missing")
-    problems: list[str] = []
-    try:
-        frame, skipped = _parse_lines(records_path, run_dir, columns)
-    except OSError as exc:
-        raise RunError(f"cannot read {records_path}: {exc}") from exc
-    if skipped:
-        numbers = list(skipped)
-        where = ", ".join(str(n) for n in numbers[:5]) + (", ..." if len(numbers) > 5 else "")
-        problems.append(
-            f"{len(skipped)} line(s) of {RECORDS_FILE} are not valid records and were skipped "
-            f"(line {where}); line {numbers[0]}: {skipped[numbers[0]]}. A run cut short "
-            "leaves a truncated last line."
-        )
-    repeated = _drop_repeated_records(frame)
-    if repeated:
-        frame = frame[~repeated.mask].reset_index(drop=True)
-        problems.append(repeated.note)
+    return run_dir
+
+
+def skipped_note(skipped: dict[int, str]) -> list[str]:
+    """The problem to state for the lines of records.jsonl that are not records."""
+    if not skipped:
+        return []
+    numbers = list(skipped)
+    where = ", ".join(str(n) for n in numbers[:5]) + (", ..." if len(numbers) > 5 else "")
+    return [
+        f"{len(skipped)} line(s) of {RECORDS_FILE} are not valid records and were skipped "
+        f"(line {where}); line {numbers[0]}: {skipped[numbers[0]]}. A run cut short "
+        "leaves a truncated last line."
+    ]
+
+
+def repeated_note(count: int, requests: int) -> str:
+    """The problem to state for the lines that repeat a record read before."""
+    return (
+        f"{count} line(s) of {RECORDS_FILE} repeat {requests} record(s) already read (the "
+        "same record_id); each record is counted once."
+    )
+
+
+def run_meta(run_dir: Path, problems: list[str]) -> tuple[dict[str, Any], LabResults | None]:
+    """The run's manifest and lab answers (what cannot be read: said in `problems`)."""
     manifest: dict[str, Any] = {}
     if (run_dir / MANIFEST_FILE).is_file():
         raw = _read_json(run_dir / MANIFEST_FILE, problems)
@@ -504,6 +508,44 @@ def load_run(path: Path | str, columns: Collection[str] | None = None) -> RunDat
                     f"{LAB_FILE} does not match the LabResults model "
                     f"({exc.error_count()} error(s)); the lab answers are not shown."
                 )
+    return manifest, lab
+
+
+def _read_records(
+    run_dir: Path, columns: Collection[str] | None
+) -> tuple[pd.DataFrame, dict[int, str]]:
+    """The records frame and the skipped lines: from the run's columnar sidecar where it
+    has one, or should (`labkit.report.columnar`), else from records.jsonl itself."""
+    from labkit.report.columnar import sidecar, table_frame
+
+    side = sidecar(run_dir)
+    if side is not None:
+        wanted = None if columns is None else frozenset(columns) | _ALWAYS
+        read = None if wanted is None else wanted | {"tags"}
+        frame = table_frame(side.table(0, side.rows, read), run_dir, wanted)
+        return frame, dict(side.skipped)
+    return _parse_lines(run_dir / RECORDS_FILE, run_dir, columns)
+
+
+def load_run(path: Path | str, columns: Collection[str] | None = None) -> RunData:
+    """Load one run folder. Raises `RunError` when it is not a run folder.
+
+    `columns`: keep only these columns of the frame (with the record's identity and its
+    tags), for a reader of a large run that needs a few.
+    """
+    run_dir = run_folder(path)
+    records_path = run_dir / RECORDS_FILE
+    problems: list[str] = []
+    try:
+        frame, skipped = _read_records(run_dir, columns)
+    except OSError as exc:
+        raise RunError(f"cannot read {records_path}: {exc}") from exc
+    problems += skipped_note(skipped)
+    repeated = _drop_repeated_records(frame)
+    if repeated:
+        frame = frame[~repeated.mask].reset_index(drop=True)
+        problems.append(repeated.note)
+    manifest, lab = run_meta(run_dir, problems)
     if len(frame) and frame["run_id"].isna().all():
         frame["run_id"] = str(manifest.get("run_id", run_dir.name))
     return RunData(
@@ -528,12 +570,7 @@ def _drop_repeated_records(frame: pd.DataFrame) -> _Repeated | None:
     count = int(mask.sum())
     if not count:
         return None
-    requests = ids[mask].nunique()
-    note = (
-        f"{count} line(s) of {RECORDS_FILE} repeat {requests} record(s) already read (the "
-        "same record_id); each record is counted once."
-    )
-    return _Repeated(mask, count, note)
+    return _Repeated(mask, count, repeated_note(count, ids[mask].nunique()))
 
 
 def load_runs(paths: Iterable[Path | str]) -> pd.DataFrame:
@@ -1076,13 +1113,31 @@ def _batches(path: Path, sql: str) -> Iterator[pa.RecordBatch]:
         yield from con.sql(sql, params=[str(path)]).to_arrow_reader(BATCH_ROWS)
 
 
-def read_at_once(path: Path, wanted: frozenset[str] | None) -> AtOnce | None:
-    """The frame's columns (`wanted` of them, all when None) of every record of `path`, and
-    the lines to read again one by one; None when the file must be read block by block
-    (DuckDB cannot read it, or too many lines are in doubt).
+@dataclass
+class Scanned:
+    """What `scan_batches` read besides the batches: the number of rows DuckDB gave (one
+    per line holding more than white space), each such line's number (from 1), byte offset
+    and length, and the rows to read again one by one (their lines are in doubt)."""
+
+    rows: int
+    numbers: np.ndarray
+    offsets: np.ndarray
+    lengths: np.ndarray
+    doubted: list[int]
+
+
+def scan_batches(
+    path: Path,
+    wanted: frozenset[str] | None,
+    on_batch: Callable[[int, pa.RecordBatch, np.ndarray], None],
+) -> Scanned | None:
+    """Read `path` with DuckDB, batch by batch: `on_batch(first row, batch, valid)` for
+    each batch holding a valid row (`valid`: the rows whose required fields are there).
+    None when the file must be read block by block (DuckDB cannot read it, too many lines
+    are in doubt, or its rows and the file's lines do not match).
 
     The scan for the line ends runs on a thread beside DuckDB's (both mostly outside the
-    interpreter): each batch's byte offsets are set once it is done."""
+    interpreter)."""
     import duckdb
 
     path = path.resolve()  # DuckDB would expand a leading "~"
@@ -1090,12 +1145,6 @@ def read_at_once(path: Path, wanted: frozenset[str] | None) -> AtOnce | None:
         log.info("%s: read block by block (DuckDB reads such a name as a pattern)", path)
         return None
     sql, required = _duck_query(wanted)
-    names = [
-        n
-        for n in _columns()
-        if n not in ("run_dir", "file_offset") and (wanted is None or n in wanted)
-    ]
-    pieces: list[tuple[int, np.ndarray, dict[str, Any]]] = []  # (first row, kept rows, columns)
     doubted: list[int] = []  # rows
     row = 0
     with ThreadPoolExecutor(1) as pool:
@@ -1111,7 +1160,7 @@ def read_at_once(path: Path, wanted: frozenset[str] | None) -> AtOnce | None:
                     log.info("%s: read block by block (over %d lines in doubt)", path, MAX_DOUBTFUL)
                     return None
                 if valid.any():
-                    pieces.append((row, valid, _batch_columns(batch, names, valid)))
+                    on_batch(row, batch, valid)
                 row += n
         except duckdb.Error as exc:  # cannot read the file, or out of its memory: by blocks
             log.info("%s: read block by block (DuckDB: %s)", path, exc)
@@ -1120,7 +1169,31 @@ def read_at_once(path: Path, wanted: frozenset[str] | None) -> AtOnce | None:
     if row != offsets.size:
         log.info("%s: read block by block (%d rows, %d lines)", path, row, offsets.size)
         return None
+    return Scanned(row, numbers, offsets, lengths, doubted)
+
+
+def read_at_once(path: Path, wanted: frozenset[str] | None) -> AtOnce | None:
+    """The frame's columns (`wanted` of them, all when None) of every record of `path`, and
+    the lines to read again one by one; None when the file must be read block by block
+    (`scan_batches`)."""
+    names = [
+        n
+        for n in _columns()
+        if n not in ("run_dir", "file_offset") and (wanted is None or n in wanted)
+    ]
+    pieces: list[tuple[int, np.ndarray, dict[str, Any]]] = []  # (first row, kept rows, columns)
+
+    def keep(row: int, batch: pa.RecordBatch, valid: np.ndarray) -> None:
+        pieces.append((row, valid, _batch_columns(batch, names, valid)))
+
+    scanned = scan_batches(path, wanted, keep)
+    if scanned is None:
+        return None
+    offsets = scanned.offsets
     for first, valid, columns in pieces:
         columns["file_offset"] = offsets[first : first + valid.size][valid]
-    doubtful = [(int(numbers[i]), int(offsets[i]), int(lengths[i])) for i in doubted]
+    doubtful = [
+        (int(scanned.numbers[i]), int(offsets[i]), int(scanned.lengths[i]))
+        for i in scanned.doubted
+    ]
     return AtOnce([columns for _, _, columns in pieces], doubtful)
