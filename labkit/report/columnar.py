@@ -334,8 +334,7 @@ def build_sidecar(run_dir: Path) -> Sidecar | None:
             "source": stamp,
             "rows": sum(g.rows for g in groups),
             "groups": [
-                [g.provider, g.experiment, g.model, g.client_path, g.start, g.rows]
-                for g in groups
+                [g.provider, g.experiment, g.model, g.client_path, g.start, g.rows] for g in groups
             ],
             "skipped": {str(k): v for k, v in sorted(skipped.items())},
             "repeated": [repeated, requests],
@@ -352,9 +351,7 @@ def build_sidecar(run_dir: Path) -> Sidecar | None:
     return open_sidecar(run_dir)
 
 
-def _sort(
-    unsorted: Path, offsets: Path, out: Path, run_dir: Path
-) -> tuple[list[Group], int, int]:
+def _sort(unsorted: Path, offsets: Path, out: Path, run_dir: Path) -> tuple[list[Group], int, int]:
     """Write the sidecar sorted by group and line (DuckDB, spilling beyond `SORT_MEMORY`),
     marking the lines that repeat a record_id; its groups, repeated lines and records."""
     import duckdb

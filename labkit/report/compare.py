@@ -442,10 +442,17 @@ def _empty_values() -> pd.DataFrame:
     return pd.DataFrame({"plan_key": pd.Series(dtype=object), "v": pd.Series(dtype=float)})
 
 
+def read_columns() -> frozenset[str]:
+    """The records' columns a comparison reads (with each record's identity and tags): a
+    run is read with these only (a large one from its columnar sidecar)."""
+    metrics = {m.column for m in GATE_METRICS.values() if m.column is not None}
+    return frozenset({*GROUP_KEYS, "plan_key", *metrics})
+
+
 def _load(run_dirs: Sequence[Path | str]) -> tuple[list[RunData], list[str]]:
     if len(run_dirs) < 2:
         raise RunError("compare needs at least two run folders")
-    runs = [load_run(p) for p in run_dirs]
+    runs = [load_run(p, read_columns()) for p in run_dirs]
     return runs, _labels(runs)
 
 

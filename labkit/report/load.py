@@ -1193,7 +1193,6 @@ def read_at_once(path: Path, wanted: frozenset[str] | None) -> AtOnce | None:
     for first, valid, columns in pieces:
         columns["file_offset"] = offsets[first : first + valid.size][valid]
     doubtful = [
-        (int(scanned.numbers[i]), int(offsets[i]), int(scanned.lengths[i]))
-        for i in scanned.doubted
+        (int(scanned.numbers[i]), int(offsets[i]), int(scanned.lengths[i])) for i in scanned.doubted
     ]
     return AtOnce([columns for _, _, columns in pieces], doubtful)
