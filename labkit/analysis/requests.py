@@ -117,7 +117,7 @@ def client_bound_reason_of(cols: Columns) -> str | None:
 def _client_bound_of(cols: Columns) -> tuple[str | None, list[Cause]]:
     """`client_bound_reason_of`, and the causes of the flagged levels (distinct, in order)."""
     measured = cols.take(~cols.flag("warmup"))
-    levels = np.array(["" if v is None else v for v in measured.text("tags.level")], dtype=object)
+    levels = _or(measured.text("tags.level"), "")
     notes: list[str] = []
     causes: list[Cause] = []
     for level in dict.fromkeys(levels.tolist()):  # in the order the levels first appear
@@ -187,7 +187,7 @@ def request_stats(records: Iterable[RequestRecord]) -> list[RequestStats]:
 
 def _or(values: np.ndarray, default: str) -> np.ndarray:
     """Texts with `default` where missing."""
-    missing = np.fromiter((v is None for v in values), dtype=bool, count=values.size)
+    missing = np.equal(values, None)  # item by item, `is None` for texts (no text == None)
     filled: np.ndarray = np.where(missing, default, values).astype(object)
     return filled
 

@@ -197,7 +197,7 @@ def table_frame(table: pa.Table, run_dir: Path, wanted: frozenset[str] | None) -
         if wanted is not None and name not in wanted:
             continue
         if name == "run_dir":
-            data[name] = _objects(pa.repeat(pa.scalar(str(run_dir)), n))
+            data[name] = pa.repeat(pa.scalar(str(run_dir)), n).to_pandas().array
             continue
         column = table.column(name).combine_chunks()
         if name in ("ok", "warmup"):
@@ -205,27 +205,24 @@ def table_frame(table: pa.Table, run_dir: Path, wanted: frozenset[str] | None) -
         elif name == "file_offset":
             data[name] = column.to_numpy(zero_copy_only=False).astype(np.int64)
         elif _load._is_text(name):
-            data[name] = _objects(column)
+            data[name] = _texts(column)
         else:
             data[name] = _numbers(column)
     if "tags" in table.column_names:
         for key, values in _load._tags_of_json(table.column("tags").combine_chunks()).items():
-            data[key] = _objects(values) if isinstance(values, pa.Array) else values
+            data[key] = _texts(values) if isinstance(values, pa.Array) else values
     frame = pd.DataFrame(data, copy=False)
     if wanted is not None:
         frame = frame[[c for c in frame.columns if c in wanted or c.startswith("tags.")]]
     return frame
 
 
-def _objects(column: pa.Array) -> np.ndarray:
-    """Text as an object array: one string object per distinct value (a run's texts
-    repeat: providers, models, kinds), None where missing."""
+def _texts(column: pa.Array) -> Any:
+    """Text as the frame holds it (`labkit.report.load`): Arrow's strings as pandas' own,
+    no Python object per value; a column of None as objects, as pandas types it."""
     if column.null_count == len(column):
         return np.full(len(column), None, dtype=object)
-    coded = pc.dictionary_encode(column)
-    words = np.array([*coded.dictionary.to_pylist(), None], dtype=object)
-    picked: np.ndarray = words[pc.fill_null(coded.indices, len(words) - 1).to_numpy()]
-    return picked
+    return pa.chunked_array([column], pa.string()).to_pandas().array
 
 
 def _numbers(column: pa.Array) -> np.ndarray:
