@@ -643,7 +643,7 @@ def load_report_run(run_dir: Path | str) -> tuple[RunData, Parts | None]:
     if side.repeated:
         problems.append(repeated_note(side.repeated, side.repeated_requests))
     manifest, lab = run_meta(folder, problems)
-    empty = side.frame(0, 0, REPORT_COLUMNS)
+    empty = side.frame([], REPORT_COLUMNS)
     run = RunData(folder, empty, manifest, lab, len(side.skipped), problems, side.repeated)
     return run, read_parts(run, side)
 

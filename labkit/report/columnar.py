@@ -4,22 +4,24 @@
 (`labkit.report.load.scan_batches`: DuckDB's JSON reader, the same reading and the same
 checks as the frame's) into ``records.columns.parquet``: every column of the records frame
 under the frame's (and `labkit.rundata`'s) dotted names, the tags as their JSON text, each
-row's byte offset in records.jsonl. Its rows are sorted by the statistics' group
-(provider, experiment, model, client path) and then by their place in the file, so a
-group, or a provider's records, is a run of consecutive rows: the report reads a group's
-columns at a time (`Sidecar.frame`) and never holds the whole run. ``records.columns.json``
-beside it says which records.jsonl it was built from (its size and modification time),
-the groups (first row, rows), and the lines that were not records.
+row's byte offset in records.jsonl. Each Parquet row group holds the rows of one group of
+the statistics (provider, experiment, model, client path), in the order of their lines, so
+the report reads one group's, or one provider's, columns at a time (`Sidecar.frames`) and
+never holds the whole run. ``records.columns.json`` beside it says which records.jsonl it
+was built from (its size and modification time), each group's rows and row groups, the
+lines that were not records and those that repeat a record.
 
-Built when missing or stale (records.jsonl changed since) by the first reader of a run of
-at least `SIDECAR_MIN_BYTES`; a smaller run is read whole, as before. A folder that cannot
-be written, or a file DuckDB cannot read as a whole, is read as before too.
+Built when missing or stale (records.jsonl changed since, or another format) by the first
+reader of a run of at least `SIDECAR_MIN_BYTES`; a smaller run is read whole, as before. A
+folder that cannot be written, or a file DuckDB cannot read as a whole, is read as before
+too.
 
-Why Parquet through DuckDB: the reader already streams DuckDB's Arrow batches, Parquet
-stores them as they come (pyarrow, a dependency already), and DuckDB sorts a run larger
-than memory into its groups with a bounded memory, spilling to disk. Reading a group back
-is a slice of row groups of the columns asked for: at 10⁶ records, the report's 37 columns
-read in about a second where parsing records.jsonl took 8-11 s of CPU (docs/report.md).
+Why Parquet, written by group as the lines are read: the reader already streams DuckDB's
+Arrow batches, Parquet keeps them as typed, compressed columns (pyarrow, a dependency
+already), and a row group per group makes a group a read of its own row groups, with no
+sort of the run. A sidecar sorted by DuckDB instead took twice as long to build (the sort,
+and the join of each row to its byte offset). Reading the report's columns back takes about
+2 s of CPU at 10⁶ records where parsing records.jsonl took 8-11 s (docs/report.md).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,39 +63,35 @@ SIDECAR_INDEX = "records.columns.json"
 SIDECAR_MIN_BYTES = 64 << 20
 
 #: The sidecar's format: a sidecar of another version is stale.
-VERSION = 1
+VERSION = 2
 
 #: Rows per Parquet row group: a group is read as the row groups it spans.
 ROW_GROUP_ROWS = 1 << 16
 
-#: DuckDB's memory while it sorts the sidecar (beyond it, it spills to disk).
+#: DuckDB's memory while it looks for repeated records in the sidecar.
 SORT_MEMORY = "400MiB"
-
-#: The statistics' group of a record (`labkit.analysis.requests.GROUP_KEYS`), as columns,
-#: a missing model or client path read as the statistics read it.
-_GROUP_SQL = [
-    '"provider"',
-    '"experiment"',
-    "coalesce(\"model\", '')",
-    "coalesce(\"app.client_path\", 'wire')",
-]
 
 
 @dataclass(frozen=True)
 class Group:
-    """One group of the statistics in the sidecar: its key and its rows."""
+    """One group of the statistics in the sidecar: its key, its rows, and the Parquet row
+    groups that hold them (each row group holds one group's rows only)."""
 
     provider: str
     experiment: str
     model: str
     client_path: str
-    start: int
     rows: int
+    row_groups: tuple[int, ...]
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        """(provider, experiment, model, client path): the order of the groups."""
+        return (self.provider, self.experiment, self.model, self.client_path)
 
 
 def _schema() -> pa.Schema:
-    """The sidecar's columns: the frame's (less `run_dir`), the tags as JSON text, and
-    `repeated` (a line that repeats a record_id read before)."""
+    """The sidecar's columns: the frame's (less `run_dir`), and the tags as JSON text."""
     fields = []
     for name in _load._columns():
         if name == "run_dir":
@@ -108,7 +106,6 @@ def _schema() -> pa.Schema:
             kind = pa.float64()
         fields.append(pa.field(name, kind))
     fields.append(pa.field("tags", pa.string()))
-    fields.append(pa.field("repeated", pa.bool_()))
     return pa.schema(fields)
 
 
@@ -119,68 +116,71 @@ def _stamp(records: Path) -> dict[str, int]:
 
 @dataclass
 class Sidecar:
-    """An open, fresh sidecar: its groups and how to read their columns."""
+    """An open, fresh sidecar: its groups (in their sorted order) and how to read them."""
 
     run_dir: Path
     path: Path
     groups: list[Group]
-    rows: int
     skipped: dict[int, str]
     repeated: int
     repeated_requests: int
+    repeated_offsets: list[int]
 
-    def _file(self) -> pq.ParquetFile:
-        return pq.ParquetFile(self.path)
+    @property
+    def rows(self) -> int:
+        """Rows in the sidecar (the lines that repeat a record among them)."""
+        return sum(g.rows for g in self.groups)
 
-    def table(self, start: int, rows: int, columns: Collection[str] | None = None) -> pa.Table:
-        """Rows `start` to `start + rows` of the columns asked for (all when None; those the
-        sidecar lacks left out), read as the row groups they span."""
-        file = self._file()
+    def read(
+        self, groups: Sequence[Group] | None = None, columns: Collection[str] | None = None
+    ) -> pa.Table:
+        """The rows of `groups` (all when None) in the columns asked for (all when None;
+        those the sidecar lacks left out), read as their row groups, in no set order."""
+        file = pq.ParquetFile(self.path)
         names = file.schema_arrow.names
         wanted = names if columns is None else [c for c in names if c in columns]
-        meta = file.metadata
-        ids: list[int] = []
-        first: int | None = None
-        at = 0
-        for i in range(meta.num_row_groups):
-            n = meta.row_group(i).num_rows
-            if at + n > start and at < start + rows:
-                ids.append(i)
-                first = at if first is None else first
-            at += n
-        if not ids or first is None:
+        chosen = self.groups if groups is None else groups
+        ids = sorted(i for g in chosen for i in g.row_groups)
+        if not ids:
             return _schema().empty_table().select(wanted)
-        return file.read_row_groups(ids, columns=wanted).slice(start - first, rows)
+        return file.read_row_groups(ids, columns=wanted)
 
     def frame(
-        self, start: int, rows: int, columns: Collection[str] | None = None, *, dedup: bool = True
+        self,
+        groups: Sequence[Group] | None = None,
+        columns: Collection[str] | None = None,
+        *,
+        dedup: bool = True,
     ) -> pd.DataFrame:
-        """Rows `start` to `start + rows` as the records frame (`labkit.report.load`), in
-        the order of their lines; `columns` as in `load_run` (with the identity and the
-        tags); `dedup`: without the lines that repeat a record read before."""
-        wanted = None if columns is None else frozenset(columns) | _load._ALWAYS | {"tags"}
-        read = None if wanted is None else wanted | {"repeated"}
-        table = self.table(start, rows, read)
-        if dedup and "repeated" in table.column_names and self.repeated:
-            table = table.filter(pc.invert(table.column("repeated")))
+        """The rows of `groups` (all when None) as the records frame
+        (`labkit.report.load`), in the order of their lines; `columns` as in `load_run`
+        (with the identity and the tags); `dedup`: without the lines that repeat a record
+        read before."""
+        wanted = None if columns is None else frozenset(columns) | _load._ALWAYS
+        table = self.read(groups, None if wanted is None else wanted | {"tags", "file_offset"})
+        if dedup and self.repeated_offsets:
+            again = pc.is_in(table.column("file_offset"), pa.array(self.repeated_offsets))
+            table = table.filter(pc.invert(again))
         return table_frame(table, self.run_dir, wanted)
+
+    def parts(self, by: int) -> list[list[Group]]:
+        """The groups in parts: one part per distinct value of the first `by` keys of the
+        group (1: per provider; 2: per provider × experiment; 4: per group), sorted."""
+        parts: list[list[Group]] = []
+        for g in self.groups:
+            if parts and parts[-1][0].key[:by] == g.key[:by]:
+                parts[-1].append(g)
+            else:
+                parts.append([g])
+        return parts
 
     def frames(
         self, by: int, columns: Collection[str] | None = None
     ) -> Iterator[tuple[tuple[str, ...], pd.DataFrame]]:
-        """The records frame part by part: one part per distinct value of the first `by`
-        keys of the group (1: per provider; 2: per provider × experiment; 4: per group),
-        in their sorted order, each part's rows in the order of their lines."""
-        parts: list[tuple[tuple[str, ...], int, int]] = []
-        for g in self.groups:
-            key = (g.provider, g.experiment, g.model, g.client_path)[:by]
-            if parts and parts[-1][0] == key:
-                k, s, n = parts[-1]
-                parts[-1] = (k, s, n + g.rows)
-            else:
-                parts.append((key, g.start, g.rows))
-        for key, start, rows in parts:
-            yield key, self.frame(start, rows, columns)
+        """The records frame part by part (`parts`), each part's rows in the order of
+        their lines: the whole run is never held."""
+        for part in self.parts(by):
+            yield part[0].key[:by], self.frame(part, columns)
 
 
 def table_frame(table: pa.Table, run_dir: Path, wanted: frozenset[str] | None) -> pd.DataFrame:
@@ -234,19 +234,19 @@ def _numbers(column: pa.Array) -> np.ndarray:
 
 # --- Building it ---------------------------------------------------------------------------
 
+#: Rows buffered (all groups together) before the largest group's is written out.
+MAX_BUFFERED = 4 * ROW_GROUP_ROWS
 
-def _batch_table(batch: pa.RecordBatch, valid: np.ndarray, first_row: int) -> pa.Table:
-    """One DuckDB batch's valid rows as sidecar columns, with their row numbers (the
-    byte offsets come once the scan of the line ends is done)."""
+
+def _batch_table(batch: pa.RecordBatch, valid: np.ndarray, offsets: np.ndarray) -> pa.Table:
+    """One DuckDB batch's valid rows as sidecar columns (`offsets`: the batch's rows'
+    byte offsets in records.jsonl)."""
     if not valid.all():
         batch = batch.filter(pa.array(valid))
-    schema = _schema()
     arrays = []
-    for f in schema:
+    for f in _schema():
         if f.name == "file_offset":
-            arrays.append(pa.array(np.flatnonzero(valid) + first_row, pa.int64()))
-        elif f.name == "repeated":
-            arrays.append(pa.nulls(batch.num_rows, pa.bool_()))
+            arrays.append(pa.array(offsets[valid], pa.int64()))
         elif f.name == "tags":
             arrays.append(pc.cast(batch.column("tags"), pa.string()))
         elif f.name in batch.schema.names:
@@ -256,15 +256,15 @@ def _batch_table(batch: pa.RecordBatch, valid: np.ndarray, first_row: int) -> pa
             arrays.append(pc.cast(column, f.type))
         else:
             arrays.append(pa.nulls(batch.num_rows, f.type))
-    return pa.Table.from_arrays(arrays, schema=schema)
+    return pa.Table.from_arrays(arrays, schema=_schema())
 
 
 def _doubtful_table(
     records: Path, scanned: _load.Scanned, run_dir: Path, skipped: dict[int, str]
 ) -> pa.Table | None:
     """The lines DuckDB doubted, each read by the line reader: those that are records
-    after all as sidecar rows (with their row numbers), the others into `skipped`."""
-    frames = []
+    after all as sidecar rows, the others into `skipped`."""
+    rows: list[dict[str, Any]] = []
     with records.open("rb") as fh:
         for row in scanned.doubted:
             number = int(scanned.numbers[row])
@@ -272,136 +272,148 @@ def _doubtful_table(
             fh.seek(offset)
             line = fh.read(int(scanned.lengths[row]))
             frame = _load._parse_block(line, number - 1, offset, records, run_dir, skipped)
-            if len(frame):
-                frames.append((row, line, frame))
-    if not frames:
-        return None
-    rows: list[dict[str, Any]] = []
-    for row, line, frame in frames:
-        record = frame.iloc[0]
-        values: dict[str, Any] = {}
-        for f in _schema():
-            if f.name == "file_offset":
-                values[f.name] = row
-            elif f.name == "repeated":
-                values[f.name] = None
-            elif f.name == "tags":
-                parsed = _load._load_first_wins(line)
-                tags = parsed.get("tags") if isinstance(parsed, dict) else None
-                values[f.name] = json.dumps(tags) if isinstance(tags, dict) else None
-            else:
-                value = record.get(f.name)
-                values[f.name] = None if value is None or pd.isna(value) else value
-        rows.append(values)
-    return pa.Table.from_pylist(rows, schema=_schema())
+            if not len(frame):
+                continue
+            record = frame.iloc[0]
+            values: dict[str, Any] = {}
+            for f in _schema():
+                if f.name == "tags":
+                    parsed = _load._load_first_wins(line)
+                    tags = parsed.get("tags") if isinstance(parsed, dict) else None
+                    values[f.name] = json.dumps(tags) if isinstance(tags, dict) else None
+                else:
+                    value = record.get(f.name)
+                    values[f.name] = None if value is None or pd.isna(value) else value
+            rows.append(values)
+    return pa.Table.from_pylist(rows, schema=_schema()) if rows else None
+
+
+class _GroupWriter:
+    """Writes rows into the sidecar one group's row group at a time: each group's rows
+    buffered until `ROW_GROUP_ROWS` (or, all groups together, `MAX_BUFFERED`), in the
+    order they came, so a group's rows keep the order of their lines."""
+
+    def __init__(self, writer: pq.ParquetWriter) -> None:
+        self.writer = writer
+        self.buffered: dict[tuple[str, str, str, str], list[pa.Table]] = {}
+        self.counts: dict[tuple[str, str, str, str], int] = {}
+        self.rows: dict[tuple[str, str, str, str], int] = {}
+        self.row_groups: dict[tuple[str, str, str, str], list[int]] = {}
+        self.written = 0
+
+    def add(self, table: pa.Table) -> None:
+        """Split `table` by group and buffer each part."""
+        model = pc.fill_null(table.column("model"), "")
+        path = pc.fill_null(table.column("app.client_path"), "wire")
+        joined = pc.binary_join_element_wise(
+            table.column("provider"), table.column("experiment"), model, path, "\x00"
+        )
+        coded = pc.dictionary_encode(joined).combine_chunks()
+        codes = coded.indices.to_numpy()
+        for code, text in enumerate(coded.dictionary.to_pylist()):
+            rows = np.flatnonzero(codes == code)
+            if not rows.size:
+                continue
+            provider, experiment, model_, path_ = text.split("\x00")
+            key = (provider, experiment, model_, path_)
+            self.buffered.setdefault(key, []).append(table.take(pa.array(rows)))
+            self.counts[key] = self.counts.get(key, 0) + int(rows.size)
+            if self.counts[key] >= ROW_GROUP_ROWS:
+                self.flush(key)
+        while sum(self.counts.values()) > MAX_BUFFERED:
+            self.flush(max(self.counts, key=self.counts.__getitem__))
+
+    def flush(self, key: tuple[str, str, str, str]) -> None:
+        """Write `key`'s buffered rows as one row group."""
+        table = pa.concat_tables(self.buffered.pop(key))
+        del self.counts[key]
+        self.writer.write_table(table, row_group_size=max(1, table.num_rows))
+        self.row_groups.setdefault(key, []).append(self.written)
+        self.rows[key] = self.rows.get(key, 0) + table.num_rows
+        self.written += 1
+
+    def groups(self) -> list[Group]:
+        """Every group written, in their sorted order (all buffers written first)."""
+        for key in list(self.buffered):
+            self.flush(key)
+        return [
+            Group(*key, self.rows[key], tuple(self.row_groups[key])) for key in sorted(self.rows)
+        ]
 
 
 def build_sidecar(run_dir: Path) -> Sidecar | None:
     """Read `run_dir`'s records.jsonl once into its sidecar (see the module); None when
-    DuckDB cannot read it as a whole (the caller reads it as before)."""
+    DuckDB cannot read it as a whole or the folder cannot be written (the caller reads
+    records.jsonl as before)."""
     import duckdb
 
     records = run_dir / _load.RECORDS_FILE
     stamp = _stamp(records)
     tag = f".{os.getpid()}.tmp"
-    unsorted = run_dir / (SIDECAR_FILE + ".unsorted" + tag)
-    sorted_tmp = run_dir / (SIDECAR_FILE + tag)
+    sidecar_tmp = run_dir / (SIDECAR_FILE + tag)
     index_tmp = run_dir / (SIDECAR_INDEX + tag)
-    offsets_tmp = run_dir / (SIDECAR_FILE + ".offsets" + tag)
     skipped: dict[int, str] = {}
     try:
-        with pq.ParquetWriter(unsorted, _schema()) as writer:
+        lines = _load.record_lines(records)
+        offsets = lines[1]
+        with pq.ParquetWriter(sidecar_tmp, _schema()) as writer:
+            groups = _GroupWriter(writer)
 
             def write(first_row: int, batch: pa.RecordBatch, valid: np.ndarray) -> None:
-                writer.write_table(_batch_table(batch, valid, first_row))
+                at = offsets[first_row : first_row + batch.num_rows]
+                if at.size == batch.num_rows:  # else the file and the rows differ: refused
+                    groups.add(_batch_table(batch, valid, at))
 
-            scanned = _load.scan_batches(records, None, write)
+            scanned = _load.scan_batches(records, None, write, lines)
             if scanned is None:
                 return None
             doubtful = _doubtful_table(records, scanned, run_dir, skipped)
             if doubtful is not None:
-                writer.write_table(doubtful)
-        pq.write_table(
-            pa.table({"row": np.arange(scanned.rows), "at": scanned.offsets}), offsets_tmp
-        )
-        del scanned
-        groups, repeated, requests = _sort(unsorted, offsets_tmp, sorted_tmp, run_dir)
+                groups.add(doubtful)
+            found = groups.groups()
+        repeated = _repeated(sidecar_tmp)
         index = {
             "version": VERSION,
             "source": stamp,
-            "rows": sum(g.rows for g in groups),
-            "groups": [
-                [g.provider, g.experiment, g.model, g.client_path, g.start, g.rows] for g in groups
-            ],
+            "groups": [[*g.key, g.rows, list(g.row_groups)] for g in found],
             "skipped": {str(k): v for k, v in sorted(skipped.items())},
-            "repeated": [repeated, requests],
+            "repeated": repeated,
         }
         index_tmp.write_text(json.dumps(index), encoding="utf-8")
-        os.replace(sorted_tmp, run_dir / SIDECAR_FILE)
+        os.replace(sidecar_tmp, run_dir / SIDECAR_FILE)
         os.replace(index_tmp, run_dir / SIDECAR_INDEX)  # last: the pair is whole
-    except (OSError, duckdb.Error) as exc:
+    except (OSError, duckdb.Error, pa.ArrowException) as exc:
         log.info("%s: no columnar sidecar (%s); records.jsonl is read whole", run_dir, exc)
         return None
     finally:
-        for leftover in (unsorted, sorted_tmp, index_tmp, offsets_tmp):
-            leftover.unlink(missing_ok=True)
+        sidecar_tmp.unlink(missing_ok=True)
+        index_tmp.unlink(missing_ok=True)
     return open_sidecar(run_dir)
 
 
-def _sort(unsorted: Path, offsets: Path, out: Path, run_dir: Path) -> tuple[list[Group], int, int]:
-    """Write the sidecar sorted by group and line (DuckDB, spilling beyond `SORT_MEMORY`),
-    marking the lines that repeat a record_id; its groups, repeated lines and records."""
+def _repeated(path: Path) -> dict[str, Any]:
+    """The lines that repeat a record_id read before (their byte offsets), how many, and
+    how many records they repeat (DuckDB, over the sidecar's record_id column)."""
     import duckdb
 
-    threads = min(os.cpu_count() or 1, _load.MAX_THREADS)
-    config: dict[str, str | bool | int | float | list[str]] = {
-        "threads": threads,
-        "memory_limit": SORT_MEMORY,
-        "preserve_insertion_order": True,
-        "temp_directory": str(run_dir / (SIDECAR_FILE + f".spill.{os.getpid()}")),
-    }
-    keys = ", ".join(_GROUP_SQL)
-    with duckdb.connect(config=config) as con:
+    with duckdb.connect(config={"memory_limit": SORT_MEMORY}) as con:
         con.execute("SET enable_progress_bar = false")
-        src = "read_parquet(?)"
-        (distinct,) = con.execute(
-            f"SELECT count(DISTINCT record_id) FROM {src}", [str(unsorted)]
-        ).fetchone() or (0,)
-        (total,) = con.execute(f"SELECT count(*) FROM {src}", [str(unsorted)]).fetchone() or (0,)
-        repeated = int(total) - int(distinct)
-        # The row number DuckDB gave each line (file_offset, for now) → its byte offset.
-        mark = (
-            "row_number() OVER (PARTITION BY u.record_id ORDER BY o.at) > 1"
-            if repeated
-            else "false"
-        )
-        columns = [f'u."{f.name}"' for f in _schema() if f.name not in ("file_offset", "repeated")]
-        select = (
-            f"SELECT {', '.join(columns)}, o.at AS file_offset, {mark} AS repeated "
-            f"FROM read_parquet(?) u JOIN read_parquet(?) o ON u.file_offset = o.row"
-        )
-        order = ", ".join(_GROUP_SQL)
-        con.execute(
-            f"COPY (SELECT * FROM ({select}) ORDER BY {order}, file_offset) TO ? "
-            f"(FORMAT PARQUET, ROW_GROUP_SIZE {ROW_GROUP_ROWS})",
-            [str(unsorted), str(offsets), str(out)],
-        )
-        found = con.execute(
-            f"SELECT {keys}, count(*) FROM read_parquet(?) GROUP BY ALL ORDER BY ALL",
-            [str(out)],
+        (total, distinct) = con.execute(
+            "SELECT count(*), count(DISTINCT record_id) FROM read_parquet(?)", [str(path)]
+        ).fetchone() or (0, 0)
+        if total == distinct:
+            return {"lines": 0, "records": 0, "offsets": []}
+        again = con.execute(
+            "SELECT file_offset, record_id FROM (SELECT file_offset, record_id, row_number() "
+            "OVER (PARTITION BY record_id ORDER BY file_offset) AS n FROM read_parquet(?)) "
+            "WHERE n > 1 ORDER BY file_offset",
+            [str(path)],
         ).fetchall()
-        requests = 0
-        if repeated:
-            (requests,) = con.execute(
-                "SELECT count(DISTINCT record_id) FROM read_parquet(?) WHERE repeated",
-                [str(out)],
-            ).fetchone() or (0,)
-    groups: list[Group] = []
-    start = 0
-    for provider, experiment, model, path, rows in found:
-        groups.append(Group(provider, experiment, model, path, start, int(rows)))
-        start += int(rows)
-    return groups, repeated, int(requests)
+    return {
+        "lines": len(again),
+        "records": len({rid for _, rid in again}),
+        "offsets": [int(at) for at, _ in again],
+    }
 
 
 # --- Opening it ----------------------------------------------------------------------------
@@ -422,13 +434,20 @@ def open_sidecar(run_dir: Path) -> Sidecar | None:
             or not path.is_file()
         ):
             return None
-        groups = [Group(*g) for g in index["groups"]]
+        groups = [Group(p, e, m, c, int(n), tuple(rg)) for p, e, m, c, n, rg in index["groups"]]
         skipped = {int(k): str(v) for k, v in index["skipped"].items()}
-        repeated, requests = index["repeated"]
-        rows = int(index["rows"])
+        repeated = index["repeated"]
+        return Sidecar(
+            run_dir,
+            path,
+            groups,
+            skipped,
+            int(repeated["lines"]),
+            int(repeated["records"]),
+            [int(x) for x in repeated["offsets"]],
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return Sidecar(run_dir, path, groups, rows, skipped, int(repeated), int(requests))
 
 
 def sidecar(run_dir: Path | str, *, min_bytes: int | None = None) -> Sidecar | None:

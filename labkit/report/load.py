@@ -516,14 +516,11 @@ def _read_records(
 ) -> tuple[pd.DataFrame, dict[int, str]]:
     """The records frame and the skipped lines: from the run's columnar sidecar where it
     has one, or should (`labkit.report.columnar`), else from records.jsonl itself."""
-    from labkit.report.columnar import sidecar, table_frame
+    from labkit.report.columnar import sidecar
 
     side = sidecar(run_dir)
     if side is not None:
-        wanted = None if columns is None else frozenset(columns) | _ALWAYS
-        read = None if wanted is None else wanted | {"tags"}
-        frame = table_frame(side.table(0, side.rows, read), run_dir, wanted)
-        return frame, dict(side.skipped)
+        return side.frame(None, columns, dedup=False), dict(side.skipped)
     return _parse_lines(run_dir / RECORDS_FILE, run_dir, columns)
 
 
@@ -1126,18 +1123,25 @@ class Scanned:
     doubted: list[int]
 
 
+def record_lines(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The line number (from 1), byte offset and length of each line of `path` that holds
+    more than white space (DuckDB gives one row for each)."""
+    return _record_lines(path)
+
+
 def scan_batches(
     path: Path,
     wanted: frozenset[str] | None,
     on_batch: Callable[[int, pa.RecordBatch, np.ndarray], None],
+    lines: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> Scanned | None:
     """Read `path` with DuckDB, batch by batch: `on_batch(first row, batch, valid)` for
     each batch holding a valid row (`valid`: the rows whose required fields are there).
     None when the file must be read block by block (DuckDB cannot read it, too many lines
     are in doubt, or its rows and the file's lines do not match).
 
-    The scan for the line ends runs on a thread beside DuckDB's (both mostly outside the
-    interpreter)."""
+    The scan for the line ends (`record_lines`; `lines` when done already) runs on a
+    thread beside DuckDB's (both mostly outside the interpreter)."""
     import duckdb
 
     path = path.resolve()  # DuckDB would expand a leading "~"
@@ -1148,7 +1152,7 @@ def scan_batches(
     doubted: list[int] = []  # rows
     row = 0
     with ThreadPoolExecutor(1) as pool:
-        scan = pool.submit(_record_lines, path)
+        scan = pool.submit(_record_lines, path) if lines is None else None
         try:
             for batch in _batches(path, sql):
                 n = batch.num_rows
@@ -1165,7 +1169,10 @@ def scan_batches(
         except duckdb.Error as exc:  # cannot read the file, or out of its memory: by blocks
             log.info("%s: read block by block (DuckDB: %s)", path, exc)
             return None
-        numbers, offsets, lengths = scan.result()
+        if scan is not None:
+            lines = scan.result()
+    assert lines is not None
+    numbers, offsets, lengths = lines
     if row != offsets.size:
         log.info("%s: read block by block (%d rows, %d lines)", path, row, offsets.size)
         return None
