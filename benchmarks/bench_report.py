@@ -138,38 +138,34 @@ def build(run_dir: Path, n: int, seed: int = 7) -> None:
 
 _RID = "__rid__"
 _TRIAL = 987654321
-_AT = datetime(2001, 2, 3, 4, 5, 6, tzinfo=UTC)
 _POOL = 4000  # a multiple of providers × experiments: each line keeps its provider's cycle
 
 
 def build_fast(run_dir: Path, n: int, seed: int = 7) -> None:
     """`build`'s records, written from a template: `_POOL` records built with pydantic,
-    each line then repeated with its own record_id, trial and start time (the figures
-    repeat every `_POOL` records; the report reads them all)."""
+    each line then repeated with its own record_id and trial (the figures and start times
+    repeat every `_POOL` records; the report reads every record)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     pool_dir = run_dir.parent / (run_dir.name + ".pool")
     build(pool_dir, _POOL, seed)
-    templates: list[list[str]] = []
+    templates: list[tuple[str, str, str]] = []
     for line in (pool_dir / "records.jsonl").read_text(encoding="utf-8").splitlines():
         rec = json.loads(line)
-        rec.update(record_id=_RID, trial=_TRIAL, started_at=_AT.isoformat(), warmup=False)
+        rec.update(record_id=_RID, trial=_TRIAL, warmup=False)
         text = json.dumps(rec, separators=(",", ":"))
         head, rest = text.split(f'"{_RID}"', 1)
-        mid, rest = rest.split(str(_TRIAL), 1)
-        at, tail = rest.split(f'"{_AT.isoformat()}"', 1)
-        templates.append([head, mid, at, tail])
+        mid, tail = rest.split(str(_TRIAL), 1)
+        templates.append((head + '"r', '"' + mid, tail + "\n"))
     shutil.rmtree(pool_dir)
-    t0 = datetime(2025, 1, 1, tzinfo=UTC).timestamp()
     with (run_dir / "records.jsonl").open("w", encoding="utf-8", buffering=1 << 24) as fh:
-        for start in range(0, n, 10_000):
-            lines = []
-            for i in range(start, min(n, start + 10_000)):
-                head, mid, at, tail = templates[i % _POOL]
-                when = datetime.fromtimestamp(t0 + i / 100, UTC).isoformat()
-                line = f'{head}"r{i}"{mid}{i}{at}"{when}"{tail}\n'
-                if i < 40:
-                    line = line.replace('"warmup":false', '"warmup":true', 1)
-                lines.append(line)
+        for start in range(0, n, _POOL):
+            stop = min(n, start + _POOL)
+            lines = [
+                f"{h}{i}{m}{i}{t}"
+                for (h, m, t), i in zip(templates, range(start, stop), strict=False)
+            ]
+            if start == 0:
+                lines[:40] = [x.replace('"warmup":false', '"warmup":true', 1) for x in lines[:40]]
             fh.write("".join(lines))
     (run_dir / "manifest.json").write_text(
         json.dumps(
@@ -306,8 +302,9 @@ def _line(label: str, m: dict[str, float], bound_s: float | None) -> str:
     return f"{label}: {m['s']:.1f} s, CPU {m['cpu']:.1f} s{verdict}; load average {_load()}"
 
 
-def ladder(sizes: list[int], root: Path) -> None:
-    """The ladder (see the module): each size built, measured, deleted; then compare."""
+def ladder(sizes: list[int], root: Path, compare: int) -> None:
+    """The ladder (see the module): each size built, measured, deleted; then compare of
+    two runs of `compare` records (0: none)."""
     print(f"host: {os.cpu_count()} CPUs; load average before: {_load()}")
     for n in sizes:
         run_dir = root / f"run-{n}"
@@ -330,14 +327,16 @@ def ladder(sizes: list[int], root: Path) -> None:
         first = {k: built[k] + report[k] for k in ("s", "cpu")}
         first["rss"] = max(built["rss"], report["rss"])
         print(_line(f"{n:,} first report (sidecar built + report)", first, None), flush=True)
-        if n == 1_000_000:
-            other = root / "run-other"
-            build_fast(other, n, seed=11)
-            _run_step("sidecar", [other])
-            both = _run_step("compare", [run_dir, other])
-            print(_line(f"compare of two {n:,}-record runs", both, COMPARE_BOUND_S), flush=True)
-            shutil.rmtree(other)
         shutil.rmtree(run_dir)
+    if compare:
+        runs = [root / "compare-base", root / "compare-other"]
+        for seed, run in zip((7, 11), runs, strict=True):
+            build_fast(run, compare, seed=seed)
+            _run_step("sidecar", [run])  # what the first reader does, once: not timed here
+        both = _run_step("compare", runs)
+        print(_line(f"compare of two {compare:,}-record runs", both, COMPARE_BOUND_S))
+        for run in runs:
+            shutil.rmtree(run)
 
 
 def main() -> int:
@@ -345,6 +344,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--ladder", action="store_true", help="10⁵, 10⁶, 10⁷ and compare")
     ap.add_argument("--sizes", default="100000,1000000,10000000")
+    ap.add_argument("--compare", type=int, default=1_000_000, help="records per compared run")
     ap.add_argument("--dir", type=Path, help="where the ladder writes its runs (a temp folder)")
     ap.add_argument("--step", nargs="+", help=argparse.SUPPRESS)
     ap.add_argument("--records", type=int, default=100_000)
@@ -358,7 +358,8 @@ def main() -> int:
     if args.ladder:
         root = Path(tempfile.mkdtemp(prefix="labkit-bench-", dir=args.dir))
         try:
-            ladder([int(x) for x in args.sizes.split(",")], root)
+            sizes = [int(x) for x in args.sizes.split(",") if x]
+            ladder(sizes, root, args.compare)
         finally:
             shutil.rmtree(root, ignore_errors=True)
         return 0
