@@ -143,6 +143,18 @@ _CHART_COLUMNS = (
 )
 
 
+#: The columns the errors section reads.
+_ERROR_COLUMNS = (
+    "provider",
+    "experiment",
+    "ok",
+    "warmup",
+    "error.kind",
+    "error.status",
+    "error.message",
+)
+
+
 def _only(df: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
     """The frame's `columns` (those it has): what a section filters and groups, not the
     whole frame, which a large run cannot afford to copy."""
@@ -553,9 +565,9 @@ def read_parts(run: RunData, side: Sidecar) -> Parts:
     records = 0
     providers = sorted({g.provider for g in side.groups})
     has_later = any(read_later_stats(run.run_dir, p) for p in providers)
-    for _, frame in side.frames(1, _NOTE_COLUMNS):
+    for _, frame in side.frames(1, _NOTE_COLUMNS, lean=True):
         notes += provider_notes(frame, run.manifest)
-    del frame
+        del frame
     for _, frame in side.frames(2, REPORT_COLUMNS):
         records += len(frame)
         if len(frame) and (first is None or frame["file_offset"].iloc[0] < first[0]):
@@ -565,9 +577,10 @@ def read_parts(run: RunData, side: Sidecar) -> Parts:
         charted = _only(frame, _CHART_COLUMNS)
         distributions += request_distribution_values(charted)
         points.add(client_vs_server_points(charted))
-        failed.append(frame[~frame["ok"].astype(bool)])
+        failed.append(_only(frame[~frame["ok"].astype(bool)], _ERROR_COLUMNS))
         if has_later:
             later.append(later_stats_frame(part))
+        del frame, part, charted  # before the next part is read
     run_id = first[1] if first is not None else None
     if run_id is None or pd.isna(run_id):
         run_id = str(run.manifest.get("run_id", run.run_dir.name))

@@ -151,13 +151,19 @@ class Sidecar:
         columns: Collection[str] | None = None,
         *,
         dedup: bool = True,
+        lean: bool = False,
     ) -> pd.DataFrame:
         """The rows of `groups` (all when None) as the records frame
         (`labkit.report.load`), in the order of their lines; `columns` as in `load_run`
-        (with the identity and the tags); `dedup`: without the lines that repeat a record
-        read before."""
-        wanted = None if columns is None else frozenset(columns) | _load._ALWAYS
-        table = self.read(groups, None if wanted is None else wanted | {"tags", "file_offset"})
+        (with the identity and the tags; `lean`: `columns` only, with `file_offset`);
+        `dedup`: without the lines that repeat a record read before."""
+        if lean and columns is not None:
+            wanted: frozenset[str] | None = frozenset(columns) | {"file_offset"}
+            read: frozenset[str] | None = wanted
+        else:
+            wanted = None if columns is None else frozenset(columns) | _load._ALWAYS
+            read = None if wanted is None else wanted | {"tags", "file_offset"}
+        table = self.read(groups, read)
         if dedup and self.repeated_offsets:
             again = pc.is_in(table.column("file_offset"), pa.array(self.repeated_offsets))
             table = table.filter(pc.invert(again))
@@ -175,12 +181,15 @@ class Sidecar:
         return parts
 
     def frames(
-        self, by: int, columns: Collection[str] | None = None
+        self, by: int, columns: Collection[str] | None = None, *, lean: bool = False
     ) -> Iterator[tuple[tuple[str, ...], pd.DataFrame]]:
         """The records frame part by part (`parts`), each part's rows in the order of
-        their lines: the whole run is never held."""
+        their lines (`lean` as in `frame`): the whole run is never held, and each part's
+        memory is given back before the next is read."""
         for part in self.parts(by):
-            yield part[0].key[:by], self.frame(part, columns)
+            yield part[0].key[:by], self.frame(part, columns, lean=lean)
+            pa.default_memory_pool().release_unused()
+            _load._give_back()
 
 
 def table_frame(table: pa.Table, run_dir: Path, wanted: frozenset[str] | None) -> pd.DataFrame:
@@ -462,3 +471,17 @@ def sidecar(run_dir: Path | str, *, min_bytes: int | None = None) -> Sidecar | N
     except OSError:
         return None
     return open_sidecar(folder) or build_sidecar(folder)
+
+
+def _read_for_load(
+    run_dir: Path, columns: Collection[str] | None
+) -> tuple[pd.DataFrame, dict[int, str]] | None:
+    """`labkit.report.load.sidecar_reader`: the frame through the run's sidecar (the
+    lines that repeat a record kept: `load_run` counts and drops them itself)."""
+    side = sidecar(run_dir)
+    if side is None:
+        return None
+    return side.frame(None, columns, dedup=False), dict(side.skipped)
+
+
+_load.sidecar_reader = _read_for_load

@@ -511,16 +511,22 @@ def run_meta(run_dir: Path, problems: list[str]) -> tuple[dict[str, Any], LabRes
     return manifest, lab
 
 
+#: How a run is read through its columnar sidecar: the frame (`columns` of it) and the
+#: skipped lines, or None where the run has no sidecar and should have none (a small run).
+#: `labkit.report.columnar` sets it when imported (it imports this module, not the other
+#: way round), which importing `labkit.report` or any module of it does.
+SidecarReader = Callable[[Path, Collection[str] | None], tuple[pd.DataFrame, dict[int, str]] | None]
+sidecar_reader: SidecarReader | None = None
+
+
 def _read_records(
     run_dir: Path, columns: Collection[str] | None
 ) -> tuple[pd.DataFrame, dict[int, str]]:
     """The records frame and the skipped lines: from the run's columnar sidecar where it
-    has one, or should (`labkit.report.columnar`), else from records.jsonl itself."""
-    from labkit.report.columnar import sidecar
-
-    side = sidecar(run_dir)
-    if side is not None:
-        return side.frame(None, columns, dedup=False), dict(side.skipped)
+    has one, or should (`sidecar_reader`), else from records.jsonl itself."""
+    read = sidecar_reader(run_dir, columns) if sidecar_reader is not None else None
+    if read is not None:
+        return read
     return _parse_lines(run_dir / RECORDS_FILE, run_dir, columns)
 
 
