@@ -11,11 +11,13 @@ request, a provider that reports no usage or no timings of its own, a truncated
 from __future__ import annotations
 
 import gc
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from labkit.analysis.requests import FIELDS as REQUEST_FIELDS
@@ -67,11 +69,14 @@ from labkit.wording import CLIENT_BOUND_MARK, cell, client_bound_line
 __all__ = [
     "REPORT_COLUMNS",
     "Parts",
+    "ProviderFacts",
     "ReportPaths",
     "asked_experiments",
     "build_blocks",
     "load_report_run",
     "missing_notes",
+    "notes_of_facts",
+    "provider_facts",
     "provider_notes",
     "read_parts",
     "write_report",
@@ -208,67 +213,148 @@ def _run_notes(run: RunData, stats: list[RequestStats]) -> list[str]:
     return notes
 
 
-def provider_notes(records: pd.DataFrame, manifest: Mapping[str, Any]) -> list[str]:
-    """`missing_notes` of each provider's records (all of a provider's records in
-    `records`: a run read part by part gives one provider's at a time)."""
-    timings_promised: set[str] = set()
-    providers = manifest.get("providers")
-    for pid, info in providers.items() if isinstance(providers, dict) else []:
-        if isinstance(info, dict) and info.get("reports_server_timings") is True:
-            timings_promised.add(str(pid))
+@dataclass
+class ProviderFacts:
+    """What the notes on one provider read off its records, counted so that the facts of
+    parts of its records join into those of all of them (`add`)."""
+
+    measured: int = 0
+    ok: int = 0
+    error_kinds: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Each error kind of the measured requests (missing: "unknown"): (count, first place)."""
+    first_error: tuple[int, str] | None = None
+    """The first measured request's error message that there is: (its place, the message)."""
+    output_tokens: int = 0
+    local_output: int = 0
+    input_tokens: int = 0
+    diffs: int = 0
+    off: int = 0
+    off_min: float = math.inf
+    off_max: float = -math.inf
+    own_timings: int = 0
+
+    def add(self, other: ProviderFacts) -> None:
+        """Join the facts of another part of the provider's records."""
+        self.measured += other.measured
+        self.ok += other.ok
+        for kind, (n, at) in other.error_kinds.items():
+            was = self.error_kinds.get(kind)
+            self.error_kinds[kind] = (n, at) if was is None else (was[0] + n, min(was[1], at))
+        if other.first_error is not None and (
+            self.first_error is None or other.first_error[0] < self.first_error[0]
+        ):
+            self.first_error = other.first_error
+        self.output_tokens += other.output_tokens
+        self.local_output += other.local_output
+        self.input_tokens += other.input_tokens
+        self.diffs += other.diffs
+        self.off += other.off
+        self.off_min = min(self.off_min, other.off_min)
+        self.off_max = max(self.off_max, other.off_max)
+        self.own_timings += other.own_timings
+
+
+def provider_facts(records: pd.DataFrame) -> dict[str, ProviderFacts]:
+    """Each provider's `ProviderFacts` over `records` (a run's, or a part of them)."""
     df = ensure_columns(
-        _only(records, _NOTE_COLUMNS),
+        _only(records, (*_NOTE_COLUMNS, "file_offset")),
         [
             "usage.output_tokens",
             "usage.input_tokens",
+            "usage.input_tokens_local_diff",
             "provider_timings.prefill_ms",
             "provider_timings.decode_ms_per_token",
         ],
     )
     if "usage.output_tokens_source" not in df.columns:
         df = df.assign(**{"usage.output_tokens_source": None})
-    notes: list[str] = []
+    if "file_offset" not in df.columns:  # a frame built by hand: its rows' order
+        df = df.assign(file_offset=np.arange(len(df)))
+    out: dict[str, ProviderFacts] = {}
     for provider, rows in df.groupby("provider", sort=True, dropna=False):
         measured = rows[~rows["warmup"].astype(bool)]
         ok = measured[measured["ok"].astype(bool)]
-        if len(measured) == 0:
+        facts = ProviderFacts(measured=len(measured), ok=len(ok))
+        places = measured["file_offset"].to_numpy()
+        kinds = measured["error.kind"].fillna("unknown").to_numpy(dtype=object)
+        for kind in dict.fromkeys(kinds.tolist()):
+            here = kinds == kind
+            facts.error_kinds[str(kind)] = (int(here.sum()), int(places[here].min()))
+        messages = measured["error.message"].notna().to_numpy()
+        if messages.any():
+            at = int(np.flatnonzero(messages)[np.argmin(places[messages])])
+            facts.first_error = (int(places[at]), str(measured["error.message"].iloc[at]))
+        facts.output_tokens = int(ok["usage.output_tokens"].notna().sum())
+        facts.local_output = int((ok["usage.output_tokens_source"] == "local").sum())
+        facts.input_tokens = int(ok["usage.input_tokens"].notna().sum())
+        diffs = ok["usage.input_tokens_local_diff"].dropna()
+        off = diffs[diffs != 0]
+        facts.diffs, facts.off = len(diffs), len(off)
+        if len(off):
+            facts.off_min, facts.off_max = float(off.min()), float(off.max())
+        facts.own_timings = int(
+            ok["provider_timings.prefill_ms"].notna().sum()
+            + ok["provider_timings.decode_ms_per_token"].notna().sum()
+        )
+        out[str(provider)] = facts
+    return out
+
+
+def provider_notes(records: pd.DataFrame, manifest: Mapping[str, Any]) -> list[str]:
+    """`missing_notes` of each provider's records (`notes_of_facts` of `provider_facts`)."""
+    return notes_of_facts(provider_facts(records), manifest)
+
+
+def notes_of_facts(facts: Mapping[str, ProviderFacts], manifest: Mapping[str, Any]) -> list[str]:
+    """`missing_notes` of each provider, from its records' facts (by provider, sorted)."""
+    timings_promised: set[str] = set()
+    providers = manifest.get("providers")
+    for pid, info in providers.items() if isinstance(providers, dict) else []:
+        if isinstance(info, dict) and info.get("reports_server_timings") is True:
+            timings_promised.add(str(pid))
+    notes: list[str] = []
+    for provider in sorted(facts):
+        f = facts[provider]
+        if f.measured == 0:
             notes.append(f"{provider}: only warm-up requests were recorded; no statistics.")
             continue
-        if ok.empty:
-            kinds = measured["error.kind"].fillna("unknown").value_counts()
-            kind_text = ", ".join(f"{k} × {int(v)}" for k, v in kinds.items())
-            first = measured["error.message"].dropna()
-            example = f" First error: {first.iloc[0]}" if len(first) else ""
+        if f.ok == 0:
+            kinds = sorted(f.error_kinds.items(), key=lambda item: (-item[1][0], item[1][1]))
+            kind_text = ", ".join(f"{k} × {n}" for k, (n, _) in kinds)
+            example = f" First error: {f.first_error[1]}" if f.first_error else ""
             notes.append(
-                f"{provider}: every request failed ({len(measured)} of {len(measured)}: "
+                f"{provider}: every request failed ({f.measured} of {f.measured}: "
                 f"{kind_text}); no latency statistics.{example}"
             )
             continue
-        if len(ok) == 1:
+        if f.ok == 1:
             notes.append(
                 f"{provider}: only 1 successful request; every percentile is that one value."
             )
-        elif len(ok) < 10:
-            notes.append(f"{provider}: only {len(ok)} successful requests; percentiles are rough.")
-        if ok["usage.output_tokens"].isna().all():
+        elif f.ok < 10:
+            notes.append(f"{provider}: only {f.ok} successful requests; percentiles are rough.")
+        if f.output_tokens == 0:
             notes.append(
                 f"{provider}: reported no token usage: output tokens, decode ms/token and "
                 "tokens/s are not available."
             )
-        elif (ok["usage.output_tokens_source"] == "local").any():
-            n_local = int((ok["usage.output_tokens_source"] == "local").sum())
+        elif f.local_output:
             notes.append(
-                f"{provider}: sent no usage in {n_local} of {len(ok)} requests; their output "
-                "tokens were counted locally by labkit, not by the provider."
+                f"{provider}: sent no usage in {f.local_output} of {f.ok} requests; their "
+                "output tokens were counted locally by labkit, not by the provider."
             )
-        if ok["usage.input_tokens"].isna().all() and not ok["usage.output_tokens"].isna().all():
+        if f.input_tokens == 0 and f.output_tokens:
             notes.append(f"{provider}: reported no input token count.")
-        notes += _local_count_note(str(provider), ok)
-        if (
-            ok["provider_timings.prefill_ms"].isna().all()
-            and ok["provider_timings.decode_ms_per_token"].isna().all()
-        ):
-            if str(provider) in timings_promised:
+        if f.off:
+            notes.append(
+                f"{provider}: labkit's local prompt count and the provider's usage disagree "
+                f"beyond the chat framing in {f.off} of {f.diffs} requests (by "
+                f"{int(f.off_min):+d} to {int(f.off_max):+d} tokens, "
+                "usage.input_tokens_local_diff): the model → encoding map or the framing is "
+                "off for this model."
+            )
+        if f.own_timings == 0:
+            if provider in timings_promised:
                 notes.append(
                     f"{provider}: its kind reports prefill/decode timings of its own, but none "
                     f"arrived in this run (an older or differently built server?); the split "
@@ -510,22 +596,6 @@ def _scraped(run: RunData, parts: Parts | None = None) -> dict[str, list[ServerM
     return {p: samples for p, samples in found.items() if samples}
 
 
-def _local_count_note(provider: str, ok: pd.DataFrame) -> list[str]:
-    """The flag for labkit's prompt count disagreeing with usage beyond the chat framing."""
-    if "usage.input_tokens_local_diff" not in ok.columns:
-        return []
-    diffs = ok["usage.input_tokens_local_diff"].dropna()
-    off = diffs[diffs != 0]
-    if off.empty:
-        return []
-    return [
-        f"{provider}: labkit's local prompt count and the provider's usage disagree beyond the "
-        f"chat framing in {len(off)} of {len(diffs)} requests (by {int(off.min()):+d} to "
-        f"{int(off.max()):+d} tokens, usage.input_tokens_local_diff): the model → encoding "
-        "map or the framing is off for this model."
-    ]
-
-
 def _title(run: RunData) -> str:
     m = run.manifest
     name = m.get("name") or run.run_dir.name
@@ -556,7 +626,6 @@ def read_parts(run: RunData, side: Sidecar) -> Parts:
     """`Parts` of `run` (its records frame left empty) from its sidecar, a provider's
     records at a time (their notes), each provider × experiment's in turn (the rest)."""
     stats: list[RequestStats] = []
-    notes: list[str] = []
     distributions: list[dict[str, Any]] = []
     points = ServerPoints()
     failed: list[pd.DataFrame] = []
@@ -565,13 +634,13 @@ def read_parts(run: RunData, side: Sidecar) -> Parts:
     records = 0
     providers = sorted({g.provider for g in side.groups})
     has_later = any(read_later_stats(run.run_dir, p) for p in providers)
-    for _, frame in side.frames(1, _NOTE_COLUMNS, lean=True):
-        notes += provider_notes(frame, run.manifest)
-        del frame
+    facts: dict[str, ProviderFacts] = {}
     for _, frame in side.frames(2, REPORT_COLUMNS):
         records += len(frame)
         if len(frame) and (first is None or frame["file_offset"].iloc[0] < first[0]):
             first = (int(frame["file_offset"].iloc[0]), frame["run_id"].iloc[0])
+        for provider, found in provider_facts(frame).items():
+            facts.setdefault(provider, ProviderFacts()).add(found)
         part = RunData(run.run_dir, frame, run.manifest, None)
         stats += run_stats(None, part)
         charted = _only(frame, _CHART_COLUMNS)
@@ -581,6 +650,7 @@ def read_parts(run: RunData, side: Sidecar) -> Parts:
         if has_later:
             later.append(later_stats_frame(part))
         del frame, part, charted  # before the next part is read
+    notes = notes_of_facts(facts, run.manifest)
     run_id = first[1] if first is not None else None
     if run_id is None or pd.isna(run_id):
         run_id = str(run.manifest.get("run_id", run.run_dir.name))
