@@ -15,7 +15,8 @@ same run, for before and after; `compare` of two 10⁶ runs runs last. Each run 
 deleted after (10⁷ is about 29 GB: check `df -h /tmp`).
 
 With --records, one run (built record by record with pydantic; kept with --keep DIR),
-measured as before the sidecar; --traced adds the tracemalloc peak.
+`write_report` timed as its first report (a run of 64 MiB or more builds its sidecar inside
+it, a kept run's later reports read it); --traced adds the tracemalloc peak.
 """
 
 from __future__ import annotations
