@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 CONFIG ?= configs/quickstart.yaml
 
-.PHONY: bench-coverage bench-store postgres lab test test-unit test-integration test-e2e test-ray lint typecheck sanitize docs check setup browser format bench bench-load bench-load-long bench-cpu bench-ray bench-readpath clean
+.PHONY: bench-coverage bench-store bench-report postgres lab test test-unit test-integration test-e2e test-ray lint typecheck sanitize docs check setup browser format bench bench-load bench-load-long bench-cpu bench-ray bench-readpath clean
 
 LAB_STAMP := $(VENV)/.lab-installed-stamp
 
@@ -109,6 +109,13 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_recorder.py
 	$(BIN)/python benchmarks/bench_faults.py
 	$(BIN)/python benchmarks/bench_fidelity.py --llama
+
+## The report at 10⁵, 10⁶ and 10⁷ records (each run written into a temporary folder and
+## deleted after; 10⁷ needs about 35 GB free there: DIR=... picks it) and compare of two 10⁶
+## runs: seconds and peak RSS beside their bounds (20 s, 60 s at 10⁷; 1 GiB), the columnar
+## sidecar's build, 10⁶ before (records.jsonl read whole); 30-60 minutes on 2 cores.
+bench-report: $(STAMP)
+	$(BIN)/python benchmarks/bench_report.py --ladder $(if $(DIR),--dir $(DIR))
 
 ## labkit's stamp and TTFT error against a scripted server that stamps its own send times,
 ## at 1, 8 and 32 streams, over HTTP and HTTPS, beside bare httpx, the openai SDK and a raw

@@ -1,13 +1,22 @@
-"""Benchmark: the report over 100,000 (or 10⁶) synthetic records (not a test; run by hand).
+"""Benchmark: the report over 10⁵, 10⁶ and 10⁷ synthetic records (not a test; run by hand).
 
+    .venv/bin/python benchmarks/bench_report.py --ladder [--sizes 100000,1000000,10000000]
     .venv/bin/python benchmarks/bench_report.py [--records 100000] [--keep DIR] [--traced]
 
-Builds a run folder of realistic records (several providers and experiments, ~2% errors,
-warm-ups, 64 event offsets each, no lab.json: the report computes every statistic from the
-records; reused with --keep DIR when it exists), then times `write_report` in a fresh
-process and prints its peak RSS beside the bounds (10⁶ records: 20 s, 1 GiB; PASS or MISS)
-and the host's load average;
---traced adds the tracemalloc peak (a second, traced pass, slower).
+`make bench-report` runs the ladder: for each size, a run folder of realistic records
+(several providers and experiments, ~2% errors, warm-ups, 64 event offsets each, no
+lab.json: the report computes every statistic from the records) is written from a
+template (`build_fast`, not timed) into a temporary folder, then, each in a fresh process
+(its own peak RSS): the columnar sidecar is built (`labkit.report.columnar`: what the
+first reader of a large run does once), and `write_report` reads it; each line with its
+bound (10⁵ and 10⁶: 20 s; 10⁷: 60 s; 1 GiB), PASS or MISS, and the host's load average.
+At 10⁶ the report as main reads it (records.jsonl whole, no sidecar) runs first on the
+same run, for before and after; `compare` of two 10⁶ runs runs last. Each run folder is
+deleted after (10⁷ is about 29 GB: check `df -h /tmp`).
+
+With --records, one run (built record by record with pydantic; kept with --keep DIR),
+`write_report` timed as its first report (a run of 64 MiB or more builds its sidecar inside
+it, a kept run's later reports read it); --traced adds the tracemalloc peak.
 """
 
 from __future__ import annotations
@@ -128,6 +137,53 @@ def build(run_dir: Path, n: int, seed: int = 7) -> None:
     (run_dir / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
 
 
+_RID = "__rid__"
+_TRIAL = 987654321
+_POOL = 4000  # a multiple of providers × experiments: each line keeps its provider's cycle
+
+
+def build_fast(run_dir: Path, n: int, seed: int = 7) -> None:
+    """`build`'s records, written from a template: `_POOL` records built with pydantic,
+    each line then repeated with its own record_id and trial (the figures and start times
+    repeat every `_POOL` records; the report reads every record)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    pool_dir = run_dir.parent / (run_dir.name + ".pool")
+    build(pool_dir, _POOL, seed)
+    templates: list[tuple[str, str, str]] = []
+    for line in (pool_dir / "records.jsonl").read_text(encoding="utf-8").splitlines():
+        rec = json.loads(line)
+        rec.update(record_id=_RID, trial=_TRIAL, warmup=False)
+        text = json.dumps(rec, separators=(",", ":"))
+        head, rest = text.split(f'"{_RID}"', 1)
+        mid, tail = rest.split(str(_TRIAL), 1)
+        templates.append((head + '"r', '"' + mid, tail + "\n"))
+    shutil.rmtree(pool_dir)
+    with (run_dir / "records.jsonl").open("w", encoding="utf-8", buffering=1 << 24) as fh:
+        for start in range(0, n, _POOL):
+            stop = min(n, start + _POOL)
+            lines = [
+                f"{h}{i}{m}{i}{t}"
+                for (h, m, t), i in zip(templates, range(start, stop), strict=False)
+            ]
+            if start == 0:
+                lines[:40] = [x.replace('"warmup":false', '"warmup":true', 1) for x in lines[:40]]
+            fh.write("".join(lines))
+    (run_dir / "manifest.json").write_text(
+        json.dumps(
+            {
+                "run_id": "bench",
+                "name": "bench",
+                "status": "completed",
+                "records": n,
+                "providers": {
+                    p[0]: {"kind": p[1], "model": p[2], "status": "ok"} for p in PROVIDERS
+                },
+            }
+        ),
+        encoding="utf-8",
+    )
+
+
 def _cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -192,14 +248,122 @@ def measure(run_dir: Path, traced: bool) -> None:
     print(f"tracemalloc peak during write_report: {peak / 2**20:,.0f} MiB")
 
 
+#: The bounds of the ladder (issue 47): seconds per size, and peak RSS.
+LADDER_BOUND_S = {100_000: 20.0, 1_000_000: 20.0, 10_000_000: 60.0}
+COMPARE_BOUND_S = 20.0
+
+
+def step(what: str, dirs: list[Path]) -> None:
+    """One measured step, in this (fresh) process: print its seconds, CPU and peak RSS as
+    a JSON line (`whole`: the report as main reads a run, records.jsonl whole)."""
+    import labkit.report  # noqa: F401  (imports are not part of the measurement)
+    from labkit.report import columnar, write_comparison
+
+    rss_before = _rss_mib()
+    cpu = _cpu_s()
+    t = time.perf_counter()
+    if what == "sidecar":
+        built = columnar.sidecar(dirs[0], min_bytes=0)
+        assert built is not None, "no sidecar was built"
+    elif what == "report":
+        write_report(dirs[0])
+    elif what == "whole":
+        columnar.SIDECAR_MIN_BYTES = 1 << 62  # never a sidecar: the path main takes
+        write_report(dirs[0])
+    elif what == "compare":
+        write_comparison(dirs, dirs[0].parent / "compare")
+    else:
+        raise SystemExit(f"unknown step {what!r}")
+    out = {
+        "s": time.perf_counter() - t,
+        "cpu": _cpu_s() - cpu,
+        "rss": _rss_mib(),
+        "rss_imports": rss_before,
+    }
+    print("STEP " + json.dumps(out), flush=True)
+
+
+def _run_step(what: str, dirs: list[Path]) -> dict[str, float]:
+    command = [sys.executable, __file__, "--step", what, *map(str, dirs)]
+    done = subprocess.run(command, check=True, capture_output=True, text=True)
+    line = [x for x in done.stdout.splitlines() if x.startswith("STEP ")][-1]
+    result: dict[str, float] = json.loads(line.removeprefix("STEP "))
+    return result
+
+
+def _line(label: str, m: dict[str, float], bound_s: float | None) -> str:
+    verdict = ""
+    if bound_s is not None:
+        verdict = (
+            f" {_verdict(m['s'], bound_s)} (≤ {bound_s:.0f} s), peak RSS {m['rss']:,.0f} MiB "
+            f"{_verdict(m['rss'], BOUND_MIB)} (≤ {BOUND_MIB:,.0f} MiB)"
+        )
+    else:
+        verdict = f", peak RSS {m['rss']:,.0f} MiB (no bound)"
+    return f"{label}: {m['s']:.1f} s, CPU {m['cpu']:.1f} s{verdict}; load average {_load()}"
+
+
+def ladder(sizes: list[int], root: Path, compare: int) -> None:
+    """The ladder (see the module): each size built, measured, deleted; then compare of
+    two runs of `compare` records (0: none)."""
+    print(f"host: {os.cpu_count()} CPUs; load average before: {_load()}")
+    for n in sizes:
+        run_dir = root / f"run-{n}"
+        t = time.perf_counter()
+        build_fast(run_dir, n)
+        size = (run_dir / "records.jsonl").stat().st_size / 2**30
+        print(
+            f"-- {n:,} records: records.jsonl {size:,.2f} GiB, written in "
+            f"{time.perf_counter() - t:.0f} s (not timed)",
+            flush=True,
+        )
+        bound = LADDER_BOUND_S.get(n, 60.0)
+        if n == 1_000_000:
+            whole = _run_step("whole", [run_dir])
+            print(_line(f"{n:,} before: report, records.jsonl read whole", whole, bound))
+        built = _run_step("sidecar", [run_dir])
+        print(_line(f"{n:,} sidecar, built once (the first reader)", built, None), flush=True)
+        report = _run_step("report", [run_dir])
+        print(_line(f"{n:,} report from the sidecar", report, bound), flush=True)
+        first = {k: built[k] + report[k] for k in ("s", "cpu")}
+        first["rss"] = max(built["rss"], report["rss"])
+        print(_line(f"{n:,} first report (sidecar built + report)", first, None), flush=True)
+        shutil.rmtree(run_dir)
+    if compare:
+        runs = [root / "compare-base", root / "compare-other"]
+        for seed, run in zip((7, 11), runs, strict=True):
+            build_fast(run, compare, seed=seed)
+            _run_step("sidecar", [run])  # what the first reader does, once: not timed here
+        both = _run_step("compare", runs)
+        print(_line(f"compare of two {compare:,}-record runs", both, COMPARE_BOUND_S))
+        for run in runs:
+            shutil.rmtree(run)
+
+
 def main() -> int:
     """Build the run, then measure write_report in a fresh process."""
     ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--ladder", action="store_true", help="10⁵, 10⁶, 10⁷ and compare")
+    ap.add_argument("--sizes", default="100000,1000000,10000000")
+    ap.add_argument("--compare", type=int, default=1_000_000, help="records per compared run")
+    ap.add_argument("--dir", type=Path, help="where the ladder writes its runs (a temp folder)")
+    ap.add_argument("--step", nargs="+", help=argparse.SUPPRESS)
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--keep", type=Path, help="build the run here and keep it")
     ap.add_argument("--traced", action="store_true", help="also the tracemalloc peak")
     ap.add_argument("--measure-only", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.step:
+        step(args.step[0], [Path(p) for p in args.step[1:]])
+        return 0
+    if args.ladder:
+        root = Path(tempfile.mkdtemp(prefix="labkit-bench-", dir=args.dir))
+        try:
+            sizes = [int(x) for x in args.sizes.split(",") if x]
+            ladder(sizes, root, args.compare)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        return 0
     if args.measure_only:
         measure(args.measure_only, args.traced)
         return 0

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -117,7 +118,7 @@ def client_bound_reason_of(cols: Columns) -> str | None:
 def _client_bound_of(cols: Columns) -> tuple[str | None, list[Cause]]:
     """`client_bound_reason_of`, and the causes of the flagged levels (distinct, in order)."""
     measured = cols.take(~cols.flag("warmup"))
-    levels = np.array(["" if v is None else v for v in measured.text("tags.level")], dtype=object)
+    levels = _or(measured.text("tags.level"), "")
     notes: list[str] = []
     causes: list[Cause] = []
     for level in dict.fromkeys(levels.tolist()):  # in the order the levels first appear
@@ -131,7 +132,16 @@ def _client_bound_of(cols: Columns) -> tuple[str | None, list[Cause]]:
 
 
 def _counts(values: np.ndarray) -> dict[str, int]:
-    return dict(Counter(str(v) for v in values if v))
+    """How often each text occurs (None and "" left out), in the order they first come."""
+    import pyarrow as pa  # counted in C: a group may hold millions of records
+    import pyarrow.compute as pc
+
+    nothing: Any = None
+    present = values[np.not_equal(values, nothing)]  # texts (`Columns.text`) or None
+    counted = pc.value_counts(pa.array(present, pa.string()))
+    texts = counted.field("values").to_pylist()
+    counts = counted.field("counts").to_pylist()
+    return {str(v): int(n) for v, n in zip(texts, counts, strict=True) if v}
 
 
 def stats_of(records: list[RequestRecord]) -> RequestStats:
@@ -187,7 +197,8 @@ def request_stats(records: Iterable[RequestRecord]) -> list[RequestStats]:
 
 def _or(values: np.ndarray, default: str) -> np.ndarray:
     """Texts with `default` where missing."""
-    missing = np.fromiter((v is None for v in values), dtype=bool, count=values.size)
+    nothing: Any = None
+    missing = np.equal(values, nothing)  # item by item: for texts, `is None`
     filled: np.ndarray = np.where(missing, default, values).astype(object)
     return filled
 

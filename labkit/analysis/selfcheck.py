@@ -279,7 +279,8 @@ def level_lag(records: Iterable[RequestRecord]) -> LagSummary:
 
 
 def _sorted_present(values: Any) -> list[float]:
-    return sorted(float(v) for v in values[~np.isnan(values)])
+    present: list[float] = np.sort(values[~np.isnan(values)].astype(float)).tolist()
+    return present
 
 
 def level_lag_of(cols: Columns) -> LagSummary:

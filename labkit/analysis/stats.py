@@ -9,6 +9,7 @@ answer and summary uses; it never prints a tail percentile that n cannot support
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable, Sequence
 
@@ -56,6 +57,7 @@ def min_n(q: float, confidence: float = CONFIDENCE) -> int:
     return n
 
 
+@functools.lru_cache(maxsize=4096)  # the same n recurs: each metric of a group has it
 def order_statistic_ranks(n: int, q: float, confidence: float = CONFIDENCE) -> tuple[int, int]:
     """The 1-based ranks (l, u) of the narrowest interval [x₍ₗ₎, x₍ᵤ₎] of n sorted values
     that holds the `q` quantile with probability ≥ `confidence`; ValueError below `min_n`.
@@ -103,6 +105,11 @@ def quantile(values: Iterable[float], q: float, confidence: float = CONFIDENCE) 
     xs = np.sort(
         np.asarray(values if isinstance(values, np.ndarray) else list(values), dtype=float)
     )
+    return _quantile_of_sorted(xs, q, confidence)
+
+
+def _quantile_of_sorted(xs: np.ndarray, q: float, confidence: float) -> Quantile:
+    """`quantile` of values sorted already (several quantiles of them sort them once)."""
     n = int(xs.size)
     need = min_n(q, confidence)
     if n == 0:
@@ -125,8 +132,10 @@ def quantiles(
     values: Iterable[float], qs: Sequence[float] = (0.5, 0.9, 0.99), confidence: float = CONFIDENCE
 ) -> list[Quantile]:
     """Several quantiles of the same values (p50, p90, p99 by default), in the order of `qs`."""
-    xs = values if isinstance(values, np.ndarray) else np.asarray(list(values), dtype=float)
-    return [quantile(xs, q, confidence) for q in qs]
+    xs = np.sort(
+        np.asarray(values if isinstance(values, np.ndarray) else list(values), dtype=float)
+    )
+    return [_quantile_of_sorted(xs, q, confidence) for q in qs]
 
 
 def mean(values: Iterable[float], confidence: float = CONFIDENCE) -> Mean:

@@ -40,7 +40,7 @@ import pandas as pd
 from labkit.analysis.stats import min_n, quantile
 from labkit.errors import ConfigError, RunError
 from labkit.report.charts import Chart
-from labkit.report.cost import comparison_cost_section
+from labkit.report.cost import COST_REPORT_COLUMNS, comparison_cost_section
 from labkit.report.load import RunData, ensure_columns, load_run
 from labkit.report.render import (
     Block,
@@ -443,10 +443,17 @@ def _empty_values() -> pd.DataFrame:
     return pd.DataFrame({"plan_key": pd.Series(dtype=object), "v": pd.Series(dtype=float)})
 
 
+def read_columns() -> frozenset[str]:
+    """The records' columns a comparison reads (with each record's identity and tags): a
+    run is read with these only (a large one from its columnar sidecar)."""
+    metrics = {m.column for m in GATE_METRICS.values() if m.column is not None}
+    return frozenset({*GROUP_KEYS, "plan_key", *metrics, *COST_REPORT_COLUMNS})
+
+
 def _load(run_dirs: Sequence[Path | str]) -> tuple[list[RunData], list[str]]:
     if len(run_dirs) < 2:
         raise RunError("compare needs at least two run folders")
-    runs = [load_run(p) for p in run_dirs]
+    runs = [load_run(p, read_columns()) for p in run_dirs]
     return runs, _labels(runs)
 
 

@@ -156,12 +156,17 @@ def cost_chart(figures: Sequence[tuple[str, CostFigures]], name: str = "cost") -
     )
 
 
-def cost_section(run: RunData) -> list[Block]:
-    """The report's cost section: nothing where the run's config gave no prices."""
+def cost_section(run: RunData, figures: Sequence[CostFigures] | None = None) -> list[Block]:
+    """The report's cost section: nothing where the run's config gave no prices.
+
+    `figures`: already computed (a large run's, from its columnar sidecar); else from
+    `run.records`.
+    """
     table = run_prices(run.manifest)
     if not table:
         return []
-    figures = cost_figures(run.records, table)
+    if figures is None:
+        figures = cost_figures(run.records, table)
     blocks: list[Block] = [Heading("Cost"), Para(_NOTE, "note")]
     if not figures:
         blocks.append(

@@ -41,9 +41,11 @@ def _p50(values: pd.Series) -> float | None:
     return float(np.percentile(clean, 50)) if len(clean) else None
 
 
-def later_stats_section(run: RunData) -> list[Block]:
-    """A table per provider × experiment with stats fetched after the run (none: empty)."""
-    joined = later_stats_frame(run)
+def later_stats_section(run: RunData, joined: pd.DataFrame | None = None) -> list[Block]:
+    """A table per provider × experiment with stats fetched after the run (none: empty);
+    `joined`: `later_stats_frame` of the run, when computed already (part by part)."""
+    if joined is None:
+        joined = later_stats_frame(run)
     if joined.empty:
         return []
     cells = []

@@ -27,7 +27,7 @@ import os
 import re
 import types
 import typing
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -456,35 +456,39 @@ def _read_json(path: Path, problems: list[str]) -> Any:
         return None
 
 
-def load_run(path: Path | str, columns: Collection[str] | None = None) -> RunData:
-    """Load one run folder. Raises `RunError` when it is not a run folder.
-
-    `columns`: keep only these columns of the frame (with the record's identity and its
-    tags), for a reader of a large run that needs a few.
-    """
+def run_folder(path: Path | str) -> Path:
+    """`path` as a run folder; raises `RunError` when it is not one."""
     run_dir = Path(path)
     if not run_dir.is_dir():
         raise RunError(f"{run_dir} is not a run folder (no such directory)")
-    records_path = run_dir / RECORDS_FILE
-    if not records_path.is_file():
+    if not (run_dir / RECORDS_FILE).is_file():
         raise RunError(f"{run_dir} is not a run folder: {RECORDS_FILE} is missing")
-    problems: list[str] = []
-    try:
-        frame, skipped = _parse_lines(records_path, run_dir, columns)
-    except OSError as exc:
-        raise RunError(f"cannot read {records_path}: {exc}") from exc
-    if skipped:
-        numbers = list(skipped)
-        where = ", ".join(str(n) for n in numbers[:5]) + (", ..." if len(numbers) > 5 else "")
-        problems.append(
-            f"{len(skipped)} line(s) of {RECORDS_FILE} are not valid records and were skipped "
-            f"(line {where}); line {numbers[0]}: {skipped[numbers[0]]}. A run cut short "
-            "leaves a truncated last line."
-        )
-    repeated = _drop_repeated_records(frame)
-    if repeated:
-        frame = frame[~repeated.mask].reset_index(drop=True)
-        problems.append(repeated.note)
+    return run_dir
+
+
+def skipped_note(skipped: dict[int, str]) -> list[str]:
+    """The problem to state for the lines of records.jsonl that are not records."""
+    if not skipped:
+        return []
+    numbers = list(skipped)
+    where = ", ".join(str(n) for n in numbers[:5]) + (", ..." if len(numbers) > 5 else "")
+    return [
+        f"{len(skipped)} line(s) of {RECORDS_FILE} are not valid records and were skipped "
+        f"(line {where}); line {numbers[0]}: {skipped[numbers[0]]}. A run cut short "
+        "leaves a truncated last line."
+    ]
+
+
+def repeated_note(count: int, requests: int) -> str:
+    """The problem to state for the lines that repeat a record read before."""
+    return (
+        f"{count} line(s) of {RECORDS_FILE} repeat {requests} record(s) already read (the "
+        "same record_id); each record is counted once."
+    )
+
+
+def run_meta(run_dir: Path, problems: list[str]) -> tuple[dict[str, Any], LabResults | None]:
+    """The run's manifest and lab answers (what cannot be read: said in `problems`)."""
     manifest: dict[str, Any] = {}
     if (run_dir / MANIFEST_FILE).is_file():
         raw = _read_json(run_dir / MANIFEST_FILE, problems)
@@ -505,6 +509,47 @@ def load_run(path: Path | str, columns: Collection[str] | None = None) -> RunDat
                     f"{LAB_FILE} does not match the LabResults model "
                     f"({exc.error_count()} error(s)); the lab answers are not shown."
                 )
+    return manifest, lab
+
+
+#: How a run is read through its columnar sidecar: the frame (`columns` of it) and the
+#: skipped lines, or None where the run has no sidecar and should have none (a small run).
+#: `labkit.report.columnar` sets it when imported (it imports this module, not the other
+#: way round), which importing `labkit.report` or any module of it does.
+SidecarReader = Callable[[Path, Collection[str] | None], tuple[pd.DataFrame, dict[int, str]] | None]
+sidecar_reader: SidecarReader | None = None
+
+
+def _read_records(
+    run_dir: Path, columns: Collection[str] | None
+) -> tuple[pd.DataFrame, dict[int, str]]:
+    """The records frame and the skipped lines: from the run's columnar sidecar where it
+    has one, or should (`sidecar_reader`), else from records.jsonl itself."""
+    read = sidecar_reader(run_dir, columns) if sidecar_reader is not None else None
+    if read is not None:
+        return read
+    return _parse_lines(run_dir / RECORDS_FILE, run_dir, columns)
+
+
+def load_run(path: Path | str, columns: Collection[str] | None = None) -> RunData:
+    """Load one run folder. Raises `RunError` when it is not a run folder.
+
+    `columns`: keep only these columns of the frame (with the record's identity and its
+    tags), for a reader of a large run that needs a few.
+    """
+    run_dir = run_folder(path)
+    records_path = run_dir / RECORDS_FILE
+    problems: list[str] = []
+    try:
+        frame, skipped = _read_records(run_dir, columns)
+    except OSError as exc:
+        raise RunError(f"cannot read {records_path}: {exc}") from exc
+    problems += skipped_note(skipped)
+    repeated = _drop_repeated_records(frame)
+    if repeated:
+        frame = frame[~repeated.mask].reset_index(drop=True)
+        problems.append(repeated.note)
+    manifest, lab = run_meta(run_dir, problems)
     if len(frame) and frame["run_id"].isna().all():
         frame["run_id"] = str(manifest.get("run_id", run_dir.name))
     return RunData(
@@ -529,12 +574,7 @@ def _drop_repeated_records(frame: pd.DataFrame) -> _Repeated | None:
     count = int(mask.sum())
     if not count:
         return None
-    requests = ids[mask].nunique()
-    note = (
-        f"{count} line(s) of {RECORDS_FILE} repeat {requests} record(s) already read (the "
-        "same record_id); each record is counted once."
-    )
-    return _Repeated(mask, count, note)
+    return _Repeated(mask, count, repeated_note(count, ids[mask].nunique()))
 
 
 def load_runs(paths: Iterable[Path | str]) -> pd.DataFrame:
@@ -1077,13 +1117,38 @@ def _batches(path: Path, sql: str) -> Iterator[pa.RecordBatch]:
         yield from con.sql(sql, params=[str(path)]).to_arrow_reader(BATCH_ROWS)
 
 
-def read_at_once(path: Path, wanted: frozenset[str] | None) -> AtOnce | None:
-    """The frame's columns (`wanted` of them, all when None) of every record of `path`, and
-    the lines to read again one by one; None when the file must be read block by block
-    (DuckDB cannot read it, or too many lines are in doubt).
+@dataclass
+class Scanned:
+    """What `scan_batches` read besides the batches: the number of rows DuckDB gave (one
+    per line holding more than white space), each such line's number (from 1), byte offset
+    and length, and the rows to read again one by one (their lines are in doubt)."""
 
-    The scan for the line ends runs on a thread beside DuckDB's (both mostly outside the
-    interpreter): each batch's byte offsets are set once it is done."""
+    rows: int
+    numbers: np.ndarray
+    offsets: np.ndarray
+    lengths: np.ndarray
+    doubted: list[int]
+
+
+def record_lines(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The line number (from 1), byte offset and length of each line of `path` that holds
+    more than white space (DuckDB gives one row for each)."""
+    return _record_lines(path)
+
+
+def scan_batches(
+    path: Path,
+    wanted: frozenset[str] | None,
+    on_batch: Callable[[int, pa.RecordBatch, np.ndarray], None],
+    lines: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+) -> Scanned | None:
+    """Read `path` with DuckDB, batch by batch: `on_batch(first row, batch, valid)` for
+    each batch holding a valid row (`valid`: the rows whose required fields are there).
+    None when the file must be read block by block (DuckDB cannot read it, too many lines
+    are in doubt, or its rows and the file's lines do not match).
+
+    The scan for the line ends (`record_lines`; `lines` when done already) runs on a
+    thread beside DuckDB's (both mostly outside the interpreter)."""
     import duckdb
 
     path = path.resolve()  # DuckDB would expand a leading "~"
@@ -1091,16 +1156,10 @@ def read_at_once(path: Path, wanted: frozenset[str] | None) -> AtOnce | None:
         log.info("%s: read block by block (DuckDB reads such a name as a pattern)", path)
         return None
     sql, required = _duck_query(wanted)
-    names = [
-        n
-        for n in _columns()
-        if n not in ("run_dir", "file_offset") and (wanted is None or n in wanted)
-    ]
-    pieces: list[tuple[int, np.ndarray, dict[str, Any]]] = []  # (first row, kept rows, columns)
     doubted: list[int] = []  # rows
     row = 0
     with ThreadPoolExecutor(1) as pool:
-        scan = pool.submit(_record_lines, path)
+        scan = pool.submit(_record_lines, path) if lines is None else None
         try:
             for batch in _batches(path, sql):
                 n = batch.num_rows
@@ -1112,16 +1171,42 @@ def read_at_once(path: Path, wanted: frozenset[str] | None) -> AtOnce | None:
                     log.info("%s: read block by block (over %d lines in doubt)", path, MAX_DOUBTFUL)
                     return None
                 if valid.any():
-                    pieces.append((row, valid, _batch_columns(batch, names, valid)))
+                    on_batch(row, batch, valid)
                 row += n
         except duckdb.Error as exc:  # cannot read the file, or out of its memory: by blocks
             log.info("%s: read block by block (DuckDB: %s)", path, exc)
             return None
-        numbers, offsets, lengths = scan.result()
+        if scan is not None:
+            lines = scan.result()
+    assert lines is not None
+    numbers, offsets, lengths = lines
     if row != offsets.size:
         log.info("%s: read block by block (%d rows, %d lines)", path, row, offsets.size)
         return None
+    return Scanned(row, numbers, offsets, lengths, doubted)
+
+
+def read_at_once(path: Path, wanted: frozenset[str] | None) -> AtOnce | None:
+    """The frame's columns (`wanted` of them, all when None) of every record of `path`, and
+    the lines to read again one by one; None when the file must be read block by block
+    (`scan_batches`)."""
+    names = [
+        n
+        for n in _columns()
+        if n not in ("run_dir", "file_offset") and (wanted is None or n in wanted)
+    ]
+    pieces: list[tuple[int, np.ndarray, dict[str, Any]]] = []  # (first row, kept rows, columns)
+
+    def keep(row: int, batch: pa.RecordBatch, valid: np.ndarray) -> None:
+        pieces.append((row, valid, _batch_columns(batch, names, valid)))
+
+    scanned = scan_batches(path, wanted, keep)
+    if scanned is None:
+        return None
+    offsets = scanned.offsets
     for first, valid, columns in pieces:
         columns["file_offset"] = offsets[first : first + valid.size][valid]
-    doubtful = [(int(numbers[i]), int(offsets[i]), int(lengths[i])) for i in doubted]
+    doubtful = [
+        (int(scanned.numbers[i]), int(offsets[i]), int(scanned.lengths[i])) for i in scanned.doubted
+    ]
     return AtOnce([columns for _, _, columns in pieces], doubtful)

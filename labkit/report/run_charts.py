@@ -9,6 +9,7 @@ draw is None.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -20,12 +21,16 @@ from labkit.server_metrics import ServerMetricsSample
 
 __all__ = [
     "PICKED",
+    "ServerPoints",
     "client_vs_server_chart",
+    "client_vs_server_points",
     "distribution_chart",
+    "distribution_values",
     "facet_spec",
     "legend_pick",
     "level_axis_title",
     "measured",
+    "request_distribution_values",
     "request_distributions",
     "server_queue_chart",
 ]
@@ -72,11 +77,9 @@ def legend_pick(field: str) -> dict[str, Any]:
 PICKED = {"condition": {"param": "pick", "value": 1}, "value": 0.12}
 
 
-def distribution_chart(
-    series: Sequence[tuple[str, pd.DataFrame]], name: str, caption: str
-) -> Chart | None:
-    """Each series' requests as cumulative distributions of TTFT, decode ms/token and e2e:
-    a point per request at its value and its rank's share."""
+def distribution_values(series: Sequence[tuple[str, pd.DataFrame]]) -> list[dict[str, Any]]:
+    """`distribution_chart`'s points of these series (a run read part by part gives each
+    part's, joined in order)."""
     values: list[dict[str, Any]] = []
     for label, frame in series:
         frame = ensure_columns(frame, [c for c, _ in _DISTRIBUTIONS])
@@ -89,6 +92,20 @@ def distribution_chart(
                 {"series": label, "metric": metric, "value": float(xs[i]), "share": (i + 1) / n}
                 for i in keep
             ]
+    return values
+
+
+def distribution_chart(
+    series: Sequence[tuple[str, pd.DataFrame]],
+    name: str,
+    caption: str,
+    values: list[dict[str, Any]] | None = None,
+) -> Chart | None:
+    """Each series' requests as cumulative distributions of TTFT, decode ms/token and e2e:
+    a point per request at its value and its rank's share (`values`: those points, when
+    computed already by `distribution_values`)."""
+    if values is None:
+        values = distribution_values(series)
     if not values:
         return None
     layer = [
@@ -119,35 +136,65 @@ def distribution_chart(
     return Chart(name, "Distributions per request", spec, caption)
 
 
-def request_distributions(df: pd.DataFrame) -> Chart | None:
-    """The run's successful, non-warm-up requests, one series per provider × experiment."""
+def request_distribution_values(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """`request_distributions`' points of these records (of a part of a run, or all)."""
     ok = measured(df)
     series = [] if ok.empty else list(ok.groupby(["provider", "experiment"], sort=True))
+    return distribution_values([(f"{p} · {e}", rows) for (p, e), rows in series])
+
+
+def request_distributions(
+    df: pd.DataFrame, values: list[dict[str, Any]] | None = None
+) -> Chart | None:
+    """The run's successful, non-warm-up requests, one series per provider × experiment
+    (`values`: their points, from `request_distribution_values`, when `df` is not given
+    whole)."""
     return distribution_chart(
-        [(f"{p} · {e}", rows) for (p, e), rows in series],
+        [],
         "distributions",
         "Cumulative distributions of client TTFT, decode ms/token and end-to-end time (log "
         "scales): one point per successful, non-warm-up request (past 100 in a series, 100 "
         "evenly spaced by rank), at its value and the share "
         "of requests at or below it (the median sits at 0.5). A curve further right is slower.",
+        request_distribution_values(df) if values is None else values,
     )
 
 
-def client_vs_server_chart(df: pd.DataFrame) -> Chart | None:
-    """Each request's own prefill (decode) time as the server reported it, against the
-    TTFT (decode) the client saw, where the provider reports its timings."""
-    pairs = [
-        ("provider_timings.prefill_ms", "client.ttft_ms", "prefill vs TTFT (ms)"),
-        (
-            "provider_timings.decode_ms_per_token",
-            "client.decode_ms_per_token",
-            "decode (ms/token)",
-        ),
-    ]
-    ok = ensure_columns(measured(df), [c for pair in pairs for c in pair[:2]])
-    values: list[dict[str, Any]] = []
-    for server, client, panel in pairs:
+#: The panels of `client_vs_server_chart`: server column, client column, title.
+_PAIRS = [
+    ("provider_timings.prefill_ms", "client.ttft_ms", "prefill vs TTFT (ms)"),
+    (
+        "provider_timings.decode_ms_per_token",
+        "client.decode_ms_per_token",
+        "decode (ms/token)",
+    ),
+]
+
+
+@dataclass
+class ServerPoints:
+    """`client_vs_server_chart`'s points, per panel, and each panel's extremes (for its
+    diagonal); `add` joins a later part of the run's."""
+
+    points: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    ends: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    def add(self, other: ServerPoints) -> None:
+        """Join another part's points (a part of the run read after this one)."""
+        for panel, values in other.points.items():
+            self.points.setdefault(panel, []).extend(values)
+        for panel, (lo, hi) in other.ends.items():
+            was = self.ends.get(panel)
+            self.ends[panel] = (lo, hi) if was is None else (min(was[0], lo), max(was[1], hi))
+
+
+def client_vs_server_points(df: pd.DataFrame) -> ServerPoints:
+    """`client_vs_server_chart`'s points of these records (of a part of a run, or all)."""
+    ok = ensure_columns(measured(df), [c for pair in _PAIRS for c in pair[:2]])
+    out = ServerPoints()
+    for server, client, panel in _PAIRS:
         both = ok[(ok[server] > 0) & (ok[client] > 0)]
+        values = out.points.setdefault(panel, [])
         for (p, e), group in both.groupby(["provider", "experiment"], sort=True):
             # At most `_MAX_POINTS` per series, evenly spaced over its requests in the
             # order of the client's value (the fastest and the slowest always drawn).
@@ -163,11 +210,24 @@ def client_vs_server_chart(df: pd.DataFrame) -> Chart | None:
                 )
             ]
         if len(both):  # the diagonal, where the two clocks would agree
-            ends = (
+            out.ends[panel] = (
                 min(both[server].min(), both[client].min()),
                 max(both[server].max(), both[client].max()),
             )
-            values += [{"panel": panel, "diagonal": float(x)} for x in ends]
+    return out
+
+
+def client_vs_server_chart(df: pd.DataFrame, points: ServerPoints | None = None) -> Chart | None:
+    """Each request's own prefill (decode) time as the server reported it, against the
+    TTFT (decode) the client saw, where the provider reports its timings (`points`: from
+    `client_vs_server_points`, when `df` is not given whole)."""
+    if points is None:
+        points = client_vs_server_points(df)
+    values: list[dict[str, Any]] = []
+    for _, _, panel in _PAIRS:
+        values += points.points.get(panel, [])
+        if panel in points.ends:
+            values += [{"panel": panel, "diagonal": float(x)} for x in points.ends[panel]]
     if not any("provider" in v for v in values):
         return None
     layer = [
@@ -217,7 +277,7 @@ def client_vs_server_chart(df: pd.DataFrame) -> Chart | None:
             },
         },
     ]
-    spec = facet_spec(values, "panel", [p for _, _, p in pairs], layer)
+    spec = facet_spec(values, "panel", [p for _, _, p in _PAIRS], layer)
     return Chart(
         "client_vs_server",
         "Client vs server, per request",
