@@ -1,18 +1,21 @@
 """Files written into a folder that may have come from anywhere (a run folder unpacked from
 an archive can hold symbolic links: `report.md` pointing at a file of yours). labkit replaces
-what is there and never writes through a link (a leaf module: imports only labkit.errors).
+what is there and never writes through a link; and the exclusive lock a run or watch folder
+holds (a leaf module: imports only labkit.errors).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import os
 import tempfile
 from pathlib import Path
 
 from labkit.errors import RunError
 
-__all__ = ["report_subfolder", "write_new_file"]
+__all__ = ["LockHeld", "report_subfolder", "take_lock", "write_new_file"]
 
 
 _UMASK = os.umask(0o022)
@@ -43,3 +46,32 @@ def report_subfolder(folder: Path) -> Path:
             "run the report again)"
         )
     return folder
+
+
+class LockHeld(Exception):
+    """Another process holds the lock; `pid` is the one it wrote there (None: unreadable)."""
+
+    def __init__(self, pid: int | None) -> None:
+        super().__init__(f"held by pid {pid}" if pid else "held by another process")
+        self.pid = pid
+
+
+def take_lock(path: Path) -> int:
+    """Open `path` (created if missing, never through a link) and take its exclusive
+    ``flock`` without waiting; returns the open descriptor, which holds the lock until it is
+    closed (the kernel drops it when the process dies), with this process's pid written in
+    it for the message of the next one. Raises `LockHeld` when another process holds it,
+    OSError when the file cannot be opened or locked."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        os.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise LockHeld(int(holder) if holder.isdigit() else None) from None
+        raise
+    with contextlib.suppress(OSError):  # who holds it, for the message above; best effort
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd

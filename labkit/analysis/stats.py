@@ -188,31 +188,7 @@ def ratio_of_costs(
     value = ratio(np.arange(x.size))
     if not math.isfinite(value):
         return None
-    import warnings
-
-    from scipy import stats as sps
-
-    with warnings.catch_warnings():
-        # every resample the same (data on one exact line): the interval is that one value
-        warnings.simplefilter("ignore", sps.DegenerateDataWarning)
-        warnings.simplefilter("ignore", RuntimeWarning)
-        result = sps.bootstrap(
-            (np.arange(x.size),),
-            ratio,
-            vectorized=False,
-            n_resamples=999,
-            confidence_level=confidence,
-            method="percentile",
-            rng=np.random.default_rng(0),
-        )
-    tail = (1 - confidence) / 2 * 100
-    # order statistics, not interpolation: an infinite resample stays one, never inf − inf
-    lo, hi = np.percentile(result.bootstrap_distribution, [tail, 100 - tail], method="inverted_cdf")
-    return Estimate(
-        value=value,
-        lo=float(lo) if math.isfinite(lo) else None,
-        hi=float(hi) if math.isfinite(hi) else None,
-    )
+    return _percentile_bootstrap((np.arange(x.size),), ratio, value, confidence, paired=False)
 
 
 def ratio_of_sums(
@@ -237,17 +213,33 @@ def ratio_of_sums(
         den = float(ys.sum())
         return float(xs.sum()) / den if den > 0 else math.inf
 
+    return _percentile_bootstrap((x, y), ratio, value, confidence, paired=True)
+
+
+def _percentile_bootstrap(
+    data: tuple[np.ndarray, ...],
+    statistic: Callable[..., float],
+    value: float,
+    confidence: float,
+    *,
+    paired: bool,
+) -> Estimate:
+    """`value` with the percentile interval of `statistic` over 999 seeded resamples of
+    `data` (scipy.stats.bootstrap, so one run states one interval). An infinite resample (a
+    ratio whose denominator vanished) stays one: the bounds are order statistics of the
+    resamples, never interpolated, and an infinite bound is None (no such bound)."""
     import warnings
 
     from scipy import stats as sps
 
     with warnings.catch_warnings():
+        # every resample the same (data on one exact line): the interval is that one value
         warnings.simplefilter("ignore", sps.DegenerateDataWarning)
         warnings.simplefilter("ignore", RuntimeWarning)
         result = sps.bootstrap(
-            (x, y),
-            ratio,
-            paired=True,
+            data,
+            statistic,
+            paired=paired,
             vectorized=False,
             n_resamples=999,
             confidence_level=confidence,

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import json
 import math
 import os
@@ -36,6 +35,7 @@ from labkit.errors import RunError
 from labkit.filenames import safe_filename
 from labkit.manifest import FOLDER_FORMAT, HostInfo, Manifest
 from labkit.records import LabResults, RequestRecord
+from labkit.safefiles import LockHeld, take_lock
 from labkit.scrub import scrub_json
 
 __all__ = [
@@ -130,24 +130,15 @@ def _lock(path: Path) -> tuple[int, int]:
         if key in _held_locks:
             _held_locks[key][1] += 1
             return key
-        fd = os.open(path / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+        fd = take_lock(path / LOCK)
+    except LockHeld as held:
+        by = f" (pid {held.pid})" if held.pid else ""
+        raise RunError(
+            f"run folder {path} is in use by another labkit process{by}; "
+            "wait for it to finish or stop it first"
+        ) from None
     except OSError as exc:
         raise RunError(f"cannot lock run folder {path}: {_reason(exc)}") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
-        os.close(fd)
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            by = f" (pid {holder})" if holder.isdigit() else ""
-            raise RunError(
-                f"run folder {path} is in use by another labkit process{by}; "
-                "wait for it to finish or stop it first"
-            ) from None
-        raise RunError(f"cannot lock run folder {path}: {_reason(exc)}") from None
-    with contextlib.suppress(OSError):  # who holds it, for the message above; best effort
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     _held_locks[key] = [fd, 1]
     return key
 

@@ -9,8 +9,6 @@ any moment finds on restart exactly which round was cut and whether the store ha
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import fcntl
 import json
 import os
@@ -21,7 +19,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from labkit.errors import RunError
-from labkit.safefiles import write_new_file
+from labkit.safefiles import LockHeld, take_lock, write_new_file
 
 __all__ = [
     "LOCK_FILE",
@@ -160,24 +158,15 @@ class WatchLock:
     def acquire(self) -> None:
         """Take the lock, or RunError naming the process that holds it."""
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+            fd = take_lock(self.path)
+        except LockHeld as held:
+            by = f" (pid {held.pid})" if held.pid else ""
+            raise RunError(
+                f"watch folder {self.path.parent} is in use by another labkit watch{by}; "
+                "stop it first, or watch into another folder (--folder)"
+            ) from None
         except OSError as exc:
             raise RunError(f"cannot lock {self.path}: {exc.strerror or exc}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
-            os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                by = f" (pid {holder})" if holder.isdigit() else ""
-                raise RunError(
-                    f"watch folder {self.path.parent} is in use by another labkit watch{by}; "
-                    "stop it first, or watch into another folder (--folder)"
-                ) from None
-            raise RunError(f"cannot lock {self.path}: {exc.strerror or exc}") from None
-        with contextlib.suppress(OSError):
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
 
     def release(self) -> None:
