@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 import pandas as pd
 
-from labkit.analysis.observatory import probe_times
+from labkit.analysis.observatory import measured_mask, probe_times
 from labkit.analysis.stats import median
 from labkit.figures.observatory import ChangeEvent, SeriesPoint
 
@@ -29,17 +28,6 @@ def stretch_of(span: pd.Timedelta) -> str:
     return "10min"
 
 
-def _measured(probes: pd.DataFrame) -> np.ndarray:
-    keep = np.ones(len(probes), dtype=bool)
-    if "ok" in probes:
-        keep &= probes["ok"].fillna(False).astype(bool).to_numpy()
-    if "warmup" in probes:
-        keep &= ~probes["warmup"].fillna(False).astype(bool).to_numpy()
-    if "round.status" in probes:
-        keep &= ~probes["round.status"].isin(["throttled", "failed"]).to_numpy()
-    return keep
-
-
 def change_series(probes: pd.DataFrame, changes: Sequence[ChangeEvent]) -> list[SeriesPoint]:
     """For each shift's provider × model × metric, the metric's median per stretch of time
     (`stretch_of` the watch's span) over the measured probes, with its 95 % interval."""
@@ -49,7 +37,7 @@ def change_series(probes: pd.DataFrame, changes: Sequence[ChangeEvent]) -> list[
     if not wanted or probes.empty:
         return []
     times = pd.Series(probe_times(probes), index=probes.index)
-    keep = _measured(probes) & times.notna().to_numpy()
+    keep = measured_mask(probes) & times.notna().to_numpy()
     frame = probes[keep]
     times = times[keep]
     if frame.empty:

@@ -57,6 +57,7 @@ __all__ = [
     "change_sentence",
     "changes",
     "compute",
+    "measured_mask",
     "probe_times",
     "rollups",
     "splits",
@@ -122,6 +123,11 @@ def probe_times(probes: pd.DataFrame) -> np.ndarray:
 
 def _measured(probes: pd.DataFrame) -> pd.DataFrame:
     """The probes that measured: no warm-up, no failure, no throttled round."""
+    return probes[measured_mask(probes)]
+
+
+def measured_mask(probes: pd.DataFrame) -> np.ndarray:
+    """Which probes measured (True): no warm-up, no failure, no throttled or failed round."""
     keep = np.ones(len(probes), dtype=bool)
     if "ok" in probes:
         keep &= probes["ok"].fillna(False).astype(bool).to_numpy()
@@ -129,7 +135,7 @@ def _measured(probes: pd.DataFrame) -> pd.DataFrame:
         keep &= ~probes["warmup"].fillna(False).astype(bool).to_numpy()
     if "round.status" in probes:
         keep &= ~probes["round.status"].isin(["throttled", "failed"]).to_numpy()
-    return probes[keep]
+    return keep
 
 
 def _cols(frame: pd.DataFrame) -> Columns:
