@@ -3,8 +3,10 @@
 The first run is the baseline. For each provider × experiment × model, each gate metric
 (`GATE_METRICS`: TTFT p50/p90, decode ms/token, e2e, output tokens/s, error rate) and each
 later run, `compare_frames` gives the baseline's value, the run's, their difference and a
-percentile bootstrap interval of that difference (absolute and in percent of the baseline;
-`scipy.stats.bootstrap`). Quantiles are `labkit.analysis.stats`' (linear interpolation), and
+percentile bootstrap interval of that difference (absolute and in percent of the baseline):
+its bootstrap distribution drawn exactly where it can be (an unpaired quantile from Beta
+order statistics, the error rate from Binomial / Multinomial counts: O(resamples) whatever
+n), by `scipy.stats.bootstrap` otherwise (paired quantiles). Quantiles are `labkit.analysis.stats`' (linear interpolation), and
 a quantile is compared only from the n its distribution-free interval needs (p90: 29).
 
 - **Paired or not.** When the records of both runs carry the same `plan_key`s (the same
