@@ -6,8 +6,9 @@ later run, `compare_frames` gives the baseline's value, the run's, their differe
 percentile bootstrap interval of that difference (absolute and in percent of the baseline):
 its bootstrap distribution drawn exactly where it can be (an unpaired quantile from Beta
 order statistics, the error rate from Binomial / Multinomial counts: O(resamples) whatever
-n), by `scipy.stats.bootstrap` otherwise (paired quantiles). Quantiles are `labkit.analysis.stats`' (linear interpolation), and
-a quantile is compared only from the n its distribution-free interval needs (p90: 29).
+n), by `scipy.stats.bootstrap` otherwise (paired quantiles). Quantiles are
+`labkit.analysis.stats`' (linear interpolation), and a quantile is compared only from the n
+its distribution-free interval needs (p90: 29).
 
 - **Paired or not.** When the records of both runs carry the same `plan_key`s (the same
   planned requests: same prompt, same trial), resampling draws pairs, so the interval is that
@@ -813,7 +814,8 @@ def _distribution_charts(runs: Sequence[RunData], labels: Sequence[str]) -> list
         {
             (str(p), str(e))
             for _, ok in frames
-            for p, e in zip(ok["provider"], ok["experiment"], strict=True)
+            # One row per pair before the tuples: iterating a million arrow strings costs seconds.
+            for p, e in ok[["provider", "experiment"]].drop_duplicates().itertuples(index=False)
         }
     )
     charts = []
