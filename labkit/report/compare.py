@@ -3,9 +3,12 @@
 The first run is the baseline. For each provider × experiment × model, each gate metric
 (`GATE_METRICS`: TTFT p50/p90, decode ms/token, e2e, output tokens/s, error rate) and each
 later run, `compare_frames` gives the baseline's value, the run's, their difference and a
-percentile bootstrap interval of that difference (absolute and in percent of the baseline;
-`scipy.stats.bootstrap`). Quantiles are `labkit.analysis.stats`' (linear interpolation), and
-a quantile is compared only from the n its distribution-free interval needs (p90: 29).
+percentile bootstrap interval of that difference (absolute and in percent of the baseline):
+its bootstrap distribution drawn exactly where it can be (an unpaired quantile from Beta
+order statistics, the error rate from Binomial / Multinomial counts: O(resamples) whatever
+n), by `scipy.stats.bootstrap` otherwise (paired quantiles). Quantiles are
+`labkit.analysis.stats`' (linear interpolation), and a quantile is compared only from the n
+its distribution-free interval needs (p90: 29).
 
 - **Paired or not.** When the records of both runs carry the same `plan_key`s (the same
   planned requests: same prompt, same trial), resampling draws pairs, so the interval is that
@@ -248,6 +251,75 @@ def _change_statistic(metric: GateMetric, scale: float) -> Callable[..., _Floats
     return change
 
 
+def _resampled_quantile(values: _Floats, q: float, size: int, rng: np.random.Generator) -> _Floats:
+    """`size` draws of the bootstrap distribution of ``np.quantile(resample, q)`` (linear
+    interpolation) of `values`, exactly, without building a resample.
+
+    A bootstrap resample is n draws F⁻¹(U) from the sample's empirical distribution, U
+    uniform; F⁻¹ is monotone, so its i-th smallest value is F⁻¹ of the i-th smallest of n
+    uniforms. The linear quantile at h = (n−1)q needs the order statistics j+1 and j+2
+    (j = ⌊h⌋): U₍ⱼ₊₁₎ ~ Beta(j+1, n−j), and given it, U₍ⱼ₊₂₎ is the least of the n−j−1
+    uniforms above it: U₍ⱼ₊₁₎ + (1−U₍ⱼ₊₁₎)·Beta(1, n−j−1). Two Beta draws per resample.
+    """
+    x = np.sort(values)
+    n = len(x)
+
+    def at(u: _Floats) -> _Floats:
+        rank = np.clip(np.ceil(n * u).astype(np.int64) - 1, 0, n - 1)
+        return np.asarray(x[rank], dtype=float)
+
+    h = (n - 1) * q
+    j = math.floor(h)
+    g = h - j
+    u1 = rng.beta(j + 1, n - j, size)
+    low = at(u1)
+    if g == 0.0 or j + 1 >= n:
+        return low
+    u2 = u1 + (1.0 - u1) * rng.beta(1, n - j - 1, size)
+    return low + g * (at(u2) - low)
+
+
+def _binary(values: _Floats) -> bool:
+    return bool(np.isin(values, (0.0, 1.0)).all())
+
+
+def _fast_distribution(
+    base: _Floats,
+    other: _Floats,
+    metric: GateMetric,
+    paired: bool,
+    rng: np.random.Generator,
+    size: int,
+) -> tuple[_Floats, _Floats] | None:
+    """The bootstrap distributions of (baseline's statistic, run's statistic), drawn exactly
+    without materialising resamples, or None where no exact shortcut applies (paired
+    quantiles; a mean of values other than 0/1).
+
+    Unpaired quantile: `_resampled_quantile` for each run. Error rate (a mean of 0/1):
+    a resample's failures are Binomial(n, p) unpaired; paired, the four (baseline, run)
+    outcomes of a resampled pair are Multinomial(n, their shares).
+    """
+    if metric.quantile is not None:
+        if paired:
+            return None
+        return (
+            _resampled_quantile(base, metric.quantile, size, rng),
+            _resampled_quantile(other, metric.quantile, size, rng),
+        )
+    if not (_binary(base) and _binary(other)):
+        return None
+    if not paired:
+        b = rng.binomial(len(base), base.mean(), size) / len(base)
+        o = rng.binomial(len(other), other.mean(), size) / len(other)
+        return b.astype(float), o.astype(float)
+    n = len(base)
+    cells = (base * 2 + other).astype(np.int64)  # 0: ok/ok, 1: ok/fail, 2: fail/ok, 3: both
+    counts = rng.multinomial(n, np.bincount(cells, minlength=4) / n, size)
+    b = (counts[:, 2] + counts[:, 3]) / n
+    o = (counts[:, 1] + counts[:, 3]) / n
+    return b.astype(float), o.astype(float)
+
+
 def _change_interval(
     base: _Floats,
     other: _Floats,
@@ -256,30 +328,45 @@ def _change_interval(
     rng: np.random.Generator,
     how: Comparison,
 ) -> tuple[float, float, float, float]:
-    """The percentile bootstrap interval (scipy) of the change and of the change in percent:
+    """The percentile bootstrap interval of the change and of the change in percent:
     (low, high, pct_low, pct_high); pairs resampled together when `paired`. A bound is NaN
-    where over a tenth of the resampled changes are not finite (a zero baseline)."""
-    scale = 100.0 if metric.quantile is None else 1.0  # error rate: percentage points
-    width = max(len(base), len(other), 1)
-    # A zero baseline makes the percent change infinite or NaN in some resamples: scipy
-    # says so (numpy's warnings, its own DegenerateDataWarning); those bounds become NaN below.
-    from scipy import stats as sps  # scipy.stats takes half a second: only when used
+    where over a tenth of the resampled changes are not finite (a zero baseline).
 
+    The bootstrap distribution is drawn exactly by `_fast_distribution` where it can be
+    (O(resamples), whatever n); otherwise (paired quantiles) by `scipy.stats.bootstrap`.
+    Either way the interval is the distribution's linear quantiles at (1 ± confidence)/2,
+    as scipy's percentile method takes them.
+    """
+    scale = 100.0 if metric.quantile is None else 1.0  # error rate: percentage points
+    alpha = (1.0 - how.confidence) / 2.0
+    fast = _fast_distribution(base, other, metric, paired, rng, how.resamples)
     with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", sps.DegenerateDataWarning)
-        result = sps.bootstrap(
-            (base, other),
-            _change_statistic(metric, scale),
-            n_resamples=how.resamples,
-            batch=max(1, _BLOCK_VALUES // width),
-            vectorized=True,
-            paired=paired,
-            confidence_level=how.confidence,
-            method="percentile",
-            random_state=rng,
-        )
-    finite = np.isfinite(result.bootstrap_distribution).mean(axis=-1)
-    lows, highs = result.confidence_interval.low, result.confidence_interval.high
+        if fast is not None:
+            b, o = fast
+            dist = np.stack([(o - b) * scale, 100.0 * (o / b - 1.0)])
+            lows, highs = np.quantile(dist, [alpha, 1.0 - alpha], axis=-1)
+        else:
+            width = max(len(base), len(other), 1)
+            # A zero baseline makes the percent change infinite or NaN in some resamples:
+            # scipy says so (numpy's warnings, its DegenerateDataWarning); those bounds
+            # become NaN below.
+            from scipy import stats as sps  # scipy.stats takes half a second: only when used
+
+            warnings.simplefilter("ignore", sps.DegenerateDataWarning)
+            result = sps.bootstrap(
+                (base, other),
+                _change_statistic(metric, scale),
+                n_resamples=how.resamples,
+                batch=max(1, _BLOCK_VALUES // width),
+                vectorized=True,
+                paired=paired,
+                confidence_level=how.confidence,
+                method="percentile",
+                random_state=rng,
+            )
+            dist = result.bootstrap_distribution
+            lows, highs = result.confidence_interval.low, result.confidence_interval.high
+    finite = np.isfinite(dist).mean(axis=-1)
 
     def bound(v: float, i: int) -> float:
         return float(v) if finite[i] >= 0.9 and math.isfinite(v) else math.nan
@@ -727,7 +814,8 @@ def _distribution_charts(runs: Sequence[RunData], labels: Sequence[str]) -> list
         {
             (str(p), str(e))
             for _, ok in frames
-            for p, e in zip(ok["provider"], ok["experiment"], strict=True)
+            # One row per pair before the tuples: iterating a million arrow strings costs seconds.
+            for p, e in ok[["provider", "experiment"]].drop_duplicates().itertuples(index=False)
         }
     )
     charts = []
