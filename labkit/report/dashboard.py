@@ -830,12 +830,20 @@ def write_dashboard(figs: ObservatoryFigures, page: Path, notes: Sequence[str] =
     return page
 
 
+#: Saved figures far beyond a store's are not figures (read no further).
+MAX_FIGURES_BYTES = 256 * 1024 * 1024
+
+
 def read_figures(path: Path) -> ObservatoryFigures:
     """`ObservatoryFigures` saved as JSON (``model_dump_json``) at `path`."""
     from pydantic import ValidationError
 
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_FIGURES_BYTES + 1)
+        if len(raw) > MAX_FIGURES_BYTES:
+            raise RunError(f"{path} is larger than {MAX_FIGURES_BYTES} bytes: not figures")
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise RunError(f"cannot read the figures file {path}: {exc.__class__.__name__}") from None
     try:

@@ -10,7 +10,6 @@ any moment finds on restart exactly which round was cut and whether the store ha
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 from datetime import datetime
 from pathlib import Path
@@ -18,7 +17,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from labkit.errors import RunError
+from labkit.errors import ConfigError, RunError
+from labkit.jsonlines import loads_strict
 from labkit.safefiles import LockHeld, take_lock, write_new_file
 
 __all__ = [
@@ -123,17 +123,28 @@ class WatchState(BaseModel):
         return out
 
 
+#: A state far larger than months of rounds is not one (read no further).
+MAX_STATE_BYTES = 64 * 1024 * 1024
+
+
 def read_state(folder: Path) -> WatchState | None:
     """The folder's state (None: no watch has run there); RunError, one line, if unreadable."""
     path = folder / STATE_FILE
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_STATE_BYTES + 1)
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise RunError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(raw) > MAX_STATE_BYTES:
+        raise RunError(f"{path} is larger than {MAX_STATE_BYTES} bytes: not a watch state")
     try:
-        state = WatchState.model_validate(json.loads(text))
+        state = WatchState.model_validate(loads_strict(raw.decode("utf-8"), str(path)))
+    except UnicodeDecodeError:
+        raise RunError(f"{path} is not a watch state this labkit reads: not UTF-8") from None
+    except ConfigError as exc:
+        raise RunError(f"{path} is not a watch state this labkit reads: {exc}") from None
     except (ValueError, ValidationError) as exc:
         first = str(exc).splitlines()[0][:200]
         raise RunError(f"{path} is not a watch state this labkit reads: {first}") from None

@@ -221,6 +221,9 @@ def test_the_cli_renders_saved_figures(tmp_path: Path) -> None:
         ([], "name a STORE (a DuckDB file or a postgresql:// URL)"),
         (["--figures", "missing.json"], "cannot read the figures file"),
         (["--figures", "bad.json"], "is not observatory figures"),
+        (["--figures", "deep.json"], "is not observatory figures"),
+        (["--figures", "binary.json"], "cannot read the figures file"),
+        (["--figures", "cut.json"], "is not observatory figures"),
     ],
 )
 def test_the_cli_says_bad_input_in_one_line(
@@ -228,6 +231,9 @@ def test_the_cli_says_bad_input_in_one_line(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "bad.json").write_text('{"store": 3}', encoding="utf-8")
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    (tmp_path / "binary.json").write_bytes(b"\xff\xfe\x00 not UTF-8")
+    (tmp_path / "cut.json").write_text('{"store": "s", "computed_at": "2026-', encoding="utf-8")
     result = CliRunner().invoke(app, ["dashboard", *args])
     assert result.exit_code == 1
     lines = [line for line in result.output.splitlines() if line.strip()]

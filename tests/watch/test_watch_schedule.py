@@ -451,3 +451,33 @@ def test_state_survives_a_round_trip(tmp_path: Path) -> None:
     (tmp_path / "state.json").write_text("{not json")
     with pytest.raises(RunError, match="is not a watch state"):
         read_state(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"\xff\xfe not UTF-8",
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"format": NaN}',
+        b'{"format": 1e999}',
+        b'"a string"',
+        b"",
+    ],
+    ids=["not-utf8", "deep", "nan", "huge-number", "wrong-type", "empty"],
+)
+def test_a_hostile_state_file_is_one_line(tmp_path: Path, content: bytes) -> None:
+    (tmp_path / "state.json").write_bytes(content)
+    with pytest.raises(RunError, match="is not a watch state") as caught:
+        read_state(tmp_path)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_state_file_too_large_is_refused_unread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import labkit.watch.state as state_module
+
+    monkeypatch.setattr(state_module, "MAX_STATE_BYTES", 16)
+    (tmp_path / "state.json").write_bytes(b'{"format": 1, "padding": "' + b"x" * 64 + b'"}')
+    with pytest.raises(RunError, match="larger than 16 bytes"):
+        read_state(tmp_path)
