@@ -26,13 +26,16 @@ and the join of each row to its byte offset). Reading the report's columns back 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import json
 import logging
 import os
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import pandas as pd
@@ -43,27 +46,38 @@ import pyarrow.parquet as pq
 from labkit.report import load as _load
 
 __all__ = [
-    "SIDECAR_FILE",
+    "SIDECAR_DIR",
     "SIDECAR_INDEX",
     "SIDECAR_MIN_BYTES",
     "Group",
+    "Part",
     "Sidecar",
     "build_sidecar",
+    "convert",
     "open_sidecar",
     "sidecar",
 ]
 
 log = logging.getLogger(__name__)
 
-SIDECAR_FILE = "records.columns.parquet"
-SIDECAR_INDEX = "records.columns.json"
+#: The sidecar's folder in the run folder: its parts and their index.
+SIDECAR_DIR = "records.columns"
+INDEX_FILE = "index.json"
+LOCK_FILE = ".lock"
+#: The index, from the run folder.
+SIDECAR_INDEX = f"{SIDECAR_DIR}/{INDEX_FILE}"
+#: Yesterday's single-file sidecar (format 2): removed, never read.
+OLD_FILES = ("records.columns.parquet", "records.columns.json")
+
+#: The bytes of a part's range whose digest is its fingerprint, at each end.
+EDGE_BYTES = 1024
 
 #: A records.jsonl this large or larger is read through its sidecar (about 20,000
 #: records); a smaller one is read whole, which is quick and writes nothing.
 SIDECAR_MIN_BYTES = 64 << 20
 
 #: The sidecar's format: a sidecar of another version is stale.
-VERSION = 2
+VERSION = 3
 
 #: Rows per Parquet row group: a group is read as the row groups it spans.
 ROW_GROUP_ROWS = 1 << 16
@@ -75,14 +89,15 @@ SORT_MEMORY = "400MiB"
 @dataclass(frozen=True)
 class Group:
     """One group of the statistics in the sidecar: its key, its rows, and the Parquet row
-    groups that hold them (each row group holds one group's rows only)."""
+    groups that hold them, as (part, row group in the part's file), in the order of their
+    lines (each row group holds one group's rows only)."""
 
     provider: str
     experiment: str
     model: str
     client_path: str
     rows: int
-    row_groups: tuple[int, ...]
+    row_groups: tuple[tuple[int, int], ...]
 
     @property
     def key(self) -> tuple[str, str, str, str]:
@@ -109,22 +124,21 @@ def _schema() -> pa.Schema:
     return pa.schema(fields)
 
 
-def _stamp(records: Path) -> dict[str, int]:
-    st = records.stat()
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
-
-
 @dataclass
 class Sidecar:
-    """An open, fresh sidecar: its groups (in their sorted order) and how to read them."""
+    """An open, complete and fresh sidecar: its parts' files (in the order of their byte
+    ranges), its groups (in their sorted order, each the union of its rows in every part)
+    and how to read them."""
 
     run_dir: Path
-    path: Path
+    paths: list[Path]
     groups: list[Group]
     skipped: dict[int, str]
     repeated: int
     repeated_requests: int
     repeated_offsets: list[int]
+    #: The process that converted each part (the runner's converter, or a reader).
+    converted_by: list[int]
 
     @property
     def rows(self) -> int:
@@ -135,15 +149,22 @@ class Sidecar:
         self, groups: Sequence[Group] | None = None, columns: Collection[str] | None = None
     ) -> pa.Table:
         """The rows of `groups` (all when None) in the columns asked for (all when None;
-        those the sidecar lacks left out), read as their row groups, in no set order."""
-        file = pq.ParquetFile(self.path)
-        names = file.schema_arrow.names
+        those the sidecar lacks left out), read as their row groups, part after part (so
+        in no set order)."""
+        names = _schema().names
         wanted = names if columns is None else [c for c in names if c in columns]
         chosen = self.groups if groups is None else groups
-        ids = sorted(i for g in chosen for i in g.row_groups)
-        if not ids:
+        by_part: dict[int, list[int]] = {}
+        for g in chosen:
+            for part, i in g.row_groups:
+                by_part.setdefault(part, []).append(i)
+        if not by_part:
             return _schema().empty_table().select(wanted)
-        return file.read_row_groups(ids, columns=wanted)
+        tables = [
+            pq.ParquetFile(self.paths[part]).read_row_groups(sorted(ids), columns=wanted)
+            for part, ids in sorted(by_part.items())
+        ]
+        return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
 
     def frame(
         self,
@@ -269,18 +290,25 @@ def _batch_table(batch: pa.RecordBatch, valid: np.ndarray, offsets: np.ndarray) 
 
 
 def _doubtful_table(
-    records: Path, scanned: _load.Scanned, run_dir: Path, skipped: dict[int, str]
+    records: Path,
+    scanned: _load.Scanned,
+    run_dir: Path,
+    skipped: dict[int, str],
+    lines_before: int = 0,
+    start: int = 0,
 ) -> pa.Table | None:
     """The lines DuckDB doubted, each read by the line reader: those that are records
-    after all as sidecar rows, the others into `skipped`."""
+    after all as sidecar rows, the others into `skipped` (`records` holds bytes from
+    `start` of records.jsonl, its first line the one after `lines_before`)."""
     rows: list[dict[str, Any]] = []
+    named = run_dir / _load.RECORDS_FILE
     with records.open("rb") as fh:
         for row in scanned.doubted:
-            number = int(scanned.numbers[row])
+            number = int(scanned.numbers[row]) + lines_before
             offset = int(scanned.offsets[row])
             fh.seek(offset)
             line = fh.read(int(scanned.lengths[row]))
-            frame = _load._parse_block(line, number - 1, offset, records, run_dir, skipped)
+            frame = _load._parse_block(line, number - 1, offset + start, named, run_dir, skipped)
             if not len(frame):
                 continue
             record = frame.iloc[0]
@@ -342,73 +370,327 @@ class _GroupWriter:
         self.written += 1
 
     def groups(self) -> list[Group]:
-        """Every group written, in their sorted order (all buffers written first)."""
+        """Every group written, in their sorted order (all buffers written first), its
+        row groups as (0, row group): this file's."""
         for key in list(self.buffered):
             self.flush(key)
         return [
-            Group(*key, self.rows[key], tuple(self.row_groups[key])) for key in sorted(self.rows)
+            Group(*key, self.rows[key], tuple((0, i) for i in self.row_groups[key]))
+            for key in sorted(self.rows)
         ]
 
 
-def build_sidecar(run_dir: Path) -> Sidecar | None:
-    """Read `run_dir`'s records.jsonl once into its sidecar (see the module); None when
-    DuckDB cannot read it as a whole or the folder cannot be written (the caller reads
-    records.jsonl as before)."""
-    import duckdb
+# --- Building it, a part at a time -------------------------------------------------------
 
-    records = run_dir / _load.RECORDS_FILE
-    stamp = _stamp(records)
-    tag = f".{os.getpid()}.tmp"
-    sidecar_tmp = run_dir / (SIDECAR_FILE + tag)
-    index_tmp = run_dir / (SIDECAR_INDEX + tag)
-    skipped: dict[int, str] = {}
+
+@dataclass(frozen=True)
+class Part:
+    """One part of the sidecar: the records of bytes [start, end) of records.jsonl (a range
+    that ends a line, or the file), in `file` under `SIDECAR_DIR`; `lines`: the lines it
+    covers (blank ones too: the next part's first line is the one after); `head` and
+    `tail`: a fingerprint of the range's first and last KiB; `pid`: the process that
+    converted it."""
+
+    file: str
+    start: int
+    end: int
+    lines: int
+    head: str
+    tail: str
+    groups: tuple[Group, ...]
+    skipped: dict[int, str]
+    pid: int
+
+    def entry(self) -> dict[str, Any]:
+        """The part as the index holds it."""
+        return {
+            "file": self.file,
+            "start": self.start,
+            "end": self.end,
+            "lines": self.lines,
+            "head": self.head,
+            "tail": self.tail,
+            "groups": [[*g.key, g.rows, [rg for _, rg in g.row_groups]] for g in self.groups],
+            "skipped": {str(k): v for k, v in sorted(self.skipped.items())},
+            "pid": self.pid,
+        }
+
+    @classmethod
+    def of_entry(cls, entry: dict[str, Any]) -> Part:
+        """A part from its index entry (KeyError, TypeError or ValueError when malformed)."""
+        groups = tuple(
+            Group(str(p), str(e), str(m), str(c), int(n), tuple((0, int(i)) for i in rg))
+            for p, e, m, c, n, rg in entry["groups"]
+        )
+        name = str(entry["file"])
+        if "/" in name or not name.endswith(".parquet"):
+            raise ValueError(f"not a part's file name: {name!r}")
+        return cls(
+            name,
+            int(entry["start"]),
+            int(entry["end"]),
+            int(entry["lines"]),
+            str(entry["head"]),
+            str(entry["tail"]),
+            groups,
+            {int(k): str(v) for k, v in entry["skipped"].items()},
+            int(entry["pid"]),
+        )
+
+
+def _fingerprint(fh: BinaryIO, start: int, end: int) -> tuple[str, str]:
+    """A digest of the first and of the last `EDGE_BYTES` of bytes [start, end) of `fh`."""
+    fh.seek(start)
+    head = fh.read(min(EDGE_BYTES, end - start))
+    fh.seek(max(start, end - EDGE_BYTES))
+    tail = fh.read(min(EDGE_BYTES, end - start))
+    return (
+        hashlib.blake2b(head, digest_size=8).hexdigest(),
+        hashlib.blake2b(tail, digest_size=8).hexdigest(),
+    )
+
+
+def _valid_parts(index: Any, records: Path) -> tuple[list[Part], dict[str, Any]] | None:
+    """The index's parts, when each still covers the bytes it was made from: the ranges
+    follow each other from byte 0; each lies inside records.jsonl, ends a line (or ends the
+    file), and its first and last KiB are as they were; and a file no longer than the parts
+    is as it was when the last was made (its modification time: a same-size rewrite). None
+    when one does not (records.jsonl was truncated or rewritten: everything is rebuilt)."""
     try:
-        lines = _load.record_lines(records)
-        offsets = lines[1]
-        with pq.ParquetWriter(sidecar_tmp, _schema()) as writer:
+        if not isinstance(index, dict) or index.get("version") != VERSION:
+            return None
+        parts = [Part.of_entry(e) for e in index["parts"]]
+        with records.open("rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            mtime = os.fstat(fh.fileno()).st_mtime_ns
+            at = 0
+            for part in parts:
+                if part.start != at or part.end <= part.start or part.end > size:
+                    return None
+                if _fingerprint(fh, part.start, part.end) != (part.head, part.tail):
+                    return None
+                fh.seek(part.end - 1)
+                if fh.read(1) != b"\n" and part.end != size:
+                    return None  # a cut last line since continued
+                at = part.end
+        if at == size and parts and index.get("mtime_ns") != mtime:
+            return None
+        return parts, index
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _read_index(run_dir: Path) -> Any:
+    try:
+        return json.loads((run_dir / SIDECAR_INDEX).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _line_end(records: Path, size: int) -> int:
+    """The end of the last whole line of the first `size` bytes of `records` (0: none)."""
+    step = 1 << 16
+    with records.open("rb") as fh:
+        at = size
+        while at > 0:
+            begin = max(0, at - step)
+            fh.seek(begin)
+            chunk = fh.read(at - begin)
+            newline = chunk.rfind(b"\n")
+            if newline >= 0:
+                return begin + newline + 1
+            at = begin
+    return 0
+
+
+def _copy_range(records: Path, start: int, end: int, target: Path) -> None:
+    """Bytes [start, end) of `records` into `target` (in the kernel where it can)."""
+    with records.open("rb") as src, target.open("wb") as dst:
+        left, at = end - start, start
+        while left > 0:
+            try:
+                n = os.copy_file_range(src.fileno(), dst.fileno(), left, at)
+            except OSError:
+                n = 0
+            if n <= 0:  # not supported here: by reads and writes
+                src.seek(at)
+                data = src.read(min(left, 8 << 20))
+                if not data:
+                    raise OSError(f"{records} is shorter than {end} bytes")
+                dst.write(data)
+                n = len(data)
+            left -= n
+            at += n
+
+
+def _lines_in(
+    records: Path,
+    start: int,
+    end: int,
+    numbers: np.ndarray,
+    lengths: np.ndarray,
+    offsets: np.ndarray,
+) -> int:
+    """The lines of bytes [start, end) of `records` (a cut last one counted), given the
+    range's non-blank lines (numbers from 1 within the range, offsets within it)."""
+    after = start + (int(offsets[-1] + lengths[-1]) if numbers.size else 0)
+    count = int(numbers[-1]) if numbers.size else 0
+    with records.open("rb") as fh:
+        fh.seek(after)
+        while after < end:
+            chunk = fh.read(min(end - after, 8 << 20))
+            if not chunk:
+                break
+            count += chunk.count(b"\n")
+            after += len(chunk)
+            if after == end and not chunk.endswith(b"\n"):
+                count += 1
+    return count
+
+
+def _convert_range(
+    run_dir: Path, start: int, end: int, lines_before: int, number: int
+) -> Part | None:
+    """Bytes [start, end) of records.jsonl as part `number` of the sidecar (see `Part`);
+    None when DuckDB cannot read the range as a whole (its reader reads it as before)."""
+    records = run_dir / _load.RECORDS_FILE
+    folder = run_dir / SIDECAR_DIR
+    tag = f".{os.getpid()}.tmp"
+    name = f"part-{number:05d}.parquet"
+    part_tmp = folder / (name + tag)
+    range_tmp = folder / f"range{tag}.jsonl"
+    try:
+        if start == 0 and end == records.stat().st_size:
+            source = records
+        else:
+            _copy_range(records, start, end, range_tmp)
+            source = range_tmp
+        lines = _load.record_lines(source)
+        numbers, offsets, lengths = lines
+        skipped: dict[int, str] = {}
+        with pq.ParquetWriter(part_tmp, _schema()) as writer:
             groups = _GroupWriter(writer)
 
             def write(first_row: int, batch: pa.RecordBatch, valid: np.ndarray) -> None:
                 at = offsets[first_row : first_row + batch.num_rows]
                 if at.size == batch.num_rows:  # else the file and the rows differ: refused
-                    groups.add(_batch_table(batch, valid, at))
+                    groups.add(_batch_table(batch, valid, at + start))
 
-            scanned = _load.scan_batches(records, None, write, lines)
+            scanned = _load.scan_batches(source, None, write, lines)
             if scanned is None:
                 return None
-            doubtful = _doubtful_table(records, scanned, run_dir, skipped)
+            doubtful = _doubtful_table(source, scanned, run_dir, skipped, lines_before, start)
             if doubtful is not None:
                 groups.add(doubtful)
             found = groups.groups()
-        repeated = _repeated(sidecar_tmp)
-        index = {
-            "version": VERSION,
-            "source": stamp,
-            "groups": [[*g.key, g.rows, list(g.row_groups)] for g in found],
-            "skipped": {str(k): v for k, v in sorted(skipped.items())},
-            "repeated": repeated,
-        }
-        index_tmp.write_text(json.dumps(index), encoding="utf-8")
-        os.replace(sidecar_tmp, run_dir / SIDECAR_FILE)
-        os.replace(index_tmp, run_dir / SIDECAR_INDEX)  # last: the pair is whole
-    except (OSError, duckdb.Error, pa.ArrowException) as exc:
-        log.info("%s: no columnar sidecar (%s); records.jsonl is read whole", run_dir, exc)
-        return None
+        count = _lines_in(records, start, end, numbers, lengths, offsets)
+        with records.open("rb") as fh:
+            head, tail = _fingerprint(fh, start, end)
+        os.replace(part_tmp, folder / name)
+        return Part(name, start, end, count, head, tail, tuple(found), skipped, os.getpid())
     finally:
-        sidecar_tmp.unlink(missing_ok=True)
-        index_tmp.unlink(missing_ok=True)
-    return open_sidecar(run_dir)
+        part_tmp.unlink(missing_ok=True)
+        range_tmp.unlink(missing_ok=True)
 
 
-def _repeated(path: Path) -> dict[str, Any]:
-    """The lines that repeat a record_id read before (their byte offsets), how many, and
-    how many records they repeat (DuckDB, over the sidecar's record_id column)."""
+def _write_index(
+    run_dir: Path, parts: Sequence[Part], repeated: dict[str, Any] | None, mtime_ns: int
+) -> None:
+    """The index, replaced whole (a reader sees the old one or the new one); files of the
+    folder no part names (a rebuilt sidecar's, a killed converter's) removed after."""
+    folder = run_dir / SIDECAR_DIR
+    index = {
+        "version": VERSION,
+        "parts": [p.entry() for p in parts],
+        "mtime_ns": mtime_ns,
+        "repeated": repeated,
+    }
+    tmp = folder / f"{INDEX_FILE}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(index), encoding="utf-8")
+    os.replace(tmp, folder / INDEX_FILE)
+    keep = {p.file for p in parts} | {INDEX_FILE, LOCK_FILE}
+    for child in folder.iterdir():
+        if child.name not in keep and not child.name.endswith(f".{os.getpid()}.tmp"):
+            with contextlib.suppress(OSError):
+                child.unlink()
+
+
+@contextlib.contextmanager
+def _locked(run_dir: Path) -> Iterator[None]:
+    """The sidecar's folder, made if missing, held by this process alone (a converter of
+    the runner's and a reader never convert at once: the second waits, then converts only
+    what the first left)."""
+    folder = run_dir / SIDECAR_DIR
+    folder.mkdir(exist_ok=True)
+    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def convert(run_dir: Path | str, *, final: bool = True) -> Sidecar | None:
+    """Convert what the sidecar's parts do not cover yet: the function the runner's
+    converter (a child process) and the first reader both call.
+
+    The parts are checked first (`_valid_parts`): when records.jsonl no longer holds the
+    bytes they were made from, or the sidecar is of another format (yesterday's single
+    file among them), they are removed and everything is converted again. Then the bytes
+    after the last part become one new part: up to the last whole line while the run is
+    recording (`final` False), or to the end of the file (`final`: a finished run, the
+    first reader; then the repeated records are found too, and the sidecar is returned).
+    None when the folder cannot be written or DuckDB cannot read the records as a whole
+    (the reader then reads records.jsonl as before)."""
     import duckdb
 
+    folder = Path(run_dir)
+    records = folder / _load.RECORDS_FILE
+    try:
+        for old in OLD_FILES:  # yesterday's single-file sidecar: never read, replaced
+            (folder / old).unlink(missing_ok=True)
+        with _locked(folder):
+            found = _valid_parts(_read_index(folder), records)
+            parts, index = found if found is not None else ([], {})
+            repeated = index.get("repeated") if found is not None else None
+            st = records.stat()
+            covered = parts[-1].end if parts else 0
+            end = st.st_size if final else _line_end(records, st.st_size)
+            if end > covered:
+                lines_before = sum(p.lines for p in parts)
+                part = _convert_range(folder, covered, end, lines_before, len(parts))
+                if part is None:
+                    return None
+                parts.append(part)
+                repeated = None
+            if final and (repeated is None or repeated.get("end") != end):
+                paths = [folder / SIDECAR_DIR / p.file for p in parts]
+                repeated = {**_repeated(paths), "end": end}
+            if end > covered or found is None or final:
+                _write_index(folder, parts, repeated, st.st_mtime_ns)
+    except (OSError, duckdb.Error, pa.ArrowException) as exc:
+        log.info("%s: no columnar sidecar (%s); records.jsonl is read whole", folder, exc)
+        return None
+    return open_sidecar(folder) if final else None
+
+
+def build_sidecar(run_dir: Path) -> Sidecar | None:
+    """The run's sidecar made complete (`convert`, final): what the first reader does."""
+    return convert(run_dir, final=True)
+
+
+def _repeated(paths: Sequence[Path]) -> dict[str, Any]:
+    """The lines that repeat a record_id read before (their byte offsets), how many, and
+    how many records they repeat (DuckDB, over the parts' record_id columns)."""
+    import duckdb
+
+    files = [str(p) for p in paths]
+    if not files:
+        return {"lines": 0, "records": 0, "offsets": []}
     with duckdb.connect(config={"memory_limit": SORT_MEMORY}) as con:
         con.execute("SET enable_progress_bar = false")
         (total, distinct) = con.execute(
-            "SELECT count(*), count(DISTINCT record_id) FROM read_parquet(?)", [str(path)]
+            "SELECT count(*), count(DISTINCT record_id) FROM read_parquet(?)", [files]
         ).fetchone() or (0, 0)
         if total == distinct:
             return {"lines": 0, "records": 0, "offsets": []}
@@ -416,7 +698,7 @@ def _repeated(path: Path) -> dict[str, Any]:
             "SELECT file_offset, record_id FROM (SELECT file_offset, record_id, row_number() "
             "OVER (PARTITION BY record_id ORDER BY file_offset) AS n FROM read_parquet(?)) "
             "WHERE n > 1 ORDER BY file_offset",
-            [str(path)],
+            [files],
         ).fetchall()
     return {
         "lines": len(again),
@@ -429,31 +711,41 @@ def _repeated(path: Path) -> dict[str, Any]:
 
 
 def open_sidecar(run_dir: Path) -> Sidecar | None:
-    """`run_dir`'s sidecar when it is there and fresh (built from records.jsonl as it is
-    now, by this version); None otherwise."""
-    index_path = run_dir / SIDECAR_INDEX
-    path = run_dir / SIDECAR_FILE
+    """`run_dir`'s sidecar when it is there, complete and fresh (its parts cover
+    records.jsonl as it is now, by this version, its repeated records found); None
+    otherwise."""
     records = run_dir / _load.RECORDS_FILE
+    found = _valid_parts(_read_index(run_dir), records)
+    if found is None:
+        return None
+    parts, index = found
     try:
-        index = json.loads(index_path.read_text(encoding="utf-8"))
-        if (
-            not isinstance(index, dict)
-            or index.get("version") != VERSION
-            or index.get("source") != _stamp(records)
-            or not path.is_file()
-        ):
+        size = records.stat().st_size
+        repeated = index.get("repeated")
+        if (parts[-1].end if parts else 0) != size or not isinstance(repeated, dict):
             return None
-        groups = [Group(p, e, m, c, int(n), tuple(rg)) for p, e, m, c, n, rg in index["groups"]]
-        skipped = {int(k): str(v) for k, v in index["skipped"].items()}
-        repeated = index["repeated"]
+        if repeated.get("end") != size:
+            return None
+        merged: dict[tuple[str, str, str, str], tuple[int, list[tuple[int, int]]]] = {}
+        skipped: dict[int, str] = {}
+        for k, part in enumerate(parts):
+            for g in part.groups:
+                rows, ids = merged.get(g.key, (0, []))
+                merged[g.key] = (rows + g.rows, ids + [(k, i) for _, i in g.row_groups])
+            skipped.update(part.skipped)
+        groups = [Group(*key, rows, tuple(ids)) for key, (rows, ids) in sorted(merged.items())]
+        paths = [run_dir / SIDECAR_DIR / p.file for p in parts]
+        if not all(p.is_file() for p in paths):
+            return None
         return Sidecar(
             run_dir,
-            path,
+            paths,
             groups,
             skipped,
             int(repeated["lines"]),
             int(repeated["records"]),
             [int(x) for x in repeated["offsets"]],
+            [p.pid for p in parts],
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -461,7 +753,8 @@ def open_sidecar(run_dir: Path) -> Sidecar | None:
 
 def sidecar(run_dir: Path | str, *, min_bytes: int | None = None) -> Sidecar | None:
     """The sidecar of a run of at least `min_bytes` (`SIDECAR_MIN_BYTES`) of records:
-    opened when fresh, else built; None for a smaller run or where it cannot be built."""
+    opened when complete and fresh, else completed (only what its parts lack converted);
+    None for a smaller run or where it cannot be made."""
     folder = Path(run_dir)
     records = folder / _load.RECORDS_FILE
     limit = SIDECAR_MIN_BYTES if min_bytes is None else min_bytes
@@ -470,7 +763,22 @@ def sidecar(run_dir: Path | str, *, min_bytes: int | None = None) -> Sidecar | N
             return None
     except OSError:
         return None
-    return open_sidecar(folder) or build_sidecar(folder)
+    return open_sidecar(folder) or convert(folder, final=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m labkit.report.columnar RUN_DIR [--final]`: the runner's converter (run in
+    a child process at the lowest priority: see `labkit.runner.sidecar`)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m labkit.report.columnar")
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--final", action="store_true", help="to the end of the file")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if convert(args.run_dir, final=args.final) is None and args.final:
+        return 1
+    return 0 if _read_index(args.run_dir) is not None else 1
 
 
 def _read_for_load(

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from labkit.report import columnar, load_run, write_comparison
-from labkit.report.columnar import SIDECAR_FILE, SIDECAR_INDEX, Sidecar
+from labkit.report.columnar import SIDECAR_DIR, SIDECAR_INDEX, Sidecar
 from labkit.rundata import read_run
 from tests.report.report_builders import full_lab, write_run
 from tests.report.test_columnar_load import _report_files, _varied
@@ -46,7 +46,7 @@ def _whole(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, bytes]:
     with monkeypatch.context() as patch:
         patch.setattr(columnar, "SIDECAR_MIN_BYTES", 1 << 62)
         files = _report_files(run_dir)
-    assert not (run_dir / SIDECAR_FILE).exists()
+    assert not (run_dir / SIDECAR_DIR).exists()
     return files
 
 
@@ -57,7 +57,7 @@ def test_the_report_from_the_sidecar_is_the_report_of_the_records_read_whole(
     whole = _whole(run_dir, monkeypatch)
     monkeypatch.setattr(columnar, "SIDECAR_MIN_BYTES", 0)
     parts = _report_files(run_dir)
-    assert (run_dir / SIDECAR_FILE).is_file() and (run_dir / SIDECAR_INDEX).is_file()
+    assert (run_dir / SIDECAR_INDEX).is_file() and (run_dir / SIDECAR_INDEX).is_file()
     assert parts.keys() == whole.keys()
     for name, content in whole.items():
         assert parts[name] == content, f"{name} differs when read through the sidecar"
@@ -84,7 +84,7 @@ def test_read_run_through_the_sidecar_is_the_frame_of_the_records_read_whole(
         whole = load_run(run_dir)
         some = read_run(run_dir, ["client.ttft_ms", "experiment"])
     through = load_run(run_dir)
-    assert (run_dir / SIDECAR_FILE).is_file()
+    assert (run_dir / SIDECAR_INDEX).is_file()
     pd.testing.assert_frame_equal(through.records, whole.records)
     assert through.problems == whole.problems and through.skipped_lines == 1
     assert through.repeated_records == whole.repeated_records == 1
@@ -92,29 +92,35 @@ def test_read_run_through_the_sidecar_is_the_frame_of_the_records_read_whole(
 
 
 @pytest.mark.usefixtures("always")
-def test_a_stale_sidecar_is_rebuilt_from_the_records(tmp_path: Path) -> None:
+def test_records_appended_are_converted_as_a_new_part(tmp_path: Path) -> None:
     recs = _varied()[:20]
     run_dir = write_run(tmp_path / "run", recs)
     assert len(read_run(run_dir)) == 20
     built = json.loads((run_dir / SIDECAR_INDEX).read_text())
+    assert len(built["parts"]) == 1
     more = make_record(provider="late", ttft_ms=5.0)
     with (run_dir / "records.jsonl").open("a", encoding="utf-8") as fh:
         fh.write(more.to_json_line() + "\n")
     frame = read_run(run_dir)
     assert len(frame) == 21 and "late" in set(frame["provider"])
-    rebuilt = json.loads((run_dir / SIDECAR_INDEX).read_text())
-    assert rebuilt["source"] != built["source"] and sum(g[4] for g in rebuilt["groups"]) == 21
-    # A sidecar of another format, or a lost index: rebuilt too.
-    rebuilt["version"] = -1
-    (run_dir / SIDECAR_INDEX).write_text(json.dumps(rebuilt))
+    grown = json.loads((run_dir / SIDECAR_INDEX).read_text())
+    assert grown["parts"][0] == built["parts"][0]  # the first part kept, only the tail read
+    assert [sum(g[4] for g in p["groups"]) for p in grown["parts"]] == [20, 1]
+    assert grown["parts"][1]["start"] == built["parts"][0]["end"]
+    # A sidecar of another format, or a lost index: rebuilt.
+    grown["version"] = -1
+    (run_dir / SIDECAR_INDEX).write_text(json.dumps(grown))
     assert columnar.open_sidecar(run_dir) is None
     assert len(read_run(run_dir)) == 21 and columnar.open_sidecar(run_dir) is not None
+    assert len(json.loads((run_dir / SIDECAR_INDEX).read_text())["parts"]) == 1
     (run_dir / SIDECAR_INDEX).unlink()
     assert len(read_run(run_dir)) == 21
-    assert sorted(p.name for p in run_dir.iterdir() if "columns" in p.name) == [
-        SIDECAR_INDEX,
-        SIDECAR_FILE,
-    ]  # no leftover temporary file
+    assert sorted(p.name for p in (run_dir / SIDECAR_DIR).iterdir()) == [
+        ".lock",
+        "index.json",
+        "part-00000.parquet",
+    ]  # no leftover temporary file, nor a part no index names
+    assert sorted(p.name for p in run_dir.iterdir() if "columns" in p.name) == [SIDECAR_DIR]
 
 
 @pytest.mark.usefixtures("always")
@@ -167,7 +173,7 @@ def test_compare_through_the_sidecar_is_the_comparison_of_the_records_read_whole
         write_comparison([base, other], tmp_path / "whole")
     monkeypatch.setattr(columnar, "SIDECAR_MIN_BYTES", 0)
     write_comparison([base, other], tmp_path / "parts")
-    assert (base / SIDECAR_FILE).is_file() and (other / SIDECAR_FILE).is_file()
+    assert (base / SIDECAR_INDEX).is_file() and (other / SIDECAR_INDEX).is_file()
     for name in ("compare.md", "compare.csv", "compare.html"):
         assert (tmp_path / "parts" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes()
     assert "slower" in (tmp_path / "parts" / "compare.md").read_text()
@@ -182,6 +188,6 @@ def test_a_priced_run_shows_the_same_cost_through_the_sidecar(
     whole = _whole(run_dir, monkeypatch)
     monkeypatch.setattr(columnar, "SIDECAR_MIN_BYTES", 0)
     parts = _report_files(run_dir)
-    assert (run_dir / SIDECAR_FILE).is_file()
+    assert (run_dir / SIDECAR_INDEX).is_file()
     assert "## Cost" in whole["report.md"].decode()
     assert parts == whole
