@@ -630,7 +630,7 @@ def _locked(run_dir: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def convert(run_dir: Path | str, *, final: bool = True) -> Sidecar | None:
+def convert(run_dir: Path | str, *, final: bool = True) -> bool:
     """Convert what the sidecar's parts do not cover yet: the function the runner's
     converter (a child process) and the first reader both call.
 
@@ -639,9 +639,9 @@ def convert(run_dir: Path | str, *, final: bool = True) -> Sidecar | None:
     file among them), they are removed and everything is converted again. Then the bytes
     after the last part become one new part: up to the last whole line while the run is
     recording (`final` False), or to the end of the file (`final`: a finished run, the
-    first reader; then the repeated records are found too, and the sidecar is returned).
-    None when the folder cannot be written or DuckDB cannot read the records as a whole
-    (the reader then reads records.jsonl as before)."""
+    first reader; then the repeated records are found too). False when the folder cannot
+    be written or DuckDB cannot read the records as a whole (the reader then reads
+    records.jsonl as before)."""
     import duckdb
 
     folder = Path(run_dir)
@@ -660,7 +660,7 @@ def convert(run_dir: Path | str, *, final: bool = True) -> Sidecar | None:
                 lines_before = sum(p.lines for p in parts)
                 part = _convert_range(folder, covered, end, lines_before, len(parts))
                 if part is None:
-                    return None
+                    return False
                 parts.append(part)
                 repeated = None
             if final and (repeated is None or repeated.get("end") != end):
@@ -670,13 +670,13 @@ def convert(run_dir: Path | str, *, final: bool = True) -> Sidecar | None:
                 _write_index(folder, parts, repeated, st.st_mtime_ns)
     except (OSError, duckdb.Error, pa.ArrowException) as exc:
         log.info("%s: no columnar sidecar (%s); records.jsonl is read whole", folder, exc)
-        return None
-    return open_sidecar(folder) if final else None
+        return False
+    return True
 
 
 def build_sidecar(run_dir: Path) -> Sidecar | None:
     """The run's sidecar made complete (`convert`, final): what the first reader does."""
-    return convert(run_dir, final=True)
+    return open_sidecar(run_dir) if convert(run_dir, final=True) else None
 
 
 def _repeated(paths: Sequence[Path]) -> dict[str, Any]:
@@ -763,7 +763,7 @@ def sidecar(run_dir: Path | str, *, min_bytes: int | None = None) -> Sidecar | N
             return None
     except OSError:
         return None
-    return open_sidecar(folder) or convert(folder, final=True)
+    return open_sidecar(folder) or build_sidecar(folder)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -776,9 +776,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--final", action="store_true", help="to the end of the file")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    if convert(args.run_dir, final=args.final) is None and args.final:
-        return 1
-    return 0 if _read_index(args.run_dir) is not None else 1
+    return 0 if convert(args.run_dir, final=args.final) else 1
 
 
 def _read_for_load(

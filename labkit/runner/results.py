@@ -35,6 +35,7 @@ from labkit.errors import RunError
 from labkit.filenames import safe_filename
 from labkit.manifest import FOLDER_FORMAT, HostInfo, Manifest
 from labkit.records import LabResults, RequestRecord
+from labkit.runner.sidecar import SidecarWriter
 from labkit.safefiles import LockHeld, take_lock
 from labkit.scrub import scrub_json
 
@@ -166,6 +167,8 @@ class RunFolder:
         self.on_write_error: Callable[[str], None] | None = None
         """Called once, with `write_error`, when a write first fails (the CLI stops the run)."""
         self._unlock: Callable[[], object] | None = None
+        self.sidecar = SidecarWriter(path)
+        """Has the columnar sidecar converted as records.jsonl grows (a child process)."""
 
     @classmethod
     def create(cls, out_dir: Path, run_id: str) -> RunFolder:
@@ -272,6 +275,7 @@ class RunFolder:
                 view = view[written:]
         except OSError as exc:
             self._failed(self.records_path, exc)
+        self.sidecar.grew(len(data))
 
     def _failed(self, path: Path, exc: OSError) -> None:
         """Remember the first failed write, make room for the manifest, and raise it."""

@@ -261,6 +261,7 @@ class Runner:
             # Every record after the failed write would be lost: the run stops here, its
             # manifest says why, and `--resume` finishes it.
             raise RunError(f"{self.folder.write_error}; resume with labkit run --resume")
+        await self.folder.sidecar.finish()  # the columnar sidecar's last part
         await self._export_traces()
         lab = self.analyze()
         self.folder.write_lab(lab)

@@ -1,0 +1,162 @@
+"""The columnar sidecar written as a run records: its parts converted off the hot path.
+
+A large run's records are read into columns once (`labkit.report.columnar`: the sidecar's
+parts, each a byte range of records.jsonl). So that the first `labkit report` of a large
+run need not read gigabytes of JSON, the runner has them converted while it records: each
+time records.jsonl has grown by `PART_BYTES` since the last conversion began, a child
+process converts what the parts do not cover yet, up to the last whole line; at the run's
+end (after the last request, before the run's figures) a last one converts the rest.
+
+The measuring process never converts: the conversion holds the interpreter for seconds
+(JSON, Arrow, Parquet) and the stamps are taken in the event loop, so it runs in a child
+process, started at the lowest priority (nice 19 and, where Linux allows it,
+`SCHED_IDLE`) before it imports anything; this process only counts the bytes it appends
+and, once per part, starts the child and later reaps it. This layer does not import the
+converter either (it is the report's): the child is started by the module's name.
+
+Nothing measured depends on it: records.jsonl stays the source of truth; a conversion that
+fails is logged once and the first reader converts what the parts lack itself; a run that
+is killed keeps the parts converted so far.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+__all__ = ["PART_BYTES", "SIDECAR_MIN_BYTES", "SidecarWriter"]
+
+log = logging.getLogger(__name__)
+
+
+def _env_bytes(name: str, default: int) -> int:
+    text = os.environ.get(name)
+    if text is None:
+        return default
+    try:
+        return max(0, int(text))
+    except ValueError:
+        log.warning("%s=%r is not a whole number of bytes; %d is used", name, text, default)
+        return default
+
+
+#: Records appended between two conversions: 256 MiB is about 80,000 records of a
+#: streamed answer, a conversion of 5-10 s at the lowest priority; the run's end then
+#: converts at most this much while the runner waits (a few seconds), and the parts of a
+#: 10⁷-record run number about 140 (each checked by a reader with two 1 KiB reads).
+#: LABKIT_SIDECAR_PART_BYTES sets it (tests use a few KiB).
+PART_BYTES = _env_bytes("LABKIT_SIDECAR_PART_BYTES", 256 << 20)
+
+#: A run smaller than this keeps no sidecar (`labkit.report.columnar.SIDECAR_MIN_BYTES`,
+#: repeated here: this layer does not import the report's). LABKIT_SIDECAR_MIN_BYTES sets it.
+SIDECAR_MIN_BYTES = _env_bytes("LABKIT_SIDECAR_MIN_BYTES", 64 << 20)
+
+#: The child's first lines: the lowest priority before any import, then the converter.
+_CHILD = (
+    "import os, sys\n"
+    "os.nice(19)\n"
+    "try:\n"
+    "    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\n"
+    "except (AttributeError, OSError):\n"
+    "    pass\n"
+    "from labkit.report.columnar import main\n"
+    "raise SystemExit(main(sys.argv[1:]))\n"
+)
+
+
+class SidecarWriter:
+    """Has the sidecar's parts converted, by a child process, as records.jsonl grows."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        *,
+        part_bytes: int | None = None,
+        min_bytes: int | None = None,
+    ) -> None:
+        self.run_dir = run_dir
+        self.part_bytes = PART_BYTES if part_bytes is None else part_bytes
+        self.min_bytes = SIDECAR_MIN_BYTES if min_bytes is None else min_bytes
+        self._grown = 0
+        self._child: subprocess.Popen[bytes] | None = None
+        self._failed = False
+        #: The children started (their process ids), for the tests and the benchmark.
+        self.started: list[int] = []
+
+    def grew(self, nbytes: int) -> None:
+        """`nbytes` more were appended to records.jsonl: start a conversion when a part's
+        worth has been since the last one began (and none is running)."""
+        self._grown += nbytes
+        if self._grown < self.part_bytes:
+            return
+        if self._child is not None and self._reap() is None:
+            self._grown = self.part_bytes - max(1, self.part_bytes // 16)  # look again soon
+            return
+        self._grown = 0
+        if self._size() >= self.min_bytes:
+            self._start(final=False)
+
+    def _size(self) -> int:
+        try:
+            return (self.run_dir / "records.jsonl").stat().st_size
+        except OSError:
+            return 0
+
+    def _start(self, *, final: bool) -> None:
+        args = [sys.executable, "-c", _CHILD, str(self.run_dir)] + (["--final"] if final else [])
+        try:
+            self._child = subprocess.Popen(
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                close_fds=True,
+            )
+            self.started.append(self._child.pid)
+        except OSError as exc:
+            self._failure(f"cannot start it ({exc})")
+
+    def _reap(self) -> int | None:
+        """The running child's exit status once it has ended (None while it runs)."""
+        child = self._child
+        if child is None:
+            return 0
+        code = child.poll()
+        if code is not None:
+            self._child = None
+            if code != 0:
+                self._failure(f"the converter exited with status {code}")
+        return code
+
+    def _failure(self, why: str) -> None:
+        if not self._failed:
+            self._failed = True
+            log.warning(
+                "%s: the columnar sidecar was not converted as the run went (%s); records.jsonl "
+                "is intact and its first reader converts it",
+                self.run_dir,
+                why,
+            )
+
+    async def finish(self) -> None:
+        """The run has ended: wait for a running conversion, then convert the rest (a run
+        smaller than `min_bytes` keeps no sidecar)."""
+        if self._child is not None:
+            await asyncio.to_thread(self._child.wait)
+            self._reap()
+        if self._size() < self.min_bytes:
+            return
+        self._start(final=True)
+        if self._child is not None:
+            await asyncio.to_thread(self._child.wait)
+            self._reap()
+
+    def abandon(self) -> None:
+        """Reap a child that has ended (one still running goes on by itself: its part is
+        whole or not written)."""
+        if self._child is not None:
+            self._reap()
