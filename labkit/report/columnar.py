@@ -201,6 +201,46 @@ class Sidecar:
                 parts.append([g])
         return parts
 
+    def text_tags(self) -> set[str]:
+        """The tags (`tags.<key>`'s keys) that are text somewhere in the run: the whole
+        frame types such a tag as text in every row (read a row group at a time)."""
+        keys: set[str] = set()
+        for path in self.paths:
+            for batch in pq.ParquetFile(path).iter_batches(columns=["tags"]):
+                texts = pc.unique(batch.column("tags")).drop_null().to_pylist()
+                for text in texts:
+                    tags = json.loads(text)
+                    if isinstance(tags, dict):
+                        keys.update(
+                            k
+                            for k, v in tags.items()
+                            if v is not None
+                            and (isinstance(v, bool) or not isinstance(v, int | float))
+                        )
+        return keys
+
+    def all_null(self, column: str) -> bool:
+        """Whether `column` is null in every row (read a row group at a time)."""
+        for path in self.paths:
+            for batch in pq.ParquetFile(path).iter_batches(columns=[column]):
+                if batch.column(0).null_count < batch.num_rows:
+                    return False
+        return True
+
+    def chunks(self, text_tags: Collection[str] = ()) -> Iterator[pd.DataFrame]:
+        """The records frame (every column, without the lines that repeat a record) a
+        Parquet row group at a time, part after part: at most `ROW_GROUP_ROWS` rows held;
+        `text_tags` (`text_tags`) typed as text, as in the whole frame."""
+        again = pa.array(self.repeated_offsets, pa.int64())
+        for path in self.paths:
+            file = pq.ParquetFile(path)
+            for i in range(file.num_row_groups):
+                table = file.read_row_group(i)
+                if len(again):
+                    table = table.filter(pc.invert(pc.is_in(table.column("file_offset"), again)))
+                if table.num_rows:
+                    yield table_frame(table, self.run_dir, None, text_tags)
+
     def frames(
         self, by: int, columns: Collection[str] | None = None, *, lean: bool = False
     ) -> Iterator[tuple[tuple[str, ...], pd.DataFrame]]:
@@ -213,10 +253,15 @@ class Sidecar:
             _load._give_back()
 
 
-def table_frame(table: pa.Table, run_dir: Path, wanted: frozenset[str] | None) -> pd.DataFrame:
+def table_frame(
+    table: pa.Table,
+    run_dir: Path,
+    wanted: frozenset[str] | None,
+    text_tags: Collection[str] = (),
+) -> pd.DataFrame:
     """A sidecar table as the records frame: the same columns, types and order as
     `load_run` gives (texts as objects, numbers as float64, tags typed as the reader types
-    them), its rows in the order of their lines."""
+    them, those of `text_tags` as text), its rows in the order of their lines."""
     if table.num_rows and "file_offset" in table.column_names:
         offsets = table.column("file_offset").to_numpy()
         if (np.diff(offsets) < 0).any():
@@ -239,7 +284,8 @@ def table_frame(table: pa.Table, run_dir: Path, wanted: frozenset[str] | None) -
         else:
             data[name] = _numbers(column)
     if "tags" in table.column_names:
-        for key, values in _load._tags_of_json(table.column("tags").combine_chunks()).items():
+        tags = table.column("tags").combine_chunks()
+        for key, values in _load._tags_of_json(tags, text_tags).items():
             data[key] = _texts(values) if isinstance(values, pa.Array) else values
     frame = pd.DataFrame(data, copy=False)
     if wanted is not None:

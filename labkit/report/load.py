@@ -1057,18 +1057,20 @@ def _record_lines(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return numbers, offsets[~blank], lengths[~blank]
 
 
-def _tag_values(values: list[Any]) -> tuple[np.ndarray, bool]:
+def _tag_values(values: list[Any], text: bool = False) -> tuple[np.ndarray, bool]:
     """One tag's values (None where missing) as the line reader types them: numbers when
-    every present value is one (float64, NaN where missing), else text (objects)."""
+    every present value is one (float64, NaN where missing), else (or when `text`: the tag
+    is text elsewhere in the run) text (objects)."""
     present = [v for v in values if v is not None]
-    if all(isinstance(v, int | float) and not isinstance(v, bool) for v in present):
+    if not text and all(isinstance(v, int | float) and not isinstance(v, bool) for v in present):
         return np.array([math.nan if v is None else v for v in values], dtype=float), False
     return np.array([None if v is None else str(v) for v in values], dtype=object), True
 
 
-def _tags_of_json(column: pa.Array) -> dict[str, Any]:
+def _tags_of_json(column: pa.Array, text_keys: Collection[str] = ()) -> dict[str, Any]:
     """Each row's tags (JSON text, null where none) as columns, `tags.<key>`: each distinct
-    tags object parsed once (a run's tags repeat), in the order they first appear."""
+    tags object parsed once (a run's tags repeat), in the order they first appear; the
+    keys of `text_keys` as text whatever their values here."""
     encoded = pc.dictionary_encode(column)
     objects = [json.loads(text) for text in encoded.dictionary.to_pylist()]
     objects = [o if isinstance(o, dict) else {} for o in objects]
@@ -1076,7 +1078,7 @@ def _tags_of_json(column: pa.Array) -> dict[str, Any]:
     rows = encoded.indices.fill_null(len(objects)).to_numpy(zero_copy_only=False)
     out: dict[str, Any] = {}
     for key in dict.fromkeys(k for o in objects for k in o):
-        values, is_text = _tag_values([o.get(key) for o in objects] + [None])
+        values, is_text = _tag_values([o.get(key) for o in objects] + [None], key in text_keys)
         taken = values[rows]
         out[f"tags.{key}"] = pa.array(taken, pa.string(), from_pandas=True) if is_text else taken
     return out

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -269,21 +269,38 @@ class SqlStore:
     def load_run(self, run_dir: Path, round_info: RoundInfo | None = None) -> LoadResult:
         """Load a run folder's records (and its round): one transaction; a record already
         there (same run_id and record_id) is left as it is."""
-        from labkit.report.load import load_run
+        from labkit.report.columnar import sidecar
+        from labkit.report.load import load_run, run_folder, run_meta
 
-        data = load_run(run_dir)  # RunError (a LabkitError) names a folder that is not a run
-        frame = data.records
-        manifest = data.manifest
+        folder = run_folder(run_dir)  # RunError (a LabkitError) names a folder that is not a run
+        side = sidecar(folder)
+        chunks: Iterator[pd.DataFrame]
+        if side is not None:  # a large run: its sidecar's row groups, one at a time
+            manifest, _ = run_meta(folder, [])
+            rows = side.rows - side.repeated
+            text_tags = side.text_tags()
+            fill = manifest.get("run_id", folder.name) if side.all_null("run_id") else None
+            chunks = _filled(side.chunks(text_tags), fill)
+            first = None
+            if not manifest.get("run_id"):  # the run_id of its first record, as read whole
+                first = next(_filled(side.chunks(text_tags), fill), None)
+        else:
+            data = load_run(folder)
+            manifest, rows, first = data.manifest, len(data.records), data.records
+            frame = data.records
+            chunks = (frame.iloc[at : at + CHUNK_ROWS] for at in range(0, len(frame), CHUNK_ROWS))
         run_id = str(manifest.get("run_id") or "")
         if not run_id:
-            run_id = str(frame["run_id"].iloc[0]) if len(frame) else Path(run_dir).name
+            run_id = (
+                str(first["run_id"].iloc[0]) if first is not None and len(first) else folder.name
+            )
         added = already = 0
         with self._transaction():
             self._lock()
-            kinds = self._widen(frame, self._kinds("records"))
-            self._upsert_run(run_id, Path(run_dir), manifest, len(frame))
-            for start in range(0, len(frame), CHUNK_ROWS):
-                chunk = frame.iloc[start : start + CHUNK_ROWS]
+            kinds = self._kinds("records")
+            self._upsert_run(run_id, Path(run_dir), manifest, rows)
+            for chunk in chunks:
+                kinds = self._widen(chunk, kinds)
                 batch = _arrow(chunk, kinds)
                 self._stage(batch, {c: kinds[c] for c in batch.column_names})
                 there = self._rows(
@@ -386,6 +403,15 @@ class SqlStore:
     def query(self, sql: str) -> pd.DataFrame:
         """Run SQL against the store's tables and views; its result as a frame."""
         return self._frame(sql)
+
+
+def _filled(chunks: Iterator[pd.DataFrame], run_id: Any) -> Iterator[pd.DataFrame]:
+    """`chunks` with their run_id set to `run_id` where it is not None (a run whose records
+    carry none: `labkit.report.load.load_run` does the same for the whole frame)."""
+    for chunk in chunks:
+        if run_id is not None:
+            chunk["run_id"] = str(run_id)
+        yield chunk
 
 
 def _arrow(chunk: pd.DataFrame, kinds: dict[str, Kind]) -> pa.Table:

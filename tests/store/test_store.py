@@ -314,3 +314,57 @@ def test_what_is_not_a_store_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="not a DuckDB store"):
         open_store(other)
     assert other.read_text(encoding="utf-8").startswith('{"not"')  # left as it was
+
+
+def test_a_run_imported_through_its_sidecars_parts_has_the_rows_of_one_imported_whole(
+    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large run is imported a Parquet row group at a time from its sidecar's parts
+    (bounded memory); its rows are those of the run read whole: a tag numeric in some
+    rows and text in others is text in all (as the whole frame types it), a repeated
+    record is stored once, a line that is not a record is left out."""
+    from labkit.report import columnar
+    from tests.report.test_columnar_load import _varied
+
+    recs = _varied()
+    for i, r in enumerate(recs):
+        r.tags["mixed"] = i if i % 5 else f"t{i}"  # text in a few rows only
+        if i % 4 == 1:
+            r.experiment = "token_ratio"
+    run_dir = write_run(tmp_path / "run", recs, tail='{"record_id": "cut')
+    with (run_dir / "records.jsonl").open("r+", encoding="utf-8") as fh:
+        text = fh.read()
+        fh.seek(0)
+        fh.write(
+            text.replace('{"record_id": "cut', recs[3].to_json_line() + '\n{"record_id": "cut')
+        )
+    monkeypatch.setattr(columnar, "ROW_GROUP_ROWS", 3)  # many row groups: many chunks
+    monkeypatch.setattr(columnar, "MAX_BUFFERED", 6)
+    urls = {"whole": store_url, "parts": str(tmp_path / "parts.duckdb")}
+    if not store_url.endswith(".duckdb"):  # PostgreSQL: a second database on the server
+        urls["parts"] = store_url.rsplit("/", 1)[0] + "/parts_" + store_url.rsplit("/", 1)[1]
+        import psycopg
+
+        with psycopg.connect(store_url, autocommit=True) as con:
+            con.execute(f"CREATE DATABASE parts_{store_url.rsplit('/', 1)[1]}")
+    got: dict[str, tuple[pd.DataFrame, pd.DataFrame]] = {}
+    for how, url in urls.items():
+        limit = 1 << 62 if how == "whole" else 0
+        monkeypatch.setattr(columnar, "SIDECAR_MIN_BYTES", limit)
+        if how == "parts":  # the recorder's part (to the cut line), the import the rest
+            assert columnar.convert(run_dir, final=False)
+        store = open_store(url)
+        try:
+            result = store.load_run(run_dir)
+            assert result.added == len(recs) and result.already == 0
+            records = store.query("SELECT * FROM records ORDER BY record_id")
+            runs = store.query("SELECT * FROM runs").drop(columns=["loaded_at"])
+            got[how] = (records, runs)
+        finally:
+            store.close()
+    side = columnar.open_sidecar(run_dir)
+    assert side is not None and sum(len(c) for c in side.chunks()) == len(recs)
+    assert len(list(side.chunks())) > 4
+    pd.testing.assert_frame_equal(got["parts"][0], got["whole"][0])
+    pd.testing.assert_frame_equal(got["parts"][1], got["whole"][1])
+    assert set(got["parts"][0]["tags.mixed"]) >= {"1", "t0"}
