@@ -5,14 +5,17 @@
 
 `make bench-report` runs the ladder: for each size, a run folder of realistic records
 (several providers and experiments, ~2% errors, warm-ups, 64 event offsets each, no
-lab.json: the report computes every statistic from the records) is written from a
-template (`build_fast`, not timed) into a temporary folder, then, each in a fresh process
-(its own peak RSS): the columnar sidecar is built (`labkit.report.columnar`: what the
-first reader of a large run does once), and `write_report` reads it; each line with its
-bound (10⁵ and 10⁶: 20 s; 10⁷: 60 s; 1 GiB), PASS or MISS, and the host's load average.
-At 10⁶ the report as main reads it (records.jsonl whole, no sidecar) runs first on the
-same run, for before and after; `compare` of two 10⁶ runs runs last. Each run folder is
-deleted after (10⁷ is about 29 GB: check `df -h /tmp`).
+lab.json: the report computes every statistic from the records) is recorded as labkit
+records a run: records.jsonl written from a template (`build_fast`, not timed) while the
+runner's own `SidecarWriter` has the columnar sidecar's parts converted as it grows (child
+processes at the lowest priority, the last part at the run's end: "recording's conversion",
+printed apart, not the report's). Then, in a fresh process (its own peak RSS), the first
+`write_report`; each line with its bound (10⁵ and 10⁶: 20 s; 10⁷: 60 s; 1 GiB), PASS or
+MISS, and the host's load average. At 10⁶ the report as main read it (records.jsonl whole,
+no sidecar) runs on the same run, and "a run with no sidecar (an old run)": the one-time
+conversion its first reader does (at 10⁷ too with --foreign-10e7: minutes); `compare` of
+two 10⁶ runs runs last. Each run folder is deleted after (10⁷ is about 34 GiB: check
+`df -h /tmp`; two are never kept at once).
 
 With --records, one run (built record by record with pydantic; kept with --keep DIR),
 `write_report` timed as its first report (a run of 64 MiB or more builds its sidecar inside
@@ -22,6 +25,7 @@ it, a kept run's later reports read it); --traced adds the tracemalloc peak.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import random
@@ -32,6 +36,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -142,10 +147,13 @@ _TRIAL = 987654321
 _POOL = 4000  # a multiple of providers × experiments: each line keeps its provider's cycle
 
 
-def build_fast(run_dir: Path, n: int, seed: int = 7) -> None:
+def build_fast(
+    run_dir: Path, n: int, seed: int = 7, on_write: Callable[[int], None] | None = None
+) -> None:
     """`build`'s records, written from a template: `_POOL` records built with pydantic,
     each line then repeated with its own record_id and trial (the figures and start times
-    repeat every `_POOL` records; the report reads every record)."""
+    repeat every `_POOL` records; the report reads every record). `on_write(bytes)` after
+    each `_POOL` lines written (the runner's `SidecarWriter.grew`)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     pool_dir = run_dir.parent / (run_dir.name + ".pool")
     build(pool_dir, _POOL, seed)
@@ -167,7 +175,10 @@ def build_fast(run_dir: Path, n: int, seed: int = 7) -> None:
             ]
             if start == 0:
                 lines[:40] = [x.replace('"warmup":false', '"warmup":true', 1) for x in lines[:40]]
-            fh.write("".join(lines))
+            data = "".join(lines)
+            fh.write(data)
+            if on_write is not None:
+                on_write(len(data.encode("utf-8")))
     (run_dir / "manifest.json").write_text(
         json.dumps(
             {
@@ -303,37 +314,76 @@ def _line(label: str, m: dict[str, float], bound_s: float | None) -> str:
     return f"{label}: {m['s']:.1f} s, CPU {m['cpu']:.1f} s{verdict}; load average {_load()}"
 
 
-def ladder(sizes: list[int], root: Path, compare: int) -> None:
-    """The ladder (see the module): each size built, measured, deleted; then compare of
+def record(run_dir: Path, n: int, seed: int = 7) -> dict[str, float]:
+    """Write a run of `n` records as labkit records one: records.jsonl by the template
+    generator, and the sidecar's parts converted as it grows by the runner's own
+    `SidecarWriter` (child processes at the lowest priority; the last part at the end).
+    Returns the seconds writing took, the seconds the end waited for the last part, the
+    children's CPU seconds and how many there were."""
+    from labkit.runner.sidecar import SidecarWriter
+
+    writer = SidecarWriter(run_dir)
+    children_cpu = _children_cpu_s()
+    t = time.perf_counter()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    build_fast(run_dir, n, seed, on_write=writer.grew)
+    written = time.perf_counter() - t
+    asyncio.run(writer.finish())
+    return {
+        "write_s": written,
+        "end_wait_s": time.perf_counter() - t - written,
+        "cpu": _children_cpu_s() - children_cpu,
+        "children": len(writer.started),
+    }
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _recorded(n: int, rec: dict[str, float], size_gib: float) -> str:
+    return (
+        f"-- {n:,} records: records.jsonl {size_gib:,.2f} GiB, written in {rec['write_s']:.0f} s "
+        f"(not timed); recording's conversion (not the report's): {rec['children']:.0f} "
+        f"child process(es) at nice 19, CPU {rec['cpu']:.1f} s, the run's end waited "
+        f"{rec['end_wait_s']:.1f} s for the last part"
+    )
+
+
+def ladder(sizes: list[int], root: Path, compare: int, foreign_10e7: bool) -> None:
+    """The ladder (see the module): each size recorded, measured, deleted; then compare of
     two runs of `compare` records (0: none)."""
+    from labkit.report.columnar import SIDECAR_DIR
+
     print(f"host: {os.cpu_count()} CPUs; load average before: {_load()}")
     for n in sizes:
         run_dir = root / f"run-{n}"
-        t = time.perf_counter()
-        build_fast(run_dir, n)
+        rec = record(run_dir, n)
         size = (run_dir / "records.jsonl").stat().st_size / 2**30
-        print(
-            f"-- {n:,} records: records.jsonl {size:,.2f} GiB, written in "
-            f"{time.perf_counter() - t:.0f} s (not timed)",
-            flush=True,
-        )
+        print(_recorded(n, rec, size), flush=True)
         bound = LADDER_BOUND_S.get(n, 60.0)
+        report = _run_step("report", [run_dir])
+        print(_line(f"{n:,} first report (sidecar recorded with the run)", report, bound))
         if n == 1_000_000:
             whole = _run_step("whole", [run_dir])
             print(_line(f"{n:,} before: report, records.jsonl read whole", whole, bound))
-        built = _run_step("sidecar", [run_dir])
-        print(_line(f"{n:,} sidecar, built once (the first reader)", built, None), flush=True)
-        report = _run_step("report", [run_dir])
-        print(_line(f"{n:,} report from the sidecar", report, bound), flush=True)
-        first = {k: built[k] + report[k] for k in ("s", "cpu")}
-        first["rss"] = max(built["rss"], report["rss"])
-        print(_line(f"{n:,} first report (sidecar built + report)", first, None), flush=True)
+        if n == 1_000_000 or (n >= 10_000_000 and foreign_10e7):
+            shutil.rmtree(run_dir / SIDECAR_DIR)
+            built = _run_step("sidecar", [run_dir])
+            print(
+                _line(
+                    f"{n:,} a run with no sidecar (an old run): its one-time conversion",
+                    built,
+                    None,
+                ),
+                flush=True,
+            )
         shutil.rmtree(run_dir)
     if compare:
         runs = [root / "compare-base", root / "compare-other"]
         for seed, run in zip((7, 11), runs, strict=True):
-            build_fast(run, compare, seed=seed)
-            _run_step("sidecar", [run])  # what the first reader does, once: not timed here
+            record(run, compare, seed=seed)
         both = _run_step("compare", runs)
         print(_line(f"compare of two {compare:,}-record runs", both, COMPARE_BOUND_S))
         for run in runs:
@@ -347,6 +397,11 @@ def main() -> int:
     ap.add_argument("--sizes", default="100000,1000000,10000000")
     ap.add_argument("--compare", type=int, default=1_000_000, help="records per compared run")
     ap.add_argument("--dir", type=Path, help="where the ladder writes its runs (a temp folder)")
+    ap.add_argument(
+        "--foreign-10e7",
+        action="store_true",
+        help="also time the one-time conversion of a 10⁷ run with no sidecar (minutes)",
+    )
     ap.add_argument("--step", nargs="+", help=argparse.SUPPRESS)
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--keep", type=Path, help="build the run here and keep it")
@@ -360,7 +415,7 @@ def main() -> int:
         root = Path(tempfile.mkdtemp(prefix="labkit-bench-", dir=args.dir))
         try:
             sizes = [int(x) for x in args.sizes.split(",") if x]
-            ladder(sizes, root, args.compare)
+            ladder(sizes, root, args.compare, args.foreign_10e7)
         finally:
             shutil.rmtree(root, ignore_errors=True)
         return 0
