@@ -2,19 +2,25 @@
 
 ``records.jsonl`` stays the source of truth. A large run's records are read from it once
 (`labkit.report.load.scan_batches`: DuckDB's JSON reader, the same reading and the same
-checks as the frame's) into ``records.columns.parquet``: every column of the records frame
-under the frame's (and `labkit.rundata`'s) dotted names, the tags as their JSON text, each
-row's byte offset in records.jsonl. Each Parquet row group holds the rows of one group of
-the statistics (provider, experiment, model, client path), in the order of their lines, so
-the report reads one group's, or one provider's, columns at a time (`Sidecar.frames`) and
-never holds the whole run. ``records.columns.json`` beside it says which records.jsonl it
-was built from (its size and modification time), each group's rows and row groups, the
-lines that were not records and those that repeat a record.
+checks as the frame's) into the folder ``records.columns/``, in parts: each
+``part-NNNNN.parquet`` holds the records of one byte range of records.jsonl (`Part`; the
+ranges follow each other from byte 0, each ending a line), every column of the records
+frame under the frame's (and `labkit.rundata`'s) dotted names, the tags as their JSON
+text, each row's byte offset in records.jsonl. Each Parquet row group holds the rows of one
+group of the statistics (provider, experiment, model, client path), in the order of their
+lines, so the report reads one group's, or one provider's, columns at a time
+(`Sidecar.frames`: a group's rows are its row groups in every part) and never holds the
+whole run. ``index.json`` names each part's range, the lines it covers, a fingerprint of
+its first and last KiB, its groups' rows and row groups, its lines that were not records,
+and, once the parts cover the file, the lines that repeat a record.
 
-Built when missing or stale (records.jsonl changed since, or another format) by the first
-reader of a run of at least `SIDECAR_MIN_BYTES`; a smaller run is read whole, as before. A
-folder that cannot be written, or a file DuckDB cannot read as a whole, is read as before
-too.
+The parts are converted as the run records (`convert`, called by the runner's child
+process: `labkit.runner.sidecar`), each time records.jsonl has grown by a part's worth, the
+rest at the run's end; the first reader of a run of at least `SIDECAR_MIN_BYTES` converts
+what the parts lack (a run killed while recording, or recorded by an older labkit), and
+all of it again when the bytes a part covers changed (`_valid_parts`). A smaller run is
+read whole, as before; so is a folder that cannot be written, or a file DuckDB cannot read
+as a whole.
 
 Why Parquet, written by group as the lines are read: the reader already streams DuckDB's
 Arrow batches, Parquet keeps them as typed, compressed columns (pyarrow, a dependency
