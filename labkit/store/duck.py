@@ -20,6 +20,9 @@ __all__ = ["DuckStore"]
 #: Where a DuckDB file says what it is (bytes 8–11 of its header).
 _MAGIC = (8, b"DUCK")
 
+#: DuckDB's memory while a load's transaction is open (its buffers spill to the file).
+LOAD_MEMORY = "400MiB"
+
 
 def _is_duckdb(path: Path) -> bool:
     with path.open("rb") as fh:
@@ -74,13 +77,23 @@ class DuckStore(SqlStore):
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:
-        self._con.begin()
+        # A load's rows wait in DuckDB's buffers until the commit: with its default limit
+        # (most of the host's memory) a 10⁶-record run held 1.6 GB; bounded, it writes them
+        # out to the file as it goes (the commit is still all or nothing).
+        import duckdb
+
+        self._con.execute(f"SET memory_limit = '{LOAD_MEMORY}'")
         try:
-            yield
-        except BaseException:
-            self._con.rollback()
-            raise
-        self._con.commit()
+            self._con.begin()
+            try:
+                yield
+            except BaseException:
+                self._con.rollback()
+                raise
+            self._con.commit()
+        finally:
+            with contextlib.suppress(duckdb.Error):
+                self._con.execute("RESET memory_limit")
 
     def _stage(self, batch: pa.Table, kinds: dict[str, Kind]) -> None:
         self._con.register("incoming", batch)
