@@ -75,6 +75,11 @@ SIDECAR_INDEX = f"{SIDECAR_DIR}/{INDEX_FILE}"
 #: Yesterday's single-file sidecar (format 2): removed, never read.
 OLD_FILES = ("records.columns.parquet", "records.columns.json")
 
+#: The most bytes one part covers when its range is copied out of records.jsonl for DuckDB
+#: (a converter that fell behind, a reader completing a killed run): the copy stays small.
+#: A whole file converted at once is read in place, as one part.
+MAX_PART_BYTES = 1 << 30
+
 #: The bytes of a part's range whose digest is its fingerprint, at each end.
 EDGE_BYTES = 1024
 
@@ -708,17 +713,25 @@ def convert(run_dir: Path | str, *, final: bool = True) -> bool:
             st = records.stat()
             covered = parts[-1].end if parts else 0
             end = st.st_size if final else _line_end(records, st.st_size)
-            if end > covered:
+            whole = covered == 0 and end == st.st_size  # one part, read in place
+            while covered < end:
+                stop = end
+                if not whole and end - covered > MAX_PART_BYTES:  # a copy: bounded
+                    stop = _line_end(records, covered + MAX_PART_BYTES)
+                    stop = end if stop <= covered else stop
                 lines_before = sum(p.lines for p in parts)
-                part = _convert_range(folder, covered, end, lines_before, len(parts))
+                part = _convert_range(folder, covered, stop, lines_before, len(parts))
                 if part is None:
                     return False
                 parts.append(part)
                 repeated = None
+                covered = stop
+                _write_index(folder, parts, repeated, st.st_mtime_ns)  # kept if killed
             if final and (repeated is None or repeated.get("end") != end):
                 paths = [folder / SIDECAR_DIR / p.file for p in parts]
                 repeated = {**_repeated(paths), "end": end}
-            if end > covered or found is None or final:
+                _write_index(folder, parts, repeated, st.st_mtime_ns)
+            elif found is None:
                 _write_index(folder, parts, repeated, st.st_mtime_ns)
     except (OSError, duckdb.Error, pa.ArrowException) as exc:
         log.info("%s: no columnar sidecar (%s); records.jsonl is read whole", folder, exc)

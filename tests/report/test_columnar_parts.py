@@ -136,6 +136,15 @@ def test_a_run_killed_with_half_its_parts_is_completed_by_its_reader(
     assert (through.problems, through.skipped_lines, through.repeated_records) == notes
     parts = _index(run_dir)["parts"]
     assert isinstance(parts, list) and parts[0] == half[0] and len(parts) == 2
+    # A long rest, copied out for DuckDB, is converted in parts of at most MAX_PART_BYTES.
+    more = [make_record(provider="late", ttft_ms=float(i)).to_json_line() + "\n" for i in range(9)]
+    path.write_text("".join(lines) + "".join(more))
+    monkeypatch.setattr(columnar, "MAX_PART_BYTES", 5000)
+    assert len(load_run(run_dir).records) == len(whole) + 9
+    before = parts
+    parts = _index(run_dir)["parts"]
+    assert isinstance(parts, list) and parts[:2] == before
+    assert len(parts) > 3 and all(p["end"] - p["start"] <= 5000 for p in parts[2:])
 
 
 @pytest.mark.parametrize("change", ["truncated", "first line rewritten", "cut line continued"])
