@@ -42,6 +42,7 @@ STAGES: list[tuple[str, str, str]] = [
     ("request: send buffer", "labkit.wire.connections", "Connections.prepare_send"),
     ("head parse (set-up)", "labkit.wire.lean.http11", "HeadParser.__init__"),
     ("head parse (feed)", "labkit.wire.lean.http11", "HeadParser.feed"),
+    ("body: chunked, general way", "labkit.wire.lean.http11", "_Chunked._decode"),
     ("record: all", "labkit.measurement.recorder", "BaseRecorder._finish"),
     ("record: client timings", "labkit.measurement.recorder", "derive_client_timings"),
     ("record: self-check", "labkit.measurement.recorder", "stamp_self_check"),
