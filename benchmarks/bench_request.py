@@ -12,7 +12,8 @@ mean µs per request ÷ ``--tokens`` (each stage's share of a token's CPU). The 
 cost (about 0.3 µs a call) is inside each figure.
 
 Run: ``.venv/bin/python benchmarks/bench_request.py`` (``--streams 32 --requests 640
---tokens 100``). A benchmark, not a test: on a shared host the µs move with its load.
+--tokens 100``; ``--labkit-src TREE``: that tree's labkit, for a before and after). A
+benchmark, not a test: on a shared host the µs move with its load.
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", type=int, default=100)
     ap.add_argument("--interval-ms", type=float, default=2.0)
     ap.add_argument("--ttft-ms", type=float, default=50.0)
+    ap.add_argument("--labkit-src", help="another tree's labkit (read by bench_load)")
     args = ap.parse_args(argv)
     raise_open_files_limit(4096)
     from labkit.config import parse_config

@@ -17,7 +17,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labkit.measurement.lateness import WAKE_SLACK_NS, KernelReads, stamp_self_check
+from labkit.measurement.lateness import (
+    WAKE_SLACK_NS,
+    KernelReads,
+    _rounded_ms,
+    stamp_self_check,
+)
 from labkit.records import ClientTimings
 from labkit.timing import percentile
 
@@ -166,7 +171,18 @@ def _streams(draw: st.DrawFn) -> tuple[list[int], KernelReads, dict[int, tuple[i
 
 
 @settings(max_examples=500)
-@given(stream=_streams(), user=st.booleans(), late=st.lists(st.integers(0, 5_000_000), min_size=1))
+@given(
+    stream=_streams(),
+    user=st.booleans(),
+    late=st.lists(
+        st.one_of(
+            st.integers(0, 5_000_000),
+            st.integers(-5, 10**6).map(lambda us: us * 1000 + 500),  # ties, at the µs
+            st.integers(-(10**7), 10**17),
+        ),
+        min_size=1,
+    ),
+)
 def test_the_self_check_fills_the_fields_as_before(
     stream: tuple[list[int], KernelReads, dict[int, tuple[int, int, bool]]],
     user: bool,
@@ -182,6 +198,18 @@ def test_the_self_check_fills_the_fields_as_before(
     stamp_self_check(after, source, output, lateness, reads, windows)  # type: ignore[arg-type]
     assert after.model_dump_json() == before.model_dump_json()
     assert after == before
+
+
+@given(st.lists(st.integers(-(10**16), 10**16) | st.integers(0, 10**7), min_size=1))
+def test_lateness_is_rounded_to_the_us_as_round_rounds_it(values: list[int]) -> None:
+    got = _rounded_ms(values, max(values))
+    want = [round(v / 1e6, 3) if v else 0.0 for v in values]
+    assert [x.hex() for x in got] == [x.hex() for x in want]  # -0.0 and 0.0 told apart
+
+
+def test_lateness_rounding_agrees_over_every_ns_of_the_first_two_seconds_sampled() -> None:
+    values = list(range(0, 2_000_000_000, 997)) + [k * 1000 + 500 for k in range(10_000)]
+    assert _rounded_ms(values, max(values)) == [round(v / 1e6, 3) if v else 0.0 for v in values]
 
 
 def test_events_read_together_are_spread_as_before() -> None:
