@@ -40,6 +40,7 @@ STAGES: list[tuple[str, str, str]] = [
     ),
     ("request: local count", "labkit.providers.openai", "OpenAIProvider.count_input_locally"),
     ("request: build", "labkit.providers.openai", "OpenAIProvider.build_request"),
+    ("request: trace headers", "labkit.measurement.recorder", "add_headers"),
     ("request: send buffer", "labkit.wire.connections", "Connections.prepare_send"),
     ("head parse (set-up)", "labkit.wire.lean.http11", "HeadParser.__init__"),
     ("head parse (feed)", "labkit.wire.lean.http11", "HeadParser.feed"),
