@@ -4,9 +4,10 @@ The first run is the baseline. For each provider × experiment × model, each ga
 (`GATE_METRICS`: TTFT p50/p90, decode ms/token, e2e, output tokens/s, error rate) and each
 later run, `compare_frames` gives the baseline's value, the run's, their difference and a
 percentile bootstrap interval of that difference (absolute and in percent of the baseline):
-its bootstrap distribution drawn exactly where it can be (an unpaired quantile from Beta
-order statistics, the error rate from Binomial / Multinomial counts: O(resamples) whatever
-n), by `scipy.stats.bootstrap` otherwise (paired quantiles). Quantiles are
+its bootstrap distribution drawn exactly, without building resamples (an unpaired quantile
+from Beta order statistics, a paired one by `labkit.analysis.paired_bootstrap`, the error
+rate from Binomial / Multinomial counts: O(resamples) or O(resamples · log n) once the
+values are sorted, whatever n). Quantiles are
 `labkit.analysis.stats`' (linear interpolation), and a quantile is compared only from the n
 its distribution-free interval needs (p90: 29).
 
@@ -40,6 +41,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from labkit.analysis.paired_bootstrap import paired_quantile_draws
 from labkit.analysis.stats import min_n, quantile
 from labkit.errors import ConfigError, RunError
 from labkit.report.charts import Chart
@@ -292,16 +294,17 @@ def _fast_distribution(
     size: int,
 ) -> tuple[_Floats, _Floats] | None:
     """The bootstrap distributions of (baseline's statistic, run's statistic), drawn exactly
-    without materialising resamples, or None where no exact shortcut applies (paired
-    quantiles; a mean of values other than 0/1).
+    without materialising resamples, or None where no exact shortcut applies (a mean of
+    values other than 0/1).
 
-    Unpaired quantile: `_resampled_quantile` for each run. Error rate (a mean of 0/1):
-    a resample's failures are Binomial(n, p) unpaired; paired, the four (baseline, run)
-    outcomes of a resampled pair are Multinomial(n, their shares).
+    Unpaired quantile: `_resampled_quantile` for each run; paired: both quantiles of a
+    resample of the pairs at once (`paired_quantile_draws`, O(log n) a draw). Error rate
+    (a mean of 0/1): a resample's failures are Binomial(n, p) unpaired; paired, the four
+    (baseline, run) outcomes of a resampled pair are Multinomial(n, their shares).
     """
     if metric.quantile is not None:
         if paired:
-            return None
+            return paired_quantile_draws(base, other, metric.quantile, size, rng)
         return (
             _resampled_quantile(base, metric.quantile, size, rng),
             _resampled_quantile(other, metric.quantile, size, rng),
@@ -333,7 +336,8 @@ def _change_interval(
     where over a tenth of the resampled changes are not finite (a zero baseline).
 
     The bootstrap distribution is drawn exactly by `_fast_distribution` where it can be
-    (O(resamples), whatever n); otherwise (paired quantiles) by `scipy.stats.bootstrap`.
+    (O(resamples), whatever n); otherwise (a mean of values other than 0/1: no gate metric
+    today) by `scipy.stats.bootstrap`.
     Either way the interval is the distribution's linear quantiles at (1 ± confidence)/2,
     as scipy's percentile method takes them.
     """
