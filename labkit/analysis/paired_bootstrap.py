@@ -135,7 +135,7 @@ def paired_quantile_draws(
     n = len(b)
     if n != len(o) or n < 2 or not 0.0 <= q < 1.0:
         raise ValueError("paired_quantile_draws needs two samples of one length ≥ 2, 0 ≤ q < 1")
-    by_b = np.argsort(b, kind="stable")
+    by_b = np.lexsort((o, b))  # by b, ties by o: the draws do not depend on the pairs' order
     b_sorted = b[by_b]
     o_by_b = o[by_b]
     by_o = np.argsort(o_by_b, kind="stable")

@@ -42,7 +42,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from labkit.analysis.paired_bootstrap import paired_quantile_draws
-from labkit.analysis.stats import min_n, quantile
+from labkit.analysis.stats import min_n
 from labkit.errors import ConfigError, RunError
 from labkit.report.charts import Chart
 from labkit.report.cost import COST_REPORT_COLUMNS, comparison_cost_section
@@ -175,6 +175,7 @@ NO_CHANGE = "no change detected"
 NOT_MEASURED = "not measured"
 
 _Floats = npt.NDArray[np.float64]
+_Keys = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True)
@@ -195,35 +196,55 @@ class Comparison:
 # --- sampling ------------------------------------------------------------------------------
 
 
-def _values(df: pd.DataFrame, column: str | None) -> pd.DataFrame:
-    """The rows behind one column's statistics, with their `plan_key` and the value as ``v``.
+def _key_codes(base: pd.DataFrame, other: pd.DataFrame) -> tuple[_Keys, _Keys]:
+    """Each row's plan_key as an integer shared by both frames (−1: none), so matching and
+    de-duplicating compare integers, never strings."""
+    keys = [ensure_columns(df, ["plan_key"])["plan_key"] for df in (base, other)]
+    codes, _ = pd.factorize(pd.concat(keys, ignore_index=True))
+    codes = np.asarray(codes, dtype=np.int64)
+    return codes[: len(base)], codes[len(base) :]
+
+
+def _values(df: pd.DataFrame, column: str | None, keys: _Keys) -> pd.DataFrame:
+    """The rows behind one column's statistics, with their plan_key code (`_key_codes`) as
+    ``plan_key`` and the value as ``v``.
 
     A latency column (`column` set): successful, non-warm-up requests with a value. The
     error rate (`column` None): every non-warm-up request, ``v`` = 1 for a failure. A
     plan_key seen twice (a retry) keeps its last record.
     """
-    df = ensure_columns(df, ["plan_key"] + ([column] if column else []))
-    attempted = df[~df["warmup"].astype(bool)]
+    df = ensure_columns(df, [column] if column else [])
+    attempted = ~df["warmup"].to_numpy(dtype=bool)
+    ok = df["ok"].to_numpy(dtype=bool)
     if column is None:
-        v = (~attempted["ok"].astype(bool)).astype(float)
-        out = pd.DataFrame({"plan_key": attempted["plan_key"], "v": v})
+        keep = attempted
+        v = (~ok[keep]).astype(float)
     else:
-        ok = attempted[attempted["ok"].astype(bool)]
-        out = pd.DataFrame({"plan_key": ok["plan_key"], "v": ok[column].astype(float)})
-        out = out[out["v"].notna()]
-    keyed = out[out["plan_key"].notna()].drop_duplicates("plan_key", keep="last")
-    return pd.concat([keyed, out[out["plan_key"].isna()]])
+        values = df[column].to_numpy(dtype=float, na_value=np.nan)
+        keep = attempted & ok & ~np.isnan(values)
+        v = values[keep]
+    k = keys[keep]
+    keyed = np.flatnonzero(k >= 0)
+    # The last row of each key: the first of the reversed rows, back in the rows' order.
+    _, first_reversed = np.unique(k[keyed][::-1], return_index=True)
+    last = np.sort(keyed[len(keyed) - 1 - first_reversed])
+    rows = np.concatenate([last, np.flatnonzero(k < 0)])
+    return pd.DataFrame({"plan_key": k[rows], "v": v[rows]})
 
 
 def _pairs(base: pd.DataFrame, other: pd.DataFrame) -> tuple[_Floats, _Floats] | None:
     """The values of both runs matched by plan_key, when nearly all of them match."""
-    b = base[base["plan_key"].notna()].set_index("plan_key")["v"]
-    o = other[other["plan_key"].notna()].set_index("plan_key")["v"]
-    common = b.index.intersection(o.index, sort=False)
+    b_keys, o_keys = base["plan_key"].to_numpy(), other["plan_key"].to_numpy()
+    b_in, o_in = b_keys >= 0, o_keys >= 0
+    common, b_at, o_at = np.intersect1d(
+        b_keys[b_in], o_keys[o_in], assume_unique=True, return_indices=True
+    )
     if len(common) < 0.8 * max(len(base), len(other)) or len(common) == 0:
         return None
-    common = common.sort_values()
-    return b.loc[common].to_numpy(float), o.loc[common].to_numpy(float)
+    return (
+        base["v"].to_numpy(float)[b_in][b_at],
+        other["v"].to_numpy(float)[o_in][o_at],
+    )
 
 
 def _stat(values: _Floats, metric: GateMetric) -> float:
@@ -233,8 +254,8 @@ def _stat(values: _Floats, metric: GateMetric) -> float:
         return math.nan
     if metric.quantile is None:
         return float(values.mean())
-    value = quantile(values, metric.quantile).value
-    return math.nan if value is None else value
+    # `labkit.analysis.stats.quantile`'s point estimate: numpy's linear interpolation.
+    return float(np.quantile(values, metric.quantile))
 
 
 def _change_statistic(metric: GateMetric, scale: float) -> Callable[..., _Floats]:
@@ -498,11 +519,12 @@ def compare_frames(
         groups = _groups(df)
         for key, base_sub in base_groups.items():
             other_sub = groups.get(key, df.iloc[0:0])
+            base_keys, other_keys = _key_codes(base_sub, other_sub)
             group_rows: list[dict[str, object]] = []
             for column, metrics_here in by_column.items():
                 column_rows = _compare_column(
-                    _values(base_sub, column),
-                    _values(other_sub, column) if len(other_sub) else _empty_values(),
+                    _values(base_sub, column, base_keys),
+                    _values(other_sub, column, other_keys) if len(other_sub) else _empty_values(),
                     metrics_here,
                     how,
                     (*key, column, label),
@@ -531,7 +553,7 @@ def _not_measured(sides: Sequence[tuple[str, pd.DataFrame]], column: str | None)
 
 
 def _empty_values() -> pd.DataFrame:
-    return pd.DataFrame({"plan_key": pd.Series(dtype=object), "v": pd.Series(dtype=float)})
+    return pd.DataFrame({"plan_key": pd.Series(dtype=np.int64), "v": pd.Series(dtype=float)})
 
 
 def read_columns() -> frozenset[str]:
