@@ -46,7 +46,15 @@ from labkit.analysis.stats import min_n
 from labkit.errors import ConfigError, RunError
 from labkit.report.charts import Chart
 from labkit.report.cost import COST_REPORT_COLUMNS, comparison_cost_section
-from labkit.report.load import RunData, ensure_columns, load_run
+from labkit.report.load import (
+    RunData,
+    ensure_columns,
+    load_run,
+    repeated_note,
+    run_folder,
+    run_meta,
+    skipped_note,
+)
 from labkit.report.render import (
     Block,
     Bullets,
@@ -59,7 +67,7 @@ from labkit.report.render import (
     markdown_text,
 )
 from labkit.report.render import render_markdown as _render_md
-from labkit.report.run_charts import distribution_chart, measured
+from labkit.report.run_charts import distribution_chart
 from labkit.report.stats import GROUP_KEYS
 from labkit.safefiles import write_new_file
 from labkit.scrub import for_people, scrub_frame
@@ -566,8 +574,47 @@ def read_columns() -> frozenset[str]:
 def _load(run_dirs: Sequence[Path | str]) -> tuple[list[RunData], list[str]]:
     if len(run_dirs) < 2:
         raise RunError("compare needs at least two run folders")
-    runs = [load_run(p, read_columns()) for p in run_dirs]
+    runs = [_load_compared(p) for p in run_dirs]
     return runs, _labels(runs)
+
+
+def _give_back() -> None:
+    """Hand the memory freed while reading a run back to the system (Arrow's pool, the C
+    heap), so the next run's reading does not stack on it."""
+    import pyarrow as pa
+
+    from labkit.report import load
+
+    pa.default_memory_pool().release_unused()
+    load._give_back()
+
+
+def _load_compared(path: Path | str) -> RunData:
+    """`load_run` with `read_columns`, a large run read from its columnar sidecar a
+    provider × experiment part at a time (each part's memory given back before the next),
+    without holding the whole run's columns twice while they become the frame. The rows
+    come part after part, each part's in the order of its lines: a group's retries keep
+    their order, and nothing compare writes depends on the order of the parts."""
+    from labkit.report import columnar
+
+    run_dir = run_folder(path)
+    try:
+        side = columnar.sidecar(run_dir)
+    except OSError:
+        side = None
+    if side is None or not side.groups:
+        return load_run(run_dir, read_columns())
+    parts = [frame for _, frame in side.frames(2, read_columns())]
+    frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    del parts
+    _give_back()
+    problems = skipped_note(dict(side.skipped))
+    if side.repeated:
+        problems.append(repeated_note(side.repeated, side.repeated_requests))
+    manifest, lab = run_meta(run_dir, problems)
+    if len(frame) and frame["run_id"].isna().all():
+        frame["run_id"] = str(manifest.get("run_id", run_dir.name))
+    return RunData(run_dir, frame, manifest, lab, len(side.skipped), problems, side.repeated)
 
 
 def compare_runs(
@@ -831,26 +878,43 @@ def comparison_markdown(
 
 
 _MAX_FIGURES = 12
+#: The columns `distribution_chart` draws.
+_CHARTED = ["client.ttft_ms", "client.decode_ms_per_token", "client.e2e_ms"]
+_NO_ROWS = pd.DataFrame({c: pd.Series(dtype=float) for c in _CHARTED})
+
+
+def _charted_groups(records: pd.DataFrame) -> dict[tuple[str, str], pd.DataFrame]:
+    """The measured rows' charted columns per (provider, experiment), taken by position
+    from the frame's own arrays: a copy of the whole frame per run, or a mask over a
+    million strings per figure, would cost memory and seconds."""
+    if not len(records):
+        return {}
+    records = ensure_columns(records, ["provider", "experiment", *_CHARTED])
+    ok = records["ok"].to_numpy(dtype=bool) & ~records["warmup"].to_numpy(dtype=bool)
+    values = {c: records[c].to_numpy(dtype=float, na_value=np.nan) for c in _CHARTED}
+    groups = records.groupby(["provider", "experiment"], sort=False, dropna=False).indices
+    out: dict[tuple[str, str], pd.DataFrame] = {}
+    for key, rows in groups.items():
+        provider, experiment = key if isinstance(key, tuple) else (key, None)
+        kept = rows[ok[rows]]
+        if len(kept):
+            out[(str(provider), str(experiment))] = pd.DataFrame(
+                {c: v[kept] for c, v in values.items()}
+            )
+    return out
 
 
 def _distribution_charts(runs: Sequence[RunData], labels: Sequence[str]) -> list[Chart]:
     """Per provider × experiment: each run's TTFT, decode and e2e distributions overlaid."""
-    frames = [(label, measured(run.records)) for label, run in zip(labels, runs, strict=True)]
-    keys = sorted(
-        {
-            (str(p), str(e))
-            for _, ok in frames
-            # One row per pair before the tuples: iterating a million arrow strings costs seconds.
-            for p, e in ok[["provider", "experiment"]].drop_duplicates().itertuples(index=False)
-        }
-    )
+    by_run = [_charted_groups(run.records) for run in runs]
+    keys = sorted({key for groups in by_run for key in groups})
     charts = []
     for provider, experiment in keys[:_MAX_FIGURES]:
         safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{provider}-{experiment}")
         chart = distribution_chart(
             [
-                (label, ok[(ok["provider"] == provider) & (ok["experiment"] == experiment)])
-                for label, ok in frames
+                (label, groups.get((provider, experiment), _NO_ROWS))
+                for label, groups in zip(labels, by_run, strict=True)
             ],
             f"distribution-{safe}",
             f"{provider} · {experiment}: cumulative distributions of successful, non-warm-up "
@@ -893,6 +957,8 @@ def write_comparison(
         + "".join(f". {note}" for note in notes),
         "note",
     )
+    del runs  # the records are drawn: their memory goes back before the figures render
+    _give_back()
     try:
         folder.mkdir(parents=True, exist_ok=True)
         write_new_file(  # never through a link (`write_new_file`)
