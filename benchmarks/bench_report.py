@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_report.py --ladder [--sizes 100000,1000000,10000000]
     .venv/bin/python benchmarks/bench_report.py [--records 100000] [--keep DIR] [--traced]
+    .venv/bin/python benchmarks/bench_report.py --compare-only [--compare 1000000]
 
 `make bench-report` runs the ladder: for each size, a run folder of realistic records
 (several providers and experiments, ~2% errors, warm-ups, 64 event offsets each, no
@@ -11,7 +12,8 @@ template (`build_fast`, not timed) into a temporary folder, then, each in a fres
 first reader of a large run does once), and `write_report` reads it; each line with its
 bound (10⁵ and 10⁶: 20 s; 10⁷: 60 s; 1 GiB), PASS or MISS, and the host's load average.
 At 10⁶ the report as main reads it (records.jsonl whole, no sidecar) runs first on the
-same run, for before and after; `compare` of two 10⁶ runs runs last. Each run folder is
+same run, for before and after; `compare` of two 10⁶ runs runs last, unpaired and paired
+(`compare_pair`; alone with --compare-only). Each run folder is
 deleted after (10⁷ is about 29 GB: check `df -h /tmp`).
 
 With --records, one run (built record by record with pydantic; kept with --keep DIR),
