@@ -604,7 +604,10 @@ def _load_compared(path: Path | str) -> RunData:
         side = None
     if side is None or not side.groups:
         return load_run(run_dir, read_columns())
-    parts = [frame for _, frame in side.frames(2, read_columns())]
+    try:
+        parts = [frame for _, frame in side.frames(2, read_columns())]
+    except OSError as exc:
+        raise RunError(f"cannot read {side.path}: {exc}") from exc
     frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
     del parts
     _give_back()
