@@ -42,13 +42,14 @@ class _WaveletMatrix:
     def __init__(self, seq: _Ints) -> None:
         n = len(seq)
         self.bits = max(1, (n - 1).bit_length())
-        self.zeros: list[npt.NDArray[np.int64]] = []
+        self.zeros: list[npt.NDArray[np.int32]] = []
         self.total_zeros: list[int] = []
         cur = seq
         for level in range(self.bits):
             bit = (cur >> (self.bits - 1 - level)) & 1
             is_zero = bit == 0
-            prefix = np.zeros(n + 1, dtype=np.int64)
+            # int32 counts (n < 2³¹): a level of a 10⁶-pair group is 4 MB, not 8.
+            prefix = np.zeros(n + 1, dtype=np.int32)
             np.cumsum(is_zero, out=prefix[1:])
             self.zeros.append(prefix)
             self.total_zeros.append(int(prefix[-1]))
