@@ -129,22 +129,57 @@ def paired_quantile_draws(
     ``np.quantile(o*, q)``), (b*, o*) a resample of the pairs (`base`[i], `other`[i]).
 
     Exact (see the module): O(n log n) to prepare, O(log n) per draw. Needs 0 ≤ q < 1 and
-    at least two pairs.
+    at least two pairs. Several quantiles of the same pairs: `PairedQuantiles`, prepared once.
     """
-    b = np.asarray(base, dtype=float)
-    o = np.asarray(other, dtype=float)
-    n = len(b)
-    if n != len(o) or n < 2 or not 0.0 <= q < 1.0:
-        raise ValueError("paired_quantile_draws needs two samples of one length ≥ 2, 0 ≤ q < 1")
-    by_b = np.lexsort((o, b))  # by b, ties by o: the draws do not depend on the pairs' order
-    b_sorted = b[by_b]
-    o_by_b = o[by_b]
-    by_o = np.argsort(o_by_b, kind="stable")
-    o_sorted = o_by_b[by_o]
-    o_rank = np.empty(n, dtype=np.int64)
-    o_rank[by_o] = np.arange(n, dtype=np.int64)
-    wm = _WaveletMatrix(o_rank)
+    return PairedQuantiles(base, other).draws(q, size, rng)
 
+
+class PairedQuantiles:
+    """Pairs prepared once (sorted, their o-ranks in a wavelet matrix) for the draws of
+    several quantiles (`draws`): the same draws as `paired_quantile_draws` gives."""
+
+    def __init__(self, base: _Floats, other: _Floats) -> None:
+        b = np.asarray(base, dtype=float)
+        o = np.asarray(other, dtype=float)
+        n = len(b)
+        if n != len(o) or n < 2:
+            raise ValueError("paired_quantile_draws needs two samples of one length ≥ 2")
+        by_b = np.lexsort((o, b))  # by b, ties by o: the draws ignore the pairs' order
+        self.n = n
+        self.b_sorted = b[by_b]
+        o_by_b = o[by_b]
+        by_o = np.argsort(o_by_b, kind="stable")
+        self.o_sorted = o_by_b[by_o]
+        self.o_rank = np.empty(n, dtype=np.int64)
+        self.o_rank[by_o] = np.arange(n, dtype=np.int64)
+        self.wm = _WaveletMatrix(self.o_rank)
+
+    def draws(self, q: float, size: int, rng: np.random.Generator) -> tuple[_Floats, _Floats]:
+        """`size` draws of (baseline's q-quantile, run's q-quantile) of a resample of the
+        pairs (`paired_quantile_draws`); 0 ≤ q < 1."""
+        if not 0.0 <= q < 1.0:
+            raise ValueError("paired_quantile_draws needs 0 ≤ q < 1")
+        n, b_sorted, o_sorted, o_rank, wm = (
+            self.n,
+            self.b_sorted,
+            self.o_sorted,
+            self.o_rank,
+            self.wm,
+        )
+        return _draw(n, b_sorted, o_sorted, o_rank, wm, q, size, rng)
+
+
+def _draw(
+    n: int,
+    b_sorted: _Floats,
+    o_sorted: _Floats,
+    o_rank: _Ints,
+    wm: _WaveletMatrix,
+    q: float,
+    size: int,
+    rng: np.random.Generator,
+) -> tuple[_Floats, _Floats]:
+    """The draws of `PairedQuantiles.draws` (see the module for why they are exact)."""
     h = (n - 1) * q
     j = math.floor(h)
     g = h - j

@@ -41,7 +41,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from labkit.analysis.paired_bootstrap import paired_quantile_draws
+from labkit.analysis.paired_bootstrap import PairedQuantiles
 from labkit.analysis.stats import min_n
 from labkit.errors import ConfigError, RunError
 from labkit.report.charts import Chart
@@ -321,19 +321,21 @@ def _fast_distribution(
     paired: bool,
     rng: np.random.Generator,
     size: int,
+    prepared: PairedQuantiles | None = None,
 ) -> tuple[_Floats, _Floats] | None:
     """The bootstrap distributions of (baseline's statistic, run's statistic), drawn exactly
     without materialising resamples, or None where no exact shortcut applies (a mean of
     values other than 0/1).
 
     Unpaired quantile: `_resampled_quantile` for each run; paired: both quantiles of a
-    resample of the pairs at once (`paired_quantile_draws`, O(log n) a draw). Error rate
+    resample of the pairs at once (`PairedQuantiles`, O(log n) a draw). Error rate
     (a mean of 0/1): a resample's failures are Binomial(n, p) unpaired; paired, the four
     (baseline, run) outcomes of a resampled pair are Multinomial(n, their shares).
     """
     if metric.quantile is not None:
         if paired:
-            return paired_quantile_draws(base, other, metric.quantile, size, rng)
+            prepared = prepared or PairedQuantiles(base, other)
+            return prepared.draws(metric.quantile, size, rng)
         return (
             _resampled_quantile(base, metric.quantile, size, rng),
             _resampled_quantile(other, metric.quantile, size, rng),
@@ -359,6 +361,7 @@ def _change_interval(
     paired: bool,
     rng: np.random.Generator,
     how: Comparison,
+    prepared: PairedQuantiles | None = None,
 ) -> tuple[float, float, float, float]:
     """The percentile bootstrap interval of the change and of the change in percent:
     (low, high, pct_low, pct_high); pairs resampled together when `paired`. A bound is NaN
@@ -372,7 +375,7 @@ def _change_interval(
     """
     scale = 100.0 if metric.quantile is None else 1.0  # error rate: percentage points
     alpha = (1.0 - how.confidence) / 2.0
-    fast = _fast_distribution(base, other, metric, paired, rng, how.resamples)
+    fast = _fast_distribution(base, other, metric, paired, rng, how.resamples, prepared)
     with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
         if fast is not None:
             b, o = fast
@@ -430,6 +433,12 @@ def _compare_column(
         pairs if pairs is not None else (base["v"].to_numpy(float), other["v"].to_numpy(float))
     )
     rng = _seed_for(how.seed, key)
+    # The paired quantiles of one column (p50, p90) share the pairs' sorting.
+    quantiles = any(
+        m.quantile is not None and min(len(b_vals), len(o_vals)) >= max(m.min_samples, 2)
+        for m in metrics
+    )
+    prepared = PairedQuantiles(b_vals, o_vals) if paired and quantiles else None
     rows = []
     for metric in metrics:
         base_v, value = _stat(b_vals, metric), _stat(o_vals, metric)
@@ -438,7 +447,7 @@ def _compare_column(
         enough = min(len(b_vals), len(o_vals)) >= metric.min_samples
         if enough:
             low, high, pct_low, pct_high = _change_interval(
-                b_vals, o_vals, metric, paired, rng, how
+                b_vals, o_vals, metric, paired, rng, how, prepared
             )
             if not base_v:
                 pct_low = pct_high = math.nan
