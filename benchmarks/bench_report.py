@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_report.py --ladder [--sizes 100000,1000000,10000000]
     .venv/bin/python benchmarks/bench_report.py [--records 100000] [--keep DIR] [--traced]
+    .venv/bin/python benchmarks/bench_report.py --compare-only [--compare 1000000]
 
 `make bench-report` runs the ladder: for each size, a run folder of realistic records
 (several providers and experiments, ~2% errors, warm-ups, 64 event offsets each, no
@@ -14,8 +15,9 @@ printed apart, not the report's). Then, in a fresh process (its own peak RSS), t
 MISS, and the host's load average. At 10⁶ the report as main read it (records.jsonl whole,
 no sidecar) runs on the same run, and "a run with no sidecar (an old run)": the one-time
 conversion its first reader does (at 10⁷ too with --foreign-10e7: minutes); `compare` of
-two 10⁶ runs runs last. Each run folder is deleted after (10⁷ is about 34 GiB: check
-`df -h /tmp`; two are never kept at once).
+two 10⁶ runs runs last, unpaired (both recorded so) and paired (`compare_pair`; their
+sidecars built by a first reader, not timed; alone with --compare-only). Each run folder
+is deleted after (10⁷ is about 34 GiB: check `df -h /tmp`; two are never kept at once).
 
 With --records, one run (built record by record with pydantic; kept with --keep DIR),
 `write_report` timed as its first report (a run of 64 MiB or more builds its sidecar inside
@@ -191,6 +193,44 @@ def build_fast(
                 },
             }
         ),
+        encoding="utf-8",
+    )
+
+
+#: The paired compare case: the groups (provider, experiment) whose TTFT the second run
+#: moves, and by how much (ms); every other group keeps its distribution.
+PAIRED_SHIFT_MS = 25.0
+PAIRED_SHIFTED = {("openai", "single"), ("local", "attribution")}
+
+
+def build_paired(run_dir: Path, n: int, shift_ms: float = 0.0, rotate: int = 0) -> None:
+    """Two runs of one config for a paired compare: `build_fast`'s records, each with the
+    plan_key ``k<i>`` (the same planned requests in every run built so), the TTFT of the
+    `PAIRED_SHIFTED` groups (and their later timings) moved by `shift_ms`. Record i takes
+    the template of record i + `rotate` (a multiple of the 20 groups' cycle): each group
+    keeps its values, re-paired, so a shift of `shift_ms` is the whole true change."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    pool_dir = run_dir.parent / (run_dir.name + ".pool")
+    build(pool_dir, _POOL, 7)
+    templates: list[str] = []
+    for line in (pool_dir / "records.jsonl").read_text(encoding="utf-8").splitlines():
+        rec = json.loads(line)
+        rec.update(record_id=_RID, plan_key="k" + _RID, trial=_TRIAL, warmup=False)
+        if (rec["provider"], rec["experiment"]) in PAIRED_SHIFTED and rec["client"]["ttft_ms"]:
+            c = rec["client"]
+            for name in ("first_event_ms", "ttft_ms", "last_token_ms", "e2e_ms"):
+                c[name] += shift_ms
+            c["event_offsets_ms"] = [x + shift_ms for x in c["event_offsets_ms"]]
+        text = json.dumps(rec, separators=(",", ":")).replace("%", "%%")
+        text = text.replace(f'"{_RID}"', '"r%(i)d"').replace(f'"k{_RID}"', '"k%(i)d"')
+        templates.append(text.replace(str(_TRIAL), "%(i)d") + "\n")
+    shutil.rmtree(pool_dir)
+    with (run_dir / "records.jsonl").open("w", encoding="utf-8", buffering=1 << 24) as fh:
+        for start in range(0, n, _POOL):
+            lines = range(start, min(n, start + _POOL))
+            fh.write("".join(templates[(i + rotate) % _POOL] % {"i": i} for i in lines))
+    (run_dir / "manifest.json").write_text(
+        json.dumps({"run_id": "bench", "name": "bench", "status": "completed", "records": n}),
         encoding="utf-8",
     )
 
@@ -381,13 +421,43 @@ def ladder(sizes: list[int], root: Path, compare: int, foreign_10e7: bool) -> No
             )
         shutil.rmtree(run_dir)
     if compare:
+        compare_pair(root, compare)
+
+
+def compare_pair(root: Path, n: int) -> None:
+    """`compare` of two `n`-record runs, each in a fresh process after both sidecars are
+    built (not timed): unpaired (no plan_keys, the two seeds' records) and paired
+    (`build_paired`: the same plan_keys and values, re-paired, TTFT moved by
+    `PAIRED_SHIFT_MS` in `PAIRED_SHIFTED`); each run deleted after."""
+    for what in ("unpaired", "paired"):
         runs = [root / "compare-base", root / "compare-other"]
         for seed, run in zip((7, 11), runs, strict=True):
-            record(run, compare, seed=seed)
+            if what == "paired":
+                build_paired(run, n, *((0.0, 0) if seed == 7 else (PAIRED_SHIFT_MS, 20 * 37)))
+                _run_step("sidecar", [run])  # what the first reader does, once: not timed
+            else:
+                record(run, n, seed=seed)  # as labkit records it: parts converted as it grows
         both = _run_step("compare", runs)
-        print(_line(f"compare of two {compare:,}-record runs", both, COMPARE_BOUND_S))
+        print(_line(f"compare of two {n:,}-record runs, {what}", both, COMPARE_BOUND_S))
+        if what == "paired":
+            _say_paired(root / "compare" / "compare.csv")
         for run in runs:
             shutil.rmtree(run)
+        shutil.rmtree(root / "compare", ignore_errors=True)
+
+
+def _say_paired(table: Path) -> None:
+    """The paired case's TTFT p50 rows: the planted shift found where it was planted."""
+    import pandas as pd
+
+    df = pd.read_csv(table)
+    rows = df[df["metric"] == "ttft_p50"]
+    for r in rows.itertuples():
+        planted = PAIRED_SHIFT_MS if (r.provider, r.experiment) in PAIRED_SHIFTED else 0.0
+        print(
+            f"  {r.provider}/{r.experiment}: paired={r.paired} planted {planted:+.0f} ms, "
+            f"change {r.change:+.2f} ms [{r.change_low:+.2f}, {r.change_high:+.2f}] {r.verdict}"
+        )
 
 
 def main() -> int:
@@ -402,6 +472,7 @@ def main() -> int:
         action="store_true",
         help="also time the one-time conversion of a 10⁷ run with no sidecar (minutes)",
     )
+    ap.add_argument("--compare-only", action="store_true", help="only compare, unpaired and paired")
     ap.add_argument("--step", nargs="+", help=argparse.SUPPRESS)
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--keep", type=Path, help="build the run here and keep it")
@@ -416,6 +487,14 @@ def main() -> int:
         try:
             sizes = [int(x) for x in args.sizes.split(",") if x]
             ladder(sizes, root, args.compare, args.foreign_10e7)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        return 0
+    if args.compare_only:
+        root = Path(tempfile.mkdtemp(prefix="labkit-bench-", dir=args.dir))
+        try:
+            print(f"host: {os.cpu_count()} CPUs; load average before: {_load()}")
+            compare_pair(root, args.compare)
         finally:
             shutil.rmtree(root, ignore_errors=True)
         return 0

@@ -4,9 +4,10 @@ The first run is the baseline. For each provider × experiment × model, each ga
 (`GATE_METRICS`: TTFT p50/p90, decode ms/token, e2e, output tokens/s, error rate) and each
 later run, `compare_frames` gives the baseline's value, the run's, their difference and a
 percentile bootstrap interval of that difference (absolute and in percent of the baseline):
-its bootstrap distribution drawn exactly where it can be (an unpaired quantile from Beta
-order statistics, the error rate from Binomial / Multinomial counts: O(resamples) whatever
-n), by `scipy.stats.bootstrap` otherwise (paired quantiles). Quantiles are
+its bootstrap distribution drawn exactly, without building resamples (an unpaired quantile
+from Beta order statistics, a paired one by `labkit.analysis.paired_bootstrap`, the error
+rate from Binomial / Multinomial counts: O(resamples) or O(resamples · log n) once the
+values are sorted, whatever n). Quantiles are
 `labkit.analysis.stats`' (linear interpolation), and a quantile is compared only from the n
 its distribution-free interval needs (p90: 29).
 
@@ -40,11 +41,20 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from labkit.analysis.stats import min_n, quantile
+from labkit.analysis.paired_bootstrap import PairedQuantiles
+from labkit.analysis.stats import min_n
 from labkit.errors import ConfigError, RunError
 from labkit.report.charts import Chart
 from labkit.report.cost import COST_REPORT_COLUMNS, comparison_cost_section
-from labkit.report.load import RunData, ensure_columns, load_run
+from labkit.report.load import (
+    RunData,
+    ensure_columns,
+    load_run,
+    repeated_note,
+    run_folder,
+    run_meta,
+    skipped_note,
+)
 from labkit.report.render import (
     Block,
     Bullets,
@@ -57,7 +67,7 @@ from labkit.report.render import (
     markdown_text,
 )
 from labkit.report.render import render_markdown as _render_md
-from labkit.report.run_charts import distribution_chart, measured
+from labkit.report.run_charts import distribution_chart
 from labkit.report.stats import GROUP_KEYS
 from labkit.safefiles import write_new_file
 from labkit.scrub import for_people, scrub_frame
@@ -173,6 +183,7 @@ NO_CHANGE = "no change detected"
 NOT_MEASURED = "not measured"
 
 _Floats = npt.NDArray[np.float64]
+_Keys = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True)
@@ -193,35 +204,55 @@ class Comparison:
 # --- sampling ------------------------------------------------------------------------------
 
 
-def _values(df: pd.DataFrame, column: str | None) -> pd.DataFrame:
-    """The rows behind one column's statistics, with their `plan_key` and the value as ``v``.
+def _key_codes(base: pd.DataFrame, other: pd.DataFrame) -> tuple[_Keys, _Keys]:
+    """Each row's plan_key as an integer shared by both frames (−1: none), so matching and
+    de-duplicating compare integers, never strings."""
+    keys = [ensure_columns(df, ["plan_key"])["plan_key"] for df in (base, other)]
+    codes, _ = pd.factorize(pd.concat(keys, ignore_index=True))
+    codes = np.asarray(codes, dtype=np.int64)
+    return codes[: len(base)], codes[len(base) :]
+
+
+def _values(df: pd.DataFrame, column: str | None, keys: _Keys) -> pd.DataFrame:
+    """The rows behind one column's statistics, with their plan_key code (`_key_codes`) as
+    ``plan_key`` and the value as ``v``.
 
     A latency column (`column` set): successful, non-warm-up requests with a value. The
     error rate (`column` None): every non-warm-up request, ``v`` = 1 for a failure. A
     plan_key seen twice (a retry) keeps its last record.
     """
-    df = ensure_columns(df, ["plan_key"] + ([column] if column else []))
-    attempted = df[~df["warmup"].astype(bool)]
+    df = ensure_columns(df, [column] if column else [])
+    attempted = ~df["warmup"].to_numpy(dtype=bool)
+    ok = df["ok"].to_numpy(dtype=bool)
     if column is None:
-        v = (~attempted["ok"].astype(bool)).astype(float)
-        out = pd.DataFrame({"plan_key": attempted["plan_key"], "v": v})
+        keep = attempted
+        v = (~ok[keep]).astype(float)
     else:
-        ok = attempted[attempted["ok"].astype(bool)]
-        out = pd.DataFrame({"plan_key": ok["plan_key"], "v": ok[column].astype(float)})
-        out = out[out["v"].notna()]
-    keyed = out[out["plan_key"].notna()].drop_duplicates("plan_key", keep="last")
-    return pd.concat([keyed, out[out["plan_key"].isna()]])
+        values = df[column].to_numpy(dtype=float, na_value=np.nan)
+        keep = attempted & ok & ~np.isnan(values)
+        v = values[keep]
+    k = keys[keep]
+    keyed = np.flatnonzero(k >= 0)
+    # The last row of each key: the first of the reversed rows, back in the rows' order.
+    _, first_reversed = np.unique(k[keyed][::-1], return_index=True)
+    last = np.sort(keyed[len(keyed) - 1 - first_reversed])
+    rows = np.concatenate([last, np.flatnonzero(k < 0)])
+    return pd.DataFrame({"plan_key": k[rows], "v": v[rows]})
 
 
 def _pairs(base: pd.DataFrame, other: pd.DataFrame) -> tuple[_Floats, _Floats] | None:
     """The values of both runs matched by plan_key, when nearly all of them match."""
-    b = base[base["plan_key"].notna()].set_index("plan_key")["v"]
-    o = other[other["plan_key"].notna()].set_index("plan_key")["v"]
-    common = b.index.intersection(o.index, sort=False)
+    b_keys, o_keys = base["plan_key"].to_numpy(), other["plan_key"].to_numpy()
+    b_in, o_in = b_keys >= 0, o_keys >= 0
+    common, b_at, o_at = np.intersect1d(
+        b_keys[b_in], o_keys[o_in], assume_unique=True, return_indices=True
+    )
     if len(common) < 0.8 * max(len(base), len(other)) or len(common) == 0:
         return None
-    common = common.sort_values()
-    return b.loc[common].to_numpy(float), o.loc[common].to_numpy(float)
+    return (
+        base["v"].to_numpy(float)[b_in][b_at],
+        other["v"].to_numpy(float)[o_in][o_at],
+    )
 
 
 def _stat(values: _Floats, metric: GateMetric) -> float:
@@ -231,8 +262,8 @@ def _stat(values: _Floats, metric: GateMetric) -> float:
         return math.nan
     if metric.quantile is None:
         return float(values.mean())
-    value = quantile(values, metric.quantile).value
-    return math.nan if value is None else value
+    # `labkit.analysis.stats.quantile`'s point estimate: numpy's linear interpolation.
+    return float(np.quantile(values, metric.quantile))
 
 
 def _change_statistic(metric: GateMetric, scale: float) -> Callable[..., _Floats]:
@@ -290,18 +321,21 @@ def _fast_distribution(
     paired: bool,
     rng: np.random.Generator,
     size: int,
+    prepared: PairedQuantiles | None = None,
 ) -> tuple[_Floats, _Floats] | None:
     """The bootstrap distributions of (baseline's statistic, run's statistic), drawn exactly
-    without materialising resamples, or None where no exact shortcut applies (paired
-    quantiles; a mean of values other than 0/1).
+    without materialising resamples, or None where no exact shortcut applies (a mean of
+    values other than 0/1).
 
-    Unpaired quantile: `_resampled_quantile` for each run. Error rate (a mean of 0/1):
-    a resample's failures are Binomial(n, p) unpaired; paired, the four (baseline, run)
-    outcomes of a resampled pair are Multinomial(n, their shares).
+    Unpaired quantile: `_resampled_quantile` for each run; paired: both quantiles of a
+    resample of the pairs at once (`PairedQuantiles`, O(log n) a draw). Error rate
+    (a mean of 0/1): a resample's failures are Binomial(n, p) unpaired; paired, the four
+    (baseline, run) outcomes of a resampled pair are Multinomial(n, their shares).
     """
     if metric.quantile is not None:
         if paired:
-            return None
+            prepared = prepared or PairedQuantiles(base, other)
+            return prepared.draws(metric.quantile, size, rng)
         return (
             _resampled_quantile(base, metric.quantile, size, rng),
             _resampled_quantile(other, metric.quantile, size, rng),
@@ -327,19 +361,21 @@ def _change_interval(
     paired: bool,
     rng: np.random.Generator,
     how: Comparison,
+    prepared: PairedQuantiles | None = None,
 ) -> tuple[float, float, float, float]:
     """The percentile bootstrap interval of the change and of the change in percent:
     (low, high, pct_low, pct_high); pairs resampled together when `paired`. A bound is NaN
     where over a tenth of the resampled changes are not finite (a zero baseline).
 
     The bootstrap distribution is drawn exactly by `_fast_distribution` where it can be
-    (O(resamples), whatever n); otherwise (paired quantiles) by `scipy.stats.bootstrap`.
+    (O(resamples), whatever n); otherwise (a mean of values other than 0/1: no gate metric
+    today) by `scipy.stats.bootstrap`.
     Either way the interval is the distribution's linear quantiles at (1 ± confidence)/2,
     as scipy's percentile method takes them.
     """
     scale = 100.0 if metric.quantile is None else 1.0  # error rate: percentage points
     alpha = (1.0 - how.confidence) / 2.0
-    fast = _fast_distribution(base, other, metric, paired, rng, how.resamples)
+    fast = _fast_distribution(base, other, metric, paired, rng, how.resamples, prepared)
     with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
         if fast is not None:
             b, o = fast
@@ -397,6 +433,12 @@ def _compare_column(
         pairs if pairs is not None else (base["v"].to_numpy(float), other["v"].to_numpy(float))
     )
     rng = _seed_for(how.seed, key)
+    # The paired quantiles of one column (p50, p90) share the pairs' sorting.
+    quantiles = any(
+        m.quantile is not None and min(len(b_vals), len(o_vals)) >= max(m.min_samples, 2)
+        for m in metrics
+    )
+    prepared = PairedQuantiles(b_vals, o_vals) if paired and quantiles else None
     rows = []
     for metric in metrics:
         base_v, value = _stat(b_vals, metric), _stat(o_vals, metric)
@@ -405,7 +447,7 @@ def _compare_column(
         enough = min(len(b_vals), len(o_vals)) >= metric.min_samples
         if enough:
             low, high, pct_low, pct_high = _change_interval(
-                b_vals, o_vals, metric, paired, rng, how
+                b_vals, o_vals, metric, paired, rng, how, prepared
             )
             if not base_v:
                 pct_low = pct_high = math.nan
@@ -494,11 +536,12 @@ def compare_frames(
         groups = _groups(df)
         for key, base_sub in base_groups.items():
             other_sub = groups.get(key, df.iloc[0:0])
+            base_keys, other_keys = _key_codes(base_sub, other_sub)
             group_rows: list[dict[str, object]] = []
             for column, metrics_here in by_column.items():
                 column_rows = _compare_column(
-                    _values(base_sub, column),
-                    _values(other_sub, column) if len(other_sub) else _empty_values(),
+                    _values(base_sub, column, base_keys),
+                    _values(other_sub, column, other_keys) if len(other_sub) else _empty_values(),
                     metrics_here,
                     how,
                     (*key, column, label),
@@ -527,7 +570,7 @@ def _not_measured(sides: Sequence[tuple[str, pd.DataFrame]], column: str | None)
 
 
 def _empty_values() -> pd.DataFrame:
-    return pd.DataFrame({"plan_key": pd.Series(dtype=object), "v": pd.Series(dtype=float)})
+    return pd.DataFrame({"plan_key": pd.Series(dtype=np.int64), "v": pd.Series(dtype=float)})
 
 
 def read_columns() -> frozenset[str]:
@@ -540,8 +583,50 @@ def read_columns() -> frozenset[str]:
 def _load(run_dirs: Sequence[Path | str]) -> tuple[list[RunData], list[str]]:
     if len(run_dirs) < 2:
         raise RunError("compare needs at least two run folders")
-    runs = [load_run(p, read_columns()) for p in run_dirs]
+    runs = [_load_compared(p) for p in run_dirs]
     return runs, _labels(runs)
+
+
+def _give_back() -> None:
+    """Hand the memory freed while reading a run back to the system (Arrow's pool, the C
+    heap), so the next run's reading does not stack on it."""
+    import pyarrow as pa
+
+    from labkit.report import load
+
+    pa.default_memory_pool().release_unused()
+    load._give_back()
+
+
+def _load_compared(path: Path | str) -> RunData:
+    """`load_run` with `read_columns`, a large run read from its columnar sidecar a
+    provider × experiment part at a time (each part's memory given back before the next),
+    without holding the whole run's columns twice while they become the frame. The rows
+    come part after part, each part's in the order of its lines: a group's retries keep
+    their order, and nothing compare writes depends on the order of the parts."""
+    from labkit.report import columnar
+
+    run_dir = run_folder(path)
+    try:
+        side = columnar.sidecar(run_dir)
+    except OSError:
+        side = None
+    if side is None or not side.groups:
+        return load_run(run_dir, read_columns())
+    try:
+        parts = [frame for _, frame in side.frames(2, read_columns())]
+    except OSError as exc:
+        raise RunError(f"cannot read {side.run_dir / columnar.SIDECAR_DIR}: {exc}") from exc
+    frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    del parts
+    _give_back()
+    problems = skipped_note(dict(side.skipped))
+    if side.repeated:
+        problems.append(repeated_note(side.repeated, side.repeated_requests))
+    manifest, lab = run_meta(run_dir, problems)
+    if len(frame) and frame["run_id"].isna().all():
+        frame["run_id"] = str(manifest.get("run_id", run_dir.name))
+    return RunData(run_dir, frame, manifest, lab, len(side.skipped), problems, side.repeated)
 
 
 def compare_runs(
@@ -805,26 +890,43 @@ def comparison_markdown(
 
 
 _MAX_FIGURES = 12
+#: The columns `distribution_chart` draws.
+_CHARTED = ["client.ttft_ms", "client.decode_ms_per_token", "client.e2e_ms"]
+_NO_ROWS = pd.DataFrame({c: pd.Series(dtype=float) for c in _CHARTED})
+
+
+def _charted_groups(records: pd.DataFrame) -> dict[tuple[str, str], pd.DataFrame]:
+    """The measured rows' charted columns per (provider, experiment), taken by position
+    from the frame's own arrays: a copy of the whole frame per run, or a mask over a
+    million strings per figure, would cost memory and seconds."""
+    if not len(records):
+        return {}
+    records = ensure_columns(records, ["provider", "experiment", *_CHARTED])
+    ok = records["ok"].to_numpy(dtype=bool) & ~records["warmup"].to_numpy(dtype=bool)
+    values = {c: records[c].to_numpy(dtype=float, na_value=np.nan) for c in _CHARTED}
+    groups = records.groupby(["provider", "experiment"], sort=False, dropna=False).indices
+    out: dict[tuple[str, str], pd.DataFrame] = {}
+    for key, rows in groups.items():
+        provider, experiment = key if isinstance(key, tuple) else (key, None)
+        kept = rows[ok[rows]]
+        if len(kept):
+            out[(str(provider), str(experiment))] = pd.DataFrame(
+                {c: v[kept] for c, v in values.items()}
+            )
+    return out
 
 
 def _distribution_charts(runs: Sequence[RunData], labels: Sequence[str]) -> list[Chart]:
     """Per provider × experiment: each run's TTFT, decode and e2e distributions overlaid."""
-    frames = [(label, measured(run.records)) for label, run in zip(labels, runs, strict=True)]
-    keys = sorted(
-        {
-            (str(p), str(e))
-            for _, ok in frames
-            # One row per pair before the tuples: iterating a million arrow strings costs seconds.
-            for p, e in ok[["provider", "experiment"]].drop_duplicates().itertuples(index=False)
-        }
-    )
+    by_run = [_charted_groups(run.records) for run in runs]
+    keys = sorted({key for groups in by_run for key in groups})
     charts = []
     for provider, experiment in keys[:_MAX_FIGURES]:
         safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{provider}-{experiment}")
         chart = distribution_chart(
             [
-                (label, ok[(ok["provider"] == provider) & (ok["experiment"] == experiment)])
-                for label, ok in frames
+                (label, groups.get((provider, experiment), _NO_ROWS))
+                for label, groups in zip(labels, by_run, strict=True)
             ],
             f"distribution-{safe}",
             f"{provider} · {experiment}: cumulative distributions of successful, non-warm-up "
@@ -867,6 +969,8 @@ def write_comparison(
         + "".join(f". {note}" for note in notes),
         "note",
     )
+    del runs  # the records are drawn: their memory goes back before the figures render
+    _give_back()
     try:
         folder.mkdir(parents=True, exist_ok=True)
         write_new_file(  # never through a link (`write_new_file`)

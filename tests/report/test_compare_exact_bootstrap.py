@@ -1,10 +1,11 @@
 """compare's exact bootstrap draws agree with scipy.stats.bootstrap's resampling.
 
-An unpaired quantile's bootstrap distribution is drawn from Beta order statistics and the
-error rate's from Binomial / Multinomial counts (labkit/report/compare.py); these tests
-check that they are the same distribution as scipy's resample-and-compute bootstrap: exactly
-against an enumeration for a tiny sample, and by interval endpoints within Monte Carlo error
-for moderate n, over several seeds.
+An unpaired quantile's bootstrap distribution is drawn from Beta order statistics (a paired
+one: tests/analysis/test_paired_bootstrap.py) and the error rate's from Binomial /
+Multinomial counts (labkit/report/compare.py); these tests check that they are the same
+distribution as scipy's resample-and-compute bootstrap: exactly against an enumeration for a
+tiny sample, and by interval endpoints within Monte Carlo error for moderate n, over several
+seeds.
 """
 
 from __future__ import annotations
@@ -122,11 +123,15 @@ def test_error_rate_interval_agrees_with_scipy(seed: int, paired: bool) -> None:
     assert spread == pytest.approx(np.std(ref), rel=8 / math.sqrt(2 * B_REF))
 
 
-def test_paired_quantiles_keep_scipys_resampling() -> None:
-    """No exact shortcut for paired quantiles: those go to scipy.stats.bootstrap."""
+def test_paired_quantiles_are_drawn_exactly_too() -> None:
+    """Paired quantiles no longer go to scipy's resampling: both sides have a fast draw,
+    and a paired one moves the two quantiles together (x and x + 1: every draw differs
+    by exactly 1, as every paired resample does)."""
     x = np.arange(50.0)
     rng = np.random.default_rng(0)
-    assert _fast_distribution(x, x + 1, GATE_METRICS["ttft_p50"], True, rng, 100) is None
+    paired = _fast_distribution(x, x + 1, GATE_METRICS["ttft_p50"], True, rng, 100)
+    assert paired is not None
+    assert np.allclose(paired[1] - paired[0], 1.0)
     assert _fast_distribution(x, x + 1, GATE_METRICS["ttft_p50"], False, rng, 100) is not None
 
 

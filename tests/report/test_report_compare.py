@@ -263,3 +263,35 @@ def test_repeated_records_are_counted_once_and_said(tmp_path: Path) -> None:
     assert cli.exit_code == 0, cli.output
     notes = [line for line in cli.stderr.splitlines() if line.startswith("note: ")]
     assert notes == [f"note: {note}"], cli.stderr
+
+
+def test_paired_noisy_shift_is_found_and_record_order_does_not_matter(tmp_path: Path) -> None:
+    """Two runs of one config (the same plan_keys), the second 5 ms slower per request with
+    its own noise: the paired interval covers 5 ms and excludes 0; the same records in
+    another order give the same intervals (the pairs, not their order, are resampled)."""
+    data = np.random.default_rng(11)
+    base = list(data.lognormal(np.log(80.0), 0.3, 300))
+    after = [t + 5.0 + float(data.normal(0.0, 1.0)) for t in base]
+    before_records, after_records = _records("b", base), _records("a", after)
+    runs = _pair(tmp_path, before_records, after_records)
+    ttft = _row(compare_runs(runs), "ttft_p50")
+    assert ttft["paired"] and ttft["verdict"] == "slower"
+    assert 0 < ttft["change_low"] < 5.0 < ttft["change_high"]
+    order = data.permutation(len(after_records))
+    shuffled = [after_records[i] for i in order]
+    again = [runs[0], write_run(tmp_path / "shuffled" / "after", shuffled)]  # same label
+    other = _row(compare_runs(again), "ttft_p50")
+    assert (other["change_low"], other["change_high"]) == (ttft["change_low"], ttft["change_high"])
+
+
+def test_a_retried_plan_key_keeps_its_last_record(tmp_path: Path) -> None:
+    """A plan_key recorded twice (a retry) counts once, with its later record: a slow first
+    attempt does not move the paired p50."""
+    base = _records("b", [50.0] * 40)
+    retried = _records("a", [50.0] * 40)
+    slow = make_record(run_id="a", ttft_ms=5000.0)
+    slow.plan_key = retried[0].plan_key
+    runs = _pair(tmp_path, base, [slow, *retried])
+    ttft = _row(compare_runs(runs), "ttft_p50")
+    assert ttft["paired"] and ttft["n"] == 40
+    assert ttft["change"] == 0.0 and ttft["change_high"] == 0.0
