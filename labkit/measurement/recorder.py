@@ -69,7 +69,7 @@ from labkit.records import (
 )
 from labkit.timing import derive_client_timings
 from labkit.wire.loopclock import LatenessTracker, loop_clock, socket_fd
-from labkit.wire.sse import SSEEvent, SSEParser
+from labkit.wire.sse import SSEParser
 from labkit.wire.turns import take_start_turn, take_turn
 
 __all__ = [
@@ -586,73 +586,14 @@ class StreamRecorder(BaseRecorder):
         content_type = response.headers.get("content-type", "")
         parse_ns = 0
         terminator_ns: int | None = None
-        # On the lean transport, a parser with a cheap end check (`StreamParser.end_markers`)
-        # has its events parsed in a batch, warm, not one read at a time in the reader
-        # callback: the callback frames and splits each read and keeps its events (stamped
-        # with the read's arrival as ever) and what must be taken when the read comes (the
-        # loop's window for a read of several events); the batch is parsed when an event
-        # holds an end marker (then this read's stop is decided as before), when the body
-        # ends, fails or is cancelled. The same stamps, windows, records and errors as
-        # parsing each read as it comes (tests/measurement/test_batched_parse.py).
-        markers = parser.end_markers if read_stamps is not None else ()
-        # The kept reads, in parallel lists (no object a read for the cyclic collector to
-        # track beyond its events' list): each read's events, its stamp, how many reads the
-        # read lists held with it, and the loop's window of each read of several events.
-        kept_events: list[list[SSEEvent]] = []
-        kept_t: list[int] = []
-        kept_reads: list[int] = []
-        kept_windows: dict[int, tuple[int, int, bool] | None] = {}
-
-        def parse(events: list[SSEEvent], t: int, window: Any) -> None:
-            """Classify and stamp one read's events; `window`: the loop's window taken when
-            the read came, `_LIVE` to take it now (the read is the latest)."""
-            if read_windows is None:
-                for ev in events:
-                    stamp(on_event(ev), ev.t_ns)
-                return
-            before = len(output_ns)
-            for ev in events:
-                stamp(on_event(ev), ev.t_ns)
-            if len(output_ns) - before > 1:
-                # Several events under one kernel stamp (its last segment's): when the
-                # loop saw them arrive tells how much earlier the first ones came.
-                if window is _LIVE:
-                    window = window_before(read_seen[-1])
-                if window is not None:
-                    read_windows[t] = window
-
-        def parse_kept() -> None:
-            """Parse the kept reads, in order. At an error the reads after the failed one are
-            dropped from the read lists, as if they never came (reading stopped there)."""
-            nonlocal parse_ns
-            if not kept_events:
-                return
-            t_parse = clock()
-            i = 0
-            try:
-                for i, events in enumerate(kept_events):
-                    parse(events, kept_t[i], kept_windows.get(i))
-            except BaseException:
-                keep = kept_reads[i]
-                del read_seen[keep:], read_kernel[keep:]
-                if read_stamps is not None:
-                    del read_stamps[keep:]
-                raise
-            finally:
-                kept_events.clear()
-                kept_t.clear()
-                kept_reads.clear()
-                kept_windows.clear()
-                parse_ns += clock() - t_parse
 
         def on_read(
             chunk: bytes, t: int, seen: int, kernel: bool, framed: bool = False, /
         ) -> bool | None:
             """Frame, parse and stamp one read (the lean transport's stamps of it: arrival,
-            when labkit saw it, whether the kernel stamped it), or keep its events for the
-            batch; True once the stream's end is in. `framed`: the read as the lean body got
-            it, chunk framing and all, taken only when it is the common read
-            (`SSEParser.feed_whole_chunks`), else None."""
+            when labkit saw it, whether the kernel stamped it); True once the stream's end
+            is in. `framed`: the read as the lean body got it, chunk framing and all, taken
+            only when it is the common read (`SSEParser.feed_whole_chunks`), else None."""
             nonlocal parse_ns, terminator_ns
             t_read = clock()
             events = None
@@ -669,36 +610,20 @@ class StreamRecorder(BaseRecorder):
                 read_seen.append(seen)
                 read_kernel.append(kernel)
             if events is None:
-                if kept_events:
-                    try:
-                        events = feed(chunk, t)
-                    except BaseException:
-                        parse_kept()  # an error of an earlier read came first
-                        raise
-                else:
-                    events = feed(chunk, t)
-            if markers:
+                events = feed(chunk, t)
+            if read_windows is None:
                 for ev in events:
-                    data, name = ev.data, ev.event
-                    for marker in markers:
-                        if marker in data or (name is not None and marker in name):
-                            break
-                    else:
-                        continue
-                    break
-                else:  # no end marker in this read: its events wait for the batch
-                    if events:
-                        if len(events) > 1 and read_windows is not None:
-                            kept_windows[len(kept_events)] = window_before(seen)
-                        kept_events.append(events)
-                        kept_t.append(t)
-                        kept_reads.append(len(read_seen))
-                    parse_ns += clock() - t_read
-                    return False
-                parse_ns += clock() - t_read
-                parse_kept()
-                t_read = clock()
-            parse(events, t, _LIVE)
+                    stamp(on_event(ev), ev.t_ns)
+            else:
+                before = len(output_ns)
+                for ev in events:
+                    stamp(on_event(ev), ev.t_ns)
+                if len(output_ns) - before > 1:
+                    # Several events under one kernel stamp (its last segment's): when the
+                    # loop saw them arrive tells how much earlier the first ones came.
+                    window = window_before(seen)
+                    if window is not None:
+                        read_windows[t] = window
             parse_ns += clock() - t_read
             if m.done or parser.ended:
                 # The stream's end is the arrival of the read that completed its terminator
@@ -715,39 +640,24 @@ class StreamRecorder(BaseRecorder):
         # document from a stream.
         deliver = body.deliver if body is not None and body.pushes else None
         first = True
-        try:
-            async for chunk in chunks:
-                if first:
-                    first = False
-                    if sse.json_first_byte_is_a_document and looks_like_a_document(
-                        content_type, chunk
-                    ):
-                        document = await _read_capped(chunks, ERROR_BODY_CAP, chunk)
-                        m.end_ns = clock()
-                        m.error = not_a_stream(
-                            response.status_code, response.headers, document, redact
-                        )
-                        return
-                if arrival is None:
-                    done = on_read(chunk, 0, 0, False)
-                else:
-                    done = on_read(chunk, arrival.t_ns, arrival.seen_ns, arrival.kernel_stamped)
-                if done:
-                    break
-                if deliver is not None:
-                    # Each read is offered as it came first: its chunks and SSE events in one call.
-                    await deliver(on_read)
-                    break
-        except Exception:
-            parse_kept()  # the kept reads came first: an error among them is the stream's
-            raise
-        except BaseException:
-            # Cancelled: the kept reads are stamped up to any error among them, and the
-            # cancellation goes on.
-            with contextlib.suppress(Exception):
-                parse_kept()
-            raise
-        parse_kept()
+        async for chunk in chunks:
+            if first:
+                first = False
+                if sse.json_first_byte_is_a_document and looks_like_a_document(content_type, chunk):
+                    document = await _read_capped(chunks, ERROR_BODY_CAP, chunk)
+                    m.end_ns = clock()
+                    m.error = not_a_stream(response.status_code, response.headers, document, redact)
+                    return
+            if arrival is None:
+                done = on_read(chunk, 0, 0, False)
+            else:
+                done = on_read(chunk, arrival.t_ns, arrival.seen_ns, arrival.kernel_stamped)
+            if done:
+                break
+            if deliver is not None:
+                # Each read is offered as it came first: its chunks and SSE events in one call.
+                await deliver(on_read)
+                break
         ended = m.done or parser.ended
         for ev in () if ended else sse.close():
             try:
@@ -936,10 +846,6 @@ def assemble_record(
         trace=ctx.trace,
         **parsed,
     )
-
-
-#: `parse`'s window for the read just taken: the loop's, taken then.
-_LIVE = object()
 
 
 def _undecoded_body(response: httpx.Response, arrival: Any) -> Any | None:

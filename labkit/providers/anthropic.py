@@ -113,10 +113,6 @@ class AnthropicParser(StreamParser):
     `usage.output_tokens_details.thinking_tokens` is the reasoning count.
     """
 
-    #: `message_stop` ends it, named by its ``event:`` line or its JSON `type` (which only an
-    #: escape, ``\\u``, could spell otherwise).
-    end_markers = ("message_stop", "\\u")
-
     def __init__(self) -> None:
         super().__init__()
         self._uncached_input = 0

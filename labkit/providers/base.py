@@ -417,15 +417,6 @@ class TokenCount:
 class StreamParser(ABC):
     """Reads one response. Subclasses fill the public attributes as events arrive."""
 
-    #: A cheap check for the stream's end, which lets the wire recorder parse a stream's
-    #: reads in a batch (`labkit.measurement.recorder`) instead of one by one in the reader
-    #: callback: texts at least one of which every event that ends the stream
-    #: (`EventClass.DONE`, or `ended` set) holds in its data or its ``event:`` name. An
-    #: event holding one is parsed at once, with every read before it; one that does not
-    #: end the stream (a marker inside a token's text) only costs that early parse. Empty:
-    #: no such check, each read is parsed as it comes.
-    end_markers: ClassVar[tuple[str, ...]] = ()
-
     def __init__(self) -> None:
         self.usage = Usage()
         self.provider_timings = ProviderTimings()

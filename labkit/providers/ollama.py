@@ -102,9 +102,6 @@ class OllamaParser(StreamParser):
     they are. Thinking is streamed, so the stream delivers all of `eval_count`.
     """
 
-    #: The last line has `"done": true`, and JSON's `true` is never escaped.
-    end_markers = ("true",)
-
     def __init__(self) -> None:
         super().__init__()
         self._tool_called = False

@@ -118,9 +118,6 @@ class OpenAIChatParser(StreamParser):
     `settle`: reading them costs more than the rest of the chunk.
     """
 
-    #: `[DONE]` is the only terminator (`on_event`).
-    end_markers = ("[DONE]",)
-
     def __init__(self, server: str = "auto") -> None:
         super().__init__()
         self._server = server

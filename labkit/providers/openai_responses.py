@@ -227,10 +227,6 @@ class OpenAIResponsesParser(StreamParser):
     client-executed item (`CLIENT_TOOL_ITEMS`) is left without its output.
     """
 
-    #: The three terminal events end it, named by their ``event:`` line or their JSON `type`
-    #: (which only an escape, ``\\u``, could spell otherwise).
-    end_markers = (*sorted(_TERMINAL), "\\u")
-
     def __init__(self) -> None:
         super().__init__()
         self._reasoning_streamed = False
