@@ -31,8 +31,8 @@ import httpx
 
 from labkit.measurement.recorder import Measurement, StreamRecorder
 from labkit.providers import provider_class
-from labkit.wire.lean.http11 import Body
 from labkit.wire import loopclock
+from labkit.wire.lean.http11 import Body
 from labkit.wire.lean.tcp import Connection
 
 TOKENS = 100
