@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Mapping, Sequence
+from itertools import compress, islice
 from typing import Literal, NamedTuple
 
 from labkit.records import ClientTimings
@@ -36,21 +37,29 @@ class KernelReads(NamedTuple):
         return cls([r[0] for r in reads], [r[1] for r in reads], [r[2] for r in reads])
 
 
-def _ms(values_ns: Sequence[int]) -> list[float]:
-    return sorted([v / 1e6 for v in values_ns])
-
-
 def _read_lags_ns(output_ns: Sequence[int], reads: KernelReads) -> list[int]:
     """Sorted, each output event's read's lag (seen - stamp) of the first read with its
     stamp; events whose stamp no read has are left out."""
     seen_of = dict(zip(reversed(reads.stamps), reversed(reads.seen), strict=True))
-    seen = list(map(seen_of.get, output_ns))
-    if None in seen:
-        lags = [s - t for s, t in zip(seen, output_ns, strict=True) if s is not None]
-    else:
-        lags = list(map(operator.sub, seen, output_ns))
-    lags.sort()
-    return lags
+    try:
+        return sorted(map(operator.sub, map(seen_of.__getitem__, output_ns), output_ns))
+    except KeyError:  # an event whose stamp no read has (not on the lean transport's path)
+        pass
+    seen = map(seen_of.get, output_ns)
+    return sorted([s - t for s, t in zip(seen, output_ns, strict=True) if s is not None])
+
+
+def _seen_before(reads: KernelReads, t: int, default: int) -> int:
+    """The seen time of the read before the first read whose stamp is `t` and that has a
+    read before it; `default` where there is none (found by index: only a stream's few runs
+    of events read together ask)."""
+    stamps = reads.stamps
+    if len(stamps) != len(reads.seen):  # the columns line up (as zip(strict=True) checked)
+        raise ValueError("the reads' stamps and seen times differ in length")
+    try:
+        return reads.seen[stamps.index(t, 1) - 1]
+    except ValueError:
+        return default
 
 
 def _kernel_lateness(
@@ -71,15 +80,13 @@ def _kernel_lateness(
         return None
     n = len(output_ns)
     out = [0] * n
-    if len(set(output_ns)) == n:  # each event came in a read of its own: all on time
+    # The events that share their stamp with the next one, found in C (usually few; none:
+    # each event came in a read of its own, all on time).
+    shared = list(compress(range(n - 1), map(operator.eq, output_ns, islice(output_ns, 1, None))))
+    if not shared:
         return out
-    # Only the runs of events one read brought together are visited (usually few).
-    firsts = [
-        i
-        for i in range(n - 1)
-        if output_ns[i] == output_ns[i + 1] and (i == 0 or output_ns[i - 1] != output_ns[i])
-    ]
-    previous_seen: dict[int, int] | None = None
+    # Only the runs of events one read brought together are visited.
+    firsts = [i for i in shared if i == 0 or output_ns[i - 1] != output_ns[i]]
     for i in firsts:
         t = output_ns[i]
         end = i + 2
@@ -91,10 +98,7 @@ def _kernel_lateness(
             continue
         entered_or_floor, latest, woke = window
         if not woke:
-            if previous_seen is None:
-                # The seen time of the read before each read (the first read of a stamp).
-                previous_seen = dict(zip(reads.stamps[:0:-1], reads.seen[-2::-1], strict=True))
-            lo = max(entered_or_floor, previous_seen.get(t, entered_or_floor))
+            lo = max(entered_or_floor, _seen_before(reads, t, entered_or_floor))
         elif t < latest - WAKE_SLACK_NS:
             # The last segment came well before the select() it should have woken
             # returned: labkit woke late (no CPU), the bytes came since it was entered.
@@ -108,6 +112,25 @@ def _kernel_lateness(
         lo = min(lo, t)
         out[i:end] = [(t - lo) - (j * (t - lo)) // k for j in range(1, k + 1)]
     return out
+
+
+#: Below this many ns (11 days) a lateness's ms, rounded to the µs, is the nearest µs of the
+#: integer itself: the float ``v / 1e6`` is within 1e-7 ms of ``v``/10⁶, never across a
+#: rounding boundary but at a tie (`_rounded_ms`).
+_EXACT_ROUNDING_NS = 10**15
+
+
+def _rounded_ms(values_ns: Sequence[int], largest: int) -> list[float]:
+    """``round(v / 1e6, 3)`` of each value (0.0 for 0), to the bit: by integer arithmetic for
+    a positive value off a tie (the nearest µs, divided as Python divides: correctly rounded,
+    as `round` returns the float nearest its decimal), `round` itself for the rest. A third
+    of `round`'s time, for the streams whose events were read together."""
+    if largest >= _EXACT_ROUNDING_NS:
+        return [round(v / 1e6, 3) if v else 0.0 for v in values_ns]
+    return [
+        (v + 500) // 1000 / 1000 if v > 0 and v % 1000 != 500 else (round(v / 1e6, 3) if v else 0.0)
+        for v in values_ns
+    ]
 
 
 def stamp_self_check(
@@ -148,11 +171,11 @@ def stamp_self_check(
         timings.stamp_lateness_ms_max = 0.0
         timings.stamp_lateness_ms = [0.0] * len(in_order)
     else:
-        per_event = _ms(in_order)
-        timings.stamp_lateness_ms_p50 = percentile(per_event, 50)
-        timings.stamp_lateness_ms_p99 = percentile(per_event, 99)
-        timings.stamp_lateness_ms_max = per_event[-1]
+        per_event = sorted(in_order)  # in ns: each figure divided by 1e6 as it is taken
+        timings.stamp_lateness_ms_p50 = percentile(per_event, 50, scale=1e6)
+        timings.stamp_lateness_ms_p99 = percentile(per_event, 99, scale=1e6)
+        timings.stamp_lateness_ms_max = per_event[-1] / 1e6
         # Stream order; most are 0 even here (only events read together are late).
-        timings.stamp_lateness_ms = [round(v / 1e6, 3) if v else 0.0 for v in in_order]
+        timings.stamp_lateness_ms = _rounded_ms(in_order, per_event[-1])
     if lateness is None or output_ns[0] in lateness.stamps_ns:  # the first token's is known
         timings.ttft_lateness_ms = in_order[0] / 1e6

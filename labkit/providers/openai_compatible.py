@@ -15,6 +15,7 @@ offline encoding. The chat template's framing is the server's own, so unknown he
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
@@ -95,6 +96,13 @@ class OpenAICompatibleSettings(ProviderSettings):
         return f"{parts.scheme}://{parts.netloc}{self.metrics_url}"
 
 
+@lru_cache(maxsize=64)
+def _on_fireworks(base_url: str) -> bool:
+    """Whether `base_url` is on fireworks.ai (kept per URL: every request asks)."""
+    host = urlsplit(base_url).hostname or ""
+    return host == "fireworks.ai" or host.endswith(".fireworks.ai")
+
+
 @register
 class OpenAICompatibleProvider(OpenAIProvider):
     """OpenAI's protocol on someone else's server."""
@@ -115,8 +123,7 @@ class OpenAICompatibleProvider(OpenAIProvider):
         (Fireworks: `server: fireworks`, or `auto` with a base_url on fireworks.ai)."""
         server = self.server()
         if server == "auto":
-            host = urlsplit(self.settings.resolved_base_url()).hostname or ""
-            return host == "fireworks.ai" or host.endswith(".fireworks.ai")
+            return _on_fireworks(self.settings.resolved_base_url())
         return server == "fireworks"
 
     def chat_framing_tokens(self, request: ChatRequest) -> int | None:

@@ -131,11 +131,13 @@ class OfflineTokenizer:
         return Tokenized(self.label, len(ids), tuple(ids), tuple(self.pieces(ids)))
 
 
+@lru_cache(maxsize=256)
 def encoding_for_model(model: str) -> str | None:
     """The offline encoding of an OpenAI model name, or None for a model of another family.
 
     Accepts dated and suffixed names (``gpt-4o-2024-08-06``, ``gpt-5.1-mini``), fine-tunes
     (``ft:gpt-4o-mini:org::id``) and hub names with an owner (``openai/gpt-oss-20b``).
+    Kept per name: every request asks it for its local input count.
     """
     name = model.strip().lower().removeprefix("ft:").rsplit("/", 1)[-1]
     for family, encoding in _MODEL_FAMILIES:

@@ -84,6 +84,7 @@ class MeasuredClient(httpx.AsyncClient):
             )
         if self._urls_base is not self.base_url:  # base_url set anew: the kept URLs are stale
             self._urls.clear()
+            self._templates.clear()  # their Host came from the old base_url too
             self._urls_base = self.base_url
         merged = self._urls.get(url)
         if merged is None:
@@ -98,7 +99,7 @@ class MeasuredClient(httpx.AsyncClient):
             extensions = dict(**extensions, timeout=chosen.as_dict())
         if kwargs.keys() == {"json", "headers"} and type(kwargs["headers"]) is dict:
             request = self._json_request(
-                method, merged, kwargs["json"], kwargs["headers"], extensions
+                method, merged, kwargs["json"], kwargs["headers"], extensions, path=url
             )
             if request is not None:
                 return request
@@ -112,12 +113,18 @@ class MeasuredClient(httpx.AsyncClient):
         body: Any,
         headers: dict[str, str],
         extensions: dict[str, Any],
+        *,
+        path: str,
     ) -> httpx.Request | None:
         """httpx's request of a JSON `body` with `headers`, its headers copied from the
         ones httpx built for the same method, URL, client and request headers (kept per
         those: a provider sends the same few), only the Content-Length its own; None where
-        a header of the request's own sets the body's framing (httpx's path then)."""
-        key = (method, url, tuple(self._headers.multi_items()), tuple(headers.items()))
+        a header of the request's own sets the body's framing (httpx's path then).
+
+        The URL is known by the `path` it was merged from (the kept ones are dropped with
+        the base URL's), and the client's headers by their raw bytes: hashing an
+        `httpx.URL` writes it out again, and the decoded headers are a copy each request."""
+        key = (method, path, tuple(self._headers.raw), tuple(headers.items()))
         template = self._templates.get(key)
         if template is None:
             if any(name.lower() in _FRAMING for name in headers):

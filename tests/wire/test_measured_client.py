@@ -216,3 +216,25 @@ def test_a_closed_client_refuses_to_send() -> None:
             await client.send(client.build_request("GET", "/x"), stream=True)
 
     asyncio.run(main())
+
+
+def test_a_json_request_s_headers_follow_a_new_base_url_and_client_headers() -> None:
+    plain, measured = _pair()
+    for client in (plain, measured):
+        client.build_request("POST", "/chat/completions", json=BODY, headers={"a": "1"})
+        client.base_url = "http://127.0.0.2:10/v2"
+    after = [
+        c.build_request("POST", "/chat/completions", json=BODY, headers={"a": "1"})
+        for c in (plain, measured)
+    ]
+    assert after[1].headers["host"] == "127.0.0.2:10"
+    assert after[1].headers.raw == after[0].headers.raw
+    assert after[1].url == after[0].url
+    for client in (plain, measured):
+        client.headers["X-Later"] = "yes"  # in place: the kept headers are another key
+    later = [
+        c.build_request("POST", "/chat/completions", json=BODY, headers={"a": "1"})
+        for c in (plain, measured)
+    ]
+    assert later[1].headers["x-later"] == "yes"
+    assert later[1].headers.raw == later[0].headers.raw

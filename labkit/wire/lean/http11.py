@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator, Iterable
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import h11
 import httpx
@@ -17,7 +17,14 @@ import httpx
 from labkit.wire.lean.tcp import Connection
 from labkit.wire.readpath import whole_chunks
 
-__all__ = ["MAX_HEAD", "Body", "ConnectionOwner", "HeadParser", "response_framing"]
+__all__ = [
+    "MAX_HEAD",
+    "Body",
+    "ConnectionOwner",
+    "HeadParser",
+    "ResponseHead",
+    "response_framing",
+]
 
 
 class OnPayload(Protocol):
@@ -356,19 +363,82 @@ class _Chunked:
 _H11_REQUESTS: dict[str, h11.Request] = {}
 _H11_REQUESTS_KEPT = 16
 
+#: A head `HeadParser` reads without h11 (`_plain_head`): an HTTP/1.1 final status line and
+#: header fields of printable ASCII, each line ending CRLF, and the blank line. Every head it
+#: matches h11 matches the same way (h11's own patterns, `h11._abnf`, narrowed: a field's
+#: characters ``[\x21-\x7e]`` where h11 takes ``[^\x00\s]``, no obsolete line folding, no
+#: 1xx, version 1.1 only), and one field per match of `_PLAIN_FIELD` as h11 splits them.
+_PLAIN_HEAD = re.compile(
+    rb"HTTP/1\.1 ([2-9][0-9][0-9])(?: [ \t\x21-\x7e]*)?\r\n"
+    rb"((?:[-!#$%&'*+.^_`|~0-9a-zA-Z]+:[ \t]*(?:[\x21-\x7e]+(?:[ \t]+[\x21-\x7e]+)*)?[ \t]*\r\n)*)"
+    rb"\r\n"
+)
+_PLAIN_FIELD = re.compile(
+    rb"([-!#$%&'*+.^_`|~0-9a-zA-Z]+):[ \t]*((?:[\x21-\x7e]+(?:[ \t]+[\x21-\x7e]+)*)?)[ \t]*\r\n"
+)
+#: The longest head read without h11 (a longer one is h11's to read, as before).
+_PLAIN_HEAD_MAX = 16 * 1024
+_CONTENT_LENGTH = re.compile(rb"[0-9]{1,20}")
+
+
+class ResponseHead(NamedTuple):
+    """A response head as `HeadParser` read it: the status, the header fields (names
+    lowercased, values as h11 keeps them) and the HTTP version (``b"1.1"``)."""
+
+    status_code: int
+    headers: list[tuple[bytes, bytes]]
+    http_version: bytes
+
+
+def _plain_head(data: bytes) -> tuple[ResponseHead, int] | None:
+    """The head at the start of `data` and where it ends, when it is a plain one
+    (`_PLAIN_HEAD`) whose Content-Length and Transfer-Encoding fields h11 keeps as they are
+    (one of each at most; digits, ``chunked``); None: h11 is to read it."""
+    end = data.find(b"\r\n\r\n", 0, _PLAIN_HEAD_MAX)
+    if end < 0:
+        return None
+    end += 4
+    match = _PLAIN_HEAD.fullmatch(data, 0, end)
+    if match is None:
+        return None
+    headers: list[tuple[bytes, bytes]] = []
+    framing = 0
+    for name, value in _PLAIN_FIELD.findall(match.group(2)):
+        name = name.lower()
+        if name == b"content-length":
+            if framing & 1 or _CONTENT_LENGTH.fullmatch(value) is None:
+                return None
+            framing |= 1
+        elif name == b"transfer-encoding":
+            value = value.lower()
+            if framing & 2 or value != b"chunked":
+                return None
+            framing |= 2
+        headers.append((name, value))
+    return ResponseHead(int(match.group(1)), headers, b"1.1"), end
+
 
 class HeadParser:
-    """A response head read by h11, the parser httpx reads HTTP/1.1 with: the status line,
-    the header fields (obsolete line folding, bare LF line ends, NUL and other controls,
-    Content-Length and Transfer-Encoding values as h11 takes or refuses them), interim 1xx
-    responses skipped, `MAX_HEAD` bytes at most while unfinished."""
+    """A response head read as h11, the parser httpx reads HTTP/1.1 with, reads it: the
+    status line, the header fields (obsolete line folding, bare LF line ends, NUL and other
+    controls, Content-Length and Transfer-Encoding values as h11 takes or refuses them),
+    interim 1xx responses skipped, `MAX_HEAD` bytes at most while unfinished.
+
+    A plain head that arrives whole in the first read (the common one: `_plain_head`) is
+    read by one pattern, without h11, to the same fields; any other by h11 itself."""
 
     def __init__(self, method: str) -> None:
-        self._h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD)
+        self._method = method
+        self._h11: h11.Connection | None = None
+        self._rest = b""
+
+    def _start_h11(self) -> h11.Connection:
+        conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD)
         # h11 reads a response only after a request (its method decides a HEAD's framing,
         # an Upgrade what a 101 means); none of these bytes are sent. The request event is
         # made once per method (h11's events are frozen): building and validating it was
         # half of this set-up, paid once per response.
+        method = self._method
         request = _H11_REQUESTS.get(method)
         if request is None:
             request = h11.Request(
@@ -376,27 +446,38 @@ class HeadParser:
             )
             if len(_H11_REQUESTS) < _H11_REQUESTS_KEPT:
                 _H11_REQUESTS[method] = request
-        self._h11.send(request)
+        conn.send(request)
+        self._h11 = conn
+        return conn
 
-    def feed(self, data: bytes, request: httpx.Request) -> h11.Response | None:
+    def feed(self, data: bytes, request: httpx.Request) -> ResponseHead | None:
         """The final response's head once `data` completes it, else None (more is needed);
         httpx.RemoteProtocolError for a head httpx would refuse."""
-        self._h11.receive_data(data)
+        conn = self._h11
+        if conn is None:
+            if self._method != "CONNECT" and (plain := _plain_head(data)) is not None:
+                head, end = plain
+                self._rest = data[end:]
+                return head
+            conn = self._start_h11()
+        conn.receive_data(data)
         while True:
             try:
-                event = self._h11.next_event()
+                event = conn.next_event()
             except h11.RemoteProtocolError as exc:
                 raise httpx.RemoteProtocolError(str(exc)[:200], request=request) from None
             if event is h11.NEED_DATA:
                 return None
             if isinstance(event, h11.Response):
-                return event
+                return ResponseHead(event.status_code, list(event.headers), event.http_version)
             if not isinstance(event, h11.InformationalResponse):  # pragma: no cover
                 raise httpx.RemoteProtocolError(f"unexpected {event!r}"[:200], request=request)
 
     @property
     def rest(self) -> bytes:
         """The bytes read past the head (the body's start)."""
+        if self._h11 is None:
+            return self._rest
         return bytes(self._h11.trailing_data[0])
 
 
