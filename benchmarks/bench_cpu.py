@@ -69,6 +69,10 @@ level and round the two sides alternate which goes first, so machine noise hits 
   ``epoll_wait`` ended by a loopback write), times the loop's iterations per token: the
   part of the loop's own time that is the kernel putting a thread to sleep and waking it,
   which every event loop pays, the floor's too (about 20-40 µs a wake-up on this host).
+  Last, one pushed read's Python work warm, by step, for each side (`readpath_warm.py`:
+  the same reads through the lean body and the recorder in one process, no socket, the
+  minimum over rounds): a change of a microsecond a read, lost in a loaded level's swings,
+  shows there.
 
 Run: ``make bench-cpu`` (about 10 minutes on 2 cores; ``BEFORE=REV``) = ``.venv/bin/python
 benchmarks/bench_cpu.py --json results/bench-cpu.json``; smaller: ``--rounds 1
@@ -923,6 +927,49 @@ def print_steps(level: int, steps: dict[str, Any], sides: list[Side]) -> None:
             print(f"  {us:6.2f}  {key} ({got['rows_calls_per_token'][key]:.2f})")
 
 
+#: One pushed read's Python work, warm, by step (`readpath_warm.py`), run in each side's tree.
+_WARM_SCRIPT = Path(__file__).resolve().parent / "readpath_warm.py"
+
+
+def measure_warm_read(sides: list[Side]) -> dict[str, dict[str, float] | None]:
+    """Each side's `readpath_warm.py` figures (µs a read by step); None where its labkit
+    lacks what the probe drives (an older revision's lean transport)."""
+    out: dict[str, dict[str, float] | None] = {}
+    for side in sides:
+        env = dict(os.environ, PYTHONPATH=str(side.tree), **side.env)
+        done = subprocess.run(
+            [sys.executable, str(_WARM_SCRIPT)],
+            cwd=side.tree,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        try:
+            out[side.name] = json.loads(done.stdout) if done.returncode == 0 else None
+        except ValueError:
+            out[side.name] = None
+    return out
+
+
+def print_warm_read(warm: dict[str, dict[str, float] | None], sides: list[Side]) -> None:
+    """The warm per-read split, side by side (steps as `readpath_warm.py` names them)."""
+    print(
+        "\n### one pushed read's Python work, warm, µs a read (readpath_warm.py: the same 101"
+        " reads through the lean body and the recorder in one process; no recvmsg, no loop)\n"
+    )
+    print("| step | " + " | ".join(s.label for s in sides) + " |")
+    print("|---|" + "---|" * len(sides))
+    names = next((list(w) for w in warm.values() if w), [])
+    for name in names:
+        cells = [warm[s.name] for s in sides]
+        print(
+            f"| {name} | "
+            + " | ".join("n/a" if c is None else f"{c[name]:.2f}" for c in cells)
+            + " |"
+        )
+
+
 def print_profile(level: int, prof: dict[str, Any], sides: list[Side]) -> None:
     print(
         f"\n### where the CPU per token went at {level} streams (profile share of the measured"
@@ -1211,6 +1258,8 @@ def main() -> None:
                 profile["steps"] = measure_steps(sides, srv, args.profile_level, args, work)
                 profile["steps"]["wake_us"] = wake_cost_us()
                 print_steps(args.profile_level, profile["steps"], sides)
+                profile["warm_read_us"] = measure_warm_read(sides)
+                print_warm_read(profile["warm_read_us"], sides)
             if args.hosted_streams:
                 _server_pinned(srv, server_cpus)
                 print(f"\nserver pinned to CPUs {sorted(server_cpus)}")

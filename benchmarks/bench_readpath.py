@@ -11,8 +11,10 @@ against itself) that says how large a difference the run's noise makes.
   kernel-stamped read of one chat event off a loopback TCP socket
   (`tcp.Connection._on_readable` with ``RECV_STAMPED`` and without it; only the call is
   timed, the send before it is not). `whole_data_events`: a read of one chat event (about
-  230 bytes, the common read at 32 streams) and one of four (a read that came late). The
-  functions this bench found within the noise (`chunked_data_events`, `whole_chunks`,
+  230 bytes, the common read at 32 streams) and one of four (a read that came late).
+  `chunked_data_events`: the same reads as they come off a chunked body (one chunk an
+  event), against its twin (`py_chunked_data_events`: the framing in Python, then the C
+  split). The functions this bench found within the noise (`whole_chunks` alone,
   `timed_select`) are Python now: docs/accuracy.md keeps their figures.
 - In the loop: a real ``labkit run`` of a 32-stream ``load`` level (``workers: 1``, so the
   process measured reads every stream) against the truth server
@@ -134,6 +136,25 @@ def sse_cases(compiled: Any, calls: int) -> list[Case]:
     return out
 
 
+def chunked_cases(compiled: Any, calls: int) -> list[Case]:
+    """`chunked_data_events` on `READS` as chunked reads, against the Python framing and the
+    C split chained (its twin where labkit runs C)."""
+    out: list[Case] = []
+    if not hasattr(compiled, "chunked_data_events"):
+        return out
+    c_ev, py_ev = compiled.chunked_data_events, readpath.py_chunked_data_events
+    for label, events in READS.items():
+        read = b"".join(_chunk(e) for e in events)
+        assert c_ev(read, LIMIT, 1, SSEEvent) == py_ev(read, LIMIT, 1, SSEEvent)
+        timer = _loop_timer(
+            calls,
+            lambda d=read: c_ev(d, LIMIT, 1, SSEEvent),
+            lambda d=read: py_ev(d, LIMIT, 1, SSEEvent),
+        )
+        out.append(Case("chunked_data_events", label, "Python framing + C split", timer))
+    return out
+
+
 @contextlib.contextmanager
 def recv_case(compiled: Any, calls: int) -> Iterator[Case | None]:
     """`recv_stamped` against the Python read in `tcp.Connection._on_readable`, on a
@@ -179,7 +200,11 @@ def measure_micro(rounds: int, calls: int) -> list[dict[str, Any]]:
     if compiled is None:
         raise SystemExit(f"labkit is built without its C read path here ({why})")
     with recv_case(compiled, max(calls // 10, 500)) as recv:
-        cases = [c for c in [recv, *sse_cases(compiled, calls)] if c is not None]
+        cases = [
+            c
+            for c in [recv, *sse_cases(compiled, calls), *chunked_cases(compiled, calls)]
+            if c is not None
+        ]
         sides = ["c", "python", "again"]
         for rnd in range(rounds):
             for case in cases:
@@ -221,6 +246,8 @@ if step == "recv_stamped":
     tcp.RECV_STAMPED = readpath.RECV_STAMPED = None
 elif step == "whole_data_events":
     sse.whole_data_events = readpath.whole_data_events = readpath.py_whole_data_events
+elif step == "chunked_data_events":
+    sse.chunked_data_events = readpath.chunked_data_events = readpath.py_chunked_data_events
 else:
     raise SystemExit("no such step: " + step)
 runpy.run_module("labkit", run_name="__main__", alter_sys=True)
@@ -230,7 +257,8 @@ runpy.run_module("labkit", run_name="__main__", alter_sys=True)
 def c_steps() -> list[str]:
     """The C functions this tree's extension has, in read order."""
     compiled, _ = readpath.compiled_module()
-    return [s for s in ("recv_stamped", "whole_data_events") if hasattr(compiled, s)]
+    steps = ("recv_stamped", "whole_data_events", "chunked_data_events")
+    return [s for s in steps if hasattr(compiled, s)]
 
 
 def loop_sides(work: Path, without: list[str]) -> list[bc.Side]:

@@ -4,14 +4,17 @@
  * bytecodes across several frames, cold between context switches. These functions do the
  * common case of each in one call and return None for anything else, which the Python code
  * then handles as before (labkit.wire.readpath says which runs; tests/wire/test_readpath.py
- * holds them to the Python ones). The chunk framing, the framing and split chained, and the
- * timed select() were here too and left: each saved less than the noise of a loaded level
- * (docs/accuracy.md, make bench-readpath).
+ * holds them to the Python ones). The chunk framing alone and the timed select() were here
+ * too and left: each saved less than the noise of a loaded level (docs/accuracy.md, make
+ * bench-readpath); the framing and split of a pushed read came back as one call, measured
+ * side by side in one process (issue 47).
  *
  *   recv_stamped(fd, size, ancillary_size, stamp_type, stamp_unit, last_t)
  *       one recvmsg() and its stamps, as Connection._on_readable took them
  *   whole_data_events(chunk, limit, t_ns, event_type)
  *       the events of a read of whole one-line `data:` events (SSEParser._whole_data_events)
+ *   chunked_data_events(read, limit, t_ns, event_type)
+ *       the same of a read of whole HTTP chunks, framing and all (readpath.py_chunked_data_events)
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -191,6 +194,81 @@ static PyObject *whole_data_events(PyObject *self, PyObject *const *args, Py_ssi
                        (PyTypeObject *)args[3]);
 }
 
+/* The payload bytes of `data` when it is whole non-empty chunks with bare hex sizes (1 to 16
+ * digits) and nothing else, as readpath.py_whole_chunks reads them: the number of chunks, with
+ * the first chunk's payload at *first / *first_len; 0 for any other read. */
+static Py_ssize_t whole_chunks(const char *data, Py_ssize_t total, const char **first,
+                               Py_ssize_t *first_len, Py_ssize_t *payload_total) {
+    Py_ssize_t at = 0, chunks = 0;
+    *payload_total = 0;
+    while (at < total) {
+        Py_ssize_t end = at;
+        uint64_t size = 0;
+        while (end < total && end - at < 16) {
+            char c = data[end];
+            int digit;
+            if (c >= '0' && c <= '9')
+                digit = c - '0';
+            else if (c >= 'a' && c <= 'f')
+                digit = c - 'a' + 10;
+            else if (c >= 'A' && c <= 'F')
+                digit = c - 'A' + 10;
+            else
+                break;
+            if (size > ((uint64_t)MAX_READ << 4)) return 0; /* beyond any read: cut */
+            size = size * 16 + (uint64_t)digit;
+            end++;
+        }
+        /* the size line ends at "\r\n" within 18 bytes of its start, after 1+ digits */
+        if (end == at || end + 1 >= total || data[end] != '\r' || data[end + 1] != '\n')
+            return 0;
+        if (size == 0) return 0; /* the last chunk */
+        Py_ssize_t start = end + 2;
+        if ((uint64_t)(total - start) < size + 2) return 0; /* cut by the read's end */
+        Py_ssize_t stop = start + (Py_ssize_t)size;
+        if (data[stop] != '\r' || data[stop + 1] != '\n') return 0;
+        if (chunks == 0) {
+            *first = data + start;
+            *first_len = (Py_ssize_t)size;
+        }
+        *payload_total += (Py_ssize_t)size;
+        chunks++;
+        at = stop + 2;
+    }
+    return chunks;
+}
+
+static PyObject *chunked_data_events(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    Py_ssize_t limit;
+    if (event_args("chunked_data_events", args, nargs, &limit) < 0) return NULL;
+    const char *data = PyBytes_AS_STRING(args[0]);
+    Py_ssize_t total = PyBytes_GET_SIZE(args[0]);
+    const char *first = NULL;
+    Py_ssize_t first_len = 0, payload_total = 0;
+    Py_ssize_t chunks = whole_chunks(data, total, &first, &first_len, &payload_total);
+    if (chunks == 0) Py_RETURN_NONE;
+    if (chunks == 1)
+        return data_events(first, first_len, limit, args[2], (PyTypeObject *)args[3]);
+    /* Several chunks: their payloads joined, then split (a read that came late). */
+    char *joined = PyMem_Malloc((size_t)payload_total);
+    if (joined == NULL) return PyErr_NoMemory();
+    Py_ssize_t at = 0, out = 0;
+    while (at < total) {
+        Py_ssize_t end = at;
+        uint64_t size = 0;
+        while (data[end] != '\r') {
+            char c = data[end++];
+            size = size * 16 + (uint64_t)(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
+        }
+        memcpy(joined + out, data + end + 2, (size_t)size);
+        out += (Py_ssize_t)size;
+        at = end + 2 + (Py_ssize_t)size + 2;
+    }
+    PyObject *events = data_events(joined, payload_total, limit, args[2], (PyTypeObject *)args[3]);
+    PyMem_Free(joined);
+    return events;
+}
+
 static PyMethodDef methods[] = {
     {"recv_stamped", (PyCFunction)(void (*)(void))recv_stamped, METH_FASTCALL,
      "recv_stamped(fd, size, ancillary_size, stamp_type, stamp_unit, last_t) -> "
@@ -198,6 +276,9 @@ static PyMethodDef methods[] = {
     {"whole_data_events", (PyCFunction)(void (*)(void))whole_data_events, METH_FASTCALL,
      "whole_data_events(chunk, limit, t_ns, event_type) -> the events of whole one-line "
      "data: events, or None."},
+    {"chunked_data_events", (PyCFunction)(void (*)(void))chunked_data_events, METH_FASTCALL,
+     "chunked_data_events(read, limit, t_ns, event_type) -> the events of a read of whole "
+     "chunks of whole one-line data: events, or None."},
     {NULL, NULL, 0, NULL},
 };
 

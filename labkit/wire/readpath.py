@@ -7,13 +7,15 @@ of the read (`RECV_STAMPED`) and of the SSE split in one call each (setup.py bui
 Linux; a build without a compiler skips it) and answers None for anything else, which the
 Python code then reads its general way. Both give the same answers
 (tests/wire/test_readpath.py); `READ_PATH` says which runs and why.
-`chunked_data_events` runs the framing's and the SSE split's common cases back to back, for
-a reader that takes a chunked body's read as it came (`SSEParser.feed_whole_chunks`).
+`chunked_data_events` does the framing's and the SSE split's common cases in one call, for
+a reader that takes a chunked body's read as it came (`SSEParser.feed_whole_chunks`): in C
+where built (issue 47: three Python frames and a payload copy less a read).
 
-The framing, that chain and the event loop's timed ``select()`` (`loopclock.TimedSelector`)
-are Python whatever the setting: their C versions saved some 1, 0.06 and 0.3 µs a token,
-within the noise of a 32-stream level on the 2-core host (docs/accuracy.md, `make
-bench-readpath`), and the select's read CPython's private selector attributes.
+The framing alone (`whole_chunks`, for the body's own decoder) and the event loop's timed
+``select()`` (`loopclock.TimedSelector`) are Python whatever the setting: their C versions
+saved some 1 and 0.3 µs a token, within the noise of a 32-stream level on the 2-core host
+(docs/accuracy.md, `make bench-readpath`), and the select's read CPython's private selector
+attributes.
 
 ``LABKIT_READPATH`` (read once, at import) chooses: unset or ``auto``, C where built, else
 Python; ``c``, C or an error where it is not built; ``python``, the Python twin of every C
@@ -171,6 +173,9 @@ def py_chunked_data_events(data: bytes, limit: int, t_ns: int, event_type: Any) 
     return None if payload is None else whole_data_events(payload, limit, t_ns, event_type)
 
 
-#: `py_chunked_data_events`, the two steps' C versions chained in Python where labkit runs
-#: them: the name a reader binds.
-chunked_data_events: Callable[[bytes, int, int, Any], list[Any] | None] = py_chunked_data_events
+#: `py_chunked_data_events`, in C where labkit runs its C read path (one call for the
+#: framing and the split of a pushed read, the payload split where it lies): the name a
+#: reader binds.
+chunked_data_events: Callable[[bytes, int, int, Any], list[Any] | None] = (
+    _C.chunked_data_events if _C is not None else py_chunked_data_events
+)

@@ -81,3 +81,30 @@ def test_the_summary_lists_each_level_and_the_one_stream_target(
     assert [ok for _, ok, _ in targets] == [True, True]
     printed = capsys.readouterr().out
     assert "PASS  32 stream(s)" in printed and "1 stream: TTFT error p99" in printed
+
+
+def test_the_warm_read_split_runs_through_the_recorder(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    import readpath_warm
+
+    monkeypatch.setattr(readpath_warm, "ROUNDS", 1)
+    monkeypatch.setattr(readpath_warm, "STREAMS", 2)
+    readpath_warm.main()  # asserts each stream's 100 output events and its end
+    got = json.loads(capsys.readouterr().out)
+    assert set(got) == {
+        "framing + SSE split",
+        "JSON decode + provider parse + stamp",
+        "read path, whole",
+        "glue (sink, on_read)",
+    }
+    assert got["read path, whole"] > got["framing + SSE split"] > 0
+
+
+def test_the_warm_read_table_says_n_a_for_a_side_it_could_not_probe(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    bench_cpu.print_warm_read({"before": None, "after": {"read path, whole": 3.5}}, SIDES)
+    assert "| read path, whole | n/a | 3.50 |" in capsys.readouterr().out

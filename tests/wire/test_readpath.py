@@ -4,6 +4,7 @@ the general code, and the same read and stamps off a real socket."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import sys
@@ -140,10 +141,52 @@ def _line_by_line(read: bytes, max_event_bytes: int) -> list[SSEEvent]:
     return parser.feed(b"\n" + read, 7)
 
 
+@st.composite
+def _chunked_sse_reads(draw: st.DrawFn) -> bytes:
+    """SSE reads (`_sse_reads`) cut into chunks (`_chunked_reads`' odd heads and tails)."""
+    payload = draw(st.one_of(_sse_reads(), st.binary(max_size=60)))
+    cuts = sorted(draw(st.sets(st.integers(0, len(payload)), max_size=4)))
+    bounds = [0, *cuts, len(payload)]
+    parts = [payload[a:b] for a, b in itertools.pairwise(bounds)]
+    read = b"".join(
+        _chunk(p, draw(_heads) if draw(st.integers(0, 5)) == 0 else None) for p in parts
+    )
+    read += draw(st.sampled_from([b"", b"", b"0\r\n\r\n", b"\r\n", b"3\r\nab"]))
+    return read[: draw(st.integers(0, len(read)))] if draw(st.integers(0, 4)) == 0 else read
+
+
+@unit
+@settings(max_examples=600, derandomize=True)
+@given(st.one_of(_chunked_sse_reads(), _chunked_reads()), st.integers(min_value=6, max_value=40))
+@example(_chunk(b"data: a\n\n", b"0" * 15 + b"9"), 40)
+@example(_chunk(b"data: a\n\n", b"0" * 16 + b"9"), 40)
+@example(_chunk(b"data: a\n") + _chunk(b"\ndata: b\n\n"), 40)
+@example(_chunk(b"data: a\n\n", b"9"), 40)
+@example(_chunk(b"data: a\n\n", b"a"), 40)
+@example(b"", 40)
+def test_chunked_data_events_in_c_is_the_python_chain(read: bytes, limit: int) -> None:
+    compiled = _C.chunked_data_events(read, limit, 7, SSEEvent)
+    assert compiled == readpath.py_chunked_data_events(read, limit, 7, SSEEvent)
+    if compiled is not None:
+        payload = readpath.py_whole_chunks(read)
+        assert payload is not None
+        assert compiled == readpath.py_whole_data_events(payload, limit, 7, SSEEvent)
+
+
+@unit
+def test_labkit_binds_the_c_chain_where_it_runs_c() -> None:
+    if readpath.IMPLEMENTATION == "c":
+        assert readpath.chunked_data_events is _C.chunked_data_events
+    else:
+        assert readpath.chunked_data_events is readpath.py_chunked_data_events
+
+
 @unit
 def test_a_malformed_event_type_is_a_type_error_not_a_crash() -> None:
     with pytest.raises(TypeError):
         _C.whole_data_events(b"data: a\n\n", 10, 1, "not a type")
+    with pytest.raises(TypeError):
+        _C.chunked_data_events(b"9\r\ndata: a\n\n\r\n", 10, 1, "not a type")
 
 
 needs_stamps = pytest.mark.skipif(KERNEL_STAMPS is None, reason="no kernel receive stamps here")

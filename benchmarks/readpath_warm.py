@@ -1,0 +1,162 @@
+"""One pushed read's Python work, warm, split by step: what `bench_cpu.py` prints beside the
+loaded level's figures, for each side (run with that side's labkit first on sys.path).
+
+A 32-stream level on a shared 2-core host swings by several µs a token between runs of the
+same code, so a change of a microsecond a read cannot be seen there. Here the same reads
+go through the same code in one process with nothing else to do: the truth server's Chat
+chunk (100 tokens and ``[DONE]``, one chunk a read, as `labkit.truth` sends them) pushed by a
+scripted lean connection (no socket: the `recvmsg` and the loop are not in it) into the
+lean `Body` and `StreamRecorder._read_events` on labkit's own loop (`loopclock.run`), each
+step the minimum over rounds:
+
+- ``framing + SSE split``: `SSEParser.feed_whole_chunks` of each read;
+- ``JSON decode + provider parse + stamp``: the parser's `on_event` and `Measurement.event`
+  of each event;
+- ``read path, whole``: the body's sink, the recorder's `on_read` and both steps above;
+  ``glue`` is what it has beyond them.
+
+Prints one JSON object: µs a read by step. Warm figures are smaller than a loaded level's
+(each read there runs cold, after a context switch), but they move with the code alone.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections import deque
+from typing import Any
+
+import httpx
+
+from labkit.measurement.recorder import Measurement, StreamRecorder
+from labkit.providers import provider_class
+from labkit.wire import loopclock
+from labkit.wire.lean.http11 import Body
+from labkit.wire.lean.tcp import Connection
+
+TOKENS = 100
+STREAMS = 100
+ROUNDS = 15
+_HEAD = (
+    b'{"id":"chatcmpl-truth0001","object":"chat.completion.chunk","created":1700000000,'
+    b'"model":"m","system_fingerprint":null,"choices":'
+)
+
+
+def _payloads() -> list[bytes]:
+    out = [
+        b"data: "
+        + _HEAD
+        + b'[{"index":0,"delta":{"content":"tok%d "},"logprobs":null,"finish_reason":null}]}' % i
+        + b"\n\n"
+        for i in range(TOKENS)
+    ]
+    return [*out, b"data: [DONE]\n\n"]
+
+
+READS = [b"%x\r\n%s\r\n" % (len(p), p) for p in _payloads()]
+
+
+def _provider() -> Any:
+    cls = provider_class("openai_compatible")
+    settings = {"id": "s", "kind": "openai_compatible", "model": "m", "base_url": "http://x/v1"}
+    return cls(cls.settings_model.model_validate(settings), api_key=None)
+
+
+class _Owner:
+    def release(self, conn: Connection) -> None:
+        pass
+
+    def discard(self, conn: Connection) -> None:
+        pass
+
+
+def _connection() -> Connection:
+    conn = Connection.__new__(Connection)
+    conn.key = ("http", "x", 80)
+    conn.inbox = deque()
+    conn.closed = False
+    conn.buffer = bytearray()
+    conn.buffer_stamp = (0, 0, False)
+    conn._fd = -1
+    conn._timer = None
+    conn._waiter = None
+    conn._unsent = bytearray()
+    conn._ancillary_size = 1
+    reads = iter([(r, 1000 * (i + 1), 1000 * (i + 1) + 7, True) for i, r in enumerate(READS)])
+
+    async def read(timeout: float | None) -> Any:
+        return next(reads, None)
+
+    async def push(sink: Any, timeout: float | None) -> None:
+        for got in reads:
+            if sink(*got):
+                return
+        conn.closed = True
+
+    conn.read = read  # type: ignore[method-assign]
+    conn.push = push  # type: ignore[method-assign]
+    return conn
+
+
+async def _whole(provider: Any) -> float:
+    recorder = StreamRecorder()
+    t0 = time.perf_counter_ns()
+    for _ in range(STREAMS):
+        parser, framer, m = provider.new_parser(), provider.new_framer(), Measurement(t_prepare=0)
+        request = httpx.Request("POST", "http://x/")
+        body = Body(_Owner(), _connection(), request, "chunked", 0, True, 5.0)
+        response = httpx.Response(
+            200,
+            headers={"content-type": "text/event-stream"},
+            extensions={"labkit.arrival": body},
+            request=request,
+        )
+        await recorder._read_events(response, framer, parser, m, str)
+        assert len(m.output_ns) == TOKENS and m.done
+    return (time.perf_counter_ns() - t0) / STREAMS / len(READS) / 1000
+
+
+def _framing(provider: Any) -> float:
+    t0 = time.perf_counter_ns()
+    for _ in range(STREAMS):
+        feed = provider.new_framer().feed_whole_chunks
+        for i, r in enumerate(READS):
+            feed(r, i)
+    return (time.perf_counter_ns() - t0) / STREAMS / len(READS) / 1000
+
+
+def _parse(provider: Any) -> float:
+    events = [ev for r in READS for ev in provider.new_framer().feed_whole_chunks(r, 1)]
+    t0 = time.perf_counter_ns()
+    for _ in range(STREAMS):
+        on_event, stamp = provider.new_parser().on_event, Measurement(t_prepare=0).event
+        for ev in events:
+            stamp(on_event(ev), ev.t_ns)
+    return (time.perf_counter_ns() - t0) / STREAMS / len(READS) / 1000
+
+
+def main() -> None:
+    """Print each step's µs a read (the minimum over `ROUNDS`) as JSON."""
+    provider = _provider()
+    best: dict[str, float] = {}
+    for _ in range(ROUNDS):
+        got = {
+            "framing + SSE split": _framing(provider),
+            "JSON decode + provider parse + stamp": _parse(provider),
+            # on labkit's own loop (its timed selector), as a run reads its streams
+            "read path, whole": loopclock.run(_whole(provider)),
+        }
+        for name, value in got.items():
+            best[name] = min(value, best.get(name, value))
+    best["glue (sink, on_read)"] = (
+        best["read path, whole"]
+        - best["framing + SSE split"]
+        - best["JSON decode + provider parse + stamp"]
+    )
+    json.dump(best, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
