@@ -36,6 +36,7 @@ __all__ = [
     "quantiles",
     "ratio_of_costs",
     "ratio_of_sums",
+    "resampled_ratios",
 ]
 
 #: The confidence of every interval labkit states.
@@ -196,7 +197,8 @@ def ratio_of_sums(
 ) -> Estimate | None:
     """Σ numerator / Σ denominator over paired units (a cost per successful answer: each
     unit's cost over its successes), with a percentile bootstrap interval over the units
-    (scipy.stats.bootstrap, paired, seeded); None where the denominator sums to 0.
+    (`resampled_ratios`: the paired bootstrap's distribution drawn exactly, seeded, 999
+    resamples); None where the denominator sums to 0.
 
     A resample with no success has no finite ratio: it counts as infinite, so where enough
     resamples do, the interval has no upper bound (`hi` None).
@@ -208,12 +210,67 @@ def ratio_of_sums(
     value = float(x.sum() / y.sum())
     if x.size < 2:
         return Estimate(value=value)
+    draws = resampled_ratios(x, y, _RESAMPLES, np.random.default_rng(0))
+    return _percentile_estimate(draws, value, confidence)
 
-    def ratio(xs: np.ndarray, ys: np.ndarray) -> float:
-        den = float(ys.sum())
-        return float(xs.sum()) / den if den > 0 else math.inf
 
-    return _percentile_bootstrap((x, y), ratio, value, confidence, paired=True)
+#: The resamples of every bootstrap interval this module states.
+_RESAMPLES = 999
+#: The most random numbers one block of resamples draws at once (int64: 32 MiB).
+_BLOCK_DRAWS = 1 << 22
+#: Distinct rows per unit above which a resample draws units, not a multinomial's counts:
+#: a multinomial over K rows costs K binomial draws, n uniform indices cost n (and the
+#: latter are ~10x cheaper each), so counts win while K ≤ n/32.
+_COUNTS_WHILE = 32
+
+
+def resampled_ratios(
+    numerator: np.ndarray, denominator: np.ndarray, size: int, rng: np.random.Generator
+) -> np.ndarray:
+    """`size` draws of the paired bootstrap distribution of Σx*/Σy* (x the numerator, y the
+    denominator, units resampled with replacement), exactly; ``inf`` where Σy* ≤ 0.
+
+    A resample of n units is a multinomial over them: the K distinct (x, y) rows, taken
+    with their counts c, are drawn Multinomial(n, c/n) times each, and Σx* = counts · x,
+    Σy* = counts · y. So the law is the same as resampling the n units one by one, at
+    O(K) a resample instead of O(n) (costs are token counts × prices: K is small at
+    scale). Where K is near n (over n/32) the units are drawn one by one instead, which is
+    then cheaper (and draws what scipy.stats.bootstrap drew from the same generator).
+    Either way the draws go in blocks of at most `_BLOCK_DRAWS` numbers (or one resample's
+    n), so memory stays bounded; time grows as size × K (counts) or size × n (units).
+    """
+    x = np.asarray(numerator, dtype=float)
+    y = np.asarray(denominator, dtype=float)
+    n = int(x.size)
+    rows, counts = np.unique(np.column_stack([x, y]), axis=0, return_counts=True)
+    k = int(counts.size)
+    out = np.empty(size, dtype=float)
+    by_counts = k * _COUNTS_WHILE <= n
+    block = max(1, _BLOCK_DRAWS // (k if by_counts else n))
+    for start in range(0, size, block):
+        stop = min(size, start + block)
+        if by_counts:
+            drawn = rng.multinomial(n, counts / n, size=stop - start).astype(float)
+            num, den = drawn @ rows[:, 0], drawn @ rows[:, 1]
+        else:
+            picks = rng.integers(0, n, size=(stop - start, n))
+            num, den = x[picks].sum(axis=1), y[picks].sum(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out[start:stop] = np.where(den > 0, num / np.where(den > 0, den, 1.0), math.inf)
+    return out
+
+
+def _percentile_estimate(draws: np.ndarray, value: float, confidence: float) -> Estimate:
+    """`value` with the percentile interval of a bootstrap distribution: its order
+    statistics at (1 ± confidence)/2 (``inverted_cdf``, never interpolated, so an infinite
+    resample stays one), an infinite bound None (no such bound)."""
+    tail = (1 - confidence) / 2 * 100
+    lo, hi = np.percentile(draws, [tail, 100 - tail], method="inverted_cdf")
+    return Estimate(
+        value=value,
+        lo=float(lo) if math.isfinite(lo) else None,
+        hi=float(hi) if math.isfinite(hi) else None,
+    )
 
 
 def _percentile_bootstrap(
@@ -241,18 +298,12 @@ def _percentile_bootstrap(
             statistic,
             paired=paired,
             vectorized=False,
-            n_resamples=999,
+            n_resamples=_RESAMPLES,
             confidence_level=confidence,
             method="percentile",
             rng=np.random.default_rng(0),
         )
-    tail = (1 - confidence) / 2 * 100
-    lo, hi = np.percentile(result.bootstrap_distribution, [tail, 100 - tail], method="inverted_cdf")
-    return Estimate(
-        value=value,
-        lo=float(lo) if math.isfinite(lo) else None,
-        hi=float(hi) if math.isfinite(hi) else None,
-    )
+    return _percentile_estimate(result.bootstrap_distribution, value, confidence)
 
 
 def proportion(k: int, n: int, confidence: float = CONFIDENCE) -> Proportion:
