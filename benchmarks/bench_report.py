@@ -36,6 +36,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -61,6 +62,14 @@ PROVIDERS = [
 ]
 EXPERIMENTS = ["single", "token_ratio", "determinism", "prefill_decode", "attribution"]
 EVENTS = 64
+#: The priced case's table (`--priced`): an entry per synthetic provider × model, in force
+#: before the records' start times (per 1M tokens; made-up figures).
+PRICES = [
+    {"provider": p[0], "model": p[2], "date": "2024-01-01", "input": inp, "output": out}
+    for p, (inp, out) in zip(
+        PROVIDERS, [(0.15, 0.60), (0.80, 4.00), (0.0, 0.0), (0.02, 0.05)], strict=True
+    )
+]
 
 
 def build(run_dir: Path, n: int, seed: int = 7) -> None:
@@ -150,12 +159,18 @@ _POOL = 4000  # a multiple of providers × experiments: each line keeps its prov
 
 
 def build_fast(
-    run_dir: Path, n: int, seed: int = 7, on_write: Callable[[int], None] | None = None
+    run_dir: Path,
+    n: int,
+    seed: int = 7,
+    on_write: Callable[[int], None] | None = None,
+    priced: bool = False,
 ) -> None:
     """`build`'s records, written from a template: `_POOL` records built with pydantic,
     each line then repeated with its own record_id and trial (the figures and start times
     repeat every `_POOL` records; the report reads every record). `on_write(bytes)` after
-    each `_POOL` lines written (the runner's `SidecarWriter.grew`)."""
+    each `_POOL` lines written (the runner's `SidecarWriter.grew`). `priced`: the manifest's
+    config has `PRICES`, and the requests that did not fail ended on their own (``end``:
+    successful answers, so the cost per successful answer has its interval)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     pool_dir = run_dir.parent / (run_dir.name + ".pool")
     build(pool_dir, _POOL, seed)
@@ -163,6 +178,8 @@ def build_fast(
     for line in (pool_dir / "records.jsonl").read_text(encoding="utf-8").splitlines():
         rec = json.loads(line)
         rec.update(record_id=_RID, trial=_TRIAL, warmup=False)
+        if priced and rec["stop_reason"] == "length":
+            rec["stop_reason"] = "end"
         text = json.dumps(rec, separators=(",", ":"))
         head, rest = text.split(f'"{_RID}"', 1)
         mid, tail = rest.split(str(_TRIAL), 1)
@@ -191,6 +208,7 @@ def build_fast(
                 "providers": {
                     p[0]: {"kind": p[1], "model": p[2], "status": "ok"} for p in PROVIDERS
                 },
+                **({"config": {"prices": PRICES}} if priced else {}),
             }
         ),
         encoding="utf-8",
@@ -318,6 +336,9 @@ def step(what: str, dirs: list[Path]) -> None:
         assert built is not None, "no sidecar was built"
     elif what == "report":
         write_report(dirs[0])
+    elif what == "report-before":
+        _cost_as_before()
+        write_report(dirs[0])
     elif what == "whole":
         columnar.SIDECAR_MIN_BYTES = 1 << 62  # never a sidecar: the path main takes
         write_report(dirs[0])
@@ -334,9 +355,66 @@ def step(what: str, dirs: list[Path]) -> None:
     print("STEP " + json.dumps(out), flush=True)
 
 
-def _run_step(what: str, dirs: list[Path]) -> dict[str, float]:
+#: The resident memory at which the priced case's "before" step is stopped (GiB): main's
+#: cost interval asks numpy for 999 × n indices at once (8 GB at 10⁶) and the resampled
+#: columns (16 GB more), which this host's 23 GiB would meet by swapping. (An address-space
+#: limit would stop Arrow's allocator first, whatever scipy needs.)
+BEFORE_STOP_GIB = 4
+#: The seconds after which the "before" step is stopped.
+BEFORE_STOP_S = 300
+
+
+def _cost_as_before() -> None:
+    """The cost per successful answer as main computed it (commit ca01476):
+    `scipy.stats.bootstrap`, paired, vectorized=False, 999 resamples; the process stopped
+    above `BEFORE_STOP_GIB` of resident memory."""
+    import math
+
+    import numpy as np
+
+    from labkit.analysis import cost, stats
+    from labkit.figures import Estimate
+
+    def ratio_of_sums(numerator: list[float], denominator: list[float]) -> Estimate | None:
+        x, y = np.asarray(numerator, dtype=float), np.asarray(denominator, dtype=float)
+        if x.size == 0 or float(y.sum()) <= 0:
+            return None
+        value = float(x.sum() / y.sum())
+        if x.size < 2:
+            return Estimate(value=value)
+
+        def ratio(xs: np.ndarray, ys: np.ndarray) -> float:
+            den = float(ys.sum())
+            return float(xs.sum()) / den if den > 0 else math.inf
+
+        return stats._percentile_bootstrap((x, y), ratio, value, 0.95, paired=True)
+
+    cost.ratio_of_sums = ratio_of_sums  # type: ignore[assignment]
+    threading.Thread(target=_stop_above, args=(BEFORE_STOP_GIB << 30,), daemon=True).start()
+
+
+def _stop_above(limit: int) -> None:
+    """Exit the process (status 3, a line on stderr) once its resident memory passes
+    `limit` bytes: polled ten times a second."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    start = time.perf_counter()
+    while True:
+        with open("/proc/self/statm", encoding="ascii") as fh:
+            rss = int(fh.read().split()[1]) * page
+        if rss > limit:
+            print(
+                f"stopped at {time.perf_counter() - start:.1f} s: resident memory "
+                f"{rss / 2**30:.1f} GiB > {limit / 2**30:.0f} GiB",
+                file=sys.stderr,
+                flush=True,
+            )
+            os._exit(3)
+        time.sleep(0.1)
+
+
+def _run_step(what: str, dirs: list[Path], timeout: float | None = None) -> dict[str, float]:
     command = [sys.executable, __file__, "--step", what, *map(str, dirs)]
-    done = subprocess.run(command, check=True, capture_output=True, text=True)
+    done = subprocess.run(command, check=True, capture_output=True, text=True, timeout=timeout)
     line = [x for x in done.stdout.splitlines() if x.startswith("STEP ")][-1]
     result: dict[str, float] = json.loads(line.removeprefix("STEP "))
     return result
@@ -354,7 +432,7 @@ def _line(label: str, m: dict[str, float], bound_s: float | None) -> str:
     return f"{label}: {m['s']:.1f} s, CPU {m['cpu']:.1f} s{verdict}; load average {_load()}"
 
 
-def record(run_dir: Path, n: int, seed: int = 7) -> dict[str, float]:
+def record(run_dir: Path, n: int, seed: int = 7, priced: bool = False) -> dict[str, float]:
     """Write a run of `n` records as labkit records one: records.jsonl by the template
     generator, and the sidecar's parts converted as it grows by the runner's own
     `SidecarWriter` (child processes at the lowest priority; the last part at the end).
@@ -366,7 +444,7 @@ def record(run_dir: Path, n: int, seed: int = 7) -> dict[str, float]:
     children_cpu = _children_cpu_s()
     t = time.perf_counter()
     run_dir.mkdir(parents=True, exist_ok=True)
-    build_fast(run_dir, n, seed, on_write=writer.grew)
+    build_fast(run_dir, n, seed, on_write=writer.grew, priced=priced)
     written = time.perf_counter() - t
     asyncio.run(writer.finish())
     return {
@@ -460,6 +538,53 @@ def _say_paired(table: Path) -> None:
         )
 
 
+def priced(root: Path, n: int) -> None:
+    """The priced case (`--priced`): a run of `n` records with a `prices:` table, recorded
+    as `record` does; its first report in a fresh process (the cost section's intervals
+    included), then the report as main computed the cost per successful answer
+    (`_cost_as_before`; a failure's last line printed, not raised), then `compare` of two
+    such runs. Each run deleted after."""
+    print(f"host: {os.cpu_count()} CPUs; load average before: {_load()}")
+    runs = [root / "priced-base", root / "priced-other"]
+    rec = record(runs[0], n, priced=True)
+    size = (runs[0] / "records.jsonl").stat().st_size / 2**30
+    print(_recorded(n, rec, size) + " (priced)", flush=True)
+    bound = LADDER_BOUND_S.get(n, 60.0)
+    after = _run_step("report", [runs[0]])
+    print(_line(f"{n:,} priced, first report", after, bound), flush=True)
+    _say_cost(runs[0] / "report.md")
+    t = time.perf_counter()
+    try:
+        before = _run_step("report-before", [runs[0]], timeout=BEFORE_STOP_S)
+        print(_line(f"{n:,} priced, before (main's cost interval)", before, bound))
+    except subprocess.CalledProcessError as exc:
+        last = (exc.stderr or "").strip().splitlines()[-1:] or ["(no message)"]
+        print(
+            f"{n:,} priced, before (main's cost interval): failed after "
+            f"{time.perf_counter() - t:.1f} s: {last[0]}"
+        )
+    except subprocess.TimeoutExpired:
+        print(f"{n:,} priced, before (main's cost interval): stopped at {BEFORE_STOP_S} s")
+    record(runs[1], n, seed=11, priced=True)
+    both = _run_step("compare", runs)
+    print(_line(f"compare of two {n:,}-record priced runs", both, COMPARE_BOUND_S), flush=True)
+    for run in runs:
+        shutil.rmtree(run)
+    shutil.rmtree(root / "compare", ignore_errors=True)
+
+
+def _say_cost(report: Path) -> None:
+    """The report's cost table rows, as it printed them."""
+    lines = report.read_text(encoding="utf-8").splitlines()
+    start = next((i for i, x in enumerate(lines) if x.strip("# ") == "Cost"), None)
+    if start is None:
+        print("  (no cost section)")
+        return
+    rows = [x for x in lines[start:] if x.startswith("|")]
+    for x in rows[:6]:
+        print("  " + x)
+
+
 def main() -> int:
     """Build the run, then measure write_report in a fresh process."""
     ap = argparse.ArgumentParser(description=__doc__)
@@ -473,6 +598,12 @@ def main() -> int:
         help="also time the one-time conversion of a 10⁷ run with no sidecar (minutes)",
     )
     ap.add_argument("--compare-only", action="store_true", help="only compare, unpaired and paired")
+    ap.add_argument(
+        "--priced",
+        type=int,
+        metavar="N",
+        help="only the priced case: a run of N records with prices, its report before/after",
+    )
     ap.add_argument("--step", nargs="+", help=argparse.SUPPRESS)
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--keep", type=Path, help="build the run here and keep it")
@@ -487,6 +618,13 @@ def main() -> int:
         try:
             sizes = [int(x) for x in args.sizes.split(",") if x]
             ladder(sizes, root, args.compare, args.foreign_10e7)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        return 0
+    if args.priced:
+        root = Path(tempfile.mkdtemp(prefix="labkit-bench-", dir=args.dir))
+        try:
+            priced(root, args.priced)
         finally:
             shutil.rmtree(root, ignore_errors=True)
         return 0
