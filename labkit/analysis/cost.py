@@ -72,8 +72,7 @@ def _column(frame: pd.DataFrame, name: str, default: Any = None) -> pd.Series:
 
 def _request_ok(frame: pd.DataFrame) -> pd.Series:
     ok = _column(frame, "ok", True).fillna(False).astype(bool)
-    stop = _column(frame, "stop_reason").astype(str)
-    return ok & stop.isin(SUCCESS_STOPS)
+    return ok & _column(frame, "stop_reason").isin(SUCCESS_STOPS)
 
 
 def _in_session(frame: pd.DataFrame) -> pd.Series:
@@ -114,10 +113,19 @@ def _truthy(value: Any) -> bool:
     return bool(value)
 
 
+#: The text columns the cost figures read, held as categories (a few distinct values over
+#: a large run's million rows: codes, not a Python string per row).
+_LABELS = ("provider", "model", "stop_reason", "run_id")
+
+
 def _priced(frame: pd.DataFrame, table: PriceTable) -> pd.DataFrame:
-    """The non-warm-up rows with their cost columns joined (unpriced rows dropped)."""
-    warm = _column(frame, "warmup", False).fillna(False).astype(bool)
-    rows = frame[~warm]
+    """The non-warm-up rows with their cost columns joined (unpriced rows dropped): only
+    the columns the figures read, labels as categories, so a large run's frame is copied
+    once, lean."""
+    keep = [c for c in (*COST_COLUMNS, "run_id") if c in frame.columns]
+    warm = _column(frame, "warmup", False).fillna(False).astype(bool).to_numpy()
+    rows = frame.loc[~warm, keep]
+    rows = rows.assign(**{c: rows[c].astype("category") for c in _LABELS if c in rows.columns})
     costs = frame_costs(rows, table)
     out = rows.assign(
         cost=costs["cost"], currency=costs["currency"], price_date=costs["price_date"]
@@ -197,7 +205,7 @@ def cost_figures(frame: pd.DataFrame, table: PriceTable) -> list[CostFigures]:
         assert per_request is not None  # a group has rows
         mine = units[(units["provider"] == provider) & (units["model"] == model)]
         per_answer = ratio_of_sums(
-            mine["cost"].astype(float).to_list(), mine["ok"].astype(float).to_list()
+            mine["cost"].to_numpy(dtype=float), mine["ok"].to_numpy(dtype=float)
         )
         goodput = None
         if per_answer is not None and per_answer.value > 0:

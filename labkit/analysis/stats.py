@@ -193,7 +193,9 @@ def ratio_of_costs(
 
 
 def ratio_of_sums(
-    numerator: Sequence[float], denominator: Sequence[float], confidence: float = CONFIDENCE
+    numerator: Sequence[float] | np.ndarray,
+    denominator: Sequence[float] | np.ndarray,
+    confidence: float = CONFIDENCE,
 ) -> Estimate | None:
     """Σ numerator / Σ denominator over paired units (a cost per successful answer: each
     unit's cost over its successes), with a percentile bootstrap interval over the units
