@@ -122,15 +122,44 @@ def _priced(frame: pd.DataFrame, table: PriceTable) -> pd.DataFrame:
     """The non-warm-up rows with their cost columns joined (unpriced rows dropped): only
     the columns the figures read, labels as categories, so a large run's frame is copied
     once, lean."""
-    keep = [c for c in (*COST_COLUMNS, "run_id") if c in frame.columns]
+    keep = [c for c in (*COST_COLUMNS, "run_id") if c in frame.columns and c != "started_at"]
     warm = _column(frame, "warmup", False).fillna(False).astype(bool).to_numpy()
     rows = frame.loc[~warm, keep]
-    rows = rows.assign(**{c: rows[c].astype("category") for c in _LABELS if c in rows.columns})
+    rows = rows.assign(
+        **{c: rows[c].astype("category") for c in _LABELS if c in rows.columns},
+        started_at=_times(_column(frame, "started_at")[~warm]),
+    )
     costs = frame_costs(rows, table)
     out = rows.assign(
         cost=costs["cost"], currency=costs["currency"], price_date=costs["price_date"]
     )
     return out[out["cost"].notna()]
+
+
+#: Rows parsed at once: a text column becomes one Python string per row while it is parsed.
+_PARSE_ROWS = 1 << 16
+
+
+def _times(texts: pd.Series) -> pd.Series:
+    """Send times as UTC datetimes (unreadable ones NaT), parsed a block of rows at a time
+    so a large run's column never becomes a million Python strings at once; the same
+    `pd.to_datetime` call `frame_costs` makes, which then has nothing left to parse."""
+    import warnings
+
+    import pandas as pd
+
+    if len(texts) <= _PARSE_ROWS:
+        return pd.to_datetime(texts, utc=True, errors="coerce")
+    with warnings.catch_warnings():
+        # a block that opens on an unreadable time infers no format: its rows are parsed
+        # one by one (dateutil), to the same values
+        warnings.filterwarnings("ignore", "Could not infer format", UserWarning)
+        return pd.concat(
+            [
+                pd.to_datetime(texts.iloc[i : i + _PARSE_ROWS], utc=True, errors="coerce")
+                for i in range(0, len(texts), _PARSE_ROWS)
+            ]
+        )
 
 
 def session_costs(frame: pd.DataFrame, table: PriceTable) -> pd.DataFrame:

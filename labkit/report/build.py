@@ -685,8 +685,8 @@ def _sidecar_costs(run: RunData, side: Sidecar) -> list[CostFigures]:
     from labkit.report import load
 
     frame = side.frame(None, COST_COLUMNS)
-    # the read's buffers back to the system before the figures' copies (Arrow's pool, the
-    # C heap): 10⁶ priced records, 1,028 → see docs/pricing.md
+    # the read's buffers back to the system (Arrow's pool, the C heap) before the figures'
+    # copies: a priced 10⁶-record report's peak 1,028 → 901 MiB (docs/pricing.md)
     pa.default_memory_pool().release_unused()
     load._give_back()
     return cost_figures(frame, table)

@@ -43,7 +43,21 @@ def run_prices(manifest: Mapping[str, Any]) -> PriceTable:
 def run_costs(run: RunData) -> list[CostFigures]:
     """The run's cost figures under its own price table (none without one)."""
     table = run_prices(run.manifest)
-    return cost_figures(run.records, table) if table else []
+    if not table:
+        return []
+    figures = cost_figures(run.records, table)
+    _give_back()  # the figures' copies of a large run's columns, before the next run's
+    return figures
+
+
+def _give_back() -> None:
+    """Hand freed memory back to the system (Arrow's pool, the C heap)."""
+    import pyarrow as pa
+
+    from labkit.report import load
+
+    pa.default_memory_pool().release_unused()
+    load._give_back()
 
 
 _NOTE = (

@@ -114,3 +114,29 @@ def test_no_table_no_cost_and_unpriced_requests_are_left_out() -> None:
     # a request sent before the table's first date is not priced
     early = _rec(1000, 100, at=timedelta(days=-1))
     assert cost_figures(_frame([early]), TABLE) == []
+
+
+def test_send_times_parsed_in_blocks_price_as_parsed_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A large run's send times are parsed a block of rows at a time: the entry each
+    request is priced by (before and after the change at T0 + 1 h, an unreadable time
+    unpriced) is the one a whole parse picks."""
+    from labkit.analysis import cost
+
+    records = [
+        _rec(1000, 100, at=timedelta(minutes=m), stop=stop)
+        for m, stop in [(5, StopReason.END), (65, StopReason.END), (30, StopReason.LENGTH),
+                        (90, StopReason.END), (10, StopReason.END)]
+    ]  # fmt: skip
+    frame = _frame(records)
+    frame.loc[frame.index[2], "started_at"] = "not a time"
+    whole = cost_figures(frame, TABLE)
+    monkeypatch.setattr(cost, "_PARSE_ROWS", 2)
+    blocks = cost_figures(frame, TABLE)
+    assert blocks == whole
+    (fig,) = blocks
+    # 1000 × 2 + 100 × 8 = 2,800 before the change, 1000 × 2 + 100 × 4 = 2,400 after
+    assert fig.requests == 4
+    assert fig.total == pytest.approx(2 * 0.0028 + 2 * 0.0024)
+    assert fig.price_date == f"{T0.date().isoformat()}, {(T0 + timedelta(hours=1)).isoformat()}"
