@@ -129,15 +129,27 @@ def _priced(frame: pd.DataFrame, table: PriceTable) -> pd.DataFrame:
         **{c: rows[c].astype("category") for c in _LABELS if c in rows.columns},
         started_at=_times(_column(frame, "started_at")[~warm]),
     )
-    costs = frame_costs(rows, table)
+    costs = _block_costs(rows, table)
     out = rows.assign(
         cost=costs["cost"], currency=costs["currency"], price_date=costs["price_date"]
     )
     return out[out["cost"].notna()]
 
 
-#: Rows parsed at once: a text column becomes one Python string per row while it is parsed.
+#: Rows parsed (and priced) at once: a text column becomes one Python string per row while
+#: it is parsed, and pricing takes a dozen temporary arrays the rows' length.
 _PARSE_ROWS = 1 << 16
+
+
+def _block_costs(rows: pd.DataFrame, table: PriceTable) -> pd.DataFrame:
+    """`frame_costs` of `rows`, a block of `_PARSE_ROWS` rows at a time (a row's cost is
+    its own: the same figures, with a block's temporaries, not the run's)."""
+    import pandas as pd
+
+    if len(rows) <= _PARSE_ROWS:
+        return frame_costs(rows, table)
+    blocks = range(0, len(rows), _PARSE_ROWS)
+    return pd.concat([frame_costs(rows.iloc[i : i + _PARSE_ROWS], table) for i in blocks])
 
 
 def _times(texts: pd.Series) -> pd.Series:

@@ -116,12 +116,12 @@ def test_no_table_no_cost_and_unpriced_requests_are_left_out() -> None:
     assert cost_figures(_frame([early]), TABLE) == []
 
 
-def test_send_times_parsed_in_blocks_price_as_parsed_whole(
+def test_rows_parsed_and_priced_in_blocks_price_as_whole(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A large run's send times are parsed a block of rows at a time: the entry each
-    request is priced by (before and after the change at T0 + 1 h, an unreadable time
-    unpriced) is the one a whole parse picks."""
+    """A large run's send times are parsed, and its rows priced, a block of rows at a
+    time: the entry each request is priced by (before and after the change at T0 + 1 h,
+    an unreadable time unpriced) is the one a whole parse picks."""
     from labkit.analysis import cost
 
     records = [
