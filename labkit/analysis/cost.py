@@ -130,10 +130,10 @@ def _priced(frame: pd.DataFrame, table: PriceTable) -> pd.DataFrame:
         started_at=_times(_column(frame, "started_at")[~warm]),
     )
     costs = _block_costs(rows, table)
-    out = rows.assign(
-        cost=costs["cost"], currency=costs["currency"], price_date=costs["price_date"]
-    )
-    return out[out["cost"].notna()]
+    for name in ("cost", "currency", "price_date"):  # `rows` is this function's own copy
+        rows[name] = costs[name].to_numpy()
+    priced = rows["cost"].notna().to_numpy()
+    return rows if priced.all() else rows[priced]
 
 
 #: Rows parsed (and priced) at once: a text column becomes one Python string per row while
