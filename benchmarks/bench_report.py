@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/bench_report.py --ladder [--sizes 100000,1000000,10000000]
     .venv/bin/python benchmarks/bench_report.py [--records 100000] [--keep DIR] [--traced]
     .venv/bin/python benchmarks/bench_report.py --compare-only [--compare 1000000]
+    .venv/bin/python benchmarks/bench_report.py --priced 1000000   (a run with prices: `priced`)
 
 `make bench-report` runs the ladder: for each size, a run folder of realistic records
 (several providers and experiments, ~2% errors, warm-ups, 64 event offsets each, no
