@@ -527,8 +527,9 @@ def _valid_parts(index: Any, records: Path) -> tuple[list[Part], dict[str, Any]]
     """The index's parts, when each still covers the bytes it was made from: the ranges
     follow each other from byte 0; each lies inside records.jsonl, ends a line (or ends the
     file), and its first and last KiB are as they were; and a file no longer than the parts
-    is as it was when the last was made (its modification time: a same-size rewrite). None
-    when one does not (records.jsonl was truncated or rewritten: everything is rebuilt)."""
+    is as it was when the last was made (its modification time: a same-size rewrite); each
+    part file's Parquet footer matches its entry (rows, row groups). None when one does not
+    (records.jsonl truncated or rewritten, a part file damaged: everything is rebuilt)."""
     try:
         if not isinstance(index, dict) or index.get("version") != VERSION:
             return None
@@ -548,15 +549,33 @@ def _valid_parts(index: Any, records: Path) -> tuple[list[Part], dict[str, Any]]
                 at = part.end
         if at == size and parts and index.get("mtime_ns") != mtime:
             return None
+        folder = records.parent / SIDECAR_DIR
+        for part in parts:
+            # A part file cut short or overwritten has no footer that matches its entry.
+            meta = pq.read_metadata(folder / part.file)
+            last = max((i for g in part.groups for _, i in g.row_groups), default=-1)
+            if meta.num_rows != sum(g.rows for g in part.groups) or meta.num_row_groups <= last:
+                return None
         return parts, index
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
         return None
 
 
+#: The largest index.json read (a 10⁷-record run's is some hundreds of KiB): a larger one
+#: is not an index this module wrote, and the sidecar is rebuilt.
+MAX_INDEX_BYTES = 64 << 20
+
+
 def _read_index(run_dir: Path) -> Any:
+    """index.json, or None when it is missing, too large, not UTF-8, not JSON or nested too
+    deep to read (the sidecar is then rebuilt from records.jsonl)."""
     try:
-        return json.loads((run_dir / SIDECAR_INDEX).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        with (run_dir / SIDECAR_INDEX).open("rb") as fh:
+            data = fh.read(MAX_INDEX_BYTES + 1)
+        if len(data) > MAX_INDEX_BYTES:
+            return None
+        return json.loads(data.decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
         return None
 
 

@@ -195,3 +195,60 @@ def test_a_part_records_the_process_that_converted_it(tmp_path: Path) -> None:
     assert columnar.convert(run_dir)
     side = columnar.open_sidecar(run_dir)
     assert side is not None and side.converted_by == [os.getpid()]
+
+
+@pytest.mark.parametrize(
+    "index",
+    [
+        b"[" * 100_000 + b"]" * 100_000,  # nested too deep for the JSON reader
+        b'{"version": \xff\xfe}',  # not UTF-8
+        b'{"version": NaN, "parts": [{"start": NaN, "end": Infinity}]}',
+        b'{"version": "x", "parts": "not a list"}',
+        b'{"version": 3, "parts": [{"start": "0", "end": [1]}]}',
+        b'{"parts": [',  # cut short
+    ],
+    ids=["deep", "not-utf8", "nan", "wrong-types", "wrong-part-types", "truncated"],
+)
+def test_a_hostile_index_is_rebuilt_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, index: bytes
+) -> None:
+    run_dir = write_run(tmp_path / "run", [])
+    (run_dir / "records.jsonl").write_text("".join(_lines()))
+    monkeypatch.setattr(columnar, "SIDECAR_MIN_BYTES", 0)
+    whole, notes = _whole(run_dir, monkeypatch)
+    (run_dir / SIDECAR_DIR).mkdir(exist_ok=True)
+    (run_dir / SIDECAR_INDEX).write_bytes(index)
+    through = load_run(run_dir)
+    pd.testing.assert_frame_equal(through.records, whole)
+    assert (through.problems, through.skipped_lines, through.repeated_records) == notes
+    assert isinstance(_index(run_dir)["parts"], list)  # rebuilt
+
+
+def test_an_index_past_its_bound_is_not_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_dir = write_run(tmp_path / "run", [])
+    (run_dir / "records.jsonl").write_text("".join(_lines()))
+    monkeypatch.setattr(columnar, "SIDECAR_MIN_BYTES", 0)
+    assert load_run(run_dir).records.shape[0]
+    monkeypatch.setattr(columnar, "MAX_INDEX_BYTES", 16)
+    assert columnar.open_sidecar(run_dir) is None
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "empty"])
+def test_a_damaged_part_is_rebuilt_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: str
+) -> None:
+    run_dir = write_run(tmp_path / "run", [])
+    (run_dir / "records.jsonl").write_text("".join(_lines()))
+    monkeypatch.setattr(columnar, "SIDECAR_MIN_BYTES", 0)
+    whole, notes = _whole(run_dir, monkeypatch)
+    assert len(load_run(run_dir).records) and columnar.open_sidecar(run_dir) is not None
+    part = run_dir / SIDECAR_DIR / "part-00000.parquet"
+    data = part.read_bytes()
+    part.write_bytes({"garbage": b"PAR1 not a part", "truncated": data[:-9], "empty": b""}[damage])
+    assert columnar.open_sidecar(run_dir) is None
+    through = load_run(run_dir)
+    pd.testing.assert_frame_equal(through.records, whole)
+    assert (through.problems, through.skipped_lines, through.repeated_records) == notes
+    assert columnar.open_sidecar(run_dir) is not None  # rebuilt
