@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -40,7 +41,7 @@ import tempfile
 import threading
 import time
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -586,6 +587,17 @@ def _say_cost(report: Path) -> None:
         print("  " + x)
 
 
+@contextlib.contextmanager
+def _scratch(parent: Path | None) -> Iterator[Path]:
+    """A temporary folder for generated runs (under `parent`, else the system's), deleted
+    after, whatever happened."""
+    root = Path(tempfile.mkdtemp(prefix="labkit-bench-", dir=parent))
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def main() -> int:
     """Build the run, then measure write_report in a fresh process."""
     ap = argparse.ArgumentParser(description=__doc__)
@@ -615,27 +627,18 @@ def main() -> int:
         step(args.step[0], [Path(p) for p in args.step[1:]])
         return 0
     if args.ladder:
-        root = Path(tempfile.mkdtemp(prefix="labkit-bench-", dir=args.dir))
-        try:
+        with _scratch(args.dir) as root:
             sizes = [int(x) for x in args.sizes.split(",") if x]
             ladder(sizes, root, args.compare, args.foreign_10e7)
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
         return 0
     if args.priced:
-        root = Path(tempfile.mkdtemp(prefix="labkit-bench-", dir=args.dir))
-        try:
+        with _scratch(args.dir) as root:
             priced(root, args.priced)
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
         return 0
     if args.compare_only:
-        root = Path(tempfile.mkdtemp(prefix="labkit-bench-", dir=args.dir))
-        try:
+        with _scratch(args.dir) as root:
             print(f"host: {os.cpu_count()} CPUs; load average before: {_load()}")
             compare_pair(root, args.compare)
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
         return 0
     if args.measure_only:
         measure(args.measure_only, args.traced)
