@@ -69,6 +69,7 @@ from labkit.records import (
 )
 from labkit.timing import derive_client_timings
 from labkit.wire.loopclock import LatenessTracker, loop_clock, socket_fd
+from labkit.wire.readpath import common_reader
 from labkit.wire.sse import SSEParser
 from labkit.wire.turns import take_start_turn, take_turn
 
@@ -587,6 +588,13 @@ class StreamRecorder(BaseRecorder):
         content_type = response.headers.get("content-type", "")
         parse_ns = 0
         terminator_ns: int | None = None
+        # The parser's common chunk (the plain chat content chunk) read, classified and
+        # stamped in one call per pushed read (`labkit.wire.readpath.common_reader`), once
+        # the framing sits between events; any other read goes the general way below.
+        common = common_reader(parser.common_chunk()) if arrival is not None else None
+        line_max = sse.one_line_max
+        at_boundary = sse.at_event_boundary
+        boundary = False
 
         def on_read(
             chunk: bytes, t: int, seen: int, kernel: bool, framed: bool = False, /
@@ -595,10 +603,35 @@ class StreamRecorder(BaseRecorder):
             when labkit saw it, whether the kernel stamped it); True once the stream's end
             is in. `framed`: the read as the lean body got it, chunk framing and all, taken
             only when it is the common read (`SSEParser.feed_whole_chunks`), else None."""
-            nonlocal parse_ns, terminator_ns
+            nonlocal parse_ns, terminator_ns, boundary
             t_read = clock()
             events = None
             if framed:
+                if boundary and common is not None:
+                    got = common(chunk, line_max, t, parser, output_ns)
+                    if got is not None:
+                        # texts × 2 + [DONE]: what `stamp` does for each of those events.
+                        if read_stamps is not None:
+                            read_stamps.append(t)
+                            read_seen.append(seen)
+                            read_kernel.append(kernel)
+                        if got:
+                            if m.first_event_ns is None:
+                                m.first_event_ns = t
+                            if got > 1 and m.first_text_ns is None:
+                                m.first_text_ns = t
+                            if got & 1:
+                                m.done = True
+                            if got > 3 and read_windows is not None:
+                                # Several output events under one stamp, as below.
+                                window = window_before(seen)
+                                if window is not None:
+                                    read_windows[t] = window
+                        parse_ns += clock() - t_read
+                        if m.done or parser.ended:
+                            terminator_ns = t
+                            return True
+                        return False
                 events = feed_whole_chunks(chunk, t)
                 if events is None:
                     return None
@@ -625,6 +658,8 @@ class StreamRecorder(BaseRecorder):
                     window = window_before(seen)
                     if window is not None:
                         read_windows[t] = window
+            if common is not None:
+                boundary = at_boundary()
             parse_ns += clock() - t_read
             if m.done or parser.ended:
                 # The stream's end is the arrival of the read that completed its terminator

@@ -484,6 +484,14 @@ class StreamParser(ABC):
     def on_event(self, event: SSEEvent) -> int:
         """Digest one event and return its `EventClass`."""
 
+    def common_chunk(self) -> str | None:
+        """The shape of this parser's common event that the wire layer may decode,
+        classify and stamp for it in one call (a `labkit.wire.readpath.COMMON_CHUNKS` name),
+        with exactly what `on_event` and `Measurement.event` would do with it; None (the
+        default) where every event must go through `on_event`. Asked once per request,
+        after `want_logprobs` and `want_event_detail`."""
+        return None
+
     @abstractmethod
     def stop_reason(self) -> StopReason | None:
         """The normalised stop reason, from `stop_reason_raw`."""

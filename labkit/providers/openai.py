@@ -53,6 +53,7 @@ from labkit.providers.server_timings import (
 from labkit.providers.tools import OpenAIChatTools, ToolFormat
 from labkit.records import ErrorKind, RecordError, StopReason
 from labkit.tokenizers import Tokenized, tokenizer_for_model
+from labkit.wire.readpath import CHAT_CONTENT
 from labkit.wire.sse import SSEEvent
 
 __all__ = ["OpenAIChatParser", "OpenAIProvider", "OpenAISettings"]
@@ -143,6 +144,21 @@ class OpenAIChatParser(StreamParser):
         if self._server in ("auto", "tgi", "fireworks"):
             read_timing_headers(self.provider_timings, headers, self._server)
         self.read_rate_limits(headers, "x-ratelimit-")
+
+    def common_chunk(self) -> str | None:
+        """The plain content chunk (`labkit.wire.readpath.CHAT_CONTENT`), which `on_chunk`
+        reads as text and nothing else, while this parser's `on_event` and `on_chunk` are
+        this class's own: not where a subclass or a per-request step (logprobs, event
+        detail) replaced either."""
+        steps = self.__dict__
+        if (
+            "on_event" in steps
+            or "on_chunk" in steps
+            or type(self).on_event is not OpenAIChatParser.on_event
+            or type(self).on_chunk is not OpenAIChatParser.on_chunk
+        ):
+            return None
+        return CHAT_CONTENT
 
     def on_event(self, event: SSEEvent) -> int:
         """Classify one event: `[DONE]`, or a chunk (`on_chunk`)."""

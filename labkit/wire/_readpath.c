@@ -15,6 +15,9 @@
  *       the events of a read of whole one-line `data:` events (SSEParser._whole_data_events)
  *   chunked_data_events(read, limit, t_ns, event_type)
  *       the same of a read of whole HTTP chunks, framing and all (readpath.py_chunked_data_events)
+ *   chat_content_events(read, limit, t_ns, parser, output_ns)
+ *       a read of whole chunks of plain chat content chunks and [DONE], decoded, classified
+ *       and stamped in one call (readpath.py_chat_content_events; issue 47)
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -238,20 +241,28 @@ static Py_ssize_t whole_chunks(const char *data, Py_ssize_t total, const char **
     return chunks;
 }
 
-static PyObject *chunked_data_events(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    Py_ssize_t limit;
-    if (event_args("chunked_data_events", args, nargs, &limit) < 0) return NULL;
-    const char *data = PyBytes_AS_STRING(args[0]);
-    Py_ssize_t total = PyBytes_GET_SIZE(args[0]);
+/* The payload of a read of whole chunks (`whole_chunks`): 1 with *payload / *length set
+ * (*owned: a buffer the caller frees with PyMem_Free, several chunks' payloads joined; else
+ * NULL, the one chunk's payload inside `data`), 0 for a read that is not whole chunks, -1 with
+ * MemoryError set. */
+static int chunk_payload(const char *data, Py_ssize_t total, const char **payload,
+                         Py_ssize_t *length, char **owned) {
     const char *first = NULL;
     Py_ssize_t first_len = 0, payload_total = 0;
     Py_ssize_t chunks = whole_chunks(data, total, &first, &first_len, &payload_total);
-    if (chunks == 0) Py_RETURN_NONE;
-    if (chunks == 1)
-        return data_events(first, first_len, limit, args[2], (PyTypeObject *)args[3]);
+    *owned = NULL;
+    if (chunks == 0) return 0;
+    if (chunks == 1) {
+        *payload = first;
+        *length = first_len;
+        return 1;
+    }
     /* Several chunks: their payloads joined, then split (a read that came late). */
     char *joined = PyMem_Malloc((size_t)payload_total);
-    if (joined == NULL) return PyErr_NoMemory();
+    if (joined == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
     Py_ssize_t at = 0, out = 0;
     while (at < total) {
         Py_ssize_t end = at;
@@ -264,9 +275,431 @@ static PyObject *chunked_data_events(PyObject *self, PyObject *const *args, Py_s
         out += (Py_ssize_t)size;
         at = end + 2 + (Py_ssize_t)size + 2;
     }
-    PyObject *events = data_events(joined, payload_total, limit, args[2], (PyTypeObject *)args[3]);
-    PyMem_Free(joined);
+    *payload = joined;
+    *length = payload_total;
+    *owned = joined;
+    return 1;
+}
+
+static PyObject *chunked_data_events(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    Py_ssize_t limit;
+    if (event_args("chunked_data_events", args, nargs, &limit) < 0) return NULL;
+    const char *payload = NULL;
+    Py_ssize_t length = 0;
+    char *owned = NULL;
+    int got = chunk_payload(PyBytes_AS_STRING(args[0]), PyBytes_GET_SIZE(args[0]), &payload,
+                            &length, &owned);
+    if (got <= 0) {
+        if (got < 0) return NULL;
+        Py_RETURN_NONE;
+    }
+    PyObject *events = data_events(payload, length, limit, args[2], (PyTypeObject *)args[3]);
+    PyMem_Free(owned);
     return events;
+}
+
+/* ---- The common chat chunk (issue 47) ---------------------------------------------------
+ *
+ * chat_content_events(read, limit, t_ns, parser, output_ns): a pushed read as it came, when
+ * it is whole chunks of whole one-line `data:` events each of which is `[DONE]` or the plain
+ * Chat Completions content chunk
+ *
+ *   {"id": "...", "object": ..., "created": ..., "model": ..., "system_fingerprint": ...,
+ *    "choices": [{"index": 0, "delta": {"content": "..."}, "logprobs": null,
+ *                 "finish_reason": null}]}
+ *
+ * (any order; each key at most once, any of them but `choices` and `delta` absent; `object`,
+ * `created`, `model` a string, an integer, null or a boolean; `id` a string, with the parser's
+ * response_id already set; `system_fingerprint` null or the parser's own, unescaped; every
+ * string but the content plain ASCII; JSON whitespace between tokens). Each non-empty content,
+ * unescaped as json.loads reads it, goes to parser.text_parts and `t_ns` to `output_ns` once
+ * for it: what OpenAIChatParser.on_event and Measurement.event do with those events. The
+ * answer is texts * 2 + (1 if a `[DONE]` came). Anything else (a key, value or escape not
+ * listed, a lone \u surrogate, a raw control character, invalid UTF-8, a line over `limit`)
+ * consumes nothing and answers None: the general path then reads the read. */
+
+#define MAX_COMMON_EVENTS 256
+
+typedef struct {
+    const char *at; /* the content's raw bytes, inside the payload */
+    Py_ssize_t length;
+    int escaped;
+} content_span;
+
+static inline const char *skip_ws(const char *p, const char *end) {
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
+    return p;
+}
+
+static inline int hex_value(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* The code unit of a `\uXXXX` escape at p, or -1 where there is none. */
+static inline int hex4(const char *p, const char *end) {
+    if (end - p < 6 || p[0] != '\\' || p[1] != 'u') return -1;
+    int code = 0;
+    for (int i = 2; i < 6; i++) {
+        int h = hex_value(p[i]);
+        if (h < 0) return -1;
+        code = code * 16 + h;
+    }
+    return code;
+}
+
+/* A JSON string starting at the byte after its opening quote: the byte after its closing
+ * quote, or NULL where it is not one labkit takes here (a raw control character, a bad escape
+ * or a lone surrogate, a byte over 0x7f where `ascii`). *escaped: whether it holds an escape. */
+static const char *scan_string(const char *p, const char *end, int ascii, int *escaped) {
+    *escaped = 0;
+    while (p < end) {
+        unsigned char c = (unsigned char)*p;
+        if (c == '"') return p + 1;
+        if (c < 0x20) return NULL;
+        if (c >= 0x80 && ascii) return NULL;
+        if (c == '\\') {
+            if (p + 1 >= end) return NULL;
+            *escaped = 1;
+            switch (p[1]) {
+            case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
+                p += 2;
+                continue;
+            case 'u': {
+                int code = hex4(p, end);
+                if (code < 0 || (code >= 0xDC00 && code <= 0xDFFF)) return NULL;
+                if (code >= 0xD800 && code <= 0xDBFF) {
+                    /* a high surrogate: its low one must follow (a pair is one character) */
+                    int low = hex4(p + 6, end);
+                    if (low < 0xDC00 || low > 0xDFFF) return NULL;
+                    p += 6;
+                }
+                p += 6;
+                continue;
+            }
+            default:
+                return NULL;
+            }
+        }
+        p++;
+    }
+    return NULL;
+}
+
+/* An ignored value: a plain ASCII string, an integer of at most 18 digits, null, true or
+ * false; the byte after it, or NULL. */
+static const char *scan_scalar(const char *p, const char *end) {
+    if (p >= end) return NULL;
+    if (*p == '"') {
+        int escaped;
+        return scan_string(p + 1, end, 1, &escaped);
+    }
+    if (*p == '-' || (*p >= '0' && *p <= '9')) {
+        const char *q = p;
+        if (*q == '-') q++;
+        if (q >= end || *q < '0' || *q > '9') return NULL;
+        if (*q == '0') {
+            q++;
+        } else {
+            while (q < end && *q >= '0' && *q <= '9') q++;
+        }
+        if (q - p > 18) return NULL;
+        if (q < end && (*q == '.' || *q == 'e' || *q == 'E' || (*q >= '0' && *q <= '9')))
+            return NULL;
+        return q;
+    }
+    if (end - p >= 4 && memcmp(p, "null", 4) == 0) return p + 4;
+    if (end - p >= 4 && memcmp(p, "true", 4) == 0) return p + 4;
+    if (end - p >= 5 && memcmp(p, "false", 5) == 0) return p + 5;
+    return NULL;
+}
+
+/* A literal `word` at p (after whitespace): the byte after it, or NULL. */
+static inline const char *expect(const char *p, const char *end, const char *word, size_t n) {
+    p = skip_ws(p, end);
+    if ((size_t)(end - p) < n || memcmp(p, word, n) != 0) return NULL;
+    return p + n;
+}
+
+/* An object key at p (after whitespace, the opening quote included): its index in `names`
+ * (plain ASCII, no escape), with p moved past its colon; -1 for any other key. */
+static int scan_key(const char **pp, const char *end, const char *const *names, int count) {
+    const char *p = skip_ws(*pp, end);
+    if (p >= end || *p != '"') return -1;
+    const char *start = p + 1;
+    const char *q = start;
+    while (q < end && *q != '"' && *q != '\\' && (unsigned char)*q >= 0x20 &&
+           (unsigned char)*q < 0x80)
+        q++;
+    if (q >= end || *q != '"') return -1;
+    size_t n = (size_t)(q - start);
+    for (int i = 0; i < count; i++) {
+        if (strlen(names[i]) == n && memcmp(start, names[i], n) == 0) {
+            p = expect(q + 1, end, ":", 1);
+            if (p == NULL) return -1;
+            *pp = skip_ws(p, end);
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* After a member's value: ',' (1, p past it) or '}' (0, p past it); -1 for anything else. */
+static int next_member(const char **pp, const char *end) {
+    const char *p = skip_ws(*pp, end);
+    if (p >= end) return -1;
+    *pp = p + 1;
+    if (*p == ',') return 1;
+    if (*p == '}') return 0;
+    return -1;
+}
+
+static const char *const chunk_keys[] = {"id",    "object", "created", "model",
+                                         "system_fingerprint", "choices"};
+static const char *const choice_keys[] = {"index", "delta", "logprobs", "finish_reason"};
+static const char *const delta_keys[] = {"content"};
+
+/* The choices array `[{...}]` at p: the byte after it, with the content's span, or NULL. */
+static const char *scan_choices(const char *p, const char *end, content_span *span) {
+    p = expect(p, end, "[", 1);
+    if (p == NULL || (p = expect(p, end, "{", 1)) == NULL) return NULL;
+    int seen = 0, has_delta = 0;
+    for (;;) {
+        int key = scan_key(&p, end, choice_keys, 4);
+        if (key < 0 || (seen & (1 << key))) return NULL;
+        seen |= 1 << key;
+        if (key == 0) { /* index: 0 exactly */
+            if (p >= end || *p != '0') return NULL;
+            p++;
+            if (p < end && ((*p >= '0' && *p <= '9') || *p == '.' || *p == 'e' || *p == 'E'))
+                return NULL;
+        } else if (key == 1) { /* delta: {"content": "<string>"} */
+            if ((p = expect(p, end, "{", 1)) == NULL) return NULL;
+            if (scan_key(&p, end, delta_keys, 1) != 0) return NULL;
+            if (p >= end || *p != '"') return NULL;
+            span->at = p + 1;
+            p = scan_string(p + 1, end, 0, &span->escaped);
+            if (p == NULL) return NULL;
+            span->length = (p - 1) - span->at;
+            if ((p = expect(p, end, "}", 1)) == NULL) return NULL;
+            has_delta = 1;
+        } else { /* logprobs, finish_reason: null */
+            if (end - p < 4 || memcmp(p, "null", 4) != 0) return NULL;
+            p += 4;
+        }
+        int more = next_member(&p, end);
+        if (more < 0) return NULL;
+        if (more == 0) break;
+    }
+    if (!has_delta) return NULL;
+    return expect(p, end, "]", 1);
+}
+
+/* One event's data (after "data: "): 1 for `[DONE]`, 0 for the common chunk (its content's
+ * span set), -1 for anything else. */
+static int common_event(const char *p, const char *end, const char *fingerprint,
+                        Py_ssize_t fingerprint_len, content_span *span) {
+    if (end - p == 6 && memcmp(p, "[DONE]", 6) == 0) return 1;
+    if ((p = expect(p, end, "{", 1)) == NULL) return -1;
+    int seen = 0;
+    for (;;) {
+        int key = scan_key(&p, end, chunk_keys, 6);
+        if (key < 0 || (seen & (1 << key))) return -1;
+        seen |= 1 << key;
+        if (key == 0) { /* id: a string (the response id is already the parser's) */
+            int escaped;
+            if (p >= end || *p != '"' || (p = scan_string(p + 1, end, 1, &escaped)) == NULL)
+                return -1;
+        } else if (key == 4) { /* system_fingerprint: null, or the parser's own */
+            if (end - p >= 4 && memcmp(p, "null", 4) == 0) {
+                p += 4;
+            } else {
+                if (fingerprint == NULL || p >= end || *p != '"') return -1;
+                const char *start = p + 1;
+                int escaped;
+                p = scan_string(start, end, 1, &escaped);
+                if (p == NULL || escaped || (p - 1) - start != fingerprint_len ||
+                    memcmp(start, fingerprint, (size_t)fingerprint_len) != 0)
+                    return -1;
+            }
+        } else if (key == 5) {
+            if ((p = scan_choices(p, end, span)) == NULL) return -1;
+        } else if ((p = scan_scalar(p, end)) == NULL) {
+            return -1;
+        }
+        int more = next_member(&p, end);
+        if (more < 0) return -1;
+        if (more == 0) break;
+    }
+    if (!(seen & (1 << 5))) return -1;
+    return skip_ws(p, end) == end ? 0 : -1;
+}
+
+/* A content span as json.loads reads it: a new str, or NULL (UnicodeDecodeError cleared and
+ * *fallback set where it is not UTF-8; any other error left set). */
+static PyObject *content_text(const content_span *span, int *fallback) {
+    PyObject *text;
+    if (!span->escaped) {
+        text = PyUnicode_DecodeUTF8(span->at, span->length, NULL);
+    } else {
+        char *buffer = PyMem_Malloc((size_t)span->length + 1);
+        if (buffer == NULL) return PyErr_NoMemory();
+        const char *p = span->at, *end = span->at + span->length;
+        Py_ssize_t n = 0;
+        while (p < end) {
+            if (*p != '\\') {
+                buffer[n++] = *p++;
+                continue;
+            }
+            char c = p[1];
+            p += 2;
+            switch (c) {
+            case 'b': buffer[n++] = '\b'; break;
+            case 'f': buffer[n++] = '\f'; break;
+            case 'n': buffer[n++] = '\n'; break;
+            case 'r': buffer[n++] = '\r'; break;
+            case 't': buffer[n++] = '\t'; break;
+            case 'u': {
+                unsigned code = (unsigned)hex4(p - 2, end);
+                p += 4;
+                if (code >= 0xD800 && code <= 0xDBFF) { /* with its low surrogate */
+                    code = 0x10000 + ((code - 0xD800) << 10) + ((unsigned)hex4(p, end) - 0xDC00);
+                    p += 6;
+                    buffer[n++] = (char)(0xF0 | (code >> 18));
+                    buffer[n++] = (char)(0x80 | ((code >> 12) & 0x3F));
+                    buffer[n++] = (char)(0x80 | ((code >> 6) & 0x3F));
+                    buffer[n++] = (char)(0x80 | (code & 0x3F));
+                } else if (code < 0x80) {
+                    buffer[n++] = (char)code;
+                } else if (code < 0x800) {
+                    buffer[n++] = (char)(0xC0 | (code >> 6));
+                    buffer[n++] = (char)(0x80 | (code & 0x3F));
+                } else {
+                    buffer[n++] = (char)(0xE0 | (code >> 12));
+                    buffer[n++] = (char)(0x80 | ((code >> 6) & 0x3F));
+                    buffer[n++] = (char)(0x80 | (code & 0x3F));
+                }
+                break;
+            }
+            default: buffer[n++] = c; /* '"', '\\', '/' */
+            }
+        }
+        text = PyUnicode_DecodeUTF8(buffer, n, NULL);
+        PyMem_Free(buffer);
+    }
+    if (text == NULL && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+        PyErr_Clear();
+        *fallback = 1;
+    }
+    return text;
+}
+
+static PyObject *name_response_id, *name_system_fingerprint, *name_text_parts;
+
+/* The common events of a payload (`data_events`'s framing): their count (at most
+ * MAX_COMMON_EVENTS) with spans[i] set (at == NULL: `[DONE]`), or -1 for any other payload. */
+static Py_ssize_t common_events(const char *payload, Py_ssize_t total, Py_ssize_t limit,
+                                const char *fingerprint, Py_ssize_t fingerprint_len,
+                                content_span *spans) {
+    if (total < 2 || payload[total - 2] != '\n' || payload[total - 1] != '\n' ||
+        memchr(payload, '\r', (size_t)total) != NULL)
+        return -1;
+    Py_ssize_t body = total - 2, at = 0, count = 0;
+    for (;;) {
+        const char *nl = memchr(payload + at, '\n', (size_t)(body - at));
+        Py_ssize_t end = nl == NULL ? body : nl - payload;
+        Py_ssize_t length = end - at;
+        if (length < 6 || memcmp(payload + at, "data: ", 6) != 0 || length > limit ||
+            count == MAX_COMMON_EVENTS)
+            return -1;
+        content_span *span = &spans[count++];
+        int kind = common_event(payload + at + 6, payload + end, fingerprint, fingerprint_len,
+                                span);
+        if (kind < 0) return -1;
+        if (kind == 1) span->at = NULL;
+        if (nl == NULL) break;
+        if (end + 1 >= body || payload[end + 1] != '\n') return -1;
+        at = end + 2;
+    }
+    return count;
+}
+
+static PyObject *chat_content_events(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyBytes_Check(args[0]) || !PyList_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "chat_content_events takes (bytes, limit, t_ns, parser, output_ns list)");
+        return NULL;
+    }
+    Py_ssize_t limit = PyLong_AsSsize_t(args[1]);
+    if (limit == -1 && PyErr_Occurred()) return NULL;
+    PyObject *t_ns = args[2], *parser = args[3], *output_ns = args[4];
+    PyObject *response_id = PyObject_GetAttr(parser, name_response_id);
+    if (response_id == NULL) return NULL;
+    int no_id = response_id == Py_None;
+    Py_DECREF(response_id);
+    if (no_id) Py_RETURN_NONE; /* the first id is read the general way */
+    PyObject *fingerprint_obj = PyObject_GetAttr(parser, name_system_fingerprint);
+    if (fingerprint_obj == NULL) return NULL;
+    const char *fingerprint = NULL;
+    Py_ssize_t fingerprint_len = 0;
+    if (PyUnicode_Check(fingerprint_obj)) {
+        fingerprint = PyUnicode_AsUTF8AndSize(fingerprint_obj, &fingerprint_len);
+        if (fingerprint == NULL) PyErr_Clear(); /* a lone surrogate: never equal */
+    }
+    const char *payload = NULL;
+    Py_ssize_t length = 0;
+    char *owned = NULL;
+    PyObject *result = NULL, *texts[MAX_COMMON_EVENTS];
+    Py_ssize_t made = 0;
+    int got = chunk_payload(PyBytes_AS_STRING(args[0]), PyBytes_GET_SIZE(args[0]), &payload,
+                            &length, &owned);
+    if (got < 0) goto done;
+    if (got == 0) goto fall_back;
+    content_span spans[MAX_COMMON_EVENTS];
+    Py_ssize_t count =
+        common_events(payload, length, limit, fingerprint, fingerprint_len, spans);
+    if (count < 0) goto fall_back;
+    /* Every text made before any is kept: a content that is not UTF-8 leaves all as they were. */
+    int is_done = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (spans[i].at == NULL) {
+            is_done = 1;
+            continue;
+        }
+        if (spans[i].length == 0) continue;
+        int fallback = 0;
+        PyObject *text = content_text(&spans[i], &fallback);
+        if (text == NULL) {
+            if (fallback) goto fall_back;
+            goto done;
+        }
+        texts[made++] = text;
+    }
+    PyObject *parts = PyObject_GetAttr(parser, name_text_parts);
+    if (parts == NULL) goto done;
+    if (!PyList_Check(parts)) {
+        Py_DECREF(parts);
+        goto fall_back;
+    }
+    for (Py_ssize_t i = 0; i < made; i++) {
+        if (PyList_Append(parts, texts[i]) < 0 || PyList_Append(output_ns, t_ns) < 0) {
+            Py_DECREF(parts);
+            goto done;
+        }
+    }
+    Py_DECREF(parts);
+    result = PyLong_FromSsize_t(made * 2 + is_done);
+    goto done;
+fall_back:
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    for (Py_ssize_t i = 0; i < made; i++) Py_DECREF(texts[i]);
+    PyMem_Free(owned);
+    Py_DECREF(fingerprint_obj);
+    return result;
 }
 
 static PyMethodDef methods[] = {
@@ -279,6 +712,10 @@ static PyMethodDef methods[] = {
     {"chunked_data_events", (PyCFunction)(void (*)(void))chunked_data_events, METH_FASTCALL,
      "chunked_data_events(read, limit, t_ns, event_type) -> the events of a read of whole "
      "chunks of whole one-line data: events, or None."},
+    {"chat_content_events", (PyCFunction)(void (*)(void))chat_content_events, METH_FASTCALL,
+     "chat_content_events(read, limit, t_ns, parser, output_ns) -> texts * 2 + done for a "
+     "read of whole chunks of [DONE] and plain chat content chunks (their texts appended to "
+     "parser.text_parts, t_ns to output_ns once each), or None with nothing consumed."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -292,6 +729,11 @@ PyMODINIT_FUNC PyInit__readpath(void) {
     name_event = PyUnicode_InternFromString("event");
     name_data = PyUnicode_InternFromString("data");
     name_t_ns = PyUnicode_InternFromString("t_ns");
-    if (name_event == NULL || name_data == NULL || name_t_ns == NULL) return NULL;
+    name_response_id = PyUnicode_InternFromString("response_id");
+    name_system_fingerprint = PyUnicode_InternFromString("system_fingerprint");
+    name_text_parts = PyUnicode_InternFromString("text_parts");
+    if (name_event == NULL || name_data == NULL || name_t_ns == NULL ||
+        name_response_id == NULL || name_system_fingerprint == NULL || name_text_parts == NULL)
+        return NULL;
     return PyModule_Create(&module);
 }

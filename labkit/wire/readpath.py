@@ -35,13 +35,17 @@ from labkit.errors import ConfigError
 from labkit.manifest import ReadPathManifest
 
 __all__ = [
+    "CHAT_CONTENT",
+    "COMMON_CHUNKS",
     "ENV_VAR",
     "IMPLEMENTATION",
     "READ_PATH",
     "RECV_STAMPED",
     "SETTINGS",
+    "chat_content_events",
     "choose",
     "chunked_data_events",
+    "common_reader",
     "compiled_module",
     "setting",
     "whole_chunks",
@@ -179,3 +183,308 @@ def py_chunked_data_events(data: bytes, limit: int, t_ns: int, event_type: Any) 
 chunked_data_events: Callable[[bytes, int, int, Any], list[Any] | None] = (
     _C.chunked_data_events if _C is not None else py_chunked_data_events
 )
+
+
+# --- The common chat chunk (issue 47) ----------------------------------------------------
+
+#: At most this many events a read take the common chat path (a read of more goes the
+#: general way): the C version keeps them on its stack.
+MAX_COMMON_EVENTS = 256
+_WS = b" \t\n\r"
+_SIMPLE_ESCAPES = {
+    ord('"'): '"',
+    ord("\\"): "\\",
+    ord("/"): "/",
+    ord("b"): "\b",
+    ord("f"): "\f",
+    ord("n"): "\n",
+    ord("r"): "\r",
+    ord("t"): "\t",
+}
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+_CHUNK_KEYS = (b"id", b"object", b"created", b"model", b"system_fingerprint", b"choices")
+_CHOICE_KEYS = (b"index", b"delta", b"logprobs", b"finish_reason")
+_NUMBER_END = frozenset(b".eE0123456789")
+
+
+class _NotCommon(Exception):
+    """The read is not the common chat read: the general path takes it."""
+
+
+def _skip_ws(data: bytes, at: int, end: int) -> int:
+    while at < end and data[at] in _WS:
+        at += 1
+    return at
+
+
+def _expect(data: bytes, at: int, end: int, word: bytes) -> int:
+    at = _skip_ws(data, at, end)
+    if data[at : at + len(word)] != word or at + len(word) > end:
+        raise _NotCommon
+    return at + len(word)
+
+
+def _hex4(data: bytes, at: int, end: int) -> int:
+    """The code unit of a ``\\uXXXX`` escape at `at`, or -1 where there is none."""
+    digits = data[at + 2 : at + 6]
+    if end - at < 6 or data[at : at + 2] != b"\\u" or not all(d in _HEX for d in digits):
+        return -1
+    return int(digits, 16)
+
+
+def _scan_string(data: bytes, at: int, end: int, ascii_only: bool) -> tuple[int, bool]:
+    """A JSON string from the byte after its opening quote: the byte after its closing
+    quote and whether it holds an escape (`_NotCommon` for what the C scanner refuses: a
+    raw control character, a bad escape or a lone surrogate, a byte over 0x7f where
+    `ascii_only`)."""
+    escaped = False
+    while at < end:
+        c = data[at]
+        if c == 0x22:
+            return at + 1, escaped
+        if c < 0x20 or (c >= 0x80 and ascii_only):
+            raise _NotCommon
+        if c == 0x5C:
+            if at + 1 >= end:
+                raise _NotCommon
+            escaped = True
+            kind = data[at + 1]
+            if kind in _SIMPLE_ESCAPES:
+                at += 2
+                continue
+            code = _hex4(data, at, end)
+            if code < 0 or 0xDC00 <= code <= 0xDFFF:
+                raise _NotCommon
+            if 0xD800 <= code <= 0xDBFF:  # a high surrogate: its low one must follow
+                if not 0xDC00 <= _hex4(data, at + 6, end) <= 0xDFFF:
+                    raise _NotCommon
+                at += 6
+            at += 6
+            continue
+        at += 1
+    raise _NotCommon
+
+
+def _scan_scalar(data: bytes, at: int, end: int) -> int:
+    """An ignored value (a plain ASCII string, an integer of at most 18 characters, null,
+    true, false): the byte after it."""
+    if at >= end:
+        raise _NotCommon
+    c = data[at]
+    if c == 0x22:
+        return _scan_string(data, at + 1, end, True)[0]
+    if c == ord("-") or 0x30 <= c <= 0x39:
+        q = at + 1 if c == ord("-") else at
+        if q >= end or not 0x30 <= data[q] <= 0x39:
+            raise _NotCommon
+        if data[q] == 0x30:
+            q += 1
+        else:
+            while q < end and 0x30 <= data[q] <= 0x39:
+                q += 1
+        if q - at > 18 or (q < end and data[q] in _NUMBER_END):
+            raise _NotCommon
+        return q
+    for word in (b"null", b"true", b"false"):
+        if data.startswith(word, at) and at + len(word) <= end:
+            return at + len(word)
+    raise _NotCommon
+
+
+def _scan_key(data: bytes, at: int, end: int, names: tuple[bytes, ...]) -> tuple[int, int]:
+    """An object key (plain ASCII, no escape) that is one of `names`: its index and the
+    first byte of its value (past the colon and whitespace)."""
+    at = _skip_ws(data, at, end)
+    if at >= end or data[at] != 0x22:
+        raise _NotCommon
+    q = at + 1
+    while q < end and data[q] != 0x22 and data[q] != 0x5C and 0x20 <= data[q] < 0x80:
+        q += 1
+    if q >= end or data[q] != 0x22:
+        raise _NotCommon
+    try:
+        key = names.index(data[at + 1 : q])
+    except ValueError:
+        raise _NotCommon from None
+    return key, _skip_ws(data, _expect(data, q + 1, end, b":"), end)
+
+
+def _next_member(data: bytes, at: int, end: int) -> tuple[int, bool]:
+    """After a member's value: the byte after its ',' (True) or '}' (False)."""
+    at = _skip_ws(data, at, end)
+    if at >= end or data[at] not in b",}":
+        raise _NotCommon
+    return at + 1, data[at] == 0x2C
+
+
+def _scan_choices(data: bytes, at: int, end: int) -> tuple[int, tuple[int, int, bool]]:
+    """``[{"index": 0, "delta": {"content": "..."}, "logprobs": null, "finish_reason":
+    null}]``: the byte after it and the content's span (start, stop, escaped)."""
+    at = _expect(data, _expect(data, at, end, b"["), end, b"{")
+    seen: set[int] = set()
+    span: tuple[int, int, bool] | None = None
+    more = True
+    while more:
+        key, at = _scan_key(data, at, end, _CHOICE_KEYS)
+        if key in seen:
+            raise _NotCommon
+        seen.add(key)
+        if key == 0:
+            if at >= end or data[at] != 0x30:
+                raise _NotCommon
+            at += 1
+            if at < end and data[at] in _NUMBER_END:
+                raise _NotCommon
+        elif key == 1:
+            at = _expect(data, at, end, b"{")
+            _, at = _scan_key(data, at, end, (b"content",))
+            if at >= end or data[at] != 0x22:
+                raise _NotCommon
+            stop, escaped = _scan_string(data, at + 1, end, False)
+            span = (at + 1, stop - 1, escaped)
+            at = _expect(data, stop, end, b"}")
+        else:
+            if not data.startswith(b"null", at) or at + 4 > end:
+                raise _NotCommon
+            at += 4
+        at, more = _next_member(data, at, end)
+    if span is None:
+        raise _NotCommon
+    return _expect(data, at, end, b"]"), span
+
+
+def _common_event(
+    data: bytes, at: int, end: int, fingerprint: bytes | None
+) -> tuple[int, int, bool] | None:
+    """One event's data: None for ``[DONE]``, the content's span for the common chunk."""
+    if data[at:end] == b"[DONE]":
+        return None
+    at = _expect(data, at, end, b"{")
+    seen: set[int] = set()
+    span: tuple[int, int, bool] | None = None
+    more = True
+    while more:
+        key, at = _scan_key(data, at, end, _CHUNK_KEYS)
+        if key in seen:
+            raise _NotCommon
+        seen.add(key)
+        if key == 0:
+            if at >= end or data[at] != 0x22:
+                raise _NotCommon
+            at = _scan_string(data, at + 1, end, True)[0]
+        elif key == 4:
+            if data.startswith(b"null", at) and at + 4 <= end:
+                at += 4
+            else:
+                if fingerprint is None or at >= end or data[at] != 0x22:
+                    raise _NotCommon
+                stop, escaped = _scan_string(data, at + 1, end, True)
+                if escaped or data[at + 1 : stop - 1] != fingerprint:
+                    raise _NotCommon
+                at = stop
+        elif key == 5:
+            at, span = _scan_choices(data, at, end)
+        else:
+            at = _scan_scalar(data, at, end)
+        at, more = _next_member(data, at, end)
+    if span is None or _skip_ws(data, at, end) != end:
+        raise _NotCommon
+    return span
+
+
+def _content_text(data: bytes, start: int, stop: int, escaped: bool) -> str:
+    """A content span as json.loads reads it (UnicodeDecodeError where it is not UTF-8)."""
+    raw = data[start:stop]
+    if not escaped:
+        return raw.decode("utf-8")
+    out = bytearray()
+    at = 0
+    while at < len(raw):
+        c = raw[at]
+        if c != 0x5C:
+            out.append(c)
+            at += 1
+        elif raw[at + 1] == ord("u"):
+            code = int(raw[at + 2 : at + 6], 16)
+            at += 6
+            if 0xD800 <= code <= 0xDBFF:  # with its low surrogate
+                code = 0x10000 + ((code - 0xD800) << 10) + int(raw[at + 2 : at + 6], 16) - 0xDC00
+                at += 6
+            out += chr(code).encode("utf-8")
+        else:
+            out += _SIMPLE_ESCAPES[raw[at + 1]].encode()
+            at += 2
+    return out.decode("utf-8")
+
+
+def py_chat_content_events(
+    data: bytes, limit: int, t_ns: int, parser: Any, output_ns: list[int]
+) -> int | None:
+    """The Python twin of the C ``chat_content_events``: a pushed read (chunk framing and
+    all) of whole one-line ``data:`` events each ``[DONE]`` or the plain Chat Completions
+    content chunk, with the parser's response id already set; each non-empty content
+    appended to ``parser.text_parts`` and `t_ns` to `output_ns` once for it, answering
+    texts × 2 + (1 where ``[DONE]`` came). None, with nothing consumed, for any other read
+    (the general path reads it: `labkit.providers.base.StreamParser.common_chunk`)."""
+    if parser.response_id is None:
+        return None
+    fingerprint_str = parser.system_fingerprint
+    fingerprint: bytes | None = None
+    if type(fingerprint_str) is str:
+        try:
+            fingerprint = fingerprint_str.encode("utf-8")
+        except UnicodeEncodeError:
+            fingerprint = None
+    payload = whole_chunks(data)
+    if payload is None:
+        return None
+    if payload[-2:] != b"\n\n" or b"\r" in payload:
+        return None
+    done = 0
+    texts: list[str] = []
+    parts = payload[:-2].split(b"\n\n")
+    if len(parts) > MAX_COMMON_EVENTS:
+        return None
+    try:
+        spans = []
+        at = 0
+        for part in parts:
+            if part[:6] != b"data: " or b"\n" in part or len(part) > limit:
+                return None
+            spans.append(_common_event(payload, at + 6, at + len(part), fingerprint))
+            at += len(part) + 2
+        for span in spans:
+            if span is None:
+                done = 1
+            elif span[1] > span[0]:
+                texts.append(_content_text(payload, *span))
+    except (_NotCommon, UnicodeDecodeError):
+        return None
+    text_parts = parser.text_parts
+    if type(text_parts) is not list:
+        return None
+    for text in texts:
+        text_parts.append(text)
+        output_ns.append(t_ns)
+    return len(texts) * 2 + done
+
+
+ChatContentEvents = Callable[[bytes, int, int, Any, list[int]], int | None]
+
+#: `py_chat_content_events`, in C where labkit runs its C read path: the name a reader binds.
+chat_content_events: ChatContentEvents = (
+    _C.chat_content_events if _C is not None else py_chat_content_events
+)
+
+#: `StreamParser.common_chunk`'s name for the plain Chat Completions content chunk.
+CHAT_CONTENT = "chat.content"
+
+#: Each common chunk a parser may name and the step that reads a pushed read of them in
+#: one call (`common_reader`). A test empties it to hold records to the general path.
+COMMON_CHUNKS: dict[str, ChatContentEvents] = {CHAT_CONTENT: chat_content_events}
+
+
+def common_reader(spec: str | None) -> ChatContentEvents | None:
+    """The one-call reader of a parser's common chunk (`StreamParser.common_chunk`), in C
+    where the read path is; None where the parser names none or one not known here."""
+    return None if spec is None else COMMON_CHUNKS.get(spec)

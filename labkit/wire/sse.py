@@ -162,6 +162,25 @@ class SSEParser:
             self._dispatched = True
         return events
 
+    @property
+    def one_line_max(self) -> int:
+        """The longest one-line ``data:`` event line the whole-event readers take, its
+        ``data: `` included (the `limit` of `labkit.wire.readpath`'s readers)."""
+        return self._data_line_max
+
+    def at_event_boundary(self) -> bool:
+        """Whether nothing is pending here (no partial line or event, no failure, no
+        ``\r`` awaiting its ``\n``) and this framing is one-line ``data:`` events: a read
+        of whole events may then be read without it (`labkit.wire.readpath.common_reader`,
+        which leaves this parser as it is; the caller has had an event through it)."""
+        return not (
+            self._partial
+            or self._event_t_ns is not None
+            or self._skip_lf
+            or self._failure is not None
+            or not self._single_data_lines
+        )
+
     def _line(self, line: bytes, t_ns: int, out: list[SSEEvent]) -> None:
         if not line:
             if self._data:
