@@ -29,6 +29,7 @@ SOURCE = REPO / "labkit" / "wire" / "_readpath.c"
 MODULE = "labkit.wire._readpath"
 TESTS = [
     "tests/wire/test_readpath.py",
+    "tests/wire/test_chat_content_events.py",
     "tests/wire/test_sse_whole_chunks.py",
     "tests/wire/test_sse_whole_events.py",
     "tests/wire/lean/test_push_records.py",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,12 +17,16 @@ from labkit.measurement.recorder import RecordContext, StreamRecorder
 from labkit.providers import provider_class
 from labkit.providers.base import Provider
 from labkit.records import ErrorKind, RequestRecord
+from labkit.truth.log import read_truth_log
+from labkit.truth.process import TruthServer
 from labkit.wire import readpath, sse
 from labkit.wire.lean import http11, tcp
 from labkit.wire.lean.http11 import Body
+from tests.measurement.test_real_socket import measure_at
 from tests.providers.streams import chat
 from tests.providers.streams.corpus import Fixture, load_corpus
 from tests.providers.test_corpus import replay
+from tests.support.truth import assert_agrees_with_truth
 from tests.wire.lean.test_lean import Handler, read_request, serve
 
 pytestmark = pytest.mark.integration
@@ -72,6 +77,73 @@ def test_the_c_read_path_records_what_the_python_read_path_records(
         python = replay(fixture, "wire", "lean")
     assert _facts(compiled) == _facts(python)
     assert compiled.client.stamp_source == python.client.stamp_source
+
+
+@pytest.mark.parametrize("fixture", CORPUS, ids=lambda f: f.name)
+def test_the_common_chat_read_records_what_the_general_path_records(
+    fixture: Fixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 47: the plain chat content chunk read in one call (C, and its Python twin)
+    gives the record the general path gives, field for field, on every corpus stream."""
+    fused = replay(fixture, "wire", "lean")
+    with monkeypatch.context() as patch:
+        patch.setattr(readpath, "COMMON_CHUNKS", {})
+        general = replay(fixture, "wire", "lean")
+    with monkeypatch.context() as patch:
+        twin = {readpath.CHAT_CONTENT: readpath.py_chat_content_events}
+        patch.setattr(readpath, "COMMON_CHUNKS", twin)
+        python = replay(fixture, "wire", "lean")
+    assert _facts(fused) == _facts(general) == _facts(python)
+    assert fused.client.stamp_source == general.client.stamp_source == python.client.stamp_source
+
+
+_TRUTH_SCHEDULES: list[dict[str, Any]] = [
+    {},
+    {"system_fingerprint": "fp_truth"},
+    {"tokens_per_event": 3},
+    {"server_timings": "llamacpp"},
+    {"reasoning_tokens": 4},
+    {"fail": "stream_error", "fail_after_tokens": 7},
+    {"fail": "drop", "fail_after_tokens": 7},
+]
+
+
+@pytest.mark.parametrize("schedule", _TRUTH_SCHEDULES, ids=lambda s: ",".join(s) or "default")
+def test_the_truth_servers_streams_record_the_same_through_the_common_read(
+    schedule: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The truth server's chat streams over real sockets, the common read taken (counted)
+    and not: the same record but for the clock's readings, and each in agreement with the
+    truth log; an error mid-stream is recorded either way."""
+    taken = 0
+    inner = readpath.COMMON_CHUNKS[readpath.CHAT_CONTENT]
+
+    def counted(*args: Any) -> int | None:
+        nonlocal taken
+        got = inner(*args)
+        taken += got is not None
+        return got
+
+    log = tmp_path / "truth.jsonl"
+    settings = {"ttft_ms": 5.0, "interval_ms": 2.0, "tokens": 24, **schedule}
+    with TruthServer(truth_log=log, **settings) as server:
+        with monkeypatch.context() as patch:
+            patch.setattr(readpath, "COMMON_CHUNKS", {readpath.CHAT_CONTENT: counted})
+            fused = asyncio.run(measure_at(server.base_url, 3, transport="lean"))
+        with monkeypatch.context() as patch:
+            patch.setattr(readpath, "COMMON_CHUNKS", {})
+            general = asyncio.run(measure_at(server.base_url, 3, transport="lean"))
+    exclude = _CLOCK_FIELDS | {"response_id", "request_id", "provider_timings", "trial"}
+    for a, b in zip(fused, general, strict=True):
+        assert a.model_dump(exclude=exclude) == b.model_dump(exclude=exclude)
+        assert len(a.client.event_offsets_ms) == len(b.client.event_offsets_ms)
+        assert a.client.stamp_source == b.client.stamp_source
+    if "fail" in schedule:
+        assert all(r.error is not None for r in fused)
+    else:
+        assert_agrees_with_truth([*fused, *general], read_truth_log(log))
+    if schedule.get("reasoning_tokens") is None and schedule.get("fail") != "drop":
+        assert taken > 0  # the stream's token reads went the common way
 
 
 def _stream_provider(url: str, read_s: float = 30.0) -> Provider:
