@@ -960,12 +960,12 @@ def print_warm_read(warm: dict[str, dict[str, float] | None], sides: list[Side])
     )
     print("| step | " + " | ".join(s.label for s in sides) + " |")
     print("|---|" + "---|" * len(sides))
-    names = next((list(w) for w in warm.values() if w), [])
+    names = list(dict.fromkeys(name for w in warm.values() if w for name in w))
     for name in names:
         cells = [warm[s.name] for s in sides]
         print(
             f"| {name} | "
-            + " | ".join("n/a" if c is None else f"{c[name]:.2f}" for c in cells)
+            + " | ".join("n/a" if c is None or name not in c else f"{c[name]:.2f}" for c in cells)
             + " |"
         )
 
