@@ -5,7 +5,8 @@ A 32-stream level on a shared 2-core host swings by several µs a token between 
 same code, so a change of a microsecond a read cannot be seen there. Here the same reads
 go through the same code in one process with nothing else to do: the truth server's Chat
 chunk (100 tokens and ``[DONE]``, one chunk a read, as `labkit.truth` sends them) pushed by a
-scripted lean connection (no socket: the `recvmsg` and the loop are not in it) into the
+lean connection's own reader callback (`Connection._on_readable`) over a scripted `recvmsg`
+(no socket: the read itself and the loop are not in it) into the
 lean `Body` and `StreamRecorder._read_events` on labkit's own loop (`loopclock.run`), each
 step the minimum over rounds:
 
@@ -37,6 +38,7 @@ import httpx
 from labkit.measurement.recorder import Measurement, StreamRecorder
 from labkit.providers import provider_class
 from labkit.wire import loopclock, readpath
+from labkit.wire.lean import tcp
 from labkit.wire.lean.http11 import Body
 from labkit.wire.lean.tcp import Connection
 
@@ -79,6 +81,15 @@ class _Owner:
         pass
 
 
+#: The reads `_scripted_recv` hands out next (the connection being pushed's).
+_SCRIPT: list[Any] = []
+
+
+def _scripted_recv(*_: Any) -> tuple[bytes, int, int, bool]:
+    """`readpath.RECV_STAMPED`'s answer for the next scripted read; b"" (closed) after."""
+    return next(_SCRIPT[0], (b"", 0, 0, False))
+
+
 def _connection() -> Connection:
     conn = Connection.__new__(Connection)
     conn.key = ("http", "x", 80)
@@ -96,11 +107,23 @@ def _connection() -> Connection:
     async def read(timeout: float | None) -> Any:
         return next(reads, None)
 
-    async def push(sink: Any, timeout: float | None) -> None:
-        for got in reads:
-            if sink(*got):
-                return
-        conn.closed = True
+    async def push(sink: Any, timeout: float | None, framed: Any = None) -> None:
+        # `Connection.push`'s set-up and tear-down around its own reader callback
+        # (`_on_readable`, whatever this labkit's is), called once a read as the loop would,
+        # its recvmsg the scripted one (`_scripted_recv`).
+        conn._sink, conn._sink_timeout_ns, conn._sink_error = sink, None, None
+        conn.framed_sink, conn.framed_stamp, conn.framed_stopped = framed, None, False
+        conn._last_t = 0
+        _SCRIPT[:] = [reads]
+        try:
+            while conn._sink is not None and not conn.closed:
+                conn._on_readable()
+        finally:
+            conn._sink = None
+            conn.framed_sink = None
+            error, conn._sink_error = conn._sink_error, None
+        if error is not None:
+            raise error
 
     conn.read = read  # type: ignore[method-assign]
     conn.push = push  # type: ignore[method-assign]
@@ -166,6 +189,7 @@ def _common(provider: Any) -> float | None:
 
 def main() -> None:
     """Print each step's µs a read (the minimum over `ROUNDS`) as JSON."""
+    tcp.RECV_STAMPED = _scripted_recv  # the reader callback's recvmsg, scripted
     provider = _provider()
     best: dict[str, float] = {}
     for _ in range(ROUNDS):

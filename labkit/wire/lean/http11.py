@@ -150,29 +150,38 @@ class Body(httpx.AsyncByteStream):
             stopped = False
             chunked = self._chunked
 
+            def at_chunk_start() -> bool:
+                return chunked is not None and not chunked.buf and chunked.state == "size"
+
             def sink(data: bytes, t: int, seen: int, kernel: bool) -> bool:
                 nonlocal stopped
-                if chunked is not None and not chunked.buf and chunked.state == "size":
-                    taken = on_payload(data, t, seen, kernel, True)
-                    if taken is not None:  # whole non-empty chunks: the body goes on
-                        self._last = (t, seen, kernel)
-                        self.t_ns, self.seen_ns, self.kernel_stamped = t, seen, kernel
-                        if taken:
-                            stopped = True
-                        return stopped
+                conn.framed_stamp = None
                 payload = self._take(data, t, seen, kernel)
                 if payload and on_payload(payload, t, seen, kernel):
                     stopped = True
                 if self._broken is not None and not stopped:
                     raise self._broken
+                # The next read is offered as it came again once no chunk is part-read.
+                conn.framed_sink = on_payload if at_chunk_start() else None
                 return stopped or self._complete
 
             try:
-                await conn.push(sink, self._read_timeout)
+                # Each read is offered to `on_payload` as it came, straight from the reader
+                # callback, while no chunk is part-read; one it leaves comes to `sink`.
+                await conn.push(sink, self._read_timeout, on_payload if at_chunk_start() else None)
             except TimeoutError:
                 raise httpx.ReadTimeout(
                     "timed out reading the response", request=self._request
                 ) from None
+            finally:
+                # A read taken as it came (whole non-empty chunks: the body goes on) was the
+                # latest: its stamps are the body's.
+                stamp = conn.framed_stamp
+                if stamp is not None:
+                    conn.framed_stamp = None
+                    self._last = stamp
+                    self.t_ns, self.seen_ns, self.kernel_stamped = stamp
+                    stopped = stopped or conn.framed_stopped
             if stopped:
                 return
             if not self._complete:  # the peer closed

@@ -36,6 +36,12 @@ Trace = Callable[[str, dict[str, Any]], Awaitable[None]]
 Sink = Callable[[bytes, int, int, bool], bool]
 
 
+#: What `Connection.push` offers each read first where it was given one: (bytes, t_ns,
+#: seen_ns, kernel_stamped, True); True or False: taken (True: no more is wanted), None: not
+#: taken, the read then goes to the sink (`http11.Body.deliver`'s chunked reads as they came).
+FramedSink = Callable[[bytes, int, int, bool, bool], bool | None]
+
+
 #: One read: (bytes, arrival stamp t_ns, seen_ns, kernel_stamped).
 Read = tuple[bytes, int, int, bool]
 
@@ -78,6 +84,13 @@ class Connection:
         self._sink: Sink | None = None  # while `push` runs: the reads go there, not queued
         self._sink_timeout_ns: int | None = None
         self._sink_error: Exception | None = None
+        #: While `push` runs, what each read is offered first (None: straight to the sink);
+        #: the sink may set or clear it between reads.
+        self.framed_sink: FramedSink | None = None
+        #: The stamps of the latest read `framed_sink` took; None once the sink takes one.
+        self.framed_stamp: tuple[int, int, bool] | None = None
+        #: Whether `framed_sink` ended the push (it took a read and wanted no more).
+        self.framed_stopped = False
         if KERNEL_STAMPS is not None:
             try:
                 sock.setsockopt(socket.SOL_SOCKET, KERNEL_STAMPS[0], 1)
@@ -136,8 +149,20 @@ class Connection:
             return
         if self._sink_timeout_ns is not None:
             self._deadline_ns = seen + self._sink_timeout_ns
+        framed = self.framed_sink
         try:
-            done = sink(data, t, seen, kernel)
+            if framed is None:
+                done = sink(data, t, seen, kernel)
+            else:
+                # One call for a read its reader takes as it came (no sink frame between).
+                taken = framed(data, t, seen, kernel, True)
+                if taken is None:
+                    done = sink(data, t, seen, kernel)
+                else:
+                    self.framed_stamp = (t, seen, kernel)
+                    if taken:
+                        self.framed_stopped = True
+                    done = taken
         except Exception as exc:  # the pushing task raises it, as a pulled read would
             self._sink = None
             self._sink_error = exc  # even when the sink closed the connection (and woke it)
@@ -168,10 +193,15 @@ class Connection:
                 self._waiter = None
         return self.inbox.popleft()
 
-    async def push(self, sink: Sink, timeout: float | None) -> None:
+    async def push(
+        self, sink: Sink, timeout: float | None, framed: FramedSink | None = None
+    ) -> None:
         """Hand each further read to `sink` in the reader callback itself, stamped as
         `read` would give it, until `sink` returns True or the peer closes; raises what
-        `sink` raised, and TimeoutError when no read came within `timeout`.
+        `sink` raised, and TimeoutError when no read came within `timeout`. `framed`, where
+        given, is offered each read first (`framed_sink`, which `sink` may change between
+        reads; `FramedSink`): a read it takes does not go to `sink`, its stamps are kept in
+        `framed_stamp`.
 
         The same reads, in the same order and with the same stamps as `read`, without a
         task wake-up per read (a future, a callback and the awaiting task's resumption cost
@@ -181,6 +211,9 @@ class Connection:
         loop = self.loop
         self._sink = sink
         self._sink_timeout_ns = None if timeout is None else int(timeout * 1e9)
+        self.framed_sink = framed
+        self.framed_stamp = None
+        self.framed_stopped = False
         try:
             while self._sink is not None and not self.closed:
                 waiter = self._waiter = loop.create_future()
@@ -194,6 +227,7 @@ class Connection:
                     self._waiter = None
         finally:
             self._sink = None
+            self.framed_sink = None
             self._sink_timeout_ns = None
             error, self._sink_error = self._sink_error, None
         if error is not None:
