@@ -99,8 +99,22 @@ def test_the_warm_read_split_runs_through_the_recorder(
         "JSON decode + provider parse + stamp",
         "read path, whole",
         "glue (sink, on_read)",
+        readpath_warm.COMMON_STEP,
     }
     assert got["read path, whole"] > got["framing + SSE split"] > 0
+    assert got[readpath_warm.COMMON_STEP] > 0
+
+
+def test_the_warm_read_table_says_n_a_for_a_step_one_side_lacks(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    bench_cpu.print_warm_read(
+        {"before": {"read path, whole": 3.5}, "after": {"read path, whole": 1.9, "one call": 0.4}},
+        SIDES,
+    )
+    printed = capsys.readouterr().out
+    assert "| read path, whole | 3.50 | 1.90 |" in printed
+    assert "| one call | n/a | 0.40 |" in printed
 
 
 def test_the_warm_read_table_says_n_a_for_a_side_it_could_not_probe(
