@@ -154,8 +154,8 @@ class OpenAIChatParser(StreamParser):
         if (
             "on_event" in steps
             or "on_chunk" in steps
-            or type(self).on_event is not OpenAIChatParser.on_event
-            or type(self).on_chunk is not OpenAIChatParser.on_chunk
+            or type(self).on_event is not _OWN_ON_EVENT
+            or type(self).on_chunk is not _OWN_ON_CHUNK
         ):
             return None
         return CHAT_CONTENT
@@ -552,6 +552,12 @@ class OpenAIChatParser(StreamParser):
             # Gemini's OpenAI-compatible stream for any tool call.
             return StopReason.TOOL_CALL
         return _STOP_REASONS.get(raw, StopReason.UNKNOWN)
+
+
+#: `OpenAIChatParser`'s own reading steps as defined (`common_chunk` offers its shape only
+#: while a parser's steps are these: not a subclass's, nor one replaced afterwards).
+_OWN_ON_EVENT = OpenAIChatParser.on_event
+_OWN_ON_CHUNK = OpenAIChatParser.on_chunk
 
 
 def _thinking_text(chunks: list[Any]) -> str:

@@ -347,6 +347,13 @@ def test_which_parsers_offer_the_common_chunk() -> None:
             return super().on_chunk(obj)
 
     assert Reads().common_chunk() is None
+
+
+def test_a_parser_whose_steps_were_replaced_offers_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = OpenAIChatParser.on_event
+    monkeypatch.setattr(OpenAIChatParser, "on_event", lambda self, event: real(self, event))
+    assert OpenAIChatParser().common_chunk() is None
+    assert LlamaCppParser().common_chunk() is None
     assert readpath.common_reader(None) is None
     assert readpath.common_reader("no such shape") is None
 
