@@ -305,11 +305,13 @@ static PyObject *chunked_data_events(PyObject *self, PyObject *const *args, Py_s
  * Chat Completions content chunk
  *
  *   {"id": "...", "object": ..., "created": ..., "model": ..., "system_fingerprint": ...,
+ *    "service_tier": ..., "obfuscation": ..., "usage": null,
  *    "choices": [{"index": 0, "delta": {"content": "..."}, "logprobs": null,
  *                 "finish_reason": null}]}
  *
  * (any order; each key at most once, any of them but `choices` and `delta` absent; `object`,
- * `created`, `model` a string, an integer, null or a boolean; `id` a string, with the parser's
+ * `created`, `model`, `service_tier`, `obfuscation` a string, an integer, null or a boolean,
+ * none of which OpenAIChatParser reads; `id` a string, with the parser's
  * response_id already set; `system_fingerprint` null or the parser's own, unescaped; every
  * string but the content plain ASCII; JSON whitespace between tokens). Each non-empty content,
  * unescaped as json.loads reads it, goes to parser.text_parts and `t_ns` to `output_ns` once
@@ -456,8 +458,9 @@ static int next_member(const char **pp, const char *end) {
     return -1;
 }
 
-static const char *const chunk_keys[] = {"id",    "object", "created", "model",
-                                         "system_fingerprint", "choices"};
+static const char *const chunk_keys[] = {"id",      "object",       "created",
+                                         "model",   "system_fingerprint", "choices",
+                                         "service_tier", "obfuscation", "usage"};
 static const char *const choice_keys[] = {"index", "delta", "logprobs", "finish_reason"};
 static const char *const delta_keys[] = {"content"};
 
@@ -505,7 +508,7 @@ static int common_event(const char *p, const char *end, const char *fingerprint,
     if ((p = expect(p, end, "{", 1)) == NULL) return -1;
     int seen = 0;
     for (;;) {
-        int key = scan_key(&p, end, chunk_keys, 6);
+        int key = scan_key(&p, end, chunk_keys, 9);
         if (key < 0 || (seen & (1 << key))) return -1;
         seen |= 1 << key;
         if (key == 0) { /* id: a string (the response id is already the parser's) */
@@ -526,6 +529,9 @@ static int common_event(const char *p, const char *end, const char *fingerprint,
             }
         } else if (key == 5) {
             if ((p = scan_choices(p, end, span)) == NULL) return -1;
+        } else if (key == 8) { /* usage: null (the usage chunk itself goes the general way) */
+            if (end - p < 4 || memcmp(p, "null", 4) != 0) return -1;
+            p += 4;
         } else if ((p = scan_scalar(p, end)) == NULL) {
             return -1;
         }

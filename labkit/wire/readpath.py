@@ -208,7 +208,17 @@ _SIMPLE_ESCAPES = {
     ord("t"): "\t",
 }
 _HEX = frozenset(b"0123456789abcdefABCDEF")
-_CHUNK_KEYS = (b"id", b"object", b"created", b"model", b"system_fingerprint", b"choices")
+_CHUNK_KEYS = (
+    b"id",
+    b"object",
+    b"created",
+    b"model",
+    b"system_fingerprint",
+    b"choices",
+    b"service_tier",
+    b"obfuscation",
+    b"usage",
+)
 _CHOICE_KEYS = (b"index", b"delta", b"logprobs", b"finish_reason")
 _NUMBER_END = frozenset(b".eE0123456789")
 
@@ -390,6 +400,10 @@ def _common_event(
                 at = stop
         elif key == 5:
             at, span = _scan_choices(data, at, end)
+        elif key == 8:  # usage: null (the usage chunk itself goes the general way)
+            if not data.startswith(b"null", at) or at + 4 > end:
+                raise _NotCommon
+            at += 4
         else:
             at = _scan_scalar(data, at, end)
         at, more = _next_member(data, at, end)

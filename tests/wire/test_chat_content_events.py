@@ -7,7 +7,9 @@ left untouched for that path."""
 from __future__ import annotations
 
 import json
+import re
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -250,6 +252,10 @@ def _common_reads(draw: st.DrawFn) -> tuple[bytes, list[str], bool]:
             "model": draw(st.text(alphabet=st.characters(max_codepoint=127), max_size=5)),
             "system_fingerprint": draw(st.sampled_from(["fp_1", None])),
             "choices": [{k: choice[k] for k in draw(st.permutations(list(choice)))}],
+            # OpenAI's own chunks carry these too (tests/providers/streams/openai_chat.sse)
+            "service_tier": draw(st.sampled_from(["default", None])),
+            "obfuscation": draw(st.text(alphabet="abcXYZ019", max_size=6)),
+            "usage": None,
         }
         keys = [
             k for k in draw(st.permutations(list(obj))) if k == "choices" or draw(st.booleans())
@@ -280,6 +286,26 @@ def test_every_common_read_is_taken_and_read_as_the_general_path_reads_it(
         assert got == len(texts) * 2 + done
         assert parser.text_parts == ["before", *texts]
         assert state == _general(read, _parser())
+
+
+def test_openais_and_llama_cpps_own_token_chunks_take_the_common_read() -> None:
+    """The recorded streams' token chunks (OpenAI's with service_tier, usage: null and
+    obfuscation; llama-server's) are taken; their role, finish and usage chunks are not."""
+    for name, taken in (("openai_chat.sse", 7), ("llamacpp_chat.sse", 5)):
+        stream = (Path(__file__).parents[1] / "providers" / "streams" / name).read_bytes()
+        events = [e + b"\n\n" for e in stream.split(b"\n\n") if e.strip()]
+        fingerprint = re.search(rb'"system_fingerprint":"([^"]*)"', events[0])
+        assert fingerprint is not None
+        got = 0
+        for event in events:
+            read = _chunk(event)
+            answer, state = _fused(
+                readpath.chat_content_events, read, _parser(fingerprint.group(1).decode())
+            )
+            if answer is not None:
+                got += 1
+                assert state == _general(read, _parser(fingerprint.group(1).decode()))
+        assert got == taken, name
 
 
 def test_the_truth_servers_chat_chunks_take_the_common_read() -> None:
