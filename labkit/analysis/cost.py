@@ -20,7 +20,9 @@ store's probes frame: the same column names.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -255,26 +257,60 @@ def cost_figures(frame: pd.DataFrame, table: PriceTable) -> list[CostFigures]:
 _ORDER = "_order"
 
 
-@dataclass
-class _Rows:
-    """One provider × model's priced rows as `CostTally` keeps them: per batch, each row's
-    place in the run, cost, (currency, price date) code, whether it is a request outside a
-    session, and whether that request succeeded."""
+#: The columns `CostTally` keeps per row: each row's place in the run, its cost, the
+#: (currency, price date) that priced it, whether it is a request outside a session, and
+#: whether that request succeeded.
+_KEPT = (("order", np.int64), ("cost", np.float64), ("priced_as", np.int32))
+_FLAGS = (("single", np.bool_), ("success", np.bool_))
 
-    order: list[np.ndarray] = field(default_factory=list)
-    cost: list[np.ndarray] = field(default_factory=list)
-    priced_as: list[np.ndarray] = field(default_factory=list)
-    single: list[np.ndarray] = field(default_factory=list)
-    success: list[np.ndarray] = field(default_factory=list)
+#: The bytes of kept rows `CostTally` holds before it writes them out to its files.
+_SPILL_BYTES = 4 << 20
+
+
+class _Rows:
+    """One provider × model's priced rows as `CostTally` keeps them (`_KEPT`, `_FLAGS`):
+    the latest batches' in memory, the rest appended to one file per column in `folder`
+    (made by the first write)."""
+
+    def __init__(self, folder: Callable[[], Path], name: str) -> None:
+        self._folder = folder
+        self._name = name
+        self._held: dict[str, list[np.ndarray]] = {c: [] for c, _ in (*_KEPT, *_FLAGS)}
+        self._written = False
+        self.held_bytes = 0
+
+    def add(self, **columns: np.ndarray) -> None:
+        """Keep one batch's rows (one array per column of `_KEPT` and `_FLAGS`)."""
+        for name, values in columns.items():
+            self._held[name].append(values)
+            self.held_bytes += values.nbytes
+
+    def write_out(self) -> None:
+        """Append the rows held to the files, and let go of them."""
+        if not self.held_bytes:
+            return
+        folder = self._folder()
+        for name, parts in self._held.items():
+            with (folder / f"{self._name}.{name}").open("ab") as fh:
+                np.concatenate(parts).tofile(fh)
+            parts.clear()
+        self._written = True
+        self.held_bytes = 0
 
     def joined(self) -> tuple[np.ndarray, ...]:
-        """The arrays joined, in the order of the rows in the run."""
-        order = np.concatenate(self.order)
-        put = np.argsort(order, kind="stable")
-        return tuple(
-            np.concatenate(parts)[put]
-            for parts in (self.cost, self.priced_as, self.single, self.success)
-        )
+        """Cost, (currency, date) code, single and success, in the order of the rows in
+        the run."""
+        if self._written:
+            self.write_out()
+            folder = self._folder()
+            columns = {
+                name: np.fromfile(folder / f"{self._name}.{name}", dtype=kind)
+                for name, kind in (*_KEPT, *_FLAGS)
+            }
+        else:
+            columns = {name: np.concatenate(parts) for name, parts in self._held.items()}
+        put = np.argsort(columns.pop("order"), kind="stable")
+        return tuple(columns[name][put] for name in ("cost", "priced_as", "single", "success"))
 
 
 class CostTally:
@@ -295,6 +331,14 @@ class CostTally:
         self._rows: dict[tuple[str, str], _Rows] = {}
         self._codes: dict[tuple[str, str], int] = {}
         self._turns: list[pd.DataFrame] = []
+        self._files: tempfile.TemporaryDirectory[str] | None = None
+
+    def _folder(self) -> Path:
+        """The temporary folder the kept rows are written out to (made when first asked
+        for; removed by `figures`, or when the tally is let go of)."""
+        if self._files is None:
+            self._files = tempfile.TemporaryDirectory(prefix="labkit-costs-")
+        return Path(self._files.name)
 
     def add(self, frame: pd.DataFrame, order: np.ndarray) -> None:
         """Take in a batch of records (`COST_COLUMNS`, with ``run_id`` and the tags);
@@ -326,18 +370,33 @@ class CostTally:
         found = rows.groupby(keys, observed=True, sort=False).indices
         for key, at in found.items():
             provider, model, currency, date = cast("tuple[Any, Any, Any, Any]", key)
-            kept = self._rows.setdefault((str(provider), str(model)), _Rows())
-            kept.order.append(places[at])
-            kept.cost.append(cost[at])
-            kept.priced_as.append(np.full(len(at), self._code(str(currency), str(date)), np.int32))
-            kept.single.append(~session[at])
-            kept.success.append(success[at])
+            mine = (str(provider), str(model))
+            if mine not in self._rows:
+                self._rows[mine] = _Rows(self._folder, f"rows-{len(self._rows)}")
+            self._rows[mine].add(
+                order=places[at],
+                cost=cost[at],
+                priced_as=np.full(len(at), self._code(str(currency), str(date)), np.int32),
+                single=~session[at],
+                success=success[at],
+            )
+        if sum(r.held_bytes for r in self._rows.values()) > _SPILL_BYTES:
+            for kept in self._rows.values():  # out of memory until the figures are drawn
+                kept.write_out()
 
     def _code(self, currency: str, date: str) -> int:
         return self._codes.setdefault((currency, date), len(self._codes))
 
     def figures(self) -> list[CostFigures]:
         """The figures of every row taken in (`cost_figures`'s, in its order)."""
+        try:
+            return self._figures()
+        finally:
+            if self._files is not None:
+                self._files.cleanup()
+                self._files = None
+
+    def _figures(self) -> list[CostFigures]:
         import pandas as pd
 
         if self._turns:
