@@ -392,9 +392,13 @@ class CostTally:
         try:
             return self._figures()
         finally:
-            if self._files is not None:
-                self._files.cleanup()
-                self._files = None
+            self.close()
+
+    def close(self) -> None:
+        """Remove the files the kept rows were written out to (`figures` does)."""
+        if self._files is not None:
+            self._files.cleanup()
+            self._files = None
 
     def _figures(self) -> list[CostFigures]:
         import pandas as pd

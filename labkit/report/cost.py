@@ -89,7 +89,7 @@ def tally_figures(tally: CostTally | None, run: RunData, side: Sidecar) -> list[
     if tally is None:
         return []
     if tally.sessions:
-        del tally
+        tally.close()
         return sidecar_costs(run, side)
     figures = tally.figures()
     del tally
