@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from labkit.analysis.cost import CostTally
 from labkit.analysis.requests import FIELDS as REQUEST_FIELDS
 from labkit.analysis.selfcheck import client_bound_advice
 from labkit.errors import RunError
@@ -628,7 +629,19 @@ class Parts:
 
 def read_parts(run: RunData, side: Sidecar) -> Parts:
     """`Parts` of `run` (its records frame left empty) from its sidecar, a provider's
-    records at a time (their notes), each provider × experiment's in turn (the rest)."""
+    records at a time (their notes), each provider × experiment's in turn (the rest); a
+    priced run's cost figures taken from the same parts (`cost_tally`)."""
+    costs = cost_tally(run)
+    try:
+        parts = _read_parts(run, side, costs)
+    except BaseException:
+        if costs is not None:
+            costs.close()  # its files, now
+        raise
+    return parts
+
+
+def _read_parts(run: RunData, side: Sidecar, costs: CostTally | None) -> Parts:
     stats: list[RequestStats] = []
     distributions: list[dict[str, Any]] = []
     points = ServerPoints()
@@ -639,7 +652,6 @@ def read_parts(run: RunData, side: Sidecar) -> Parts:
     providers = sorted({g.provider for g in side.groups})
     has_later = any(read_later_stats(run.run_dir, p) for p in providers)
     facts: dict[str, ProviderFacts] = {}
-    costs = cost_tally(run)
     for _, frame in side.frames(2, REPORT_COLUMNS):
         records += len(frame)
         if costs is not None:  # priced as each part is read: no second read of the run

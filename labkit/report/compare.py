@@ -649,6 +649,8 @@ def _load_compared(path: Path | str, costs: bool = False) -> tuple[RunData, _Cos
             parts.append(part.drop(columns=[c for c in _COST_ONLY if c in part.columns]))
             del part
     except OSError as exc:
+        if tally is not None:
+            tally.close()  # its files, now
         raise RunError(f"cannot read {side.run_dir / columnar.SIDECAR_DIR}: {exc}") from exc
     frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
     del parts
