@@ -53,7 +53,16 @@ STAGES: list[tuple[str, str, str]] = [
     ("write: all", "labkit.runner.results", "RunFolder.append"),
     ("write: JSON line", "labkit.records", "RequestRecord.to_json_line"),
     ("write: scrub", "labkit.runner.results", "scrub_json"),
+    ("plan: the request", "labkit.experiments.load", "LoadExperiment.request"),
+    ("measure: context", "labkit.runner.executor", "RecordContext"),
+    ("httpx: Request()", "httpx", "Request.__init__"),
+    ("httpx: Response()", "httpx", "Response.__init__"),
+    ("httpx: release", "labkit.measurement.recorder", "release_response"),
+    ("runner: keep", "labkit.runner.run", "_Level.keep"),
 ]
+
+#: Reader callbacks: the per-read path (another part's), left out of the request's steps.
+READ_CALLBACKS = ("_on_readable", "_read_ready", "deliver")
 
 
 def _wrap(fn: Callable[..., Any], calls: list[int]) -> Callable[..., Any]:
@@ -67,6 +76,146 @@ def _wrap(fn: Callable[..., Any], calls: list[int]) -> Callable[..., Any]:
             calls.append(clock() - t)
 
     return timed
+
+
+class Steps:
+    """Each event-loop callback's thread CPU while a level runs, summed by what it was
+    (bench_cpu's `_STEPPED`, in this process): a task's step by the coroutines it resumed
+    and suspended in (innermost awaiting frame; "done" when it ended), any other callback
+    by its name, the loop's own time around them; and each cyclic collection's CPU
+    (`gc.callbacks`), by generation. Outside a level nothing is counted."""
+
+    def __init__(self) -> None:
+        self.acc: dict[str, list[int]] = {}
+        self.gc: dict[int, list[int]] = {}
+        self.on = False
+        self._gc_t = 0
+        #: `--profile-step`: the task steps starting in this coroutine, under cProfile.
+        self.profile_from: str | None = None
+        self.profiler: Any = None
+
+    @staticmethod
+    def _where(task: Any) -> str:
+        coro, name = task.get_coro(), None
+        while coro is not None:
+            frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+            if frame is None:
+                break
+            name = frame.f_code.co_qualname
+            coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+        return name or "?"
+
+    def _add(self, key: str, ns: int) -> None:
+        got = self.acc.get(key)
+        if got is None:
+            got = self.acc[key] = [0, 0]
+        got[0] += ns
+        got[1] += 1
+
+    def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
+        if not self.on:
+            return
+        if phase == "start":
+            self._gc_t = time.thread_time_ns()
+            return
+        got = self.gc.setdefault(info["generation"], [0, 0])
+        got[0] += time.thread_time_ns() - self._gc_t
+        got[1] += 1
+
+    def install(self) -> None:
+        """Wrap the loop's handles and iterations, the level's collector policy, and add
+        the collector callback."""
+        import asyncio
+        import contextlib
+        import gc
+        from asyncio import base_events, events
+
+        import labkit.runner.run as run_module
+
+        clock, where, add = time.thread_time_ns, self._where, self._add
+        run_handle, run_once = events.Handle._run, base_events.BaseEventLoop._run_once
+        steps = self
+
+        def timed_handle(handle: Any) -> None:
+            if not steps.on:
+                run_handle(handle)
+                return
+            task = getattr(handle._callback, "__self__", None)
+            if isinstance(task, asyncio.Task):
+                start = where(task)
+                profiled = start == steps.profile_from
+                if profiled:
+                    steps.profiler.enable()
+                t = clock()
+                run_handle(handle)
+                ns = clock() - t
+                if profiled:
+                    steps.profiler.disable()
+                add("step " + start + " -> " + ("done" if task.done() else where(task)), ns)
+            else:
+                t = clock()
+                run_handle(handle)
+                ns = clock() - t
+                add("callback " + getattr(handle._callback, "__qualname__", "?"), ns)
+            add("(loop callbacks)", ns)
+
+        def timed_once(loop: Any) -> None:
+            if not steps.on:
+                run_once(loop)
+                return
+            t = clock()
+            run_once(loop)
+            add("(loop iterations)", clock() - t)
+
+        events.Handle._run = timed_handle  # type: ignore[method-assign]
+        base_events.BaseEventLoop._run_once = timed_once  # type: ignore[attr-defined]
+        level_gc = run_module.level_gc
+
+        @contextlib.contextmanager
+        def counted_level() -> Any:
+            with level_gc():
+                steps.on = True
+                try:
+                    yield
+                finally:
+                    steps.on = False
+
+        run_module.level_gc = counted_level  # type: ignore[assignment]
+        gc.callbacks.append(self._on_gc)
+        if self.profile_from is not None:
+            import cProfile
+
+            self.profiler = cProfile.Profile()
+
+    def print(self, n: int, tokens: int) -> None:
+        """The table: per request µs of each step, largest first (≥ 1 µs a request)."""
+        print(f"\nby event-loop callback, in the level ({n} requests; thread CPU):")
+        print(f"{'callback or task step':<72} {'calls/req':>9} {'µs/call':>8} {'µs/req':>8}")
+        reads = sum(
+            ns for key, (ns, _) in self.acc.items() if any(r in key for r in READ_CALLBACKS)
+        )
+        rows = sorted(self.acc.items(), key=lambda kv: -kv[1][0])
+        for key, (ns, calls) in rows:
+            per_req = ns / 1e3 / max(1, n)
+            if per_req < 1.0:
+                continue
+            print(
+                f"{key[:72]:<72} {calls / max(1, n):>9.2f} {ns / 1e3 / calls:>8.1f} {per_req:>8.1f}"
+            )
+        loop_ns = self.acc.get("(loop iterations)", [0, 0])[0]
+        cb_ns = self.acc.get("(loop callbacks)", [0, 0])[0]
+        per_request = (cb_ns - reads) / 1e3 / max(1, n)
+        print(
+            f"loop iterations {loop_ns / 1e3 / max(1, n):.1f} µs/req, of which callbacks "
+            f"{cb_ns / 1e3 / max(1, n):.1f}: reader callbacks {reads / 1e3 / max(1, n):.1f}, "
+            f"the rest (a request's own steps) {per_request:.1f} µs/req "
+            f"({per_request / tokens:.2f} µs/token)"
+        )
+        for gen, (ns, calls) in sorted(self.gc.items()):
+            print(
+                f"gc generation {gen}: {calls / max(1, n):.3f} collections/req, "
+                f"{ns / 1e3 / max(1, calls):.0f} µs each, {ns / 1e3 / max(1, n):.1f} µs/req"
+            )
 
 
 def _install() -> dict[str, list[int]]:
@@ -97,12 +246,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--interval-ms", type=float, default=2.0)
     ap.add_argument("--ttft-ms", type=float, default=50.0)
     ap.add_argument("--labkit-src", help="another tree's labkit (read by bench_load)")
+    ap.add_argument(
+        "--profile-step",
+        metavar="QUALNAME",
+        help="profile (cProfile) the level's task steps that start in this coroutine, "
+        "e.g. Connection.push; prints the top functions by cumulative time",
+    )
     args = ap.parse_args(argv)
     raise_open_files_limit(4096)
     from labkit.config import parse_config
     from labkit.runner import RunOptions, prepare_run
 
     timed = _install()
+    steps = Steps()
+    steps.profile_from = args.profile_step
+    steps.install()
     with ScriptedServer(
         ttft_ms=args.ttft_ms, interval_ms=args.interval_ms, tokens=args.tokens
     ) as server:
@@ -129,6 +287,12 @@ def main(argv: list[str] | None = None) -> int:
             f"{stage:<26} {len(calls) / max(1, n):>9.2f} {statistics.median(calls) / 1e3:>8.1f} "
             f"{statistics.fmean(calls) / 1e3:>8.1f} {per_req:>8.1f} {per_req / args.tokens:>8.2f}"
         )
+    steps.print(n, args.tokens)
+    if steps.profiler is not None:
+        import pstats
+
+        print(f"\nsteps from {args.profile_step}, under cProfile (inflated), by cumulative time:")
+        pstats.Stats(steps.profiler).sort_stats("cumulative").print_stats(40)
     return 0
 
 
