@@ -21,6 +21,7 @@ from labkit.measurement.lateness import (
     WAKE_SLACK_NS,
     KernelReads,
     _rounded_ms,
+    self_check_fields,
     stamp_self_check,
 )
 from labkit.records import ClientTimings
@@ -198,6 +199,9 @@ def test_the_self_check_fills_the_fields_as_before(
     stamp_self_check(after, source, output, lateness, reads, windows)  # type: ignore[arg-type]
     assert after.model_dump_json() == before.model_dump_json()
     assert after == before
+    # Built in one go, as the recorder builds a record's timings: the same fields.
+    built = ClientTimings(**self_check_fields(source, output, lateness, reads, windows))  # type: ignore[arg-type]
+    assert built.model_dump_json() == before.model_dump_json()
 
 
 @given(st.lists(st.integers(-(10**16), 10**16) | st.integers(0, 10**7), min_size=1))
