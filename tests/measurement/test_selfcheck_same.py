@@ -25,7 +25,7 @@ from labkit.measurement.lateness import (
     stamp_self_check,
 )
 from labkit.records import ClientTimings
-from labkit.timing import percentile
+from labkit.timing import derive_client_timings, percentile
 
 pytestmark = pytest.mark.unit
 
@@ -228,3 +228,32 @@ def test_events_read_together_are_spread_as_before() -> None:
     stamp_self_check(after, "kernel", output, None, reads, windows)
     assert after == before
     assert after.stamp_lateness_ms is not None and after.stamp_lateness_ms[1] > 0
+
+
+@settings(max_examples=200)
+@given(stream=_streams(), tokens=st.one_of(st.none(), st.integers(0, 300)))
+def test_timings_built_with_the_self_check_are_the_timings_with_it_set_after(
+    stream: tuple[list[int], KernelReads, dict[int, tuple[int, int, bool]]],
+    tokens: int | None,
+) -> None:
+    """The recorder's one construction (`derive_client_timings(self_check=...)`) gives the
+    JSON of the timings built first and checked after, as it was."""
+    output, reads, windows = stream
+    if not output:
+        return
+    t0 = min(output) - 1_000
+    kwargs: dict[str, Any] = {
+        "t_start_ns": t0,
+        "phases_ns": {"http11.send_request_body.complete": t0 + 20_000},
+        "first_event_ns": output[0],
+        "output_event_ns": output,
+        "first_text_ns": output[0],
+        "end_ns": max(output) + 5,
+        "output_tokens": tokens,
+        "queue_ms": 0.0,
+    }
+    before = derive_client_timings(**kwargs)
+    stamp_self_check(before, "kernel", output, None, reads, windows)
+    fields = self_check_fields("kernel", output, None, reads, windows)
+    after = derive_client_timings(**kwargs, self_check=fields)
+    assert after.model_dump_json() == before.model_dump_json()
