@@ -11,6 +11,15 @@ write). Printed per stage: calls per request and the median and mean µs per cal
 mean µs per request ÷ ``--tokens`` (each stage's share of a token's CPU). The timer's own
 cost (about 0.3 µs a call) is inside each figure.
 
+What no stage names (task steps, the turns, futures, httpx's objects, the collector) shows
+in the second table: the level's CPU by event-loop callback and task step, in the level
+only (`Steps`, bench_cpu's `_STEPPED` in this process: thread CPU per callback, a task's
+step by the coroutines it resumed and suspended in), per request; the reader callbacks
+(the per-read path) apart from the rest, which is a request's own work; and the cyclic
+collector's young collections a request and their CPU (`gc.callbacks`). ``--profile-step
+QUALNAME`` runs the steps that resume in one coroutine under cProfile (inflated) and prints
+what they called.
+
 Run: ``.venv/bin/python benchmarks/bench_request.py`` (``--streams 32 --requests 640
 --tokens 100``; ``--labkit-src TREE``: that tree's labkit, for a before and after). A
 benchmark, not a test: on a shared host the µs move with its load.
@@ -30,7 +39,8 @@ from typing import Any
 import bench_load as bl  # this tree's labkit and scripted_server first on sys.path
 from scripted_server import ScriptedServer, raise_open_files_limit
 
-#: (stage, module, attribute path): what is timed. Nested stages are inclusive.
+#: (stage, module, attribute path): what is timed. Nested stages are inclusive; a stage
+#: named twice is timed at the first of its places that the tree under test has.
 STAGES: list[tuple[str, str, str]] = [
     ("request: params", "labkit.providers.base", "Provider.effective_params"),
     (
@@ -47,11 +57,13 @@ STAGES: list[tuple[str, str, str]] = [
     ("body: chunked, general way", "labkit.wire.lean.http11", "_Chunked._decode"),
     ("record: all", "labkit.measurement.recorder", "BaseRecorder._finish"),
     ("record: client timings", "labkit.measurement.recorder", "derive_client_timings"),
-    ("record: self-check", "labkit.measurement.recorder", "stamp_self_check"),
+    ("record: self-check", "labkit.measurement.recorder", "self_check_fields"),
+    ("record: self-check", "labkit.measurement.recorder", "stamp_self_check"),  # before
     ("record: assembly", "labkit.measurement.recorder", "assemble_record"),
     ("record context", "labkit.runner.executor", "request_trace"),
     ("write: all", "labkit.runner.results", "RunFolder.append"),
-    ("write: JSON line", "labkit.records", "RequestRecord.to_json_line"),
+    ("write: JSON line", "labkit.records", "RequestRecord.to_json_bytes"),
+    ("write: JSON line", "labkit.records", "RequestRecord.to_json_line"),  # before
     ("write: scrub", "labkit.runner.results", "scrub_json"),
     ("plan: the request", "labkit.experiments.load", "LoadExperiment.request"),
     ("measure: context", "labkit.runner.executor", "RecordContext"),
@@ -83,7 +95,9 @@ class Steps:
     (bench_cpu's `_STEPPED`, in this process): a task's step by the coroutines it resumed
     and suspended in (innermost awaiting frame; "done" when it ended), any other callback
     by its name, the loop's own time around them; and each cyclic collection's CPU
-    (`gc.callbacks`), by generation. Outside a level nothing is counted."""
+    (`gc.callbacks`), by generation. Outside a level nothing is counted, nor the step in
+    which the level ends (the gather's return and the collection after the level: once a
+    level, not a request's)."""
 
     def __init__(self) -> None:
         self.acc: dict[str, list[int]] = {}
@@ -151,6 +165,8 @@ class Steps:
                 ns = clock() - t
                 if profiled:
                     steps.profiler.disable()
+                if not steps.on:  # the level ended in this step (its end's collection)
+                    return
                 add("step " + start + " -> " + ("done" if task.done() else where(task)), ns)
             else:
                 t = clock()
@@ -222,14 +238,17 @@ def _install() -> dict[str, list[int]]:
     import importlib
 
     found: dict[str, list[int]] = {}
-    for stage, module_name, path in STAGES:
+    for i, (stage, module_name, path) in enumerate(STAGES):
+        if stage in found:
+            continue
         module = importlib.import_module(module_name)
         owner: Any = module
         *outer, name = path.split(".")
         for part in outer:
             owner = getattr(owner, part, None)
         if owner is None or not hasattr(owner, name):
-            print(f"  ({stage}: {module_name}.{path} not found, not timed)")
+            if not any(later == stage for later, _, _ in STAGES[i + 1 :]):
+                print(f"  ({stage}: {module_name}.{path} not found, not timed)")
             continue
         calls: list[int] = []
         found[stage] = calls
