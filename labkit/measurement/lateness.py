@@ -39,8 +39,17 @@ class KernelReads(NamedTuple):
 
 def _read_lags_ns(output_ns: Sequence[int], reads: KernelReads) -> list[int]:
     """Sorted, each output event's read's lag (seen - stamp) of the first read with its
-    stamp; events whose stamp no read has are left out."""
-    seen_of = dict(zip(reversed(reads.stamps), reversed(reads.seen), strict=True))
+    stamp; events whose stamp no read has are left out.
+
+    Most streams read one event a read (and their reads' other events are not output): the
+    events' stamps are then the reads' own, in order, each read's first (stamps that only
+    grow), and each event's lag is its read's, taken pairwise without a dict of the reads."""
+    stamps = reads.stamps
+    if output_ns == stamps and all(map(operator.lt, stamps, islice(stamps, 1, None))):
+        if len(reads.seen) != len(stamps):  # as zip(strict=True) below would say
+            raise ValueError("the reads' stamps and seen times differ in length")
+        return sorted(map(operator.sub, reads.seen, stamps))
+    seen_of = dict(zip(reversed(stamps), reversed(reads.seen), strict=True))
     try:
         return sorted(map(operator.sub, map(seen_of.__getitem__, output_ns), output_ns))
     except KeyError:  # an event whose stamp no read has (not on the lean transport's path)

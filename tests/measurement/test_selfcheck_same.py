@@ -257,3 +257,26 @@ def test_timings_built_with_the_self_check_are_the_timings_with_it_set_after(
     fields = self_check_fields("kernel", output, None, reads, windows)
     after = derive_client_timings(**kwargs, self_check=fields)
     assert after.model_dump_json() == before.model_dump_json()
+
+
+@settings(max_examples=300)
+@given(
+    gaps=st.lists(st.sampled_from([0, 1, 1_000, 250_000, 2_000_000]), min_size=1, max_size=60),
+    lags=st.lists(st.integers(-1_000, 3_000_000), min_size=60, max_size=60),
+)
+def test_one_event_a_read_fills_the_fields_as_before(gaps: list[int], lags: list[int]) -> None:
+    """Every read brought one output event (the common stream): the events' stamps are the
+    reads', taken pairwise where they only grow; a stamp seen twice (a gap of 0) goes the
+    general way. Either way the fields are the reference's."""
+    t = 10**12
+    stamps = []
+    for gap in gaps:
+        t += gap
+        stamps.append(t)
+    seen = [s + lag for s, lag in zip(stamps, lags, strict=False)]
+    reads = KernelReads(stamps, seen, [True] * len(stamps))
+    output = list(stamps)
+    before, after = ClientTimings(), ClientTimings()
+    _reference_self_check(before, "kernel", output, None, reads, {})
+    stamp_self_check(after, "kernel", output, None, reads, {})
+    assert after.model_dump_json() == before.model_dump_json()
