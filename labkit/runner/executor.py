@@ -102,7 +102,7 @@ class Measurer:
         sdk_path = planned.request.client_path == "sdk"
         recorder = self._sdk() if sdk_path else self._recorder
         record = await recorder.record(provider, planned.request, ctx)
-        request_done(record.error is not None)  # the level's collector policy (gcpolicy)
+        request_done(record)  # the level's collector policy (gcpolicy)
         if planned.on_record is not None:
             planned.on_record(record)
         return record

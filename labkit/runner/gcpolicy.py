@@ -29,6 +29,8 @@ import gc
 from collections.abc import Iterator
 from typing import Any
 
+from labkit.records import RequestRecord
+
 __all__ = ["LEVEL_GC_THRESHOLDS", "level_gc", "request_done"]
 
 #: `gc.set_threshold` while a level runs: Python's default, a young collection every 700
@@ -52,12 +54,12 @@ class _Level:
 _LEVEL = _Level()
 
 
-def request_done(failed: bool) -> None:
-    """A request of the level finished (`failed`: its record has an error): freeze what is
-    alive now, unless outside a level or once a request of it has failed (module doc)."""
+def request_done(record: RequestRecord) -> None:
+    """A request of the level finished with `record`: freeze what is alive now, unless
+    outside a level or once a request of it has failed (module doc)."""
     if not _LEVEL.freezing:
         return
-    if failed:
+    if record.error is not None:
         _LEVEL.freezing = False
         return
     gc.freeze()

@@ -12,6 +12,7 @@ import pytest
 
 from labkit.runner.gcpolicy import LEVEL_GC_THRESHOLDS, _freeze_survivors, level_gc, request_done
 from tests.runner.test_load import _fingerprint, _run
+from tests.support.records import make_record
 
 
 @pytest.mark.unit
@@ -67,20 +68,21 @@ def test_a_level_runs_under_the_policy_and_records_the_same_without_it(
 
 @pytest.mark.unit
 def test_a_finished_request_freezes_the_heap_until_one_of_the_level_fails() -> None:
-    request_done(False)  # outside a level: nothing
+    ok, failed = make_record(), make_record(error_kind="timeout")
+    request_done(ok)  # outside a level: nothing
     assert gc.get_freeze_count() == 0
     with level_gc():
         alive = [[i] for i in range(100)]  # a finished request's objects, young
-        request_done(False)
+        request_done(ok)
         assert gc.get_count()[0] == 0  # the young generation starts again from nothing
         frozen = gc.get_freeze_count()
         assert not any(o is alive[0] for o in gc.get_objects(generation=0))
-        request_done(True)  # a failed request: nothing frozen for the rest of the level
+        request_done(failed)  # a failed request: nothing frozen for the rest of the level
         more = [[i] for i in range(100)]
-        request_done(False)
+        request_done(ok)
         assert gc.get_freeze_count() == frozen
         assert any(o is more[0] for o in gc.get_objects(generation=0))
     assert gc.get_freeze_count() == 0  # unfrozen after the level
     with level_gc():  # the next level freezes per request again
-        request_done(False)
+        request_done(ok)
         assert gc.get_count()[0] == 0
