@@ -1433,13 +1433,18 @@ def _build_read_path(tree: Path) -> None:
             break
     else:
         return
+    # Built apart from the tree: setuptools reads the tree's pyproject.toml, which this
+    # venv's setuptools may refuse (`project.license`), leaving the fallback silently.
     build = (
-        "from setuptools import Extension, setup; setup(name='labkit', script_args=["
-        f"'-q', 'build_ext', '--inplace'], ext_modules=[Extension("
-        f"'labkit.{package}._readpath', ['{source}'], "
-        "extra_compile_args=['-O2'], optional=True)])"
+        "from setuptools import Extension, setup; setup(name='readpath', script_args=["
+        "'-q', 'build_ext', '--inplace'], ext_modules=[Extension("
+        "'_readpath', ['_readpath.c'], extra_compile_args=['-O2'], optional=True)])"
     )
-    subprocess.run([sys.executable, "-c", build], cwd=tree, capture_output=True, check=False)
+    with tempfile.TemporaryDirectory() as scratch:
+        (Path(scratch) / "_readpath.c").write_bytes((tree / source).read_bytes())
+        subprocess.run([sys.executable, "-c", build], cwd=scratch, capture_output=True, check=False)
+        for built in Path(scratch).glob("_readpath*.so"):
+            (tree / f"labkit/{package}" / built.name).write_bytes(built.read_bytes())
 
 
 def before_after(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:

@@ -62,12 +62,18 @@ class HostCPUManifest(BaseModel):
     cpus: int | None
     #: Every CPU's non-idle time summed (user, nice, system, irq, softirq), in CPU seconds.
     busy_cpu_s: float
-    #: labkit's process and its children that ended (managed servers, worker processes).
+    #: labkit's process and its children that ended (managed servers, worker processes),
+    #: less the columnar sidecar's converters (`sidecar_cpu_s`).
     labkit_cpu_s: float
-    #: busy − labkit (never below 0): the other processes on the host.
+    #: busy − labkit − the converters (never below 0): the other processes on the host.
     others_cpu_s: float
     #: Time a hypervisor gave this machine's CPUs to other guests (``steal``); None: unknown.
     steal_cpu_s: float | None = None
+    #: The columnar sidecar's converters (`labkit.runner.sidecar`: child processes at the
+    #: lowest priority, started every 256 MiB of records), ended or still running, apart
+    #: from labkit's own; None in a manifest written before it was counted apart (there
+    #: `labkit_cpu_s` holds the converters that ended).
+    sidecar_cpu_s: float | None = None
 
 
 class ScrapeManifest(BaseModel):

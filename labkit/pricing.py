@@ -271,7 +271,9 @@ def frame_costs(frame: pd.DataFrame, table: PriceTable) -> pd.DataFrame:
     def counts(name: str) -> np.ndarray:
         return pd.to_numeric(col(name), errors="coerce").to_numpy(dtype=float)
 
-    when = pd.to_datetime(col("started_at"), utc=True, errors="coerce")
+    # ISO 8601 time by time: a format inferred from the first (no fraction on a whole
+    # second) would read every later time with a fraction as unreadable, hence unpriced
+    when = pd.to_datetime(col("started_at"), utc=True, errors="coerce", format="ISO8601")
     stamps = when.dt.tz_convert(None).to_numpy(dtype="datetime64[ns]")
     missing_time = np.isnat(stamps)
     flat = list(table.entries)

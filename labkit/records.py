@@ -702,6 +702,11 @@ class RequestRecord(_Model):
         """One JSON line (no trailing newline), nulls included."""
         return self.model_dump_json()
 
+    def to_json_bytes(self) -> bytes:
+        """`to_json_line` as the UTF-8 bytes pydantic writes it in, before its decoding to
+        a str (what a file write takes: no decoding and encoding again)."""
+        return self.__pydantic_serializer__.to_json(self)
+
     @classmethod
     def from_json_line(cls, line: str) -> RequestRecord:
         """Parse one line of `records.jsonl`."""

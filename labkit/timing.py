@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from labkit.records import ClientTimings, DecodeNullReason
 
@@ -51,6 +52,7 @@ def derive_client_timings(
     loop_lag_ms: float | None = None,
     connect_ahead_ns: int | None = None,
     uncounted: DecodeNullReason = "hidden_output",
+    self_check: Mapping[str, Any] | None = None,
 ) -> ClientTimings:
     """Build `ClientTimings` from stamps taken with one clock.
 
@@ -63,6 +65,8 @@ def derive_client_timings(
     opened for this request just before `t_start_ns` took (warm load levels): its
     ``connect_ms``, outside every offset. `uncounted`: the reason decode is null for when
     `output_tokens` is None (`hidden_output`, or `not_read` where no parser counted).
+    `self_check`: the stamp self-check's fields
+    (`labkit.measurement.lateness.self_check_fields`), built in with the rest.
     """
 
     def off(t: int | None) -> float | None:
@@ -114,6 +118,7 @@ def derive_client_timings(
         itl_ms_max=gaps[-1] if gaps else None,
         loop_lag_ms=loop_lag_ms,
         decode_null_reason=why_null,
+        **(self_check or {}),
     )
 
 

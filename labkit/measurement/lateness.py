@@ -11,13 +11,13 @@ from __future__ import annotations
 import operator
 from collections.abc import Mapping, Sequence
 from itertools import compress, islice
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from labkit.records import ClientTimings
 from labkit.timing import percentile
 from labkit.wire.loopclock import LatenessTracker
 
-__all__ = ["WAKE_SLACK_NS", "KernelReads", "stamp_self_check"]
+__all__ = ["WAKE_SLACK_NS", "KernelReads", "self_check_fields", "stamp_self_check"]
 
 #: A select() woken by bytes returns within this of their arrival unless labkit was late.
 WAKE_SLACK_NS = 500_000
@@ -39,8 +39,17 @@ class KernelReads(NamedTuple):
 
 def _read_lags_ns(output_ns: Sequence[int], reads: KernelReads) -> list[int]:
     """Sorted, each output event's read's lag (seen - stamp) of the first read with its
-    stamp; events whose stamp no read has are left out."""
-    seen_of = dict(zip(reversed(reads.stamps), reversed(reads.seen), strict=True))
+    stamp; events whose stamp no read has are left out.
+
+    Most streams read one event a read (and their reads' other events are not output): the
+    events' stamps are then the reads' own, in order, each read's first (stamps that only
+    grow), and each event's lag is its read's, taken pairwise without a dict of the reads."""
+    stamps = reads.stamps
+    if output_ns == stamps and all(map(operator.lt, stamps, islice(stamps, 1, None))):
+        if len(reads.seen) != len(stamps):  # as zip(strict=True) below would say
+            raise ValueError("the reads' stamps and seen times differ in length")
+        return sorted(map(operator.sub, reads.seen, stamps))
+    seen_of = dict(zip(reversed(stamps), reversed(reads.seen), strict=True))
     try:
         return sorted(map(operator.sub, map(seen_of.__getitem__, output_ns), output_ns))
     except KeyError:  # an event whose stamp no read has (not on the lean transport's path)
@@ -133,6 +142,57 @@ def _rounded_ms(values_ns: Sequence[int], largest: int) -> list[float]:
     ]
 
 
+def self_check_fields(
+    source: Literal["kernel", "user"],
+    output_ns: Sequence[int],
+    lateness: LatenessTracker | None,
+    kernel_reads: KernelReads | None,
+    read_windows: Mapping[int, tuple[int, int, bool]] | None = None,
+) -> dict[str, Any]:
+    """A record's stamp self-check fields (`ClientTimings` names and values), from what its
+    recorder saw per read: given to `ClientTimings` when it is built, in one go (each field
+    set on a built model instead costs pydantic's ``__setattr__``).
+
+    `output_ns` are the output events' stamps, each the stamp of the read that brought the
+    event's first byte; `lateness` (user stamps) knows which select() report each read came
+    from; `kernel_reads` (lean transport) has each read's stamp, seen time and whether the
+    kernel stamped it.
+    """
+    fields: dict[str, Any] = {}
+    if source == "kernel":
+        reads = kernel_reads or KernelReads((), (), ())
+        lags = _read_lags_ns(output_ns, reads)
+        if lags:
+            fields["read_lag_ms_p50"] = percentile(lags, 50, scale=1e6)
+            fields["read_lag_ms_p99"] = percentile(lags, 99, scale=1e6)
+        in_order = _kernel_lateness(output_ns, reads, read_windows or {})
+        if in_order is None:  # the kernel gave no stamp: stamped when read, no estimate
+            fields["stamp_source"] = "user"
+            return fields
+        fields["stamp_source"] = "kernel"
+    else:
+        fields["stamp_source"] = "user"
+        if lateness is None or not lateness.stamps_ns:
+            return fields
+        in_order = lateness.lateness_ns(output_ns)
+    if not in_order:
+        return fields
+    if not any(in_order):  # the common case, without sorting and rounding n zeros
+        fields["stamp_lateness_ms_p50"] = fields["stamp_lateness_ms_p99"] = 0.0
+        fields["stamp_lateness_ms_max"] = 0.0
+        fields["stamp_lateness_ms"] = [0.0] * len(in_order)
+    else:
+        per_event = sorted(in_order)  # in ns: each figure divided by 1e6 as it is taken
+        fields["stamp_lateness_ms_p50"] = percentile(per_event, 50, scale=1e6)
+        fields["stamp_lateness_ms_p99"] = percentile(per_event, 99, scale=1e6)
+        fields["stamp_lateness_ms_max"] = per_event[-1] / 1e6
+        # Stream order; most are 0 even here (only events read together are late).
+        fields["stamp_lateness_ms"] = _rounded_ms(in_order, per_event[-1])
+    if lateness is None or output_ns[0] in lateness.stamps_ns:  # the first token's is known
+        fields["ttft_lateness_ms"] = in_order[0] / 1e6
+    return fields
+
+
 def stamp_self_check(
     timings: ClientTimings,
     source: Literal["kernel", "user"],
@@ -141,41 +201,9 @@ def stamp_self_check(
     kernel_reads: KernelReads | None,
     read_windows: Mapping[int, tuple[int, int, bool]] | None = None,
 ) -> None:
-    """Fill a record's stamp self-check fields from what its recorder saw per read.
-
-    `output_ns` are the output events' stamps, each the stamp of the read that brought the
-    event's first byte; `lateness` (user stamps) knows which select() report each read came
-    from; `kernel_reads` (lean transport) has each read's stamp, seen time and whether the
-    kernel stamped it.
-    """
-    if source == "kernel":
-        reads = kernel_reads or KernelReads((), (), ())
-        lags = _read_lags_ns(output_ns, reads)
-        if lags:
-            timings.read_lag_ms_p50 = percentile(lags, 50, scale=1e6)
-            timings.read_lag_ms_p99 = percentile(lags, 99, scale=1e6)
-        in_order = _kernel_lateness(output_ns, reads, read_windows or {})
-        if in_order is None:  # the kernel gave no stamp: stamped when read, no estimate
-            timings.stamp_source = "user"
-            return
-        timings.stamp_source = "kernel"
-    else:
-        timings.stamp_source = "user"
-        if lateness is None or not lateness.stamps_ns:
-            return
-        in_order = lateness.lateness_ns(output_ns)
-    if not in_order:
-        return
-    if not any(in_order):  # the common case, without sorting and rounding n zeros
-        timings.stamp_lateness_ms_p50 = timings.stamp_lateness_ms_p99 = 0.0
-        timings.stamp_lateness_ms_max = 0.0
-        timings.stamp_lateness_ms = [0.0] * len(in_order)
-    else:
-        per_event = sorted(in_order)  # in ns: each figure divided by 1e6 as it is taken
-        timings.stamp_lateness_ms_p50 = percentile(per_event, 50, scale=1e6)
-        timings.stamp_lateness_ms_p99 = percentile(per_event, 99, scale=1e6)
-        timings.stamp_lateness_ms_max = per_event[-1] / 1e6
-        # Stream order; most are 0 even here (only events read together are late).
-        timings.stamp_lateness_ms = _rounded_ms(in_order, per_event[-1])
-    if lateness is None or output_ns[0] in lateness.stamps_ns:  # the first token's is known
-        timings.ttft_lateness_ms = in_order[0] / 1e6
+    """Fill a built record's stamp self-check fields (`self_check_fields`, set on
+    `timings`)."""
+    for name, value in self_check_fields(
+        source, output_ns, lateness, kernel_reads, read_windows
+    ).items():
+        setattr(timings, name, value)

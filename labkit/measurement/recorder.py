@@ -48,7 +48,7 @@ from labkit.measurement.failures import (
     tls_problem,
     undecodable_body,
 )
-from labkit.measurement.lateness import KernelReads, stamp_self_check
+from labkit.measurement.lateness import KernelReads, self_check_fields
 from labkit.providers.base import (
     ChatRequest,
     EventClass,
@@ -416,6 +416,13 @@ class BaseRecorder:
         decode_tokens: int | None,
         uncounted: DecodeNullReason = "hidden_output",
     ) -> ClientTimings:
+        self_check = (
+            self_check_fields(
+                m.stamp_source, m.output_ns, m.lateness, m.kernel_reads(), m.read_windows
+            )
+            if m.output_ns and m.stamp_source is not None
+            else None
+        )
         timings = derive_client_timings(
             t_start_ns=m.t_start,
             phases_ns=m.phases,
@@ -427,11 +434,8 @@ class BaseRecorder:
             queue_ms=ctx.queue_ms,
             connect_ahead_ns=m.connect_ahead_ns,
             uncounted=uncounted,
+            self_check=self_check,
         )
-        if m.output_ns and m.stamp_source is not None:
-            stamp_self_check(
-                timings, m.stamp_source, m.output_ns, m.lateness, m.kernel_reads(), m.read_windows
-            )
         return timings
 
     def _bare_record(

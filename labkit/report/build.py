@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from labkit.analysis.cost import COST_COLUMNS, cost_figures
+from labkit.analysis.cost import CostTally
 from labkit.analysis.requests import FIELDS as REQUEST_FIELDS
 from labkit.analysis.selfcheck import client_bound_advice
 from labkit.errors import RunError
@@ -31,7 +31,7 @@ from labkit.provider_stats import read_later_stats
 from labkit.records import LabAnswer
 from labkit.report.charts import Chart, TokenSpans
 from labkit.report.columnar import Sidecar, sidecar
-from labkit.report.cost import COST_REPORT_COLUMNS, cost_section, run_prices
+from labkit.report.cost import COST_REPORT_COLUMNS, cost_section, cost_tally, tally_figures
 from labkit.report.kinds import kind_sections, lab_questions, question_charts
 from labkit.report.later import later_stats_frame, later_stats_section
 from labkit.report.load import (
@@ -629,7 +629,19 @@ class Parts:
 
 def read_parts(run: RunData, side: Sidecar) -> Parts:
     """`Parts` of `run` (its records frame left empty) from its sidecar, a provider's
-    records at a time (their notes), each provider × experiment's in turn (the rest)."""
+    records at a time (their notes), each provider × experiment's in turn (the rest); a
+    priced run's cost figures taken from the same parts (`cost_tally`)."""
+    costs = cost_tally(run)
+    try:
+        parts = _read_parts(run, side, costs)
+    except BaseException:
+        if costs is not None:
+            costs.close()  # its files, now
+        raise
+    return parts
+
+
+def _read_parts(run: RunData, side: Sidecar, costs: CostTally | None) -> Parts:
     stats: list[RequestStats] = []
     distributions: list[dict[str, Any]] = []
     points = ServerPoints()
@@ -642,6 +654,8 @@ def read_parts(run: RunData, side: Sidecar) -> Parts:
     facts: dict[str, ProviderFacts] = {}
     for _, frame in side.frames(2, REPORT_COLUMNS):
         records += len(frame)
+        if costs is not None:  # priced as each part is read: no second read of the run
+            costs.add(frame, frame["file_offset"].to_numpy())
         if len(frame) and (first is None or frame["file_offset"].iloc[0] < first[0]):
             first = (int(frame["file_offset"].iloc[0]), frame["run_id"].iloc[0])
         for provider, found in provider_facts(frame).items():
@@ -670,26 +684,8 @@ def read_parts(run: RunData, side: Sidecar) -> Parts:
         points,
         pd.concat(failed, ignore_index=True),
         joined_later,
-        _sidecar_costs(run, side),
+        tally_figures(costs, run, side),
     )
-
-
-def _sidecar_costs(run: RunData, side: Sidecar) -> list[CostFigures]:
-    """The run's cost figures from its sidecar's cost columns only (none without prices):
-    per session and per answer span parts, so these few columns are read for all records."""
-    table = run_prices(run.manifest)
-    if not table:
-        return []
-    import pyarrow as pa
-
-    from labkit.report import load
-
-    frame = side.frame(None, COST_COLUMNS)
-    # the read's buffers back to the system (Arrow's pool, the C heap) before the figures'
-    # copies: a priced 10⁶-record report's peak 1,028 → 901 MiB (docs/pricing.md)
-    pa.default_memory_pool().release_unused()
-    load._give_back()
-    return cost_figures(frame, table)
 
 
 def build_blocks(

@@ -239,19 +239,29 @@ class Sidecar:
                     return False
         return True
 
-    def chunks(self, text_tags: Collection[str] = ()) -> Iterator[pd.DataFrame]:
-        """The records frame (every column, without the lines that repeat a record) a
-        Parquet row group at a time, part after part: at most `ROW_GROUP_ROWS` rows held;
-        `text_tags` (`text_tags`) typed as text, as in the whole frame."""
+    def chunks(
+        self, text_tags: Collection[str] = (), columns: Collection[str] | None = None
+    ) -> Iterator[pd.DataFrame]:
+        """The records frame (without the lines that repeat a record) a Parquet row group
+        at a time, part after part: at most `ROW_GROUP_ROWS` rows held; `text_tags`
+        (`text_tags`) typed as text, as in the whole frame; `columns` as in `frame` (every
+        column when None)."""
         again = pa.array(self.repeated_offsets, pa.int64())
+        wanted = None if columns is None else frozenset(columns) | _load._ALWAYS
+        names = _schema().names
+        read = None if wanted is None else [c for c in names if c in wanted | {"tags"}]
         for path in self.paths:
             file = pq.ParquetFile(path)
             for i in range(file.num_row_groups):
-                table = file.read_row_group(i)
-                if len(again):
-                    table = table.filter(pc.invert(pc.is_in(table.column("file_offset"), again)))
-                if table.num_rows:
-                    yield table_frame(table, self.run_dir, None, text_tags)
+                with _system_pool():
+                    table = file.read_row_group(i, columns=read)
+                    if len(again):
+                        offsets = table.column("file_offset")
+                        table = table.filter(pc.invert(pc.is_in(offsets, again)))
+                    frame = table_frame(table, self.run_dir, wanted, text_tags)
+                del table
+                if len(frame):
+                    yield frame
 
     def frames(
         self, by: int, columns: Collection[str] | None = None, *, lean: bool = False

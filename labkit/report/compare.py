@@ -44,8 +44,14 @@ import pandas as pd
 from labkit.analysis.paired_bootstrap import PairedQuantiles
 from labkit.analysis.stats import min_n
 from labkit.errors import ConfigError, RunError
+from labkit.figures.observatory import CostFigures
 from labkit.report.charts import Chart
-from labkit.report.cost import COST_REPORT_COLUMNS, comparison_cost_section
+from labkit.report.cost import (
+    COST_REPORT_COLUMNS,
+    comparison_cost_section,
+    cost_tally,
+    tally_figures,
+)
 from labkit.report.load import (
     RunData,
     ensure_columns,
@@ -580,11 +586,23 @@ def read_columns() -> frozenset[str]:
     return frozenset({*GROUP_KEYS, "plan_key", *metrics, *COST_REPORT_COLUMNS})
 
 
-def _load(run_dirs: Sequence[Path | str]) -> tuple[list[RunData], list[str]]:
+#: The columns a comparison reads for its cost section only.
+_COST_ONLY = COST_REPORT_COLUMNS - {"provider", "model", "ok", "warmup"}
+
+#: A run's cost figures as `_load` read them from its sidecar (None: from its frame).
+_Costs = list[CostFigures] | None
+
+
+def _load(
+    run_dirs: Sequence[Path | str], costs: bool = False
+) -> tuple[list[RunData], list[str], list[_Costs]]:
+    """The runs, their labels, and (`costs`) the cost figures of each run read from its
+    sidecar, priced as its parts were read (`_load_compared`)."""
     if len(run_dirs) < 2:
         raise RunError("compare needs at least two run folders")
-    runs = [_load_compared(p) for p in run_dirs]
-    return runs, _labels(runs)
+    loaded = [_load_compared(p, costs) for p in run_dirs]
+    runs = [run for run, _ in loaded]
+    return runs, _labels(runs), [figures for _, figures in loaded]
 
 
 def _give_back() -> None:
@@ -598,12 +616,16 @@ def _give_back() -> None:
     load._give_back()
 
 
-def _load_compared(path: Path | str) -> RunData:
+def _load_compared(path: Path | str, costs: bool = False) -> tuple[RunData, _Costs]:
     """`load_run` with `read_columns`, a large run read from its columnar sidecar a
     provider × experiment part at a time (each part's memory given back before the next),
     without holding the whole run's columns twice while they become the frame. The rows
     come part after part, each part's in the order of its lines: a group's retries keep
-    their order, and nothing compare writes depends on the order of the parts."""
+    their order, and nothing compare writes depends on the order of the parts.
+
+    From a sidecar, a priced run's parts are priced as they are read (`costs`: its cost
+    figures returned, `labkit.report.cost.cost_tally`) and its frame keeps none of the
+    columns only the cost section reads: two large priced runs are never held with them."""
     from labkit.report import columnar
 
     run_dir = run_folder(path)
@@ -612,21 +634,33 @@ def _load_compared(path: Path | str) -> RunData:
     except OSError:
         side = None
     if side is None or not side.groups:
-        return load_run(run_dir, read_columns())
-    try:
-        parts = [frame for _, frame in side.frames(2, read_columns())]
-    except OSError as exc:
-        raise RunError(f"cannot read {side.run_dir / columnar.SIDECAR_DIR}: {exc}") from exc
-    frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
-    del parts
-    _give_back()
+        return load_run(run_dir, read_columns()), None
     problems = skipped_note(dict(side.skipped))
     if side.repeated:
         problems.append(repeated_note(side.repeated, side.repeated_requests))
     manifest, lab = run_meta(run_dir, problems)
+    meta = RunData(run_dir, pd.DataFrame(), manifest, lab)
+    tally = cost_tally(meta) if costs else None
+    try:
+        parts = []
+        for _, part in side.frames(2, read_columns()):
+            if tally is not None:
+                tally.add(part, part["file_offset"].to_numpy())
+            parts.append(part.drop(columns=[c for c in _COST_ONLY if c in part.columns]))
+            del part
+    except OSError as exc:
+        if tally is not None:
+            tally.close()  # its files, now
+        raise RunError(f"cannot read {side.run_dir / columnar.SIDECAR_DIR}: {exc}") from exc
+    frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    del parts
+    _give_back()
+    figures = tally_figures(tally, meta, side) if costs else None
+    del tally
     if len(frame) and frame["run_id"].isna().all():
         frame["run_id"] = str(manifest.get("run_id", run_dir.name))
-    return RunData(run_dir, frame, manifest, lab, len(side.skipped), problems, side.repeated)
+    run = RunData(run_dir, frame, manifest, lab, len(side.skipped), problems, side.repeated)
+    return run, figures
 
 
 def compare_runs(
@@ -635,7 +669,7 @@ def compare_runs(
     how: Comparison | None = None,
 ) -> pd.DataFrame:
     """`compare_frames` on run folders (the first is the baseline); columns `COMPARE_COLUMNS`."""
-    runs, labels = _load(run_dirs)
+    runs, labels, _ = _load(run_dirs)
     return compare_frames(
         [(lab, str(r.run_dir), r.records) for lab, r in zip(labels, runs, strict=True)],
         metrics,
@@ -948,7 +982,7 @@ def write_comparison(
     The default folder is ``compare-<first>-vs-<last>`` next to the first run.
     """
     how = how or Comparison()
-    runs, labels = _load(run_dirs)
+    runs, labels, costs = _load(run_dirs, costs=True)
     table = compare_frames(
         [(lab, str(r.run_dir), r.records) for lab, r in zip(labels, runs, strict=True)],
         how=how,
@@ -959,7 +993,7 @@ def write_comparison(
     )
     title = "labkit comparison: " + " vs ".join(labels)
     summary = _summary_blocks(table, labels, gate, thresholds, how)
-    figures: list[Block] = comparison_cost_section(runs, labels)  # where prices were given
+    figures: list[Block] = comparison_cost_section(runs, labels, costs)  # where priced
     figures += [Heading("Distributions", 2)]
     figures += [ChartBlock(c) for c in _distribution_charts(runs, labels)]
     notes = repeated_notes(runs, labels)

@@ -5,9 +5,9 @@ a price table (``prices:``, docs/pricing.md), from the one cost definition
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from labkit.analysis.cost import COST_COLUMNS, cost_figures
+from labkit.analysis.cost import COST_COLUMNS, CostTally, cost_figures
 from labkit.figures.observatory import CostFigures
 from labkit.pricing import PriceTable, price_table
 from labkit.report.charts import Chart, _base, _provider_picker
@@ -15,13 +15,19 @@ from labkit.report.load import RunData
 from labkit.report.render import Block, ChartBlock, Heading, Para, Table
 from labkit.wording.cost import money, per_money
 
+if TYPE_CHECKING:
+    from labkit.report.columnar import Sidecar
+
 __all__ = [
     "COST_REPORT_COLUMNS",
     "comparison_cost_section",
     "cost_chart",
     "cost_section",
+    "cost_tally",
     "run_costs",
     "run_prices",
+    "sidecar_costs",
+    "tally_figures",
 ]
 
 #: The record columns the cost section reads (tags come with every frame).
@@ -47,6 +53,47 @@ def run_costs(run: RunData) -> list[CostFigures]:
         return []
     figures = cost_figures(run.records, table)
     _give_back()  # the figures' copies of a large run's columns, before the next run's
+    return figures
+
+
+def sidecar_costs(run: RunData, side: Sidecar) -> list[CostFigures]:
+    """The run's cost figures (none without prices) from its columnar sidecar, a Parquet
+    row group of the cost columns at a time (`CostTally`): the figures `run_costs` states
+    over the run read whole, without its rows or their cost columns ever held at once."""
+    table = run_prices(run.manifest)
+    if not table:
+        return []
+    tally = CostTally(table)
+    # tags typed as the whole run types them (a session's tags read alike in every batch)
+    for frame in side.chunks(side.text_tags(), COST_COLUMNS):
+        tally.add(frame, frame["file_offset"].to_numpy())
+        del frame
+    figures = tally.figures()
+    del tally
+    _give_back()
+    return figures
+
+
+def cost_tally(run: RunData) -> CostTally | None:
+    """A `CostTally` under the run's price table for its parts to be added to as they are
+    read (None without prices)."""
+    table = run_prices(run.manifest)
+    return CostTally(table) if table else None
+
+
+def tally_figures(tally: CostTally | None, run: RunData, side: Sidecar) -> list[CostFigures]:
+    """The figures of a tally the run's sidecar parts were added to (`cost_tally`). Where
+    the run has agent sessions, their turns are read again by `sidecar_costs`: a part
+    types a tag by its own rows, the whole run by all of them, and a session's figures
+    read its tags as the whole run types them."""
+    if tally is None:
+        return []
+    if tally.sessions:
+        tally.close()
+        return sidecar_costs(run, side)
+    figures = tally.figures()
+    del tally
+    _give_back()
     return figures
 
 
@@ -197,10 +244,20 @@ def cost_section(run: RunData, figures: Sequence[CostFigures] | None = None) -> 
     return blocks
 
 
-def comparison_cost_section(runs: Sequence[RunData], labels: Sequence[str]) -> list[Block]:
+def comparison_cost_section(
+    runs: Sequence[RunData],
+    labels: Sequence[str],
+    costs: Sequence[Sequence[CostFigures] | None] | None = None,
+) -> list[Block]:
     """The comparison's cost table: each run under its own price table; nothing where no
-    run has one."""
-    per_run = [(label, f) for label, run in zip(labels, runs, strict=True) for f in run_costs(run)]
+    run has one. `costs`: each run's figures where already computed (a large run's, priced
+    as its sidecar was read), None for a run whose figures come from its frame."""
+    known = list(costs) if costs is not None else [None] * len(runs)
+    per_run = [
+        (label, f)
+        for label, run, figures in zip(labels, runs, known, strict=True)
+        for f in (run_costs(run) if figures is None else figures)
+    ]
     if not per_run:
         return []
     rows = [row for label, f in per_run for row in _rows([f], label)]

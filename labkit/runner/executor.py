@@ -22,6 +22,7 @@ from labkit.experiments.paced import RecordTags
 from labkit.measurement.recorder import BaseRecorder, RecordContext
 from labkit.providers import Provider
 from labkit.records import RequestRecord
+from labkit.runner.gcpolicy import request_done
 from labkit.tracing import request_trace, trace_headers
 
 __all__ = ["Executor", "InProcessExecutor", "LevelSink", "Measurer"]
@@ -101,6 +102,7 @@ class Measurer:
         sdk_path = planned.request.client_path == "sdk"
         recorder = self._sdk() if sdk_path else self._recorder
         record = await recorder.record(provider, planned.request, ctx)
+        request_done(record)  # the level's collector policy (gcpolicy)
         if planned.on_record is not None:
             planned.on_record(record)
         return record

@@ -37,7 +37,7 @@ from labkit.manifest import FOLDER_FORMAT, HostInfo, Manifest
 from labkit.records import LabResults, RequestRecord
 from labkit.runner.sidecar import SidecarWriter
 from labkit.safefiles import LockHeld, take_lock
-from labkit.scrub import scrub_json
+from labkit.scrub import registered_secrets, scrub_json
 
 __all__ = [
     "RunFolder",
@@ -263,7 +263,10 @@ class RunFolder:
         """
         if self.write_error is not None:
             raise RunError(self.write_error)
-        data = (scrub_json(record.to_json_line()) + "\n").encode("utf-8")
+        if registered_secrets():
+            data = (scrub_json(record.to_json_line()) + "\n").encode("utf-8")
+        else:  # nothing to scrub: pydantic's own bytes (the same, not decoded and encoded)
+            data = record.to_json_bytes() + b"\n"
         try:
             if self._records is None:
                 self._records = self._open_for_append()

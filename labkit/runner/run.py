@@ -224,7 +224,8 @@ class Runner:
         status: RunStatus = "failed"
         unfinished: dict[str, str] | None = None
         # Ray's actors are not labkit's children: their CPU time would read as others'.
-        cpu_start = read_cpu() if self.config.executor is None else None
+        converters = self.folder.sidecar.cpu_s  # counted apart from labkit's own
+        cpu_start = read_cpu(sidecar=converters) if self.config.executor is None else None
         try:
             tasks = [
                 asyncio.create_task(self._run_provider(s, o), name=f"provider:{s.id}")
@@ -243,7 +244,7 @@ class Runner:
         finally:
             await self.executor.close()
             self.folder.close()
-            cpu_end = read_cpu() if cpu_start is not None else None
+            cpu_end = read_cpu(sidecar=converters) if cpu_start is not None else None
             update = Manifest(
                 ended_at=datetime.now(UTC).isoformat(),
                 status=status,

@@ -14,6 +14,11 @@ process, started at the lowest priority (nice 19 and, where Linux allows it,
 and, once per part, starts the child and later reaps it. This layer does not import the
 converter either (it is the report's): the child is started by the module's name.
 
+Its CPU is not labkit's own: each child is reaped with its resource usage (``wait4``), and
+`SidecarWriter.cpu_s` says what the converters used (those ended, and the one running so
+far), which the manifest's ``host_cpu`` counts apart (``sidecar_cpu_s``,
+`labkit.runner.hostcpu`).
+
 Nothing measured depends on it: records.jsonl stays the source of truth; a conversion that
 fails is logged once and the first reader converts what the parts lack itself; a run that
 is killed keeps the parts converted so far.
@@ -27,6 +32,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+from labkit.runner.hostcpu import process_cpu_s
 
 __all__ = ["PART_BYTES", "SIDECAR_MIN_BYTES", "SidecarWriter"]
 
@@ -86,6 +93,15 @@ class SidecarWriter:
         self._failed = False
         #: The children started (their process ids), for the tests and the benchmark.
         self.started: list[int] = []
+        self._reaped_cpu_s = 0.0
+
+    def cpu_s(self) -> tuple[float, float]:
+        """CPU seconds the converters used so far: (those reaped, the one still running)."""
+        child = self._child
+        running = 0.0
+        if child is not None and child.returncode is None:
+            running = process_cpu_s(child.pid) or 0.0
+        return self._reaped_cpu_s, running
 
     def grew(self, nbytes: int) -> None:
         """`nbytes` more were appended to records.jsonl: start a conversion when a part's
@@ -125,12 +141,26 @@ class SidecarWriter:
         child = self._child
         if child is None:
             return 0
-        code = child.poll()
+        code = self._wait(child, block=False)
         if code is not None:
             self._child = None
             if code != 0:
                 self._failure(f"the converter exited with status {code}")
         return code
+
+    def _wait(self, child: subprocess.Popen[bytes], *, block: bool) -> int | None:
+        """The child's exit status once it has ended (`block`: wait for it), its CPU seconds
+        added to the converters' (`cpu_s`) as it is reaped."""
+        if child.returncode is None:
+            try:
+                pid, status, usage = os.wait4(child.pid, 0 if block else os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere: its status, no usage to count
+                return child.wait() if block else child.poll()
+            if pid == 0:
+                return None
+            child.returncode = os.waitstatus_to_exitcode(status)
+            self._reaped_cpu_s += usage.ru_utime + usage.ru_stime
+        return child.returncode
 
     def _failure(self, why: str) -> None:
         if not self._failed:
@@ -146,13 +176,13 @@ class SidecarWriter:
         """The run has ended: wait for a running conversion, then convert the rest (a run
         smaller than `min_bytes` keeps no sidecar)."""
         if self._child is not None:
-            await asyncio.to_thread(self._child.wait)
+            await asyncio.to_thread(self._wait, self._child, block=True)
             self._reap()
         if self._size() < self.min_bytes:
             return
         self._start(final=True)
         if self._child is not None:
-            await asyncio.to_thread(self._child.wait)
+            await asyncio.to_thread(self._wait, self._child, block=True)
             self._reap()
 
     def abandon(self) -> None:

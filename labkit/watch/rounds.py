@@ -32,6 +32,7 @@ from labkit.pricing import PriceTable, record_cost
 from labkit.records import RequestRecord
 from labkit.runner import RunOptions, prepare_resume, prepare_run, run_lab
 from labkit.runner.results import RunFolder
+from labkit.runner.sidecar import SidecarWriter
 from labkit.timing import percentile
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "RoundPlan",
     "RoundRunner",
     "RunRounds",
+    "convert_rest",
     "round_config",
     "round_run_id",
     "spend_of",
@@ -90,14 +92,24 @@ class RoundRunner(Protocol):
         """Finish a round cut short (its folder exists): what is missing is sent now."""
         ...
 
-    def close_partial(self, plan: RoundPlan) -> RoundOutcome | None:
+    async def close_partial(self, plan: RoundPlan) -> RoundOutcome | None:
         """Close a cut round as it is (too late to finish): its manifest says interrupted;
-        what it measured is judged. None: it never made a folder."""
+        what it measured is judged (and its columnar sidecar completed). None: it never
+        made a folder."""
         ...
 
     def run_dir(self, plan: RoundPlan) -> Path:
         """Where the round's run folder is."""
         ...
+
+
+async def convert_rest(run_dir: Path) -> None:
+    """A round folder's columnar sidecar completed as `labkit run`'s end completes a run's
+    (`labkit.runner.sidecar.SidecarWriter.finish`): a child at the lowest priority converts
+    what the parts converted while the round recorded do not cover (the tail: at most a
+    part's worth, more only where a converter fell behind), so the store and the reports
+    read the round's columns at once. Nothing for a folder under the sidecar's threshold."""
+    await SidecarWriter(run_dir).finish()
 
 
 def round_run_id(index: int, at: datetime, watch_id: str) -> str:
@@ -247,7 +259,7 @@ class RunRounds:
         try:
             runner = prepare_resume(self.run_dir(plan), on_warning=messages.append)
         except LabkitError as exc:
-            closed = self.close_partial(plan)
+            closed = await self.close_partial(plan)
             if closed is None:
                 return RoundOutcome(status="failed", note=str(exc), messages=messages)
             closed.note = f"could not be finished: {exc}"
@@ -261,8 +273,9 @@ class RunRounds:
         assert isinstance(runner, Runner)
         folder = runner.folder.path
         try:
-            result = await run_lab(runner)
+            result = await run_lab(runner)  # its end converts the sidecar's rest, as `labkit run`
         except LabkitError as exc:
+            await convert_rest(folder)  # a run that failed has not: its folder is complete too
             outcome = self._judge_folder(folder, "failed")
             outcome.note = str(exc)
             outcome.messages = messages
@@ -273,8 +286,9 @@ class RunRounds:
         outcome.messages = messages
         return outcome
 
-    def close_partial(self, plan: RoundPlan) -> RoundOutcome | None:
-        """Mark the cut round's manifest interrupted and judge what it measured."""
+    async def close_partial(self, plan: RoundPlan) -> RoundOutcome | None:
+        """Mark the cut round's manifest interrupted, complete its columnar sidecar
+        (`convert_rest`), and judge what it measured."""
         path = self.run_dir(plan)
         if not (path / "manifest.json").exists():
             return None
@@ -289,6 +303,7 @@ class RunRounds:
                 )
         finally:
             folder.release()
+        await convert_rest(path)
         outcome = self._judge_folder(path, "interrupted")
         outcome.note = "cut short and too late to finish"
         return outcome

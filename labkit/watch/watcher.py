@@ -456,7 +456,7 @@ class Watch:
                 self.on_line(f"round {entry.index}: cut short by a stop; finishing it now")
                 outcome = await runner.finish(plan)
             else:
-                closed = runner.close_partial(plan)
+                closed = await runner.close_partial(plan)
                 outcome = closed or RoundOutcome(status="partial", note="cut short")
                 self.on_line(f"round {entry.index}: cut short and too late to finish: partial")
             self._ended(entry, outcome)

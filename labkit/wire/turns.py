@@ -18,6 +18,14 @@ streams waited at once, holding their requests' objects (one young collection of
 them stopped the loop for 35 ms, and the next tokens of every stream were read together).
 Where that many streams are held at all, each stream's events are far apart (one loop reads
 only so many events a second in all), so a few steps between two reads gather none.
+
+On labkit's own loop (`loopclock.TimedSelector`, which counts its select() calls) a step
+alone takes its iteration by that count and schedules nothing: the turn is free again in
+the next iteration by itself. Only a step that finds the turn taken starts the chain that
+passes it on (`_pass_on`, a callback each iteration while steps wait). On any other loop
+each taken turn schedules one `_pass_on` for the next iteration, which frees it; that
+callback also made the loop's next select() return at once, an iteration more per request
+start and record on a level that would otherwise have waited in it.
 """
 
 from __future__ import annotations
@@ -25,6 +33,8 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections import deque
+
+from labkit.wire.loopclock import TimedSelector, loop_clock
 
 __all__ = ["STEPS_PER_EXTRA_TURN", "take_start_turn", "take_turn"]
 
@@ -35,18 +45,30 @@ STEPS_PER_EXTRA_TURN = 64
 class _Turns:
     """The queue of steps waiting for their iteration on one loop."""
 
-    __slots__ = ("_busy", "_loop", "_waiters")
+    __slots__ = ("_busy", "_loop", "_selector", "_taken_in", "_waiters")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._busy = False  # a step has taken this iteration's turn
+        # The busy flag: a turn is being passed on (`_pass_on` scheduled); on a loop without
+        # a select() count, also: a step has taken this iteration's turn.
+        self._busy = False
         self._waiters: deque[asyncio.Future[None]] = deque()
+        self._selector: TimedSelector | None = loop_clock(loop)
+        self._taken_in = -1  # the select() count of the iteration whose turn a step took
 
     async def take(self) -> None:
         if not self._busy:
+            selector = self._selector
+            if selector is None:
+                self._busy = True
+                self._loop.call_soon(self._pass_on)
+                return
+            if self._taken_in != selector.selects:
+                self._taken_in = selector.selects  # free again in the next iteration
+                return
+            # This iteration's turn is taken: pass it on from the next one.
             self._busy = True
             self._loop.call_soon(self._pass_on)
-            return
         turn = self._loop.create_future()
         self._waiters.append(turn)
         await turn

@@ -140,3 +140,21 @@ def test_rows_parsed_and_priced_in_blocks_price_as_whole(
     assert fig.requests == 4
     assert fig.total == pytest.approx(2 * 0.0028 + 2 * 0.0024)
     assert fig.price_date == f"{T0.date().isoformat()}, {(T0 + timedelta(hours=1)).isoformat()}"
+
+
+def test_a_whole_second_time_first_leaves_no_later_time_unpriced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A record sent on a whole second has no fraction in its time (``…:00Z``): read first
+    in a block, it once set the format the rest of the block was read by, and every time
+    with a fraction became unreadable, so unpriced. Each is read as ISO 8601 on its own."""
+    from labkit.analysis import cost
+
+    steps = [timedelta(seconds=0), timedelta(milliseconds=10), timedelta(seconds=2, microseconds=5),
+             timedelta(seconds=3), timedelta(milliseconds=3500)]  # fmt: skip
+    frame = _frame([_rec(1000, 100, at=at) for at in steps])
+    assert str(frame["started_at"].iloc[0]).endswith(":00Z")  # no fraction
+    (fig,) = cost_figures(frame, TABLE)
+    assert fig.requests == 5
+    monkeypatch.setattr(cost, "_PARSE_ROWS", 2)
+    assert cost_figures(frame, TABLE) == [fig]

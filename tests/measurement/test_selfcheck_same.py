@@ -21,10 +21,11 @@ from labkit.measurement.lateness import (
     WAKE_SLACK_NS,
     KernelReads,
     _rounded_ms,
+    self_check_fields,
     stamp_self_check,
 )
 from labkit.records import ClientTimings
-from labkit.timing import percentile
+from labkit.timing import derive_client_timings, percentile
 
 pytestmark = pytest.mark.unit
 
@@ -198,6 +199,9 @@ def test_the_self_check_fills_the_fields_as_before(
     stamp_self_check(after, source, output, lateness, reads, windows)  # type: ignore[arg-type]
     assert after.model_dump_json() == before.model_dump_json()
     assert after == before
+    # Built in one go, as the recorder builds a record's timings: the same fields.
+    built = ClientTimings(**self_check_fields(source, output, lateness, reads, windows))  # type: ignore[arg-type]
+    assert built.model_dump_json() == before.model_dump_json()
 
 
 @given(st.lists(st.integers(-(10**16), 10**16) | st.integers(0, 10**7), min_size=1))
@@ -224,3 +228,55 @@ def test_events_read_together_are_spread_as_before() -> None:
     stamp_self_check(after, "kernel", output, None, reads, windows)
     assert after == before
     assert after.stamp_lateness_ms is not None and after.stamp_lateness_ms[1] > 0
+
+
+@settings(max_examples=200)
+@given(stream=_streams(), tokens=st.one_of(st.none(), st.integers(0, 300)))
+def test_timings_built_with_the_self_check_are_the_timings_with_it_set_after(
+    stream: tuple[list[int], KernelReads, dict[int, tuple[int, int, bool]]],
+    tokens: int | None,
+) -> None:
+    """The recorder's one construction (`derive_client_timings(self_check=...)`) gives the
+    JSON of the timings built first and checked after, as it was."""
+    output, reads, windows = stream
+    if not output:
+        return
+    t0 = min(output) - 1_000
+    kwargs: dict[str, Any] = {
+        "t_start_ns": t0,
+        "phases_ns": {"http11.send_request_body.complete": t0 + 20_000},
+        "first_event_ns": output[0],
+        "output_event_ns": output,
+        "first_text_ns": output[0],
+        "end_ns": max(output) + 5,
+        "output_tokens": tokens,
+        "queue_ms": 0.0,
+    }
+    before = derive_client_timings(**kwargs)
+    stamp_self_check(before, "kernel", output, None, reads, windows)
+    fields = self_check_fields("kernel", output, None, reads, windows)
+    after = derive_client_timings(**kwargs, self_check=fields)
+    assert after.model_dump_json() == before.model_dump_json()
+
+
+@settings(max_examples=300)
+@given(
+    gaps=st.lists(st.sampled_from([0, 1, 1_000, 250_000, 2_000_000]), min_size=1, max_size=60),
+    lags=st.lists(st.integers(-1_000, 3_000_000), min_size=60, max_size=60),
+)
+def test_one_event_a_read_fills_the_fields_as_before(gaps: list[int], lags: list[int]) -> None:
+    """Every read brought one output event (the common stream): the events' stamps are the
+    reads', taken pairwise where they only grow; a stamp seen twice (a gap of 0) goes the
+    general way. Either way the fields are the reference's."""
+    t = 10**12
+    stamps = []
+    for gap in gaps:
+        t += gap
+        stamps.append(t)
+    seen = [s + lag for s, lag in zip(stamps, lags, strict=False)]
+    reads = KernelReads(stamps, seen, [True] * len(stamps))
+    output = list(stamps)
+    before, after = ClientTimings(), ClientTimings()
+    _reference_self_check(before, "kernel", output, None, reads, {})
+    stamp_self_check(after, "kernel", output, None, reads, {})
+    assert after.model_dump_json() == before.model_dump_json()

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from labkit.runner.gcpolicy import LEVEL_GC_THRESHOLDS, _freeze_survivors, level_gc
+from labkit.runner.gcpolicy import LEVEL_GC_THRESHOLDS, _freeze_survivors, level_gc, request_done
 from tests.runner.test_load import _fingerprint, _run
+from tests.support.records import make_record
 
 
 @pytest.mark.unit
@@ -63,3 +64,25 @@ def test_a_level_runs_under_the_policy_and_records_the_same_without_it(
     without = _run({**experiment, "workers": 1}, tmp_path / "without")
     assert _fingerprint(with_policy.records) == _fingerprint(without.records)
     assert len(_fingerprint(without.records)) == 8
+
+
+@pytest.mark.unit
+def test_a_finished_request_freezes_the_heap_until_one_of_the_level_fails() -> None:
+    ok, failed = make_record(), make_record(error_kind="timeout")
+    request_done(ok)  # outside a level: nothing
+    assert gc.get_freeze_count() == 0
+    with level_gc():
+        alive = [[i] for i in range(100)]  # a finished request's objects, young
+        request_done(ok)
+        assert gc.get_count()[0] == 0  # the young generation starts again from nothing
+        frozen = gc.get_freeze_count()
+        assert not any(o is alive[0] for o in gc.get_objects(generation=0))
+        request_done(failed)  # a failed request: nothing frozen for the rest of the level
+        more = [[i] for i in range(100)]
+        request_done(ok)
+        assert gc.get_freeze_count() == frozen
+        assert any(o is more[0] for o in gc.get_objects(generation=0))
+    assert gc.get_freeze_count() == 0  # unfrozen after the level
+    with level_gc():  # the next level freezes per request again
+        request_done(ok)
+        assert gc.get_count()[0] == 0

@@ -121,3 +121,44 @@ def test_a_failed_conversion_loses_nothing_and_the_reader_converts(
     assert _report_files(run_dir) == whole
     side = columnar.open_sidecar(run_dir)
     assert side is not None and side.converted_by == [os.getpid()]
+
+
+@pytest.mark.usefixtures("tiny_parts")
+def test_the_converters_cpu_is_reported_apart_and_not_in_labkits_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real run past the (lowered) threshold: its converters' CPU, reaped with their
+    resource usage, is the manifest's ``sidecar_cpu_s`` and out of ``labkit_cpu_s``. The
+    end reading first waits for a converter still running (a test hook: so that one is
+    reaped inside the window on a host of any speed)."""
+    import resource
+
+    from labkit.runner import hostcpu
+    from labkit.runner import run as runner_run
+
+    readings: list[hostcpu.CPUReading] = []
+    children: list[float] = []
+
+    def reading(stat: Path = Path("/proc/stat"), sidecar: object = None) -> object:
+        writer = getattr(sidecar, "__self__", None)
+        if readings and isinstance(writer, SidecarWriter) and writer._child is not None:
+            writer._wait(writer._child, block=True)
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        children.append(usage.ru_utime + usage.ru_stime)
+        got = hostcpu.read_cpu(stat, sidecar)  # type: ignore[arg-type]
+        assert got is not None
+        readings.append(got)
+        return got
+
+    monkeypatch.setattr(runner_run, "read_cpu", reading)
+    run_dir = _run(tmp_path)
+    start, end = readings
+    host = json.loads((run_dir / "manifest.json").read_text())["host_cpu"]
+    reaped = end.sidecar_reaped_s - start.sidecar_reaped_s
+    assert reaped > 0  # converters ran, and were reaped inside the window
+    # what they used is what labkit's children's usage grew by (they are its only children)
+    assert reaped == pytest.approx(children[1] - children[0], abs=0.011)
+    converters = reaped + end.sidecar_running_s - start.sidecar_running_s
+    assert host["sidecar_cpu_s"] == pytest.approx(converters, abs=0.006)
+    assert host["labkit_cpu_s"] == pytest.approx(end.own_s - start.own_s - reaped, abs=0.006)
+    assert host["labkit_cpu_s"] < end.own_s - start.own_s  # the converters' is not labkit's

@@ -89,7 +89,7 @@ class Script:
         self.clock.advance(self.duration_s / 2)
         return RoundOutcome(status="ok", ok=2, tokens=100)
 
-    def close_partial(self, plan: RoundPlan) -> RoundOutcome | None:
+    async def close_partial(self, plan: RoundPlan) -> RoundOutcome | None:
         self.closed.append(plan.index)
         return RoundOutcome(status="partial", ok=1, tokens=50)
 

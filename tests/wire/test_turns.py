@@ -4,13 +4,16 @@ the loop's select() — where sockets are read — between each two; and the rec
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections import Counter
+from collections.abc import Callable
 
 import httpx
 import pytest
 import respx
 
 from labkit.measurement.recorder import RecordContext, StreamRecorder
+from labkit.wire.loopclock import loop_clock, new_event_loop
 from labkit.wire.turns import STEPS_PER_EXTRA_TURN, take_turn
 from tests.measurement.test_recorder import ADAPTERS
 from tests.providers.streams import chat
@@ -33,13 +36,30 @@ class _CountingSelectorLoop(asyncio.SelectorEventLoop):
         self._selector.select = select  # type: ignore[method-assign]
 
 
-def test_steps_that_come_together_take_one_iteration_each_in_order() -> None:
-    loop = _CountingSelectorLoop()
+#: The loops turns are taken on: asyncio's own (each taken turn frees itself by a callback
+#: in the next iteration) and labkit's timed loop (by its count of select() calls).
+LOOP_KINDS = ["asyncio", "timed"]
+
+
+def counting_loop(kind: str) -> tuple[asyncio.AbstractEventLoop, Callable[[], int]]:
+    """A loop of `kind` and a function giving its select() calls so far."""
+    if kind == "asyncio":
+        loop = _CountingSelectorLoop()
+        return loop, lambda: loop.selects
+    timed = new_event_loop()
+    selector = loop_clock(timed)
+    assert selector is not None
+    return timed, lambda: selector.selects
+
+
+@pytest.mark.parametrize("kind", LOOP_KINDS)
+def test_steps_that_come_together_take_one_iteration_each_in_order(kind: str) -> None:
+    loop, selects = counting_loop(kind)
     ran: list[tuple[int, int]] = []
 
     async def step(i: int) -> None:
         await take_turn()
-        ran.append((i, loop.selects))
+        ran.append((i, selects()))
 
     async def main() -> None:
         await asyncio.gather(*(step(i) for i in range(6)))
@@ -53,16 +73,17 @@ def test_steps_that_come_together_take_one_iteration_each_in_order() -> None:
     assert len(set(iterations)) == 6  # never two in one iteration: a select() between each
 
 
-def test_a_long_queue_shares_iterations_in_order() -> None:
+@pytest.mark.parametrize("kind", LOOP_KINDS)
+def test_a_long_queue_shares_iterations_in_order(kind: str) -> None:
     """Under `STEPS_PER_EXTRA_TURN` queued, one step an iteration; a longer queue runs one
     more per that many queued, first come first served, a select() between batches."""
-    loop = _CountingSelectorLoop()
+    loop, selects = counting_loop(kind)
     ran: list[tuple[int, int]] = []
     n = 5 * STEPS_PER_EXTRA_TURN
 
     async def step(i: int) -> None:
         await take_turn()
-        ran.append((i, loop.selects))
+        ran.append((i, selects()))
 
     async def main() -> None:
         await asyncio.gather(*(step(i) for i in range(n)))
@@ -76,6 +97,62 @@ def test_a_long_queue_shares_iterations_in_order() -> None:
     assert max(per_iteration.values()) == 1 + (n - 1) // STEPS_PER_EXTRA_TURN  # the first: alone
     assert len(per_iteration) < n  # fewer iterations than steps
     assert list(per_iteration.values())[-3:] == [1, 1, 1]  # the queue's tail: one each
+
+
+@pytest.mark.parametrize("kind", LOOP_KINDS)
+def test_steps_one_iteration_apart_each_take_their_own_turn_at_once(kind: str) -> None:
+    """A step alone never waits, however the turns before it were taken: each of these
+    steps comes an iteration after the one before and runs in the iteration it came in."""
+    loop, selects = counting_loop(kind)
+    ran: list[tuple[int, int, int]] = []
+
+    async def main() -> None:
+        for i in range(5):
+            came = selects()
+            await take_turn()
+            ran.append((i, came, selects()))
+            await asyncio.sleep(0)  # the next step comes in the next iteration
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert [(came, now) for _, came, now in ran] == [(now, now) for _, _, now in ran]
+    assert len({now for _, _, now in ran}) == 5
+
+
+def test_on_the_timed_loop_a_step_alone_leaves_the_next_select_free_to_wait() -> None:
+    """On labkit's timed loop a turn taken alone schedules nothing: the loop's next select()
+    waits for I/O (no timeout: no timer either) instead of returning at once to pass the
+    turn on. On asyncio's loop that callback is still there (a timeout of 0)."""
+    timeouts: dict[str, list[float | None]] = {}
+    for kind in LOOP_KINDS:
+        loop, _ = counting_loop(kind)
+        selector = loop._selector  # type: ignore[attr-defined]
+        inner = selector.select
+        seen: list[float | None] = []
+        timeouts[kind] = seen
+
+        def select(timeout: float | None = None, inner=inner, seen=seen) -> list:  # type: ignore[no-untyped-def, type-arg]
+            seen.append(timeout)
+            return inner(timeout)
+
+        selector.select = select
+
+        async def main(loop: asyncio.AbstractEventLoop = loop, seen: list = seen) -> None:  # type: ignore[type-arg]
+            woken: asyncio.Future[None] = loop.create_future()
+            await take_turn()
+            seen.clear()
+            # Woken from another thread once the loop sleeps: no timer in the loop.
+            threading.Timer(0.05, loop.call_soon_threadsafe, (woken.set_result, None)).start()
+            await woken
+
+        try:
+            loop.run_until_complete(main())
+        finally:
+            loop.close()
+    assert timeouts["timed"][0] is None
+    assert timeouts["asyncio"][0] == 0
 
 
 def test_a_step_alone_does_not_wait_and_a_cancelled_waiter_does_not_block_the_next() -> None:
