@@ -131,9 +131,12 @@ class Connection:
             if ancillary:
                 _, kind, cdata = ancillary[0]
                 if kind == STAMP_TYPE and len(cdata) >= STAMP.size:
-                    wall = time.time_ns()
+                    # The clocks' offset from two reads back to back: read apart (the wall
+                    # clock here, `seen` above), a preemption between them would put the
+                    # stamp early by its length.
+                    offset = time.time_ns() - time.perf_counter_ns()
                     sec, frac = STAMP.unpack_from(cdata)
-                    t = sec * 1_000_000_000 + frac * STAMP_UNIT - (wall - seen)
+                    t = sec * 1_000_000_000 + frac * STAMP_UNIT - offset
                     if t > seen:
                         t = seen
                     elif t < self._last_t:
