@@ -1138,6 +1138,28 @@ def record_lines(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return _record_lines(path)
 
 
+def _texts_in_doubt(batch: pa.RecordBatch, required: Collection[str]) -> np.ndarray:
+    """The rows where a text column (not a required one: those are read as JSON and their
+    type checked) holds what may have been another JSON value. DuckDB gives an object, an
+    array or a boolean in a text field as its JSON text (``{"k":""}``, ``true``), the line
+    reader as Python's ``str()`` of it (``{'k': ''}``, ``True``): such rows are read again
+    line by line, which reads a real text that only looks so the same way."""
+    doubt = np.zeros(batch.num_rows, dtype=bool)
+    for field_, column in zip(batch.schema, batch.columns, strict=True):
+        if field_.name in required or field_.name == "tags" or not pa.types.is_string(field_.type):
+            continue
+        looks = pc.or_(
+            pc.or_(pc.starts_with(column, "{"), pc.starts_with(column, "[")),
+            pc.is_in(column, value_set=_JSON_WORDS),
+        )
+        doubt |= pc.fill_null(looks, False).to_numpy(zero_copy_only=False)
+    return doubt
+
+
+#: The JSON literals that read as text through DuckDB but not through the line reader.
+_JSON_WORDS = pa.array(["true", "false"])
+
+
 def scan_batches(
     path: Path,
     wanted: frozenset[str] | None,
@@ -1168,6 +1190,7 @@ def scan_batches(
                 valid = np.ones(n, dtype=bool)
                 for name in required:
                     valid &= batch.column(name).is_valid().to_numpy(zero_copy_only=False)
+                valid &= ~_texts_in_doubt(batch, required)
                 doubted += (np.flatnonzero(~valid) + row).tolist()
                 if len(doubted) > MAX_DOUBTFUL:
                     log.info("%s: read block by block (over %d lines in doubt)", path, MAX_DOUBTFUL)
