@@ -1,8 +1,9 @@
-"""labkit's C read path (labkit/wire/_readpath.c), built where it can be.
+"""labkit's C read path (labkit/wire/_readpath.c) and timed select() (_loopclock.c), built
+where they can be.
 
-Everything else is in pyproject.toml. The extension is optional: without a C compiler, or off
-Linux, labkit installs without it and runs the same steps in Python
-(labkit.wire.readpath).
+Everything else is in pyproject.toml. The extensions are optional: without a C compiler, or off
+Linux, labkit installs without them and runs the same steps in Python
+(labkit.wire.readpath, labkit.wire.loopclock.PyTimedSelector).
 """
 
 import sys
@@ -15,6 +16,15 @@ if sys.platform.startswith("linux"):
         Extension(
             "labkit.wire._readpath",
             ["labkit/wire/_readpath.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        )
+    )
+    # The timed selector's select() (labkit.wire.loopclock): epoll, so Linux only.
+    extensions.append(
+        Extension(
+            "labkit.wire._loopclock",
+            ["labkit/wire/_loopclock.c"],
             extra_compile_args=["-O2"],
             optional=True,
         )

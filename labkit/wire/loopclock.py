@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import importlib
 import os
 import selectors
 import sys
@@ -47,15 +48,20 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from labkit.errors import ConfigError
+from labkit.wire import readpath
 
 __all__ = [
     "BLOCKED_NS",
     "REPORTS_KEPT",
     "SCHEDSTAT_PATH",
     "Arrival",
+    "SELECT_IMPLEMENTATION",
     "LatenessTracker",
+    "PyTimedSelector",
     "TimedSelector",
     "loop_clock",
     "new_event_loop",
@@ -95,9 +101,10 @@ class _Socket:
         self.unread: Arrival | None = None  # window of bytes reported but never read
 
 
-class TimedSelector(selectors.DefaultSelector):
+class PyTimedSelector(selectors.DefaultSelector):
     """The default selector, timing every ``select()`` and keeping per socket the arrival
-    window of the bytes each report found (module docstring)."""
+    window of the bytes each report found (module docstring): the reference, and what runs
+    where the C one (`_loopclock.TimedEpoll`) is not built or ``LABKIT_READPATH=python``."""
 
     def __init__(
         self,
@@ -225,14 +232,7 @@ class TimedSelector(selectors.DefaultSelector):
         thread then waited for a CPU or the GIL, `_woken`) or since the one before it
         returned (``(that return, entered, False)``, for a socket watched all along). None
         if that select() is no longer in `history`."""
-        history = self.history
-        for i in range(len(history) - 1, 0, -1):
-            returned, entered, blocked, woken = history[i]
-            if returned <= seen_ns:
-                if blocked:
-                    return (entered, woken, True)
-                return (history[i - 1][0], entered, False)
-        return None
+        return _window_before(self.history, seen_ns)
 
     def forget(self, fd: int) -> None:
         """Drop a socket's history (its file descriptor is about to be reused)."""
@@ -246,6 +246,21 @@ class TimedSelector(selectors.DefaultSelector):
         if closer is not None:
             closer()
             self.schedstat = None
+
+
+def _window_before(
+    history: deque[tuple[int, int, bool, int]], seen_ns: int
+) -> Arrival | None:
+    """`PyTimedSelector.window_before` (shared by the C selector)."""
+    for i in range(len(history) - 1, 0, -1):
+        returned, entered, blocked, woken = history[i]
+        if returned <= seen_ns:
+            if blocked:
+                return (entered, woken, True)
+            return (history[i - 1][0], entered, False)
+    return None
+
+
 
 
 def _woken(entered: int, returned: int, before: bytes, after: bytes) -> int:
@@ -281,7 +296,8 @@ class _Schedstat(functools.partial[bytes]):
 
 def thread_schedstat() -> Callable[[], bytes] | None:
     """A reader of the calling thread's scheduler counters (for `TimedSelector`), or None
-    where the kernel has none (not Linux, no schedstat, a sandbox that hides /proc)."""
+    where the kernel has none (not Linux, no schedstat, a sandbox that hides /proc); the C
+    module's `Schedstat` where the C selector runs (it reads that one without a call)."""
     try:
         fd = os.open(SCHEDSTAT_PATH, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
@@ -293,11 +309,179 @@ def thread_schedstat() -> Callable[[], bytes] | None:
     if len(fields) != 3 or not all(field.isdigit() for field in fields):
         os.close(fd)
         return None
+    if _C is not None:
+        reader: Callable[[], bytes] = _C.Schedstat(fd)
+        return reader
     return _Schedstat(os.pread, fd, 64, 0)
 
 
 _POLL = selectors.DefaultSelector.select
 _READ = selectors.EVENT_READ
+_EVENTS = selectors.EVENT_READ | selectors.EVENT_WRITE
+
+
+def compiled_module() -> tuple[Any | None, str | None]:
+    """The built C selector (`labkit.wire._loopclock`) and None, or None and why it did not
+    load; loaded whatever the switch says (the tests set it beside the Python one)."""
+    try:
+        return importlib.import_module("labkit.wire._loopclock"), None
+    except ImportError as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def choose(
+    wanted: readpath.Setting, module: Any | None, not_built: str | None
+) -> Literal["c", "python"]:
+    """Which timed select() runs for a ``LABKIT_READPATH`` setting (`readpath.SETTINGS`)
+    and the C module as it loaded (None: `not_built` says why): ``python`` for
+    ``python`` or without it, ConfigError for ``c`` without it."""
+    if wanted == "python":
+        return "python"
+    if module is None:
+        if wanted == "c":
+            raise ConfigError(
+                f"{readpath.ENV_VAR}=c but labkit was installed without its C timed select "
+                f"({not_built}); reinstall it with a C compiler, or unset the variable"
+            )
+        return "python"
+    return "c"
+
+
+_SETTING = readpath.setting(os.environ.get(readpath.ENV_VAR))
+_LOADED, _NOT_BUILT = (None, None) if _SETTING == "python" else compiled_module()
+#: Which timed select() this process runs: ``"c"`` (`_loopclock.TimedEpoll`) or ``"python"``
+#: (`PyTimedSelector`), as ``LABKIT_READPATH`` and the build allow (`choose`).
+SELECT_IMPLEMENTATION = choose(_SETTING, _LOADED, _NOT_BUILT)
+_C = _LOADED if SELECT_IMPLEMENTATION == "c" else None
+
+
+def _fileobj_to_fd(fileobj: Any) -> int:
+    """A file object's descriptor, as the selectors module finds it."""
+    if isinstance(fileobj, int):
+        fd = fileobj
+    else:
+        try:
+            fd = int(fileobj.fileno())
+        except (AttributeError, TypeError, ValueError):
+            raise ValueError(f"Invalid file object: {fileobj!r}") from None
+    if fd < 0:
+        raise ValueError(f"Invalid file descriptor: {fd}")
+    return fd
+
+
+class _KeyMap(Mapping[Any, selectors.SelectorKey]):
+    """A C selector's registrations as the mapping `get_map` gives (file object -> key)."""
+
+    def __init__(self, selector: Any) -> None:
+        self._selector = selector
+
+    def __len__(self) -> int:
+        return len(self._selector._keys)
+
+    def __getitem__(self, fileobj: Any) -> selectors.SelectorKey:
+        fd = self._selector._fileobj_lookup(fileobj)
+        key: selectors.SelectorKey | None = self._selector._keys.get(fd)
+        if key is None:
+            raise KeyError(f"{fileobj!r} is not registered")
+        return key
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._selector._keys)
+
+
+def _c_selector_class(module: Any) -> type[PyTimedSelector]:
+    """`TimedSelector` on the C module's `TimedEpoll`: the poll, clocks, counters and
+    windows in one C call; registration checks and look-ups here, as `selectors` does."""
+
+    class CTimedSelector(module.TimedEpoll, selectors.BaseSelector):  # type: ignore[misc]
+        """`PyTimedSelector` with its ``select()`` and per-socket state in C (same windows,
+        history, counts and states; tests/wire/test_loopclock_parity.py)."""
+
+        def __init__(
+            self,
+            clock: Callable[[], int] = time.perf_counter_ns,
+            schedstat: Callable[[], bytes] | None = None,
+        ) -> None:
+            # perf_counter_ns is CLOCK_MONOTONIC on Linux: read in C without a call.
+            super().__init__(None if clock is time.perf_counter_ns else clock, schedstat, _woken)
+            self._map: _KeyMap | None = _KeyMap(self)
+
+        def _fileobj_lookup(self, fileobj: Any) -> int:
+            try:
+                return _fileobj_to_fd(fileobj)
+            except ValueError:
+                for key in self._keys.values():
+                    if key.fileobj is fileobj:
+                        fd: int = key.fd
+                        return fd
+                raise
+
+        def register(
+            self, fileobj: Any, events: int, data: Any = None
+        ) -> selectors.SelectorKey:
+            """Register as the default selector does; a reader is noted as watched."""
+            if not events or events & ~_EVENTS:
+                raise ValueError(f"Invalid events: {events!r}")
+            key = selectors.SelectorKey(fileobj, self._fileobj_lookup(fileobj), events, data)
+            self._add(key.fd, events, key)
+            return key
+
+        def unregister(self, fileobj: Any) -> selectors.SelectorKey:
+            """Unregister as the default selector does; the socket's history stays."""
+            key: selectors.SelectorKey | None = self._keys.get(self._fileobj_lookup(fileobj))
+            if key is None:
+                raise KeyError(f"{fileobj!r} is not registered")
+            self._remove(key.fd)
+            return key
+
+        def modify(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+            """Modify as the default selector does; a reader newly watched, or no longer,
+            is noted."""
+            key: selectors.SelectorKey | None = self._keys.get(self._fileobj_lookup(fileobj))
+            if key is None:
+                raise KeyError(f"{fileobj!r} is not registered")
+            if events != key.events or data != key.data:
+                key = key._replace(events=events, data=data)
+                self._modify(key.fd, events, key)
+            return key
+
+        def get_map(self) -> Mapping[Any, selectors.SelectorKey] | None:
+            """File object -> key of what is registered; None once closed."""
+            return self._map
+
+        window_before = PyTimedSelector.window_before
+
+        def close(self) -> None:
+            """Close the epoll descriptor and the scheduler counters' file."""
+            self._close_poll()
+            self._map = None
+            closer = getattr(self.schedstat, "close", None)
+            if closer is not None:
+                closer()
+                self.schedstat = None
+
+    return CTimedSelector  # type: ignore[return-value]
+
+
+_C_CLASS: list[type[PyTimedSelector]] = []
+
+
+def c_timed_selector() -> type[PyTimedSelector] | None:
+    """The C-backed timed selector class, whatever the switch says (None where the module is
+    not built): the tests and benchmarks set it beside `PyTimedSelector`."""
+    if not _C_CLASS:
+        module = _C if _C is not None else compiled_module()[0]
+        if module is None:
+            return None
+        _C_CLASS.append(_c_selector_class(module))
+    return _C_CLASS[0]
+
+
+if TYPE_CHECKING:
+    TimedSelector = PyTimedSelector
+else:
+    #: The timed selector labkit runs (`SELECT_IMPLEMENTATION`): C where built, else Python.
+    TimedSelector = PyTimedSelector if _C is None else c_timed_selector()
 
 
 _CLOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, TimedSelector] = (
