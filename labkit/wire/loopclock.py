@@ -423,6 +423,8 @@ def _c_selector_class(module: Any) -> type[PyTimedSelector]:
             if not events or events & ~_EVENTS:
                 raise ValueError(f"Invalid events: {events!r}")
             key = selectors.SelectorKey(fileobj, self._fileobj_lookup(fileobj), events, data)
+            if key.fd in self._keys:
+                raise KeyError(f"{fileobj!r} (FD {key.fd}) is already registered")
             self._add(key.fd, events, key)
             return key
 

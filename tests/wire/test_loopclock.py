@@ -20,7 +20,7 @@ from labkit.wire.loopclock import (
     run,
 )
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("timed_selector")]
 
 MS = 1_000_000
 

@@ -13,7 +13,7 @@ import pytest
 
 from labkit.wire import loopclock
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("timed_selector")]
 
 
 def _counting_wakes(loop: asyncio.AbstractEventLoop) -> list[int]:

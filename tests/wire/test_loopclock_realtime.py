@@ -26,7 +26,7 @@ from labkit.wire import loopclock
 from tests.providers.streams import chat, oa_chunk, oa_usage, sse
 from tests.support.misbehaving import MisbehavingServer, http_head
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("timed_selector")]
 
 HOLD_S = 0.03
 

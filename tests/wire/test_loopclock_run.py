@@ -11,7 +11,7 @@ import pytest
 
 from labkit.wire import loopclock
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("timed_selector")]
 
 
 class _CountsRepr:

@@ -27,7 +27,7 @@ from labkit.measurement.lateness import KernelReads, stamp_self_check
 from labkit.records import ClientTimings
 from labkit.wire import loopclock
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("timed_selector")]
 
 GAP_S = 0.03
 #: The spinner's gap: shorter than the idle thread's usual wait for the CPU (EEVDF gives it
