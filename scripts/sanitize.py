@@ -1,10 +1,12 @@
-"""`make sanitize`: labkit's C read path under AddressSanitizer and UndefinedBehaviorSanitizer.
+"""`make sanitize`: labkit's C read path and timed select() under AddressSanitizer and
+UndefinedBehaviorSanitizer.
 
-Builds `labkit/wire/_readpath.c` with ``gcc -fsanitize=address,undefined`` into a throwaway
-folder (the in-place build is left as it is), then runs the read path's tests in a child
-interpreter that imports that build as ``labkit.wire._readpath``: the fuzz tests holding
-each C function to its Python twin, the SSE whole-chunk and whole-event readers' and the
-corpus through the lean transport. The child preloads the ASan runtime (an uninstrumented
+Builds `labkit/wire/_readpath.c` and `labkit/wire/_loopclock.c` with ``gcc
+-fsanitize=address,undefined`` into a throwaway folder (the in-place builds are left as they
+are), then runs their tests in a child interpreter that imports those builds as
+``labkit.wire._readpath`` and ``labkit.wire._loopclock``: the fuzz tests holding each C
+function to its Python twin, the SSE whole-chunk and whole-event readers' and the corpus
+through the lean transport, and the loop clock's tests and parity fuzz on the C selector. The child preloads the ASan runtime (an uninstrumented
 Python must load it first), allocates every object with malloc (``PYTHONMALLOC=malloc``:
 pymalloc's arenas would hide a read past a small bytes object), leaves leaks unchecked
 (CPython leaves memory to the OS at exit) and stops at the first error of either sanitizer,
@@ -25,14 +27,21 @@ from collections.abc import Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-SOURCE = REPO / "labkit" / "wire" / "_readpath.c"
-MODULE = "labkit.wire._readpath"
+#: Each extension's module and source.
+EXTENSIONS = {
+    "labkit.wire._readpath": REPO / "labkit" / "wire" / "_readpath.c",
+    "labkit.wire._loopclock": REPO / "labkit" / "wire" / "_loopclock.c",
+}
 TESTS = [
     "tests/wire/test_readpath.py",
     "tests/wire/test_chat_content_events.py",
     "tests/wire/test_sse_whole_chunks.py",
     "tests/wire/test_sse_whole_events.py",
     "tests/wire/lean/test_push_records.py",
+    "tests/wire/test_loopclock.py",
+    "tests/wire/test_loopclock_parity.py",
+    "tests/wire/test_loopclock_run.py",
+    "tests/wire/test_turns.py",
 ]
 FLAGS = [
     "-fsanitize=address,undefined",
@@ -43,16 +52,21 @@ FLAGS = [
 ]
 
 
-def build(folder: Path) -> Path:
-    """The extension built with the sanitizers into `folder`."""
-    target = folder / f"_readpath{sysconfig.get_config_var('EXT_SUFFIX')}"
+def library(folder: Path, module: str) -> Path:
+    """Where `module`'s sanitized build lies in `folder`."""
+    return folder / f"{module.rpartition('.')[2]}{sysconfig.get_config_var('EXT_SUFFIX')}"
+
+
+def build(folder: Path, module: str, source: Path) -> Path:
+    """An extension built with the sanitizers into `folder`."""
+    target = library(folder, module)
     command = [
         os.environ.get("CC", "gcc"),
         "-shared",
         "-fPIC",
         *FLAGS,
         f"-I{sysconfig.get_paths()['include']}",
-        str(SOURCE),
+        str(source),
         "-o",
         str(target),
     ]
@@ -73,33 +87,39 @@ def runtime() -> str:
 
 
 class _Sanitized(importlib.abc.MetaPathFinder):
-    """Finds `MODULE` in the sanitized build rather than beside labkit's sources."""
+    """Finds the extensions in the sanitized builds rather than beside labkit's sources."""
 
-    def __init__(self, path: str) -> None:
-        self.path = path
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: object = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname != MODULE:
+        if fullname not in EXTENSIONS:
             return None
-        return importlib.util.spec_from_file_location(fullname, self.path)
+        return importlib.util.spec_from_file_location(fullname, library(self.folder, fullname))
 
 
-def child(library: str, pytest_args: list[str]) -> int:
-    """Run the tests with `library` as the extension."""
-    sys.meta_path.insert(0, _Sanitized(library))
-    from labkit.wire import readpath
+def child(folder: str, pytest_args: list[str]) -> int:
+    """Run the tests with the builds in `folder` as the extensions."""
+    sys.meta_path.insert(0, _Sanitized(Path(folder)))
+    from labkit.wire import loopclock, readpath
 
-    loaded, why = readpath.compiled_module()
-    where = None if loaded is None else os.path.realpath(loaded.__file__)
-    if where != os.path.realpath(library):
-        print(f"the sanitized build was not loaded ({why or where})", file=sys.stderr)
-        return 2
+    for module, (loaded, why) in (
+        ("labkit.wire._readpath", readpath.compiled_module()),
+        ("labkit.wire._loopclock", loopclock.compiled_module()),
+    ):
+        where = None if loaded is None else os.path.realpath(loaded.__file__)
+        if where != os.path.realpath(library(Path(folder), module)):
+            print(f"the sanitized {module} was not loaded ({why or where})", file=sys.stderr)
+            return 2
+        print(f"{module} from {where}", flush=True)
     if readpath.IMPLEMENTATION != "c":
         print(f"labkit runs the {readpath.READ_PATH.describe()} read path", file=sys.stderr)
         return 2
-    print(f"{MODULE} from {library}", flush=True)
+    if loopclock.SELECT_IMPLEMENTATION != "c":
+        print("labkit runs the Python timed select()", file=sys.stderr)
+        return 2
     import pytest
 
     # --capture=sys: a sanitizer writes its report to fd 2 as it stops the process, which
@@ -114,7 +134,8 @@ def main() -> None:
     if args[:1] == ["--child"]:
         sys.exit(child(args[1], args[2:]))
     with tempfile.TemporaryDirectory(prefix="labkit-sanitize-") as tmp:
-        library = build(Path(tmp))
+        for module, source in EXTENSIONS.items():
+            build(Path(tmp), module, source)
         env = {k: v for k, v in os.environ.items() if k not in ("LABKIT_READPATH", "PYTHONMALLOC")}
         env.update(
             LD_PRELOAD=runtime(),
@@ -123,7 +144,7 @@ def main() -> None:
             UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1",
         )
         done = subprocess.run(
-            [sys.executable, __file__, "--child", str(library), *args], cwd=REPO, env=env
+            [sys.executable, __file__, "--child", tmp, *args], cwd=REPO, env=env
         )
     sys.exit(done.returncode)
 
