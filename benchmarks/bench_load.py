@@ -1440,11 +1440,20 @@ def _build_read_path(tree: Path) -> None:
         "'-q', 'build_ext', '--inplace'], ext_modules=[Extension("
         "'_readpath', ['_readpath.c'], extra_compile_args=['-O2'], optional=True)])"
     )
-    with tempfile.TemporaryDirectory() as scratch:
-        (Path(scratch) / "_readpath.c").write_bytes((tree / source).read_bytes())
-        subprocess.run([sys.executable, "-c", build], cwd=scratch, capture_output=True, check=False)
-        for built in Path(scratch).glob("_readpath*.so"):
-            (tree / f"labkit/{package}" / built.name).write_bytes(built.read_bytes())
+    # The timed select's own extension (_loopclock.c, issue 47) where the revision has it.
+    for name in ("_readpath", "_loopclock"):
+        if not (tree / f"labkit/{package}/{name}.c").exists():
+            continue
+        with tempfile.TemporaryDirectory() as scratch:
+            (Path(scratch) / f"{name}.c").write_bytes(
+                (tree / f"labkit/{package}/{name}.c").read_bytes()
+            )
+            command = build.replace("_readpath", name)
+            subprocess.run(
+                [sys.executable, "-c", command], cwd=scratch, capture_output=True, check=False
+            )
+            for built in Path(scratch).glob(f"{name}*.so"):
+                (tree / f"labkit/{package}" / built.name).write_bytes(built.read_bytes())
 
 
 def before_after(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ Python select's per-socket bookkeeping. Prints µs a call and each timed select 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import selectors
@@ -116,10 +117,8 @@ def main() -> None:
         for k in (0, 1, 4, 16):
             for a, _ in pairs:  # drain, then make k readable
                 a.setblocking(False)
-                try:
+                with contextlib.suppress(BlockingIOError):
                     a.recv(65536)
-                except BlockingIOError:
-                    pass
             for _, b in pairs[:k]:
                 b.send(b"x")
             timeouts = [0.0] if k == 0 else [0.0, 1.0]
@@ -136,10 +135,8 @@ def main() -> None:
                             bracket,
                         )
         for a, _ in pairs:
-            try:
+            with contextlib.suppress(BlockingIOError):
                 a.recv(65536)
-            except BlockingIOError:
-                pass
         case = "blocked 1 ms, timed out (CPU)"
         cases.append(case)
         for name, sel in built.items():

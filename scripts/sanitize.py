@@ -6,9 +6,10 @@ Builds `labkit/wire/_readpath.c` and `labkit/wire/_loopclock.c` with ``gcc
 are), then runs their tests in a child interpreter that imports those builds as
 ``labkit.wire._readpath`` and ``labkit.wire._loopclock``: the fuzz tests holding each C
 function to its Python twin, the SSE whole-chunk and whole-event readers' and the corpus
-through the lean transport, and the loop clock's tests and parity fuzz on the C selector. The child preloads the ASan runtime (an uninstrumented
-Python must load it first), allocates every object with malloc (``PYTHONMALLOC=malloc``:
-pymalloc's arenas would hide a read past a small bytes object), leaves leaks unchecked
+through the lean transport, and the loop clock's tests and parity fuzz on the C selector.
+The child preloads the ASan runtime (an uninstrumented Python must load it first),
+allocates every object with malloc (``PYTHONMALLOC=malloc``: pymalloc's arenas would hide
+a read past a small bytes object), leaves leaks unchecked
 (CPython leaves memory to the OS at exit) and stops at the first error of either sanitizer,
 so an out-of-bounds read or undefined behaviour fails the run. Extra arguments go to pytest.
 """
@@ -143,9 +144,7 @@ def main() -> None:
             ASAN_OPTIONS="detect_leaks=0:abort_on_error=0:halt_on_error=1",
             UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1",
         )
-        done = subprocess.run(
-            [sys.executable, __file__, "--child", tmp, *args], cwd=REPO, env=env
-        )
+        done = subprocess.run([sys.executable, __file__, "--child", tmp, *args], cwd=REPO, env=env)
     sys.exit(done.returncode)
 
 

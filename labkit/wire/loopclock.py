@@ -58,8 +58,8 @@ __all__ = [
     "BLOCKED_NS",
     "REPORTS_KEPT",
     "SCHEDSTAT_PATH",
-    "Arrival",
     "SELECT_IMPLEMENTATION",
+    "Arrival",
     "LatenessTracker",
     "PyTimedSelector",
     "TimedSelector",
@@ -248,9 +248,7 @@ class PyTimedSelector(selectors.DefaultSelector):
             self.schedstat = None
 
 
-def _window_before(
-    history: deque[tuple[int, int, bool, int]], seen_ns: int
-) -> Arrival | None:
+def _window_before(history: deque[tuple[int, int, bool, int]], seen_ns: int) -> Arrival | None:
     """`PyTimedSelector.window_before` (shared by the C selector)."""
     for i in range(len(history) - 1, 0, -1):
         returned, entered, blocked, woken = history[i]
@@ -259,8 +257,6 @@ def _window_before(
                 return (entered, woken, True)
             return (history[i - 1][0], entered, False)
     return None
-
-
 
 
 def _woken(entered: int, returned: int, before: bytes, after: bytes) -> int:
@@ -397,6 +393,9 @@ def _c_selector_class(module: Any) -> type[PyTimedSelector]:
         """`PyTimedSelector` with its ``select()`` and per-socket state in C (same windows,
         history, counts and states; tests/wire/test_loopclock_parity.py)."""
 
+        #: As `PyTimedSelector.schedstat` (a property of the C object).
+        schedstat: Callable[[], bytes] | None
+
         def __init__(
             self,
             clock: Callable[[], int] = time.perf_counter_ns,
@@ -416,9 +415,7 @@ def _c_selector_class(module: Any) -> type[PyTimedSelector]:
                         return fd
                 raise
 
-        def register(
-            self, fileobj: Any, events: int, data: Any = None
-        ) -> selectors.SelectorKey:
+        def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
             """Register as the default selector does; a reader is noted as watched."""
             if not events or events & ~_EVENTS:
                 raise ValueError(f"Invalid events: {events!r}")
@@ -447,7 +444,7 @@ def _c_selector_class(module: Any) -> type[PyTimedSelector]:
                 self._modify(key.fd, events, key)
             return key
 
-        def get_map(self) -> Mapping[Any, selectors.SelectorKey] | None:
+        def get_map(self) -> Mapping[Any, selectors.SelectorKey] | None:  # type: ignore[override]
             """File object -> key of what is registered; None once closed."""
             return self._map
 
@@ -462,7 +459,7 @@ def _c_selector_class(module: Any) -> type[PyTimedSelector]:
                 closer()
                 self.schedstat = None
 
-    return CTimedSelector  # type: ignore[return-value]
+    return CTimedSelector
 
 
 _C_CLASS: list[type[PyTimedSelector]] = []

@@ -204,9 +204,7 @@ def _run_both(
         clock_values.append(t)
     assert C_SELECTOR is not None
     both: list[Any] = [
-        selector_class(
-            clock=Script(clock_values), schedstat=Script(lines) if scheduled else None
-        )
+        selector_class(clock=Script(clock_values), schedstat=Script(lines) if scheduled else None)
         for selector_class in (loopclock.PyTimedSelector, C_SELECTOR)
     ]
     fds = [s.fileno() for s in watched]
@@ -217,18 +215,14 @@ def _run_both(
                 peers[op[1]].send(b"x")
                 continue
             if op[0] == "drain":
-                try:
+                with contextlib.suppress(BlockingIOError):
                     watched[op[1]].recv(4096)
-                except BlockingIOError:
-                    pass
                 continue
             if op[0] == "select" and op[1] not in (0, 0.0) and not _ready_now(watched, registered):
                 op = ("select", 0)  # nothing would wake it: not worth a sleep
             results = [_do(sel, op, watched) for sel in both]
             assert results[0] == results[1], op
-            if op[0] == "register" and not isinstance(results[0], str):
-                registered[op[1]] = op[2]
-            elif op[0] == "modify" and not isinstance(results[0], str):
+            if op[0] in ("register", "modify") and not isinstance(results[0], str):
                 registered[op[1]] = op[2]
             elif op[0] == "unregister" and not isinstance(results[0], str):
                 registered.pop(op[1], None)

@@ -79,7 +79,7 @@ def test_the_default_runs_the_c_selector_where_built() -> None:
 
 
 def test_c_without_the_extension_is_one_error_naming_the_variable() -> None:
-    with pytest.raises(ConfigError, match="LABKIT_READPATH=c .*ImportError: gone"):
+    with pytest.raises(ConfigError, match=r"LABKIT_READPATH=c .*ImportError: gone"):
         loopclock.choose("c", None, "ImportError: gone")
     assert loopclock.choose("auto", None, "ImportError: gone") == "python"
     assert loopclock.choose("auto", object(), None) == "c"
