@@ -17,11 +17,10 @@ Chat Completions stream: a pushed read of whole chunks of plain content chunks (
 parser's and its stamp to the output stamps (issue 47); a parser names the shape it can
 take (`StreamParser.common_chunk`, `common_reader`), any other read goes the general way.
 
-The framing alone (`whole_chunks`, for the body's own decoder) and the event loop's timed
-``select()`` (`loopclock.TimedSelector`) are Python whatever the setting: their C versions
-saved some 1 and 0.3 µs a token, within the noise of a 32-stream level on the 2-core host
-(docs/accuracy.md, `make bench-readpath`), and the select's read CPython's private selector
-attributes.
+The framing alone (`whole_chunks`, for the body's own decoder) is Python whatever the
+setting: its C version saved some 1 µs a token, within the noise of a 32-stream level on the
+2-core host (docs/accuracy.md, `make bench-readpath`). The event loop's timed ``select()``
+has its own extension (`loopclock`, `_loopclock.c`), switched by the same variable.
 
 ``LABKIT_READPATH`` (read once, at import) chooses: unset or ``auto``, C where built, else
 Python; ``c``, C or an error where it is not built; ``python``, the Python twin of every C
