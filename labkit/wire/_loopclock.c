@@ -167,8 +167,7 @@ static int grow(TimedEpoll *self, int fd) {
 /* The socket's state, made as _socket() makes it (its queue the one in `reports`, if any). */
 static Entry *socket_state(TimedEpoll *self, int fd) {
     if (grow(self, fd) < 0) return NULL;
-    Entry *e = &self->entries[fd];
-    if (e->has_state) return e;
+    if (self->entries[fd].has_state) return &self->entries[fd];
     PyObject *fd_obj = PyLong_FromLong(fd);
     if (fd_obj == NULL) return NULL;
     PyObject *queue = PyDict_GetItemWithError(self->reports, fd_obj);
@@ -193,6 +192,13 @@ static Entry *socket_state(TimedEpoll *self, int fd) {
         }
     }
     Py_DECREF(fd_obj);
+    /* Taken only now: an allocation above may have run a finalizer that registered a higher
+     * descriptor and so moved `entries`. */
+    Entry *e = &self->entries[fd];
+    if (e->has_state) { /* made meanwhile by that finalizer: keep it */
+        Py_DECREF(queue);
+        return e;
+    }
     e->has_state = 1;
     e->reports = queue;
     e->watched_from = -1;
@@ -224,6 +230,7 @@ static int unwatch(TimedEpoll *self, int fd) {
     if (e->reported_by == self->selects && PyObject_Length(e->reports) > 0) {
         PyObject *window = PyObject_CallMethod(e->reports, "pop", NULL);
         if (window == NULL) return -1;
+        e = &self->entries[fd]; /* as in socket_state: `entries` may have moved */
         Py_XSETREF(e->unread, window);
     }
     if (0 <= e->watched_from && e->watched_from < self->selects) {
@@ -599,6 +606,11 @@ static PyObject *te_select(TimedEpoll *self, PyObject *const *args, Py_ssize_t n
                 Py_CLEAR(ready);
                 goto done;
             }
+        }
+        e = &self->entries[fd]; /* `entries` may have moved while the window was built */
+        if (!e->has_state) { /* forgotten by a finalizer meanwhile */
+            Py_DECREF(window);
+            continue;
         }
         e->seen_empty_ns = returned;
         e->reported_by = n_select;
