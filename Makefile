@@ -13,14 +13,14 @@ LAB_STAMP := $(VENV)/.lab-installed-stamp
 
 # The tests and tools: labkit with the dev extra (Ray, pytest, mypy, ruff, ...). Both installs
 # build the C read path in place (setup.py; labkit runs the same steps in Python without it).
-$(STAMP): pyproject.toml setup.py labkit/wire/_readpath.c
+$(STAMP): pyproject.toml setup.py labkit/wire/_readpath.c labkit/_stampfigures.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP) $(LAB_STAMP)
 
 # The main job: labkit and its own dependencies only (what `pip install labkit` gets).
-$(LAB_STAMP): pyproject.toml setup.py labkit/wire/_readpath.c
+$(LAB_STAMP): pyproject.toml setup.py labkit/wire/_readpath.c labkit/_stampfigures.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e .

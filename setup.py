@@ -1,8 +1,9 @@
-"""labkit's C read path (labkit/wire/_readpath.c), built where it can be.
+"""labkit's C read path (labkit/wire/_readpath.c) and its stream figures in C
+(labkit/_stampfigures.c), built where they can be.
 
-Everything else is in pyproject.toml. The extension is optional: without a C compiler, or off
-Linux, labkit installs without it and runs the same steps in Python
-(labkit.wire.readpath).
+Everything else is in pyproject.toml. The extensions are optional: without a C compiler, or off
+Linux, labkit installs without them and runs the same steps in Python
+(labkit.wire.readpath, labkit.timing and labkit.measurement.lateness).
 """
 
 import sys
@@ -16,6 +17,15 @@ if sys.platform.startswith("linux"):
             "labkit.wire._readpath",
             ["labkit/wire/_readpath.c"],
             extra_compile_args=["-O2"],
+            optional=True,
+        )
+    )
+    # The figures must be the Python's floats to the bit: no fused multiply-add.
+    extensions.append(
+        Extension(
+            "labkit._stampfigures",
+            ["labkit/_stampfigures.c"],
+            extra_compile_args=["-O2", "-ffp-contract=off"],
             optional=True,
         )
     )

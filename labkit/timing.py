@@ -5,13 +5,48 @@ Pure functions over nanosecond stamps, so they can be tested with a scripted clo
 
 from __future__ import annotations
 
+import importlib
 import operator
 from collections.abc import Mapping, Sequence
+from types import ModuleType
 from typing import Any
 
 from labkit.records import ClientTimings, DecodeNullReason
 
-__all__ = ["derive_client_timings", "percentile"]
+__all__ = ["STAMP_FIGURES", "derive_client_timings", "percentile", "stamp_figures"]
+
+
+def _load_stamp_figures() -> ModuleType | None:
+    """The built C figures (`labkit._stampfigures`), or None where labkit was installed
+    without them (no C compiler): the same figures are then computed here, in Python."""
+    try:
+        return importlib.import_module("labkit._stampfigures")
+    except ImportError:
+        return None
+
+
+#: The C figures of a stream's stamps (labkit/_stampfigures.c), or None: each function
+#: returns None outside its common case, and the Python below runs instead.
+STAMP_FIGURES: ModuleType | None = _load_stamp_figures()
+
+
+def stamp_figures(
+    t_start_ns: int, output_event_ns: Sequence[int]
+) -> tuple[list[float], float | None, float | None, float | None]:
+    """Each output event's offset from `t_start_ns` in ms, and the median, 99th percentile
+    and largest of the gaps between consecutive ones (None each under two events): in C
+    where it is built and the stamps are its common case, the same floats in Python
+    otherwise."""
+    if STAMP_FIGURES is not None:
+        done = STAMP_FIGURES.offsets(t_start_ns, output_event_ns)
+        if done is not None:
+            return done  # type: ignore[no-any-return]
+    offsets = [(t - t_start_ns) / _NS_PER_MS for t in output_event_ns]
+    gaps = sorted(map(operator.sub, offsets[1:], offsets[:-1]))  # each b - a, in C
+    if not gaps:
+        return offsets, None, None, None
+    return offsets, percentile(gaps, 50), percentile(gaps, 99), gaps[-1]
+
 
 _NS_PER_MS = 1_000_000.0
 _CONNECTED = "connection.connect_tcp.complete"
@@ -79,11 +114,10 @@ def derive_client_timings(
                 return off(t)
         return None
 
-    offsets = [(t - t_start_ns) / _NS_PER_MS for t in output_event_ns]
+    offsets, itl_p50, itl_p99, itl_max = stamp_figures(t_start_ns, output_event_ns)
     ttft = offsets[0] if offsets else None
     last = offsets[-1] if offsets else None
     decode, why_null = _decode(offsets, output_tokens, uncounted)
-    gaps = sorted(map(operator.sub, offsets[1:], offsets[:-1]))  # each b - a, in C
     connect_ms = phase(_CONNECTED)
     new_connection: bool | None = True
     if connect_ahead_ns is not None:
@@ -113,9 +147,9 @@ def derive_client_timings(
         output_tokens_per_s=(1000.0 / decode) if decode else None,
         event_offsets_ms=offsets,
         event_tokens=event_tokens,
-        itl_ms_p50=percentile(gaps, 50) if gaps else None,
-        itl_ms_p99=percentile(gaps, 99) if gaps else None,
-        itl_ms_max=gaps[-1] if gaps else None,
+        itl_ms_p50=itl_p50,
+        itl_ms_p99=itl_p99,
+        itl_ms_max=itl_max,
         loop_lag_ms=loop_lag_ms,
         decode_null_reason=why_null,
         **(self_check or {}),

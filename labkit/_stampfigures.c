@@ -1,0 +1,197 @@
+/* labkit._stampfigures: a stream's per-event figures in one pass of C, to the bit.
+ *
+ * The common case of what labkit.timing.derive_client_timings and
+ * labkit.measurement.lateness.self_check_fields compute from a stream's stamps, once a
+ * stream ends: each output event's offset from t_start (ms), the sorted gaps' median, 99th
+ * percentile and largest (ITL), and, under kernel stamps, the read lags' median and 99th
+ * percentile. The same operations in the same order as the Python (IEEE doubles, no fused
+ * multiply-add: built with -ffp-contract=off), so every figure is the same float; whatever
+ * falls outside the common case (a list that is not a list, an int beyond 64 bits, events
+ * read together, a read the kernel did not stamp) returns None and the Python runs instead.
+ * tests/test_stampfigures.py checks both ways against each other.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+/* Offsets beyond 2**53 ns would round in the int -> double conversion: left to Python. */
+#define EXACT_LIMIT (((int64_t)1) << 53)
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* labkit.timing.percentile of n sorted doubles (n >= 1): pos = (n - 1) * q / 100.0. */
+static double pct_double(const double *v, Py_ssize_t n, long q) {
+    double pos = (double)((n - 1) * q) / 100.0;
+    Py_ssize_t lo = (Py_ssize_t)pos;
+    Py_ssize_t hi = lo + 1 < n - 1 ? lo + 1 : n - 1;
+    double frac = pos - (double)lo;
+    double low = v[lo], high = v[hi];
+    return low + (high - low) * frac;
+}
+
+/* The same of n sorted ints, each divided by `scale` (only the two it interpolates). */
+static double pct_i64_scaled(const int64_t *v, Py_ssize_t n, long q, double scale) {
+    double pos = (double)((n - 1) * q) / 100.0;
+    Py_ssize_t lo = (Py_ssize_t)pos;
+    Py_ssize_t hi = lo + 1 < n - 1 ? lo + 1 : n - 1;
+    double frac = pos - (double)lo;
+    double low = (double)v[lo] / scale, high = (double)v[hi] / scale;
+    return low + (high - low) * frac;
+}
+
+/* Each item of a list as int64; 0 on success, 1 when one is no int or beyond 64 bits. */
+static int read_i64(PyObject *list, int64_t *out) {
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(list, i);
+        int overflow = 0;
+        if (!PyLong_CheckExact(item)) return 1;
+        long long v = PyLong_AsLongLongAndOverflow(item, &overflow);
+        if (overflow || (v == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            return 1;
+        }
+        out[i] = (int64_t)v;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(offsets_doc,
+"offsets(t_start_ns, output_ns) -> (offsets, itl_p50, itl_p99, itl_max) or None\n\n"
+"Each output event's offset from t_start in ms ((t - t_start) / 1e6) and the sorted\n"
+"gaps' median, 99th percentile and largest (None each under two events); None: not the\n"
+"common case (an empty or non-list input, an int beyond 64 bits or 2**53 ns apart).");
+
+static PyObject *offsets(PyObject *self, PyObject *args) {
+    PyObject *t0_obj, *events;
+    if (!PyArg_ParseTuple(args, "OO", &t0_obj, &events)) return NULL;
+    if (!PyLong_CheckExact(t0_obj) || !PyList_CheckExact(events)) Py_RETURN_NONE;
+    Py_ssize_t n = PyList_GET_SIZE(events);
+    if (n == 0) Py_RETURN_NONE;
+    int overflow = 0;
+    long long t0 = PyLong_AsLongLongAndOverflow(t0_obj, &overflow);
+    if (overflow || (t0 == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    int64_t *stamps = PyMem_Malloc(sizeof(int64_t) * (size_t)n);
+    double *offs = PyMem_Malloc(sizeof(double) * (size_t)n * 2);
+    PyObject *result = NULL, *list = NULL;
+    if (stamps == NULL || offs == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (read_i64(events, stamps)) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t d;
+        if (__builtin_sub_overflow(stamps[i], (int64_t)t0, &d) || d > EXACT_LIMIT ||
+            d < -EXACT_LIMIT) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+        offs[i] = (double)d / 1000000.0;
+    }
+    list = PyList_New(n);
+    if (list == NULL) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *f = PyFloat_FromDouble(offs[i]);
+        if (f == NULL) goto done;
+        PyList_SET_ITEM(list, i, f);
+    }
+    if (n < 2) {
+        result = Py_BuildValue("(OOOO)", list, Py_None, Py_None, Py_None);
+        goto done;
+    }
+    double *gaps = offs + n;
+    Py_ssize_t m = n - 1;
+    for (Py_ssize_t i = 0; i < m; i++) gaps[i] = offs[i + 1] - offs[i];
+    qsort(gaps, (size_t)m, sizeof(double), cmp_double);
+    result = Py_BuildValue("(Oddd)", list, pct_double(gaps, m, 50), pct_double(gaps, m, 99),
+                           gaps[m - 1]);
+done:
+    Py_XDECREF(list);
+    PyMem_Free(stamps);
+    PyMem_Free(offs);
+    return result;
+}
+
+PyDoc_STRVAR(kernel_lags_doc,
+"kernel_lags(output_ns, stamps, seen, kernel) -> (p50, p99), () or None\n\n"
+"Under kernel stamps where each output event came in a read of its own (output_ns\n"
+"strictly increasing, the reads' stamps never decreasing, every read kernel-stamped): the\n"
+"read lags' (seen - stamp of the first read with the event's stamp) median and 99th\n"
+"percentile in ms, () when no event's stamp is a read's; None: not that case.");
+
+static PyObject *kernel_lags(PyObject *self, PyObject *args) {
+    PyObject *events, *stamps_l, *seen_l, *kernel_l;
+    if (!PyArg_ParseTuple(args, "OOOO", &events, &stamps_l, &seen_l, &kernel_l)) return NULL;
+    if (!PyList_CheckExact(events) || !PyList_CheckExact(stamps_l) ||
+        !PyList_CheckExact(seen_l) || !PyList_CheckExact(kernel_l))
+        Py_RETURN_NONE;
+    Py_ssize_t n = PyList_GET_SIZE(events), r = PyList_GET_SIZE(stamps_l);
+    if (n == 0 || PyList_GET_SIZE(seen_l) != r) Py_RETURN_NONE;
+    Py_ssize_t k = PyList_GET_SIZE(kernel_l);
+    for (Py_ssize_t i = 0; i < k; i++) {
+        if (PyList_GET_ITEM(kernel_l, i) != Py_True) Py_RETURN_NONE;
+    }
+    int64_t *buf = PyMem_Malloc(sizeof(int64_t) * (size_t)(2 * n + 2 * r + 1));
+    if (buf == NULL) return PyErr_NoMemory();
+    int64_t *out = buf, *st = buf + n, *se = buf + n + r, *lags = buf + n + 2 * r;
+    PyObject *result = NULL;
+    if (read_i64(events, out) || read_i64(stamps_l, st) || read_i64(seen_l, se)) goto none;
+    for (Py_ssize_t i = 1; i < n; i++) {
+        if (out[i] <= out[i - 1]) goto none;
+    }
+    for (Py_ssize_t j = 1; j < r; j++) {
+        if (st[j] < st[j - 1]) goto none;
+    }
+    Py_ssize_t found = 0, j = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        while (j < r && st[j] < out[i]) j++;
+        if (j < r && st[j] == out[i]) {
+            int64_t lag;
+            if (__builtin_sub_overflow(se[j], out[i], &lag) || lag > EXACT_LIMIT ||
+                lag < -EXACT_LIMIT)
+                goto none;
+            lags[found++] = lag;
+        }
+    }
+    if (found == 0) {
+        result = PyTuple_New(0);
+    } else {
+        qsort(lags, (size_t)found, sizeof(int64_t), cmp_i64);
+        result = Py_BuildValue("(dd)", pct_i64_scaled(lags, found, 50, 1e6),
+                               pct_i64_scaled(lags, found, 99, 1e6));
+    }
+    PyMem_Free(buf);
+    return result;
+none:
+    PyMem_Free(buf);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"offsets", offsets, METH_VARARGS, offsets_doc},
+    {"kernel_lags", kernel_lags, METH_VARARGS, kernel_lags_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "labkit._stampfigures",
+    "A stream's per-event figures in one pass of C (labkit.timing, labkit.measurement.lateness).",
+    -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__stampfigures(void) { return PyModule_Create(&module); }
