@@ -4,10 +4,11 @@
  * labkit.measurement.lateness.self_check_fields compute from a stream's stamps, once a
  * stream ends: each output event's offset from t_start (ms), the sorted gaps' median, 99th
  * percentile and largest (ITL), and, under kernel stamps, the read lags' median and 99th
- * percentile. The same operations in the same order as the Python (IEEE doubles, no fused
+ * percentile, and whether any events were read together. The same operations in the same order as the Python (IEEE doubles, no fused
  * multiply-add: built with -ffp-contract=off), so every figure is the same float; whatever
- * falls outside the common case (a list that is not a list, an int beyond 64 bits, events
- * read together, a read the kernel did not stamp) returns None and the Python runs instead.
+ * falls outside the common case (an input that is not a list, an int beyond 64 bits or
+ * 2**53 ns apart, stamps out of order, a read the kernel did not stamp) returns None and the
+ * Python runs instead.
  * tests/test_stampfigures.py checks both ways against each other.
  */
 #define PY_SSIZE_T_CLEAN
@@ -128,11 +129,12 @@ done:
 }
 
 PyDoc_STRVAR(kernel_lags_doc,
-"kernel_lags(output_ns, stamps, seen, kernel) -> (p50, p99), () or None\n\n"
-"Under kernel stamps where each output event came in a read of its own (output_ns\n"
-"strictly increasing, the reads' stamps never decreasing, every read kernel-stamped): the\n"
-"read lags' (seen - stamp of the first read with the event's stamp) median and 99th\n"
-"percentile in ms, () when no event's stamp is a read's; None: not that case.");
+"kernel_lags(output_ns, stamps, seen, kernel) -> ((p50, p99) or (), shared) or None\n\n"
+"Under kernel stamps in order (output_ns and the reads' stamps never decreasing, every\n"
+"read kernel-stamped, the columns of one length): the read lags' (seen - stamp of the\n"
+"first read with the event's stamp) median and 99th percentile in ms, () when no event's\n"
+"stamp is a read's, and whether events share a stamp (read together); None: not that\n"
+"case.");
 
 static PyObject *kernel_lags(PyObject *self, PyObject *args) {
     PyObject *events, *stamps_l, *seen_l, *kernel_l;
@@ -151,8 +153,10 @@ static PyObject *kernel_lags(PyObject *self, PyObject *args) {
     int64_t *out = buf, *st = buf + n, *se = buf + n + r, *lags = buf + n + 2 * r;
     PyObject *result = NULL;
     if (read_i64(events, out) || read_i64(stamps_l, st) || read_i64(seen_l, se)) goto none;
+    int shared = 0; /* events read together: their lateness is the Python's to spread */
     for (Py_ssize_t i = 1; i < n; i++) {
-        if (out[i] <= out[i - 1]) goto none;
+        if (out[i] < out[i - 1]) goto none;
+        shared |= out[i] == out[i - 1];
     }
     for (Py_ssize_t j = 1; j < r; j++) {
         if (st[j] < st[j - 1]) goto none;
@@ -169,11 +173,12 @@ static PyObject *kernel_lags(PyObject *self, PyObject *args) {
         }
     }
     if (found == 0) {
-        result = PyTuple_New(0);
+        result = Py_BuildValue("(()O)", shared ? Py_True : Py_False);
     } else {
         qsort(lags, (size_t)found, sizeof(int64_t), cmp_i64);
-        result = Py_BuildValue("(dd)", pct_i64_scaled(lags, found, 50, 1e6),
-                               pct_i64_scaled(lags, found, 99, 1e6));
+        result = Py_BuildValue("((dd)O)", pct_i64_scaled(lags, found, 50, 1e6),
+                               pct_i64_scaled(lags, found, 99, 1e6),
+                               shared ? Py_True : Py_False);
     }
     PyMem_Free(buf);
     return result;

@@ -161,16 +161,24 @@ def self_check_fields(
     fields: dict[str, Any] = {}
     if source == "kernel":
         reads = kernel_reads or KernelReads((), (), ())
-        if STAMP_FIGURES is not None and output_ns:
-            # The common case in C: each event in a read of its own, every read stamped by
-            # the kernel, so no event is late; None: not that case, the steps below.
-            lags_ms = STAMP_FIGURES.kernel_lags(output_ns, *reads)
-            if lags_ms is not None:
+        # The common case in C: stamps in order, every read stamped by the kernel; and
+        # where each event came in a read of its own, none is late. None: the steps below.
+        done = (
+            STAMP_FIGURES.kernel_lags(output_ns, *reads)
+            if STAMP_FIGURES is not None and output_ns
+            else None
+        )
+        if done is not None:
+            lags_ms, shared = done
+            if not shared:
                 return _on_time(fields, lags_ms, len(output_ns), lateness, output_ns[0])
-        lags = _read_lags_ns(output_ns, reads)
-        if lags:
-            fields["read_lag_ms_p50"] = percentile(lags, 50, scale=1e6)
-            fields["read_lag_ms_p99"] = percentile(lags, 99, scale=1e6)
+            if lags_ms:
+                fields["read_lag_ms_p50"], fields["read_lag_ms_p99"] = lags_ms
+        else:
+            lags = _read_lags_ns(output_ns, reads)
+            if lags:
+                fields["read_lag_ms_p50"] = percentile(lags, 50, scale=1e6)
+                fields["read_lag_ms_p99"] = percentile(lags, 99, scale=1e6)
         in_order = _kernel_lateness(output_ns, reads, read_windows or {})
         if in_order is None:  # the kernel gave no stamp: stamped when read, no estimate
             fields["stamp_source"] = "user"
