@@ -128,32 +128,74 @@ done:
     return result;
 }
 
-PyDoc_STRVAR(kernel_lags_doc,
-"kernel_lags(output_ns, stamps, seen, kernel) -> ((p50, p99) or (), shared) or None\n\n"
-"Under kernel stamps in order (output_ns and the reads' stamps never decreasing, every\n"
-"read kernel-stamped, the columns of one length): the read lags' (seen - stamp of the\n"
-"first read with the event's stamp) median and 99th percentile in ms, () when no event's\n"
-"stamp is a read's, and whether events share a stamp (read together); None: not that\n"
-"case.");
+/* `labkit.measurement.lateness.WAKE_SLACK_NS` (tests check the two agree). */
+#define WAKE_SLACK_NS 500000
+/* `lateness._EXACT_ROUNDING_NS`: below it a lateness rounds to the µs by integers. */
+#define EXACT_ROUNDING_NS 1000000000000000LL
 
-static PyObject *kernel_lags(PyObject *self, PyObject *args) {
-    PyObject *events, *stamps_l, *seen_l, *kernel_l;
-    if (!PyArg_ParseTuple(args, "OOOO", &events, &stamps_l, &seen_l, &kernel_l)) return NULL;
+/* One window of `windows` (`TimedSelector.window_before`): (entered_or_floor, latest, woke).
+ * 1: found; 0: none for this stamp; -1: not the common case (or an error is set). */
+static int window_of(PyObject *windows, PyObject *key, int64_t *floor, int64_t *latest,
+                     int *woke) {
+    PyObject *w = PyDict_GetItemWithError(windows, key);
+    if (w == NULL) return PyErr_Occurred() ? -1 : 0;
+    if (!PyTuple_CheckExact(w) || PyTuple_GET_SIZE(w) != 3) return -1;
+    PyObject *a = PyTuple_GET_ITEM(w, 0), *b = PyTuple_GET_ITEM(w, 1), *c = PyTuple_GET_ITEM(w, 2);
+    if (!PyLong_CheckExact(a) || !PyLong_CheckExact(b) || !PyBool_Check(c)) return -1;
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(a, &overflow);
+    if (overflow || (x == -1 && PyErr_Occurred())) return -1;
+    long long y = PyLong_AsLongLongAndOverflow(b, &overflow);
+    if (overflow || (y == -1 && PyErr_Occurred())) return -1;
+    *floor = x;
+    *latest = y;
+    *woke = c == Py_True;
+    return 1;
+}
+
+/* `lateness._rounded_ms` of one lateness (never negative here): round(v / 1e6, 3). */
+static PyObject *rounded_ms(int64_t v) {
+    if (v == 0) return PyFloat_FromDouble(0.0);
+    if (v % 1000 != 500) return PyFloat_FromDouble((double)((v + 500) / 1000) / 1000.0);
+    /* A tie: Python's own round, as the Python does. */
+    PyObject *f = PyFloat_FromDouble((double)v / 1e6);
+    if (f == NULL) return NULL;
+    PyObject *r = PyObject_CallMethod(f, "__round__", "i", 3);
+    Py_DECREF(f);
+    return r;
+}
+
+PyDoc_STRVAR(kernel_self_check_doc,
+"kernel_self_check(output_ns, stamps, seen, kernel, windows) -> (lags_ms, late) or None\n\n"
+"`lateness.self_check_fields` under kernel stamps, in the common case: stamps in order\n"
+"(output_ns and the reads' stamps never decreasing), every read kernel-stamped, the\n"
+"columns of one length. lags_ms: the read lags' (seen - stamp of the first read with the\n"
+"event's stamp) median and 99th percentile in ms, () when no event's stamp is a read's.\n"
+"late: None when no event is late (none read together, or none spread), else the\n"
+"lateness's (p50, p99, max, per-event list rounded to the µs, first event's) in ms, each\n"
+"event read together with others spread over the loop's window for its read (`windows`)\n"
+"as `_kernel_lateness` does. None: not that case (the Python runs).");
+
+static PyObject *kernel_self_check(PyObject *self, PyObject *args) {
+    PyObject *events, *stamps_l, *seen_l, *kernel_l, *windows;
+    if (!PyArg_ParseTuple(args, "OOOOO", &events, &stamps_l, &seen_l, &kernel_l, &windows))
+        return NULL;
     if (!PyList_CheckExact(events) || !PyList_CheckExact(stamps_l) ||
-        !PyList_CheckExact(seen_l) || !PyList_CheckExact(kernel_l))
+        !PyList_CheckExact(seen_l) || !PyList_CheckExact(kernel_l) || !PyDict_CheckExact(windows))
         Py_RETURN_NONE;
     Py_ssize_t n = PyList_GET_SIZE(events), r = PyList_GET_SIZE(stamps_l);
     if (n == 0 || PyList_GET_SIZE(seen_l) != r) Py_RETURN_NONE;
-    Py_ssize_t k = PyList_GET_SIZE(kernel_l);
-    for (Py_ssize_t i = 0; i < k; i++) {
+    Py_ssize_t k_len = PyList_GET_SIZE(kernel_l);
+    for (Py_ssize_t i = 0; i < k_len; i++) {
         if (PyList_GET_ITEM(kernel_l, i) != Py_True) Py_RETURN_NONE;
     }
-    int64_t *buf = PyMem_Malloc(sizeof(int64_t) * (size_t)(2 * n + 2 * r + 1));
+    int64_t *buf = PyMem_Malloc(sizeof(int64_t) * (size_t)(4 * n + 2 * r + 1));
     if (buf == NULL) return PyErr_NoMemory();
     int64_t *out = buf, *st = buf + n, *se = buf + n + r, *lags = buf + n + 2 * r;
-    PyObject *result = NULL;
+    int64_t *late = lags + n, *sorted_late = late + n;
+    PyObject *result = NULL, *lags_ms = NULL, *late_obj = NULL, *rounded = NULL;
     if (read_i64(events, out) || read_i64(stamps_l, st) || read_i64(seen_l, se)) goto none;
-    int shared = 0; /* events read together: their lateness is the Python's to spread */
+    int shared = 0;
     for (Py_ssize_t i = 1; i < n; i++) {
         if (out[i] < out[i - 1]) goto none;
         shared |= out[i] == out[i - 1];
@@ -161,8 +203,9 @@ static PyObject *kernel_lags(PyObject *self, PyObject *args) {
     for (Py_ssize_t j = 1; j < r; j++) {
         if (st[j] < st[j - 1]) goto none;
     }
-    Py_ssize_t found = 0, j = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
+    /* The lags: each event's read is the first read with its stamp (`_read_lags_ns`). */
+    Py_ssize_t found = 0;
+    for (Py_ssize_t i = 0, j = 0; i < n; i++) {
         while (j < r && st[j] < out[i]) j++;
         if (j < r && st[j] == out[i]) {
             int64_t lag;
@@ -172,24 +215,97 @@ static PyObject *kernel_lags(PyObject *self, PyObject *args) {
             lags[found++] = lag;
         }
     }
+    /* The lateness (`_kernel_lateness`): 0 but for the runs of events read together. */
+    int any_late = 0;
+    for (Py_ssize_t i = 0; i < n; i++) late[i] = 0;
+    for (Py_ssize_t i = 0; shared && i + 1 < n; i++) {
+        if (out[i + 1] != out[i] || (i > 0 && out[i - 1] == out[i])) continue;
+        int64_t t = out[i];
+        Py_ssize_t end = i + 2;
+        while (end < n && out[end] == t) end++;
+        int64_t k = (int64_t)(end - i);
+        int64_t floor_, latest, lo, span, v;
+        int woke;
+        int got = window_of(windows, PyList_GET_ITEM(events, i), &floor_, &latest, &woke);
+        if (got < 0) goto none;
+        if (got == 0) continue;
+        if (!woke) {
+            int64_t before = floor_; /* `_seen_before`: the read before the first with t */
+            for (Py_ssize_t j = 1; j < r; j++) {
+                if (st[j] == t) {
+                    before = se[j - 1];
+                    break;
+                }
+            }
+            lo = floor_ > before ? floor_ : before;
+        } else {
+            int64_t edge;
+            if (__builtin_sub_overflow(latest, (int64_t)WAKE_SLACK_NS, &edge)) goto none;
+            if (t < edge) {
+                lo = floor_;
+            } else {
+                lo = latest < t ? latest : t;
+                if (__builtin_sub_overflow(t, lo, &span)) goto none;
+                for (int64_t j = 1; j <= k; j++) {
+                    if (__builtin_mul_overflow(span, k - j, &v)) goto none;
+                    late[i + j - 1] = v / (k - 1);
+                }
+                continue;
+            }
+        }
+        lo = lo < t ? lo : t;
+        if (__builtin_sub_overflow(t, lo, &span)) goto none;
+        for (int64_t j = 1; j <= k; j++) {
+            if (__builtin_mul_overflow(j, span, &v)) goto none;
+            late[i + j - 1] = span - v / k;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (late[i] >= EXACT_ROUNDING_NS) goto none; /* `_rounded_ms`'s own way: Python */
+        any_late |= late[i] != 0;
+    }
     if (found == 0) {
-        result = Py_BuildValue("(()O)", shared ? Py_True : Py_False);
+        lags_ms = PyTuple_New(0);
     } else {
         qsort(lags, (size_t)found, sizeof(int64_t), cmp_i64);
-        result = Py_BuildValue("((dd)O)", pct_i64_scaled(lags, found, 50, 1e6),
-                               pct_i64_scaled(lags, found, 99, 1e6),
-                               shared ? Py_True : Py_False);
+        lags_ms = Py_BuildValue("(dd)", pct_i64_scaled(lags, found, 50, 1e6),
+                                pct_i64_scaled(lags, found, 99, 1e6));
     }
+    if (lags_ms == NULL) goto done;
+    if (!any_late) {
+        result = PyTuple_Pack(2, lags_ms, Py_None);
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) sorted_late[i] = late[i];
+    qsort(sorted_late, (size_t)n, sizeof(int64_t), cmp_i64);
+    rounded = PyList_New(n);
+    if (rounded == NULL) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *f = rounded_ms(late[i]);
+        if (f == NULL) goto done;
+        PyList_SET_ITEM(rounded, i, f);
+    }
+    late_obj = Py_BuildValue("(dddOd)", pct_i64_scaled(sorted_late, n, 50, 1e6),
+                             pct_i64_scaled(sorted_late, n, 99, 1e6),
+                             (double)sorted_late[n - 1] / 1e6, rounded, (double)late[0] / 1e6);
+    if (late_obj == NULL) goto done;
+    result = PyTuple_Pack(2, lags_ms, late_obj);
+done:
+    Py_XDECREF(lags_ms);
+    Py_XDECREF(late_obj);
+    Py_XDECREF(rounded);
     PyMem_Free(buf);
     return result;
 none:
+    PyErr_Clear();
+    Py_XDECREF(lags_ms);
     PyMem_Free(buf);
     Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
     {"offsets", offsets, METH_VARARGS, offsets_doc},
-    {"kernel_lags", kernel_lags, METH_VARARGS, kernel_lags_doc},
+    {"kernel_self_check", kernel_self_check, METH_VARARGS, kernel_self_check_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -112,6 +112,24 @@ def _reads(draw: st.DrawFn, output_ns: list[int]) -> KernelReads:
     return KernelReads(stamps, seen, kernel)
 
 
+@st.composite
+def _windows(draw: st.DrawFn, output_ns: list[int]) -> dict[Any, Any]:
+    """The loop's window for some of the reads' stamps (`TimedSelector.window_before`):
+    (entered or floor, woken or entered, woke), around the stamp, by µs and ns (ties of
+    the µs rounding), a few not a window of ints."""
+    windows: dict[Any, Any] = {}
+    for t in sorted(set(output_ns)):
+        pick = draw(st.integers(0, 9))
+        if pick < 3:
+            continue
+        floor = t - draw(
+            st.one_of(st.integers(0, 3_000_000), st.integers(0, 3).map(lambda u: u * 1_500))
+        )
+        latest = t + draw(st.integers(-2_000_000, 1_000_000))
+        windows[t] = [floor, latest, True] if pick == 9 else (floor, latest, pick % 2 == 0)
+    return windows
+
+
 @settings(max_examples=400, deadline=None)
 @given(stream=_stream(), t_start=st.integers(T0 - 10**7, T0 + 10**9))
 def test_offsets_and_gaps_are_the_pythons(stream: list[int], t_start: int) -> None:
@@ -123,7 +141,8 @@ def test_offsets_and_gaps_are_the_pythons(stream: list[int], t_start: int) -> No
 @given(data=st.data(), stream=_stream())
 def test_the_kernel_self_check_is_the_pythons(data: st.DataObject, stream: list[int]) -> None:
     reads = data.draw(_reads(stream))
-    fast, slow = _both(lambda: self_check_fields("kernel", stream, None, reads, {}))
+    windows = data.draw(_windows(stream))
+    fast, slow = _both(lambda: self_check_fields("kernel", stream, None, reads, windows))
     assert fast == slow
 
 
@@ -134,8 +153,10 @@ def test_the_client_timings_json_is_the_same(data: st.DataObject, stream: list[i
     t_start = stream[0] - data.draw(st.integers(0, 10**9))
     tokens = data.draw(st.one_of(st.none(), st.integers(0, 200)))
 
+    windows = data.draw(_windows(stream))
+
     def timings() -> Any:
-        fields = self_check_fields("kernel", stream, None, reads, {})
+        fields = self_check_fields("kernel", stream, None, reads, windows)
         return derive_client_timings(
             t_start_ns=t_start,
             phases_ns={"http11.send_request_body.complete": t_start + 40_000},
@@ -161,13 +182,40 @@ def test_the_common_case_runs_in_c() -> None:
     assert offsets == [1.0, 3.0, 4.0]
     assert (p50, largest) == (1.5, 2.0)
     assert p99 == pytest.approx(1.99)
-    assert c.kernel_lags(out, out, [t + 2_000 for t in out], [True] * 3) == ((0.002, 0.002), False)
-    fields = self_check_fields("kernel", out, None, KernelReads(out, out, [True] * 3), {})
+    reads = KernelReads(out, [t + 2_000 for t in out], [True] * 3)
+    assert c.kernel_self_check(out, *reads, {}) == ((0.002, 0.002), None)
+    fields = self_check_fields("kernel", out, None, reads, {})
     assert fields["stamp_lateness_ms"] == [0.0, 0.0, 0.0]
     assert fields["ttft_lateness_ms"] == 0.0
-    assert fields["read_lag_ms_p50"] == 0.0
-    # Events read together: their lags in C, their lateness the Python's to spread.
-    assert c.kernel_lags([T0, T0], [T0], [T0 + 1_000], [True]) == ((0.001, 0.001), True)
+    assert fields["read_lag_ms_p50"] == 0.002
+    # Two events read together, the loop woken by the first 1 ms before the read's stamp:
+    # the first is 1 ms late, the second on time (`_kernel_lateness`).
+    two = [T0, T0]
+    window = {T0: (T0 - 5_000_000, T0 - 1_000_000, True)}
+    _lags, late = c.kernel_self_check(two, [T0], [T0 + 1_000], [True], window)
+    assert late == (0.5, 0.99, 1.0, [1.0, 0.0], 1.0)
     # Stamps out of order, or a read the kernel did not stamp: the Python's to do.
-    assert c.kernel_lags([T0 + 1, T0], [T0], [T0], [True]) is None
-    assert c.kernel_lags(out, out, out, [True, False, True]) is None
+    assert c.kernel_self_check([T0 + 1, T0], [T0], [T0], [True], {}) is None
+    assert c.kernel_self_check(out, out, out, [True, False, True], {}) is None
+
+
+def test_the_c_wake_slack_is_the_pythons() -> None:
+    """labkit/_stampfigures.c's WAKE_SLACK_NS is `lateness.WAKE_SLACK_NS`: a select() that
+    returned the slack after the read's stamp was woken by it (no event late), one a
+    nanosecond later woke late (the events spread from its entry)."""
+    c = timing.STAMP_FIGURES
+    assert c is not None
+    slack = lateness.WAKE_SLACK_NS
+    two = [T0, T0]
+    reads = KernelReads([T0], [T0], [True])
+    lates = []
+    for latest in (T0 + slack, T0 + slack + 1):
+        window = {T0: (T0 - 4_000, latest, True)}
+        got = c.kernel_self_check(two, *reads, window)
+        assert got is not None
+        lates.append(got[1])
+        fast, slow = _both(lambda w=window: self_check_fields("kernel", two, None, reads, w))
+        assert fast == slow
+    assert lates[0] is None
+    assert lates[1] is not None
+    assert lates[1][3] == [0.002, 0.0]

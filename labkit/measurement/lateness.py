@@ -161,24 +161,19 @@ def self_check_fields(
     fields: dict[str, Any] = {}
     if source == "kernel":
         reads = kernel_reads or KernelReads((), (), ())
-        # The common case in C: stamps in order, every read stamped by the kernel; and
-        # where each event came in a read of its own, none is late. None: the steps below.
+        # The common case in C (labkit/_stampfigures.c): stamps in order, every read
+        # stamped by the kernel. None: not that case, the steps below.
         done = (
-            STAMP_FIGURES.kernel_lags(output_ns, *reads)
+            STAMP_FIGURES.kernel_self_check(output_ns, *reads, read_windows or {})
             if STAMP_FIGURES is not None and output_ns
             else None
         )
         if done is not None:
-            lags_ms, shared = done
-            if not shared:
-                return _on_time(fields, lags_ms, len(output_ns), lateness, output_ns[0])
-            if lags_ms:
-                fields["read_lag_ms_p50"], fields["read_lag_ms_p99"] = lags_ms
-        else:
-            lags = _read_lags_ns(output_ns, reads)
-            if lags:
-                fields["read_lag_ms_p50"] = percentile(lags, 50, scale=1e6)
-                fields["read_lag_ms_p99"] = percentile(lags, 99, scale=1e6)
+            return _kernel_fields(fields, *done, len(output_ns), lateness, output_ns[0])
+        lags = _read_lags_ns(output_ns, reads)
+        if lags:
+            fields["read_lag_ms_p50"] = percentile(lags, 50, scale=1e6)
+            fields["read_lag_ms_p99"] = percentile(lags, 99, scale=1e6)
         in_order = _kernel_lateness(output_ns, reads, read_windows or {})
         if in_order is None:  # the kernel gave no stamp: stamped when read, no estimate
             fields["stamp_source"] = "user"
@@ -207,24 +202,34 @@ def self_check_fields(
     return fields
 
 
-def _on_time(
+def _kernel_fields(
     fields: dict[str, Any],
     lags_ms: tuple[float, float] | tuple[()],
+    late: tuple[float, float, float, list[float], float] | None,
     n: int,
     lateness: LatenessTracker | None,
     first_ns: int,
 ) -> dict[str, Any]:
-    """`self_check_fields` of `n` kernel-stamped events each read on its own (none late),
-    with their read lags' median and 99th percentile in ms (`lags_ms`; () where none is
-    known): the fields, in the order the steps of the general case set them."""
+    """`self_check_fields` of `n` kernel-stamped events from what the C figures found: the
+    read lags' median and 99th percentile in ms (`lags_ms`; () where none is known) and the
+    lateness's median, 99th percentile, largest, per-event list and first event's in ms
+    (`late`; None: no event late). The fields in the order the steps in Python set them."""
     if lags_ms:
         fields["read_lag_ms_p50"], fields["read_lag_ms_p99"] = lags_ms
     fields["stamp_source"] = "kernel"
-    fields["stamp_lateness_ms_p50"] = fields["stamp_lateness_ms_p99"] = 0.0
-    fields["stamp_lateness_ms_max"] = 0.0
-    fields["stamp_lateness_ms"] = [0.0] * n
+    first_ms = 0.0
+    if late is None:
+        fields["stamp_lateness_ms_p50"] = fields["stamp_lateness_ms_p99"] = 0.0
+        fields["stamp_lateness_ms_max"] = 0.0
+        fields["stamp_lateness_ms"] = [0.0] * n
+    else:
+        p50, p99, largest, per_event, first_ms = late
+        fields["stamp_lateness_ms_p50"] = p50
+        fields["stamp_lateness_ms_p99"] = p99
+        fields["stamp_lateness_ms_max"] = largest
+        fields["stamp_lateness_ms"] = per_event
     if lateness is None or first_ns in lateness.stamps_ns:
-        fields["ttft_lateness_ms"] = 0.0
+        fields["ttft_lateness_ms"] = first_ms
     return fields
 
 
