@@ -169,7 +169,8 @@ def self_check_fields(
             else None
         )
         if done is not None:
-            return _kernel_fields(fields, *done, len(output_ns), lateness, output_ns[0])
+            lags_ms, late = done
+            return _kernel_fields(fields, lags_ms, late, len(output_ns), lateness, output_ns[0])
         lags = _read_lags_ns(output_ns, reads)
         if lags:
             fields["read_lag_ms_p50"] = percentile(lags, 50, scale=1e6)
