@@ -13,14 +13,14 @@ LAB_STAMP := $(VENV)/.lab-installed-stamp
 
 # The tests and tools: labkit with the dev extra (Ray, pytest, mypy, ruff, ...). Both installs
 # build the C read path in place (setup.py; labkit runs the same steps in Python without it).
-$(STAMP): pyproject.toml setup.py labkit/wire/_readpath.c labkit/wire/_loopclock.c
+$(STAMP): pyproject.toml setup.py labkit/wire/_readpath.c labkit/wire/_loopclock.c labkit/_stampfigures.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP) $(LAB_STAMP)
 
 # The main job: labkit and its own dependencies only (what `pip install labkit` gets).
-$(LAB_STAMP): pyproject.toml setup.py labkit/wire/_readpath.c
+$(LAB_STAMP): pyproject.toml setup.py labkit/wire/_readpath.c labkit/wire/_loopclock.c labkit/_stampfigures.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e .
@@ -82,11 +82,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-## The C read path (labkit/wire/_readpath.c) built with AddressSanitizer and
-## UndefinedBehaviorSanitizer into a throwaway folder (the in-place build is left alone), and
-## the read path's fuzz and equivalence tests run on it: an out-of-bounds read or undefined
-## behaviour stops them and fails (scripts/sanitize.py; about a minute on 2 cores; gcc and
-## its libasan/libubsan).
+## The C extensions (labkit/wire/_readpath.c, _loopclock.c, labkit/_stampfigures.c) built
+## with AddressSanitizer and UndefinedBehaviorSanitizer into a throwaway folder (the in-place
+## builds are left alone), and their fuzz and equivalence tests run on them: an
+## out-of-bounds read or undefined behaviour stops them and fails (scripts/sanitize.py; about
+## a minute on 2 cores; gcc and its libasan/libubsan).
 sanitize: $(STAMP)
 	$(BIN)/python scripts/sanitize.py
 

@@ -1,9 +1,9 @@
-"""labkit's C read path (labkit/wire/_readpath.c) and timed select() (_loopclock.c), built
-where they can be.
+"""labkit's C read path (labkit/wire/_readpath.c), timed select() (labkit/wire/_loopclock.c)
+and stream figures (labkit/_stampfigures.c), built where they can be.
 
 Everything else is in pyproject.toml. The extensions are optional: without a C compiler, or off
-Linux, labkit installs without them and runs the same steps in Python
-(labkit.wire.readpath, labkit.wire.loopclock.PyTimedSelector).
+Linux, labkit installs without them and runs the same steps in Python (labkit.wire.readpath,
+labkit.wire.loopclock.PyTimedSelector, labkit.timing and labkit.measurement.lateness).
 """
 
 import sys
@@ -26,6 +26,15 @@ if sys.platform.startswith("linux"):
             "labkit.wire._loopclock",
             ["labkit/wire/_loopclock.c"],
             extra_compile_args=["-O2"],
+            optional=True,
+        )
+    )
+    # The figures must be the Python's floats to the bit: no fused multiply-add.
+    extensions.append(
+        Extension(
+            "labkit._stampfigures",
+            ["labkit/_stampfigures.c"],
+            extra_compile_args=["-O2", "-ffp-contract=off"],
             optional=True,
         )
     )

@@ -5,19 +5,55 @@ Pure functions over nanosecond stamps, so they can be tested with a scripted clo
 
 from __future__ import annotations
 
+import importlib
 import operator
 from collections.abc import Mapping, Sequence
+from types import ModuleType
 from typing import Any
 
 from labkit.records import ClientTimings, DecodeNullReason
 
-__all__ = ["derive_client_timings", "percentile"]
+__all__ = ["STAMP_FIGURES", "derive_client_timings", "percentile", "stamp_figures"]
+
+
+def _load_stamp_figures() -> ModuleType | None:
+    """The built C figures (`labkit._stampfigures`), or None where labkit was installed
+    without them (no C compiler): the same figures are then computed here, in Python."""
+    try:
+        return importlib.import_module("labkit._stampfigures")
+    except ImportError:
+        return None
+
+
+#: The C figures of a stream's stamps (labkit/_stampfigures.c), or None: each function
+#: returns None outside its common case, and the Python below runs instead.
+STAMP_FIGURES: ModuleType | None = _load_stamp_figures()
+
+
+def stamp_figures(
+    t_start_ns: int, output_event_ns: Sequence[int]
+) -> tuple[list[float], float | None, float | None, float | None]:
+    """Each output event's offset from `t_start_ns` in ms, and the median, 99th percentile
+    and largest of the gaps between consecutive ones (None each under two events): in C
+    where it is built and the stamps are its common case, the same floats in Python
+    otherwise."""
+    if STAMP_FIGURES is not None:
+        done = STAMP_FIGURES.offsets(t_start_ns, output_event_ns)
+        if done is not None:
+            return done  # type: ignore[no-any-return]
+    offsets = [(t - t_start_ns) / _NS_PER_MS for t in output_event_ns]
+    gaps = sorted(map(operator.sub, offsets[1:], offsets[:-1]))  # each b - a, in C
+    if not gaps:
+        return offsets, None, None, None
+    return offsets, percentile(gaps, 50), percentile(gaps, 99), gaps[-1]
+
 
 _NS_PER_MS = 1_000_000.0
 _CONNECTED = "connection.connect_tcp.complete"
 _CONNECTING = "connection.connect_tcp.started"
 _TLS_DONE = "connection.start_tls.complete"
 _BODY_SENT = ("http11.send_request_body.complete", "http2.send_request_body.complete")
+_HEADERS = ("http11.receive_response_headers.complete", "http2.receive_response_headers.complete")
 #: Trace events of every traced request, on a new connection or a reused one.
 _SENT = ("http11.send_request_headers.complete", "http2.send_request_headers.complete")
 
@@ -69,53 +105,54 @@ def derive_client_timings(
     (`labkit.measurement.lateness.self_check_fields`), built in with the rest.
     """
 
-    def off(t: int | None) -> float | None:
-        return None if t is None else (t - t_start_ns) / _NS_PER_MS
-
-    def phase(*names: str) -> float | None:
-        for name in names:
-            t = phases_ns.get(name)
-            if t is not None:
-                return off(t)
-        return None
-
-    offsets = [(t - t_start_ns) / _NS_PER_MS for t in output_event_ns]
-    ttft = offsets[0] if offsets else None
-    last = offsets[-1] if offsets else None
+    # Each phase's stamp looked up once, by name, and its offset taken inline (no closure
+    # per call: this runs cold once a request, between other streams' reads).
+    get = phases_ns.get
+    t0 = t_start_ns
+    offsets, itl_p50, itl_p99, itl_max = stamp_figures(t0, output_event_ns)
     decode, why_null = _decode(offsets, output_tokens, uncounted)
-    gaps = sorted(map(operator.sub, offsets[1:], offsets[:-1]))  # each b - a, in C
-    connect_ms = phase(_CONNECTED)
+    t = get(_CONNECTED)
+    connected_tcp = None if t is None else (t - t0) / _NS_PER_MS
+    t = get(_CONNECTING)
+    connecting = None if t is None else (t - t0) / _NS_PER_MS
+    t = get(_TLS_DONE)
+    tls_done = None if t is None else (t - t0) / _NS_PER_MS
+    t = get(_BODY_SENT[0])
+    if t is None:
+        t = get(_BODY_SENT[1])
+    request_sent = None if t is None else (t - t0) / _NS_PER_MS
+    t = get(_HEADERS[0])
+    if t is None:
+        t = get(_HEADERS[1])
+    headers_ms = None if t is None else (t - t0) / _NS_PER_MS
+    connect_ms = connected_tcp
     new_connection: bool | None = True
     if connect_ahead_ns is not None:
         connect_ms = connect_ahead_ns / _NS_PER_MS
     elif connect_ms is None:
         # No request-sent event either: the transport traces nothing (a mock), so unknown.
         new_connection = False if any(name in phases_ns for name in _SENT) else None
-    request_sent = phase(*_BODY_SENT)
-    tls_done = phase(_TLS_DONE)
-    connected = tls_done if tls_done is not None else phase(_CONNECTED)
+    connected = tls_done if tls_done is not None else connected_tcp
     return ClientTimings(
-        send_ms=_send_ms(request_sent, phase(_CONNECTING), connected),
+        send_ms=_send_ms(request_sent, connecting, connected),
         queue_ms=queue_ms,
         connect_ms=connect_ms,
         new_connection=new_connection,
-        tls_ms=phase("connection.start_tls.complete"),
+        tls_ms=tls_done,
         request_sent_ms=request_sent,
-        headers_ms=phase(
-            "http11.receive_response_headers.complete", "http2.receive_response_headers.complete"
-        ),
-        first_event_ms=off(first_event_ns),
-        ttft_ms=ttft,
-        ttft_text_ms=off(first_text_ns),
-        last_token_ms=last,
-        e2e_ms=off(end_ns),
+        headers_ms=headers_ms,
+        first_event_ms=None if first_event_ns is None else (first_event_ns - t0) / _NS_PER_MS,
+        ttft_ms=offsets[0] if offsets else None,
+        ttft_text_ms=None if first_text_ns is None else (first_text_ns - t0) / _NS_PER_MS,
+        last_token_ms=offsets[-1] if offsets else None,
+        e2e_ms=None if end_ns is None else (end_ns - t0) / _NS_PER_MS,
         decode_ms_per_token=decode,
         output_tokens_per_s=(1000.0 / decode) if decode else None,
         event_offsets_ms=offsets,
         event_tokens=event_tokens,
-        itl_ms_p50=percentile(gaps, 50) if gaps else None,
-        itl_ms_p99=percentile(gaps, 99) if gaps else None,
-        itl_ms_max=gaps[-1] if gaps else None,
+        itl_ms_p50=itl_p50,
+        itl_ms_p99=itl_p99,
+        itl_ms_max=itl_max,
         loop_lag_ms=loop_lag_ms,
         decode_null_reason=why_null,
         **(self_check or {}),

@@ -1,12 +1,11 @@
-"""`make sanitize`: labkit's C read path and timed select() under AddressSanitizer and
-UndefinedBehaviorSanitizer.
+"""`make sanitize`: labkit's C extensions under AddressSanitizer and UndefinedBehaviorSanitizer.
 
-Builds `labkit/wire/_readpath.c` and `labkit/wire/_loopclock.c` with ``gcc
--fsanitize=address,undefined`` into a throwaway folder (the in-place builds are left as they
-are), then runs their tests in a child interpreter that imports those builds as
-``labkit.wire._readpath`` and ``labkit.wire._loopclock``: the fuzz tests holding each C
-function to its Python twin, the SSE whole-chunk and whole-event readers' and the corpus
-through the lean transport, and the loop clock's tests and parity fuzz on the C selector.
+Builds `labkit/wire/_readpath.c`, `labkit/wire/_loopclock.c` and `labkit/_stampfigures.c`
+with ``gcc -fsanitize=address,undefined`` into a throwaway folder (the in-place builds are
+left as they are), then runs their tests in a child interpreter that imports those builds:
+the fuzz tests holding each C function to its Python twin, the SSE whole-chunk and
+whole-event readers' and the corpus through the lean transport, the loop clock's tests and
+parity fuzz on the C selector, and the stream figures' to-the-bit tests.
 The child preloads the ASan runtime (an uninstrumented Python must load it first),
 allocates every object with malloc (``PYTHONMALLOC=malloc``: pymalloc's arenas would hide
 a read past a small bytes object), leaves leaks unchecked
@@ -32,6 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 EXTENSIONS = {
     "labkit.wire._readpath": REPO / "labkit" / "wire" / "_readpath.c",
     "labkit.wire._loopclock": REPO / "labkit" / "wire" / "_loopclock.c",
+    "labkit._stampfigures": REPO / "labkit" / "_stampfigures.c",
 }
 TESTS = [
     "tests/wire/test_readpath.py",
@@ -43,6 +43,7 @@ TESTS = [
     "tests/wire/test_loopclock_parity.py",
     "tests/wire/test_loopclock_run.py",
     "tests/wire/test_turns.py",
+    "tests/test_stampfigures.py",
 ]
 FLAGS = [
     "-fsanitize=address,undefined",
@@ -50,6 +51,7 @@ FLAGS = [
     "-fno-omit-frame-pointer",
     "-O1",
     "-g",
+    "-ffp-contract=off",  # the stream figures are the Python's floats to the bit (setup.py)
 ]
 
 
@@ -104,11 +106,13 @@ class _Sanitized(importlib.abc.MetaPathFinder):
 def child(folder: str, pytest_args: list[str]) -> int:
     """Run the tests with the builds in `folder` as the extensions."""
     sys.meta_path.insert(0, _Sanitized(Path(folder)))
+    from labkit import timing
     from labkit.wire import loopclock, readpath
 
     for module, (loaded, why) in (
         ("labkit.wire._readpath", readpath.compiled_module()),
         ("labkit.wire._loopclock", loopclock.compiled_module()),
+        ("labkit._stampfigures", (timing.STAMP_FIGURES, "not built")),
     ):
         where = None if loaded is None else os.path.realpath(loaded.__file__)
         if where != os.path.realpath(library(Path(folder), module)):

@@ -14,7 +14,7 @@ from itertools import compress, islice
 from typing import Any, Literal, NamedTuple
 
 from labkit.records import ClientTimings
-from labkit.timing import percentile
+from labkit.timing import STAMP_FIGURES, percentile
 from labkit.wire.loopclock import LatenessTracker
 
 __all__ = ["WAKE_SLACK_NS", "KernelReads", "self_check_fields", "stamp_self_check"]
@@ -161,6 +161,16 @@ def self_check_fields(
     fields: dict[str, Any] = {}
     if source == "kernel":
         reads = kernel_reads or KernelReads((), (), ())
+        # The common case in C (labkit/_stampfigures.c): stamps in order, every read
+        # stamped by the kernel. None: not that case, the steps below.
+        done = (
+            STAMP_FIGURES.kernel_self_check(output_ns, *reads, read_windows or {})
+            if STAMP_FIGURES is not None and output_ns
+            else None
+        )
+        if done is not None:
+            lags_ms, late = done
+            return _kernel_fields(fields, lags_ms, late, len(output_ns), lateness, output_ns[0])
         lags = _read_lags_ns(output_ns, reads)
         if lags:
             fields["read_lag_ms_p50"] = percentile(lags, 50, scale=1e6)
@@ -190,6 +200,37 @@ def self_check_fields(
         fields["stamp_lateness_ms"] = _rounded_ms(in_order, per_event[-1])
     if lateness is None or output_ns[0] in lateness.stamps_ns:  # the first token's is known
         fields["ttft_lateness_ms"] = in_order[0] / 1e6
+    return fields
+
+
+def _kernel_fields(
+    fields: dict[str, Any],
+    lags_ms: tuple[float, float] | tuple[()],
+    late: tuple[float, float, float, list[float], float] | None,
+    n: int,
+    lateness: LatenessTracker | None,
+    first_ns: int,
+) -> dict[str, Any]:
+    """`self_check_fields` of `n` kernel-stamped events from what the C figures found: the
+    read lags' median and 99th percentile in ms (`lags_ms`; () where none is known) and the
+    lateness's median, 99th percentile, largest, per-event list and first event's in ms
+    (`late`; None: no event late). The fields in the order the steps in Python set them."""
+    if lags_ms:
+        fields["read_lag_ms_p50"], fields["read_lag_ms_p99"] = lags_ms
+    fields["stamp_source"] = "kernel"
+    first_ms = 0.0
+    if late is None:
+        fields["stamp_lateness_ms_p50"] = fields["stamp_lateness_ms_p99"] = 0.0
+        fields["stamp_lateness_ms_max"] = 0.0
+        fields["stamp_lateness_ms"] = [0.0] * n
+    else:
+        p50, p99, largest, per_event, first_ms = late
+        fields["stamp_lateness_ms_p50"] = p50
+        fields["stamp_lateness_ms_p99"] = p99
+        fields["stamp_lateness_ms_max"] = largest
+        fields["stamp_lateness_ms"] = per_event
+    if lateness is None or first_ns in lateness.stamps_ns:
+        fields["ttft_lateness_ms"] = first_ms
     return fields
 
 
