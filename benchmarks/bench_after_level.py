@@ -23,11 +23,14 @@ interpolated), and the manifest's ``host_cpu`` (``labkit_cpu_s``, ``sidecar_cpu_
 Each phase's cost per record is (5N run − N run) ÷ 4N; per token ÷ the tokens a record
 carries.
 
+``--before REV``: the same pair of runs by labkit of git revision REV first (`git archive`,
+as `bench_cpu.py` runs its "before"), its table above this tree's.
 ``--profile``: the same two runs once more with ``workers: 1`` and cProfile from the
 level's end to ``atexit``; the functions whose self time grows most per record are printed.
 
 Run: ``.venv/bin/python benchmarks/bench_after_level.py [--level 32] [--requests 640]
-[--workers auto] [--profile] [--tokens 100 --interval-ms 2 --ttft-ms 50] [--json OUT]``.
+[--workers auto] [--before main] [--profile] [--tokens 100 --interval-ms 2 --ttft-ms 50]
+[--json OUT]``.
 A benchmark, not a test: on 2 shared cores the figures are noisy.
 """
 
@@ -56,10 +59,11 @@ acc = {}
 prof = cProfile.Profile() if prof_out else None
 def usage():
     s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return s.ru_utime + s.ru_stime, c.ru_utime + c.ru_stime
+    return s.ru_utime + s.ru_stime, c.ru_utime + c.ru_stime, gc.get_stats()[2]["collections"]
+import gc
 def add(name, a, b):
-    got = acc.setdefault(name, [0.0, 0.0, 0])
-    got[0] += b[0] - a[0]; got[1] += b[1] - a[1]; got[2] += 1
+    got = acc.setdefault(name, [0.0, 0.0, 0, 0])
+    got[0] += b[0] - a[0]; got[1] += b[1] - a[1]; got[2] += 1; got[3] += b[2] - a[2]
 def timed(name, fn, first=False):
     if inspect.iscoroutinefunction(fn):
         @functools.wraps(fn)
@@ -67,7 +71,7 @@ def timed(name, fn, first=False):
             if first and prof is not None and "level end" not in acc:
                 prof.enable()
             if first and "level end" not in acc:
-                acc["level end"] = list(usage()) + [1]
+                acc["level end"] = list(usage())
             a = usage()
             try:
                 return await fn(*args, **kwargs)
@@ -101,7 +105,7 @@ def at_exit():
     if prof is not None:
         prof.disable()
         prof.dump_stats(prof_out)
-    acc["at exit"] = list(usage()) + [1]
+    acc["at exit"] = list(usage())
     with open(out, "w") as f:
         json.dump(acc, f)
 atexit.register(at_exit)
@@ -170,6 +174,7 @@ def _one(
     if end is not None:  # the runner's own CPU from the level's end to atexit
         out["own_after_level_s"] = at_exit[0] - end[0]
         out["kids_after_level_s"] = at_exit[1] - end[1]
+        out["full_gcs_after_level"] = at_exit[2] - end[2]
     if profile:
         out["profile"] = str(prof_file)
     return out
@@ -182,7 +187,7 @@ def _per_record(small: dict[str, Any], big: dict[str, Any], key: Any) -> float:
 
 
 def _phase(name: str, which: int) -> Any:
-    return lambda run: run["phases"].get(name, [0.0, 0.0, 0])[which]
+    return lambda run: run["phases"].get(name, [0.0, 0.0, 0, 0])[which]
 
 
 def print_table(small: dict[str, Any], big: dict[str, Any], tokens: float) -> dict[str, float]:
@@ -194,19 +199,27 @@ def print_table(small: dict[str, Any], big: dict[str, Any], tokens: float) -> di
         f" workers {small['workers']}/{big['workers']}; µs per record (÷ {tokens:g} tokens:"
         " per token)"
     )
-    print(f"  {'phase':<34} {'own µs/rec':>11} {'kids µs/rec':>12} {'µs/token':>9}")
+    print(
+        f"  {'phase':<34} {'own µs/rec':>11} {'kids µs/rec':>12} {'µs/token':>9}"
+        f" {'full GCs (N, 5N)':>17}"
+    )
 
-    def row(name: str, own: Any, kids: Any | None = None) -> None:
+    def row(name: str, own: Any, kids: Any | None = None, gcs: Any | None = None) -> None:
         o = _per_record(small, big, own)
         k = _per_record(small, big, kids) if kids is not None else 0.0
         rows[name] = o + k
         kids_text = f"{k:12.1f}" if kids is not None else f"{'':>12}"
-        print(f"  {name:<34} {o:11.1f} {kids_text} {(o + k) / tokens:9.2f}")
+        gc_text = f"{gcs(small):>8} {gcs(big):>8}" if gcs is not None else ""
+        print(f"  {name:<34} {o:11.1f} {kids_text} {(o + k) / tokens:9.2f} {gc_text}")
 
     for name in PHASES:
-        row(name, _phase(name, 0), _phase(name, 1))
-    row("runner after level, to atexit", lambda r: r.get("own_after_level_s", 0.0),
-        lambda r: r.get("kids_after_level_s", 0.0))
+        row(name, _phase(name, 0), _phase(name, 1), _phase(name, 3))
+    row(
+        "runner after level, to atexit",
+        lambda r: r.get("own_after_level_s", 0.0),
+        lambda r: r.get("kids_after_level_s", 0.0),
+        lambda r: r.get("full_gcs_after_level", 0),
+    )
     row("teardown after atexit (tree)", lambda r: r["teardown_s"])
     row("tree: start to level (/proc)", lambda r: r["tree_before_level_s"])
     row("tree: in level (/proc)", lambda r: r["tree_in_level_s"])
@@ -240,6 +253,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=640, help="N: runs of N and 5N")
     parser.add_argument("--workers", default="auto")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--before", default=None, help="also run labkit of this git revision")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     workers: int | str = args.workers if args.workers == "auto" else int(args.workers)
@@ -248,7 +262,12 @@ def main() -> None:
     result: dict[str, Any] = {"host_load": os.getloadavg()}
     with tempfile.TemporaryDirectory(prefix="bench-after-") as tmp:
         work = Path(tmp)
-        side = bc.Side("this", tree, work / "cache", "this tree")
+        sides = [bc.Side("after", tree, work / "cache-after", "this tree")]
+        if args.before:
+            before = bl.archive_labkit(args.before, work / "before-tree")
+            sides.insert(0, bc.Side("before", before, work / "cache-before", args.before))
+        for side in sides:
+            print(f"{side.name}: labkit from {bc._check_tree(side)}", flush=True)
         with ScriptedServer(
             ttft_ms=args.ttft_ms, interval_ms=args.interval_ms, tokens=args.tokens
         ) as srv:
@@ -258,19 +277,24 @@ def main() -> None:
                 f" {result['host_load'][0]:.2f} (a shared host)",
                 flush=True,
             )
-            small = _one(side, url, args.level, args.requests, workers, work / "n", False)
-            srv.stamps()
-            big = _one(side, url, args.level, 5 * args.requests, workers, work / "5n", False)
-            srv.stamps()
-            tokens = (big["events"] - small["events"]) / (big["records"] - small["records"])
-            result["table"] = print_table(small, big, tokens)
-            result["runs"] = [small, big]
-            if args.profile:
-                ps = _one(side, url, args.level, args.requests, 1, work / "pn", True)
+            for side in sides:
+                base = work / side.name
+                small = _one(side, url, args.level, args.requests, workers, base / "n", False)
                 srv.stamps()
-                pb = _one(side, url, args.level, 5 * args.requests, 1, work / "p5n", True)
+                big = _one(side, url, args.level, 5 * args.requests, workers, base / "5n", False)
                 srv.stamps()
-                print_profile(ps, pb)
+                tokens = (big["events"] - small["events"]) / (big["records"] - small["records"])
+                print(f"\n{side.name} ({side.label}):", end="")
+                result[side.name] = {
+                    "table": print_table(small, big, tokens),
+                    "runs": [small, big],
+                }
+                if args.profile:
+                    ps = _one(side, url, args.level, args.requests, 1, base / "pn", True)
+                    srv.stamps()
+                    pb = _one(side, url, args.level, 5 * args.requests, 1, base / "p5n", True)
+                    srv.stamps()
+                    print_profile(ps, pb)
     result["host_load_end"] = os.getloadavg()
     print(f"\n  load average at the end {result['host_load_end'][0]:.2f}")
     if args.json is not None:

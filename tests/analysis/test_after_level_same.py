@@ -91,3 +91,74 @@ def test_the_load_answer_and_request_statistics_are_those_computed_before() -> N
     assert json.loads(text)["answers"][0]["status"] == "ok"
     assert hashlib.sha256(text.encode()).hexdigest() == BEFORE_DIGEST
 
+
+def _slow_columns(records: list[RequestRecord]) -> Columns:
+    """Columns read off the records one by one, as before (the reference)."""
+    recs = list(records)
+
+    def source(name: str) -> np.ndarray:
+        get = columns_module._record_getter(name)
+        out = np.empty(len(recs), dtype=object)
+        for i, r in enumerate(recs):
+            out[i] = get(r)
+        return out
+
+    return Columns(len(recs), source)
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal item by item, NaN equal to NaN, and of the same types."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.dtype.kind == "f":
+        return bool(np.array_equal(a, b, equal_nan=True))
+    return all(type(x) is type(y) and (x == y or x is y) for x, y in zip(a, b, strict=True))
+
+
+@pytest.mark.parametrize("field", [*FIELDS, "error.message", "tags.missing", "nothing.here"])
+def test_columns_read_in_c_equal_those_read_record_by_record(field: str) -> None:
+    recs = _load_run()
+    recs[3].tags["level"] = 8  # a tag of another type
+    recs[5].provider_timings.queue_ms = 2  # an int where floats are
+    fast, slow = Columns.of_records(recs), _slow_columns(recs)
+    assert _same(fast.objects(field), slow.objects(field))
+    assert _same(fast.num(field), slow.num(field))
+    assert _same(fast.text(field), slow.text(field))
+    assert _same(fast.flag(field), slow.flag(field))
+
+
+def test_numbers_read_at_once_are_those_read_one_by_one() -> None:
+    raw = np.array([1.5, None, 3, True, "7", math.nan, -0.0, 10**20], dtype=object)
+    plain = np.array([2.5, None, 4, None, -1.25], dtype=object)
+    for values in (raw, plain):
+        expected = np.array([columns_module._number(v) for v in values], dtype=float)
+        got = columns_module._numbers(values)
+        assert np.array_equal(got, expected, equal_nan=True)
+        assert np.signbit(got).tolist() == np.signbit(expected).tolist()
+
+
+def test_the_level_figures_median_beyond_prefill_is_the_per_record_one() -> None:
+    recs = [r for r in _load_run() if r.tags["level"] == "c8"]
+    ok = [r for r in recs if r.error is None and not r.warmup]
+    row = level_figures(Level(1, "concurrency", 8), recs)
+    assert row.ttft_beyond_prefill_ms_p50 is not None
+    assert row.ttft_beyond_prefill_ms_p50 == p_of(ok, ttft_beyond_prefill_of, 50)
+    unreported = [
+        r
+        for r in recs
+        if r.provider_timings.prefill_ms is None and r.provider_timings.server_ttft_ms is None
+    ]
+    nothing = level_figures(Level(1, "concurrency", 8), unreported)
+    assert nothing.ttft_beyond_prefill_ms_p50 is None
+
+
+def test_the_pooled_p99_sorted_at_once_is_that_of_the_sorted_values() -> None:
+    lateness = [x for r in _load_run() if (x := record_lateness(r)) is not None]
+    assert all(x.values for x in lateness)
+    pooled = sorted(v for x in lateness for v in x.values or ())
+    from labkit.timing import percentile
+
+    got = pooled_p99(lateness)
+    assert type(got) is float
+    assert got == percentile(pooled, 100.0 * (1.0 - 0.01))
+    assert level_lag(_load_run()).late_p99 == got
