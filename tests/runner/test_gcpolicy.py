@@ -40,7 +40,7 @@ def test_no_collection_in_a_level_leaves_anything_for_the_older_generations() ->
         # Frozen: no later collection scans them again, and the older generations stay empty.
         assert gc.get_objects(generation=1) == [] and gc.get_objects(generation=2) == []
         assert kept[-1] == [49_999]
-    assert gc.get_freeze_count() == 0  # unfrozen after the level, and collected
+    assert gc.get_freeze_count() == 0  # unfrozen after the level
     assert _freeze_survivors not in gc.callbacks
 
 
@@ -125,3 +125,26 @@ def test_cyclic_garbage_made_while_the_figures_are_computed_is_freed() -> None:
         del a, b
         gc.collect()
         assert gone == [True]
+
+
+@pytest.mark.unit
+def test_a_level_ends_without_a_full_collection_and_the_next_level_collects_what_it_left() -> None:
+    class Node:
+        other: Node | None = None
+
+    gone: list[bool] = []
+    gc.disable()  # no automatic collection between the two levels: only theirs
+    try:
+        with level_gc():
+            a, b = Node(), Node()
+            a.other, b.other = b, a
+            weakref.finalize(a, gone.append, True)
+            gc.collect(0)  # survivors of a young collection: frozen
+            del a, b
+            full = gc.get_stats()[2]["collections"]
+        assert gc.get_stats()[2]["collections"] == full  # the level's end scans no record
+        assert gone == []  # the cycle frozen in the level is still there
+        with level_gc():
+            assert gone == [True]  # the next level's start collected it
+    finally:
+        gc.enable()
