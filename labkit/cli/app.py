@@ -21,7 +21,9 @@ run folder's first failed write (manifest `failed` with the reason, exit 1).
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
+import gc
 import io
 import math
 import signal
@@ -248,6 +250,7 @@ def run(
     ] = False,
 ) -> None:
     """Run a config against every available provider and write a run folder."""
+    _no_collection_at_exit()
     try:
         if repeats is not None:
             _check_range("--repeats", repeats, 1)
@@ -283,6 +286,15 @@ def run(
         _run_and_report(runner, report)
     finally:
         runner.folder.release()
+
+
+def _no_collection_at_exit() -> None:
+    """Have the heap frozen as the interpreter exits (registered once however often called):
+    its collections at exit scanned every record the run still held, ~20 µs a record
+    (issue 47, benchmarks/bench_after_level.py); reference counting still frees what it
+    frees, and the process ends anyway."""
+    atexit.unregister(gc.freeze)
+    atexit.register(gc.freeze)
 
 
 def _run_with_truth(config: Path, options: RunOptions, report: bool) -> None:
