@@ -21,7 +21,8 @@ the teardown after ``atexit`` is the tree's total less what the prelude saw by t
 Beside them: the tree's CPU from the level's last byte to the end (the /proc samples
 interpolated), and the manifest's ``host_cpu`` (``labkit_cpu_s``, ``sidecar_cpu_s``).
 Each phase's cost per record is (5N run − N run) ÷ 4N; per token ÷ the tokens a record
-carries.
+carries; with ``--repeats R``, the median over R pairs (the sides alternating which runs
+first): on a shared host one pair's phases swing by tens of µs a record.
 
 ``--before REV``: the same pair of runs by labkit of git revision REV first (`git archive`,
 as `bench_cpu.py` runs its "before"), its table above this tree's.
@@ -29,7 +30,8 @@ as `bench_cpu.py` runs its "before"), its table above this tree's.
 level's end to ``atexit``; the functions whose self time grows most per record are printed.
 
 Run: ``.venv/bin/python benchmarks/bench_after_level.py [--level 32] [--requests 640]
-[--workers auto] [--before main] [--profile] [--tokens 100 --interval-ms 2 --ttft-ms 50]
+[--workers auto] [--before main] [--repeats 1] [--profile]
+[--tokens 100 --interval-ms 2 --ttft-ms 50]
 [--json OUT]``.
 A benchmark, not a test: on 2 shared cores the figures are noisy.
 """
@@ -40,6 +42,7 @@ import argparse
 import json
 import os
 import pstats
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -190,14 +193,19 @@ def _phase(name: str, which: int) -> Any:
     return lambda run: run["phases"].get(name, [0.0, 0.0, 0, 0])[which]
 
 
-def print_table(small: dict[str, Any], big: dict[str, Any], tokens: float) -> dict[str, float]:
-    """The table: each phase's µs per record and per token, the runner's own and children's."""
+def print_table(pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, float]:
+    """The table: each phase's µs per record and per token, the runner's own and children's,
+    the median over the pairs of runs (N, 5N); the full collections of the first pair."""
+    small, big = pairs[0]
+    tokens = statistics.median(
+        (b["events"] - a["events"]) / (b["records"] - a["records"]) for a, b in pairs
+    )
     rows: dict[str, float] = {}
     print(
         f"\n  {small['records']} and {big['records']} records"
         f" ({big['records_bytes'] / big['records']:,.0f} bytes each in records.jsonl),"
         f" workers {small['workers']}/{big['workers']}; µs per record (÷ {tokens:g} tokens:"
-        " per token)"
+        f" per token), the median of {len(pairs)} pair(s)"
     )
     print(
         f"  {'phase':<34} {'own µs/rec':>11} {'kids µs/rec':>12} {'µs/token':>9}"
@@ -205,8 +213,8 @@ def print_table(small: dict[str, Any], big: dict[str, Any], tokens: float) -> di
     )
 
     def row(name: str, own: Any, kids: Any | None = None, gcs: Any | None = None) -> None:
-        o = _per_record(small, big, own)
-        k = _per_record(small, big, kids) if kids is not None else 0.0
+        o = statistics.median(_per_record(a, b, own) for a, b in pairs)
+        k = statistics.median(_per_record(a, b, kids) for a, b in pairs) if kids else 0.0
         rows[name] = o + k
         kids_text = f"{k:12.1f}" if kids is not None else f"{'':>12}"
         gc_text = f"{gcs(small):>8} {gcs(big):>8}" if gcs is not None else ""
@@ -254,6 +262,7 @@ def main() -> None:
     parser.add_argument("--workers", default="auto")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--before", default=None, help="also run labkit of this git revision")
+    parser.add_argument("--repeats", type=int, default=1, help="pairs of runs a side (median)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     workers: int | str = args.workers if args.workers == "auto" else int(args.workers)
@@ -277,19 +286,27 @@ def main() -> None:
                 f" {result['host_load'][0]:.2f} (a shared host)",
                 flush=True,
             )
+            pairs: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {
+                side.name: [] for side in sides
+            }
+            for rnd in range(args.repeats):  # the sides alternate which goes first
+                for side in sides if rnd % 2 == 0 else sides[::-1]:
+                    base = work / f"{side.name}-{rnd}"
+                    small = _one(side, url, args.level, args.requests, workers, base / "n", False)
+                    srv.stamps()
+                    n5 = 5 * args.requests
+                    big = _one(side, url, args.level, n5, workers, base / "5n", False)
+                    srv.stamps()
+                    pairs[side.name].append((small, big))
+                    print(f"  {side.name} pair {rnd + 1} done", flush=True)
             for side in sides:
-                base = work / side.name
-                small = _one(side, url, args.level, args.requests, workers, base / "n", False)
-                srv.stamps()
-                big = _one(side, url, args.level, 5 * args.requests, workers, base / "5n", False)
-                srv.stamps()
-                tokens = (big["events"] - small["events"]) / (big["records"] - small["records"])
                 print(f"\n{side.name} ({side.label}):", end="")
                 result[side.name] = {
-                    "table": print_table(small, big, tokens),
-                    "runs": [small, big],
+                    "table": print_table(pairs[side.name]),
+                    "runs": pairs[side.name],
                 }
                 if args.profile:
+                    base = work / f"{side.name}-profile"
                     ps = _one(side, url, args.level, args.requests, 1, base / "pn", True)
                     srv.stamps()
                     pb = _one(side, url, args.level, 5 * args.requests, 1, base / "p5n", True)
