@@ -64,6 +64,7 @@ from labkit.runner import (
     summary_table,
     ttft_p50,
 )
+from labkit.runner.gcpolicy import figures_gc
 from labkit.runner.summary import load_tables
 from labkit.safefiles import write_new_file
 from labkit.scrub import guard_std_streams
@@ -365,14 +366,15 @@ def _run_and_report(runner: Runner, report: bool) -> None:
         raise _interrupted(runner, "interrupted", 130) from None
     except LabkitError as exc:
         raise fail(f"{exc} (records so far are kept in {folder})") from None
-    try:
-        _print_result(result)
-    except OSError as exc:
-        err_console.print(f"[yellow]summary not written:[/] {escape(str(exc))}")
-    if report:
-        _write_report(folder)
-    _print_answers(result, console)
-    _say_incomplete(result)
+    with figures_gc():  # no full collection scans the run's records while it is summed up
+        try:
+            _print_result(result)
+        except OSError as exc:
+            err_console.print(f"[yellow]summary not written:[/] {escape(str(exc))}")
+        if report:
+            _write_report(folder)
+        _print_answers(result, console)
+        _say_incomplete(result)
     if not any(o.status == "ok" for o in result.outcomes):
         reasons = "; ".join(f"{o.id}: {o.reason}" for o in result.outcomes if o.reason)
         raise fail(f"no provider completed a request ({reasons})")

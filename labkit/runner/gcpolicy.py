@@ -97,9 +97,11 @@ def figures_gc() -> Iterator[None]:
     """Compute the run's figures after its levels (`Runner.analyze`) with the heap as it is
     then frozen, unfrozen after: the figures allocate as they go (columns, lists of the
     records' stamps), and each full collection they triggered scanned every record the run
-    holds (a run of 3,200 records: ~60 µs a record in `request_stats` alone). The young
-    collections still free the figures' own cyclic garbage; what was frozen is collected
-    again with the rest once unfrozen."""
+    holds (a run of 3,200 records: ~60 µs a record in `request_stats` alone). `labkit run`
+    sums the run up (summary, report, answers) under it too: the first full collection
+    after `analyze` fell there (~30 µs a record). The young collections still free the
+    figures' own cyclic garbage; what was frozen is collected again with the rest once
+    unfrozen."""
     gc.freeze()
     try:
         yield
