@@ -26,7 +26,7 @@ def percentile(sorted_values: Sequence[float], q: float, scale: float = 1.0) -> 
     """Linear-interpolated percentile (numpy's default) of an already sorted sequence; with
     `scale`, of each value divided by it (only the two values it interpolates between are
     converted: division keeps the order)."""
-    if len(sorted_values) == 0:  # a sorted array too
+    if not sorted_values:
         raise ValueError("percentile of an empty sequence")
     pos = (len(sorted_values) - 1) * q / 100.0
     lo = int(pos)
