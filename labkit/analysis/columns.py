@@ -11,7 +11,9 @@ are already columns (a field absent there reads as missing everywhere).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import repeat
+from operator import attrgetter, is_
 from typing import Any
 
 import numpy as np
@@ -42,6 +44,20 @@ def _record_getter(name: str) -> Callable[[RequestRecord], Any]:
         return None if section is None else getattr(section, tail, None)
 
     return get
+
+
+def _values(name: str, recs: list[RequestRecord]) -> Iterable[Any]:
+    """The field `name` of each record, read in C (`operator.attrgetter`, `map`): what
+    `_record_getter` reads, where every record has each attribute on the path (else
+    AttributeError, and the caller reads them one by one)."""
+    if name == "ok":
+        return map(is_, map(attrgetter("error"), recs), repeat(None))
+    if name == "client.n_events":
+        return map(len, map(attrgetter("client.event_offsets_ms"), recs))
+    head, _, tail = name.partition(".")
+    if head == "tags":
+        return map(dict.get, map(attrgetter("tags"), recs), repeat(tail))
+    return map(attrgetter(name), recs)
 
 
 def _number(v: Any) -> float:
@@ -91,6 +107,10 @@ class Columns:
         recs = list(records)
 
         def source(name: str) -> np.ndarray:
+            try:  # item by item, in C: lists stay items (the runner's figures after a level)
+                return np.fromiter(_values(name, recs), dtype=object, count=len(recs))
+            except (AttributeError, TypeError):  # a section missing on some record (error)
+                pass
             get = _record_getter(name)
             out = np.empty(len(recs), dtype=object)  # item by item: lists stay items
             for i, r in enumerate(recs):
@@ -154,9 +174,19 @@ class Columns:
         return self.text(name)[0] if self._n else None
 
 
+#: The types `_number` reads as themselves (NoneType: as NaN), converted as an array at once.
+_PLAIN_NUMBERS = frozenset({float, int, type(None)})
+
+
 def _numbers(raw: np.ndarray) -> np.ndarray:
     if raw.dtype.kind in "fiub":
         return raw.astype(float, copy=False)  # a float column is used as it is
+    if raw.dtype == object and _PLAIN_NUMBERS.issuperset(map(type, raw.tolist())):
+        nothing: Any = None
+        missing = np.equal(raw, nothing)  # item by item: `is None`
+        out = np.full(raw.size, math.nan)
+        out[~missing] = raw[~missing].astype(float)  # float(v) each, as `_number` converts
+        return out
     return np.array([_number(v) for v in raw], dtype=float)
 
 

@@ -11,14 +11,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+
+from labkit.analysis.columns import Columns
 from labkit.analysis.selfcheck import level_lag
 from labkit.analysis.slo import SLO, judge
-from labkit.analysis.split import ttft_beyond_prefill_of
+from labkit.analysis.split import ttfts_beyond_prefill
 from labkit.analysis.stats import p_of, quantiles
 from labkit.clocksync import HostClock, driver_start_ns, level_clock
 from labkit.figures import LoadLevel, LoadLevelCache, Percentiles
 from labkit.records import RequestRecord
 from labkit.server_metrics import ServerMetricsSample, server_level_metrics
+from labkit.timing import percentile
 
 __all__ = ["Level", "level_cache", "level_figures"]
 
@@ -124,7 +128,7 @@ def level_figures(
         queue_ms_max=p_of(recs, queue, 100),
         provider_queue_ms_p50=p_of(ok, provider_queue, 50),
         provider_queue_ms_p99=p_of(ok, provider_queue, 99),
-        ttft_beyond_prefill_ms_p50=p_of(ok, ttft_beyond_prefill_of, 50),
+        ttft_beyond_prefill_ms_p50=_p50_present(ttfts_beyond_prefill(Columns.of_records(ok))),
         loop_lag_ms_p50=lag.p50,
         loop_lag_ms_max=lag.max,
         stamp_lateness_ms_p50=lag.late_p50,
@@ -138,6 +142,12 @@ def level_figures(
         hosts=hosts,
         clock_uncertainty_ms=clock_ns / 1e6 if clock_ns is not None else None,
     )
+
+
+def _p50_present(values: np.ndarray) -> float | None:
+    """The median of the values that are not NaN, as `p_of` takes it (None: none are)."""
+    present = sorted(values[~np.isnan(values)].tolist())
+    return percentile(present, 50) if present else None
 
 
 def level_cache(ok: list[RequestRecord]) -> LoadLevelCache | None:

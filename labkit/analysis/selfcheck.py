@@ -179,8 +179,10 @@ def pooled_p99(records: Sequence[RecordLateness], share: float = 0.01) -> float:
     events' estimates (`RecordLateness.values`), else the value that 1% (`share`) of the
     events are estimated to exceed, from each record's median, 99th percentile and maximum."""
     if all(r.values for r in records):
-        pooled = sorted(v for r in records for v in r.values or ())
-        return percentile(pooled, 100.0 * (1.0 - share))
+        # sorted at once in C: the same floats in the order `sorted` gives; read as Python
+        # floats through a memoryview, none converted but the two interpolated
+        pooled = np.sort(np.concatenate([np.asarray(r.values, dtype=float) for r in records]))
+        return percentile(pooled.data, 100.0 * (1.0 - share))
     total = sum(r.events for r in records)
     lo = min(r.p50 for r in records)
     hi = max(r.max if r.max is not None else r.p99 for r in records)

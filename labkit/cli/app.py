@@ -21,7 +21,9 @@ run folder's first failed write (manifest `failed` with the reason, exit 1).
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
+import gc
 import io
 import math
 import signal
@@ -62,6 +64,7 @@ from labkit.runner import (
     summary_table,
     ttft_p50,
 )
+from labkit.runner.gcpolicy import figures_gc
 from labkit.runner.summary import load_tables
 from labkit.safefiles import write_new_file
 from labkit.scrub import guard_std_streams
@@ -248,6 +251,7 @@ def run(
     ] = False,
 ) -> None:
     """Run a config against every available provider and write a run folder."""
+    _no_collection_at_exit()
     try:
         if repeats is not None:
             _check_range("--repeats", repeats, 1)
@@ -283,6 +287,15 @@ def run(
         _run_and_report(runner, report)
     finally:
         runner.folder.release()
+
+
+def _no_collection_at_exit() -> None:
+    """Have the heap frozen as the interpreter exits (registered once however often called):
+    its collections at exit scanned every record the run still held, ~20 µs a record
+    (issue 47, benchmarks/bench_after_level.py); reference counting still frees what it
+    frees, and the process ends anyway."""
+    atexit.unregister(gc.freeze)
+    atexit.register(gc.freeze)
 
 
 def _run_with_truth(config: Path, options: RunOptions, report: bool) -> None:
@@ -353,14 +366,15 @@ def _run_and_report(runner: Runner, report: bool) -> None:
         raise _interrupted(runner, "interrupted", 130) from None
     except LabkitError as exc:
         raise fail(f"{exc} (records so far are kept in {folder})") from None
-    try:
-        _print_result(result)
-    except OSError as exc:
-        err_console.print(f"[yellow]summary not written:[/] {escape(str(exc))}")
-    if report:
-        _write_report(folder)
-    _print_answers(result, console)
-    _say_incomplete(result)
+    with figures_gc():  # no full collection scans the run's records while it is summed up
+        try:
+            _print_result(result)
+        except OSError as exc:
+            err_console.print(f"[yellow]summary not written:[/] {escape(str(exc))}")
+        if report:
+            _write_report(folder)
+        _print_answers(result, console)
+        _say_incomplete(result)
     if not any(o.status == "ok" for o in result.outcomes):
         reasons = "; ".join(f"{o.id}: {o.reason}" for o in result.outcomes if o.reason)
         raise fail(f"no provider completed a request ({reasons})")

@@ -6,10 +6,13 @@ arrive gathered in one read: late stamps). Every collection's time grows with wh
 and a level's records pile up in the older generations. `level_gc` collects and freezes the
 heap built before the level and freezes what each collection leaves alive, so no
 collection during the level scans more than one young generation (`LEVEL_GC_THRESHOLDS`);
-after the level it unfreezes and collects once. Freezing keeps reference counting: an
-object freed by its last reference goes at once. What it holds is garbage in reference
-cycles, until the level ends; a request makes none (the recorder breaks httpx's response
-cycle; tests/measurement/test_no_cyclic_garbage.py).
+after the level it unfreezes, and what the level left in reference cycles is collected by
+the next level's start or by Python's own thresholds: a full collection at the level's end
+scanned every record the run holds (~20 µs a record, paid again by each level), and the
+run's figures, computed next, freeze the heap anyway (`figures_gc`). Freezing keeps
+reference counting: an object freed by its last reference goes at once. What it holds is
+garbage in reference cycles, until a collection after the level; a request makes none (the
+recorder breaks httpx's response cycle; tests/measurement/test_no_cyclic_garbage.py).
 
 Each finished request (`request_done`, called by every executor's `Measurer`) freezes the
 heap at once while no request of the level has failed: what the request left alive (its
@@ -19,7 +22,7 @@ a clean level runs with hardly a collection at all (at 32 streams one young coll
 ~20 requests before, each ~0.5 ms of the loop's time: ~30 µs a request). A failed request
 can leave cyclic garbage (a connection lost mid-stream leaves its transport in a cycle):
 from a level's first failure on, nothing more is frozen per request, and the young
-collections find such garbage as before (what was frozen is freed at the level's end).
+collections find such garbage as before (what was frozen is freed by a collection after the level).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from typing import Any
 
 from labkit.records import RequestRecord
 
-__all__ = ["LEVEL_GC_THRESHOLDS", "level_gc", "request_done"]
+__all__ = ["LEVEL_GC_THRESHOLDS", "figures_gc", "level_gc", "request_done"]
 
 #: `gc.set_threshold` while a level runs: Python's default, a young collection every 700
 #: allocations; the older generations stay empty (each collection's survivors are frozen), so
@@ -72,8 +75,8 @@ def _freeze_survivors(phase: str, info: dict[str, Any]) -> None:
 
 @contextlib.contextmanager
 def level_gc() -> Iterator[None]:
-    """Run the block (one level) under the level's collector policy; restored after, with one
-    collection of what the level left."""
+    """Run the block (one level) under the level's collector policy; restored after (what the
+    level left is collected with the next level's start, not at its end: module doc)."""
     before = gc.get_threshold()
     gc.collect()
     gc.freeze()  # the set-up's heap (imports, config, providers, earlier records)
@@ -87,4 +90,20 @@ def level_gc() -> Iterator[None]:
         gc.callbacks.remove(_freeze_survivors)
         gc.set_threshold(*before)
         gc.unfreeze()
-        gc.collect()
+
+
+@contextlib.contextmanager
+def figures_gc() -> Iterator[None]:
+    """Compute the run's figures after its levels (`Runner.analyze`) with the heap as it is
+    then frozen, unfrozen after: the figures allocate as they go (columns, lists of the
+    records' stamps), and each full collection they triggered scanned every record the run
+    holds (a run of 3,200 records: ~60 µs a record in `request_stats` alone). `labkit run`
+    sums the run up (summary, report, answers) under it too: the first full collection
+    after `analyze` fell there (~30 µs a record). The young collections still free the
+    figures' own cyclic garbage; what was frozen is collected again with the rest once
+    unfrozen."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()

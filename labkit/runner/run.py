@@ -38,7 +38,7 @@ from labkit.measurement.sdkpath import SDKRecorder
 from labkit.providers import ManagedServerHandle, Provider, ProviderSettings, provider_class
 from labkit.records import ErrorKind, LabAnswer, LabResults, RecordError, RequestRecord
 from labkit.runner.executor import Executor, Measurer
-from labkit.runner.gcpolicy import level_gc
+from labkit.runner.gcpolicy import figures_gc, level_gc
 from labkit.runner.hostcpu import host_cpu_between, read_cpu
 from labkit.runner.later import LaterReport, fetch_later_stats
 from labkit.runner.ray_executor import RayExecutor
@@ -264,7 +264,8 @@ class Runner:
             raise RunError(f"{self.folder.write_error}; resume with labkit run --resume")
         await self.folder.sidecar.finish()  # the columnar sidecar's last part
         await self._export_traces()
-        lab = self.analyze()
+        with figures_gc():  # no full collection scans the records while they are read
+            lab = self.analyze()
         self.folder.write_lab(lab)
         return RunResult(self.folder, self.outcomes, self._records, lab, status)
 

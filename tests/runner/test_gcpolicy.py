@@ -6,11 +6,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import weakref
 from pathlib import Path
 
 import pytest
 
-from labkit.runner.gcpolicy import LEVEL_GC_THRESHOLDS, _freeze_survivors, level_gc, request_done
+from labkit.runner.gcpolicy import (
+    LEVEL_GC_THRESHOLDS,
+    _freeze_survivors,
+    figures_gc,
+    level_gc,
+    request_done,
+)
 from tests.runner.test_load import _fingerprint, _run
 from tests.support.records import make_record
 
@@ -33,7 +40,7 @@ def test_no_collection_in_a_level_leaves_anything_for_the_older_generations() ->
         # Frozen: no later collection scans them again, and the older generations stay empty.
         assert gc.get_objects(generation=1) == [] and gc.get_objects(generation=2) == []
         assert kept[-1] == [49_999]
-    assert gc.get_freeze_count() == 0  # unfrozen after the level, and collected
+    assert gc.get_freeze_count() == 0  # unfrozen after the level
     assert _freeze_survivors not in gc.callbacks
 
 
@@ -86,3 +93,58 @@ def test_a_finished_request_freezes_the_heap_until_one_of_the_level_fails() -> N
     with level_gc():  # the next level freezes per request again
         request_done(ok)
         assert gc.get_count()[0] == 0
+
+
+@pytest.mark.unit
+def test_the_figures_are_computed_with_the_records_out_of_every_collection() -> None:
+    records = [make_record() for _ in range(20)]
+    gc.collect()
+    with figures_gc():
+        assert gc.get_freeze_count() > 0  # the records held now: no collection scans them
+        assert gc.get_objects(generation=2) == []
+        young = [[i] for i in range(10)]
+        gc.collect()
+        assert young[-1] == [9] and records[-1].error is None
+    assert gc.get_freeze_count() == 0  # unfrozen after: collected with the rest again
+    with contextlib.suppress(RuntimeError), figures_gc():
+        raise RuntimeError("an analysis bug")
+    assert gc.get_freeze_count() == 0
+
+
+@pytest.mark.unit
+def test_cyclic_garbage_made_while_the_figures_are_computed_is_freed() -> None:
+    class Node:
+        other: Node | None = None
+
+    gone: list[bool] = []
+
+    with figures_gc():
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+        weakref.finalize(a, gone.append, True)
+        del a, b
+        gc.collect()
+        assert gone == [True]
+
+
+@pytest.mark.unit
+def test_a_level_ends_without_a_full_collection_and_the_next_level_collects_what_it_left() -> None:
+    class Node:
+        other: Node | None = None
+
+    gone: list[bool] = []
+    gc.disable()  # no automatic collection between the two levels: only theirs
+    try:
+        with level_gc():
+            a, b = Node(), Node()
+            a.other, b.other = b, a
+            weakref.finalize(a, gone.append, True)
+            gc.collect(0)  # survivors of a young collection: frozen
+            del a, b
+            full = gc.get_stats()[2]["collections"]
+        assert gc.get_stats()[2]["collections"] == full  # the level's end scans no record
+        assert gone == []  # the cycle frozen in the level is still there
+        with level_gc():
+            assert gone == [True]  # the next level's start collected it
+    finally:
+        gc.enable()
