@@ -53,6 +53,7 @@ from labkit.providers.server_timings import (
 from labkit.providers.tools import OpenAIChatTools, ToolFormat
 from labkit.records import ErrorKind, RecordError, StopReason
 from labkit.tokenizers import Tokenized, tokenizer_for_model
+from labkit.wire.client import MeasuredClient, chat_body_key
 from labkit.wire.readpath import CHAT_CONTENT
 from labkit.wire.sse import SSEEvent
 
@@ -653,7 +654,19 @@ class OpenAIProvider(Provider):
             "stream": True,
             "stream_options": {"include_usage": True},
         }
-        return self.client.build_request(
+        client = self.client
+        if isinstance(client, MeasuredClient) and not self.settings.extra_body:
+            # A load level sends the same prompt and parameters again and again: the body's
+            # encoding is kept by what varies in it (the rest is this provider's own).
+            key = chat_body_key(request.messages, params) if client.keeps_bodies else None
+            return client.build_request(
+                "POST",
+                self.chat_path,
+                json=body,
+                headers=self.request_headers(),
+                body_key=None if key is None else (self.chat_path, self.model, key),
+            )
+        return client.build_request(
             "POST", self.chat_path, json=body, headers=self.request_headers()
         )
 
