@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -57,6 +57,7 @@ __all__ = [
     "Usage",
     "bound_raw",
     "cut_text",
+    "validated",
 ]
 
 
@@ -180,8 +181,19 @@ ServerText = Annotated[str, AfterValidator(lambda t: cut_text(t))]
 OptionalServerText = Annotated[str | None, AfterValidator(_cut_optional)]
 
 
+_M = TypeVar("_M", bound=BaseModel)
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+
+def validated(model: type[_M], fields: dict[str, Any]) -> _M:
+    """``model(**fields)``: the same validation and the same instance, from pydantic's
+    validator at once, without its Python ``__init__`` and the keywords packed and unpacked
+    (about 2 µs warm a model; a request's record builds three, cold, between streams)."""
+    instance: _M = model.__pydantic_validator__.validate_python(fields)
+    return instance
 
 
 class RecordError(_Model):
