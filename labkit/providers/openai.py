@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import httpx
 from pydantic import Field
@@ -655,16 +655,19 @@ class OpenAIProvider(Provider):
             "stream_options": {"include_usage": True},
         }
         client = self.client
-        if isinstance(client, MeasuredClient) and not self.settings.extra_body:
-            # A load level sends the same prompt and parameters again and again: the body's
-            # encoding is kept by what varies in it (the rest is this provider's own).
-            key = chat_body_key(request.messages, params) if client.keeps_bodies else None
-            return client.build_request(
+        # A load level sends the same prompt and parameters again and again: a client that
+        # keeps bodies (`MeasuredClient.keeps_bodies`) keeps the body's encoding by what
+        # varies in it (the rest is this provider's own, but an `extra_body`).
+        key = None
+        if not self.settings.extra_body and getattr(client, "keeps_bodies", False):
+            key = chat_body_key(request.messages, params)
+        if key is not None:
+            return cast(MeasuredClient, client).build_request(
                 "POST",
                 self.chat_path,
                 json=body,
                 headers=self.request_headers(),
-                body_key=None if key is None else (self.chat_path, self.model, key),
+                body_key=(self.chat_path, self.model, key),
             )
         return client.build_request(
             "POST", self.chat_path, json=body, headers=self.request_headers()
