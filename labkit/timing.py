@@ -74,6 +74,20 @@ def percentile(sorted_values: Sequence[float], q: float, scale: float = 1.0) -> 
     return low + (high - low) * frac
 
 
+def _offset_ms(t_ns: int | None, t_start_ns: int) -> float | None:
+    """A stamp's offset from the clock's start in ms (None: not stamped)."""
+    return None if t_ns is None else (t_ns - t_start_ns) / _NS_PER_MS
+
+
+def _phase_ms(phases_ns: Mapping[str, int], t_start_ns: int, *names: str) -> float | None:
+    """The offset in ms of the first of `names` traced (None: none was)."""
+    for name in names:
+        t = phases_ns.get(name)
+        if t is not None:
+            return (t - t_start_ns) / _NS_PER_MS
+    return None
+
+
 def derive_client_timings(
     *,
     t_start_ns: int,
@@ -105,26 +119,16 @@ def derive_client_timings(
     (`labkit.measurement.lateness.self_check_fields`), built in with the rest.
     """
 
-    # Each phase's stamp looked up once, by name, and its offset taken inline (no closure
-    # per call: this runs cold once a request, between other streams' reads).
-    get = phases_ns.get
+    # Module-level helpers, not closures made per call: this runs cold once a request,
+    # between other streams' reads.
     t0 = t_start_ns
     offsets, itl_p50, itl_p99, itl_max = stamp_figures(t0, output_event_ns)
     decode, why_null = _decode(offsets, output_tokens, uncounted)
-    t = get(_CONNECTED)
-    connected_tcp = None if t is None else (t - t0) / _NS_PER_MS
-    t = get(_CONNECTING)
-    connecting = None if t is None else (t - t0) / _NS_PER_MS
-    t = get(_TLS_DONE)
-    tls_done = None if t is None else (t - t0) / _NS_PER_MS
-    t = get(_BODY_SENT[0])
-    if t is None:
-        t = get(_BODY_SENT[1])
-    request_sent = None if t is None else (t - t0) / _NS_PER_MS
-    t = get(_HEADERS[0])
-    if t is None:
-        t = get(_HEADERS[1])
-    headers_ms = None if t is None else (t - t0) / _NS_PER_MS
+    connected_tcp = _phase_ms(phases_ns, t0, _CONNECTED)
+    connecting = _phase_ms(phases_ns, t0, _CONNECTING)
+    tls_done = _phase_ms(phases_ns, t0, _TLS_DONE)
+    request_sent = _phase_ms(phases_ns, t0, *_BODY_SENT)
+    headers_ms = _phase_ms(phases_ns, t0, *_HEADERS)
     connect_ms = connected_tcp
     new_connection: bool | None = True
     if connect_ahead_ns is not None:
@@ -142,11 +146,11 @@ def derive_client_timings(
         "tls_ms": tls_done,
         "request_sent_ms": request_sent,
         "headers_ms": headers_ms,
-        "first_event_ms": None if first_event_ns is None else (first_event_ns - t0) / _NS_PER_MS,
+        "first_event_ms": _offset_ms(first_event_ns, t0),
         "ttft_ms": offsets[0] if offsets else None,
-        "ttft_text_ms": None if first_text_ns is None else (first_text_ns - t0) / _NS_PER_MS,
+        "ttft_text_ms": _offset_ms(first_text_ns, t0),
         "last_token_ms": offsets[-1] if offsets else None,
-        "e2e_ms": None if end_ns is None else (end_ns - t0) / _NS_PER_MS,
+        "e2e_ms": _offset_ms(end_ns, t0),
         "decode_ms_per_token": decode,
         "output_tokens_per_s": (1000.0 / decode) if decode else None,
         "event_offsets_ms": offsets,
