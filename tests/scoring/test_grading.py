@@ -1,7 +1,7 @@
 """How an answer is graded against the truth: an interval covers the true value or misses
 it, a fact is right or wrong, and the graders catch the untruths the lab once taught — a
 cache hit's TTFT stated as a cold one, decode per token divided by a token that never
-arrived, a split whose queue is not the server's."""
+arrived, a split whose queue is not the server's, "network" holding labkit's own time."""
 
 from __future__ import annotations
 
@@ -9,11 +9,21 @@ from pathlib import Path
 
 import pytest
 
+from labkit.analysis.split import ttft_split
 from labkit.figures import Mean, Quantile
+from labkit.figures.attribution import AttributionFigures
 from labkit.figures.single import PromptCacheRun, SingleFigures
 from labkit.records import LabAnswer, RequestRecord
 from labkit.scoring.grading import grade_table
-from labkit.scoring.grading.base import Grade, Truth, fact, figure, true_decode_ms_per_token
+from labkit.scoring.grading.attribution import grade_attribution
+from labkit.scoring.grading.base import (
+    Grade,
+    Truth,
+    fact,
+    figure,
+    true_decode_ms_per_token,
+    true_outside_ms,
+)
 from labkit.scoring.grading.single import grade_single
 from labkit.truth.log import TruthLog, TruthRequest
 from tests.support.records import make_record
@@ -163,3 +173,63 @@ def test_the_summary_says_plainly_when_no_answer_stated_an_interval_or_a_fact() 
     assert grade_summary(only_figures)[0] == (
         "1 of 1 stated intervals covered the truth; no answer stated a fact."
     )
+
+
+def _attribution_pair(
+    i: int, late_ms: float, estimated_ms: float | None
+) -> tuple[RequestRecord, TruthRequest]:
+    """Request path 1 ms (labkit's send 0.5 of it), front end 2, prefill 20: the server
+    sends the first event 23 ms after the start; labkit's stamp is `late_ms` after that."""
+    start = T0 + i * 10**9
+    read = start + 1_000_000
+    t = _truth(f"a{i}", read + 2_000_000, first_ms=20.0, gap_ms=4.0, events=5)
+    t = t.model_copy(update={"t_read_ns": read, "frontend_ms": 2.0})
+    r = make_record(
+        experiment="attribution",
+        ttft_ms=23.0 + late_ms,
+        prefill_ms=20.0,
+        output_tokens=5,
+        send_ms=0.5,
+        ttft_lateness_ms=estimated_ms,
+    )
+    r.provider_timings.queue_ms = 0.0
+    r.response_id, r.t_start_mono_ns = t.id, start
+    return r, t
+
+
+def _grade_attribution(pairs: list[tuple[RequestRecord, TruthRequest]]) -> Grade:
+    records = [r for r, _ in pairs]
+    figures = AttributionFigures(n=len(records), ttft_split=ttft_split(records))
+    answer = LabAnswer(
+        experiment="attribution",
+        provider="local",
+        model="m",
+        question="q",
+        answer="a",
+        figures=figures,
+    )
+    log = TruthLog(Path("truth.jsonl"), 0, 0, [t for _, t in pairs])
+    checks = grade_attribution(answer, records, Truth(log))
+    return Grade(run="r", truth="t", checks=checks, matched=len(pairs), unmatched=0)
+
+
+def test_a_late_stamp_labkit_owns_is_not_taken_from_the_network_truth() -> None:
+    """A host under load held one first token's stamp 9 ms past its arrival and labkit
+    estimated it: the split's network and front end (2.5 ms each) is right. The grader once
+    took that lateness from the true span up to the server's read, where it never was, and
+    called the right answer wrong by 1.5 ms."""
+    pairs = [_attribution_pair(i, 0.1, 0.1) for i in range(5)] + [_attribution_pair(5, 9.0, 9.0)]
+    assert all(true_outside_ms(r, t) == pytest.approx(2.5) for r, t in pairs)
+    grade = _grade_attribution(pairs)
+    network = next(c for c in grade.checks if c.name == "network and front end (mean)")
+    assert network.ok is True and network.true_value == pytest.approx(2.5)
+    assert grade.wrong == []
+
+
+def test_network_holding_labkits_own_late_stamps_is_caught() -> None:
+    """Every first token's stamp 3 ms late and none of it estimated: the 3 ms land in
+    "network" (5.5 ms against the true 2.5), and the grader says so."""
+    grade = _grade_attribution([_attribution_pair(i, 3.0, None) for i in range(6)])
+    wrong = {c.name: c for c in grade.wrong}
+    network = wrong["network and front end (mean)"]
+    assert network.value == pytest.approx(5.5) and network.true_value == pytest.approx(2.5)

@@ -14,9 +14,9 @@ from labkit.scoring.grading.base import (
     median_of,
     register_grader,
     true_decode_ms_per_token,
+    true_outside_ms,
     true_ttft_ms,
 )
-from labkit.truth.log import TruthRequest
 
 __all__ = ["grade_attribution"]
 
@@ -26,19 +26,6 @@ def _row(f: AttributionFigures, key: K) -> float | None:
         return f.value(key)
     except KeyError:
         return None
-
-
-def _labkit_own(r: RequestRecord) -> float:
-    c = r.client
-    return (c.send_ms or 0.0) + (c.ttft_lateness_ms or 0.0)
-
-
-def _outside_provider(r: RequestRecord, t: TruthRequest) -> float | None:
-    """The true network and front end: from the start to the server's read (less labkit's
-    own send, which only the client knows) and the front end the server did not report."""
-    if r.t_start_mono_ns is None:
-        return None
-    return (t.t_read_ns - r.t_start_mono_ns) / 1e6 - _labkit_own(r) + t.frontend_ms
 
 
 @register_grader("attribution")
@@ -56,7 +43,7 @@ def grade_attribution(answer: LabAnswer, records: list[RequestRecord], truth: Tr
     ttft = mean_of([true_ttft_ms(r, t) for r, t in wire])
     queue = mean_of([t.queue_ms for _, t in wire])
     prefill = mean_of([t.prefill_ms for _, t in wire])
-    outside = mean_of([_outside_provider(r, t) for r, t in wire])
+    outside = mean_of([true_outside_ms(r, t) for r, t in wire])
     checks = [
         figure(who, "TTFT (mean)", split.ttft_ms, ttft, "ms"),
         figure(who, "provider queue (mean)", split.provider_queue_ms, queue, "ms", 0.01),

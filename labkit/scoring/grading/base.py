@@ -31,6 +31,7 @@ __all__ = [
     "grader_for",
     "register_grader",
     "true_decode_ms_per_token",
+    "true_outside_ms",
     "true_ttft_ms",
 ]
 
@@ -150,6 +151,21 @@ def true_ttft_ms(record: RequestRecord, t: TruthRequest) -> float | None:
     if not t.events_ns or record.t_start_mono_ns is None:
         return None
     return (t.events_ns[0] - record.t_start_mono_ns) / 1e6
+
+
+def true_outside_ms(record: RequestRecord, t: TruthRequest) -> float | None:
+    """The true network and front end up to the first output event's send: the record's
+    start to that send, less labkit's own send (only the client knows it) and the queue and
+    prefill the server spent (None: no event, no start or no prefill planned).
+
+    A stamp's lateness is labkit's own time *after* the send, so it is not in this span and
+    is not taken from it; the server's delay beyond its planned prefill, which it reports
+    nowhere, is front end and stays in it.
+    """
+    ttft = true_ttft_ms(record, t)
+    if ttft is None or t.prefill_ms is None:
+        return None
+    return ttft - (record.client.send_ms or 0.0) - t.queue_ms - t.prefill_ms
 
 
 def true_decode_ms_per_token(t: TruthRequest) -> float | None:

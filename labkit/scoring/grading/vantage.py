@@ -1,11 +1,11 @@
 """Grading `vantage`: each vantage's shares and each paired shift against the truth.
 
 The truth server knows each request's queue and prefill (the provider's share) and when it
-read the request (the network's share up to the server, the up-route's delay included);
-the down-route's hold it cannot see is the relay's own account of the chunk that brought
-the first event (`vantage_down_ms`: the relay stamps each chunk's read and write on the
-clock labkit and the server share), else the configured half of the round trip
-(`vantage_delay_ms` / 2; its jitter has mean 0).
+sent the first event (the rest up to there, less labkit's send, is the network's share, the
+up-route's delay included); the down-route's hold it cannot see is the relay's own account
+of the chunk that brought the first event (`vantage_down_ms`: the relay stamps each chunk's
+read and write on the clock labkit and the server share), else the configured half of the
+round trip (`vantage_delay_ms` / 2; its jitter has mean 0).
 """
 
 from __future__ import annotations
@@ -13,7 +13,15 @@ from __future__ import annotations
 from labkit.analysis.vantage import route_added_of
 from labkit.figures.vantage import VantageFigures
 from labkit.records import LabAnswer, RequestRecord
-from labkit.scoring.grading.base import TOLERANCE, Check, Truth, fact, figure, register_grader
+from labkit.scoring.grading.base import (
+    TOLERANCE,
+    Check,
+    Truth,
+    fact,
+    figure,
+    register_grader,
+    true_outside_ms,
+)
 from labkit.truth.log import TruthRequest
 
 __all__ = ["grade_vantage"]
@@ -34,12 +42,11 @@ def _provider(t: TruthRequest) -> float | None:
 
 
 def _network(r: RequestRecord, t: TruthRequest) -> float | None:
-    """The true network and front end: the start to the server's read, less labkit's own
-    send, plus the front end the server did not report and the down-route's delay."""
-    if r.t_start_mono_ns is None:
-        return None
-    own = (r.client.send_ms or 0.0) + (r.client.ttft_lateness_ms or 0.0)
-    return (t.t_read_ns - r.t_start_mono_ns) / 1e6 - own + t.frontend_ms + _down(r)
+    """The true network and front end: up to the server's first send (`true_outside_ms`:
+    the up-route's delay and the front end the server did not report), plus the
+    down-route's delay."""
+    outside = true_outside_ms(r, t)
+    return None if outside is None else outside + _down(r)
 
 
 def _mean(values: list[float | None]) -> float | None:
