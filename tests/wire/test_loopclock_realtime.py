@@ -2,10 +2,10 @@
 
 The server (a thread of this process, on the same monotonic clock) stamps each write; the
 client's loop is held 30 ms by a callback that fires with the same read, so the event's
-user-space stamp is at least 30 ms after its bytes came. That holds when the select() the
-bytes woke reported the client's socket and the callback's duplicate together; on a busy
-host epoll can report them apart (the two entries' wake-ups race), and the scenario is run
-again.
+user-space stamp is at least 30 ms after its bytes came. That holds when the bytes woke a
+select() that blocked and reported the client's socket with the callback's duplicate; on a
+busy host the loop can reach its select() only after they came (it returns at once, and the
+bytes are known only to lie in the window since the one before): the scenario runs again.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ class _Script:
     (stamped), and the rest."""
 
     def __init__(self) -> None:
+        self.head_sent = threading.Event()
         self.armed = threading.Event()
         self.sent_ns: int | None = None
         #: The hold ran in the turn of the select() that "Hello" woke, which reported the
@@ -66,6 +67,7 @@ class _Script:
         # One write: the client never sees the headers without the role chunk behind them.
         head = http_head(200, {"content-type": "text/event-stream", "connection": "close"})
         yield head + sse(oa_chunk(role="assistant"))
+        self.head_sent.set()
         self.armed.wait(10)
         self.sent_ns = time.perf_counter_ns()
         yield sse(oa_chunk("Hello"))
@@ -95,7 +97,8 @@ async def _hold_the_loop_on_next_read(script: _Script, port: int) -> None:
         await asyncio.sleep(0.005)
         fd = next((f for f in selector.get_map() if _peer_port(f) == port), None)
     dup = os.dup(fd)
-    while select.select([dup], [], [], 0)[0]:  # the role chunk not read yet
+    # Sent, then read: the hold must not fire on the headers and role chunk.
+    while not script.head_sent.is_set() or select.select([dup], [], [], 0)[0]:
         await asyncio.sleep(0.005)
     # And the client reads again: httpx's stream (anyio) stops watching its socket between
     # its receives; bytes that came while it did not watch are known to the estimate only
@@ -110,8 +113,8 @@ async def _hold_the_loop_on_next_read(script: _Script, port: int) -> None:
         script.held_with_the_read = (
             returned == selector.returned_ns
             and blocked
-            and bool(reports)
             and reports is not None
+            and len(reports) > 0
             and reports[-1] == (woken, woken, True)
         )
         time.sleep(HOLD_S)
