@@ -61,7 +61,8 @@ class DelayRelay:
         self.port: int | None = None
         #: Connections accepted so far.
         self.connections = 0
-        #: Each chunk relayed: (upstream?, read ns, written ns), `time.perf_counter_ns`.
+        #: Each chunk relayed: (upstream?, read ns, written ns: as handed to the socket's
+        #: write), `time.perf_counter_ns`.
         self.log: deque[tuple[bool, int, int]] = deque(maxlen=_LOG_CHUNKS)
 
     def start(self) -> int:
@@ -174,8 +175,11 @@ class DelayRelay:
                     if dst.can_write_eof():
                         dst.write_eof()
                     return
+                # Stamped as the chunk is handed over: a stamp after the write could trail it
+                # by the wait for the GIL back from the send (labkit's thread holding it).
+                t_written = time.perf_counter_ns()
                 dst.write(data)
-                self.log.append((upstream, t_read, time.perf_counter_ns()))
+                self.log.append((upstream, t_read, t_written))
                 await dst.drain()
 
         sender = asyncio.ensure_future(deliver())

@@ -123,5 +123,8 @@ def grade_vantage(answer: LabAnswer, records: list[RequestRecord], truth: Truth)
         ]
         added_true = _mean(routes) if any(v is not None for v in routes) else s.configured_ms
         added = f"{name}: network share shift against what the routes added"
-        checks.append(figure(who, added, s.network_ms, added_true, "ms"))
+        # the relay's account is stamped in a thread of labkit's process: each read stamp
+        # trails its bytes by that thread's wake-up and its wait for the GIL, unseen by the
+        # truth server as a relay vantage's hand-over is: twice the loopback's tolerance
+        checks.append(figure(who, added, s.network_ms, added_true, "ms", 2 * TOLERANCE["ms"]))
     return checks
