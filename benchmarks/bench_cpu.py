@@ -40,7 +40,10 @@ level and round the two sides alternate which goes first, so machine noise hits 
   regex finds each event's text), over the same replies, one run in each round, last in
   one round and first in the next, as the sides alternate (so a shared host's load moves
   the floor with the sides it divides): what one Python event loop spends reading these
-  streams at all (`floor_us_per_token`, summed over rounds; each round's is printed).
+  streams at all (`floor_us_per_token`, summed over rounds; each round's is printed). One
+  full floor run, not counted, goes before the first level (`warm_floor`): a process's
+  first one paid ~130,000 page faults more (40 against 25 µs/token), which would flatter
+  labkit.
 - Stamp error = client stamp − server send stamp per output event; TTFT error = client
   TTFT − true TTFT (first send − client t_start); matched by response id and position
   (`bench_load.Accum`), over the full runs' measured records.
@@ -649,6 +652,19 @@ def measure_level(
     return out
 
 
+def warm_floor(srv: ScriptedServer, level: int, args: argparse.Namespace) -> None:
+    """One full floor run, not measured, before the first level's: a process's first one
+    read through glibc's mmap for each of asyncio's 256 KiB receive buffers (an mmap, a
+    mremap and a munmap a read, ~130,000 page faults in 640 requests: 40 µs/token against 25
+    once glibc's threshold had risen, 2026-12-06), a yardstick that would flatter labkit,
+    whose reads never take that path. A wave of `level` requests did not end it; a full run did."""
+    interval = bl._level_interval_ms(level, args)
+    n, _ = requests_per_run(level, args)
+    cpu, events = floor_run(srv, srv.url(interval_ms=interval, tokens=args.tokens), level, n)
+    per_token = _us(1e6 * cpu / events if events else None)
+    print(f"floor warm-up (not counted), {level} stream(s): {per_token} µs/token", flush=True)
+
+
 def floor_run(srv: ScriptedServer, url: str, level: int, n: int) -> tuple[float, int]:
     """One run of the floor beside a level (the module docstring): `bench_load.raw_leg`
     over the same replies, `n` requests; its CPU (s) and output events."""
@@ -1243,6 +1259,7 @@ def main() -> None:
         with ScriptedServer(
             ttft_ms=args.ttft_ms, interval_ms=args.interval_ms, tokens=args.tokens
         ) as srv:
+            warm_floor(srv, levels[0], args)
             for level in levels:
                 results[level] = measure_level(sides, srv, level, args, work)
             if args.profile_level:
