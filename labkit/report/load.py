@@ -966,7 +966,9 @@ def _duck_type(kind: pa.DataType) -> str:
     if pa.types.is_string(kind):
         return "VARCHAR"
     if pa.types.is_boolean(kind):
-        return "BOOLEAN"
+        # Read as a number, as the line reader and Arrow's blocks read it (true 1, false 0):
+        # DuckDB's BOOLEAN would take any number for true (a malformed 7 or 1e308 read 1).
+        return "DOUBLE"
     if pa.types.is_list(kind):  # the event offsets: only their count is read
         return "JSON"
     return "DOUBLE"
@@ -991,8 +993,13 @@ def _duck_query(wanted: frozenset[str] | None) -> tuple[str, list[str]]:
                 check, value = "('VARCHAR')", f""""{name}"->>'$'"""
             select.append(f'CASE WHEN json_type("{name}") IN {check} THEN {value} END AS "{name}"')
         elif name == "warmup":
-            types[name] = "BOOLEAN"
-            select.append('coalesce("warmup", false) AS "warmup"')
+            # Only JSON's true is a warm-up, as the line reader takes it (`is True`): a
+            # BOOLEAN column would take 1, 7 or "true" for one and leave the record out.
+            types[name] = "JSON"
+            select.append(
+                """coalesce(json_type("warmup") = 'BOOLEAN' AND "warmup"::VARCHAR = 'true',"""
+                ' false) AS "warmup"'
+            )
         elif name == "tags":
             types[name] = "JSON"
             select.append('"tags"')

@@ -50,6 +50,16 @@ def _retype(line: str, at: int, junk: str) -> str:
     return json.dumps(obj)
 
 
+def _retype_warmup(line: str, at: int, junk: str) -> str:
+    """The record's `warmup` given another JSON value: only JSON's true is a warm-up."""
+    try:
+        obj = json.loads(line)
+        obj["warmup"] = [junk, None, True, False, 1, 7, 1e308, "true"][at % 8]
+    except (ValueError, TypeError):  # mangled already
+        return line
+    return json.dumps(obj)
+
+
 def _doubled_key(line: str, at: int, junk: str) -> str:
     """A key sent twice (JSON allows it; the last one counts for Python's json)."""
     return line[:-1] + f', "record_id": {json.dumps(junk)}' + "}"
@@ -68,7 +78,7 @@ def _split(line: str, at: int, junk: str) -> str:
     return line[:at] + "\n" + line[at:]
 
 
-MUTATIONS = [_cut, _insert, _retype, _doubled_key, _unknown_key, _blank, _split]
+MUTATIONS = [_cut, _insert, _retype, _retype_warmup, _doubled_key, _unknown_key, _blank, _split]
 
 _mutation = st.tuples(
     st.integers(0, len(LINES) - 1),
@@ -113,3 +123,46 @@ def test_a_mangled_run_reads_at_once_as_line_by_line(
             pd.testing.assert_frame_equal(
                 read.records.drop(columns=["run_dir"]), by_line.records.drop(columns=["run_dir"])
             )
+
+
+def _read_three_ways(line: str, column: str) -> dict[str, list[object]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = write_run(Path(tmp) / "run", [])
+        (run_dir / "records.jsonl").write_text(line + "\n")
+        return {
+            reader: _read(run_dir, reader).records[column].tolist()
+            for reader in ("line by line", "at once", "blocks")
+        }
+
+
+@pytest.mark.parametrize(
+    ("value", "warm"),
+    [
+        (True, True),
+        (False, False),
+        (None, False),
+        (1, False),
+        (7, False),
+        (1e308, False),
+        ("true", False),
+    ],
+)
+def test_only_json_true_makes_a_warm_up_whichever_reader(value: object, warm: bool) -> None:
+    """DuckDB's BOOLEAN took 1, 7, 1e308 and "true" for a warm-up (left out of every figure)
+    where the line reader and Arrow's blocks read them as not one."""
+    obj = json.loads(LINES[0])
+    obj["warmup"] = value
+    read = _read_three_ways(json.dumps(obj), "warmup")
+    assert read == {reader: [warm] for reader in read}
+
+
+@pytest.mark.parametrize(
+    ("value", "number"), [(True, 1.0), (False, 0.0), (7, 7.0), (1e308, 1e308), ("12.5", 12.5)]
+)
+def test_a_boolean_field_holding_a_number_reads_alike(value: object, number: float) -> None:
+    """`client.new_connection` (a boolean) holding a number: read at once it was 1.0 (DuckDB's
+    BOOLEAN), line by line and by blocks the number itself."""
+    obj = json.loads(LINES[0])
+    obj["client"]["new_connection"] = value
+    read = _read_three_ways(json.dumps(obj), "client.new_connection")
+    assert read == {reader: [number] for reader in read}
