@@ -181,18 +181,41 @@ def _columns() -> list[str]:
     return cols
 
 
-def _num(v: Any) -> float | None:
-    if isinstance(v, int | float):
+def _as_float(v: int | float) -> float:
+    """`v` as a float; an integer beyond a float's range as ±inf, as DuckDB reads it."""
+    try:
         return float(v)
+    except OverflowError:
+        return math.inf if v > 0 else -math.inf
+
+
+def _num(v: Any) -> float | None:
+    """One value as a number column holds it, whatever its neighbours: a number (true 1,
+    false 0), a text numpy reads as one ("12.5", as DuckDB does), else None."""
+    if isinstance(v, int | float):
+        return _as_float(v)
+    if isinstance(v, str):
+        try:
+            return float(np.array(v, dtype=float))
+        except (ValueError, OverflowError):
+            return None
     return None
 
 
 def _floats(values: list[Any]) -> Any:
-    """A float64 array (None → NaN); anything that is not a number becomes NaN too."""
+    """A float64 array, one value a row (None → NaN, and anything `_num` does not read).
+
+    numpy casts the whole list at once; where it cannot (a value that is no number), or
+    casts an array of arrays into more dimensions, each value is read alone, so that one
+    record's reading never depends on another's (a "12.5" read NaN beside an "x" in the
+    same chunk, and a list in every row raised)."""
     try:
-        return np.array(values, dtype=float)
-    except (TypeError, ValueError):
-        return np.array([_num(v) for v in values], dtype=float)
+        out = np.array(values, dtype=float)
+    except (TypeError, ValueError, OverflowError):
+        out = None
+    if out is None or out.ndim != 1:
+        out = np.array([_num(v) for v in values], dtype=float)
+    return out
 
 
 def _texts(values: list[Any]) -> Any:
@@ -414,7 +437,10 @@ def _parse_block(
 def _tag_column(values: list[Any]) -> Any:
     present = [v for v in values if v is not None]
     if present and all(isinstance(v, int | float) and not isinstance(v, bool) for v in present):
-        return np.array(values, dtype=float)
+        try:
+            return np.array(values, dtype=float)
+        except OverflowError:  # an integer beyond a float's range: each value alone
+            return np.array([math.nan if v is None else _as_float(v) for v in values], float)
     return pd.array([None if v is None else str(v) for v in values], dtype="object")
 
 
@@ -1070,7 +1096,7 @@ def _tag_values(values: list[Any], text: bool = False) -> tuple[np.ndarray, bool
     is text elsewhere in the run) text (objects)."""
     present = [v for v in values if v is not None]
     if not text and all(isinstance(v, int | float) and not isinstance(v, bool) for v in present):
-        return np.array([math.nan if v is None else v for v in values], dtype=float), False
+        return np.array([math.nan if v is None else _as_float(v) for v in values], float), False
     return np.array([None if v is None else str(v) for v in values], dtype=object), True
 
 

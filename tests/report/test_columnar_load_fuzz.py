@@ -10,6 +10,7 @@ Left out, as the readers still differ there: an integer beyond 64 bits as a sect
 from __future__ import annotations
 
 import json
+import math
 import re
 import tempfile
 from pathlib import Path
@@ -45,7 +46,7 @@ def _retype(line: str, at: int, junk: str) -> str:
     except (ValueError, AttributeError, IndexError):  # mangled already
         return line
     keys = sorted(obj[section]) or ["x"]
-    values = [junk, None, True, 1e308, -(2**53), {"k": junk}, "12.5", 7]
+    values = [junk, None, True, 1e308, -(2**53), {"k": junk}, "12.5", 7, [7], -(10**400)]
     obj[section][keys[at % len(keys)]] = values[at % len(values)]
     return json.dumps(obj)
 
@@ -125,10 +126,10 @@ def test_a_mangled_run_reads_at_once_as_line_by_line(
             )
 
 
-def _read_three_ways(line: str, column: str) -> dict[str, list[object]]:
+def _read_lines_three_ways(objs: list[dict[str, object]], column: str) -> dict[str, list[object]]:
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = write_run(Path(tmp) / "run", [])
-        (run_dir / "records.jsonl").write_text(line + "\n")
+        (run_dir / "records.jsonl").write_text("".join(json.dumps(o) + "\n" for o in objs))
         return {
             reader: _read(run_dir, reader).records[column].tolist()
             for reader in ("line by line", "at once", "blocks")
@@ -152,7 +153,7 @@ def test_only_json_true_makes_a_warm_up_whichever_reader(value: object, warm: bo
     where the line reader and Arrow's blocks read them as not one."""
     obj = json.loads(LINES[0])
     obj["warmup"] = value
-    read = _read_three_ways(json.dumps(obj), "warmup")
+    read = _read_lines_three_ways([obj], "warmup")
     assert read == {reader: [warm] for reader in read}
 
 
@@ -164,5 +165,39 @@ def test_a_boolean_field_holding_a_number_reads_alike(value: object, number: flo
     BOOLEAN), line by line and by blocks the number itself."""
     obj = json.loads(LINES[0])
     obj["client"]["new_connection"] = value
-    read = _read_three_ways(json.dumps(obj), "client.new_connection")
+    read = _read_lines_three_ways([obj], "client.new_connection")
     assert read == {reader: [number] for reader in read}
+
+
+@pytest.mark.parametrize(("value", "number"), [(10**400, math.inf), (-(10**400), -math.inf)])
+@pytest.mark.parametrize("where", ["client.ttft_ms", "tags.big"])
+def test_an_integer_beyond_a_float_reads_as_infinite_not_an_exception(
+    value: int, number: float, where: str
+) -> None:
+    """An integer too large for a float (a number field, or a tag) raised OverflowError in
+    the line reader (and for a tag at once too): the whole run unreadable for one value."""
+    obj = json.loads(LINES[0])
+    section, key = where.split(".")
+    obj.setdefault(section, {})[key] = value
+    read = _read_lines_three_ways([obj], where)
+    assert read == {reader: [number] for reader in read}
+
+
+@pytest.mark.parametrize("value", [[1], [1, 2], []])
+def test_an_array_in_a_number_field_reads_as_missing_not_an_exception(value: object) -> None:
+    """A JSON array where a number is due, in every row of a chunk: numpy cast the column
+    into two dimensions and the frame raised (line by line and by blocks)."""
+    obj = json.loads(LINES[0])
+    obj["client"]["ttft_ms"] = value
+    read = _read_lines_three_ways([obj], "client.ttft_ms")
+    assert all(len(v) == 1 and math.isnan(v[0]) for v in read.values()), read
+
+
+def test_a_value_reads_the_same_whatever_its_neighbours_hold() -> None:
+    """A numeric text read as its number alone and as NaN beside a text that is none (the
+    line reader cast a chunk at once, else read every text as NaN); at once it was 12.5."""
+    first, second = json.loads(LINES[0]), json.loads(LINES[1])
+    first["client"]["ttft_ms"], second["client"]["ttft_ms"] = "12.5", "x"
+    read = _read_lines_three_ways([first, second], "client.ttft_ms")
+    for got in read.values():
+        assert got[0] == 12.5 and math.isnan(got[1]), read
