@@ -127,6 +127,11 @@ class LevelSink(Protocol):
         """ProviderDied where the provider's managed server has exited."""
         ...
 
+    def partial(self) -> None:
+        """Some of the level's share never ran (a worker died, whether or not a request
+        was in flight): the provider's outcome stays unfinished, so --resume runs it again."""
+        ...
+
 
 class Executor(ABC):
     """Runs one level of a paced experiment, split over its workers."""

@@ -502,8 +502,11 @@ class RayExecutor(Executor):
         level: LevelPlan,
         sink: LevelSink,
     ) -> None:
-        """Run `level` on actors; every record goes to `sink` as it arrives."""
-        await self.run_on_actors(experiment, provider, level, sink.keep, sink.message)
+        """Run `level` on actors; every record goes to `sink` as it arrives, and the level
+        is partial there where an actor died."""
+        ran = await self.run_on_actors(experiment, provider, level, sink.keep, sink.message)
+        if ran.partial:
+            sink.partial()
 
     async def run_on_actors(
         self,

@@ -175,6 +175,8 @@ class Runner:
         #: (their key need not be set now).
         self._finished_before = finished_before or {}
         self._session_start = len(self._records)
+        #: The providers with a level this session that a worker's death left partial.
+        self._partial_this_session: set[str] = set()
         self.experiments: list[Experiment] = []
         counts: dict[str, int] = {}
         for settings in config.experiments:
@@ -364,8 +366,8 @@ class Runner:
                 outcome.server = described
             for exp in self.experiments:
                 await self._run_experiment(exp, provider, outcome, server)
-            if self._lost_this_session(outcome.id):  # a partial level: --resume redoes it
-                outcome.reason = "requests lost with a Ray actor that died (a partial level)"
+            if self._partial_level_this_session(outcome.id):  # --resume redoes it
+                outcome.reason = "a Ray actor died mid-level (a partial level)"
             else:
                 outcome.finished = True
             await self._fetch_stats_later(provider, outcome)
@@ -534,8 +536,10 @@ class Runner:
                 level.check_server()
         await exp.finalize(provider, self._mine(provider, exp))
 
-    def _lost_this_session(self, provider_id: str) -> bool:
-        return any(
+    def _partial_level_this_session(self, provider_id: str) -> bool:
+        """Whether a level of `provider_id` this session is partial: its executor said so
+        (an actor died, even between two requests), or a request was lost in flight."""
+        return provider_id in self._partial_this_session or any(
             r.provider == provider_id and r.error is not None and r.error.kind == ErrorKind.LOST
             for r in self._records[self._session_start :]
         )
@@ -627,6 +631,9 @@ class _Level:
         if self._server is not None and not self._server.is_running():
             self._outcome.status = "dead"
             raise _died(self._server)
+
+    def partial(self) -> None:
+        self._runner._partial_this_session.add(self._provider.id)
 
 
 def _died(server: ManagedServerHandle) -> ProviderDied:

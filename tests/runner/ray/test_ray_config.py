@@ -176,3 +176,37 @@ def test_the_shipped_ray_config_validates() -> None:
     config = load_config(Path(__file__).parents[3] / "configs" / "load_ray.yaml")
     assert config.executor is not None and config.executor.address == "auto"
     validate_experiments(config)
+
+
+@pytest.mark.parametrize(("died", "said"), [([], False), (["vm/10.0.0.3/ab12"], True)])
+def test_an_actor_that_died_makes_the_level_partial_even_with_nothing_in_flight(
+    tmp_path: Path, died: list[str], said: bool
+) -> None:
+    """The runner took a level for partial only from a lost record: an actor that died
+    between two of its requests lost none, so the run said "completed" and --resume ran
+    nothing, the dead node's remaining share never run (CI, 2026-12-06)."""
+    import asyncio
+
+    executor = RayExecutor(RayExecutorSettings(), tmp_path, run_id="r", store_text=False)
+    ran = ray_executor.RayLevel(
+        experiment="load", provider="p", level="c2", hosts=["vm/10.0.0.3/ab12"], died=died
+    )
+
+    async def run_on_actors(*args: Any) -> ray_executor.RayLevel:
+        return ran
+
+    executor.run_on_actors = run_on_actors  # type: ignore[method-assign]
+    partial: list[bool] = []
+
+    class Sink:
+        def keep(self, record: RequestRecord) -> None: ...
+        def message(self, text: str) -> None: ...
+        def server_died(self) -> bool:
+            return False
+
+        def check_server(self) -> None: ...
+        def partial(self) -> None:
+            partial.append(True)
+
+    asyncio.run(executor.run_level(None, None, None, Sink()))  # type: ignore[arg-type]
+    assert partial == ([True] if said else [])

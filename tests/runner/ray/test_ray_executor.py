@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -155,16 +156,20 @@ def test_a_node_killed_mid_level_keeps_its_records_and_loses_only_what_was_in_fl
     first = [RequestRecord.from_json_line(line) for line in kill["first_pass"].splitlines() if line]
     measured = _measured(first)
     lost = [r for r in measured if r.error is not None and r.error.kind == ErrorKind.LOST]
-    assert len(lost) == 1  # one stream per actor: its one request in flight
-    dead_host = lost[0].host
-    assert dead_host is not None
-    assert all(dead_host in str(r.error.message) for r in lost if r.error)
+    (message,) = [m for m in kill["messages"] if "died" in m]
+    named = re.search(r"the Ray actor on node (\S+) died", message)
+    assert named is not None and "partial" in message
+    dead_host = named[1]
+    # One stream per actor: at most its one request in flight. None when the node went
+    # between two of its requests, which a loaded host makes likely (CI, 2026-12-06): the
+    # level is partial all the same (`test_resume_reruns_the_partial_level`).
+    assert len(lost) <= 1
+    assert f", {len(lost)} request(s) in flight recorded as lost" in message
+    assert all(r.host == dead_host and dead_host in str(r.error.message) for r in lost if r.error)
     kept = [r for r in measured if r.host == dead_host and r.error is None]
     assert kept, "the dead node's finished records stay in records.jsonl"
     finished_keys = {r.plan_key for r in measured if r.error is None}
     assert not {r.plan_key for r in lost} & finished_keys
-    (message,) = [m for m in kill["messages"] if "died" in m]
-    assert dead_host in message and "partial" in message
 
 
 def test_resume_reruns_the_partial_level(scenarios: dict[str, Any]) -> None:
