@@ -538,11 +538,8 @@ class Runner:
 
     def _partial_level_this_session(self, provider_id: str) -> bool:
         """Whether a level of `provider_id` this session is partial: its executor said so
-        (an actor died, even between two requests), or a request was lost in flight."""
-        return provider_id in self._partial_this_session or any(
-            r.provider == provider_id and r.error is not None and r.error.kind == ErrorKind.LOST
-            for r in self._records[self._session_start :]
-        )
+        (`LevelSink.partial`: an actor died, with requests lost in flight or none)."""
+        return provider_id in self._partial_this_session
 
     def _mine(self, provider: Provider, exp: Experiment) -> list[RequestRecord]:
         return [r for r in self._records if r.provider == provider.id and r.experiment == exp.name]
