@@ -549,8 +549,13 @@ def _late(server: dict[str, Any]) -> float | None:
 
 
 def requests_per_run(level: int, args: argparse.Namespace) -> tuple[int, int]:
-    """A level's requests in its full run and in its short run (at least one wave)."""
-    n = round(args.requests_scale * (2 * level if level >= 256 else max(100, 20 * level)))
+    """A level's requests in its full run and in its short run (at least one wave).
+
+    About 200,000 events a full run from 32 streams up (60 waves at 32, 8 at 256): the
+    marginal figure divides the full run's CPU less the short run's by the events between
+    them, and a short run's start-up swings by ~0.3 s; over the 25,600 events of the
+    former 2-wave full run at 256 that was ±12 µs/token a round."""
+    n = round(args.requests_scale * (8 * level if level >= 256 else max(100, 60 * level)))
     n = max(n, 2 * level)
     return n, max(level, n // 5)
 
@@ -1207,7 +1212,7 @@ def _parser() -> argparse.ArgumentParser:
         "--requests-scale",
         type=float,
         default=1.0,
-        help="requests per full run: max(100, 20 x streams) below 256 streams, else 2 x "
+        help="requests per full run: max(100, 60 x streams) below 256 streams, else 8 x "
         "streams; times this (at least 2 waves; a short run has a fifth, at least 1 wave)",
     )
     bl.add_stream_shape(parser)
