@@ -263,14 +263,20 @@ class DeterminismLoadExperiment(PacedExperiment[DeterminismLoadState, Determinis
                 figures,
                 status="failed",
             )
-        whole = len(judged) == len(rows) and not any(r.failed for r in rows)
-        return self.answer(
-            provider_id,
-            model,
-            determinism_load_answer(figures),
-            figures,
-            status="ok" if whole else "partial",
-        )
+        died = [
+            f"concurrency {c}"
+            for c in s.concurrency
+            if (provider_id, f"c{c}") in self.partial_levels
+        ]
+        whole = len(judged) == len(rows) and not any(r.failed for r in rows) and not died
+        text = determinism_load_answer(figures)
+        if died:
+            text += (
+                f" Partial: a Ray node died mid-level in {', '.join(died)} (its share of the "
+                "replies not compared); labkit run --resume runs "
+                f"{'them' if len(died) > 1 else 'it'} again."
+            )
+        return self.answer(provider_id, model, text, figures, status="ok" if whole else "partial")
 
 
 def _complete(concurrency: int, previous: list[RequestRecord], repeats: int) -> bool:

@@ -537,11 +537,13 @@ class LoadExperiment(PacedExperiment[LoadState, LoadLevelPlan]):
         lost = [
             level.title
             for level in self.levels()
-            if any(r.error is not None and r.error.kind == ErrorKind.LOST for r in by_level[level])
+            if (provider_id, level.label) in self.partial_levels
+            or any(r.error is not None and r.error.kind == ErrorKind.LOST for r in by_level[level])
         ]
         extras = [
-            f"Partial: {', '.join(lost)} lost requests with a Ray node that died mid-level; "
-            "labkit run --resume runs them again."
+            f"Partial: a Ray node died mid-level in {', '.join(lost)} (its requests in "
+            "flight lost, its share of the rest never sent); labkit run --resume runs "
+            f"{'them' if len(lost) > 1 else 'it'} again."
             if lost
             else "",
             "".join(clock_note(r.title, r.clock_uncertainty_ms, r.ttft_ms_p50) for r in rows),

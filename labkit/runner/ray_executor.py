@@ -74,7 +74,15 @@ from labkit.runner.worker_body import build_worker, run_worker
 from labkit.wire import loopclock
 from labkit.wire.readpath import ENV_VAR, READ_PATH
 
-__all__ = ["RAY_LEVELS_FILE", "ActorClock", "LevelActor", "RayExecutor", "RayLevel", "ray_module"]
+__all__ = [
+    "RAY_LEVELS_FILE",
+    "ActorClock",
+    "LevelActor",
+    "RayExecutor",
+    "RayLevel",
+    "partial_ray_levels",
+    "ray_module",
+]
 
 #: The run folder's log of levels run on Ray: one JSON line per level (`RayLevel`).
 RAY_LEVELS_FILE = "ray-levels.jsonl"
@@ -398,6 +406,26 @@ class RayLevel(BaseModel):
     def partial(self) -> bool:
         """Whether an actor died: some of the level's requests were lost."""
         return bool(self.died)
+
+
+def partial_ray_levels(run_dir: Path, experiment: str) -> set[tuple[str, str]]:
+    """(provider id, level label) of `experiment`'s levels whose latest run on a Ray cluster
+    lost an actor (`RayLevel.partial`), from `run_dir`'s ``ray-levels.jsonl``: a resumed
+    run appends a level's new line, which then decides. A line that does not read (a
+    write cut short) is passed over; no file: none."""
+    latest: dict[tuple[str, str], bool] = {}
+    try:
+        lines = (run_dir / RAY_LEVELS_FILE).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return set()
+    for line in lines:
+        try:
+            level = RayLevel.model_validate_json(line)
+        except ValueError:
+            continue
+        if level.experiment == experiment:
+            latest[(level.provider, level.level)] = bool(level.died)
+    return {key for key, died in latest.items() if died}
 
 
 class _ActorOptions(TypedDict, total=False):

@@ -41,7 +41,7 @@ from labkit.runner.executor import Executor, Measurer
 from labkit.runner.gcpolicy import figures_gc, level_gc
 from labkit.runner.hostcpu import host_cpu_between, read_cpu
 from labkit.runner.later import LaterReport, fetch_later_stats
-from labkit.runner.ray_executor import RayExecutor
+from labkit.runner.ray_executor import RayExecutor, partial_ray_levels
 from labkit.runner.results import RunFolder, host_info, new_run_id, package_versions
 from labkit.runner.scrape import MetricsScraper, ScrapeReport
 from labkit.runner.workers import HostExecutor
@@ -309,6 +309,7 @@ class Runner:
             for exp in self.experiments:
                 exp.server_metrics[outcome.id] = scraped
                 exp.host_clocks = read_clock_log(self.folder.path / clock_log_name(exp.name))
+                exp.partial_levels = partial_ray_levels(self.folder.path, exp.name)
                 recs = [r for r in mine if r.experiment == exp.name]
                 try:
                     answers.append(exp.judged(outcome.id, outcome.model, recs))

@@ -246,3 +246,28 @@ def test_settings_refuse_idle_streams_and_repeated_levels() -> None:
     with pytest.raises(ValidationError, match="each level once"):
         DeterminismLoadSettings(repeats=4, concurrency=[2, 2])
     assert DeterminismLoadSettings().concurrency == [1, 4, 8]
+
+
+def test_a_level_whose_ray_node_died_is_partial_and_says_how_to_finish_it(
+    tmp_path: Path,
+) -> None:
+    """A level the runner read as partial from the Ray executor (`partial_levels`: its
+    node died, with or without a request in flight) is not a whole answer."""
+    cfg = parse_config(
+        {
+            "name": "detload",
+            "providers": [{"id": "f", "kind": "fake", "schedule": FAST}],
+            "experiments": [
+                {"kind": "determinism_load", "warmup": 0, "repeats": 4, "concurrency": [1, 2]}
+            ],
+        }
+    )
+    runner = prepare_run(cfg, RunOptions(out_dir=tmp_path))
+    result = asyncio.run(run_lab(runner))
+    assert result.lab.answers[0].status == "ok"
+    (exp,) = runner.experiments
+    exp.partial_levels = {("f", "c2")}
+    answer = exp.analyze("f", result.lab.answers[0].model, result.records)
+    assert answer.status == "partial"
+    assert "Partial: a Ray node died mid-level in concurrency 2" in answer.answer
+    assert "labkit run --resume runs it again" in answer.answer

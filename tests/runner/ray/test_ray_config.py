@@ -210,3 +210,50 @@ def test_an_actor_that_died_makes_the_level_partial_even_with_nothing_in_flight(
 
     asyncio.run(executor.run_level(None, None, None, Sink()))  # type: ignore[arg-type]
     assert partial == ([True] if said else [])
+
+
+def test_the_levels_a_ray_node_died_in_are_read_from_the_latest_line_of_each(
+    tmp_path: Path,
+) -> None:
+    """`partial_ray_levels`: a resumed run's new line for a level decides (its rerun went
+    whole); another experiment's levels and a line cut short are passed over."""
+
+    def line(level: str, died: list[str], experiment: str = "load") -> str:
+        return ray_executor.RayLevel(
+            experiment=experiment, provider="p", level=level, hosts=["a", "b"], died=died
+        ).model_dump_json()
+
+    (tmp_path / ray_executor.RAY_LEVELS_FILE).write_text(
+        "\n".join(
+            [
+                line("c2", ["b"]),
+                line("c4", ["a"]),
+                line("c8", ["a"], experiment="load#1"),
+                line("c2", []),  # the resumed run's rerun of c2
+                '{"experiment": "load", "provider": "p", "lev',  # a write cut short
+            ]
+        )
+        + "\n"
+    )
+    assert ray_executor.partial_ray_levels(tmp_path, "load") == {("p", "c4")}
+    assert ray_executor.partial_ray_levels(tmp_path, "load#1") == {("p", "c8")}
+    assert ray_executor.partial_ray_levels(tmp_path / "none", "load") == set()
+
+
+def test_a_load_level_whose_ray_node_died_with_nothing_in_flight_is_partial() -> None:
+    """No record of the level is lost (the node went between two of its requests), yet its
+    share was never sent: the answer says partial and how to finish it, as for lost ones."""
+    from tests.support.records import make_record
+
+    records = [make_record(provider="p", experiment="load", tags={"level": "c4"}) for _ in range(6)]
+    whole = LoadExperiment(LoadSettings(concurrency=[4], requests=8))
+    assert whole.analyze("p", "m", records).status == "ok"
+    died = LoadExperiment(LoadSettings(concurrency=[4], requests=8))
+    died.partial_levels = {("p", "c4")}
+    answer = died.analyze("p", "m", records)
+    assert answer.status == "partial"
+    assert "Partial: a Ray node died mid-level in concurrency 4" in answer.answer
+    assert "labkit run --resume runs it again" in answer.answer
+    other = LoadExperiment(LoadSettings(concurrency=[4], requests=8))
+    other.partial_levels = {("another provider", "c4")}
+    assert other.analyze("p", "m", records).status == "ok"
