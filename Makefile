@@ -135,7 +135,7 @@ bench-load-long: $(STAMP)
 ## labkit's CPU per streamed token (its whole `labkit run` process tree) and stamp/TTFT error,
 ## before (labkit from git BEFORE, default e63b065) and after (this tree), at 1, 32 and 256
 ## streams; 1,000 streams at 30 ms per token with the server on its own CPU; where the CPU per
-## token went (about 10 minutes on 2 cores; figures also in results/bench-cpu.json).
+## token went (about 12 minutes on 2 cores; figures also in results/bench-cpu.json).
 bench-cpu: $(STAMP)
 	$(BIN)/python benchmarks/bench_cpu.py $(if $(BEFORE),--before $(BEFORE)) \
 		--json results/bench-cpu.json

@@ -191,10 +191,10 @@ def _as_float(v: int | float) -> float:
 
 def _num(v: Any) -> float | None:
     """One value as a number column holds it, whatever its neighbours: a number (true 1,
-    false 0), a text numpy reads as one ("12.5", as DuckDB does), else None."""
+    false 0), an ASCII text numpy reads as one ("12.5", as DuckDB does), else None."""
     if isinstance(v, int | float):
         return _as_float(v)
-    if isinstance(v, str):
+    if isinstance(v, str) and v.isascii():
         try:
             return float(np.array(v, dtype=float))
         except (ValueError, OverflowError):
@@ -208,14 +208,21 @@ def _floats(values: list[Any]) -> Any:
     numpy casts the whole list at once; where it cannot (a value that is no number), or
     casts an array of arrays into more dimensions, each value is read alone, so that one
     record's reading never depends on another's (a "12.5" read NaN beside an "x" in the
-    same chunk, and a list in every row raised)."""
+    same chunk, and a list in every row raised). So is a chunk with a text not ASCII in it:
+    numpy reads other scripts' digits ("١٢", "１２") as a number, DuckDB (at once) does not."""
     try:
         out = np.array(values, dtype=float)
     except (TypeError, ValueError, OverflowError):
         out = None
-    if out is None or out.ndim != 1:
+    if out is None or out.ndim != 1 or not _ascii_texts(values):
         out = np.array([_num(v) for v in values], dtype=float)
     return out
+
+
+def _ascii_texts(values: list[Any]) -> bool:
+    """Whether every text among `values` is ASCII (true where there is none: the common
+    case, one pass over the types in C)."""
+    return str not in map(type, values) or all(v.isascii() for v in values if type(v) is str)
 
 
 def _texts(values: list[Any]) -> Any:

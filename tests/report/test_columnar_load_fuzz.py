@@ -46,7 +46,7 @@ def _retype(line: str, at: int, junk: str) -> str:
     except (ValueError, AttributeError, IndexError):  # mangled already
         return line
     keys = sorted(obj[section]) or ["x"]
-    values = [junk, None, True, 1e308, -(2**53), {"k": junk}, "12.5", 7, [7], -(10**400)]
+    values = [junk, None, True, 1e308, -(2**53), {"k": junk}, "12.5", 7, [7], -(10**400), "١٢"]
     obj[section][keys[at % len(keys)]] = values[at % len(values)]
     return json.dumps(obj)
 
@@ -201,3 +201,21 @@ def test_a_value_reads_the_same_whatever_its_neighbours_hold() -> None:
     read = _read_lines_three_ways([first, second], "client.ttft_ms")
     for got in read.values():
         assert got[0] == 12.5 and math.isnan(got[1]), read
+
+
+@pytest.mark.parametrize(
+    ("value", "number"),
+    [("١٢", None), ("１２", None), (" 12.5 ", 12.5), ("1e400", math.inf), ("0x10", None)],
+)
+def test_a_text_in_a_number_field_reads_as_duckdb_casts_it(
+    value: str, number: float | None
+) -> None:
+    """Digits of another script ("١٢" Arabic-Indic, "１２" full-width) were 12 line by line
+    and by blocks (numpy's float reads them) and missing at once (DuckDB's cast does not):
+    now missing whichever reader, alone or beside a number."""
+    first, second = json.loads(LINES[0]), json.loads(LINES[1])
+    first["client"]["ttft_ms"], second["client"]["ttft_ms"] = value, 3.0
+    for objs in ([first], [first, second]):
+        read = _read_lines_three_ways(objs, "client.ttft_ms")
+        for got in read.values():
+            assert got[0] == number if number is not None else math.isnan(got[0]), read
