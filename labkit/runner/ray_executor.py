@@ -412,12 +412,13 @@ def partial_ray_levels(run_dir: Path, experiment: str) -> set[tuple[str, str]]:
     """(provider id, level label) of `experiment`'s levels whose latest run on a Ray cluster
     lost an actor (`RayLevel.partial`), from `run_dir`'s ``ray-levels.jsonl``: a resumed
     run appends a level's new line, which then decides. A line that does not read (a
-    write cut short) is passed over; no file: none."""
+    write cut short, bytes that are not UTF-8) is passed over; no file to read: none."""
     latest: dict[tuple[str, str], bool] = {}
     try:
-        lines = (run_dir / RAY_LEVELS_FILE).read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
+        data = (run_dir / RAY_LEVELS_FILE).read_bytes()
+    except OSError:
         return set()
+    lines = data.decode("utf-8", errors="replace").splitlines()
     for line in lines:
         try:
             level = RayLevel.model_validate_json(line)

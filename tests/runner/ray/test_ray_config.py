@@ -231,13 +231,18 @@ def test_the_levels_a_ray_node_died_in_are_read_from_the_latest_line_of_each(
                 line("c8", ["a"], experiment="load#1"),
                 line("c2", []),  # the resumed run's rerun of c2
                 '{"experiment": "load", "provider": "p", "lev',  # a write cut short
+                '{"experiment": "load", "provider": "p", "level": 7}',  # of the wrong type
             ]
         )
         + "\n"
     )
+    with (tmp_path / ray_executor.RAY_LEVELS_FILE).open("ab") as f:
+        f.write(b"\xff\xfe not UTF-8\n")
     assert ray_executor.partial_ray_levels(tmp_path, "load") == {("p", "c4")}
     assert ray_executor.partial_ray_levels(tmp_path, "load#1") == {("p", "c8")}
     assert ray_executor.partial_ray_levels(tmp_path / "none", "load") == set()
+    (tmp_path / "dir" / ray_executor.RAY_LEVELS_FILE).mkdir(parents=True)  # not a file
+    assert ray_executor.partial_ray_levels(tmp_path / "dir", "load") == set()
 
 
 def test_a_load_level_whose_ray_node_died_with_nothing_in_flight_is_partial() -> None:
