@@ -548,14 +548,21 @@ def _late(server: dict[str, Any]) -> float | None:
     return float(p99) if p99 is not None else None
 
 
+#: A full run's requests from 32 streams up (`requests_per_run`), rounded up to whole waves.
+FULL_RUN_REQUESTS = 2000
+
+
 def requests_per_run(level: int, args: argparse.Namespace) -> tuple[int, int]:
     """A level's requests in its full run and in its short run (at least one wave).
 
-    About 200,000 events a full run from 32 streams up (60 waves at 32, 8 at 256): the
-    marginal figure divides the full run's CPU less the short run's by the events between
-    them, and a short run's start-up swings by ~0.3 s; over the 25,600 events of the
-    former 2-wave full run at 256 that was ±12 µs/token a round."""
-    n = round(args.requests_scale * (8 * level if level >= 256 else max(100, 60 * level)))
+    From 32 streams up, whole waves of about 2,000 requests in all (200,000 events of 100
+    tokens: 63 waves at 32 streams, 8 at 256) and at least 8 waves: the marginal figure
+    divides the full run's CPU less the short run's by the events between them, and a short
+    run's start-up swings by ~0.3 s; over the 25,600 events of the former 2-wave full run
+    at 256 that was ±12 µs/token a round. Below 32 streams max(100, 20 x streams)."""
+    waves = max(8, -(-FULL_RUN_REQUESTS // level))  # rounded up
+    base = waves * level if level >= 32 else max(100, 20 * level)
+    n = round(args.requests_scale * base)
     n = max(n, 2 * level)
     return n, max(level, n // 5)
 
@@ -1212,8 +1219,9 @@ def _parser() -> argparse.ArgumentParser:
         "--requests-scale",
         type=float,
         default=1.0,
-        help="requests per full run: max(100, 60 x streams) below 256 streams, else 8 x "
-        "streams; times this (at least 2 waves; a short run has a fifth, at least 1 wave)",
+        help="requests per full run: from 32 streams whole waves of about 2,000 requests "
+        "(at least 8), below max(100, 20 x streams); times this (at least 2 waves; a "
+        "short run has a fifth, at least 1 wave)",
     )
     bl.add_stream_shape(parser)
     parser.add_argument("--workers", default="auto", help="the levels' `workers` (auto or N)")
