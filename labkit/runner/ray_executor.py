@@ -63,8 +63,9 @@ from labkit.clocksync import (
     write_clock_log,
 )
 from labkit.config import RayExecutorSettings
-from labkit.errors import ProviderUnavailable, RunError
+from labkit.errors import ConfigError, ProviderUnavailable, RunError
 from labkit.experiments import LevelPlan, PacedExperiment, PlannedRequest
+from labkit.jsonlines import iter_lines
 from labkit.providers import Provider
 from labkit.records import ClientTimings, ErrorKind, RecordError, RequestRecord, StopReason
 from labkit.runner.executor import Executor, LevelSink
@@ -86,6 +87,8 @@ __all__ = [
 
 #: The run folder's log of levels run on Ray: one JSON line per level (`RayLevel`).
 RAY_LEVELS_FILE = "ray-levels.jsonl"
+#: The longest line of it read (bytes): a level run on a thousand nodes names each twice.
+RAY_LEVEL_LINE_MAX = 1024 * 1024
 
 _PLACE_TIMEOUT_S = 120.0
 _READY_TIMEOUT_S = 180.0
@@ -411,22 +414,24 @@ class RayLevel(BaseModel):
 def partial_ray_levels(run_dir: Path, experiment: str) -> set[tuple[str, str]]:
     """(provider id, level label) of `experiment`'s levels whose latest run on a Ray cluster
     lost an actor (`RayLevel.partial`), from `run_dir`'s ``ray-levels.jsonl``: a resumed
-    run appends a level's new line, which then decides. A line that does not read (a
-    write cut short, bytes that are not UTF-8) is passed over; no file to read: none."""
-    latest: dict[tuple[str, str], bool] = {}
+    run appends a level's new line, which then decides. A line that is no `RayLevel` (a
+    write cut short) is passed over; the lines after one too long (`RAY_LEVEL_LINE_MAX`)
+    or not UTF-8 are not read; no file to read: none."""
+    path = run_dir / RAY_LEVELS_FILE
     try:
-        data = (run_dir / RAY_LEVELS_FILE).read_bytes()
-    except OSError:
+        lines = iter_lines(path, "Ray levels log", max_line_bytes=RAY_LEVEL_LINE_MAX)
+    except ConfigError:  # no file, or none that opens
         return set()
-    lines = data.decode("utf-8", errors="replace").splitlines()
-    for line in lines:
-        try:
-            level = RayLevel.model_validate_json(line)
-        except ValueError:
-            continue
-        if level.experiment == experiment:
-            latest[(level.provider, level.level)] = bool(level.died)
-    return {key for key, died in latest.items() if died}
+    latest: dict[tuple[str, str], bool] = {}
+    with contextlib.closing(lines), contextlib.suppress(ConfigError):
+        for line in lines:
+            try:
+                level = RayLevel.model_validate_json(line.data)
+            except ValueError:
+                continue
+            if level.experiment == experiment:
+                latest[(level.provider, level.level)] = level.partial
+    return {key for key, partial in latest.items() if partial}
 
 
 class _ActorOptions(TypedDict, total=False):

@@ -232,15 +232,23 @@ def test_the_levels_a_ray_node_died_in_are_read_from_the_latest_line_of_each(
                 line("c2", []),  # the resumed run's rerun of c2
                 '{"experiment": "load", "provider": "p", "lev',  # a write cut short
                 '{"experiment": "load", "provider": "p", "level": 7}',  # of the wrong type
+                "[" * 100_000 + "]" * 100_000,  # nested past any parser's depth
             ]
         )
         + "\n"
     )
     with (tmp_path / ray_executor.RAY_LEVELS_FILE).open("ab") as f:
-        f.write(b"\xff\xfe not UTF-8\n")
+        f.write(b"\xff\xfe not UTF-8\n")  # what follows it is not read
+        f.write(line("c4", []).encode() + b"\n")
     assert ray_executor.partial_ray_levels(tmp_path, "load") == {("p", "c4")}
     assert ray_executor.partial_ray_levels(tmp_path, "load#1") == {("p", "c8")}
     assert ray_executor.partial_ray_levels(tmp_path / "none", "load") == set()
+    long = tmp_path / "long"
+    long.mkdir()
+    (long / ray_executor.RAY_LEVELS_FILE).write_text(
+        line("c2", ["b"]) + "\n" + "x" * (ray_executor.RAY_LEVEL_LINE_MAX + 1) + "\n"
+    )
+    assert ray_executor.partial_ray_levels(long, "load") == {("p", "c2")}  # read up to it
     (tmp_path / "dir" / ray_executor.RAY_LEVELS_FILE).mkdir(parents=True)  # not a file
     assert ray_executor.partial_ray_levels(tmp_path / "dir", "load") == set()
 
