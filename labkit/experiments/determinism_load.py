@@ -34,6 +34,7 @@ from labkit.figures.determinism_load import DeterminismLoadFigures
 from labkit.providers.base import ChatRequest, Provider
 from labkit.records import MAX_TOP_LOGPROBS, ErrorKind, LabAnswer, RequestRecord
 from labkit.wire.connections import DESCRIBE, own_request
+from labkit.wording.common import ray_partial_sentence
 from labkit.wording.determinism_load import determinism_load_answer
 
 __all__ = [
@@ -271,11 +272,7 @@ class DeterminismLoadExperiment(PacedExperiment[DeterminismLoadState, Determinis
         whole = len(judged) == len(rows) and not any(r.failed for r in rows) and not died
         text = determinism_load_answer(figures)
         if died:
-            text += (
-                f" Partial: a Ray node died mid-level in {', '.join(died)} (its share of the "
-                "replies not compared); labkit run --resume runs "
-                f"{'them' if len(died) > 1 else 'it'} again."
-            )
+            text += " " + ray_partial_sentence(died, "its share of the replies not compared")
         return self.answer(provider_id, model, text, figures, status="ok" if whole else "partial")
 
 

@@ -63,6 +63,7 @@ from labkit.measurement.capacity import stream_events_per_s as warmup_events_per
 from labkit.providers.base import ChatRequest, Provider, ProviderSettings, SamplingParams
 from labkit.records import ErrorKind, LabAnswer, RequestRecord
 from labkit.wording import cache_sentence, goodput_sentence, server_queue_sentence, slo_sentence
+from labkit.wording.common import ray_partial_sentence
 from labkit.wording.load import load_answer
 from labkit.workloads import PromptSizing, SharedPrefix, measure_sizing
 
@@ -541,9 +542,9 @@ class LoadExperiment(PacedExperiment[LoadState, LoadLevelPlan]):
             or any(r.error is not None and r.error.kind == ErrorKind.LOST for r in by_level[level])
         ]
         extras = [
-            f"Partial: a Ray node died mid-level in {', '.join(lost)} (its requests in "
-            "flight lost, its share of the rest never sent); labkit run --resume runs "
-            f"{'them' if len(lost) > 1 else 'it'} again."
+            ray_partial_sentence(
+                lost, "its requests in flight lost, its share of the rest never sent"
+            )
             if lost
             else "",
             "".join(clock_note(r.title, r.clock_uncertainty_ms, r.ttft_ms_p50) for r in rows),

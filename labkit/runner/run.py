@@ -298,6 +298,8 @@ class Runner:
         named = {exp.name: exp for exp in self.experiments}
         for exp in self.experiments:  # what an experiment comparing providers reads
             exp.all_records = {}
+            exp.host_clocks = read_clock_log(self.folder.path / clock_log_name(exp.name))
+            exp.partial_levels = partial_ray_levels(self.folder.path, exp.name)
         for r in self._records:
             if (owner := named.get(r.experiment)) is not None:
                 owner.all_records.setdefault(r.provider, []).append(r)
@@ -308,8 +310,6 @@ class Runner:
             scraped = read_server_metrics(self.folder.path, outcome.id)
             for exp in self.experiments:
                 exp.server_metrics[outcome.id] = scraped
-                exp.host_clocks = read_clock_log(self.folder.path / clock_log_name(exp.name))
-                exp.partial_levels = partial_ray_levels(self.folder.path, exp.name)
                 recs = [r for r in mine if r.experiment == exp.name]
                 try:
                     answers.append(exp.judged(outcome.id, outcome.model, recs))

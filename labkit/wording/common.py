@@ -6,7 +6,16 @@ from __future__ import annotations
 from labkit.analysis.stats import _number, describe, describe_mean
 from labkit.figures import Mean, Quantile, RequestStats
 
-__all__ = ["CLIENT_BOUND_MARK", "cell", "client_bound_line", "group_label", "marked", "ms", "say"]
+__all__ = [
+    "CLIENT_BOUND_MARK",
+    "cell",
+    "client_bound_line",
+    "group_label",
+    "marked",
+    "ms",
+    "ray_partial_sentence",
+    "say",
+]
 
 
 #: How a value the self-check flagged is marked wherever it is shown.
@@ -63,3 +72,13 @@ def client_bound_line(s: RequestStats) -> str:
     warning and the report's note say the same)."""
     path = f" ({s.client_path})" if s.client_path != "wire" else ""
     return f"{s.provider} · {s.experiment}{path} · {s.client_bound}"  # the reason names levels
+
+
+def ray_partial_sentence(levels: list[str], lost: str) -> str:
+    """The answer's sentence for levels a Ray node died in (`levels`: their titles; `lost`:
+    what of them is missing, in parentheses), with how to finish them."""
+    again = "them" if len(levels) > 1 else "it"
+    return (
+        f"Partial: a Ray node died mid-level in {', '.join(levels)} ({lost}); "
+        f"labkit run --resume runs {again} again."
+    )
