@@ -149,10 +149,11 @@ class Experiment(ABC):
         #: The hosts' clock estimates around each level run across machines (the run
         #: folder's clock log, `labkit.clocksync`), set by the runner before `analyze`.
         self.host_clocks: list[HostClock] = []
-        #: (provider id, level label) of each level whose Ray actor died mid-level in its
-        #: latest run (the run folder's ``ray-levels.jsonl``), set by the runner before
+        #: (provider id, level label) of each level whose Ray actor or worker process died
+        #: mid-level in its latest run, to what died ("a Ray node", "a worker process"; the
+        #: run folder's level logs, `labkit.runner.levellog`), set by the runner before
         #: `analyze`: partial whether or not a request was in flight when it died.
-        self.partial_levels: set[tuple[str, str]] = set()
+        self.partial_levels: dict[tuple[str, str], str] = {}
         #: Every provider's records of this experiment (non-warm-up and warm-up alike), by
         #: provider id, set by the runner before `analyze`: what an experiment that compares
         #: providers with each other reads (empty: only the one provider's are known).

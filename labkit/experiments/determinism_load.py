@@ -34,7 +34,7 @@ from labkit.figures.determinism_load import DeterminismLoadFigures
 from labkit.providers.base import ChatRequest, Provider
 from labkit.records import MAX_TOP_LOGPROBS, ErrorKind, LabAnswer, RequestRecord
 from labkit.wire.connections import DESCRIBE, own_request
-from labkit.wording.common import ray_partial_sentence
+from labkit.wording.common import partial_sentence
 from labkit.wording.determinism_load import determinism_load_answer
 
 __all__ = [
@@ -264,15 +264,14 @@ class DeterminismLoadExperiment(PacedExperiment[DeterminismLoadState, Determinis
                 figures,
                 status="failed",
             )
-        died = [
-            f"concurrency {c}"
-            for c in s.concurrency
-            if (provider_id, f"c{c}") in self.partial_levels
-        ]
+        died: dict[str, list[str]] = {}
+        for c in s.concurrency:
+            if (what := self.partial_levels.get((provider_id, f"c{c}"))) is not None:
+                died.setdefault(what, []).append(f"concurrency {c}")
         whole = len(judged) == len(rows) and not any(r.failed for r in rows) and not died
         text = determinism_load_answer(figures)
         if died:
-            text += " " + ray_partial_sentence(died, "its share of the replies not compared")
+            text += " " + partial_sentence(died, "its share of the replies not compared")
         return self.answer(provider_id, model, text, figures, status="ok" if whole else "partial")
 
 

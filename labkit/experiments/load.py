@@ -63,7 +63,7 @@ from labkit.measurement.capacity import stream_events_per_s as warmup_events_per
 from labkit.providers.base import ChatRequest, Provider, ProviderSettings, SamplingParams
 from labkit.records import ErrorKind, LabAnswer, RequestRecord
 from labkit.wording import cache_sentence, goodput_sentence, server_queue_sentence, slo_sentence
-from labkit.wording.common import ray_partial_sentence
+from labkit.wording.common import RAY_NODE, partial_sentence
 from labkit.wording.load import load_answer
 from labkit.workloads import PromptSizing, SharedPrefix, measure_sizing
 
@@ -535,18 +535,17 @@ class LoadExperiment(PacedExperiment[LoadState, LoadLevelPlan]):
             return self.answer(
                 provider_id, model, "No level had a successful request.", figures, "failed"
             )
-        lost = [
-            level.title
-            for level in self.levels()
-            if (provider_id, level.label) in self.partial_levels
-            or any(r.error is not None and r.error.kind == ErrorKind.LOST for r in by_level[level])
-        ]
+        died: dict[str, list[str]] = {}
+        for level in self.levels():
+            what = self.partial_levels.get((provider_id, level.label))
+            if what is None and any(
+                r.error is not None and r.error.kind == ErrorKind.LOST for r in by_level[level]
+            ):
+                what = RAY_NODE
+            if what is not None:
+                died.setdefault(what, []).append(level.title)
         extras = [
-            ray_partial_sentence(
-                lost, "its requests in flight lost, its share of the rest never sent"
-            )
-            if lost
-            else "",
+            partial_sentence(died, "its requests in flight lost, its share of the rest never sent"),
             "".join(clock_note(r.title, r.clock_uncertainty_ms, r.ttft_ms_p50) for r in rows),
             server_queue_sentence(done),
             cache_sentence(done[-1].cache),
@@ -555,7 +554,7 @@ class LoadExperiment(PacedExperiment[LoadState, LoadLevelPlan]):
             f"workers: auto read {'; '.join(chosen)}." if chosen else "",
         ]
         text = load_answer(rows, extras)
-        whole = len(done) == len(rows) and not lost
+        whole = len(done) == len(rows) and not died
         status: Literal["ok", "partial", "failed"] = "ok" if whole else "partial"
         return self.answer(provider_id, model, text, figures, status)
 
@@ -607,4 +606,5 @@ def _complete(level: Level, previous: list[RequestRecord], n: int | None) -> boo
         return False
     if any(r.error is not None and r.error.kind == ErrorKind.LOST for r in recs):
         return False  # a Ray actor died mid-level: the level is partial
+    # A worker process that died left its share unsent: fewer records than planned.
     return n is None or len(recs) >= n

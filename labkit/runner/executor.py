@@ -127,9 +127,10 @@ class LevelSink(Protocol):
         """ProviderDied where the provider's managed server has exited."""
         ...
 
-    def partial(self) -> None:
-        """Some of the level's share never ran (a worker died, whether or not a request
-        was in flight): the provider's outcome stays unfinished, so --resume runs it again."""
+    def partial(self, died_what: str) -> None:
+        """Some of the level's share never ran (`died_what` died: "a Ray actor", "a worker
+        process"; whether or not a request was in flight): the provider's outcome stays
+        unfinished, so --resume runs it again."""
         ...
 
 

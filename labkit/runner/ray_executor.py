@@ -49,9 +49,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, ClassVar, TypedDict
 
-from pydantic import BaseModel, computed_field
+from pydantic import Field, computed_field
 
 from labkit.analysis.selfcheck import level_lag
 from labkit.clocksync import (
@@ -63,13 +63,13 @@ from labkit.clocksync import (
     write_clock_log,
 )
 from labkit.config import RayExecutorSettings
-from labkit.errors import ConfigError, ProviderUnavailable, RunError
+from labkit.errors import ProviderUnavailable, RunError
 from labkit.experiments import LevelPlan, PacedExperiment, PlannedRequest
-from labkit.jsonlines import iter_lines
 from labkit.providers import Provider
 from labkit.records import ClientTimings, ErrorKind, RecordError, RequestRecord, StopReason
 from labkit.runner.executor import Executor, LevelSink
 from labkit.runner.jobs import LevelJob, Ready, Recorded, Sending, decode, encode
+from labkit.runner.levellog import LevelRun, append_level_line, partial_levels_in
 from labkit.runner.ray_address import check_ray_address
 from labkit.runner.worker_body import build_worker, run_worker
 from labkit.wire import loopclock
@@ -87,8 +87,6 @@ __all__ = [
 
 #: The run folder's log of levels run on Ray: one JSON line per level (`RayLevel`).
 RAY_LEVELS_FILE = "ray-levels.jsonl"
-#: The longest line of it read (bytes): a level run on a thousand nodes names each twice.
-RAY_LEVEL_LINE_MAX = 1024 * 1024
 
 _PLACE_TIMEOUT_S = 120.0
 _READY_TIMEOUT_S = 180.0
@@ -388,21 +386,19 @@ class _Actor:
     died: str | None = None
 
 
-class RayLevel(BaseModel):
+class RayLevel(LevelRun):
     """How one level went on the cluster: a line of the run folder's ``ray-levels.jsonl``."""
 
-    experiment: str
-    provider: str
-    #: The level's label, as its records carry it (`tags["level"]`).
-    level: str
+    died_what: ClassVar[str] = "a Ray node"
+
     #: Every node that ran an actor (as records name it in `RequestRecord.host`).
     hosts: list[str]
     #: Requests recorded as lost (error kind ``lost``) with the actors that died.
     lost: int = 0
     #: The nodes whose actor died mid-level.
-    died: list[str] = []
+    died: list[str] = Field(default_factory=list)
     #: The nodes whose actor's event loop ran late while reading (`labkit.analysis.selfcheck`).
-    client_bound_hosts: list[str] = []
+    client_bound_hosts: list[str] = Field(default_factory=list)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -411,27 +407,10 @@ class RayLevel(BaseModel):
         return bool(self.died)
 
 
-def partial_ray_levels(run_dir: Path, experiment: str) -> set[tuple[str, str]]:
-    """(provider id, level label) of `experiment`'s levels whose latest run on a Ray cluster
-    lost an actor (`RayLevel.partial`), from `run_dir`'s ``ray-levels.jsonl``: a resumed
-    run appends a level's new line, which then decides. A line that is no `RayLevel` (a
-    write cut short) is passed over; the lines after one too long (`RAY_LEVEL_LINE_MAX`)
-    or not UTF-8 are not read; no file to read: none."""
-    path = run_dir / RAY_LEVELS_FILE
-    try:
-        lines = iter_lines(path, "Ray levels log", max_line_bytes=RAY_LEVEL_LINE_MAX)
-    except ConfigError:  # no file, or none that opens
-        return set()
-    latest: dict[tuple[str, str], bool] = {}
-    with contextlib.closing(lines), contextlib.suppress(ConfigError):
-        for line in lines:
-            try:
-                level = RayLevel.model_validate_json(line.data)
-            except ValueError:
-                continue
-            if level.experiment == experiment:
-                latest[(level.provider, level.level)] = level.partial
-    return {key for key, partial in latest.items() if partial}
+def partial_ray_levels(run_dir: Path, experiment: str) -> dict[tuple[str, str], str]:
+    """`experiment`'s levels whose latest run on a Ray cluster lost an actor
+    (`RayLevel.partial`), from `run_dir`'s ``ray-levels.jsonl`` (`partial_levels_in`)."""
+    return partial_levels_in(run_dir / RAY_LEVELS_FILE, RayLevel, experiment)
 
 
 class _ActorOptions(TypedDict, total=False):
@@ -540,7 +519,7 @@ class RayExecutor(Executor):
         is partial there where an actor died."""
         ran = await self.run_on_actors(experiment, provider, level, sink.keep, sink.message)
         if ran.partial:
-            sink.partial()
+            sink.partial("a Ray actor")
 
     async def run_on_actors(
         self,
@@ -601,8 +580,7 @@ class RayExecutor(Executor):
                 ],
             )
             summary = self._summary(actors, experiment, provider.id, label, on_message)
-            with (self._run_dir / RAY_LEVELS_FILE).open("a", encoding="utf-8") as f:
-                f.write(summary.model_dump_json() + "\n")
+            append_level_line(self._run_dir / RAY_LEVELS_FILE, summary)
             return summary
         except BaseException:
             await self._stop(actors if started else [], lose, on_record)

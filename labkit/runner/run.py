@@ -44,7 +44,7 @@ from labkit.runner.later import LaterReport, fetch_later_stats
 from labkit.runner.ray_executor import RayExecutor, partial_ray_levels
 from labkit.runner.results import RunFolder, host_info, new_run_id, package_versions
 from labkit.runner.scrape import MetricsScraper, ScrapeReport
-from labkit.runner.workers import HostExecutor
+from labkit.runner.workers import HostExecutor, partial_worker_levels
 from labkit.server_metrics import metrics_file_name, read_server_metrics
 from labkit.timing import percentile
 from labkit.tracing.settings import (
@@ -176,7 +176,8 @@ class Runner:
         self._finished_before = finished_before or {}
         self._session_start = len(self._records)
         #: The providers with a level this session that a worker's death left partial.
-        self._partial_this_session: set[str] = set()
+        #: Provider id -> what died mid-level in one of its levels this session.
+        self._partial_this_session: dict[str, str] = {}
         self.experiments: list[Experiment] = []
         counts: dict[str, int] = {}
         for settings in config.experiments:
@@ -211,7 +212,7 @@ class Runner:
                 self._measurer,
                 run_id=folder.run_id,
                 store_text=config.store_text,
-                log_dir=folder.path / "worker-logs",
+                run_dir=folder.path,
             )
 
     def _keep(self, record: RequestRecord) -> None:
@@ -299,7 +300,10 @@ class Runner:
         for exp in self.experiments:  # what an experiment comparing providers reads
             exp.all_records = {}
             exp.host_clocks = read_clock_log(self.folder.path / clock_log_name(exp.name))
-            exp.partial_levels = partial_ray_levels(self.folder.path, exp.name)
+            exp.partial_levels = {
+                **partial_worker_levels(self.folder.path, exp.name),
+                **partial_ray_levels(self.folder.path, exp.name),
+            }
         for r in self._records:
             if (owner := named.get(r.experiment)) is not None:
                 owner.all_records.setdefault(r.provider, []).append(r)
@@ -367,8 +371,8 @@ class Runner:
                 outcome.server = described
             for exp in self.experiments:
                 await self._run_experiment(exp, provider, outcome, server)
-            if self._partial_level_this_session(outcome.id):  # --resume redoes it
-                outcome.reason = "a Ray actor died mid-level (a partial level)"
+            if (died := self._partial_this_session.get(outcome.id)) is not None:
+                outcome.reason = f"{died} died mid-level (a partial level)"  # --resume redoes it
             else:
                 outcome.finished = True
             await self._fetch_stats_later(provider, outcome)
@@ -537,11 +541,6 @@ class Runner:
                 level.check_server()
         await exp.finalize(provider, self._mine(provider, exp))
 
-    def _partial_level_this_session(self, provider_id: str) -> bool:
-        """Whether a level of `provider_id` this session is partial: its executor said so
-        (`LevelSink.partial`: an actor died, with requests lost in flight or none)."""
-        return provider_id in self._partial_this_session
-
     def _mine(self, provider: Provider, exp: Experiment) -> list[RequestRecord]:
         return [r for r in self._records if r.provider == provider.id and r.experiment == exp.name]
 
@@ -630,8 +629,8 @@ class _Level:
             self._outcome.status = "dead"
             raise _died(self._server)
 
-    def partial(self) -> None:
-        self._runner._partial_this_session.add(self._provider.id)
+    def partial(self, died_what: str) -> None:
+        self._runner._partial_this_session[self._provider.id] = died_what
 
 
 def _died(server: ManagedServerHandle) -> ProviderDied:

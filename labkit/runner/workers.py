@@ -13,7 +13,9 @@ worker → parent its warm-ups' `Recorded`, then `Ready`; parent → worker `Sta
 common start); worker → parent one `Recorded` as each request completes; exit status 0.
 
 The parent keeps each record as it arrives, so a worker that dies loses nothing it
-finished. The API key never travels: the worker reads it from the environment variable its
+finished; the level is then partial (the rest of its share never sent: a worker exits 0
+once its share ran), said in ``worker-levels.jsonl`` (`WorkerLevel`); ``--resume`` runs it
+again. The API key never travels: the worker reads it from the environment variable its
 settings name. SIGINT/SIGTERM cancel the worker's requests and their partial records are
 still written.
 """
@@ -27,7 +29,9 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
+
+from pydantic import Field, computed_field
 
 from labkit.errors import RunError
 from labkit.experiments import LevelPlan, PacedExperiment
@@ -38,8 +42,19 @@ from labkit.providers import Provider
 from labkit.records import RequestRecord
 from labkit.runner.executor import Executor, InProcessExecutor, LevelSink, Measurer
 from labkit.runner.jobs import JobMessage, LevelJob, Ready, Recorded, Start, decode, encode
+from labkit.runner.levellog import LevelRun, append_level_line, partial_levels_in
 
-__all__ = ["HostExecutor", "WorkerProcessExecutor", "open_files_for"]
+__all__ = [
+    "WORKER_LEVELS_FILE",
+    "HostExecutor",
+    "WorkerLevel",
+    "WorkerProcessExecutor",
+    "open_files_for",
+    "partial_worker_levels",
+]
+
+#: The run folder's log of the levels read by worker processes: one `WorkerLevel` a line.
+WORKER_LEVELS_FILE = "worker-levels.jsonl"
 
 _READY_TIMEOUT_S = 120.0
 _START_MARGIN_NS = 100_000_000  # the go line must reach every worker before t0
@@ -62,16 +77,47 @@ async def _read_records(
     return False
 
 
+class WorkerLevel(LevelRun):
+    """How one level read by this host's worker processes went: a line of the run folder's
+    ``worker-levels.jsonl``."""
+
+    died_what: ClassVar[str] = "a worker process"
+
+    #: How many worker processes read it.
+    processes: int
+    #: Each worker that exited with a non-zero status after the level's start, with it.
+    died: dict[int, int] = Field(default_factory=dict)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def partial(self) -> bool:
+        """Whether a worker died: its requests in flight were lost, the rest of its share
+        never sent."""
+        return bool(self.died)
+
+
+def partial_worker_levels(run_dir: Path, experiment: str) -> dict[tuple[str, str], str]:
+    """`experiment`'s levels whose latest run over worker processes lost one
+    (`WorkerLevel.partial`), from `run_dir`'s ``worker-levels.jsonl`` (`partial_levels_in`)."""
+    return partial_levels_in(run_dir / WORKER_LEVELS_FILE, WorkerLevel, experiment)
+
+
 class WorkerProcessExecutor(Executor):
     """A level over worker processes of this host: `processes` of them, else as many as
     the level asks for (`LevelPlan.processes`)."""
 
     def __init__(
-        self, *, run_id: str, store_text: bool, log_dir: Path, processes: int | None = None
+        self,
+        *,
+        run_id: str,
+        store_text: bool,
+        run_dir: Path,
+        processes: int | None = None,
     ) -> None:
         self._run_id = run_id
         self._store_text = store_text
-        self._log_dir = log_dir
+        self._run_dir = run_dir
+        self._log_dir = run_dir / "worker-logs"
         self._processes = processes
         #: Whether requests carry their trace context (`tracing.headers`).
         self.propagate_trace = True
@@ -86,7 +132,9 @@ class WorkerProcessExecutor(Executor):
         level: LevelPlan,
         sink: LevelSink,
     ) -> None:
-        """Run the level in its worker processes; every record they send goes to `sink`."""
+        """Run the level in its worker processes; every record they send goes to `sink`. A
+        worker that exits with an error after the level's start makes the level partial
+        (`LevelSink.partial`; the others read their shares to the end)."""
         job = LevelJob.of(
             provider,
             experiment,
@@ -100,7 +148,33 @@ class WorkerProcessExecutor(Executor):
         )
         name = safe_filename(f"{provider.id}-{experiment.name}-{level.index}")
         processes = self._processes or level.processes.count
-        await _run_in_workers(job, processes, self._log_dir, name, sink.keep)
+        label: list[str] = []
+
+        def keep(record: RequestRecord) -> None:
+            if not label and not record.warmup and "level" in record.tags:
+                label.append(str(record.tags["level"]))
+            sink.keep(record)
+
+        died = await _run_in_workers(job, processes, self._log_dir, name, keep)
+        append_level_line(
+            self._run_dir / WORKER_LEVELS_FILE,
+            WorkerLevel(
+                experiment=experiment.name,
+                provider=provider.id,
+                level=label[0] if label else str(level.index),
+                processes=processes,
+                died=died,
+            ),
+        )
+        for k, code in died.items():
+            sink.message(
+                f"{experiment.name}: {level.title}: worker process {k} exited with status "
+                f"{code} mid-level: its requests in flight were lost and the rest of its share "
+                f"never sent (a partial level: labkit run --resume runs it again); see "
+                f"{self._log_dir / f'{name}-{k}.log'}"
+            )
+        if died:
+            sink.partial("a worker process")
 
     async def close(self) -> None:
         """Nothing held: each level's processes end with it."""
@@ -112,8 +186,10 @@ async def _run_in_workers(
     log_dir: Path,
     name: str,
     on_record: Callable[[RequestRecord], None],
-) -> None:
-    """Run `job` in `processes` workers; every record they send goes to `on_record`."""
+) -> dict[int, int]:
+    """Run `job` in `processes` workers; every record they send goes to `on_record`. Each
+    worker that exited with an error after the start, with its status (RunError for one
+    that did not start)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     procs: list[asyncio.subprocess.Process] = []
     logs: list[Path] = []
@@ -157,13 +233,8 @@ async def _run_in_workers(
             await proc.stdin.drain()
         pumps = [pump(p) for p in procs]
         await asyncio.gather(*pumps)
-        for k, proc in enumerate(procs):
-            code = await proc.wait()
-            if code != 0:
-                raise RunError(
-                    f"worker process {k} exited with status {code}; records it finished are "
-                    f"kept; see {logs[k]}"
-                )
+        codes = [await proc.wait() for proc in procs]
+        return {k: code for k, code in enumerate(codes) if code != 0}
     except BaseException:
         # Interrupted (or a worker failed): stop every worker, but take the partial records
         # they write on the way out.
@@ -205,9 +276,9 @@ class HostExecutor(Executor):
     """This host: a level in the runner's process, or over as many worker processes as it
     asks for (`LevelPlan.processes`)."""
 
-    def __init__(self, measurer: Measurer, *, run_id: str, store_text: bool, log_dir: Path) -> None:
+    def __init__(self, measurer: Measurer, *, run_id: str, store_text: bool, run_dir: Path) -> None:
         self.in_process = InProcessExecutor(measurer)
-        self.workers = WorkerProcessExecutor(run_id=run_id, store_text=store_text, log_dir=log_dir)
+        self.workers = WorkerProcessExecutor(run_id=run_id, store_text=store_text, run_dir=run_dir)
         self.workers.propagate_trace = measurer.propagate_trace
         self.workers.request_tags = measurer.request_tags
         self.workers.request_headers = measurer.request_headers

@@ -8,12 +8,13 @@ from labkit.figures import Mean, Quantile, RequestStats
 
 __all__ = [
     "CLIENT_BOUND_MARK",
+    "RAY_NODE",
     "cell",
     "client_bound_line",
     "group_label",
     "marked",
     "ms",
-    "ray_partial_sentence",
+    "partial_sentence",
     "say",
 ]
 
@@ -74,11 +75,19 @@ def client_bound_line(s: RequestStats) -> str:
     return f"{s.provider} · {s.experiment}{path} · {s.client_bound}"  # the reason names levels
 
 
-def ray_partial_sentence(levels: list[str], lost: str) -> str:
-    """The answer's sentence for levels a Ray node died in (`levels`: their titles; `lost`:
-    what of them is missing, in parentheses), with how to finish them."""
-    again = "them" if len(levels) > 1 else "it"
-    return (
-        f"Partial: a Ray node died mid-level in {', '.join(levels)} ({lost}); "
-        f"labkit run --resume runs {again} again."
-    )
+#: What died in a level whose Ray actor lost requests (error kind ``lost``).
+RAY_NODE = "a Ray node"
+
+
+def partial_sentence(died: dict[str, list[str]], lost: str) -> str:
+    """The answer's sentence for levels something died in mid-level (`died`: what died, "a
+    Ray node" or "a worker process", to the titles of its levels; `lost`: what of them is
+    missing, in parentheses), with how to finish them; empty for none."""
+    said = []
+    for what, levels in died.items():
+        again = "them" if len(levels) > 1 else "it"
+        said.append(
+            f"Partial: {what} died mid-level in {', '.join(levels)} ({lost}); "
+            f"labkit run --resume runs {again} again."
+        )
+    return " ".join(said)

@@ -266,7 +266,7 @@ def test_a_level_whose_ray_node_died_is_partial_and_says_how_to_finish_it(
     result = asyncio.run(run_lab(runner))
     assert result.lab.answers[0].status == "ok"
     (exp,) = runner.experiments
-    exp.partial_levels = {("f", "c2")}
+    exp.partial_levels = {("f", "c2"): "a Ray node"}
     answer = exp.analyze("f", result.lab.answers[0].model, result.records)
     assert answer.status == "partial"
     assert "Partial: a Ray node died mid-level in concurrency 2" in answer.answer

@@ -258,7 +258,7 @@ def test_sessions_run_over_two_worker_processes(tmp_path: Path) -> None:
             runner.executor = WorkerProcessExecutor(
                 run_id=runner.folder.run_id,
                 store_text=runner.config.store_text,
-                log_dir=runner.folder.path / "worker-logs",
+                run_dir=runner.folder.path,
                 processes=2,
             )
             return await runner.run()

@@ -133,7 +133,7 @@ def _in_two_workers(config: Any, tmp_path: Path) -> tuple[RunResult, PrefixCache
         runner.executor = WorkerProcessExecutor(
             run_id=runner.folder.run_id,
             store_text=runner.config.store_text,
-            log_dir=runner.folder.path / "worker-logs",
+            run_dir=runner.folder.path,
             processes=2,
         )
         return await runner.run()
@@ -287,3 +287,37 @@ def test_a_level_in_the_runners_process_stops_when_its_server_dies() -> None:
     with pytest.raises(ProviderDied):
         asyncio.run(executor.run_level(experiment, None, level, sink))  # type: ignore[arg-type]
     assert measurer.sent == ["steps/0"] and len(sink.kept) == 1  # nothing sent after it died
+
+
+@pytest.mark.unit
+def test_the_levels_a_worker_process_died_in_are_read_and_said_as_such(tmp_path: Path) -> None:
+    """`partial_worker_levels`: the latest line of a level decides (a resumed rerun went
+    whole); the answer names what died, a worker process here and a Ray node there."""
+    from labkit.experiments.load import LoadExperiment
+    from labkit.runner.workers import WORKER_LEVELS_FILE, WorkerLevel, partial_worker_levels
+    from tests.support.records import make_record
+
+    def line(level: str, died: dict[int, int]) -> str:
+        return WorkerLevel(
+            experiment="load", provider="p", level=level, processes=2, died=died
+        ).model_dump_json()
+
+    (tmp_path / WORKER_LEVELS_FILE).write_text(
+        "\n".join([line("c2", {1: -9}), line("c4", {0: 2}), line("c2", {}), '{"exp'])
+    )
+    partial = partial_worker_levels(tmp_path, "load")
+    assert partial == {("p", "c4"): "a worker process"}
+    assert partial_worker_levels(tmp_path, "other") == {}
+    assert WorkerLevel.model_validate_json(line("c4", {0: -9})).died == {0: -9}
+
+    records = [
+        make_record(provider="p", experiment="load", tags={"level": level})
+        for level in ("c4", "c8")
+        for _ in range(6)
+    ]
+    exp = LoadExperiment(LoadSettings(concurrency=[4, 8], requests=8))
+    exp.partial_levels = {("p", "c4"): "a worker process", ("p", "c8"): "a Ray node"}
+    answer = exp.analyze("p", "m", records)
+    assert answer.status == "partial"
+    assert "Partial: a worker process died mid-level in concurrency 4 (" in answer.answer
+    assert "Partial: a Ray node died mid-level in concurrency 8 (" in answer.answer

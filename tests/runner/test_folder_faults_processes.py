@@ -168,6 +168,62 @@ def test_sigterm_stops_the_worker_processes_whose_logs_stay_in_the_run_folder(
     assert [p.name for p in out.iterdir()] == [run_dir.name]
 
 
+def test_a_worker_process_killed_mid_level_makes_the_level_partial_and_resume_finishes_it(
+    tmp_path: Path,
+) -> None:
+    """A worker that dies mid-level (SIGKILL: no record of its own, no clean-up) leaves its
+    share unsent: the other worker reads its share to the end, every finished record is
+    kept, the answer says partial and how to finish it, and ``--resume`` runs the level
+    again, which then answers whole."""
+    with _fake_server_process() as url:
+        cfg = tmp_path / "load.yaml"
+        cfg.write_text(
+            "name: workers\n"
+            f"providers: [{{id: p, kind: openai_compatible, model: m, base_url: '{url}'}}]\n"
+            "experiments: [{kind: load, concurrency: [4], requests: 12, workers: 2, "
+            "warmup: 1}]\n"
+        )
+        out = tmp_path / "runs"
+        proc = _start_run(str(cfg), "--out", str(out))
+        _wait_for("the run folder", lambda: out.exists() and any(out.iterdir()))
+        run_dir = _run_dir(out)
+        # Two warm-ups (one a worker) and two measured records: the level has started.
+        _wait_for("the level", lambda: _line_count(run_dir / "records.jsonl") >= 4)
+        workers = children_of(proc.pid)
+        assert len(workers) == 2
+        os.kill(workers[0], signal.SIGKILL)
+        stdout, stderr = proc.communicate(timeout=120)
+        assert proc.returncode == 0, stderr
+        assert "Traceback" not in stdout + stderr
+        assert "exited with status -9 mid-level" in stdout + stderr, stdout + stderr
+        manifest = _manifest(run_dir)
+        assert manifest["status"] == "incomplete"
+        assert "a worker process died mid-level (a partial level)" in manifest["unfinished"]["p"]
+        measured = [r for r in _records(run_dir) if not r.warmup and r.error is None]
+        assert 2 <= len(measured) < 12
+        (answer,) = json.loads((run_dir / "lab.json").read_text())["answers"]
+        assert answer["status"] == "partial"
+        assert "Partial: a worker process died mid-level in concurrency 4" in answer["answer"]
+        assert "labkit run --resume runs it again" in answer["answer"]
+        (line,) = (run_dir / "worker-levels.jsonl").read_text().splitlines()
+        level = json.loads(line)
+        assert level["partial"] is True and level["died"] == {"0": -9}
+        assert (level["experiment"], level["provider"], level["processes"]) == ("load", "p", 2)
+
+        resumed = subprocess.run(
+            [*LABKIT, "run", "--resume", str(run_dir), "--no-report"],
+            capture_output=True,
+            text=True,
+        )
+    assert resumed.returncode == 0, resumed.stderr
+    assert _manifest(run_dir)["status"] == "completed"
+    (answer,) = json.loads((run_dir / "lab.json").read_text())["answers"]
+    assert answer["status"] == "ok" and "Partial" not in answer["answer"], answer
+    lines = (run_dir / "worker-levels.jsonl").read_text().splitlines()
+    assert [json.loads(line)["partial"] for line in lines] == [True, False]
+    assert all(r.error is None for r in _records(run_dir))  # nothing lost was recorded wrong
+
+
 # --- The folder lock -----------------------------------------------------------------------
 
 

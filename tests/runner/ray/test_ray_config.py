@@ -20,6 +20,7 @@ from labkit.providers import provider_class
 from labkit.records import ClientTimings, ErrorKind, RequestRecord, StopReason
 from labkit.runner import ray_executor
 from labkit.runner.jobs import Sending
+from labkit.runner.levellog import LEVEL_LINE_MAX
 from labkit.runner.ray_executor import RayExecutor, _Actor, _lost_record
 from tests.support.extras import requires_ray
 
@@ -205,8 +206,8 @@ def test_an_actor_that_died_makes_the_level_partial_even_with_nothing_in_flight(
             return False
 
         def check_server(self) -> None: ...
-        def partial(self) -> None:
-            partial.append(True)
+        def partial(self, died_what: str) -> None:
+            partial.append(died_what == "a Ray actor")
 
     asyncio.run(executor.run_level(None, None, None, Sink()))  # type: ignore[arg-type]
     assert partial == ([True] if said else [])
@@ -240,17 +241,18 @@ def test_the_levels_a_ray_node_died_in_are_read_from_the_latest_line_of_each(
     with (tmp_path / ray_executor.RAY_LEVELS_FILE).open("ab") as f:
         f.write(b"\xff\xfe not UTF-8\n")  # what follows it is not read
         f.write(line("c4", []).encode() + b"\n")
-    assert ray_executor.partial_ray_levels(tmp_path, "load") == {("p", "c4")}
-    assert ray_executor.partial_ray_levels(tmp_path, "load#1") == {("p", "c8")}
-    assert ray_executor.partial_ray_levels(tmp_path / "none", "load") == set()
+    node = "a Ray node"
+    assert ray_executor.partial_ray_levels(tmp_path, "load") == {("p", "c4"): node}
+    assert ray_executor.partial_ray_levels(tmp_path, "load#1") == {("p", "c8"): node}
+    assert ray_executor.partial_ray_levels(tmp_path / "none", "load") == {}
     long = tmp_path / "long"
     long.mkdir()
     (long / ray_executor.RAY_LEVELS_FILE).write_text(
-        line("c2", ["b"]) + "\n" + "x" * (ray_executor.RAY_LEVEL_LINE_MAX + 1) + "\n"
+        line("c2", ["b"]) + "\n" + "x" * (LEVEL_LINE_MAX + 1) + "\n"
     )
-    assert ray_executor.partial_ray_levels(long, "load") == {("p", "c2")}  # read up to it
+    assert ray_executor.partial_ray_levels(long, "load") == {("p", "c2"): node}  # up to it
     (tmp_path / "dir" / ray_executor.RAY_LEVELS_FILE).mkdir(parents=True)  # not a file
-    assert ray_executor.partial_ray_levels(tmp_path / "dir", "load") == set()
+    assert ray_executor.partial_ray_levels(tmp_path / "dir", "load") == {}
 
 
 def test_a_load_level_whose_ray_node_died_with_nothing_in_flight_is_partial() -> None:
@@ -262,11 +264,11 @@ def test_a_load_level_whose_ray_node_died_with_nothing_in_flight_is_partial() ->
     whole = LoadExperiment(LoadSettings(concurrency=[4], requests=8))
     assert whole.analyze("p", "m", records).status == "ok"
     died = LoadExperiment(LoadSettings(concurrency=[4], requests=8))
-    died.partial_levels = {("p", "c4")}
+    died.partial_levels = {("p", "c4"): "a Ray node"}
     answer = died.analyze("p", "m", records)
     assert answer.status == "partial"
     assert "Partial: a Ray node died mid-level in concurrency 4" in answer.answer
     assert "labkit run --resume runs it again" in answer.answer
     other = LoadExperiment(LoadSettings(concurrency=[4], requests=8))
-    other.partial_levels = {("another provider", "c4")}
+    other.partial_levels = {("another provider", "c4"): "a Ray node"}
     assert other.analyze("p", "m", records).status == "ok"
