@@ -375,9 +375,20 @@ def _run_and_report(runner: Runner, report: bool) -> None:
             _write_report(folder)
         _print_answers(result, console)
         _say_incomplete(result)
-    if not any(o.status == "ok" for o in result.outcomes):
-        reasons = "; ".join(f"{o.id}: {o.reason}" for o in result.outcomes if o.reason)
-        raise fail(f"no provider completed a request ({reasons})")
+    if (line := none_ok_line(result.outcomes)) is not None:
+        raise fail(line)
+
+
+def none_ok_line(outcomes: list[ProviderOutcome]) -> str | None:
+    """The run's error line when no provider ended ok (None when one did): that none
+    completed a request only where none did; a provider that answered some and then failed
+    (its server died, a level could not run) did not finish its run."""
+    if any(o.status == "ok" for o in outcomes):
+        return None
+    reasons = "; ".join(f"{o.id}: {o.reason}" for o in outcomes if o.reason)
+    if any(o.done > o.failed for o in outcomes):
+        return f"no provider finished its run ({reasons})"
+    return f"no provider completed a request ({reasons})"
 
 
 def _interrupted(runner: Runner, how: str, code: int) -> typer.Exit:

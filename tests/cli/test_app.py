@@ -238,3 +238,25 @@ def test_kinds_lists_providers_and_experiments() -> None:
 def test_help(args: list[str]) -> None:
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0 and "Usage" in result.output
+
+
+@pytest.mark.unit
+def test_the_last_line_says_none_finished_where_some_answered_and_none_answered_else() -> None:
+    """A provider that answered requests and then failed (its server died mid-run) did not
+    fail to complete a request: the line says which of the two it is."""
+    from labkit.cli.app import none_ok_line
+    from labkit.runner import ProviderOutcome
+
+    def outcome(status: str, done: int, failed: int, reason: str) -> ProviderOutcome:
+        return ProviderOutcome("p", "fake", "m", status, reason, done=done, failed=failed)
+
+    died = outcome("failed", 12, 0, "llama-server exited during the run")
+    assert none_ok_line([died]) == (
+        "no provider finished its run (p: llama-server exited during the run)"
+    )
+    refused = outcome("failed", 4, 4, "every request failed")
+    assert none_ok_line([refused]) == "no provider completed a request (p: every request failed)"
+    assert none_ok_line([refused, outcome("ok", 3, 0, "")]) is None
+    assert none_ok_line([outcome("skipped", 0, 0, "no key")]) == (
+        "no provider completed a request (p: no key)"
+    )
