@@ -348,9 +348,13 @@ class SweepExperiment(LoadExperiment):
                 break
             recs = self._pass_of(nxt.level, records)
             if recs is None:
+                died = self.partial_levels.get((provider_id, nxt.level.label))
                 stopped = (
                     f"{nxt.level.title} was not measured (max_duration_s reached, or the run "
                     "was interrupted)"
+                    if died is None
+                    else f"{nxt.level.title} is partial ({died} died mid-level; labkit run "
+                    "--resume runs it again)"
                 )
                 break
             passes, sent = self._cost_of(nxt.level, records)
@@ -371,7 +375,11 @@ class SweepExperiment(LoadExperiment):
             throughput_rps=done[1].level.completed_rps if len(done) > 1 else None,
             stopped=stopped,
         )
-        if not done or not any(p.level.ok for p in done):
+        if not done:  # not "no successful request": a level cut short may have had some
+            return self.answer(
+                provider_id, model, f"No level was measured: {stopped}.", figures, "failed"
+            )
+        if not any(p.level.ok for p in done):
             return self.answer(
                 provider_id, model, "No level had a successful request.", figures, "failed"
             )

@@ -207,3 +207,26 @@ def test_a_rate_a_little_above_capacity_saturates_by_its_ttft_trend() -> None:
     assert slow.why.startswith("TTFT rose 20 ms through the level (queue growing, p = ")
     flat = exp.probe(2, "bisect", level, _rate_records(starts, [25.0 + j for j in jitter]))
     assert flat.verdict == "pass" and not flat.saturated
+
+
+def test_a_level_a_worker_died_in_stops_the_retrace_and_says_so() -> None:
+    """A probe level left partial (a worker process or Ray node died mid-level: fewer
+    records than a pass) is no probe: the sweep stops there and says why, and how to finish."""
+    exp = _sweep(mode="concurrency", requests=8)
+    baseline = exp.next_level([]).level
+    assert baseline is not None
+    records = [
+        make_record(provider="p", experiment=exp.name, tags={"level": baseline.label})
+        for _ in range(5)
+    ]
+    assert exp.analyze("p", "m", records).answer == (
+        f"No level was measured: {baseline.title} was not measured (max_duration_s reached, "
+        "or the run was interrupted)."
+    )
+    exp.partial_levels = {("p", baseline.label): "a worker process"}
+    answer = exp.analyze("p", "m", records)
+    assert answer.status == "failed"
+    assert answer.answer == (
+        f"No level was measured: {baseline.title} is partial (a worker process died "
+        "mid-level; labkit run --resume runs it again)."
+    )
