@@ -167,11 +167,13 @@ class WorkerProcessExecutor(Executor):
             ),
         )
         for k, code in died.items():
+            log = self._log_dir / f"{name}-{k}.log"
+            said = _last_line(log)
             sink.message(
                 f"{experiment.name}: {level.title}: worker process {k} exited with status "
-                f"{code} mid-level: its requests in flight were lost and the rest of its share "
-                f"never sent (a partial level: labkit run --resume runs it again); see "
-                f"{self._log_dir / f'{name}-{k}.log'}"
+                f"{code} mid-level{f' ({said})' if said else ''}: its requests in flight were "
+                "lost and the rest of its share never sent (a partial level: labkit run "
+                f"--resume runs it again); see {log}"
             )
         if died:
             sink.partial("a worker process")
