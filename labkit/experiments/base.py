@@ -44,6 +44,7 @@ from labkit.providers.base import (
 from labkit.records import LabAnswer, RequestRecord
 from labkit.server_metrics import ServerMetricsSample
 from labkit.wording import slo_sentence
+from labkit.wording.common import partial_run_sentence
 
 __all__ = [
     "Experiment",
@@ -139,6 +140,9 @@ class Experiment(ABC):
     question: ClassVar[str]
     #: True where `analyze` judges the SLOs itself (per load level), so `judged` does not.
     judges_slos: ClassVar[bool] = False
+    #: True where `analyze` says which of its levels are partial (`partial_levels`), so
+    #: `judged` does not say it for the whole run.
+    says_partial_levels: ClassVar[bool] = False
 
     def __init__(self, settings: ExperimentSettings, index: int = 0) -> None:
         self.settings = settings
@@ -286,8 +290,10 @@ class Experiment(ABC):
 
     def judged(self, provider_id: str, model: str, records: list[RequestRecord]) -> LabAnswer:
         """`analyze`, with the SLOs judged over the measured records added to the answer
-        (`figures.slo` and a sentence), unless it judges them itself (`judges_slos`)."""
-        ans = self.analyze(provider_id, model, records)
+        (`figures.slo` and a sentence), unless it judges them itself (`judges_slos`); and
+        partial where a process that ran one of its levels died (`partial_levels`), unless
+        it says so itself (`says_partial_levels`)."""
+        ans = self._partial(provider_id, self.analyze(provider_id, model, records))
         slos = self.settings.slos()
         if not slos or self.judges_slos or ans.figures is None:
             return ans
@@ -298,6 +304,20 @@ class Experiment(ABC):
         return ans.model_copy(
             update={"figures": figures, "answer": f"{ans.answer} {slo_sentence(report)}"}
         )
+
+    def _partial(self, provider_id: str, ans: LabAnswer) -> LabAnswer:
+        """`ans` said partial where a process that ran its levels for `provider_id` died."""
+        if self.says_partial_levels or ans.status == "failed":
+            return ans
+        died = sorted(
+            {what for (pid, _), what in self.partial_levels.items() if pid == provider_id}
+        )
+        if not died:
+            return ans
+        said = partial_run_sentence(
+            died, "its requests in flight lost, its share of the rest never sent"
+        )
+        return ans.model_copy(update={"answer": f"{ans.answer} {said}", "status": "partial"})
 
     def cite(self, answer: LabAnswer, others: list[LabAnswer]) -> LabAnswer:
         """`answer` amended from the run's other answers for the same provider (one that

@@ -100,6 +100,7 @@ class DeterminismLoadExperiment(PacedExperiment[DeterminismLoadState, Determinis
     """Whether temperature-0 replies to one prompt stay identical as more share the server."""
 
     kind: ClassVar[str] = "determinism_load"
+    says_partial_levels: ClassVar[bool] = True
     settings_model: ClassVar[type[ExperimentSettings]] = DeterminismLoadSettings
     question: ClassVar[str] = (
         "Sent the same prompt many times at once, do the replies stay identical as "

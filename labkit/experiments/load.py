@@ -224,6 +224,7 @@ class LoadExperiment(PacedExperiment[LoadState, LoadLevelPlan]):
         "provider reach, and could labkit itself keep up?"
     )
     judges_slos: ClassVar[bool] = True
+    says_partial_levels: ClassVar[bool] = True
     state_model: ClassVar[type[BaseModel]] = LoadState
     level_model: ClassVar[type[LevelPlan]] = LoadLevelPlan
 

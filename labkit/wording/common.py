@@ -14,6 +14,7 @@ __all__ = [
     "group_label",
     "marked",
     "ms",
+    "partial_run_sentence",
     "partial_sentence",
     "say",
 ]
@@ -91,3 +92,12 @@ def partial_sentence(died: dict[str, list[str]], lost: str) -> str:
             f"labkit run --resume runs {again} again."
         )
     return " ".join(said)
+
+
+def partial_run_sentence(died: list[str], lost: str) -> str:
+    """The answer's sentence for an experiment whose run lost a process mid-way (`died`:
+    what died, "a worker process", "a Ray node"; `lost`: what is missing, in parentheses),
+    with how to finish it."""
+    return (
+        f"Partial: {' and '.join(died)} died mid-run ({lost}); labkit run --resume runs it again."
+    )

@@ -321,3 +321,29 @@ def test_the_levels_a_worker_process_died_in_are_read_and_said_as_such(tmp_path:
     assert answer.status == "partial"
     assert "Partial: a worker process died mid-level in concurrency 4 (" in answer.answer
     assert "Partial: a Ray node died mid-level in concurrency 8 (" in answer.answer
+
+
+@pytest.mark.unit
+def test_an_experiment_that_names_no_level_is_partial_where_its_process_died() -> None:
+    """An experiment whose answer does not name its levels (a trace replay, a conversation,
+    anything the runner read as partial for this provider) is said partial for the run,
+    once per cause; an answer already failed stays failed; another provider's is not."""
+    from labkit.experiments.single import SingleExperiment, SingleSettings
+    from tests.support.records import make_record
+
+    records = [make_record(provider="p", experiment="single") for _ in range(4)]
+    exp = SingleExperiment(SingleSettings(prompts=["hi"]))
+    whole = exp.judged("p", "m", records)
+    assert whole.status == "ok"
+    exp.partial_levels = {("p", "0"): "a worker process", ("q", "0"): "a Ray node"}
+    answer = exp.judged("p", "m", records)
+    assert answer.status == "partial"
+    assert answer.answer == (
+        f"{whole.answer} Partial: a worker process died mid-run (its requests in flight "
+        "lost, its share of the rest never sent); labkit run --resume runs it again."
+    )
+    assert exp.judged("p", "m", []).status == "failed"
+    assert exp.judged("q", "m", records).answer.endswith(
+        "Partial: a Ray node died mid-run (its requests in flight lost, its share of the rest "
+        "never sent); labkit run --resume runs it again."
+    )
