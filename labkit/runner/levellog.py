@@ -11,6 +11,7 @@ hands them to each experiment's answer (`Experiment.partial_levels`).
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import ClassVar
 
@@ -18,8 +19,9 @@ from pydantic import BaseModel
 
 from labkit.errors import ConfigError
 from labkit.jsonlines import iter_lines
+from labkit.records import RequestRecord
 
-__all__ = ["LEVEL_LINE_MAX", "LevelRun", "append_level_line", "partial_levels_in"]
+__all__ = ["LEVEL_LINE_MAX", "LevelRun", "append_level_line", "level_label", "partial_levels_in"]
 
 #: The longest line read back (bytes): a level run on a thousand nodes names each twice.
 LEVEL_LINE_MAX = 1024 * 1024
@@ -40,6 +42,15 @@ class LevelRun(BaseModel):
     def partial(self) -> bool:
         """Whether a process died mid-level: some of the level's share never ran."""
         raise NotImplementedError
+
+
+def level_label(records: Iterable[RequestRecord], index: int) -> str:
+    """A level's label as its measured records carry it (`tags["level"]`); its number where
+    none does (no record of it, or an experiment that tags none)."""
+    for record in records:
+        if not record.warmup and "level" in record.tags:
+            return str(record.tags["level"])
+    return str(index)
 
 
 def append_level_line(path: Path, line: LevelRun) -> None:

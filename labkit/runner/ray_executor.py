@@ -69,7 +69,7 @@ from labkit.providers import Provider
 from labkit.records import ClientTimings, ErrorKind, RecordError, RequestRecord, StopReason
 from labkit.runner.executor import Executor, LevelSink
 from labkit.runner.jobs import LevelJob, Ready, Recorded, Sending, decode, encode
-from labkit.runner.levellog import LevelRun, append_level_line, partial_levels_in
+from labkit.runner.levellog import LevelRun, append_level_line, level_label, partial_levels_in
 from labkit.runner.ray_address import check_ray_address
 from labkit.runner.worker_body import build_worker, run_worker
 from labkit.wire import loopclock
@@ -567,7 +567,7 @@ class RayExecutor(Executor):
                 assert actor.before is not None
                 actor.handle.go.remote(t0 - actor.before.offset_ns)
             await asyncio.gather(*(self._pump(a, lose, on_record) for a in actors))
-            label = _level_label(actors, level)
+            label = level_label((r for a in actors for r in a.records), level.index)
             for actor in actors:
                 if actor.died is None:
                     actor.after = await _offset_of(actor)
@@ -768,15 +768,6 @@ def _death_reason(exc: BaseException) -> str:
 
 def _no_sigterm_note(record: logging.LogRecord) -> bool:
     return not record.getMessage().startswith("SIGTERM handler is not set")
-
-
-def _level_label(actors: list[_Actor], level: LevelPlan) -> str:
-    """The level's label as its records carry it (`tags["level"]`)."""
-    for actor in actors:
-        for record in actor.records:
-            if not record.warmup and "level" in record.tags:
-                return str(record.tags["level"])
-    return str(level.index)
 
 
 def _lost_record(

@@ -42,7 +42,7 @@ from labkit.providers import Provider
 from labkit.records import RequestRecord
 from labkit.runner.executor import Executor, InProcessExecutor, LevelSink, Measurer
 from labkit.runner.jobs import JobMessage, LevelJob, Ready, Recorded, Start, decode, encode
-from labkit.runner.levellog import LevelRun, append_level_line, partial_levels_in
+from labkit.runner.levellog import LevelRun, append_level_line, level_label, partial_levels_in
 
 __all__ = [
     "WORKER_LEVELS_FILE",
@@ -148,11 +148,11 @@ class WorkerProcessExecutor(Executor):
         )
         name = safe_filename(f"{provider.id}-{experiment.name}-{level.index}")
         processes = self._processes or level.processes.count
-        label: list[str] = []
+        first: list[RequestRecord] = []  # the level's first measured record: its label
 
         def keep(record: RequestRecord) -> None:
-            if not label and not record.warmup and "level" in record.tags:
-                label.append(str(record.tags["level"]))
+            if not first and not record.warmup:
+                first.append(record)
             sink.keep(record)
 
         died = await _run_in_workers(job, processes, self._log_dir, name, keep)
@@ -161,7 +161,7 @@ class WorkerProcessExecutor(Executor):
             WorkerLevel(
                 experiment=experiment.name,
                 provider=provider.id,
-                level=label[0] if label else str(level.index),
+                level=level_label(first, level.index),
                 processes=processes,
                 died=died,
             ),
