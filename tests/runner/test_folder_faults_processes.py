@@ -136,25 +136,37 @@ def _fake_server_process() -> Iterator[str]:
         assert proc.returncode == 0
 
 
+def _two_worker_level(
+    tmp_path: Path, name: str, provider: str, requests: int, records: int
+) -> tuple[subprocess.Popen[str], Path, list[int]]:
+    """`labkit run` of a load level at concurrency 4 read by two worker processes, to
+    ``tmp_path/runs``, once `records` lines are in its records file: the run, its folder
+    and its workers' pids. `provider`: the provider entry's id and base URL."""
+    cfg = tmp_path / "load.yaml"
+    cfg.write_text(
+        f"name: {name}\n"
+        f"providers: [{{id: {provider}, kind: openai_compatible, model: m}}]\n"
+        f"experiments: [{{kind: load, concurrency: [4], requests: {requests}, workers: 2, "
+        "warmup: 1}]\n"
+    )
+    out = tmp_path / "runs"
+    proc = _start_run(str(cfg), "--out", str(out))
+    _wait_for("the run folder", lambda: out.exists() and any(out.iterdir()))
+    run_dir = _run_dir(out)
+    _wait_for("the level", lambda: _line_count(run_dir / "records.jsonl") >= records)
+    workers = children_of(proc.pid)
+    assert len(workers) == 2
+    return proc, run_dir, workers
+
+
 def test_sigterm_stops_the_worker_processes_whose_logs_stay_in_the_run_folder(
     tmp_path: Path,
 ) -> None:
     with _fake_server_process() as url:
-        cfg = tmp_path / "load.yaml"
-        cfg.write_text(
-            "name: '../../escape'\n"
-            f"providers: [{{id: '../../../escape/p', kind: openai_compatible, model: m, "
-            f"base_url: '{url}'}}]\n"
-            "experiments: [{kind: load, concurrency: [4], requests: 400, workers: 2, "
-            "warmup: 1}]\n"
-        )
         out = tmp_path / "runs"
-        proc = _start_run(str(cfg), "--out", str(out))
-        _wait_for("the run folder", lambda: out.exists() and any(out.iterdir()))
-        run_dir = _run_dir(out)
-        _wait_for("the level", lambda: _line_count(run_dir / "records.jsonl") >= 8)
-        workers = children_of(proc.pid)
-        assert len(workers) == 2
+        proc, run_dir, workers = _two_worker_level(
+            tmp_path, "'../../escape'", f"'../../../escape/p', base_url: '{url}'", 400, 8
+        )
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 143, stderr
@@ -176,21 +188,10 @@ def test_a_worker_process_killed_mid_level_makes_the_level_partial_and_resume_fi
     kept, the answer says partial and how to finish it, and ``--resume`` runs the level
     again, which then answers whole."""
     with _fake_server_process() as url:
-        cfg = tmp_path / "load.yaml"
-        cfg.write_text(
-            "name: workers\n"
-            f"providers: [{{id: p, kind: openai_compatible, model: m, base_url: '{url}'}}]\n"
-            "experiments: [{kind: load, concurrency: [4], requests: 12, workers: 2, "
-            "warmup: 1}]\n"
-        )
-        out = tmp_path / "runs"
-        proc = _start_run(str(cfg), "--out", str(out))
-        _wait_for("the run folder", lambda: out.exists() and any(out.iterdir()))
-        run_dir = _run_dir(out)
         # Two warm-ups (one a worker) and two measured records: the level has started.
-        _wait_for("the level", lambda: _line_count(run_dir / "records.jsonl") >= 4)
-        workers = children_of(proc.pid)
-        assert len(workers) == 2
+        proc, run_dir, workers = _two_worker_level(
+            tmp_path, "workers", f"p, base_url: '{url}'", 12, 4
+        )
         os.kill(workers[0], signal.SIGKILL)
         stdout, stderr = proc.communicate(timeout=120)
         assert proc.returncode == 0, stderr
