@@ -155,7 +155,8 @@ class Experiment(ABC):
         self.host_clocks: list[HostClock] = []
         #: (provider id, level label) of each level whose Ray actor or worker process died
         #: mid-level in its latest run, to what died ("a Ray node", "a worker process"; the
-        #: run folder's level logs, `labkit.runner.levellog`), set by the runner before
+        #: run folder's level logs, `labkit.runner.levellog`), set by the runner before a
+        #: (resumed) run plans its levels, which runs such a level again, and before
         #: `analyze`: partial whether or not a request was in flight when it died.
         self.partial_levels: dict[tuple[str, str], str] = {}
         #: Every provider's records of this experiment (non-warm-up and warm-up alike), by

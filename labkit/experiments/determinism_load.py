@@ -185,7 +185,8 @@ class DeterminismLoadExperiment(PacedExperiment[DeterminismLoadState, Determinis
         """The levels one after another; on resume, skip the levels already complete."""
         previous = context.previous()
         for index, c in enumerate(self._s.concurrency):
-            if _complete(c, previous, self._s.repeats):
+            partial = (provider.id, f"c{c}") in self.partial_levels
+            if not partial and _complete(c, previous, self._s.repeats):
                 context.message(f"{self.name}: concurrency {c} already measured, skipped")
                 continue
             context.expect(self._s.repeats)

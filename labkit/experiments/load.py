@@ -412,7 +412,8 @@ class LoadExperiment(PacedExperiment[LoadState, LoadLevelPlan]):
         if self._s.workers == "auto":
             await self._measure_for_workers(provider, previous)
         for level in self.levels():
-            if _complete(level, previous, self._s.max_requests()):
+            partial = (provider.id, level.label) in self.partial_levels
+            if not partial and _complete(level, previous, self._s.max_requests()):
                 context.message(f"{self.name}: {level.title} already measured, skipped")
                 continue
             yield self.level_plan(level, context)

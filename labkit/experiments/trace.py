@@ -248,11 +248,13 @@ class TraceExperiment(PacedExperiment[TraceState, TracePass]):
     async def level_plans(
         self, provider: Provider, context: LevelContext
     ) -> AsyncGenerator[TracePass, None]:
-        """Replay the trace once; on resume, again only if no pass completed."""
+        """Replay the trace once; on resume, again only if no pass completed (a pass a
+        process died in, `partial_levels`, did not)."""
         self.learn_framing(context.previous())
         previous = latest_pass([r for r in context.previous() if not r.warmup])
         cut = any(r.error is not None and r.error.kind == ErrorKind.CANCELLED for r in previous)
-        if previous and not cut:
+        died = any(pid == provider.id for pid, _ in self.partial_levels)
+        if previous and not cut and not died:
             context.message(f"{self.name}: the trace was already replayed, skipped")
             return
         context.expect(len(self.entries))

@@ -229,6 +229,7 @@ class Runner:
         # Ray's actors are not labkit's children: their CPU time would read as others'.
         converters = self.folder.sidecar.cpu_s  # counted apart from labkit's own
         cpu_start = read_cpu(sidecar=converters) if self.config.executor is None else None
+        self._read_partial_levels()  # a resumed run runs those levels again
         try:
             tasks = [
                 asyncio.create_task(self._run_provider(s, o), name=f"provider:{s.id}")
@@ -300,10 +301,7 @@ class Runner:
         for exp in self.experiments:  # what an experiment comparing providers reads
             exp.all_records = {}
             exp.host_clocks = read_clock_log(self.folder.path / clock_log_name(exp.name))
-            exp.partial_levels = {
-                **partial_worker_levels(self.folder.path, exp.name),
-                **partial_ray_levels(self.folder.path, exp.name),
-            }
+        self._read_partial_levels()
         for r in self._records:
             if (owner := named.get(r.experiment)) is not None:
                 owner.all_records.setdefault(r.provider, []).append(r)
@@ -540,6 +538,15 @@ class Runner:
                     await self.executor.run_level(exp, provider, plan, level)
                 level.check_server()
         await exp.finalize(provider, self._mine(provider, exp))
+
+    def _read_partial_levels(self) -> None:
+        """Each experiment's levels left partial by a process that died mid-level in their
+        latest run, from the run folder's level logs (`Experiment.partial_levels`)."""
+        for exp in self.experiments:
+            exp.partial_levels = {
+                **partial_worker_levels(self.folder.path, exp.name),
+                **partial_ray_levels(self.folder.path, exp.name),
+            }
 
     def _mine(self, provider: Provider, exp: Experiment) -> list[RequestRecord]:
         return [r for r in self._records if r.provider == provider.id and r.experiment == exp.name]

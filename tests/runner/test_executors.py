@@ -347,3 +347,42 @@ def test_an_experiment_that_names_no_level_is_partial_where_its_process_died() -
         "Partial: a Ray node died mid-run (its requests in flight lost, its share of the rest "
         "never sent); labkit run --resume runs it again."
     )
+
+
+@pytest.mark.unit
+def test_a_resumed_run_runs_a_level_a_process_died_in_again_even_when_its_count_is_full(
+    tmp_path: Path,
+) -> None:
+    """A process killed after its last record left every record, yet the level's line says
+    partial: the answer says ``--resume`` runs it again, so the resume does (load, trace)."""
+    from labkit.experiments.load import LoadExperiment
+    from labkit.experiments.trace import TraceExperiment, TraceSettings
+    from tests.support.records import make_record
+
+    class Context:
+        def __init__(self, previous: list[RequestRecord]) -> None:
+            self._previous, self.said = previous, []
+
+        def previous(self) -> list[RequestRecord]:
+            return self._previous
+
+        def expect(self, requests: int) -> None: ...
+
+        def message(self, text: str) -> None:
+            self.said.append(text)
+
+    async def titles(exp: Any, context: Context) -> list[str]:
+        return [plan.title async for plan in exp.level_plans(SimpleNamespace(id="p"), context)]
+
+    tags = {"level": "c4", "level_run": "a"}
+    done = [make_record(provider="p", experiment="load", tags=tags) for _ in range(8)]
+    load = LoadExperiment(LoadSettings(concurrency=[4], requests=8, workers=1))
+    assert asyncio.run(titles(load, Context(done))) == []
+    load.partial_levels = {("p", "c4"): "a worker process"}
+    assert asyncio.run(titles(load, Context(done))) == ["concurrency 4"]
+
+    trace = TraceExperiment(TraceSettings(path=_trace_file(tmp_path), max_requests=6))
+    replayed = [make_record(provider="p", experiment="trace", tags={"level": "trace"})]
+    assert asyncio.run(titles(trace, Context(replayed))) == []
+    trace.partial_levels = {("p", "trace"): "a Ray node"}
+    assert asyncio.run(titles(trace, Context(replayed))) == ["the replay"]
