@@ -44,7 +44,7 @@ from labkit.providers.base import (
 from labkit.records import LabAnswer, RequestRecord
 from labkit.server_metrics import ServerMetricsSample
 from labkit.wording import slo_sentence
-from labkit.wording.common import partial_run_sentence
+from labkit.wording.common import SHARE_LOST, partial_run_sentence
 
 __all__ = [
     "Experiment",
@@ -315,9 +315,7 @@ class Experiment(ABC):
         )
         if not died:
             return ans
-        said = partial_run_sentence(
-            died, "its requests in flight lost, its share of the rest never sent"
-        )
+        said = partial_run_sentence(died, SHARE_LOST)
         return ans.model_copy(update={"answer": f"{ans.answer} {said}", "status": "partial"})
 
     def cite(self, answer: LabAnswer, others: list[LabAnswer]) -> LabAnswer:

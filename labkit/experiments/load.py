@@ -63,7 +63,7 @@ from labkit.measurement.capacity import stream_events_per_s as warmup_events_per
 from labkit.providers.base import ChatRequest, Provider, ProviderSettings, SamplingParams
 from labkit.records import ErrorKind, LabAnswer, RequestRecord
 from labkit.wording import cache_sentence, goodput_sentence, server_queue_sentence, slo_sentence
-from labkit.wording.common import RAY_NODE, partial_sentence
+from labkit.wording.common import RAY_NODE, SHARE_LOST, partial_sentence
 from labkit.wording.load import load_answer
 from labkit.workloads import PromptSizing, SharedPrefix, measure_sizing
 
@@ -547,7 +547,7 @@ class LoadExperiment(PacedExperiment[LoadState, LoadLevelPlan]):
             if what is not None:
                 died.setdefault(what, []).append(level.title)
         extras = [
-            partial_sentence(died, "its requests in flight lost, its share of the rest never sent"),
+            partial_sentence(died, SHARE_LOST),
             "".join(clock_note(r.title, r.clock_uncertainty_ms, r.ttft_ms_p50) for r in rows),
             server_queue_sentence(done),
             cache_sentence(done[-1].cache),
@@ -608,5 +608,4 @@ def _complete(level: Level, previous: list[RequestRecord], n: int | None) -> boo
         return False
     if any(r.error is not None and r.error.kind == ErrorKind.LOST for r in recs):
         return False  # a Ray actor died mid-level: the level is partial
-    # A worker process that died left its share unsent: fewer records than planned.
     return n is None or len(recs) >= n

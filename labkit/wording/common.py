@@ -9,6 +9,7 @@ from labkit.figures import Mean, Quantile, RequestStats
 __all__ = [
     "CLIENT_BOUND_MARK",
     "RAY_NODE",
+    "SHARE_LOST",
     "cell",
     "client_bound_line",
     "group_label",
@@ -78,6 +79,8 @@ def client_bound_line(s: RequestStats) -> str:
 
 #: What died in a level whose Ray actor lost requests (error kind ``lost``).
 RAY_NODE = "a Ray node"
+#: What a level or run a process died in is missing (`partial_sentence`, `partial_run_sentence`).
+SHARE_LOST = "its requests in flight lost, its share of the rest never sent"
 
 
 def partial_sentence(died: dict[str, list[str]], lost: str) -> str:
