@@ -5,15 +5,17 @@ processes: ``worker-levels.jsonl``) can lose one of them mid-level: its share is
 sent and the level's figures come from fewer requests, whether or not a request was in
 flight. The executor appends a line per level it ran; the runner reads the levels whose
 latest line says partial (a resumed run's rerun appends a new line, which then decides) and
-hands them to each experiment's answer (`Experiment.partial_levels`).
+hands them to each experiment's answer (`Experiment.partial_levels`). A resumed run that
+finds nothing of such a level left to measure appends a `LevelRun.settled` line instead.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 from pydantic import BaseModel
 
@@ -21,7 +23,14 @@ from labkit.errors import ConfigError
 from labkit.jsonlines import iter_lines
 from labkit.records import RequestRecord
 
-__all__ = ["LEVEL_LINE_MAX", "LevelRun", "append_level_line", "level_label", "partial_levels_in"]
+__all__ = [
+    "LEVEL_LINE_MAX",
+    "LevelLog",
+    "LevelRun",
+    "append_level_line",
+    "level_label",
+    "partial_levels_in",
+]
 
 #: The longest line read back (bytes): a level run on a thousand nodes names each twice.
 LEVEL_LINE_MAX = 1024 * 1024
@@ -37,6 +46,9 @@ class LevelRun(BaseModel):
     provider: str
     #: The level's label, as its records carry it (`tags["level"]`).
     level: str
+    #: A line no process ran: a resumed run whose experiment found nothing of the level
+    #: left to measure (the process died after its share's last record) settles its mark.
+    settled: bool = False
 
     @property
     def partial(self) -> bool:
@@ -54,9 +66,15 @@ def level_label(records: Iterable[RequestRecord], index: int) -> str:
 
 
 def append_level_line(path: Path, line: LevelRun) -> None:
-    """Append one level's line to the log at `path`."""
-    with path.open("a", encoding="utf-8") as f:
-        f.write(line.model_dump_json() + "\n")
+    """Append one level's line to the log at `path`, on a line of its own even where the
+    last write was cut short (a process killed mid-write leaves no newline)."""
+    with path.open("a+b") as f:
+        start = b""
+        if f.seek(0, os.SEEK_END) > 0:
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                start = b"\n"
+        f.write(start + line.model_dump_json().encode() + b"\n")
 
 
 def partial_levels_in(
@@ -80,3 +98,19 @@ def partial_levels_in(
             if level.experiment == experiment:
                 latest[(level.provider, level.level)] = level.partial
     return {key: model.died_what for key, partial in latest.items() if partial}
+
+
+class LevelLog(NamedTuple):
+    """One kind of level log: its file in the run folder and the line it holds."""
+
+    file: str
+    line: type[LevelRun]
+
+    def partial_levels(self, run_dir: Path, experiment: str) -> dict[tuple[str, str], str]:
+        """`experiment`'s levels this log's latest lines say are partial (`partial_levels_in`)."""
+        return partial_levels_in(run_dir / self.file, self.line, experiment)
+
+    def settle(self, run_dir: Path, experiment: str, provider: str, level: str) -> None:
+        """Append a `LevelRun.settled` line for a level nothing of which is left to measure."""
+        line = self.line(experiment=experiment, provider=provider, level=level, settled=True)
+        append_level_line(run_dir / self.file, line)

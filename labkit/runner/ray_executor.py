@@ -69,7 +69,7 @@ from labkit.providers import Provider
 from labkit.records import ClientTimings, ErrorKind, RecordError, RequestRecord, StopReason
 from labkit.runner.executor import Executor, LevelSink
 from labkit.runner.jobs import LevelJob, Ready, Recorded, Sending, decode, encode
-from labkit.runner.levellog import LevelRun, append_level_line, level_label, partial_levels_in
+from labkit.runner.levellog import LevelLog, LevelRun, append_level_line, level_label
 from labkit.runner.ray_address import check_ray_address
 from labkit.runner.worker_body import build_worker, run_worker
 from labkit.wire import loopclock
@@ -77,11 +77,11 @@ from labkit.wire.readpath import ENV_VAR, READ_PATH
 
 __all__ = [
     "RAY_LEVELS_FILE",
+    "RAY_LEVEL_LOG",
     "ActorClock",
     "LevelActor",
     "RayExecutor",
     "RayLevel",
-    "partial_ray_levels",
     "ray_module",
 ]
 
@@ -391,8 +391,9 @@ class RayLevel(LevelRun):
 
     died_what: ClassVar[str] = "a Ray node"
 
-    #: Every node that ran an actor (as records name it in `RequestRecord.host`).
-    hosts: list[str]
+    #: Every node that ran an actor (as records name it in `RequestRecord.host`; none on a
+    #: `settled` line).
+    hosts: list[str] = Field(default_factory=list)
     #: Requests recorded as lost (error kind ``lost``) with the actors that died.
     lost: int = 0
     #: The nodes whose actor died mid-level.
@@ -407,10 +408,8 @@ class RayLevel(LevelRun):
         return bool(self.died)
 
 
-def partial_ray_levels(run_dir: Path, experiment: str) -> dict[tuple[str, str], str]:
-    """`experiment`'s levels whose latest run on a Ray cluster lost an actor
-    (`RayLevel.partial`), from `run_dir`'s ``ray-levels.jsonl`` (`partial_levels_in`)."""
-    return partial_levels_in(run_dir / RAY_LEVELS_FILE, RayLevel, experiment)
+#: The Ray levels' log: a level whose latest run on the cluster lost an actor is partial.
+RAY_LEVEL_LOG = LevelLog(RAY_LEVELS_FILE, RayLevel)
 
 
 class _ActorOptions(TypedDict, total=False):

@@ -41,10 +41,11 @@ from labkit.runner.executor import Executor, Measurer
 from labkit.runner.gcpolicy import figures_gc, level_gc
 from labkit.runner.hostcpu import host_cpu_between, read_cpu
 from labkit.runner.later import LaterReport, fetch_later_stats
-from labkit.runner.ray_executor import RayExecutor, partial_ray_levels
+from labkit.runner.levellog import LevelLog
+from labkit.runner.ray_executor import RAY_LEVEL_LOG, RayExecutor
 from labkit.runner.results import RunFolder, host_info, new_run_id, package_versions
 from labkit.runner.scrape import MetricsScraper, ScrapeReport
-from labkit.runner.workers import HostExecutor, partial_worker_levels
+from labkit.runner.workers import WORKER_LEVEL_LOG, HostExecutor
 from labkit.server_metrics import metrics_file_name, read_server_metrics
 from labkit.timing import percentile
 from labkit.tracing.settings import (
@@ -537,16 +538,40 @@ class Runner:
                 with level_gc():
                     await self.executor.run_level(exp, provider, plan, level)
                 level.check_server()
+        self._settle_partial_levels(exp, provider)
         await exp.finalize(provider, self._mine(provider, exp))
 
     def _read_partial_levels(self) -> None:
         """Each experiment's levels left partial by a process that died mid-level in their
         latest run, from the run folder's level logs (`Experiment.partial_levels`)."""
         for exp in self.experiments:
-            exp.partial_levels = {
-                **partial_worker_levels(self.folder.path, exp.name),
-                **partial_ray_levels(self.folder.path, exp.name),
-            }
+            exp.partial_levels = self._partial_levels_of(exp.name)
+
+    def _partial_levels_of(self, experiment: str) -> dict[tuple[str, str], str]:
+        found: dict[tuple[str, str], str] = {}
+        for log in _LEVEL_LOGS:
+            found.update(log.partial_levels(self.folder.path, experiment))
+        return found
+
+    def _settle_partial_levels(self, exp: PacedExperiment[Any, Any], provider: Provider) -> None:
+        """After an experiment that plans what is missing (sessions, conversations, prompt
+        cache, trace) ran every level it planned for `provider` with no process dying: the
+        levels still marked partial have nothing left to measure (the process died after
+        its share's last record, or the rerun's records carry another label), so each gets
+        a settling line. Experiments that judge their levels' marks themselves
+        (`says_partial_levels`) run those levels again instead."""
+        if exp.says_partial_levels or provider.id in self._partial_this_session:
+            return
+        for (pid, label), what in self._partial_levels_of(exp.name).items():
+            if pid != provider.id:
+                continue
+            for log in _LEVEL_LOGS:
+                if log.line.died_what == what:
+                    log.settle(self.folder.path, exp.name, pid, label)
+            self.on_message(
+                f"{exp.name}: {pid}: nothing is left to measure of the level {what} died in "
+                "(every request of it has its record): it is whole"
+            )
 
     def _mine(self, provider: Provider, exp: Experiment) -> list[RequestRecord]:
         return [r for r in self._records if r.provider == provider.id and r.experiment == exp.name]
@@ -638,6 +663,10 @@ class _Level:
 
     def partial(self, died_what: str) -> None:
         self._runner._partial_this_session[self._provider.id] = died_what
+
+
+#: The level logs a run folder can hold (`labkit.runner.levellog`).
+_LEVEL_LOGS: tuple[LevelLog, ...] = (WORKER_LEVEL_LOG, RAY_LEVEL_LOG)
 
 
 def _died(server: ManagedServerHandle) -> ProviderDied:

@@ -42,15 +42,15 @@ from labkit.providers import Provider
 from labkit.records import RequestRecord
 from labkit.runner.executor import Executor, InProcessExecutor, LevelSink, Measurer
 from labkit.runner.jobs import JobMessage, LevelJob, Ready, Recorded, Start, decode, encode
-from labkit.runner.levellog import LevelRun, append_level_line, level_label, partial_levels_in
+from labkit.runner.levellog import LevelLog, LevelRun, append_level_line, level_label
 
 __all__ = [
     "WORKER_LEVELS_FILE",
+    "WORKER_LEVEL_LOG",
     "HostExecutor",
     "WorkerLevel",
     "WorkerProcessExecutor",
     "open_files_for",
-    "partial_worker_levels",
 ]
 
 #: The run folder's log of the levels read by worker processes: one `WorkerLevel` a line.
@@ -83,8 +83,8 @@ class WorkerLevel(LevelRun):
 
     died_what: ClassVar[str] = "a worker process"
 
-    #: How many worker processes read it.
-    processes: int
+    #: How many worker processes read it (0 on a `settled` line).
+    processes: int = 0
     #: Each worker that exited with a non-zero status after the level's start, with it.
     died: dict[int, int] = Field(default_factory=dict)
 
@@ -96,10 +96,8 @@ class WorkerLevel(LevelRun):
         return bool(self.died)
 
 
-def partial_worker_levels(run_dir: Path, experiment: str) -> dict[tuple[str, str], str]:
-    """`experiment`'s levels whose latest run over worker processes lost one
-    (`WorkerLevel.partial`), from `run_dir`'s ``worker-levels.jsonl`` (`partial_levels_in`)."""
-    return partial_levels_in(run_dir / WORKER_LEVELS_FILE, WorkerLevel, experiment)
+#: The worker processes' level log: a level whose latest run lost one is partial.
+WORKER_LEVEL_LOG = LevelLog(WORKER_LEVELS_FILE, WorkerLevel)
 
 
 class WorkerProcessExecutor(Executor):

@@ -100,7 +100,9 @@ def partial_sentence(died: dict[str, list[str]], lost: str) -> str:
 def partial_run_sentence(died: list[str], lost: str) -> str:
     """The answer's sentence for an experiment whose run lost a process mid-way (`died`:
     what died, "a worker process", "a Ray node"; `lost`: what is missing, in parentheses),
-    with how to finish it."""
+    with how to finish it (a resume measures what is missing: what the experiment plans is
+    missing, or, for a replay, the whole pass again)."""
     return (
-        f"Partial: {' and '.join(died)} died mid-run ({lost}); labkit run --resume runs it again."
+        f"Partial: {' and '.join(died)} died mid-run ({lost}); "
+        "labkit run --resume measures what is missing."
     )

@@ -217,6 +217,62 @@ def test_a_cut_session_resumes_from_its_first_unfinished_step(tmp_path: Path) ->
     assert [row.resumed for row in rows] == [False, True, False]
 
 
+def test_a_resume_settles_a_level_a_worker_died_in_after_its_last_record(
+    tmp_path: Path,
+) -> None:
+    """A worker process killed after its share's last record leaves every record and a
+    level line saying partial: the answer says partial, and a resume, finding no session
+    left to run, appends a settling line (`LevelRun.settled`), says so and answers whole,
+    as a fresh report of the folder does after it."""
+    from labkit.runner.levellog import level_label
+    from labkit.runner.workers import WORKER_LEVEL_LOG, WORKER_LEVELS_FILE, WorkerLevel
+
+    first = _run(tmp_path)
+    folder = first.folder.path
+    records = _stored(first)
+    experiment = records[0].experiment
+    died = WorkerLevel(
+        experiment=experiment,
+        provider="f",
+        level=level_label(records, 0),
+        processes=2,
+        died={1: -9},
+    )
+    with (folder / WORKER_LEVELS_FILE).open("a", encoding="utf-8") as log:
+        log.write(died.model_dump_json() + "\n")
+    # As the run a worker died in left its manifest: the provider unfinished.
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["status"] = "incomplete"
+    manifest["providers"]["f"]["finished"] = False
+    manifest["unfinished"] = {"f": "a worker process died mid-level (a partial level)"}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+    async def resume() -> tuple[str, RunResult, list[str]]:
+        with TruthServer.of(SCHEDULE) as server:
+            runner = prepare_resume(folder)
+            runner.config.providers[0].base_url = server.base_url
+            said: list[str] = []
+            runner.on_message = said.append
+            before = runner.analyze().answers[0]
+            assert before.status == "partial", before.answer
+            return before.answer, await runner.run(), said
+
+    before, second, said = asyncio.run(resume())
+    assert "Partial: a worker process died mid-run" in before
+    assert "labkit run --resume measures what is missing." in before
+    assert len(_stored(second)) == len(records)  # nothing was sent again
+    assert any("every session already measured, skipped" in m for m in said)
+    assert any(
+        "nothing is left to measure of the level a worker process died in" in m for m in said
+    )
+    answer = second.lab.answers[0]
+    assert answer.status == "ok" and "Partial" not in answer.answer
+    lines = (folder / WORKER_LEVELS_FILE).read_text().splitlines()
+    last = WorkerLevel.model_validate_json(lines[-1])
+    assert (last.settled, last.partial, last.processes, last.level) == (True, False, 0, died.level)
+    assert WORKER_LEVEL_LOG.partial_levels(folder, experiment) == {}
+
+
 def test_a_recorded_run_replays_with_the_same_structure(tmp_path: Path) -> None:
     first = _run(tmp_path / "a", subagents=2, subagent_tool_steps=1)
     trace = session_trace(_stored(first), block_tokens=16)

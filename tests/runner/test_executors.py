@@ -291,10 +291,10 @@ def test_a_level_in_the_runners_process_stops_when_its_server_dies() -> None:
 
 @pytest.mark.unit
 def test_the_levels_a_worker_process_died_in_are_read_and_said_as_such(tmp_path: Path) -> None:
-    """`partial_worker_levels`: the latest line of a level decides (a resumed rerun went
+    """`WORKER_LEVEL_LOG.partial_levels`: the latest line of a level decides (a resumed rerun went
     whole); the answer names what died, a worker process here and a Ray node there."""
     from labkit.experiments.load import LoadExperiment
-    from labkit.runner.workers import WORKER_LEVELS_FILE, WorkerLevel, partial_worker_levels
+    from labkit.runner.workers import WORKER_LEVEL_LOG, WORKER_LEVELS_FILE, WorkerLevel
     from tests.support.records import make_record
 
     def line(level: str, died: dict[int, int]) -> str:
@@ -305,9 +305,12 @@ def test_the_levels_a_worker_process_died_in_are_read_and_said_as_such(tmp_path:
     (tmp_path / WORKER_LEVELS_FILE).write_text(
         "\n".join([line("c2", {1: -9}), line("c4", {0: 2}), line("c2", {}), '{"exp'])
     )
-    partial = partial_worker_levels(tmp_path, "load")
+    partial = WORKER_LEVEL_LOG.partial_levels(tmp_path, "load")
     assert partial == {("p", "c4"): "a worker process"}
-    assert partial_worker_levels(tmp_path, "other") == {}
+    assert WORKER_LEVEL_LOG.partial_levels(tmp_path, "other") == {}
+    # A resume that found nothing missing settles it, on a line of its own after the cut one.
+    WORKER_LEVEL_LOG.settle(tmp_path, "load", "p", "c4")
+    assert WORKER_LEVEL_LOG.partial_levels(tmp_path, "load") == {}
     assert WorkerLevel.model_validate_json(line("c4", {0: -9})).died == {0: -9}
 
     records = [
@@ -340,12 +343,12 @@ def test_an_experiment_that_names_no_level_is_partial_where_its_process_died() -
     assert answer.status == "partial"
     assert answer.answer == (
         f"{whole.answer} Partial: a worker process died mid-run (its requests in flight "
-        "lost, its share of the rest never sent); labkit run --resume runs it again."
+        "lost, its share of the rest never sent); labkit run --resume measures what is missing."
     )
     assert exp.judged("p", "m", []).status == "failed"
     assert exp.judged("q", "m", records).answer.endswith(
         "Partial: a Ray node died mid-run (its requests in flight lost, its share of the rest "
-        "never sent); labkit run --resume runs it again."
+        "never sent); labkit run --resume measures what is missing."
     )
 
 

@@ -216,7 +216,7 @@ def test_an_actor_that_died_makes_the_level_partial_even_with_nothing_in_flight(
 def test_the_levels_a_ray_node_died_in_are_read_from_the_latest_line_of_each(
     tmp_path: Path,
 ) -> None:
-    """`partial_ray_levels`: a resumed run's new line for a level decides (its rerun went
+    """`RAY_LEVEL_LOG.partial_levels`: a resumed run's new line for a level decides (its rerun went
     whole); another experiment's levels and a line cut short are passed over."""
 
     def line(level: str, died: list[str], experiment: str = "load") -> str:
@@ -242,17 +242,19 @@ def test_the_levels_a_ray_node_died_in_are_read_from_the_latest_line_of_each(
         f.write(b"\xff\xfe not UTF-8\n")  # what follows it is not read
         f.write(line("c4", []).encode() + b"\n")
     node = "a Ray node"
-    assert ray_executor.partial_ray_levels(tmp_path, "load") == {("p", "c4"): node}
-    assert ray_executor.partial_ray_levels(tmp_path, "load#1") == {("p", "c8"): node}
-    assert ray_executor.partial_ray_levels(tmp_path / "none", "load") == {}
+    assert ray_executor.RAY_LEVEL_LOG.partial_levels(tmp_path, "load") == {("p", "c4"): node}
+    assert ray_executor.RAY_LEVEL_LOG.partial_levels(tmp_path, "load#1") == {("p", "c8"): node}
+    assert ray_executor.RAY_LEVEL_LOG.partial_levels(tmp_path / "none", "load") == {}
     long = tmp_path / "long"
     long.mkdir()
     (long / ray_executor.RAY_LEVELS_FILE).write_text(
         line("c2", ["b"]) + "\n" + "x" * (LEVEL_LINE_MAX + 1) + "\n"
     )
-    assert ray_executor.partial_ray_levels(long, "load") == {("p", "c2"): node}  # up to it
+    assert ray_executor.RAY_LEVEL_LOG.partial_levels(long, "load") == {
+        ("p", "c2"): node
+    }  # up to it
     (tmp_path / "dir" / ray_executor.RAY_LEVELS_FILE).mkdir(parents=True)  # not a file
-    assert ray_executor.partial_ray_levels(tmp_path / "dir", "load") == {}
+    assert ray_executor.RAY_LEVEL_LOG.partial_levels(tmp_path / "dir", "load") == {}
 
 
 def test_a_load_level_whose_ray_node_died_with_nothing_in_flight_is_partial() -> None:
