@@ -246,7 +246,9 @@ class SweepExperiment(LoadExperiment):
             if nxt.level is None or nxt.role is None:
                 context.message(f"{self.name}: stopped: {nxt.stop}")
                 return
-            recs = self._pass_of(nxt.level, context.previous())
+            # A level a process died in is run again, whatever its count (`analyze`).
+            partial = (provider.id, nxt.level.label) in self.partial_levels
+            recs = None if partial else self._pass_of(nxt.level, context.previous())
             if recs is None:
                 if time.monotonic() - started >= self._sw.max_duration_s:
                     context.message(f"{self.name}: stopped: max_duration_s reached")
@@ -346,9 +348,11 @@ class SweepExperiment(LoadExperiment):
             if nxt.level is None or nxt.role is None:
                 stopped = nxt.stop
                 break
-            recs = self._pass_of(nxt.level, records)
+            died = self.partial_levels.get((provider_id, nxt.level.label))
+            # A pass a process died in is no probe, even with its count full (a Ray actor's
+            # in-flight requests are records of kind `lost`, which would read as failures).
+            recs = None if died is not None else self._pass_of(nxt.level, records)
             if recs is None:
-                died = self.partial_levels.get((provider_id, nxt.level.label))
                 stopped = (
                     f"{nxt.level.title} was not measured (max_duration_s reached, or the run "
                     "was interrupted)"

@@ -230,3 +230,54 @@ def test_a_level_a_worker_died_in_stops_the_retrace_and_says_so() -> None:
         f"No level was measured: {baseline.title} is partial (a worker process died "
         "mid-level; labkit run --resume runs it again)."
     )
+
+
+def test_a_level_a_ray_node_died_in_is_no_probe_even_with_its_count_full() -> None:
+    """A Ray actor's in-flight requests are records of kind `lost`: a pass a node died in
+    can hold as many records as a whole one. It is still no probe (its lost requests would
+    read as failures), and a resumed run runs it again rather than reusing it."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from labkit.records import RequestRecord
+
+    exp = _sweep(mode="concurrency", requests=8)
+    baseline = exp.next_level([]).level
+    assert baseline is not None
+    tags = {"level": baseline.label, "level_run": "a"}
+    records = [
+        make_record(
+            provider="p",
+            experiment=exp.name,
+            tags=tags,
+            **({"error_kind": "lost", "ttft_ms": None} if i > 5 else {}),
+        )
+        for i in range(8)
+    ]
+    assert exp.analyze("p", "m", records).figures.probes  # type: ignore[union-attr]
+    exp.partial_levels = {("p", baseline.label): "a Ray node"}
+    answer = exp.analyze("p", "m", records)
+    assert answer.answer == (
+        f"No level was measured: {baseline.title} is partial (a Ray node died mid-level; "
+        "labkit run --resume runs it again)."
+    )
+
+    class Context:
+        def __init__(self) -> None:
+            self.said: list[str] = []
+
+        def previous(self) -> list[RequestRecord]:
+            return records
+
+        def expect(self, requests: int) -> None: ...
+
+        def message(self, text: str) -> None:
+            self.said.append(text)
+
+    async def first_plan() -> str:
+        plans = exp.level_plans(SimpleNamespace(id="p"), Context())  # type: ignore[arg-type]
+        plan = await anext(plans)
+        await plans.aclose()
+        return plan.title
+
+    assert asyncio.run(first_plan()) == baseline.title  # run again, not "already measured"
