@@ -94,6 +94,10 @@ class DeterminismLoadPass(LevelPlan):
     concurrency: PositiveInt
     level_run: str = Field(description="The pass's tag (`level_run`): new for every pass.")
 
+    def record_label(self) -> str:
+        """``c<concurrency>``, as this pass's records carry it."""
+        return f"c{self.concurrency}"
+
 
 @register_experiment
 class DeterminismLoadExperiment(PacedExperiment[DeterminismLoadState, DeterminismLoadPass]):

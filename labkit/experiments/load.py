@@ -212,6 +212,10 @@ class LoadLevelPlan(LevelPlan):
         """The level this pass runs."""
         return Level(self.index, self.mode, self.target)
 
+    def record_label(self) -> str:
+        """`Level.label`, as this pass's records carry it."""
+        return self.level().label
+
 
 @register_experiment
 class LoadExperiment(PacedExperiment[LoadState, LoadLevelPlan]):

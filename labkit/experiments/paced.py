@@ -68,6 +68,12 @@ class LevelPlan(BaseModel):
         "loop's streams, a cap on requests in flight (None: no limit).",
     )
 
+    def record_label(self) -> str | None:
+        """The label its records carry (`tags["level"]`), which the level logs key it by;
+        None where they carry none (the logs then name it by the first record's, else by
+        its number: `labkit.runner.levellog.level_label`)."""
+        return None
+
 
 @dataclass(frozen=True, slots=True)
 class Share:

@@ -151,6 +151,10 @@ class PromptCachePhase(LevelPlan):
     tokens: list[int] = Field(description="The prefix length of each setting's probes.")
     level_run: str
 
+    def record_label(self) -> str:
+        """The phase, as this pass's records carry it."""
+        return self.phase
+
 
 def setting_label(phase: str, setting: float) -> str:
     """A row's setting in words."""

@@ -112,6 +112,10 @@ class TracePass(LevelPlan):
 
     run: str = Field(description="The pass's salt: six digits, new for every pass.")
 
+    def record_label(self) -> str:
+        """The trace's one level, as its records carry it."""
+        return _LABEL
+
 
 @register_experiment
 class TraceExperiment(PacedExperiment[TraceState, TracePass]):

@@ -20,6 +20,7 @@ from typing import ClassVar, NamedTuple
 from pydantic import BaseModel
 
 from labkit.errors import ConfigError
+from labkit.experiments.paced import LevelPlan
 from labkit.jsonlines import iter_lines
 from labkit.records import RequestRecord
 
@@ -56,13 +57,16 @@ class LevelRun(BaseModel):
         raise NotImplementedError
 
 
-def level_label(records: Iterable[RequestRecord], index: int) -> str:
-    """A level's label as its measured records carry it (`tags["level"]`); its number where
-    none does (no record of it, or an experiment that tags none)."""
+def level_label(plan: LevelPlan, records: Iterable[RequestRecord]) -> str:
+    """A level's label as its records carry it (`tags["level"]`): the plan's own
+    (`LevelPlan.record_label`), else the first measured record's, else its number (no
+    record of it, or an experiment that tags none)."""
+    if (label := plan.record_label()) is not None:
+        return label
     for record in records:
         if not record.warmup and "level" in record.tags:
             return str(record.tags["level"])
-    return str(index)
+    return str(plan.index)
 
 
 def append_level_line(path: Path, line: LevelRun) -> None:

@@ -159,7 +159,7 @@ class WorkerProcessExecutor(Executor):
             WorkerLevel(
                 experiment=experiment.name,
                 provider=provider.id,
-                level=level_label(first, level.index),
+                level=level_label(level, first),
                 processes=processes,
                 died=died,
             ),

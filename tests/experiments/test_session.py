@@ -224,6 +224,7 @@ def test_a_resume_settles_a_level_a_worker_died_in_after_its_last_record(
     level line saying partial: the answer says partial, and a resume, finding no session
     left to run, appends a settling line (`LevelRun.settled`), says so and answers whole,
     as a fresh report of the folder does after it."""
+    from labkit.experiments.session import SessionPlan
     from labkit.runner.levellog import level_label
     from labkit.runner.workers import WORKER_LEVEL_LOG, WORKER_LEVELS_FILE, WorkerLevel
 
@@ -234,7 +235,7 @@ def test_a_resume_settles_a_level_a_worker_died_in_after_its_last_record(
     died = WorkerLevel(
         experiment=experiment,
         provider="f",
-        level=level_label(records, 0),
+        level=level_label(SessionPlan(title="3 sessions", sessions=[]), records),
         processes=2,
         died={1: -9},
     )

@@ -294,6 +294,8 @@ def test_the_levels_a_worker_process_died_in_are_read_and_said_as_such(tmp_path:
     """`WORKER_LEVEL_LOG.partial_levels`: the latest line of a level decides (a resumed rerun went
     whole); the answer names what died, a worker process here and a Ray node there."""
     from labkit.experiments.load import LoadExperiment
+    from labkit.experiments.session import SessionPlan
+    from labkit.runner.levellog import level_label
     from labkit.runner.workers import WORKER_LEVEL_LOG, WORKER_LEVELS_FILE, WorkerLevel
     from tests.support.records import make_record
 
@@ -305,6 +307,12 @@ def test_the_levels_a_worker_process_died_in_are_read_and_said_as_such(tmp_path:
     (tmp_path / WORKER_LEVELS_FILE).write_text(
         "\n".join([line("c2", {1: -9}), line("c4", {0: 2}), line("c2", {}), '{"exp'])
     )
+    # A level is named as its records are tagged, by its plan, even with no record of it.
+    plan = LoadLevelPlan(
+        index=3, title="concurrency 4", mode="concurrency", target=4, level_run="r"
+    )
+    assert level_label(plan, []) == "c4"
+    assert level_label(SessionPlan(index=2, title="s", sessions=[]), []) == "2"
     partial = WORKER_LEVEL_LOG.partial_levels(tmp_path, "load")
     assert partial == {("p", "c4"): "a worker process"}
     assert WORKER_LEVEL_LOG.partial_levels(tmp_path, "other") == {}
