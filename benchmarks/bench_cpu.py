@@ -72,6 +72,10 @@ level and round the two sides alternate which goes first, so machine noise hits 
   ``epoll_wait`` ended by a loopback write), times the loop's iterations per token: the
   part of the loop's own time that is the kernel putting a thread to sleep and waking it,
   which every event loop pays, the floor's too (about 20-40 µs a wake-up on this host).
+  The floor is split the same way (`_FLOOR_STEPPED`: its full and short runs in a fresh
+  interpreter after one not counted), and each side's three parts are printed over the
+  floor's: the loop itself, the reader callbacks (one a read), and the rest (task steps: a
+  request's own work, which the floor all but lacks).
   Last, one pushed read's Python work warm, by step, for each side (`readpath_warm.py`:
   the same reads through the lean body and the recorder in one process, no socket, the
   minimum over rounds): a change of a microsecond a read, lost in a loaded level's swings,
@@ -218,14 +222,13 @@ finally:
     prof.dump_stats(out)
 """
 
-# Runs `labkit run ARGS` with each event-loop callback's thread CPU summed by what it was:
-# a reader callback by its name, a task's step by the functions it resumed in and suspended
-# in (innermost awaiting frames; "done" when it ended), and the loop's own time around them
-# (`_run_once` less its callbacks: the selector, timers, scheduling). Dumps JSON to OUT.
-_STEPPED = """
-import asyncio, atexit, json, runpy, sys, time
+# Each event-loop callback's thread CPU summed by what it was: a reader callback by its
+# name, a task's step by the functions it resumed in and suspended in (innermost awaiting
+# frames; "done" when it ended), and the loop's own time around them (`_run_once` less its
+# callbacks: the selector, timers, scheduling), in `acc`: key -> [ns, calls].
+_STEP_TIMERS = """
+import asyncio, json, sys, time
 from asyncio import base_events, events
-out, sys.argv = sys.argv[1], ["labkit", *sys.argv[2:]]
 clock, acc = time.thread_time_ns, {}
 def where(task):
     coro, name = task.get_coro(), None
@@ -251,9 +254,37 @@ def timed_handle(self):
 def timed_once(self):
     t = clock(); run_once(self); add("loop iterations", clock() - t)
 events.Handle._run, base_events.BaseEventLoop._run_once = timed_handle, timed_once
+"""
+
+# Runs `labkit run ARGS` under `_STEP_TIMERS`; dumps `acc` as JSON to OUT at exit.
+_STEPPED = (
+    _STEP_TIMERS
+    + """
+import atexit, runpy
+out, sys.argv = sys.argv[1], ["labkit", *sys.argv[2:]]
 atexit.register(lambda: open(out, "w").write(json.dumps(acc)))
 runpy.run_module("labkit", run_name="__main__", alter_sys=True)
 """
+)
+
+# The floor (`bench_load.raw_leg`) under `_STEP_TIMERS`: BENCH_DIR OUT URL LEVEL N...: one
+# run of the first N not counted (a process's first paid ~130,000 page faults more,
+# `warm_floor`), then a run of each N, each dumped to OUT as {"steps": acc, "events": n}.
+_FLOOR_STEPPED = (
+    _STEP_TIMERS
+    + """
+bench, out, url, level, *runs = sys.argv[1:]
+sys.path.insert(0, bench)
+import bench_load
+bench_load.raw_leg(url, int(level), int(runs[0]))
+got = []
+for n in runs:
+    acc.clear()
+    res = bench_load.raw_leg(url, int(level), int(n))
+    got.append({"steps": dict(acc), "events": sum(len(r.stamps_ns) for r in res.streams)})
+open(out, "w").write(json.dumps(got))
+"""
+)
 
 
 @dataclass
@@ -846,37 +877,71 @@ def measure_steps(
     sides: list[Side], srv: ScriptedServer, level: int, args: argparse.Namespace, work: Path
 ) -> dict[str, Any]:
     """Where each µs per token went at `level`, by event-loop callback and task step
-    (`_STEPPED`: thread CPU, no profiler's inflation), marginal over a full and a short run."""
+    (`_STEPPED`: thread CPU, no profiler's inflation), marginal over a full and a short run;
+    the floor's the same way (`_FLOOR_STEPPED`, under ``"floor"``), so each part of labkit's
+    excess over it shows."""
     interval = bl._level_interval_ms(level, args)
     url = srv.url(interval_ms=interval, tokens=args.tokens)
+    runs = requests_per_run(level, args)
     out: dict[str, Any] = {}
     for side in sides:
         got: dict[str, dict[str, list[int]]] = {}
         events: dict[str, int] = {}
-        for kind, n in zip(("full", "short"), requests_per_run(level, args), strict=True):
+        for kind, n in zip(("full", "short"), runs, strict=True):
             dump = work / f"steps-{side.name}-{kind}.json"
             config = bl.runner_config(url, level, n, 1)
             run = run_labkit(side, config, work / f"steps-{side.name}-{kind}", steps=dump)
             srv.stamps()
             got[kind], events[kind] = json.loads(dump.read_text()), run.events
-        d_events = events["full"] - events["short"]
-        full, short = got["full"], got["short"]
-        per_token = {k: (full[k][0] - short.get(k, [0, 0])[0]) / 1e3 / d_events for k in full}
-        calls = {k: (full[k][1] - short.get(k, [0, 0])[1]) / d_events for k in full}
-        loop = per_token.pop("loop iterations", 0.0) - per_token.pop("loop callbacks", 0.0)
-        calls.pop("loop iterations", None)
-        rows = sorted(per_token.items(), key=lambda kv: -kv[1])
-        out[side.name] = {
-            "loop_own_us_per_token": loop,
-            "loop_iterations_per_token": (
-                full["loop iterations"][1] - short.get("loop iterations", [0, 0])[1]
-            )
-            / d_events,
-            "rows_us_per_token": dict(rows[:12]),
-            "rows_calls_per_token": {k: calls[k] for k, _ in rows[:12]},
-            "total_us_per_token": loop + sum(per_token.values()),
-        }
+        out[side.name] = _marginal_steps(
+            got["full"], got["short"], events["full"] - events["short"]
+        )
+    dump = work / "steps-floor.json"
+    bench_dir = str(Path(__file__).resolve().parent)
+    subprocess.run(
+        [sys.executable, "-c", _FLOOR_STEPPED, bench_dir, str(dump), url, str(level)]
+        + [str(n) for n in runs],
+        check=True,
+        timeout=1800,
+    )
+    srv.stamps()
+    full, short = json.loads(dump.read_text())
+    out["floor"] = _marginal_steps(full["steps"], short["steps"], full["events"] - short["events"])
     return out
+
+
+#: The reader callbacks: one per read, labkit's (`Connection._on_readable`) and the floor's
+#: (asyncio's `_SelectorSocketTransport._read_ready`, with the protocol's `data_received`).
+_READ_CALLBACKS = (
+    "callback Connection._on_readable",
+    "callback _SelectorSocketTransport._read_ready",
+)
+
+
+def _marginal_steps(
+    full: dict[str, list[int]], short: dict[str, list[int]], d_events: int
+) -> dict[str, Any]:
+    """One side's `_STEP_TIMERS` dumps of a full and a short run as µs per token between
+    them: the loop's own, the reader callbacks', the rest (a request's own work), and the
+    largest rows."""
+    per_token = {k: (full[k][0] - short.get(k, [0, 0])[0]) / 1e3 / d_events for k in full}
+    calls = {k: (full[k][1] - short.get(k, [0, 0])[1]) / d_events for k in full}
+    loop = per_token.pop("loop iterations", 0.0) - per_token.pop("loop callbacks", 0.0)
+    calls.pop("loop iterations", None)
+    rows = sorted(per_token.items(), key=lambda kv: -kv[1])
+    reads = sum(us for key, us in per_token.items() if key in _READ_CALLBACKS)
+    return {
+        "loop_own_us_per_token": loop,
+        "loop_iterations_per_token": (
+            full["loop iterations"][1] - short.get("loop iterations", [0, 0])[1]
+        )
+        / d_events,
+        "read_callbacks_us_per_token": reads,
+        "rest_us_per_token": sum(per_token.values()) - reads,
+        "rows_us_per_token": dict(rows[:12]),
+        "rows_calls_per_token": {k: calls[k] for k, _ in rows[:12]},
+        "total_us_per_token": loop + sum(per_token.values()),
+    }
 
 
 #: One event-loop wake-up's CPU on this host, measured apart: a fresh interpreter forks a
@@ -936,9 +1001,12 @@ def print_steps(level: int, steps: dict[str, Any], sides: list[Side]) -> None:
         f"\n### where the CPU per token went at {level} streams, by event-loop callback and"
         " task step (thread CPU, marginal, µs per token; calls per token)\n"
     )
-    for side in sides:
-        got = steps[side.name]
-        print(f"{side.label}: {got['total_us_per_token']:.1f} µs per token in the loop")
+    shown = [(side.name, side.label) for side in sides]
+    if "floor" in steps:
+        shown.append(("floor", "floor (bare asyncio)"))
+    for name, label in shown:
+        got = steps[name]
+        print(f"{label}: {got['total_us_per_token']:.1f} µs per token in the loop")
         print(
             f"  {got['loop_own_us_per_token']:6.2f}  the loop itself (selector, timers,"
             f" scheduling; {got['loop_iterations_per_token']:.2f} iterations per token)"
@@ -953,6 +1021,21 @@ def print_steps(level: int, steps: dict[str, Any], sides: list[Side]) -> None:
             )
         for key, us in got["rows_us_per_token"].items():
             print(f"  {us:6.2f}  {key} ({got['rows_calls_per_token'][key]:.2f})")
+    floor = steps.get("floor")
+    if floor is None:
+        return
+    print("\nover the floor, µs per token (instrumented: each callback's timer adds ~1 µs):")
+    print("| | the loop itself | reader callbacks | the rest (task steps: a request's own work) |")
+    print("|---|---|---|---|")
+    parts = ("loop_own_us_per_token", "read_callbacks_us_per_token", "rest_us_per_token")
+    print("| floor | " + " | ".join(f"{floor[p]:.2f}" for p in parts) + " |")
+    for side in sides:
+        got = steps[side.name]
+        print(
+            f"| {side.label} | "
+            + " | ".join(f"{got[p]:.2f} ({got[p] - floor[p]:+.2f})" for p in parts)
+            + " |"
+        )
 
 
 #: One pushed read's Python work, warm, by step (`readpath_warm.py`), run in each side's tree.
