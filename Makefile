@@ -54,7 +54,7 @@ test: $(STAMP)
 	$(MAKE) --no-print-directory browser
 	$(MAKE) --no-print-directory postgres
 	$(BIN)/labkit setup
-	$(if $(filter 1,$(BUSY)),scripts/busy.sh )$(BIN)/python -m pytest -q -m "not unit"
+	$(if $(filter 1,$(BUSY)),scripts/busy.sh )$(BIN)/python -m pytest -q -m "not unit" --durations=25
 
 ## No sockets, a scripted clock: needs nothing but the venv (no llama-server, no browser).
 test-unit: $(STAMP)

@@ -565,9 +565,16 @@ class Runner:
         for (pid, label), what in self._partial_levels_of(exp.name).items():
             if pid != provider.id:
                 continue
-            for log in _LEVEL_LOGS:
-                if log.line.died_what == what:
-                    log.settle(self.folder.path, exp.name, pid, label)
+            try:
+                for log in _LEVEL_LOGS:
+                    if log.line.died_what == what:
+                        log.settle(self.folder.path, exp.name, pid, label)
+            except OSError as exc:  # the records are kept; the answer still says partial
+                self.on_message(
+                    f"{exp.name}: {pid}: nothing is left to measure of the level {what} died "
+                    f"in, but its level log could not say so ({type(exc).__name__}: {exc})"
+                )
+                continue
             self.on_message(
                 f"{exp.name}: {pid}: nothing is left to measure of the level {what} died in "
                 "(every request of it has its record): it is whole"

@@ -217,23 +217,18 @@ def test_a_cut_session_resumes_from_its_first_unfinished_step(tmp_path: Path) ->
     assert [row.resumed for row in rows] == [False, True, False]
 
 
-def test_a_resume_settles_a_level_a_worker_died_in_after_its_last_record(
-    tmp_path: Path,
-) -> None:
-    """A worker process killed after its share's last record leaves every record and a
-    level line saying partial: the answer says partial, and a resume, finding no session
-    left to run, appends a settling line (`LevelRun.settled`), says so and answers whole,
-    as a fresh report of the folder does after it."""
+def _died_after_its_last_record(tmp_path: Path) -> tuple[Path, list[RequestRecord], Any]:
+    """A session run whose worker process died after its share's last record: every record,
+    a level line saying partial, the provider unfinished in the manifest."""
     from labkit.experiments.session import SessionPlan
     from labkit.runner.levellog import level_label
-    from labkit.runner.workers import WORKER_LEVEL_LOG, WORKER_LEVELS_FILE, WorkerLevel
+    from labkit.runner.workers import WORKER_LEVELS_FILE, WorkerLevel
 
     first = _run(tmp_path)
     folder = first.folder.path
     records = _stored(first)
-    experiment = records[0].experiment
     died = WorkerLevel(
-        experiment=experiment,
+        experiment=records[0].experiment,
         provider="f",
         level=level_label(SessionPlan(title="3 sessions", sessions=[]), records),
         processes=2,
@@ -241,12 +236,16 @@ def test_a_resume_settles_a_level_a_worker_died_in_after_its_last_record(
     )
     with (folder / WORKER_LEVELS_FILE).open("a", encoding="utf-8") as log:
         log.write(died.model_dump_json() + "\n")
-    # As the run a worker died in left its manifest: the provider unfinished.
     manifest = json.loads((folder / "manifest.json").read_text())
     manifest["status"] = "incomplete"
     manifest["providers"]["f"]["finished"] = False
     manifest["unfinished"] = {"f": "a worker process died mid-level (a partial level)"}
     (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder, records, died
+
+
+def _resume_said(folder: Path) -> tuple[str, RunResult, list[str]]:
+    """The answer before a resume, the resume's result and what it said."""
 
     async def resume() -> tuple[str, RunResult, list[str]]:
         with TruthServer.of(SCHEDULE) as server:
@@ -258,20 +257,49 @@ def test_a_resume_settles_a_level_a_worker_died_in_after_its_last_record(
             assert before.status == "partial", before.answer
             return before.answer, await runner.run(), said
 
-    before, second, said = asyncio.run(resume())
+    return asyncio.run(resume())
+
+
+def test_a_resume_settles_a_level_a_worker_died_in_after_its_last_record(
+    tmp_path: Path,
+) -> None:
+    """A worker process killed after its share's last record leaves every record and a
+    level line saying partial: the answer says partial, and a resume, finding no session
+    left to run, appends a settling line (`LevelRun.settled`), says so and answers whole."""
+    from labkit.runner.workers import WORKER_LEVEL_LOG, WORKER_LEVELS_FILE, WorkerLevel
+
+    folder, records, died = _died_after_its_last_record(tmp_path)
+    before, second, said = _resume_said(folder)
     assert "Partial: a worker process died mid-run" in before
     assert "labkit run --resume measures what is missing." in before
     assert len(_stored(second)) == len(records)  # nothing was sent again
     assert any("every session already measured, skipped" in m for m in said)
-    assert any(
-        "nothing is left to measure of the level a worker process died in" in m for m in said
-    )
+    assert any(m.endswith("(every request of it has its record): it is whole") for m in said)
     answer = second.lab.answers[0]
     assert answer.status == "ok" and "Partial" not in answer.answer
     lines = (folder / WORKER_LEVELS_FILE).read_text().splitlines()
     last = WorkerLevel.model_validate_json(lines[-1])
     assert (last.settled, last.partial, last.processes, last.level) == (True, False, 0, died.level)
-    assert WORKER_LEVEL_LOG.partial_levels(folder, experiment) == {}
+    assert WORKER_LEVEL_LOG.partial_levels(folder, records[0].experiment) == {}
+
+
+def test_a_settling_line_that_cannot_be_written_costs_the_run_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The level log refusing the settling line (a full disk): the resume says so, keeps
+    every record, completes, and the answer still says partial."""
+    from labkit.runner.levellog import LevelLog
+
+    folder, records, _ = _died_after_its_last_record(tmp_path)
+
+    def refused(*_: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(LevelLog, "settle", refused)
+    _, second, said = _resume_said(folder)
+    assert any("its level log could not say so (OSError: [Errno 28] No space" in m for m in said)
+    assert second.status == "completed" and len(_stored(second)) == len(records)
+    assert second.lab.answers[0].status == "partial"
 
 
 def test_a_recorded_run_replays_with_the_same_structure(tmp_path: Path) -> None:
