@@ -214,6 +214,11 @@ class SessionPlan(LevelPlan):
     sessions: list[SessionTodo]
 
 
+#: A turn's errors that are no answer of the provider's: the request was cut by a kill or
+#: lost with its Ray node; a resume sends it again.
+_NOT_ANSWERED = (ErrorKind.CANCELLED, ErrorKind.LOST)
+
+
 @register_experiment
 class SessionExperiment(PacedExperiment[SessionState, SessionPlan]):
     """Agent sessions as jobs: completion time and its critical-path split."""
@@ -307,12 +312,13 @@ class SessionExperiment(PacedExperiment[SessionState, SessionPlan]):
         if any(r.tags.get("agent") == "0" and r.tags.get("final") for r in done):
             return None
         first = mine[0]
-        # A turn that failed (not one cut by the kill: that one is sent again) stays failed,
-        # so the resumed loop goes on to its retry as the first run did.
+        # A turn that failed stays failed, so the resumed loop goes on to its retry as the
+        # first run did; one cut by the kill, or lost with the Ray node that sent it, was no
+        # answer of the provider's and is sent again.
         memo = {
             str(r.plan_key): StepMemo(failed=True)
             for r in mine
-            if r.plan_key and r.error is not None and r.error.kind != ErrorKind.CANCELLED
+            if r.plan_key and r.error is not None and r.error.kind not in _NOT_ANSWERED
         }
         memo.update(
             (

@@ -405,12 +405,21 @@ def test_a_rate_starts_sessions_on_schedule(tmp_path: Path) -> None:
 
 
 def test_resume_keeps_a_failed_turn_failed_and_resends_a_cut_one() -> None:
+    """A provider's failure stays a failed turn (the resumed loop goes on to its retry); a
+    turn cut by the kill or lost with its Ray node is no answer and is sent again."""
     from labkit.records import ErrorKind, RecordError
     from tests.support.records import make_record
 
     exp = SessionExperiment(SessionSettings(sessions=1))
     records = []
-    for step, error in [(0, None), (1, ErrorKind.HTTP_STATUS), (2, None), (3, ErrorKind.CANCELLED)]:
+    steps = [
+        (0, None),
+        (1, ErrorKind.HTTP_STATUS),
+        (2, None),
+        (3, ErrorKind.LOST),
+        (4, ErrorKind.CANCELLED),
+    ]
+    for step, error in steps:
         r = make_record(output_text="")
         r.plan_key = f"session/s0/0/k{step}"
         r.tags.update(session=0, agent="0", step=step, session_run="r", session_nonce="n")
