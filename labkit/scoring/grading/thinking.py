@@ -14,8 +14,9 @@ from labkit.scoring.grading.base import (
     mean_of,
     register_grader,
 )
+from labkit.truth.log import TruthRequest
 
-__all__ = ["grade_thinking"]
+__all__ = ["grade_thinking", "pace_strayed_ms"]
 
 
 @register_grader("thinking")
@@ -27,7 +28,10 @@ def grade_thinking(answer: LabAnswer, records: list[RequestRecord], truth: Truth
     The estimate is hidden tokens × the visible decode pace, and a decode pace is graded to
     within `TOLERANCE["ms/token"]` (the client's stamp of the first output event is a little
     late, which shortens every measured decode span a little): the thinking time is graded
-    to within that tolerance × the hidden tokens, as the same slack carried through."""
+    to within that tolerance × the hidden tokens, as the same slack carried through; and
+    within what the truth server's own visible pace strayed from its plan × the hidden
+    tokens (`pace_strayed_ms`: a server that fell behind sends its late tokens in a burst,
+    and an estimate from the pace a client saw inherits that, which is no error of its)."""
     f = answer.figures
     if not isinstance(f, ThinkingFigures):
         return []
@@ -40,6 +44,7 @@ def grade_thinking(answer: LabAnswer, records: list[RequestRecord], truth: Truth
     if not pairs:
         return checks
     tokens = mean_of([float(t.reasoning_tokens) for _, t in pairs]) or 0.0
+    strayed = mean_of([t.reasoning_tokens * pace_strayed_ms(t) for _, t in pairs]) or 0.0
     checks.append(
         figure(
             who,
@@ -47,7 +52,7 @@ def grade_thinking(answer: LabAnswer, records: list[RequestRecord], truth: Truth
             f.thinking_ms,
             mean_of([t.thinking_ms for _, t in pairs]),
             "ms",
-            tolerance=TOLERANCE["ms"] + tokens * TOLERANCE["ms/token"],
+            tolerance=TOLERANCE["ms"] + tokens * TOLERANCE["ms/token"] + strayed,
         )
     )
     checks.append(
@@ -60,3 +65,14 @@ def grade_thinking(answer: LabAnswer, records: list[RequestRecord], truth: Truth
         )
     )
     return checks
+
+
+def pace_strayed_ms(t: TruthRequest) -> float:
+    """How far the server's visible pace as sent strayed from its plan, ms a token: its
+    first output event to its last as sent (`events_ns`) against as planned (`decode_ms`),
+    over the tokens after the first event; 0 where there is no such span."""
+    if t.decode_ms is None or len(t.events_ns) < 2:
+        return 0.0
+    tokens = sum(t.event_tokens[1:]) if len(t.event_tokens) == len(t.events_ns) else 0
+    sent_ms = (t.events_ns[-1] - t.events_ns[0]) / 1e6
+    return abs(sent_ms - t.decode_ms) / max(1, tokens or len(t.events_ns) - 1)
