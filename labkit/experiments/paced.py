@@ -70,8 +70,8 @@ class LevelPlan(BaseModel):
 
     def record_label(self) -> str | None:
         """The label its records carry (`tags["level"]`), which the level logs key it by;
-        None where they carry none (the logs then name it by the first record's, else by
-        its number: `labkit.runner.levellog.level_label`)."""
+        None where they carry none (the logs then name it by its number:
+        `labkit.runner.levellog.level_label`)."""
         return None
 
 

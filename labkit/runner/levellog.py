@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable
 from pathlib import Path
 from typing import ClassVar, NamedTuple
 
@@ -22,7 +21,6 @@ from pydantic import BaseModel
 from labkit.errors import ConfigError
 from labkit.experiments.paced import LevelPlan
 from labkit.jsonlines import iter_lines
-from labkit.records import RequestRecord
 
 __all__ = [
     "LEVEL_LINE_MAX",
@@ -57,16 +55,11 @@ class LevelRun(BaseModel):
         raise NotImplementedError
 
 
-def level_label(plan: LevelPlan, records: Iterable[RequestRecord]) -> str:
-    """A level's label as its records carry it (`tags["level"]`): the plan's own
-    (`LevelPlan.record_label`), else the first measured record's, else its number (no
-    record of it, or an experiment that tags none)."""
-    if (label := plan.record_label()) is not None:
-        return label
-    for record in records:
-        if not record.warmup and "level" in record.tags:
-            return str(record.tags["level"])
-    return str(plan.index)
+def level_label(plan: LevelPlan) -> str:
+    """A level's key in the logs: the label its records carry (`LevelPlan.record_label`),
+    else its number (an experiment whose records carry none)."""
+    label = plan.record_label()
+    return str(plan.index) if label is None else label
 
 
 def append_level_line(path: Path, line: LevelRun) -> None:

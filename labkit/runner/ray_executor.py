@@ -566,7 +566,7 @@ class RayExecutor(Executor):
                 assert actor.before is not None
                 actor.handle.go.remote(t0 - actor.before.offset_ns)
             await asyncio.gather(*(self._pump(a, lose, on_record) for a in actors))
-            label = level_label(level, (r for a in actors for r in a.records))
+            label = level_label(level)
             for actor in actors:
                 if actor.died is None:
                     actor.after = await _offset_of(actor)

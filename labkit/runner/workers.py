@@ -146,20 +146,13 @@ class WorkerProcessExecutor(Executor):
         )
         name = safe_filename(f"{provider.id}-{experiment.name}-{level.index}")
         processes = self._processes or level.processes.count
-        first: list[RequestRecord] = []  # the level's first measured record: its label
-
-        def keep(record: RequestRecord) -> None:
-            if not first and not record.warmup:
-                first.append(record)
-            sink.keep(record)
-
-        died = await _run_in_workers(job, processes, self._log_dir, name, keep)
+        died = await _run_in_workers(job, processes, self._log_dir, name, sink.keep)
         append_level_line(
             self._run_dir / WORKER_LEVELS_FILE,
             WorkerLevel(
                 experiment=experiment.name,
                 provider=provider.id,
-                level=level_label(level, first),
+                level=level_label(level),
                 processes=processes,
                 died=died,
             ),

@@ -230,7 +230,7 @@ def _died_after_its_last_record(tmp_path: Path) -> tuple[Path, list[RequestRecor
     died = WorkerLevel(
         experiment=records[0].experiment,
         provider="f",
-        level=level_label(SessionPlan(title="3 sessions", sessions=[]), records),
+        level=level_label(SessionPlan(title="3 sessions", sessions=[])),
         processes=2,
         died={1: -9},
     )

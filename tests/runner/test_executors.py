@@ -311,8 +311,8 @@ def test_the_levels_a_worker_process_died_in_are_read_and_said_as_such(tmp_path:
     plan = LoadLevelPlan(
         index=3, title="concurrency 4", mode="concurrency", target=4, level_run="r"
     )
-    assert level_label(plan, []) == "c4"
-    assert level_label(SessionPlan(index=2, title="s", sessions=[]), []) == "2"
+    assert level_label(plan) == "c4"
+    assert level_label(SessionPlan(index=2, title="s", sessions=[])) == "2"
     partial = WORKER_LEVEL_LOG.partial_levels(tmp_path, "load")
     assert partial == {("p", "c4"): "a worker process"}
     assert WORKER_LEVEL_LOG.partial_levels(tmp_path, "other") == {}

@@ -13,6 +13,7 @@ from labkit.scoring.grading.base import (
     figure,
     mean_of,
     register_grader,
+    true_decode_ms_per_token,
 )
 from labkit.truth.log import TruthRequest
 
@@ -68,11 +69,9 @@ def grade_thinking(answer: LabAnswer, records: list[RequestRecord], truth: Truth
 
 
 def pace_strayed_ms(t: TruthRequest) -> float:
-    """How far the server's visible pace as sent strayed from its plan, ms a token: its
-    first output event to its last as sent (`events_ns`) against as planned (`decode_ms`),
-    over the tokens after the first event; 0 where there is no such span."""
-    if t.decode_ms is None or len(t.events_ns) < 2:
+    """How far the server's visible pace as sent (`true_decode_ms_per_token`) strayed from
+    its plan (`decode_ms` over the same tokens), ms a token; 0 where there is no such pace."""
+    sent = true_decode_ms_per_token(t)
+    if sent is None or t.decode_ms is None:
         return 0.0
-    tokens = sum(t.event_tokens[1:]) if len(t.event_tokens) == len(t.events_ns) else 0
-    sent_ms = (t.events_ns[-1] - t.events_ns[0]) / 1e6
-    return abs(sent_ms - t.decode_ms) / max(1, tokens or len(t.events_ns) - 1)
+    return abs(sent - t.decode_ms / sum(t.event_tokens[1:]))
