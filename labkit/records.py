@@ -13,6 +13,7 @@ is ``None`` (``null``), never ``0``.
 from __future__ import annotations
 
 import json
+import os
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal, TypeVar
@@ -57,6 +58,7 @@ __all__ = [
     "Usage",
     "bound_raw",
     "cut_text",
+    "new_record_id",
     "validated",
 ]
 
@@ -186,6 +188,16 @@ _M = TypeVar("_M", bound=BaseModel)
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+
+def new_record_id() -> str:
+    """A fresh `RequestRecord.record_id`: a random (version 4) UUID's 32 hex digits, as
+    ``uuid.uuid4().hex`` writes them, without the `uuid.UUID` object (most of uuid4's ~3 µs,
+    paid once a request)."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+    raw[8] = (raw[8] & 0x3F) | 0x80  # the RFC 4122 variant
+    return raw.hex()
 
 
 def validated(model: type[_M], fields: dict[str, Any]) -> _M:

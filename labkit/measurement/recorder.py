@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -66,6 +65,7 @@ from labkit.records import (
     RequestRecord,
     RequestTrace,
     StopReason,
+    new_record_id,
     validated,
 )
 from labkit.timing import derive_client_timings
@@ -867,7 +867,7 @@ def assemble_record(
     # Validated from the dict at once (`validated`): the same record, 2 µs less.
     fields: dict[str, Any] = {
         "run_id": ctx.run_id,
-        "record_id": ctx.record_id or uuid.uuid4().hex,
+        "record_id": ctx.record_id or new_record_id(),
         "plan_key": ctx.plan_key,
         "experiment": ctx.experiment,
         "trial": ctx.trial,

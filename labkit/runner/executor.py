@@ -12,7 +12,6 @@ completes: control never passes back to the runner before a level ends.
 from __future__ import annotations
 
 import time
-import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
@@ -21,7 +20,7 @@ from labkit.experiments import LevelPlan, PacedExperiment, PlannedRequest, Share
 from labkit.experiments.paced import RecordTags
 from labkit.measurement.recorder import BaseRecorder, RecordContext
 from labkit.providers import Provider
-from labkit.records import RequestRecord
+from labkit.records import RequestRecord, new_record_id
 from labkit.runner.gcpolicy import request_done
 from labkit.tracing import request_trace, trace_headers
 
@@ -71,7 +70,7 @@ class Measurer:
         attempt: int = 1,
     ) -> RequestRecord:
         """`planned`'s record (its `on_record` hook called, text kept for it)."""
-        record_id = uuid.uuid4().hex
+        record_id = new_record_id()
         tags = {**self.request_tags, **planned.tags} if self.request_tags else planned.tags
         trace = request_trace(
             self._run_id,

@@ -44,7 +44,6 @@ import os
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -66,7 +65,14 @@ from labkit.config import RayExecutorSettings
 from labkit.errors import ProviderUnavailable, RunError
 from labkit.experiments import LevelPlan, PacedExperiment, PlannedRequest
 from labkit.providers import Provider
-from labkit.records import ClientTimings, ErrorKind, RecordError, RequestRecord, StopReason
+from labkit.records import (
+    ClientTimings,
+    ErrorKind,
+    RecordError,
+    RequestRecord,
+    StopReason,
+    new_record_id,
+)
 from labkit.runner.executor import Executor, LevelSink
 from labkit.runner.jobs import LevelJob, Ready, Recorded, Sending, decode, encode
 from labkit.runner.levellog import LevelLog, LevelRun, append_level_line, level_label
@@ -776,7 +782,7 @@ def _lost_record(
     was sent, and who lost it."""
     return RequestRecord(
         run_id=run_id,
-        record_id=uuid.uuid4().hex,
+        record_id=new_record_id(),
         experiment=experiment,
         trial=notice.trial,
         warmup=notice.warmup,
