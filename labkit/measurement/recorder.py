@@ -682,41 +682,52 @@ class StreamRecorder(BaseRecorder):
         # The lean body over plain TCP hands each later read to on_read in its reader
         # callback (no task wake-up per read); the first read is taken here, to tell a
         # document from a stream.
-        deliver = body.deliver if body is not None and body.pushes else None
-        first = True
-        async for chunk in chunks:
-            if first:
-                first = False
-                if sse.json_first_byte_is_a_document and looks_like_a_document(content_type, chunk):
-                    document = await _read_capped(chunks, ERROR_BODY_CAP, chunk)
-                    m.end_ns = clock()
-                    m.error = not_a_stream(response.status_code, response.headers, document, redact)
-                    return
-            if arrival is None:
-                done = on_read(chunk, 0, 0, False)
-            else:
-                done = on_read(chunk, arrival.t_ns, arrival.seen_ns, arrival.kernel_stamped)
-            if done:
-                break
-            if deliver is not None:
-                # Each read is offered as it came first: its chunks and SSE events in one call.
-                await deliver(on_read)
-                break
-        ended = m.done or parser.ended
-        for ev in () if ended else sse.close():
-            try:
-                stamp(on_event(ev), ev.t_ns)
-            except (MalformedStream, ValueError) as exc:
-                # An event flushed at the end without its blank line was cut off mid-way.
-                raise MalformedStream(
-                    f"stream ended in the middle of an event (truncated): {exc}"
-                ) from None
-        m.end_ns = clock() if terminator_ns is None else terminator_ns
-        m.parse_ns = parse_ns
-        parser.read_framing(sse, m.t_start)
-        if ended and not (body is not None and body.complete):
-            # A body that has ended has nothing to drain (closing it keeps the connection).
-            await drain_after_terminator(chunks)
+        try:
+            deliver = body.deliver if body is not None and body.pushes else None
+            first = True
+            async for chunk in chunks:
+                if first:
+                    first = False
+                    if sse.json_first_byte_is_a_document and looks_like_a_document(
+                        content_type, chunk
+                    ):
+                        document = await _read_capped(chunks, ERROR_BODY_CAP, chunk)
+                        m.end_ns = clock()
+                        m.error = not_a_stream(
+                            response.status_code, response.headers, document, redact
+                        )
+                        return
+                if arrival is None:
+                    done = on_read(chunk, 0, 0, False)
+                else:
+                    done = on_read(chunk, arrival.t_ns, arrival.seen_ns, arrival.kernel_stamped)
+                if done:
+                    break
+                if deliver is not None:
+                    # Each read is offered as it came first: its chunks and SSE events in one call.
+                    await deliver(on_read)
+                    break
+            ended = m.done or parser.ended
+            for ev in () if ended else sse.close():
+                try:
+                    stamp(on_event(ev), ev.t_ns)
+                except (MalformedStream, ValueError) as exc:
+                    # An event flushed at the end without its blank line was cut off mid-way.
+                    raise MalformedStream(
+                        f"stream ended in the middle of an event (truncated): {exc}"
+                    ) from None
+            m.end_ns = clock() if terminator_ns is None else terminator_ns
+            m.parse_ns = parse_ns
+            parser.read_framing(sse, m.t_start)
+            if ended and not (body is not None and body.complete):
+                # A body that has ended has nothing to drain (closing it keeps the connection).
+                await drain_after_terminator(chunks)
+        finally:
+            # Closed here, not dropped unfinished: the loop's finalizer hook would give
+            # each request's body iterator a task of its own (its aclose) and a loop step.
+            close = getattr(chunks, "aclose", None)
+            if close is not None:
+                await close()
 
     def _transport_error(
         self,
