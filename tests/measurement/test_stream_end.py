@@ -267,3 +267,41 @@ def test_a_body_is_drained_only_while_it_has_not_ended(
         assert len(drained) == (0 if end_apart_s is None else 3)
     else:  # httpx's own body: labkit cannot see its end, so it always reads on
         assert len(drained) == 3
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_read_stream_leaves_no_body_iterator_for_the_loop_to_close(
+    transport: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The body's iterator is left at the first read once the rest is pushed (the lean
+    # transport) or at the terminator: closed by the recorder, not by the loop's finalizer
+    # hook, which would give every request a task of its own for it.
+    from labkit.providers.fake import FakeSchedule
+    from labkit.truth.process import TruthServer
+    from labkit.wire import loopclock
+
+    dropped: list[object] = []
+    hook = loopclock._Loop._asyncgen_finalizer_hook
+
+    def counted(self: loopclock._Loop, agen: object) -> None:
+        dropped.append(agen)
+        hook(self, agen)
+
+    monkeypatch.setattr(loopclock._Loop, "_asyncgen_finalizer_hook", counted)
+
+    async def main() -> list[RequestRecord]:
+        with TruthServer.of(FakeSchedule(first_token_ms=1, token_interval_ms=2, tokens=8)) as s:
+            provider = _provider("openai_compatible", s.base_url + "/v1", transport)
+            try:
+                recorder = StreamRecorder()
+                return [
+                    await recorder.record(provider, chat(), RecordContext("r", "t"))
+                    for _ in range(3)
+                ]
+            finally:
+                await provider.aclose()
+
+    records = loopclock.run(main())
+    assert [r.error for r in records] == [None] * 3
+    assert all(r.usage.streamed_output_tokens == 8 for r in records)
+    assert dropped == []
