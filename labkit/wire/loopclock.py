@@ -503,10 +503,11 @@ class _Loop(asyncio.SelectorEventLoop):
     thread has its ``aclose()`` scheduled with `call_soon`, not `call_soon_threadsafe`.
 
     A stream read by ``async for`` and left at its end (a body's iterator once the rest is
-    pushed) is such a generator, one a request: the thread-safe call wrote a byte to the
-    loop's self-pipe, which woke the selector and cost a callback reading it back (~10-20
-    µs of a request's CPU in a loaded level). From the loop's thread nothing needs waking:
-    the close runs in the next iteration either way. From another thread, as asyncio does.
+    pushed) was such a generator, one a request (the recorder now closes it itself): the
+    thread-safe call wrote a byte to the loop's self-pipe, which woke the selector and cost
+    a callback reading it back (~10-20 µs of a request's CPU in a loaded level). From the
+    loop's thread nothing needs waking: the close runs in the next iteration either way.
+    From another thread, as asyncio does.
     """
 
     def _asyncgen_finalizer_hook(self, agen: Any) -> None:
