@@ -164,26 +164,31 @@ def test_the_sdk_path_stops_at_the_terminator_too(shape: str, host: str) -> None
         assert rec.output_text == text and rec.app.client_path == "sdk"
 
 
+async def _truth_records(
+    transport: str, *, n: int, tokens: int, interval_ms: float
+) -> list[RequestRecord]:
+    """`n` Chat streams of `tokens` tokens recorded one after another from the truth server
+    (a well-behaved one: `[DONE]`, then the chunked body's end in a write of its own)."""
+    from labkit.providers.fake import FakeSchedule
+    from labkit.truth.process import TruthServer
+
+    schedule = FakeSchedule(first_token_ms=1, token_interval_ms=interval_ms, tokens=tokens)
+    with TruthServer.of(schedule) as server:
+        provider = _provider("openai_compatible", server.base_url + "/v1", transport)
+        try:
+            recorder = StreamRecorder()
+            return [
+                await recorder.record(provider, chat(), RecordContext("r", "t")) for _ in range(n)
+            ]
+        finally:
+            await provider.aclose()
+
+
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_a_body_that_ends_after_its_terminator_keeps_its_connection(transport: str) -> None:
     # A well-behaved server: `[DONE]`, then the chunked body's end in a write of its own. The
     # rest of the body is drained, so the next request reuses the connection.
-    from labkit.providers.fake import FakeSchedule
-    from labkit.truth.process import TruthServer
-
-    async def main() -> list[RequestRecord]:
-        with TruthServer.of(FakeSchedule(first_token_ms=1, token_interval_ms=1, tokens=3)) as s:
-            provider = _provider("openai_compatible", s.base_url + "/v1", transport)
-            try:
-                recorder = StreamRecorder()
-                return [
-                    await recorder.record(provider, chat(), RecordContext("r", "t"))
-                    for _ in range(2)
-                ]
-            finally:
-                await provider.aclose()
-
-    first, second = asyncio.run(main())
+    first, second = asyncio.run(_truth_records(transport, n=2, tokens=3, interval_ms=1))
     assert first.error is None and second.error is None
     assert first.client.new_connection and not second.client.new_connection
 
@@ -276,8 +281,6 @@ def test_a_read_stream_leaves_no_body_iterator_for_the_loop_to_close(
     # The body's iterator is left at the first read once the rest is pushed (the lean
     # transport) or at the terminator: closed by the recorder, not by the loop's finalizer
     # hook, which would give every request a task of its own for it.
-    from labkit.providers.fake import FakeSchedule
-    from labkit.truth.process import TruthServer
     from labkit.wire import loopclock
 
     dropped: list[object] = []
@@ -289,19 +292,7 @@ def test_a_read_stream_leaves_no_body_iterator_for_the_loop_to_close(
 
     monkeypatch.setattr(loopclock._Loop, "_asyncgen_finalizer_hook", counted)
 
-    async def main() -> list[RequestRecord]:
-        with TruthServer.of(FakeSchedule(first_token_ms=1, token_interval_ms=2, tokens=8)) as s:
-            provider = _provider("openai_compatible", s.base_url + "/v1", transport)
-            try:
-                recorder = StreamRecorder()
-                return [
-                    await recorder.record(provider, chat(), RecordContext("r", "t"))
-                    for _ in range(3)
-                ]
-            finally:
-                await provider.aclose()
-
-    records = loopclock.run(main())
+    records = loopclock.run(_truth_records(transport, n=3, tokens=8, interval_ms=2))
     assert [r.error for r in records] == [None] * 3
     assert all(r.usage.streamed_output_tokens == 8 for r in records)
     assert dropped == []
