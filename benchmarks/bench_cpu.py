@@ -249,8 +249,11 @@ def timed_handle(self):
         start = where(task); t = clock(); run_handle(self); ns = clock() - t
         add("step " + start + " -> " + ("done" if task.done() else where(task)), ns)
     else:
+        # Named before it runs (a reader it replaces is cancelled: its callback then None);
+        # a C callback object by its type's name.
+        cb = self._callback; name = getattr(cb, "__qualname__", type(cb).__qualname__)
         t = clock(); run_handle(self)
-        add("callback " + getattr(self._callback, "__qualname__", "?"), clock() - t)
+        add("callback " + name, clock() - t)
     acc.setdefault("loop callbacks", [0, 0])[0] += clock() - t
 def timed_once(self):
     t = clock(); run_once(self); add("loop iterations", clock() - t)
@@ -928,10 +931,12 @@ def _floor_steps(
     return _marginal_steps(full["steps"], short["steps"], full["events"] - short["events"])
 
 
-#: The reader callbacks: one per read, labkit's (`Connection._on_readable`) and the floor's
+#: The reader callbacks: one per read, labkit's (`Connection._on_readable`, or a pushed
+#: stream's `readpath.CommonPush`) and the floor's
 #: (asyncio's `_SelectorSocketTransport._read_ready`, with the protocol's `data_received`).
 _READ_CALLBACKS = (
     "callback Connection._on_readable",
+    "callback CommonPush",
     "callback _SelectorSocketTransport._read_ready",
 )
 

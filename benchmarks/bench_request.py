@@ -75,7 +75,7 @@ STAGES: list[tuple[str, str, str]] = [
 ]
 
 #: Reader callbacks: the per-read path (another part's), left out of the request's steps.
-READ_CALLBACKS = ("_on_readable", "_read_ready", "deliver")
+READ_CALLBACKS = ("_on_readable", "_read_ready", "deliver", "CommonPush")
 
 
 def _wrap(fn: Callable[..., Any], calls: list[int]) -> Callable[..., Any]:
@@ -170,10 +170,14 @@ class Steps:
                     return
                 add("step " + start + " -> " + ("done" if task.done() else where(task)), ns)
             else:
+                # Named before it runs (a reader it replaces is cancelled: its callback
+                # then None); a C callback object by its type's name.
+                cb = handle._callback
+                name = getattr(cb, "__qualname__", type(cb).__qualname__)
                 t = clock()
                 run_handle(handle)
                 ns = clock() - t
-                add("callback " + getattr(handle._callback, "__qualname__", "?"), ns)
+                add("callback " + name, ns)
             add("(loop callbacks)", ns)
 
         def timed_once(loop: Any) -> None:

@@ -21,6 +21,10 @@ step the minimum over rounds:
   (the common read where there is one, else both steps above); ``glue`` is what it has
   beyond them.
 
+Where labkit has `readpath.CommonPush` (the whole common read, socket read included, as
+the connection's reader callback in C), a loaded level's common reads take it instead of
+the path measured here, which its other reads still take.
+
 Prints one JSON object: µs a read by step. Warm figures are smaller than a loaded level's
 (each read there runs cold, after a context switch), but they move with the code alone.
 """
@@ -102,15 +106,20 @@ def _connection() -> Connection:
     conn._waiter = None
     conn._unsent = bytearray()
     conn._ancillary_size = 1
+    conn._common = None
+    conn._reader = None
     reads = iter([(r, 1000 * (i + 1), 1000 * (i + 1) + 7, True) for i, r in enumerate(READS)])
 
     async def read(timeout: float | None) -> Any:
         return next(reads, None)
 
-    async def push(sink: Any, timeout: float | None, framed: Any = None) -> None:
+    async def push(
+        sink: Any, timeout: float | None, framed: Any = None, common: Any = None
+    ) -> None:
         # `Connection.push`'s set-up and tear-down around its own reader callback
         # (`_on_readable`, whatever this labkit's is), called once a read as the loop would,
-        # its recvmsg the scripted one (`_scripted_recv`).
+        # its recvmsg the scripted one (`_scripted_recv`). A `readpath.CommonPush` (its own
+        # recvmsg, in C) cannot read a script: left out, the Python path's steps measured.
         conn._sink, conn._sink_timeout_ns, conn._sink_error = sink, None, None
         conn.framed_sink, conn.framed_stamp, conn.framed_stopped = framed, None, False
         conn._last_t = 0

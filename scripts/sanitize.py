@@ -36,6 +36,7 @@ EXTENSIONS = {
 TESTS = [
     "tests/wire/test_readpath.py",
     "tests/wire/test_chat_content_events.py",
+    "tests/wire/test_common_push.py",
     "tests/wire/test_sse_whole_chunks.py",
     "tests/wire/test_sse_whole_events.py",
     "tests/wire/lean/test_push_records.py",

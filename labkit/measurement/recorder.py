@@ -70,7 +70,7 @@ from labkit.records import (
 )
 from labkit.timing import derive_client_timings
 from labkit.wire.loopclock import LatenessTracker, loop_clock, socket_fd
-from labkit.wire.readpath import common_reader
+from labkit.wire.readpath import common_push, common_reader
 from labkit.wire.sse import SSEParser
 from labkit.wire.turns import take_start_turn, take_turn
 
@@ -603,6 +603,24 @@ class StreamRecorder(BaseRecorder):
         line_max = sse.one_line_max
         at_boundary = sse.at_event_boundary
         boundary = False
+        # Where the C read path has it, the lean connection reads the socket and takes each
+        # such read in one call (`readpath.CommonPush`), as the common branch below would.
+        pushed = (
+            common_push(
+                common,
+                parser,
+                output_ns,
+                line_max,
+                m,
+                read_stamps,
+                read_seen,
+                read_kernel,
+                read_windows,
+                window_before if read_windows is not None else None,
+            )
+            if read_stamps is not None
+            else None
+        )
 
         def on_read(
             chunk: bytes, t: int, seen: int, kernel: bool, framed: bool = False, /
@@ -668,6 +686,8 @@ class StreamRecorder(BaseRecorder):
                         read_windows[t] = window
             if common is not None:
                 boundary = at_boundary()
+                if pushed is not None:
+                    pushed.enabled = boundary
             parse_ns += clock() - t_read
             if m.done or parser.ended:
                 # The stream's end is the arrival of the read that completed its terminator
@@ -705,7 +725,13 @@ class StreamRecorder(BaseRecorder):
                     break
                 if deliver is not None:
                     # Each read is offered as it came first: its chunks and SSE events in one call.
-                    await deliver(on_read)
+                    try:
+                        await deliver(on_read, pushed)
+                    finally:
+                        if pushed is not None:
+                            parse_ns += pushed.parse_ns
+                            if terminator_ns is None and pushed.terminator_ns >= 0:
+                                terminator_ns = pushed.terminator_ns
                     break
             ended = m.done or parser.ended
             for ev in () if ended else sse.close():

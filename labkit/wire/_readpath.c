@@ -15,6 +15,9 @@
  *       the events of a read of whole one-line `data:` events (SSEParser._whole_data_events)
  *   chunked_data_events(read, limit, t_ns, event_type)
  *       the same of a read of whole HTTP chunks, framing and all (readpath.py_chunked_data_events)
+ *   CommonPush, Reader
+ *       a pushed stream's common reads, the socket read included, as the connection's reader
+ *       callback (issue 47)
  *   chat_content_events(read, limit, t_ns, parser, output_ns)
  *       a read of whole chunks of plain chat content chunks and [DONE], decoded, classified
  *       and stamped in one call (readpath.py_chat_content_events; issue 47)
@@ -22,6 +25,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 
 #include <errno.h>
 #include <stdint.h>
@@ -40,18 +44,12 @@ static inline int64_t clock_ns(clockid_t clock) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static PyObject *recv_stamped(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "recv_stamped takes 6 arguments");
-        return NULL;
-    }
-    int fd = PyLong_AsLong(args[0]);
-    Py_ssize_t size = PyLong_AsSsize_t(args[1]);
-    Py_ssize_t ancillary_size = PyLong_AsSsize_t(args[2]);
-    long stamp_type = PyLong_AsLong(args[3]);
-    long long stamp_unit = PyLong_AsLongLong(args[4]);
-    long long last_t = PyLong_AsLongLong(args[5]);
-    if (PyErr_Occurred()) return NULL;
+/* One recvmsg() into read_buffer and its stamps (recv_stamped's answer, unboxed): the bytes
+ * read (0: the peer closed), -1 with nothing set for a socket that has nothing now, -2 with
+ * OSError set for a failed read. */
+static Py_ssize_t recv_into_buffer(int fd, Py_ssize_t size, Py_ssize_t ancillary_size,
+                                   long stamp_type, long long stamp_unit, int64_t last_t,
+                                   int64_t *t_out, int64_t *seen_out, int *kernel_out) {
     if (size <= 0 || size > MAX_READ) size = MAX_READ;
     /* CMSG_SPACE(16) on every 64-bit ABI; the caller's size is at most that. */
     union {
@@ -69,8 +67,9 @@ static PyObject *recv_stamped(PyObject *self, PyObject *const *args, Py_ssize_t 
     msg.msg_controllen = (size_t)ancillary_size;
     ssize_t n = recvmsg(fd, &msg, 0);
     if (n < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) Py_RETURN_NONE;
-        return PyErr_SetFromErrno(PyExc_OSError);
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return -1;
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -2;
     }
     int64_t seen = clock_ns(CLOCK_MONOTONIC);
     int64_t t = seen;
@@ -90,6 +89,14 @@ static PyObject *recv_stamped(PyObject *self, PyObject *const *args, Py_ssize_t 
             kernel = 1;
         }
     }
+    *t_out = t;
+    *seen_out = seen;
+    *kernel_out = kernel;
+    return (Py_ssize_t)n;
+}
+
+/* (data, t_ns, seen_ns, kernel_stamped) of n bytes of read_buffer. */
+static PyObject *read_tuple(Py_ssize_t n, int64_t t, int64_t seen, int kernel) {
     PyObject *data = PyBytes_FromStringAndSize(read_buffer, n);
     if (data == NULL) return NULL;
     PyObject *out = PyTuple_New(4);
@@ -113,6 +120,27 @@ static PyObject *recv_stamped(PyObject *self, PyObject *const *args, Py_ssize_t 
     Py_INCREF(flag);
     PyTuple_SET_ITEM(out, 3, flag);
     return out;
+}
+
+static PyObject *recv_stamped(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "recv_stamped takes 6 arguments");
+        return NULL;
+    }
+    int fd = PyLong_AsLong(args[0]);
+    Py_ssize_t size = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t ancillary_size = PyLong_AsSsize_t(args[2]);
+    long stamp_type = PyLong_AsLong(args[3]);
+    long long stamp_unit = PyLong_AsLongLong(args[4]);
+    long long last_t = PyLong_AsLongLong(args[5]);
+    if (PyErr_Occurred()) return NULL;
+    int64_t t, seen;
+    int kernel;
+    Py_ssize_t n = recv_into_buffer(fd, size, ancillary_size, stamp_type, stamp_unit, last_t,
+                                    &t, &seen, &kernel);
+    if (n == -1) Py_RETURN_NONE;
+    if (n == -2) return NULL;
+    return read_tuple(n, t, seen, kernel);
 }
 
 /* One event object of `type` (SSEEvent: a slots dataclass) without running its __init__. */
@@ -632,15 +660,9 @@ static Py_ssize_t common_events(const char *payload, Py_ssize_t total, Py_ssize_
     return count;
 }
 
-static PyObject *chat_content_events(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5 || !PyBytes_Check(args[0]) || !PyList_Check(args[4])) {
-        PyErr_SetString(PyExc_TypeError,
-                        "chat_content_events takes (bytes, limit, t_ns, parser, output_ns list)");
-        return NULL;
-    }
-    Py_ssize_t limit = PyLong_AsSsize_t(args[1]);
-    if (limit == -1 && PyErr_Occurred()) return NULL;
-    PyObject *t_ns = args[2], *parser = args[3], *output_ns = args[4];
+/* chat_content_events on `n` bytes at `data` (the read need not be a bytes object yet). */
+static PyObject *chat_content(const char *data, Py_ssize_t n, Py_ssize_t limit, PyObject *t_ns,
+                              PyObject *parser, PyObject *output_ns) {
     PyObject *response_id = PyObject_GetAttr(parser, name_response_id);
     if (response_id == NULL) return NULL;
     int no_id = response_id == Py_None;
@@ -659,8 +681,7 @@ static PyObject *chat_content_events(PyObject *self, PyObject *const *args, Py_s
     char *owned = NULL;
     PyObject *result = NULL, *texts[MAX_COMMON_EVENTS];
     Py_ssize_t made = 0;
-    int got = chunk_payload(PyBytes_AS_STRING(args[0]), PyBytes_GET_SIZE(args[0]), &payload,
-                            &length, &owned);
+    int got = chunk_payload(data, n, &payload, &length, &owned);
     if (got < 0) goto done;
     if (got == 0) goto fall_back;
     content_span spans[MAX_COMMON_EVENTS];
@@ -708,6 +729,411 @@ done:
     return result;
 }
 
+static PyObject *chat_content_events(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyBytes_Check(args[0]) || !PyList_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "chat_content_events takes (bytes, limit, t_ns, parser, output_ns list)");
+        return NULL;
+    }
+    Py_ssize_t limit = PyLong_AsSsize_t(args[1]);
+    if (limit == -1 && PyErr_Occurred()) return NULL;
+    return chat_content(PyBytes_AS_STRING(args[0]), PyBytes_GET_SIZE(args[0]), limit, args[2],
+                        args[3], args[4]);
+}
+
+/* ---- A pushed stream's common reads, whole (issue 47) ----------------------------------
+ *
+ * CommonPush(parser, output_ns, limit, measurement, read_stamps, read_seen, read_kernel,
+ * read_windows, window_before): what the recorder's reader does with a pushed read of
+ * plain chat content chunks (chat_content_events, its stamps appended, the measurement's
+ * first event, first text and end set) and the read itself, in one call from the lean
+ * connection's reader callback: no bytes object, no tuple and no Python frame for the
+ * commonest read. `attach(fd, ancillary_size, stamp_type, stamp_unit, last_t, timeout_ns)`
+ * binds it to the connection for one push, as the socket's reader callback: each call reads
+ * once, takes a common read itself (while the connection's framed sink is set: the chunk
+ * framing between chunks, and `enabled`: the recorder's SSE parser between events) and
+ * hands `on_other` anything else: True (a common read that ended the stream), the read as
+ * recv_stamped gives it, nothing consumed (any other read, the peer's close), or the
+ * exception a read or a take raised. */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *parser, *output_ns, *measurement, *read_stamps, *read_seen, *read_kernel,
+        *read_windows, *window_before, *connection, *on_other;
+    Py_ssize_t limit, ancillary_size;
+    int fd, enabled, kernel, took_latest, first_event_known, first_text_known;
+    long stamp_type;
+    long long stamp_unit, last_t, t, seen, parse_ns, terminator_ns, timeout_ns, deadline_ns;
+    Py_ssize_t taken;
+} CommonPush;
+
+static PyObject *name_first_event_ns, *name_first_text_ns, *name_done;
+
+static int common_push_init(CommonPush *self, PyObject *args, PyObject *kwds) {
+    PyObject *parser, *output_ns, *measurement, *read_stamps, *read_seen, *read_kernel,
+        *read_windows, *window_before;
+    Py_ssize_t limit;
+    if (!PyArg_ParseTuple(args, "OO!nOOOOOO", &parser, &PyList_Type, &output_ns, &limit,
+                          &measurement, &read_stamps, &read_seen, &read_kernel, &read_windows,
+                          &window_before))
+        return -1;
+    if (read_stamps != Py_None &&
+        !(PyList_Check(read_stamps) && PyList_Check(read_seen) && PyList_Check(read_kernel))) {
+        PyErr_SetString(PyExc_TypeError, "CommonPush: the read lists must be lists");
+        return -1;
+    }
+    if (read_windows != Py_None && !PyDict_Check(read_windows)) {
+        PyErr_SetString(PyExc_TypeError, "CommonPush: read_windows must be a dict or None");
+        return -1;
+    }
+    Py_XSETREF(self->parser, Py_NewRef(parser));
+    Py_XSETREF(self->output_ns, Py_NewRef(output_ns));
+    Py_XSETREF(self->measurement, Py_NewRef(measurement));
+    Py_XSETREF(self->read_stamps, Py_NewRef(read_stamps));
+    Py_XSETREF(self->read_seen, Py_NewRef(read_seen));
+    Py_XSETREF(self->read_kernel, Py_NewRef(read_kernel));
+    Py_XSETREF(self->read_windows, Py_NewRef(read_windows));
+    Py_XSETREF(self->window_before, Py_NewRef(window_before));
+    self->limit = limit;
+    self->fd = -1;
+    self->enabled = 0;
+    self->terminator_ns = -1;
+    self->timeout_ns = -1;
+    return 0;
+}
+
+static PyObject *common_push_attach(CommonPush *self, PyObject *args) {
+    int fd;
+    Py_ssize_t ancillary_size;
+    long stamp_type;
+    long long stamp_unit, last_t, timeout_ns;
+    PyObject *connection, *on_other;
+    if (!PyArg_ParseTuple(args, "inlLLLOO", &fd, &ancillary_size, &stamp_type, &stamp_unit,
+                          &last_t, &timeout_ns, &connection, &on_other))
+        return NULL;
+    Py_XSETREF(self->connection, Py_NewRef(connection));
+    Py_XSETREF(self->on_other, Py_NewRef(on_other));
+    self->fd = fd;
+    self->ancillary_size = ancillary_size;
+    self->stamp_type = stamp_type;
+    self->stamp_unit = stamp_unit;
+    self->last_t = last_t;
+    self->timeout_ns = timeout_ns;
+    self->deadline_ns = 0;
+    self->took_latest = 0;
+    Py_RETURN_NONE;
+}
+
+/* Sets `name` on the measurement to `value` unless it is set already (*known: it is now). */
+static int set_once(PyObject *measurement, PyObject *name, PyObject *value, int *known) {
+    PyObject *current = PyObject_GetAttr(measurement, name);
+    if (current == NULL) return -1;
+    int unset = current == Py_None;
+    Py_DECREF(current);
+    *known = 1;
+    return unset ? PyObject_SetAttr(measurement, name, value) : 0;
+}
+
+static PyObject *common_push_read(CommonPush *self, int framed_ok) {
+    if (self->fd < 0) {
+        PyErr_SetString(PyExc_ValueError, "CommonPush is not attached to a connection");
+        return NULL;
+    }
+    int64_t t, seen;
+    int kernel;
+    Py_ssize_t n = recv_into_buffer(self->fd, MAX_READ, self->ancillary_size, self->stamp_type,
+                                    self->stamp_unit, self->last_t, &t, &seen, &kernel);
+    if (n == -1) Py_RETURN_NONE;
+    if (n == -2) return NULL;
+    self->last_t = t;
+    self->t = t;
+    self->seen = seen;
+    self->kernel = kernel;
+    if (self->timeout_ns >= 0) self->deadline_ns = seen + self->timeout_ns;
+    self->took_latest = 0;
+    if (n == 0 || !framed_ok || !self->enabled) return read_tuple(n, t, seen, kernel);
+    int64_t t_read = clock_ns(CLOCK_MONOTONIC);
+    PyObject *t_obj = PyLong_FromLongLong(t), *seen_obj = NULL, *result = NULL;
+    if (t_obj == NULL) return NULL;
+    PyObject *got =
+        chat_content(read_buffer, n, self->limit, t_obj, self->parser, self->output_ns);
+    if (got == NULL) goto done;
+    if (got == Py_None) {
+        result = read_tuple(n, t, seen, kernel);
+        goto done;
+    }
+    long code = PyLong_AsLong(got);
+    if (code == -1 && PyErr_Occurred()) goto done;
+    seen_obj = PyLong_FromLongLong(seen);
+    if (seen_obj == NULL) goto done;
+    if (self->read_stamps != Py_None &&
+        (PyList_Append(self->read_stamps, t_obj) < 0 ||
+         PyList_Append(self->read_seen, seen_obj) < 0 ||
+         PyList_Append(self->read_kernel, kernel ? Py_True : Py_False) < 0))
+        goto done;
+    if (code) {
+        /* texts x 2 + [DONE]: what the recorder's stamp does for each of those events */
+        if (!self->first_event_known &&
+            set_once(self->measurement, name_first_event_ns, t_obj, &self->first_event_known) <
+                0)
+            goto done;
+        if (code > 1 && !self->first_text_known &&
+            set_once(self->measurement, name_first_text_ns, t_obj, &self->first_text_known) < 0)
+            goto done;
+        if ((code & 1) && PyObject_SetAttr(self->measurement, name_done, Py_True) < 0) goto done;
+        if (code > 3 && self->read_windows != Py_None) {
+            /* several output events under one stamp: when the loop saw them arrive */
+            PyObject *window = PyObject_CallOneArg(self->window_before, seen_obj);
+            if (window == NULL) goto done;
+            int failed = window != Py_None && PyDict_SetItem(self->read_windows, t_obj, window) < 0;
+            Py_DECREF(window);
+            if (failed) goto done;
+        }
+    }
+    self->parse_ns += clock_ns(CLOCK_MONOTONIC) - t_read;
+    self->took_latest = 1;
+    self->taken++;
+    if (code & 1) {
+        self->terminator_ns = t;
+        result = Py_NewRef(Py_True);
+    } else {
+        result = Py_NewRef(Py_False);
+    }
+done:
+    Py_XDECREF(got);
+    Py_XDECREF(seen_obj);
+    Py_DECREF(t_obj);
+    return result;
+}
+
+static PyObject *name_framed_sink;
+
+/* The reader callback: one read (common_push_read, with the connection's framed sink); what
+ * is not a common read taken goes to on_other: True, the read's tuple, or the exception. */
+static PyObject *common_push_step(CommonPush *self) {
+    if (self->connection == NULL || self->on_other == NULL) {
+        PyErr_SetString(PyExc_ValueError, "CommonPush is not attached to a connection");
+        return NULL;
+    }
+    PyObject *framed = PyObject_GetAttr(self->connection, name_framed_sink);
+    if (framed == NULL) return NULL;
+    int framed_ok = framed != Py_None;
+    Py_DECREF(framed);
+    PyObject *got = common_push_read(self, framed_ok);
+    if (got == NULL) {
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        PyErr_NormalizeException(&type, &value, &traceback);
+        if (value == NULL) {
+            Py_XDECREF(type);
+            Py_XDECREF(traceback);
+            return NULL;
+        }
+        if (traceback != NULL) PyException_SetTraceback(value, traceback);
+        Py_XDECREF(type);
+        Py_XDECREF(traceback);
+        got = value;
+    }
+    if (got == Py_None || got == Py_False) return got;
+    /* on_other may detach this object: hold it for the call */
+    PyObject *on_other = Py_NewRef(self->on_other);
+    PyObject *out = PyObject_CallOneArg(on_other, got);
+    Py_DECREF(on_other);
+    Py_DECREF(got);
+    return out;
+}
+
+static PyObject *common_push_call(CommonPush *self, PyObject *args, PyObject *kwds) {
+    if (PyTuple_GET_SIZE(args) != 0 || kwds != NULL) {
+        PyErr_SetString(PyExc_TypeError, "CommonPush takes no arguments");
+        return NULL;
+    }
+    return common_push_step(self);
+}
+
+static int common_push_traverse(CommonPush *self, visitproc visit, void *arg) {
+    Py_VISIT(self->connection);
+    Py_VISIT(self->on_other);
+    Py_VISIT(self->parser);
+    Py_VISIT(self->output_ns);
+    Py_VISIT(self->measurement);
+    Py_VISIT(self->read_stamps);
+    Py_VISIT(self->read_seen);
+    Py_VISIT(self->read_kernel);
+    Py_VISIT(self->read_windows);
+    Py_VISIT(self->window_before);
+    return 0;
+}
+
+static int common_push_clear(CommonPush *self) {
+    Py_CLEAR(self->connection);
+    Py_CLEAR(self->on_other);
+    Py_CLEAR(self->parser);
+    Py_CLEAR(self->output_ns);
+    Py_CLEAR(self->measurement);
+    Py_CLEAR(self->read_stamps);
+    Py_CLEAR(self->read_seen);
+    Py_CLEAR(self->read_kernel);
+    Py_CLEAR(self->read_windows);
+    Py_CLEAR(self->window_before);
+    return 0;
+}
+
+static void common_push_dealloc(CommonPush *self) {
+    PyObject_GC_UnTrack(self);
+    common_push_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *common_push_detach(CommonPush *self, PyObject *unused) {
+    self->fd = -1;
+    Py_CLEAR(self->connection);
+    Py_CLEAR(self->on_other);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef common_push_methods[] = {
+    {"detach", (PyCFunction)common_push_detach, METH_NOARGS,
+     "Let go of the connection (no more reads)."},
+    {"attach", (PyCFunction)common_push_attach, METH_VARARGS,
+     "attach(fd, ancillary_size, stamp_type, stamp_unit, last_t, timeout_ns, connection, "
+     "on_other): bind to a connection for one push (timeout_ns -1: none)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef common_push_members[] = {
+    {"enabled", T_INT, offsetof(CommonPush, enabled), 0,
+     "whether a read may be taken (the SSE parser between events)"},
+    {"last_t", T_LONGLONG, offsetof(CommonPush, last_t), 0, "the latest read's stamp"},
+    {"t", T_LONGLONG, offsetof(CommonPush, t), READONLY, "the latest read's stamp"},
+    {"seen", T_LONGLONG, offsetof(CommonPush, seen), READONLY, "when labkit saw it"},
+    {"kernel", T_INT, offsetof(CommonPush, kernel), READONLY, "whether the kernel stamped it"},
+    {"took_latest", T_INT, offsetof(CommonPush, took_latest), READONLY,
+     "whether the latest read was taken here"},
+    {"parse_ns", T_LONGLONG, offsetof(CommonPush, parse_ns), READONLY,
+     "the reads' parse time taken here (ns)"},
+    {"terminator_ns", T_LONGLONG, offsetof(CommonPush, terminator_ns), READONLY,
+     "the stamp of the read that ended the stream here, or -1"},
+    {"taken", T_PYSSIZET, offsetof(CommonPush, taken), READONLY, "the reads taken here"},
+    {"deadline_ns", T_LONGLONG, offsetof(CommonPush, deadline_ns), READONLY,
+     "the latest read's seen_ns plus the timeout (0: none yet)"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject CommonPushType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "labkit.wire._readpath.CommonPush",
+    .tp_basicsize = sizeof(CommonPush),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "A pushed stream's common reads, read and taken in one call (issue 47).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)common_push_init,
+    .tp_call = (ternaryfunc)common_push_call,
+    .tp_traverse = (traverseproc)common_push_traverse,
+    .tp_clear = (inquiry)common_push_clear,
+    .tp_dealloc = (destructor)common_push_dealloc,
+    .tp_methods = common_push_methods,
+    .tp_members = common_push_members,
+};
+
+/* ---- Reader: a lean connection's one reader callback -----------------------------------
+ *
+ * Reader(fallback): registered with the loop once a connection; each call is its `common`
+ * CommonPush's while one is set (a pushed stream), else fallback() (the connection's Python
+ * reader). A push then attaches by setting `common`, not by registering anew with the loop
+ * (a handle, a selector key and a cancelled handle twice a request). */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *fallback;
+    PyObject *common; /* a CommonPush, or NULL */
+} Reader;
+
+static int reader_init(Reader *self, PyObject *args, PyObject *kwds) {
+    PyObject *fallback;
+    if (!PyArg_ParseTuple(args, "O", &fallback)) return -1;
+    if (!PyCallable_Check(fallback)) {
+        PyErr_SetString(PyExc_TypeError, "Reader(fallback): fallback must be callable");
+        return -1;
+    }
+    Py_XSETREF(self->fallback, Py_NewRef(fallback));
+    Py_CLEAR(self->common);
+    return 0;
+}
+
+static PyObject *reader_call(Reader *self, PyObject *args, PyObject *kwds) {
+    if (PyTuple_GET_SIZE(args) != 0 || kwds != NULL) {
+        PyErr_SetString(PyExc_TypeError, "Reader takes no arguments");
+        return NULL;
+    }
+    if (self->common != NULL) {
+        /* held for the call: on_other may detach it */
+        PyObject *common = Py_NewRef(self->common);
+        PyObject *out = common_push_step((CommonPush *)common);
+        Py_DECREF(common);
+        return out;
+    }
+    if (self->fallback == NULL) {
+        PyErr_SetString(PyExc_ValueError, "Reader was not initialised");
+        return NULL;
+    }
+    return PyObject_CallNoArgs(self->fallback);
+}
+
+static PyObject *reader_get_common(Reader *self, void *closure) {
+    return Py_NewRef(self->common != NULL ? self->common : Py_None);
+}
+
+static int reader_set_common(Reader *self, PyObject *value, void *closure) {
+    if (value == NULL || value == Py_None) {
+        Py_CLEAR(self->common);
+        return 0;
+    }
+    if (!PyObject_TypeCheck(value, &CommonPushType)) {
+        PyErr_SetString(PyExc_TypeError, "Reader.common must be a CommonPush or None");
+        return -1;
+    }
+    Py_XSETREF(self->common, Py_NewRef(value));
+    return 0;
+}
+
+static int reader_traverse(Reader *self, visitproc visit, void *arg) {
+    Py_VISIT(self->fallback);
+    Py_VISIT(self->common);
+    return 0;
+}
+
+static int reader_clear(Reader *self) {
+    Py_CLEAR(self->fallback);
+    Py_CLEAR(self->common);
+    return 0;
+}
+
+static void reader_dealloc(Reader *self) {
+    PyObject_GC_UnTrack(self);
+    reader_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyGetSetDef reader_getset[] = {
+    {"common", (getter)reader_get_common, (setter)reader_set_common,
+     "the pushed stream's CommonPush that reads now, or None (fallback reads)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject ReaderType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "labkit.wire._readpath.Reader",
+    .tp_basicsize = sizeof(Reader),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "A lean connection's reader callback: its CommonPush's while set, else fallback().",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)reader_init,
+    .tp_call = (ternaryfunc)reader_call,
+    .tp_traverse = (traverseproc)reader_traverse,
+    .tp_clear = (inquiry)reader_clear,
+    .tp_dealloc = (destructor)reader_dealloc,
+    .tp_getset = reader_getset,
+};
+
 static PyMethodDef methods[] = {
     {"recv_stamped", (PyCFunction)(void (*)(void))recv_stamped, METH_FASTCALL,
      "recv_stamped(fd, size, ancillary_size, stamp_type, stamp_unit, last_t) -> "
@@ -738,8 +1164,22 @@ PyMODINIT_FUNC PyInit__readpath(void) {
     name_response_id = PyUnicode_InternFromString("response_id");
     name_system_fingerprint = PyUnicode_InternFromString("system_fingerprint");
     name_text_parts = PyUnicode_InternFromString("text_parts");
+    name_first_event_ns = PyUnicode_InternFromString("first_event_ns");
+    name_first_text_ns = PyUnicode_InternFromString("first_text_ns");
+    name_done = PyUnicode_InternFromString("done");
+    name_framed_sink = PyUnicode_InternFromString("framed_sink");
     if (name_event == NULL || name_data == NULL || name_t_ns == NULL ||
-        name_response_id == NULL || name_system_fingerprint == NULL || name_text_parts == NULL)
+        name_response_id == NULL || name_system_fingerprint == NULL || name_text_parts == NULL ||
+        name_first_event_ns == NULL || name_first_text_ns == NULL || name_done == NULL ||
+        name_framed_sink == NULL)
         return NULL;
-    return PyModule_Create(&module);
+    if (PyType_Ready(&CommonPushType) < 0 || PyType_Ready(&ReaderType) < 0) return NULL;
+    PyObject *mod = PyModule_Create(&module);
+    if (mod == NULL) return NULL;
+    if (PyModule_AddObjectRef(mod, "CommonPush", (PyObject *)&CommonPushType) < 0 ||
+        PyModule_AddObjectRef(mod, "Reader", (PyObject *)&ReaderType) < 0) {
+        Py_DECREF(mod);
+        return NULL;
+    }
+    return mod;
 }

@@ -16,6 +16,9 @@ Chat Completions stream: a pushed read of whole chunks of plain content chunks (
 ``[DONE]``) is framed, split, decoded and classified in one call, its texts appended to the
 parser's and its stamp to the output stamps (issue 47); a parser names the shape it can
 take (`StreamParser.common_chunk`, `common_reader`), any other read goes the general way.
+`CommonPush` (C only) is the connection's reader callback while a stream is pushed: the
+socket read and that read's whole work in one call, the recorder's stamps of it included
+(`common_push`).
 
 The framing alone (`whole_chunks`, for the body's own decoder) is Python whatever the
 setting: its C version saved some 1 µs a token, within the noise of a 32-stream level on the
@@ -34,7 +37,7 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from labkit.errors import ConfigError
 from labkit.manifest import ReadPathManifest
@@ -44,12 +47,16 @@ __all__ = [
     "COMMON_CHUNKS",
     "ENV_VAR",
     "IMPLEMENTATION",
+    "READER",
     "READ_PATH",
     "RECV_STAMPED",
     "SETTINGS",
+    "CommonPush",
+    "Reader",
     "chat_content_events",
     "choose",
     "chunked_data_events",
+    "common_push",
     "common_reader",
     "compiled_module",
     "setting",
@@ -507,3 +514,101 @@ def common_reader(spec: str | None) -> ChatContentEvents | None:
     """The one-call reader of a parser's common chunk (`StreamParser.common_chunk`), in C
     where the read path is; None where the parser names none or one not known here."""
     return None if spec is None else COMMON_CHUNKS.get(spec)
+
+
+class CommonPush(Protocol):
+    """A pushed stream's common reads taken whole (`_readpath.CommonPush`, C only): built by
+    the reader with what a common read updates (its parser, output stamps, measurement and
+    read stamps), then the lean connection's reader callback for one push (`attach`). Each
+    call reads once and takes a common read itself (while the connection's ``framed_sink``
+    is set and `enabled`); anything else goes to ``on_other``: True (a common read that
+    ended the stream), ``(data, t_ns, seen_ns, kernel_stamped)`` with nothing consumed (any
+    other read, the peer's close) or the exception raised. The same records as the general
+    path (tests/wire/test_common_push.py, tests/wire/lean/test_push_records.py)."""
+
+    enabled: int
+    last_t: int
+
+    @property
+    def t(self) -> int: ...
+    @property
+    def seen(self) -> int: ...
+    @property
+    def kernel(self) -> int: ...
+    @property
+    def took_latest(self) -> int: ...
+    @property
+    def parse_ns(self) -> int: ...
+    @property
+    def terminator_ns(self) -> int: ...
+    @property
+    def deadline_ns(self) -> int: ...
+    @property
+    def taken(self) -> int: ...
+
+    def attach(
+        self,
+        fd: int,
+        ancillary_size: int,
+        stamp_type: int,
+        stamp_unit: int,
+        last_t: int,
+        timeout_ns: int,
+        connection: Any,
+        on_other: Callable[[Any], None],
+    ) -> None: ...
+
+    def detach(self) -> None: ...
+
+    def __call__(self) -> None: ...
+
+
+class Reader(Protocol):
+    """A lean connection's one reader callback (`_readpath.Reader(fallback)`, C only): its
+    `common` `CommonPush` while one is set (a pushed stream), else ``fallback()``; a push
+    attaches by setting `common`, not by registering anew with the loop."""
+
+    common: CommonPush | None
+
+    def __call__(self) -> None: ...
+
+
+#: `Reader`'s type where the C read path runs, else None (the connection registers its
+#: Python reader itself).
+READER: Callable[[Callable[[], None]], Reader] | None = None if _C is None else _C.Reader
+
+
+#: Each one-call reader of a common chunk and the type that also reads the socket for it in
+#: the reader callback; C only (the Python path keeps the two apart). A test empties it.
+COMMON_PUSHES: dict[Any, Callable[..., CommonPush]] = (
+    {} if _C is None else {_C.chat_content_events: _C.CommonPush}
+)
+
+
+def common_push(
+    reader: ChatContentEvents | None,
+    parser: Any,
+    output_ns: list[int],
+    limit: int,
+    measurement: Any,
+    read_stamps: list[int] | None,
+    read_seen: list[int],
+    read_kernel: list[bool],
+    read_windows: dict[int, tuple[int, int, bool]] | None,
+    window_before: Callable[[int], Any] | None,
+) -> CommonPush | None:
+    """The `CommonPush` for a common reader (`common_reader`), None where it has none."""
+    make = None if reader is None else COMMON_PUSHES.get(reader)
+    if make is None:
+        return None
+    return make(
+        parser,
+        output_ns,
+        limit,
+        measurement,
+        read_stamps,
+        read_seen,
+        read_kernel,
+        read_windows,
+        window_before,
+    )

@@ -15,7 +15,7 @@ import h11
 import httpx
 
 from labkit.wire.lean.tcp import Connection
-from labkit.wire.readpath import whole_chunks
+from labkit.wire.readpath import CommonPush, whole_chunks
 
 __all__ = [
     "MAX_HEAD",
@@ -117,7 +117,7 @@ class Body(httpx.AsyncByteStream):
         conn = self._conn
         return type(conn) is Connection and conn.kernel_stamping
 
-    async def deliver(self, on_payload: OnPayload) -> None:
+    async def deliver(self, on_payload: OnPayload, common: CommonPush | None = None) -> None:
         """Hand the rest of the body to `on_payload` (payload, `t_ns`, `seen_ns`,
         `kernel_stamped`), each payload as its read arrives, in the connection's reader
         callback (`Connection.push`: no task wake-up per read); until the body ends or
@@ -127,7 +127,9 @@ class Body(httpx.AsyncByteStream):
         A chunked body first offers each pushed read as it came, while no chunk is
         part-read (``on_payload(read, t, seen, kernel, True)``); a reader that takes it (True
         or False back) does the framing's common case and its own in one call. None back:
-        the read is de-chunked here and handed over as always."""
+        the read is de-chunked here and handed over as always. `common`, where given, reads
+        the socket and takes each common read instead (`Connection.push`), as `on_payload`
+        would have taken it."""
         conn = self._conn
         buf = conn.buffer
         while not self._complete:  # what is in already
@@ -168,7 +170,12 @@ class Body(httpx.AsyncByteStream):
             try:
                 # Each read is offered to `on_payload` as it came, straight from the reader
                 # callback, while no chunk is part-read; one it leaves comes to `sink`.
-                await conn.push(sink, self._read_timeout, on_payload if at_chunk_start() else None)
+                await conn.push(
+                    sink,
+                    self._read_timeout,
+                    on_payload if at_chunk_start() else None,
+                    common if chunked is not None else None,
+                )
             except TimeoutError:
                 raise httpx.ReadTimeout(
                     "timed out reading the response", request=self._request

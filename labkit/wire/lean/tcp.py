@@ -3,8 +3,9 @@
 The callback (`loop.add_reader`; the read and its stamp in C where
 `labkit.wire.readpath` has it) only stamps each read and queues it, or hands it to
 the sink `push` was given; the reading task frames and decrypts off the callback, so a busy
-loop delays the framing, never the stamp. Kernel stamps where the platform has them
-(`stamps`), else the callback's clock.
+loop delays the framing, never the stamp. While a pushed stream gave it a `CommonPush` (C),
+the callback is that: the read and all of a common read's work in one call. Kernel stamps
+where the platform has them (`stamps`), else the callback's clock.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from labkit.wire.lean.stamps import (
     STAMP_TYPE,
     STAMP_UNIT,
 )
-from labkit.wire.readpath import RECV_STAMPED
+from labkit.wire.readpath import READER, RECV_STAMPED, CommonPush
 
 __all__ = ["READ_SIZE", "Connection", "Origin", "Read", "Trace"]
 
@@ -91,13 +92,20 @@ class Connection:
         self.framed_stamp: tuple[int, int, bool] | None = None
         #: Whether `framed_sink` ended the push (it took a read and wanted no more).
         self.framed_stopped = False
+        #: While `push` runs with one: what the reader callback calls, which reads the socket
+        #: and takes each common read in one call (`readpath.CommonPush`), handing any other
+        #: read to `_on_common`.
+        self._common: CommonPush | None = None
         if KERNEL_STAMPS is not None:
             try:
                 sock.setsockopt(socket.SOL_SOCKET, KERNEL_STAMPS[0], 1)
                 self._ancillary_size = ANC_SIZE
             except OSError:
                 pass
-        loop.add_reader(self._fd, self._on_readable)
+        # One reader callback for the connection's life: in C (`readpath.READER`) it is a
+        # pushed stream's `CommonPush` while one is set, else `_on_readable`.
+        self._reader = READER(self._on_readable) if READER is not None else None
+        loop.add_reader(self._fd, self._reader or self._on_readable)
 
     def _on_readable(self) -> None:
         if RECV_STAMPED is not None:
@@ -143,12 +151,38 @@ class Connection:
                         t = self._last_t
                     kernel = True
         self._last_t = t
-        sink = self._sink
-        if sink is None:
+        if self._sink is None:
             self.inbox.append((data, t, seen, kernel))
             waiter = self._waiter
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
+            return
+        self._push_read(data, t, seen, kernel)
+
+    def _on_common(self, got: bool | tuple[bytes, int, int, bool] | BaseException) -> None:
+        """What the push's `CommonPush` (the reader callback while it is attached) did not
+        take itself: True (a common read that ended the stream), a read for the sink, or
+        the exception a read or a take raised."""
+        if got is True:
+            self.framed_stopped = True
+            self._stop_push()
+        elif isinstance(got, OSError):
+            self.close()
+        elif isinstance(got, BaseException):
+            self._sink_error = got if isinstance(got, Exception) else RuntimeError(repr(got))
+            self._stop_push()
+        elif isinstance(got, tuple):
+            data = got[0]
+            if not data:
+                self.close()
+            else:
+                self._push_read(data, got[1], got[2], got[3])
+
+    def _push_read(self, data: bytes, t: int, seen: int, kernel: bool) -> None:
+        """One read during `push`: offered to the framed sink, else the sink."""
+        sink = self._sink
+        if sink is None:  # the push ended in this loop iteration: the next reader's read
+            self.inbox.append((data, t, seen, kernel))
             return
         if self._sink_timeout_ns is not None:
             self._deadline_ns = seen + self._sink_timeout_ns
@@ -171,10 +205,29 @@ class Connection:
             self._sink_error = exc  # even when the sink closed the connection (and woke it)
             done = True
         if done:
-            self._sink = None
-            waiter = self._waiter
-            if waiter is not None and not waiter.done():
-                waiter.set_result(None)
+            self._stop_push()
+
+    def _stop_push(self) -> None:
+        """End the push in progress: no read goes to its sink, the pushing task wakes."""
+        self._sink = None
+        self._detach_common()
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _detach_common(self) -> None:
+        """Take back the socket's reads from the push's `CommonPush`, with its stamps: the
+        latest read's where it took that read (`framed_stamp`, as a framed sink's)."""
+        common = self._common
+        if common is None:
+            return
+        self._common = None
+        if self._reader is not None:
+            self._reader.common = None
+        common.detach()
+        self._last_t = common.last_t
+        if common.took_latest:
+            self.framed_stamp = (common.t, common.seen, bool(common.kernel))
 
     async def read_raw(self, timeout: float | None) -> Read | None:
         """The next read off the socket and its stamps; None once the peer has closed."""
@@ -197,14 +250,20 @@ class Connection:
         return self.inbox.popleft()
 
     async def push(
-        self, sink: Sink, timeout: float | None, framed: FramedSink | None = None
+        self,
+        sink: Sink,
+        timeout: float | None,
+        framed: FramedSink | None = None,
+        common: CommonPush | None = None,
     ) -> None:
         """Hand each further read to `sink` in the reader callback itself, stamped as
         `read` would give it, until `sink` returns True or the peer closes; raises what
         `sink` raised, and TimeoutError when no read came within `timeout`. `framed`, where
         given, is offered each read first (`framed_sink`, which `sink` may change between
         reads; `FramedSink`): a read it takes does not go to `sink`, its stamps are kept in
-        `framed_stamp`.
+        `framed_stamp`. `common`, where given, reads the socket instead while `framed`
+        would be offered the read, and takes each common read itself (`CommonPush`); any
+        other read goes on as above.
 
         The same reads, in the same order and with the same stamps as `read`, without a
         task wake-up per read (a future, a callback and the awaiting task's resumption cost
@@ -217,6 +276,20 @@ class Connection:
         self.framed_sink = framed
         self.framed_stamp = None
         self.framed_stopped = False
+        if common is not None and self._reader is not None and RECV_STAMPED is not None:
+            common.attach(
+                self._fd,
+                self._ancillary_size,
+                STAMP_TYPE,
+                STAMP_UNIT,
+                self._last_t,
+                -1 if self._sink_timeout_ns is None else self._sink_timeout_ns,
+                self,
+                self._on_common,
+            )
+            # It is the reader callback for the push: no Python frame for a common read.
+            self._reader.common = common
+            self._common = common
         try:
             while self._sink is not None and not self.closed:
                 waiter = self._waiter = loop.create_future()
@@ -230,6 +303,7 @@ class Connection:
                     self._waiter = None
         finally:
             self._sink = None
+            self._detach_common()
             self.framed_sink = None
             self._sink_timeout_ns = None
             error, self._sink_error = self._sink_error, None
@@ -241,7 +315,11 @@ class Connection:
         waiter = self._waiter
         if waiter is None or waiter.done() or self.closed:
             return  # no wait in progress: the next one arms a timer of its own
-        left_ns = self._deadline_ns - time.perf_counter_ns()
+        deadline_ns = self._deadline_ns
+        common = self._common
+        if common is not None and common.deadline_ns > deadline_ns:
+            deadline_ns = common.deadline_ns  # its latest read's
+        left_ns = deadline_ns - time.perf_counter_ns()
         if left_ns <= 0:
             waiter.set_exception(TimeoutError())
         else:

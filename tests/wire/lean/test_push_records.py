@@ -113,10 +113,19 @@ def test_the_truth_servers_streams_record_the_same_through_the_common_read(
     schedule: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The truth server's chat streams over real sockets, the common read taken (counted)
-    and not: the same record but for the clock's readings, and each in agreement with the
-    truth log; an error mid-stream is recorded either way."""
+    in the recorder's reader, in the connection's reader callback (`readpath.CommonPush`,
+    C) and not at all: the same record but for the clock's readings, and each in agreement
+    with the truth log; an error mid-stream is recorded either way."""
     taken = 0
     inner = readpath.COMMON_CHUNKS[readpath.CHAT_CONTENT]
+    pushes: list[readpath.CommonPush] = []
+
+    def kept(make: Any) -> Any:
+        def made(*args: Any) -> readpath.CommonPush:
+            pushes.append(make(*args))
+            return pushes[-1]
+
+        return made
 
     def counted(*args: Any) -> int | None:
         nonlocal taken
@@ -133,16 +142,22 @@ def test_the_truth_servers_streams_record_the_same_through_the_common_read(
         with monkeypatch.context() as patch:
             patch.setattr(readpath, "COMMON_CHUNKS", {})
             general = asyncio.run(measure_at(server.base_url, 3, transport="lean"))
+        with monkeypatch.context() as patch:
+            made = {reader: kept(make) for reader, make in readpath.COMMON_PUSHES.items()}
+            patch.setattr(readpath, "COMMON_PUSHES", made)
+            in_callback = asyncio.run(measure_at(server.base_url, 3, transport="lean"))
     exclude = _CLOCK_FIELDS | {"response_id", "request_id", "provider_timings", "trial"}
-    for a, b in zip(fused, general, strict=True):
+    for a, b, c in zip(fused, general, in_callback, strict=True):
         assert a.model_dump(exclude=exclude) == b.model_dump(exclude=exclude)
+        assert c.model_dump(exclude=exclude) == b.model_dump(exclude=exclude)
         assert len(a.client.event_offsets_ms) == len(b.client.event_offsets_ms)
-        assert a.client.stamp_source == b.client.stamp_source
+        assert len(c.client.event_offsets_ms) == len(b.client.event_offsets_ms)
+        assert a.client.stamp_source == b.client.stamp_source == c.client.stamp_source
     truth = {t.id: t for t in read_truth_log(log).requests}
     if "fail" in schedule:
         assert all(r.error is not None for r in fused)
     elif readpath.IMPLEMENTATION == "c":
-        assert_agrees_with_truth([*fused, *general], read_truth_log(log))
+        assert_agrees_with_truth([*fused, *general, *in_callback], read_truth_log(log))
     else:
         # The Python read's kernel stamp is put on the monotonic clock by two clock reads
         # some Python apart (`tcp.Connection._on_readable`), so a preempted read can land
@@ -154,6 +169,8 @@ def test_the_truth_servers_streams_record_the_same_through_the_common_read(
             assert len(r.client.event_offsets_ms) == len(served.events_ns)
     if schedule.get("reasoning_tokens") is None and schedule.get("fail") != "drop":
         assert taken > 0  # the stream's token reads went the common way
+        if readpath.IMPLEMENTATION == "c":  # and in the reader callback, on the C path
+            assert sum(p.taken for p in pushes) > 0
 
 
 def _stream_provider(url: str, read_s: float = 30.0) -> Provider:
