@@ -14,12 +14,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import example, given, settings
 
 from labkit.measurement.recorder import Measurement
 from labkit.providers.openai import OpenAIChatParser
 from labkit.wire import readpath
 from labkit.wire.lean.stamps import STAMP_TYPE, STAMP_UNIT
 from labkit.wire.sse import MAX_EVENT_BYTES
+from tests.wire.test_chat_content_events import _COMMON, _T, _fused, _measurement, _reads, _state
+from tests.wire.test_chat_content_events import _parser as _chat_parser
 
 _C, _NOT_BUILT = readpath.compiled_module()
 pytestmark = [
@@ -180,3 +183,53 @@ def test_the_reader_calls_its_push_while_set_else_its_fallback(
         reader.common = object()  # type: ignore[assignment]
     with pytest.raises(TypeError):
         _C.Reader(42)
+
+
+@settings(max_examples=600, derandomize=True, deadline=None)
+@given(_reads())
+@example(_chunk(_COMMON % b"hello"))
+@example(_chunk(_COMMON % b"a" + _COMMON % b"b" + b"data: [DONE]\n\n"))
+def test_any_read_is_taken_as_chat_content_events_takes_it_or_handed_on_whole(
+    read: bytes,
+) -> None:
+    """Hostile and near-common reads (test_chat_content_events' generator) sent over a real
+    socket: where the one-call step takes a read, CommonPush leaves the same parser state,
+    output stamps and marks (its own stamp for the step's); else it hands on the read
+    whole, nothing consumed."""
+    assert _C is not None
+    expected_got, expected = _fused(_C.chat_content_events, read, _chat_parser())
+    ours, peer = socket.socketpair()
+    ours.setblocking(False)
+    try:
+        got = _Push(ours)
+        got.parser = parser = _chat_parser()
+        got.push = _C.CommonPush(
+            parser,
+            got.m.output_ns,
+            _LIMIT,
+            got.m,
+            got.m.read_stamps,
+            got.m.read_seen,
+            got.m.read_kernel,
+            None,
+            None,
+        )
+        got.push.enabled = 1
+        got.push.attach(ours.fileno(), 0, STAMP_TYPE, STAMP_UNIT, 0, -1, got, got.others.append)
+        peer.sendall(read)
+        got.push()
+    finally:
+        ours.close()
+        peer.close()
+    state = _state(parser, got.m)
+    if expected_got is None:
+        assert [other[0] for other in got.others] == [read]
+        assert state == _state(_chat_parser(), _measurement()) and not got.m.read_stamps
+        return
+    t = got.push.t
+    for key in ("first_event_ns", "first_text_ns"):
+        state[key] = _T if state[key] == t else state[key]
+    state["output_ns"] = [_T if x == t else x for x in state["output_ns"]]
+    assert state == expected
+    assert got.m.read_stamps == [t] and got.push.taken == 1
+    assert got.others == ([True] if expected_got & 1 else [])
