@@ -65,8 +65,13 @@ def test_queue_is_zero_when_idle_and_rises_past_the_slots(tmp_path: Path) -> Non
     assert split.provider_queue_ms is not None and split.queue_source == "idle"
     assert split.provider_queue_ms.value == 0.0
     assert split.provider_prefill_ms is not None and (split.provider_prefill_ms.value or 0) > 0
-    assert split.network_front_end_ms is not None
-    assert (split.network_front_end_ms.value or 0) > 0
+    assert split.network_front_end_ms is not None and split.labkit_ms is not None
+    # The first token leaves the server after its prefill, so TTFT less the server's queue
+    # and prefill is positive. How that rest divides between labkit's own send and the
+    # network is the clock's: a client preempted between its send() and the stamp after it
+    # (two CPU hogs beside it) counts server time as its own, and the network's mean can
+    # dip below zero (CI, 2026-12-07: -0.72 ms of two requests).
+    assert (split.network_front_end_ms.value or 0) + (split.labkit_ms.value or 0) > 0
     assert split.not_derived == []
     rows = {r.key: r for r in attribution.figures.rows}
     assert rows[AttributionKey.PROVIDER_QUEUE].value_ms == 0.0
