@@ -45,6 +45,7 @@ from labkit.manifest import ReadPathManifest
 __all__ = [
     "CHAT_CONTENT",
     "COMMON_CHUNKS",
+    "COMMON_PUSHES",
     "ENV_VAR",
     "IMPLEMENTATION",
     "READER",
@@ -579,7 +580,7 @@ READER: Callable[[Callable[[], None]], Reader] | None = None if _C is None else 
 
 
 #: Each one-call reader of a common chunk and the type that also reads the socket for it in
-#: the reader callback; C only (the Python path keeps the two apart). A test empties it.
+#: the reader callback; C only (the Python path keeps the two apart). Tests wrap it.
 COMMON_PUSHES: dict[Any, Callable[..., CommonPush]] = (
     {} if _C is None else {_C.chat_content_events: _C.CommonPush}
 )
