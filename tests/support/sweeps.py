@@ -110,7 +110,9 @@ def check_sweep(f: SweepFigures, records: list[RequestRecord], sweep: SweepSetti
         if sweep.mode == "concurrency":
             assert high is not None and t == (int(low) + int(high)) // 2, (p.level.title, low)
         if p.verdict == "pass":
-            low = t
+            # The largest that passed: a first bisection at the baseline's rate rounded to
+            # three digits can sit just below the baseline's own completed rate.
+            low = max(low, t)
         elif p.verdict == "fail":
             high = t if high is None else min(high, t)
 
