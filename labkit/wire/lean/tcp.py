@@ -168,9 +168,11 @@ class Connection:
             self._stop_push()
         elif isinstance(got, OSError):
             self.close()
-        elif isinstance(got, BaseException):
-            self._sink_error = got if isinstance(got, Exception) else RuntimeError(repr(got))
+        elif isinstance(got, Exception):
+            self._sink_error = got
             self._stop_push()
+        elif isinstance(got, BaseException):
+            raise got  # KeyboardInterrupt, SystemExit: the loop's, as from `_on_readable`
         elif isinstance(got, tuple):
             data = got[0]
             if not data:
