@@ -931,12 +931,14 @@ def _floor_steps(
     return _marginal_steps(full["steps"], short["steps"], full["events"] - short["events"])
 
 
-#: The reader callbacks: one per read, labkit's (`Connection._on_readable`, or a pushed
-#: stream's `readpath.CommonPush`) and the floor's
+#: The reader callbacks: one per read, labkit's (`Connection._on_readable`, a pushed
+#: stream's `readpath.CommonPush`, or the C `readpath.Reader` a connection registers for its
+#: life, which calls either) and the floor's
 #: (asyncio's `_SelectorSocketTransport._read_ready`, with the protocol's `data_received`).
 _READ_CALLBACKS = (
     "callback Connection._on_readable",
     "callback CommonPush",
+    "callback Reader",
     "callback _SelectorSocketTransport._read_ready",
 )
 

@@ -75,7 +75,7 @@ STAGES: list[tuple[str, str, str]] = [
 ]
 
 #: Reader callbacks: the per-read path (another part's), left out of the request's steps.
-READ_CALLBACKS = ("_on_readable", "_read_ready", "deliver", "CommonPush")
+READ_CALLBACKS = ("_on_readable", "_read_ready", "deliver", "CommonPush", "callback Reader")
 
 
 def _wrap(fn: Callable[..., Any], calls: list[int]) -> Callable[..., Any]:
@@ -276,6 +276,12 @@ def main(argv: list[str] | None = None) -> int:
         help="profile (cProfile) the level's task steps that start in this coroutine, "
         "e.g. Connection.push; prints the top functions by cumulative time",
     )
+    ap.add_argument(
+        "--profile-sort",
+        default="cumulative",
+        help="--profile-step's order (pstats: cumulative, tottime, ncalls, ...)",
+    )
+    ap.add_argument("--profile-lines", type=int, default=40, help="--profile-step's rows")
     args = ap.parse_args(argv)
     from labkit.wire.readpath import IMPLEMENTATION
 
@@ -324,8 +330,11 @@ def main(argv: list[str] | None = None) -> int:
     if steps.profiler is not None:
         import pstats
 
-        print(f"\nsteps from {args.profile_step}, under cProfile (inflated), by cumulative time:")
-        pstats.Stats(steps.profiler).sort_stats("cumulative").print_stats(40)
+        print(
+            f"\nsteps from {args.profile_step}, under cProfile (inflated), by {args.profile_sort}:"
+        )
+        stats = pstats.Stats(steps.profiler).sort_stats(args.profile_sort)
+        stats.print_stats(args.profile_lines)
     return 0
 
 
