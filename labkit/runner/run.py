@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import JsonValue
 
 from labkit.analysis.requests import request_stats
+from labkit.analysis.selfcheck import lags_once
 from labkit.clocksync import clock_log_name, read_clock_log
 from labkit.config import LabConfig, parse_config
 from labkit.errors import LabkitError, ProviderUnavailable, RunError
@@ -296,7 +297,12 @@ class Runner:
         self.on_message(f"tracing: {report.summary()}")
 
     def analyze(self) -> LabResults:
-        """Every experiment's answer for every provider that ran."""
+        """Every experiment's answer for every provider that ran (each group's stamp
+        self-check summary computed once for all that ask it: `lags_once`)."""
+        with lags_once():
+            return self._analyze()
+
+    def _analyze(self) -> LabResults:
         answers: list[LabAnswer] = []
         named = {exp.name: exp for exp in self.experiments}
         for exp in self.experiments:  # what an experiment comparing providers reads

@@ -18,10 +18,11 @@ import numpy as np
 import pytest
 
 from labkit.analysis import columns as columns_module
+from labkit.analysis import selfcheck
 from labkit.analysis.columns import Columns
 from labkit.analysis.levels import Level, level_figures
 from labkit.analysis.requests import FIELDS, request_stats
-from labkit.analysis.selfcheck import level_lag, pooled_p99, record_lateness
+from labkit.analysis.selfcheck import lags_once, level_lag, pooled_p99, record_lateness
 from labkit.analysis.split import ttft_beyond_prefill_of
 from labkit.analysis.stats import p_of
 from labkit.experiments.load import LoadExperiment, LoadSettings
@@ -90,6 +91,34 @@ def test_the_load_answer_and_request_statistics_are_those_computed_before() -> N
     text = _figures_json(_load_run())
     assert json.loads(text)["answers"][0]["status"] == "ok"
     assert hashlib.sha256(text.encode()).hexdigest() == BEFORE_DIGEST
+
+
+def test_one_analysis_computes_each_groups_lag_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Within `lags_once` (the runner's analysis) the load table's levels and the request
+    table's client-bound check share each group's stamp self-check summary: the same bytes
+    as before, no group's computed twice; outside it, each asks anew."""
+    computed: list[tuple[str, ...]] = []
+    compute = selfcheck._level_lag_of
+
+    def counted(cols: Columns) -> selfcheck.LagSummary:
+        computed.append(tuple(cols.text("record_id").tolist()))
+        return compute(cols)
+
+    monkeypatch.setattr(selfcheck, "_level_lag_of", counted)
+    recs = _load_run()
+    plain = _figures_json(recs)
+    asked = list(computed)
+    assert len(set(asked)) < len(asked)  # the same groups asked twice without it
+    computed.clear()
+    with lags_once():
+        once = _figures_json(recs)
+    assert hashlib.sha256(once.encode()).hexdigest() == BEFORE_DIGEST
+    assert once == plain
+    assert sorted(computed) == sorted(set(asked))  # each group once
+    computed.clear()
+    level_lag(recs[2:40])  # after the block: no memory of it
+    level_lag(recs[2:40])
+    assert len(computed) == 2
 
 
 def _slow_columns(records: list[RequestRecord]) -> Columns:
