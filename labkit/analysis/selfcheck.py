@@ -30,7 +30,7 @@ during the run, `Manifest.host_cpu`).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -300,13 +300,19 @@ def level_lag(records: Iterable[RequestRecord]) -> LagSummary:
     from labkit.analysis.columns import Columns
 
     recs = list(records)
+    key = tuple(r.record_id for r in recs) if _LAGS.get() is not None else None
+    return _once(key, lambda: _level_lag_of(Columns.of_records(recs)))
+
+
+def _once(key: tuple[str, ...] | None, compute: Callable[[], LagSummary]) -> LagSummary:
+    """The group's lag known inside `lags_once` (computed there the first time), else
+    computed; `key`: its records' ids in order (None: not to be kept)."""
     known = _LAGS.get()
-    if known is None:
-        return _level_lag_of(Columns.of_records(recs))
-    key = tuple(r.record_id for r in recs)
+    if known is None or key is None:
+        return compute()
     lag = known.get(key)
     if lag is None:
-        lag = known[key] = _level_lag_of(Columns.of_records(recs))
+        lag = known[key] = compute()
     return lag
 
 
@@ -322,17 +328,12 @@ def level_lag_of(cols: Columns) -> LagSummary:
     (`app.cpu_ms`, which covers every stream the thread read meanwhile) over the stream's
     wall time: near 1, labkit itself was the bottleneck.
     """
-    known = _LAGS.get()
-    if known is None:
-        return _level_lag_of(cols)
-    ids = cols.text("record_id")
-    if any(i is None for i in ids):  # columns without the records' ids: no group to know
-        return _level_lag_of(cols)
-    key = tuple(ids.tolist())
-    lag = known.get(key)
-    if lag is None:
-        lag = known[key] = _level_lag_of(cols)
-    return lag
+    key: tuple[str, ...] | None = None
+    if _LAGS.get() is not None:
+        ids = cols.text("record_id").tolist()
+        # columns without the records' ids (a frame that lacks them): not kept
+        key = None if any(i is None for i in ids) else tuple(ids)
+    return _once(key, lambda: _level_lag_of(cols))
 
 
 def _level_lag_of(cols: Columns) -> LagSummary:
