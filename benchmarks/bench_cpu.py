@@ -356,16 +356,18 @@ class LevelSide:
     flags: list[bool] = field(default_factory=list)
     workers: list[int | None] = field(default_factory=list)
     wall_s: list[float] = field(default_factory=list)
-    in_level: list[tuple[float, int]] = field(default_factory=list)
-    #: Each round's marginal and in-level µs per token (None where a round has none), in
-    #: round order, to pair with that round's floor.
-    round_marginal_us: list[float | None] = field(default_factory=list)
-    round_in_level_us: list[float | None] = field(default_factory=list)
+    #: Each round's (CPU s, events) within its full run's level; None: not sampled.
+    in_level: list[tuple[float, int] | None] = field(default_factory=list)
 
     def in_level_us(self) -> float | None:
         """CPU µs per output event within the full runs' levels (sampled), over rounds."""
-        events = sum(e for _, e in self.in_level)
-        return 1e6 * sum(c for c, _ in self.in_level) / events if events else None
+        sampled = [x for x in self.in_level if x is not None]
+        events = sum(e for _, e in sampled)
+        return 1e6 * sum(c for c, _ in sampled) / events if events else None
+
+    def round_in_level_us(self) -> list[float | None]:
+        """Each round's in-level µs per token, in round order (None: not sampled)."""
+        return [1e6 * x[0] / x[1] if x is not None and x[1] else None for x in self.in_level]
 
     def marginal_us(self) -> float | None:
         """CPU µs per output event, full runs over short runs, summed over rounds."""
@@ -374,14 +376,17 @@ class LevelSide:
             return None
         return 1e6 * (sum(self.full_cpu) - sum(self.short_cpu)) / d_events
 
-    def per_round_us(self) -> list[float]:
+    def round_marginal_us(self) -> list[float | None]:
+        """Each round's marginal µs per token, in round order (None: no events between)."""
         return [
-            1e6 * (fc - oc) / (fe - oe)
+            1e6 * (fc - oc) / (fe - oe) if fe > oe else None
             for fc, oc, fe, oe in zip(
                 self.full_cpu, self.short_cpu, self.full_events, self.short_events, strict=False
             )
-            if fe > oe
         ]
+
+    def per_round_us(self) -> list[float]:
+        return [us for us in self.round_marginal_us() if us is not None]
 
 
 def _load_levels(lab: Any) -> Iterator[dict[str, Any]]:
@@ -668,14 +673,7 @@ def measure_level(
             got.flags.append(flag)
             got.workers.append(workers)
             got.wall_s.append(full.wall_s)
-            within = full.in_level()
-            if within is not None:
-                got.in_level.append(within)
-            got.round_in_level_us.append(1e6 * within[0] / within[1] if within else None)
-            d_events = full.events - short.events
-            got.round_marginal_us.append(
-                1e6 * (full.cpu_s - short.cpu_s) / d_events if d_events > 0 else None
-            )
+            got.in_level.append(full.in_level())
             print(
                 f"   round {rnd + 1} {side.name:<6} full {full.cpu_s:6.2f} s CPU /"
                 f" {full.events} events, short {short.cpu_s:6.2f} s / {short.events}:"
@@ -704,8 +702,8 @@ def measure_level(
             "cpu_us_per_token_rounds": got.per_round_us(),
             "cpu_us_per_token_in_level": got.in_level_us(),
             "floor_ratio_rounds": {
-                "marginal": _per_round_ratios(got.round_marginal_us, out),
-                "in_level": _per_round_ratios(got.round_in_level_us, out),
+                "marginal": _per_round_ratios(got.round_marginal_us(), out),
+                "in_level": _per_round_ratios(got.round_in_level_us(), out),
             },
             "full_cpu_s": got.full_cpu,
             "short_cpu_s": got.short_cpu,
