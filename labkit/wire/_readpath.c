@@ -44,6 +44,25 @@ static inline int64_t clock_ns(clockid_t clock) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* Take every message off fd's error queue: a send stamp (labkit.wire.lean.stamps) that came
+ * after the write looked for it wakes the reader (the queue reads as an error) with nothing
+ * to read, and would wake it again each loop iteration until taken. Only on a read that
+ * found nothing, so never on a token's path. */
+static void drain_error_queue(int fd) {
+#ifdef MSG_ERRQUEUE
+    char control[512];
+    for (int i = 0; i < 64; i++) {
+        struct msghdr msg;
+        memset(&msg, 0, sizeof(msg));
+        msg.msg_control = control;
+        msg.msg_controllen = sizeof(control);
+        if (recvmsg(fd, &msg, MSG_ERRQUEUE | MSG_DONTWAIT) < 0) return;
+    }
+#else
+    (void)fd;
+#endif
+}
+
 /* One recvmsg() into read_buffer and its stamps (recv_stamped's answer, unboxed): the bytes
  * read (0: the peer closed), -1 with nothing set for a socket that has nothing now, -2 with
  * OSError set for a failed read. */
@@ -67,7 +86,10 @@ static Py_ssize_t recv_into_buffer(int fd, Py_ssize_t size, Py_ssize_t ancillary
     msg.msg_controllen = (size_t)ancillary_size;
     ssize_t n = recvmsg(fd, &msg, 0);
     if (n < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return -1;
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+            drain_error_queue(fd);
+            return -1;
+        }
         PyErr_SetFromErrno(PyExc_OSError);
         return -2;
     }

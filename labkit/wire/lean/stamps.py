@@ -15,6 +15,9 @@ read's stamp by the step, never later ones; a stamp is never after the read itse
 option unavailable) is stamped when the callback reads it, as ``seen_ns``: late by however
 long the loop was busy elsewhere, which the kernel stamp is not.
 
+Sends are stamped too where the kernel can say which stamp is whose (`ask_send_stamps`,
+`send_stamp`): the kernel's transmit stamp of a write's last byte bounds when it was handed
+over from above even when the writer was off its CPU before its `send` returned.
 `hold_kernel_stamps` keeps the kernel's stack-wide switch on for the whole process;
 `loopback_pair` and `read_is_stamped` probe whether a read really comes stamped.
 """
@@ -36,10 +39,13 @@ __all__ = [
     "STAMP",
     "STAMP_TYPE",
     "STAMP_UNIT",
+    "ask_send_stamps",
+    "drain_send_stamps",
     "hold_kernel_stamps",
     "kernel_stamps_available",
     "loopback_pair",
     "read_is_stamped",
+    "send_stamp",
 ]
 
 
@@ -70,6 +76,95 @@ ANC_SIZE = socket.CMSG_SPACE(16) if KERNEL_STAMPS is not None else 0
 STAMP_TYPE, STAMP, STAMP_UNIT = (
     KERNEL_STAMPS[1:] if KERNEL_STAMPS is not None else (-1, struct.Struct("@ll"), 1)
 )
+
+
+#: ``SO_TIMESTAMPING`` where it pairs with the receive option above: the generic 64-bit
+#: Linux ABIs' "old" number (37), whose stamps are timespecs of two longs like
+#: ``SO_TIMESTAMPNS_OLD``'s (35); None elsewhere.
+_SO_TIMESTAMPING = 37 if KERNEL_STAMPS is not None and KERNEL_STAMPS[0] == 35 else None
+
+#: The transmit stamps asked for (linux/net_tstamp.h): the software stamp of each send's
+#: last byte (TX_SOFTWARE, reported: SOFTWARE), the stamp alone without the payload echoed
+#: back (OPT_TSONLY), keyed by that byte's place in the connection's bytes since the option
+#: was set (OPT_ID with OPT_ID_TCP), and receive stamps left to the receive option alone
+#: (OPT_RX_FILTER: without it each read would carry a second stamp). A kernel that does not
+#: know a flag refuses the option, and that connection's sends go unstamped.
+SEND_STAMP_FLAGS = (1 << 1) | (1 << 4) | (1 << 11) | (1 << 7) | (1 << 16) | (1 << 17)
+
+_ERRQUEUE_FLAGS = getattr(socket, "MSG_ERRQUEUE", 0x2000) | socket.MSG_DONTWAIT
+_ERRQUEUE_ANC = 512
+#: (level, type) of the error-queue message's `sock_extended_err`: IP_RECVERR, IPV6_RECVERR.
+_RECVERR = {(socket.IPPROTO_IP, 11), (socket.IPPROTO_IPV6, 25)}
+#: sock_extended_err as a transmit stamp fills it: ee_errno (ENOMSG), ee_origin
+#: (SO_EE_ORIGIN_TIMESTAMPING = 4), ee_type, ee_code, pad, ee_info (SCM_TSTAMP_SND = 0),
+#: ee_data (the key).
+_EXTENDED_ERR = struct.Struct("=IBBBBII")
+_ENOMSG = 42
+
+
+def ask_send_stamps(sock: socket.socket) -> bool:
+    """Ask the kernel for a transmit stamp of each send's last byte on a connected TCP
+    `sock`; whether it agreed (no: this platform or kernel, and `send_stamp` is not to be
+    called). Keys count from the call: bytes written before it are not counted."""
+    if _SO_TIMESTAMPING is None:
+        return False
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPING, SEND_STAMP_FLAGS)
+    except OSError:
+        return False
+    return True
+
+
+def send_stamp(sock: socket.socket, last_byte: int) -> int | None:
+    """The kernel's transmit stamp of byte `last_byte` (counted from `ask_send_stamps`) on
+    labkit's clock (`time.perf_counter_ns`), or None where it has not come (the byte not
+    sent yet: TCP may hold it back; or no stamp). Takes the socket's stamps off its error
+    queue up to that one, so none is left to wake its reader. `sock` is non-blocking, as
+    the loop's are (Python waits for a socket with a timeout to be readable first)."""
+    key = last_byte & 0xFFFFFFFF
+    while True:
+        try:
+            _, ancillary, _, _ = sock.recvmsg(0, _ERRQUEUE_ANC, _ERRQUEUE_FLAGS)
+        except OSError:
+            return None
+        stamp = 0
+        mine = False
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPING and len(data) >= 16:
+                sec, nsec = STAMP.unpack_from(data)
+                stamp = int(sec) * 1_000_000_000 + int(nsec)
+            elif (level, kind) in _RECVERR and len(data) >= _EXTENDED_ERR.size:
+                errno_, origin, _, _, _, info, ee_data = _EXTENDED_ERR.unpack_from(data)
+                mine = errno_ == _ENOMSG and origin == 4 and info == 0 and ee_data == key
+        if mine and stamp:
+            return stamp - _realtime_offset_ns()
+
+
+def _realtime_offset_ns() -> int:
+    """CLOCK_REALTIME less labkit's clock, read between two reads of the latter (a wall
+    read preempted away from them would shift a stamp by the preemption: the closest of
+    three tries is kept)."""
+    best_gap, best = -1, 0
+    for _ in range(3):
+        before = time.perf_counter_ns()
+        wall = time.time_ns()
+        after = time.perf_counter_ns()
+        gap = after - before
+        if best_gap < 0 or gap < best_gap:
+            best_gap, best = gap, wall - (before + after) // 2
+        if gap < 5_000:
+            break
+    return best
+
+
+def drain_send_stamps(sock: socket.socket) -> None:
+    """Take every stamp off `sock`'s error queue (a reader woken by one with nothing to
+    read: a stamp that came after its `send_stamp`); `sock` non-blocking."""
+    while True:
+        try:
+            sock.recvmsg(0, _ERRQUEUE_ANC, _ERRQUEUE_FLAGS)
+        except OSError:
+            return
 
 
 def kernel_stamps_available() -> bool:

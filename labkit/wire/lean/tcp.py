@@ -23,6 +23,9 @@ from labkit.wire.lean.stamps import (
     STAMP,
     STAMP_TYPE,
     STAMP_UNIT,
+    ask_send_stamps,
+    drain_send_stamps,
+    send_stamp,
 )
 from labkit.wire.readpath import READER, RECV_STAMPED, CommonPush
 
@@ -78,6 +81,8 @@ class Connection:
         #: When the last byte of the latest `write` was handed to the kernel; 0 while some
         #: of it waits for the socket to take it.
         self.t_sent_ns = 0
+        self._send_stamped = False  # the kernel stamps each send's last byte (`stamps`)
+        self._bytes_written = 0  # bytes the socket took since it was asked to stamp sends
         self._last_t = 0
         self._deadline_ns = 0  # perf_counter_ns() by which the read being awaited must come
         self._timer: asyncio.TimerHandle | None = None
@@ -102,6 +107,8 @@ class Connection:
                 self._ancillary_size = ANC_SIZE
             except OSError:
                 pass
+            else:
+                self._send_stamped = ask_send_stamps(sock)
         # One reader callback for the connection's life: in C (`readpath.READER`) it is a
         # pushed stream's `CommonPush` while one is set, else `_on_readable`.
         self._reader = READER(self._on_readable) if READER is not None else None
@@ -126,6 +133,8 @@ class Connection:
             try:
                 data, ancillary, _, _ = self.sock.recvmsg(READ_SIZE, self._ancillary_size)
             except (BlockingIOError, InterruptedError):
+                if self._send_stamped:  # woken by a send stamp that came late (`_sent`)
+                    drain_send_stamps(self.sock)
                 return
             except OSError:
                 self.close()
@@ -331,7 +340,7 @@ class Connection:
 
     def write(self, data: bytes) -> None:
         """Send `data`; what the socket does not take now goes when it is writable
-        (`t_sent_ns`: when its last byte was handed to the kernel).
+        (`t_sent_ns`: when its last byte was handed to the kernel, `_sent`).
 
         A failed write closes the connection: the reader then sees the close.
         """
@@ -348,11 +357,12 @@ class Connection:
         except OSError:
             self.close()
             return
+        self._bytes_written += sent
         if sent < len(data):
             self._unsent += data[sent:]
             self.loop.add_writer(self._fd, self._on_writable)
         else:
-            self.t_sent_ns = time.perf_counter_ns()
+            self.t_sent_ns = self._sent()
 
     def _on_writable(self) -> None:
         try:
@@ -362,10 +372,25 @@ class Connection:
         except OSError:
             self.close()
             return
+        self._bytes_written += sent
         del self._unsent[:sent]
         if not self._unsent:
-            self.t_sent_ns = time.perf_counter_ns()
+            self.t_sent_ns = self._sent()
             self.loop.remove_writer(self._fd)
+
+    def _sent(self) -> int:
+        """When the last byte written so far was handed to the kernel, read just after the
+        `send` that took it returned: that call's return, or the kernel's transmit stamp of
+        the byte where the socket has one and it came first. The return is late by any time
+        the thread was off its CPU inside the call (on loopback the write wakes the server,
+        which can run first on the writer's CPU); the stamp, taken inside it when the byte
+        went out, is not, and comes after the hand-over (docs/measurement.md)."""
+        returned = time.perf_counter_ns()
+        if self._send_stamped:
+            stamp = send_stamp(self.sock, self._bytes_written - 1)
+            if stamp is not None and stamp < returned:
+                return stamp
+        return returned
 
     @property
     def kernel_stamping(self) -> bool:
