@@ -23,6 +23,7 @@ from labkit.scoring.grading.base import (
     figure,
     true_decode_ms_per_token,
     true_outside_ms,
+    true_send_ms,
 )
 from labkit.scoring.grading.single import grade_single
 from labkit.truth.log import TruthLog, TruthRequest
@@ -233,3 +234,27 @@ def test_network_holding_labkits_own_late_stamps_is_caught() -> None:
     wrong = {c.name: c for c in grade.wrong}
     network = wrong["network and front end (mean)"]
     assert network.value == pytest.approx(5.5) and network.true_value == pytest.approx(2.5)
+
+
+def test_labkits_own_send_stamped_past_the_servers_read_is_not_taken_as_true() -> None:
+    """The send stamped when the write call returned, after the server had read the request
+    (the server, woken by the write, ran first): the request's last byte was handed over
+    before that read, so the truth bounds labkit's own send by it, and the network's share
+    the split then lacks is caught where it matters."""
+    r, t = _attribution_pair(0, 0.1, 0.1)
+    r.client.send_ms = r.client.request_sent_ms = 1.5  # the server read it at 1 ms
+    assert true_send_ms(r, t) == pytest.approx(1.0)
+    assert true_outside_ms(r, t) == pytest.approx(2.0)  # not 1.5: 0.5 ms of it was the server's
+    # a connection opened inside the window is the network's, not labkit's send
+    r.client.request_sent_ms = 1.5 + 0.3
+    assert true_send_ms(r, t) == pytest.approx(0.7)
+    # a send stamped in time is taken as it is
+    r.client.send_ms = r.client.request_sent_ms = 0.4
+    assert true_send_ms(r, t) == pytest.approx(0.4)
+    pairs = [_attribution_pair(i, 0.1, 0.1) for i in range(6)]
+    for rec, _ in pairs:
+        rec.client.send_ms = rec.client.request_sent_ms = 4.0  # 3 ms past the server's read
+    wrong = {c.name: c for c in _grade_attribution(pairs).wrong}
+    network = wrong["network and front end (mean)"]
+    assert network.true_value == pytest.approx(2.0)
+    assert network.value == pytest.approx(-0.9, abs=0.2)

@@ -165,7 +165,20 @@ def true_outside_ms(record: RequestRecord, t: TruthRequest) -> float | None:
     ttft = true_ttft_ms(record, t)
     if ttft is None or t.prefill_ms is None:
         return None
-    return ttft - (record.client.send_ms or 0.0) - t.queue_ms - t.prefill_ms
+    return ttft - true_send_ms(record, t) - t.queue_ms - t.prefill_ms
+
+
+def true_send_ms(record: RequestRecord, t: TruthRequest) -> float:
+    """labkit's own send as far as the truth bounds it: the record's `send_ms`, but never
+    past the server's read of the whole request (its last byte was handed over before),
+    less the connection the request opened inside its window."""
+    c = record.client
+    send = c.send_ms or 0.0
+    if record.t_start_mono_ns is None or c.request_sent_ms is None:
+        return send
+    connection = c.request_sent_ms - send
+    read = (t.t_read_ns - record.t_start_mono_ns) / 1e6 - connection
+    return max(0.0, min(send, read))
 
 
 def true_decode_ms_per_token(t: TruthRequest) -> float | None:
