@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import platform
 import socket
 import struct
@@ -83,23 +84,27 @@ STAMP_TYPE, STAMP, STAMP_UNIT = (
 #: ``SO_TIMESTAMPNS_OLD``'s (35); None elsewhere.
 _SO_TIMESTAMPING = 37 if KERNEL_STAMPS is not None and KERNEL_STAMPS[0] == 35 else None
 
-#: The transmit stamps asked for (linux/net_tstamp.h): the software stamp of each send's
-#: last byte (TX_SOFTWARE, reported: SOFTWARE), the stamp alone without the payload echoed
-#: back (OPT_TSONLY), keyed by that byte's place in the connection's bytes since the option
-#: was set (OPT_ID with OPT_ID_TCP), and receive stamps left to the receive option alone
-#: (OPT_RX_FILTER: without it each read would carry a second stamp). A kernel that does not
-#: know a flag refuses the option, and that connection's sends go unstamped.
-SEND_STAMP_FLAGS = (1 << 1) | (1 << 4) | (1 << 11) | (1 << 7) | (1 << 16) | (1 << 17)
+# linux/net_tstamp.h's SOF_TIMESTAMPING_* flags used here.
+_TX_SOFTWARE, _SOFTWARE, _OPT_ID, _OPT_TSONLY = 1 << 1, 1 << 4, 1 << 7, 1 << 11
+_OPT_ID_TCP, _OPT_RX_FILTER = 1 << 16, 1 << 17
+
+#: The transmit stamps asked for: the software stamp of each send's last byte (TX_SOFTWARE,
+#: reported: SOFTWARE), the stamp alone without the payload echoed back (OPT_TSONLY), keyed
+#: by that byte's place in the connection's bytes since the option was set (OPT_ID with
+#: OPT_ID_TCP), and receive stamps left to the receive option alone (OPT_RX_FILTER: without
+#: it each read would carry a second stamp). A kernel that does not know a flag refuses the
+#: option, and that connection's sends go unstamped.
+SEND_STAMP_FLAGS = _TX_SOFTWARE | _SOFTWARE | _OPT_TSONLY | _OPT_ID | _OPT_ID_TCP | _OPT_RX_FILTER
 
 _ERRQUEUE_FLAGS = getattr(socket, "MSG_ERRQUEUE", 0x2000) | socket.MSG_DONTWAIT
 _ERRQUEUE_ANC = 512
 #: (level, type) of the error-queue message's `sock_extended_err`: IP_RECVERR, IPV6_RECVERR.
 _RECVERR = {(socket.IPPROTO_IP, 11), (socket.IPPROTO_IPV6, 25)}
 #: sock_extended_err as a transmit stamp fills it: ee_errno (ENOMSG), ee_origin
-#: (SO_EE_ORIGIN_TIMESTAMPING = 4), ee_type, ee_code, pad, ee_info (SCM_TSTAMP_SND = 0),
-#: ee_data (the key).
+#: (`_ORIGIN_TIMESTAMPING`), ee_type, ee_code, pad, ee_info (`_TSTAMP_SND`), ee_data (the key).
 _EXTENDED_ERR = struct.Struct("=IBBBBII")
-_ENOMSG = 42
+_ORIGIN_TIMESTAMPING = 4  # SO_EE_ORIGIN_TIMESTAMPING
+_TSTAMP_SND = 0  # SCM_TSTAMP_SND: the stamp of a send, not of its scheduling or its ACK
 
 
 def ask_send_stamps(sock: socket.socket) -> bool:
@@ -135,7 +140,12 @@ def send_stamp(sock: socket.socket, last_byte: int) -> int | None:
                 stamp = int(sec) * 1_000_000_000 + int(nsec)
             elif (level, kind) in _RECVERR and len(data) >= _EXTENDED_ERR.size:
                 errno_, origin, _, _, _, info, ee_data = _EXTENDED_ERR.unpack_from(data)
-                mine = errno_ == _ENOMSG and origin == 4 and info == 0 and ee_data == key
+                mine = (
+                    errno_ == errno.ENOMSG
+                    and origin == _ORIGIN_TIMESTAMPING
+                    and info == _TSTAMP_SND
+                    and ee_data == key
+                )
         if mine and stamp:
             return stamp - _realtime_offset_ns()
 
