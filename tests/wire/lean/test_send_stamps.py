@@ -76,12 +76,19 @@ def test_a_send_is_stamped_inside_its_call_and_each_stamp_is_its_own_bytes(
 
 
 def _connection_pair(
-    loop: asyncio.AbstractEventLoop,
+    loop: asyncio.AbstractEventLoop, buffer: int | None = None
 ) -> tuple[tcp.Connection, socket.socket, socket.socket]:
+    """A lean connection to a blocking server socket on 127.0.0.1 (`buffer`: both sides'
+    socket buffers that small, so a larger write goes in parts)."""
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    client = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if buffer is not None:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, buffer)
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, buffer)
     listener.bind(("127.0.0.1", 0))
     listener.listen(1)
-    client = socket.create_connection(listener.getsockname(), timeout=5)
+    client.settimeout(5)
+    client.connect(listener.getsockname())
     server, _ = listener.accept()
     server.settimeout(5)
     listener.close()
@@ -130,7 +137,7 @@ def test_a_stamp_that_comes_late_wakes_the_reader_once_not_every_iteration(
 
 def test_a_write_is_sent_by_its_stamp_when_that_came_before_the_call_returned() -> None:
     async def go() -> list[tuple[int, int, int]]:
-        conn, client, server = _connection_pair(asyncio.get_running_loop())
+        conn, client, server = _connection_pair(asyncio.get_running_loop(), buffer=64 * 1024)
         try:
             if not conn._send_stamped:
                 pytest.skip("this kernel does not key its transmit stamps")
@@ -138,6 +145,7 @@ def test_a_write_is_sent_by_its_stamp_when_that_came_before_the_call_returned() 
             for size in (200, 3_000_000):  # one send, then a write the socket takes in parts
                 before = time.perf_counter_ns()
                 conn.write(b"r" * size)
+                assert bool(conn._unsent) == (size > 200)  # the large one waits in parts
                 got = 0
                 while not conn.t_sent_ns:
                     got += len(server.recv(1 << 20))
