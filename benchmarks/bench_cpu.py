@@ -386,6 +386,7 @@ class LevelSide:
         ]
 
     def per_round_us(self) -> list[float]:
+        """The rounds' marginal µs per token where a round has one (`round_marginal_us`)."""
         return [us for us in self.round_marginal_us() if us is not None]
 
 
