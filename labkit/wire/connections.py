@@ -24,7 +24,8 @@ from labkit.errors import ProviderUnavailable
 from labkit.wire.client import MeasuredClient
 from labkit.wire.lean import LeanTransport, lean_applies
 from labkit.wire.lean.outgoing import Outgoing
-from labkit.wire.proxies import ProxyChoice, proxy_for, unusable_because
+from labkit.wire.lean.stamps import hold_kernel_stamps
+from labkit.wire.proxies import ProxyChoice, is_loopback, proxy_for, unusable_because
 from labkit.wire.setup import (
     DRY_RUN_BODY,
     DRY_RUN_URL,
@@ -56,8 +57,10 @@ class Connections:
     `label` names the provider in messages; `timeout` holds its connect, read (and write)
     and total (pool) timeouts; `pool_size` is how many connections may be open at once
     (`concurrency`, or more for a load level); `load_level`: the requests come from a load
-    level, where `transport: auto` reads through the lean transport. `client_factory`
-    builds every client instead (the fake provider's in-process server).
+    level. `transport: auto` reads through the lean transport in a load level and from a
+    server on this machine (a loopback base URL), where the request path is a visible share
+    of the time to first token and httpx stamps the request sent after the server read it.
+    `client_factory` builds every client instead (the fake provider's in-process server).
     """
 
     def __init__(
@@ -103,15 +106,17 @@ class Connections:
                     f"only, without a proxy (base_url {url}); use transport: httpx"
                 )
             return True
-        return load_level and lean_applies(url)
+        return (load_level or is_loopback(httpx.URL(url).host)) and lean_applies(url)
 
     def set_up(self) -> None:
         """The one-off work of the first request on these connections, done now, before any
-        request's clock (`labkit.wire.setup`): httpx's first-connection imports and a
-        client ready for a stream in flight. (The lean transport's kernel-stamp probe,
-        `hold_kernel_stamps`, runs when it is built, with these connections.)"""
+        request's clock (`labkit.wire.setup`): httpx's first-connection imports, a client
+        ready for a stream in flight and, on the lean transport, its kernel-stamp probe
+        (`hold_kernel_stamps`, else run by its first connection)."""
         import_network_backends()
         self.reserve(1)
+        if self.lean:
+            hold_kernel_stamps()
 
     def checkout(self) -> httpx.AsyncClient:
         """The client to stream one request on; give it back with `checkin`.

@@ -156,7 +156,7 @@ def test_the_grammar_path_records_calls_and_answers_in_words() -> None:
     with respx.mock() as router:
         router.route(host="127.0.0.1").mock(side_effect=_llama_server)
         records, sent, answer = _sessions(
-            make_provider("llamacpp", base_url=LLAMA), tool_steps=2, max_steps=4
+            make_provider("llamacpp", base_url=LLAMA, transport="httpx"), tool_steps=2, max_steps=4
         )
     figures = _figures(answer)
     assert [(r.complete, r.ended, r.tool_calls) for r in figures.sessions] == [

@@ -486,7 +486,9 @@ def test_stale_pooled_connection_is_resent_once_from_a_fresh_clock() -> None:
             raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
         return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body)
 
-    provider = make_provider("openai_compatible", base_url="http://127.0.0.1:9/v1")
+    provider = make_provider(
+        "openai_compatible", base_url="http://127.0.0.1:9/v1", transport="httpx"
+    )
     with respx.mock:
         respx.post("http://127.0.0.1:9/v1/chat/completions").mock(side_effect=respond)
         rec = record_one(provider)
@@ -496,7 +498,9 @@ def test_stale_pooled_connection_is_resent_once_from_a_fresh_clock() -> None:
 
 
 def test_a_second_disconnect_is_a_connection_error() -> None:
-    provider = make_provider("openai_compatible", base_url="http://127.0.0.1:9/v1")
+    provider = make_provider(
+        "openai_compatible", base_url="http://127.0.0.1:9/v1", transport="httpx"
+    )
     with respx.mock:
         respx.post("http://127.0.0.1:9/v1/chat/completions").mock(
             side_effect=httpx.RemoteProtocolError("Server disconnected without sending a response.")

@@ -41,6 +41,8 @@ TIMINGS = {
 
 
 def llama(base_url: str = ROOT + "/v1", **kw):
+    # respx mocks httpx's transport: on a loopback URL `auto` would read through lean.
+    kw.setdefault("transport", "httpx")
     return make_provider("llamacpp", base_url=base_url, **kw)
 
 

@@ -54,6 +54,8 @@ DONE = {
 
 
 def ollama(**kw):
+    # respx mocks httpx's transport: on a loopback URL `auto` would read through lean.
+    kw.setdefault("transport", "httpx")
     return make_provider("ollama", **kw)
 
 

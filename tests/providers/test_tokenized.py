@@ -60,7 +60,7 @@ def test_llamacpp_pieces_from_tokenize_with_pieces() -> None:
     }
     with respx.mock() as router:
         route = router.post(LLAMA + "/tokenize").mock(return_value=httpx.Response(200, json=reply))
-        got = cut(make_provider("llamacpp", base_url=LLAMA), "こ、 def")
+        got = cut(make_provider("llamacpp", base_url=LLAMA, transport="httpx"), "こ、 def")
     assert json.loads(route.calls.last.request.content) == {
         "content": "こ、 def",
         "with_pieces": True,

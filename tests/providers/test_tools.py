@@ -151,7 +151,7 @@ def _forced(params: dict[str, Any], chunks: list[bytes]) -> Any:
     request = ChatRequest([{"role": "user", "content": "Task 1"}], {"max_tokens": 64, **params})
     with respx.mock() as router:
         router.post(LLAMA + "/v1/chat/completions").mock(return_value=sse_response(chunks))
-        return record_one(make_provider("llamacpp", base_url=LLAMA), request)
+        return record_one(make_provider("llamacpp", base_url=LLAMA, transport="httpx"), request)
 
 
 def test_a_recorded_forced_call_is_a_tool_call_in_the_record() -> None:

@@ -183,7 +183,8 @@ def kernel_stamps_available() -> bool:
 
 
 #: The socket that keeps the kernel's receive timestamping on for this process (see
-#: `hold_kernel_stamps`); None until the first lean transport, or where there are no stamps.
+#: `hold_kernel_stamps`); None until the first lean connection or set-up, or where there are no
+#: stamps.
 _stamp_holder: socket.socket | None = None
 
 

@@ -56,11 +56,11 @@ class LeanTransport(httpx.AsyncBaseTransport):
     """httpx transport for HTTP/1.1 streaming over TCP or TLS, stamping every read on arrival.
 
     `ssl_context` verifies https servers (the provider's; by default httpx's, built on the
-    first https connection).
+    first https connection). Kernel receive stamps are held on (`hold_kernel_stamps`) from
+    its first connection, if its owner's set-up has not done so already.
     """
 
     def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
-        hold_kernel_stamps()
         self._ssl_context = ssl_context
         self._idle: dict[Origin, list[Connection]] = {}
         self._all: set[Connection] = set()
@@ -129,6 +129,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
     ) -> Connection:
         """A new connection to `key` (TCP, then TLS for https), in the pool's set."""
         scheme, host, port = key
+        hold_kernel_stamps()
         loop = asyncio.get_running_loop()
         conn: Connection | None = None
         stage = "connecting"

@@ -160,7 +160,8 @@ def test_errors_are_httpx_errors() -> None:
     asyncio.run(main())
 
 
-def _provider(url: str, transport: str) -> Provider:
+def _provider(url: str, transport: str, pool_size: int | None = 4) -> Provider:
+    """An OpenAI-compatible provider on `url`; a `pool_size` is a load level's."""
     cls = provider_class("openai_compatible")
     settings = cls.settings_model.model_validate(
         {
@@ -171,7 +172,7 @@ def _provider(url: str, transport: str) -> Provider:
             "transport": transport,
         }
     )
-    return cls(settings, pool_size=4)
+    return cls(settings, pool_size=pool_size)
 
 
 @pytest.mark.integration
@@ -242,13 +243,34 @@ def test_transport_lean_behind_a_proxy_is_refused_with_one_message(
 
     for var in ("no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY", "https_proxy"):
         monkeypatch.delenv(var, raising=False)
-    # A unit test opens no socket: building the transport would probe kernel stamps on one.
-    monkeypatch.setattr("labkit.wire.lean.transport.hold_kernel_stamps", lambda: False)
     assert _provider("https://example.invalid/v1", "lean").connections.lean
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
     with pytest.raises(ProviderUnavailable, match="http:// and https:// only, without a proxy"):
         _provider("https://example.invalid/v1", "lean")
     assert not _provider("https://example.invalid/v1", "auto").connections.lean
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("url", "transport", "lean"),
+    [
+        ("http://127.0.0.1:8080/v1", "auto", True),  # a server on this machine
+        ("http://localhost:11434", "auto", True),
+        ("https://[::1]:8443/v1", "auto", True),
+        ("http://127.0.0.1:8080/v1", "httpx", False),  # asked for: kept
+        ("https://api.example.invalid/v1", "auto", False),  # hosted, outside a load level
+        ("http://gpu-box.invalid:8000/v1", "auto", False),
+    ],
+    ids=["loopback", "localhost", "ipv6-loopback-https", "httpx-asked", "hosted", "lan"],
+)
+def test_auto_reads_a_server_on_this_machine_through_lean(
+    url: str, transport: str, lean: bool
+) -> None:
+    # httpx stamps the request sent after its own return path, on loopback after the server
+    # has read it; a local server is where that share of the first token shows. Building
+    # the provider opens no socket (the unit tier refuses one): the kernel-stamp probe
+    # waits for the set-up or the first connection.
+    assert _provider(url, transport, pool_size=None).connections.lean is lean
 
 
 @pytest.mark.integration
