@@ -115,7 +115,7 @@ class Connections:
         (`hold_kernel_stamps`, else run by its first connection)."""
         import_network_backends()
         self.reserve(1)
-        if self.lean:
+        if self._lean_transport is not None:  # not where `client_factory` built the client
             hold_kernel_stamps()
 
     def checkout(self) -> httpx.AsyncClient:
