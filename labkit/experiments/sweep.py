@@ -12,8 +12,10 @@ and worker processes), each chosen from the ones before it:
    level still meets, the next is `_EXPAND` times higher (a closed loop's completed rate
    is only an estimate of the ceiling); once one misses, each level halves the interval.
    A level that meets every SLO without saturating raises the bottom, any other lowers
-   the top. In ``mode: concurrency`` the bisection is over closed-loop stream counts
-   between 1 and `throughput_concurrency`.
+   the top. A rate at or under the baseline's own that fails refutes the baseline (one
+   request at a time is no open-loop pass): the search steps down by `_EXPAND` from it
+   until a rate passes. In ``mode: concurrency`` the bisection is over closed-loop stream
+   counts between 1 and `throughput_concurrency`.
 
 Each level's verdict is `pass`, `fail` or `undecided` at 95% (`labkit.analysis.slo`): a level
 whose requests cannot tell runs again, twice as long, until its verdict is decided or it
@@ -190,22 +192,27 @@ class SweepExperiment(LoadExperiment):
             )
         if step == 1:
             return _Next("throughput", Level(1, "concurrency", s.throughput_concurrency))
-        low, high = self.interval(done)
-        if low is None:
+        if s.mode == "rate" and None in (done[0].level.completed_rps, done[1].level.completed_rps):
             return _Next(None, None, "the throughput probe completed no request")
+        low, high = self.interval(done)
         if s.mode == "concurrency" and done[1].met:
             return _Next(None, None, "even the throughput probe met the SLOs")
-        if high is not None and s.mode == "concurrency" and high - low <= 1:
-            return _Next(None, None, "the interval is one stream wide")
-        if high is not None and s.mode == "rate" and high - low <= s.resolution * high:
-            return _Next(None, None, f"the interval is within {s.resolution:.0%} of its top")
+        if low is not None and high is not None:
+            if s.mode == "concurrency" and high - low <= 1:
+                return _Next(None, None, "the interval is one stream wide")
+            if s.mode == "rate" and high - low <= s.resolution * high:
+                return _Next(None, None, f"the interval is within {s.resolution:.0%} of its top")
         if step >= s.max_probes:
             return _Next(None, None, f"max_probes ({s.max_probes}) reached")
         undecided = [p.level.target for p in done[2:] if p.verdict == "undecided"]
         if high is None:  # rate mode, nothing has failed yet: look higher
+            assert low is not None
             top = done[1].level.completed_rps or low
             target = top if step == 2 else max([low, *undecided]) * _EXPAND
             return _Next("bisect", Level(step, "rate", _round_rate(max(target, low))))
+        if low is None:  # rate mode, the baseline's own rate missed in open loop: look lower
+            target = min([high, *undecided]) / _EXPAND
+            return _Next("bisect", Level(step, "rate", _round_rate(target)))
         if s.mode == "concurrency":
             nxt = Level(step, "concurrency", float((int(low) + int(high)) // 2))
         else:
@@ -218,22 +225,38 @@ class SweepExperiment(LoadExperiment):
     def interval(self, done: list[SweepProbe]) -> tuple[float | None, float | None]:
         """The interval [low, high) the knee lies in after `done`: the largest load that
         passed, the smallest that failed (None: not known yet; a rate sweep's top is unknown
-        until a rate fails). Undecided levels move neither."""
+        until a rate fails). Undecided levels move neither. A rate sweep's bottom starts at
+        the baseline's completed rate (one request at a time met the SLOs there); once an
+        open-loop rate at or under it fails, that closed-loop pass no longer bounds an
+        open-loop knee, and the bottom is the largest rate that passed (None: none yet)."""
         if len(done) < 2:
             return None, None
+        low: float | None
         high: float | None
         if self._sw.mode == "concurrency":
             low, high = 1.0, float(self._sw.throughput_concurrency)
         else:
             if done[0].level.completed_rps is None or done[1].level.completed_rps is None:
                 return None, None
-            low, high = done[0].level.completed_rps, None
+            low = None if self.baseline_refuted(done) else done[0].level.completed_rps
+            high = None
         for probe in done[2:]:
             if probe.verdict == "pass":
-                low = max(low, probe.level.target)
+                low = probe.level.target if low is None else max(low, probe.level.target)
             elif probe.verdict == "fail":
                 high = probe.level.target if high is None else min(high, probe.level.target)
         return low, high
+
+    def baseline_refuted(self, done: Sequence[SweepProbe]) -> bool:
+        """Whether an open-loop rate at or under the synchronous baseline's completed rate
+        failed: arrivals that do not wait for the reply before them queued where one request
+        at a time did not, so the baseline's rate is no knee (rate mode only)."""
+        if self._sw.mode != "rate" or len(done) < 2:
+            return False
+        base = done[0].level.completed_rps
+        return base is not None and any(
+            p.verdict == "fail" and p.level.target <= base for p in done[2:]
+        )
 
     async def level_plans(
         self, provider: Provider, context: LevelContext
@@ -365,6 +388,7 @@ class SweepExperiment(LoadExperiment):
             probe = self.probe(len(done), nxt.role, nxt.level, recs, scraped)
             done.append(probe.model_copy(update={"passes": passes, "requests_sent": sent}))
         low, high = self.interval(done)
+        refuted = self.baseline_refuted(done)
         knee_probe = self._knee_probe(done)
         knee_slo = knee_probe.level.slo if knee_probe is not None else None
         figures = SweepFigures(
@@ -372,10 +396,11 @@ class SweepExperiment(LoadExperiment):
             probes=done,
             knee=None if knee_probe is None else _load_of(s.mode, knee_probe.level),
             knee_low=low if knee_probe is not None else None,
-            knee_high=high if knee_probe is not None else None,
+            knee_high=high if knee_probe is not None or refuted else None,
             knee_goodput_rps=knee_slo.goodput_rps if knee_slo else None,
             knee_goodput_low_rps=knee_slo.goodput_low_rps if knee_slo else None,
             knee_goodput_high_rps=knee_slo.goodput_high_rps if knee_slo else None,
+            baseline_refuted=refuted,
             throughput_rps=done[1].level.completed_rps if len(done) > 1 else None,
             stopped=stopped,
         )
@@ -392,12 +417,20 @@ class SweepExperiment(LoadExperiment):
         return self.answer(provider_id, model, text, figures, status)
 
     def _knee_probe(self, done: list[SweepProbe]) -> SweepProbe | None:
-        """The largest level that passed (the baseline when no bisection level did)."""
+        """The largest level that passed (the baseline when no bisection level did, unless
+        an open-loop rate at or under its rate failed; None: no level is left)."""
         if not done or not done[0].met:
             return None
-        candidates = [p for p in done if p.met and p.role != "throughput"]
+        refuted = self.baseline_refuted(done)
+        candidates = [
+            p
+            for p in done
+            if p.met and p.role != "throughput" and not (refuted and p.role == "baseline")
+        ]
         if self._sw.mode == "concurrency" and len(done) > 1 and done[1].met:
             candidates.append(done[1])
+        if not candidates:
+            return None
         return max(candidates, key=lambda p: _load_of(self._sw.mode, p.level))
 
 

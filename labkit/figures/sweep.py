@@ -63,6 +63,11 @@ class SweepFigures(_ExperimentFigures, RunsLevels):
         default=None, description="The knee level's goodput interval (SLOReport)."
     )
     knee_goodput_high_rps: float | None = None
+    baseline_refuted: bool = Field(
+        default=False,
+        description="Rate mode: an open-loop rate at or under the synchronous baseline's "
+        "completed rate failed, so the baseline's rate is no knee (the knee lies below it).",
+    )
     throughput_rps: float | None = Field(
         default=None, description="Completed requests/s of the throughput probe."
     )

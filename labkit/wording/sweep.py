@@ -22,8 +22,15 @@ def sweep_answer(f: SweepFigures) -> str:
             f"Even one request at a time does not pass the SLOs ({base.why}): no load is "
             f"shown to meet them. Stopped: {f.stopped}."
         )
+    failed = [p for p in f.probes if p.role == "bisect" and p.verdict == "fail"]
+    lowest = min(failed, key=lambda p: p.level.target) if failed else None
     if f.knee is None:
-        lead = "No level above the baseline was shown to meet the SLOs."
+        lead = (
+            f"No open-loop rate was shown to meet the SLOs: even {lowest.level.title}, at or "
+            f"under the baseline's rate, missed them ({lowest.why}); the true knee lies below it."
+            if f.baseline_refuted and lowest is not None
+            else "No level above the baseline was shown to meet the SLOs."
+        )
     else:
         unit = "streams" if f.mode == "concurrency" else "req/s"
         low = f"{f.knee_low:.0f}" if f.mode == "concurrency" else f"{f.knee_low or 0:.2f}"
@@ -49,11 +56,14 @@ def sweep_answer(f: SweepFigures) -> str:
     if f.throughput_rps is not None:
         rates += f", the throughput probe ({f.probes[1].level.title}) {f.throughput_rps:.2f}"
     parts.append(rates + ".")
-    failed = [p for p in f.probes if p.role == "bisect" and p.verdict == "fail"]
+    if f.baseline_refuted:
+        parts.append(
+            "One request at a time met the SLOs, but open-loop arrivals at that rate did not: "
+            "a request that does not wait for the reply before it queues behind it."
+        )
     undecided = [p.level.title for p in f.probes if p.role == "bisect" and p.verdict == "undecided"]
     above = ""
-    if failed:
-        lowest = min(failed, key=lambda p: p.level.target)
+    if lowest is not None and f.knee is not None:
         above = f"The first level above it to fail, {lowest.level.title}: {lowest.why}. "
     if undecided:
         above += f"Undecided at the request bound: {', '.join(undecided)}. "

@@ -11,7 +11,7 @@ from labkit.analysis.levels import Level
 from labkit.config import parse_config
 from labkit.errors import ConfigError
 from labkit.experiments.sweep import SweepExperiment, SweepSettings
-from labkit.figures import LoadLevel, SweepProbe
+from labkit.figures import LoadLevel, SweepFigures, SweepProbe
 from tests.support.records import make_record
 
 pytestmark = pytest.mark.unit
@@ -60,6 +60,82 @@ def test_a_rate_sweep_looks_above_the_throughput_probe_until_a_rate_misses() -> 
     low, high = exp.interval(done)
     assert low is not None and high is not None
     assert low <= 13 < high and high - low <= 0.1 * high
+
+
+def test_a_rate_the_baseline_met_one_at_a_time_can_miss_in_open_loop() -> None:
+    """On a host the server already fills, the throughput probe can complete fewer requests
+    a second than the baseline (6.80 against 7.02 req/s); the first open-loop level, at the
+    baseline's own rate, then queues and fails. The knee lies below the baseline's rate:
+    the sweep steps down (÷1.2) until a rate passes, then bisects, and never states the
+    baseline's closed-loop pass as the knee or an empty interval."""
+    exp = _sweep(throughput_concurrency=8, requests=16, resolution=0.1, max_probes=20)
+
+    def meets(level: Level) -> bool:  # the true open-loop knee: 5.2 req/s
+        return level.target == 1 if level.mode == "concurrency" else level.target <= 5.2
+
+    levels, stop = _walk(exp, meets, {0: 7.0234, 1: 6.80})
+    rates = [t for mode, t in levels if mode == "rate"]
+    assert rates[:3] == [7.02, 5.85, 4.88]  # the baseline's rate, then ÷1.2 while they miss
+    assert stop == "the interval is within 10% of its top"
+    done = [_probe(0, "concurrency", 1, True, 7.0234), _probe(1, "concurrency", 8, False, 6.80)]
+    assert exp.interval(done) == (7.0234, None) and not exp.baseline_refuted(done)
+    done.append(_probe(2, "rate", 7.02, False))
+    assert exp.baseline_refuted(done) and exp.interval(done) == (None, 7.02)
+    done += [_probe(i + 3, "rate", r, r <= 5.2) for i, r in enumerate(rates[1:])]
+    low, high = exp.interval(done)
+    assert low is not None and high is not None
+    assert low <= 5.2 < high and high - low <= 0.1 * high
+
+
+def _sweep_records(exp: SweepExperiment, outcomes: list[tuple[float, bool]]) -> list[Any]:
+    """Records of a rate sweep whose levels, in the order it chooses them, meet or miss
+    the SLO as `outcomes` say; each level's requests run back to back at `completed`."""
+    records: list[Any] = []
+    done: list[SweepProbe] = []
+    for completed, met in outcomes:
+        level = exp.next_level(done).level
+        assert level is not None
+        for i in range(16):
+            r = make_record(
+                provider="p",
+                experiment=exp.name,
+                ttft_ms=20.0 if met else 900.0,
+                tags={"level": level.label, "level_run": str(level.index)},
+            )
+            client = r.client.model_copy(update={"e2e_ms": 1000 / completed})
+            start = int((level.index * 100 + i / completed) * 1e9)
+            records.append(r.model_copy(update={"t_start_mono_ns": start, "client": client}))
+        done.append(_probe(len(done), level.mode, level.target, met, completed))
+    return records
+
+
+def test_the_answer_puts_the_knee_below_a_baseline_rate_that_missed_in_open_loop() -> None:
+    exp = _sweep(throughput_concurrency=8, requests=16, max_probes=4, slo={"ttft_ms_p50": 100})
+    # Baseline 7.02 req/s; concurrency 8 completes 6.80; 7.02 and 5.85 req/s miss.
+    records = _sweep_records(exp, [(7.02, True), (6.80, False), (7.02, False), (5.85, False)])
+    answer = exp.analyze("p", "m", records)
+    f = answer.figures
+    assert isinstance(f, SweepFigures)
+    assert f.baseline_refuted and f.knee is None and f.knee_low is None and f.knee_high == 5.85
+    assert answer.status == "partial"
+    assert answer.answer.startswith(
+        "No open-loop rate was shown to meet the SLOs: even 5.85 req/s, at or under the "
+        "baseline's rate, missed them (missed ttft_ms_p50); the true knee lies below it."
+    )
+    assert "open-loop arrivals at that rate did not" in answer.answer
+    # One more level, and 4.88 req/s meets: the knee, below the baseline's rate.
+    exp = _sweep(throughput_concurrency=8, requests=16, max_probes=5, slo={"ttft_ms_p50": 100})
+    records = _sweep_records(
+        exp, [(7.02, True), (6.80, False), (7.02, False), (5.85, False), (4.88, True)]
+    )
+    answer = exp.analyze("p", "m", records)
+    f = answer.figures
+    assert isinstance(f, SweepFigures)
+    assert (f.knee, f.knee_low, f.knee_high) == (4.88, 4.88, 5.85) and f.baseline_refuted
+    assert answer.answer.startswith(
+        "The knee: 4.88 req/s meets every SLO at 95% (the true knee lies in [4.88, 5.85) req/s)"
+    )
+    assert "The first level above it to fail, 5.85 req/s: missed ttft_ms_p50." in answer.answer
 
 
 def test_the_sweep_stops_on_its_bounds() -> None:

@@ -95,37 +95,56 @@ def check_sweep(f: SweepFigures, records: list[RequestRecord], sweep: SweepSetti
     # The search brackets: every bisection level lies inside the interval the levels before
     # it left, [largest pass, smallest fail): from the baseline's completed rate (a rate
     # level has three significant digits: the first may be that bottom, rounded), or
-    # between 1 and the throughput probe's streams.
+    # between 1 and the throughput probe's streams. A rate at or under the baseline's that
+    # fails takes the bottom away (one request at a time is no open-loop pass): the next
+    # levels lie below the smallest failure until one passes.
     low: float | None
     high: float | None
+    base = f.probes[0].level.completed_rps
+    refuted = False
     if sweep.mode == "rate":
-        low, high = f.probes[0].level.completed_rps, None
+        low, high = base, None
     else:
         low, high = 1.0, float(sweep.throughput_concurrency)
     for p in f.probes[2:]:
         t = p.level.target
-        assert low is not None, f.probes[0]
-        assert t >= low or t == float(f"{low:.3g}"), (p.level.title, low)
-        assert high is None or low < t < high, (p.level.title, low, high)
+        assert low is not None or refuted, f.probes[0]
+        assert low is None or t >= low or t == float(f"{low:.3g}"), (p.level.title, low)
+        assert high is None or ((low is None or low < t) and t < high), (p.level.title, low, high)
         if sweep.mode == "concurrency":
-            assert high is not None and t == (int(low) + int(high)) // 2, (p.level.title, low)
+            assert low is not None and high is not None, p.level.title
+            assert t == (int(low) + int(high)) // 2, (p.level.title, low)
         if p.verdict == "pass":
             # The largest that passed: a first bisection at the baseline's rate rounded to
             # three digits can sit just below the baseline's own completed rate.
-            low = max(low, t)
+            low = t if low is None else max(low, t)
         elif p.verdict == "fail":
             high = t if high is None else min(high, t)
+            if sweep.mode == "rate" and base is not None and t <= base and not refuted:
+                refuted = True
+                passed_rates = [q.level.target for q in f.probes[2:] if q.met and q.step < p.step]
+                low = max(passed_rates, default=None)
+    assert f.baseline_refuted == refuted
 
-    # ... and ends: the knee is the largest level that passed, inside that interval.
+    # ... and ends: the knee is the largest level that passed, inside that interval (the
+    # baseline's rate only while no open-loop rate at or under it failed).
     if f.probes[0].verdict != "pass":
         assert len(f.probes) == 1 and f.knee is None
     else:
-        passed = [p for p in f.probes if p.met and p.role != "throughput"]
+        passed = [
+            p
+            for p in f.probes
+            if p.met and p.role != "throughput" and not (refuted and p.role == "baseline")
+        ]
         if sweep.mode == "concurrency" and len(f.probes) > 1 and f.probes[1].met:
             passed.append(f.probes[1])
-        assert f.knee is not None
-        assert f.knee == max(x for p in passed if (x := _load(p, sweep.mode)) is not None)
-        assert f.knee_goodput_rps is not None and f.knee_goodput_rps > 0
+        if not passed:
+            assert refuted and f.knee is None and f.knee_low is None
+            assert f.knee_high == high
+        else:
+            assert f.knee is not None
+            assert f.knee == max(x for p in passed if (x := _load(p, sweep.mode)) is not None)
+            assert f.knee_goodput_rps is not None and f.knee_goodput_rps > 0
     if f.knee is not None and len(f.probes) > 1 and f.probes[1].level.completed_rps is not None:
         assert (f.knee_low, f.knee_high) == (low, high)
         assert f.knee_low is not None and f.knee_low <= f.knee

@@ -184,8 +184,14 @@ def sweep_section(run: RunData) -> list[Block]:
     for ans, f in sweeps:
         assert isinstance(f, SweepFigures)
         blocks.append(Heading(f"{ans.provider} · {ans.experiment}", 3))
+        refuted = (
+            f"no open-loop rate met the SLOs (the baseline's rate missed in open loop; the "
+            f"knee lies below {fmt_num(f.knee_high, 2)} req/s)"
+            if f.baseline_refuted
+            else "no level met the SLOs"
+        )
         knee = (
-            "no level met the SLOs"
+            refuted
             if f.knee is None
             else f"knee {fmt_num(f.knee, 2)} in [{fmt_num(f.knee_low, 2)}, "
             f"{fmt_num(f.knee_high, 2)}), goodput there {fmt_num(f.knee_goodput_rps, 2)} req/s"
