@@ -3,6 +3,7 @@ and the config checks — no sockets, synthetic outcomes."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -12,6 +13,9 @@ from labkit.config import parse_config
 from labkit.errors import ConfigError
 from labkit.experiments.sweep import SweepExperiment, SweepSettings
 from labkit.figures import LoadLevel, SweepFigures, SweepProbe
+from labkit.records import LabResults
+from labkit.report.kinds.sweep import sweep_section
+from labkit.report.render import Para
 from tests.support.records import make_record
 
 pytestmark = pytest.mark.unit
@@ -123,6 +127,12 @@ def test_the_answer_puts_the_knee_below_a_baseline_rate_that_missed_in_open_loop
         "baseline's rate, missed them (missed ttft_ms_p50); the true knee lies below it."
     )
     assert "open-loop arrivals at that rate did not" in answer.answer
+    # The report's sweep table says the same, with the bound it has.
+    run = SimpleNamespace(lab=LabResults(run_id="r", answers=[answer]))
+    paras = [b.text for b in sweep_section(run) if isinstance(b, Para)]  # type: ignore[arg-type]
+    assert any(
+        t.startswith("no open-loop rate met the SLOs") and "below 5.85 req/s" in t for t in paras
+    )
     # One more level, and 4.88 req/s meets: the knee, below the baseline's rate.
     exp = _sweep(throughput_concurrency=8, requests=16, max_probes=5, slo={"ttft_ms_p50": 100})
     records = _sweep_records(
