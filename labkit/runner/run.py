@@ -788,11 +788,7 @@ def prepare_resume(run_dir: Path, on_warning: Callable[[str], None] | None = Non
     except LabkitError:
         folder.release()
         raise
-    done = {
-        (r.provider, r.plan_key)
-        for r in previous
-        if r.plan_key and not (r.error is not None and r.error.kind == ErrorKind.CANCELLED)
-    }
+    done = {(r.provider, r.plan_key) for r in previous if r.plan_key and not _unanswered(r)}
     # A provider that finished is left as it is, unless a record was lost since (a bad
     # line, fewer records than the manifest counted): then every plan is checked again.
     intact = not skipped and len(previous) >= (folder.manifest.records or 0)
@@ -801,14 +797,10 @@ def prepare_resume(run_dir: Path, on_warning: Callable[[str], None] | None = Non
         for pid, entry in (folder.manifest.providers or {}).items()
         if intact and entry.finished and pid in {p.id for p in config.providers}
     }
-    # A cancelled request is sent again whatever its key; any other record without one
-    # (an older labkit's) leaves what was done unknown.
+    # A cancelled or lost request is sent again whatever its key; any other record without
+    # one (an older labkit's) leaves what was done unknown.
     unkeyed = sum(
-        1
-        for r in previous
-        if not r.plan_key
-        and r.provider not in finished
-        and not (r.error is not None and r.error.kind == ErrorKind.CANCELLED)
+        1 for r in previous if not r.plan_key and r.provider not in finished and not _unanswered(r)
     )
     if unkeyed:
         folder.release()
@@ -833,6 +825,12 @@ def prepare_resume(run_dir: Path, on_warning: Callable[[str], None] | None = Non
         previous=previous,
         finished_before=finished,
     )
+
+
+def _unanswered(record: RequestRecord) -> bool:
+    """A request whose answer never came back: cancelled (Ctrl-C, a stop), or lost with the
+    Ray actor it was in flight on. A resumed run sends it again."""
+    return record.error is not None and record.error.kind in (ErrorKind.CANCELLED, ErrorKind.LOST)
 
 
 def _same_read_path(recorded: ReadPathManifest | None, run_dir: Path) -> None:

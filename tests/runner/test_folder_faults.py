@@ -19,7 +19,7 @@ from labkit.cli import app
 from labkit.config import parse_config
 from labkit.errors import RunError, ServerError
 from labkit.manifest import Manifest
-from labkit.records import RequestRecord
+from labkit.records import ErrorKind, RecordError, RequestRecord, StopReason
 from labkit.report.load import load_run
 from labkit.runner import RunOptions, prepare_run, run_lab
 from labkit.runner.results import RunFolder, safe_filename
@@ -325,6 +325,34 @@ def test_resume_skips_a_bad_line_in_the_middle_with_a_warning_and_redoes_its_req
     assert f"{path}:3: skipped, not a valid record" in err
     measured = [r for r in _records(run_dir) if not r.warmup]
     assert len({r.plan_key for r in measured}) == 6  # the lost request was sent again
+
+
+def test_resume_sends_a_lost_request_again(tmp_path: Path) -> None:
+    """A request lost with its Ray actor (`error.kind: lost`: in flight when the node died)
+    never answered: an interrupted run's resume sends it again, as it does a cancelled one."""
+    out = tmp_path / "out"
+    assert _invoke("run", str(_config(tmp_path)), "--out", str(out), "--no-report").exit_code == 0
+    run_dir = _run_dir(out)
+    path = run_dir / "records.jsonl"
+    records = _records(run_dir)
+    lost = next(r for r in records if not r.warmup)
+    gone = lost.model_copy(
+        update={
+            "error": RecordError(kind=ErrorKind.LOST, message="lost: the Ray actor died"),
+            "stop_reason": StopReason.ERROR,
+        }
+    )
+    path.write_text("".join((gone if r is lost else r).to_json_line() + "\n" for r in records))
+    manifest = _manifest(run_dir)
+    manifest["status"] = "interrupted"
+    for entry in manifest["providers"].values():
+        entry["finished"] = False
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    result = _invoke("run", "--resume", str(run_dir), "--no-report")
+    assert result.exit_code == 0, result.output
+    again = [r for r in _records(run_dir) if r.plan_key == lost.plan_key]
+    assert [r.error.kind if r.error else None for r in again] == [ErrorKind.LOST, None]
+    assert len(_records(run_dir)) == len(records) + 1  # only the lost one was sent again
 
 
 def test_only_an_unfinished_last_line_is_skipped_silently(tmp_path: Path) -> None:
