@@ -6,6 +6,7 @@ arrived, a split whose queue is not the server's, "network" holding labkit's own
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -258,3 +259,79 @@ def test_labkits_own_send_stamped_past_the_servers_read_is_not_taken_as_true() -
     network = wrong["network and front end (mean)"]
     assert network.true_value == pytest.approx(2.0)
     assert network.value == pytest.approx(-0.9, abs=0.2)
+
+
+def test_a_figure_the_truth_sees_only_part_of_is_graded_against_a_lower_bound() -> None:
+    """The SDK's TTFT minus the wire's: the truth server sees when it sent the first event,
+    not when the SDK handed it over, so its difference is a lower bound of the real one (the
+    SDK's own read path is missing from it). The stated interval must reach that bound; an
+    interval above it is no error, one under it (beyond the tolerance) is."""
+    q = Quantile(q=0.5, value=3.02, lo=2.70, hi=4.40, n=7, min_n=6)
+    above = figure("a", "SDK minus wire", q, 2.19, "ms", bound="lower")
+    assert (above.ok, above.bound, above.true) == (True, "lower", "at least 2.19 ms")
+    assert figure("a", "SDK minus wire", q, 5.2, "ms", bound="lower").ok is True  # tolerance
+    short = figure("a", "SDK minus wire", q, 5.6, "ms", bound="lower")
+    assert short.ok is False and short.why == "below the truth's lower bound by 0.2 ms"
+    # the same interval graded two-sided would miss a truth under it
+    assert figure("a", "SDK minus wire", q, 0.5, "ms").ok is False
+    assert figure("a", "SDK minus wire", q, 0.5, "ms", bound="lower").ok is True
+    grade = Grade(run="r", truth="t", checks=[above, short], matched=1, unmatched=0)
+    _, rows = grade_table(grade)
+    assert [row[-1].split(" (")[0] for row in rows] == ["reached", "MISSED"]
+    from labkit.scoring.grading import grade_summary
+
+    assert grade_summary(grade)[0] == (
+        "no answer stated an interval, 1 of 2 reached the lower bound the truth sets where it "
+        "sees only part of a figure; no answer stated a fact."
+    )
+
+
+def test_the_sdks_later_ttft_is_graded_only_where_the_truths_bound_settles_it() -> None:
+    """A stated "the SDK's TTFT is later" is right where the truth's lower bound of the
+    difference is above 0; at or under 0 the truth cannot tell, and says so (not graded)
+    rather than calling the claim wrong."""
+    pairs = [_attribution_pair(i, 0.1, 0.1) for i in range(6)]
+    records = [r for r, _ in pairs]
+    sdk = [
+        r.model_copy(
+            update={
+                "app": r.app.model_copy(update={"client_path": "sdk"}),
+                "client": r.client.model_copy(update={"ttft_ms": 25.0}),
+                "response_id": f"s{i}",
+            }
+        )
+        for i, r in enumerate(records)
+    ]
+    for i, r in enumerate(records):
+        r.app.client_path = "wire"
+        r.trial = sdk[i].trial = i
+    split = ttft_split(records)
+    stated = Quantile(q=0.5, value=2.0, lo=1.5, hi=2.5, n=6, min_n=6)
+    answer = LabAnswer(
+        experiment="attribution", provider="local", model="m", question="q", answer="a",
+        figures=AttributionFigures(n=12, ttft_split=split, sdk_ttft=stated),
+    )  # fmt: skip
+
+    def graded(sdk_first_ms: float) -> dict[str, Any]:
+        # the SDK's requests answered `sdk_first_ms` after their start, on the same server
+        truths = [t for _, t in pairs]
+        for i, r in enumerate(sdk):
+            assert r.t_start_mono_ns is not None
+            t = truths[i]
+            shift = r.t_start_mono_ns + int(sdk_first_ms * 1e6) - t.events_ns[0]
+            moved = [ns + shift for ns in t.events_ns]
+            truths.append(
+                t.model_copy(update={"id": f"s{i}", "events_ns": moved, "events_sent_ns": moved})
+            )
+        log = TruthLog(Path("truth.jsonl"), 0, 0, truths)
+        checks = grade_attribution(answer, [*records, *sdk], Truth(log))
+        return {c.name: c for c in checks}
+
+    later = graded(24.0)  # the truth's bound: 1 ms later than the wire's 23
+    assert later["SDK minus wire TTFT (paired median)"].true_value == pytest.approx(1.0)
+    assert later["SDK minus wire TTFT (paired median)"].ok is True
+    assert later["the SDK's TTFT is later"].ok is True
+    unsure = graded(22.5)  # the bound under 0: the SDK's read path could make up the rest
+    assert unsure["SDK minus wire TTFT (paired median)"].ok is True
+    sign = unsure["the SDK's TTFT is later"]
+    assert sign.ok is None and sign.why is not None and "from below only" in sign.why

@@ -96,6 +96,8 @@ def grade_table(grade: Grade) -> tuple[list[str], list[list[str]]]:
         verdict = {True: "covered" if c.kind == "figure" else "right", False: "WRONG", None: "—"}[
             c.ok
         ]
+        if c.ok is True and c.bound == "lower":
+            verdict = "reached"
         if c.ok is False and c.kind == "figure":
             verdict = "MISSED"
         rows.append(
@@ -106,13 +108,20 @@ def grade_table(grade: Grade) -> tuple[list[str], list[list[str]]]:
 
 def grade_summary(grade: Grade) -> list[str]:
     """How many checks held, what was not graded, and the records the log did not know."""
-    figures = [c for c in grade.checks if c.kind == "figure" and c.ok is not None]
-    facts = [c for c in grade.checks if c.kind == "fact"]
+    graded = [c for c in grade.checks if c.kind == "figure" and c.ok is not None]
+    figures = [c for c in graded if c.bound is None]
+    bounded = [c for c in graded if c.bound == "lower"]
+    facts = [c for c in grade.checks if c.kind == "fact" and c.ok is not None]
     covered = (
         f"{sum(c.ok is True for c in figures)} of {len(figures)} stated intervals covered the truth"
         if figures
         else "no answer stated an interval"
     )
+    if bounded:
+        covered += (
+            f", {sum(c.ok is True for c in bounded)} of {len(bounded)} reached the lower bound "
+            "the truth sets where it sees only part of a figure"
+        )
     right = (
         f"{sum(c.ok is True for c in facts)} of {len(facts)} stated facts were right"
         if facts

@@ -64,6 +64,12 @@ class Check(BaseModel):
     true_value: float | None = None
     unit: str = ""
     tolerance: float | None = None
+    bound: Literal["lower"] | None = Field(
+        default=None,
+        description="`lower`: the truth log sees only part of the figure, so its value is a "
+        "lower bound of the true one, and the check asks only that the stated interval "
+        "(widened by the tolerance) reach it.",
+    )
     ok: bool | None = Field(
         description="figure: the interval (widened by the tolerance) holds the truth; fact: "
         "it is right. None: not gradable (`why`)."
@@ -212,33 +218,40 @@ def figure(
     truth: float | None,
     unit: str,
     tolerance: float | None = None,
+    bound: Literal["lower"] | None = None,
 ) -> Check:
     """A stated figure beside its true value: covered when the truth lies in the stated
     interval widened by `tolerance` (default `TOLERANCE[unit]`), or, without an interval,
-    within the tolerance of the value."""
+    within the tolerance of the value. With `bound="lower"` the truth is only a lower bound
+    of the true value (the log sees part of it): the interval need only reach it."""
     tol = TOLERANCE.get(unit, 0.0) if tolerance is None else tolerance
     value, lo, hi = _bounds(stated)
     shown = _text(value, unit) + (
         f" [{_text(lo, unit)} to {_text(hi, unit)}]" if lo is not None and hi is not None else ""
     )
+    true = ("at least " if bound == "lower" else "") + _text(truth, unit)
     why: str | None
     if value is None or truth is None or math.isnan(truth):
         why = "not stated" if value is None else "no true value in the log"
         return Check(
-            answer=answer, kind="figure", name=name, stated=shown, true=_text(truth, unit),
-            value=value, lo=lo, hi=hi, true_value=truth, unit=unit, tolerance=tol, ok=None,
-            why=why,
+            answer=answer, kind="figure", name=name, stated=shown, true=true, value=value, lo=lo,
+            hi=hi, true_value=truth, unit=unit, tolerance=tol, bound=bound, ok=None, why=why,
         )  # fmt: skip
-    low = (lo if lo is not None else value) - tol
-    high = (hi if hi is not None else (math.inf if lo is not None else value)) + tol
-    ok = low <= truth <= high
-    why = None
-    if not ok:
-        off = truth - value
-        why = f"off by {off:+.3g} {unit}" + ("" if lo is not None else " (no interval stated)")
+    if bound == "lower":
+        top = (hi if hi is not None else value) + tol
+        ok = truth <= top
+        why = None if ok else f"below the truth's lower bound by {truth - top:.3g} {unit}"
+    else:
+        low = (lo if lo is not None else value) - tol
+        high = (hi if hi is not None else (math.inf if lo is not None else value)) + tol
+        ok = low <= truth <= high
+        why = None
+        if not ok:
+            off = truth - value
+            why = f"off by {off:+.3g} {unit}" + ("" if lo is not None else " (no interval stated)")
     return Check(
-        answer=answer, kind="figure", name=name, stated=shown, true=_text(truth, unit),
-        value=value, lo=lo, hi=hi, true_value=truth, unit=unit, tolerance=tol, ok=ok, why=why,
+        answer=answer, kind="figure", name=name, stated=shown, true=true, value=value, lo=lo,
+        hi=hi, true_value=truth, unit=unit, tolerance=tol, bound=bound, ok=ok, why=why,
     )  # fmt: skip
 
 
