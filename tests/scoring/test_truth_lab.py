@@ -33,7 +33,9 @@ def _run(tmp_path: Path, *args: str) -> tuple[Grade, Path]:
     grade = Grade.model_validate_json((run_dir / "grade.json").read_text())
     assert (run_dir / "truth.jsonl").is_file() and (run_dir / "grade.md").is_file()
     assert re.search(
-        r"(stated intervals covered the truth|no answer stated an interval); ", result.output
+        r"(stated intervals covered the truth|no answer stated an interval)"
+        r"(, \d+ of \d+ reached the lower bound the truth sets [^;]*)?; ",
+        result.output,
     )
     return grade, run_dir
 
