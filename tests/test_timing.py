@@ -153,7 +153,9 @@ def scripted_record(chunks: list[bytes], times_ms: list[float], usage_tokens: in
                 stream=ChunkStream(chunks, clock=clock, times_ms=times_ms),
             )
         )
-        provider = make_provider("openai_compatible", base_url="http://srv.test/v1")
+        provider = make_provider(
+            "openai_compatible", base_url="http://srv.test/v1", transport="httpx"
+        )
         return record_one(provider, clock=clock)
 
 

@@ -212,8 +212,8 @@ class ProviderSettings(BaseModel):
         description="How the wire path reads HTTP: `httpx`, or `lean` (labkit.wire.lean: "
         "HTTP/1.1 over TCP or TLS, every read stamped by the kernel on arrival, a tenth of "
         "httpx's CPU per chunk); `auto` uses lean on an http or https URL without a proxy "
-        "in load levels and for a server on this machine (a loopback base URL), httpx "
-        "otherwise.",
+        "in load levels, for a server on this machine (a loopback base URL) and for any "
+        "plain-http server (a LAN box), httpx otherwise (hosted https APIs).",
     )
     params: SamplingParams = Field(
         default_factory=dict, description="Default sampling parameters, under the experiment's."

@@ -57,9 +57,10 @@ class Connections:
     `label` names the provider in messages; `timeout` holds its connect, read (and write)
     and total (pool) timeouts; `pool_size` is how many connections may be open at once
     (`concurrency`, or more for a load level); `load_level`: the requests come from a load
-    level. `transport: auto` reads through the lean transport in a load level and from a
-    server on this machine (a loopback base URL), where the request path is a visible share
-    of the time to first token and httpx stamps the request sent after the server read it.
+    level. `transport: auto` reads through the lean transport in a load level, from a
+    server on this machine (a loopback base URL) and from any plain-http server (a LAN box),
+    where the request path is a visible share of the time to first token and httpx stamps
+    the request sent after a near server has read it.
     `client_factory` builds every client instead (the fake provider's in-process server).
     """
 
@@ -106,7 +107,12 @@ class Connections:
                     f"only, without a proxy (base_url {url}); use transport: httpx"
                 )
             return True
-        return (load_level or is_loopback(httpx.URL(url).host)) and lean_applies(url)
+        parsed = httpx.URL(url)
+        # Lean wherever it costs nothing: a load level, a server on this machine, any plain
+        # http server (a LAN box: no TLS or HTTP/2 to give up). httpx's send stamp comes after
+        # anyio's and httpcore's return path, by when a near server has read the request.
+        near = parsed.scheme == "http" or is_loopback(parsed.host)
+        return (load_level or near) and lean_applies(url)
 
     def set_up(self) -> None:
         """The one-off work of the first request on these connections, done now, before any

@@ -97,7 +97,8 @@ def test_user_errors(args: list[str], message: str) -> None:
 CONFIG = """
 name: t
 providers:
-  - {id: vllm, kind: openai_compatible, base_url: "http://vllm.test:8000/v1", model: my-model}
+  - {id: vllm, kind: openai_compatible, base_url: "http://vllm.test:8000/v1", model: my-model,
+      transport: httpx}
   - {id: claude, kind: anthropic, model: claude-x, api_key_env: ANTHROPIC_API_KEY}
   - {id: scripted, kind: fake}
 experiments: [{kind: single}]

@@ -84,7 +84,7 @@ def _stream_at(clock: ScriptedClock) -> httpx.Response:
 
 def _record(warm: bool, opens: bool) -> tuple[Any, list[bool]]:
     clock = ScriptedClock()
-    provider = make_provider("openai_compatible", base_url=_URL)
+    provider = make_provider("openai_compatible", base_url=_URL, transport="httpx")
     asked: list[bool] = []
 
     async def connect_ahead(client: httpx.AsyncClient) -> bool:

@@ -70,7 +70,7 @@ ADAPTERS = {
     "openai_compatible": Adapter(
         "openai_compatible",
         "http://vllm.test:8000/v1/chat/completions",
-        {"base_url": "http://vllm.test:8000/v1"},
+        {"base_url": "http://vllm.test:8000/v1", "transport": "httpx"},
         None,
         openai_events,
         sse(OPENAI_ERR),
@@ -79,7 +79,7 @@ ADAPTERS = {
     "llamacpp": Adapter(
         "llamacpp",
         "http://llama.test:8080/v1/chat/completions",
-        {"base_url": "http://llama.test:8080"},
+        {"base_url": "http://llama.test:8080", "transport": "httpx"},
         None,
         openai_events,
         sse(OPENAI_ERR),

@@ -18,7 +18,9 @@ def test_total_timeout_keeps_timings_reached() -> None:
     events = list(openai_events(["a", "b"], usage=oa_usage(7, 2)))
     # Role and "a" at once, then a stall far longer than the 0.2 s total timeout.
     response = sse_response(events, sleep_s=[0, 0, 5, 0, 0, 0, 0])
-    provider = make_provider("openai_compatible", base_url=BASE, timeouts={"total": 0.2})
+    provider = make_provider(
+        "openai_compatible", base_url=BASE, timeouts={"total": 0.2}, transport="httpx"
+    )
     with respx.mock(assert_all_called=True) as router:
         router.post(f"{BASE}/chat/completions").mock(return_value=response)
         rec = record_one(provider)

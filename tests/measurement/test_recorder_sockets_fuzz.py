@@ -64,7 +64,7 @@ async def _record_over_a_socket(
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     settings = _settings_for(kind, f"http://127.0.0.1:{port}")
-    provider = make_provider(kind, api_key=PLANTED_KEY, **settings, transport=transport)
+    provider = make_provider(kind, api_key=PLANTED_KEY, **{**settings, "transport": transport})
     cancelled: list[RequestRecord] = []
     try:
         recorder = StreamRecorder(on_cancelled=cancelled.append)

@@ -235,7 +235,7 @@ RECORDED = [
         "llamacpp_chat.sse",
         "http://llama.test:8080/v1/chat/completions",
         {"x-request-id": "req_l"},
-        {"base_url": "http://llama.test:8080"},
+        {"base_url": "http://llama.test:8080", "transport": "httpx"},
         id="llamacpp",
     ),
     pytest.param(

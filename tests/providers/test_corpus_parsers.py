@@ -184,7 +184,9 @@ def test_streamed_output_tokens_rules(
 def test_mistral_thinking_is_not_text_with_store_text_off() -> None:
     fixture = next(f for f in CORPUS if f.name == "mistral_thinking_parts")
     clock = ScriptedClock()
-    provider = make_provider("openai_compatible", base_url="http://mistral.test/v1")
+    provider = make_provider(
+        "openai_compatible", base_url="http://mistral.test/v1", transport="httpx"
+    )
     times = [10.0 * (i + 1) for i in range(len(fixture.events()))]
     with respx.mock() as router:
         router.post("http://mistral.test/v1/chat/completions").mock(
@@ -224,7 +226,7 @@ def _scripted(
     events = fixture.events()
     times = [10.0 * (i + 1) for i in range(len(events))]
     key = "sk-test" if kind in ("openai", "anthropic") else None
-    provider = make_provider(kind, api_key=key, base_url=base_url)
+    provider = make_provider(kind, api_key=key, base_url=base_url, transport="httpx")
     with respx.mock() as router:
         router.post(url).mock(return_value=sse_response(events, clock=clock, times_ms=times))
         return record_one(provider, chat(), clock=clock), times

@@ -34,7 +34,9 @@ def openai(**kw):
 
 
 def compat(**kw):
-    return make_provider("openai_compatible", base_url="http://vllm.test:8000/v1", **kw)
+    return make_provider(
+        "openai_compatible", base_url="http://vllm.test:8000/v1", **{"transport": "httpx", **kw}
+    )
 
 
 def sent_body(route: respx.Route) -> dict:
@@ -80,7 +82,10 @@ def test_compatible_sends_a_key_when_given() -> None:
     with respx.mock() as router:
         route = router.post(COMPAT_URL).mock(return_value=sse_response(openai_events(["x"])))
         provider = make_provider(
-            "openai_compatible", api_key="vllm-key", base_url="http://vllm.test:8000/v1/"
+            "openai_compatible",
+            api_key="vllm-key",
+            base_url="http://vllm.test:8000/v1/",
+            transport="httpx",
         )
         record_one(provider)
     assert route.calls.last.request.headers["authorization"] == "Bearer vllm-key"

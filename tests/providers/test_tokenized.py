@@ -81,7 +81,9 @@ def test_vllm_tokenize_with_token_strings_at_the_server_root() -> None:
     with respx.mock() as router:
         route = router.post(VLLM + "/tokenize").mock(return_value=httpx.Response(200, json=reply))
         got = cut(
-            make_provider("openai_compatible", base_url=VLLM + "/v1", model="meta-llama/L"),
+            make_provider(
+                "openai_compatible", base_url=VLLM + "/v1", transport="httpx", model="meta-llama/L"
+            ),
             "Hello world!",
         )
     sent = json.loads(route.calls.last.request.content)
@@ -100,7 +102,9 @@ def test_sglang_tokenize_gives_ids_without_pieces() -> None:
     reply = {"tokens": [1, 2, 3], "count": 3, "max_model_len": 4096}
     with respx.mock() as router:
         router.post(VLLM + "/tokenize").mock(return_value=httpx.Response(200, json=reply))
-        got = cut(make_provider("openai_compatible", base_url=VLLM + "/v1"), "abc")
+        got = cut(
+            make_provider("openai_compatible", base_url=VLLM + "/v1", transport="httpx"), "abc"
+        )
     assert got == Tokenized("openai_compatible:/tokenize", 3, (1, 2, 3), None)
 
 
@@ -113,7 +117,9 @@ def test_llamacpp_behind_openai_compatible_is_asked_again_with_content() -> None
     )
     with respx.mock() as router:
         route = router.post(VLLM + "/tokenize").mock(side_effect=lambda request: next(replies))
-        got = cut(make_provider("openai_compatible", base_url=VLLM + "/v1"), "hi")
+        got = cut(
+            make_provider("openai_compatible", base_url=VLLM + "/v1", transport="httpx"), "hi"
+        )
     assert json.loads(route.calls.last.request.content) == {"content": "hi", "with_pieces": True}
     assert got is not None and got.ids == (5,) and got.pieces == (b"hi",)
 
@@ -122,10 +128,18 @@ def test_a_server_without_tokenize_falls_back_to_the_offline_encoding_or_none() 
     with respx.mock() as router:
         router.post(VLLM + "/tokenize").mock(return_value=httpx.Response(404))
         oss = cut(
-            make_provider("openai_compatible", base_url=VLLM + "/v1", model="openai/gpt-oss-20b"),
+            make_provider(
+                "openai_compatible",
+                base_url=VLLM + "/v1",
+                transport="httpx",
+                model="openai/gpt-oss-20b",
+            ),
             "hello world",
         )
-        other = cut(make_provider("openai_compatible", base_url=VLLM + "/v1"), "hello world")
+        other = cut(
+            make_provider("openai_compatible", base_url=VLLM + "/v1", transport="httpx"),
+            "hello world",
+        )
     assert oss is not None and oss.tokenizer == "tiktoken:o200k_harmony" and oss.count == 2
     assert other is None
 
@@ -184,7 +198,9 @@ def test_no_diff_where_the_framing_is_unknown() -> None:
     with respx.mock() as router:
         router.post(VLLM + "/v1/chat/completions").mock(return_value=sse_response(events))
         rec = record_one(
-            make_provider("openai_compatible", base_url=VLLM + "/v1", model="gpt-oss-20b"),
+            make_provider(
+                "openai_compatible", base_url=VLLM + "/v1", transport="httpx", model="gpt-oss-20b"
+            ),
             chat("hello world"),
         )
     assert rec.usage.input_tokens_local == 2  # counted with o200k_harmony

@@ -91,11 +91,11 @@ NDJSON_KINDS = frozenset({"ollama"})
 # A provider of each kind, as a config would give it; the key is planted in every one.
 PROVIDER_SETTINGS: dict[str, dict[str, Any]] = {
     "openai": {"model": "gpt-4.1-mini"},
-    "openai_compatible": {"base_url": "http://compat.test:8000/v1"},
-    "llamacpp": {"base_url": "http://llama.test:8080"},
+    "openai_compatible": {"base_url": "http://compat.test:8000/v1", "transport": "httpx"},
+    "llamacpp": {"base_url": "http://llama.test:8080", "transport": "httpx"},
     "anthropic": {"model": "claude-haiku-4-5"},
     "openai_responses": {"model": "gpt-5-mini"},
-    "ollama": {"base_url": "http://ollama.test:11434"},
+    "ollama": {"base_url": "http://ollama.test:11434", "transport": "httpx"},
 }
 
 

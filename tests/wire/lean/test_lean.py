@@ -259,15 +259,15 @@ def test_transport_lean_behind_a_proxy_is_refused_with_one_message(
         ("https://[::1]:8443/v1", "auto", True),
         ("http://127.0.0.1:8080/v1", "httpx", False),  # asked for: kept
         ("https://api.example.invalid/v1", "auto", False),  # hosted, outside a load level
-        ("http://gpu-box.invalid:8000/v1", "auto", False),
+        ("http://gpu-box.invalid:8000/v1", "auto", True),  # a server on the LAN, plain http
+        ("https://gpu-box.invalid:8443/v1", "auto", False),
     ],
-    ids=["loopback", "localhost", "ipv6-loopback-https", "httpx-asked", "hosted", "lan"],
+    ids=["loopback", "localhost", "ipv6-loopback-https", "httpx-asked", "hosted", "lan", "lan-tls"],
 )
-def test_auto_reads_a_server_on_this_machine_through_lean(
-    url: str, transport: str, lean: bool
-) -> None:
+def test_auto_reads_a_near_server_through_lean(url: str, transport: str, lean: bool) -> None:
     # httpx stamps the request sent after its own return path, on loopback after the server
-    # has read it; a local server is where that share of the first token shows. Building
+    # has read it; a near server (this machine, or plain http on a LAN) is where that share
+    # of the first token shows. Building
     # the provider opens no socket (the unit tier refuses one): the kernel-stamp probe
     # waits for the set-up or the first connection.
     assert _provider(url, transport, pool_size=None).connections.lean is lean
