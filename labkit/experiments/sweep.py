@@ -1,37 +1,13 @@
 """`sweep`: the largest request rate (or concurrency) at which a provider meets the SLOs.
 
-A sweep is a sequence of load levels (`labkit.experiments.load`, the same requests, pacing
-and worker processes), each chosen from the ones before it:
-
-1. **baseline** — concurrency 1, one request at a time: the service time alone. If it
-   misses the SLOs, no load meets them and the sweep stops.
-2. **throughput** — a closed loop of `throughput_concurrency` streams: the most requests
-   per second the provider completes, the top of the search.
-3. **bisection** — open-loop levels between the baseline's rate (which met) and the
-   first rate that misses: the first is the throughput probe's rate, and while the top
-   level still meets, the next is `_EXPAND` times higher (a closed loop's completed rate
-   is only an estimate of the ceiling); once one misses, each level halves the interval.
-   A level that meets every SLO without saturating raises the bottom, any other lowers
-   the top. A rate at or under the baseline's own that fails refutes the baseline (one
-   request at a time is no open-loop pass): the search steps down by `_EXPAND` from it
-   until a rate passes. In ``mode: concurrency`` the bisection is over closed-loop stream
-   counts between 1 and `throughput_concurrency`.
-
-Each level's verdict is `pass`, `fail` or `undecided` at 95% (`labkit.analysis.slo`): a level
-whose requests cannot tell runs again, twice as long, until its verdict is decided or it
-would exceed `max_requests_per_level` (it then stays undecided, and says so). A pass, an
-undecided one included, is one continuous run, so a rate above capacity has the time to
-build its queue. A rate level *saturates* (fails) when labkit could not send at the rate,
-when the requests complete more slowly than they arrive, or when TTFT keeps growing through
-the level (the provider's queue grows): such a rate cannot be held however good its first
-requests were. Passing levels raise the bottom of the search, failing ones lower its top;
-undecided ones lie inside. The sweep stops when the interval is narrower than `resolution`
-(one stream in concurrency mode), when its middle is a level already undecided, after
-`max_probes` levels, or once `max_duration_s` has passed; the answer gives the knee (the
-largest level that passed) and the interval [largest pass, smallest fail) it lies in.
-
-Every choice is computed from the records, so `analyze` retraces the sweep, and a resumed
-run reuses the levels it finished (a finished probe is not redone).
+Load levels (`labkit.experiments.load`), each chosen from the ones before it: a synchronous
+baseline, a closed-loop throughput probe, then open-loop rates (or stream counts) bisected
+between the largest that passed and the smallest that failed, looking ×`_EXPAND` higher while
+nothing failed and lower once a rate at or under the baseline's failed (one request at a time
+is no open-loop pass). Verdicts are decided at 95% (`labkit.analysis.slo`), an undecided level
+runs again twice as long; a rate that cannot be held saturates. Every choice is computed from
+the records, so `analyze` retraces it and a resumed run reuses finished levels. The rules in
+full: docs/experiments.md ("The sweep") and docs/measurement.md (the sweep's verdicts).
 """
 
 from __future__ import annotations
