@@ -37,13 +37,12 @@ import runs the Python one, ``c`` insists on C (`SELECT_IMPLEMENTATION` says whi
 Both keep the same windows, history, counts and states for the same calls and clock
 readings (tests/wire/test_loopclock_parity.py).
 
-Cost: two clock reads per ``select()``, one ``pread`` of the counters (~1 µs warm, 2-3 cold)
-per one that may block and a second for one that did; per socket reported, a look-up and a
-queued tuple; per read, a few list appends; per event, its share of one pass at the end of
-the stream (benchmarks/bench_recorder.py). In C a ``select(0)`` costs less than the bare
-epoll selector's (k of 32 sockets ready: 0.95 against 1.34 µs warm at k=1), one that may
-block about the counters' ``pread`` more (2.1 against 1.6); in Python 1.9 and 3.4
-(benchmarks/bench_select.py, docs/accuracy.md).
+Cost: two clock reads per ``select()``, the counters (a ``pread``, ~1 µs warm, 2-3 cold)
+before one that may block and again after one that did (the C reader reads them again only
+after a context switch, `getrusage`, ~0.2 µs: they cannot change without one); per socket
+reported, a look-up and a queued tuple; per read, a few list appends; per event, its share of
+one pass at the end of the stream (benchmarks/bench_recorder.py, bench_select.py,
+docs/accuracy.md).
 """
 
 from __future__ import annotations

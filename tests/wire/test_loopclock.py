@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 import selectors
+import socket
 import sys
+import threading
+import time
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
@@ -240,3 +243,51 @@ def test_no_scheduler_counters_where_the_file_is_missing(
         assert clock is not None and clock.schedstat is None
     finally:
         loop.close()
+
+
+def _sleeping(tid: int) -> bool:
+    """Whether thread `tid` of this process is asleep (state S in its /proc stat)."""
+    with open(f"/proc/self/task/{tid}/stat", "rb") as stat:
+        return stat.read().rsplit(b")", 1)[1].split()[0] == b"S"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux /proc")
+def test_the_counters_are_read_again_once_the_thread_was_switched_out(tmp_path: Path) -> None:
+    # The C reader keeps its last reading while the thread's context switches stand still
+    # (the run-queue delay and the run count change only across a switch). A file stands
+    # in for the counters: they "change" while the thread sleeps, and again while it waits
+    # in the select() (woken, it waited 1 ms for a CPU). Read again both times, the wake is
+    # placed 1 ms before the return; the stale first reading would add 7 ms more.
+    module, why = loopclock.compiled_module()
+    if module is None:
+        pytest.skip(f"labkit was built without labkit.wire._loopclock ({why})")
+    counters = tmp_path / "schedstat"
+    counters.write_bytes(b"100 1000000 1\n")
+    fd = os.open(counters, os.O_RDONLY)
+    sel = TimedSelector(schedstat=module.Schedstat(fd))
+    a, b = socket.socketpair()
+    selecting = threading.get_native_id()
+
+    def send_once_asleep() -> None:
+        while not _sleeping(selecting):
+            time.sleep(0.0005)
+        time.sleep(0.005)  # well blocked (`BLOCKED_NS`), and longer than the 1 ms below
+        counters.write_bytes(b"100 9000000 3\n")
+        b.send(b"x")
+
+    try:
+        sel.register(a, selectors.EVENT_READ)
+        assert sel.select(timeout=0.01) == []  # the counters read before it: 1 ms, one run
+        counters.write_bytes(b"100 8000000 2\n")
+        time.sleep(0.002)  # switched out
+        writer = threading.Thread(target=send_once_asleep)
+        writer.start()
+        assert sel.select(timeout=10.0)
+        writer.join()
+        returned, _, blocked, woken = sel.history[-1]
+        assert blocked
+        assert woken == returned - 1_000_000
+    finally:
+        sel.close()
+        a.close()
+        b.close()
