@@ -257,7 +257,7 @@ def test_the_counters_are_read_again_once_the_thread_was_switched_out(tmp_path: 
     # (the run-queue delay and the run count change only across a switch). A file stands
     # in for the counters: they "change" while the thread sleeps, and again while it waits
     # in the select() (woken, it waited 1 ms for a CPU). Read again both times, the wake is
-    # placed 1 ms before the return; the stale first reading would add 7 ms more.
+    # placed 1 ms before the return; the stale first reading would put it up to 7 ms earlier.
     module, why = loopclock.compiled_module()
     if module is None:
         pytest.skip(f"labkit was built without labkit.wire._loopclock ({why})")
