@@ -615,9 +615,15 @@ class _RawProtocol(asyncio.Protocol):
             self.done.set_result(res)
 
 
-def raw_leg(base_url: str, concurrency: int, n_requests: int) -> LegResult:
+def raw_leg(
+    base_url: str,
+    concurrency: int,
+    n_requests: int,
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
+) -> LegResult:
     """The floor for one Python process: asyncio protocol, no HTTP library, no pool
-    (on https: asyncio's own TLS, trusting ``SSL_CERT_FILE``)."""
+    (on https: asyncio's own TLS, trusting ``SSL_CERT_FILE``); on loops from
+    `loop_factory` (default: asyncio's own, as ``asyncio.run``)."""
     url = httpx.URL(base_url)
     host, port = url.host, url.port or (443 if url.scheme == "https" else 80)
     host_port = f"{host}:{port}"
@@ -665,7 +671,8 @@ def raw_leg(base_url: str, concurrency: int, n_requests: int) -> LegResult:
                 p.transport.close()
         return LegResult(results, cpu, wall)
 
-    return asyncio.run(run())
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        return runner.run(run())
 
 
 def labkit_httpx_leg(base_url: str, concurrency: int, n_requests: int) -> LegResult:

@@ -26,8 +26,7 @@ import argparse
 import asyncio
 import selectors
 import sys
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Callable
 
 import bench_load as bl  # this tree's labkit and scripted_server first on sys.path
 from scripted_server import ScriptedServer, raise_open_files_limit
@@ -53,26 +52,11 @@ def _loops() -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
     }
 
 
-def _on(factory: Callable[[], asyncio.AbstractEventLoop]) -> Callable[..., Any]:
-    """``asyncio.run`` on loops from `factory` (what `raw_leg` calls to run its client)."""
-
-    def run(main: Coroutine[Any, Any, Any]) -> Any:
-        with asyncio.Runner(loop_factory=factory) as runner:
-            return runner.run(main)
-
-    return run
-
-
 def floor_on(
     factory: Callable[[], asyncio.AbstractEventLoop], url: str, streams: int, requests: int
 ) -> tuple[float, int]:
     """One run of the floor's client on loops from `factory`: its CPU (s) and events read."""
-    real_run = bl.asyncio.run
-    bl.asyncio.run = _on(factory)
-    try:
-        got = bl.raw_leg(url, streams, requests)
-    finally:
-        bl.asyncio.run = real_run
+    got = bl.raw_leg(url, streams, requests, loop_factory=factory)
     return got.cpu_s, sum(len(r.stamps_ns) for r in got.streams)
 
 
