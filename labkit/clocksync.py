@@ -2,26 +2,11 @@
 
 A record's `t_start_mono_ns` is `time.perf_counter_ns()` of the process that measured it:
 on one host every process shares that clock, across hosts each has its own origin and rate.
-Before a level (and again after it) the driver exchanges stamps with each remote actor:
-
-    t_send   = driver clock, just before asking
-    t_remote = remote clock, read while answering
-    t_recv   = driver clock, when the answer arrived
-
-The remote read happened somewhere in ``[t_send, t_recv]``, so ``t_remote`` maps to the
-driver's midpoint ``(t_send + t_recv) / 2`` give or take half the round trip, whatever the
-split of the delays between the two directions. Of repeated exchanges the one with the
-shortest round trip is kept (the tightest bound; NTP's clock filter does the same), and
-`ClockOffset.uncertainty_ns` is its half round trip: the true offset lies within
-``offset_ns ± uncertainty_ns``.
-
-A record carries its host and both estimates (`RecordClock`); `driver_start_ns` puts its
-`t_start` on the driver's clock. Where the estimates before and after a level differ (the
-clocks drift apart, or one was stepped) the record's time is known no better than half that
-difference: `clock_uncertainty_ns` adds it. The run folder keeps every host's estimates per
-level in ``clock-<experiment>.jsonl`` (`write_clock_log`, `read_clock_log`).
-
-A leaf beside `labkit.records`: it imports the records and nothing of HTTP, Ray or the runner.
+Before a level and again after it the driver exchanges stamps with each remote actor and
+keeps the exchange with the shortest round trip (`offset_from_exchanges`); `driver_start_ns`
+puts a record's `t_start` on the driver's clock. Definitions and bounds: docs/measurement.md,
+"One clock across hosts". A leaf beside `labkit.records`: it imports the records and nothing
+of HTTP, Ray or the runner.
 """
 
 from __future__ import annotations
@@ -76,6 +61,11 @@ class ClockOffset:
 def offset_from_exchanges(exchanges: Sequence[tuple[int, int, int]]) -> ClockOffset:
     """The offset from `(t_send_driver, t_remote, t_recv_driver)` exchanges: the sample with
     the shortest round trip, its remote read taken at the driver's midpoint.
+
+    The remote read happened somewhere in ``[t_send, t_recv]``, so ``t_remote`` maps to
+    ``(t_send + t_recv) / 2`` give or take half the round trip, whatever the split of the
+    delays between the two directions; the shortest round trip is the tightest bound (NTP's
+    clock filter keeps it too).
 
     Raises ValueError when there is no exchange or one whose answer came before its question.
     """

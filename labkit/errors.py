@@ -1,17 +1,11 @@
 """labkit's exception tree. Every error a user can cause is one of these, with one clear message.
 
-    LabkitError
-     ├── ConfigError            a config file that is not valid (names the file and field path)
-     ├── ProviderUnavailable    a provider that cannot run here (e.g. its key variable is unset)
-     ├── SetupError             llama-server or the model could not be found, built or fetched
-     ├── ServerError            the managed llama-server failed to start or died
-     └── RunError               a run folder that cannot be written, read or resumed
-
-Per-request failures (HTTP status, timeouts, malformed streams) are not exceptions: they are
-measured and stored in the record's ``error`` field. Inside the recorder a parser signals a
-malformed stream with `MalformedStream` (not a LabkitError: it never reaches the CLI); any
-other exception escaping a parser is labkit's own bug and is recorded as
-``error.kind = internal``.
+`LabkitError` is the base of `ConfigError`, `ProviderUnavailable`, `SetupError`, `ServerError`
+and `RunError`. Per-request failures (HTTP status, timeouts, malformed streams) are not
+exceptions: they are measured and stored in the record's ``error`` field. Inside the recorder
+a parser signals a malformed stream with `MalformedStream` (not a LabkitError: it never
+reaches the CLI); any other exception escaping a parser is labkit's own bug and is recorded
+as ``error.kind = internal``.
 """
 
 from __future__ import annotations
@@ -32,15 +26,17 @@ class LabkitError(Exception):
 
 
 class ConfigError(LabkitError):
-    """The configuration is not valid."""
+    """The configuration is not valid (the message names the file and field path)."""
 
 
 class ProviderUnavailable(LabkitError):
-    """A provider cannot run in this environment (missing key, missing server)."""
+    """A provider cannot run in this environment (missing key, e.g. its key variable is
+    unset; missing server)."""
 
 
 class SetupError(LabkitError):
-    """The local llama-server binary or model could not be made available."""
+    """The local llama-server binary or model could not be made available (found, built or
+    fetched)."""
 
 
 class ServerError(LabkitError):

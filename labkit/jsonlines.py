@@ -1,14 +1,13 @@
 """Reading JSON Lines files that may come from anywhere (a truth log, a schedule file, an
-agent trace) one line at a time: memory bounded by the longest line allowed, never by the
-file; every way a line can be wrong is one `ConfigError` line naming ``file:line`` (a leaf
-module: imports only labkit.errors and pydantic). A reader that may stop early reads in
-``with contextlib.closing(...)``, so the file is closed at once.
-
-Refused, each with its reason: a line longer than the cap, bytes that are not UTF-8, text
-that is not JSON, ``NaN``, ``Infinity`` and ``1e999`` (JSON has no such numbers; Python's
-decoder takes them), and nesting deeper than `MAX_DEPTH` (checked before decoding, so the
-decoder never recurses into a RecursionError). `loads_strict` is the one strict decoder, for
-a document read whole too (a peer's results file).
+agent trace) one line at a time: memory bounded by the longest line allowed, never by the file;
+every way a line can be wrong is one `ConfigError` line naming ``file:line`` (a leaf module:
+imports only labkit.errors and pydantic). A reader that may stop early reads in
+``with contextlib.closing(...)``, so the file is closed at once. Refused, each with its reason:
+a line longer than the cap, bytes that are not UTF-8, text that is not JSON, ``NaN``,
+``Infinity`` and ``1e999`` (JSON has no such numbers; Python's decoder takes them), and nesting
+deeper than `MAX_DEPTH` (checked before decoding, so the decoder never recurses into a
+RecursionError). `loads_strict` is the one strict decoder, for a document read whole too (a
+peer's results file).
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """Money: a dated price table and what one request cost under it.
 
-The user supplies the prices (``prices:`` in the config, docs/pricing.md); labkit ships none,
-because it could not keep them current. A table holds entries per provider × model, each
-dated: the entry in force at a request's ``started_at`` is the latest one dated at or before
-it. Prices are per million tokens, in the entry's currency.
-
-One cost definition, used everywhere (the report, ``compare``, the observatory, the watch's
-budget): `token_cost`. A record's usage says
-
-- ``input_tokens``: every prompt token, cached reads and cache writes included;
-- ``cached_input_tokens``: prompt tokens read from the provider's cache (OpenAI
-  ``cached_tokens``, Anthropic ``cache_read_input_tokens``), billed at ``cached_read``;
-- ``cache_write_input_tokens``: prompt tokens written to the cache (Anthropic
-  ``cache_creation_input_tokens``), billed at ``cache_write``;
-- ``output_tokens``: every output token, reasoning included (billed as output).
-
-The rest of the prompt, ``input − cached read − cache write``, is billed at ``input``. A
-``cached_read`` or ``cache_write`` price left out is the ``input`` price.
+The user supplies the prices (``prices:`` in the config); labkit ships none, because it could
+not keep them current. A table holds dated entries per provider × model: the entry in force
+at a request's ``started_at`` is the latest one dated at or before it. Prices are per
+million tokens, in the entry's currency. One cost definition, used everywhere (the report,
+``compare``, the observatory, the watch's budget): `token_cost`. Which tokens each price
+applies to: docs/pricing.md, "One cost definition".
 """
 
 from __future__ import annotations
@@ -182,10 +171,12 @@ def token_cost(
     cached_read_tokens: int = 0,
     cache_write_tokens: int = 0,
 ) -> CostBreakdown:
-    """The cost of one request's tokens: the one cost definition (see the module's text).
+    """The cost of one request's tokens: the one cost definition (docs/pricing.md).
 
     `input_tokens` includes the cached reads and cache writes; `output_tokens` includes
-    reasoning. The uncached rest of the prompt is never counted below zero.
+    reasoning. The uncached rest of the prompt, ``input − cached read − cache write``, is
+    billed at ``input`` and never counted below zero; a ``cached_read`` or ``cache_write``
+    price left out is the ``input`` price.
     """
     prices = (price.input, price.output, price.cached_read_price, price.cache_write_price)
     parts = _parts(prices, input_tokens, output_tokens, cached_read_tokens, cache_write_tokens)

@@ -2,15 +2,10 @@
 
 One row per record (warm-ups and failures included: filter on ``warmup`` and ``ok``), the
 contract's scalar fields flattened under dotted names, exactly as `docs/measurement.md`
-spells them: ``client.ttft_ms``, ``provider_timings.prefill_ms``, ``usage.output_tokens``,
-``app.client_path``, ``error.kind``, ``tags.<label>``. The same names are what DuckDB's
-struct access gives on ``records.jsonl`` (``client.ttft_ms``), so a query reads alike in
-both. Also present: ``ok`` (no error), ``run_dir``, ``client.n_events`` (the length of
-``client.event_offsets_ms``) and ``file_offset`` (the record's byte offset in the file).
-Left out: the per-event arrays, ``params``, ``provider_timings.raw`` and ``output_text``;
-read those from ``records.jsonl`` itself.
-
-Durations are float milliseconds; a value that was not observed is NaN (null in the file).
+spells them (``client.ttft_ms``, ``tags.<label>``): the names DuckDB's struct access gives on
+``records.jsonl``, so a query reads alike in both. Left out: the per-event arrays, ``params``,
+``provider_timings.raw`` and ``output_text``; read those from ``records.jsonl`` itself. Every
+column, and how missing values read: docs/runs.md, "Runs as data".
 """
 
 from __future__ import annotations

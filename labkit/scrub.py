@@ -3,32 +3,10 @@ sends can drive a terminal.
 
 Keys are registered once, where they are read (`register_secret`, called by
 `ProviderSettings.resolve_api_key` in the run and in every worker process). Values in memory
-may hold a key; what is written or printed goes through one of these at its sink:
-
-- `scrub(text)`: every registered key replaced by ``***``, in every form a server or library
-  could produce: raw; JSON-escaped (``\\uXXXX`` for any character, ``\\/``, ``\\"``);
-  repr-escaped (``\\xXX``, ``\\'``); percent-encoded (quote and quote_plus, either hex case);
-  HTML entities (decimal, hex, named); mixed forms of these, character by character; base64
-  and URL-safe base64 of the key at any alignment inside a larger encoded string (so
-  ``Bearer KEY`` and ``user:KEY`` are covered too). A truncated key is scrubbed from its
-  first `FRAGMENT_CHARS` characters on (after its vendor prefix, if it has one): labkit
-  cuts messages and body excerpts to fixed lengths, which keeps a prefix; a shorter prefix
-  of a real key (32 characters or more) leaves over 20 random characters unknown, and a
-  10-character run of a random key does not occur in honest text by chance.
-- `scrub_json(text)`: the same over a JSON document (records.jsonl lines, manifest.json,
-  lab.json), matching each form as JSON escaping wrote it, so the document stays valid.
-- `for_people(text)`: terminal control sequences stripped (`strip_controls`), then scrubbed;
-  for everything written for people (consoles, summary.txt, report.md/html, logs).
-
-A key in a documented vendor format (`key_prefix`: ``sk-ant-api03-``, ``sk-proj-``, ``xai-``,
-``hf_``, ...) counts from its prefix plus `FRAGMENT_CHARS` random characters: the prefix alone
-is plain text (docs, names like ``xai-grok-4``) and is never masked by itself.
-
-Whether a vendor-prefixed string is a key or a name that happens to start like one
-(``xai-grok-4-fast-reasoning-stream``) is `random_looking`'s question: see there.
-
-Keys shorter than `MIN_SECRET_CHARS` are not registered: they are placeholders (``EMPTY``,
-``none``, ``x``) that local servers accept, and masking them would corrupt every output.
+may hold a key; what is written or printed goes through one of these at its sink: `scrub`
+(every registered key, in every form a server or library could produce, replaced by ``***``),
+`scrub_json` (the same over a JSON document, which stays valid) and `for_people` (control
+sequences stripped, then scrubbed). See docs/guarantees.md, "The key never reaches an output".
 """
 
 from __future__ import annotations
@@ -66,9 +44,14 @@ __all__ = [
 
 #: What a secret is replaced with.
 MASK = "***"
-#: Shorter keys are placeholders, not credentials: never registered.
+#: Shorter keys are placeholders, not credentials (``EMPTY``, ``none``, ``x``, which local
+#: servers accept): never registered, since masking them would corrupt every output.
 MIN_SECRET_CHARS = 8
-#: A key's prefix from this many characters on counts as the key (a truncated copy).
+#: A key's prefix from this many characters on counts as the key (a truncated copy), after
+#: its vendor prefix (`key_prefix`) if it has one: labkit cuts messages and body excerpts to
+#: fixed lengths, which keeps a prefix. A shorter prefix of a real key (32 characters or more)
+#: leaves over 20 random characters unknown, and a 10-character run of a random key does not
+#: occur in honest text by chance.
 FRAGMENT_CHARS = 10
 
 _NAMED_ENTITIES = {
@@ -183,8 +166,11 @@ RANDOM_CHARS = 8
 
 
 def key_prefix(text: str) -> str:
-    """The documented key prefix `text` starts with (``sk-ant-api03-``, ``xai-``, ...), or
-    ``""``."""
+    """The documented key prefix `text` starts with (``sk-ant-api03-``, ``sk-proj-``,
+    ``xai-``, ``hf_``, ...), or ``""``. A key in such a format counts from its prefix plus
+    `FRAGMENT_CHARS` random characters: the prefix alone is plain text (docs, names like
+    ``xai-grok-4``) and is never masked by itself; whether what follows is a key or a name
+    is `random_looking`'s question."""
     found = _VENDOR_PREFIX.match(text)
     return found.group() if found else ""
 
@@ -298,19 +284,30 @@ def registered_secrets() -> tuple[str, ...]:
 
 
 def scrub(text: str) -> str:
-    """`text` with every registered secret, in every encoding, replaced by `MASK`."""
+    """`text` with every registered secret, in every encoding, replaced by `MASK`.
+
+    The forms: raw; JSON-escaped (``\\uXXXX`` for any character, ``\\/``, ``\\"``);
+    repr-escaped (``\\xXX``, ``\\'``); percent-encoded (quote and quote_plus, either hex
+    case); HTML entities (decimal, hex, named); mixed forms of these, character by character;
+    base64 and URL-safe base64 of the key at any alignment inside a larger encoded string (so
+    ``Bearer KEY`` and ``user:KEY`` are covered too); and a truncated key from its first
+    `FRAGMENT_CHARS` characters on.
+    """
     matcher = _plain
     return text if matcher is None else matcher.sub(text)
 
 
 def scrub_json(text: str) -> str:
-    """`scrub` for a JSON document: matches each encoding as JSON escaping wrote it."""
+    """`scrub` for a JSON document (records.jsonl lines, manifest.json, lab.json): matches
+    each encoding as JSON escaping wrote it, so the document stays valid."""
     matcher = _json
     return text if matcher is None else matcher.sub(text)
 
 
 def for_people(text: str) -> str:
-    """`text` fit for a terminal or a report: control sequences stripped, secrets scrubbed."""
+    """`text` fit for a terminal or a report: control sequences stripped (`strip_controls`),
+    secrets scrubbed; for everything written for people (consoles, summary.txt,
+    report.md/html, logs)."""
     return scrub(strip_controls(text))
 
 

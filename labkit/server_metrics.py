@@ -2,27 +2,12 @@
 they say over a time window (a load level).
 
 The scraper (`labkit.runner.scrape`) parses each ``/metrics`` body with prometheus-client's
-text parser and keeps a small typed summary of it (`ServerMetricsSample`), one JSON line per
-scrape in ``server-metrics-<provider>.jsonl``:
-
-- `running`: llama-server `llamacpp:requests_processing`, vLLM `vllm:num_requests_running`,
-  SGLang `sglang:num_running_reqs`;
-- `waiting`: `llamacpp:requests_deferred`, `vllm:num_requests_waiting`,
-  `sglang:num_queue_reqs`;
-- `kv_cache_use` (0–1): `llamacpp:kv_cache_usage_ratio` (older llama-server builds; the
-  build labkit pins exports none), `vllm:kv_cache_usage_perc` (`vllm:gpu_cache_usage_perc` before
-  v1; a fraction despite the name), `sglang:token_usage`;
-- `ttft_buckets`: the histograms `vllm:time_to_first_token_seconds`,
-  `sglang:time_to_first_token_seconds` (llama-server has none);
-- `itl_buckets`: `vllm:inter_token_latency_seconds` (`vllm:time_per_output_token_seconds`
-  before it), `sglang:inter_token_latency_seconds` (`sglang:time_per_output_token_seconds`).
-
-Names are matched by what arrives, whichever server sent it; series of one metric with
-different labels (models, engines) are added up (gauges of use: the largest is kept).
-Each sample names the metric each figure came from (`sources`).
-
-A leaf module (records-level): the report reads these files from a copied run folder with
-no provider code and no network.
+text parser and keeps a small typed summary of it (`ServerMetricsSample`: requests running and
+waiting, KV-cache use, TTFT and inter-token histograms), one JSON line per scrape in
+``server-metrics-<provider>.jsonl``. Which metric of llama-server, vLLM and SGLang fills each
+figure: docs/experiments.md, "Load levels" (the server's own metrics). A leaf module
+(records-level): the report reads these files from a copied run folder with no provider code
+and no network.
 """
 
 from __future__ import annotations
@@ -117,6 +102,10 @@ def metrics_file_name(provider_id: str) -> str:
 
 def parse_metrics_text(text: str) -> tuple[dict[str, float | Buckets], dict[str, str]]:
     """The summary figures found in one Prometheus text body, and the metric each came from.
+
+    Names are matched by what arrives, whichever server sent it (first match wins); series of
+    one metric with different labels (models, engines) are added up (gauges of use: the
+    largest is kept).
 
     Raises ValueError when the body is not Prometheus text.
     """

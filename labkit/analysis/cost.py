@@ -1,20 +1,10 @@
 """What requests, agent sessions and successful answers cost under a dated price table.
 
 Every figure here rests on `labkit.pricing.frame_costs` (one cost definition, one row per
-request; docs/pricing.md). The frame is a runs-as-data frame (`labkit.rundata`) or the
-store's probes frame: the same column names.
-
-- **per request**: the mean cost of a priced, non-warm-up request (failed ones included where
-  the provider counted their tokens: they are billed), with its t-interval;
-- **per session**: the mean of each agent session's summed cost (records tagged ``session``
-  and ``agent``, every turn and retry), with its t-interval;
-- **per successful answer**: the total cost over the successful answers. A unit of work is
-  a request outside a session, or a whole session: a request succeeds when it has no error
-  and stopped on its own (``end``, ``stop_sequence``, ``tool_call``), a session when its
-  main agent's last turn did (`labkit.analysis.sessions.session_end`'s ``answer``). The
-  interval is a paired bootstrap over the units (`labkit.analysis.stats.ratio_of_sums`);
-- **goodput per unit of money**: successful answers per currency unit, the reciprocal of
-  the cost per successful answer (its interval the reciprocal of that one's bounds).
+request), read from a runs-as-data frame (`labkit.rundata`) or the store's probes frame: the
+same column names. The figures — per request, per session, per successful answer (a paired
+bootstrap over the units of work, `labkit.analysis.stats.ratio_of_sums`) and answers per unit of
+money — and what counts as a success: docs/pricing.md, "The figures".
 """
 
 from __future__ import annotations

@@ -1,25 +1,12 @@
 """The provider observatory's analysis: a store's probes into rollups, splits and changes.
 
 `compute(probes)` is the one entry point the dashboard and the terminal use; it fills
-`labkit.figures.observatory.ObservatoryFigures` (docs/observatory.md says what each figure
-means and how it is computed):
-
-- **rollups** (`rollups`): per provider × model × metric, the median and p90 with their
-  distribution-free intervals (`labkit.analysis.stats.quantile`) at each hour of the day
-  (UTC, every day pooled), over the last 72 hours and over the last 14 days;
-- **splits** (`splits`): each window's mean TTFT split into network and front end, the
-  provider's queue and its processing (prefill), with the mean decode per token beside it,
-  by `labkit.analysis.split`'s one definition; a part the provider does not report is None
-  ("not separable") and `separable` lists the parts it gave;
-- **changes** (`changes`): per provider × model × component (TTFT and each part of it, decode),
-  a CUSUM test for one shift in the per-round medians after the hour-of-day pattern is taken
-  out (so a daily bump is a curve, not a change), Benjamini–Hochberg across every test
-  (`scipy.stats.false_discovery_control`), the change time by least squares with a residual
-  bootstrap interval, the shift's size with a bootstrap interval (`scipy.stats.bootstrap`);
-  a TTFT shift is named by the part that moved with it; a new ``system_fingerprint`` or
-  ``server_build`` is an event of its own.
-
-Costs and same-model verdicts come from functions given as `costs` and `verdicts`.
+`labkit.figures.observatory.ObservatoryFigures` from `rollups` (median and p90 with their
+intervals per hour of the day, over 72 h and over 14 d), `splits` (each window's mean TTFT in
+its parts, by `labkit.analysis.split`'s one definition) and `changes` (one CUSUM-tested shift per
+series with the daily pattern taken out, Benjamini–Hochberg across every test; a new fingerprint
+or build is an event of its own). Costs and same-model verdicts come from functions given as
+`costs` and `verdicts`. What each figure means and how it is computed: docs/observatory.md.
 """
 
 from __future__ import annotations

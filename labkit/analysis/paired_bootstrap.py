@@ -1,27 +1,11 @@
 """The paired bootstrap of two quantiles, drawn exactly in O(log n) per resample.
 
-A paired bootstrap resample draws n of the n pairs (bᵢ, oᵢ) with replacement and takes
-the linear-interpolated q-quantile (``np.quantile``'s default) of its b's and of its o's.
-`paired_quantile_draws` draws (Q_b, Q_o) from exactly that joint distribution without
-building a resample, so its cost is O(n log n) once (sorting, a wavelet matrix) and
-O(log n) per resample, whatever n — where resampling costs O(n) per resample.
-
-Why it is exact. A resample is n uniforms U₁…Uₙ, each picking the pair of b-rank
-⌈n·U⌉ − 1 (pairs sorted by b). The quantile at h = (n−1)q needs the b's of order j+1
-and j+2 (j = ⌊h⌋): they are the pairs picked by the uniforms' order statistics U₍ⱼ₊₁₎ ~
-Beta(j+1, n−j) and U₍ⱼ₊₂₎ = U₍ⱼ₊₁₎ + (1−U₍ⱼ₊₁₎)·Beta(1, n−j−1). Given those two, the
-other uniforms are independent: j uniform below U₍ⱼ₊₁₎ and n−j−2 uniform above U₍ⱼ₊₂₎. Each
-of those picks a pair uniformly among the pairs whose b-rank interval lies wholly on its
-side, or the pair cut by the order statistic, with that pair's share of the length — a
-Binomial count for the cut pair, the rest uniform over a b-rank range. The o's of the
-resample are therefore: the two pairs at the order statistics (with their Binomial
-extras), L draws uniform over the b-ranks [0, k₁) and R draws uniform over [k₂+1, n).
-Their (j+1)-th and (j+2)-th smallest o's are found by descending a wavelet matrix of the
-pairs' o-ranks in b-order: at each level the draws that fall in a node split between its
-two halves as Binomials (draws with replacement, uniform over the node's pairs of each
-range; the matrix counts those pairs in O(1)), and the descent follows the target rank.
-Every step draws from the exact conditional law, so each (Q_b, Q_o) is one draw of the
-paired bootstrap distribution — no approximation, only the Monte Carlo error of B draws.
+A paired bootstrap resample draws n of the n pairs (bᵢ, oᵢ) with replacement and takes the
+linear-interpolated q-quantile (``np.quantile``'s default) of its b's and of its o's.
+`paired_quantile_draws` draws (Q_b, Q_o) from exactly that joint distribution without building a
+resample: O(n log n) once (sorting, a wavelet matrix), then O(log n) per resample whatever n,
+where resampling costs O(n). Why it is exact (Beta order statistics, Binomial counts down a
+wavelet matrix of the o-ranks in b-order): docs/compare.md, "How the interval is computed".
 """
 
 from __future__ import annotations
@@ -128,8 +112,9 @@ def paired_quantile_draws(
     """`size` draws of the paired bootstrap distribution of (``np.quantile(b*, q)``,
     ``np.quantile(o*, q)``), (b*, o*) a resample of the pairs (`base`[i], `other`[i]).
 
-    Exact (see the module): O(n log n) to prepare, O(log n) per draw. Needs 0 ≤ q < 1 and
-    at least two pairs. Several quantiles of the same pairs: `PairedQuantiles`, prepared once.
+    Exact (docs/compare.md, "How the interval is computed"): O(n log n) to prepare, O(log n)
+    per draw. Needs 0 ≤ q < 1 and at least two pairs. Several quantiles of the same pairs:
+    `PairedQuantiles`, prepared once.
     """
     return PairedQuantiles(base, other).draws(q, size, rng)
 
@@ -179,7 +164,7 @@ def _draw(
     size: int,
     rng: np.random.Generator,
 ) -> tuple[_Floats, _Floats]:
-    """The draws of `PairedQuantiles.draws` (see the module for why they are exact)."""
+    """The draws of `PairedQuantiles.draws` (why they are exact: docs/compare.md)."""
     h = (n - 1) * q
     j = math.floor(h)
     g = h - j

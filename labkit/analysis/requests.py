@@ -1,14 +1,12 @@
 """Request statistics per provider × experiment × model × client path, computed once.
 
 Rules (docs/measurement.md): warm-up requests are stored but never in statistics; failed
-requests are left out of the latency statistics and counted by error kind. Each metric's
-p50, p90 and p99 carry their distribution-free interval (`labkit.analysis.stats`). A group
-the self-check flags (`labkit.analysis.selfcheck`: stamps late by labkit's own doing) carries the
-reason, and every renderer marks its numbers.
-
-The runner stores the result in lab.json (`LabResults.requests`); the run summary, the
-report and summary.csv render it, and the report computes it here, from records.jsonl,
-for a run whose lab.json predates it.
+requests are left out of the latency statistics and counted by error kind. Each metric's p50,
+p90 and p99 carry their distribution-free interval (`labkit.analysis.stats`). A group the
+self-check flags (`labkit.analysis.selfcheck`: stamps late by labkit's own doing) carries the
+reason, and every renderer marks its numbers. The runner stores the result in lab.json
+(`LabResults.requests`); the run summary, the report and summary.csv render it, and the report
+computes it here, from records.jsonl, for a run whose lab.json predates it.
 """
 
 from __future__ import annotations

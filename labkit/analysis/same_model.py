@@ -1,31 +1,12 @@
 """Same model? A provider's fingerprint against a reference endpoint's, and the verdict.
 
-The fingerprint of one provider, from a fixed probe set (`labkit.experiments.same_model`):
-
-- **token counts**: each fixed text's ``input_tokens``. The chat framing (template tokens
-  around a message) is the same for every text of one server but may differ between two
-  servers of one model, so each count is taken less the first text's: what remains is the
-  tokenizer's alone. Counts are exact, so one text that differs is a different tokenizer
-  (confidence 1).
-- **next-token distributions**: each fixed prompt's first-token ``top_logprobs`` at
-  temperature 0, compared with the reference's by total variation over the union of both
-  top candidates (the rest of each as one outcome). Repeats of one prompt on one server are
-  identical at temperature 0, so there is no within-server spread for a two-sample test on
-  the replies to lean on: the prompts are the sample. Two servers of one model differ only by
-  numerics (kernels, batching, precision), by less than a `tolerance`; another model differs
-  by far more. Two one-sided Wilcoxon signed-rank tests over the prompts
-  (`scipy.stats.wilcoxon` on TV − tolerance, exact under 50 prompts) say which: *greater*
-  rejects "within the tolerance" (differs: distributions), *less* rejects "beyond it"
-  (consistent). A signed-rank test, not a t-test: TVs are bounded and skewed, and it needs
-  no normality.
-- **stop-reason mix**: each prompt's stop reason (ended on its own or not), provider against
-  reference, by Fisher's exact test (`scipy.stats.fisher_exact`; the counts are small).
-
-The verdict, first match: a token count differs → ``differs: tokenizer``; the distributions
-are beyond the tolerance (p < α) → ``differs: distributions``; the stop mix differs (p < α)
-→ ``differs: behaviour``; the distributions are within the tolerance (p < α) →
-``consistent``; else ``undecided`` (too few prompts, or no logprobs). Its confidence is 1 −
-the deciding test's p-value (1 for a count).
+The fingerprint (`fingerprint`) is one provider's answers to a fixed probe set
+(`labkit.experiments.same_model`): each fixed text's token count beyond the chat framing, each
+prompt's first-token distribution at temperature 0 and its stop reason. Repeats at temperature 0
+are identical, so the prompts are the sample: two servers of one model differ only by numerics
+(kernels, batching, precision), by less than a `tolerance`, and another model by far more.
+`verdict` tests each part against the reference's and names the first difference, or
+``consistent``, or ``undecided``. The tests and the verdict: docs/experiments.md, "Same model?".
 """
 
 from __future__ import annotations
@@ -144,7 +125,8 @@ def _wilcoxon(diffs: Sequence[float], alternative: str) -> float | None:
 
 
 def _stop_p(mine: Sequence[str], theirs: Sequence[str]) -> float | None:
-    """Fisher's exact test on ended-on-its-own against not, here and at the reference."""
+    """Fisher's exact test (the counts are small) on ended-on-its-own against not, here and
+    at the reference."""
     if not mine or not theirs:
         return None
     from scipy import stats as sps
@@ -188,7 +170,12 @@ def verdict(
     texts: Sequence[str] = (),
     named_counts: dict[str, int] | None = None,
 ) -> tuple[SameModelVerdict, list[TextCount], list[PromptDistance]]:
-    """The verdict on `mine` against the reference `ref`, with the rows it rests on."""
+    """The verdict on `mine` against the reference `ref`, with the rows it rests on.
+
+    Two one-sided Wilcoxon signed-rank tests over the prompts on TV − `tolerance` (exact under
+    50 prompts; no normality needed): *greater* rejects "within the tolerance" (differs:
+    distributions), *less* rejects "beyond it" (consistent).
+    """
     rows = _texts(mine, ref, texts, named_counts or {})
     compared = [r for r in rows if r.equal is not None]
     equal = sum(bool(r.equal) for r in compared)

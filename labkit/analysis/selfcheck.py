@@ -1,30 +1,12 @@
 """labkit's check on itself: are the stamps late, by labkit's own doing?
 
-A stamp is late when the bytes it stamps waited for labkit: in the socket while the event
-loop was busy elsewhere, or in a queue behind other streams' work. Every record says what
-its output events' stamps are late by (``client.stamp_lateness_ms_p50/_p99``, the first
-token's ``client.ttft_lateness_ms``): 0 for kernel receive stamps (`labkit.wire.lean`, which
-also reports how long labkit took to read them, ``client.read_lag_ms_*``); for stamps taken
-in user space (httpx, the SDK path) labkit's estimate from its event loop's ``select()``
-times (`labkit.wire.loopclock`).
-
-A group of records (a load level) is flagged client-bound when its stamps are late enough
-to matter for what it measures: the 99th percentile over its output events above
-`late_stamp_limit_ms` (`LATE_STAMP_MS`, or `LATE_STAMP_ITL_SHARE` of the level's median
-inter-token gap if larger), or the 99th percentile of its first-token
-lateness above `late_ttft_limit_ms` (`LATE_TTFT_MS`, or `LATE_TTFT_SHARE` of its median
-TTFT if larger). A loop that was merely busy while the kernel stamped is no flag.
-
-Records without the estimate (older runs, a loop without `labkit.wire.loopclock`) are
-judged by the older rule: the median stream's ``client.loop_lag_ms`` (timer lateness while the
-stream was read) above `CLIENT_BOUND_LAG_MS`.
-
-A flagged group's reason (`client_bound_note`) says what was late and its cause: labkit busy
-(its thread used most of a CPU) or labkit waiting for a CPU. What to do about it is said once
-for the run (`client_bound_advice`), from what is true of the host: labkit busy → more
-processes, fewer streams each; labkit waiting → what held the CPUs, from the run's manifest (a
-managed server whose threads leave labkit no core, else the other processes' CPU time measured
-during the run, `Manifest.host_cpu`).
+A stamp is late when the bytes it stamps waited for labkit: in the socket while the event loop
+was busy elsewhere, or in a queue behind other streams' work. Every record says by how much
+(``client.stamp_lateness_ms_*``, ``client.ttft_lateness_ms``): 0 for kernel stamps, so a loop
+that was merely busy while the kernel stamped is no flag. A group (a load level) whose stamps are
+late enough to matter for what it measures is flagged client-bound (`summarize_lag`), with a
+one-line reason (`client_bound_note`) and one line of advice for the run (`client_bound_advice`).
+The limits and the rules: docs/experiments.md, "Load levels" (the self-check).
 """
 
 from __future__ import annotations
@@ -253,7 +235,11 @@ def summarize_lag(
     ttft_ms_p50: float | None = None,
 ) -> LagSummary:
     """The flag from a group's per-record stamp lateness (else its ``loop_lag_ms``), with
-    labkit's CPU shares; `itl_ms_p50` and `ttft_ms_p50` set the limits (see the module)."""
+    labkit's CPU shares. Flagged where the 99th percentile over its output events is above
+    `late_stamp_limit_ms` of `itl_ms_p50`, or that of its first-token lateness above
+    `late_ttft_limit_ms` of `ttft_ms_p50`; records without the estimate (older runs, a loop
+    without `labkit.wire.loopclock`) where the median stream's ``loop_lag_ms`` is above
+    `CLIENT_BOUND_LAG_MS`."""
     ordered = sorted(lags)
     shares = sorted(cpu_shares)
     share = percentile(shares, 50) if shares else None

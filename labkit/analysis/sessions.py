@@ -1,17 +1,11 @@
 """Agent sessions as jobs: each session's completion time and its critical-path split.
 
-A session's records carry, per model turn, the agent (`agent`), the turn (`step`), the
-agent's start on the host's monotonic clock (`agent_t0_ns`) and the tool time just before
-the turn (`tool_ms`; `subagents` when the tool was a fan-out). Walking an agent's turns in
-order, each gap from the previous turn's end (or the agent's start) to this turn's send is
-tool time plus labkit's own time; each turn is the provider's queue (as it reports it),
-prefill (send to first output, less that queue) and decode (first output to the stream's
-end), and the time from the stream's end to labkit holding the reply (`read_ns`: the record
-built) is labkit's. A fan-out's wait is the slowest sub-agent's own path, plus labkit's time
-around it. The terms so add up to the session's time from its start to its last answer read.
-
-A session is complete only when its main agent ended with an answer (`session_end`): a last
-turn cut by `max_tokens`, still calling tools at `max_steps`, failed or refused is not.
+Walking each agent's turns in order from its start (tags ``agent``, ``step``, ``agent_t0_ns``,
+``tool_ms``, ``subagents``), a session's time splits into tool time, the provider's queue,
+prefill and decode, and labkit's own time around them, a fan-out's wait being the slowest
+sub-agent's own path: the terms add up to the session's time from its start to its last answer
+read. A session is complete only when its main agent ended with an answer (`session_end`). The
+terms, the tags and the endings: docs/measurement.md, "Sessions".
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
 """Service-level objectives: which requests were good enough, and the goodput they make.
 
 An SLO names a `client.*` duration from the record contract and a percentile:
-``ttft_ms_p90: 500`` reads "90% of requests see their first token within 500 ms".
-
-It is judged twice, on the same per-request test:
-
-- **per request** — a request *meets* an SLO when it succeeded and its metric is at most
-  the bound. A request is *good* when it meets every SLO; **goodput** is good requests per
-  second over the span of the requests (the span `completed_rps` uses). This is the
-  definition of DistServe and `vllm bench serve --goodput`: goodput counts requests, so one
-  slow request cannot be hidden by fast ones and a failed request is never good.
-- **per set** (a load level, an experiment) — the share of its requests that met the SLO,
-  with its exact 95% interval, against `percentile`%: the set *passes* when the interval
-  lies at or above it, *fails* when it lies below, and is *undecided* when it straddles it
-  (too few requests to tell). Failed requests count as missing: a level cannot pass by
-  failing its slow requests.
-
-A metric that is undefined for a request — `decode_ms_per_token` and the inter-token gaps
-of a reply with fewer than two tokens — does not fail it (as vLLM's benchmark counts such a
-request's TPOT as 0); any other metric missing from a successful request fails it.
+``ttft_ms_p90: 500`` reads "90% of requests see their first token within 500 ms". It is judged
+twice, on the same per-request test (`SLO.met_by`): per request, for goodput (good requests per
+second, DistServe's and `vllm bench serve --goodput`'s definition: one slow request cannot be
+hidden by fast ones), and per set (a load level, an experiment) as the share of its requests that
+met it, with its exact interval, for a pass / fail / undecided verdict. The rules:
+docs/measurement.md, "SLOs and goodput".
 """
 
 from __future__ import annotations
@@ -77,7 +65,10 @@ class SLO:
         return value
 
     def met_by(self, record: RequestRecord) -> bool:
-        """Whether this one request met the objective."""
+        """Whether this one request met the objective: never when it failed; a metric
+        undefined for it (decode and the inter-token gaps of a reply under two tokens) does
+        not fail it, as vLLM's benchmark counts such a request's TPOT as 0; any other metric
+        missing from it does."""
         if record.error is not None:
             return False
         value = self.value(record)

@@ -1,25 +1,13 @@
 """Whose time is it? TTFT split into labkit's own time, the provider's queue and prefill,
 and the rest.
 
-The one definition (docs/measurement.md, "Attribution"), per request:
+The one definition, per request, with where each term comes from (docs/measurement.md,
+"Attribution"):
 
     network + front end = client.ttft_ms − labkit's own − provider queue − provider prefill
 
-- labkit's own time inside the clock: `client.send_ms` plus the first token's stamp
-  lateness (`client.ttft_lateness_ms`, 0 under kernel stamps);
-- the queue: `provider_timings.queue_ms` where the provider reports it; else 0 by
-  construction where labkit alone used a managed server and never had more requests in
-  flight than its slots (tags `server_slots`, `in_flight_max`); else the wait from the
-  headers to the first event of a stream the server itself kept alive with comments; else
-  not derivable. Behind a gateway (its own processing comments: OpenRouter's
-  `: OPENROUTER PROCESSING`, `provider_timings.keepalive_gateway`) that wait holds the
-  upstream's queue and its prefill together, which labkit cannot separate: no queue, and
-  the split says so (`behind_gateway`);
-- the prefill: `provider_timings.prefill_ms`, else `provider_timings.server_ttft_ms`.
-
 `ttft_split` is the aggregate that the attribution answer, its chart and the report's split
-table render: each part's mean over the requests that had every part, so the parts add up to
-the mean TTFT exactly (medians do not), each with its interval.
+table render: each part's mean, so the parts add up to the mean TTFT exactly (medians do not).
 """
 
 from __future__ import annotations

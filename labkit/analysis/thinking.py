@@ -1,22 +1,12 @@
 """Hidden thinking time, estimated: where a provider counts reasoning tokens it never
-streams (OpenAI Chat `usage.completion_tokens_details.reasoning_tokens`, Responses
-`usage.output_tokens_details.reasoning_tokens`; `Usage.reasoning_tokens`), the time they took
-is inside the TTFT and nowhere else.
+streams (`Usage.reasoning_tokens`), the time they took is inside the TTFT and nowhere else.
 
-Each such request's thinking is estimated as its reasoning tokens × its own visible decode
-pace (`client.decode_ms_per_token`, taken over the tokens the stream delivered): the hidden
-tokens are taken to be decoded at the pace the visible ones were. Its TTFT then splits into
-waiting (TTFT − thinking: network, queue and prefill before the thinking began; the
-server's own prefill named where it reports one), thinking
-(estimated) and, after it, answering (the visible stream, measured).
-
-The interval is across the run's requests: each part is a `labkit.analysis.stats.mean` with
-its t-interval over the requests with hidden reasoning. Not per request from its inter-token
-gaps, because those gaps are not independent draws of the pace: delivery batches them (the
-network, TCP, the client's reads), so a gap-level standard error would understate how far a
-request's pace, and so its thinking, can be from the next one's. The assumption the interval
-cannot carry is the pace itself: a provider that thinks faster or slower than it answers
-makes the estimate off by that ratio, which is why it is labelled estimated.
+Each such request's thinking is estimated as its reasoning tokens × its own visible decode pace
+(`client.decode_ms_per_token`), which splits its TTFT into waiting, thinking (estimated) and
+answering (measured). Each part's interval is across the run's requests, never from one
+request's inter-token gaps; what no interval carries is the pace itself (a provider that thinks
+faster or slower than it answers), which is why it is labelled estimated. The fields and why:
+docs/measurement.md, "Hidden thinking time, estimated".
 """
 
 from __future__ import annotations

@@ -1,18 +1,7 @@
 """The `labkit` command: a thin face over the runner, the local server and the report.
 
-    labkit run CONFIG [--out DIR] [--repeats N] [--provider ID]... [--experiment KIND]...
-    labkit run --example NAME [...]                  (a config shipped with labkit)
-    labkit run --resume RUN_DIR
-    labkit init [DIR]                                 (labkit.cli.examples)
-    labkit setup | server start|status|stop          (labkit.cli.local)
-    labkit report RUN_DIR | compare RUN_DIR...       (labkit.cli.report)
-    labkit fake-server [--port N] [schedule options, --slots N] [--truth LOG]
-    labkit score TRUTH_LOG RESULTS | import-results RESULTS   (labkit.cli.truth)
-    labkit watch CONFIG | watch status FOLDER       (labkit.cli.watch)
-    labkit store import STORE RUN... | query STORE SQL [--csv]   (labkit.cli.store)
-    labkit dashboard STORE [-o PAGE] | --figures FILE   (labkit.cli.dashboard)
-    labkit kinds
-
+`run` and `kinds` are here; every other command registers from its own module
+(docs/architecture.md, "labkit/cli"); every command with all its options: docs/cli.md.
 Every user error is one red line on stderr and a non-zero exit, never a traceback. SIGTERM
 stops a run as Ctrl-C does (records kept, manifest `interrupted`, exit 143), and so does the
 run folder's first failed write (manifest `failed` with the reason, exit 1).

@@ -1,28 +1,11 @@
 """`labkit tokens TEXT|--file F [--tokenizer NAME]... [--ids] [--config CONFIG]`, on the app.
 
-Prints the text cut into tokens by each tokenizer, side by side: alternating colours in a
-terminal, `|`-separated otherwise, with counts, chars/token and bytes/token, and the ids on
-request. Everything works with no key and no network:
-
-- the offline encodings (`cl100k_base`, `o200k_base`, `o200k_harmony`), or an OpenAI model
-  name standing for its encoding (`gpt-4o`);
-- `local`: the bundled model's own tokenizer. A model's tokenizer is its server's
-  (llama-server's `/tokenize`, with pieces), so labkit uses the detached server when
-  `labkit server start` left one running, and otherwise starts a managed one for the
-  moment (about a second for the bundled 135M model) and stops it. It never builds or
-  fetches: without `labkit setup` done, `local` says so. Reading the GGUF's vocabulary
-  offline would need a second implementation of llama.cpp's pre-tokenizers, which could
-  differ from the server's in exactly the cases this command is for;
-- with `--config`, the id of one of its providers: that provider's own tokenizer
-  (`Provider.tokenized`: its API with its key, a managed server started for the moment), or
-  a line saying it only counts or has none. This is the one use that may reach a network.
-
-Pieces come from tokenizers and servers, so every control character in them is shown as
-an escape (`display_piece`) before it reaches the terminal.
-
-The text is at most `MAX_TEXT_BYTES` (4 MiB, UTF-8): every tokenizer holds all of its ids
-and pieces (a 50 MB file took 2.1 GiB) and all of them are printed; a longer text, or a
-file that is not UTF-8, is refused in one line (the file is never read past the cap).
+Prints the text cut into tokens by each tokenizer, side by side, with counts, chars/token and
+bytes/token: the offline OpenAI encodings, `local` (the bundled model's llama-server
+`/tokenize`) and, with `--config`, a provider's own (`Provider.tokenized`), the one use that
+may reach a network. Pieces come from tokenizers and servers, so every control character in
+them is shown as an escape (`display_piece`) before it reaches the terminal. The text is at
+most `MAX_TEXT_BYTES` (4 MiB, UTF-8). The command: docs/cli.md, "labkit tokens".
 """
 
 from __future__ import annotations
@@ -51,7 +34,8 @@ from labkit.tokenizers import (
 __all__ = ["LOCAL", "MAX_TEXT_BYTES", "register", "tokens_command"]
 
 #: The most text `labkit tokens` cuts (UTF-8 bytes): every token of it is held as ids and
-#: pieces by each tokenizer (about 40 bytes of memory per byte of text) and printed.
+#: pieces by each tokenizer (about 40 bytes of memory per byte of text: a 50 MB file took
+#: 2.1 GiB) and printed.
 MAX_TEXT_BYTES = 4 * 1024 * 1024
 #: The name of the bundled model's tokenizer on the command line.
 LOCAL = "local"
@@ -191,7 +175,8 @@ def _configured_providers(config: Path | None) -> dict[str, ProviderSettings]:
 
 
 def _provider_row(settings: ProviderSettings, text: str) -> _Row:
-    """A configured provider's own cut; a provider that fails says why in its line."""
+    """A configured provider's own cut, or a line saying it only counts or has none; a
+    provider that fails says why in its line."""
     label = f"{settings.id} ({settings.model})"
     try:
         cut = asyncio.run(_provider_cut(settings, text))
@@ -227,7 +212,12 @@ async def _provider_cut(settings: ProviderSettings, text: str) -> Tokenized | No
 
 async def _local_cut(text: str) -> tuple[str, Tokenized]:
     """The bundled model's cut and its label, from a running detached server or a brief
-    managed one."""
+    managed one (about a second for the bundled 135M model); never built or fetched here.
+
+    A model's tokenizer is its server's: reading the GGUF's vocabulary offline would need a
+    second implementation of llama.cpp's pre-tokenizers, which could differ from the
+    server's in exactly the cases this command is for.
+    """
     from labkit.local import ManagedServer, ensure_setup, server_status
 
     settings = bundled_model_settings()

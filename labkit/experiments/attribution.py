@@ -3,22 +3,10 @@
 Short requests, half of them on a fresh connection (``connection: close``) so that connect
 and TLS times are measured rather than hidden by connection reuse. Every measurement is
 classified by owner (docs/measurement.md, "Attribution") with its median value; where the
-provider reports nothing about itself, the row says so instead of guessing.
-
-TTFT is split into the provider's queue, the provider's prefill, and network + serving front
-end (`TTFTSplit`): the queue as the provider reports it (Groq, Cerebras, vLLM, TGI), or 0
-by construction where labkit alone uses a managed server and never has more requests in
-flight than its slots (`Provider.exclusive_slots`: llama.cpp's `timings` have no queue
-field), or the wait between the headers and the first event while the server sent
-keep-alive comments (DeepSeek; behind a gateway that sends its own processing comments,
-OpenRouter, that wait holds the upstream's queue and prefill together and is no queue);
-the prefill from `prefill_ms`, else the server's own TTFT (vLLM, Fireworks: from
-scheduling). The answer names each term it could not derive.
-
-By default (``paths: [wire, sdk]``) every request is also sent through the provider's
-official SDK right after its wire twin, on the same kind of connection: the paired
-difference is what the SDK adds — to TTFT, to each output event's arrival, and in CPU per
-output event (`app.cpu_ms`).
+provider reports nothing about itself, the row says so instead of guessing. TTFT is split
+into queue, prefill and network + front end (`TTFTSplit`; each term's sources: that section).
+By default (``paths: [wire, sdk]``) each request is also sent through the provider's SDK
+right after its wire twin: the paired difference is what the SDK adds (docs/experiments.md).
 """
 
 from __future__ import annotations

@@ -4,10 +4,8 @@ An experiment turns its YAML entry into a plan of requests for one provider, and
 records those requests produced into a `LabAnswer` computed from the measurements:
 
 1. `prepare(provider)` — optional I/O before planning (token counts, sizing prompts);
-2. `plan(provider)` — the requests, each with a stable `key` so a resumed run skips what
-   is already recorded;
-3. `analyze(provider_id, model, records)` — the answer, from non-warm-up records; the
-   runner calls it through `judged`, which adds the entry's SLOs (`slo:`) to the answer.
+2. `plan(provider)` — the requests, each with a stable `key`: a resumed run skips the recorded;
+3. `analyze(provider_id, model, records)` — the answer, from non-warm-up records (via `judged`).
 
 Experiments never send requests themselves: the runner does, with the recorder.
 """

@@ -1,27 +1,11 @@
 """`conversation`: multi-turn sessions, each turn sending the whole history.
 
 A session is `turns` requests; turn ``t`` sends every earlier user message and the model's
-own earlier answers, then a new user message of ``user_tokens`` tokens. Sessions run
-``concurrency`` at a time (closed loop: a stream starts its next session when one ends),
-with ``think_time_s`` between a turn's end and the next turn's send. Each cache variant
-(``cache: [on, off]``) runs its own sessions with the provider's prompt cache switched
+own earlier answers, then a new user message of ``user_tokens`` tokens, so per turn the answer
+sets the provider's cached tokens beside what a perfect prefix cache could reuse. Each cache
+variant (``cache: [on, off]``) runs its own sessions with the provider's prompt cache switched
 on or off (`Provider.prompt_cache_params`); every session opens with a nonce, so no session
-reuses another's prefix.
-
-Per turn the answer shows TTFT, the provider's cached-token count and the reuse it implies
-(cached / input), beside the share a perfect prefix cache could reuse (the previous turn's
-prompt and answer).
-
-Pacing: self-paced (`PacedExperiment`), one pass per cache variant; a worker (process or Ray
-actor) runs every n-th session on its share of the streams. A turn depends on the previous
-turn's output text, which the process that sends it hands over through
-`PlannedRequest.on_record` even under ``store_text: false`` (kept in memory, never stored).
-
-Resume: keys are ``conversation/<cache>/s<session>/t<turn>``. A session cut short restarts
-from its first missing turn when every earlier turn's output text was stored (the history is
-rebuilt from the records and the nonce in their tags); under ``store_text: false`` it
-restarts from turn 0 as a new pass (tag ``session_run``), and the analysis reads only each
-session's latest pass.
+reuses another's prefix. Pacing, plan keys and resume: docs/experiments.md, "Conversations".
 """
 
 from __future__ import annotations
@@ -289,7 +273,8 @@ class ConversationExperiment(PacedExperiment[ConversationState, ConversationPass
         self, provider: Provider, context: LevelContext
     ) -> AsyncGenerator[ConversationPass, None]:
         """Each cache variant's sessions, `concurrency` at a time; on resume only what is
-        missing (see the module's docstring)."""
+        missing (docs/experiments.md, "Conversations": a session's first missing turn, or turn
+        0 as a new pass under ``store_text: false``)."""
         if "off" in self._s.cache and "off" not in self.variants():
             context.message(
                 f"{self.name}: provider {provider.id!r} has no prompt-cache switch; "

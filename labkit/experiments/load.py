@@ -1,18 +1,13 @@
 """`load`: how a provider behaves under load — concurrency levels and request rates.
 
-Each level runs after the previous one ends:
-
-- ``concurrency: [1, 8, 32]`` — closed loop: that many streams in flight;
-- ``rate: [2, 8]`` — open loop: requests per second, ``constant`` or ``poisson`` arrivals
-  from a seeded schedule on absolute times (`labkit.runner.schedule`), optionally capped
-  by ``max_concurrency``.
-
-A level ends after ``requests`` requests or ``duration_s`` seconds, whichever comes first.
-Prompts are fixed (``prompts``) or synthetic, sized to ``input_tokens`` (and the output to
-``output_tokens``), drawn per request from ``seed``. Streams can be read by several worker
-processes (``workers``), as one Python process reading many fast streams falls behind them;
-every record says how late labkit may have stamped its events (``client.stamp_lateness_ms``),
-and a level whose stamps ran late is flagged client-bound (`labkit.analysis.selfcheck`).
+Each level runs after the previous one ends: ``concurrency: [1, 8, 32]`` is a closed loop
+(that many streams in flight), ``rate: [2, 8]`` an open loop (requests per second,
+``constant`` or ``poisson`` arrivals from a seeded schedule on absolute times,
+`labkit.experiments.pacing`, optionally capped by ``max_concurrency``). A level ends after
+``requests`` requests or ``duration_s`` seconds, whichever comes first. Prompts are fixed
+(``prompts``) or synthetic (``input_tokens``, seeded). One Python process reading many fast
+streams falls behind them, so streams can be spread over ``workers`` processes, and a level
+whose stamps ran late is flagged client-bound (docs/experiments.md, "Load levels").
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """Pacing a load level: when each request is due, and how requests are offered.
 
-- Arrival schedules (open loop): offsets (ns) from the level's start, fixed before the first
-  request is sent — constant spacing, or a Poisson process (exponential gaps) drawn from a
-  seeded generator, so a level is reproducible. The sender waits for each offset on the
-  absolute clock (`sleep_until`), so a late wake-up delays one request and never the ones
-  after it: the achieved rate does not drift below the target.
-- Closed loop: one request in flight per stream; each stream sends its next request the
-  moment its last one ends. The offered rate follows the server's speed.
-- Open loop: requests are sent at their due times whatever the server does; a slow server
-  builds up requests in flight. The wait between a request's due time and its send (a late
-  wake-up, or a `max_in_flight` cap) is its ``client.queue_ms``; it is never part of TTFT.
-
-Both loops stop starting requests at `deadline_ns` (in-flight ones finish) and take
-`make(i)` to build request `i`, so every process of a multi-process level builds the same
-requests.
+Closed loop (`closed_loop`): each stream sends its next request the moment its last one
+ends, so the offered rate follows the server's speed. Open loop (`open_loop`): requests go
+at due times fixed before the first is sent (`arrival_offsets_ns`: constant spacing, or
+Poisson from a seeded generator, so a level is reproducible) whatever the server does, so a
+slow server builds up requests in flight. Both loops stop starting requests at `deadline_ns`
+(in-flight ones finish) and take `make(i)` to build request `i`, so every process of a
+multi-process level builds the same requests.
 """
 
 from __future__ import annotations
@@ -131,7 +124,13 @@ async def open_loop(
     clock: Clock = time.perf_counter_ns,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> None:
-    """Send request `i` at `t0_ns + offset` for each `(i, offset)` of `arrivals`."""
+    """Send request `i` at `t0_ns + offset` for each `(i, offset)` of `arrivals`.
+
+    Each due time is waited for on the absolute clock (`sleep_until`), so a late wake-up
+    delays one request and never the ones after it: the achieved rate does not drift below
+    the target. The wait between a request's due time and its send (a late wake-up, or the
+    `max_in_flight` cap) is its ``client.queue_ms``; it is never part of TTFT.
+    """
     cap = asyncio.Semaphore(max_in_flight) if max_in_flight else None
     tasks: set[asyncio.Task[None]] = set()
 

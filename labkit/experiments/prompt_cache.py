@@ -4,19 +4,9 @@ for how long, under concurrency and routing, and what does a hit save?
 Every probe sends a priming request whose prefix opens with a fresh nonce (so no earlier
 request can have cached it) and then repeats it; the provider's cached-token usage says
 whether the repeat was served from the cache (`labkit.analysis.prompt_cache`). The phases,
-one level each, vary one thing:
-
-- ``length``: the prefix's length around the documented minimum (`min_tokens`, else the
-  provider's: OpenAI and Anthropic 1,024; llama.cpp none), the repeat sent at once;
-- ``gap``: the idle time from the prime's start to the repeat's (`gaps_s`), which brackets
-  the cache's lifetime between the longest gap that hit and the shortest that missed;
-- ``evict``: other prompts of the same length sent between prime and repeat
-  (`evict_after`): a server with few slots (llama.cpp ``-np``) or a small cache evicts;
-- ``concurrency``: that many repeats sent at once after the prime;
-- ``routing``: the repeat with a routing key in the body (`routing_key`, OpenAI's
-  ``prompt_cache_key``) against without one.
-
-Requests go one at a time (a level's one worker), so the gaps are the idle times asked.
+one level each, vary one thing: ``length``, ``gap``, ``evict``, ``concurrency``, ``routing``
+(docs/experiments.md, "A prompt cache's life"). Requests go one at a time (a level's one
+worker), so the gaps are the idle times asked.
 """
 
 from __future__ import annotations
@@ -201,7 +191,7 @@ class PromptCacheExperiment(PacedExperiment[PromptCacheState, PromptCachePhase])
         return provider.prompt_cache_min_tokens
 
     def lengths(self, provider: Provider) -> list[int]:
-        """The length phase's prefix lengths."""
+        """The length phase's prefix lengths (each repeat sent at once after its prime)."""
         if self._s.prefix_tokens is not None:
             return list(self._s.prefix_tokens)
         m = self.minimum(provider)

@@ -2,19 +2,11 @@
 
 Token counts come from the provider's own counter (llama.cpp `/tokenize`, Anthropic
 `count_tokens`), from an offline copy of its tokenizer where labkit has one (tiktoken,
-`Provider.count_locally`), and from the
-provider's usage when each text is sent as a prompt. Usage counts include the chat
-template's framing, so a one-character baseline prompt is sent too and its framing
-subtracted. The answer measures the "4 characters per token" rule of thumb against each,
-and says how many tokens the chat framing adds around a message: from that baseline's
-usage when sent, else counted without generating (`Provider.count_chat_prompt` less the
-text's own tokens, `Provider.tokenize`), or why it could not be measured.
-
-Side by side: every text is also cut by every tokenizer at hand — the offline OpenAI
-encodings (`cl100k_base`, `o200k_base`; `o200k_harmony` cuts plain text as `o200k_base`
-does) and each provider's own (`Provider.tokenized`) — and the answer gives tokens,
-chars/token and bytes/token per text and tokenizer, and the spread between the most and
-the least efficient tokenizer for each text.
+`Provider.count_locally`), and from the provider's usage when each text is sent as a prompt.
+Usage counts include the chat template's framing, so a one-character baseline prompt is sent
+too and its framing subtracted. The answer measures the "4 characters per token" rule of
+thumb against each, and cuts every text with every tokenizer at hand, side by side
+(docs/experiments.md, "The kinds").
 """
 
 from __future__ import annotations
@@ -76,6 +68,7 @@ DEFAULT_TEXTS: list[Prompt] = [
 
 _BASELINE_ID = "__baseline__"
 _BASELINE_TEXT = "."
+# Not o200k_harmony: it cuts plain text as o200k_base does.
 _OFFLINE_SIDE_BY_SIDE = ("cl100k_base", "o200k_base")
 
 

@@ -1,22 +1,12 @@
 """`trace`: replay a request trace — arrival times and input/output lengths — on its
 absolute schedule.
 
-Two formats:
-
-- Mooncake JSONL (``.jsonl``): one object a line with ``timestamp`` (ms since the trace's
-  start), ``input_length``, ``output_length`` and ``hash_ids`` (one id per block of
-  ``block_tokens`` = 512 prompt tokens; requests sharing leading ids share that prefix);
-- CSV (``.csv``): a header ``timestamp,input_tokens,output_tokens``, timestamps in
-  ``time_unit`` (ms by default).
-
-Request ``i`` is sent at ``(timestamp_i - timestamp_0) / speedup`` after the replay starts,
-on the absolute clock (`labkit.experiments.pacing.open_loop`: a late send never delays the
-next), bounded by ``max_requests`` and ``duration_s``. Prompts are built to the stated
-lengths with load's synthetic words, calibrated with the provider's token counter; a
-Mooncake block's text is the same wherever its hash id appears (so the prefix cache sees the
-trace's sharing), and new for every replay pass. Outputs decode exactly ``output_length``
-tokens where the provider can. The answer's figures are one load level
-(`TraceFigures.replay`), cache hits included.
+A trace is Mooncake JSONL (``.jsonl``) or CSV (``.csv``). Request ``i`` is sent at
+``(timestamp_i - timestamp_0) / speedup`` after the replay starts, on the absolute clock
+(`labkit.experiments.pacing.open_loop`: a late send never delays the next), with prompts
+built to the stated lengths; a Mooncake block's text is the same wherever its hash id
+appears, so the prefix cache sees the trace's sharing. The answer's figures are one load
+level (`TraceFigures.replay`). Formats, prompts, outputs: docs/experiments.md, "Trace replay".
 """
 
 from __future__ import annotations

@@ -1,25 +1,12 @@
 """`vantage`: whose time is it — proven by sending the same requests from two or more places.
 
-Each vantage point is a route to the same server. On one machine a route is a relay labkit
-controls (`labkit.wire.relay`: a TCP relay on 127.0.0.1 that holds each direction's bytes
-for half the configured round trip, ± a seeded jitter), or `direct` (no relay). The
-configured `delay_ms` is what the route adds to TTFT: the request's bytes one way and the
-first event's the other, so two vantages 0 ms and 40 ms apart differ by 40 ms of TTFT.
-
-The plan is paired: trial i is sent from every vantage back to back (the order reversed on
-odd trials, A B B A, so a drift of the server affects every vantage alike), one request in
-flight at a time, so no vantage's request waits behind another's in the server, each after
-an idle `pause_ms` (a request sent the moment the last one ended meets the server's and this
-host's leftover work, which a longer route hides: measured on the bundled model, the
-provider's share was 1.8 ms [0.3–3.4] larger on the 0 ms route without the pause). Each
-request's TTFT is split as `attribution` splits it (`labkit.analysis.split`): the provider's
-share (queue + prefill, from its own account) and the network's and front end's (the rest,
-less labkit's own). If the split is right, the provider's share does not move between
-vantages (the paired difference's 95% interval holds 0) and the network's moves by the
-configured difference (its interval holds it): the answer says whether both held.
-
-`route: netem` (a network namespace with netem on its link) needs the kernel's netem qdisc
-and is not implemented; across machines a vantage would be a Ray node (not implemented).
+Each vantage point is a route to the same server: a relay labkit controls (`labkit.wire.relay`,
+holding each direction's bytes for half the configured `delay_ms`) or `direct`. Trials are
+paired (trial i from every vantage back to back, one request in flight) and each request's
+TTFT is split as `attribution` splits it (`labkit.analysis.split`). If the split is right,
+the provider's share does not move between vantages and the network's moves by the
+configured difference: the answer says whether both held. Routes, pairing and the pause:
+docs/experiments.md, "Vantage points: whose time, proven".
 """
 
 from __future__ import annotations

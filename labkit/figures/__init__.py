@@ -2,13 +2,12 @@
 
 Each experiment kind has one model, told apart by its `kind` field, in its own module here
 (`single.py`: `SingleFigures`); the models kinds share are in `stats`, `slo`, `levels` and
-`requests`. The run summary and the report read these fields, never a key of a loose dict
-and never a human label. Every aggregate is computed once, in the experiment's `analyze`,
-and rendered from here. Importing this package imports each of its modules, so `Figures`
-holds every registered kind (`base.register_figures`) without a list to edit.
-
-Like `labkit.records`, this package is the contract a report reads from a run folder made
-on another machine: it imports nothing of labkit's.
+`requests`. The run summary and the report read these fields, never a key of a loose dict and
+never a human label. Every aggregate is computed once, in the experiment's `analyze`, and
+rendered from here. Importing this package imports each of its modules, so `Figures` holds every
+registered kind (`base.register_figures`) without a list to edit. Like `labkit.records`, this
+package is the contract a report reads from a run folder made on another machine: it imports
+nothing of labkit's.
 """
 
 from __future__ import annotations

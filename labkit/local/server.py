@@ -1,18 +1,9 @@
 """Start, watch and stop a local ``llama-server``; hand back its base URL.
 
-Two ways to run it:
-
-- ``ManagedServer``: a child of this process for the length of a run. It never outlives us:
-  ``stop()`` on exit of the ``with`` block, on ``KeyboardInterrupt``, from an ``atexit`` hook,
-  and, should Python be killed outright, the kernel sends the server SIGTERM
-  (``PR_SET_PDEATHSIG``, Linux).
-- ``labkit.local.detached``: a server that outlives the CLI call that started it
-  (``labkit server start|status|stop``).
-
-Context: llama-server splits ``-c`` across its ``-np`` slots, so labkit passes
-``-c ctx_size * slots``: every slot gets ``ctx_size`` tokens.
-
-This module knows nothing of experiments or providers.
+Two ways to run it: `ManagedServer`, a child of this process for the length of a run that
+never outlives us, and ``labkit.local.detached``, a server that outlives the CLI call that
+started it (``labkit server start|status|stop``). This module knows nothing of experiments
+or providers.
 """
 
 from __future__ import annotations
@@ -67,7 +58,11 @@ def server_command(
     gpu_layers: int | None = None,
     extra_args: Sequence[str] = (),
 ) -> list[str]:
-    """The ``llama-server`` command line labkit uses (``ctx_size`` is per slot)."""
+    """The ``llama-server`` command line labkit uses (``ctx_size`` is per slot).
+
+    llama-server splits ``-c`` across its ``-np`` slots, so labkit passes
+    ``-c ctx_size * slots``: every slot gets ``ctx_size`` tokens.
+    """
     if ctx_size < 1 or slots < 1:
         raise ServerError(f"ctx_size and slots must be positive (got {ctx_size}, {slots})")
     if gpu_layers is None:
@@ -101,6 +96,10 @@ def default_threads() -> int:
 
 class ManagedServer:
     """A ``llama-server`` child process bound to 127.0.0.1, stopped when we are done.
+
+    It never outlives us: ``stop()`` on exit of the ``with`` block, on ``KeyboardInterrupt``,
+    from an ``atexit`` hook, and, should Python be killed outright, the kernel sends the
+    server SIGTERM (``PR_SET_PDEATHSIG``, Linux).
 
     Use as a context manager (``with ManagedServer(setup) as server: server.base_url``) or
     call ``start()``/``stop()`` yourself, from any thread (``asyncio.to_thread`` is fine).
@@ -445,6 +444,7 @@ def port_is_free(port: int) -> bool:
 
 
 def free_port() -> int:
+    """A TCP port on HOST that was free a moment ago (the kernel's choice)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((HOST, 0))
         port: int = sock.getsockname()[1]

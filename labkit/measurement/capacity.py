@@ -1,25 +1,11 @@
 """How many processes a load level's streams need: measured capacity against expected load.
 
-`workers: auto` asks three questions of this host before each level:
-
-1. *Capacity* — how many events per second one labkit process reads while its event loop
-   stays busy at most `BUDGET_SHARE` of the time (so an event waits for the loop about its
-   own service time, tens of µs, far inside the error budget). Measured once per host,
-   Python and labkit version (`process_capacity`, cached in labkit's cache folder,
-   ``~/.cache/labkit`` or ``$LABKIT_CACHE_DIR``), when the level could need it: streams of
-   the fake server (`labkit.truth.process.TruthServer`, a process of its own) on loopback,
-   read by the real recorder and transport on the calling thread; its CPU
-   (`time.thread_time_ns`) per event read.
-2. *Load* — the level's events per second: its streams × one stream's events/s, as the
-   warm-up measured it (`stream_events_per_s`); a server gives no stream more under load.
-3. *Room* — the CPUs left free: this process's CPUs minus what the provider's server takes
-   from the host (`ProviderSettings.host_cpus_used`: a loopback server at least one core, a
-   managed llama-server its threads). A process beyond the free cores competes with the
-   server and with the others, and measures worse than one (issue 17: 2 processes on 2
-   cores, stamp p50 +0.28 against +0.04 ms).
-
-`choose_workers` takes the fewest processes whose capacity covers the load × `HEADROOM`,
-never more than the free CPUs nor the streams: 1 whenever one process holds the level.
+`workers: auto` weighs three figures before each level: this host's *capacity*
+(`process_capacity`: events/s one labkit process reads within `BUDGET_SHARE` of a core), the
+level's *load* (its streams × `stream_events_per_s`) and the *room* (`free_cpus`: the CPUs the
+provider's server leaves free). `choose_workers` takes the fewest processes whose capacity
+covers the load × `HEADROOM`, never more than the free CPUs nor the streams: 1 whenever one
+process holds the level. See docs/experiments.md, "Load levels" (worker processes).
 """
 
 from __future__ import annotations
@@ -53,7 +39,8 @@ __all__ = [
     "stream_events_per_s",
 ]
 
-#: The share of one core a process's event loop may be busy reading streams.
+#: The share of one core a process's event loop may be busy reading streams: so an event waits
+#: for the loop about its own service time, tens of µs, far inside the error budget.
 BUDGET_SHARE = 0.5
 #: Expected load is multiplied by this before it is compared with capacity.
 HEADROOM = 1.2
@@ -141,7 +128,10 @@ def needs_calibration(load_eps: float) -> bool:
 
 
 def free_cpus(server_cpus: int) -> int:
-    """CPUs this process may use, less what the provider's server takes (at least 1)."""
+    """CPUs this process may use, less what the provider's server takes from the host
+    (`ProviderSettings.host_cpus_used`: a loopback server at least one core, a managed
+    llama-server its threads); at least 1. A process beyond the free cores competes with the
+    server and with the others, and measures worse than one."""
     try:
         mine = len(os.sched_getaffinity(0))
     except AttributeError:  # macOS, Windows
@@ -151,7 +141,8 @@ def free_cpus(server_cpus: int) -> int:
 
 def stream_events_per_s(records: Iterable[RequestRecord]) -> float | None:
     """One stream's output events per second while decoding: the fastest of the warm-ups
-    with at least two output events (None: none had)."""
+    with at least two output events (None: none had). A server gives no stream more under
+    load, so a level's load is its streams × this."""
     rates = []
     for r in records:
         offsets = r.client.event_offsets_ms
@@ -210,7 +201,9 @@ def _write_cache(path: Path, key: str, capacity: Capacity) -> None:
 
 
 async def process_capacity(cache: Path | None = None) -> Capacity:
-    """This host's `Capacity`: cached, or measured now (about a second) and cached."""
+    """This host's `Capacity`: cached, or measured now (about a second) and cached, once per
+    host, Python and labkit version, in labkit's cache folder (``~/.cache/labkit`` or
+    ``$LABKIT_CACHE_DIR``). Called only when a level could need it (`needs_calibration`)."""
     path = _cache_path() if cache is None else cache
     key = _cache_key()
     found = _read_cache(path, key)
@@ -223,8 +216,10 @@ async def process_capacity(cache: Path | None = None) -> Capacity:
 
 async def calibrate() -> Capacity:
     """Measure what one process pays per event: `_CALIBRATION_STREAMS` streams at a time of
-    `_CALIBRATION_TOKENS` tokens each, every `_CALIBRATION_INTERVAL_MS`, read on loopback by
-    the real recorder and transport; CPU of this thread per output event."""
+    `_CALIBRATION_TOKENS` tokens each, every `_CALIBRATION_INTERVAL_MS`, from the fake server
+    (`labkit.truth.process.TruthServer`, a process of its own) on loopback, read by the real
+    recorder and transport on the calling thread; CPU of this thread (`time.thread_time_ns`)
+    per output event."""
     from labkit.measurement.recorder import RecordContext, StreamRecorder
     from labkit.providers.base import ChatRequest
     from labkit.providers.fake import loopback_reader

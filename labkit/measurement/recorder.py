@@ -5,14 +5,8 @@ are read as the transport delivers them, reassembled into SSE events (`labkit.wi
 stamped with `time.perf_counter_ns` when the read that brought each event's first byte
 returned. The provider's parser only classifies events and collects fields; the recorder
 derives every timing (`labkit.timing`). The thread's CPU clock is read at ``t_start`` and
-at the end of the stream only (`app.cpu_ms`), never per event.
-
-Failures are measurements too, and isolated here, in one place (`BaseRecorder.record`):
-whatever a request's bytes, headers or values are, it ends as exactly one record. An HTTP
-error, a timeout, a dropped connection, an error event, a malformed stream or a reply that
-is no stream becomes a record with ``error`` set and every timing it reached; a request that
-cannot be built is ``error.kind = config``; any other exception is labkit's own bug and is
-recorded as ``error.kind = internal`` with its type, never disguised as a protocol error.
+at the end of the stream only (`app.cpu_ms`), never per event. Failures are measurements
+too, isolated in one place: each request ends as exactly one record (`BaseRecorder.record`).
 """
 
 from __future__ import annotations
@@ -273,7 +267,12 @@ class BaseRecorder:
 
         Every per-request failure is returned as a record with ``error`` set; nothing a
         request does escapes but cancellation, whose partial record goes to `on_cancelled`
-        before `CancelledError` propagates.
+        before `CancelledError` propagates. Whatever a request's bytes, headers or values
+        are: an HTTP error, a timeout, a dropped connection, an error event, a malformed
+        stream or a reply that is no stream becomes a record with every timing it reached; a
+        request that cannot be built is ``error.kind = config``; any other exception is
+        labkit's own bug, ``error.kind = internal`` with its type, never disguised as a
+        protocol error.
         """
         cancelled_in_set_up = False
         if id(provider) not in self._set_up_for:

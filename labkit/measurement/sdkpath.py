@@ -1,37 +1,12 @@
 """The SDK path: the same request sent through the provider's official SDK.
 
-labkit normally reads the wire itself (`client_path = "wire"`). Sending a request through
-the provider's own SDK instead (`client_path = "sdk"`) shows what the SDK costs: its HTTP
-stack (`httpx2`), its SSE decoder and its pydantic models. Each event is stamped when the
-SDK hands it to user code, with the same clock, the same per-event step
-(`Measurement.event`) and the same record assembly as the wire path, so ``sdk − wire`` of
-TTFT and decode is the SDK's overhead. The SDKs' retries are off.
-
-What is the provider's own — which SDK, how its client is built, how one request is opened,
-what each yielded event is called — comes from the provider's `SDKAdapter`
-(`Provider.sdk`, in `labkit/providers/`); this module owns the clock, and the HTTP client
-comes from the provider's `Connections` (`labkit.wire.connections`).
-
-Connection phases are measured as on the wire path: the SDK gets an `httpx2.AsyncClient` of
-labkit's whose request hook puts httpcore2's ``trace`` extension on every request, stamping
-``connection.connect_tcp.complete``, ``http11.send_request_body.complete``,
-``http11.receive_response_headers.complete`` and the rest for the request being measured (a
-context variable that `SDKRecorder._exchange` sets: the SDK sends from the caller's task).
-Mock transports emit no trace events; there ``headers_ms`` falls back to when the stream
-opened. The raw response headers (request id, ``openai-processing-ms``, rate limits) go to
-the same parser as on the wire.
-
-Each object the SDK yields is read where it lies, off the model's attributes
-(`labkit.providers.sdk.model_view`, no serialisation), by the wire path's own parser core
-(the adapter's `reader`), so both paths count and classify alike. The events an SDK consumes
-without yielding them — the ``[DONE]`` terminator, an error event it would raise on and stop
-reading at — are taken from its SSE decoder (`_WatchedDecoder`) to the parser's wire core,
-stamped when decoded, and the SDK reads on: both paths see the same end of every stream.
-``app.cpu_ms`` is the thread's CPU as on the wire path: the SDK's HTTP stack, SSE decoder
-and models, and labkit's classifying and stamping of each object, which is the per-event
-work the wire path's ``cpu_ms`` includes too. ``app.parse_cpu_ms`` stays null here: the SDK
-decodes inside its iterator, interleaved with the wait for the socket. This is the only
-module that imports `httpx2`.
+Sending a request through the provider's own SDK (`client_path = "sdk"`) instead of reading
+the wire (``"wire"``) shows what the SDK costs: its HTTP stack (`httpx2`), SSE decoder and
+pydantic models. Each event is stamped when the SDK hands it to user code, with the same
+clock, per-event step (`Measurement.event`) and record assembly as the wire path, so
+``sdk − wire`` of TTFT and decode is the SDK's overhead; the SDKs' retries are off. The
+provider's `SDKAdapter` (`Provider.sdk`) says what is the SDK's own; this module owns the
+clock and is the only one that imports `httpx2`. See docs/measurement.md, "AppTimings".
 """
 
 from __future__ import annotations
@@ -88,7 +63,13 @@ _MEASURING: ContextVar[tuple[dict[str, int], Clock, dict[str, str]] | None] = Co
 
 async def _attach_trace(request: Any) -> None:
     """httpx2 request hook: trace the request that `SDKRecorder` is measuring; send the
-    set-up's dry run to the in-process answer (`DRY_RUN_URL`) instead of the provider."""
+    set-up's dry run to the in-process answer (`DRY_RUN_URL`) instead of the provider.
+
+    It puts httpcore2's ``trace`` extension on the request, stamping
+    ``connection.connect_tcp.complete``, ``http11.send_request_body.complete``,
+    ``http11.receive_response_headers.complete`` and the rest, so connection phases are
+    measured as on the wire path. Which request is measured is a context variable that
+    `SDKRecorder._exchange` sets (`_MEASURING`): the SDK sends from the caller's task."""
     if DRY_RUN_BODY.get() is not None:
         request.url = request.url.copy_with(scheme="http", host=_DRY_RUN_HOST, port=None)
         return
@@ -149,7 +130,13 @@ def sdk_supported(provider: Provider) -> bool:
 
 
 class SDKRecorder(BaseRecorder):
-    """Measures streaming requests sent through the providers' official SDKs."""
+    """Measures streaming requests sent through the providers' official SDKs.
+
+    The HTTP client comes from the provider's `Connections` (`labkit.wire.connections`).
+    Each object the SDK yields is read where it lies, off the model's attributes
+    (`labkit.providers.sdk.model_view`, no serialisation), by the wire path's own parser core
+    (the adapter's `reader`), so both paths count and classify alike; the raw response
+    headers (request id, ``openai-processing-ms``, rate limits) go to the same parser."""
 
     client_path: ClassVar[Literal["wire", "sdk"]] = "sdk"
 

@@ -1,22 +1,12 @@
 """The one small interface every provider implements, and the registry that maps `kind` to it.
 
-A provider is three things:
-
-- a settings model (`ProviderSettings` subclass): what a YAML entry of this `kind` may say,
-  the model's context size where it knows it, and a local server to start (`managed_server`);
-- a `Provider`: builds the wire request for a chat, counts tokens, describes the server;
-- a `StreamParser`: reads one response's events, classifies each (output or not), and
-  collects usage, stop reason, identifiers and the provider's own timings.
-
-Experiments and the runner ask a provider's capabilities, never its kind or class:
-`tokenize`/`tokenizer_name`, `count_tokens`, `count_locally`, `prompt_cache_params`,
-`exact_length_params`, `reports_server_timings`, `exclusive_slots`, `sdk`, `metrics_url`,
-`fetches_stats_later`/`stats_later`, `warm_up_request`, `logprob_params`; each defaults to
-"cannot".
-
-The measurement core (`labkit.measurement`) owns the clock and the connections, and hands a
-provider the clients it builds requests on; providers never time anything themselves.
-Adding a provider means adding one module and decorating its class with `@register`.
+A provider is three things: a settings model (`ProviderSettings` subclass: what a YAML entry
+of its `kind` may say), a `Provider` (builds the wire request, counts tokens, describes the
+server) and a `StreamParser` (reads one response's events, classifies each, collects usage,
+stop reason, ids and the provider's own timings). The measurement core (`labkit.measurement`)
+owns the clock and the connections; providers never time anything themselves. Adding a
+provider means adding one module and decorating its class with `@register`
+(docs/adding-a-provider.md).
 """
 
 from __future__ import annotations
@@ -729,7 +719,13 @@ class SDKAdapter(ABC):
 
 
 class Provider(ABC):
-    """One configured provider: builds requests on the connections it is handed."""
+    """One configured provider: builds requests on the connections it is handed.
+
+    Experiments and the runner ask its capabilities, never its kind or class:
+    `tokenize`/`tokenizer_name`, `count_tokens`, `count_locally`, `prompt_cache_params`,
+    `exact_length_params`, `reports_server_timings`, `exclusive_slots`, `sdk`, `metrics_url`,
+    `fetches_stats_later`/`stats_later`, `warm_up_request`, `logprob_params`; each defaults
+    to "cannot"."""
 
     kind: ClassVar[str]
     settings_model: ClassVar[type[ProviderSettings]]

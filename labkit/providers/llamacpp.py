@@ -4,11 +4,9 @@ The last chunk carries ``timings`` (``prompt_ms``, ``predicted_ms``, ``cache_n``
 become `ProviderTimings`; ``prompt_ms`` covers prompt processing only, ``predicted_ms`` runs
 from the first sampled token, and neither includes HTTP or queueing: that difference is
 exactly the client-vs-provider gap. ``/tokenize`` is the model's exact tokenizer and
-``/props`` reports the build. `base_url` is the server root (no ``/v1``).
-
-With ``managed: true`` (the default without a `base_url`) the settings hand the runner a
-local `llama-server` to start for the run (`managed_server`, `labkit.local`), and the runner
-fills in `base_url` before this class sees it.
+``/props`` reports the build. `base_url` is the server root (no ``/v1``). With ``managed:
+true`` (the default without a `base_url`) the settings hand the runner a local `llama-server`
+to start for the run (`managed_server`, `labkit.local`); it fills in `base_url` first.
 """
 
 from __future__ import annotations

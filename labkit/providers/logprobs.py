@@ -1,18 +1,9 @@
 """Per-token logprobs off the wire: the chosen token, its log-probability, the top-k others.
 
-Shapes read (each entry one output token):
-
-- OpenAI Chat Completions, vLLM and llama.cpp's OpenAI-compatible chat: a choice's
-  ``logprobs.content`` list of ``{token, logprob, bytes, top_logprobs: [{token, logprob,
-  bytes}]}`` (openai-python ``types/chat/chat_completion_token_logprob.py``); vLLM writes
-  ``-9999.0`` for a probability of 0.
-- The Responses API: ``response.output_text.delta``'s ``logprobs`` list of ``{token,
-  logprob, top_logprobs}`` (openai-python ``types/responses/response_text_delta_event.py``).
-- llama.cpp's own names (``/completion`` with ``n_probs``, tools/server/README.md): the same
-  entries, or with ``post_sampling_probs`` ``prob`` and ``top_probs`` instead of logs.
-
-Only a parser asked for logprobs (`StreamParser.want_logprobs`) calls into this module; one
-that was not asked never looks for them.
+It reads the shapes of OpenAI Chat Completions (with vLLM's and llama.cpp's), the Responses
+API and llama.cpp's own names (`LogprobCollector.add_entries`). Only a parser asked for
+logprobs (`StreamParser.want_logprobs`) calls into this module; one that was not asked never
+looks for them.
 """
 
 from __future__ import annotations
@@ -52,7 +43,20 @@ class LogprobCollector:
             self.add_entries(obj.get("content"), "choice.logprobs.content")
 
     def add_entries(self, value: Any, where: str) -> None:
-        """A list of per-token entries, in any of the shapes this module reads."""
+        """A list of per-token entries, in any of the shapes this module reads (each entry
+        one output token):
+
+        - OpenAI Chat Completions, vLLM and llama.cpp's OpenAI-compatible chat: a choice's
+          ``logprobs.content`` list of ``{token, logprob, bytes, top_logprobs: [{token,
+          logprob, bytes}]}`` (openai-python ``types/chat/chat_completion_token_logprob.py``);
+          vLLM writes ``-9999.0`` for a probability of 0.
+        - The Responses API: ``response.output_text.delta``'s ``logprobs`` list of ``{token,
+          logprob, top_logprobs}`` (openai-python
+          ``types/responses/response_text_delta_event.py``).
+        - llama.cpp's own names (``/completion`` with ``n_probs``, tools/server/README.md):
+          the same entries, or with ``post_sampling_probs`` ``prob`` and ``top_probs``
+          instead of logs.
+        """
         entries = wire_list(value, where)
         if not entries:
             return

@@ -1,23 +1,10 @@
 """Ollama's native chat API (`POST /api/chat`, streamed as newline-delimited JSON).
 
-Wire facts (docs/providers.md; ollama/ollama `api/types.go` `ChatResponse` and `Metrics`):
-each line is one JSON object, ``{model, created_at, message: {role, content, thinking?,
-tool_calls?}, done: false}``, and the last one has ``done: true`` with ``done_reason`` and the
-server's own account in nanoseconds: ``total_duration``, ``load_duration``,
-``prompt_eval_count``, ``prompt_eval_cached_count`` (newer servers: the part of
-``prompt_eval_count`` served from the prompt cache), ``prompt_eval_duration``, ``eval_count``,
-``eval_duration``. A zero field is left out, not sent as 0, so an absent one stays null. An
-error after the 200 arrives as an ``{"error": "..."}`` line; before it, as an HTTP status
-with the same object as its body. No request id, no response id. A local server needs no
-key; where the entry names one (`api_key_env`: ollama.com's hosted API, or a server behind an
-authenticating proxy) it is sent as ``Authorization: Bearer KEY``.
-
-Sampling parameters go under ``options`` (``max_tokens`` becomes ``num_predict``);
-``think``, ``keep_alive``, ``format`` and ``tools`` are top-level fields. The official
-``ollama`` Python client gets no SDK adapter: it builds its own ``httpx`` client (labkit's
-SDK path hands an SDK an ``httpx2`` one carrying the trace hook), its stream is a bare
-generator of ``ChatResponse`` objects with no response headers, and it turns an error line
-into its own ``ResponseError``; the wire path reads the same bytes.
+Each line is one JSON object; the last one has ``done: true`` with ``done_reason`` and the
+server's own account in nanoseconds (prefill, decode, model load), read into the record's
+usage and `ProviderTimings`. A local server needs no key. The official ``ollama`` Python
+client gets no SDK adapter; the wire path reads the same bytes. Wire facts: docs/providers.md,
+"Ollama" (from ollama/ollama `api/types.go` `ChatResponse` and `Metrics`).
 """
 
 from __future__ import annotations

@@ -2,14 +2,8 @@
 
 vLLM, SGLang, Ollama's ``/v1``, LM Studio, llama.cpp's ``llama-server``: the same stream,
 an optional key, and ``max_tokens`` sent as it is (these servers do not all know
-``max_completion_tokens``).
-
-Tokenizer: vLLM and SGLang serve ``POST /tokenize`` at the server root (``{model, prompt,
-add_special_tokens}`` → ``{tokens, count, max_model_len}``; vLLM adds ``token_strs`` with
-``return_token_strs``), llama.cpp its own (``{content, with_pieces}`` → ``{tokens: [{id,
-piece}]}``, a piece that is no valid UTF-8 sent as a list of bytes). Servers without one
-(Ollama, LM Studio, hosted APIs) answer 404, and an OpenAI model name falls back to its
-offline encoding. The chat template's framing is the server's own, so unknown here.
+``max_completion_tokens``). Tokens are counted by the server's own ``/tokenize`` where it
+has one (`OpenAICompatibleProvider.tokenized`; its shapes: docs/providers.md, "Tokenizers").
 """
 
 from __future__ import annotations
@@ -132,7 +126,8 @@ class OpenAICompatibleProvider(OpenAIProvider):
 
     async def tokenized(self, text: str) -> Tokenized | None:
         """The server's `/tokenize` (vLLM, SGLang, llama.cpp), else the offline encoding
-        of an OpenAI model name, else None."""
+        of an OpenAI model name, else None. Servers without one (Ollama, LM Studio, hosted
+        APIs) answer 404."""
         root = self.settings.resolved_base_url().removesuffix("/v1")
         url = f"{root}/tokenize"
         source = f"{self.kind}:/tokenize"

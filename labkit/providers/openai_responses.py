@@ -1,23 +1,10 @@
 """OpenAI's Responses API (`POST /responses`, `stream: true`) on labkit's own HTTP.
 
-Wire facts (openai-python ``types/responses/``: `ResponseStreamEvent` and its members;
-https://platform.openai.com/docs/api-reference/responses-streaming): named SSE events whose
-data repeats the name as ``type``; no ``[DONE]``. ``response.created`` carries the response
-id; output arrives as ``response.output_text.delta`` (visible text),
-``response.refusal.delta``, ``response.reasoning_summary_text.delta`` (a summary of hidden
-reasoning), ``response.reasoning_text.delta`` (reasoning itself, from servers that stream
-it), ``response.function_call_arguments.delta``; the stream ends with one of
-``response.completed``, ``response.incomplete`` (``incomplete_details.reason``:
-``max_output_tokens``, ``content_filter``) or ``response.failed`` (``response.error``), whose
-``response.usage`` (``input_tokens``, ``output_tokens``, ``input_tokens_details.cached_tokens``,
-``output_tokens_details.reasoning_tokens``) is the only usage sent. An ``error`` event
-(``code``, ``message``) can arrive at any point. Headers as for Chat Completions
-(``x-request-id``, ``openai-processing-ms``, ``x-ratelimit-*``). Every event type the
-parser knows, its class and source: docs/providers.md.
-
-Requests: system messages become ``instructions``, the others ``input``; ``max_tokens`` is
-sent as ``max_output_tokens``; only parameters the API accepts are sent (``seed`` and
-``stop`` are not: it has neither).
+Named SSE events whose data repeats the name as ``type``, no ``[DONE]``: output arrives as
+``*.delta`` events and the stream ends with ``response.completed``, ``response.incomplete``
+or ``response.failed``, whose ``response.usage`` is the only usage sent. Requests send
+system messages as ``instructions`` and only the parameters the API accepts. Wire facts and
+every event type with its class and source: docs/providers.md, "OpenAI Responses".
 """
 
 from __future__ import annotations

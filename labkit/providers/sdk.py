@@ -1,19 +1,12 @@
 """How the SDK adapters read what an official SDK yields, into the wire path's own parsers.
 
-A provider with an official SDK names an `SDKAdapter` (`Provider.sdk`, defined beside
-`Provider` in `labkit.providers.base`); `labkit.measurement.sdkpath`
-owns the HTTP client (httpx2, with the trace hook that stamps connection phases), the clock
-and the record, and asks the adapter only what is the provider's own: how to build the SDK
-client, how to open one streaming request through it, and how to read what it yields.
-
-Reading: the SDKs hand over pydantic models they built from each event's JSON. An adapter
-feeds them to the same parser state the wire path fills, through the parser's own core (the
-method the wire path calls after `json.loads`), with `model_view` of each object: the JSON
-object it was built from, as the SDK kept it, read off the model's attributes without
-serialising anything. One parser, so both paths count and classify alike.
-
-The SDK packages are imported inside the adapters' methods, so importing a provider never
-imports its SDK.
+The SDKs hand over pydantic models they built from each event's JSON. An adapter
+(`SDKAdapter`, `labkit.providers.base`; the SDK path, `labkit.measurement.sdkpath`, asks it
+only what is the provider's own) feeds them to the same parser state the wire path fills,
+through the parser's own core (the method the wire path calls after `json.loads`), with
+`model_view` of each object, read off the model's attributes without serialising anything.
+One parser, so both paths count and classify alike. The SDK packages are imported inside the
+adapters' methods, so importing a provider never imports its SDK.
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
 """Readers of the timings OpenAI-compatible servers report about themselves.
 
-Each reader fills `ProviderTimings` from one documented shape (docs/providers.md, "Server
-timings"), converting to milliseconds, and keeps the object as it arrived in `raw`:
-
-- Groq: ``x_groq.usage{queue_time, prompt_time, completion_time, total_time}`` (seconds), on
-  the finish chunk;
-- Cerebras: ``time_info{queue_time, prompt_time, completion_time, total_time}`` (seconds);
-- Fireworks: ``perf_metrics`` (with ``perf_metrics_in_response: true``) on the finish chunk,
-  keyed like its headers; ``fireworks-server-time-to-first-token`` and
-  ``fireworks-server-processing-time`` headers (seconds);
-- vLLM: ``metrics{queue_time_ms, time_to_first_token_ms, generation_time_ms, mean_itl_ms,
-  tokens_per_second}`` on the last chunk (``--enable-per-request-metrics``);
-- TGI: ``x-queue-time``, ``x-inference-time``, ``x-time-per-token``, ``x-total-time`` /
-  ``x-compute-time`` headers (whole milliseconds);
-- llama.cpp: ``timings{prompt_ms, predicted_ms, predicted_per_token_ms, ...}``.
-
-`BODY_READERS` maps each chunk key to its reader, so a parser detects a shape with one dict
-lookup per key and never scans a chunk. `SERVERS` names the values of the `server:` hint.
+Each reader fills `ProviderTimings` from one documented shape (Groq, Cerebras, Fireworks,
+vLLM, TGI, llama.cpp: docs/providers.md, "Server timings"), converting to milliseconds, and
+keeps the object as it arrived in `raw`. `BODY_READERS` maps each chunk key to its reader,
+so a parser detects a shape with one dict lookup per key and never scans a chunk. `SERVERS`
+names the values of the `server:` hint.
 """
 
 from __future__ import annotations

@@ -3,13 +3,9 @@ assistant's call and the tool's result as the next turn appends them.
 
 A provider that can take tools answers `Provider.tool_format()` with one `ToolFormat`;
 an experiment (a `session`) builds every tool turn through it and never looks at a kind.
-The formats: OpenAI Chat (`tools`, `tool_calls`, role `tool`), the Responses API
-(`function_call` / `function_call_output` items), Anthropic (`tool_use` / `tool_result`
-blocks), Ollama (`tool_calls` with object arguments, role `tool`), and llama.cpp's
-grammar-forced call for a model whose chat template knows no tools (the bundled SmolLM2):
-the reply is forced by a grammar to ``{"name": ..., "arguments": {...}}``, the recorder reads
-the call back from that text into the record's `tool_calls` (`ToolFormat.calls_in_text`),
-and the call and its result go back to the model as plain-language messages.
+The formats: OpenAI Chat, the Responses API, Anthropic, Ollama, and llama.cpp's
+grammar-forced call for a model whose chat template knows no tools (the bundled SmolLM2),
+read back from the reply's text into the record's `tool_calls` (`GrammarTools`).
 """
 
 from __future__ import annotations

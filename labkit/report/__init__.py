@@ -2,21 +2,11 @@
 
 It reads run folders (records.jsonl, manifest.json, lab.json) and imports only
 `labkit.records` and `labkit.errors`, so it works on a run copied from another machine.
-
-    load.py     run folders → DataFrame (one row per record, dotted contract names)
-    stats.py    the request statistics (labkit.analysis.requests) as a table and summary.csv
-    split.py    whose time is it: each group's TTFT split, rendered
-    charts.py   a picture as a Vega-Lite spec (interactive in HTML, PNG in Markdown
-                through vl-convert)
-    run_charts.py  the sections' pictures: distributions, client vs server, server queue
-    kinds/      each experiment kind's pictures and section, one module per kind,
-                registered by kind (the five questions' pictures, load levels,
-                conversations, sessions, sweeps, the attribution table)
-    render.py   Markdown and self-contained HTML
-    build.py    write_report: report.md, report.html, summary.csv, summary.parquet
-    compare.py  runs side by side as a gate: changes with bootstrap intervals, verdicts,
-                --fail-on thresholds, Markdown summary, distributions overlaid
-    (`labkit report` and `labkit compare` are in labkit.cli.report)
+`load` reads them into DataFrames; `stats` and `split` are the report's tables, `charts` and
+`run_charts` its pictures (Vega-Lite specs), `kinds/` each experiment kind's part; `render`
+writes Markdown and self-contained HTML, `build` is `write_report`, `compare` the regression
+gate. `labkit report` and `labkit compare` are in `labkit.cli.report`. Each module's docstring
+says more; the whole map: docs/architecture.md.
 """
 
 from __future__ import annotations

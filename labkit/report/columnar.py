@@ -1,33 +1,13 @@
 """A run's records as columns on disk: the columnar sidecar beside records.jsonl.
 
-``records.jsonl`` stays the source of truth. A large run's records are read from it once
-(`labkit.report.load.scan_batches`: DuckDB's JSON reader, the same reading and the same
-checks as the frame's) into the folder ``records.columns/``, in parts: each
-``part-NNNNN.parquet`` holds the records of one byte range of records.jsonl (`Part`; the
-ranges follow each other from byte 0, each ending a line), every column of the records
-frame under the frame's (and `labkit.rundata`'s) dotted names, the tags as their JSON
-text, each row's byte offset in records.jsonl. Each Parquet row group holds the rows of one
-group of the statistics (provider, experiment, model, client path), in the order of their
-lines, so the report reads one group's, or one provider's, columns at a time
-(`Sidecar.frames`: a group's rows are its row groups in every part) and never holds the
-whole run. ``index.json`` names each part's range, the lines it covers, a fingerprint of
-its first and last KiB, its groups' rows and row groups, its lines that were not records,
-and, once the parts cover the file, the lines that repeat a record.
-
-The parts are converted as the run records (`convert`, called by the runner's child
-process: `labkit.runner.sidecar`), each time records.jsonl has grown by a part's worth, the
-rest at the run's end; the first reader of a run of at least `SIDECAR_MIN_BYTES` converts
-what the parts lack (a run killed while recording, or recorded by an older labkit), and
-all of it again when the bytes a part covers changed (`_valid_parts`). A smaller run is
-read whole, as before; so is a folder that cannot be written, or a file DuckDB cannot read
-as a whole.
-
-Why Parquet, written by group as the lines are read: the reader already streams DuckDB's
-Arrow batches, Parquet keeps them as typed, compressed columns (pyarrow, a dependency
-already), and a row group per group makes a group a read of its own row groups, with no
-sort of the run. A sidecar sorted by DuckDB instead took twice as long to build (the sort,
-and the join of each row to its byte offset). Reading the report's columns back takes about
-2 s of CPU at 10⁶ records where parsing records.jsonl took 8-11 s (docs/report.md).
+``records.jsonl`` stays the source of truth. A large run's records (`SIDECAR_MIN_BYTES` or more)
+are read from it once, with the frame's reading and checks (`labkit.report.load.scan_batches`),
+into ``records.columns/``: Parquet parts (`Part`), each the records of one byte range of
+records.jsonl with one row group per group of the statistics, so the report reads one group's
+columns at a time (`Sidecar.frames`) and never holds the whole run. The runner's child process
+converts the parts as the run records (`convert`); the first reader converts what they lack.
+What the parts and ``index.json`` hold, why Parquet written by group, and the figures:
+docs/report.md, "A large run: the columnar sidecar".
 """
 
 from __future__ import annotations

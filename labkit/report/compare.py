@@ -1,29 +1,12 @@
 """Runs side by side as a regression gate: the change of each metric, with its interval.
 
 The first run is the baseline. For each provider × experiment × model, each gate metric
-(`GATE_METRICS`: TTFT p50/p90, decode ms/token, e2e, output tokens/s, error rate) and each
-later run, `compare_frames` gives the baseline's value, the run's, their difference and a
-percentile bootstrap interval of that difference (absolute and in percent of the baseline):
-its bootstrap distribution drawn exactly, without building resamples (an unpaired quantile
-from Beta order statistics, a paired one by `labkit.analysis.paired_bootstrap`, the error
-rate from Binomial / Multinomial counts: O(resamples) or O(resamples · log n) once the
-values are sorted, whatever n). Quantiles are
-`labkit.analysis.stats`' (linear interpolation), and a quantile is compared only from the n
-its distribution-free interval needs (p90: 29).
-
-- **Paired or not.** When the records of both runs carry the same `plan_key`s (the same
-  planned requests: same prompt, same trial), resampling draws pairs, so the interval is that
-  of the per-request change; otherwise both runs are resampled independently.
-- **Reproducible.** The resampling is seeded: the same runs and seed give the same intervals.
-- **Verdict.** ``slower`` / ``faster`` (``more errors`` / ``fewer errors``) when the interval
-  excludes zero; ``not enough data`` when either side has too few requests for that
-  statistic (`min_samples`) or the interval is too wide to tell (it spans more than
-  `WIDE_INTERVAL_PCT` percent of the baseline); ``no change detected`` otherwise, which
-  means "smaller than this interval", never "no change".
-
-`parse_threshold` reads ``--fail-on`` expressions such as ``ttft_p50>+10%`` and
-`check_thresholds` says which comparisons cross them. A threshold fails only where the
-change is detected (its interval excludes zero) and its estimate crosses the limit.
+(`GATE_METRICS`) and each later run, `compare_frames` gives the change and a percentile
+bootstrap interval of it, drawn exactly without building resamples (seeded; paired where both
+runs hold the same `plan_key`s), and a verdict: ``slower`` / ``faster`` only when the interval
+excludes zero; ``no change detected`` means "smaller than this interval", never "no change".
+`parse_threshold` reads ``--fail-on`` expressions and `check_thresholds` applies them. The
+metrics, the verdicts and how each interval is drawn: docs/compare.md.
 """
 
 from __future__ import annotations

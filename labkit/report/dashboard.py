@@ -1,16 +1,11 @@
 """The observatory's page: `labkit dashboard STORE` renders `ObservatoryFigures` as one
 offline HTML file (the report's Vega-Lite engine and inlined bundle, nothing fetched).
 
-Sections, each picture followed by a table of the same data (readable without JavaScript):
-the header (store, rounds, first and last round, computed at); hour-of-day curves per
-provider × metric (median and p90, each with its 95 % band) and the 72 h / 14 d windows;
-the split of TTFT over the hours (network and front end, queue, processing; what a provider
-does not separate is drawn as "not separable", never as zero) with decode per token; the
-changes on their metric's time series (a rule at each change point, its interval shaded,
-its sentence); cost per request, session and answer and goodput per dollar (when a price
-table gave them); the same-model verdicts. The page only renders: nothing is recomputed.
-Reading a store and computing the figures is `labkit.cli.dashboard`'s (the store's package
-reads run folders through this layer, so the report does not import it).
+Each section's picture is followed by a table of the same data (readable without JavaScript);
+what a provider does not separate is drawn as "not separable", never as zero. The page only
+renders: nothing is recomputed. Reading a store and computing the figures is
+`labkit.cli.dashboard`'s (the store's package reads run folders through this layer, so the
+report does not import it). The sections: docs/dashboard.md.
 """
 
 from __future__ import annotations

@@ -3,15 +3,10 @@
 A run folder holds ``records.jsonl`` (one `RequestRecord` per line), ``manifest.json`` and
 perhaps ``lab.json``. Each record is read once, into columns (DuckDB's JSON reader over the
 whole file; Arrow's over blocks of lines where DuckDB cannot; `json.loads` for a line either
-refuses), and only the scalar fields are kept, under dotted names (``client.ttft_ms``,
-``provider_timings.prefill_ms``, ``usage.output_tokens``, ``tags.variant``...). The per-event
-arrays (``client.event_offsets_ms``, ``client.event_tokens``) stay out of the frame: each row
-keeps the byte offset of its line (``file_offset``) so `load_event_offsets` can read the
-arrays back for the few records a timeline plot needs.
-
-A line that is not a record (typically the last one, cut short when a run was killed; or a
-JSON line without a record's required fields) is skipped with a logged warning, counted in
-`RunData.skipped_lines` and named, with why, in `RunData.problems`.
+refuses), keeping only the scalar fields, under dotted names (``client.ttft_ms``,
+``tags.variant``...). Each row keeps its line's byte offset (``file_offset``), so
+`load_event_offsets` reads the per-event arrays back for the few records a timeline needs. A
+line that is not a record is skipped with a logged warning, counted and named (`RunData`).
 """
 
 from __future__ import annotations
@@ -153,7 +148,12 @@ _SECTIONS: list[tuple[str, list[str], list[str]]] = [
 
 @dataclass
 class RunData:
-    """One run folder, loaded: its records frame, manifest and lab answers."""
+    """One run folder, loaded: its records frame, manifest and lab answers.
+
+    `skipped_lines` counts the lines that are not records (typically the last one, cut short
+    when a run was killed; or a JSON line without a record's required fields), each skipped
+    with a logged warning and named, with why, in `problems`.
+    """
 
     run_dir: Path
     records: pd.DataFrame

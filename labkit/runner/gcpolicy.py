@@ -1,28 +1,13 @@
 """The cyclic garbage collector's policy while a level's streams are read.
 
-Python's collector stops the whole process while it scans: a full collection over a big heap
-is a stall of tens to hundreds of ms in which no socket is read (each stream's events then
-arrive gathered in one read: late stamps). Every collection's time grows with what it scans,
-and a level's records pile up in the older generations. `level_gc` collects and freezes the
-heap built before the level and freezes what each collection leaves alive, so no
-collection during the level scans more than one young generation (`LEVEL_GC_THRESHOLDS`);
-after the level it unfreezes, and what the level left in reference cycles is collected by
-the next level's start or by Python's own thresholds: a full collection at the level's end
-scanned every record the run holds (~20 µs a record, paid again by each level), and the
-run's figures, computed next, freeze the heap anyway (`figures_gc`). Freezing keeps
-reference counting: an object freed by its last reference goes at once. What it holds is
-garbage in reference cycles, until a collection after the level; a request makes none (the
-recorder breaks httpx's response cycle; tests/measurement/test_no_cyclic_garbage.py).
-
-Each finished request (`request_done`, called by every executor's `Measurer`) freezes the
-heap at once while no request of the level has failed: what the request left alive (its
-record, kept by the runner; ~35 objects the collector tracks) and the other streams' objects
-are then out of every collection, and the young generation's count starts again from 0, so
-a clean level runs with hardly a collection at all (at 32 streams one young collection per
-~20 requests before, each ~0.5 ms of the loop's time: ~30 µs a request). A failed request
-can leave cyclic garbage (a connection lost mid-stream leaves its transport in a cycle):
-from a level's first failure on, nothing more is frozen per request, and the young
-collections find such garbage as before (what was frozen is freed by a collection after the level).
+Python's collector stops the whole process while it scans, and a scan's time grows with what
+it scans: a full collection over a level's records is a stall of tens to hundreds of ms in
+which no socket is read (each stream's events then arrive gathered in one read: late stamps).
+So while a level runs the heap is frozen and no collection scans more than one young
+generation (`level_gc`, `request_done`); the run's figures are computed frozen (`figures_gc`).
+Freezing keeps reference counting (an object freed by its last reference goes at once): it
+holds back only garbage in reference cycles, and a request makes none (the recorder breaks
+httpx's response cycle; tests/measurement/test_no_cyclic_garbage.py).
 """
 
 from __future__ import annotations
@@ -58,8 +43,17 @@ _LEVEL = _Level()
 
 
 def request_done(record: RequestRecord) -> None:
-    """A request of the level finished with `record`: freeze what is alive now, unless
-    outside a level or once a request of it has failed (module doc)."""
+    """A request of the level finished with `record` (called by every executor's `Measurer`):
+    freeze what is alive now, unless outside a level or once a request of it has failed.
+
+    What the request left alive (its record, kept by the runner; ~35 objects the collector
+    tracks) and the other streams' objects are then out of every collection, and the young
+    generation's count starts again from 0, so a clean level runs with hardly a collection at
+    all (at 32 streams one young collection per ~20 requests before, each ~0.5 ms of the
+    loop's time: ~30 µs a request). A failed request can leave cyclic garbage (a connection
+    lost mid-stream leaves its transport in a cycle): from a level's first failure on, nothing
+    more is frozen per request and the young collections find such garbage as before (what
+    was frozen is freed by a collection after the level)."""
     if not _LEVEL.freezing:
         return
     if record.error is not None:
@@ -75,8 +69,15 @@ def _freeze_survivors(phase: str, info: dict[str, Any]) -> None:
 
 @contextlib.contextmanager
 def level_gc() -> Iterator[None]:
-    """Run the block (one level) under the level's collector policy; restored after (what the
-    level left is collected with the next level's start, not at its end: module doc)."""
+    """Run the block (one level) under the level's collector policy; restored after.
+
+    Collects and freezes the heap built before the level, and freezes what each collection
+    leaves alive (a level's records would otherwise pile up in the older generations), so no
+    collection during the level scans more than one young generation (`LEVEL_GC_THRESHOLDS`).
+    After the level it unfreezes, and what the level left in reference cycles is collected by
+    the next level's start or by Python's own thresholds, not at its end: a full collection
+    there scanned every record the run holds (~20 µs a record, paid again by each level), and
+    the run's figures, computed next, freeze the heap anyway (`figures_gc`)."""
     before = gc.get_threshold()
     gc.collect()
     gc.freeze()  # the set-up's heap (imports, config, providers, earlier records)

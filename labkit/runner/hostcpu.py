@@ -1,17 +1,11 @@
 """How busy the host's CPUs were during a run, and whose work it was (`HostCPUManifest`).
 
-Two readings, at the run's start and end, of every CPU's busy time (Linux's ``/proc/stat``)
-and of labkit's own CPU time (its process, and the children it waited for: the managed
-servers it stopped, its worker processes); the difference is the other processes' share.
-Cheap: one small file read and two ``getrusage`` calls each time. Where ``/proc/stat`` is
-unreadable (not Linux) there is no reading, and the run's client-bound advice goes without.
-
-The columnar sidecar's converters (`labkit.runner.sidecar.SidecarWriter`: children at the
-lowest priority that turn records into columns off the hot path) are counted apart
-(``sidecar_cpu_s``): those reaped are in the children's ``getrusage`` and taken out of
-labkit's own; one still running at a reading is read from its ``/proc/<pid>/stat`` and
-taken out of the others'. labkit's own CPU is then the measuring process's and the
-servers' and workers' it started, the answer to "which part of the time is labkit's".
+Two readings (`read_cpu`), at the run's start and end, of every CPU's busy time (Linux's
+``/proc/stat``) and of labkit's own CPU time; the difference is the other processes' share:
+the answer to "which part of the time is labkit's". Cheap: one small file read and two
+``getrusage`` calls each time. Where ``/proc/stat`` is unreadable (not Linux) there is no
+reading, and the run's client-bound advice goes without. What each field counts, the
+columnar sidecar's converters apart: docs/measurement.md, "Whose CPU a run used".
 """
 
 from __future__ import annotations
@@ -89,7 +83,11 @@ def process_cpu_s(pid: int, stat: Path | None = None) -> float | None:
 
 def host_cpu_between(start: CPUReading, end: CPUReading) -> HostCPUManifest:
     """What the CPUs did between two readings, and how much of it was labkit's own and its
-    sidecar converters'."""
+    sidecar converters' (`labkit.runner.sidecar.SidecarWriter`, counted apart): those reaped
+    are in the children's ``getrusage`` and taken out of labkit's own; one still running at a
+    reading (read from its ``/proc/<pid>/stat``, `process_cpu_s`) is taken out of the
+    others'. labkit's own is then the measuring process's and the servers' and workers' it
+    started."""
     busy = max(0.0, end.busy_s - start.busy_s)
     reaped = max(0.0, end.sidecar_reaped_s - start.sidecar_reaped_s)
     converters = max(

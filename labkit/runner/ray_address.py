@@ -3,13 +3,9 @@ that is not Ray, is one line, fast.
 
 `ray.init(address=...)` to a port where nothing listens keeps retrying its GCS connection
 for minutes (a run hung past 150 s), and to a port where some other server answers it
-retried for 94 s before failing in words of its own. Before it, `check_ray_address` opens
-one TCP connection to the address within `RAY_PROBE_DEADLINE_S` and greets it as an HTTP/2
-client: both of Ray's endpoints (the GCS and Ray Client's server) are gRPC servers, which
-answer with a SETTINGS frame at once. A refusal, an unreachable host, the deadline passing,
-or an answer that is no HTTP/2 SETTINGS within `RAY_ANSWER_DEADLINE_S` (an HTTP/1 server, a
-database, silence) is a `RunError` naming the address and what to change. `local` starts a
-cluster here and `auto` without RAY_ADDRESS finds one on this host: neither is probed.
+retried for 94 s before failing in words of its own. `check_ray_address` first opens one TCP
+connection and greets the address as an HTTP/2 client, which Ray's gRPC endpoints answer at
+once (what a user sees: docs/ray.md).
 """
 
 from __future__ import annotations
@@ -63,7 +59,14 @@ def ray_endpoint(address: str) -> tuple[str, int] | None:
 
 def check_ray_address(address: str, deadline_s: float = RAY_PROBE_DEADLINE_S) -> None:
     """Raise RunError when nothing accepts a TCP connection at `address` within
-    `deadline_s` (blocking: call it in a thread from async code)."""
+    `deadline_s` (blocking: call it in a thread from async code).
+
+    A refusal, an unreachable host, the deadline passing, or an answer that is no HTTP/2
+    SETTINGS frame within `RAY_ANSWER_DEADLINE_S` (an HTTP/1 server, a database, silence) is
+    a `RunError` naming the address and what to change: both of Ray's endpoints (the GCS and
+    Ray Client's server) are gRPC servers, which answer the greeting with SETTINGS at once.
+    `local` starts a cluster here and `auto` without RAY_ADDRESS finds one on this host:
+    neither is probed (`ray_endpoint`)."""
     endpoint = ray_endpoint(address)
     if endpoint is None:
         return

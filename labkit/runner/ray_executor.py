@@ -3,32 +3,9 @@
 `executor: {kind: ray, ...}` in a config (`labkit.config.RayExecutorSettings`) makes this
 the run's `Executor`: every paced level runs here instead of on this host. The plan is the
 same as in one process or in worker processes: actor k of n runs share ``(k, n)`` of the
-level (`PacedExperiment.run_share`; in a closed loop stream j sends requests j, j + c, ...).
-
-Per level:
-
-1. the driver starts ``n`` actors (`LevelActor`), placed by `placement`; each builds its
-   provider from its `LevelJob` (one JSON line), reading the API key from the named
-   variable **on its own node** — no key is ever in an actor's arguments, a method's
-   arguments, the object store or a `runtime_env`; a node without the variable is one error
-   naming both;
-2. each actor runs labkit's worker body (`labkit.runner.worker_body`, the one worker
-   processes run): the warm-ups, then "ready";
-3. the driver measures each actor's clock offset (`labkit.clocksync.measure_offset` over
-   `LevelActor.now`), picks the level's start t0 on its own clock and gives each actor
-   ``t0 - offset``, the same instant on that actor's clock;
-4. each actor streams its records back as each completes (a long poll, `next_items`, of
-   `labkit.runner.jobs` messages as JSON lines, the codec of worker processes); the driver
-   validates each, stamps it with its host and clock offset and appends it to the
-   run folder at once;
-5. after the level the driver measures the offsets again (the clock log,
-   ``clock-<experiment>.jsonl``), says which hosts were client-bound, and kills the actors.
-
-An actor (or node) that dies mid-level leaves its records in place; each request it had in
-flight becomes one record with error kind ``lost`` naming the node, and the level is
-partial (`--resume` runs it again). Ctrl-C stops every actor, keeps the partial records
-they send back in the next seconds, and kills them. No actor outlives the level, and a
-cluster started for the run (`address: local`) stops with it.
+level (`PacedExperiment.run_share`; in a closed loop stream j sends requests j, j + c, ...)
+with labkit's one worker body, and no API key ever passes through Ray. A level's steps, an
+actor's death and Ctrl-C: `RayExecutor.run_on_actors`; what a user sees: docs/ray.md.
 
 Ray is imported only here, and only when a config asks for it.
 """
@@ -534,7 +511,33 @@ class RayExecutor(Executor):
         on_record: Callable[[RequestRecord], None],
         on_message: Callable[[str], None],
     ) -> RayLevel:
-        """Run `level` on actors (at most `level.most_workers`); how it went."""
+        """Run `level` on actors (at most `level.most_workers`); how it went.
+
+        1. the driver starts ``n`` actors (`LevelActor`), placed by `placement`; each builds
+           its provider from its `LevelJob` (one JSON line), reading the API key from the
+           named variable **on its own node** — no key is ever in an actor's arguments, a
+           method's arguments, the object store or a `runtime_env`; a node without the
+           variable is one error naming both;
+        2. each actor runs labkit's worker body (`labkit.runner.worker_body`, the one worker
+           processes run): the warm-ups, then "ready";
+        3. the driver measures each actor's clock offset (`labkit.clocksync.measure_offset`
+           over `LevelActor.now`), picks the level's start t0 on its own clock and gives each
+           actor ``t0 - offset``, the same instant on that actor's clock;
+        4. each actor streams its records back as each completes (a long poll, `next_items`,
+           of `labkit.runner.jobs` messages as JSON lines, the codec of worker processes);
+           the driver validates each, stamps it with its host and clock offset and appends it
+           to the run folder at once;
+        5. after the level the driver measures the offsets again (the clock log,
+           ``clock-<experiment>.jsonl``), says which hosts were client-bound, and kills the
+           actors.
+
+        An actor (or node) that dies mid-level leaves its records in place; each request it
+        had in flight becomes one record with error kind ``lost`` naming the node, and the
+        level is partial (`--resume` runs it again). Ctrl-C stops every actor, keeps the
+        partial records they send back in the next seconds (`_stop`), and kills them. No
+        actor outlives the level, and a cluster started for the run (`address: local`) stops
+        with it (`close`).
+        """
         ray = await self._connect()
         n = self.actor_count(level.most_workers)
         job = LevelJob.of(

@@ -7,8 +7,7 @@ A folder is locked (``flock`` on ``.lock``) by the process that writes it, so tw
 resumes can never measure the same requests twice; the kernel drops the lock when that
 process dies. A write that fails (disk full, I/O error, read-only file system) raises
 `RunError` naming the file and the reason; from then on the folder refuses more records and
-its manifest says ``failed`` with that reason. A small reserve file (``.reserve``) is given
-up at that moment so the manifest can still be written on a full disk.
+its manifest says ``failed`` with that reason, written even on a full disk (`_failed`).
 """
 
 from __future__ import annotations
@@ -281,7 +280,9 @@ class RunFolder:
         self.sidecar.grew(len(data))
 
     def _failed(self, path: Path, exc: OSError) -> None:
-        """Remember the first failed write, make room for the manifest, and raise it."""
+        """Remember the first failed write, make room for the manifest, and raise it: the
+        small reserve file (``.reserve``) is given up so the manifest can still be written on
+        a full disk."""
         message = f"cannot write {path}: {_reason(exc)}"
         if self.write_error is None:
             self.write_error = message

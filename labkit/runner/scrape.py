@@ -5,7 +5,6 @@ it never shares the measuring client's pool or holds the event loop that stamps 
 streams: it scrapes every `interval_s` on a fixed schedule, reads at most `max_body_bytes`
 of each body, parses it with prometheus-client (`labkit.server_metrics`) and appends one
 scrubbed JSON line per scrape to ``server-metrics-<provider>.jsonl`` in the run folder.
-
 A failed scrape (endpoint down, not Prometheus text, a body too large) is counted, and the
 first failure kept for one message when the scraper stops: a dead metrics endpoint never
 fails a run and never fills the log.

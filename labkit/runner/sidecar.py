@@ -1,27 +1,13 @@
 """The columnar sidecar written as a run records: its parts converted off the hot path.
 
-A large run's records are read into columns once (`labkit.report.columnar`: the sidecar's
-parts, each a byte range of records.jsonl). So that the first `labkit report` of a large
-run need not read gigabytes of JSON, the runner has them converted while it records: each
-time records.jsonl has grown by `PART_BYTES` since the last conversion began, a child
-process converts what the parts do not cover yet, up to the last whole line; at the run's
-end (after the last request, before the run's figures) a last one converts the rest.
-
-The measuring process never converts: the conversion holds the interpreter for seconds
-(JSON, Arrow, Parquet) and the stamps are taken in the event loop, so it runs in a child
-process, started at the lowest priority (nice 19 and, where Linux allows it,
-`SCHED_IDLE`) before it imports anything; this process only counts the bytes it appends
-and, once per part, starts the child and later reaps it. This layer does not import the
-converter either (it is the report's): the child is started by the module's name.
-
-Its CPU is not labkit's own: each child is reaped with its resource usage (``wait4``), and
-`SidecarWriter.cpu_s` says what the converters used (those ended, and the one running so
-far), which the manifest's ``host_cpu`` counts apart (``sidecar_cpu_s``,
-`labkit.runner.hostcpu`).
-
-Nothing measured depends on it: records.jsonl stays the source of truth; a conversion that
-fails is logged once and the first reader converts what the parts lack itself; a run that
-is killed keeps the parts converted so far.
+So that the first `labkit report` of a large run need not read gigabytes of JSON, the runner
+has its records converted into columns (`labkit.report.columnar`) while it records: each
+`PART_BYTES` of records.jsonl, and the rest at the run's end. The measuring process never
+converts (that holds the interpreter for seconds, and the stamps are taken in the event
+loop): a child process at the lowest priority does, started by the module's name (this layer
+does not import the converter: it is the report's), its CPU counted apart from labkit's own
+(`SidecarWriter.cpu_s`). Nothing measured depends on it: records.jsonl stays the source of
+truth. How the parts are made, checked and completed: docs/report.md, "A large run".
 """
 
 from __future__ import annotations
@@ -62,7 +48,8 @@ PART_BYTES = _env_bytes("LABKIT_SIDECAR_PART_BYTES", 256 << 20)
 #: repeated here: this layer does not import the report's). LABKIT_SIDECAR_MIN_BYTES sets it.
 SIDECAR_MIN_BYTES = _env_bytes("LABKIT_SIDECAR_MIN_BYTES", 64 << 20)
 
-#: The child's first lines: the lowest priority before any import, then the converter.
+#: The child's first lines: the lowest priority (nice 19 and, where Linux allows it,
+#: `SCHED_IDLE`) before any import, then the converter.
 _CHILD = (
     "import os, sys\n"
     "os.nice(19)\n"
@@ -96,7 +83,11 @@ class SidecarWriter:
         self._reaped_cpu_s = 0.0
 
     def cpu_s(self) -> tuple[float, float]:
-        """CPU seconds the converters used so far: (those reaped, the one still running)."""
+        """CPU seconds the converters used so far: (those reaped, the one still running).
+
+        Their CPU is not labkit's own: each child is reaped with its resource usage
+        (``wait4``), and the manifest's ``host_cpu`` counts this apart (``sidecar_cpu_s``,
+        `labkit.runner.hostcpu`)."""
         child = self._child
         running = 0.0
         if child is not None and child.returncode is None:

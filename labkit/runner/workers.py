@@ -5,19 +5,8 @@ with one stream's bytes while another's wait in the socket, and the stamps (TTFT
 inter-token times) then measure labkit. A level can therefore be split over worker
 processes, each with its own event loop, provider client and recorder. They stamp with
 `time.perf_counter_ns` — on Linux and macOS the host's monotonic clock, shared by every
-process — so their records line up with the parent's (`t_start_mono_ns`).
-
-The protocol is `labkit.runner.jobs` messages, one JSON line each, over the worker's
-stdin/stdout (`python -m labkit.runner.worker_process`): parent → worker `JobMessage`;
-worker → parent its warm-ups' `Recorded`, then `Ready`; parent → worker `Start` (the level's
-common start); worker → parent one `Recorded` as each request completes; exit status 0.
-
-The parent keeps each record as it arrives, so a worker that dies loses nothing it
-finished; the level is then partial (the rest of its share never sent: a worker exits 0
-once its share ran), said in ``worker-levels.jsonl`` (`WorkerLevel`); ``--resume`` runs it
-again. The API key never travels: the worker reads it from the environment variable its
-settings name. SIGINT/SIGTERM cancel the worker's requests and their partial records are
-still written.
+process — so their records line up with the parent's (`t_start_mono_ns`). The protocol,
+a worker that dies and signals: `_run_in_workers`; what a user sees: docs/experiments.md.
 """
 
 from __future__ import annotations
@@ -182,7 +171,18 @@ async def _run_in_workers(
 ) -> dict[int, int]:
     """Run `job` in `processes` workers; every record they send goes to `on_record`. Each
     worker that exited with an error after the start, with its status (RunError for one
-    that did not start)."""
+    that did not start).
+
+    The protocol is `labkit.runner.jobs` messages, one JSON line each, over the worker's
+    stdin/stdout (`python -m labkit.runner.worker_process`): parent → worker `JobMessage`;
+    worker → parent its warm-ups' `Recorded`, then `Ready`; parent → worker `Start` (the
+    level's common start); worker → parent one `Recorded` as each request completes; exit
+    status 0. The parent keeps each record as it arrives, so a worker that dies loses nothing
+    it finished; the level is then partial (the rest of its share never sent: a worker exits
+    0 once its share ran), said in ``worker-levels.jsonl`` (`WorkerLevel`); ``--resume`` runs
+    it again. The API key never travels: the worker reads it from the environment variable
+    its settings name. SIGINT/SIGTERM cancel the worker's requests and their partial records
+    are still written."""
     log_dir.mkdir(parents=True, exist_ok=True)
     procs: list[asyncio.subprocess.Process] = []
     logs: list[Path] = []

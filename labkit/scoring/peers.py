@@ -1,23 +1,13 @@
 """Benchmark clients' result files, read into one shape: `ClientRequest` per request.
 
 Readers (`READERS`, chosen by `detect` or by name): labkit's own run folder, GuideLLM's
-benchmarks JSON (``guidellm benchmark run --outputs benchmarks.json``), AIPerf's profile
-export (``profile_export.jsonl``) and ``vllm bench serve --save-result --save-detailed``.
-Each keeps what the client itself measured, in its own definitions, and None where it did
-not measure a thing; `labkit.scoring.score` compares them with the truth, and
-`labkit.scoring.imports` turns them into labkit records.
-
-Clocks: labkit and vLLM's bench stamp on the host's monotonic clock (``perf_counter``), the
-truth server's clock; GuideLLM and AIPerf stamp request starts on the wall clock
-(``time.time``), which the truth log's anchor converts.
-
-A results file comes from another program, so every value is checked where it is read:
-a time or count must be a finite number ≥ 0, an object an object, a list a list; anything
-else is a `ConfigError` of one line naming the file, the line (JSONL) or the JSON path, and
-the fault. JSONL files (AIPerf's, labkit's) are read a line at a time (`stream_results`),
-each line at most `MAX_LINE_BYTES`; GuideLLM's and vLLM's files are one JSON document,
-which Python's json reads whole (no incremental parser is installed), so one larger than
-`MAX_DOCUMENT_BYTES` is refused.
+benchmarks JSON, AIPerf's profile export and ``vllm bench serve``'s detailed result. Each
+keeps what the client itself measured, in its own definitions, and None where it did not
+measure a thing; `labkit.scoring.score` compares them with the truth, and
+`labkit.scoring.imports` turns them into labkit records. A results file comes from another
+program, so every value is checked where it is read; anything wrong is one `ConfigError`
+line. Clocks, files and limits: docs/score.md, "What each reader takes" and "Peers' results
+as labkit runs".
 """
 
 from __future__ import annotations
@@ -484,8 +474,10 @@ def stream_results(
     path: Path | str, fmt: str | None = None
 ) -> tuple[ClientResults, Iterator[ClientRequest]]:
     """A client's results file (`fmt`, None: `detect`): its header, and its requests read
-    as they are asked for. A fault found while reading is a ConfigError of one line, and a
-    file that holds no request at all is one too."""
+    as they are asked for: a JSONL file (AIPerf's, labkit's) a line at a time, each line at
+    most `MAX_LINE_BYTES`; GuideLLM's and vLLM's, one JSON document, whole (Python's json:
+    no incremental parser is installed), at most `MAX_DOCUMENT_BYTES`. A fault found while
+    reading is a ConfigError of one line, and a file that holds no request at all is one too."""
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"{path}: no such file or folder")

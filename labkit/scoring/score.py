@@ -1,28 +1,12 @@
 """A client's error against the truth log: per request, per metric, with intervals.
 
-Matching. A client request is matched to the truth by id where the client kept one the
-server knows (the response id it returned, or the client's own ``x-request-id``); otherwise
-by time: in the order of their starts, each request takes the earliest unmatched truth the
-server read at or after it started (``TIME_SLACK_MS`` earlier allowed: a wall-clock start
-converted to the monotonic clock). Each row says which (``matched_by``).
-
-Definitions (S: the client's start on the host's monotonic clock; sends are the server's
-clock right before the bytes went to the kernel; a figure's error = the client's value −
-the true value):
-
-- ``request_start``: S − the server's read of the request (negative: the client's clock
-  started before its request arrived: request build, connect, write, loopback);
-- ``ttft``: true = first output event's send − S;
-- ``itl``: true = (last output send − first) / (output tokens − 1), per token;
-- ``decode``: true = last output send − first;
-- ``e2e``: true = the send of the response's end (``t_end_ns``: the one write that holds a
-  stream's stop event, usage and terminator, µs after the last output send) − S;
-- ``output_tokens``, ``input_tokens``: the server's counts (input: the spaces in the body);
-- ``event_stamp``: per output event, the client's stamp − its send (clients that keep
-  per-event stamps: labkit), the benchmarks' "stamp error".
-
-Each metric's errors are summarised by their median and p99 with distribution-free intervals
-(`labkit.analysis.stats.quantile`) and their largest value.
+A client request is matched to the truth by id where the client kept one the server knows,
+otherwise by time (in the order of their starts, each takes the earliest unmatched truth the
+server read at or after its start, ``TIME_SLACK_MS`` earlier allowed); each row says which
+(``matched_by``). A figure's error is the client's value − the true value, timed from S, the
+client's start on the host's monotonic clock (`METRICS`; each one's truth: docs/score.md,
+"labkit score"). Each metric's errors are summarised by their median and p99 with
+distribution-free intervals (`labkit.analysis.stats.quantile`) and their largest value.
 """
 
 from __future__ import annotations

@@ -3,13 +3,9 @@
 `open_store(url)` gives a `Store`: embedded DuckDB for a path (one file, the default) or
 PostgreSQL for a ``postgresql://`` URL. Its schema comes from the record contract (the same
 flattened names as `labkit.rundata`); loads are idempotent (a record loaded twice is one
-row). `Store.probes()` is the hand-off to the observatory's analysis.
-
-Tables: ``records`` (one row per record, keyed by ``run_id`` + ``record_id``, the columns of
-`labkit.read_run`), ``runs`` (one row per run: the manifest's facts), ``rounds`` (one row per
-watch round: ``watch_id``, ``index``, ``at``, ``status``, ``nonce``, ``run_id``),
-``schema_version``; and the view ``probes`` (records joined to their round). The schema's
-versions and how a store is upgraded: docs/migrations.md.
+row). `Store.probes()` is the hand-off to the observatory's analysis. Its tables ``records``,
+``runs``, ``rounds``, ``schema_version`` and the view ``probes``: docs/runs.md, "The store";
+the schema's versions and how a store is upgraded: docs/migrations.md.
 """
 
 from __future__ import annotations

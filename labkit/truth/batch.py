@@ -2,17 +2,11 @@
 
 Kernels that are not batch-invariant compute a sequence's logits slightly differently
 depending on what else shares its batch, and where the top two candidates are nearly tied
-the likeliest token can change: vllm-project/vllm#51187 saw 3 distinct outputs in 5
-identical temperature-0 repeats at about 44 concurrent sequences, and identical ones at 8.
-The truth server mimics that with a known truth (schedule keys ``batch_flip_above``,
-``batch_flip_margin``, ``batch_flip_p``; off by default): a temperature-0 request read while
-more than ``batch_flip_above`` requests are held by the server (itself counted, at most the
-schedule's slots: `batch_seen`) takes, at each step whose top two probabilities differ by
-less than ``batch_flip_margin``, the second candidate with probability ``batch_flip_p``
-(the server's own seeded draws), reported as the batch's arithmetic would show it: the two
-probabilities swapped, so the reply is still greedy on what it reports. The truth log
-records the batch each request saw and the steps flipped (`TruthRequest.batch`,
-`TruthRequest.flipped_steps`).
+the likeliest token can change (vllm-project/vllm#51187). The truth server mimics that with a
+known truth (schedule keys ``batch_flip_*``, off by default; docs/score.md, "The schedule"):
+a flipped step is reported as the batch's arithmetic would show it, the two probabilities
+swapped, so the reply is still greedy on what it reports. The truth log records the batch
+each request saw and the steps flipped (`TruthRequest.batch`, `TruthRequest.flipped_steps`).
 """
 
 from __future__ import annotations

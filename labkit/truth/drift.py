@@ -1,20 +1,11 @@
 """A provider that changes over days: the truth server's planted, time-varying behaviour.
 
-A `Drift` (the schedule's ``drift`` key) plants changes a watch should find, each optional:
-
-- ``queue_bump``: a queue that grows at given hours of the day (UTC), e.g. +300 ms from
-  17:00 to 19:00, every day: reported as the server's queue time where its shape has one;
-- ``prefill_step``: the prefill (the fixed wait to token 1 and each prompt token's cost)
-  multiplied by ``factor`` from ``at`` on;
-- ``frontend_step``: a network / front-end delay of ``ms`` more from ``at`` on, which no
-  timing the server reports holds (as the schedule's ``frontend_ms``);
-- ``fingerprint_step`` and ``build_step``: the ``system_fingerprint`` its Chat chunks carry,
-  or the ``build_info`` its ``/props`` says, ``before`` until ``at`` and ``after`` from it.
-
-The time a request stands for is the header ``X-Labkit-Sim-Time: <epoch seconds>`` when it
-has one (a watch on a compressed clock sends it), else the wall clock. The server logs it
-(``sim_time``) and what was in effect (``drift``: each change's kind, the component it
-moves and its true size) in the request's truth line. Several simulated providers are
+A `Drift` (the schedule's ``drift`` key) plants changes a watch should find, each optional: a
+daily queue bump, a prefill step, a front-end step no timing reports, a new fingerprint or
+build. The time a request stands for is the header ``X-Labkit-Sim-Time: <epoch seconds>``
+when it has one (a watch on a compressed clock sends it), else the wall clock. The server
+logs it (``sim_time``) and what was in effect (``drift``: each change's kind, the component
+it moves and its true size) in the request's truth line. Several simulated providers are
 several servers, each with its own plan.
 """
 
@@ -112,7 +103,18 @@ class TextStep(_Part):
 
 
 class Drift(_Part):
-    """The planted changes of one simulated provider (see the module)."""
+    """The planted changes of one simulated provider, each optional:
+
+    - ``queue_bump``: a queue that grows at given hours of the day (UTC), e.g. +300 ms from
+      17:00 to 19:00, every day: reported as the server's queue time where its shape has one;
+    - ``prefill_step``: the prefill (the fixed wait to token 1 and each prompt token's cost)
+      multiplied by ``factor`` from ``at`` on;
+    - ``frontend_step``: a network / front-end delay of ``ms`` more from ``at`` on, which no
+      timing the server reports holds (as the schedule's ``frontend_ms``);
+    - ``fingerprint_step`` and ``build_step``: the ``system_fingerprint`` its Chat chunks
+      carry, or the ``build_info`` its ``/props`` says, ``before`` until ``at`` and
+      ``after`` from it.
+    """
 
     queue_bump: QueueBump | None = None
     prefill_step: Step | None = None

@@ -2,18 +2,12 @@
 another model (or the same model on another server) under the model name it was asked for.
 
 Three optional schedule keys, whose defaults serve the truth server's one model as before:
-
-- ``tokenizer: thirds`` counts a prompt as another tokenizer would: every run of
-  non-space characters in pieces of at most three characters (the truth server's own cut,
-  ``pieces``, is one token per word), so the same text has other counts;
-- ``model_salt: N`` (not 0) draws every next-token distribution from another model's
-  table: the same candidates' vocabulary, other words on top and other probabilities;
-- ``logit_noise: S`` adds a seeded Gaussian of standard deviation S to each candidate's
-  logit, fixed per prompt and step: the same model's numbers from another server's kernels.
-
-The stop mix needs no key of its own: ``tokens`` (how long a reply runs before it stops on
-its own) is another model's habit as much as its length. `variant_label` names what a
-schedule serves, as the truth log records it (`TruthRequest.model_variant`).
+``tokenizer: thirds`` (another tokenizer's counts, `thirds_count`), ``model_salt: N`` and
+``logit_noise: S`` (another model's, or another server's, next-token numbers,
+`model_distribution`); docs/score.md, "The schedule". The stop mix needs no key of its own:
+``tokens`` (how long a reply runs before it stops on its own) is another model's habit as
+much as its length. `variant_label` names what a schedule serves, as the truth log records
+it (`TruthRequest.model_variant`).
 """
 
 from __future__ import annotations
@@ -58,7 +52,10 @@ def model_distribution(
 ) -> Candidates:
     """The next-token candidates at `step` of a prompt by the model the schedule serves:
     `table` (the truth server's model) keyed by the prompt, or by another model's key where
-    ``model_salt`` is set, each logit moved by its seeded ``logit_noise``."""
+    ``model_salt`` is set (the same candidates' vocabulary, other words on top and other
+    probabilities), each logit moved by a seeded Gaussian of standard deviation
+    ``logit_noise``, fixed per prompt and step (the same model's numbers from another
+    server's kernels)."""
     key = (
         prompt_key
         if not schedule.model_salt

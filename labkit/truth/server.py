@@ -6,10 +6,8 @@ measures. It serves OpenAI Chat Completions, Completions, Responses and Anthropi
 (`labkit.truth.shapes`), streaming or not, plus ``GET /v1/models`` and ``/health``, answering
 each request as `labkit.truth.reply` does under its `TruthSchedule`. Right before an event's
 bytes are handed to ``send`` it reads ``time.perf_counter_ns()`` (CLOCK_MONOTONIC, the clock
-of any client on this host), and right after; each finished request becomes one JSON line
-of the truth log (`labkit.truth.log`), keyed by the response id (the stream's ``id``; the
-``x-request-id`` header echoes the client's own, as vLLM does, else it is that id too).
-``GET /stamps`` returns and forgets the same per request (the benchmarks' interface).
+of any client on this host), and right after; each finished request becomes one JSON line of
+the truth log (`labkit.truth.log`), keyed by the response id (docs/score.md, "The truth log").
 """
 
 from __future__ import annotations
@@ -356,7 +354,8 @@ class Server:
 
     `truth_log`: a text file each finished request is written to as one JSON line (its
     first line, the clock anchor, is written here); `keep_stamps`: also keep them for
-    ``GET /stamps``. `per_request`: schedules used in the order requests arrive, cycling.
+    ``GET /stamps``, which returns and forgets them per request (the benchmarks'
+    interface). `per_request`: schedules used in the order requests arrive, cycling.
     """
 
     def __init__(

@@ -1,18 +1,12 @@
 """One watch round: an ordinary run of the config's probes, in a run folder of its own.
 
 The round's config is the watch's with four things changed, all written into the round's
-manifest (so ``labkit run --resume`` finishes a cut round exactly as it began):
-
-- its run folder, ``rounds/<index>-<time>-<watch id>`` (the run id);
-- a fresh nonce opening every experiment's system message (``Probe <nonce>.``), so no
-  request of this round can be served from a prompt cache an earlier round filled, while
-  what the round's own requests share stays shared (experiments named in
-  ``watch.keep_cache`` are sent as written);
-- tags on every record: ``watch_id``, ``watch_round``, ``watch_nonce``;
-- on a simulated clock, the header ``X-Labkit-Sim-Time: <epoch seconds>`` on every request.
-
-The records are judged as the round ends: throttled (`labkit.analysis.throttle`), failed,
-ok; the tokens and money they spent (`spend`).
+manifest (so ``labkit run --resume`` finishes a cut round exactly as it began): its run
+folder, a fresh nonce opening every experiment's system message (so no request can be served
+from a prompt cache an earlier round filled), tags on every record and, on a simulated clock,
+a header on every request (docs/watch.md, "A round"). The records are judged as the round
+ends: throttled (`labkit.analysis.throttle`), failed, ok; the tokens and money they spent
+(`spend`).
 """
 
 from __future__ import annotations
@@ -133,7 +127,12 @@ def _kept(config: LabConfig) -> set[str]:
 
 
 def round_config(config: LabConfig, plan: RoundPlan, watch_id: str, rounds_dir: Path) -> LabConfig:
-    """The config a round runs: the nonce, the tags, the simulated time (module text)."""
+    """The config a round runs: its output folder ``rounds/`` (the round's own folder, the
+    run id, is `round_run_id`); a fresh nonce opening every experiment's system message
+    (``Probe <nonce>.``), while what the round's own requests share stays shared
+    (experiments named in ``watch.keep_cache`` are sent as written); tags ``watch_id``,
+    ``watch_round`` and ``watch_nonce`` on every record; on a simulated clock, the header
+    ``X-Labkit-Sim-Time: <epoch seconds>`` on every request."""
     keep = _kept(config)
     experiments = []
     counts: dict[str, int] = {}

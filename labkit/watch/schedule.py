@@ -4,11 +4,9 @@ Round ``i`` is due at ``anchor + i × every + jitter(i)``: the jitter is drawn o
 round from a generator seeded by the watch id and the index, so a restarted watch keeps
 the same schedule. A round may start up to `Schedule.tolerance_s` after it was due (a slow
 start, a round that just overran); later than that it is *missed*, recorded and never run
-late in a burst.
-
-Two clocks: `WallClock` (real time, real sleeps) and `SimulatedClock` (a compressed clock:
+late in a burst. Clocks: `WallClock` (real time, real sleeps), `SimulatedClock` (compressed:
 sleeping moves it at once, so rounds run back to back, each standing for its scheduled
-time). `ManualClock` is a clock a test or an embedding moves itself.
+time) and `ManualClock` (one a test or an embedding moves itself).
 """
 
 from __future__ import annotations

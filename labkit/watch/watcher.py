@@ -1,24 +1,13 @@
 """The watch: rounds on a schedule, each loaded into the store, until a budget, a round
 cap or a signal stops it; a killed watch restarted with the same command goes on.
 
-One step at a time, each saved in `state.json` before the next:
-
-1. On start: take the folder's lock; read the state (or begin one: the watch id, round 0's
-   slot); finish what a killed watch left: a round cut short is finished (`labkit run
-   --resume` of its folder) while it is still on time, else closed as ``partial``; a round
-   the store does not hold yet is loaded.
-2. Before each round: stop if the round cap is reached or a budget is spent (or the next
-   round would overspend it, at the rounds' average); rounds whose time passed (the watch
-   was down, a round overran, it is backing off after throttling) are recorded as missed,
-   never run late in a burst; sleep until the next one is due.
-3. The round: state ``running`` (its folder and nonce), the run, its status and counts,
-   the store load (idempotent: the store keys records by id), ``loaded``.
-4. One line per round: index, time, status, requests ok / throttled / failed, TTFT p50,
-   spend so far, the next round's time.
-
-After a throttled round the watch backs off: the rounds due within the longest
-``retry-after`` the provider gave (or, without one, within ``every × (2^(k−1) − 1)`` after
-the k-th throttled round in a row, at most 8 periods) are missed, "backing off".
+Every step is saved in `state.json` before the next (`Watch`), so a restart finishes a round
+cut short while it is still on time (else closes it as ``partial``), loads what the store
+lacks and records the rounds whose time passed as missed, never run late in a burst. After a
+throttled round the watch backs off: the rounds due within the longest ``retry-after`` the
+provider gave (or, without one, within ``every × (2^(k−1) − 1)`` after the k-th throttled
+round in a row, at most 8 periods) are missed, "backing off". Restarts, throttling and the
+budget: docs/watch.md.
 """
 
 from __future__ import annotations
@@ -101,7 +90,18 @@ def _fmt_time(at: datetime) -> str:
 
 
 class Watch:
-    """One watch folder's watch: `run` goes on until it stops (module text)."""
+    """One watch folder's watch: `run` goes on until it stops.
+
+    One step at a time, each saved in `state.json` before the next. On start: take the
+    folder's lock, read the state (or begin one: the watch id, round 0's slot) and finish
+    what a killed watch left (`_recover`). Before each round: stop at the round cap or a
+    spent budget (or one the next round would overspend, at the rounds' average), record the
+    rounds whose time passed as missed (`_skip_missed`), sleep until the next is due. The
+    round: state ``running`` (its folder and nonce), the run, its status and counts, the
+    store load (idempotent: the store keys records by id), ``loaded``; then its one line:
+    index, time, status, requests ok / throttled / failed, TTFT p50, spend so far, the next
+    round's time.
+    """
 
     def __init__(
         self,

@@ -3,46 +3,11 @@
 A stamp taken in user code (`time.perf_counter_ns` when a read reaches labkit) is late by
 however long the bytes sat in the socket before the loop got to them. The loop learns that
 bytes are waiting only from its selector, so the selector's own times bound the wait:
-
-- a ``select()`` that blocked and returned at ``R`` was woken by the bytes: they arrived at
-  about ``R``, and a read stamped at ``t`` is late by about ``t - R``;
-- a ``select()`` that returned at once (entered at ``E``) found bytes that came while the
-  loop was busy, after the socket was last seen empty at ``L`` (the previous ``select()``
-  if it watched the socket, else the last one that did: a paused reader is not watched):
-  they arrived in ``[L, E]``, so the read is late by ``t - E`` plus up to ``E - L``.
-
-A read that gathered k output events from one such window puts them where k arrivals spread
-over it are expected (`LatenessTracker.lateness_ns`): the first early in a long window, a
-lone one in its middle. Bytes reported by a ``select()`` whose read was then cancelled (the
-reader paused in the same turn) keep their window when they are reported again.
-
-`TimedSelector` wraps the default selector and keeps, per socket, the arrival window of
-each report (a short queue: a reader that falls behind consumes them in order, one per
-wait). `new_event_loop` builds an asyncio loop on it, and `run` runs a coroutine on such a
-loop (`asyncio.run`'s equivalent); `loop_clock` finds the selector of the running loop (None
-on any other loop, uvloop included: there is no estimate there). A ``select()`` woken but
-back late (its thread waiting for a CPU another process or thread held, or for the GIL) is
-seen through the thread's scheduler counters (Linux, `thread_schedstat`, read around each
-``select()`` that may block): the run-queue delay accrued puts the wake that much before the
-return; a thread put on a CPU more than once meanwhile may have slept again on the GIL (if
-another Python thread is alive): widened by a switch interval per extra run. Still unseen:
-a GIL held by a C call beyond that, and any wake delay where the counters are missing.
-Kernel receive stamps (`labkit.wire.lean`) are exact but for reads that gathered
-events; this places those and the stamps taken in user space (httpx, the SDKs).
-
-`TimedSelector` is the C selector (`_loopclock.TimedEpoll`: its own epoll descriptor and
-registrations, the whole ``select()`` one C call) where labkit was built with it, else
-`PyTimedSelector`, the reference: ``LABKIT_READPATH=python`` or an extension that does not
-import runs the Python one, ``c`` insists on C (`SELECT_IMPLEMENTATION` says which runs).
-Both keep the same windows, history, counts and states for the same calls and clock
-readings (tests/wire/test_loopclock_parity.py).
-
-Cost: two clock reads per ``select()``, the counters (a ``pread``, ~1 µs warm, 2-3 cold)
-before one that may block and again after one that did (the C reader reads them again only
-after a context switch, `getrusage`, ~0.2 µs: they cannot change without one); per socket
-reported, a look-up and a queued tuple; per read, a few list appends; per event, its share of
-one pass at the end of the stream (benchmarks/bench_recorder.py, bench_select.py,
-docs/accuracy.md).
+`TimedSelector` keeps, per socket, the window each report's bytes arrived in, and
+`LatenessTracker` places each event in its window. Kernel receive stamps (`labkit.wire.lean`)
+are exact but for reads that gathered events; this places those and the stamps taken in user
+space (httpx, the SDKs). The rules and their cost: `PyTimedSelector`, the reference (the C
+selector keeps the same; `choose` says which runs); the record's side: docs/measurement.md.
 """
 
 from __future__ import annotations
@@ -112,8 +77,33 @@ class _Socket:
 
 class PyTimedSelector(selectors.DefaultSelector):
     """The default selector, timing every ``select()`` and keeping per socket the arrival
-    window of the bytes each report found (module docstring): the reference, and what runs
-    where the C one (`_loopclock.TimedEpoll`) is not built or ``LABKIT_READPATH=python``."""
+    window of the bytes each report found: the reference, and what runs where the C one
+    (`_loopclock.TimedEpoll`) is not built or ``LABKIT_READPATH=python``.
+
+    - a ``select()`` that blocked and returned at ``R`` was woken by the bytes: they arrived
+      at about ``R``, and a read stamped at ``t`` is late by about ``t - R``;
+    - a ``select()`` that returned at once (entered at ``E``) found bytes that came while the
+      loop was busy, after the socket was last seen empty at ``L`` (the previous
+      ``select()`` if it watched the socket, else the last one that did: a paused reader is
+      not watched): they arrived in ``[L, E]``, so the read is late by ``t - E`` plus up to
+      ``E - L``.
+
+    A ``select()`` woken but back late (its thread waiting for a CPU another process or
+    thread held, or for the GIL) is seen through the thread's scheduler counters (Linux,
+    `thread_schedstat`, read around each ``select()`` that may block): the run-queue delay
+    accrued puts the wake that much before the return (`_woken`). Still unseen: a GIL held
+    by a C call beyond a switch interval, and any wake delay where the counters are missing.
+    Each socket's windows wait in a short queue: a reader that falls behind consumes them in
+    order, one per wait. Bytes reported by a ``select()`` whose read was then cancelled (the
+    reader paused in the same turn) keep their window when they are reported again.
+
+    Cost: two clock reads per ``select()``, the counters (a ``pread``, ~1 µs warm, 2-3 cold)
+    before one that may block and again after one that did (the C reader reads them again
+    only after a context switch, `getrusage`, ~0.2 µs: they cannot change without one); per
+    socket reported, a look-up and a queued tuple; per read, a few list appends; per event,
+    its share of one pass at the end of the stream (benchmarks/bench_recorder.py,
+    bench_select.py, docs/accuracy.md).
+    """
 
     def __init__(
         self,
@@ -545,7 +535,8 @@ def run(main: Coroutine[Any, Any, T], *, debug: bool | None = None) -> T:
 
 
 def loop_clock(loop: asyncio.AbstractEventLoop | None = None) -> TimedSelector | None:
-    """The `TimedSelector` of `loop` (default: the running loop); None on any other loop."""
+    """The `TimedSelector` of `loop` (default: the running loop); None on any other loop,
+    uvloop included: there is no estimate there."""
     if loop is None:
         try:
             loop = asyncio.get_running_loop()
@@ -611,8 +602,8 @@ class LatenessTracker:
         The k events that one report's bytes brought arrived in its window ``[lo, hi]``:
         the j-th is taken to have arrived at ``lo + j (hi - lo) / (k + 1)`` (the expected
         j-th of k uniform arrivals), so a read that gathered many events is judged by its
-        first, which came early in the window; where ``hi`` is the last one's arrival
-        (a select() they woke), at ``lo + j (hi - lo) / k``.
+        first, which came early in the window, and a lone one is put in its middle; where
+        ``hi`` is the last one's arrival (a select() they woke), at ``lo + j (hi - lo) / k``.
         """
         window_of = dict(zip(self.stamps_ns, self.windows, strict=True))
         windows = [window_of.get(t) for t in event_stamps_ns]

@@ -2,34 +2,12 @@
 
 One token is one socket read on the lean transport, and its steps run cold between context
 switches: the read and its kernel stamp (`tcp.Connection`), its chunk framing
-(`whole_chunks`) and its SSE split (`whole_data_events`). `_readpath.c` does the common case
-of the read (`RECV_STAMPED`) and of the SSE split in one call each (setup.py builds it on
-Linux; a build without a compiler skips it) and answers None for anything else, which the
-Python code then reads its general way. Both give the same answers
-(tests/wire/test_readpath.py); `READ_PATH` says which runs and why.
-`chunked_data_events` does the framing's and the SSE split's common cases in one call, for
-a reader that takes a chunked body's read as it came (`SSEParser.feed_whole_chunks`): in C
-where built (issue 47: three Python frames and a payload copy less a read).
-
-`chat_content_events` goes one step further for the commonest read of all, a token of a
-Chat Completions stream: a pushed read of whole chunks of plain content chunks (and
-``[DONE]``) is framed, split, decoded and classified in one call, its texts appended to the
-parser's and its stamp to the output stamps (issue 47); a parser names the shape it can
-take (`StreamParser.common_chunk`, `common_reader`), any other read goes the general way.
-`CommonPush` (C only) is the connection's reader callback while a stream is pushed: the
-socket read and that read's whole work in one call, the recorder's stamps of it included
-(`common_push`).
-
-The framing alone (`whole_chunks`, for the body's own decoder) is Python whatever the
-setting: its C version saved some 1 µs a token, within the noise of a 32-stream level on the
-2-core host (docs/accuracy.md, `make bench-readpath`). The event loop's timed ``select()``
-has its own extension (`loopclock`, `_loopclock.c`), switched by the same variable.
-
-``LABKIT_READPATH`` (read once, at import) chooses: unset or ``auto``, C where built, else
-Python; ``c``, C or an error where it is not built; ``python``, the Python twin of every C
-step even where the extension is built (the extension is then not loaded). Any other value is
-a `ConfigError`. Worker processes inherit the variable; Ray actors get it in their
-``runtime_env``, and every worker is held to the runner's read path (`labkit.runner`).
+(`whole_chunks`) and its SSE split (`whole_data_events`). `_readpath.c` does the common cases
+in one call each (setup.py builds it on Linux; a build without a compiler skips it) and
+answers None for anything else, which the Python code then reads its general way. Both give
+the same answers (tests/wire/test_readpath.py); `READ_PATH` says which runs and why, as
+``LABKIT_READPATH`` chooses (docs/configuration.md). Which steps are C, and why the framing
+alone is not: docs/accuracy.md, "The C read path, side by side".
 """
 
 from __future__ import annotations
@@ -65,7 +43,8 @@ __all__ = [
     "whole_data_events",
 ]
 
-#: The switch: which read path labkit runs (`SETTINGS`).
+#: The switch: which read path labkit runs (`SETTINGS`); the event loop's timed ``select()``,
+#: its own extension (`loopclock`, `_loopclock.c`), is switched by the same variable.
 ENV_VAR = "LABKIT_READPATH"
 #: `ENV_VAR`'s values: ``auto`` (the default: C where built, else Python), ``c`` (C, an
 #: error where not built) and ``python`` (the Python twins, the extension not loaded).
@@ -185,7 +164,11 @@ whole_data_events: Callable[[bytes, int, int, Any], list[Any] | None] = (
 def py_chunked_data_events(data: bytes, limit: int, t_ns: int, event_type: Any) -> list[Any] | None:
     """The events of a read as it came off a chunked body: whole non-empty chunks
     (`whole_chunks`) whose payload is whole one-line ``data:`` events
-    (`whole_data_events`); None where either is not so. Each step in C where it is."""
+    (`whole_data_events`); None where either is not so. Each step in C where it is.
+
+    The framing's and the SSE split's common cases in one call, for a reader that takes a
+    chunked body's read as it came (`SSEParser.feed_whole_chunks`); `chunked_data_events`
+    is it in C where built (issue 47: three Python frames and a payload copy less a read)."""
     payload = whole_chunks(data)
     return None if payload is None else whole_data_events(payload, limit, t_ns, event_type)
 
@@ -447,12 +430,14 @@ def _content_text(data: bytes, start: int, stop: int, escaped: bool) -> str:
 def py_chat_content_events(
     data: bytes, limit: int, t_ns: int, parser: Any, output_ns: list[int]
 ) -> int | None:
-    """The Python twin of the C ``chat_content_events``: a pushed read (chunk framing and
-    all) of whole one-line ``data:`` events each ``[DONE]`` or the plain Chat Completions
-    content chunk, with the parser's response id already set; each non-empty content
-    appended to ``parser.text_parts`` and `t_ns` to `output_ns` once for it, answering
-    texts × 2 + (1 where ``[DONE]`` came). None, with nothing consumed, for any other read
-    (the general path reads it: `labkit.providers.base.StreamParser.common_chunk`)."""
+    """The Python twin of the C ``chat_content_events``, for the commonest read of all, a
+    token of a Chat Completions stream (issue 47): a pushed read (chunk framing and all) of
+    whole one-line ``data:`` events, each ``[DONE]`` or the plain Chat Completions content
+    chunk, framed, split, decoded and classified in one call, with the parser's response id
+    already set; each non-empty content appended to ``parser.text_parts`` and `t_ns` to
+    `output_ns` once for it, answering texts × 2 + (1 where ``[DONE]`` came). None, with
+    nothing consumed, for any other read (the general path reads it: a parser names the
+    shape it can take, `labkit.providers.base.StreamParser.common_chunk`, `common_reader`)."""
     if parser.response_id is None:
         return None
     fingerprint_str = parser.system_fingerprint
@@ -531,21 +516,36 @@ class CommonPush(Protocol):
     last_t: int
 
     @property
-    def t(self) -> int: ...
+    def t(self) -> int:
+        """The latest read's stamp."""
+
     @property
-    def seen(self) -> int: ...
+    def seen(self) -> int:
+        """When labkit saw the latest read."""
+
     @property
-    def kernel(self) -> int: ...
+    def kernel(self) -> int:
+        """Whether the kernel stamped the latest read."""
+
     @property
-    def took_latest(self) -> int: ...
+    def took_latest(self) -> int:
+        """Whether the latest read was taken here."""
+
     @property
-    def parse_ns(self) -> int: ...
+    def parse_ns(self) -> int:
+        """The reads' parse time taken here (ns)."""
+
     @property
-    def terminator_ns(self) -> int: ...
+    def terminator_ns(self) -> int:
+        """The stamp of the read that ended the stream here, or -1."""
+
     @property
-    def deadline_ns(self) -> int: ...
+    def deadline_ns(self) -> int:
+        """The latest read's seen_ns plus the timeout (0: none yet)."""
+
     @property
-    def taken(self) -> int: ...
+    def taken(self) -> int:
+        """The reads taken here."""
 
     def attach(
         self,
@@ -557,11 +557,14 @@ class CommonPush(Protocol):
         timeout_ns: int,
         connection: Any,
         on_other: Callable[[Any], None],
-    ) -> None: ...
+    ) -> None:
+        """Bind to a connection for one push (`timeout_ns` -1: none)."""
 
-    def detach(self) -> None: ...
+    def detach(self) -> None:
+        """Let go of the connection (no more reads)."""
 
-    def __call__(self) -> None: ...
+    def __call__(self) -> None:
+        """Read once; take a common read, or hand anything else to ``on_other``."""
 
 
 class Reader(Protocol):
@@ -571,7 +574,8 @@ class Reader(Protocol):
 
     common: CommonPush | None
 
-    def __call__(self) -> None: ...
+    def __call__(self) -> None:
+        """The push's `common` read, or ``fallback()`` where none is set."""
 
 
 #: `Reader`'s type where the C read path runs, else None (the connection registers its

@@ -3,16 +3,11 @@ controls, for a vantage point on a machine whose kernel has no netem qdisc.
 
 Every chunk read from one side is written to the other no earlier than its read plus the
 one-way delay (`delay_ms / 2`, each way) plus a seeded uniform jitter in ±`jitter_ms / 2`,
-and never before the chunk read before it (bytes keep their order). A request's TTFT
-therefore grows by the round trip `delay_ms` (the request's bytes one way, the first
-event's the other), in the mean; the TCP handshake is with the relay on loopback and is not
-delayed. The relay runs its own event loop in a thread of its own, so its timers never
-delay the stamps of the loop that measures.
-
-The relay keeps its own account of what it did (`log`: each chunk's direction, read and
-write on `time.perf_counter_ns`, the clock labkit stamps with), so `added_ms` says what it
-truly added to one request's TTFT: its first chunk up, and the chunk down that brought the
-first event.
+and never before the chunk read before it (bytes keep their order): a request's TTFT grows
+by the round trip `delay_ms` (the request's bytes one way, the first event's the other), in
+the mean. The relay runs its own event loop in a thread of its own, so its timers never
+delay the stamps of the loop that measures, and keeps its own account of what it did
+(`log`, on labkit's clock), so `added_ms` says what it truly added to one request's TTFT.
 """
 
 from __future__ import annotations

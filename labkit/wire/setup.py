@@ -5,11 +5,9 @@ the first record's connect time): the modules httpcore and httpcore2 import on t
 connection (their anyio network backend, anyio's asyncio backend) and, on the SDK path, the
 SDK client's construction and the SDK's own first-request work (importing the resource,
 detecting the platform in a worker thread, building its stream). `BaseRecorder.set_up` does
-it once per provider and path — `record` before its first request's clock, the runner and
-every executor's workers before a level's — without a socket: the SDK's is one dry run of
-the real client against `DRY_RUN_URL`, which its HTTP client answers in-process with a few
-events of the provider's protocol (`SDKAdapter.dry_run_stream`), so that the SDK's first
-event models are built then, not inside the first TTFT.
+it once per provider and path, without a socket: the SDK's is one dry run of the real client
+against `DRY_RUN_URL`, answered in-process with a few events of the provider's protocol
+(`SDKAdapter.dry_run_stream`), so the SDK's first event models are built then, not in a TTFT.
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
 """Server-sent events reassembled from raw bytes, each event stamped at its first byte.
 
 The parser is fed chunks exactly as the transport hands them over, with the clock reading
-taken when each read returned. It handles several events per read, one event split over
-reads (it keeps the stamp of the read that brought its first byte), ``\\n``, ``\\r\\n`` and
-``\\r`` line endings (also a ``\\r\\n`` pair split between two reads), comments and
-keep-alives (lines starting with ``:``, which never start or make an event).
-
-This is the hot path of a measurement, so the per-chunk work is kept to a split and a loop.
-Work is linear in the bytes read, however long a line: the reads of an unfinished line are
-collected and joined once, when its end arrives. An event larger than `max_event_bytes`
-(default `MAX_EVENT_BYTES`) is a `MalformedStream`, raised as soon as the limit is passed.
+taken when each read returned; one event split over reads keeps the stamp of the read that
+brought its first byte (what else it handles: `SSEParser`). This is the hot path of a
+measurement, so the per-chunk work is kept to a split and a loop. Work is linear in the bytes
+read, however long a line: the reads of an unfinished line are collected and joined once,
+when its end arrives. An event larger than `max_event_bytes` (default `MAX_EVENT_BYTES`) is a
+`MalformedStream`, raised as soon as the limit is passed.
 """
 
 from __future__ import annotations
@@ -38,7 +35,13 @@ class SSEEvent:
 
 
 class SSEParser:
-    """Incremental SSE framing (WHATWG event-stream rules, ``id``/``retry`` ignored)."""
+    """Incremental SSE framing (WHATWG event-stream rules, ``id``/``retry`` ignored).
+
+    It handles several events per read, one event split over reads (it keeps the stamp of
+    the read that brought its first byte), ``\\n``, ``\\r\\n`` and ``\\r`` line endings (also a
+    ``\\r\\n`` pair split between two reads), comments and keep-alives (lines starting with
+    ``:``, which never start or make an event).
+    """
 
     #: A 2xx body that starts like HTML or JSON is a document, not this framing's stream.
     json_first_byte_is_a_document = True

@@ -3,29 +3,11 @@
 Why. A socket that is not read before its stream's next event arrives has both events
 merged by the kernel into one queued segment carrying the later one's receive stamp: the
 earlier event is then stamped late by a whole token gap, and no stamping can undo it
-(`labkit.wire.lean`). Assembling a finished stream's record costs ~0.1–0.2 ms, and
-streams that started together end together: at 32 streams 32 records were assembled in one
-or two loop iterations, 3–6 ms in which no socket was read, and the last tokens of every
-stream still running came out gathered (the 2 ms stamp-error p99 of `benchmarks/bench_load.py`
-at 32 streams). Taking a turn spreads such steps one per iteration; each iteration begins with a
-select() that reads every socket with bytes waiting.
-
-A step waits at most one iteration per step queued before it; alone, it does not wait. A long
-queue shares an iteration (`STEPS_PER_EXTRA_TURN`): at 1,000 streams the ends and starts
-queued faster than one an iteration went (some 300 iterations a second, each reading a
-hundred sockets), so the level's first wave took 3.5 s to start, and a thousand finished
-streams waited at once, holding their requests' objects (one young collection of 28,000 of
-them stopped the loop for 35 ms, and the next tokens of every stream were read together).
-Where that many streams are held at all, each stream's events are far apart (one loop reads
-only so many events a second in all), so a few steps between two reads gather none.
-
-On labkit's own loop (`loopclock.TimedSelector`, which counts its select() calls) a step
-alone takes its iteration by that count and schedules nothing: the turn is free again in
-the next iteration by itself. Only a step that finds the turn taken starts the chain that
-passes it on (`_pass_on`, a callback each iteration while steps wait). On any other loop
-each taken turn schedules one `_pass_on` for the next iteration, which frees it; that
-callback also made the loop's next select() return at once, an iteration more per request
-start and record on a level that would otherwise have waited in it.
+(`labkit.wire.lean`). Assembling a finished stream's record costs ~0.1–0.2 ms, and streams
+that started together end together: at 32 streams 32 records were assembled in one or two
+loop iterations, 3–6 ms in which no socket was read (the 2 ms stamp-error p99 of
+`benchmarks/bench_load.py`). Taking a turn (`take_turn`) spreads such steps one per
+iteration; each iteration begins with a select() that reads every socket with bytes waiting.
 """
 
 from __future__ import annotations
@@ -43,7 +25,16 @@ STEPS_PER_EXTRA_TURN = 64
 
 
 class _Turns:
-    """The queue of steps waiting for their iteration on one loop."""
+    """The queue of steps waiting for their iteration on one loop.
+
+    On labkit's own loop (`loopclock.TimedSelector`, which counts its select() calls) a step
+    alone takes its iteration by that count and schedules nothing: the turn is free again in
+    the next iteration by itself. Only a step that finds the turn taken starts the chain that
+    passes it on (`_pass_on`, a callback each iteration while steps wait). On any other loop
+    each taken turn schedules one `_pass_on` for the next iteration, which frees it; that
+    callback also made the loop's next select() return at once, an iteration more per
+    request start and record on a level that would otherwise have waited in it.
+    """
 
     __slots__ = ("_busy", "_loop", "_selector", "_taken_in", "_waiters")
 
@@ -95,7 +86,18 @@ _TURNS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Turns] = weakref.W
 
 
 async def take_turn() -> None:
-    """Wait until no other heavy step has taken this loop iteration (see the module doc)."""
+    """Wait until no other heavy step has taken this loop iteration (module doc: why).
+
+    A step waits at most one iteration per step queued before it; alone, it does not wait.
+    A long queue shares an iteration (`STEPS_PER_EXTRA_TURN`): at 1,000 streams the ends and
+    starts queued faster than one an iteration went (some 300 iterations a second, each
+    reading a hundred sockets), so the level's first wave took 3.5 s to start, and a
+    thousand finished streams waited at once, holding their requests' objects (one young
+    collection of 28,000 of them stopped the loop for 35 ms, and the next tokens of every
+    stream were read together). Where that many streams are held at all, each stream's
+    events are far apart (one loop reads only so many events a second in all), so a few
+    steps between two reads gather none.
+    """
     loop = asyncio.get_running_loop()
     turns = _TURNS.get(loop)
     if turns is None:

@@ -5,12 +5,9 @@ The format is AIPerf's multi-turn Mooncake trace (``session_id``, ``input_length
 before a turn), plus labkit's optional keys for sub-agent branches that other readers ignore:
 ``agent``, ``parent_agent``, ``joins_step`` and ``tool_calls``. Rows of one (session, agent)
 are its steps in file order. `session_trace` writes labkit's own `session` records in it, so
-a run replays elsewhere. Why this format: docs/experiments.md, "Agent sessions".
-
-A trace is read within labkit's limits (the ``MAX_`` constants below): what it asks for is
-built in full when it is replayed (prompts of its lengths, its gaps slept, its sub-agents run
-side by side), so a value past a limit is refused with one line naming ``file:line``, as is
-a session whose agents are not one tree under its main agent ``"0"``.
+a run replays elsewhere. A trace is read within labkit's limits (the ``MAX_`` constants), as
+what it asks for is built in full when it is replayed. Why this format, and what is refused:
+docs/experiments.md, "Agent sessions".
 """
 
 from __future__ import annotations

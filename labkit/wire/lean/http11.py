@@ -245,6 +245,8 @@ class Body(httpx.AsyncByteStream):
         return self._complete
 
     async def aclose(self) -> None:
+        """Release the connection: kept for the next request where the body ended on a usable
+        keep-alive connection, else discarded."""
         if self._released:
             return
         self._released = True

@@ -3,12 +3,10 @@
 What the lean transport would otherwise do between ``t_start`` and the write — build the
 HTTP/1.1 head from the request's headers, join it to the body, take a pooled connection —
 is labkit's own preparation, not the request's trip. `LeanTransport.prepare` does it before
-the recorder starts the clock (`Outgoing`): the head and the body are one `bytes`, and an
-idle connection to the origin, when the pool holds one, is taken out of it. After the
-stamp, `Outgoing.send` is one ``sock.send`` of those bytes; the transport's
-`handle_async_request` then finds the request sent and only reads the response. A request
-with no idle connection opens its own inside the measurement as before (``connect_ms``),
-then writes the same ready bytes.
+the recorder starts the clock (`Outgoing`); after the stamp, `Outgoing.send` is one
+``sock.send`` of those bytes, and the transport's `handle_async_request` then finds the
+request sent and only reads the response. A request with no idle connection opens its own
+inside the measurement as before (``connect_ms``), then writes the same ready bytes.
 """
 
 from __future__ import annotations

@@ -1,23 +1,10 @@
 """Kernel receive stamps: each read of the lean transport carries its last segment's arrival.
 
 Each socket asks the kernel for receive timestamps (``SO_TIMESTAMPNS`` on Linux;
-``SO_TIMESTAMP``, µs, where the platform's `socket` module has it and not the former). A
-read then carries the kernel's CLOCK_REALTIME stamp of the *last* TCP segment it returned
-(Linux gives the stamp of the last skb a recvmsg consumed; one read of up to 64 KiB may hold
-several segments, so an SSE event is rarely split, and a read that holds several events
-stamps them all at the arrival of the last: no smaller read could do better, as the kernel
-merges segments that queue while the reader is away and keeps the newest stamp). It is put
-on labkit's clock (`time.perf_counter_ns`, CLOCK_MONOTONIC) with the offset
-``time.time_ns() - perf_counter_ns()`` read at that read (two clock reads, tens of ns
-apart): a realtime clock step between the segment's arrival and the read shifts that one
-read's stamp by the step, never later ones; a stamp is never after the read itself
-(``seen_ns``) nor before the connection's previous stamp. A read without a kernel stamp (the
-option unavailable) is stamped when the callback reads it, as ``seen_ns``: late by however
-long the loop was busy elsewhere, which the kernel stamp is not.
-
-Sends are stamped too where the kernel can say which stamp is whose (`ask_send_stamps`,
-`send_stamp`): the kernel's transmit stamp of a write's last byte bounds when it was handed
-over from above even when the writer was off its CPU before its `send` returned.
+``SO_TIMESTAMP``, µs, where the platform's `socket` module has it and not the former), so a
+busy loop delays a read but not its stamp. Sends are stamped too where the kernel can say
+which stamp is whose (`ask_send_stamps`, `send_stamp`). Which segment's stamp a read gets
+and how it is put on labkit's clock: docs/measurement.md, "ClientTimings" (after the table).
 `hold_kernel_stamps` keeps the kernel's stack-wide switch on for the whole process;
 `loopback_pair` and `read_is_stamped` probe whether a read really comes stamped.
 """

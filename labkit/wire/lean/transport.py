@@ -6,21 +6,8 @@ At 32 streams × 500 events/s one process falls 10–20 ms behind the streams it
 (`benchmarks/bench_load.py`). Here each connection's socket is read by a loop reader
 callback (`loop.add_reader`, `sock.recvmsg`), and each read is queued with its stamps; the
 HTTP framing (and TLS decryption) is done by the reading task, off the callback. It plugs
-into httpx as a transport, so providers, the recorder, its error handling and the
-connection-phase trace stay as they are; the recorder takes a chunk's arrival stamp from
-``response.extensions["labkit.arrival"]`` (the `Body`: ``t_ns``, ``seen_ns``,
-``kernel_stamped``).
-
-Kernel receive stamps and how they are put on labkit's clock: `stamps`; TLS: `tls`; the
-response framing: `http11`; a request made ready before its clock (`prepare`): `outgoing`.
-
-Scope, deliberately small: HTTP/1.1 over TCP or TLS (no proxies, no HTTP/2, no compression —
-labkit asks for identity), keep-alive, Content-Length, chunked and read-until-close bodies,
-the httpcore trace events labkit reads, and httpx's own exceptions. Everything else goes
-through httpx (`transport: httpx`). `LeanTransport.preconnect` opens connections ahead of
-the requests that will use them; ``response.extensions["labkit.connection"]`` says whether a
-request opened its own connection (``"opened"``), took one `preconnect` opened
-(``"preconnected"``) or reused one a previous response left open (``"reused"``).
+into httpx as a transport, so providers, the recorder and its error handling stay as they
+are. Its parts: `stamps`, `tls`, `http11`, `outgoing`; its scope: `LeanTransport`.
 """
 
 from __future__ import annotations
@@ -58,6 +45,16 @@ class LeanTransport(httpx.AsyncBaseTransport):
     `ssl_context` verifies https servers (the provider's; by default httpx's, built on the
     first https connection). Kernel receive stamps are held on (`hold_kernel_stamps`) from
     its first connection, if its owner's set-up has not done so already.
+
+    Scope, deliberately small: HTTP/1.1 over TCP or TLS (no proxies, no HTTP/2, no
+    compression — labkit asks for identity), keep-alive, Content-Length, chunked and
+    read-until-close bodies, the httpcore trace events labkit reads (the connection-phase
+    trace stays as through httpx), and httpx's own exceptions. Everything else goes through
+    httpx (`transport: httpx`). A response carries ``extensions["labkit.arrival"]`` (the
+    `Body`: ``t_ns``, ``seen_ns``, ``kernel_stamped``), where the recorder takes a chunk's
+    arrival stamp from, and ``extensions["labkit.connection"]``: whether the request opened
+    its own connection (``"opened"``), took one `preconnect` opened (``"preconnected"``) or
+    reused one a previous response left open (``"reused"``).
     """
 
     def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
@@ -75,6 +72,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
         self._all.discard(conn)
 
     async def aclose(self) -> None:
+        """Close every connection, idle or not."""
         for conn in self._all:
             conn.close()
         self._all.clear()
