@@ -1,10 +1,6 @@
 """The `labkit` command, one package: a thin face over the runner, the local server, the
-report and the tokenizers.
-
-- `app`: ``run``, ``init``, ``fake-server``, ``kinds`` and the wiring of the others;
-- `local`: ``setup`` and ``server start|status|stop``;
-- `report`: ``report`` and ``compare``;
-- `tokens`: ``tokens`` (the tokenizers, and a provider's own where a config names one).
+report, the tokenizers and the rest, one module a group of commands (`app`: ``run``,
+``kinds`` and the wiring of the others; which module holds each command: docs/architecture.md).
 """
 
 from labkit.cli.app import app, main
